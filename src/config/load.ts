@@ -1,0 +1,143 @@
+// Builds the one Config: config/default.json → config/<NODE_ENV>.json → $TOLLGATE_CONFIG → environment; validated, frozen.
+import { existsSync, readFileSync } from 'node:fs'
+import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import * as v from 'valibot'
+import { type Config, ConfigSchema, type Settings } from './schema.ts'
+
+export class ConfigError extends Error {
+  readonly code = 'TOLLGATE_CONFIG_INVALID'
+}
+
+const CONFIG_DIR = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'config')
+
+type Env = Record<string, string | undefined>
+
+/** Environment variable → setting path and how to read its text. Secrets are handled apart. */
+const ENV_SETTINGS: ReadonlyArray<[name: string, path: string, kind: 'string' | 'int' | 'bool']> = [
+  ['PORT', 'server.port', 'int'],
+  ['ADMIN_PORT', 'server.admin_port', 'int'],
+  ['HOST', 'server.host', 'string'],
+  ['PUBLIC_URL', 'server.public_url', 'string'],
+  ['THREADS', 'server.threads', 'int'],
+  ['DATABASE_URL', 'database.url', 'string'],
+  ['NETWORK', 'chain.network', 'string'],
+  ['RPC_URL', 'chain.rpc_url', 'string'],
+  ['USDC_ADDRESS', 'chain.usdc_address', 'string'],
+  ['ALLOW_PRIVATE_UPSTREAMS', 'proxy.allow_private_upstreams', 'bool'],
+  ['LOG_LEVEL', 'log.level', 'string'],
+  ['OTEL_EXPORTER_OTLP_ENDPOINT', 'telemetry.otlp_endpoint', 'string'],
+]
+
+export interface LoadOptions {
+  env?: Env
+  /** Extra settings merged last (tests use this instead of files). */
+  overrides?: DeepPartial<Settings>
+  configDir?: string
+}
+
+export type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]> : T[K] }
+
+export function loadConfig(options: LoadOptions = {}): Config {
+  const env = options.env ?? process.env
+  const dir = options.configDir ?? CONFIG_DIR
+  let merged = readJson(join(dir, 'default.json'))
+  const nodeEnv = env.NODE_ENV
+  if (nodeEnv && existsSync(join(dir, `${nodeEnv}.json`))) {
+    merged = deepMerge(merged, readJson(join(dir, `${nodeEnv}.json`)))
+  }
+  if (env.TOLLGATE_CONFIG) merged = deepMerge(merged, readJson(resolve(env.TOLLGATE_CONFIG)))
+  merged = deepMerge(merged, envSettings(env))
+  if (options.overrides) merged = deepMerge(merged, options.overrides as Record<string, unknown>)
+
+  const parsed = v.safeParse(ConfigSchema, merged)
+  if (!parsed.success) {
+    const lines = parsed.issues.map((issue) => {
+      const path = issue.path?.map((p) => String(p.key)).join('.') ?? '(root)'
+      return `  ${path}: ${issue.message}`
+    })
+    throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`)
+  }
+  const settings = parsed.output
+  if (settings.chain.network !== 'local' && !settings.chain.rpc_url) {
+    throw new ConfigError(
+      `invalid configuration:\n  chain.rpc_url: required on network ${settings.chain.network} (set RPC_URL)`,
+    )
+  }
+  const key = env.TREASURY_PRIVATE_KEY?.trim() || null
+  if (key !== null && !/^0x[0-9a-fA-F]{64}$/.test(key)) {
+    // Never echo the value: it is a secret.
+    throw new ConfigError(
+      'invalid configuration:\n  TREASURY_PRIVATE_KEY: must be 0x followed by 64 hex digits',
+    )
+  }
+  if (key === null && settings.chain.network !== 'local') {
+    throw new ConfigError(
+      `invalid configuration:\n  TREASURY_PRIVATE_KEY: required on network ${settings.chain.network}`,
+    )
+  }
+  const secrets = Object.freeze({ treasury_private_key: key as `0x${string}` | null })
+  // Non-enumerable so that logging or serialising the config never prints the key.
+  const config = { ...settings } as Config
+  Object.defineProperty(config, 'secrets', { value: secrets, enumerable: false })
+  return deepFreeze(config)
+}
+
+function envSettings(env: Env): Record<string, unknown> {
+  const out: Record<string, unknown> = {}
+  for (const [name, path, kind] of ENV_SETTINGS) {
+    const raw = env[name]
+    if (raw === undefined || raw === '') continue
+    let value: unknown = raw
+    if (kind === 'int') value = /^-?\d+$/.test(raw.trim()) ? Number(raw) : raw
+    if (kind === 'bool')
+      value = /^(1|true|yes)$/i.test(raw) ? true : /^(0|false|no)$/i.test(raw) ? false : raw
+    setPath(out, path, value)
+  }
+  return out
+}
+
+function readJson(file: string): Record<string, unknown> {
+  try {
+    return JSON.parse(readFileSync(file, 'utf8'))
+  } catch (cause) {
+    throw new ConfigError(`cannot read config file ${file}: ${(cause as Error).message}`, { cause })
+  }
+}
+
+function setPath(target: Record<string, unknown>, path: string, value: unknown): void {
+  const keys = path.split('.')
+  let node = target
+  for (const key of keys.slice(0, -1)) {
+    node[key] ??= {}
+    node = node[key] as Record<string, unknown>
+  }
+  node[keys.at(-1)!] = value
+}
+
+function isPlainObject(x: unknown): x is Record<string, unknown> {
+  return typeof x === 'object' && x !== null && !Array.isArray(x)
+}
+
+function deepMerge(base: Record<string, unknown>, over: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...base }
+  for (const [key, value] of Object.entries(over)) {
+    out[key] = isPlainObject(value) && isPlainObject(out[key]) ? deepMerge(out[key], value) : value
+  }
+  return out
+}
+
+function deepFreeze<T>(x: T): T {
+  if (typeof x === 'object' && x !== null && !Object.isFrozen(x)) {
+    Object.freeze(x)
+    for (const value of Object.values(x)) deepFreeze(value)
+  }
+  return x
+}
+
+/** The base every public URL is built on (payment_url, metered_url), without a trailing slash. */
+export function publicBaseUrl(config: Config, listeningPort: number): string {
+  if (config.server.public_url) return config.server.public_url.replace(/\/+$/, '')
+  const host = config.server.host === '0.0.0.0' ? '127.0.0.1' : config.server.host
+  return `http://${host}:${listeningPort}`
+}

@@ -1,0 +1,96 @@
+// The valibot schema of every setting; the Config type is inferred from it, so the two never drift.
+import * as v from 'valibot'
+
+const Ms = v.pipe(v.number(), v.integer(), v.minValue(0))
+const PositiveInt = v.pipe(v.number(), v.integer(), v.minValue(1))
+const Port = v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(65535))
+const Dollars = v.pipe(v.number(), v.minValue(0))
+const HttpUrl = v.pipe(v.string(), v.url())
+const HexAddress = v.pipe(
+  v.string(),
+  v.regex(/^0x[0-9a-fA-F]{40}$/, 'must be a 0x-prefixed 20-byte hex address'),
+)
+
+export const Network = v.picklist(['local', 'base', 'base-sepolia'])
+export type Network = v.InferOutput<typeof Network>
+
+export const LogLevel = v.picklist(['debug', 'info', 'warn', 'error', 'silent'])
+export type LogLevel = v.InferOutput<typeof LogLevel>
+
+export const ConfigSchema = v.strictObject({
+  server: v.strictObject({
+    host: v.pipe(v.string(), v.minLength(1)),
+    port: Port,
+    admin_port: Port,
+    /** Base of payment_url and metered_url; null → http://{host}:{port}. */
+    public_url: v.nullable(HttpUrl),
+    threads: v.pipe(PositiveInt, v.maxValue(64)),
+    body_limit_bytes: PositiveInt,
+    shutdown_grace_ms: Ms,
+  }),
+  database: v.strictObject({
+    /** null → embedded PGlite in data_dir. */
+    url: v.nullable(v.pipe(v.string(), v.regex(/^postgres(ql)?:\/\//, 'must be a postgres:// URL'))),
+    data_dir: v.pipe(v.string(), v.minLength(1)),
+    pool_max: PositiveInt,
+  }),
+  chain: v.strictObject({
+    network: Network,
+    /** null on `local` → the service starts its own anvil. Required on base / base-sepolia. */
+    rpc_url: v.nullable(HttpUrl),
+    usdc_address: v.nullable(HexAddress),
+    confirmations: PositiveInt,
+    max_proof_age_ms: PositiveInt,
+    poll_interval_ms: PositiveInt,
+    rpc_timeout_ms: PositiveInt,
+    dev_payers: v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(100)),
+    dev_payer_funding: Dollars,
+  }),
+  verify: v.strictObject({ wait_ms: Ms }),
+  fees: v.strictObject({
+    owner_share_bps: v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(10000)),
+  }),
+  proxy: v.strictObject({
+    retry_window_ms: Ms,
+    upstream_timeout_ms: PositiveInt,
+    quote_ttl_ms: Ms,
+    allow_private_upstreams: v.boolean(),
+    max_price: Dollars,
+  }),
+  caches: v.strictObject({
+    endpoints_max: PositiveInt,
+    verified_transfers_max: PositiveInt,
+    claimed_proofs_max: PositiveInt,
+  }),
+  claims: v.strictObject({ batch_max: PositiveInt }),
+  payments: v.strictObject({
+    max_amount: Dollars,
+    default_expires_in_ms: PositiveInt,
+  }),
+  payouts: v.strictObject({
+    interval_ms: PositiveInt,
+    threshold: Dollars,
+    min_amount: Dollars,
+  }),
+  webhooks: v.strictObject({
+    retry_schedule_ms: v.array(Ms),
+    timeout_ms: PositiveInt,
+    concurrency: PositiveInt,
+    disable_after_ms: PositiveInt,
+    poll_interval_ms: PositiveInt,
+  }),
+  jobs: v.strictObject({
+    enabled: v.boolean(),
+    expiry_interval_ms: PositiveInt,
+  }),
+  log: v.strictObject({ level: LogLevel }),
+  telemetry: v.strictObject({ otlp_endpoint: v.nullable(HttpUrl) }),
+})
+
+/** Settings from files and environment, plus the secrets that only the environment may carry. */
+export type Settings = v.InferOutput<typeof ConfigSchema>
+export type Config = Readonly<
+  Settings & {
+    secrets: { treasury_private_key: `0x${string}` | null }
+  }
+>

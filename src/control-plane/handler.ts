@@ -1,0 +1,117 @@
+// The /api/v1 handler: routing, the API conventions (JSON only, error shape, auth, idempotency), error mapping.
+import type { ApiHandler, ApiRequest, ApiResponse } from '../http-exchange.ts'
+import { httpDuration, httpRequests, statusClass } from '../observability/metrics.ts'
+import { ApiError, errorBody } from './api-error.ts'
+import { authenticate } from './auth.ts'
+import type { ControlPlaneDeps } from './deps.ts'
+import { requestFingerprint, withIdempotency } from './idempotency.ts'
+import type { Route, RouteContext, RouteResult } from './route.ts'
+import { accountRoutes } from './routes/accounts.ts'
+import { callRoutes } from './routes/calls.ts'
+import { endpointRoutes } from './routes/endpoints.ts'
+
+export const API_PREFIX = '/api/v1'
+
+interface CompiledRoute {
+  route: Route
+  pattern: RegExp
+  names: string[]
+}
+
+function compile(route: Route): CompiledRoute {
+  const names: string[] = []
+  const source = route.path.replace(/:([a-z_]+)/g, (_m, name: string) => {
+    names.push(name)
+    return '([^/]+)'
+  })
+  return { route, pattern: new RegExp(`^${source}/?$`), names }
+}
+
+const JSON_HEADERS = { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' }
+
+export function createApiHandler(deps: ControlPlaneDeps, extraRoutes: Route[] = []): ApiHandler {
+  const routes = [...accountRoutes, ...endpointRoutes, ...callRoutes, ...extraRoutes].map(compile)
+
+  return async function handleApi(req: ApiRequest): Promise<ApiResponse> {
+    const started = performance.now()
+    let response: ApiResponse
+    try {
+      const result = await dispatch(req)
+      response = {
+        status: result.status,
+        headers: { ...JSON_HEADERS, ...result.headers, 'x-request-id': req.requestId },
+        body: JSON.stringify(result.body),
+      }
+    } catch (err) {
+      const apiError = err instanceof ApiError ? err : internalError(err, req)
+      response = {
+        status: apiError.status,
+        headers: { ...JSON_HEADERS, ...apiError.headers, 'x-request-id': req.requestId },
+        body: errorBody(apiError, req.requestId),
+      }
+    }
+    const cls = statusClass(response.status)
+    httpRequests.labels('api', cls).inc()
+    httpDuration.labels('api', cls).observe((performance.now() - started) / 1000)
+    return response
+  }
+
+  function internalError(err: unknown, req: ApiRequest): ApiError {
+    deps.logger.error('api request failed', { request_id: req.requestId, path: req.path, err })
+    return new ApiError('internal_error', 'something went wrong on our side; it has been logged')
+  }
+
+  async function dispatch(req: ApiRequest): Promise<RouteResult> {
+    const path = req.path.slice(API_PREFIX.length) || '/'
+    let pathMatched = false
+    for (const compiled of routes) {
+      const m = compiled.pattern.exec(path)
+      if (!m) continue
+      pathMatched = true
+      if (compiled.route.method !== req.method) continue
+      const params: Record<string, string> = {}
+      compiled.names.forEach((name, i) => {
+        params[name] = decodeURIComponent(m[i + 1]!)
+      })
+      return run(compiled.route, req, params)
+    }
+    if (pathMatched) throw new ApiError('method_not_allowed', `${req.method} is not allowed on ${req.path}`)
+    throw new ApiError('route_not_found', `no route ${req.method} ${req.path}`)
+  }
+
+  async function run(route: Route, req: ApiRequest, params: Record<string, string>): Promise<RouteResult> {
+    const body = parseJsonBody(req)
+    const account = route.auth ? await authenticate(deps.sql, req.headers.authorization) : undefined
+    const ctx: RouteContext = {
+      req,
+      params,
+      query: new URLSearchParams(req.query),
+      body,
+      account: account!,
+      db: deps.sql,
+      deps,
+    }
+    const key = req.headers['idempotency-key']
+    if (route.idempotent && key !== undefined && account) {
+      const fingerprint = requestFingerprint(req.method, req.path, req.body)
+      return withIdempotency(deps.sql, { accountId: account.id, key, fingerprint }, (tx) =>
+        route.handler({ ...ctx, db: tx }),
+      )
+    }
+    return route.handler(ctx)
+  }
+}
+
+/** JSON only: a body must say it is JSON and parse as JSON. An empty body is "no body". */
+function parseJsonBody(req: ApiRequest): unknown {
+  if (req.body.length === 0) return undefined
+  const type = req.headers['content-type'] ?? ''
+  if (!/^application\/([a-z.+-]*\+)?json\s*(;|$)/i.test(type)) {
+    throw new ApiError('unsupported_media_type', 'send the body as JSON with Content-Type: application/json')
+  }
+  try {
+    return JSON.parse(req.body.toString('utf8'))
+  } catch (err) {
+    throw new ApiError('invalid_json', `the body is not valid JSON: ${(err as Error).message}`)
+  }
+}

@@ -1,0 +1,45 @@
+// GET /calls: an owner's captured metered calls, newest first, optionally for one endpoint.
+import { type CallRow, listCalls } from '../../db/calls.ts'
+import { toDollars } from '../../money.ts'
+import { ApiError } from '../api-error.ts'
+import { listResponse, readPage } from '../pagination.ts'
+import type { Route } from '../route.ts'
+
+export function presentCall(c: CallRow) {
+  return {
+    id: c.id,
+    object: 'call',
+    endpoint_id: c.endpoint_id,
+    payer: c.payer,
+    proof: c.proof_key.startsWith('tx:') ? c.proof_key.slice(3) : c.proof_key,
+    amount: toDollars(c.amount_atomic),
+    amount_atomic: c.amount_atomic.toString(),
+    owner_share_atomic: c.owner_share_atomic.toString(),
+    fee_atomic: c.fee_atomic.toString(),
+    upstream_status: c.upstream_status,
+    method: c.method,
+    created_at: c.created_at.toISOString(),
+  }
+}
+
+export const callRoutes: Route[] = [
+  {
+    method: 'GET',
+    path: '/calls',
+    auth: true,
+    async handler({ query, account, db }) {
+      const page = readPage(query)
+      const endpointId = query.get('endpoint_id')
+      if (endpointId !== null && !/^ep_[0-9A-Za-z]+$/.test(endpointId)) {
+        throw new ApiError('invalid_parameter', 'endpoint_id: must be an endpoint id', 'endpoint_id')
+      }
+      const rows = await listCalls(db, {
+        accountId: account.id,
+        endpointId,
+        limit: page.limit + 1,
+        startingAfter: page.startingAfter,
+      })
+      return { status: 200, body: listResponse(rows, page, presentCall) }
+    },
+  },
+]

@@ -1,0 +1,216 @@
+// /endpoints: the metered endpoints an owner sells, with their upstream target, price and injected headers.
+import * as v from 'valibot'
+import {
+  deleteEndpoint,
+  type EndpointChanges,
+  type EndpointRow,
+  findOwnedEndpoint,
+  insertEndpoint,
+  listEndpoints,
+  updateEndpoint,
+} from '../../db/endpoints.ts'
+import { newId } from '../../ids.ts'
+import { configDollars, parseDollars, toDollars } from '../../money.ts'
+import { checkTargetUrl } from '../../ssrf.ts'
+import { ApiError } from '../api-error.ts'
+import type { ControlPlaneDeps } from '../deps.ts'
+import { listResponse, readPage } from '../pagination.ts'
+import type { Route } from '../route.ts'
+import { parseBody } from '../validation.ts'
+
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}$/
+/** Headers the proxy owns; an owner may not inject these. */
+const RESERVED_HEADERS = new Set([
+  'host',
+  'content-length',
+  'transfer-encoding',
+  'connection',
+  'keep-alive',
+  'upgrade',
+  'te',
+  'trailer',
+  'x-payment',
+  'payment-signature',
+  'x-forwarded-for',
+  'x-forwarded-host',
+  'x-forwarded-proto',
+])
+
+const Price = v.union([v.number(), v.string()], 'must be a number of dollars')
+const UpstreamHeaders = v.pipe(
+  v.record(
+    v.string(),
+    v.pipe(v.string('values must be strings'), v.maxLength(4096, 'values must be ≤ 4096 characters')),
+  ),
+  v.check((h) => Object.keys(h).length <= 20, 'at most 20 headers'),
+  v.check((h) => Object.keys(h).every((k) => HEADER_NAME.test(k)), 'header names must be valid HTTP tokens'),
+  v.check(
+    (h) => Object.keys(h).every((k) => !RESERVED_HEADERS.has(k.toLowerCase())),
+    'hop-by-hop, host, framing and payment headers cannot be injected',
+  ),
+  v.check((h) => Object.values(h).every((x) => !/[\r\n\0]/.test(x)), 'values must not contain CR, LF or NUL'),
+)
+const TimeoutMs = v.nullable(
+  v.pipe(v.number(), v.integer('must be an integer'), v.minValue(100), v.maxValue(300_000)),
+)
+const OptionalText = (max: number) =>
+  v.optional(v.nullable(v.pipe(v.string('must be a string'), v.maxLength(max))))
+
+const CreateBody = v.strictObject({
+  upstream_url: v.pipe(v.string('must be a string'), v.maxLength(2048)),
+  price: Price,
+  name: OptionalText(200),
+  description: OptionalText(2000),
+  upstream_headers: v.optional(UpstreamHeaders),
+  timeout_ms: v.optional(TimeoutMs),
+})
+
+const UpdateBody = v.strictObject({
+  upstream_url: v.optional(v.pipe(v.string('must be a string'), v.maxLength(2048))),
+  price: v.optional(Price),
+  name: OptionalText(200),
+  description: OptionalText(2000),
+  upstream_headers: v.optional(UpstreamHeaders),
+  timeout_ms: v.optional(TimeoutMs),
+  status: v.optional(v.picklist(['active', 'disabled'], 'must be "active" or "disabled"')),
+  active: v.optional(v.boolean('must be true or false')),
+})
+
+function readPrice(raw: unknown, deps: ControlPlaneDeps): bigint {
+  const parsed = parseDollars(raw)
+  if (!parsed.ok) throw new ApiError('invalid_parameter', `price: ${parsed.reason}`, 'price')
+  if (parsed.atomic > configDollars(deps.config.proxy.max_price)) {
+    throw new ApiError('invalid_parameter', `price: must be at most ${deps.config.proxy.max_price}`, 'price')
+  }
+  return parsed.atomic
+}
+
+async function readUpstreamUrl(raw: string, deps: ControlPlaneDeps): Promise<string> {
+  const checked = await checkTargetUrl(raw, { allowPrivate: deps.config.proxy.allow_private_upstreams })
+  if (!checked.ok) {
+    const code = checked.reason === 'private_target' ? 'upstream_not_allowed' : 'invalid_upstream_url'
+    throw new ApiError(code, `upstream_url: ${checked.message}`, 'upstream_url')
+  }
+  return checked.url.toString()
+}
+
+/** Injected header values are secrets (an upstream's API key): show only enough to recognise them. */
+function maskHeaders(headers: Record<string, string>): Record<string, string> {
+  const out: Record<string, string> = {}
+  for (const [k, val] of Object.entries(headers)) out[k] = val.length > 8 ? `••••${val.slice(-4)}` : '••••'
+  return out
+}
+
+export function presentEndpoint(e: EndpointRow, deps: ControlPlaneDeps) {
+  return {
+    id: e.id,
+    object: 'endpoint',
+    name: e.name,
+    description: e.description,
+    upstream_url: e.upstream_url,
+    upstream_headers: maskHeaders(e.upstream_headers),
+    price: toDollars(e.price_atomic),
+    price_atomic: e.price_atomic.toString(),
+    currency: 'USDC',
+    network: deps.chain.network,
+    status: e.status,
+    active: e.status === 'active',
+    timeout_ms: e.timeout_ms ?? deps.config.proxy.upstream_timeout_ms,
+    metered_url: `${deps.publicUrl()}/m/${e.id}`,
+    created_at: e.created_at.toISOString(),
+    updated_at: e.updated_at.toISOString(),
+  }
+}
+
+async function ownedOr404(
+  ctx: { db: Parameters<typeof findOwnedEndpoint>[0]; account: { id: string } },
+  id: string,
+) {
+  const endpoint = await findOwnedEndpoint(ctx.db, ctx.account.id, id)
+  // Another account's endpoint is indistinguishable from a missing one.
+  if (!endpoint) throw new ApiError('not_found', `no endpoint ${id}`, 'id')
+  return endpoint
+}
+
+export const endpointRoutes: Route[] = [
+  {
+    method: 'POST',
+    path: '/endpoints',
+    auth: true,
+    idempotent: true,
+    async handler({ body, account, db, deps }) {
+      const input = parseBody(CreateBody, body)
+      const priceAtomic = readPrice(input.price, deps)
+      const upstreamUrl = await readUpstreamUrl(input.upstream_url, deps)
+      const row = await insertEndpoint(db, {
+        id: newId('ep'),
+        accountId: account.id,
+        name: input.name ?? null,
+        description: input.description ?? null,
+        upstreamUrl,
+        upstreamHeaders: input.upstream_headers ?? {},
+        priceAtomic,
+        timeoutMs: input.timeout_ms ?? null,
+      })
+      return { status: 201, body: presentEndpoint(row, deps) }
+    },
+  },
+  {
+    method: 'GET',
+    path: '/endpoints',
+    auth: true,
+    async handler({ query, account, db, deps }) {
+      const page = readPage(query)
+      const rows = await listEndpoints(db, {
+        accountId: account.id,
+        limit: page.limit + 1,
+        startingAfter: page.startingAfter,
+      })
+      return { status: 200, body: listResponse(rows, page, (e) => presentEndpoint(e, deps)) }
+    },
+  },
+  {
+    method: 'GET',
+    path: '/endpoints/:id',
+    auth: true,
+    async handler(ctx) {
+      return { status: 200, body: presentEndpoint(await ownedOr404(ctx, ctx.params.id!), ctx.deps) }
+    },
+  },
+  {
+    method: 'PATCH',
+    path: '/endpoints/:id',
+    auth: true,
+    async handler(ctx) {
+      const { deps } = ctx
+      const input = parseBody(UpdateBody, ctx.body)
+      const changes: EndpointChanges = {}
+      if (input.price !== undefined) changes.priceAtomic = readPrice(input.price, deps)
+      if (input.upstream_url !== undefined)
+        changes.upstreamUrl = await readUpstreamUrl(input.upstream_url, deps)
+      if (input.name !== undefined) changes.name = input.name
+      if (input.description !== undefined) changes.description = input.description
+      if (input.upstream_headers !== undefined) changes.upstreamHeaders = input.upstream_headers
+      if (input.timeout_ms !== undefined) changes.timeoutMs = input.timeout_ms
+      if (input.status !== undefined) changes.status = input.status
+      if (input.active !== undefined) changes.status = input.active ? 'active' : 'disabled'
+      const updated = await deps.sql.begin(async (tx) => {
+        const current = await ownedOr404({ db: tx, account: ctx.account }, ctx.params.id!)
+        return updateEndpoint(tx, current, changes, deps.config.proxy.quote_ttl_ms)
+      })
+      deps.onEndpointChanged(ctx.params.id!)
+      return { status: 200, body: presentEndpoint(updated as EndpointRow, deps) }
+    },
+  },
+  {
+    method: 'DELETE',
+    path: '/endpoints/:id',
+    auth: true,
+    async handler({ params, account, deps }) {
+      const deleted = await deps.sql.begin((tx) => deleteEndpoint(tx, account.id, params.id!))
+      if (!deleted) throw new ApiError('not_found', `no endpoint ${params.id}`, 'id')
+      deps.onEndpointChanged(params.id!)
+      return { status: 200, body: { id: params.id, object: 'endpoint', deleted: true } }
+    },
+  },
+]

@@ -1,0 +1,90 @@
+// Endpoints by id, compiled for the hot path (upstream target, 402 challenge). A miss loads from the
+// database once however many requests wait for it; a change anywhere invalidates it (NOTIFY or local call).
+import { LRUCache } from 'lru-cache'
+import { findLiveEndpoint, type LiveEndpointRow } from '../db/endpoints.ts'
+import type { Sql } from '../db/sql.ts'
+import { buildChallenge, type Challenge, type ChallengeChain } from './challenge.ts'
+import type { UpstreamTarget } from './proxy.ts'
+
+export interface LiveEndpoint {
+  id: string
+  accountId: string
+  ownerWallet: string
+  active: boolean
+  priceAtomic: bigint
+  /** Lowest price quoted within quote_ttl_ms (accepted until floorUntilMs), or null. */
+  floorAtomic: bigint | null
+  floorUntilMs: number
+  target: UpstreamTarget
+  challenge: Challenge
+}
+
+/** Cached for unknown ids too (briefly), so random ids cannot hammer the database. */
+export const NOT_FOUND = Symbol('not_found')
+type Entry = LiveEndpoint | typeof NOT_FOUND
+
+export interface EndpointCacheOptions {
+  max: number
+  chain: ChallengeChain
+  publicUrl(): string
+  defaultTimeoutMs: number
+  allowPrivate: boolean
+}
+
+export function createEndpointCache(sql: Sql, options: EndpointCacheOptions) {
+  return new LRUCache<string, Entry>({
+    max: options.max,
+    // A safety net only: changes arrive through invalidation within a second.
+    ttl: 60_000,
+    fetchMethod: async (id) => {
+      const row = await findLiveEndpoint(sql, id)
+      return row ? compileEndpoint(row, options) : NOT_FOUND
+    },
+  })
+}
+
+export type EndpointCache = ReturnType<typeof createEndpointCache>
+
+export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOptions): LiveEndpoint {
+  const url = new URL(row.upstream_url)
+  const resourceUrl = `${options.publicUrl()}/m/${row.id}`
+  return {
+    id: row.id,
+    accountId: row.account_id,
+    ownerWallet: row.owner_wallet,
+    active: row.status === 'active',
+    priceAtomic: row.price_atomic,
+    floorAtomic: row.quote_floor_atomic,
+    floorUntilMs: row.quote_floor_until?.getTime() ?? 0,
+    target: {
+      origin: url.origin,
+      basePath: url.pathname.replace(/\/+$/, ''),
+      host: url.host,
+      injectHeaders: Object.entries(row.upstream_headers).map(
+        ([k, v]) => [k.toLowerCase(), v] as [string, string],
+      ),
+      timeoutMs: row.timeout_ms ?? options.defaultTimeoutMs,
+      allowPrivate: options.allowPrivate,
+    },
+    challenge: buildChallenge(options.chain, {
+      resourceUrl,
+      description: row.description ?? row.name ?? `Metered API ${row.id}`,
+      priceAtomic: row.price_atomic,
+      idField: 'endpoint_id',
+      id: row.id,
+      maxTimeoutSeconds: 60,
+    }),
+  }
+}
+
+/** The least a proof must carry now: the price, or the quoted floor while it holds. */
+export function minimumAcceptedAtomic(endpoint: LiveEndpoint, nowMs: number): bigint {
+  if (
+    endpoint.floorAtomic !== null &&
+    nowMs < endpoint.floorUntilMs &&
+    endpoint.floorAtomic < endpoint.priceAtomic
+  ) {
+    return endpoint.floorAtomic
+  }
+  return endpoint.priceAtomic
+}

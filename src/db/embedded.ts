@@ -1,0 +1,31 @@
+// Embedded PostgreSQL (PGlite, WASM) served on a loopback socket, so the service uses the same `postgres`
+// driver and the same SQL whether or not a DATABASE_URL is given.
+import { mkdirSync } from 'node:fs'
+import { PGlite } from '@electric-sql/pglite'
+import { PGLiteSocketServer } from '@electric-sql/pglite-socket'
+
+export interface EmbeddedDatabase {
+  url: string
+  stop(): Promise<void>
+}
+
+/** dataDir: a directory kept across restarts, or 'memory://' for a throwaway database. */
+export async function startEmbeddedDatabase(options: { dataDir: string }): Promise<EmbeddedDatabase> {
+  if (!options.dataDir.startsWith('memory://')) mkdirSync(options.dataDir, { recursive: true })
+  const db = await PGlite.create(options.dataDir)
+  // PGlite is a single session. Its socket server multiplexes connections onto it, which is only safe
+  // for one client connection at a time: prepared statements and session state would be shared.
+  const server = new PGLiteSocketServer({ db, host: '127.0.0.1', port: 0, maxConnections: 4 })
+  await server.start()
+  const address = server.getServerConn()
+  let stopped = false
+  return {
+    url: `postgres://postgres@${address}/postgres?sslmode=disable`,
+    async stop() {
+      if (stopped) return
+      stopped = true
+      await server.stop()
+      await db.close()
+    },
+  }
+}

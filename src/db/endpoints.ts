@@ -1,0 +1,142 @@
+// Queries on metered endpoints.
+import type { Sql, Tx } from './sql.ts'
+
+export interface EndpointRow {
+  id: string
+  account_id: string
+  name: string | null
+  description: string | null
+  upstream_url: string
+  upstream_headers: Record<string, string>
+  price_atomic: bigint
+  quote_floor_atomic: bigint | null
+  quote_floor_until: Date | null
+  timeout_ms: number | null
+  status: 'active' | 'disabled'
+  version: number
+  created_at: Date
+  updated_at: Date
+}
+
+const COLUMNS =
+  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, status, version, created_at, updated_at'
+
+/** The channel that tells every instance an endpoint changed (payload: its id). */
+export const ENDPOINT_CHANGED_CHANNEL = 'tollgate_endpoint_changed'
+
+export async function insertEndpoint(
+  db: Sql | Tx,
+  e: {
+    id: string
+    accountId: string
+    name: string | null
+    description: string | null
+    upstreamUrl: string
+    upstreamHeaders: Record<string, string>
+    priceAtomic: bigint
+    timeoutMs: number | null
+  },
+): Promise<EndpointRow> {
+  const [row] = await db<EndpointRow[]>`
+    INSERT INTO endpoints (id, account_id, name, description, upstream_url, upstream_headers, price_atomic, timeout_ms)
+    VALUES (${e.id}, ${e.accountId}, ${e.name}, ${e.description}, ${e.upstreamUrl},
+            ${db.json(e.upstreamHeaders)}, ${e.priceAtomic}, ${e.timeoutMs})
+    RETURNING ${db.unsafe(COLUMNS)}`
+  return row!
+}
+
+/** An owner's endpoint (not deleted); null for another account's id, so callers answer 404 either way. */
+export async function findOwnedEndpoint(
+  db: Sql | Tx,
+  accountId: string,
+  id: string,
+): Promise<EndpointRow | null> {
+  const [row] = await db<EndpointRow[]>`
+    SELECT ${db.unsafe(COLUMNS)} FROM endpoints
+    WHERE id = ${id} AND account_id = ${accountId} AND deleted_at IS NULL`
+  return row ?? null
+}
+
+/** The endpoint as the data plane needs it, with the owner's payout wallet; null if unknown or deleted. */
+export interface LiveEndpointRow extends EndpointRow {
+  owner_wallet: string
+}
+
+export async function findLiveEndpoint(db: Sql | Tx, id: string): Promise<LiveEndpointRow | null> {
+  const [row] = await db<LiveEndpointRow[]>`
+    SELECT e.id, e.account_id, e.name, e.description, e.upstream_url, e.upstream_headers, e.price_atomic,
+           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.status, e.version, e.created_at,
+           e.updated_at, a.wallet_address AS owner_wallet
+    FROM endpoints e JOIN accounts a ON a.id = e.account_id
+    WHERE e.id = ${id} AND e.deleted_at IS NULL`
+  return row ?? null
+}
+
+export async function listEndpoints(
+  db: Sql | Tx,
+  q: { accountId: string; limit: number; startingAfter: string | null },
+): Promise<EndpointRow[]> {
+  return db<EndpointRow[]>`
+    SELECT ${db.unsafe(COLUMNS)} FROM endpoints
+    WHERE account_id = ${q.accountId} AND deleted_at IS NULL
+    ${
+      q.startingAfter
+        ? db`AND (created_at, id) < (SELECT created_at, id FROM endpoints WHERE id = ${q.startingAfter} AND account_id = ${q.accountId})`
+        : db``
+    }
+    ORDER BY created_at DESC, id DESC
+    LIMIT ${q.limit}`
+}
+
+export interface EndpointChanges {
+  name?: string | null
+  description?: string | null
+  upstreamUrl?: string
+  upstreamHeaders?: Record<string, string>
+  priceAtomic?: bigint
+  status?: 'active' | 'disabled'
+  timeoutMs?: number | null
+}
+
+/**
+ * Applies changes and bumps the version. A price change keeps the lowest price quoted in the last
+ * quoteTtlMs as a floor, so callers who paid what they were quoted are not refused.
+ */
+export async function updateEndpoint(
+  db: Sql | Tx,
+  current: EndpointRow,
+  changes: EndpointChanges,
+  quoteTtlMs: number,
+): Promise<EndpointRow> {
+  const set: Record<string, unknown> = { updated_at: new Date(), version: current.version + 1 }
+  if (changes.name !== undefined) set.name = changes.name
+  if (changes.description !== undefined) set.description = changes.description
+  if (changes.upstreamUrl !== undefined) set.upstream_url = changes.upstreamUrl
+  if (changes.upstreamHeaders !== undefined) set.upstream_headers = db.json(changes.upstreamHeaders)
+  if (changes.status !== undefined) set.status = changes.status
+  if (changes.timeoutMs !== undefined) set.timeout_ms = changes.timeoutMs
+  if (changes.priceAtomic !== undefined && changes.priceAtomic !== current.price_atomic) {
+    set.price_atomic = changes.priceAtomic
+    const floorStillHolds =
+      current.quote_floor_until !== null && current.quote_floor_until.getTime() > Date.now()
+    const prevFloor = floorStillHolds ? current.quote_floor_atomic! : current.price_atomic
+    const floor = prevFloor < current.price_atomic ? prevFloor : current.price_atomic
+    set.quote_floor_atomic = floor
+    set.quote_floor_until = new Date(Date.now() + quoteTtlMs)
+  }
+  const [row] = await db<EndpointRow[]>`
+    UPDATE endpoints SET ${db(set as Record<string, never>)}
+    WHERE id = ${current.id} AND deleted_at IS NULL
+    RETURNING ${db.unsafe(COLUMNS)}`
+  await db`SELECT pg_notify(${ENDPOINT_CHANGED_CHANNEL}, ${current.id})`
+  return row!
+}
+
+export async function deleteEndpoint(db: Sql | Tx, accountId: string, id: string): Promise<boolean> {
+  const rows = await db`
+    UPDATE endpoints SET deleted_at = now(), status = 'disabled', version = version + 1, updated_at = now()
+    WHERE id = ${id} AND account_id = ${accountId} AND deleted_at IS NULL
+    RETURNING id`
+  await db`SELECT pg_notify(${ENDPOINT_CHANGED_CHANNEL}, ${id})`
+  return rows.length === 1
+}

@@ -1,0 +1,62 @@
+// Command-line entry: load the configuration, start the service, print where it listens, drain on SIGTERM.
+import { ConfigError, loadConfig } from './config/load.ts'
+import { formatDollars } from './money.ts'
+import { startService } from './service.ts'
+
+async function main(): Promise<void> {
+  let config: ReturnType<typeof loadConfig>
+  try {
+    config = loadConfig()
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`tollgate: ${err.message}\n`)
+      process.exit(78) // EX_CONFIG
+    }
+    throw err
+  }
+  const service = await startService(config)
+  const { chain } = service
+  const lines = [
+    '',
+    `tollgate listening on ${service.url}  (admin: http://${config.server.host}:${service.adminPort}/metrics)`,
+    `  network   ${chain.network} (chain id ${chain.chainId}), RPC ${chain.rpcUrl}`,
+    `  USDC      ${chain.usdc.address}`,
+    `  treasury  ${chain.treasury}`,
+    `  database  ${config.database.url ? 'PostgreSQL server' : `embedded PGlite in ${config.database.data_dir}`}`,
+  ]
+  const payer = chain.devChain?.payers[0]
+  if (payer) {
+    lines.push(
+      `  demo payer ${payer.address} holds ${formatDollars(config.chain.dev_payer_funding * 1_000_000 > 0 ? BigInt(Math.round(config.chain.dev_payer_funding * 1_000_000)) : 0n)} USDC`,
+      `             private key ${payer.privateKey}  (anvil test key, never use on a real network)`,
+      '',
+      'try:',
+      `  curl -s -X POST ${service.url}/api/v1/register -H 'content-type: application/json' \\`,
+      `       -d '{"wallet_address":"${chain.devChain!.payers[1]?.address ?? payer.address}","business_name":"Demo"}'`,
+    )
+  }
+  process.stdout.write(`${lines.join('\n')}\n\n`)
+
+  let stopping = false
+  const shutdown = (signal: string) => {
+    if (stopping) return
+    stopping = true
+    service.logger.info('shutting down', { signal })
+    const force = setTimeout(() => process.exit(1), config.server.shutdown_grace_ms).unref()
+    service.stop().then(
+      () => {
+        clearTimeout(force)
+        process.exit(0)
+      },
+      () => process.exit(1),
+    )
+  }
+  process.on('SIGTERM', () => shutdown('SIGTERM'))
+  process.on('SIGINT', () => shutdown('SIGINT'))
+}
+
+main().catch((err) => {
+  const code = (err as { code?: string }).code
+  process.stderr.write(`tollgate: failed to start${code ? ` (${code})` : ''}: ${(err as Error).message}\n`)
+  process.exit(1)
+})

@@ -1,0 +1,68 @@
+// Dollars ↔ USDC base units (bigint). No floating-point money past this file.
+
+/** USDC has 6 decimals: 1 dollar = 1_000_000 base units. */
+export const USDC_DECIMALS = 6
+const UNIT = 1_000_000n
+const DECIMAL = /^(0|[1-9]\d*)(?:\.(\d{1,6}))?$/
+
+export type ParseAmountResult = { ok: true; atomic: bigint } | { ok: false; reason: string }
+
+/**
+ * Parses an API amount (JSON number or decimal string, in dollars) into base units.
+ * The number is read through its shortest decimal text (what JSON.parse saw), never multiplied as a float.
+ */
+export function parseDollars(input: unknown): ParseAmountResult {
+  let text: string
+  if (typeof input === 'number') {
+    if (!Number.isFinite(input)) return { ok: false, reason: 'must be a finite number' }
+    // Number → shortest round-trip text; exponent forms (1e-7, 1e21) are outside what we accept anyway.
+    text = String(input)
+  } else if (typeof input === 'string') {
+    text = input.trim()
+  } else {
+    return { ok: false, reason: 'must be a number of dollars or a decimal string' }
+  }
+  const m = DECIMAL.exec(text)
+  if (!m) {
+    if (/^-/.test(text)) return { ok: false, reason: 'must be greater than 0' }
+    if (/^\d+\.\d{7,}$/.test(text) || /e-/i.test(text))
+      return { ok: false, reason: 'must have at most 6 decimal places' }
+    return { ok: false, reason: 'must be a decimal amount of dollars, e.g. 0.01' }
+  }
+  const atomic = BigInt(m[1]!) * UNIT + BigInt((m[2] ?? '').padEnd(6, '0'))
+  if (atomic <= 0n) return { ok: false, reason: 'must be greater than 0' }
+  return { ok: true, atomic }
+}
+
+/** Base units → dollars as a JSON number (exact for any amount below 2^53 base units, i.e. $9 billion). */
+export function toDollars(atomic: bigint): number {
+  return Number(formatDollars(atomic))
+}
+
+/** Base units → decimal text without trailing zeros ("0.01", "12.5", "3"). */
+export function formatDollars(atomic: bigint): string {
+  const negative = atomic < 0n
+  const abs = negative ? -atomic : atomic
+  const whole = abs / UNIT
+  const frac = (abs % UNIT).toString().padStart(6, '0').replace(/0+$/, '')
+  return `${negative ? '-' : ''}${whole}${frac ? `.${frac}` : ''}`
+}
+
+/** Dollars from configuration (trusted, few decimals) → base units. */
+export function configDollars(dollars: number): bigint {
+  const r = parseDollars(dollars)
+  if (r.ok) return r.atomic
+  if (dollars === 0) return 0n
+  throw new RangeError(`not a valid dollar amount: ${dollars}`)
+}
+
+export interface Split {
+  owner: bigint
+  fee: bigint
+}
+
+/** The owner's share rounded down to the base unit; the fee is the rest, so owner + fee === amount always. */
+export function splitOwnerShare(amount: bigint, ownerShareBps: number): Split {
+  const owner = (amount * BigInt(ownerShareBps)) / 10_000n
+  return { owner, fee: amount - owner }
+}

@@ -1,0 +1,24 @@
+// A fresh database for a test: a new database on the PostgreSQL server named by DATABASE_URL (CI), or
+// an in-memory embedded PGlite when no server is given (each service instance gets its own then).
+import { randomBytes } from 'node:crypto'
+import postgres from 'postgres'
+
+export const serverUrl = process.env.DATABASE_URL || null
+export const usingServer = serverUrl !== null
+
+/** Tests that need two instances on one database need a server: PGlite is a single session. */
+export const describeWithServer = usingServer ? 'server' : 'embedded'
+
+export async function freshDatabaseUrl(): Promise<string | null> {
+  if (!serverUrl) return null
+  const name = `tollgate_t_${randomBytes(6).toString('hex')}`
+  const admin = postgres(serverUrl, { max: 1, onnotice: () => {} })
+  try {
+    await admin.unsafe(`CREATE DATABASE ${name}`)
+  } finally {
+    await admin.end()
+  }
+  const url = new URL(serverUrl)
+  url.pathname = `/${name}`
+  return url.toString()
+}

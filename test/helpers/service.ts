@@ -1,0 +1,88 @@
+// Starts a real tollgate in this process: real database (fresh server database or embedded PGlite), the
+// shared anvil chain, real ports on 127.0.0.1. Each service gets its own treasury so tests stay apart.
+import { inject } from 'vitest'
+import { type DeepPartial, loadConfig } from '../../src/config/load.ts'
+import type { Settings } from '../../src/config/schema.ts'
+import { createLogger } from '../../src/observability/logger.ts'
+import { type Service, startService } from '../../src/service.ts'
+import { type Funded, fundedAccount } from './accounts.ts'
+import { freshDatabaseUrl } from './database.ts'
+
+export interface TestService extends Service {
+  treasury: Funded
+  api(path: string, init?: ApiInit): Promise<ApiResult>
+}
+
+export interface ApiInit {
+  method?: string
+  key?: string
+  body?: unknown
+  rawBody?: string | Buffer
+  headers?: Record<string, string>
+}
+
+export interface ApiResult {
+  status: number
+  headers: Headers
+  body: any
+  text: string
+}
+
+export interface TestServiceOptions {
+  overrides?: DeepPartial<Settings>
+  /** Share a database with another instance (a server URL); default: a fresh one. */
+  databaseUrl?: string | null
+  /** Share a treasury with another instance. */
+  treasury?: Funded
+}
+
+export async function startTestService(options: TestServiceOptions = {}): Promise<TestService> {
+  const databaseUrl = options.databaseUrl === undefined ? await freshDatabaseUrl() : options.databaseUrl
+  const treasury = options.treasury ?? (await fundedAccount(0n))
+  const config = loadConfig({
+    env: {
+      NODE_ENV: 'test',
+      RPC_URL: inject('rpcUrl'),
+      USDC_ADDRESS: inject('usdcAddress'),
+      TREASURY_PRIVATE_KEY: treasury.privateKey,
+      ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}),
+    },
+    overrides: {
+      database: { data_dir: 'memory://' },
+      ...options.overrides,
+    } as DeepPartial<Settings>,
+  })
+  const service = await startService(config, { logger: createLogger(config.log.level) })
+  return Object.assign(service, {
+    treasury,
+    api: (path: string, init: ApiInit = {}) => callApi(service.url, path, init),
+  })
+}
+
+export async function callApi(base: string, path: string, init: ApiInit = {}): Promise<ApiResult> {
+  const headers: Record<string, string> = { ...init.headers }
+  if (init.key) headers.authorization = `Bearer ${init.key}`
+  let body: string | Buffer | undefined
+  if (init.rawBody !== undefined) body = init.rawBody
+  else if (init.body !== undefined) {
+    body = JSON.stringify(init.body)
+    headers['content-type'] ??= 'application/json'
+  }
+  const res = await fetch(`${base}${path}`, { method: init.method ?? (body ? 'POST' : 'GET'), headers, body })
+  const text = await res.text()
+  let parsed: unknown = null
+  try {
+    parsed = text ? JSON.parse(text) : null
+  } catch {
+    parsed = null
+  }
+  return { status: res.status, headers: res.headers, body: parsed, text }
+}
+
+/** Registers a merchant and returns its key and account. */
+export async function registerMerchant(service: TestService, wallet?: string) {
+  const w = wallet ?? (await fundedAccount(0n)).address
+  const r = await service.api('/api/v1/register', { body: { wallet_address: w, business_name: 'Acme Data' } })
+  if (r.status !== 201) throw new Error(`register failed: ${r.status} ${r.text}`)
+  return { key: r.body.api_key as string, account: r.body.account, wallet: w }
+}

@@ -1,0 +1,58 @@
+import { describe, expect, it } from 'vitest'
+import { ConfigError, loadConfig } from '../../src/config/load.ts'
+
+describe('loadConfig', () => {
+  it('has every documented default', () => {
+    const c = loadConfig({ env: {} })
+    expect(c.server.threads).toBe(1)
+    expect(c.fees.owner_share_bps).toBe(9500)
+    expect(c.chain.confirmations).toBe(1)
+    expect(c.chain.max_proof_age_ms).toBe(86_400_000)
+    expect(c.verify.wait_ms).toBe(10_000)
+    expect(c.proxy.retry_window_ms).toBe(600_000)
+    expect(c.proxy.upstream_timeout_ms).toBe(30_000)
+    expect(c.proxy.quote_ttl_ms).toBe(300_000)
+    expect(c.proxy.allow_private_upstreams).toBe(false)
+    expect(c.payouts.interval_ms).toBe(60_000)
+    expect(c.payouts.threshold).toBe(100)
+    expect(c.payouts.min_amount).toBe(0.01)
+    expect(c.webhooks.retry_schedule_ms).toEqual([
+      5000, 300000, 1800000, 7200000, 18000000, 36000000, 36000000,
+    ])
+    expect(Object.isFrozen(c.server)).toBe(true)
+  })
+
+  it('lets NODE_ENV files and environment variables override', () => {
+    const c = loadConfig({
+      env: { NODE_ENV: 'test', PORT: '9999', ALLOW_PRIVATE_UPSTREAMS: 'false', LOG_LEVEL: 'error' },
+    })
+    expect(c.server.port).toBe(9999)
+    expect(c.server.admin_port).toBe(0)
+    expect(c.proxy.allow_private_upstreams).toBe(false)
+    expect(c.log.level).toBe('error')
+  })
+
+  it('names the bad setting', () => {
+    expect(() => loadConfig({ env: { PORT: 'eighty' } })).toThrow(/server\.port/)
+    expect(() => loadConfig({ env: { NETWORK: 'mainnet' } })).toThrow(/chain\.network/)
+    expect(() => loadConfig({ env: { DATABASE_URL: 'mysql://x' } })).toThrow(/database\.url/)
+    expect(() => loadConfig({ env: {}, overrides: { fees: { owner_share_bps: 12000 } } })).toThrow(
+      /fees\.owner_share_bps/,
+    )
+    expect(() => loadConfig({ env: { NETWORK: 'base' } })).toThrow(ConfigError)
+  })
+
+  it('keeps the treasury key out of serialised config and refuses a malformed one without echoing it', () => {
+    const key = `0x${'ab'.repeat(32)}`
+    const c = loadConfig({ env: { TREASURY_PRIVATE_KEY: key } })
+    expect(c.secrets.treasury_private_key).toBe(key)
+    expect(JSON.stringify(c)).not.toContain(key)
+    try {
+      loadConfig({ env: { TREASURY_PRIVATE_KEY: '0xnotakey-secret' } })
+      expect.unreachable()
+    } catch (err) {
+      expect((err as Error).message).toMatch(/TREASURY_PRIVATE_KEY/)
+      expect((err as Error).message).not.toContain('notakey-secret')
+    }
+  })
+})
