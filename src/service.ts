@@ -1,17 +1,30 @@
 // Wiring only: config → database + migrations → chain → caches → public app → jobs → admin port.
 // main.ts runs this from the command line; tests run it in-process (several instances on one database).
 import { type ChainContext, connectChain } from './chain/connect.ts'
+import { verifyTransfer } from './chain/verify-transfer.ts'
+import { watchTreasuryTransfers } from './chain/watcher.ts'
 import { publicBaseUrl } from './config/load.ts'
 import type { Config } from './config/schema.ts'
 import type { ChainInfo } from './control-plane/deps.ts'
 import { createApiHandler } from './control-plane/handler.ts'
+import { expireUncapturedClaims } from './control-plane/jobs/claim-expiry.ts'
+import { startLeadership } from './control-plane/jobs/leader.ts'
+import { type JobRunner, startJobs } from './control-plane/jobs/runner.ts'
+import { createUsedProofCache, createVerifiedTransferCache } from './data-plane/caches.ts'
+import { createEndpointCache } from './data-plane/endpoint-cache.ts'
+import { createMeteredRoute } from './data-plane/metered.ts'
+import { createUpstreamDispatcher } from './data-plane/proxy.ts'
+import { Verifier } from './data-plane/verifier.ts'
+import { CaptureWriter } from './db/captures.ts'
+import { ClaimWriter } from './db/claims.ts'
+import { listenForEndpointChanges } from './db/notify.ts'
 import { createPublicApp, type Listening, listen } from './data-plane/app.ts'
 import { type EmbeddedDatabase, startEmbeddedDatabase } from './db/embedded.ts'
 import { migrate } from './db/migrate.ts'
 import { createSql, type Sql } from './db/sql.ts'
 import { type AdminServer, startAdminServer } from './observability/admin.ts'
 import { createLogger, type Logger } from './observability/logger.ts'
-import { dbPoolSize } from './observability/metrics.ts'
+import { captureBatchSize, claimBatchSize, dbPoolSize, rpcDuration } from './observability/metrics.ts'
 
 export interface Service {
   config: Config
@@ -23,6 +36,9 @@ export interface Service {
   port: number
   adminPort: number
   databaseUrl: string
+  jobs: JobRunner
+  /** Writes queued captures now (tests; SIGTERM drains through stop()). */
+  flushCaptures(): Promise<void>
   stop(): Promise<void>
 }
 
@@ -73,18 +89,102 @@ export async function startService(config: Config, options: StartOptions = {}): 
     }
 
     let baseUrl = ''
-    const apiHandler = createApiHandler({
-      config,
-      sql,
+    const publicUrl = () => baseUrl
+
+    // Hot-path state: caches, the one verifier, the group-commit writers, the upstream connection pools.
+    const verified = createVerifiedTransferCache(config.caches)
+    const usedProofs = createUsedProofCache(config.caches)
+    const endpoints = createEndpointCache(sql, {
+      max: config.caches.endpoints_max,
       chain: chainInfo,
-      logger,
-      publicUrl: () => baseUrl,
-      onEndpointChanged: () => {},
+      publicUrl,
+      defaultTimeoutMs: config.proxy.upstream_timeout_ms,
+      allowPrivate: config.proxy.allow_private_upstreams,
     })
-    const app = createPublicApp({ bodyLimitBytes: config.server.body_limit_bytes, apiHandler })
+    const onEndpointChanged = (id: string) => {
+      endpoints.delete(id)
+    }
+    if (!embedded) {
+      const unlisten = await listenForEndpointChanges(sql, onEndpointChanged)
+      cleanups.push(unlisten)
+    }
+    const verifier = new Verifier({
+      verified,
+      maxProofAgeMs: config.chain.max_proof_age_ms,
+      lookupTransfer: async (hash) => {
+        const end = rpcDuration.startTimer()
+        try {
+          return await verifyTransfer(chain.publicClient, {
+            hash,
+            usdc: chain.usdc.address,
+            treasury: chain.treasury,
+            confirmations: config.chain.confirmations,
+            maxAgeMs: config.chain.max_proof_age_ms,
+            waitMs: config.verify.wait_ms,
+          })
+        } finally {
+          end()
+        }
+      },
+    })
+    const writerConcurrency = Math.max(1, Math.floor(poolMax / 2))
+    const claims = new ClaimWriter(sql, {
+      batchMax: config.claims.batch_max,
+      concurrency: writerConcurrency,
+      onBatch: (n) => claimBatchSize.observe(n),
+    })
+    const captures = new CaptureWriter(sql, {
+      batchMax: config.claims.batch_max,
+      concurrency: writerConcurrency,
+      onBatch: (n) => captureBatchSize.observe(n),
+      onError: (err, lost) =>
+        logger.error('capture write failed; those calls stay uncaptured and will be refunded', { err, lost }),
+    })
+    cleanups.push(() => captures.drain())
+    const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
+    cleanups.push(() => dispatcher.close())
+    const watcher = watchTreasuryTransfers(chain.publicClient, {
+      usdc: chain.usdc.address,
+      treasury: chain.treasury,
+      confirmations: config.chain.confirmations,
+      pollIntervalMs: config.chain.poll_interval_ms,
+      onTransfer: (t) => verified.set(t.hash, t),
+      onError: (err) => logger.warn('transfer watcher poll failed', { err }),
+    })
+    cleanups.push(() => watcher.stop())
+
+    const apiHandler = createApiHandler({ config, sql, chain: chainInfo, logger, publicUrl, onEndpointChanged })
+    const metered = createMeteredRoute({
+      sql,
+      endpoints,
+      verifier,
+      usedProofs,
+      claims,
+      captures,
+      dispatcher,
+      logger,
+      settings: {
+        retryWindowMs: config.proxy.retry_window_ms,
+        quoteTtlMs: config.proxy.quote_ttl_ms,
+        ownerShareBps: config.fees.owner_share_bps,
+        maxBufferedBodyBytes: config.server.body_limit_bytes,
+        network: chainInfo.x402Network,
+      },
+    })
+    const app = createPublicApp({ bodyLimitBytes: config.server.body_limit_bytes, apiHandler, metered })
     const listening: Listening = await listen(app, config.server.host, config.server.port)
+    // Listening closes first on stop (cleanups run in reverse), then writers drain.
     cleanups.push(() => listening.close())
     baseUrl = publicBaseUrl(config, listening.port)
+
+    const leadership = await startLeadership(sql, { embedded: embedded !== null, retryMs: 2_000, logger })
+    const jobs = startJobs(
+      config.jobs.enabled
+        ? [{ name: 'claim-expiry', intervalMs: config.jobs.expiry_interval_ms, run: () => expireUncapturedClaims(sql) }]
+        : [],
+      { leadership, logger },
+    )
+    cleanups.push(() => jobs.stop())
 
     const admin: AdminServer = await startAdminServer({
       host: config.server.host,
@@ -118,6 +218,8 @@ export async function startService(config: Config, options: StartOptions = {}): 
       port: listening.port,
       adminPort: admin.port,
       databaseUrl,
+      jobs,
+      flushCaptures: () => captures.drain(),
       stop,
     }
   } catch (err) {

@@ -1,0 +1,59 @@
+// Runs the periodic background jobs on the leader only. Each job runs alone (never overlapping itself).
+import type { Logger } from '../../observability/logger.ts'
+import type { Leadership } from './leader.ts'
+
+export interface Job {
+  name: string
+  intervalMs: number
+  run(): Promise<unknown>
+}
+
+export interface JobRunner {
+  /** Runs a job now (tests, and early triggers such as a payout threshold). */
+  runNow(name: string): Promise<void>
+  stop(): Promise<void>
+}
+
+export function startJobs(jobs: Job[], options: { leadership: Leadership; logger: Logger }): JobRunner {
+  const running = new Map<string, Promise<void>>()
+  const timers: NodeJS.Timeout[] = []
+  let stopped = false
+
+  const runJob = (job: Job): Promise<void> => {
+    const current = running.get(job.name)
+    if (current) return current
+    const p = (async () => {
+      try {
+        await job.run()
+      } catch (err) {
+        options.logger.error('background job failed', { job: job.name, err })
+      } finally {
+        running.delete(job.name)
+      }
+    })()
+    running.set(job.name, p)
+    return p
+  }
+
+  for (const job of jobs) {
+    const timer = setInterval(() => {
+      if (!stopped && options.leadership.isLeader()) void runJob(job)
+    }, job.intervalMs)
+    timer.unref()
+    timers.push(timer)
+  }
+
+  return {
+    async runNow(name) {
+      const job = jobs.find((j) => j.name === name)
+      if (!job) throw new Error(`no job ${name}`)
+      await runJob(job)
+    },
+    async stop() {
+      stopped = true
+      for (const t of timers) clearInterval(t)
+      await Promise.allSettled([...running.values()])
+      await options.leadership.stop()
+    },
+  }
+}
