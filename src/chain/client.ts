@@ -1,0 +1,70 @@
+// viem clients for one RPC endpoint: batched JSON-RPC over HTTP with a bounded timeout and few retries,
+// so a slow node turns into rpc_unavailable quickly instead of holding requests.
+import {
+  type Chain,
+  createPublicClient,
+  createWalletClient,
+  defineChain,
+  http,
+  type PublicClient,
+  type Transport,
+  type WalletClient,
+} from 'viem'
+import type { PrivateKeyAccount } from 'viem/accounts'
+import { base, baseSepolia } from 'viem/chains'
+import type { Network } from '../config/schema.ts'
+
+export type ChainPublicClient = PublicClient<Transport, Chain>
+export type ChainWalletClient = WalletClient<Transport, Chain, PrivateKeyAccount>
+
+export interface ClientOptions {
+  rpcUrl: string
+  timeoutMs: number
+  /** Default 2: each retry of a dead node costs a timeout; the caller answers 503 rather than wait. */
+  retryCount?: number
+  /** How often viem's own pollers (waitForTransactionReceipt) ask. Default 1000 ms. */
+  pollingIntervalMs?: number
+}
+
+export function chainDefinition(network: Network, chainId: number, rpcUrl: string): Chain {
+  // viem's Base definitions carry the OP-stack formatters (deposit transactions in blocks).
+  if (network === 'base') return base
+  if (network === 'base-sepolia') return baseSepolia
+  return defineChain({
+    id: chainId,
+    name: 'tollgate local',
+    nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
+    rpcUrls: { default: { http: [rpcUrl] } },
+  })
+}
+
+export function createRpcTransport(options: ClientOptions): Transport {
+  return http(options.rpcUrl, {
+    // Concurrent calls in one tick (receipt + head block, a verification burst) go out as one HTTP request.
+    batch: { wait: 0 },
+    timeout: options.timeoutMs,
+    retryCount: options.retryCount ?? 2,
+    retryDelay: 100,
+  })
+}
+
+export function createChainPublicClient(chain: Chain, options: ClientOptions): ChainPublicClient {
+  return createPublicClient({
+    chain,
+    transport: createRpcTransport(options),
+    pollingInterval: options.pollingIntervalMs ?? 1000,
+  }) as ChainPublicClient
+}
+
+export function createChainWalletClient(
+  chain: Chain,
+  account: PrivateKeyAccount,
+  options: ClientOptions,
+): ChainWalletClient {
+  return createWalletClient({
+    chain,
+    account,
+    transport: createRpcTransport(options),
+    pollingInterval: options.pollingIntervalMs ?? 1000,
+  })
+}
