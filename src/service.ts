@@ -9,18 +9,27 @@ import type { ChainInfo } from './control-plane/deps.ts'
 import { createApiHandler } from './control-plane/handler.ts'
 import { expireUncapturedClaims } from './control-plane/jobs/claim-expiry.ts'
 import { startLeadership } from './control-plane/jobs/leader.ts'
-import { type JobRunner, startJobs } from './control-plane/jobs/runner.ts'
+import { createPaymentJobs } from './control-plane/jobs/payment-expiry.ts'
+import { createPayoutJobs } from './control-plane/jobs/payout-batcher.ts'
+import {
+  type BackgroundModule,
+  type JobDeps,
+  type JobRunner,
+  startJobs,
+} from './control-plane/jobs/runner.ts'
+import { createWebhookJobs } from './control-plane/jobs/webhook-dispatcher.ts'
+import { createPublicApp, type Listening, listen } from './data-plane/app.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './data-plane/caches.ts'
+import { createCheckoutRoute } from './data-plane/checkout.ts'
 import { createEndpointCache } from './data-plane/endpoint-cache.ts'
 import { createMeteredRoute } from './data-plane/metered.ts'
 import { createUpstreamDispatcher } from './data-plane/proxy.ts'
 import { Verifier } from './data-plane/verifier.ts'
 import { CaptureWriter } from './db/captures.ts'
 import { ClaimWriter } from './db/claims.ts'
-import { listenForEndpointChanges } from './db/notify.ts'
-import { createPublicApp, type Listening, listen } from './data-plane/app.ts'
 import { type EmbeddedDatabase, startEmbeddedDatabase } from './db/embedded.ts'
 import { migrate } from './db/migrate.ts'
+import { listenForEndpointChanges } from './db/notify.ts'
 import { createSql, type Sql } from './db/sql.ts'
 import { type AdminServer, startAdminServer } from './observability/admin.ts'
 import { createLogger, type Logger } from './observability/logger.ts'
@@ -148,12 +157,21 @@ export async function startService(config: Config, options: StartOptions = {}): 
       treasury: chain.treasury,
       confirmations: config.chain.confirmations,
       pollIntervalMs: config.chain.poll_interval_ms,
-      onTransfer: (t) => verified.set(t.hash, t),
+      onTransfer: (t) => {
+        verified.set(t.hash, t)
+      },
       onError: (err) => logger.warn('transfer watcher poll failed', { err }),
     })
     cleanups.push(() => watcher.stop())
 
-    const apiHandler = createApiHandler({ config, sql, chain: chainInfo, logger, publicUrl, onEndpointChanged })
+    const apiHandler = createApiHandler({
+      config,
+      sql,
+      chain: chainInfo,
+      logger,
+      publicUrl,
+      onEndpointChanged,
+    })
     const metered = createMeteredRoute({
       sql,
       endpoints,
@@ -171,20 +189,50 @@ export async function startService(config: Config, options: StartOptions = {}): 
         network: chainInfo.x402Network,
       },
     })
-    const app = createPublicApp({ bodyLimitBytes: config.server.body_limit_bytes, apiHandler, metered })
+    const checkout = createCheckoutRoute({
+      sql,
+      verifier,
+      chain: chainInfo,
+      publicUrl,
+      logger,
+      settings: {
+        ownerShareBps: config.fees.owner_share_bps,
+        quoteTtlMs: config.proxy.quote_ttl_ms,
+        bodyLimitBytes: config.server.body_limit_bytes,
+      },
+    })
+    const app = createPublicApp({
+      bodyLimitBytes: config.server.body_limit_bytes,
+      apiHandler,
+      metered,
+      checkout,
+    })
     const listening: Listening = await listen(app, config.server.host, config.server.port)
     // Listening closes first on stop (cleanups run in reverse), then writers drain.
     cleanups.push(() => listening.close())
     baseUrl = publicBaseUrl(config, listening.port)
 
     const leadership = await startLeadership(sql, { embedded: embedded !== null, retryMs: 2_000, logger })
-    const jobs = startJobs(
-      config.jobs.enabled
-        ? [{ name: 'claim-expiry', intervalMs: config.jobs.expiry_interval_ms, run: () => expireUncapturedClaims(sql) }]
-        : [],
-      { leadership, logger },
-    )
-    cleanups.push(() => jobs.stop())
+    const jobDeps: JobDeps = { sql, config, logger, chain, embedded: embedded !== null, publicUrl }
+    const modules: BackgroundModule[] = [
+      {
+        jobs: [
+          {
+            name: 'claim-expiry',
+            intervalMs: config.jobs.expiry_interval_ms,
+            run: () => expireUncapturedClaims(sql),
+          },
+        ],
+      },
+      createPaymentJobs(jobDeps),
+      createWebhookJobs(jobDeps),
+      createPayoutJobs(jobDeps),
+    ]
+    const jobs = startJobs(config.jobs.enabled ? modules.flatMap((m) => m.jobs) : [], { leadership, logger })
+    cleanups.push(async () => {
+      await jobs.stop()
+      for (const m of modules) await m.stop?.()
+    })
 
     const admin: AdminServer = await startAdminServer({
       host: config.server.host,
@@ -205,7 +253,9 @@ export async function startService(config: Config, options: StartOptions = {}): 
             return { ok: true, detail: `block ${block}` }
           },
         },
+        ...modules.flatMap((m) => m.readiness ?? []),
       ],
+      routes: Object.assign({}, ...modules.map((m) => m.adminRoutes ?? {})),
     })
     cleanups.push(() => admin.close())
 

@@ -9,6 +9,9 @@ import type { Route, RouteContext, RouteResult } from './route.ts'
 import { accountRoutes } from './routes/accounts.ts'
 import { callRoutes } from './routes/calls.ts'
 import { endpointRoutes } from './routes/endpoints.ts'
+import { paymentRoutes } from './routes/payments.ts'
+import { payoutRoutes } from './routes/payouts.ts'
+import { webhookRoutes } from './routes/webhooks.ts'
 
 export const API_PREFIX = '/api/v1'
 
@@ -30,7 +33,15 @@ function compile(route: Route): CompiledRoute {
 const JSON_HEADERS = { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' }
 
 export function createApiHandler(deps: ControlPlaneDeps, extraRoutes: Route[] = []): ApiHandler {
-  const routes = [...accountRoutes, ...endpointRoutes, ...callRoutes, ...extraRoutes].map(compile)
+  const routes = [
+    ...accountRoutes,
+    ...endpointRoutes,
+    ...callRoutes,
+    ...paymentRoutes,
+    ...webhookRoutes,
+    ...payoutRoutes,
+    ...extraRoutes,
+  ].map(compile)
 
   return async function handleApi(req: ApiRequest): Promise<ApiResponse> {
     const started = performance.now()

@@ -3,7 +3,10 @@
 import { ENDPOINT_CHANGED_CHANNEL } from './endpoints.ts'
 import type { Sql } from './sql.ts'
 
-export async function listenForEndpointChanges(sql: Sql, onChange: (id: string) => void): Promise<() => Promise<void>> {
+export async function listenForEndpointChanges(
+  sql: Sql,
+  onChange: (id: string) => void,
+): Promise<() => Promise<void>> {
   const { unlisten } = await sql.listen(ENDPOINT_CHANGED_CHANNEL, (payload) => onChange(payload))
   return unlisten
 }

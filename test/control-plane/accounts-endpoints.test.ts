@@ -26,7 +26,12 @@ describe('register and account', () => {
     expect(r.status).toBe(201)
     expect(r.headers.get('x-request-id')).toMatch(/^req_/)
     expect(r.body.api_key).toMatch(/^sk_test_[0-9A-Za-z]{30,}$/)
-    expect(r.body.account).toMatchObject({ object: 'account', wallet_address: w, business_name: 'Acme', livemode: false })
+    expect(r.body.account).toMatchObject({
+      object: 'account',
+      wallet_address: w,
+      business_name: 'Acme',
+      livemode: false,
+    })
     expect(r.body.account.id).toMatch(/^acct_/)
     const stored = await svc.sql`SELECT key_hash, hint FROM api_keys WHERE account_id = ${r.body.account.id}`
     expect(stored).toHaveLength(1)
@@ -38,19 +43,54 @@ describe('register and account', () => {
 
   it('accepts an all-lowercase address and stores its checksummed form', async () => {
     const w = (await fundedAccount(0n)).address
-    const r = await svc.api('/api/v1/register', { body: { wallet_address: w.toLowerCase(), business_name: 'x' } })
+    const r = await svc.api('/api/v1/register', {
+      body: { wallet_address: w.toLowerCase(), business_name: 'x' },
+    })
     expect(r.status).toBe(201)
     expect(r.body.account.wallet_address).toBe(w)
   })
 
   it.each([
-    ['invalid address', { wallet_address: '0x1234', business_name: 'x' }, 400, 'invalid_wallet_address', 'wallet_address'],
+    [
+      'invalid address',
+      { wallet_address: '0x1234', business_name: 'x' },
+      400,
+      'invalid_wallet_address',
+      'wallet_address',
+    ],
     // Flip the case of one letter of a valid checksummed address: the checksum no longer matches.
-    ['bad checksum', { wallet_address: '0x52908400098527886E0F7030069857D2E4169EE7'.replace('E0F', 'e0F'), business_name: 'x' }, 400, 'invalid_wallet_address', 'wallet_address'],
-    ['empty name', { wallet_address: '0x52908400098527886E0F7030069857D2E4169EE7', business_name: '   ' }, 400, 'invalid_parameter', 'business_name'],
-    ['long name', { wallet_address: '0x52908400098527886E0F7030069857D2E4169EE7', business_name: 'x'.repeat(201) }, 400, 'invalid_parameter', 'business_name'],
+    [
+      'bad checksum',
+      {
+        wallet_address: '0x52908400098527886E0F7030069857D2E4169EE7'.replace('E0F', 'e0F'),
+        business_name: 'x',
+      },
+      400,
+      'invalid_wallet_address',
+      'wallet_address',
+    ],
+    [
+      'empty name',
+      { wallet_address: '0x52908400098527886E0F7030069857D2E4169EE7', business_name: '   ' },
+      400,
+      'invalid_parameter',
+      'business_name',
+    ],
+    [
+      'long name',
+      { wallet_address: '0x52908400098527886E0F7030069857D2E4169EE7', business_name: 'x'.repeat(201) },
+      400,
+      'invalid_parameter',
+      'business_name',
+    ],
     ['wrong type', { wallet_address: 42, business_name: 'x' }, 400, 'invalid_parameter', 'wallet_address'],
-    ['unknown field', { wallet_address: '0x52908400098527886E0F7030069857D2E4169EE7', business_name: 'x', admin: true }, 400, 'invalid_parameter', 'admin'],
+    [
+      'unknown field',
+      { wallet_address: '0x52908400098527886E0F7030069857D2E4169EE7', business_name: 'x', admin: true },
+      400,
+      'invalid_parameter',
+      'admin',
+    ],
   ])('refuses %s and writes nothing', async (_name, body, status, code, param) => {
     const before = await counts()
     const r = await svc.api('/api/v1/register', { body })
@@ -62,10 +102,16 @@ describe('register and account', () => {
 
   it('refuses malformed JSON, a non-JSON content type, an empty body and a 2 MB body', async () => {
     const before = await counts()
-    const bad = await svc.api('/api/v1/register', { rawBody: '{"wallet_address": ', headers: { 'content-type': 'application/json' } })
+    const bad = await svc.api('/api/v1/register', {
+      rawBody: '{"wallet_address": ',
+      headers: { 'content-type': 'application/json' },
+    })
     expect(bad.status).toBe(400)
     expect(bad.body.error.code).toBe('invalid_json')
-    const form = await svc.api('/api/v1/register', { rawBody: 'wallet_address=0x1', headers: { 'content-type': 'application/x-www-form-urlencoded' } })
+    const form = await svc.api('/api/v1/register', {
+      rawBody: 'wallet_address=0x1',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    })
     expect(form.status).toBe(415)
     expect(form.body.error.code).toBe('unsupported_media_type')
     const empty = await svc.api('/api/v1/register', { method: 'POST' })
@@ -73,10 +119,12 @@ describe('register and account', () => {
     expect(empty.body.error.code).toBe('invalid_body')
     const array = await svc.api('/api/v1/register', { body: [1, 2] })
     expect(array.status).toBe(400)
-    const huge = await svc.api('/api/v1/register', {
-      rawBody: JSON.stringify({ wallet_address: wallet, business_name: 'x'.repeat(2 * 1024 * 1024) }),
-      headers: { 'content-type': 'application/json' },
-    }).catch((err) => ({ status: -1, body: null, err }))
+    const huge = await svc
+      .api('/api/v1/register', {
+        rawBody: JSON.stringify({ wallet_address: wallet, business_name: 'x'.repeat(2 * 1024 * 1024) }),
+        headers: { 'content-type': 'application/json' },
+      })
+      .catch((err) => ({ status: -1, body: null, err }))
     expect(huge.status).toBe(413)
     expect(huge.body.error.code).toBe('body_too_large')
     expect(await counts()).toEqual(before)
@@ -105,7 +153,10 @@ describe('register and account', () => {
 
   it('rolls the key with a grace period during which both work', async () => {
     const m = await registerMerchant(svc)
-    const rolled = await svc.api('/api/v1/account/api-keys/roll', { key: m.key, body: { grace_period_ms: 60_000 } })
+    const rolled = await svc.api('/api/v1/account/api-keys/roll', {
+      key: m.key,
+      body: { grace_period_ms: 60_000 },
+    })
     expect(rolled.status).toBe(201)
     expect((await svc.api('/api/v1/account', { key: m.key })).status).toBe(200)
     expect((await svc.api('/api/v1/account', { key: rolled.body.api_key })).status).toBe(200)
@@ -160,7 +211,10 @@ describe('endpoints', () => {
     const m = await registerMerchant(svc)
     const ids: string[] = []
     for (let i = 0; i < 5; i++) {
-      const r = await svc.api('/api/v1/endpoints', { key: m.key, body: { upstream_url: 'http://127.0.0.1:9/', price: '0.5' } })
+      const r = await svc.api('/api/v1/endpoints', {
+        key: m.key,
+        body: { upstream_url: 'http://127.0.0.1:9/', price: '0.5' },
+      })
       ids.push(r.body.id)
     }
     const first = await svc.api('/api/v1/endpoints?limit=2', { key: m.key })
@@ -180,9 +234,16 @@ describe('endpoints', () => {
 
   it('hides another account’s endpoint behind a 404', async () => {
     const other = await registerMerchant(svc)
-    const created = await svc.api('/api/v1/endpoints', { key: other.key, body: { upstream_url: 'http://127.0.0.1:9/', price: 1 } })
+    const created = await svc.api('/api/v1/endpoints', {
+      key: other.key,
+      body: { upstream_url: 'http://127.0.0.1:9/', price: 1 },
+    })
     for (const method of ['GET', 'PATCH', 'DELETE']) {
-      const r = await svc.api(`/api/v1/endpoints/${created.body.id}`, { key, method, ...(method === 'PATCH' ? { body: { price: 2 } } : {}) })
+      const r = await svc.api(`/api/v1/endpoints/${created.body.id}`, {
+        key,
+        method,
+        ...(method === 'PATCH' ? { body: { price: 2 } } : {}),
+      })
       expect(r.status, method).toBe(404)
       expect(r.body.error.code).toBe('not_found')
     }
@@ -191,13 +252,38 @@ describe('endpoints', () => {
   })
 
   it.each([
-    ['a non-http scheme', { upstream_url: 'ftp://example.com/x', price: 1 }, 'invalid_upstream_url', 'upstream_url'],
+    [
+      'a non-http scheme',
+      { upstream_url: 'ftp://example.com/x', price: 1 },
+      'invalid_upstream_url',
+      'upstream_url',
+    ],
     ['a zero price', { upstream_url: 'http://127.0.0.1:9/', price: 0 }, 'invalid_parameter', 'price'],
-    ['seven decimals', { upstream_url: 'http://127.0.0.1:9/', price: '0.0000001' }, 'invalid_parameter', 'price'],
+    [
+      'seven decimals',
+      { upstream_url: 'http://127.0.0.1:9/', price: '0.0000001' },
+      'invalid_parameter',
+      'price',
+    ],
     ['a huge price', { upstream_url: 'http://127.0.0.1:9/', price: 1e9 }, 'invalid_parameter', 'price'],
-    ['a price of the wrong type', { upstream_url: 'http://127.0.0.1:9/', price: [1] }, 'invalid_parameter', 'price'],
-    ['an injected host header', { upstream_url: 'http://127.0.0.1:9/', price: 1, upstream_headers: { Host: 'x' } }, 'invalid_parameter', 'upstream_headers'],
-    ['a header with CRLF', { upstream_url: 'http://127.0.0.1:9/', price: 1, upstream_headers: { 'X-Key': 'a\r\nb: c' } }, 'invalid_parameter', 'upstream_headers'],
+    [
+      'a price of the wrong type',
+      { upstream_url: 'http://127.0.0.1:9/', price: [1] },
+      'invalid_parameter',
+      'price',
+    ],
+    [
+      'an injected host header',
+      { upstream_url: 'http://127.0.0.1:9/', price: 1, upstream_headers: { Host: 'x' } },
+      'invalid_parameter',
+      'upstream_headers',
+    ],
+    [
+      'a header with CRLF',
+      { upstream_url: 'http://127.0.0.1:9/', price: 1, upstream_headers: { 'X-Key': 'a\r\nb: c' } },
+      'invalid_parameter',
+      'upstream_headers',
+    ],
   ])('refuses %s and writes nothing', async (_name, body, code, param) => {
     const before = await counts()
     const r = await svc.api('/api/v1/endpoints', { key, body })
@@ -207,15 +293,28 @@ describe('endpoints', () => {
   })
 
   it('changes price, target, headers and status, and deletes', async () => {
-    const created = await svc.api('/api/v1/endpoints', { key, body: { upstream_url: 'http://127.0.0.1:9/a', price: 1 } })
+    const created = await svc.api('/api/v1/endpoints', {
+      key,
+      body: { upstream_url: 'http://127.0.0.1:9/a', price: 1 },
+    })
     const id = created.body.id
     const patched = await svc.api(`/api/v1/endpoints/${id}`, {
       key,
       method: 'PATCH',
-      body: { price: '2.5', upstream_url: 'http://127.0.0.1:9/b', upstream_headers: { 'x-api-key': 'k' }, active: false },
+      body: {
+        price: '2.5',
+        upstream_url: 'http://127.0.0.1:9/b',
+        upstream_headers: { 'x-api-key': 'k' },
+        active: false,
+      },
     })
     expect(patched.status).toBe(200)
-    expect(patched.body).toMatchObject({ price: 2.5, price_atomic: '2500000', upstream_url: 'http://127.0.0.1:9/b', status: 'disabled' })
+    expect(patched.body).toMatchObject({
+      price: 2.5,
+      price_atomic: '2500000',
+      upstream_url: 'http://127.0.0.1:9/b',
+      status: 'disabled',
+    })
     const [row] = await svc.sql`SELECT quote_floor_atomic, quote_floor_until FROM endpoints WHERE id = ${id}`
     expect(row!.quote_floor_atomic).toBe(1_000_000n)
     const del = await svc.api(`/api/v1/endpoints/${id}`, { key, method: 'DELETE' })
@@ -248,13 +347,16 @@ describe('SSRF guard on endpoint targets', () => {
   })
   afterAll(() => strict?.stop())
 
-  it.each(['http://127.0.0.1:8080/', 'http://169.254.169.254/latest/meta-data', 'http://10.0.0.5/', 'http://localhost/', 'http://[::1]/'])(
-    'refuses %s without ALLOW_PRIVATE_UPSTREAMS',
-    async (url) => {
-      const m = await registerMerchant(strict)
-      const r = await strict.api('/api/v1/endpoints', { key: m.key, body: { upstream_url: url, price: 1 } })
-      expect(r.status).toBe(400)
-      expect(r.body.error).toMatchObject({ code: 'upstream_not_allowed', param: 'upstream_url' })
-    },
-  )
+  it.each([
+    'http://127.0.0.1:8080/',
+    'http://169.254.169.254/latest/meta-data',
+    'http://10.0.0.5/',
+    'http://localhost/',
+    'http://[::1]/',
+  ])('refuses %s without ALLOW_PRIVATE_UPSTREAMS', async (url) => {
+    const m = await registerMerchant(strict)
+    const r = await strict.api('/api/v1/endpoints', { key: m.key, body: { upstream_url: url, price: 1 } })
+    expect(r.status).toBe(400)
+    expect(r.body.error).toMatchObject({ code: 'upstream_not_allowed', param: 'upstream_url' })
+  })
 })

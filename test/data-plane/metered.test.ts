@@ -36,9 +36,17 @@ afterAll(async () => {
 
 describe('402 without proof', () => {
   it('answers the payment requirement with every field and forwards nothing', async () => {
-    const ep = await createEndpoint({ upstream_url: `${upstream.url}/echo`, price: 0.01, description: 'Echo API' })
+    const ep = await createEndpoint({
+      upstream_url: `${upstream.url}/echo`,
+      price: 0.01,
+      description: 'Echo API',
+    })
     const before = upstream.count()
-    const r = await fetch(ep.metered_url, { method: 'POST', body: '{"q":1}', headers: { 'content-type': 'application/json' } })
+    const r = await fetch(ep.metered_url, {
+      method: 'POST',
+      body: '{"q":1}',
+      headers: { 'content-type': 'application/json' },
+    })
     expect(r.status).toBe(402)
     const body = await r.json()
     expect(body).toMatchObject({
@@ -63,7 +71,10 @@ describe('402 without proof', () => {
       extra: { name: svc.chain.usdc.name, version: svc.chain.usdc.version },
     })
     const v2 = JSON.parse(Buffer.from(r.headers.get('payment-required')!, 'base64').toString())
-    expect(v2).toMatchObject({ x402Version: 2, accepts: [{ network: `eip155:${svc.chain.chainId}`, amount: '10000' }] })
+    expect(v2).toMatchObject({
+      x402Version: 2,
+      accepts: [{ network: `eip155:${svc.chain.chainId}`, amount: '10000' }],
+    })
     expect(upstream.count()).toBe(before)
   })
 
@@ -72,7 +83,11 @@ describe('402 without proof', () => {
     expect(r.status).toBe(404)
     expect((await r.json()).error.code).toBe('endpoint_not_found')
     const ep = await createEndpoint({ upstream_url: `${upstream.url}/echo`, price: 0.01 })
-    await svc.api(`/api/v1/endpoints/${ep.id}`, { key: merchant.key, method: 'PATCH', body: { active: false } })
+    await svc.api(`/api/v1/endpoints/${ep.id}`, {
+      key: merchant.key,
+      method: 'PATCH',
+      body: { active: false },
+    })
     expect((await fetch(ep.metered_url)).status).toBe(404)
   })
 })
@@ -88,7 +103,12 @@ describe('paid calls', () => {
     const r = await fetch(`${ep.metered_url}/sub/path?a=1&b=two`, {
       method: 'POST',
       body: '{"question":"weather"}',
-      headers: { 'content-type': 'application/json', 'x-payment': hash, connection: 'keep-alive', 'x-custom': 'yes' },
+      headers: {
+        'content-type': 'application/json',
+        'x-payment': hash,
+        connection: 'keep-alive',
+        'x-custom': 'yes',
+      },
     })
     expect(r.status).toBe(200)
     const echoed = await r.json()
@@ -106,7 +126,13 @@ describe('paid calls', () => {
     expect(claims).toEqual([{ status: 'captured', target_id: ep.id, amount_atomic: 10_000n }])
     const calls = await svc.api(`/api/v1/calls?endpoint_id=${ep.id}`, { key: merchant.key })
     expect(calls.body.data).toHaveLength(1)
-    expect(calls.body.data[0]).toMatchObject({ payer: payer.address, amount_atomic: '10000', owner_share_atomic: '9500', fee_atomic: '500', upstream_status: 200 })
+    expect(calls.body.data[0]).toMatchObject({
+      payer: payer.address,
+      amount_atomic: '10000',
+      owner_share_atomic: '9500',
+      fee_atomic: '500',
+      upstream_status: 200,
+    })
   })
 
   it('refuses a replayed hash with proof_already_used and does not forward it', async () => {
@@ -129,7 +155,12 @@ describe('paid calls', () => {
     const hash = await payUsdc(payer, svc.chain.treasury, 10_000n)
     const before = upstream.count()
     const results = await Promise.all(
-      Array.from({ length: 50 }, () => fetch(ep.metered_url, { headers: { 'x-payment': hash } }).then(async (r) => ({ status: r.status, body: await r.text() }))),
+      Array.from({ length: 50 }, () =>
+        fetch(ep.metered_url, { headers: { 'x-payment': hash } }).then(async (r) => ({
+          status: r.status,
+          body: await r.text(),
+        })),
+      ),
     )
     expect(results.filter((r) => r.status === 200)).toHaveLength(1)
     expect(results.filter((r) => r.status === 402 && r.body.includes('proof_already_used'))).toHaveLength(49)
@@ -144,7 +175,9 @@ describe('paid calls', () => {
     expect(r.status).toBe(200)
     const body = Buffer.from(await r.arrayBuffer())
     expect(body.length).toBe(5_242_880)
-    expect(createHash('sha256').update(body).digest('hex')).toBe(createHash('sha256').update(direct).digest('hex'))
+    expect(createHash('sha256').update(body).digest('hex')).toBe(
+      createHash('sha256').update(direct).digest('hex'),
+    )
   })
 
   it('streams server-sent events in order, the first before the upstream finished', async () => {
@@ -198,7 +231,10 @@ describe('proofs that do not pay', () => {
     const { deployToken } = await import('../helpers/tokens.ts')
     const fake = await deployToken()
     await fake.mint(payer.address, 1_000_000n)
-    await expectRefused(await payUsdc(payer, svc.chain.treasury, 50_000n, { token: fake.address }), 'wrong_asset')
+    await expectRefused(
+      await payUsdc(payer, svc.chain.treasury, 50_000n, { token: fake.address }),
+      'wrong_asset',
+    )
   })
   it('a reverted transaction', async () => {
     const { sendRevertingTransfer } = await import('../helpers/tokens.ts')
@@ -275,9 +311,11 @@ describe('upstream failures and retry', () => {
     expect(hits).toBe(1)
 
     // Owner share: floor(12345 × 9500 / 10000) = 11727, the fee the remaining 618.
-    const [call] = await svc.sql`SELECT id, owner_share_atomic, fee_atomic FROM calls WHERE proof_key = ${`tx:${hash}`}`
+    const [call] =
+      await svc.sql`SELECT id, owner_share_atomic, fee_atomic FROM calls WHERE proof_key = ${`tx:${hash}`}`
     expect(call).toMatchObject({ owner_share_atomic: 11_727n, fee_atomic: 618n })
-    const entries = await svc.sql`SELECT kind, wallet, amount_atomic FROM ledger_entries WHERE source_id = ${call!.id} ORDER BY kind`
+    const entries =
+      await svc.sql`SELECT kind, wallet, amount_atomic FROM ledger_entries WHERE source_id = ${call!.id} ORDER BY kind`
     expect(entries).toEqual([
       { kind: 'fee', wallet: null, amount_atomic: 618n },
       { kind: 'owner_share', wallet: merchant.wallet, amount_atomic: 11_727n },
@@ -304,7 +342,8 @@ describe('upstream failures and retry', () => {
       await quick.jobs.runNow('claim-expiry')
       const [claim] = await quick.sql`SELECT status FROM claims WHERE proof_key = ${`tx:${hash}`}`
       expect(claim!.status).toBe('refund_due')
-      const refunds = await quick.sql`SELECT wallet, amount_atomic FROM ledger_entries WHERE kind = 'refund' AND source_id = ${`tx:${hash}`}`
+      const refunds =
+        await quick.sql`SELECT wallet, amount_atomic FROM ledger_entries WHERE kind = 'refund' AND source_id = ${`tx:${hash}`}`
       expect(refunds).toEqual([{ wallet: payer.address, amount_atomic: 20_000n }])
       // Past the window the proof no longer buys a retry.
       expect((await fetch(ep.metered_url, { headers: { 'x-payment': hash } })).status).toBe(402)
@@ -320,12 +359,15 @@ describe('aborts and quotes', () => {
     const hash = await payUsdc(payer, svc.chain.treasury, 10_000n)
     const url = new URL(ep.metered_url)
     await new Promise<void>((resolve, reject) => {
-      const req = httpRequest({ host: url.hostname, port: url.port, path: url.pathname, headers: { 'x-payment': hash } }, (res) => {
-        res.once('data', () => {
-          req.destroy()
-          resolve()
-        })
-      })
+      const req = httpRequest(
+        { host: url.hostname, port: url.port, path: url.pathname, headers: { 'x-payment': hash } },
+        (res) => {
+          res.once('data', () => {
+            req.destroy()
+            resolve()
+          })
+        },
+      )
       req.on('error', () => {})
       req.setTimeout(5000, () => reject(new Error('no response')))
       req.end()

@@ -28,7 +28,9 @@ describe.runIf(usingServer)('two instances on one database', () => {
   })
 
   it('forwards exactly one of 50 concurrent requests with one hash spread over both', async () => {
-    const ep = (await a.api('/api/v1/endpoints', { key, body: { upstream_url: `${upstream.url}/echo`, price: 0.01 } })).body
+    const ep = (
+      await a.api('/api/v1/endpoints', { key, body: { upstream_url: `${upstream.url}/echo`, price: 0.01 } })
+    ).body
     const hash = await payUsdc(payer, a.chain.treasury, 10_000n)
     const before = upstream.count()
     const results = await Promise.all(
@@ -42,7 +44,9 @@ describe.runIf(usingServer)('two instances on one database', () => {
   })
 
   it('a price change or a delete on one instance takes effect on the other within a second', async () => {
-    const ep = (await a.api('/api/v1/endpoints', { key, body: { upstream_url: `${upstream.url}/echo`, price: 0.01 } })).body
+    const ep = (
+      await a.api('/api/v1/endpoints', { key, body: { upstream_url: `${upstream.url}/echo`, price: 0.01 } })
+    ).body
     // Warm b's cache.
     expect((await (await fetch(`${b.url}/m/${ep.id}`)).json()).price).toBe(0.01)
     await a.api(`/api/v1/endpoints/${ep.id}`, { key, method: 'PATCH', body: { price: 0.07 } })

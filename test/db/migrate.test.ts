@@ -24,7 +24,8 @@ describe('migrations', () => {
     const first = await schemaOf(sql)
     expect((await migrate(sql)).applied).toEqual([])
     expect(await schemaOf(sql)).toEqual(first)
-    const money = await sql`SELECT data_type FROM information_schema.columns WHERE column_name LIKE '%_atomic'`
+    const money =
+      await sql`SELECT data_type FROM information_schema.columns WHERE column_name LIKE '%_atomic'`
     expect(new Set(money.map((r) => r.data_type))).toEqual(new Set(['bigint']))
   })
 
@@ -32,7 +33,10 @@ describe('migrations', () => {
     const url = (await freshDatabaseUrl())!
     const a = createSql(url, { max: 1 })
     const b = createSql(url, { max: 1 })
-    closers.push(() => a.end(), () => b.end())
+    closers.push(
+      () => a.end(),
+      () => b.end(),
+    )
     const [ra, rb] = await Promise.all([migrate(a), migrate(b)])
     expect([...ra.applied, ...rb.applied]).toEqual(['0001_init.sql'])
     const rows = await a`SELECT name FROM schema_migrations`

@@ -6,7 +6,10 @@ import { chainClients, erc20, type Funded } from './accounts.ts'
 const DEPLOYER: Address = '0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266'
 
 /** A second ERC-20 (same bytecode as the test USDC, another address): "a different token". */
-export async function deployToken(): Promise<{ address: Address; mint(to: Address, value: bigint): Promise<void> }> {
+export async function deployToken(): Promise<{
+  address: Address
+  mint(to: Address, value: bigint): Promise<void>
+}> {
   const { rpcUrl, publicClient } = chainClients()
   const deployer = createWalletClient({ account: DEPLOYER, transport: http(rpcUrl) })
   const hash = await deployer.deployContract({
@@ -19,7 +22,13 @@ export async function deployToken(): Promise<{ address: Address; mint(to: Addres
   return {
     address,
     async mint(to, value) {
-      const h = await deployer.writeContract({ address, abi: erc20, functionName: 'mint', args: [to, value], chain: null })
+      const h = await deployer.writeContract({
+        address,
+        abi: erc20,
+        functionName: 'mint',
+        args: [to, value],
+        chain: null,
+      })
       await publicClient.waitForTransactionReceipt({ hash: h })
     },
   }

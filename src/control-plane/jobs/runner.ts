@@ -1,6 +1,31 @@
 // Runs the periodic background jobs on the leader only. Each job runs alone (never overlapping itself).
+import type { ChainContext } from '../../chain/connect.ts'
+import type { Config } from '../../config/schema.ts'
+import type { Sql } from '../../db/sql.ts'
+import type { ReadinessCheck } from '../../observability/admin.ts'
 import type { Logger } from '../../observability/logger.ts'
 import type { Leadership } from './leader.ts'
+
+/** What every background module is given by the wiring. */
+export interface JobDeps {
+  sql: Sql
+  config: Config
+  logger: Logger
+  chain: ChainContext
+  /** Whether the database is the embedded single-session one (no LISTEN, one connection). */
+  embedded: boolean
+  /** Base of payment_url and metered_url. */
+  publicUrl(): string
+}
+
+/** A background feature: its periodic jobs, readiness checks and admin-port routes. */
+export interface BackgroundModule {
+  jobs: Job[]
+  readiness?: ReadinessCheck[]
+  adminRoutes?: Record<string, () => Promise<{ status: number; body: unknown }>>
+  /** Called on shutdown, after the jobs stopped. */
+  stop?(): Promise<void>
+}
 
 export interface Job {
   name: string

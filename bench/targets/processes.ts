@@ -1,0 +1,76 @@
+// Child processes for the benchmark (upstream, tollgate), each bounded in time and stopped by PID.
+import { type ChildProcess, spawn } from 'node:child_process'
+import { createServer } from 'node:net'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
+const TSX = join(ROOT, 'node_modules', '.bin', 'tsx')
+
+export interface Child {
+  proc: ChildProcess
+  stop(): Promise<void>
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer()
+    s.once('error', reject)
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port
+      s.close(() => resolve(port))
+    })
+  })
+}
+
+function track(proc: ChildProcess): Child {
+  const onExit = () => proc.kill('SIGKILL')
+  process.once('exit', onExit)
+  return {
+    proc,
+    stop: () =>
+      new Promise((resolve) => {
+        process.removeListener('exit', onExit)
+        if (proc.exitCode !== null || proc.signalCode !== null) return resolve()
+        proc.once('exit', () => resolve())
+        proc.kill('SIGTERM')
+        setTimeout(() => proc.kill('SIGKILL'), 5_000).unref()
+      }),
+  }
+}
+
+/** Starts a TypeScript file with tsx; resolves with its first stdout line matching `ready`. */
+export function startTs(
+  file: string,
+  env: Record<string, string>,
+  ready: RegExp,
+  timeoutMs = 60_000,
+): Promise<Child & { line: string }> {
+  const proc = spawn(TSX, [file], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  })
+  const child = track(proc)
+  return new Promise((resolve, reject) => {
+    let buffer = ''
+    const timer = setTimeout(
+      () => reject(new Error(`${file} did not become ready in ${timeoutMs} ms`)),
+      timeoutMs,
+    )
+    proc.stdout!.on('data', (chunk: Buffer) => {
+      buffer += chunk.toString()
+      const m = buffer.split('\n').find((l) => ready.test(l))
+      if (m) {
+        clearTimeout(timer)
+        proc.stdout!.removeAllListeners('data')
+        proc.stdout!.resume()
+        resolve({ ...child, line: m })
+      }
+    })
+    proc.once('exit', (code) => {
+      clearTimeout(timer)
+      reject(new Error(`${file} exited with ${code} before it was ready`))
+    })
+  })
+}

@@ -1,0 +1,49 @@
+// What the chain proves about a payment transaction, shared by the verifier and the watcher, and the
+// decoding of the ERC-20 Transfer logs it is built from.
+import { type Address, getAddress, type Hash, type Log, toEventSelector } from 'viem'
+import { transferEvent } from './usdc.ts'
+
+/** The USDC one transaction moved to the treasury. */
+export interface TreasuryTransfer {
+  hash: Hash
+  /** The payer: sender of the first USDC Transfer to the treasury (not the relayer that sent the tx). */
+  from: Address
+  /** Sum of all USDC Transfer values to the treasury in the transaction, in base units. */
+  value: bigint
+  blockNumber: bigint
+  timestampMs: number
+}
+
+export interface TransferLog {
+  token: Address
+  from: Address
+  to: Address
+  value: bigint
+}
+
+export const TRANSFER_TOPIC = toEventSelector(transferEvent)
+
+/**
+ * An ERC-20 Transfer, or null. ERC-721 shares the signature but indexes the token id (4 topics, no data):
+ * that is not money and must not count.
+ */
+export function decodeTransferLog(log: Pick<Log, 'address' | 'topics' | 'data'>): TransferLog | null {
+  const [topic, fromTopic, toTopic] = log.topics
+  if (topic !== TRANSFER_TOPIC || log.topics.length !== 3 || !fromTopic || !toTopic) return null
+  if (log.data.length !== 66) return null
+  return {
+    token: log.address,
+    from: topicAddress(fromTopic),
+    to: topicAddress(toTopic),
+    value: BigInt(log.data),
+  }
+}
+
+export function sameAddress(a: string, b: string): boolean {
+  return a.toLowerCase() === b.toLowerCase()
+}
+
+/** Checksummed: the payer's address is stored and refunds are sent to it. */
+function topicAddress(topic: string): Address {
+  return getAddress(`0x${topic.slice(26)}`)
+}

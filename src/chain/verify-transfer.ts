@@ -1,0 +1,162 @@
+// Proves what a transaction-hash proof paid: the USDC it moved to the treasury, by whom, and when.
+// Every expected outcome is a value with a wire reason; it never throws. Amounts are the caller's business.
+
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { Address, Client, Hash, TransactionReceipt } from 'viem'
+import { TransactionNotFoundError, TransactionReceiptNotFoundError } from 'viem'
+import { getBlock, getBlockNumber, getTransaction, getTransactionReceipt } from 'viem/actions'
+import { decodeTransferLog, sameAddress, type TreasuryTransfer } from './transfer.ts'
+
+export type TransferFailure =
+  | 'payment_pending'
+  | 'transaction_failed'
+  | 'wrong_asset'
+  | 'wrong_recipient'
+  | 'no_transfer'
+  | 'proof_too_old'
+  | 'rpc_unavailable'
+
+export type VerifyTransferResult =
+  | { ok: true; transfer: TreasuryTransfer }
+  | { ok: false; reason: TransferFailure; retryAfterMs?: number; detail?: string }
+
+export interface VerifyTransferOptions {
+  usdc: Address
+  treasury: Address
+  confirmations: number
+  maxAgeMs: number
+  /** How long to wait for a transaction that is not mined (or not confirmed) yet. */
+  waitMs: number
+  now?: () => number
+  /** Default 250 ms. */
+  pollIntervalMs?: number
+  /** The chain's block time, for the retry hint. Default 2000 ms (Base). */
+  blockTimeMs?: number
+}
+
+export interface VerifyTransferParams extends VerifyTransferOptions {
+  hash: Hash
+}
+
+type Classified = { ok: true; from: Address; value: bigint } | { ok: false; reason: TransferFailure }
+
+export async function verifyTransfer(
+  client: Client,
+  params: VerifyTransferParams,
+): Promise<VerifyTransferResult> {
+  const { hash, confirmations } = params
+  const now = params.now ?? Date.now
+  const pollIntervalMs = params.pollIntervalMs ?? 250
+  const blockTimeMs = params.blockTimeMs ?? 2000
+  // Waiting runs on the monotonic clock; `now` is only the (injectable) wall clock for the proof's age.
+  const deadline = performance.now() + params.waitMs
+  let known = false
+  try {
+    for (;;) {
+      // One batched HTTP request: the receipt and the head it is measured against.
+      const [receipt, head] = await Promise.all([
+        receiptOrNull(client, hash),
+        getBlockNumber(client, { cacheTime: 0 }),
+      ])
+      let pending: { retryAfterMs: number; detail: string }
+      if (receipt) {
+        // A reverted transaction can carry no transfer, however long we wait.
+        if (receipt.status === 'reverted') return { ok: false, reason: 'transaction_failed' }
+        const paid = classifyLogs(receipt, params.usdc, params.treasury)
+        if (!paid.ok) return paid
+        const depth = head - receipt.blockNumber + 1n
+        if (depth >= BigInt(confirmations)) {
+          const block = await getBlock(client, { blockNumber: receipt.blockNumber })
+          const timestampMs = Number(block.timestamp) * 1000
+          if (now() - timestampMs > params.maxAgeMs) return { ok: false, reason: 'proof_too_old' }
+          const { from, value } = paid
+          return { ok: true, transfer: { hash, from, value, blockNumber: receipt.blockNumber, timestampMs } }
+        }
+        // depth can be ≤ 0 behind a load balancer whose nodes lag each other: same answer, wait.
+        const missing = BigInt(confirmations) - (depth > 0n ? depth : 0n)
+        pending = {
+          retryAfterMs: Number(missing) * blockTimeMs,
+          detail: `mined, ${missing} more confirmation(s) needed`,
+        }
+      } else {
+        // Known-but-unmined and not-yet-seen are both waited for (the transaction may still be propagating);
+        // the difference only shapes the hint.
+        known ||= await isKnown(client, hash)
+        pending = known
+          ? { retryAfterMs: blockTimeMs, detail: 'transaction not mined yet' }
+          : { retryAfterMs: blockTimeMs, detail: 'transaction not known to the node yet' }
+      }
+      const left = deadline - performance.now()
+      if (left <= 0) return { ok: false, reason: 'payment_pending', ...pending }
+      await sleep(Math.min(pollIntervalMs, left))
+    }
+  } catch {
+    // Unknown is not "unpaid": the caller answers 503 and the payer retries; never a pass, never a 402.
+    return { ok: false, reason: 'rpc_unavailable', retryAfterMs: 1000 }
+  }
+}
+
+/**
+ * Shares one verification among concurrent callers of the same hash (one RPC sequence however many
+ * requests wait on it); the entry is dropped when it settles, so a later call asks the chain again.
+ */
+export function createTransferVerifier(
+  client: Client,
+  options: VerifyTransferOptions,
+): (hash: Hash) => Promise<VerifyTransferResult> {
+  const inflight = new Map<string, Promise<VerifyTransferResult>>()
+  return (hash) => {
+    const key = hash.toLowerCase()
+    let pending = inflight.get(key)
+    if (!pending) {
+      pending = verifyTransfer(client, { ...options, hash }).finally(() => inflight.delete(key))
+      inflight.set(key, pending)
+    }
+    return pending
+  }
+}
+
+function classifyLogs(receipt: TransactionReceipt, usdc: Address, treasury: Address): Classified {
+  let from: Address | null = null
+  let value = 0n
+  let anyTransfer = false
+  let otherTokenToTreasury = false
+  let usdcElsewhere = false
+  for (const log of receipt.logs) {
+    const transfer = decodeTransferLog(log)
+    if (!transfer) continue
+    anyTransfer = true
+    const isUsdc = sameAddress(transfer.token, usdc)
+    const toTreasury = sameAddress(transfer.to, treasury)
+    if (isUsdc && toTreasury) {
+      from ??= transfer.from
+      value += transfer.value
+    } else if (toTreasury) otherTokenToTreasury = true
+    else if (isUsdc) usdcElsewhere = true
+  }
+  if (from) return { ok: true, from, value }
+  if (otherTokenToTreasury) return { ok: false, reason: 'wrong_asset' }
+  if (usdcElsewhere) return { ok: false, reason: 'wrong_recipient' }
+  // Some other token to someone else: not USDC is what the payer must fix first.
+  if (anyTransfer) return { ok: false, reason: 'wrong_asset' }
+  return { ok: false, reason: 'no_transfer' }
+}
+
+async function receiptOrNull(client: Client, hash: Hash): Promise<TransactionReceipt | null> {
+  try {
+    return await getTransactionReceipt(client, { hash })
+  } catch (err) {
+    if (err instanceof TransactionReceiptNotFoundError) return null
+    throw err
+  }
+}
+
+async function isKnown(client: Client, hash: Hash): Promise<boolean> {
+  try {
+    await getTransaction(client, { hash })
+    return true
+  } catch (err) {
+    if (err instanceof TransactionNotFoundError) return false
+    throw err
+  }
+}

@@ -1,0 +1,129 @@
+// Follows USDC Transfer logs to the treasury and reports each paying transaction once it is confirmed,
+// so proofs are usually verified before their payer presents them. Chain I/O only; the caller stores.
+import type { Address, Client, GetLogsReturnType } from 'viem'
+import { getBlock, getBlockNumber, getLogs } from 'viem/actions'
+import { decodeTransferLog, type TreasuryTransfer } from './transfer.ts'
+import { transferEvent } from './usdc.ts'
+
+export interface WatchOptions {
+  usdc: Address
+  treasury: Address
+  confirmations: number
+  pollIntervalMs: number
+  onTransfer(transfer: TreasuryTransfer): void | Promise<void>
+  /** RPC failures (the range is retried next poll) and onTransfer failures (not retried). */
+  onError?(err: unknown): void
+  /** First block to scan; default the newest block already confirmed at start. */
+  fromBlock?: bigint
+  /** Largest eth_getLogs range; public RPCs refuse wide ones. Default 1000. */
+  maxBlockRange?: bigint
+}
+
+export interface TransferWatcher {
+  /** Stops polling; resolves once a poll in progress has finished. */
+  stop(): Promise<void>
+}
+
+const TIMESTAMP_CACHE_MAX = 256
+
+export function watchTreasuryTransfers(client: Client, options: WatchOptions): TransferWatcher {
+  const depth = BigInt(Math.max(1, options.confirmations)) - 1n
+  const maxRange = options.maxBlockRange ?? 1000n
+  const timestamps = new Map<bigint, number>()
+  // The first block not yet scanned. Only confirmed blocks are ever scanned and the cursor only moves
+  // past a range once all of it has been reported: no gap, no duplicate, across failed polls.
+  let next: bigint | null = options.fromBlock ?? null
+  let stopped = false
+  let timer: NodeJS.Timeout | undefined
+  let running: Promise<void> = Promise.resolve()
+
+  const poll = async () => {
+    const head = await getBlockNumber(client, { cacheTime: 0 })
+    const safe = head - depth
+    let from = next ?? (safe < 0n ? 0n : safe)
+    next = from
+    while (!stopped && from <= safe) {
+      const to = from + maxRange - 1n < safe ? from + maxRange - 1n : safe
+      const logs = await getLogs(client, {
+        address: options.usdc,
+        event: transferEvent,
+        args: { to: options.treasury },
+        fromBlock: from,
+        toBlock: to,
+      })
+      const transfers = await groupByTransaction(client, logs, timestamps)
+      for (const transfer of transfers) {
+        if (stopped) return
+        try {
+          await options.onTransfer(transfer)
+        } catch (err) {
+          options.onError?.(err)
+        }
+      }
+      from = to + 1n
+      next = from
+    }
+  }
+
+  const tick = () => {
+    running = poll()
+      .catch((err) => options.onError?.(err))
+      .finally(() => {
+        if (!stopped) timer = setTimeout(tick, options.pollIntervalMs).unref()
+      })
+  }
+  tick()
+
+  return {
+    async stop() {
+      stopped = true
+      clearTimeout(timer)
+      await running
+    },
+  }
+}
+
+type TransferLogs = GetLogsReturnType<typeof transferEvent>
+
+async function groupByTransaction(
+  client: Client,
+  logs: TransferLogs,
+  timestamps: Map<bigint, number>,
+): Promise<TreasuryTransfer[]> {
+  const byHash = new Map<string, Omit<TreasuryTransfer, 'timestampMs'>>()
+  for (const log of logs) {
+    if (log.removed || !log.transactionHash || log.blockNumber === null) continue
+    const decoded = decodeTransferLog(log)
+    if (!decoded) continue
+    const seen = byHash.get(log.transactionHash)
+    if (seen) seen.value += decoded.value
+    else {
+      byHash.set(log.transactionHash, {
+        hash: log.transactionHash,
+        from: decoded.from,
+        value: decoded.value,
+        blockNumber: log.blockNumber,
+      })
+    }
+  }
+  const blocks = [...new Set([...byHash.values()].map((t) => t.blockNumber))]
+  // Concurrent, so the batching transport sends one request for all the blocks of a range.
+  const stamps = new Map(
+    await Promise.all(blocks.map(async (n) => [n, await blockTimestampMs(client, n, timestamps)] as const)),
+  )
+  return [...byHash.values()].map((t) => ({ ...t, timestampMs: stamps.get(t.blockNumber)! }))
+}
+
+async function blockTimestampMs(
+  client: Client,
+  blockNumber: bigint,
+  cache: Map<bigint, number>,
+): Promise<number> {
+  const cached = cache.get(blockNumber)
+  if (cached !== undefined) return cached
+  const block = await getBlock(client, { blockNumber })
+  const ms = Number(block.timestamp) * 1000
+  if (cache.size >= TIMESTAMP_CACHE_MAX) cache.delete(cache.keys().next().value!)
+  cache.set(blockNumber, ms)
+  return ms
+}

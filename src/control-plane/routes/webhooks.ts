@@ -1,0 +1,4 @@
+// /webhooks and /events (issue 5): placeholder until the webhook routes land.
+import type { Route } from '../route.ts'
+
+export const webhookRoutes: Route[] = []
