@@ -1,0 +1,113 @@
+// Runs tollgate as a real child process (`tsx src/main.ts`), for tests that kill it (SIGKILL) and start it
+// again on the same database. Each child is stopped by PID; none outlives the test process.
+import { type ChildProcess, spawn } from 'node:child_process'
+import { mkdtempSync, writeFileSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { inject } from 'vitest'
+
+const ROOT = join(import.meta.dirname, '..', '..')
+const TSX = join(ROOT, 'node_modules', '.bin', 'tsx')
+
+export interface ChildService {
+  url: string
+  adminUrl: string
+  pid: number
+  /** stdout + stderr so far. */
+  output(): string
+  /** Resolves when the process has exited (with its signal, e.g. 'SIGKILL', or null). */
+  exited: Promise<NodeJS.Signals | null>
+  kill(signal?: NodeJS.Signals): Promise<void>
+}
+
+export interface ChildServiceOptions {
+  /** A PostgreSQL server URL; null → embedded PGlite in dataDir (kept across restarts). */
+  databaseUrl: string | null
+  dataDir?: string
+  treasuryKey: `0x${string}`
+  /** Extra environment, e.g. TOLLGATE_FAULT_POINT for fault injection. */
+  env?: Record<string, string>
+  /** Settings merged through a TOLLGATE_CONFIG file. */
+  settings?: Record<string, unknown>
+  port?: number
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer()
+    s.once('error', reject)
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port
+      s.close(() => resolve(port))
+    })
+  })
+}
+
+export function tempDir(): string {
+  return mkdtempSync(join(tmpdir(), 'tollgate-test-'))
+}
+
+export async function startChildService(options: ChildServiceOptions): Promise<ChildService> {
+  const port = options.port ?? (await freePort())
+  const adminPort = await freePort()
+  const dir = tempDir()
+  const configFile = join(dir, 'config.json')
+  const settings = {
+    ...options.settings,
+    database: { data_dir: options.dataDir ?? join(dir, 'pglite'), ...(options.settings?.database as object) },
+  }
+  writeFileSync(configFile, JSON.stringify(settings))
+  const env: Record<string, string> = {
+    ...(process.env as Record<string, string>),
+    NODE_ENV: 'test',
+    PORT: String(port),
+    ADMIN_PORT: String(adminPort),
+    RPC_URL: inject('rpcUrl'),
+    USDC_ADDRESS: inject('usdcAddress'),
+    TREASURY_PRIVATE_KEY: options.treasuryKey,
+    TOLLGATE_CONFIG: configFile,
+    ...options.env,
+  }
+  if (options.databaseUrl) env.DATABASE_URL = options.databaseUrl
+  else delete env.DATABASE_URL
+  const proc: ChildProcess = spawn(TSX, ['src/main.ts'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
+  let output = ''
+  proc.stdout!.on('data', (d: Buffer) => {
+    output += d.toString()
+  })
+  proc.stderr!.on('data', (d: Buffer) => {
+    output += d.toString()
+  })
+  const killOnExit = () => proc.kill('SIGKILL')
+  process.once('exit', killOnExit)
+  const exited = new Promise<NodeJS.Signals | null>((resolve) => {
+    proc.once('exit', (_code, signal) => {
+      process.removeListener('exit', killOnExit)
+      resolve(signal)
+    })
+  })
+  const deadline = Date.now() + 60_000
+  while (!/tollgate listening on/.test(output)) {
+    if (proc.exitCode !== null || proc.signalCode !== null) throw new Error(`tollgate exited before it was ready:\n${output}`)
+    if (Date.now() > deadline) {
+      proc.kill('SIGKILL')
+      throw new Error(`tollgate did not start in 60 s:\n${output}`)
+    }
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  return {
+    url: `http://127.0.0.1:${port}`,
+    adminUrl: `http://127.0.0.1:${adminPort}`,
+    pid: proc.pid!,
+    output: () => output,
+    exited,
+    async kill(signal = 'SIGTERM') {
+      if (proc.exitCode !== null || proc.signalCode !== null) return
+      proc.kill(signal)
+      const timer = setTimeout(() => proc.kill('SIGKILL'), 10_000)
+      await exited
+      clearTimeout(timer)
+    },
+  }
+}
