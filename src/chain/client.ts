@@ -20,7 +20,7 @@ export type ChainWalletClient = WalletClient<Transport, Chain, PrivateKeyAccount
 export interface ClientOptions {
   rpcUrl: string
   timeoutMs: number
-  /** Default 2: each retry of a dead node costs a timeout; the caller answers 503 rather than wait. */
+  /** Default 1: each retry of a hung node costs a whole timeout; the caller answers 503 rather than wait. */
   retryCount?: number
   /** How often viem's own pollers (waitForTransactionReceipt) ask. Default 1000 ms. */
   pollingIntervalMs?: number
@@ -43,7 +43,7 @@ export function createRpcTransport(options: ClientOptions): Transport {
     // Concurrent calls in one tick (receipt + head block, a verification burst) go out as one HTTP request.
     batch: { wait: 0 },
     timeout: options.timeoutMs,
-    retryCount: options.retryCount ?? 2,
+    retryCount: options.retryCount ?? 1,
     retryDelay: 100,
   })
 }

@@ -5,7 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { Address, Client, Hash, TransactionReceipt } from 'viem'
 import { TransactionNotFoundError, TransactionReceiptNotFoundError } from 'viem'
 import { getBlock, getBlockNumber, getTransaction, getTransactionReceipt } from 'viem/actions'
-import { decodeTransferLog, sameAddress, type TreasuryTransfer } from './transfer.ts'
+import { decodeTransferLog, isMint, sameAddress, type TreasuryTransfer } from './transfer.ts'
 
 export type TransferFailure =
   | 'payment_pending'
@@ -79,8 +79,8 @@ export async function verifyTransfer(
           detail: `mined, ${missing} more confirmation(s) needed`,
         }
       } else {
-        // Known-but-unmined and not-yet-seen are both waited for (the transaction may still be propagating);
-        // the difference only shapes the hint.
+        // Known-but-unmined and not-yet-seen are both waited for (the transaction may still be propagating
+        // to this node); the difference only shows in `detail`.
         known ||= await isKnown(client, hash)
         pending = known
           ? { retryAfterMs: blockTimeMs, detail: 'transaction not mined yet' }
@@ -124,7 +124,7 @@ function classifyLogs(receipt: TransactionReceipt, usdc: Address, treasury: Addr
   let usdcElsewhere = false
   for (const log of receipt.logs) {
     const transfer = decodeTransferLog(log)
-    if (!transfer) continue
+    if (!transfer || isMint(transfer)) continue
     anyTransfer = true
     const isUsdc = sameAddress(transfer.token, usdc)
     const toTreasury = sameAddress(transfer.to, treasury)

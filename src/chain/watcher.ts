@@ -2,7 +2,7 @@
 // so proofs are usually verified before their payer presents them. Chain I/O only; the caller stores.
 import type { Address, Client, GetLogsReturnType } from 'viem'
 import { getBlock, getBlockNumber, getLogs } from 'viem/actions'
-import { decodeTransferLog, type TreasuryTransfer } from './transfer.ts'
+import { decodeTransferLog, isMint, type TreasuryTransfer } from './transfer.ts'
 import { transferEvent } from './usdc.ts'
 
 export interface WatchOptions {
@@ -94,7 +94,7 @@ async function groupByTransaction(
   for (const log of logs) {
     if (log.removed || !log.transactionHash || log.blockNumber === null) continue
     const decoded = decodeTransferLog(log)
-    if (!decoded) continue
+    if (!decoded || isMint(decoded)) continue
     const seen = byHash.get(log.transactionHash)
     if (seen) seen.value += decoded.value
     else {

@@ -1,0 +1,595 @@
+// Streams a paid call to its upstream and the answer back: header hygiene, backpressure both ways, abort
+// propagation and upstream timeouts, on undici's raw dispatch API (no stream objects per call).
+import type { Dispatcher } from 'undici'
+import type { UpstreamDispatcher } from './upstream-pool.ts'
+import { type HttpResponse, statusLine } from './uws.ts'
+
+export { createUpstreamDispatcher, UpstreamDispatcher } from './upstream-pool.ts'
+
+/** Read synchronously from the uWS HttpRequest inside the handler (it dies when the handler returns). */
+export interface ForwardRequest {
+  /** Uppercase, e.g. 'POST'. */
+  method: string
+  /** The part after /m/<id> ('/…' or ''), plus '?query' if any. */
+  pathAndQuery: string
+  /** All request headers as received (lowercase names). */
+  headers: Array<[string, string]>
+  /** Client IP as text. */
+  remoteAddress: string
+}
+
+export interface UpstreamTarget {
+  /** 'http://127.0.0.1:4000' */
+  origin: string
+  /** Path prefix of the endpoint's upstream_url without trailing slash, e.g. '/v1/chat'. */
+  basePath: string
+  /** Value for the Host header (the upstream_url's host). */
+  host: string
+  /** The owner's upstream_headers; they replace the caller's headers of the same name. */
+  injectHeaders: Array<[string, string]>
+  /** Headers timeout and idle body timeout. */
+  timeoutMs: number
+  allowPrivate: boolean
+}
+
+export type UpstreamErrorCode = 'unreachable' | 'timeout' | 'private_target' | 'reset'
+
+export type ProxyOutcome =
+  /** The upstream answered (any status) and the response was fully relayed. */
+  | { kind: 'responded'; status: number; bytes: number }
+  /** The client left; status is the upstream's if its head had arrived. */
+  | { kind: 'client_aborted'; status: number | null }
+  /** status null: nothing had been relayed and tollgate answered 502/504 itself. */
+  | { kind: 'upstream_error'; code: UpstreamErrorCode; status: number | null }
+
+export interface ProxyHooks {
+  /** Called once, synchronously, when the upstream's head arrives, before anything is written to the
+   * client. Returns extra headers to add (the x-payment-response receipt). */
+  onResponseHead(status: number): Array<[string, string]> | undefined
+  /** Called exactly once with the final outcome. */
+  onDone(outcome: ProxyOutcome): void
+}
+
+/** Set up by the caller with res.onAborted before its first await; proxy() fills in onAbort. */
+export interface AbortState {
+  aborted: boolean
+  onAbort: (() => void) | null
+}
+
+const HOP_BY_HOP = [
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'transfer-encoding',
+  'te',
+  'trailer',
+  'upgrade',
+  'proxy-authorization',
+  'proxy-authenticate',
+]
+// content-length is kept: upstreams get a sized body whenever the client sent one. expect is answered by
+// uWS itself (100-continue) and undici refuses to send it. Forwarding headers are rebuilt, not trusted.
+const REQUEST_DROP = new Set([
+  ...HOP_BY_HOP,
+  'host',
+  'expect',
+  'x-payment',
+  'payment-signature',
+  'x-forwarded-for',
+  'x-forwarded-proto',
+  'x-forwarded-host',
+])
+// Headers an owner's configuration must not set: they would break the framing of the upstream request.
+const INJECT_REFUSED = new Set([...HOP_BY_HOP, 'host', 'content-length', 'expect'])
+// uWS writes its own framing (content-length or chunked) and its own date.
+const RESPONSE_DROP = new Set([...HOP_BY_HOP, 'content-length', 'date'])
+
+const JSON_TYPE = 'application/json; charset=utf-8'
+const ERROR_RESPONSES: Record<UpstreamErrorCode, { status: string; body: string }> = {
+  unreachable: errorResponse('502 Bad Gateway', 'upstream_unreachable', 'The upstream could not be reached.'),
+  reset: errorResponse('502 Bad Gateway', 'upstream_unreachable', 'The upstream closed the connection before answering.'),
+  timeout: errorResponse('504 Gateway Timeout', 'upstream_timeout', 'The upstream did not answer in time.'),
+  private_target: errorResponse(
+    '502 Bad Gateway',
+    'upstream_forbidden',
+    'The upstream address is in a private, loopback or link-local range, which is refused.',
+  ),
+}
+
+function errorResponse(status: string, code: string, message: string): { status: string; body: string } {
+  return { status, body: JSON.stringify({ error: { type: 'upstream_error', code, message } }) }
+}
+
+const DONE: IteratorResult<Buffer> = Object.freeze({ done: true, value: undefined })
+const CLIENT_LEFT = new Error('client aborted the request')
+const UNGUARDED = Object.assign(new Error('target requires a guarded dispatcher'), {
+  code: 'ERR_TOLLGATE_PRIVATE_TARGET',
+})
+
+/**
+ * The request body of one call. The caller creates it synchronously in the uWS handler (onData must be
+ * attached before the handler returns) and it buffers until proxy() consumes it, pausing the client
+ * above maxBufferedBytes. proxy() sends a complete body as one sized buffer, and streams the rest.
+ */
+export class RequestBody implements AsyncIterableIterator<Buffer> {
+  readonly #res: HttpResponse
+  readonly #maxBufferedBytes: number
+  #chunks: Buffer[] = []
+  #bufferedBytes = 0
+  #complete = false
+  #paused = false
+  /** res is dead or about to be ended: never touch it again, and drop the rest of the upload. */
+  #detached = false
+  #failure: Error | null = null
+  #resolve: ((result: IteratorResult<Buffer>) => void) | null = null
+  #reject: ((err: Error) => void) | null = null
+
+  constructor(res: HttpResponse, maxBufferedBytes: number) {
+    this.#res = res
+    this.#maxBufferedBytes = maxBufferedBytes
+    res.onData(this.#onData)
+  }
+
+  /** Every byte of the body has arrived. */
+  get complete(): boolean {
+    return this.#complete
+  }
+
+  #onData = (chunk: ArrayBuffer, isLast: boolean): void => {
+    if (this.#detached) return
+    if (chunk.byteLength > 0) {
+      // uWS reuses this memory as soon as the callback returns.
+      const copy = Buffer.allocUnsafe(chunk.byteLength)
+      copy.set(new Uint8Array(chunk))
+      const resolve = this.#resolve
+      if (resolve !== null) {
+        this.#resolve = this.#reject = null
+        resolve({ value: copy, done: false })
+      } else {
+        this.#chunks.push(copy)
+        this.#bufferedBytes += copy.length
+        if (!this.#paused && this.#bufferedBytes > this.#maxBufferedBytes) {
+          this.#paused = true
+          this.#res.pause()
+        }
+      }
+    }
+    if (isLast) {
+      this.#complete = true
+      const resolve = this.#resolve
+      if (resolve !== null) {
+        this.#resolve = this.#reject = null
+        resolve(DONE)
+      }
+    }
+  }
+
+  /** The whole body once complete, as one buffer (no copy when it came in one chunk), or null if empty. */
+  takeAll(): Buffer | null {
+    const chunks = this.#chunks
+    this.#chunks = []
+    this.#bufferedBytes = 0
+    // The last chunk may have crossed the limit: a socket left paused would never read its next request.
+    this.#resumeClient()
+    if (chunks.length === 0) return null
+    return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)
+  }
+
+  next(): Promise<IteratorResult<Buffer>> {
+    const chunk = this.#chunks.shift()
+    if (chunk !== undefined) {
+      this.#bufferedBytes -= chunk.length
+      if (this.#bufferedBytes < this.#maxBufferedBytes) this.#resumeClient()
+      return Promise.resolve({ value: chunk, done: false })
+    }
+    if (this.#failure !== null) return Promise.reject(this.#failure)
+    if (this.#complete || this.#detached) return Promise.resolve(DONE)
+    return new Promise((resolve, reject) => {
+      this.#resolve = resolve
+      this.#reject = reject
+    })
+  }
+
+  /** undici stopped reading (the upstream failed or answered early): the rest of the upload is dropped. */
+  return(): Promise<IteratorResult<Buffer>> {
+    this.release()
+    return Promise.resolve(DONE)
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this
+  }
+
+  /**
+   * Call before res is ended: drops whatever is left of the upload and resumes a paused client so its
+   * connection can carry the next request. A caller that answers without calling proxy() calls it too.
+   */
+  release(): void {
+    if (this.#detached) return
+    this.#resumeClient()
+    this.#detach()
+    const resolve = this.#resolve
+    if (resolve !== null) {
+      this.#resolve = this.#reject = null
+      resolve(DONE)
+    }
+  }
+
+  /** The client left: res is dead. A pending read fails so undici stops writing the upstream body. */
+  fail(): void {
+    if (this.#detached) return
+    this.#detach()
+    this.#failure = CLIENT_LEFT
+    const reject = this.#reject
+    if (reject !== null) {
+      this.#resolve = this.#reject = null
+      reject(CLIENT_LEFT)
+    }
+  }
+
+  #detach(): void {
+    this.#detached = true
+    this.#chunks = []
+    this.#bufferedBytes = 0
+  }
+
+  #resumeClient(): void {
+    if (this.#paused && !this.#detached) {
+      this.#paused = false
+      this.#res.resume()
+    }
+  }
+}
+
+export function createRequestBody(res: HttpResponse, maxBufferedBytes: number): RequestBody {
+  return new RequestBody(res, maxBufferedBytes)
+}
+
+/**
+ * Streams the request to the upstream and the response back, then reports the outcome through hooks.
+ * Call after the payment is claimed; `abort` must have been wired to res.onAborted before the first await.
+ */
+export function proxy(
+  dispatcher: UpstreamDispatcher,
+  res: HttpResponse,
+  req: ForwardRequest,
+  body: RequestBody,
+  target: UpstreamTarget,
+  abort: AbortState,
+  hooks: ProxyHooks,
+): void {
+  const forward = new Forward(res, body, hooks, req.method === 'HEAD')
+  if (abort.aborted) {
+    forward.onClientAbort()
+    return
+  }
+  abort.onAbort = forward.onClientAbort
+  if (!target.allowPrivate && dispatcher.allowPrivate) {
+    // This dispatcher does not check where it connects: refuse rather than go unguarded.
+    forward.onError(UNGUARDED)
+    return
+  }
+  let path = target.basePath + req.pathAndQuery
+  if (path.charCodeAt(0) !== 47) path = '/' + path
+  const options: Dispatcher.DispatchOptions = {
+    origin: target.origin,
+    path,
+    method: req.method as Dispatcher.HttpMethod,
+    headers: forwardHeaders(req, target),
+    // undici takes any async iterable as a body (see Dispatcher.dispatch); its type only lists Readable.
+    body: expectsBody(req.headers) ? (body.complete ? body.takeAll() : (body as unknown as Buffer)) : null,
+    headersTimeout: target.timeoutMs,
+    bodyTimeout: target.timeoutMs,
+  }
+  dispatcher.dispatch(options, forward)
+}
+
+/** The flat [name, value, …] list undici takes without converting it. */
+function forwardHeaders(req: ForwardRequest, target: UpstreamTarget): string[] {
+  const inject = target.injectHeaders
+  const out: string[] = []
+  let host = ''
+  let forwardedFor = ''
+  let connection = ''
+  for (const [name, value] of req.headers) {
+    if (REQUEST_DROP.has(name)) {
+      if (name === 'host') host = value
+      else if (name === 'x-forwarded-for') forwardedFor = forwardedFor === '' ? value : `${forwardedFor}, ${value}`
+      else if (name === 'connection') connection = value.toLowerCase()
+      continue
+    }
+    if (inject.length > 0 && isInjected(name, inject)) continue
+    out.push(name, value)
+  }
+  if (connection !== '' && connection !== 'keep-alive' && connection !== 'close') dropListed(out, connection)
+  for (const [name, value] of inject) {
+    const lower = name.toLowerCase()
+    if (!INJECT_REFUSED.has(lower)) out.push(lower, value)
+  }
+  const remote = req.remoteAddress
+  out.push('x-forwarded-for', forwardedFor === '' ? remote : `${forwardedFor}, ${remote}`, 'x-forwarded-proto', 'http')
+  if (host !== '') out.push('x-forwarded-host', host)
+  out.push('host', target.host)
+  return out
+}
+
+function isInjected(name: string, inject: Array<[string, string]>): boolean {
+  for (const [injected] of inject) {
+    if (injected.length === name.length && injected.toLowerCase() === name) return true
+  }
+  return false
+}
+
+/** Removes the headers a Connection header names (they are hop-by-hop too). */
+function dropListed(out: string[], connection: string): void {
+  const listed = connection.split(',').map((token) => token.trim())
+  for (let i = out.length - 2; i >= 0; i -= 2) {
+    if (listed.includes(out[i]!)) out.splice(i, 2)
+  }
+}
+
+/** A request carries a body only when it says so (RFC 9112 §6.3); GETs must not get a chunked one. */
+function expectsBody(headers: Array<[string, string]>): boolean {
+  for (const [name, value] of headers) {
+    if (name === 'transfer-encoding') return true
+    if (name === 'content-length') return value !== '0'
+  }
+  return false
+}
+
+function classify(err: Error): UpstreamErrorCode {
+  switch ((err as NodeJS.ErrnoException).code) {
+    case 'UND_ERR_HEADERS_TIMEOUT':
+    case 'UND_ERR_BODY_TIMEOUT':
+    case 'UND_ERR_CONNECT_TIMEOUT':
+    case 'ETIMEDOUT':
+      return 'timeout'
+    case 'ERR_TOLLGATE_PRIVATE_TARGET':
+      return 'private_target'
+    case 'UND_ERR_SOCKET':
+    case 'ECONNRESET':
+    case 'EPIPE':
+      return 'reset'
+    default:
+      return 'unreachable'
+  }
+}
+
+// res.cork() runs its callback synchronously, so one module-level slot hands it the forward without a
+// closure per chunk.
+let corked: Forward
+function corkedHead(): void {
+  corked.writeHead()
+}
+function corkedData(): void {
+  corked.writeData()
+}
+function corkedEnd(): void {
+  corked.writeEnd()
+}
+function corkedError(): void {
+  corked.writeError()
+}
+function flush(): void {}
+
+/** Lower-cased names of the response head being relayed, reused from call to call. */
+const names: string[] = []
+
+/**
+ * One call in flight, as an undici dispatch handler. Uses the handler methods undici's core calls
+ * directly (onConnect/onHeaders/onData/onComplete/onError): the newer controller API wraps them and
+ * parses every response head into an object, which the relay does not need.
+ */
+class Forward implements Dispatcher.DispatchHandler {
+  readonly #res: HttpResponse
+  readonly #body: RequestBody
+  readonly #hooks: ProxyHooks
+  readonly #headOnly: boolean
+  /** Upstream status once its head arrived, else 0. */
+  #status = 0
+  /** Body length from the upstream's content-length (relayed with tryEnd), or -1 to relay chunked. */
+  #total = -1
+  #noBody = false
+  #bytes = 0
+  /** The outcome is reported; after a client abort res is dead and must not be touched. */
+  #done = false
+  /** res was ended by tryEnd; only the upstream's completion is awaited. */
+  #ended = false
+  #flowing = true
+  #watchingWritable = false
+  #head: Buffer[] | null = null
+  #extra: Array<[string, string]> | undefined
+  #chunk: Buffer | null = null
+  /** A chunk tryEnd took only part of, and the write offset before it. */
+  #pending: Buffer | null = null
+  #pendingBase = 0
+  #errorCode: UpstreamErrorCode = 'unreachable'
+  #abortUpstream: ((err?: Error) => void) | null = null
+  #resumeUpstream: (() => void) | null = null
+
+  constructor(res: HttpResponse, body: RequestBody, hooks: ProxyHooks, headOnly: boolean) {
+    this.#res = res
+    this.#body = body
+    this.#hooks = hooks
+    this.#headOnly = headOnly
+  }
+
+  /** Wired to the caller's res.onAborted. */
+  readonly onClientAbort = (): void => {
+    if (this.#done) return
+    this.#done = true
+    this.#body.fail()
+    // Abort rather than leave the dispatch paused: a paused one holds its pooled socket forever. The
+    // error undici then reports comes back to onError, which ignores it.
+    this.#abortUpstream?.(CLIENT_LEFT)
+    this.#hooks.onDone({ kind: 'client_aborted', status: this.#status === 0 ? null : this.#status })
+  }
+
+  onConnect(abort: (err?: Error) => void): void {
+    // The client may have left while the request waited for a socket.
+    if (this.#done) abort(CLIENT_LEFT)
+    else this.#abortUpstream = abort
+  }
+
+  onHeaders(status: number, head: Buffer[], resume: () => void): boolean {
+    // Informational answers (103 Early Hints) are not relayed; the final head follows.
+    if (status < 200) return true
+    this.#resumeUpstream = resume
+    this.#extra = this.#hooks.onResponseHead(status)
+    this.#status = status
+    this.#head = head
+    corked = this
+    this.#res.cork(corkedHead)
+    return true
+  }
+
+  writeHead(): void {
+    const res = this.#res
+    const status = this.#status
+    res.writeStatus(statusLine(status))
+    const length = relayHeaders(res, this.#head!)
+    this.#head = null
+    const extra = this.#extra
+    if (extra !== undefined) for (const [name, value] of extra) res.writeHeader(name, value)
+    if (this.#headOnly || status === 204 || status === 304) {
+      this.#noBody = true
+      // endWithoutBody(length) leaves this uWS build's response pending forever: write it as a header.
+      if (length >= 0 && status !== 204) res.writeHeader('content-length', String(length))
+    } else {
+      this.#total = length
+    }
+  }
+
+  onData(chunk: Buffer): boolean {
+    this.#chunk = chunk
+    corked = this
+    this.#res.cork(corkedData)
+    // false pauses the upstream socket until #drained() resumes it.
+    return this.#flowing
+  }
+
+  writeData(): void {
+    const res = this.#res
+    const chunk = this.#chunk!
+    this.#chunk = null
+    this.#bytes += chunk.length
+    if (this.#total < 0) {
+      if (!res.write(chunk)) this.#backpressure()
+      return
+    }
+    // The last bytes end the response inside tryEnd, and res dies with it: let the upload go first.
+    if (this.#bytes >= this.#total) this.#body.release()
+    const base = res.getWriteOffset()
+    const [ok, ended] = res.tryEnd(chunk, this.#total)
+    if (ended) {
+      this.#ended = true
+    } else if (!ok) {
+      this.#pending = chunk
+      this.#pendingBase = base
+      this.#backpressure()
+    }
+  }
+
+  #backpressure(): void {
+    this.#flowing = false
+    if (this.#watchingWritable) return
+    // uWS keeps one onWritable handler per response: register it on the first backpressure only.
+    this.#watchingWritable = true
+    this.#res.onWritable((offset) => this.#drained(offset))
+  }
+
+  #drained(offset: number): boolean {
+    const pending = this.#pending
+    if (pending !== null) {
+      const [ok, ended] = this.#res.tryEnd(pending.subarray(offset - this.#pendingBase), this.#total)
+      if (ended) this.#ended = true
+      // Still full: uWS calls again once the socket drains.
+      else if (!ok) return false
+      this.#pending = null
+    } else {
+      // write() put the whole chunk in uWS's own buffer, and uWS stops draining that buffer by itself once
+      // an onWritable handler is registered: an empty cork/uncork flushes it.
+      this.#res.cork(flush)
+    }
+    this.#flowing = true
+    this.#resumeUpstream!()
+    return true
+  }
+
+  onComplete(): void {
+    if (this.#done) return
+    if (!this.#ended) {
+      corked = this
+      this.#res.cork(corkedEnd)
+    }
+    this.#settle({ kind: 'responded', status: this.#status, bytes: this.#bytes })
+  }
+
+  writeEnd(): void {
+    this.#body.release()
+    if (this.#noBody) this.#res.endWithoutBody()
+    else this.#res.end()
+    this.#ended = true
+  }
+
+  onError(err: Error): void {
+    // Already reported: the client left and this is the abort coming back.
+    if (this.#done) return
+    if (this.#ended) {
+      this.#settle({ kind: 'responded', status: this.#status, bytes: this.#bytes })
+      return
+    }
+    const code = classify(err)
+    if (this.#status === 0) {
+      this.#errorCode = code
+      corked = this
+      this.#res.cork(corkedError)
+      this.#settle({ kind: 'upstream_error', code, status: null })
+      return
+    }
+    // The head and part of the body are out: cutting the connection is the only way left to tell the
+    // client the body is incomplete. close() runs onAborted, so the outcome is settled first.
+    this.#settle({ kind: 'upstream_error', code, status: this.#status })
+    this.#body.release()
+    this.#res.close()
+  }
+
+  writeError(): void {
+    this.#body.release()
+    const response = ERROR_RESPONSES[this.#errorCode]
+    this.#res.writeStatus(response.status).writeHeader('content-type', JSON_TYPE).end(response.body)
+  }
+
+  #settle(outcome: ProxyOutcome): void {
+    this.#done = true
+    this.#hooks.onDone(outcome)
+  }
+}
+
+/** Writes the upstream's headers minus hop-by-hop and framing; returns its content-length or -1. */
+function relayHeaders(res: HttpResponse, head: Buffer[]): number {
+  let listed: string[] | null = null
+  for (let i = 0; i < head.length; i += 2) {
+    const name = head[i]!.toString('latin1').toLowerCase()
+    names[i >> 1] = name
+    if (name === 'connection') {
+      const value = head[i + 1]!.toString('latin1').toLowerCase()
+      // Node servers send 'keep-alive' on every answer: only a real list costs a split.
+      if (value !== 'keep-alive' && value !== 'close') listed = value.split(',').map((token) => token.trim())
+    }
+  }
+  let length = -1
+  let chunked = false
+  for (let i = 0; i < head.length; i += 2) {
+    const name = names[i >> 1]!
+    if (RESPONSE_DROP.has(name)) {
+      if (name === 'content-length') length = Number(head[i + 1]!.toString('latin1'))
+      else if (name === 'transfer-encoding') chunked = true
+      continue
+    }
+    if (listed?.includes(name)) continue
+    // The value goes over as the bytes received: no string round trip.
+    res.writeHeader(name, head[i + 1]!)
+  }
+  return chunked ? -1 : length
+}

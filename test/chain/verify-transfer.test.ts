@@ -1,0 +1,238 @@
+// Each answer of the transaction-hash verifier, produced by a real transaction on a real anvil.
+import { createServer } from 'node:net'
+import { type Address, type Hash, keccak256, toHex } from 'viem'
+import { privateKeyToAccount } from 'viem/accounts'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import {
+  type ChainPublicClient,
+  type ChainWalletClient,
+  chainDefinition,
+  createChainPublicClient,
+  createChainWalletClient,
+} from '../../src/chain/client.ts'
+import { testUsdcArtifact } from '../../src/chain/contracts/artifacts.ts'
+import type { DevChain } from '../../src/chain/dev-chain.ts'
+import { usdcAbi } from '../../src/chain/usdc.ts'
+import {
+  createTransferVerifier,
+  type VerifyTransferOptions,
+  verifyTransfer,
+} from '../../src/chain/verify-transfer.ts'
+import { mine, setAutomine, startTestChain } from '../helpers/anvil.ts'
+import { startCountingProxy } from './counting-proxy.ts'
+
+let dev: DevChain
+let client: ChainPublicClient
+let payers: ChainWalletClient[]
+let options: VerifyTransferOptions
+
+const clientOptions = (rpcUrl: string) => ({ rpcUrl, timeoutMs: 2000, retryCount: 0, pollingIntervalMs: 50 })
+
+beforeAll(async () => {
+  dev = await startTestChain()
+  const chain = chainDefinition('local', dev.chainId, dev.rpcUrl)
+  client = createChainPublicClient(chain, clientOptions(dev.rpcUrl))
+  payers = dev.payers.map((p) =>
+    createChainWalletClient(chain, privateKeyToAccount(p.privateKey), clientOptions(dev.rpcUrl)),
+  )
+  options = {
+    usdc: dev.usdcAddress,
+    treasury: dev.treasury.address,
+    confirmations: 1,
+    maxAgeMs: 60_000,
+    waitMs: 0,
+    pollIntervalMs: 50,
+  }
+})
+
+afterAll(async () => {
+  await dev?.stop()
+})
+
+const payUsdc = (payer: ChainWalletClient, to: Address, value: bigint, gas?: bigint) =>
+  payer.writeContract({
+    address: dev.usdcAddress,
+    abi: usdcAbi,
+    functionName: 'transfer',
+    args: [to, value],
+    gas,
+  })
+
+const mined = async (hash: Hash) => {
+  await client.waitForTransactionReceipt({ hash })
+  return hash
+}
+
+describe('verifyTransfer', () => {
+  it('proves a USDC transfer to the treasury: payer, value, block and time', async () => {
+    const hash = await mined(await payUsdc(payers[0]!, dev.treasury.address, 2_500_000n))
+    const receipt = await client.getTransactionReceipt({ hash })
+    const result = await verifyTransfer(client, { ...options, hash })
+    expect(result).toEqual({
+      ok: true,
+      transfer: {
+        hash,
+        from: dev.payers[0]!.address,
+        value: 2_500_000n,
+        blockNumber: receipt.blockNumber,
+        timestampMs: expect.any(Number),
+      },
+    })
+    if (result.ok) expect(Math.abs(result.transfer.timestampMs - Date.now())).toBeLessThan(10_000)
+  })
+
+  it('answers transaction_failed for a reverted transaction', async () => {
+    // More than the payer holds, with gas given so viem sends it instead of refusing at estimation.
+    const hash = await mined(await payUsdc(payers[1]!, dev.treasury.address, 10n ** 15n, 100_000n))
+    expect(await verifyTransfer(client, { ...options, hash })).toEqual({
+      ok: false,
+      reason: 'transaction_failed',
+    })
+  })
+
+  it('answers wrong_asset for another ERC-20 sent to the treasury', async () => {
+    const other = payers[2]!
+    const deployed = await other.deployContract({
+      abi: testUsdcArtifact.abi,
+      bytecode: testUsdcArtifact.bytecode,
+    })
+    const token = (await client.waitForTransactionReceipt({ hash: deployed })).contractAddress!
+    const me = other.account.address
+    await mined(
+      await other.writeContract({ address: token, abi: mintAbi, functionName: 'mint', args: [me, 5n] }),
+    )
+    const hash = await mined(
+      await other.writeContract({
+        address: token,
+        abi: usdcAbi,
+        functionName: 'transfer',
+        args: [dev.treasury.address, 5n],
+      }),
+    )
+    expect(await verifyTransfer(client, { ...options, hash })).toEqual({ ok: false, reason: 'wrong_asset' })
+  })
+
+  it('answers wrong_recipient for USDC sent to someone else', async () => {
+    const hash = await mined(await payUsdc(payers[0]!, dev.payers[3]!.address, 1_000_000n))
+    expect(await verifyTransfer(client, { ...options, hash })).toEqual({
+      ok: false,
+      reason: 'wrong_recipient',
+    })
+  })
+
+  it('answers no_transfer for a plain ETH payment', async () => {
+    const hash = await mined(
+      await payers[0]!.sendTransaction({ to: dev.treasury.address, value: 10n ** 15n }),
+    )
+    expect(await verifyTransfer(client, { ...options, hash })).toEqual({ ok: false, reason: 'no_transfer' })
+  })
+
+  it('waits waitMs for a hash the node does not know, then answers payment_pending', async () => {
+    const hash = keccak256(toHex(`unknown ${Math.random()}`))
+    const started = performance.now()
+    const result = await verifyTransfer(client, { ...options, hash, waitMs: 300 })
+    expect(performance.now() - started).toBeGreaterThanOrEqual(290)
+    expect(result).toMatchObject({ ok: false, reason: 'payment_pending', retryAfterMs: expect.any(Number) })
+  })
+
+  it('waits for a broadcast transaction and answers ok once it is mined', async () => {
+    await setAutomine(dev.rpcUrl, false)
+    try {
+      const hash = await payUsdc(payers[0]!, dev.treasury.address, 750_000n)
+      expect(await verifyTransfer(client, { ...options, hash, waitMs: 100 })).toMatchObject({
+        ok: false,
+        reason: 'payment_pending',
+        detail: 'transaction not mined yet',
+      })
+      const started = performance.now()
+      const mining = new Promise((resolve) => setTimeout(resolve, 300)).then(() => mine(dev.rpcUrl))
+      const result = await verifyTransfer(client, { ...options, hash, waitMs: 5000 })
+      await mining
+      const elapsed = performance.now() - started
+      expect(result).toMatchObject({ ok: true, transfer: { hash, value: 750_000n } })
+      expect(elapsed).toBeGreaterThanOrEqual(280)
+      expect(elapsed).toBeLessThan(2000)
+    } finally {
+      await setAutomine(dev.rpcUrl, true)
+    }
+  })
+
+  it('answers payment_pending until the transaction has the required confirmations', async () => {
+    const hash = await mined(await payUsdc(payers[0]!, dev.treasury.address, 100_000n))
+    const three = { ...options, hash, confirmations: 3 }
+    expect(await verifyTransfer(client, three)).toMatchObject({
+      ok: false,
+      reason: 'payment_pending',
+      retryAfterMs: 4000, // two more blocks at the default 2 s hint
+    })
+    await mine(dev.rpcUrl, 2)
+    expect(await verifyTransfer(client, three)).toMatchObject({ ok: true, transfer: { value: 100_000n } })
+  })
+
+  it('answers proof_too_old when the block is older than maxAgeMs', async () => {
+    const hash = await mined(await payUsdc(payers[0]!, dev.treasury.address, 100_000n))
+    const later = () => Date.now() + 61_000
+    expect(await verifyTransfer(client, { ...options, hash, now: later })).toEqual({
+      ok: false,
+      reason: 'proof_too_old',
+    })
+  })
+
+  it('answers rpc_unavailable, never a verdict, when the node cannot be reached', async () => {
+    const closed = createChainPublicClient(
+      chainDefinition('local', dev.chainId, dev.rpcUrl),
+      clientOptions(`http://127.0.0.1:${await closedPort()}`),
+    )
+    const hash = keccak256(toHex('any'))
+    expect(await verifyTransfer(closed, { ...options, hash, waitMs: 1000 })).toMatchObject({
+      ok: false,
+      reason: 'rpc_unavailable',
+    })
+  })
+})
+
+describe('createTransferVerifier', () => {
+  it('shares one receipt fetch among concurrent verifications of a hash', async () => {
+    const hash = await mined(await payUsdc(payers[0]!, dev.treasury.address, 300_000n))
+    const proxy = await startCountingProxy(dev.rpcUrl)
+    try {
+      const counted = createChainPublicClient(
+        chainDefinition('local', dev.chainId, proxy.url),
+        clientOptions(proxy.url),
+      )
+      const verify = createTransferVerifier(counted, options)
+      const results = await Promise.all(Array.from({ length: 20 }, () => verify(hash)))
+      expect(new Set(results).size).toBe(1)
+      expect(results[0]).toMatchObject({ ok: true, transfer: { value: 300_000n } })
+      expect(proxy.counts.get('eth_getTransactionReceipt')).toBe(1)
+      // Settled entries are dropped: a later verification asks the chain again.
+      await verify(hash)
+      expect(proxy.counts.get('eth_getTransactionReceipt')).toBe(2)
+    } finally {
+      await proxy.close()
+    }
+  })
+})
+
+const mintAbi = [
+  {
+    type: 'function',
+    name: 'mint',
+    stateMutability: 'nonpayable',
+    inputs: [
+      { name: 'to', type: 'address' },
+      { name: 'amount', type: 'uint256' },
+    ],
+    outputs: [{ name: '', type: 'bool' }],
+  },
+] as const
+
+/** A port nothing listens on: bound, read, released. */
+function closedPort(): Promise<number> {
+  return new Promise((resolve) => {
+    const server = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number }
+      server.close(() => resolve(port))
+    })
+  })
+}

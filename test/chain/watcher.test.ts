@@ -1,0 +1,197 @@
+// The treasury watcher reports every paying transaction once, with its total, and nothing else.
+import { setTimeout as sleep } from 'node:timers/promises'
+import { type Address, type Hash, parseAbi } from 'viem'
+import { privateKeyToAccount } from 'viem/accounts'
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
+import {
+  type ChainPublicClient,
+  type ChainWalletClient,
+  chainDefinition,
+  createChainPublicClient,
+  createChainWalletClient,
+} from '../../src/chain/client.ts'
+import type { DevChain } from '../../src/chain/dev-chain.ts'
+import type { TreasuryTransfer } from '../../src/chain/transfer.ts'
+import { usdcAbi } from '../../src/chain/usdc.ts'
+import { type TransferWatcher, watchTreasuryTransfers } from '../../src/chain/watcher.ts'
+import { mine, startTestChain } from '../helpers/anvil.ts'
+import { startCountingProxy } from './counting-proxy.ts'
+
+const disperseAbi = parseAbi([
+  'function disperseToken(address token, address[] recipients, uint256[] values)',
+])
+
+let dev: DevChain
+let client: ChainPublicClient
+let payers: ChainWalletClient[]
+const watchers: TransferWatcher[] = []
+
+const clientOptions = (rpcUrl: string) => ({ rpcUrl, timeoutMs: 2000, retryCount: 0, pollingIntervalMs: 50 })
+
+beforeAll(async () => {
+  dev = await startTestChain()
+  const chain = chainDefinition('local', dev.chainId, dev.rpcUrl)
+  client = createChainPublicClient(chain, clientOptions(dev.rpcUrl))
+  payers = dev.payers.map((p) =>
+    createChainWalletClient(chain, privateKeyToAccount(p.privateKey), clientOptions(dev.rpcUrl)),
+  )
+})
+
+afterEach(async () => {
+  await Promise.all(watchers.splice(0).map((w) => w.stop()))
+})
+
+afterAll(async () => {
+  await dev?.stop()
+})
+
+/** Starts after the current head, so transfers of earlier tests stay out of sight. */
+async function watch(over: Partial<Parameters<typeof watchTreasuryTransfers>[1]> = {}, on = client) {
+  const fromBlock = (await client.getBlockNumber({ cacheTime: 0 })) + 1n
+  const seen: TreasuryTransfer[] = []
+  const errors: unknown[] = []
+  const watcher = watchTreasuryTransfers(on, {
+    usdc: dev.usdcAddress,
+    treasury: dev.treasury.address,
+    confirmations: 1,
+    pollIntervalMs: 50,
+    onTransfer: (t) => {
+      seen.push(t)
+    },
+    onError: (err) => errors.push(err),
+    fromBlock,
+    ...over,
+  })
+  watchers.push(watcher)
+  return { seen, errors }
+}
+
+const pay = async (payer: ChainWalletClient, to: Address, value: bigint): Promise<Hash> => {
+  const hash = await payer.writeContract({
+    address: dev.usdcAddress,
+    abi: usdcAbi,
+    functionName: 'transfer',
+    args: [to, value],
+  })
+  await client.waitForTransactionReceipt({ hash })
+  return hash
+}
+
+/** A few more polls, so a duplicate or a late report would have time to show up. */
+const settle = () => sleep(250)
+
+describe('watchTreasuryTransfers', () => {
+  it('reports each transfer to the treasury once with its value, and nothing sent elsewhere', async () => {
+    // The default start: the newest confirmed block when it starts (only set-up mints, never reported).
+    const { seen, errors } = await watch({ fromBlock: undefined })
+    await sleep(100)
+    const first = await pay(payers[0]!, dev.treasury.address, 1_000_000n)
+    await pay(payers[0]!, dev.payers[2]!.address, 5_000_000n)
+    await payers[1]!.sendTransaction({ to: dev.treasury.address, value: 10n ** 15n })
+    const second = await pay(payers[1]!, dev.treasury.address, 2_000_000n)
+
+    await vi.waitFor(() => expect(seen).toHaveLength(2), { timeout: 3000, interval: 25 })
+    await settle()
+    expect(seen).toHaveLength(2)
+    expect(seen).toEqual([
+      expect.objectContaining({ hash: first, from: dev.payers[0]!.address, value: 1_000_000n }),
+      expect.objectContaining({ hash: second, from: dev.payers[1]!.address, value: 2_000_000n }),
+    ])
+    const block = await client.getBlock({ blockNumber: seen[0]!.blockNumber })
+    expect(seen[0]!.timestampMs).toBe(Number(block.timestamp) * 1000)
+    expect(errors).toEqual([])
+  })
+
+  it('sums several transfers to the treasury in one transaction (a Disperse batch)', async () => {
+    const payer = payers[3]!
+    const approve = await payer.writeContract({
+      address: dev.usdcAddress,
+      abi: usdcAbi,
+      functionName: 'approve',
+      args: [dev.disperseAddress, 10_000_000n],
+    })
+    await client.waitForTransactionReceipt({ hash: approve })
+    const { seen } = await watch()
+    await sleep(100)
+    const hash = await payer.writeContract({
+      address: dev.disperseAddress,
+      abi: disperseAbi,
+      functionName: 'disperseToken',
+      args: [
+        dev.usdcAddress,
+        [dev.treasury.address, dev.payers[0]!.address, dev.treasury.address],
+        [1n, 2n, 3n],
+      ],
+    })
+    await client.waitForTransactionReceipt({ hash })
+    await vi.waitFor(() => expect(seen).toHaveLength(1), { timeout: 3000, interval: 25 })
+    await settle()
+    expect(seen).toEqual([expect.objectContaining({ hash, from: dev.payers[3]!.address, value: 4n })])
+  })
+
+  it('waits for the configured confirmations before reporting', async () => {
+    const { seen } = await watch({ confirmations: 3 })
+    await sleep(100)
+    const hash = await pay(payers[0]!, dev.treasury.address, 42n)
+    await settle()
+    expect(seen).toEqual([])
+    await mine(dev.rpcUrl, 1)
+    await settle()
+    expect(seen).toEqual([])
+    await mine(dev.rpcUrl, 1)
+    await vi.waitFor(() => expect(seen).toHaveLength(1), { timeout: 3000, interval: 25 })
+    expect(seen[0]).toMatchObject({ hash, value: 42n })
+  })
+
+  it('reports what was paid while the RPC was down once it is back, without gaps or duplicates', async () => {
+    const proxy = await startCountingProxy(dev.rpcUrl)
+    try {
+      const flaky = createChainPublicClient(
+        chainDefinition('local', dev.chainId, proxy.url),
+        clientOptions(proxy.url),
+      )
+      const { seen, errors } = await watch({}, flaky)
+      await sleep(100)
+      const before = await pay(payers[4]!, dev.treasury.address, 11n)
+      await vi.waitFor(() => expect(seen).toHaveLength(1), { timeout: 3000, interval: 25 })
+
+      proxy.failing = true
+      const during = [
+        await pay(payers[4]!, dev.treasury.address, 12n),
+        await pay(payers[4]!, dev.treasury.address, 13n),
+      ]
+      await vi.waitFor(() => expect(errors.length).toBeGreaterThan(0), { timeout: 3000, interval: 25 })
+      proxy.failing = false
+
+      await vi.waitFor(() => expect(seen).toHaveLength(3), { timeout: 3000, interval: 25 })
+      await settle()
+      expect(seen.map((t) => [t.hash, t.value])).toEqual([
+        [before, 11n],
+        [during[0], 12n],
+        [during[1], 13n],
+      ])
+    } finally {
+      await proxy.close()
+    }
+  })
+
+  it('stop() ends polling', async () => {
+    const proxy = await startCountingProxy(dev.rpcUrl)
+    try {
+      const counted = createChainPublicClient(
+        chainDefinition('local', dev.chainId, proxy.url),
+        clientOptions(proxy.url),
+      )
+      const { seen } = await watch({}, counted)
+      await sleep(120)
+      await watchers.pop()!.stop()
+      const requests = proxy.requests
+      await pay(payers[0]!, dev.treasury.address, 7n)
+      await settle()
+      expect(proxy.requests).toBe(requests)
+      expect(seen).toEqual([])
+    } finally {
+      await proxy.close()
+    }
+  })
+})
