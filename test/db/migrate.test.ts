@@ -1,8 +1,14 @@
+import { readdirSync } from 'node:fs'
+import { join } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
 import { startEmbeddedDatabase } from '../../src/db/embedded.ts'
 import { migrate } from '../../src/db/migrate.ts'
 import { createSql, type Sql } from '../../src/db/sql.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
+
+const ALL = readdirSync(join(import.meta.dirname, '../../src/db/migrations'))
+  .filter((f) => f.endsWith('.sql'))
+  .sort()
 
 const closers: Array<() => Promise<unknown>> = []
 afterAll(async () => {
@@ -20,7 +26,7 @@ describe('migrations', () => {
     closers.push(() => db.stop())
     const sql = createSql(db.url, { max: 1 })
     closers.push(() => sql.end())
-    expect((await migrate(sql)).applied).toEqual(['0001_init.sql'])
+    expect((await migrate(sql)).applied).toEqual(ALL)
     const first = await schemaOf(sql)
     expect((await migrate(sql)).applied).toEqual([])
     expect(await schemaOf(sql)).toEqual(first)
@@ -38,8 +44,8 @@ describe('migrations', () => {
       () => b.end(),
     )
     const [ra, rb] = await Promise.all([migrate(a), migrate(b)])
-    expect([...ra.applied, ...rb.applied]).toEqual(['0001_init.sql'])
+    expect([...ra.applied, ...rb.applied]).toEqual(ALL)
     const rows = await a`SELECT name FROM schema_migrations`
-    expect(rows.map((r) => r.name)).toEqual(['0001_init.sql'])
+    expect(rows.map((r) => r.name)).toEqual(ALL)
   })
 })
