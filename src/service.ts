@@ -24,6 +24,7 @@ import { createCheckoutRoute } from './data-plane/checkout.ts'
 import { createEndpointCache } from './data-plane/endpoint-cache.ts'
 import { createMeteredRoute } from './data-plane/metered.ts'
 import { createUpstreamDispatcher } from './data-plane/proxy.ts'
+import { assertNativeUws } from './data-plane/uws.ts'
 import { Verifier } from './data-plane/verifier.ts'
 import { CaptureWriter } from './db/captures.ts'
 import { ClaimWriter } from './db/claims.ts'
@@ -56,6 +57,8 @@ export interface StartOptions {
 }
 
 export async function startService(config: Config, options: StartOptions = {}): Promise<Service> {
+  // Before anything else: a silent fallback to the JS server would run everything slow.
+  assertNativeUws()
   const logger = options.logger ?? createLogger(config.log.level)
   const cleanups: Array<() => Promise<void> | void> = []
   const stop = async () => {

@@ -2,7 +2,7 @@
 import client from 'prom-client'
 
 export const registry = new client.Registry()
-client.collectDefaultMetrics({ register: registry, prefix: 'tollgate_process_' })
+client.collectDefaultMetrics({ register: registry, prefix: 'tollgate_' })
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 
