@@ -71,6 +71,20 @@ export const ConfigSchema = v.strictObject({
     interval_ms: PositiveInt,
     threshold: Dollars,
     min_amount: Dollars,
+    /** How often the leader checks for a wallet over the threshold (and for payouts left open by a crash). */
+    threshold_check_interval_ms: PositiveInt,
+    /** How long one run waits for its transactions' confirmations before leaving them to the next run. */
+    confirm_timeout_ms: PositiveInt,
+    /** Backoff after a failed payout: retry_base_ms × 2^(attempt−1), at most retry_max_ms. */
+    retry_base_ms: Ms,
+    retry_max_ms: Ms,
+    /** Wallets paid per batch (one transaction each) and ledger entries read per batch. */
+    max_wallets_per_batch: PositiveInt,
+    max_entries_per_batch: PositiveInt,
+    /** Time range of the admin port's /reconcile report (ending now). */
+    reconcile_range_ms: PositiveInt,
+    /** Blocks per eth_getLogs request when reconciling (RPC providers cap the range). */
+    reconcile_block_chunk: PositiveInt,
   }),
   webhooks: v.strictObject({
     retry_schedule_ms: v.array(Ms),

@@ -87,7 +87,11 @@ const RESPONSE_DROP = new Set([...HOP_BY_HOP, 'content-length', 'date'])
 const JSON_TYPE = 'application/json; charset=utf-8'
 const ERROR_RESPONSES: Record<UpstreamErrorCode, { status: string; body: string }> = {
   unreachable: errorResponse('502 Bad Gateway', 'upstream_unreachable', 'The upstream could not be reached.'),
-  reset: errorResponse('502 Bad Gateway', 'upstream_unreachable', 'The upstream closed the connection before answering.'),
+  reset: errorResponse(
+    '502 Bad Gateway',
+    'upstream_unreachable',
+    'The upstream closed the connection before answering.',
+  ),
   timeout: errorResponse('504 Gateway Timeout', 'upstream_timeout', 'The upstream did not answer in time.'),
   private_target: errorResponse(
     '502 Bad Gateway',
@@ -294,7 +298,8 @@ function forwardHeaders(req: ForwardRequest, target: UpstreamTarget): string[] {
   for (const [name, value] of req.headers) {
     if (REQUEST_DROP.has(name)) {
       if (name === 'host') host = value
-      else if (name === 'x-forwarded-for') forwardedFor = forwardedFor === '' ? value : `${forwardedFor}, ${value}`
+      else if (name === 'x-forwarded-for')
+        forwardedFor = forwardedFor === '' ? value : `${forwardedFor}, ${value}`
       else if (name === 'connection') connection = value.toLowerCase()
       continue
     }
@@ -307,7 +312,12 @@ function forwardHeaders(req: ForwardRequest, target: UpstreamTarget): string[] {
     if (!INJECT_REFUSED.has(lower)) out.push(lower, value)
   }
   const remote = req.remoteAddress
-  out.push('x-forwarded-for', forwardedFor === '' ? remote : `${forwardedFor}, ${remote}`, 'x-forwarded-proto', 'http')
+  out.push(
+    'x-forwarded-for',
+    forwardedFor === '' ? remote : `${forwardedFor}, ${remote}`,
+    'x-forwarded-proto',
+    'http',
+  )
   if (host !== '') out.push('x-forwarded-host', host)
   out.push('host', target.host)
   return out

@@ -2,6 +2,7 @@
 // (FOR UPDATE SKIP LOCKED + a lease, so several instances never send one delivery at once), attempt results,
 // redelivery, and the deliveries a merchant reads.
 import { newId } from '../ids.ts'
+import { EVENT_CREATED_CHANNEL } from './events.ts'
 import type { Sql, Tx } from './sql.ts'
 
 /** A webhook subscribed to an event type: its list holds the type or '*'. */
@@ -12,7 +13,10 @@ const SUBSCRIBED = (db: Sql | Tx, type: string) => db`('*' = ANY(w.events) OR ${
  * marks the events dispatched, in one transaction: a crash leaves either both or neither. Returns how many
  * events it took (fewer than batch → nothing left).
  */
-export async function fanOutEvents(sql: Sql, q: { batch: number }): Promise<{ events: number; deliveries: number }> {
+export async function fanOutEvents(
+  sql: Sql,
+  q: { batch: number },
+): Promise<{ events: number; deliveries: number }> {
   return (await sql.begin(async (tx) => {
     const events = await tx<{ id: string; account_id: string; type: string }[]>`
       SELECT id, account_id, type FROM events WHERE dispatched_at IS NULL
@@ -114,9 +118,7 @@ export async function recordAttempt(
   const { delivery: d, result: r } = q
   return (await sql.begin(async (tx) => {
     const nextAt =
-      r.kind === 'retry'
-        ? tx`now() + ${r.delayMs} * interval '1 millisecond'`
-        : tx`NULL::timestamptz`
+      r.kind === 'retry' ? tx`now() + ${r.delayMs} * interval '1 millisecond'` : tx`NULL::timestamptz`
     await tx`
       INSERT INTO webhook_attempts (delivery_id, webhook_id, event_id, status_code, latency_ms, error, next_attempt_at)
       VALUES (${d.id}, ${d.webhook_id}, ${d.event_id}, ${r.statusCode}, ${Math.round(r.latencyMs)},
@@ -148,11 +150,15 @@ export async function recordAttempt(
   })) as RecordedAttempt
 }
 
-/** When the next pending delivery falls due (only future ones: the poll covers the rest); null if none. */
-export async function nextDueAt(sql: Sql): Promise<Date | null> {
-  const [row] = await sql<{ at: Date | null }[]>`
-    SELECT min(next_attempt_at) AS at FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at > now()`
-  return row?.at ?? null
+/**
+ * Milliseconds (on the database clock) until the next pending delivery falls due; only future ones count,
+ * the poll covers the rest. null if none.
+ */
+export async function msUntilNextDue(sql: Sql): Promise<number | null> {
+  const [row] = await sql<{ ms: number | null }[]>`
+    SELECT (extract(epoch FROM min(next_attempt_at) - now()) * 1000)::float8 AS ms
+    FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at > now()`
+  return row?.ms ?? null
 }
 
 export interface DeliveryRow {
@@ -219,11 +225,18 @@ export async function requeueDeliveries(
   q: { eventId: string; webhookIds: string[] },
 ): Promise<DeliveryRow[]> {
   if (q.webhookIds.length === 0) return []
-  const rows = q.webhookIds.map((w) => ({ id: newId('whd'), event_id: q.eventId, webhook_id: w, status: 'pending' }))
+  const rows = q.webhookIds.map((w) => ({
+    id: newId('whd'),
+    event_id: q.eventId,
+    webhook_id: w,
+    status: 'pending',
+  }))
   await db`
     INSERT INTO webhook_deliveries ${db(rows, 'id', 'event_id', 'webhook_id', 'status')}
     ON CONFLICT (event_id, webhook_id) DO UPDATE SET status = 'pending', attempts = 0, next_attempt_at = now(),
       delivered_at = NULL, locked_until = NULL`
+  // Wakes the leader's dispatcher now rather than at its next poll.
+  await db`SELECT pg_notify(${EVENT_CREATED_CHANNEL}, ${q.eventId})`
   return db<DeliveryRow[]>`
     SELECT d.id, d.event_id, e.type AS event_type, d.webhook_id, d.status, d.attempts, d.next_attempt_at,
            d.delivered_at, d.created_at

@@ -31,7 +31,11 @@ export async function insertWebhook(
 }
 
 /** An account's webhook (not deleted); null for another account's id, so callers answer 404 either way. */
-export async function findOwnedWebhook(db: Sql | Tx, accountId: string, id: string): Promise<WebhookRow | null> {
+export async function findOwnedWebhook(
+  db: Sql | Tx,
+  accountId: string,
+  id: string,
+): Promise<WebhookRow | null> {
   const [row] = await db<WebhookRow[]>`
     SELECT ${db.unsafe(COLUMNS)} FROM webhooks
     WHERE id = ${id} AND account_id = ${accountId} AND deleted_at IS NULL`

@@ -134,3 +134,24 @@ export const jobLeader = new client.Gauge({
 export function statusClass(status: number): '1xx' | '2xx' | '3xx' | '4xx' | '5xx' {
   return status < 200 ? '1xx' : status < 300 ? '2xx' : status < 400 ? '3xx' : status < 500 ? '4xx' : '5xx'
 }
+
+/** reason: usdc_short | gas_short. 1 while the payout batcher is stopped for that reason. */
+export const payoutBlocked = new client.Gauge({
+  name: 'tollgate_payouts_blocked',
+  help: '1 while payouts are stopped because the treasury is short of USDC or of gas, by reason.',
+  labelNames: ['reason'] as const,
+  registers: [registry],
+})
+
+export const payoutFailures = new client.Counter({
+  name: 'tollgate_payouts_failed_total',
+  help: 'Payouts marked failed (entries put back for a retry), by reason (reverted, nonce_taken).',
+  labelNames: ['reason'] as const,
+  registers: [registry],
+})
+
+export const payoutsOpen = new client.Gauge({
+  name: 'tollgate_payouts_open',
+  help: 'Payouts recorded or broadcast but not yet confirmed or failed.',
+  registers: [registry],
+})

@@ -29,6 +29,10 @@ export interface Upstream {
   count(): number
   requests: RecordedRequest[]
   last(): RecordedRequest | undefined
+  /** When the latest /sse stream finished, or null while it runs. */
+  sseFinishedAt(): number | null
+  /** Whether the latest /hang-body request was closed by its peer (it never finishes by itself). */
+  hangAborted(): boolean
   close(): Promise<void>
 }
 
@@ -83,6 +87,8 @@ export async function startUpstream(handler?: UpstreamHandler): Promise<Upstream
     count: () => requests.length,
     requests,
     last: () => requests.at(-1),
+    sseFinishedAt: () => latest(requests, '/sse')?.finishedAt ?? null,
+    hangAborted: () => latest(requests, '/hang-body')?.closedEarlyAt != null,
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections()
@@ -91,12 +97,30 @@ export async function startUpstream(handler?: UpstreamHandler): Promise<Upstream
   }
 }
 
-function route(req: IncomingMessage, res: ServerResponse, record: RecordedRequest, bigBodies: Map<number, Buffer>) {
+function latest(requests: RecordedRequest[], route: string): RecordedRequest | undefined {
+  return requests.findLast((record) => routeOf(record.url) === route)
+}
+
+/** Routes match on the first path segment, so an endpoint's upstream_url may add its own rest. */
+function routeOf(url: string): string {
+  const path = url.split('?', 1)[0]!
+  const second = path.indexOf('/', 1)
+  return second === -1 ? path : path.slice(0, second)
+}
+
+function route(
+  req: IncomingMessage,
+  res: ServerResponse,
+  record: RecordedRequest,
+  bigBodies: Map<number, Buffer>,
+) {
   const url = new URL(record.url, 'http://upstream')
   const path = url.pathname
-  if (path === '/echo') {
+  const first = routeOf(path)
+  if (first === '/echo') {
     const body = JSON.stringify({
       method: record.method,
+      url: record.url,
       path,
       query: url.search.slice(1),
       headers: record.headers,
@@ -104,11 +128,15 @@ function route(req: IncomingMessage, res: ServerResponse, record: RecordedReques
       bodyLength: record.body.length,
       bodySha256: sha256(record.body),
     })
-    res.writeHead(200, { 'content-type': 'application/json', 'x-upstream': 'echo' })
+    res.writeHead(200, {
+      'content-type': 'application/json',
+      'content-length': String(Buffer.byteLength(body)),
+      'x-upstream': 'echo',
+    })
     res.end(body)
     return
   }
-  if (path === '/big') {
+  if (first === '/big') {
     const bytes = Number(url.searchParams.get('bytes') ?? '1024')
     let body = bigBodies.get(bytes)
     if (body === undefined) {
@@ -124,7 +152,7 @@ function route(req: IncomingMessage, res: ServerResponse, record: RecordedReques
     }
     return
   }
-  if (path === '/chunked') {
+  if (first === '/chunked') {
     res.writeHead(200, { 'content-type': 'text/plain' })
     let i = 0
     const timer = setInterval(() => {
@@ -137,10 +165,10 @@ function route(req: IncomingMessage, res: ServerResponse, record: RecordedReques
     res.on('close', () => clearInterval(timer))
     return
   }
-  if (path === '/sse') {
+  if (first === '/sse') {
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
     let i = 0
-    const send = () => res.write(`id: ${i}\ndata: event-${i}\n\n`)
+    const send = () => res.write(`data: ${i}\n\n`)
     send()
     const timer = setInterval(() => {
       if (++i === 5) {
@@ -153,7 +181,7 @@ function route(req: IncomingMessage, res: ServerResponse, record: RecordedReques
     res.on('close', () => clearInterval(timer))
     return
   }
-  const status = /^\/status\/(\d{3})$/.exec(path)
+  const status = /^\/status\/(\d{3})/.exec(path)
   if (status) {
     const code = Number(status[1])
     if (code === 204 || code === 304) {
@@ -165,31 +193,34 @@ function route(req: IncomingMessage, res: ServerResponse, record: RecordedReques
     }
     return
   }
-  if (path === '/redirect') {
+  if (first === '/redirect') {
     res.writeHead(302, { location: '/echo', 'content-type': 'text/plain' })
     res.end('redirecting')
     return
   }
-  if (path === '/slow') {
-    const timer = setTimeout(() => {
-      res.writeHead(200, { 'content-type': 'text/plain' })
-      res.end('slow')
-    }, Number(url.searchParams.get('ms') ?? '1000'))
+  if (first === '/slow') {
+    const timer = setTimeout(
+      () => {
+        res.writeHead(200, { 'content-type': 'text/plain' })
+        res.end('slow')
+      },
+      Number(url.searchParams.get('ms') ?? '1000'),
+    )
     res.on('close', () => clearTimeout(timer))
     return
   }
-  if (path === '/hang-body') {
+  if (first === '/hang-body') {
     res.writeHead(200, { 'content-type': 'text/plain' })
     res.write('started\n')
     return
   }
-  if (path === '/set-cookies') {
+  if (first === '/set-cookies') {
     res.setHeader('set-cookie', ['a=1; Path=/', 'b=2; Path=/; HttpOnly'])
     res.setHeader('content-type', 'text/plain')
     res.end('cookies')
     return
   }
-  if (path === '/hop-headers') {
+  if (first === '/hop-headers') {
     res.setHeader('connection', 'keep-alive, x-hop')
     res.setHeader('x-hop', 'dropped')
     res.setHeader('proxy-authenticate', 'Basic')

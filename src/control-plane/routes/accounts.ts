@@ -7,6 +7,7 @@ import { ApiError } from '../api-error.ts'
 import type { ControlPlaneDeps } from '../deps.ts'
 import type { Route } from '../route.ts'
 import { parseBody } from '../validation.ts'
+import { accountBalanceView } from './payouts.ts'
 
 const RegisterBody = v.strictObject({
   wallet_address: v.string('must be a string'),
@@ -91,7 +92,10 @@ export const accountRoutes: Route[] = [
     path: '/account',
     auth: true,
     async handler({ account, deps }) {
-      return { status: 200, body: presentAccount(account, deps) }
+      return {
+        status: 200,
+        body: { ...presentAccount(account, deps), balance: await accountBalanceView(deps.sql, account.id) },
+      }
     },
   },
   {

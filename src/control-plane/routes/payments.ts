@@ -1,4 +1,178 @@
-// /payments (issue 4): placeholder until the payments routes land.
+// /payments: standard payments a merchant creates and a customer pays on the hosted checkout (payment_url).
+import * as v from 'valibot'
+import {
+  cancelPayment,
+  findOwnedPayment,
+  insertPayment,
+  listPayments,
+  type PaymentRow,
+  type PaymentView,
+  paymentTimeline,
+  presentPayment,
+  presentTimeline,
+} from '../../db/payments.ts'
+import { newId } from '../../ids.ts'
+import { configDollars, parseDollars } from '../../money.ts'
+import { ApiError } from '../api-error.ts'
+import type { ControlPlaneDeps } from '../deps.ts'
+import { listResponse, readPage } from '../pagination.ts'
 import type { Route } from '../route.ts'
+import { parseBody } from '../validation.ts'
 
-export const paymentRoutes: Route[] = []
+const MIN_EXPIRES_IN_S = 60
+const MAX_EXPIRES_IN_S = 30 * 24 * 60 * 60
+const STATUSES = ['pending', 'paid', 'expired', 'canceled'] as const
+
+const SuccessUrl = v.pipe(
+  v.string('must be a string'),
+  v.maxLength(2048, 'must be at most 2048 characters'),
+  v.check((s) => {
+    try {
+      const u = new URL(s)
+      return u.protocol === 'https:' || u.protocol === 'http:'
+    } catch {
+      return false
+    }
+  }, 'must be an absolute http(s) URL'),
+)
+
+const Metadata = v.pipe(
+  v.record(
+    v.pipe(v.string(), v.maxLength(40, 'keys must be at most 40 characters')),
+    v.pipe(v.string('values must be strings'), v.maxLength(500, 'values must be at most 500 characters')),
+    'must be an object of string values',
+  ),
+  v.check((m) => Object.keys(m).length <= 50, 'at most 50 keys'),
+)
+
+const CreateBody = v.strictObject({
+  amount: v.union([v.number(), v.string()], 'must be a number of dollars'),
+  description: v.pipe(
+    v.string('must be a string'),
+    v.trim(),
+    v.minLength(1, 'must not be empty'),
+    v.maxLength(1000, 'must be at most 1000 characters'),
+  ),
+  metadata: v.optional(Metadata),
+  /** Seconds until the payment expires. */
+  expires_in: v.optional(
+    v.pipe(
+      v.number('must be a number of seconds'),
+      v.integer('must be a whole number of seconds'),
+      v.minValue(MIN_EXPIRES_IN_S, `must be at least ${MIN_EXPIRES_IN_S} seconds`),
+      v.maxValue(MAX_EXPIRES_IN_S, `must be at most ${MAX_EXPIRES_IN_S} seconds (30 days)`),
+    ),
+  ),
+  success_url: v.optional(v.nullable(SuccessUrl)),
+})
+
+function readAmount(raw: unknown, deps: ControlPlaneDeps): bigint {
+  const parsed = parseDollars(raw)
+  if (!parsed.ok) throw new ApiError('invalid_parameter', `amount: ${parsed.reason}`, 'amount')
+  if (parsed.atomic > configDollars(deps.config.payments.max_amount)) {
+    throw new ApiError(
+      'invalid_parameter',
+      `amount: must be at most ${deps.config.payments.max_amount}`,
+      'amount',
+    )
+  }
+  return parsed.atomic
+}
+
+function viewOf(deps: ControlPlaneDeps): PaymentView {
+  return {
+    publicUrl: deps.publicUrl(),
+    network: deps.chain.network,
+    chainId: deps.chain.chainId,
+    treasury: deps.chain.treasury,
+    usdcAddress: deps.chain.usdcAddress,
+  }
+}
+
+const PAYMENT_ID = /^pay_[0-9A-Za-z]{1,64}$/
+
+function notFound(id: string): ApiError {
+  return new ApiError('not_found', `no payment ${id}`, 'id')
+}
+
+export const paymentRoutes: Route[] = [
+  {
+    method: 'POST',
+    path: '/payments',
+    auth: true,
+    idempotent: true,
+    async handler({ body, account, db, deps }) {
+      const input = parseBody(CreateBody, body)
+      const amountAtomic = readAmount(input.amount, deps)
+      const row = await insertPayment(db, {
+        id: newId('pay'),
+        accountId: account.id,
+        amountAtomic,
+        description: input.description,
+        metadata: input.metadata ?? {},
+        successUrl: input.success_url ?? null,
+        expiresInMs:
+          input.expires_in !== undefined
+            ? input.expires_in * 1000
+            : deps.config.payments.default_expires_in_ms,
+      })
+      return { status: 201, body: presentPayment(row, viewOf(deps)) }
+    },
+  },
+  {
+    method: 'GET',
+    path: '/payments',
+    auth: true,
+    async handler({ query, account, db, deps }) {
+      const page = readPage(query)
+      const status = query.get('status')
+      if (status !== null && !(STATUSES as readonly string[]).includes(status)) {
+        throw new ApiError('invalid_parameter', `status: must be one of ${STATUSES.join(', ')}`, 'status')
+      }
+      const rows = await listPayments(db, {
+        accountId: account.id,
+        status: status as PaymentRow['status'] | null,
+        limit: page.limit + 1,
+        startingAfter: page.startingAfter,
+      })
+      const view = viewOf(deps)
+      return { status: 200, body: listResponse(rows, page, (p) => presentPayment(p, view)) }
+    },
+  },
+  {
+    method: 'GET',
+    path: '/payments/:id',
+    auth: true,
+    async handler({ params, account, db, deps }) {
+      const id = params.id!
+      const row = PAYMENT_ID.test(id) ? await findOwnedPayment(db, account.id, id) : null
+      // Another account's payment is indistinguishable from a missing one.
+      if (!row) throw notFound(id)
+      const timeline = await paymentTimeline(db, id)
+      return {
+        status: 200,
+        body: { ...presentPayment(row, viewOf(deps)), timeline: presentTimeline(timeline) },
+      }
+    },
+  },
+  {
+    method: 'POST',
+    path: '/payments/:id/cancel',
+    auth: true,
+    async handler({ params, account, body, deps }) {
+      if (body !== undefined) parseBody(v.strictObject({}), body)
+      const id = params.id!
+      if (!PAYMENT_ID.test(id)) throw notFound(id)
+      const view = viewOf(deps)
+      const outcome = await cancelPayment(deps.sql, { accountId: account.id, id, view })
+      if (outcome.kind === 'not_found') throw notFound(id)
+      if (outcome.kind === 'invalid_state') {
+        throw new ApiError(
+          'invalid_state',
+          `payment ${id} is ${outcome.payment.status}; only a pending payment can be canceled`,
+        )
+      }
+      return { status: 200, body: presentPayment(outcome.payment, view) }
+    },
+  },
+]

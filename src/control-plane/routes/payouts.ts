@@ -1,4 +1,74 @@
-// /payouts (issue 6): placeholder until the payout routes land.
+// GET /payouts, /payouts/:id: the account's payouts (owner shares and refunds of its calls) with their
+// on-chain transactions; and the balance view GET /account shows.
+import { type AccountBalance, accountBalance } from '../../db/ledger.ts'
+import {
+  type AccountPayoutRow,
+  findAccountPayout,
+  listAccountPayouts,
+  type PayoutStatus,
+  payoutObject,
+} from '../../db/payouts.ts'
+import type { Sql, Tx } from '../../db/sql.ts'
+import { toDollars } from '../../money.ts'
+import { ApiError } from '../api-error.ts'
+import { listResponse, readPage } from '../pagination.ts'
 import type { Route } from '../route.ts'
 
-export const payoutRoutes: Route[] = []
+const STATUSES: readonly PayoutStatus[] = ['pending', 'submitted', 'confirmed', 'failed']
+
+export function presentPayout(p: AccountPayoutRow) {
+  return payoutObject(p, { amount_atomic: p.account_amount_atomic })
+}
+
+/** `balance` of GET /account: dollars and base units for each total. */
+export function presentBalance(b: AccountBalance) {
+  const pair = (atomic: bigint) => ({ amount: toDollars(atomic), amount_atomic: atomic.toString() })
+  return {
+    currency: 'USDC',
+    captured: pair(b.captured_atomic),
+    owner_share: pair(b.owner_share_atomic),
+    fees: pair(b.fees_atomic),
+    paid_out: pair(b.paid_out_atomic),
+    pending: pair(b.pending_atomic),
+    in_flight: pair(b.in_flight_atomic),
+    refunded: pair(b.refunded_atomic),
+    refunds_pending: pair(b.refunds_pending_atomic),
+  }
+}
+
+export async function accountBalanceView(db: Sql | Tx, accountId: string) {
+  return presentBalance(await accountBalance(db, accountId))
+}
+
+export const payoutRoutes: Route[] = [
+  {
+    method: 'GET',
+    path: '/payouts',
+    auth: true,
+    async handler({ query, account, db }) {
+      const page = readPage(query)
+      const status = query.get('status')
+      if (status !== null && !STATUSES.includes(status as PayoutStatus)) {
+        throw new ApiError('invalid_parameter', `status: must be one of ${STATUSES.join(', ')}`, 'status')
+      }
+      const rows = await listAccountPayouts(db, {
+        accountId: account.id,
+        limit: page.limit + 1,
+        startingAfter: page.startingAfter,
+        status: status as PayoutStatus | null,
+      })
+      return { status: 200, body: listResponse(rows, page, presentPayout) }
+    },
+  },
+  {
+    method: 'GET',
+    path: '/payouts/:id',
+    auth: true,
+    async handler({ params, account, db }) {
+      const row = await findAccountPayout(db, account.id, params.id!)
+      // Another account's payout is indistinguishable from a missing one.
+      if (!row) throw new ApiError('not_found', `no payout ${params.id}`, 'id')
+      return { status: 200, body: presentPayout(row) }
+    },
+  },
+]

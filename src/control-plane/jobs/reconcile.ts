@@ -1,0 +1,356 @@
+// Reconciliation: the chain against the books for a time range, to the base unit.
+//   inflow:  USDC received by the treasury in the proofs claimed in the range
+//            = captured calls + applied payments + refunds booked + uncaptured (still in their retry window)
+//   outflow: USDC the treasury sent = confirmed payout rows (same hash, recipient and amount)
+//   split:   owner shares + fees = captured, for the calls captured in the range
+//   entries: confirmed payouts = the ledger entries linked to them
+// Any difference makes the report not ok (the CLI exits non-zero, the admin route answers 409).
+import { type Address, getAddress, type Hash } from 'viem'
+import type { ChainContext } from '../../chain/connect.ts'
+import { transferEvent } from '../../chain/usdc.ts'
+import type { Config } from '../../config/schema.ts'
+import type { Sql } from '../../db/sql.ts'
+
+export interface ReconcileDeps {
+  sql: Sql
+  chain: Pick<ChainContext, 'publicClient' | 'treasury' | 'usdc'>
+  config: Config
+}
+
+/** Unbounded ends (null) mean from genesis / until now. */
+export interface ReconcileRange {
+  fromMs?: number | null
+  toMs?: number | null
+}
+
+type Atomic = string
+
+export interface ReconcileReport {
+  ok: boolean
+  treasury: string
+  token: string
+  range: { from: string | null; to: string | null; from_block: string; to_block: string }
+  inflow: {
+    claims: number
+    chain_proof_transfers_atomic: Atomic
+    captured_calls_atomic: Atomic
+    applied_payments_atomic: Atomic
+    refunds_atomic: Atomic
+    uncaptured_in_window_atomic: Atomic
+    books_atomic: Atomic
+    difference_atomic: Atomic
+    claims_missing_on_chain: number
+    unsettled_authorizations: number
+    /** Transfers to the treasury that no proof claimed (top-ups, proofs not presented yet): not a difference. */
+    unclaimed_transfers: number
+    unclaimed_inflow_atomic: Atomic
+  }
+  outflow: {
+    chain_transfers: number
+    chain_transfers_atomic: Atomic
+    confirmed_payouts_atomic: Atomic
+    /** Mined but not marked yet (a run in progress, or a crash the next run resolves): not a difference. */
+    in_flight_payouts_atomic: Atomic
+    unknown_outflow_atomic: Atomic
+    difference_atomic: Atomic
+  }
+  split: {
+    calls: number
+    captured_atomic: Atomic
+    owner_shares_atomic: Atomic
+    fees_atomic: Atomic
+    difference_atomic: Atomic
+  }
+  payout_entries: {
+    confirmed_payouts: number
+    confirmed_payouts_atomic: Atomic
+    linked_entries_atomic: Atomic
+    difference_atomic: Atomic
+  }
+  differences: string[]
+}
+
+interface ChainTransfer {
+  hash: Hash
+  from: Address
+  to: Address
+  value: bigint
+  blockNumber: bigint
+}
+
+export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {}): Promise<ReconcileReport> {
+  const { sql, chain, config } = deps
+  const client = chain.publicClient
+  const treasury = chain.treasury
+  const fromMs = range.fromMs ?? null
+  const toMs = range.toMs ?? null
+  const from = fromMs === null ? new Date(0) : new Date(fromMs)
+  const to = toMs === null ? new Date('9999-01-01T00:00:00Z') : new Date(toMs)
+  const differences: string[] = []
+
+  const latest = await client.getBlockNumber({ cacheTime: 0 })
+  const fromBlock = fromMs === null ? 0n : await firstBlockAtOrAfter(client, fromMs, latest)
+  // A proof may be up to max_proof_age_ms older than its claim: scan that far back for the inflows.
+  const inflowFromBlock =
+    fromMs === null ? 0n : await firstBlockAtOrAfter(client, fromMs - config.chain.max_proof_age_ms, latest)
+  const toBlock = toMs === null ? latest : await lastBlockBefore(client, toMs, latest)
+
+  const chunk = BigInt(config.payouts.reconcile_block_chunk)
+  const [inflows, outflows] = await Promise.all([
+    transferLogs(client, { usdc: chain.usdc.address, to: treasury, fromBlock: inflowFromBlock, toBlock: latest, chunk }),
+    transferLogs(client, { usdc: chain.usdc.address, from: treasury, fromBlock, toBlock: latest, chunk }),
+  ])
+
+  // ---- inflow: claims of the range against the chain ----
+  const inByHash = sumByHash(inflows)
+  const claims = await sql<
+    {
+      proof_key: string
+      kind: 'tx' | 'eip3009'
+      status: string
+      amount_atomic: bigint
+      settlement_tx: string | null
+      call_amount: bigint | null
+      refund_amount: bigint
+    }[]
+  >`
+    SELECT c.proof_key, c.kind, c.status, c.amount_atomic, c.settlement_tx,
+           (SELECT k.amount_atomic FROM calls k WHERE k.proof_key = c.proof_key) AS call_amount,
+           (SELECT coalesce(sum(e.amount_atomic), 0) FROM ledger_entries e
+             WHERE e.kind = 'refund' AND e.source_type = 'claim' AND e.source_id = c.proof_key)::bigint AS refund_amount
+    FROM claims c
+    WHERE c.claimed_at >= ${from} AND c.claimed_at < ${to}`
+  let captured = 0n
+  let applied = 0n
+  let refunds = 0n
+  let uncaptured = 0n
+  let unsettled = 0
+  let missing = 0
+  const claimedHashes = new Set<string>()
+  for (const c of claims) {
+    const hash = c.kind === 'tx' ? c.proof_key.slice(3).toLowerCase() : c.settlement_tx?.toLowerCase()
+    if (!hash) {
+      unsettled++
+      continue
+    }
+    if (!claimedHashes.has(hash)) {
+      claimedHashes.add(hash)
+      if (!inByHash.has(hash)) {
+        missing++
+        differences.push(`claim ${c.proof_key}: no USDC transfer to the treasury in transaction ${hash}`)
+      }
+    }
+    if (c.status === 'captured') {
+      if (c.call_amount === null) differences.push(`claim ${c.proof_key} is captured but has no call row`)
+      captured += c.call_amount ?? 0n
+    } else if (c.status === 'applied') applied += c.amount_atomic
+    else if (c.status === 'refund_due' || c.status === 'refunded') refunds += c.refund_amount
+    else if (c.status === 'claimed') uncaptured += c.amount_atomic
+  }
+  let chainProof = 0n
+  for (const h of claimedHashes) chainProof += inByHash.get(h)?.value ?? 0n
+  const inBooks = captured + applied + refunds + uncaptured
+  if (chainProof !== inBooks) {
+    differences.push(`inflow: chain ${chainProof} ≠ books ${inBooks} (difference ${chainProof - inBooks})`)
+  }
+  // Transfers in the range that no claim (of any time) names.
+  const rangeInflows = [...inByHash.values()].filter((t) => t.blockNumber >= fromBlock && t.blockNumber <= toBlock)
+  const knownRows = rangeInflows.length
+    ? await sql<{ hash: string }[]>`
+        SELECT lower(substr(proof_key, 4)) AS hash FROM claims
+        WHERE proof_key = ANY(${rangeInflows.map((t) => `tx:${t.hash}`)}::text[])
+        UNION
+        SELECT lower(settlement_tx) FROM claims WHERE lower(settlement_tx) = ANY(${rangeInflows.map((t) => t.hash)}::text[])`
+    : []
+  const known = new Set(knownRows.map((r) => r.hash))
+  const unclaimed = rangeInflows.filter((t) => !known.has(t.hash))
+
+  // ---- outflow: chain transfers from the treasury against payout rows ----
+  const outByHash = sumByHash(outflows)
+  const outHashes = [...outByHash.keys()]
+  const payouts = await sql<
+    {
+      id: string
+      wallet: string
+      amount_atomic: bigint
+      status: string
+      tx_hash: string
+      previous_tx_hashes: string[]
+      confirmed_at: Date | null
+    }[]
+  >`
+    SELECT id, wallet, amount_atomic, status, lower(tx_hash) AS tx_hash, previous_tx_hashes, confirmed_at
+    FROM payouts
+    WHERE lower(treasury) = ${treasury.toLowerCase()}
+      AND (lower(tx_hash) = ANY(${outHashes}::text[])
+           OR (status = 'confirmed' AND confirmed_at >= ${from} AND confirmed_at < ${to}))`
+  const payoutByHash = new Map(payouts.map((p) => [p.tx_hash, p]))
+  let chainOut = 0n
+  let confirmedOut = 0n
+  let inFlight = 0n
+  let unknownOut = 0n
+  for (const [hash, t] of outByHash) {
+    chainOut += t.value
+    const p = payoutByHash.get(hash)
+    if (!p) {
+      unknownOut += t.value
+      differences.push(`outflow ${hash}: ${t.value} to ${t.to} matches no payout`)
+    } else if (p.status === 'confirmed') {
+      confirmedOut += t.value
+      if (p.amount_atomic !== t.value || getAddress(p.wallet) !== getAddress(t.to)) {
+        differences.push(`payout ${p.id}: books ${p.amount_atomic} to ${p.wallet}, chain ${t.value} to ${t.to}`)
+      }
+    } else if (p.status === 'pending' || p.status === 'submitted') {
+      inFlight += t.value
+    } else {
+      differences.push(`payout ${p.id} is ${p.status} but its transaction ${hash} moved ${t.value}`)
+    }
+  }
+  for (const p of payouts) {
+    if (p.status === 'confirmed' && !outByHash.has(p.tx_hash) && p.confirmed_at && p.confirmed_at >= from) {
+      // Mined before the scanned blocks? Ask for its receipt before calling it a difference.
+      const receipt = await client.getTransactionReceipt({ hash: p.tx_hash as Hash }).catch(() => null)
+      if (!receipt || receipt.status !== 'success' || receipt.blockNumber >= fromBlock) {
+        differences.push(`payout ${p.id} is confirmed but no transfer ${p.tx_hash} is on chain`)
+      }
+    }
+  }
+  const outDifference = chainOut - confirmedOut - inFlight
+
+  // ---- split and linked entries ----
+  const [split] = await sql<{ calls: number; captured: bigint; owner: bigint; fee: bigint }[]>`
+    SELECT count(*)::int AS calls, coalesce(sum(c.amount_atomic), 0)::bigint AS captured,
+           coalesce(sum(s.owner), 0)::bigint AS owner, coalesce(sum(s.fee), 0)::bigint AS fee
+    FROM calls c
+    LEFT JOIN LATERAL (
+      SELECT sum(e.amount_atomic) FILTER (WHERE e.kind = 'owner_share') AS owner,
+             sum(e.amount_atomic) FILTER (WHERE e.kind = 'fee') AS fee
+      FROM ledger_entries e WHERE e.source_type = 'call' AND e.source_id = c.id
+    ) s ON true
+    WHERE c.created_at >= ${from} AND c.created_at < ${to}`
+  const splitDifference = split!.captured - split!.owner - split!.fee
+  if (splitDifference !== 0n) {
+    differences.push(`split: captured ${split!.captured} ≠ owner shares ${split!.owner} + fees ${split!.fee}`)
+  }
+  const [linked] = await sql<{ n: number; payouts: bigint; entries: bigint }[]>`
+    SELECT count(*)::int AS n, coalesce(sum(p.amount_atomic), 0)::bigint AS payouts,
+           coalesce(sum((SELECT sum(e.amount_atomic) FROM ledger_entries e WHERE e.payout_id = p.id)), 0)::bigint AS entries
+    FROM payouts p
+    WHERE p.status = 'confirmed' AND p.confirmed_at >= ${from} AND p.confirmed_at < ${to}`
+  const linkedDifference = linked!.payouts - linked!.entries
+  if (linkedDifference !== 0n) {
+    differences.push(`confirmed payouts ${linked!.payouts} ≠ their linked entries ${linked!.entries}`)
+  }
+
+  return {
+    ok: differences.length === 0,
+    treasury,
+    token: chain.usdc.address,
+    range: {
+      from: fromMs === null ? null : from.toISOString(),
+      to: toMs === null ? null : to.toISOString(),
+      from_block: fromBlock.toString(),
+      to_block: toBlock.toString(),
+    },
+    inflow: {
+      claims: claims.length,
+      chain_proof_transfers_atomic: chainProof.toString(),
+      captured_calls_atomic: captured.toString(),
+      applied_payments_atomic: applied.toString(),
+      refunds_atomic: refunds.toString(),
+      uncaptured_in_window_atomic: uncaptured.toString(),
+      books_atomic: inBooks.toString(),
+      difference_atomic: (chainProof - inBooks).toString(),
+      claims_missing_on_chain: missing,
+      unsettled_authorizations: unsettled,
+      unclaimed_transfers: unclaimed.length,
+      unclaimed_inflow_atomic: unclaimed.reduce((s, t) => s + t.value, 0n).toString(),
+    },
+    outflow: {
+      chain_transfers: outByHash.size,
+      chain_transfers_atomic: chainOut.toString(),
+      confirmed_payouts_atomic: confirmedOut.toString(),
+      in_flight_payouts_atomic: inFlight.toString(),
+      unknown_outflow_atomic: unknownOut.toString(),
+      difference_atomic: outDifference.toString(),
+    },
+    split: {
+      calls: split!.calls,
+      captured_atomic: split!.captured.toString(),
+      owner_shares_atomic: split!.owner.toString(),
+      fees_atomic: split!.fee.toString(),
+      difference_atomic: splitDifference.toString(),
+    },
+    payout_entries: {
+      confirmed_payouts: linked!.n,
+      confirmed_payouts_atomic: linked!.payouts.toString(),
+      linked_entries_atomic: linked!.entries.toString(),
+      difference_atomic: linkedDifference.toString(),
+    },
+    differences,
+  }
+}
+
+type Client = ReconcileDeps['chain']['publicClient']
+
+async function transferLogs(
+  client: Client,
+  q: { usdc: Address; from?: Address; to?: Address; fromBlock: bigint; toBlock: bigint; chunk: bigint },
+): Promise<ChainTransfer[]> {
+  const out: ChainTransfer[] = []
+  for (let start = q.fromBlock; start <= q.toBlock; start += q.chunk) {
+    const end = start + q.chunk - 1n < q.toBlock ? start + q.chunk - 1n : q.toBlock
+    const logs = await client.getLogs({
+      address: q.usdc,
+      event: transferEvent,
+      args: q.from ? { from: q.from } : { to: q.to },
+      fromBlock: start,
+      toBlock: end,
+      strict: true,
+    })
+    for (const l of logs) {
+      out.push({
+        hash: l.transactionHash,
+        from: l.args.from,
+        to: l.args.to,
+        value: l.args.value,
+        blockNumber: l.blockNumber,
+      })
+    }
+  }
+  return out
+}
+
+/** Per transaction: the sum of its transfers (a settlement may carry several), first recipient, block. */
+function sumByHash(transfers: ChainTransfer[]): Map<string, ChainTransfer> {
+  const m = new Map<string, ChainTransfer>()
+  for (const t of transfers) {
+    const key = t.hash.toLowerCase()
+    const prev = m.get(key)
+    m.set(key, prev ? { ...prev, value: prev.value + t.value } : { ...t, hash: key as Hash })
+  }
+  return m
+}
+
+async function blockTimeMs(client: Client, n: bigint): Promise<number> {
+  const block = await client.getBlock({ blockNumber: n })
+  return Number(block.timestamp) * 1000
+}
+
+/** Binary search: the first block whose timestamp is ≥ ms (latest + 1 if none). */
+async function firstBlockAtOrAfter(client: Client, ms: number, latest: bigint): Promise<bigint> {
+  let lo = 0n
+  let hi = latest + 1n
+  while (lo < hi) {
+    const mid = (lo + hi) / 2n
+    if ((await blockTimeMs(client, mid)) >= ms) hi = mid
+    else lo = mid + 1n
+  }
+  return lo
+}
+
+/** The last block whose timestamp is < ms. */
+async function lastBlockBefore(client: Client, ms: number, latest: bigint): Promise<bigint> {
+  const first = await firstBlockAtOrAfter(client, ms, latest)
+  return first > 0n ? first - 1n : 0n
+}
