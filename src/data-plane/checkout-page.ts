@@ -45,7 +45,7 @@ main{width:100%;max-width:440px;background:#fff;border-radius:18px;box-shadow:0 
 .head{padding:22px 24px 18px;border-bottom:1px solid #eef0f4}
 .merchant{font-weight:650;font-size:17px;display:flex;align-items:center;gap:10px}
 .logo{width:32px;height:32px;border-radius:9px;background:#1652f0;color:#fff;display:grid;place-items:center;font-weight:700;font-size:15px;flex:none}
-.desc{margin:14px 0 0;color:#475569;overflow-wrap:anywhere}
+.desc{margin:14px 0 20px;color:#475569;overflow-wrap:anywhere}
 .amount{margin:6px 0 0;font-size:34px;font-weight:700;letter-spacing:-.02em;font-variant-numeric:tabular-nums}
 .amount small{font-size:16px;font-weight:600;color:#64748b;margin-left:4px;letter-spacing:0}
 .label{font-size:12px;text-transform:uppercase;letter-spacing:.06em;color:#64748b;font-weight:600}
@@ -54,18 +54,23 @@ main{width:100%;max-width:440px;background:#fff;border-radius:18px;box-shadow:0 
 .partial{margin:12px 0 0;padding:10px 12px;border-radius:10px;background:#fff7ed;color:#9a3412;font-size:14px}
 .body{padding:20px 24px 24px}
 button,.button{font:inherit;border:0;border-radius:12px;cursor:pointer}
-.primary{display:block;width:100%;padding:14px 16px;background:#1652f0;color:#fff;font-weight:600;text-align:center;text-decoration:none}
+.primary{display:block;width:100%;padding:14px 16px;border-radius:12px;background:#1652f0;color:#fff;font-weight:600;text-align:center;text-decoration:none}
 .primary:hover{background:#0f45d4}
 .primary:disabled{background:#94a3b8;cursor:progress}
 .msg{min-height:1.45em;margin:10px 0 0;font-size:14px;color:#334155}
 .msg.error{color:#b91c1c}
 .msg.ok{color:#15803d}
+.msg.warn{color:#9a3412}
+.msg:empty{min-height:0;margin:0}
 .or{display:flex;align-items:center;gap:12px;margin:20px 0 16px;color:#64748b;font-size:13px}
 .or:before,.or:after{content:"";flex:1;height:1px;background:#e2e8f0}
-.manual{display:grid;gap:16px}
-.qr{width:184px;height:184px;margin:0 auto;padding:6px;border:1px solid #e2e8f0;border-radius:12px;background:#fff}
+.manual{display:grid;gap:14px}
+.f dt,.f .dt{font-size:12px;color:#64748b;font-weight:600;text-transform:uppercase;letter-spacing:.05em}
+.f dd{margin:2px 0 0}
+.qr{width:212px;height:212px;margin:0 auto 4px;padding:6px;border:1px solid #e2e8f0;border-radius:12px;background:#fff}
 .qr svg{display:block;width:100%;height:100%}
 dl{margin:0;display:grid;gap:10px}
+.f{margin:0;gap:2px}
 dt{font-size:12px;color:#64748b;font-weight:600;text-transform:uppercase;letter-spacing:.05em}
 dd{margin:2px 0 0}
 .mono{font:13px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;overflow-wrap:anywhere}
@@ -78,12 +83,14 @@ form label{display:block;font-size:14px;color:#334155;margin-bottom:6px}
 input{flex:1;min-width:0;font:14px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;padding:10px 12px;border:1px solid #cbd5e1;border-radius:10px}
 input:focus{outline:2px solid #1652f0;outline-offset:-1px;border-color:#1652f0}
 .secondary{padding:10px 14px;background:#0f172a;color:#fff;font-weight:600;font-size:14px}
-.expires{margin:16px 0 0;font-size:13px;color:#64748b;text-align:center}
+.expires{margin:16px 0 0;font-size:13px;color:#64748b}
+.how{display:none}
 .receipt{text-align:center}
 .check{width:56px;height:56px;border-radius:50%;background:#dcfce7;color:#15803d;display:grid;place-items:center;margin:4px auto 12px;font-size:30px;font-weight:700}
 .receipt h2{margin:0 0 4px;font-size:20px}
 .receipt dl{text-align:left;margin:18px 0 20px;background:#f8fafc;border-radius:12px;padding:14px}
 .receipt a.mono{color:#1652f0}
+.receipt a.mono:not([href]){color:inherit}
 .gone h1{font-size:20px;margin:0 0 8px}
 .gone p{margin:0;color:#475569}
 footer{margin-top:18px;font-size:12px;color:#94a3b8}
@@ -94,8 +101,14 @@ footer{margin-top:18px;font-size:12px;color:#94a3b8}
   .head{border-bottom:0;border-right:1px solid #eef0f4;padding:36px 36px}
   .amount{font-size:42px}
   .body{padding:32px 36px}
-  .manual{grid-template-columns:184px 1fr;align-items:start;gap:20px}
-  .manual form{grid-column:1/-1}
+  .how{display:block;margin:28px 0 0;font-size:14px;color:#64748b;max-width:30em}
+  .manual{grid-template-columns:176px 1fr;grid-template-areas:"qr send" "qr net" "addr addr" "asset asset" "form form";column-gap:20px;align-items:start}
+  .qr{grid-area:qr;width:176px;height:176px;margin:0}
+  .f-send{grid-area:send;align-self:end}
+  .f-net{grid-area:net}
+  .f-addr{grid-area:addr}
+  .f-asset{grid-area:asset}
+  .manual form{grid-area:form}
 }
 `
 
@@ -162,7 +175,7 @@ const SCRIPT = `
   }
 
   let pollTimer = 0, tickTimer = 0;
-  function stopTimers() { clearTimeout(pollTimer); clearInterval(tickTimer); }
+  function stopTimers() { clearTimeout(pollTimer); clearInterval(tickTimer); if ($('expires')) $('expires').hidden = true; }
   async function refresh() {
     try {
       const r = await fetch(boot.status_url, { headers: { accept: 'application/json' }, cache: 'no-store' });
@@ -173,6 +186,7 @@ const SCRIPT = `
     pollTimer = setTimeout(async () => { if (!document.hidden) await refresh(); if (s.status === 'pending') poll(); }, 3000);
   }
   function tick() {
+    if (!$('expires')) return;
     const left = Math.max(0, Date.parse(s.expires_at) - Date.now());
     const m = Math.floor(left / 60000), sec = Math.floor(left / 1000) % 60;
     const h = Math.floor(m / 60);
@@ -191,9 +205,10 @@ const SCRIPT = `
       if (attempt < 5) { await new Promise((ok) => setTimeout(ok, 2000)); return submit(hash, attempt + 1); }
       return say('Could not reach the server. Check your connection and submit the transaction hash again.', 'error');
     }
-    if (r.status === 200) { say(''); return render(body); }
+    if (r.status === 200) { say(''); $('tx').value = ''; return render(body); }
     if (r.status === 402 && body.error === 'underpaid') {
-      say('Payment received, but it does not cover the full amount. Please pay the rest.', 'error');
+      $('tx').value = '';
+      say('Payment received, but it does not cover the full amount. Please pay the rest.', 'warn');
       return refresh();
     }
     if ((r.status === 402 && body.error === 'payment_pending') || r.status === 503) {
@@ -294,7 +309,7 @@ function shell(title: string, body: string, script: string): string {
   return (
     `<!doctype html><html lang="en"><head><meta charset="utf-8">` +
     `<meta name="viewport" content="width=device-width,initial-scale=1">` +
-    `<meta name="referrer" content="no-referrer"><meta name="robots" content="noindex">` +
+    `<meta name="referrer" content="no-referrer"><meta name="robots" content="noindex"><link rel="icon" href="data:,">` +
     `<title>${esc(title)}</title><style>${STYLE}</style></head><body>${body}` +
     `<footer>Payments by tollgate · USDC</footer>${script}</body></html>`
   )
@@ -322,6 +337,10 @@ export function renderCheckoutPage(input: PageInput): string {
     `<div class="amount"><span id="due">${formatUsdc(paid ? s.amount_received_atomic : s.amount_due_atomic)}</span><small>USDC</small></div>` +
     `<div class="net" id="network">${esc(input.networkLabel)}</div>` +
     `<p class="partial" id="partial"${pending && received > 0n ? '' : ' hidden'}>Received ${formatUsdc(s.amount_received_atomic)} USDC. ${formatUsdc(s.amount_due_atomic)} USDC left to pay.</p>` +
+    (pending
+      ? `<p class="expires" id="expires"></p><p class="how">Pay with a browser wallet in one click, or scan the code with a mobile wallet. ` +
+        `The page updates by itself once the payment is confirmed on chain.</p>`
+      : '') +
     `</section>`
   const pay =
     `<div id="pay"${pending ? '' : ' hidden'}>` +
@@ -329,15 +348,15 @@ export function renderCheckoutPage(input: PageInput): string {
     `<p class="msg" id="msg" role="status" aria-live="polite"></p>` +
     `<div class="or">or send USDC from any wallet</div>` +
     `<div class="manual"><div class="qr" id="qr" title="${esc(input.eip681 ?? '')}">${input.qrSvg ?? ''}</div>` +
-    `<dl><div><dt>Send exactly</dt><dd id="due-copy">${formatUsdc(s.amount_due_atomic)} USDC</dd></div>` +
-    `<div><dt>To address</dt><dd class="copyrow"><span class="mono" id="recipient">${esc(s.recipient)}</span>` +
-    `<button class="copy" id="copy" type="button">Copy</button></dd></div>` +
-    `<div><dt>Network</dt><dd>${esc(input.networkLabel)} · chain ${s.chain_id}</dd></div>` +
-    `<div><dt>USDC contract</dt><dd class="mono">${esc(s.asset)}</dd></div></dl>` +
+    `<dl class="f f-send"><dt>Send exactly</dt><dd id="due-copy">${formatUsdc(s.amount_due_atomic)} USDC</dd></dl>` +
+    `<dl class="f f-net"><dt>Network</dt><dd>${esc(input.networkLabel)} · chain ${s.chain_id}</dd></dl>` +
+    `<dl class="f f-addr"><dt>To address</dt><dd class="copyrow"><span class="mono" id="recipient">${esc(s.recipient)}</span>` +
+    `<button class="copy" id="copy" type="button">Copy</button></dd></dl>` +
+    `<dl class="f f-asset"><dt>USDC contract</dt><dd class="mono">${esc(s.asset)}</dd></dl>` +
     `<form id="txform"><label for="tx">Already sent it? Paste the transaction hash</label>` +
-    `<div class="inrow"><input id="tx" name="tx" placeholder="0x…" autocomplete="off" spellcheck="false" inputmode="text">` +
-    `<button class="secondary" type="submit">Submit</button></div></form></div>` +
-    `<p class="expires" id="expires"></p></div>`
+    `<div class="inrow"><input id="tx" name="tx" placeholder="0x…" autocomplete="off" spellcheck="false">` +
+    `<button class="secondary" type="submit">Submit</button></div></form></div></div>`
+
   const txLink = s.transaction
     ? s.transaction_url
       ? `<a class="mono" id="r-tx" href="${esc(s.transaction_url)}" target="_blank" rel="noopener noreferrer">${esc(s.transaction)}</a>`

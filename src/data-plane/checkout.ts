@@ -198,7 +198,7 @@ export function createCheckoutRoute(deps: CheckoutDeps): UwsRoute {
       const html = renderCheckoutPage({
         status: s,
         networkLabel,
-        qrSvg: qr ? qrSvg(qr, { label: `Pay ${s.amount_due} USDC` }) : null,
+        qrSvg: qr ? qrSvg(qr, { ecc: 'L', label: `Pay ${s.amount_due} USDC` }) : null,
         eip681: qr,
       })
       const headers: Headers = [

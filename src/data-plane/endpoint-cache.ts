@@ -45,6 +45,18 @@ export function createEndpointCache(sql: Sql, options: EndpointCacheOptions) {
 
 export type EndpointCache = ReturnType<typeof createEndpointCache>
 
+/**
+ * Loads through the cache. A change that lands while a load is in flight deletes the entry, which aborts
+ * that load (its answer may predate the change): load again once, after the change.
+ */
+export async function loadEndpoint(cache: EndpointCache, id: string): Promise<LiveEndpoint | typeof NOT_FOUND> {
+  try {
+    return (await cache.fetch(id)) ?? NOT_FOUND
+  } catch {
+    return (await cache.fetch(id)) ?? NOT_FOUND
+  }
+}
+
 export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOptions): LiveEndpoint {
   const url = new URL(row.upstream_url)
   const resourceUrl = `${options.publicUrl()}/m/${row.id}`

@@ -19,7 +19,13 @@ import {
 } from '../observability/metrics.ts'
 import { cacheCounters } from './caches.ts'
 import { challengeBody, quoteExpiry } from './challenge.ts'
-import { type EndpointCache, type LiveEndpoint, minimumAcceptedAtomic, NOT_FOUND } from './endpoint-cache.ts'
+import {
+  type EndpointCache,
+  type LiveEndpoint,
+  loadEndpoint,
+  minimumAcceptedAtomic,
+  NOT_FOUND,
+} from './endpoint-cache.ts'
 import { parseProof } from './proof.ts'
 import {
   type AbortState,
@@ -59,6 +65,9 @@ const NOT_FOUND_BODY = (id: string, requestId: string) =>
 const UNAVAILABLE_BODY = (message: string) =>
   `{"error":{"type":"api_error","code":"verification_unavailable","message":"${message}"}}`
 
+const IN_PROGRESS_BODY =
+  '{"error":{"type":"invalid_request_error","code":"payment_in_progress","message":"this proof is being used by another request right now; retry after it finishes (do not pay again)"}}'
+
 // Children resolved once: per-request label look-ups would hash and allocate.
 const count = {
   '1xx': httpRequests.labels('metered', '1xx'),
@@ -91,6 +100,8 @@ function observe(status: number, startedMs: number) {
 
 export function createMeteredRoute(deps: MeteredDeps) {
   const { endpoints, verifier, usedProofs, claims, captures, dispatcher, settings } = deps
+  /** Releases of failed calls still being written, by proof: a quick retry waits for its own release. */
+  const pendingReleases = new Map<string, Promise<void>>()
 
   return function metered(res: HttpResponse, req: HttpRequest): void {
     const startedMs = performance.now()
@@ -127,13 +138,10 @@ export function createMeteredRoute(deps: MeteredDeps) {
       withEndpoint(cached)
     } else {
       cacheCounters.endpointMiss.inc()
-      endpoints.fetch(endpointId).then(
-        (entry) => withEndpoint(entry ?? NOT_FOUND),
-        (err) => {
-          deps.logger.error('endpoint lookup failed', { err })
-          respondUnavailable('the endpoint could not be loaded; retry shortly')
-        },
-      )
+      loadEndpoint(endpoints, endpointId).then(withEndpoint, (err) => {
+        deps.logger.error('endpoint lookup failed', { err })
+        respondUnavailable('the endpoint could not be loaded; retry shortly')
+      })
     }
 
     function withEndpoint(entry: LiveEndpoint | typeof NOT_FOUND): void {
@@ -178,13 +186,22 @@ export function createMeteredRoute(deps: MeteredDeps) {
         })
         .then(
           (outcome) => {
-            if (outcome === 'lost') {
+            if (outcome === 'used') {
               usedProofs.set(result.proofKey, true)
               if (abort.aborted) return
               return respond402(endpoint, 'proof_already_used')
             }
+            if (outcome === 'busy') {
+              // In flight in another request right now. Not a 402: a client must not pay again for it.
+              if (abort.aborted) return
+              return respondInProgress()
+            }
             // The client may have left while the claim was written: free the proof for its retry.
-            if (abort.aborted) return release(result.proofKey)
+            if (abort.aborted) {
+              // fail(), not release(): the response is gone and must not be touched.
+              body?.fail()
+              return release(result.proofKey)
+            }
             forwardPaid(endpoint, result as Extract<VerifyResult, { ok: true }>)
           },
           (err) => {
@@ -242,10 +259,15 @@ export function createMeteredRoute(deps: MeteredDeps) {
     }
 
     function release(proofKey: string): void {
-      releaseClaim(deps.sql, proofKey).catch((err) => deps.logger.warn('claim release failed', { err }))
+      const p = releaseClaim(deps.sql, proofKey)
+        .catch((err) => deps.logger.warn('claim release failed', { err }))
+        .finally(() => pendingReleases.delete(proofKey))
+      pendingReleases.set(proofKey, p)
     }
 
     function respond402(endpoint: LiveEndpoint, reason: string, retryAfterMs?: number): void {
+      // A body we will not forward may have paused the client's socket: let it go.
+      body?.release()
       count402(reason)
       observe(402, startedMs)
       const text = challengeBody(endpoint.challenge, reason, quoteExpiry(settings.quoteTtlMs))
@@ -259,6 +281,7 @@ export function createMeteredRoute(deps: MeteredDeps) {
     }
 
     function respond(status: number, text: string): void {
+      body?.release()
       observe(status, startedMs)
       res.cork(() => {
         res
@@ -268,8 +291,21 @@ export function createMeteredRoute(deps: MeteredDeps) {
       })
     }
 
+    function respondInProgress(): void {
+      body?.release()
+      observe(409, startedMs)
+      res.cork(() => {
+        res
+          .writeStatus('409 Conflict')
+          .writeHeader('content-type', JSON_TYPE)
+          .writeHeader('retry-after', '1')
+          .end(IN_PROGRESS_BODY)
+      })
+    }
+
     function respondUnavailable(message: string): void {
       if (abort.aborted) return
+      body?.release()
       observe(503, startedMs)
       res.cork(() => {
         res

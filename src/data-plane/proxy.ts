@@ -444,6 +444,8 @@ class Forward implements Dispatcher.DispatchHandler {
   onHeaders(status: number, head: Buffer[], resume: () => void): boolean {
     // Informational answers (103 Early Hints) are not relayed; the final head follows.
     if (status < 200) return true
+    // Cannot happen once abort() ran (undici stops calling), but res would be dead: never touch it.
+    if (this.#done) return false
     this.#resumeUpstream = resume
     this.#extra = this.#hooks.onResponseHead(status)
     this.#status = status

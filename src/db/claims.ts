@@ -16,8 +16,12 @@ export interface ClaimRequest {
   leaseMs: number
 }
 
-/** won: this request holds the proof (fresh claim or a retry of an uncaptured one); lost: used elsewhere. */
-export type ClaimOutcome = 'won' | 'lost'
+/**
+ * won: this request holds the proof (a fresh claim, or a retry of an uncaptured one);
+ * busy: another request is forwarding it right now (same target, lease held) — it may come free again;
+ * used: it paid for something else, was captured, or its retry window is over — it never comes free.
+ */
+export type ClaimOutcome = 'won' | 'busy' | 'used'
 
 interface Pending {
   req: ClaimRequest
@@ -68,7 +72,7 @@ export class ClaimWriter {
     const seen = new Set<string>()
     const rows: Pending[] = []
     for (const p of batch) {
-      if (seen.has(p.req.proofKey)) p.resolve('lost')
+      if (seen.has(p.req.proofKey)) p.resolve('busy')
       else {
         seen.add(p.req.proofKey)
         rows.push(p)
@@ -94,7 +98,20 @@ export class ClaimWriter {
             AND (claims.lease_until IS NULL OR claims.lease_until < now())
         RETURNING proof_key`
       const winners = new Set(won.map((r) => r.proof_key))
-      for (const p of rows) p.resolve(winners.has(p.req.proofKey) ? 'won' : 'lost')
+      const losers = rows.filter((p) => !winners.has(p.req.proofKey))
+      // Rare (replays and races): one more round trip to tell a proof in flight from a spent one.
+      const busy = new Set<string>()
+      if (losers.length > 0) {
+        const found = await this.sql<{ proof_key: string }[]>`
+          SELECT c.proof_key FROM claims c
+          JOIN unnest(${losers.map((p) => p.req.proofKey)}::text[], ${losers.map((p) => p.req.targetId)}::text[])
+            AS t(k, tid) ON c.proof_key = t.k
+          WHERE c.status = 'claimed' AND c.target_id = t.tid AND c.retry_until > now()`
+        for (const r of found) busy.add(r.proof_key)
+      }
+      for (const p of rows) {
+        p.resolve(winners.has(p.req.proofKey) ? 'won' : busy.has(p.req.proofKey) ? 'busy' : 'used')
+      }
     } catch (err) {
       for (const p of rows) p.reject(err)
     }

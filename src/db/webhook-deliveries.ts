@@ -235,14 +235,15 @@ export async function requeueDeliveries(
     INSERT INTO webhook_deliveries ${db(rows, 'id', 'event_id', 'webhook_id', 'status')}
     ON CONFLICT (event_id, webhook_id) DO UPDATE SET status = 'pending', attempts = 0, next_attempt_at = now(),
       delivered_at = NULL, locked_until = NULL`
-  // Wakes the leader's dispatcher now rather than at its next poll.
-  await db`SELECT pg_notify(${EVENT_CREATED_CHANNEL}, ${q.eventId})`
-  return db<DeliveryRow[]>`
+  const queued = await db<DeliveryRow[]>`
     SELECT d.id, d.event_id, e.type AS event_type, d.webhook_id, d.status, d.attempts, d.next_attempt_at,
            d.delivered_at, d.created_at
     FROM webhook_deliveries d JOIN events e ON e.id = d.event_id
     WHERE d.event_id = ${q.eventId} AND d.webhook_id = ANY(${q.webhookIds}::text[])
     ORDER BY d.created_at, d.id`
+  // Wakes the leader's dispatcher now rather than at its next poll.
+  await db`SELECT pg_notify(${EVENT_CREATED_CHANNEL}, ${q.eventId})`
+  return queued
 }
 
 /** The account's enabled webhooks subscribed to an event type. */

@@ -80,7 +80,7 @@ async function injectWallet(page: Page, account: Funded) {
     }
   })
   await page.addInitScript(() => {
-    const w = window as any
+    const w = globalThis as any
     w.ethereum = {
       isTestWallet: true,
       async request({ method, params }: { method: string; params?: unknown[] }) {
@@ -123,11 +123,11 @@ describe('hosted checkout in a browser', () => {
 
     // A marker that a reload would wipe.
     await page.evaluate(() => {
-      ;(window as any).__sameDocument = true
+      ;(globalThis as any).__sameDocument = true
     })
     await page.click('#wallet')
     await page.locator('#receipt').waitFor({ state: 'visible', timeout: 20_000 })
-    expect(await page.evaluate(() => (window as any).__sameDocument)).toBe(true)
+    expect(await page.evaluate(() => (globalThis as any).__sameDocument)).toBe(true)
     expect(await page.locator('#pay').isHidden()).toBe(true)
     expect(await page.locator('#r-amount').textContent()).toBe('24.99 USDC')
     const tx = await page.locator('#r-tx').textContent()
