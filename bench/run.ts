@@ -49,6 +49,7 @@ async function main() {
         LOG_LEVEL: 'warn',
         TOLLGATE_CONFIG: configFile,
         ...(process.env.BENCH_DATABASE_URL ? { DATABASE_URL: process.env.BENCH_DATABASE_URL } : {}),
+        ...(process.env.BENCH_PROFILE_DIR ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE_DIR}` } : {}),
       },
       /tollgate listening on/,
     )
@@ -95,6 +96,11 @@ async function main() {
     results.push(summarize('402 path (no proof)', await run({ url: ep.metered_url }), ceilingRps))
     results.push(summarize('paid, pre-verified proofs', await runPaid(ep.metered_url, proofs), ceilingRps))
 
+    const metrics = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text()
+    const interesting = metrics
+      .split('\n')
+      .filter((l) => /^tollgate_(cache_lookups_total|verify_outcomes_total|claims_batch_size_(sum|count)|captures_batch_size_(sum|count)|calls_captured_total)/.test(l))
+    process.stdout.write(`\n${interesting.join('\n')}\n`)
     const table = printTable(results)
     const file = writeResults(
       join(ROOT, 'bench', 'results'),

@@ -80,7 +80,15 @@ export interface SignedTransfer {
  */
 export async function signTransfer(
   account: PrivateKeyAccount,
-  p: { chainId: number; usdc: Address; to: Address; amountAtomic: bigint; nonce: number; gas: bigint; fees: FeeQuote },
+  p: {
+    chainId: number
+    usdc: Address
+    to: Address
+    amountAtomic: bigint
+    nonce: number
+    gas: bigint
+    fees: FeeQuote
+  },
 ): Promise<SignedTransfer> {
   if (p.to === zeroAddress) throw new Error('refusing to sign a payout to the zero address')
   const rawTx = await account.signTransaction({

@@ -29,7 +29,10 @@ export async function lockPayableEntries(tx: Tx, { limit }: { limit: number }): 
 }
 
 /** Whether some wallet's unpaid balance is at least `minAtomic` (cheap, no locks). */
-export async function someWalletOwedAtLeast(db: Sql | Tx, { minAtomic }: { minAtomic: bigint }): Promise<boolean> {
+export async function someWalletOwedAtLeast(
+  db: Sql | Tx,
+  { minAtomic }: { minAtomic: bigint },
+): Promise<boolean> {
   const rows = await db`
     SELECT 1 FROM ledger_entries e
     WHERE ${PAYABLE(db)}

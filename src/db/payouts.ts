@@ -68,7 +68,9 @@ export async function openPayouts(db: Sql | Tx): Promise<PayoutRow[]> {
 
 /** The highest nonce ever recorded for a treasury (new payouts never reuse one), or -1. */
 export async function highestRecordedNonce(db: Sql | Tx, treasury: string): Promise<number> {
-  const [row] = await db<{ n: bigint | null }[]>`SELECT max(nonce) AS n FROM payouts WHERE treasury = ${treasury}`
+  const [row] = await db<
+    { n: bigint | null }[]
+  >`SELECT max(nonce) AS n FROM payouts WHERE treasury = ${treasury}`
   return row?.n === null || row?.n === undefined ? -1 : Number(row.n)
 }
 
@@ -114,7 +116,12 @@ export async function recordBatch(sql: Sql, o: RecordBatchOptions): Promise<Reco
       const key = e.wallet.toLowerCase()
       let p = byWallet.get(key)
       if (!p) {
-        p = { wallet: e.wallet, amountAtomic: 0n, kind: e.kind === 'refund' ? 'refund' : 'payout', entries: [] }
+        p = {
+          wallet: e.wallet,
+          amountAtomic: 0n,
+          kind: e.kind === 'refund' ? 'refund' : 'payout',
+          entries: [],
+        }
         byWallet.set(key, p)
       }
       p.amountAtomic += e.amount_atomic
@@ -195,7 +202,10 @@ export async function recordBroadcastError(db: Sql | Tx, id: string, error: stri
 }
 
 /** A fee bump: the same nonce signed again. The old hash is kept: it may still be the one that is mined. */
-export async function replacePayoutTx(db: Sql | Tx, p: { id: string; hash: string; rawTx: string }): Promise<void> {
+export async function replacePayoutTx(
+  db: Sql | Tx,
+  p: { id: string; hash: string; rawTx: string },
+): Promise<void> {
   await db`
     UPDATE payouts SET previous_tx_hashes = previous_tx_hashes || tx_hash, tx_hash = ${p.hash}, raw_tx = ${p.rawTx}
     WHERE id = ${p.id} AND status IN ('pending', 'submitted')`
@@ -308,7 +318,11 @@ export async function listAccountPayouts(
   q: { accountId: string; limit: number; startingAfter: string | null; status: PayoutStatus | null },
 ): Promise<AccountPayoutRow[]> {
   return db<AccountPayoutRow[]>`
-    SELECT ${db.unsafe(COLUMNS.split(', ').map((c) => `p.${c}`).join(', '))},
+    SELECT ${db.unsafe(
+      COLUMNS.split(', ')
+        .map((c) => `p.${c}`)
+        .join(', '),
+    )},
            pa.owner_share_atomic + pa.refund_atomic AS account_amount_atomic
     FROM payout_accounts pa JOIN payouts p ON p.id = pa.payout_id
     WHERE pa.account_id = ${q.accountId}
@@ -328,7 +342,11 @@ export async function findAccountPayout(
   id: string,
 ): Promise<AccountPayoutRow | null> {
   const [row] = await db<AccountPayoutRow[]>`
-    SELECT ${db.unsafe(COLUMNS.split(', ').map((c) => `p.${c}`).join(', '))},
+    SELECT ${db.unsafe(
+      COLUMNS.split(', ')
+        .map((c) => `p.${c}`)
+        .join(', '),
+    )},
            pa.owner_share_atomic + pa.refund_atomic AS account_amount_atomic
     FROM payout_accounts pa JOIN payouts p ON p.id = pa.payout_id
     WHERE pa.account_id = ${accountId} AND p.id = ${id}`

@@ -16,7 +16,7 @@ const SMALL = 5_000n
 
 let svc: TestService
 let owners: Owner[]
-let small: Owner
+let small: Owner | undefined
 let calls: SeededCall[]
 let before: bigint[]
 
@@ -64,7 +64,9 @@ describe('one batch of 1,000 paid calls', () => {
       SELECT count(*)::int AS n FROM ledger_entries
       WHERE kind = 'owner_share' AND payout_id IS NULL AND account_id <> ${small!.accountId}`
     expect(unpaid!.n).toBe(0)
-    const events = await svc.sql<{ account_id: string }[]>`SELECT account_id FROM events WHERE type = 'payout.sent'`
+    const events = await svc.sql<
+      { account_id: string }[]
+    >`SELECT account_id FROM events WHERE type = 'payout.sent'`
     expect(events.map((e) => e.account_id).sort()).toEqual(owners.map((o) => o.accountId).sort())
   })
 
@@ -109,7 +111,12 @@ describe('API', () => {
     const mine = await svc.api('/api/v1/payouts?limit=10', { key })
     expect(mine.body.data).toHaveLength(1)
     const p = mine.body.data[0]
-    expect(p).toMatchObject({ object: 'payout', status: 'confirmed', kind: 'payout', wallet: owners[0]!.wallet })
+    expect(p).toMatchObject({
+      object: 'payout',
+      status: 'confirmed',
+      kind: 'payout',
+      wallet: owners[0]!.wallet,
+    })
     expect(p.transaction).toMatch(/^0x[0-9a-f]{64}$/)
     expect(p.entries_count).toBeGreaterThan(300)
     const one = await svc.api(`/api/v1/payouts/${p.id}`, { key })
@@ -137,6 +144,11 @@ async function apiKeyFor(accountId: string): Promise<string> {
   const { newApiKey, hashApiKey, apiKeyHint, newId } = await import('../../src/ids.ts')
   const { insertApiKey } = await import('../../src/db/accounts.ts')
   const key = newApiKey('test')
-  await insertApiKey(svc.sql, { id: newId('key'), accountId, keyHash: hashApiKey(key), hint: apiKeyHint(key) })
+  await insertApiKey(svc.sql, {
+    id: newId('key'),
+    accountId,
+    keyHash: hashApiKey(key),
+    hint: apiKeyHint(key),
+  })
   return key
 }

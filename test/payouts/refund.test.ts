@@ -7,7 +7,10 @@ let svc: TestService
 
 beforeAll(async () => {
   svc = await startTestService({
-    overrides: { chain: { poll_interval_ms: 100 }, proxy: { retry_window_ms: 1_000, upstream_timeout_ms: 1_000 } },
+    overrides: {
+      chain: { poll_interval_ms: 100 },
+      proxy: { retry_window_ms: 1_000, upstream_timeout_ms: 1_000 },
+    },
   })
 })
 afterAll(async () => {
@@ -52,7 +55,9 @@ describe('a proof never captured', () => {
       amount_atomic: '20000',
       endpoint_id: ep.body.id,
     })
-    const [payout] = await svc.sql<{ kind: string; status: string; wallet: string }[]>`SELECT kind, status, wallet FROM payouts`
+    const [payout] = await svc.sql<
+      { kind: string; status: string; wallet: string }[]
+    >`SELECT kind, status, wallet FROM payouts`
     expect(payout).toEqual({ kind: 'refund', status: 'confirmed', wallet: payer.address })
     // The merchant sees the refund among its payouts; no payout.sent (nothing was paid to it).
     const list = await svc.api('/api/v1/payouts', { key: merchant.key })

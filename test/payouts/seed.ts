@@ -1,7 +1,15 @@
 // Captured calls for payout tests, made fast but real: real USDC transfers payer → treasury on anvil (signed
 // locally, one RPC each), their claims, then the data plane's own capture SQL (writeCaptures) — the same rows
 // a served metered call leaves behind.
-import { type Address, createPublicClient, createWalletClient, type Hex, http, keccak256 } from 'viem'
+import {
+  type Address,
+  createPublicClient,
+  createWalletClient,
+  encodeFunctionData,
+  type Hex,
+  http,
+  keccak256,
+} from 'viem'
 import { inject } from 'vitest'
 import { insertAccount } from '../../src/db/accounts.ts'
 import { type Capture, writeCaptures } from '../../src/db/captures.ts'
@@ -9,7 +17,6 @@ import type { Sql } from '../../src/db/sql.ts'
 import { newId } from '../../src/ids.ts'
 import { splitOwnerShare } from '../../src/money.ts'
 import { chainClients, erc20, type Funded, fundedAccount } from '../helpers/accounts.ts'
-import { encodeFunctionData } from 'viem'
 
 /** anvil's first account: the test USDC's minter, unlocked on the node. */
 const DEPLOYER: Address = '0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266'
@@ -83,7 +90,11 @@ export async function payTreasury(
           type: 'eip1559',
           chainId,
           to: usdc,
-          data: encodeFunctionData({ abi: erc20, functionName: 'transfer', args: [treasury, plan[i]!.amount] }),
+          data: encodeFunctionData({
+            abi: erc20,
+            functionName: 'transfer',
+            args: [treasury, plan[i]!.amount],
+          }),
           nonce: nonce++,
           gas: 100_000n,
           maxFeePerGas,
@@ -155,7 +166,12 @@ export async function seedPaidCalls(
     sql,
     plan.map((p, i) => ({ owner: p.owner, payer: p.payer.address, hash: hashes[i]!, amount: p.amount })),
   )
-  return plan.map((p, i) => ({ ...p, hash: hashes[i]!, ownerShare: splits[i]!.ownerShare, fee: splits[i]!.fee }))
+  return plan.map((p, i) => ({
+    ...p,
+    hash: hashes[i]!,
+    ownerShare: splits[i]!.ownerShare,
+    fee: splits[i]!.fee,
+  }))
 }
 
 export function sumBy<T>(items: T[], f: (t: T) => bigint): bigint {

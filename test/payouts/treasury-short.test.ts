@@ -4,7 +4,7 @@ import { startTestService, type TestService } from '../helpers/service.ts'
 import { captureCalls, createOwners, mintUsdc, type Owner, payTreasury } from './seed.ts'
 
 let svc: TestService
-let owner: Owner
+let owner: Owner | undefined
 
 beforeAll(async () => {
   svc = await startTestService({ overrides: { chain: { poll_interval_ms: 100 } } })

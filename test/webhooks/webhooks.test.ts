@@ -81,6 +81,16 @@ describe('webhook endpoints', () => {
     const list = await svc.api('/api/v1/webhooks', { key })
     expect(list.body.data.map((w: { id: string }) => w.id)).toEqual([wh.id])
     expect(list.text).not.toContain(wh.secret.slice(6))
+    const patched = await svc.api(`/api/v1/webhooks/${wh.id}`, {
+      key,
+      method: 'PATCH',
+      body: { events: ['payout.sent', 'payout.sent'], url: 'https://127.0.0.1:9/v2' },
+    })
+    expect(patched.body).toMatchObject({
+      events: ['payout.sent'],
+      url: 'https://127.0.0.1:9/v2',
+      status: 'enabled',
+    })
     const other = await merchant()
     expect((await svc.api(`/api/v1/webhooks/${wh.id}`, { key: other.key })).status).toBe(404)
     expect((await svc.api(`/api/v1/webhooks/${wh.id}`, { key, method: 'DELETE' })).status).toBe(200)
@@ -326,7 +336,11 @@ describe('events API', () => {
   it('lists events newest first with cursor pagination, shows one, and hides other accounts', async () => {
     const { key, accountId } = await merchant()
     const ids = [] as string[]
-    for (let i = 0; i < 3; i++) ids.push(await emit(accountId, { i }))
+    for (let i = 0; i < 3; i++) {
+      ids.push(await emit(accountId, { i }))
+      // Distinct created_at: equal timestamps order by (random) id.
+      await new Promise((r) => setTimeout(r, 5))
+    }
     const first = await svc.api('/api/v1/events?limit=2', { key })
     expect(first.status).toBe(200)
     expect(first.body.has_more).toBe(true)

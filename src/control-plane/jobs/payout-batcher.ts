@@ -223,7 +223,8 @@ export class PayoutBatcher {
         if (st.state === 'final') {
           faultPoint('payout:after_confirm')
           if (st.success) await this.markConfirmed(p, st.hash, st.blockNumber)
-          else await this.markFailed(p, 'reverted', `transaction ${st.hash} reverted`, st.hash, st.blockNumber)
+          else
+            await this.markFailed(p, 'reverted', `transaction ${st.hash} reverted`, st.hash, st.blockNumber)
         } else if (st.state === 'nonce_taken') {
           // Another transaction of the treasury used this nonce: ours can never be mined. Retry at once.
           await this.markFailed(p, 'nonce_taken', `nonce ${p.nonce} was used by another transaction`)
@@ -326,7 +327,10 @@ export class PayoutBatcher {
 
   private setBlocked(refusal: BatchRefusal): void {
     if (this.blocked?.detail !== refusal.detail) {
-      this.deps.logger.error('payouts stopped: treasury short', { reason: refusal.reason, detail: refusal.detail })
+      this.deps.logger.error('payouts stopped: treasury short', {
+        reason: refusal.reason,
+        detail: refusal.detail,
+      })
     }
     this.blocked = refusal
     payoutBlocked.set({ reason: 'usdc_short' }, refusal.reason === 'usdc_short' ? 1 : 0)

@@ -23,13 +23,20 @@ export function parseTime(text: string, nowMs: number): number {
 
 function parseArgs(argv: string[]) {
   const now = Date.now()
-  const out: { fromMs: number | null; toMs: number | null; json: boolean } = { fromMs: null, toMs: null, json: false }
+  const out: { fromMs: number | null; toMs: number | null; json: boolean } = {
+    fromMs: null,
+    toMs: null,
+    json: false,
+  }
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!
     if (a === '--json') out.json = true
     else if (a === '--from') out.fromMs = parseTime(argv[++i] ?? '', now)
     else if (a === '--to') out.toMs = parseTime(argv[++i] ?? '', now)
-    else throw new Error(`unknown argument ${a}; usage: npm run reconcile -- [--from <time>] [--to <time>] [--json]`)
+    else
+      throw new Error(
+        `unknown argument ${a}; usage: npm run reconcile -- [--from <time>] [--to <time>] [--json]`,
+      )
   }
   return out
 }

@@ -97,7 +97,13 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
 
   const chunk = BigInt(config.payouts.reconcile_block_chunk)
   const [inflows, outflows] = await Promise.all([
-    transferLogs(client, { usdc: chain.usdc.address, to: treasury, fromBlock: inflowFromBlock, toBlock: latest, chunk }),
+    transferLogs(client, {
+      usdc: chain.usdc.address,
+      to: treasury,
+      fromBlock: inflowFromBlock,
+      toBlock: latest,
+      chunk,
+    }),
     transferLogs(client, { usdc: chain.usdc.address, from: treasury, fromBlock, toBlock: latest, chunk }),
   ])
 
@@ -154,7 +160,9 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
     differences.push(`inflow: chain ${chainProof} ≠ books ${inBooks} (difference ${chainProof - inBooks})`)
   }
   // Transfers in the range that no claim (of any time) names.
-  const rangeInflows = [...inByHash.values()].filter((t) => t.blockNumber >= fromBlock && t.blockNumber <= toBlock)
+  const rangeInflows = [...inByHash.values()].filter(
+    (t) => t.blockNumber >= fromBlock && t.blockNumber <= toBlock,
+  )
   const knownRows = rangeInflows.length
     ? await sql<{ hash: string }[]>`
         SELECT lower(substr(proof_key, 4)) AS hash FROM claims
@@ -198,7 +206,9 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
     } else if (p.status === 'confirmed') {
       confirmedOut += t.value
       if (p.amount_atomic !== t.value || getAddress(p.wallet) !== getAddress(t.to)) {
-        differences.push(`payout ${p.id}: books ${p.amount_atomic} to ${p.wallet}, chain ${t.value} to ${t.to}`)
+        differences.push(
+          `payout ${p.id}: books ${p.amount_atomic} to ${p.wallet}, chain ${t.value} to ${t.to}`,
+        )
       }
     } else if (p.status === 'pending' || p.status === 'submitted') {
       inFlight += t.value
@@ -210,7 +220,7 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
     if (p.status === 'confirmed' && !outByHash.has(p.tx_hash) && p.confirmed_at && p.confirmed_at >= from) {
       // Mined before the scanned blocks? Ask for its receipt before calling it a difference.
       const receipt = await client.getTransactionReceipt({ hash: p.tx_hash as Hash }).catch(() => null)
-      if (!receipt || receipt.status !== 'success' || receipt.blockNumber >= fromBlock) {
+      if (receipt?.status !== 'success' || receipt.blockNumber >= fromBlock) {
         differences.push(`payout ${p.id} is confirmed but no transfer ${p.tx_hash} is on chain`)
       }
     }
