@@ -49,7 +49,7 @@ async function main() {
         LOG_LEVEL: 'warn',
         TOLLGATE_CONFIG: configFile,
         ...(process.env.BENCH_DATABASE_URL ? { DATABASE_URL: process.env.BENCH_DATABASE_URL } : {}),
-        ...(process.env.BENCH_PROFILE_DIR ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE_DIR}` } : {}),
+        ...(process.env.BENCH_PROFILE_DIR ? { BENCH_NODE_ARGS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE_DIR}` } : {}),
       },
       /tollgate listening on/,
     )

@@ -46,7 +46,8 @@ export function startTs(
   ready: RegExp,
   timeoutMs = 60_000,
 ): Promise<Child & { line: string }> {
-  const proc = spawn(TSX, [file], {
+  const nodeArgs = env.BENCH_NODE_ARGS ? env.BENCH_NODE_ARGS.split(' ') : []
+  const proc = spawn(TSX, [...nodeArgs, file], {
     cwd: ROOT,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
