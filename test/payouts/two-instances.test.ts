@@ -1,6 +1,10 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { execFile } from 'node:child_process'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import { createWalletClient, http } from 'viem'
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
 import { transferEvent } from '../../src/chain/usdc.ts'
-import { chainClients, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
+import { chainClients, erc20, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
 import { startTestService, type TestService } from '../helpers/service.ts'
 import { createOwners, seedPaidCalls, sumBy } from './seed.ts'
@@ -54,4 +58,45 @@ describe.runIf(usingServer)('two instances on one database', () => {
     })
     expect(out).toHaveLength(3)
   })
+
+  it('npm run reconcile: exit 0 when the books match, 1 with the difference listed when they do not', async () => {
+    const root = join(import.meta.dirname, '..', '..')
+    const run = () =>
+      promisify(execFile)(
+        join(root, 'node_modules', '.bin', 'tsx'),
+        ['src/control-plane/jobs/reconcile-cli.ts'],
+        {
+          cwd: root,
+          env: {
+            ...process.env,
+            NODE_ENV: 'test',
+            DATABASE_URL: a.databaseUrl,
+            RPC_URL: inject('rpcUrl'),
+            USDC_ADDRESS: inject('usdcAddress'),
+            TREASURY_PRIVATE_KEY: a.treasury.privateKey,
+          },
+        },
+      ).then(
+        (r) => ({ code: 0, out: r.stdout }),
+        (e: { code: number; stdout: string; stderr: string }) => ({ code: e.code, out: e.stdout + e.stderr }),
+      )
+    const ok = await run()
+    expect(ok.out).toMatch(/OK: no difference/)
+    expect(ok.code).toBe(0)
+    // USDC leaves the treasury outside any payout: the books no longer match the chain.
+    const wallet = createWalletClient({ account: a.treasury.account, transport: http(inject('rpcUrl')) })
+    const sink = (await fundedAccount(0n)).address
+    const hash = await wallet.writeContract({
+      address: a.chain.usdc.address,
+      abi: erc20,
+      functionName: 'transfer',
+      args: [sink, 1n],
+      chain: null,
+    })
+    await a.chain.publicClient.waitForTransactionReceipt({ hash })
+    const bad = await run()
+    expect(bad.code).toBe(1)
+    expect(bad.out).toMatch(/unknown outflow\s+1 /)
+    expect(bad.out).toContain(`outflow ${hash}: 1 to ${sink} matches no payout`)
+  }, 60_000)
 })
