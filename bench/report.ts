@@ -14,7 +14,9 @@ export interface ScenarioResult {
 }
 
 export function summarize(name: string, r: Result, ceilingRps: number | null): ScenarioResult {
-  const rps = r.requests.average
+  // total / elapsed, not the mean of per-second samples: a run bounded by a number of requests ends
+  // mid-second, and that last partial sample would drag the mean down.
+  const rps = r.requests.total / r.duration
   return {
     name,
     requests_per_sec: Math.round(rps),

@@ -49,7 +49,9 @@ async function main() {
         LOG_LEVEL: 'warn',
         TOLLGATE_CONFIG: configFile,
         ...(process.env.BENCH_DATABASE_URL ? { DATABASE_URL: process.env.BENCH_DATABASE_URL } : {}),
-        ...(process.env.BENCH_PROFILE_DIR ? { BENCH_NODE_ARGS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE_DIR}` } : {}),
+        ...(process.env.BENCH_PROFILE_DIR
+          ? { BENCH_NODE_ARGS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE_DIR}` }
+          : {}),
       },
       /tollgate listening on/,
     )
@@ -99,7 +101,11 @@ async function main() {
     const metrics = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text()
     const interesting = metrics
       .split('\n')
-      .filter((l) => /^tollgate_(cache_lookups_total|verify_outcomes_total|claims_batch_size_(sum|count)|captures_batch_size_(sum|count)|calls_captured_total)/.test(l))
+      .filter((l) =>
+        /^tollgate_(cache_lookups_total|verify_outcomes_total|claims_batch_size_(sum|count)|captures_batch_size_(sum|count)|calls_captured_total)/.test(
+          l,
+        ),
+      )
     process.stdout.write(`\n${interesting.join('\n')}\n`)
     const table = printTable(results)
     const file = writeResults(

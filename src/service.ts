@@ -147,10 +147,17 @@ export async function startService(config: Config, options: StartOptions = {}): 
       concurrency: writerConcurrency,
       onBatch: (n) => claimBatchSize.observe(n),
     })
-    const captures = new CaptureWriter(sql, {
+    // Captures may be lost in a database crash (they are refunded then), so on a server they skip the
+    // commit flush on their own small pool; the embedded database has a single connection to share.
+    const captureSql = embedded
+      ? sql
+      : createSql(databaseUrl, { max: 2, synchronousCommit: 'off', applicationName: 'tollgate-captures' })
+    if (!embedded) cleanups.push(() => captureSql.end({ timeout: 5 }))
+    const captures = new CaptureWriter(captureSql, {
       batchMax: config.claims.batch_max,
       concurrency: writerConcurrency,
       onBatch: (n) => captureBatchSize.observe(n),
+      flushIntervalMs: config.claims.capture_flush_ms,
       onError: (err, lost) =>
         logger.error('capture write failed; those calls stay uncaptured and will be refunded', { err, lost }),
     })

@@ -62,7 +62,7 @@ export const ConfigSchema = v.strictObject({
     verified_transfers_max: PositiveInt,
     claimed_proofs_max: PositiveInt,
   }),
-  claims: v.strictObject({ batch_max: PositiveInt }),
+  claims: v.strictObject({ batch_max: PositiveInt, capture_flush_ms: Ms }),
   payments: v.strictObject({
     max_amount: Dollars,
     default_expires_in_ms: PositiveInt,

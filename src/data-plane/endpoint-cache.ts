@@ -49,7 +49,10 @@ export type EndpointCache = ReturnType<typeof createEndpointCache>
  * Loads through the cache. A change that lands while a load is in flight deletes the entry, which aborts
  * that load (its answer may predate the change): load again once, after the change.
  */
-export async function loadEndpoint(cache: EndpointCache, id: string): Promise<LiveEndpoint | typeof NOT_FOUND> {
+export async function loadEndpoint(
+  cache: EndpointCache,
+  id: string,
+): Promise<LiveEndpoint | typeof NOT_FOUND> {
   try {
     return (await cache.fetch(id)) ?? NOT_FOUND
   } catch {

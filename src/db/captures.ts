@@ -27,19 +27,25 @@ export class CaptureWriter {
 
   constructor(
     private readonly sql: Sql,
-    private readonly options: BatchWriterOptions & { onError(err: unknown, lost: number): void },
+    private readonly options: BatchWriterOptions & {
+      onError(err: unknown, lost: number): void
+      /** How long captures gather before a write: fewer, larger transactions under load. */
+      flushIntervalMs: number
+    },
   ) {}
 
   /** Fire and forget: the caller already has its answer; the write follows in the next batch. */
   add(capture: Capture): void {
     this.queue.push(capture)
+    if (this.queue.length >= this.options.batchMax && this.inFlight < this.options.concurrency)
+      return this.flush()
     if (this.inFlight < this.options.concurrency && !this.scheduled) {
-      // Let this tick's other captures join the same batch.
+      // Let the captures of the next few milliseconds join the same batch.
       this.scheduled = true
-      setImmediate(() => {
+      setTimeout(() => {
         this.scheduled = false
         this.flush()
-      })
+      }, this.options.flushIntervalMs).unref()
     }
   }
 

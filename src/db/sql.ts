@@ -9,6 +9,11 @@ export interface SqlOptions {
   max: number
   /** Extra connection settings such as application_name. */
   applicationName?: string
+  /**
+   * 'off' for writes that may be lost in a database crash without harm (captures: a lost capture is
+   * refunded, never double-charged). Claims must keep the default: a lost claim could pay twice.
+   */
+  synchronousCommit?: 'on' | 'off'
 }
 
 export function createSql(url: string, options: SqlOptions): Sql {
@@ -19,6 +24,9 @@ export function createSql(url: string, options: SqlOptions): Sql {
     onnotice: () => {},
     idle_timeout: 0,
     connect_timeout: 10,
-    connection: { application_name: options.applicationName ?? 'tollgate' },
+    connection: {
+      application_name: options.applicationName ?? 'tollgate',
+      ...(options.synchronousCommit ? { synchronous_commit: options.synchronousCommit } : {}),
+    },
   }) as unknown as Sql
 }

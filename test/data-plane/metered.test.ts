@@ -165,7 +165,9 @@ describe('paid calls', () => {
     expect(results.filter((r) => r.status === 200)).toHaveLength(1)
     // The others are told the proof is spent (402) or, while the winner is still in flight, to retry (409).
     const refused = results.filter(
-      (r) => (r.status === 402 && r.body.includes('proof_already_used')) || (r.status === 409 && r.body.includes('payment_in_progress')),
+      (r) =>
+        (r.status === 402 && r.body.includes('proof_already_used')) ||
+        (r.status === 409 && r.body.includes('payment_in_progress')),
     )
     expect(refused).toHaveLength(49)
     expect(upstream.count() - before).toBe(1)

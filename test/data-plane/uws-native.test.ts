@@ -8,7 +8,13 @@ describe('uWebSockets.js engine', () => {
   it('refuses to start on the slow JavaScript fallback, saying why and how to fix it', () => {
     const r = spawnSync(join(ROOT, 'node_modules/.bin/tsx'), ['src/main.ts'], {
       cwd: ROOT,
-      env: { ...process.env, UWS_USE_FALLBACK: '1', PORT: '0', ADMIN_PORT: '0', DATABASE_URL: 'postgres://127.0.0.1:1/none' },
+      env: {
+        ...process.env,
+        UWS_USE_FALLBACK: '1',
+        PORT: '0',
+        ADMIN_PORT: '0',
+        DATABASE_URL: 'postgres://127.0.0.1:1/none',
+      },
       encoding: 'utf8',
       timeout: 30_000,
     })

@@ -71,7 +71,11 @@ export async function startChildService(options: ChildServiceOptions): Promise<C
   }
   if (options.databaseUrl) env.DATABASE_URL = options.databaseUrl
   else delete env.DATABASE_URL
-  const proc: ChildProcess = spawn(TSX, ['src/main.ts'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
+  const proc: ChildProcess = spawn(TSX, ['src/main.ts'], {
+    cwd: ROOT,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
   let output = ''
   proc.stdout!.on('data', (d: Buffer) => {
     output += d.toString()
@@ -89,7 +93,8 @@ export async function startChildService(options: ChildServiceOptions): Promise<C
   })
   const deadline = Date.now() + 60_000
   while (!/tollgate listening on/.test(output)) {
-    if (proc.exitCode !== null || proc.signalCode !== null) throw new Error(`tollgate exited before it was ready:\n${output}`)
+    if (proc.exitCode !== null || proc.signalCode !== null)
+      throw new Error(`tollgate exited before it was ready:\n${output}`)
     if (Date.now() > deadline) {
       proc.kill('SIGKILL')
       throw new Error(`tollgate did not start in 60 s:\n${output}`)

@@ -17,7 +17,9 @@ describe('admin port', () => {
     expect(ready.status).toBe(200)
     const body = await ready.json()
     expect(body.status).toBe('ready')
-    expect(body.checks.map((c: { name: string }) => c.name)).toEqual(expect.arrayContaining(['database', 'chain']))
+    expect(body.checks.map((c: { name: string }) => c.name)).toEqual(
+      expect.arrayContaining(['database', 'chain']),
+    )
   })
 
   it('exports request counts by route group and status class, and the process metrics', async () => {
@@ -31,11 +33,14 @@ describe('admin port', () => {
   it('every metric a Grafana panel queries is exported', async () => {
     const text = await (await fetch(`http://127.0.0.1:${svc.adminPort}/metrics`)).text()
     const exported = new Set([...text.matchAll(/^# TYPE (\S+) (\S+)/gm)].map((m) => m[1]!))
-    const dashboard = JSON.parse(readFileSync(join(import.meta.dirname, '../../grafana/dashboards/tollgate.json'), 'utf8'))
+    const dashboard = JSON.parse(
+      readFileSync(join(import.meta.dirname, '../../grafana/dashboards/tollgate.json'), 'utf8'),
+    )
     const used = new Set<string>()
     for (const panel of dashboard.panels) {
       for (const t of panel.targets) {
-        for (const m of t.expr.matchAll(/\b(tollgate_[a-z0-9_]+)/g)) used.add(m[1].replace(/_(bucket|sum|count)$/, ''))
+        for (const m of t.expr.matchAll(/\b(tollgate_[a-z0-9_]+)/g))
+          used.add(m[1].replace(/_(bucket|sum|count)$/, ''))
       }
     }
     expect(used.size).toBeGreaterThan(5)
