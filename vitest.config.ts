@@ -9,11 +9,13 @@ export default defineConfig({
         test: {
           name: 'unit',
           include: ['test/unit/**/*.test.ts'],
+          sequence: { groupOrder: 0 },
         },
       },
       {
         test: {
           name: 'integration',
+          sequence: { groupOrder: 1 },
           include: ['test/**/*.test.ts'],
           exclude: ['test/unit/**', 'test/browser/**', '**/node_modules/**'],
           globalSetup: ['test/helpers/global-setup.ts'],
@@ -27,6 +29,9 @@ export default defineConfig({
       {
         test: {
           name: 'browser',
+          // After the integration suite, alone: a browser and two cores do not share well.
+          sequence: { groupOrder: 2 },
+          maxWorkers: 1,
           include: ['test/browser/**/*.test.ts'],
           globalSetup: ['test/helpers/global-setup.ts'],
           testTimeout: 90_000,
