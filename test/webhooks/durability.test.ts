@@ -71,8 +71,15 @@ describe.runIf(usingServer)('webhooks across a crash and across instances', () =
     const verifier = new Webhook(secret)
     expect(verifier.verify(got[0].body, got[0].headers)).toMatchObject({ id: first, data: { n: 1 } })
     expect(verifier.verify(got[1].body, got[1].headers)).toMatchObject({ id: second, type: 'payout.sent' })
-    const rows = await sql<{ event_id: string; status: string }[]>`
-      SELECT event_id, status FROM webhook_deliveries ORDER BY event_id`
+    // The receiver answers before the dispatcher records the success: wait for the record.
+    let rows: { event_id: string; status: string }[] = []
+    const until = Date.now() + 5_000
+    do {
+      rows = await sql<{ event_id: string; status: string }[]>`
+        SELECT event_id, status FROM webhook_deliveries ORDER BY event_id`
+      if (rows.length === 2 && rows.every((r) => r.status === 'delivered')) break
+      await new Promise((r) => setTimeout(r, 50))
+    } while (Date.now() < until)
     expect(rows.every((r) => r.status === 'delivered')).toBe(true)
     expect(rows).toHaveLength(2)
     await child.kill('SIGTERM')
