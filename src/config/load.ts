@@ -64,6 +64,11 @@ export function loadConfig(options: LoadOptions = {}): Config {
       `invalid configuration:\n  chain.rpc_url: required on network ${settings.chain.network} (set RPC_URL)`,
     )
   }
+  if (settings.server.threads > 1) {
+    throw new ConfigError(
+      'invalid configuration:\n  server.threads: only 1 is supported so far; run several tollgate processes behind a load balancer on one PostgreSQL server instead',
+    )
+  }
   const key = env.TREASURY_PRIVATE_KEY?.trim() || null
   if (key !== null && !/^0x[0-9a-fA-F]{64}$/.test(key)) {
     // Never echo the value: it is a secret.

@@ -120,7 +120,7 @@ export async function updateEndpoint(
     const floorStillHolds =
       current.quote_floor_until !== null && current.quote_floor_until.getTime() > Date.now()
     const prevFloor = floorStillHolds ? current.quote_floor_atomic! : current.price_atomic
-    // biome-ignore lint/complexity/useMathMinMax: bigint; Math.min would coerce to a float
+    // bigint: Math.min would coerce to a float.
     const floor = prevFloor < current.price_atomic ? prevFloor : current.price_atomic
     set.quote_floor_atomic = floor
     set.quote_floor_until = new Date(Date.now() + quoteTtlMs)

@@ -40,6 +40,7 @@ describe('loadConfig', () => {
       /fees\.owner_share_bps/,
     )
     expect(() => loadConfig({ env: { NETWORK: 'base' } })).toThrow(ConfigError)
+    expect(() => loadConfig({ env: { THREADS: '4' } })).toThrow(/server\.threads/)
   })
 
   it('keeps the treasury key out of serialised config and refuses a malformed one without echoing it', () => {
