@@ -1,6 +1,6 @@
 // Command-line entry: load the configuration, start the service, print where it listens, drain on SIGTERM.
 import { ConfigError, loadConfig } from './config/load.ts'
-import { formatDollars } from './money.ts'
+import { configDollars, formatDollars } from './money.ts'
 import { startService } from './service.ts'
 
 async function main(): Promise<void> {
@@ -27,12 +27,13 @@ async function main(): Promise<void> {
   const payer = chain.devChain?.payers[0]
   if (payer) {
     lines.push(
-      `  demo payer ${payer.address} holds ${formatDollars(config.chain.dev_payer_funding * 1_000_000 > 0 ? BigInt(Math.round(config.chain.dev_payer_funding * 1_000_000)) : 0n)} USDC`,
+      `  demo payer ${payer.address} holds ${formatDollars(configDollars(config.chain.dev_payer_funding))} USDC`,
       `             private key ${payer.privateKey}  (anvil test key, never use on a real network)`,
       '',
-      'try:',
+      'try (README, five-minute walk-through):',
       `  curl -s -X POST ${service.url}/api/v1/register -H 'content-type: application/json' \\`,
       `       -d '{"wallet_address":"${chain.devChain!.payers[1]?.address ?? payer.address}","business_name":"Demo"}'`,
+      `  RPC_URL=${chain.rpcUrl} npm run pay -- <metered_url>     # pays its price with the demo payer, prints the tx hash`,
     )
   }
   process.stdout.write(`${lines.join('\n')}\n\n`)
