@@ -19,8 +19,27 @@ function randomBase62(bytes: number): string {
   return out.padStart(width, '0')
 }
 
+// Ids are made on the hot path (one per captured call): draw from a pool of random bytes refilled 4 KB
+// at a time, and map bytes to base62 by rejection (bytes ≥ 248 are skipped, so every character is uniform).
+const POOL_SIZE = 4096
+let pool = randomBytes(POOL_SIZE)
+let poolOffset = 0
+const ID_CHARS = 18 // ≈ 107 bits
+
 export function newId(prefix: IdPrefix): string {
-  return `${prefix}_${randomBase62(12)}`
+  let out = `${prefix}_`
+  let n = 0
+  while (n < ID_CHARS) {
+    if (poolOffset === POOL_SIZE) {
+      pool = randomBytes(POOL_SIZE)
+      poolOffset = 0
+    }
+    const byte = pool[poolOffset++]!
+    if (byte >= 248) continue
+    out += ALPHABET[byte % 62]
+    n++
+  }
+  return out
 }
 
 export type KeyMode = 'live' | 'test'

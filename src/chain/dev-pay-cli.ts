@@ -12,7 +12,9 @@ async function main() {
   const [target, amountArg] = process.argv.slice(2)
   const rpcUrl = process.env.RPC_URL
   if (!target || !rpcUrl) {
-    process.stderr.write('usage: RPC_URL=<dev chain rpc> [USDC_ADDRESS=…] [PAYER_KEY=0x…] npm run pay -- <url|recipient> [amount]\n')
+    process.stderr.write(
+      'usage: RPC_URL=<dev chain rpc> [USDC_ADDRESS=…] [PAYER_KEY=0x…] npm run pay -- <url|recipient> [amount]\n',
+    )
     process.exit(2)
   }
   let recipient: string
