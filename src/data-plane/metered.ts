@@ -3,7 +3,7 @@
 // attached before the first await; answers after an await are corked.
 import type { LRUCache } from 'lru-cache'
 import type { CaptureWriter } from '../db/captures.ts'
-import { type ClaimWriter, releaseClaim } from '../db/claims.ts'
+import { type ClaimOutcome, type ClaimWriter, releaseClaim } from '../db/claims.ts'
 import type { Sql } from '../db/sql.ts'
 import { newId } from '../ids.ts'
 import { splitOwnerShare } from '../money.ts'
@@ -31,14 +31,17 @@ import {
   type AbortState,
   createRequestBody,
   type ForwardRequest,
+  type ProxyHooks,
   type ProxyOutcome,
   proxy,
   type RequestBody,
   type UpstreamDispatcher,
 } from './proxy.ts'
 import { nextRequestId } from './request-id.ts'
-import type { HttpRequest, HttpResponse } from './uws.ts'
+import { type HttpRequest, type HttpResponse, statusLine } from './uws.ts'
 import type { Verifier, VerifyResult } from './verifier.ts'
+
+type VerifiedProof = Extract<VerifyResult, { ok: true }>
 
 export interface MeteredDeps {
   sql: Sql
@@ -98,222 +101,259 @@ function observe(status: number, startedMs: number) {
   duration[cls].observe((performance.now() - startedMs) / 1000)
 }
 
-export function createMeteredRoute(deps: MeteredDeps) {
-  const { endpoints, verifier, usedProofs, claims, captures, dispatcher, settings } = deps
+/** What the route shares across requests: dependencies and the releases still being written. */
+interface MeteredContext extends MeteredDeps {
   /** Releases of failed calls still being written, by proof: a quick retry waits for its own release. */
-  const pendingReleases = new Map<string, Promise<void>>()
+  pendingReleases: Map<string, Promise<void>>
+}
 
+export function createMeteredRoute(deps: MeteredDeps) {
+  const ctx: MeteredContext = { ...deps, pendingReleases: new Map() }
   return function metered(res: HttpResponse, req: HttpRequest): void {
-    const startedMs = performance.now()
-    const abort: AbortState = { aborted: false, onAbort: null }
+    new MeteredCall(ctx, res, req).start()
+  }
+}
+
+/**
+ * One metered request. A plain object with its steps on the prototype: the 402 path allocates this and
+ * nothing else (no per-request closures), and the object doubles as the proxy's hooks.
+ */
+class MeteredCall implements ProxyHooks {
+  readonly startedMs = performance.now()
+  readonly abort: AbortState = { aborted: false, onAbort: null }
+  readonly endpointId: string
+  readonly paymentHeader: string
+  /** Only a paid request needs the rest of the request; the 402 path reads nothing more. */
+  readonly forward: ForwardRequest | null = null
+  readonly body: RequestBody | null = null
+  endpoint: LiveEndpoint | null = null
+  paid: VerifiedProof | null = null
+  captured = false
+
+  constructor(
+    readonly ctx: MeteredContext,
+    readonly res: HttpResponse,
+    req: HttpRequest,
+  ) {
+    const abort = this.abort
     res.onAborted(() => {
       abort.aborted = true
       abort.onAbort?.()
     })
-    const endpointId = req.getParameter(0) ?? ''
-    const paymentHeader = req.getHeader('x-payment') || req.getHeader('payment-signature')
-
-    // Only a paid request needs the rest of the request; the 402 path reads nothing more.
-    let forward: ForwardRequest | null = null
-    let body: RequestBody | null = null
-    if (paymentHeader) {
-      const url = req.getUrl()
+    this.endpointId = req.getParameter(0) ?? ''
+    this.paymentHeader = req.getHeader('x-payment') || req.getHeader('payment-signature')
+    if (this.paymentHeader) {
       const query = req.getQuery()
       const headers: Array<[string, string]> = []
       req.forEach((k, v) => {
         headers.push([k, v])
       })
-      forward = {
+      this.forward = {
         method: req.getCaseSensitiveMethod().toUpperCase(),
-        pathAndQuery: url.slice(3 + endpointId.length) + (query ? `?${query}` : ''),
+        pathAndQuery: req.getUrl().slice(3 + this.endpointId.length) + (query ? `?${query}` : ''),
         headers,
         remoteAddress: Buffer.from(res.getRemoteAddressAsText()).toString(),
       }
-      body = createRequestBody(res, settings.maxBufferedBodyBytes)
+      // onData must be attached before the handler returns, or the body is lost.
+      this.body = createRequestBody(res, ctx.settings.maxBufferedBodyBytes)
     }
+  }
 
-    const cached = endpoints.get(endpointId)
+  start(): void {
+    const cached = this.ctx.endpoints.get(this.endpointId)
     if (cached !== undefined) {
       cacheCounters.endpointHit.inc()
-      withEndpoint(cached)
-    } else {
-      cacheCounters.endpointMiss.inc()
-      loadEndpoint(endpoints, endpointId).then(withEndpoint, (err) => {
-        deps.logger.error('endpoint lookup failed', { err })
-        respondUnavailable('the endpoint could not be loaded; retry shortly')
+      this.withEndpoint(cached)
+      return
+    }
+    cacheCounters.endpointMiss.inc()
+    loadEndpoint(this.ctx.endpoints, this.endpointId).then(
+      (entry) => this.withEndpoint(entry),
+      (err) => {
+        this.ctx.logger.error('endpoint lookup failed', { err })
+        this.respondUnavailable('the endpoint could not be loaded; retry shortly')
+      },
+    )
+  }
+
+  withEndpoint(entry: LiveEndpoint | typeof NOT_FOUND): void {
+    if (this.abort.aborted) return
+    if (entry === NOT_FOUND || !entry.active)
+      return this.respond(404, NOT_FOUND_BODY(this.endpointId, nextRequestId()))
+    this.endpoint = entry
+    if (!this.paymentHeader) return this.respond402('payment_required')
+    const proof = parseProof(this.paymentHeader)
+    // A proof seen spent on this instance is refused without a query.
+    if (proof.kind === 'tx' && this.ctx.usedProofs.has(proof.key)) {
+      cacheCounters.usedHit.inc()
+      return this.respond402('proof_already_used')
+    }
+    const verified = this.ctx.verifier.verify(proof)
+    if (verified instanceof Promise) verified.then((r) => this.withVerified(r))
+    else this.withVerified(verified)
+  }
+
+  withVerified(result: VerifyResult): void {
+    if (this.abort.aborted) return
+    const endpoint = this.endpoint!
+    if (!result.ok) {
+      if (result.reason === 'rpc_unavailable') {
+        return this.respondUnavailable('the chain could not be reached to verify the payment; retry shortly')
+      }
+      return this.respond402(result.reason, result.retryAfterMs)
+    }
+    if (result.valueAtomic < minimumAcceptedAtomic(endpoint, Date.now())) return this.respond402('underpaid')
+    // A retry right after a failure on this instance waits for that failure's release to be written.
+    const releasing = this.ctx.pendingReleases.get(result.proofKey)
+    if (releasing) {
+      releasing.then(() => this.withVerified(result))
+      return
+    }
+    this.paid = result
+    this.ctx.claims
+      .claim({
+        proofKey: result.proofKey,
+        kind: result.kind,
+        targetType: 'call',
+        targetId: endpoint.id,
+        accountId: endpoint.accountId,
+        payer: result.payer,
+        amountAtomic: result.valueAtomic,
+        retryWindowMs: this.ctx.settings.retryWindowMs,
+        leaseMs: endpoint.target.timeoutMs + 5_000,
       })
-    }
-
-    function withEndpoint(entry: LiveEndpoint | typeof NOT_FOUND): void {
-      if (abort.aborted) return
-      if (entry === NOT_FOUND || !entry.active) {
-        const requestId = nextRequestId()
-        return respond(404, NOT_FOUND_BODY(endpointId, requestId))
-      }
-      if (!paymentHeader) return respond402(entry, 'payment_required')
-      const proof = parseProof(paymentHeader)
-      // A proof seen spent on this instance is refused without a query.
-      if (proof.kind === 'tx' && usedProofs.has(proof.key)) {
-        cacheCounters.usedHit.inc()
-        return respond402(entry, 'proof_already_used')
-      }
-      const verified = verifier.verify(proof)
-      if (verified instanceof Promise) verified.then((r) => withVerified(entry, r))
-      else withVerified(entry, verified)
-    }
-
-    function withVerified(endpoint: LiveEndpoint, result: VerifyResult): void {
-      if (abort.aborted) return
-      if (!result.ok) {
-        if (result.reason === 'rpc_unavailable') {
-          return respondUnavailable('the chain could not be reached to verify the payment; retry shortly')
-        }
-        return respond402(endpoint, result.reason, result.retryAfterMs)
-      }
-      if (result.valueAtomic < minimumAcceptedAtomic(endpoint, Date.now()))
-        return respond402(endpoint, 'underpaid')
-      claims
-        .claim({
-          proofKey: result.proofKey,
-          kind: result.kind,
-          targetType: 'call',
-          targetId: endpoint.id,
-          accountId: endpoint.accountId,
-          payer: result.payer,
-          amountAtomic: result.valueAtomic,
-          retryWindowMs: settings.retryWindowMs,
-          leaseMs: endpoint.target.timeoutMs + 5_000,
-        })
-        .then(
-          (outcome) => {
-            if (outcome === 'used') {
-              usedProofs.set(result.proofKey, true)
-              if (abort.aborted) return
-              return respond402(endpoint, 'proof_already_used')
-            }
-            if (outcome === 'busy') {
-              // In flight in another request right now. Not a 402: a client must not pay again for it.
-              if (abort.aborted) return
-              return respondInProgress()
-            }
-            // The client may have left while the claim was written: free the proof for its retry.
-            if (abort.aborted) {
-              // fail(), not release(): the response is gone and must not be touched.
-              body?.fail()
-              return release(result.proofKey)
-            }
-            forwardPaid(endpoint, result as Extract<VerifyResult, { ok: true }>)
-          },
-          (err) => {
-            deps.logger.error('claim failed', { err })
-            respondUnavailable('the payment could not be recorded; retry shortly with the same proof')
-          },
-        )
-    }
-
-    function forwardPaid(endpoint: LiveEndpoint, paid: Extract<VerifyResult, { ok: true }>): void {
-      let captured = false
-      proxy(dispatcher, res, forward!, body!, endpoint.target, abort, {
-        onResponseHead(status) {
-          // Captured once the upstream answered below 500, even if the client leaves mid-body.
-          if (status < 500) {
-            captured = true
-            const split = splitOwnerShare(paid.valueAtomic, settings.ownerShareBps)
-            captures.add({
-              callId: newId('call'),
-              proofKey: paid.proofKey,
-              endpointId: endpoint.id,
-              accountId: endpoint.accountId,
-              ownerWallet: endpoint.ownerWallet,
-              payer: paid.payer,
-              amountAtomic: paid.valueAtomic,
-              ownerShareAtomic: split.owner,
-              feeAtomic: split.fee,
-              upstreamStatus: status,
-              method: forward!.method,
-            })
-            usedProofs.set(paid.proofKey, true)
-            callsCaptured.inc()
-            capturedAtomic.inc(Number(paid.valueAtomic))
-          }
-          const receipt = {
-            success: status < 500,
-            transaction: paid.transaction,
-            network: settings.network,
-            payer: paid.payer,
-          }
-          return [['x-payment-response', Buffer.from(JSON.stringify(receipt)).toString('base64')]]
+      .then(
+        (outcome) => this.withClaim(outcome),
+        (err) => {
+          this.ctx.logger.error('claim failed', { err })
+          this.respondUnavailable('the payment could not be recorded; retry shortly with the same proof')
         },
-        onDone(outcome: ProxyOutcome) {
-          if (!captured) release(paid.proofKey)
-          if (outcome.kind === 'upstream_error') upstreamErrors.labels(outcome.code).inc()
-          const status =
-            outcome.kind === 'responded'
-              ? outcome.status
-              : outcome.kind === 'upstream_error'
-                ? (outcome.status ?? (outcome.code === 'timeout' ? 504 : 502))
-                : (outcome.status ?? 499)
-          observe(status, startedMs)
-        },
-      })
-    }
+      )
+  }
 
-    function release(proofKey: string): void {
-      const p = releaseClaim(deps.sql, proofKey)
-        .catch((err) => deps.logger.warn('claim release failed', { err }))
-        .finally(() => pendingReleases.delete(proofKey))
-      pendingReleases.set(proofKey, p)
+  withClaim(outcome: ClaimOutcome): void {
+    const paid = this.paid!
+    if (outcome === 'used') {
+      this.ctx.usedProofs.set(paid.proofKey, true)
+      if (this.abort.aborted) return
+      return this.respond402('proof_already_used')
     }
+    if (outcome === 'busy') {
+      // In flight in another request right now. Not a 402: a client must not pay again for it.
+      if (this.abort.aborted) return
+      return this.respondInProgress()
+    }
+    // The client may have left while the claim was written: free the proof for its retry.
+    if (this.abort.aborted) {
+      // fail(), not release(): the response is gone and must not be touched.
+      this.body?.fail()
+      return this.release()
+    }
+    proxy(this.ctx.dispatcher, this.res, this.forward!, this.body!, this.endpoint!.target, this.abort, this)
+  }
 
-    function respond402(endpoint: LiveEndpoint, reason: string, retryAfterMs?: number): void {
-      // A body we will not forward may have paused the client's socket: let it go.
-      body?.release()
-      count402(reason)
-      observe(402, startedMs)
-      const text = challengeBody(endpoint.challenge, reason, quoteExpiry(settings.quoteTtlMs))
-      res.cork(() => {
-        res.writeStatus('402 Payment Required').writeHeader('content-type', JSON_TYPE)
-        res.writeHeader('payment-required', endpoint.challenge.v2Header)
-        if (retryAfterMs !== undefined)
-          res.writeHeader('retry-after', String(Math.max(1, Math.ceil(retryAfterMs / 1000))))
-        res.end(text)
+  /** ProxyHooks: the upstream's status is known, nothing is written yet. */
+  onResponseHead(status: number): Array<[string, string]> {
+    const paid = this.paid!
+    const endpoint = this.endpoint!
+    const { settings, captures } = this.ctx
+    // Captured once the upstream answered below 500, even if the client leaves mid-body.
+    if (status < 500) {
+      this.captured = true
+      const split = splitOwnerShare(paid.valueAtomic, settings.ownerShareBps)
+      captures.add({
+        callId: newId('call'),
+        proofKey: paid.proofKey,
+        endpointId: endpoint.id,
+        accountId: endpoint.accountId,
+        ownerWallet: endpoint.ownerWallet,
+        payer: paid.payer,
+        amountAtomic: paid.valueAtomic,
+        ownerShareAtomic: split.owner,
+        feeAtomic: split.fee,
+        upstreamStatus: status,
+        method: this.forward!.method,
       })
+      this.ctx.usedProofs.set(paid.proofKey, true)
+      callsCaptured.inc()
+      capturedAtomic.inc(Number(paid.valueAtomic))
     }
+    const receipt = `{"success":${status < 500},"transaction":"${paid.transaction}","network":"${settings.network}","payer":"${paid.payer}"}`
+    return [['x-payment-response', Buffer.from(receipt).toString('base64')]]
+  }
 
-    function respond(status: number, text: string): void {
-      body?.release()
-      observe(status, startedMs)
-      res.cork(() => {
-        res
-          .writeStatus(status === 404 ? '404 Not Found' : `${status}`)
-          .writeHeader('content-type', JSON_TYPE)
-          .end(text)
-      })
-    }
+  /** ProxyHooks: the final outcome, exactly once. */
+  onDone(outcome: ProxyOutcome): void {
+    if (!this.captured) this.release()
+    if (outcome.kind === 'upstream_error') upstreamErrors.labels(outcome.code).inc()
+    const status =
+      outcome.kind === 'responded'
+        ? outcome.status
+        : outcome.kind === 'upstream_error'
+          ? (outcome.status ?? (outcome.code === 'timeout' ? 504 : 502))
+          : (outcome.status ?? 499)
+    observe(status, this.startedMs)
+  }
 
-    function respondInProgress(): void {
-      body?.release()
-      observe(409, startedMs)
-      res.cork(() => {
-        res
-          .writeStatus('409 Conflict')
-          .writeHeader('content-type', JSON_TYPE)
-          .writeHeader('retry-after', '1')
-          .end(IN_PROGRESS_BODY)
-      })
-    }
+  release(): void {
+    const { pendingReleases, sql, logger } = this.ctx
+    const proofKey = this.paid!.proofKey
+    const p = releaseClaim(sql, proofKey)
+      .catch((err) => logger.warn('claim release failed', { err }))
+      .finally(() => pendingReleases.delete(proofKey))
+    pendingReleases.set(proofKey, p)
+  }
 
-    function respondUnavailable(message: string): void {
-      if (abort.aborted) return
-      body?.release()
-      observe(503, startedMs)
-      res.cork(() => {
-        res
-          .writeStatus('503 Service Unavailable')
-          .writeHeader('content-type', JSON_TYPE)
-          .writeHeader('retry-after', '2')
-          .end(UNAVAILABLE_BODY(message))
-      })
-    }
+  respond402(reason: string, retryAfterMs?: number): void {
+    // A body we will not forward may have paused the client's socket: let it go.
+    this.body?.release()
+    count402(reason)
+    observe(402, this.startedMs)
+    const challenge = this.endpoint!.challenge
+    const text = challengeBody(challenge, reason, quoteExpiry(this.ctx.settings.quoteTtlMs))
+    const res = this.res
+    res.cork(() => {
+      res.writeStatus('402 Payment Required').writeHeader('content-type', JSON_TYPE)
+      res.writeHeader('payment-required', challenge.v2Header)
+      if (retryAfterMs !== undefined)
+        res.writeHeader('retry-after', String(Math.max(1, Math.ceil(retryAfterMs / 1000))))
+      res.end(text)
+    })
+  }
+
+  respond(status: number, text: string): void {
+    this.body?.release()
+    observe(status, this.startedMs)
+    const res = this.res
+    res.cork(() => {
+      res.writeStatus(statusLine(status)).writeHeader('content-type', JSON_TYPE).end(text)
+    })
+  }
+
+  respondInProgress(): void {
+    this.body?.release()
+    observe(409, this.startedMs)
+    const res = this.res
+    res.cork(() => {
+      res
+        .writeStatus('409 Conflict')
+        .writeHeader('content-type', JSON_TYPE)
+        .writeHeader('retry-after', '1')
+        .end(IN_PROGRESS_BODY)
+    })
+  }
+
+  respondUnavailable(message: string): void {
+    if (this.abort.aborted) return
+    this.body?.release()
+    observe(503, this.startedMs)
+    const res = this.res
+    res.cork(() => {
+      res
+        .writeStatus('503 Service Unavailable')
+        .writeHeader('content-type', JSON_TYPE)
+        .writeHeader('retry-after', '2')
+        .end(UNAVAILABLE_BODY(message))
+    })
   }
 }
