@@ -16,7 +16,8 @@ export interface ScenarioResult {
 export function summarize(name: string, r: Result, ceilingRps: number | null): ScenarioResult {
   // total / elapsed, not the mean of per-second samples: a run bounded by a number of requests ends
   // mid-second, and that last partial sample would drag the mean down.
-  const rps = r.requests.total / r.duration
+  const elapsedS = (new Date(r.finish).getTime() - new Date(r.start).getTime()) / 1000
+  const rps = r.requests.total / elapsedS
   return {
     name,
     requests_per_sec: Math.round(rps),

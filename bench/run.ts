@@ -1,6 +1,6 @@
-// npm run bench: a real tollgate (own process, embedded PostgreSQL or BENCH_DATABASE_URL), a real anvil, a
-// real upstream (own process), all on 127.0.0.1; autocannon measures each scenario. Every figure is also
-// given as a ratio to the upstream called directly in the same run. Bounded: everything stops by itself.
+// npm run bench: real tollgate instances (own processes, embedded PostgreSQL or BENCH_DATABASE_URL), a real
+// anvil, a real upstream (own process), all on 127.0.0.1; autocannon measures each scenario. Every figure is
+// also given as a ratio to the upstream called directly in the same run. Bounded: everything stops by itself.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -14,7 +14,14 @@ import { type Child, freePort, ROOT, startTs } from './targets/processes.ts'
 const DURATION_S = Number(process.env.BENCH_DURATION_S ?? 8)
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32)
 const PROOFS = Number(process.env.BENCH_PROOFS ?? 15_000)
+const COLD_PROOFS = Number(process.env.BENCH_COLD_PROOFS ?? 3_000)
 const PRICE_ATOMIC = 1_000n // $0.001
+
+interface Instance {
+  base: string
+  adminPort: number
+  post(path: string, body: unknown, key?: string): Promise<any>
+}
 
 async function main() {
   const children: Child[] = []
@@ -25,19 +32,20 @@ async function main() {
   }, 15 * 60_000)
   hardStop.unref()
   const chain = await startDevChain({ payers: 1, payerFunding: 10_000_000_000n })
-  try {
-    const upstream = await startTs('bench/targets/upstream-server.ts', { MAX_MS: '900000' }, /"port"/)
-    children.push(upstream)
-    const upstreamUrl = `http://127.0.0.1:${JSON.parse(upstream.line).port}`
 
+  /** A tollgate process; `watch: false` stops its transfer watcher after start-up, so proofs are cold. */
+  async function startTollgate(name: string, watch: boolean): Promise<Instance> {
     const port = await freePort()
     const adminPort = await freePort()
-    const configFile = join(dataDir, 'bench.json')
+    const configFile = join(dataDir, `${name}.json`)
     writeFileSync(
       configFile,
-      JSON.stringify({ database: { data_dir: join(dataDir, 'pglite') }, chain: { poll_interval_ms: 250 } }),
+      JSON.stringify({
+        database: { data_dir: join(dataDir, `${name}-pglite`) },
+        chain: { poll_interval_ms: watch ? 250 : 3_600_000 },
+      }),
     )
-    const tollgate = await startTs(
+    const child = await startTs(
       'src/main.ts',
       {
         PORT: String(port),
@@ -49,35 +57,61 @@ async function main() {
         LOG_LEVEL: 'warn',
         TOLLGATE_CONFIG: configFile,
         ...(process.env.BENCH_DATABASE_URL ? { DATABASE_URL: process.env.BENCH_DATABASE_URL } : {}),
-        ...(process.env.BENCH_PROFILE_DIR
+        ...(process.env.BENCH_PROFILE_DIR && watch
           ? { BENCH_NODE_ARGS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE_DIR}` }
           : {}),
       },
       /tollgate listening on/,
     )
-    children.push(tollgate)
+    children.push(child)
     const base = `http://127.0.0.1:${port}`
-
-    const post = async (path: string, body: unknown, key?: string) => {
-      const r = await fetch(`${base}${path}`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
-        body: JSON.stringify(body),
-      })
-      if (!r.ok) throw new Error(`${path}: ${r.status} ${await r.text()}`)
-      return r.json() as Promise<any>
+    return {
+      base,
+      adminPort,
+      async post(path, body, key) {
+        const r = await fetch(`${base}${path}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
+          body: JSON.stringify(body),
+        })
+        if (!r.ok) throw new Error(`${path}: ${r.status} ${await r.text()}`)
+        return r.json()
+      },
     }
-    const reg = await post('/api/v1/register', {
+  }
+
+  try {
+    const upstream = await startTs('bench/targets/upstream-server.ts', { MAX_MS: '900000' }, /"port"/)
+    children.push(upstream)
+    const upstreamUrl = `http://127.0.0.1:${JSON.parse(upstream.line).port}`
+    const warm = await startTollgate('warm', true)
+    const cold = await startTollgate('cold', false)
+
+    const reg = await warm.post('/api/v1/register', {
       wallet_address: chain.payers[0]!.address,
       business_name: 'Bench',
     })
-    const ep = await post(
+    const ep = await warm.post(
       '/api/v1/endpoints',
       { upstream_url: `${upstreamUrl}/data`, price: '0.001' },
       reg.api_key,
     )
+    const payment = await warm.post(
+      '/api/v1/payments',
+      { amount: 10, description: 'Bench order' },
+      reg.api_key,
+    )
+    const coldReg = await cold.post('/api/v1/register', {
+      wallet_address: chain.payers[0]!.address,
+      business_name: 'Cold',
+    })
+    const coldEp = await cold.post(
+      '/api/v1/endpoints',
+      { upstream_url: `${upstreamUrl}/data`, price: '0.001' },
+      coldReg.api_key,
+    )
 
-    process.stdout.write(`bench: making ${PROOFS} payment proofs on anvil…\n`)
+    process.stdout.write(`bench: making ${PROOFS + COLD_PROOFS} payment proofs on anvil…\n`)
     const proofs = await makeProofs({
       rpcUrl: chain.rpcUrl,
       chainId: chain.chainId,
@@ -85,20 +119,47 @@ async function main() {
       payerKey: chain.payers[0]!.privateKey,
       treasury: chain.treasury.address,
       value: PRICE_ATOMIC,
-      count: PROOFS,
+      count: PROOFS + COLD_PROOFS,
     })
-    // Give the watcher time to fill the verified-transfer cache ("pre-verified" proofs).
+    const coldProofs = proofs.splice(PROOFS)
+    // Give the warm instance's watcher time to fill its verified-transfer cache ("pre-verified" proofs).
     await new Promise((r) => setTimeout(r, 3_000))
-    await warm(ep.metered_url)
+    for (const url of [ep.metered_url, coldEp.metered_url]) {
+      for (let i = 0; i < 200; i++) await fetch(url).then((r) => r.arrayBuffer())
+    }
 
     const results: ScenarioResult[] = []
     const ceiling = await run({ url: `${upstreamUrl}/data` })
     results.push(summarize('upstream direct (ceiling)', ceiling, null))
-    const ceilingRps = ceiling.requests.average
+    const ceilingRps = summarize('ceiling', ceiling, null).requests_per_sec
     results.push(summarize('402 path (no proof)', await run({ url: ep.metered_url }), ceilingRps))
     results.push(summarize('paid, pre-verified proofs', await runPaid(ep.metered_url, proofs), ceilingRps))
+    results.push(
+      summarize(
+        'paid, cold verification (RPC per proof)',
+        await runPaid(coldEp.metered_url, coldProofs),
+        ceilingRps,
+      ),
+    )
+    results.push(
+      summarize(
+        'checkout status JSON (/pay/:id/status)',
+        await run({ url: `${payment.payment_url}/status` }),
+        ceilingRps,
+      ),
+    )
+    results.push(
+      summarize(
+        'management API (GET /api/v1/account)',
+        await run({
+          url: `${warm.base}/api/v1/account`,
+          headers: { authorization: `Bearer ${reg.api_key}` },
+        }),
+        ceilingRps,
+      ),
+    )
 
-    const metrics = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text()
+    const metrics = await (await fetch(`http://127.0.0.1:${warm.adminPort}/metrics`)).text()
     const interesting = metrics
       .split('\n')
       .filter((l) =>
@@ -106,7 +167,7 @@ async function main() {
           l,
         ),
       )
-    process.stdout.write(`\n${interesting.join('\n')}\n`)
+    process.stdout.write(`\nwarm instance:\n${interesting.join('\n')}\n`)
     const table = printTable(results)
     const file = writeResults(
       join(ROOT, 'bench', 'results'),
@@ -116,6 +177,7 @@ async function main() {
         connections: CONNECTIONS,
         duration_s: DURATION_S,
         proofs: PROOFS,
+        cold_proofs: COLD_PROOFS,
         database: process.env.BENCH_DATABASE_URL ? 'postgresql server' : 'embedded pglite',
         table,
       },
@@ -156,10 +218,6 @@ function runPaid(url: string, proofs: Hex[]): Promise<autocannon.Result> {
       },
     ],
   })
-}
-
-async function warm(url: string) {
-  for (let i = 0; i < 200; i++) await fetch(url).then((r) => r.arrayBuffer())
 }
 
 main().catch((err) => {

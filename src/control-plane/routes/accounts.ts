@@ -7,7 +7,7 @@ import { ApiError } from '../api-error.ts'
 import type { ControlPlaneDeps } from '../deps.ts'
 import type { Route } from '../route.ts'
 import { parseBody } from '../validation.ts'
-import { accountBalanceView } from './payouts.ts'
+import { cachedAccountBalance } from './payouts.ts'
 
 const RegisterBody = v.strictObject({
   wallet_address: v.string('must be a string'),
@@ -94,7 +94,7 @@ export const accountRoutes: Route[] = [
     async handler({ account, deps }) {
       return {
         status: 200,
-        body: { ...presentAccount(account, deps), balance: await accountBalanceView(deps.sql, account.id) },
+        body: { ...presentAccount(account, deps), balance: await cachedAccountBalance(deps.sql, account.id) },
       }
     },
   },

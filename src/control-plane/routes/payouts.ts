@@ -1,3 +1,4 @@
+import { LRUCache } from 'lru-cache'
 // GET /payouts, /payouts/:id: the account's payouts (owner shares and refunds of its calls) with their
 // on-chain transactions; and the balance view GET /account shows.
 import { type AccountBalance, accountBalance } from '../../db/ledger.ts'
@@ -38,6 +39,27 @@ export function presentBalance(b: AccountBalance) {
 
 export async function accountBalanceView(db: Sql | Tx, accountId: string) {
   return presentBalance(await accountBalance(db, accountId))
+}
+
+type BalanceView = Awaited<ReturnType<typeof accountBalanceView>> & { as_of: string }
+
+/**
+ * The balance sums the account's ledger, which grows with every call: a busy merchant polling GET /account
+ * must not turn into one full aggregation per request. Concurrent reads share one query and the answer is
+ * kept for BALANCE_TTL_MS (the view says `as_of`).
+ */
+const BALANCE_TTL_MS = 2_000
+const balances = new LRUCache<string, BalanceView, { db: Sql | Tx }>({
+  max: 10_000,
+  ttl: BALANCE_TTL_MS,
+  fetchMethod: async (accountId, _stale, { context }) => ({
+    ...(await accountBalanceView(context.db, accountId)),
+    as_of: new Date().toISOString(),
+  }),
+})
+
+export async function cachedAccountBalance(db: Sql | Tx, accountId: string): Promise<BalanceView> {
+  return (await balances.fetch(accountId, { context: { db } }))!
 }
 
 export const payoutRoutes: Route[] = [
