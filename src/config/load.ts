@@ -66,7 +66,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
   }
   if (settings.server.threads > 1) {
     throw new ConfigError(
-      'invalid configuration:\n  server.threads: only 1 is supported so far; run several tollgate processes behind a load balancer on one PostgreSQL server instead',
+      'invalid configuration:\n  server.threads: must be 1 (this uWebSockets.js build cannot share a port between threads); run several tollgate processes behind a load balancer on one PostgreSQL server instead',
     )
   }
   const key = env.TREASURY_PRIVATE_KEY?.trim() || null
