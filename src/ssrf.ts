@@ -1,6 +1,7 @@
 // Refuses upstream and webhook targets in private, loopback, link-local and other non-public ranges (SSRF).
 import { lookup as dnsLookup, type LookupAddress } from 'node:dns'
 import { BlockList, isIP } from 'node:net'
+import { buildConnector } from 'undici'
 
 const blocked = new BlockList()
 // IPv4 ranges that are never a public API: RFC 1918, loopback, link-local (cloud metadata lives at
@@ -124,4 +125,24 @@ export function guardedLookup(hostname: string, options: object, callback: Looku
     const first = addresses[0]!
     callback(null, first.address, first.family)
   })
+}
+
+/**
+ * An undici connector for outgoing sockets (upstreams, webhooks). guardedLookup checks every address a host
+ * name resolves to at connect time (DNS may have changed since the target was accepted), but net.connect
+ * never calls lookup for an IP literal: those are checked here. Once per socket, not per request.
+ */
+export function guardedConnector(timeoutMs: number): buildConnector.connector {
+  const connect = buildConnector({ timeout: timeoutMs, lookup: guardedLookup })
+  return (options, callback) => {
+    const host = options.hostname.charCodeAt(0) === 91 ? options.hostname.slice(1, -1) : options.hostname
+    if (isIP(host) !== 0 && isPrivateAddress(host)) {
+      const err = new Error(`refused to connect to private address ${host}`) as NodeJS.ErrnoException
+      // Same code as guardedLookup's refusal, so both reach the caller as one outcome.
+      err.code = 'ERR_TOLLGATE_PRIVATE_TARGET'
+      callback(err, null)
+      return
+    }
+    connect(options, callback)
+  }
 }

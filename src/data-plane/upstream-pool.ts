@@ -1,8 +1,7 @@
 // The undici Agent every upstream call goes through: keep-alive pools per origin, no pipelining, and the
 // SSRF guard applied to each socket it opens (not to each request: the check costs nothing per call).
-import { isIP } from 'node:net'
-import { Agent, buildConnector } from 'undici'
-import { guardedLookup, isPrivateAddress } from '../ssrf.ts'
+import { Agent } from 'undici'
+import { guardedConnector } from '../ssrf.ts'
 
 export interface UpstreamDispatcherOptions {
   /** Sockets per upstream origin; unlimited when absent. */
@@ -30,23 +29,4 @@ export class UpstreamDispatcher extends Agent {
 
 export function createUpstreamDispatcher(options: UpstreamDispatcherOptions): UpstreamDispatcher {
   return new UpstreamDispatcher(options)
-}
-
-/**
- * guardedLookup checks every address a host name resolves to at connect time (DNS may have changed since
- * the endpoint was accepted), but net.connect never calls lookup for an IP literal: those are checked here.
- */
-function guardedConnector(timeout: number): buildConnector.connector {
-  const connect = buildConnector({ timeout, lookup: guardedLookup })
-  return (options, callback) => {
-    const host = options.hostname.charCodeAt(0) === 91 ? options.hostname.slice(1, -1) : options.hostname
-    if (isIP(host) !== 0 && isPrivateAddress(host)) {
-      const err = new Error(`refused to connect to private address ${host}`) as NodeJS.ErrnoException
-      // Same code as guardedLookup's refusal, so both reach the caller as one outcome.
-      err.code = 'ERR_TOLLGATE_PRIVATE_TARGET'
-      callback(err, null)
-      return
-    }
-    connect(options, callback)
-  }
 }

@@ -6,8 +6,7 @@
 // tollgate_event_created (server databases) or a delivery falling due wakes it sooner while this instance
 // is still being polled. Claims are row locks (SKIP LOCKED) plus a lease, so even two dispatchers on one
 // database never send one delivery at once, and a crashed sender's delivery comes back when its lease ends.
-import { isIP } from 'node:net'
-import { Agent, buildConnector, request } from 'undici'
+import { Agent, request } from 'undici'
 import { EVENT_CREATED_CHANNEL } from '../../db/events.ts'
 import type { Sql } from '../../db/sql.ts'
 import {
@@ -20,7 +19,7 @@ import {
 } from '../../db/webhook-deliveries.ts'
 import type { Logger } from '../../observability/logger.ts'
 import { webhookDeliveries, webhookLag } from '../../observability/metrics.ts'
-import { guardedLookup, isPrivateAddress } from '../../ssrf.ts'
+import { guardedConnector } from '../../ssrf.ts'
 import type { BackgroundModule, JobDeps } from './runner.ts'
 import { signedHeaders } from './webhook-signature.ts'
 
@@ -332,22 +331,4 @@ export function parseRetryAfter(raw: string | string[] | undefined, nowMs = Date
   if (/^\s*\d+\s*$/.test(value)) return Number(value) * 1000
   const at = Date.parse(value)
   return Number.isNaN(at) ? null : Math.max(0, at - nowMs)
-}
-
-/**
- * guardedLookup checks every address a host name resolves to at connect time (DNS may have changed since
- * the webhook was accepted), but net.connect never calls lookup for an IP literal: those are checked here.
- */
-function guardedConnector(timeout: number): buildConnector.connector {
-  const connect = buildConnector({ timeout, lookup: guardedLookup })
-  return (options, callback) => {
-    const host = options.hostname.charCodeAt(0) === 91 ? options.hostname.slice(1, -1) : options.hostname
-    if (isIP(host) !== 0 && isPrivateAddress(host)) {
-      const err = new Error(`refused to connect to private address ${host}`) as NodeJS.ErrnoException
-      err.code = 'ERR_TOLLGATE_PRIVATE_TARGET'
-      callback(err, null)
-      return
-    }
-    connect(options, callback)
-  }
 }
