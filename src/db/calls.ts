@@ -1,4 +1,5 @@
 // Queries on metered calls (the captured ones).
+import { afterCursor } from './cursor.ts'
 import type { Sql, Tx } from './sql.ts'
 
 export interface CallRow {
@@ -25,11 +26,7 @@ export async function listCalls(
     FROM calls
     WHERE account_id = ${q.accountId}
     ${q.endpointId ? db`AND endpoint_id = ${q.endpointId}` : db``}
-    ${
-      q.startingAfter
-        ? db`AND (created_at, id) < (SELECT created_at, id FROM calls WHERE id = ${q.startingAfter} AND account_id = ${q.accountId})`
-        : db``
-    }
+    ${afterCursor(db, 'calls', q.startingAfter, q.accountId)}
     ORDER BY created_at DESC, id DESC
     LIMIT ${q.limit}`
 }

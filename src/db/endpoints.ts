@@ -1,4 +1,5 @@
 // Queries on metered endpoints.
+import { afterCursor } from './cursor.ts'
 import type { Sql, Tx } from './sql.ts'
 
 export interface EndpointRow {
@@ -79,11 +80,7 @@ export async function listEndpoints(
   return db<EndpointRow[]>`
     SELECT ${db.unsafe(COLUMNS)} FROM endpoints
     WHERE account_id = ${q.accountId} AND deleted_at IS NULL
-    ${
-      q.startingAfter
-        ? db`AND (created_at, id) < (SELECT created_at, id FROM endpoints WHERE id = ${q.startingAfter} AND account_id = ${q.accountId})`
-        : db``
-    }
+    ${afterCursor(db, 'endpoints', q.startingAfter, q.accountId)}
     ORDER BY created_at DESC, id DESC
     LIMIT ${q.limit}`
 }

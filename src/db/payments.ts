@@ -5,6 +5,7 @@
 // When the payment is paid, the whole amount received is booked as owner share + fee; when it expires or
 // is canceled instead, every held proof is refunded to its sender. A customer's money is never stranded.
 import { splitOwnerShare, toDollars } from '../money.ts'
+import { afterCursor } from './cursor.ts'
 import { insertEvent } from './events.ts'
 import type { Sql, Tx } from './sql.ts'
 
@@ -159,11 +160,7 @@ export async function listPayments(
     SELECT ${db.unsafe(COLUMNS)} FROM payments
     WHERE account_id = ${q.accountId}
     ${q.status ? db`AND status = ${q.status}` : db``}
-    ${
-      q.startingAfter
-        ? db`AND (created_at, id) < (SELECT created_at, id FROM payments WHERE id = ${q.startingAfter} AND account_id = ${q.accountId})`
-        : db``
-    }
+    ${afterCursor(db, 'payments', q.startingAfter, q.accountId)}
     ORDER BY created_at DESC, id DESC
     LIMIT ${q.limit}`
 }

@@ -1,4 +1,5 @@
 // Queries on webhook endpoints (the merchant's receivers) and their signing secrets.
+import { afterCursor } from './cursor.ts'
 import type { Sql, Tx } from './sql.ts'
 
 export interface WebhookRow {
@@ -49,11 +50,7 @@ export async function listWebhooks(
   return db<WebhookRow[]>`
     SELECT ${db.unsafe(COLUMNS)} FROM webhooks
     WHERE account_id = ${q.accountId} AND deleted_at IS NULL
-    ${
-      q.startingAfter
-        ? db`AND (created_at, id) < (SELECT created_at, id FROM webhooks WHERE id = ${q.startingAfter} AND account_id = ${q.accountId})`
-        : db``
-    }
+    ${afterCursor(db, 'webhooks', q.startingAfter, q.accountId)}
     ORDER BY created_at DESC, id DESC
     LIMIT ${q.limit}`
 }
