@@ -1,8 +1,9 @@
 // A proof sent right after broadcast, before it is mined: the call waits (up to verify.wait_ms) and succeeds
 // once mined. Uses a private anvil, since turning automine off would stall every other test file's chain.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+
 import { createWalletClient, http, parseAbi } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { loadConfig } from '../../src/config/load.ts'
 import { createLogger } from '../../src/observability/logger.ts'

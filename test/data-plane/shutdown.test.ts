@@ -14,7 +14,12 @@ describe.runIf(usingServer)('shutdown', () => {
     const upstream = await startUpstream()
     try {
       const { key } = await registerMerchant(svc)
-      const ep = (await svc.api('/api/v1/endpoints', { key, body: { upstream_url: `${upstream.url}/echo`, price: 0.01 } })).body
+      const ep = (
+        await svc.api('/api/v1/endpoints', {
+          key,
+          body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
+        })
+      ).body
       const payer = await fundedAccount(1_000_000n)
       const hash = await payUsdc(payer, svc.chain.treasury, 10_000n)
       expect((await fetch(ep.metered_url, { headers: { 'x-payment': hash } })).status).toBe(200)
