@@ -250,6 +250,25 @@ describe('proofs that do not pay', () => {
     const r = await expectRefused(`0x${'ab'.repeat(32)}`, 'payment_pending')
     expect(Number(r.headers.get('retry-after'))).toBeGreaterThan(0)
   })
+  it('an x402 authorization payload (not accepted yet) is refused as unsupported', async () => {
+    const payload = {
+      x402Version: 1,
+      scheme: 'exact',
+      network: 'local',
+      payload: {
+        signature: `0x${'11'.repeat(65)}`,
+        authorization: {
+          from: payer.address,
+          to: svc.chain.treasury,
+          value: '50000',
+          validAfter: '0',
+          validBefore: '9999999999',
+          nonce: `0x${'22'.repeat(32)}`,
+        },
+      },
+    }
+    await expectRefused(Buffer.from(JSON.stringify(payload)).toString('base64'), 'unsupported_proof')
+  })
   it('a malformed header', async () => {
     await expectRefused('0x1234', 'invalid_proof')
     await expectRefused('not a proof at all', 'invalid_proof')
