@@ -1,5 +1,6 @@
 // Wiring only: config → database + migrations → chain → caches → public app → jobs → admin port.
 // main.ts runs this from the command line; tests run it in-process (several instances on one database).
+import { checkAuthorizationOnChain } from './chain/check-authorization.ts'
 import { type ChainContext, connectChain } from './chain/connect.ts'
 import { verifyTransfer } from './chain/verify-transfer.ts'
 import { watchTreasuryTransfers } from './chain/watcher.ts'
@@ -17,6 +18,7 @@ import {
   type JobRunner,
   startJobs,
 } from './control-plane/jobs/runner.ts'
+import { createSettlementJobs } from './control-plane/jobs/settlement-batcher.ts'
 import { createWebhookJobs } from './control-plane/jobs/webhook-dispatcher.ts'
 import { createPublicApp, type Listening, listen } from './data-plane/app.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './data-plane/caches.ts'
@@ -123,6 +125,15 @@ export async function startService(config: Config, options: StartOptions = {}): 
     const verifier = new Verifier({
       verified,
       maxProofAgeMs: config.chain.max_proof_age_ms,
+      x402: {
+        // v1 clients name the network, v2 clients give its CAIP-2 id.
+        networks: [chain.x402Network, chain.caip2],
+        chainId: chain.chainId,
+        treasury: chain.treasury,
+        usdc: { address: chain.usdc.address, name: chain.usdc.name, version: chain.usdc.version },
+      },
+      checkAuthorization: (q) =>
+        checkAuthorizationOnChain(chain.publicClient, { usdc: chain.usdc.address, ...q }),
       lookupTransfer: async (hash) => {
         const end = rpcDuration.startTimer()
         try {
@@ -239,8 +250,18 @@ export async function startService(config: Config, options: StartOptions = {}): 
       createPaymentJobs(jobDeps),
       createWebhookJobs(jobDeps),
       createPayoutJobs(jobDeps),
+      createSettlementJobs(jobDeps),
     ]
-    const jobs = startJobs(config.jobs.enabled ? modules.flatMap((m) => m.jobs) : [], { leadership, logger })
+    // Payouts and settlements both send from the treasury: one at a time, so their nonces never collide.
+    const treasurySends = createMutex()
+    const jobList = modules
+      .flatMap((m) => m.jobs)
+      .map((job) =>
+        /^(payout|x402-settlement)/.test(job.name)
+          ? { ...job, run: () => treasurySends(() => job.run()) }
+          : job,
+      )
+    const jobs = startJobs(config.jobs.enabled ? jobList : [], { leadership, logger })
     cleanups.push(async () => {
       await jobs.stop()
       for (const m of modules) await m.stop?.()
@@ -287,5 +308,15 @@ export async function startService(config: Config, options: StartOptions = {}): 
   } catch (err) {
     await stop()
     throw err
+  }
+}
+
+/** Runs the functions it is given one after another (a promise-chain mutex). */
+function createMutex(): <T>(fn: () => Promise<T>) => Promise<T> {
+  let tail: Promise<unknown> = Promise.resolve()
+  return (fn) => {
+    const run = tail.then(fn, fn)
+    tail = run.catch(() => {})
+    return run
   }
 }

@@ -86,6 +86,11 @@ export const ConfigSchema = v.strictObject({
     /** Blocks per eth_getLogs request when reconciling (RPC providers cap the range). */
     reconcile_block_chunk: PositiveInt,
   }),
+  settlement: v.strictObject({
+    interval_ms: PositiveInt,
+    batch_max: PositiveInt,
+    confirm_timeout_ms: PositiveInt,
+  }),
   webhooks: v.strictObject({
     retry_schedule_ms: v.array(Ms),
     timeout_ms: PositiveInt,

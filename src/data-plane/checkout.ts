@@ -284,6 +284,12 @@ export function createCheckoutRoute(deps: CheckoutDeps): UwsRoute {
         if (effectiveStatus(p) !== 'pending') return sendState(p)
         return send402(p, result.reason, result.retryAfterMs)
       }
+      // x402 authorizations pay metered calls only for now: a checkout must see the money move before it
+      // is marked paid (settlement is later), and a refund of one that never settled would pay out nothing.
+      if (result.kind !== 'tx') {
+        if (effectiveStatus(p) !== 'pending') return sendState(p)
+        return send402(p, 'unsupported_proof')
+      }
       const proof = {
         proofKey: result.proofKey,
         kind: 'tx' as const,

@@ -203,6 +203,9 @@ class MeteredCall implements ProxyHooks {
       return this.respond402(result.reason, result.retryAfterMs)
     }
     if (result.valueAtomic < minimumAcceptedAtomic(endpoint, Date.now())) return this.respond402('underpaid')
+    // x402 proofs get their key from the verifier: the spent-proof check for them happens here.
+    if (result.kind !== 'tx' && this.ctx.usedProofs.has(result.proofKey))
+      return this.respond402('proof_already_used')
     // A retry right after a failure on this instance waits for that failure's release to be written.
     const releasing = this.ctx.pendingReleases.get(result.proofKey)
     if (releasing) {
@@ -221,6 +224,7 @@ class MeteredCall implements ProxyHooks {
         amountAtomic: result.valueAtomic,
         retryWindowMs: this.ctx.settings.retryWindowMs,
         leaseMs: endpoint.target.timeoutMs + 5_000,
+        authorization: result.kind === 'eip3009' ? result.authorization : null,
       })
       .then(
         (outcome) => this.withClaim(outcome),
@@ -278,7 +282,8 @@ class MeteredCall implements ProxyHooks {
       callsCaptured.inc()
       capturedAtomic.inc(Number(paid.valueAtomic))
     }
-    const receipt = `{"success":${status < 500},"transaction":"${paid.transaction}","network":"${settings.network}","payer":"${paid.payer}"}`
+    // An x402 authorization has no transaction until it is settled (after the call): "" then.
+    const receipt = `{"success":${status < 500},"transaction":"${paid.transaction ?? ''}","network":"${settings.network}","payer":"${paid.payer}"}`
     return [['x-payment-response', Buffer.from(receipt).toString('base64')]]
   }
 

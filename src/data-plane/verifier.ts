@@ -1,10 +1,14 @@
 // The one proof verifier, shared by metered calls and checkout. Answers from the verified-transfer cache
 // when it can (synchronously), else asks the chain once per hash however many requests wait.
 // It proves what was paid and by whom; the caller decides whether that is enough (price, amount due).
+import type { TransferAuthorization } from '../chain/authorization.ts'
+import { verifyTransferAuthorization } from '../chain/authorization.ts'
+import type { AuthorizationChainCheck } from '../chain/check-authorization.ts'
 import { verifications } from '../observability/metrics.ts'
 import type { VerifiedTransfer } from './caches.ts'
 import { cacheCounters, type createVerifiedTransferCache } from './caches.ts'
 import type { Proof } from './proof.ts'
+import { type ExactPayment, parseExactPayment } from './x402-payload.ts'
 
 export type VerifyFailure =
   | 'invalid_proof'
@@ -16,6 +20,14 @@ export type VerifyFailure =
   | 'no_transfer'
   | 'proof_too_old'
   | 'rpc_unavailable'
+  // x402 "exact" authorizations
+  | 'wrong_network'
+  | 'invalid_signature'
+  | 'authorization_not_yet_valid'
+  | 'authorization_expired'
+  | 'insufficient_funds'
+  | 'proof_already_used'
+  | 'underpaid'
 
 export type VerifyResult =
   | {
@@ -26,19 +38,61 @@ export type VerifyResult =
       valueAtomic: bigint
       transaction: `0x${string}`
     }
+  | {
+      ok: true
+      proofKey: string
+      kind: 'eip3009'
+      payer: `0x${string}`
+      valueAtomic: bigint
+      /** Known once the authorization is settled on chain (after the call). */
+      transaction: null
+      /** Kept with the claim: the settlement batcher submits it. */
+      authorization: SignedAuthorization
+    }
   | { ok: false; reason: VerifyFailure; retryAfterMs?: number; detail?: string }
+
+/** An authorization as stored with its claim (JSON: amounts as strings). */
+export interface SignedAuthorization {
+  signature: `0x${string}`
+  from: `0x${string}`
+  to: `0x${string}`
+  value: string
+  validAfter: string
+  validBefore: string
+  nonce: `0x${string}`
+}
 
 /** What the chain module answers for one transaction hash. */
 export type ChainTransferResult =
   | { ok: true; transfer: VerifiedTransfer }
   | {
       ok: false
-      reason: Exclude<VerifyFailure, 'invalid_proof' | 'unsupported_proof'>
+      reason:
+        | 'payment_pending'
+        | 'transaction_failed'
+        | 'wrong_recipient'
+        | 'wrong_asset'
+        | 'no_transfer'
+        | 'proof_too_old'
+        | 'rpc_unavailable'
       retryAfterMs?: number
     }
 
 export interface VerifierOptions {
   lookupTransfer(hash: `0x${string}`): Promise<ChainTransferResult>
+  /** Nonce unused and funds present, on chain. */
+  checkAuthorization(q: {
+    from: `0x${string}`
+    nonce: `0x${string}`
+    value: bigint
+  }): Promise<AuthorizationChainCheck>
+  /** What an x402 authorization must be bound to. */
+  x402: {
+    networks: readonly string[]
+    chainId: number
+    treasury: `0x${string}`
+    usdc: { address: `0x${string}`; name: string; version: string }
+  }
   verified: ReturnType<typeof createVerifiedTransferCache>
   maxProofAgeMs: number
   now?: () => number
@@ -60,13 +114,7 @@ export class Verifier {
   /** A value when the answer is known now (cache hit, bad header); a promise when the chain must be asked. */
   verify(proof: Proof): VerifyResult | Promise<VerifyResult> {
     if (proof.kind === 'invalid') return { ok: false, reason: 'invalid_proof', detail: proof.detail }
-    if (proof.kind === 'x402') {
-      return {
-        ok: false,
-        reason: 'unsupported_proof',
-        detail: 'x402 authorization payloads are not accepted yet; pay with a transaction hash',
-      }
-    }
+    if (proof.kind === 'x402') return this.verifyAuthorization(proof.payload)
     const cached = this.options.verified.get(proof.hash)
     if (cached) {
       cacheCounters.transferHit.inc()
@@ -94,6 +142,74 @@ export class Verifier {
       this.inflight.set(proof.hash, pending)
     }
     return pending
+  }
+
+  /**
+   * An x402 "exact" payment: an EIP-3009 authorization signed by the payer. Checked locally (scheme,
+   * network, signature, recipient, validity window), then on chain (nonce unused, balance), once per
+   * authorization however many requests carry it. The claim of its nonce is the caller's next step.
+   */
+  private verifyAuthorization(payload: unknown): VerifyResult | Promise<VerifyResult> {
+    const payment = parseExactPayment(payload)
+    if (!payment)
+      return { ok: false, reason: 'invalid_proof', detail: 'not an x402 exact EVM payment payload' }
+    if (payment.scheme !== 'exact')
+      return { ok: false, reason: 'unsupported_proof', detail: `scheme ${payment.scheme} is not accepted` }
+    const { x402 } = this.options
+    if (!x402.networks.includes(payment.network)) return { ok: false, reason: 'wrong_network' }
+    const a = payment.authorization
+    const proofKey = `auth:${x402.chainId}:${x402.usdc.address.toLowerCase()}:${a.from.toLowerCase()}:${a.nonce.toLowerCase()}`
+    let pending = this.inflight.get(proofKey)
+    if (!pending) {
+      pending = this.checkAuthorization(payment, proofKey).then(
+        (r) => {
+          this.inflight.delete(proofKey)
+          verifications.labels('eip3009', 'rpc', r.ok ? 'ok' : r.reason).inc()
+          return r
+        },
+        () => {
+          this.inflight.delete(proofKey)
+          return { ok: false as const, reason: 'rpc_unavailable' as const }
+        },
+      )
+      this.inflight.set(proofKey, pending)
+    }
+    return pending
+  }
+
+  private async checkAuthorization(payment: ExactPayment, proofKey: string): Promise<VerifyResult> {
+    const { x402 } = this.options
+    const a: TransferAuthorization = payment.authorization
+    const local = await verifyTransferAuthorization({
+      usdc: x402.usdc,
+      chainId: x402.chainId,
+      authorization: a,
+      signature: payment.signature,
+      payTo: x402.treasury,
+      minValue: 1n,
+      nowSeconds: BigInt(Math.floor(this.now() / 1000)),
+    })
+    if (!local.ok) return { ok: false, reason: local.reason }
+    const onChain = await this.options.checkAuthorization({ from: a.from, nonce: a.nonce, value: a.value })
+    if (!onChain.ok) return { ok: false, reason: onChain.reason }
+    const verified: Extract<VerifyResult, { kind: 'eip3009' }> = {
+      ok: true,
+      proofKey,
+      kind: 'eip3009',
+      payer: local.payer,
+      valueAtomic: a.value,
+      transaction: null,
+      authorization: {
+        signature: payment.signature,
+        from: a.from,
+        to: a.to,
+        value: a.value.toString(),
+        validAfter: a.validAfter.toString(),
+        validBefore: a.validBefore.toString(),
+        nonce: a.nonce,
+      },
+    }
+    return verified
   }
 
   private fromTransfer(t: VerifiedTransfer, proofKey: string, source: 'cache' | 'rpc'): VerifyResult {

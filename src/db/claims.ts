@@ -14,6 +14,8 @@ export interface ClaimRequest {
   retryWindowMs: number
   /** How long this request may hold the proof before another may retry it (crash safety). */
   leaseMs: number
+  /** An EIP-3009 authorization to settle later (x402 payments); null for a transaction hash. */
+  authorization: object | null
 }
 
 /**
@@ -82,15 +84,16 @@ export class ClaimWriter {
     try {
       const won = await this.sql<{ proof_key: string }[]>`
         INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                            retry_until, lease_until)
+                            retry_until, lease_until, authorization_payload)
         SELECT k, kind, tt, tid, acct, payer, amt, 'claimed',
-               now() + rw * interval '1 millisecond', now() + lease * interval '1 millisecond'
+               now() + rw * interval '1 millisecond', now() + lease * interval '1 millisecond', auth::jsonb
         FROM unnest(${rows.map((p) => p.req.proofKey)}::text[], ${rows.map((p) => p.req.kind)}::text[],
                     ${rows.map((p) => p.req.targetType)}::text[], ${rows.map((p) => p.req.targetId)}::text[],
                     ${rows.map((p) => p.req.accountId)}::text[], ${rows.map((p) => p.req.payer)}::text[],
                     ${rows.map((p) => p.req.amountAtomic.toString())}::bigint[],
-                    ${rows.map((p) => p.req.retryWindowMs)}::bigint[], ${rows.map((p) => p.req.leaseMs)}::bigint[])
-             AS t(k, kind, tt, tid, acct, payer, amt, rw, lease)
+                    ${rows.map((p) => p.req.retryWindowMs)}::bigint[], ${rows.map((p) => p.req.leaseMs)}::bigint[],
+                    ${rows.map((p) => (p.req.authorization ? JSON.stringify(p.req.authorization) : null))}::text[])
+             AS t(k, kind, tt, tid, acct, payer, amt, rw, lease, auth)
         ON CONFLICT (proof_key) DO UPDATE
           SET lease_until = EXCLUDED.lease_until, attempts = claims.attempts + 1
           WHERE claims.status = 'claimed' AND claims.target_id = EXCLUDED.target_id

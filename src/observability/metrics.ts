@@ -155,3 +155,10 @@ export const payoutsOpen = new client.Gauge({
   help: 'Payouts recorded or broadcast but not yet confirmed or failed.',
   registers: [registry],
 })
+
+export const settlements = new client.Counter({
+  name: 'tollgate_x402_settlements_total',
+  help: 'x402 authorizations settled on chain, by outcome (settled, reverted, expired).',
+  labelNames: ['outcome'] as const,
+  registers: [registry],
+})

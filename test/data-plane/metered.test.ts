@@ -250,7 +250,7 @@ describe('proofs that do not pay', () => {
     const r = await expectRefused(`0x${'ab'.repeat(32)}`, 'payment_pending')
     expect(Number(r.headers.get('retry-after'))).toBeGreaterThan(0)
   })
-  it('an x402 authorization payload (not accepted yet) is refused as unsupported', async () => {
+  it('an x402 authorization with a forged signature is refused', async () => {
     const payload = {
       x402Version: 1,
       scheme: 'exact',
@@ -267,7 +267,7 @@ describe('proofs that do not pay', () => {
         },
       },
     }
-    await expectRefused(Buffer.from(JSON.stringify(payload)).toString('base64'), 'unsupported_proof')
+    await expectRefused(Buffer.from(JSON.stringify(payload)).toString('base64'), 'invalid_signature')
   })
   it('a malformed header', async () => {
     await expectRefused('0x1234', 'invalid_proof')

@@ -3,10 +3,15 @@
 import type { Sql } from '../../db/sql.ts'
 
 export async function expireUncapturedClaims(sql: Sql): Promise<number> {
+  // An x402 authorization that was never captured is never settled: no money moved, nothing to refund.
+  await sql`
+    UPDATE claims SET status = 'void', lease_until = NULL
+    WHERE status = 'claimed' AND kind = 'eip3009' AND target_type = 'call' AND retry_until < now()
+      AND (lease_until IS NULL OR lease_until < now())`
   const rows = await sql`
     WITH expired AS (
       UPDATE claims SET status = 'refund_due', lease_until = NULL
-      WHERE status = 'claimed' AND target_type = 'call' AND retry_until < now()
+      WHERE status = 'claimed' AND kind = 'tx' AND target_type = 'call' AND retry_until < now()
         AND (lease_until IS NULL OR lease_until < now())
       RETURNING proof_key, account_id, payer, amount_atomic
     )
