@@ -252,3 +252,32 @@ describe('x402 exact payments from a standard client (x402 npm package)', () => 
     await expectRefused(header, 'insufficient_funds')
   })
 })
+
+describe('an x402 call the upstream never served', () => {
+  it('is never settled and never refunded once its retry window is over: nothing moved', async () => {
+    const reg = await callApi(svc.url, '/api/v1/register', {
+      body: { wallet_address: chain.payers[4]!.address, business_name: 'Down Co' },
+    })
+    const ep = await callApi(svc.url, '/api/v1/endpoints', {
+      key: reg.body.api_key,
+      body: { upstream_url: 'http://127.0.0.1:9/down', price: 0.01 },
+    })
+    const quote = await fetch(ep.body.metered_url)
+    const requirements = (await quote.json()).accepts[0]
+    const payer = chain.payers[2]!.address
+    const header = await createPaymentHeader(signer(chain.payers[2]!.privateKey), 1, requirements)
+    const before = await balanceOf(payer)
+    const r = await fetch(ep.body.metered_url, { headers: { 'X-PAYMENT': header } })
+    expect(r.status).toBe(502)
+    // Let the retry window pass (as the clock would), then run the expiry job and a settlement run.
+    await svc.sql`UPDATE claims SET retry_until = now() - interval '1 second', lease_until = NULL
+                  WHERE kind = 'eip3009' AND target_id = ${ep.body.id}`
+    await svc.jobs.runNow('claim-expiry')
+    await svc.jobs.runNow('x402-settlement')
+    const rows = await svc.sql`SELECT status, settlement_tx FROM claims WHERE target_id = ${ep.body.id}`
+    expect(rows).toEqual([{ status: 'void', settlement_tx: null }])
+    const refunds = await svc.sql`SELECT 1 FROM ledger_entries WHERE kind = 'refund' AND wallet = ${payer}`
+    expect(refunds).toHaveLength(0)
+    expect(await balanceOf(payer)).toBe(before)
+  })
+})
