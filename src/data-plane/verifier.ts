@@ -1,33 +1,24 @@
 // The one proof verifier, shared by metered calls and checkout. Answers from the verified-transfer cache
 // when it can (synchronously), else asks the chain once per hash however many requests wait.
 // It proves what was paid and by whom; the caller decides whether that is enough (price, amount due).
-import type { TransferAuthorization } from '../chain/authorization.ts'
+import type { AuthorizationFailure, TransferAuthorization } from '../chain/authorization.ts'
 import { verifyTransferAuthorization } from '../chain/authorization.ts'
 import type { AuthorizationChainCheck } from '../chain/check-authorization.ts'
+import type { TransferFailure } from '../chain/verify-transfer.ts'
 import { verifications } from '../observability/metrics.ts'
 import type { VerifiedTransfer } from './caches.ts'
 import { cacheCounters, type createVerifiedTransferCache } from './caches.ts'
 import type { Proof } from './proof.ts'
 import { type ExactPayment, parseExactPayment } from './x402-payload.ts'
 
+/** Every reason a proof is refused: the chain module's, plus the ones decided here. Wire values as they are. */
 export type VerifyFailure =
   | 'invalid_proof'
   | 'unsupported_proof'
-  | 'payment_pending'
-  | 'transaction_failed'
-  | 'wrong_recipient'
-  | 'wrong_asset'
-  | 'no_transfer'
-  | 'proof_too_old'
-  | 'rpc_unavailable'
-  // x402 "exact" authorizations
   | 'wrong_network'
-  | 'invalid_signature'
-  | 'authorization_not_yet_valid'
-  | 'authorization_expired'
-  | 'insufficient_funds'
-  | 'proof_already_used'
-  | 'underpaid'
+  | TransferFailure
+  | AuthorizationFailure
+  | Extract<AuthorizationChainCheck, { ok: false }>['reason']
 
 export type VerifyResult =
   | {
@@ -67,14 +58,7 @@ export type ChainTransferResult =
   | { ok: true; transfer: VerifiedTransfer }
   | {
       ok: false
-      reason:
-        | 'payment_pending'
-        | 'transaction_failed'
-        | 'wrong_recipient'
-        | 'wrong_asset'
-        | 'no_transfer'
-        | 'proof_too_old'
-        | 'rpc_unavailable'
+      reason: TransferFailure
       retryAfterMs?: number
     }
 
