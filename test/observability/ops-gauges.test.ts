@@ -12,7 +12,8 @@ afterAll(() => svc?.stop())
 async function scrape(): Promise<Map<string, number>> {
   const text = await (await fetch(`http://127.0.0.1:${svc.adminPort}/metrics`)).text()
   const values = new Map<string, number>()
-  for (const m of text.matchAll(/^(tollgate_[a-z0-9_]+(?:\{[^}]*\})?) (\S+)$/gm)) values.set(m[1]!, Number(m[2]))
+  for (const m of text.matchAll(/^(tollgate_[a-z0-9_]+(?:\{[^}]*\})?) (\S+)$/gm))
+    values.set(m[1]!, Number(m[2]))
   return values
 }
 
