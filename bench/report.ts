@@ -1,52 +1,64 @@
-// Prints the scenario table (throughput, latency percentiles, ratio to the ceiling) and writes JSON.
+// Prints the scenario table (req/s, latency percentiles, errors, ratio to the upstream called directly) and
+// writes bench/results/<date>.json as {"machine":{…},"scenarios":[…]}.
 import { mkdirSync, writeFileSync } from 'node:fs'
+import { cpus, freemem, totalmem } from 'node:os'
 import { join } from 'node:path'
-import type { Result } from 'autocannon'
+import type { Measured } from './load.ts'
 
-export interface ScenarioResult {
+export interface ScenarioResult extends Measured {
   name: string
-  requests_per_sec: number
-  latency_ms: { p50: number; p90: number; p99: number; max: number }
-  requests: number
-  errors: number
-  non_2xx: number
-  ratio_to_ceiling: number
+  ratio_to_direct: number | null
+  note?: string
 }
 
-export function summarize(name: string, r: Result, ceilingRps: number | null): ScenarioResult {
-  // total / elapsed, not the mean of per-second samples: a run bounded by a number of requests ends
-  // mid-second, and that last partial sample would drag the mean down.
-  const elapsedS = (new Date(r.finish).getTime() - new Date(r.start).getTime()) / 1000
-  const rps = r.requests.total / elapsedS
+export function withRatio(
+  name: string,
+  m: Measured,
+  directRps: number | null,
+  note?: string,
+): ScenarioResult {
   return {
     name,
-    requests_per_sec: Math.round(rps),
-    latency_ms: { p50: r.latency.p50, p90: r.latency.p90, p99: r.latency.p99, max: r.latency.max },
-    requests: r.requests.total,
-    errors: r.errors + r.timeouts,
-    non_2xx: r.non2xx,
-    ratio_to_ceiling: ceilingRps ? Math.round((rps / ceilingRps) * 100) / 100 : 1,
+    ...m,
+    ratio_to_direct: directRps ? Math.round((m.rps / directRps) * 1000) / 1000 : null,
+    ...(note ? { note } : {}),
   }
 }
 
-export function printTable(results: ScenarioResult[]): string {
-  const rows = [
-    '| scenario | req/s | p50 ms | p99 ms | ratio to upstream direct | non-2xx | errors |',
-    '|---|---|---|---|---|---|---|',
-    ...results.map(
-      (r) =>
-        `| ${r.name} | ${r.requests_per_sec} | ${r.latency_ms.p50} | ${r.latency_ms.p99} | ${r.ratio_to_ceiling.toFixed(2)} | ${r.non_2xx} | ${r.errors} |`,
-    ),
-  ]
-  const text = rows.join('\n')
-  process.stdout.write(`\n${text}\n\n`)
-  return text
+export function formatRow(r: ScenarioResult): string {
+  return `| ${r.name} | ${r.rps} | ${r.p50_ms} | ${r.p90_ms} | ${r.p99_ms} | ${r.p99_us} | ${r.max_ms} | ${r.errors} | ${r.ratio_to_direct ?? '–'} |${r.note ? ` ${r.note}` : ''}`
 }
 
-export function writeResults(dir: string, meta: Record<string, unknown>, results: ScenarioResult[]): string {
+export function table(results: ScenarioResult[]): string {
+  return [
+    '| scenario | req/s | p50 ms | p90 ms | p99 ms | p99 µs | max ms | errors | ratio to direct |',
+    '|---|---|---|---|---|---|---|---|---|',
+    ...results.map(formatRow),
+  ].join('\n')
+}
+
+export function machine(extra: Record<string, unknown>): Record<string, unknown> {
+  const c = cpus()
+  return {
+    cpus: c.length,
+    cpu_model: c[0]?.model ?? 'unknown',
+    memory_gb: Math.round(totalmem() / 2 ** 30),
+    free_memory_gb: Math.round(freemem() / 2 ** 30),
+    node: process.version,
+    platform: `${process.platform} ${process.arch}`,
+    date: new Date().toISOString(),
+    ...extra,
+  }
+}
+
+export function writeResults(
+  dir: string,
+  meta: Record<string, unknown>,
+  scenarios: ScenarioResult[],
+  extra: Record<string, unknown> = {},
+): string {
   mkdirSync(dir, { recursive: true })
-  const file = join(dir, `bench-${new Date().toISOString().replace(/[:.]/g, '-')}.json`)
-  writeFileSync(file, `${JSON.stringify({ ...meta, results }, null, 2)}\n`)
-  writeFileSync(join(dir, 'latest.json'), `${JSON.stringify({ ...meta, results }, null, 2)}\n`)
+  const file = join(dir, `${new Date().toISOString().replace(/:/g, '-').replace(/\..*/, '')}.json`)
+  writeFileSync(file, `${JSON.stringify({ machine: meta, scenarios, ...extra }, null, 2)}\n`)
   return file
 }

@@ -1,223 +1,192 @@
-// npm run bench: real tollgate instances (own processes, embedded PostgreSQL or BENCH_DATABASE_URL), a real
-// anvil, a real upstream (own process), all on 127.0.0.1; autocannon measures each scenario. Every figure is
-// also given as a ratio to the upstream called directly in the same run. Bounded: everything stops by itself.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+// npm run bench [-- <scenario>…]: tollgate and its peers (the upstream direct, a bare uWS app, nginx) in one
+// run on 127.0.0.1, each measured by autocannon, every figure also a ratio to the upstream called directly.
+// `npm run bench -- soak` runs the 60 s soak, `-- recover` the signature-recovery micro-benchmark.
+// Real parts only (anvil, PostgreSQL server when BENCH_DATABASE_URL is set, else PGlite); all bounded.
+import { execFileSync } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import autocannon from 'autocannon'
-import type { Hex } from 'viem'
 import { startDevChain } from '../src/chain/dev-chain.ts'
 import { makeProofs } from './proofs.ts'
-import { printTable, type ScenarioResult, summarize, writeResults } from './report.ts'
-import { type Child, freePort, ROOT, startTs } from './targets/processes.ts'
+import { measureRecovery } from './recover.ts'
+import { machine, type ScenarioResult, table, withRatio, writeResults } from './report.ts'
+import type { Context, TollgateKind } from './scenarios/context.ts'
+import { settings } from './scenarios/context.ts'
+import { type Scenario, scenarios } from './scenarios/index.ts'
+import { runSoak } from './scenarios/soak.ts'
+import { startBareUws } from './targets/bare-uws.ts'
+import { startNginx } from './targets/nginx.ts'
+import { ROOT } from './targets/processes.ts'
+import { startTollgate } from './targets/tollgate.ts'
+import { startUpstream } from './targets/upstream.ts'
 
-const DURATION_S = Number(process.env.BENCH_DURATION_S ?? 8)
-const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32)
-const PROOFS = Number(process.env.BENCH_PROOFS ?? 15_000)
-const COLD_PROOFS = Number(process.env.BENCH_COLD_PROOFS ?? 3_000)
-const PRICE_ATOMIC = 1_000n // $0.001
-
-interface Instance {
-  base: string
-  adminPort: number
-  post(path: string, body: unknown, key?: string): Promise<any>
-}
+const HARD_LIMIT_MS = 15 * 60_000
 
 async function main() {
-  const children: Child[] = []
-  const dataDir = mkdtempSync(join(tmpdir(), 'tollgate-bench-'))
+  const args = process.argv.slice(2)
+  if (args[0] === 'recover') {
+    process.stdout.write(`${JSON.stringify(await measureRecovery())}\n`)
+    return
+  }
+  const soak = args[0] === 'soak'
+  const chosen = soak ? [] : select(args)
   const hardStop = setTimeout(() => {
     process.stderr.write('bench: hard time limit reached\n')
     process.exit(2)
-  }, 15 * 60_000)
+  }, HARD_LIMIT_MS)
   hardStop.unref()
-  const chain = await startDevChain({ payers: 1, payerFunding: 10_000_000_000n })
-
-  /** A tollgate process; `watch: false` stops its transfer watcher after start-up, so proofs are cold. */
-  async function startTollgate(name: string, watch: boolean): Promise<Instance> {
-    const port = await freePort()
-    const adminPort = await freePort()
-    const configFile = join(dataDir, `${name}.json`)
-    writeFileSync(
-      configFile,
-      JSON.stringify({
-        database: { data_dir: join(dataDir, `${name}-pglite`) },
-        chain: { poll_interval_ms: watch ? 250 : 3_600_000 },
-      }),
-    )
-    const child = await startTs(
-      'src/main.ts',
-      {
-        PORT: String(port),
-        ADMIN_PORT: String(adminPort),
-        RPC_URL: chain.rpcUrl,
-        USDC_ADDRESS: chain.usdcAddress,
-        TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
-        ALLOW_PRIVATE_UPSTREAMS: 'true',
-        LOG_LEVEL: 'warn',
-        TOLLGATE_CONFIG: configFile,
-        ...(process.env.BENCH_DATABASE_URL ? { DATABASE_URL: process.env.BENCH_DATABASE_URL } : {}),
-        ...(process.env.BENCH_PROFILE_DIR && watch
-          ? { BENCH_NODE_ARGS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE_DIR}` }
-          : {}),
-      },
-      /tollgate listening on/,
-    )
-    children.push(child)
-    const base = `http://127.0.0.1:${port}`
-    return {
-      base,
-      adminPort,
-      async post(path, body, key) {
-        const r = await fetch(`${base}${path}`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
-          body: JSON.stringify(body),
-        })
-        if (!r.ok) throw new Error(`${path}: ${r.status} ${await r.text()}`)
-        return r.json()
-      },
-    }
-  }
-
+  // The built JavaScript is what production runs (npm start); build it when src/ changed since.
+  execFileSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--if-stale'], { stdio: 'inherit' })
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-bench-'))
+  const chain = await startDevChain({ payers: 1, payerFunding: 100_000_000_000n })
+  const ctx = await startTargets(
+    dir,
+    chain,
+    soak ? ['warm'] : chosen.flatMap((s) => s.tollgates ?? []),
+    chosen,
+  )
   try {
-    const upstream = await startTs('bench/targets/upstream-server.ts', { MAX_MS: '900000' }, /"port"/)
-    children.push(upstream)
-    const upstreamUrl = `http://127.0.0.1:${JSON.parse(upstream.line).port}`
-    const warm = await startTollgate('warm', true)
-    const cold = await startTollgate('cold', false)
-
-    const reg = await warm.post('/api/v1/register', {
-      wallet_address: chain.payers[0]!.address,
-      business_name: 'Bench',
-    })
-    const ep = await warm.post(
-      '/api/v1/endpoints',
-      { upstream_url: `${upstreamUrl}/data`, price: '0.001' },
-      reg.api_key,
-    )
-    const payment = await warm.post(
-      '/api/v1/payments',
-      { amount: 10, description: 'Bench order' },
-      reg.api_key,
-    )
-    const coldReg = await cold.post('/api/v1/register', {
-      wallet_address: chain.payers[0]!.address,
-      business_name: 'Cold',
-    })
-    const coldEp = await cold.post(
-      '/api/v1/endpoints',
-      { upstream_url: `${upstreamUrl}/data`, price: '0.001' },
-      coldReg.api_key,
-    )
-
-    process.stdout.write(`bench: making ${PROOFS + COLD_PROOFS} payment proofs on anvil…\n`)
-    const proofs = await makeProofs({
-      rpcUrl: chain.rpcUrl,
-      chainId: chain.chainId,
-      usdc: chain.usdcAddress,
-      payerKey: chain.payers[0]!.privateKey,
-      treasury: chain.treasury.address,
-      value: PRICE_ATOMIC,
-      count: PROOFS + COLD_PROOFS,
-    })
-    const coldProofs = proofs.splice(PROOFS)
-    // Give the warm instance's watcher time to fill its verified-transfer cache ("pre-verified" proofs).
-    await new Promise((r) => setTimeout(r, 3_000))
-    for (const url of [ep.metered_url, coldEp.metered_url]) {
-      for (let i = 0; i < 200; i++) await fetch(url).then((r) => r.arrayBuffer())
+    if (soak) {
+      const series = await runSoak(ctx)
+      const file = writeResults(join(ROOT, 'bench', 'results'), machine(meta()), series.scenarios, {
+        soak: series.samples,
+      })
+      process.stdout.write(`\n${table(series.scenarios)}\n\nresults: ${file}\n`)
+      return
     }
-
-    const results: ScenarioResult[] = []
-    const ceiling = await run({ url: `${upstreamUrl}/data` })
-    results.push(summarize('upstream direct (ceiling)', ceiling, null))
-    const ceilingRps = summarize('ceiling', ceiling, null).requests_per_sec
-    results.push(summarize('402 path (no proof)', await run({ url: ep.metered_url }), ceilingRps))
-    results.push(summarize('paid, pre-verified proofs', await runPaid(ep.metered_url, proofs), ceilingRps))
-    results.push(
-      summarize(
-        'paid, cold verification (RPC per proof)',
-        await runPaid(coldEp.metered_url, coldProofs),
-        ceilingRps,
-      ),
+    const proofCount = chosen.reduce((n, s) => n + (s.proofs ?? 0), 0)
+    if (proofCount) await prepareProofs(ctx, proofCount)
+    const results = await runScenarios(ctx, chosen)
+    const recovery = await measureRecovery(500)
+    process.stdout.write(
+      `\n${table(results)}\n\nEIP-3009 recoveries/s (one core): ${JSON.stringify(recovery)}\n`,
     )
-    results.push(
-      summarize(
-        'checkout status JSON (/pay/:id/status)',
-        await run({ url: `${payment.payment_url}/status` }),
-        ceilingRps,
-      ),
-    )
-    results.push(
-      summarize(
-        'management API (GET /api/v1/account)',
-        await run({
-          url: `${warm.base}/api/v1/account`,
-          headers: { authorization: `Bearer ${reg.api_key}` },
-        }),
-        ceilingRps,
-      ),
-    )
-
-    const metrics = await (await fetch(`http://127.0.0.1:${warm.adminPort}/metrics`)).text()
-    const interesting = metrics
-      .split('\n')
-      .filter((l) =>
-        /^tollgate_(cache_lookups_total|verify_outcomes_total|claims_batch_size_(sum|count)|captures_batch_size_(sum|count)|calls_captured_total)/.test(
-          l,
-        ),
-      )
-    process.stdout.write(`\nwarm instance:\n${interesting.join('\n')}\n`)
-    const table = printTable(results)
-    const file = writeResults(
-      join(ROOT, 'bench', 'results'),
-      {
-        date: new Date().toISOString(),
-        node: process.version,
-        connections: CONNECTIONS,
-        duration_s: DURATION_S,
-        proofs: PROOFS,
-        cold_proofs: COLD_PROOFS,
-        database: process.env.BENCH_DATABASE_URL ? 'postgresql server' : 'embedded pglite',
-        table,
-      },
-      results,
-    )
+    const file = writeResults(join(ROOT, 'bench', 'results'), machine(meta()), results, { recovery })
     process.stdout.write(`results: ${file}\n`)
   } finally {
-    for (const c of children.reverse()) await c.stop()
+    for (const t of [...Object.values(ctx.tollgates), ctx.nginx, ctx.bare, ctx.upstream]) await t?.stop()
     await chain.stop()
-    rmSync(dataDir, { recursive: true, force: true })
+    rmSync(dir, { recursive: true, force: true })
   }
 }
 
-function run(options: { url: string; headers?: Record<string, string> }): Promise<autocannon.Result> {
-  return autocannon({
-    url: options.url,
-    connections: CONNECTIONS,
-    duration: DURATION_S,
-    headers: options.headers,
-  })
+/** The named scenarios (all when none), always with `direct` first: every ratio needs it. */
+function select(names: string[]): Scenario[] {
+  if (names.length === 0 || names[0] === 'all') return scenarios
+  const unknown = names.filter((n) => !scenarios.some((s) => s.name === n))
+  if (unknown.length) {
+    throw new Error(
+      `unknown scenario ${unknown.join(', ')}; known: ${scenarios.map((s) => s.name).join(', ')}, soak, recover`,
+    )
+  }
+  return scenarios.filter((s) => s.name === 'direct' || names.includes(s.name))
 }
 
-/** Each request carries its own proof; the run ends when the proofs are used up or the time is. */
-function runPaid(url: string, proofs: Hex[]): Promise<autocannon.Result> {
-  let next = 0
-  return autocannon({
-    url,
-    connections: CONNECTIONS,
-    amount: proofs.length - 1,
-    duration: DURATION_S,
-    requests: [
-      {
-        method: 'GET',
-        setupRequest: (req) => {
-          const proof = proofs[next++ % proofs.length]!
-          return { ...req, headers: { ...req.headers, 'x-payment': proof } }
-        },
-      },
-    ],
+function meta(): Record<string, unknown> {
+  return {
+    connections: settings.connections,
+    duration_s: settings.durationS,
+    database: process.env.BENCH_DATABASE_URL ? 'postgresql server' : 'embedded pglite',
+    load_generator: 'autocannon 9 (in the bench process), latencies into an HDR histogram',
+    command: `npm run bench${process.argv.length > 2 ? ` -- ${process.argv.slice(2).join(' ')}` : ''}`,
+  }
+}
+
+async function startTargets(
+  dir: string,
+  chain: Context['chain'],
+  kinds: TollgateKind[],
+  chosen: Scenario[],
+): Promise<Context> {
+  const upstream = await startUpstream(HARD_LIMIT_MS)
+  const proofs: string[] = []
+  const ctx: Context = {
+    proofPool: proofs,
+    dir,
+    chain,
+    upstream,
+    bare: null,
+    nginx: null,
+    tollgates: {},
+    rps: new Map(),
+    takeProofs: (n) => {
+      if (proofs.length < n) throw new Error(`out of proofs: ${n} asked, ${proofs.length} left`)
+      return proofs.splice(0, n)
+    },
+  }
+  const chainInfo = {
+    rpcUrl: chain.rpcUrl,
+    usdcAddress: chain.usdcAddress,
+    treasuryKey: chain.treasury.privateKey,
+    payer: chain.payers[0]!.address,
+  }
+  // One at a time: two cores, and each start-up is CPU-heavy (migrations, JIT).
+  for (const kind of new Set(kinds)) {
+    ctx.tollgates[kind] = await startTollgate({
+      name: kind,
+      dir,
+      chain: chainInfo,
+      upstream: upstream.base,
+      watch: kind !== 'cold',
+      runtime: kind === 'tsx' ? 'tsx' : 'built',
+      workers: kind === 'workers2' ? 2 : 1,
+      profileDir: kind === 'warm' ? process.env.BENCH_PROFILE_DIR : undefined,
+    })
+  }
+  if (chosen.some((s) => s.peer === 'nginx')) {
+    ctx.nginx = await startNginx({ dir, upstream: upstream.base, workers: 1 })
+    if (!ctx.nginx) process.stdout.write('bench: nginx not found; the nginx scenario is skipped\n')
+  }
+  if (chosen.some((s) => s.peer === 'bare-uws')) {
+    ctx.bare = await startBareUws({
+      dir,
+      challengeUrl: await ctx.tollgates.warm!.metered('/data'),
+      maxMs: HARD_LIMIT_MS,
+    })
+  }
+  return ctx
+}
+
+async function prepareProofs(ctx: Context, count: number): Promise<void> {
+  const started = performance.now()
+  process.stdout.write(`bench: making ${count} payment proofs (USDC transfers) on anvil…\n`)
+  const hashes = await makeProofs({
+    rpcUrl: ctx.chain.rpcUrl,
+    chainId: ctx.chain.chainId,
+    usdc: ctx.chain.usdcAddress,
+    payerKey: ctx.chain.payers[0]!.privateKey,
+    treasury: ctx.chain.treasury.address,
+    value: 1_000n,
+    count,
   })
+  ctx.proofPool.push(...hashes)
+  process.stdout.write(`bench: ${count} proofs in ${Math.round(performance.now() - started)} ms\n`)
+  // The warm instances' watchers fill their verified-transfer caches ("pre-verified" proofs).
+  await new Promise((r) => setTimeout(r, 3_000))
+}
+
+async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioResult[]> {
+  // Warm each tollgate's endpoint cache and JIT on the unpaid path first.
+  for (const t of Object.values(ctx.tollgates)) {
+    const url = await t.metered('/data')
+    for (let i = 0; i < 200; i++) await fetch(url).then((r) => r.arrayBuffer())
+  }
+  const results: ScenarioResult[] = []
+  for (const s of chosen) {
+    process.stdout.write(`bench: ${s.name}…\n`)
+    const m = await s.run(ctx)
+    if ('skipped' in m) {
+      process.stdout.write(`bench: ${s.name} skipped: ${m.skipped}\n`)
+      continue
+    }
+    ctx.rps.set(s.name, m.rps)
+    const r = withRatio(s.name, m, ctx.rps.get('direct') ?? null)
+    process.stdout.write(
+      `  ${r.rps} req/s  p50 ${r.p50_ms} ms  p99 ${r.p99_ms} ms (${r.p99_us} µs)  errors ${r.errors}  ratio ${r.ratio_to_direct}\n`,
+    )
+    results.push(r)
+  }
+  return results
 }
 
 main().catch((err) => {

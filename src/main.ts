@@ -1,10 +1,16 @@
-// Command-line entry: load the configuration, start the service, print where it listens, drain on SIGTERM.
+// Command-line entry: load the configuration, then either run one service in this process or (workers > 1)
+// supervise N worker processes on one port; print where it listens, drain on SIGTERM.
+import { AggregatorRegistry } from 'prom-client'
 import { ConfigError, loadConfig } from './config/load.ts'
+import type { Config } from './config/schema.ts'
+import { startSupervisor, workerCount, workerEnv } from './data-plane/workers.ts'
 import { configDollars, formatDollars } from './money.ts'
-import { startService } from './service.ts'
+import { createLogger } from './observability/logger.ts'
+import { registry } from './observability/metrics.ts'
+import { type Service, startService } from './service.ts'
 
 async function main(): Promise<void> {
-  let config: ReturnType<typeof loadConfig>
+  let config: Config
   try {
     config = loadConfig()
   } catch (err) {
@@ -14,7 +20,45 @@ async function main(): Promise<void> {
     }
     throw err
   }
+  const worker = workerEnv()
+  if (worker) return runWorker(config, worker)
+  const count = workerCount(config)
+  if (count > 1) return runSupervisor(config, count)
   const service = await startService(config)
+  process.stdout.write(`${banner(config, service).join('\n')}\n\n`)
+  onSignals(config, service.logger, () => service.stop())
+}
+
+/** One of N data-plane processes: the parent's database, jobs in worker 0 only on the embedded database. */
+async function runWorker(config: Config, worker: NonNullable<ReturnType<typeof workerEnv>>): Promise<void> {
+  // The parent's /metrics asks every worker for this registry over cluster IPC and sums them.
+  AggregatorRegistry.setRegistries([registry])
+  const service = await startService(config, {
+    worker: {
+      databaseUrl: worker.databaseUrl,
+      embedded: worker.embedded,
+      // On a server every worker competes for the leader lock; the embedded database has no lock.
+      runJobs: !worker.embedded || worker.index === 0,
+      adminPort: 0,
+    },
+  })
+  process.send?.({ tollgate: 'ready', port: service.port, adminPort: service.adminPort })
+  onSignals(config, service.logger, () => service.stop())
+}
+
+async function runSupervisor(config: Config, count: number): Promise<void> {
+  const logger = createLogger(config.log.level)
+  const supervisor = await startSupervisor(config, { count, logger })
+  await supervisor.ready
+  const host = config.server.host === '0.0.0.0' ? '127.0.0.1' : config.server.host
+  process.stdout.write(
+    `\ntollgate listening on ${config.server.public_url ?? `http://${host}:${supervisor.port}`}  (admin: http://${host}:${supervisor.adminPort}/metrics)\n` +
+      `  workers   ${count} processes on one port (pids ${supervisor.pids().join(', ')})\n\n`,
+  )
+  onSignals(config, logger, () => supervisor.stop())
+}
+
+function banner(config: Config, service: Service): string[] {
   const { chain } = service
   const lines = [
     '',
@@ -36,15 +80,21 @@ async function main(): Promise<void> {
       `  RPC_URL=${chain.rpcUrl} npm run pay -- <metered_url>     # pays its price with the demo payer, prints the tx hash`,
     )
   }
-  process.stdout.write(`${lines.join('\n')}\n\n`)
+  return lines
+}
 
+function onSignals(
+  config: Config,
+  logger: { info(msg: string, fields?: Record<string, unknown>): void },
+  stop: () => Promise<void>,
+): void {
   let stopping = false
   const shutdown = (signal: string) => {
     if (stopping) return
     stopping = true
-    service.logger.info('shutting down', { signal })
+    logger.info('shutting down', { signal })
     const force = setTimeout(() => process.exit(1), config.server.shutdown_grace_ms).unref()
-    service.stop().then(
+    stop().then(
       () => {
         clearTimeout(force)
         process.exit(0)

@@ -46,8 +46,28 @@ export function startTs(
   ready: RegExp,
   timeoutMs = 60_000,
 ): Promise<Child & { line: string }> {
+  return startProcess(TSX, file, env, ready, timeoutMs)
+}
+
+/** Starts a built JavaScript file with node (the production way). */
+export function startNode(
+  file: string,
+  env: Record<string, string>,
+  ready: RegExp,
+  timeoutMs = 60_000,
+): Promise<Child & { line: string }> {
+  return startProcess(process.execPath, file, env, ready, timeoutMs)
+}
+
+function startProcess(
+  runner: string,
+  file: string,
+  env: Record<string, string>,
+  ready: RegExp,
+  timeoutMs: number,
+): Promise<Child & { line: string }> {
   const nodeArgs = env.BENCH_NODE_ARGS ? env.BENCH_NODE_ARGS.split(' ') : []
-  const proc = spawn(TSX, [...nodeArgs, file], {
+  const proc = spawn(runner, [...nodeArgs, file], {
     cwd: ROOT,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'inherit'],

@@ -1,9 +1,13 @@
-// The benchmark's upstream: a plain node:http server answering a small JSON body, in its own process so
-// it never shares an event loop with the proxy or the load generator. Prints its port, exits after maxMs.
+// The benchmark's upstream: a plain node:http server answering JSON bodies of a fixed size (/data ~80 B,
+// /1k, /256k), in its own process so it never shares an event loop with the proxy or the load generator.
+// Prints its port, exits after MAX_MS.
 import { createServer } from 'node:http'
 
-const body = Buffer.from(JSON.stringify({ ok: true, data: 'x'.repeat(64) }))
+const small = Buffer.from(JSON.stringify({ ok: true, data: 'x'.repeat(64) }))
+const sized = (bytes: number) => Buffer.from(JSON.stringify({ data: 'x'.repeat(bytes - 11) }))
+const bodies: Record<string, Buffer> = { '/data': small, '/1k': sized(1024), '/256k': sized(256 * 1024) }
 const server = createServer((req, res) => {
+  const body = bodies[(req.url ?? '').split('?')[0]!] ?? small
   req.resume()
   req.on('end', () => {
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length })

@@ -1,17 +1,10 @@
 // EIP-3009 TransferWithAuthorization, as x402 "exact" payments use it: sign (payers, tests), verify
 // locally without any RPC (the hot path), and settle on chain from the treasury (the batcher).
-import {
-  type Address,
-  type Client,
-  type Hash,
-  type Hex,
-  parseSignature,
-  recoverTypedDataAddress,
-  toHex,
-} from 'viem'
+import { type Address, type Client, type Hash, type Hex, parseSignature, toHex } from 'viem'
 import type { LocalAccount } from 'viem/accounts'
 import { readContract, writeContract } from 'viem/actions'
 import type { ChainWalletClient } from './client.ts'
+import { authorizationDigest, domainSeparator, recoverSigner } from './recover-authorization.ts'
 import { sameAddress } from './transfer.ts'
 import { usdcAbi } from './usdc.ts'
 
@@ -106,18 +99,22 @@ export async function verifyTransferAuthorization(
 ): Promise<AuthorizationCheck> {
   const { authorization, signature } = params
   const now = params.nowSeconds ?? BigInt(Math.floor(Date.now() / 1000))
-  let signer: Address
+  let signer: Address | null
   try {
-    const { s } = parseSignature(signature)
-    if (signature.length !== 132 || BigInt(s) > HALF_N) return { ok: false, reason: 'invalid_signature' }
-    signer = await recoverTypedDataAddress({
-      ...authorizationTypedData(params, authorization),
-      signature,
+    if (signature.length !== 132 || BigInt(`0x${signature.slice(66, 130)}`) > HALF_N) {
+      return { ok: false, reason: 'invalid_signature' }
+    }
+    const separator = domainSeparator({
+      name: params.usdc.name,
+      version: params.usdc.version,
+      chainId: params.chainId,
+      verifyingContract: params.usdc.address,
     })
+    signer = recoverSigner(authorizationDigest(separator, authorization), signature)
   } catch {
     return { ok: false, reason: 'invalid_signature' }
   }
-  if (!sameAddress(signer, authorization.from)) return { ok: false, reason: 'invalid_signature' }
+  if (!signer || !sameAddress(signer, authorization.from)) return { ok: false, reason: 'invalid_signature' }
   if (!sameAddress(authorization.to, params.payTo)) return { ok: false, reason: 'wrong_recipient' }
   if (authorization.value < params.minValue) return { ok: false, reason: 'underpaid' }
   if (authorization.validAfter >= now) return { ok: false, reason: 'authorization_not_yet_valid' }

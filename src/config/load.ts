@@ -20,6 +20,7 @@ const ENV_SETTINGS: ReadonlyArray<[name: string, path: string, kind: 'string' | 
   ['HOST', 'server.host', 'string'],
   ['PUBLIC_URL', 'server.public_url', 'string'],
   ['THREADS', 'server.threads', 'int'],
+  ['WORKERS', 'server.workers', 'int'],
   ['DATABASE_URL', 'database.url', 'string'],
   ['NETWORK', 'chain.network', 'string'],
   ['RPC_URL', 'chain.rpc_url', 'string'],

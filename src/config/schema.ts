@@ -25,6 +25,8 @@ export const ConfigSchema = v.strictObject({
     /** Base of payment_url and metered_url; null → http://{host}:{port}. */
     public_url: v.nullable(HttpUrl),
     threads: v.pipe(PositiveInt, v.maxValue(64)),
+    /** Data-plane processes sharing the port (SO_REUSEPORT), supervised by one parent; 0 → one per core. */
+    workers: v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(64)),
     body_limit_bytes: PositiveInt,
     shutdown_grace_ms: Ms,
   }),

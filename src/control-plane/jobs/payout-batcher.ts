@@ -349,10 +349,16 @@ export function createPayoutJobs(deps: JobDeps): BackgroundModule {
   const batcher = new PayoutBatcher(deps)
   return {
     jobs: [
-      { name: 'payout-batch', intervalMs: deps.config.payouts.interval_ms, run: () => batcher.run() },
+      {
+        name: 'payout-batch',
+        intervalMs: deps.config.payouts.interval_ms,
+        usesTreasury: true,
+        run: () => batcher.run(),
+      },
       {
         name: 'payout-threshold',
         intervalMs: deps.config.payouts.threshold_check_interval_ms,
+        usesTreasury: true,
         run: () => batcher.runIfDue(),
       },
     ],

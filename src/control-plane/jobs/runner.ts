@@ -30,6 +30,8 @@ export interface BackgroundModule {
 export interface Job {
   name: string
   intervalMs: number
+  /** Sends from the treasury: such jobs run one at a time, so their nonces never collide. */
+  usesTreasury?: boolean
   run(): Promise<unknown>
 }
 

@@ -24,6 +24,7 @@ export function createSettlementJobs(deps: JobDeps): BackgroundModule {
       {
         name: 'x402-settlement',
         intervalMs: deps.config.settlement.interval_ms,
+        usesTreasury: true,
         run: () => settleAuthorizations(deps),
       },
     ],

@@ -1,0 +1,95 @@
+// One load run with autocannon, every response's latency also recorded in an HDR histogram (µs precision;
+// autocannon's own percentiles are whole milliseconds). Paid runs give each request its own proof.
+import autocannon from 'autocannon'
+import * as hdr from 'hdr-histogram-js'
+
+export interface LoadOptions {
+  url: string
+  connections: number
+  durationS: number
+  method?: string
+  headers?: Record<string, string>
+  body?: string
+  /** One header value per request (payment proofs); the run ends when they are used up or the time is. */
+  perRequest?: { header: string; values: string[] }
+  /** Total requests per second across connections (the half-saturation run); unlimited when absent. */
+  overallRate?: number
+  /** The status a correct answer has; anything else counts as an error. */
+  expectStatus: number
+}
+
+export interface Measured {
+  rps: number
+  p50_ms: number
+  p90_ms: number
+  p99_ms: number
+  max_ms: number
+  p99_us: number
+  requests: number
+  errors: number
+}
+
+export async function load(o: LoadOptions): Promise<Measured> {
+  const histogram = hdr.build({
+    lowestDiscernibleValue: 1,
+    highestTrackableValue: 120_000_000,
+    numberOfSignificantValueDigits: 3,
+  })
+  let wrongStatus = 0
+  let next = 0
+  const values = o.perRequest?.values
+  let done: (err: Error | null, r: autocannon.Result) => void = () => {}
+  const finished = new Promise<autocannon.Result>((resolve, reject) => {
+    done = (err, r) => (err ? reject(err) : resolve(r))
+  })
+  const instance = autocannon(
+    {
+      url: o.url,
+      connections: o.connections,
+      duration: o.durationS,
+      method: (o.method ?? 'GET') as 'GET',
+      headers: o.headers,
+      body: o.body,
+      ...(o.overallRate ? { overallRate: o.overallRate } : {}),
+      ...(values
+        ? {
+            amount: values.length,
+            requests: [
+              {
+                setupRequest: (req: any) => ({
+                  ...req,
+                  headers: { ...req.headers, [o.perRequest!.header]: values[next++ % values.length]! },
+                }),
+              },
+            ],
+          }
+        : {}),
+    },
+    (err, r) => done(err, r),
+  )
+  instance.on('response', (_client: unknown, status: number, _bytes: number, ms: number) => {
+    histogram.recordValue(Math.max(1, Math.round(ms * 1000)))
+    if (status !== o.expectStatus) wrongStatus++
+  })
+  const r = await finished
+  // total / elapsed, not the mean of per-second samples: a run bounded by a number of requests ends
+  // mid-second, and that last partial sample would drag the mean down.
+  const elapsedS = (new Date(r.finish).getTime() - new Date(r.start).getTime()) / 1000
+  const us = (p: number) => histogram.getValueAtPercentile(p)
+  const measured: Measured = {
+    rps: Math.round(r.requests.total / elapsedS),
+    p50_ms: round3(us(50) / 1000),
+    p90_ms: round3(us(90) / 1000),
+    p99_ms: round3(us(99) / 1000),
+    max_ms: round3(histogram.maxValue / 1000),
+    p99_us: us(99),
+    requests: r.requests.total,
+    errors: r.errors + r.timeouts + wrongStatus,
+  }
+  histogram.destroy()
+  return measured
+}
+
+function round3(x: number): number {
+  return Math.round(x * 1000) / 1000
+}

@@ -1,0 +1,28 @@
+// What scenarios share in one run: settings, the chain, the started targets, the payment proofs.
+import type { DevChain } from '../../src/chain/dev-chain.ts'
+import type { Target } from '../targets/target.ts'
+import type { Tollgate } from '../targets/tollgate.ts'
+
+export const settings = {
+  durationS: Number(process.env.BENCH_DURATION_S ?? 5),
+  connections: Number(process.env.BENCH_CONNECTIONS ?? 32),
+  /** Proofs per paid scenario (each pays one call once): enough for the duration at a few thousand req/s. */
+  proofs: Number(process.env.BENCH_PROOFS ?? 6_000),
+}
+
+export type TollgateKind = 'warm' | 'cold' | 'tsx' | 'workers2'
+
+export interface Context {
+  dir: string
+  chain: DevChain
+  upstream: Target
+  bare: Target | null
+  nginx: Target | null
+  tollgates: Partial<Record<TollgateKind, Tollgate>>
+  /** Results so far by scenario name (half-load reads paid-warm's saturation rate). */
+  rps: Map<string, number>
+  /** Unused transfer proofs (each pays one call, once). */
+  proofPool: string[]
+  /** Takes n unused transfer proofs. */
+  takeProofs(n: number): string[]
+}

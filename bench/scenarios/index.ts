@@ -1,0 +1,118 @@
+// Every scenario: what it needs started, how many proofs it uses, and one load run. Ratios are to `direct`.
+import { load, type Measured } from '../load.ts'
+import { type Context, settings, type TollgateKind } from './context.ts'
+
+export interface Scenario {
+  name: string
+  /** Tollgate instances it needs; peers are named by `peer`. */
+  tollgates?: TollgateKind[]
+  peer?: 'bare-uws' | 'nginx'
+  proofs?: number
+  run(ctx: Context): Promise<Measured | { skipped: string }>
+}
+
+const base = () => ({ connections: settings.connections, durationS: settings.durationS })
+
+function paid(kind: TollgateKind, path: string, proofs: number, name: string): Scenario {
+  return {
+    name,
+    tollgates: [kind],
+    proofs,
+    run: async (ctx) =>
+      load({
+        ...base(),
+        url: await ctx.tollgates[kind]!.metered(path),
+        perRequest: { header: 'x-payment', values: ctx.takeProofs(proofs) },
+        expectStatus: 200,
+      }),
+  }
+}
+
+function direct(path: string, name: string): Scenario {
+  return { name, run: (ctx) => load({ ...base(), url: `${ctx.upstream.base}${path}`, expectStatus: 200 }) }
+}
+
+export const scenarios: Scenario[] = [
+  direct('/data', 'direct'),
+  {
+    name: 'bare-uws',
+    peer: 'bare-uws',
+    tollgates: ['warm'],
+    run: (ctx) => load({ ...base(), url: `${ctx.bare!.base}/m/x`, expectStatus: 402 }),
+  },
+  {
+    name: 'challenge',
+    tollgates: ['warm'],
+    run: async (ctx) =>
+      load({ ...base(), url: await ctx.tollgates.warm!.metered('/data'), expectStatus: 402 }),
+  },
+  {
+    name: 'nginx',
+    peer: 'nginx',
+    run: async (ctx) =>
+      ctx.nginx
+        ? load({ ...base(), url: `${ctx.nginx.base}/data`, expectStatus: 200 })
+        : { skipped: 'nginx not found (/usr/sbin/nginx): apt-get install -y nginx-light' },
+  },
+  paid('warm', '/data', settings.proofs, 'paid-warm'),
+  paid('cold', '/data', Math.round(settings.proofs / 5), 'paid-cold'),
+  paid('tsx', '/data', settings.proofs, 'paid-warm-tsx'),
+  paid('workers2', '/data', settings.proofs, 'workers-2'),
+  direct('/1k', 'direct-1k'),
+  paid('warm', '/1k', Math.round(settings.proofs * 0.6), 'paid-1k'),
+  direct('/256k', 'direct-256k'),
+  paid('warm', '/256k', Math.round(settings.proofs / 5), 'paid-256k'),
+  {
+    name: 'half-load-direct',
+    run: (ctx) =>
+      load({
+        ...base(),
+        url: `${ctx.upstream.base}/data`,
+        overallRate: halfRate(ctx),
+        expectStatus: 200,
+      }),
+  },
+  {
+    name: 'half-load-paid',
+    tollgates: ['warm'],
+    proofs: Math.round(settings.proofs * 0.6),
+    run: async (ctx) =>
+      load({
+        ...base(),
+        url: await ctx.tollgates.warm!.metered('/data'),
+        overallRate: halfRate(ctx),
+        perRequest: { header: 'x-payment', values: ctx.takeProofs(Math.round(settings.proofs * 0.6)) },
+        expectStatus: 200,
+      }),
+  },
+  {
+    name: 'payment-create',
+    tollgates: ['warm'],
+    run: (ctx) =>
+      load({
+        ...base(),
+        url: `${ctx.tollgates.warm!.base}/api/v1/payments`,
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${ctx.tollgates.warm!.apiKey}`,
+          'content-type': 'application/json',
+        },
+        body: JSON.stringify({ amount: 10, description: 'Bench order' }),
+        expectStatus: 201,
+      }),
+  },
+  {
+    name: 'checkout-page',
+    tollgates: ['warm'],
+    run: async (ctx) => {
+      const t = ctx.tollgates.warm!
+      const payment = await t.post('/api/v1/payments', { amount: 10, description: 'Bench order' }, t.apiKey)
+      return load({ ...base(), url: payment.payment_url, expectStatus: 200 })
+    },
+  },
+]
+
+/** Half of the paid path's saturation rate (measured earlier in this run), for the added-latency pair. */
+function halfRate(ctx: Context): number {
+  return Math.max(100, Math.round((ctx.rps.get('paid-warm') ?? 2_000) / 2))
+}

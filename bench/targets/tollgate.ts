@@ -1,0 +1,123 @@
+// Target: a tollgate process (built JavaScript by default, or tsx), its own database (a fresh database on
+// BENCH_DATABASE_URL's server, else embedded PGlite), one merchant and metered endpoints on the upstream.
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import postgres from 'postgres'
+import { freePort, startNode, startTs } from './processes.ts'
+import type { Target } from './target.ts'
+
+export interface Tollgate extends Target {
+  adminPort: number
+  apiKey: string
+  /** Metered URL of an endpoint on the upstream path ('/data', '/1k', '/256k'). */
+  metered(path: string): Promise<string>
+  post(path: string, body: unknown, key?: string): Promise<any>
+}
+
+export interface TollgateOptions {
+  name: string
+  dir: string
+  chain: { rpcUrl: string; usdcAddress: string; treasuryKey: string; payer: string }
+  upstream: string
+  /** false: the transfer watcher is idle, so every proof is verified over RPC (cold). */
+  watch: boolean
+  runtime: 'built' | 'tsx'
+  workers?: number
+  profileDir?: string
+}
+
+export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
+  const port = await freePort()
+  const adminPort = await freePort()
+  const configFile = join(o.dir, `${o.name}.json`)
+  writeFileSync(
+    configFile,
+    JSON.stringify({
+      database: { data_dir: join(o.dir, `${o.name}-pglite`) },
+      chain: { poll_interval_ms: o.watch ? 250 : 3_600_000 },
+      server: { workers: o.workers ?? 1 },
+    }),
+  )
+  const databaseUrl = await freshServerDatabase(o.name)
+  const env: Record<string, string> = {
+    NODE_ENV: 'development',
+    PORT: String(port),
+    ADMIN_PORT: String(adminPort),
+    RPC_URL: o.chain.rpcUrl,
+    USDC_ADDRESS: o.chain.usdcAddress,
+    TREASURY_PRIVATE_KEY: o.chain.treasuryKey,
+    ALLOW_PRIVATE_UPSTREAMS: 'true',
+    LOG_LEVEL: 'warn',
+    TOLLGATE_CONFIG: configFile,
+    ...(databaseUrl ? { DATABASE_URL: databaseUrl.url } : {}),
+    ...(o.profileDir ? { BENCH_NODE_ARGS: `--cpu-prof --cpu-prof-dir=${o.profileDir}` } : {}),
+  }
+  const start = o.runtime === 'built' ? startNode : startTs
+  const child = await start(
+    o.runtime === 'built' ? 'dist/main.js' : 'src/main.ts',
+    env,
+    /tollgate listening on/,
+    120_000,
+  )
+  const base = `http://127.0.0.1:${port}`
+  const post = async (path: string, body: unknown, key?: string) => {
+    const r = await fetch(`${base}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
+      body: JSON.stringify(body),
+    })
+    if (!r.ok) throw new Error(`${o.name} ${path}: ${r.status} ${await r.text()}`)
+    return r.json()
+  }
+  const reg = await post('/api/v1/register', {
+    wallet_address: o.chain.payer,
+    business_name: `Bench ${o.name}`,
+  })
+  const endpoints = new Map<string, string>()
+  return {
+    name: `tollgate-${o.name}`,
+    base,
+    pid: child.proc.pid ?? null,
+    adminPort,
+    apiKey: reg.api_key,
+    post,
+    async metered(path) {
+      let url = endpoints.get(path)
+      if (!url) {
+        const ep = await post(
+          '/api/v1/endpoints',
+          { upstream_url: `${o.upstream}${path}`, price: '0.001' },
+          reg.api_key,
+        )
+        url = ep.metered_url as string
+        endpoints.set(path, url)
+      }
+      return url
+    },
+    async stop() {
+      await child.stop()
+      await databaseUrl?.drop()
+    },
+  }
+}
+
+/** A fresh database on BENCH_DATABASE_URL's server for one instance, dropped after; null → embedded PGlite. */
+async function freshServerDatabase(name: string): Promise<{ url: string; drop(): Promise<void> } | null> {
+  const server = process.env.BENCH_DATABASE_URL
+  if (!server) return null
+  const db = `tollgate_bench_${name.replace(/\W/g, '_')}_${process.pid}`
+  const admin = postgres(server, { max: 1, onnotice: () => {} })
+  await admin.unsafe(`DROP DATABASE IF EXISTS ${db}`)
+  await admin.unsafe(`CREATE DATABASE ${db}`)
+  await admin.end()
+  const url = new URL(server)
+  url.pathname = `/${db}`
+  return {
+    url: url.toString(),
+    async drop() {
+      const a = postgres(server, { max: 1, onnotice: () => {} })
+      await a.unsafe(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => {})
+      await a.end()
+    },
+  }
+}

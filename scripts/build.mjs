@@ -1,0 +1,34 @@
+// npm run build: tsc to dist/, then the files tsc does not emit (SQL migrations). With --if-stale (npm
+// start's prestart) it only builds when dist/main.js is missing or older than a file under src/ or config/.
+import { execFileSync } from 'node:child_process'
+import { cpSync, existsSync, readdirSync, rmSync, statSync } from 'node:fs'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..')
+const out = join(root, 'dist')
+
+function newestMtimeMs(dir) {
+  let newest = 0
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, entry.name)
+    newest = Math.max(newest, entry.isDirectory() ? newestMtimeMs(p) : statSync(p).mtimeMs)
+  }
+  return newest
+}
+
+const main = join(out, 'main.js')
+const sources = [join(root, 'src'), join(root, 'tsconfig.json'), join(root, 'tsconfig.build.json')]
+const newestSource = Math.max(
+  ...sources.map((p) => (statSync(p).isDirectory() ? newestMtimeMs(p) : statSync(p).mtimeMs)),
+)
+if (process.argv.includes('--if-stale') && existsSync(main) && statSync(main).mtimeMs >= newestSource) {
+  process.exit(0)
+}
+rmSync(out, { recursive: true, force: true })
+execFileSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'], {
+  cwd: root,
+  stdio: 'inherit',
+})
+cpSync(join(root, 'src', 'db', 'migrations'), join(out, 'db', 'migrations'), { recursive: true })
+process.stdout.write(`built ${out}\n`)

@@ -1,0 +1,177 @@
+// The data plane's start(deps): hot-path state (caches, the one verifier, the group-commit writers, the
+// upstream pool, the transfer watcher), the public uWS app on its port, and how to drain it all.
+import { checkAuthorizationOnChain } from '../chain/check-authorization.ts'
+import type { ChainContext } from '../chain/connect.ts'
+import { verifyTransfer } from '../chain/verify-transfer.ts'
+import { watchTreasuryTransfers } from '../chain/watcher.ts'
+import type { Config } from '../config/schema.ts'
+import type { ChainInfo } from '../control-plane/deps.ts'
+import { CaptureWriter } from '../db/captures.ts'
+import { ClaimWriter } from '../db/claims.ts'
+import { listenForEndpointChanges } from '../db/notify.ts'
+import type { Database } from '../db/start.ts'
+import type { ApiHandler } from '../http-exchange.ts'
+import type { Logger } from '../observability/logger.ts'
+import { captureBatchSize, claimBatchSize, rpcDuration } from '../observability/metrics.ts'
+import type { Started } from '../subsystem.ts'
+import { createPublicApp, listen } from './app.ts'
+import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
+import { createCheckoutRoute } from './checkout.ts'
+import { createEndpointCache } from './endpoint-cache.ts'
+import { createMeteredRoute } from './metered.ts'
+import { createUpstreamDispatcher } from './proxy.ts'
+import { Verifier } from './verifier.ts'
+
+export interface DataPlaneDeps {
+  config: Config
+  db: Database
+  chain: ChainContext
+  chainInfo: ChainInfo
+  logger: Logger
+  publicUrl(): string
+  /** The control plane's /api/v1 handler, given this plane's cache invalidation (the planes never import each other). */
+  apiHandler(onEndpointChanged: (id: string) => void): ApiHandler
+}
+
+export interface DataPlane extends Started {
+  port: number
+  /** Writes queued captures now (tests; SIGTERM drains through stop()). */
+  flushCaptures(): Promise<void>
+}
+
+export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
+  const { config, db, chain, chainInfo, logger } = deps
+  const stops: Array<() => Promise<void> | void> = []
+  const stop = async () => {
+    for (const s of stops.splice(0).reverse()) await s()
+  }
+  try {
+    const verified = createVerifiedTransferCache(config.caches)
+    const usedProofs = createUsedProofCache(config.caches)
+    const endpoints = createEndpointCache(db.sql, {
+      max: config.caches.endpoints_max,
+      chain: chainInfo,
+      publicUrl: deps.publicUrl,
+      defaultTimeoutMs: config.proxy.upstream_timeout_ms,
+      allowPrivate: config.proxy.allow_private_upstreams,
+    })
+    const onEndpointChanged = (id: string) => {
+      endpoints.delete(id)
+    }
+    if (!db.embedded) stops.push(await listenForEndpointChanges(db.sql, onEndpointChanged))
+    const verifier = createVerifier(config, chain, verified)
+    const { claims, captures } = createWriters(db, config, logger)
+    stops.push(() => captures.drain())
+    const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
+    stops.push(() => dispatcher.close())
+    const watcher = watchTreasuryTransfers(chain.publicClient, {
+      usdc: chain.usdc.address,
+      treasury: chain.treasury,
+      confirmations: config.chain.confirmations,
+      pollIntervalMs: config.chain.poll_interval_ms,
+      onTransfer: (t) => {
+        verified.set(t.hash, t)
+      },
+      onError: (err) => logger.warn('transfer watcher poll failed', { err }),
+    })
+    stops.push(() => watcher.stop())
+
+    const metered = createMeteredRoute({
+      sql: db.sql,
+      endpoints,
+      verifier,
+      usedProofs,
+      claims,
+      captures,
+      dispatcher,
+      logger,
+      settings: {
+        retryWindowMs: config.proxy.retry_window_ms,
+        quoteTtlMs: config.proxy.quote_ttl_ms,
+        ownerShareBps: config.fees.owner_share_bps,
+        maxBufferedBodyBytes: config.server.body_limit_bytes,
+        network: chainInfo.x402Network,
+      },
+    })
+    const checkout = createCheckoutRoute({
+      sql: db.sql,
+      verifier,
+      chain: chainInfo,
+      publicUrl: deps.publicUrl,
+      logger,
+      settings: {
+        ownerShareBps: config.fees.owner_share_bps,
+        quoteTtlMs: config.proxy.quote_ttl_ms,
+        bodyLimitBytes: config.server.body_limit_bytes,
+      },
+    })
+    const app = createPublicApp({
+      bodyLimitBytes: config.server.body_limit_bytes,
+      apiHandler: deps.apiHandler(onEndpointChanged),
+      metered,
+      checkout,
+    })
+    const listening = await listen(app, config.server.host, config.server.port)
+    // Listening closes first on stop (stops run in reverse), then the writers drain.
+    stops.push(() => listening.close())
+    return { port: listening.port, flushCaptures: () => captures.drain(), stop }
+  } catch (err) {
+    await stop()
+    throw err
+  }
+}
+
+function createVerifier(
+  config: Config,
+  chain: ChainContext,
+  verified: ReturnType<typeof createVerifiedTransferCache>,
+): Verifier {
+  return new Verifier({
+    verified,
+    maxProofAgeMs: config.chain.max_proof_age_ms,
+    x402: {
+      // v1 clients name the network, v2 clients give its CAIP-2 id.
+      networks: [chain.x402Network, chain.caip2],
+      chainId: chain.chainId,
+      treasury: chain.treasury,
+      usdc: { address: chain.usdc.address, name: chain.usdc.name, version: chain.usdc.version },
+    },
+    checkAuthorization: (q) =>
+      checkAuthorizationOnChain(chain.publicClient, { usdc: chain.usdc.address, ...q }),
+    lookupTransfer: async (hash) => {
+      const end = rpcDuration.startTimer()
+      try {
+        return await verifyTransfer(chain.publicClient, {
+          hash,
+          usdc: chain.usdc.address,
+          treasury: chain.treasury,
+          confirmations: config.chain.confirmations,
+          maxAgeMs: config.chain.max_proof_age_ms,
+          waitMs: config.verify.wait_ms,
+        })
+      } finally {
+        end()
+      }
+    },
+  })
+}
+
+function createWriters(db: Database, config: Config, logger: Logger) {
+  // One write in flight per writer: while it runs, the next batch fills (group commit). Measured on a
+  // PostgreSQL server: 22k claims/s at p50 0.9 ms with one in flight, 10.6k/s at p50 2.2 ms with five.
+  const writerConcurrency = 1
+  const claims = new ClaimWriter(db.sql, {
+    batchMax: config.claims.batch_max,
+    concurrency: writerConcurrency,
+    onBatch: (n) => claimBatchSize.observe(n),
+  })
+  const captures = new CaptureWriter(db.captureSql, {
+    batchMax: config.claims.batch_max,
+    concurrency: writerConcurrency,
+    onBatch: (n) => captureBatchSize.observe(n),
+    flushIntervalMs: config.claims.capture_flush_ms,
+    onError: (err, lost) =>
+      logger.error('capture write failed; those calls stay uncaptured and will be refunded', { err, lost }),
+  })
+  return { claims, captures }
+}

@@ -1,0 +1,96 @@
+// server.workers: 2 → two data-plane processes on one port under one parent, which restarts a killed one.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { fundedAccount } from '../helpers/accounts.ts'
+import { type ChildService, startChildService } from '../helpers/child-service.ts'
+import { freshDatabaseUrl } from '../helpers/database.ts'
+
+interface Readyz {
+  status: string
+  checks: Array<{ name: string; ok: boolean; pids: number[]; restarts: number }>
+}
+
+async function readyz(service: ChildService): Promise<Readyz> {
+  return (await fetch(`${service.adminUrl}/readyz`)).json() as Promise<Readyz>
+}
+
+async function until<T>(what: string, probe: () => Promise<T | null>, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const value = await probe().catch(() => null)
+    if (value !== null) return value
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 50))
+  }
+}
+
+/** A fresh connection per request, so the kernel picks a listening worker each time. */
+async function account(service: ChildService, key: string): Promise<number> {
+  const r = await fetch(`${service.url}/api/v1/account`, {
+    headers: { authorization: `Bearer ${key}`, connection: 'close' },
+  })
+  await r.arrayBuffer()
+  return r.status
+}
+
+describe('two worker processes on one port', () => {
+  let service: ChildService
+  let key: string
+
+  beforeAll(async () => {
+    const treasury = await fundedAccount(0n)
+    service = await startChildService({
+      databaseUrl: await freshDatabaseUrl(),
+      treasuryKey: treasury.privateKey,
+      env: { WORKERS: '2' },
+      settings: { jobs: { enabled: false } },
+    })
+    const r = await fetch(`${service.url}/api/v1/register`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ wallet_address: treasury.address, business_name: 'Workers' }),
+    })
+    expect(r.status).toBe(201)
+    key = ((await r.json()) as { api_key: string }).api_key
+  })
+  afterAll(async () => {
+    await service?.kill()
+  })
+
+  it('serves from two processes and restarts one killed by PID while requests keep being answered', async () => {
+    const before = await until('both workers ready', async () => {
+      const r = await readyz(service)
+      return r.status === 'ready' ? r.checks[0]! : null
+    })
+    expect(before.pids).toHaveLength(2)
+    expect(new Set(before.pids).size).toBe(2)
+    expect(before.pids).not.toContain(service.pid)
+    const statuses = await Promise.all(Array.from({ length: 20 }, () => account(service, key)))
+    expect(statuses.every((s) => s === 200)).toBe(true)
+
+    const victim = before.pids[0]!
+    process.kill(victim, 'SIGKILL')
+    // A connection the kernel queued on the dying listener is reset (SO_REUSEPORT hashes each new connection
+    // to one listener); once the process is gone, new connections go to the live one while 0 restarts.
+    await until('the killed worker to be gone', async () => {
+      try {
+        process.kill(victim, 0)
+        return null
+      } catch {
+        return true
+      }
+    })
+    const during: number[] = []
+    for (let i = 0; i < 30; i++) during.push(await account(service, key))
+    expect(during.filter((s) => s !== 200)).toEqual([])
+
+    const after = await until('worker 0 restarted', async () => {
+      const r = await readyz(service)
+      const w = r.checks[0]!
+      return r.status === 'ready' && w.pids[0] !== victim ? w : null
+    })
+    expect(after.restarts).toBe(1)
+    expect(after.pids[1]).toBe(before.pids[1])
+    const statuses2 = await Promise.all(Array.from({ length: 20 }, () => account(service, key)))
+    expect(statuses2.every((s) => s === 200)).toBe(true)
+  })
+})
