@@ -1,5 +1,6 @@
 // Wiring only: config → database + migrations → chain → caches → public app → jobs → admin port.
 // main.ts runs this from the command line; tests run it in-process (several instances on one database).
+import { BatchWriter } from './books/batch-writer.ts'
 import { checkAuthorizationOnChain } from './chain/check-authorization.ts'
 import { type ChainContext, connectChain } from './chain/connect.ts'
 import { verifyTransfer } from './chain/verify-transfer.ts'
@@ -28,15 +29,20 @@ import { createMeteredRoute } from './data-plane/metered.ts'
 import { createUpstreamDispatcher } from './data-plane/proxy.ts'
 import { assertNativeUws } from './data-plane/uws.ts'
 import { Verifier } from './data-plane/verifier.ts'
-import { CaptureWriter } from './db/captures.ts'
-import { ClaimWriter } from './db/claims.ts'
 import { type EmbeddedDatabase, startEmbeddedDatabase } from './db/embedded.ts'
 import { migrate } from './db/migrate.ts'
 import { listenForEndpointChanges } from './db/notify.ts'
 import { createSql, type Sql } from './db/sql.ts'
 import { type AdminServer, startAdminServer } from './observability/admin.ts'
 import { createLogger, type Logger } from './observability/logger.ts'
-import { captureBatchSize, claimBatchSize, dbPoolSize, rpcDuration } from './observability/metrics.ts'
+import {
+  captureBatchSize,
+  captureQueue,
+  captureRetries,
+  claimBatchSize,
+  dbPoolSize,
+  rpcDuration,
+} from './observability/metrics.ts'
 
 export interface Service {
   config: Config
@@ -150,29 +156,33 @@ export async function startService(config: Config, options: StartOptions = {}): 
         }
       },
     })
-    // One write in flight per writer: while it runs, the next batch fills (group commit). Measured on a
-    // PostgreSQL server: 22k claims/s at p50 0.9 ms with one in flight, 10.6k/s at p50 2.2 ms with five.
-    const writerConcurrency = 1
-    const claims = new ClaimWriter(sql, {
+    // One write in flight: while it runs, the next batch fills (group commit). Measured on a PostgreSQL
+    // server: 22k claims/s at p50 0.9 ms with one in flight, 10.6k/s at p50 2.2 ms with five. Claims and
+    // captures share each statement (one commit per batch) on the main pool, with synchronous commit:
+    // a capture is durable once written, and retried until it is.
+    const books = new BatchWriter(sql, {
       batchMax: config.claims.batch_max,
-      concurrency: writerConcurrency,
-      onBatch: (n) => claimBatchSize.observe(n),
-    })
-    // Captures may be lost in a database crash (they are refunded then), so on a server they skip the
-    // commit flush on their own small pool; the embedded database has a single connection to share.
-    const captureSql = embedded
-      ? sql
-      : createSql(databaseUrl, { max: 2, synchronousCommit: 'off', applicationName: 'tollgate-captures' })
-    if (!embedded) cleanups.push(() => captureSql.end({ timeout: 5 }))
-    const captures = new CaptureWriter(captureSql, {
-      batchMax: config.claims.batch_max,
-      concurrency: writerConcurrency,
-      onBatch: (n) => captureBatchSize.observe(n),
+      concurrency: 1,
       flushIntervalMs: config.claims.capture_flush_ms,
-      onError: (err, lost) =>
-        logger.error('capture write failed; those calls stay uncaptured and will be refunded', { err, lost }),
+      onBatch: (claimCount, captureCount) => {
+        if (claimCount > 0) claimBatchSize.observe(claimCount)
+        if (captureCount > 0) captureBatchSize.observe(captureCount)
+      },
+      onQueue: (n) => captureQueue.set(n),
+      onError: (err, waiting) => {
+        if (waiting > 0) captureRetries.inc()
+        logger.error('claim/capture batch failed; its captures are queued again and retried', {
+          err,
+          waiting,
+        })
+      },
+      onNotApplied: (c) =>
+        logger.warn('captures found their claims no longer open (already written)', { count: c.length }),
     })
-    cleanups.push(() => captures.drain())
+    cleanups.push(async () => {
+      const lost = await books.drain(15_000)
+      if (lost > 0) logger.error('captures not written at stop; those calls will be refunded', { lost })
+    })
     const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
     cleanups.push(() => dispatcher.close())
     const watcher = watchTreasuryTransfers(chain.publicClient, {
@@ -200,8 +210,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
       endpoints,
       verifier,
       usedProofs,
-      claims,
-      captures,
+      books,
       dispatcher,
       logger,
       settings: {
@@ -302,7 +311,9 @@ export async function startService(config: Config, options: StartOptions = {}): 
       adminPort: admin.port,
       databaseUrl,
       jobs,
-      flushCaptures: () => captures.drain(),
+      flushCaptures: async () => {
+        await books.drain()
+      },
       stop,
     }
   } catch (err) {
