@@ -29,7 +29,7 @@ const WRITE = new RegExp(
 )
 
 /** The money writes in a source text: `table` and line. */
-export function moneyWrites(text: string): Array<{ table: string; line: number }> {
+function moneyWrites(text: string): Array<{ table: string; line: number }> {
   const out: Array<{ table: string; line: number }> = []
   for (const m of text.matchAll(WRITE)) {
     out.push({ table: m[1]!.toLowerCase(), line: text.slice(0, m.index).split('\n').length })
@@ -48,7 +48,7 @@ function tsFiles(dir: string): string[] {
 describe('the money room', () => {
   it('the scanner finds a money write however it is spelled (it can fail)', () => {
     const sample = [
-      'await sql`UPDATE claims SET status = ${s}`',
+      'await sql`UPDATE claims SET status = $1`',
       'await tx`insert  into ledger_entries (kind) VALUES (1)`',
       'db`DELETE FROM payouts WHERE id = 1`',
       'db`SELECT 1 FROM claims FOR UPDATE OF c`',
