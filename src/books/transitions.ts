@@ -81,6 +81,13 @@ export const TRANSITIONS: readonly Transition[] = [
     fn: 'applyPaymentProof',
     why: 'a proof for a payment that can no longer take it (payments room)',
   },
+  {
+    record: 'claim',
+    from: 'applied',
+    to: 'refund_due',
+    fn: 'refundHeldProofs',
+    why: 'proofs held by a payment that expired or was canceled unpaid (payments room)',
+  },
   // call: written once with its claim's capture, never updated.
   { record: 'call', from: null, to: 'written', fn: 'captureClaim', why: 'the served call' },
   // ledger entry: appended; only payout_id moves.
