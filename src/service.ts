@@ -36,6 +36,7 @@ import { createSql, type Sql } from './db/sql.ts'
 import { type AdminServer, startAdminServer } from './observability/admin.ts'
 import { createLogger, type Logger } from './observability/logger.ts'
 import {
+  booksWrites,
   captureBatchSize,
   captureQueue,
   captureRetries,
@@ -165,6 +166,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
       concurrency: 1,
       flushIntervalMs: config.claims.capture_flush_ms,
       onBatch: (claimCount, captureCount) => {
+        booksWrites.inc()
         if (claimCount > 0) claimBatchSize.observe(claimCount)
         if (captureCount > 0) captureBatchSize.observe(captureCount)
       },

@@ -64,6 +64,12 @@ export const captureBatchSize = new client.Histogram({
   registers: [registry],
 })
 
+export const booksWrites = new client.Counter({
+  name: 'tollgate_books_writes_total',
+  help: 'Claim/capture statements written (one commit each): claims and captures share them under load.',
+  registers: [registry],
+})
+
 export const captureQueue = new client.Gauge({
   name: 'tollgate_captures_waiting',
   help: 'Captures of served calls not yet durable (queued or being written); never dropped while the process lives.',
