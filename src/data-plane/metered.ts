@@ -2,8 +2,8 @@
 // Everything read from the uWS request is read synchronously (it dies with the callback); onAborted is
 // attached before the first await; answers after an await are corked.
 import type { LRUCache } from 'lru-cache'
-import type { CaptureWriter } from '../db/captures.ts'
-import { type ClaimOutcome, type ClaimWriter, releaseClaim } from '../db/claims.ts'
+import type { BatchWriter } from '../books/batch-writer.ts'
+import { type ClaimResult, releaseClaim } from '../books/claims.ts'
 import type { Sql } from '../db/sql.ts'
 import { newId } from '../ids.ts'
 import { splitOwnerShare } from '../money.ts'
@@ -11,6 +11,7 @@ import type { Logger } from '../observability/logger.ts'
 import {
   callsCaptured,
   capturedAtomic,
+  claimReleases,
   httpDuration,
   httpRequests,
   paymentRequired,
@@ -48,8 +49,8 @@ export interface MeteredDeps {
   endpoints: EndpointCache
   verifier: Verifier
   usedProofs: LRUCache<string, true>
-  claims: ClaimWriter
-  captures: CaptureWriter
+  /** Claims and captures, group-committed together (src/books/batch-writer.ts). */
+  books: BatchWriter
   dispatcher: UpstreamDispatcher
   logger: Logger
   settings: {
@@ -128,6 +129,8 @@ class MeteredCall implements ProxyHooks {
   readonly body: RequestBody | null = null
   endpoint: LiveEndpoint | null = null
   paid: VerifiedProof | null = null
+  /** The claim attempt this request holds (its release names it). */
+  attempt = 0
   captured = false
 
   constructor(
@@ -213,7 +216,7 @@ class MeteredCall implements ProxyHooks {
       return
     }
     this.paid = result
-    this.ctx.claims
+    this.ctx.books
       .claim({
         proofKey: result.proofKey,
         kind: result.kind,
@@ -235,8 +238,9 @@ class MeteredCall implements ProxyHooks {
       )
   }
 
-  withClaim(outcome: ClaimOutcome): void {
+  withClaim(result: ClaimResult): void {
     const paid = this.paid!
+    const outcome = result.outcome
     if (outcome === 'used') {
       this.ctx.usedProofs.set(paid.proofKey, true)
       if (this.abort.aborted) return
@@ -247,7 +251,8 @@ class MeteredCall implements ProxyHooks {
       if (this.abort.aborted) return
       return this.respondInProgress()
     }
-    // The client may have left while the claim was written: free the proof for its retry.
+    this.attempt = result.attempt
+    // The client may have left while the claim was written: nothing was forwarded, free the proof.
     if (this.abort.aborted) {
       // fail(), not release(): the response is gone and must not be touched.
       this.body?.fail()
@@ -260,12 +265,12 @@ class MeteredCall implements ProxyHooks {
   onResponseHead(status: number): Array<[string, string]> {
     const paid = this.paid!
     const endpoint = this.endpoint!
-    const { settings, captures } = this.ctx
+    const { settings, books } = this.ctx
     // Captured once the upstream answered below 500, even if the client leaves mid-body.
     if (status < 500) {
       this.captured = true
       const split = splitOwnerShare(paid.valueAtomic, settings.ownerShareBps)
-      captures.add({
+      books.capture({
         callId: newId('call'),
         proofKey: paid.proofKey,
         endpointId: endpoint.id,
@@ -289,7 +294,11 @@ class MeteredCall implements ProxyHooks {
 
   /** ProxyHooks: the final outcome, exactly once. */
   onDone(outcome: ProxyOutcome): void {
-    if (!this.captured) this.release()
+    // A proof serves at most once: it is released for a retry only when the upstream itself failed (it could
+    // not be reached, timed out, or answered 5xx). A client that left while the upstream was working may
+    // have been served: that claim stays held, is in doubt once its lease runs out, and is refunded at the
+    // end of its window rather than served again.
+    if (!this.captured && upstreamFailed(outcome)) this.release()
     if (outcome.kind === 'upstream_error') upstreamErrors.labels(outcome.code).inc()
     const status =
       outcome.kind === 'responded'
@@ -303,8 +312,15 @@ class MeteredCall implements ProxyHooks {
   release(): void {
     const { pendingReleases, sql, logger } = this.ctx
     const proofKey = this.paid!.proofKey
-    const p = releaseClaim(sql, proofKey)
-      .catch((err) => logger.warn('claim release failed', { err }))
+    const p = releaseWithRetry(sql, proofKey, this.attempt)
+      .then((applied) => {
+        claimReleases.labels(applied ? 'released' : 'refused').inc()
+      })
+      .catch((err) => {
+        // Not released: the claim stays held, then in doubt, and is refunded at the end of its window.
+        claimReleases.labels('failed').inc()
+        logger.warn('claim release failed; the proof will be refunded instead of retried', { err })
+      })
       .finally(() => pendingReleases.delete(proofKey))
     pendingReleases.set(proofKey, p)
   }
@@ -360,5 +376,23 @@ class MeteredCall implements ProxyHooks {
         .writeHeader('retry-after', '2')
         .end(UNAVAILABLE_BODY(message))
     })
+  }
+}
+
+/** Whether the upstream itself failed, so that the payer may retry the proof (see onDone). */
+function upstreamFailed(outcome: ProxyOutcome): boolean {
+  if (outcome.kind === 'upstream_error') return outcome.status === null || outcome.status >= 500
+  return outcome.status !== null && outcome.status >= 500
+}
+
+/** A release is worth a few quick tries: without it, a retry within the window is refused. */
+async function releaseWithRetry(sql: Sql, proofKey: string, attempt: number): Promise<boolean> {
+  for (let i = 0; ; i++) {
+    try {
+      return (await releaseClaim(sql, { proofKey, attempt })).ok
+    } catch (err) {
+      if (i >= 2) throw err
+      await new Promise((r) => setTimeout(r, 100 * 2 ** i))
+    }
   }
 }

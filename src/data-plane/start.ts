@@ -1,18 +1,24 @@
 // The data plane's start(deps): hot-path state (caches, the one verifier, the group-commit writers, the
 // upstream pool, the transfer watcher), the public uWS app on its port, and how to drain it all.
 import { checkAuthorizationOnChain } from '../chain/check-authorization.ts'
+import { BatchWriter } from '../books/batch-writer.ts'
 import type { ChainContext } from '../chain/connect.ts'
 import { verifyTransfer } from '../chain/verify-transfer.ts'
 import { watchTreasuryTransfers } from '../chain/watcher.ts'
 import type { Config } from '../config/schema.ts'
 import type { ChainInfo } from '../control-plane/deps.ts'
-import { CaptureWriter } from '../db/captures.ts'
-import { ClaimWriter } from '../db/claims.ts'
 import { listenForEndpointChanges } from '../db/notify.ts'
 import type { Database } from '../db/start.ts'
 import type { ApiHandler } from '../http-exchange.ts'
 import type { Logger } from '../observability/logger.ts'
-import { captureBatchSize, claimBatchSize, rpcDuration } from '../observability/metrics.ts'
+import {
+  booksWrites,
+  captureBatchSize,
+  captureQueue,
+  captureRetries,
+  claimBatchSize,
+  rpcDuration,
+} from '../observability/metrics.ts'
 import type { Started } from '../subsystem.ts'
 import { createPublicApp, listen } from './app.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
@@ -60,8 +66,11 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     }
     if (!db.embedded) stops.push(await listenForEndpointChanges(db.sql, onEndpointChanged))
     const verifier = createVerifier(config, chain, verified)
-    const { claims, captures } = createWriters(db, config, logger)
-    stops.push(() => captures.drain())
+    const books = createBooksWriter(db, config, logger)
+    stops.push(async () => {
+      const lost = await books.drain(15_000)
+      if (lost > 0) logger.error('captures not written at stop; those calls will be refunded', { lost })
+    })
     const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
     stops.push(() => dispatcher.close())
     const watcher = watchTreasuryTransfers(chain.publicClient, {
@@ -81,8 +90,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       endpoints,
       verifier,
       usedProofs,
-      claims,
-      captures,
+      books,
       dispatcher,
       logger,
       settings: {
@@ -114,7 +122,13 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     const listening = await listen(app, config.server.host, config.server.port)
     // Listening closes first on stop (stops run in reverse), then the writers drain.
     stops.push(() => listening.close())
-    return { port: listening.port, flushCaptures: () => captures.drain(), stop }
+    return {
+      port: listening.port,
+      flushCaptures: async () => {
+        await books.drain()
+      },
+      stop,
+    }
   } catch (err) {
     await stop()
     throw err
@@ -156,22 +170,26 @@ function createVerifier(
   })
 }
 
-function createWriters(db: Database, config: Config, logger: Logger) {
-  // One write in flight per writer: while it runs, the next batch fills (group commit). Measured on a
-  // PostgreSQL server: 22k claims/s at p50 0.9 ms with one in flight, 10.6k/s at p50 2.2 ms with five.
-  const writerConcurrency = 1
-  const claims = new ClaimWriter(db.sql, {
+function createBooksWriter(db: Database, config: Config, logger: Logger): BatchWriter {
+  // One write in flight: while it runs, the next batch fills (group commit). Measured on a PostgreSQL
+  // server: 22k claims/s at p50 0.9 ms with one in flight, 10.6k/s at p50 2.2 ms with five. Claims and
+  // captures share each statement (one commit per batch) on the main pool, with synchronous commit:
+  // a capture is durable once written, and retried until it is.
+  return new BatchWriter(db.sql, {
     batchMax: config.claims.batch_max,
-    concurrency: writerConcurrency,
-    onBatch: (n) => claimBatchSize.observe(n),
-  })
-  const captures = new CaptureWriter(db.captureSql, {
-    batchMax: config.claims.batch_max,
-    concurrency: writerConcurrency,
-    onBatch: (n) => captureBatchSize.observe(n),
+    concurrency: 1,
     flushIntervalMs: config.claims.capture_flush_ms,
-    onError: (err, lost) =>
-      logger.error('capture write failed; those calls stay uncaptured and will be refunded', { err, lost }),
+    onBatch: (claimCount, captureCount) => {
+      booksWrites.inc()
+      if (claimCount > 0) claimBatchSize.observe(claimCount)
+      if (captureCount > 0) captureBatchSize.observe(captureCount)
+    },
+    onQueue: (n) => captureQueue.set(n),
+    onError: (err, waiting) => {
+      if (waiting > 0) captureRetries.inc()
+      logger.error('claim/capture batch failed; its captures are queued again and retried', { err, waiting })
+    },
+    onNotApplied: (c) =>
+      logger.warn('captures found their claims no longer open (already written)', { count: c.length }),
   })
-  return { claims, captures }
 }

@@ -1,5 +1,5 @@
-// Ledger queries: what is owed to which wallet (unpaid owner shares and refunds), and an account's balance.
-// Fees are never paid out: they stay in the treasury.
+// Ledger reads: what is owed to which wallet (unpaid owner shares and refunds), and an account's balance.
+// Fees are never paid out: they stay in the treasury. Entries are written only in src/books/ledger.ts.
 import type { Sql, Tx } from './sql.ts'
 
 export interface PayableEntry {
@@ -40,26 +40,6 @@ export async function someWalletOwedAtLeast(
     HAVING sum(e.amount_atomic) >= ${minAtomic.toString()}::bigint
     LIMIT 1`
   return rows.length > 0
-}
-
-export async function linkEntriesToPayouts(
-  tx: Tx,
-  links: Array<{ entryId: bigint; payoutId: string }>,
-): Promise<number> {
-  if (links.length === 0) return 0
-  const rows = await tx`
-    UPDATE ledger_entries e SET payout_id = m.payout_id
-    FROM unnest(${links.map((l) => l.entryId.toString())}::bigint[], ${links.map((l) => l.payoutId)}::text[])
-      AS m(id, payout_id)
-    WHERE e.id = m.id AND e.payout_id IS NULL
-    RETURNING e.id`
-  return rows.length
-}
-
-/** Entries of a failed payout go back to unpaid, to be batched again after the backoff. */
-export async function unlinkEntries(tx: Tx, payoutId: string): Promise<number> {
-  const rows = await tx`UPDATE ledger_entries SET payout_id = NULL WHERE payout_id = ${payoutId} RETURNING id`
-  return rows.length
 }
 
 export interface AccountBalance {

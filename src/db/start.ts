@@ -10,7 +10,6 @@ import { createSql, type Sql } from './sql.ts'
 export interface Database extends Started {
   sql: Sql
   /** Pool for writes that may be lost in a crash (captures); the main pool on the embedded database. */
-  captureSql: Sql
   url: string
   /** The embedded single-session database: one connection, no LISTEN, always the job leader. */
   embedded: boolean
@@ -43,15 +42,8 @@ export async function startDatabase(deps: {
     dbPoolSize.set(poolMax)
     const migrated = await migrate(sql)
     if (migrated.applied.length) deps.logger.info('migrations applied', { applied: migrated.applied })
-    // Captures may be lost in a database crash (they are refunded then), so on a server they skip the
-    // commit flush on their own small pool; the embedded database has a single connection to share.
-    const captureSql = embedded
-      ? sql
-      : createSql(url, { max: 2, synchronousCommit: 'off', applicationName: 'tollgate-captures' })
-    if (!embedded) stops.push(() => captureSql.end({ timeout: 5 }))
     return {
       sql,
-      captureSql,
       url,
       embedded,
       stop,

@@ -64,6 +64,31 @@ export const captureBatchSize = new client.Histogram({
   registers: [registry],
 })
 
+export const booksWrites = new client.Counter({
+  name: 'tollgate_books_writes_total',
+  help: 'Claim/capture statements written (one commit each): claims and captures share them under load.',
+  registers: [registry],
+})
+
+export const captureQueue = new client.Gauge({
+  name: 'tollgate_captures_waiting',
+  help: 'Captures of served calls not yet durable (queued or being written); never dropped while the process lives.',
+  registers: [registry],
+})
+
+export const captureRetries = new client.Counter({
+  name: 'tollgate_captures_retries_total',
+  help: 'Batches whose captures were queued again after a failed write (database down or restarting).',
+  registers: [registry],
+})
+
+export const claimReleases = new client.Counter({
+  name: 'tollgate_claims_released_total',
+  help: 'Claims released for a retry after a failed upstream attempt, by result (released/refused/failed).',
+  labelNames: ['result'] as const,
+  registers: [registry],
+})
+
 export const upstreamDuration = new client.Histogram({
   name: 'tollgate_upstream_duration_seconds',
   help: 'Time until the upstream answered with headers, by status class.',

@@ -1,5 +1,5 @@
 // Captured calls for payout tests, made fast but real: real USDC transfers payer → treasury on anvil (signed
-// locally, one RPC each), their claims, then the data plane's own capture SQL (writeCaptures) — the same rows
+// locally, one RPC each), their claims, then the data plane's own capture SQL (claimAndCapture) — the same rows
 // a served metered call leaves behind.
 import {
   type Address,
@@ -11,8 +11,8 @@ import {
   keccak256,
 } from 'viem'
 import { inject } from 'vitest'
+import { type Capture, claimAndCapture } from '../../src/books/claims.ts'
 import { insertAccount } from '../../src/db/accounts.ts'
-import { type Capture, writeCaptures } from '../../src/db/captures.ts'
 import type { Sql } from '../../src/db/sql.ts'
 import { newId } from '../../src/ids.ts'
 import { splitOwnerShare } from '../../src/money.ts'
@@ -114,7 +114,7 @@ export async function payTreasury(
   return hashes
 }
 
-/** Claims for the hashes, then writeCaptures (the data plane's capture statement) in batches of 256. */
+/** Claims for the hashes, then claimAndCapture (the data plane's capture statement) in batches of 256. */
 export async function captureCalls(
   sql: Sql,
   calls: Array<{ owner: Owner; payer: Address; hash: Hex; amount: bigint }>,
@@ -145,7 +145,7 @@ export async function captureCalls(
     method: 'GET',
   }))
   for (let i = 0; i < captures.length; i += 256) {
-    const n = await writeCaptures(sql, captures.slice(i, i + 256))
+    const n = (await claimAndCapture(sql, { claims: [], captures: captures.slice(i, i + 256) })).captured.size
     if (n !== Math.min(256, captures.length - i)) throw new Error(`captured ${n} calls`)
   }
   return splits.map((s) => ({ ownerShare: s.owner, fee: s.fee }))

@@ -6,6 +6,14 @@
 //   3. only then broadcast, wait for confirmations, and mark each payout with its events.
 import type { Address, Hash, Hex } from 'viem'
 import {
+  type BatchRefusal,
+  confirmPayout,
+  failPayout,
+  markPayoutSubmitted,
+  recordBroadcastError,
+  recordPayouts,
+} from '../../books/payouts.ts'
+import {
   broadcast,
   estimateTransferGas,
   lookupPayoutTx,
@@ -16,16 +24,7 @@ import {
   signTransfer,
 } from '../../chain/payouts.ts'
 import { someWalletOwedAtLeast } from '../../db/ledger.ts'
-import {
-  type BatchRefusal,
-  confirmPayout,
-  failPayout,
-  markSubmitted,
-  openPayouts,
-  type PayoutRow,
-  recordBatch,
-  recordBroadcastError,
-} from '../../db/payouts.ts'
+import { openPayouts, type PayoutRow } from '../../db/payouts.ts'
 import { configDollars, formatDollars } from '../../money.ts'
 import {
   payoutAtomic,
@@ -143,7 +142,7 @@ export class PayoutBatcher {
       pendingNonce(chain.publicClient, treasury),
     ])
     const account = chain.walletClient.account
-    const result = await recordBatch(sql, {
+    const result = await recordPayouts(sql, {
       treasury,
       firstNonce: nonce,
       minAtomic: this.minAtomic,
@@ -235,7 +234,7 @@ export class PayoutBatcher {
           if (sent.ok || sent.reason === 'already_known' || sent.reason === 'nonce_too_low') {
             // nonce_too_low: mined meanwhile (ours or not); the next look-up tells which.
             sentThisRun.add(p.id)
-            await markSubmitted(sql, p.id)
+            await markPayoutSubmitted(sql, p.id)
           } else {
             await recordBroadcastError(sql, p.id, `${sent.reason}: ${sent.message}`)
             logger.warn('payout broadcast refused', { payout: p.id, nonce: p.nonce, reason: sent.reason })
@@ -286,7 +285,8 @@ export class PayoutBatcher {
 
   private async markConfirmed(p: PayoutRow, hash: string, blockNumber: bigint): Promise<void> {
     const done = await confirmPayout(this.deps.sql, { id: p.id, hash, blockNumber })
-    if (!done) return
+    // Refused: another run resolved it first.
+    if (!done.ok) return
     this.lastConfirmed++
     payoutAtomic.inc({ kind: p.kind }, Number(p.amount_atomic))
     this.deps.logger.info('payout confirmed', {
@@ -314,7 +314,7 @@ export class PayoutBatcher {
       hash,
       blockNumber,
     })
-    if (!row) return
+    if (!row.ok) return
     payoutFailures.inc({ reason })
     this.deps.logger.error('payout failed; its entries are batched again after the backoff', {
       payout: p.id,

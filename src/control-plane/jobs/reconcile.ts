@@ -4,12 +4,15 @@
 //   outflow: USDC the treasury sent = confirmed payout rows (same hash, recipient and amount)
 //   split:   owner shares + fees = captured, for the calls captured in the range
 //   entries: confirmed payouts = the ledger entries linked to them
+//   claims:  one call per captured claim and none for uncaptured ones; no claim re-won without a release;
+//            refunds only for claims never captured; revenue booked for every due call and none before it
 // Any difference makes the report not ok (the CLI exits non-zero, the admin route answers 409).
 import { type Address, getAddress, type Hash } from 'viem'
 import type { ChainContext } from '../../chain/connect.ts'
 import { transferEvent } from '../../chain/usdc.ts'
 import type { Config } from '../../config/schema.ts'
 import type { Sql } from '../../db/sql.ts'
+import { type ClaimsCheck, checkClaims } from './reconcile-claims.ts'
 
 export interface ReconcileDeps {
   sql: Sql
@@ -67,6 +70,8 @@ export interface ReconcileReport {
     linked_entries_atomic: Atomic
     difference_atomic: Atomic
   }
+  /** Claims against calls, refunds and revenue, by the transition table (src/books/transitions.ts). */
+  claims: ClaimsCheck
   differences: string[]
 }
 
@@ -78,15 +83,20 @@ interface ChainTransfer {
   blockNumber: bigint
 }
 
+interface Bounds {
+  from: Date
+  to: Date
+  fromBlock: bigint
+  toBlock: bigint
+}
+
 export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {}): Promise<ReconcileReport> {
   const { sql, chain, config } = deps
   const client = chain.publicClient
-  const treasury = chain.treasury
   const fromMs = range.fromMs ?? null
   const toMs = range.toMs ?? null
   const from = fromMs === null ? new Date(0) : new Date(fromMs)
   const to = toMs === null ? new Date('9999-01-01T00:00:00Z') : new Date(toMs)
-  const differences: string[] = []
 
   const latest = await client.getBlockNumber({ cacheTime: 0 })
   const fromBlock = fromMs === null ? 0n : await firstBlockAtOrAfter(client, fromMs, latest)
@@ -94,21 +104,70 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
   const inflowFromBlock =
     fromMs === null ? 0n : await firstBlockAtOrAfter(client, fromMs - config.chain.max_proof_age_ms, latest)
   const toBlock = toMs === null ? latest : await lastBlockBefore(client, toMs, latest)
+  const bounds: Bounds = { from, to, fromBlock, toBlock }
 
   const chunk = BigInt(config.payouts.reconcile_block_chunk)
   const [inflows, outflows] = await Promise.all([
     transferLogs(client, {
       usdc: chain.usdc.address,
-      to: treasury,
+      to: chain.treasury,
       fromBlock: inflowFromBlock,
       toBlock: latest,
       chunk,
     }),
-    transferLogs(client, { usdc: chain.usdc.address, from: treasury, fromBlock, toBlock: latest, chunk }),
+    transferLogs(client, {
+      usdc: chain.usdc.address,
+      from: chain.treasury,
+      fromBlock,
+      toBlock: latest,
+      chunk,
+    }),
   ])
 
-  // ---- inflow: claims of the range against the chain ----
-  const inByHash = sumByHash(inflows)
+  const inflow = await checkInflow(sql, sumByHash(inflows), bounds)
+  const outflow = await checkOutflow(deps, sumByHash(outflows), bounds)
+  const split = await checkSplit(sql, bounds)
+  const linked = await checkLinkedEntries(sql, bounds)
+  const claims = await checkClaims(sql, { from, to })
+  const differences = [
+    ...inflow.differences,
+    ...outflow.differences,
+    ...split.differences,
+    ...linked.differences,
+    ...claims.differences,
+  ]
+
+  return {
+    ok: differences.length === 0,
+    treasury: chain.treasury,
+    token: chain.usdc.address,
+    range: {
+      from: fromMs === null ? null : from.toISOString(),
+      to: toMs === null ? null : to.toISOString(),
+      from_block: fromBlock.toString(),
+      to_block: toBlock.toString(),
+    },
+    inflow: inflow.section,
+    outflow: outflow.section,
+    split: split.section,
+    payout_entries: linked.section,
+    claims,
+    differences,
+  }
+}
+
+interface Checked<T> {
+  section: T
+  differences: string[]
+}
+
+/** Claims of the range against the chain: every proof's transfer, and where its money went in the books. */
+async function checkInflow(
+  sql: Sql,
+  inByHash: Map<string, ChainTransfer>,
+  b: Bounds,
+): Promise<Checked<ReconcileReport['inflow']>> {
+  const differences: string[] = []
   const claims = await sql<
     {
       proof_key: string
@@ -125,7 +184,7 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
            (SELECT coalesce(sum(e.amount_atomic), 0) FROM ledger_entries e
              WHERE e.kind = 'refund' AND e.source_type = 'claim' AND e.source_id = c.proof_key)::bigint AS refund_amount
     FROM claims c
-    WHERE c.claimed_at >= ${from} AND c.claimed_at < ${to}`
+    WHERE c.claimed_at >= ${b.from} AND c.claimed_at < ${b.to}`
   let captured = 0n
   let applied = 0n
   let refunds = 0n
@@ -146,10 +205,9 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
         differences.push(`claim ${c.proof_key}: no USDC transfer to the treasury in transaction ${hash}`)
       }
     }
-    if (c.status === 'captured') {
-      if (c.call_amount === null) differences.push(`claim ${c.proof_key} is captured but has no call row`)
-      captured += c.call_amount ?? 0n
-    } else if (c.status === 'applied') applied += c.amount_atomic
+    // (A captured claim without its call is reported by the claims check.)
+    if (c.status === 'captured') captured += c.call_amount ?? 0n
+    else if (c.status === 'applied') applied += c.amount_atomic
     else if (c.status === 'refund_due' || c.status === 'refunded') refunds += c.refund_amount
     else if (c.status === 'claimed') uncaptured += c.amount_atomic
   }
@@ -159,23 +217,53 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
   if (chainProof !== inBooks) {
     differences.push(`inflow: chain ${chainProof} ≠ books ${inBooks} (difference ${chainProof - inBooks})`)
   }
-  // Transfers in the range that no claim (of any time) names.
-  const rangeInflows = [...inByHash.values()].filter(
-    (t) => t.blockNumber >= fromBlock && t.blockNumber <= toBlock,
-  )
-  const knownRows = rangeInflows.length
-    ? await sql<{ hash: string }[]>`
-        SELECT lower(substr(proof_key, 4)) AS hash FROM claims
-        WHERE proof_key = ANY(${rangeInflows.map((t) => `tx:${t.hash}`)}::text[])
-        UNION
-        SELECT lower(settlement_tx) FROM claims WHERE lower(settlement_tx) = ANY(${rangeInflows.map((t) => t.hash)}::text[])`
-    : []
-  const known = new Set(knownRows.map((r) => r.hash))
-  const unclaimed = rangeInflows.filter((t) => !known.has(t.hash))
+  const unclaimed = await unclaimedTransfers(sql, inByHash, b)
+  return {
+    section: {
+      claims: claims.length,
+      chain_proof_transfers_atomic: chainProof.toString(),
+      captured_calls_atomic: captured.toString(),
+      applied_payments_atomic: applied.toString(),
+      refunds_atomic: refunds.toString(),
+      uncaptured_in_window_atomic: uncaptured.toString(),
+      books_atomic: inBooks.toString(),
+      difference_atomic: (chainProof - inBooks).toString(),
+      claims_missing_on_chain: missing,
+      unsettled_authorizations: unsettled,
+      unclaimed_transfers: unclaimed.length,
+      unclaimed_inflow_atomic: unclaimed.reduce((s, t) => s + t.value, 0n).toString(),
+    },
+    differences,
+  }
+}
 
-  // ---- outflow: chain transfers from the treasury against payout rows ----
-  const outByHash = sumByHash(outflows)
-  const outHashes = [...outByHash.keys()]
+/** Transfers in the range that no claim (of any time) names: top-ups, proofs not presented yet. */
+async function unclaimedTransfers(
+  sql: Sql,
+  inByHash: Map<string, ChainTransfer>,
+  b: Bounds,
+): Promise<ChainTransfer[]> {
+  const rangeInflows = [...inByHash.values()].filter(
+    (t) => t.blockNumber >= b.fromBlock && t.blockNumber <= b.toBlock,
+  )
+  if (rangeInflows.length === 0) return []
+  const knownRows = await sql<{ hash: string }[]>`
+    SELECT lower(substr(proof_key, 4)) AS hash FROM claims
+    WHERE proof_key = ANY(${rangeInflows.map((t) => `tx:${t.hash}`)}::text[])
+    UNION
+    SELECT lower(settlement_tx) FROM claims WHERE lower(settlement_tx) = ANY(${rangeInflows.map((t) => t.hash)}::text[])`
+  const known = new Set(knownRows.map((r) => r.hash))
+  return rangeInflows.filter((t) => !known.has(t.hash))
+}
+
+/** Chain transfers from the treasury against payout rows (same hash, recipient and amount). */
+async function checkOutflow(
+  deps: ReconcileDeps,
+  outByHash: Map<string, ChainTransfer>,
+  b: Bounds,
+): Promise<Checked<ReconcileReport['outflow']>> {
+  const { sql, chain } = deps
+  const differences: string[] = []
   const payouts = await sql<
     {
       id: string
@@ -189,9 +277,9 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
   >`
     SELECT id, wallet, amount_atomic, status, lower(tx_hash) AS tx_hash, previous_tx_hashes, confirmed_at
     FROM payouts
-    WHERE lower(treasury) = ${treasury.toLowerCase()}
-      AND (lower(tx_hash) = ANY(${outHashes}::text[])
-           OR (status = 'confirmed' AND confirmed_at >= ${from} AND confirmed_at < ${to}))`
+    WHERE lower(treasury) = ${chain.treasury.toLowerCase()}
+      AND (lower(tx_hash) = ANY(${[...outByHash.keys()]}::text[])
+           OR (status = 'confirmed' AND confirmed_at >= ${b.from} AND confirmed_at < ${b.to}))`
   const payoutByHash = new Map(payouts.map((p) => [p.tx_hash, p]))
   let chainOut = 0n
   let confirmedOut = 0n
@@ -217,87 +305,80 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
     }
   }
   for (const p of payouts) {
-    if (p.status === 'confirmed' && !outByHash.has(p.tx_hash) && p.confirmed_at && p.confirmed_at >= from) {
+    if (p.status === 'confirmed' && !outByHash.has(p.tx_hash) && p.confirmed_at && p.confirmed_at >= b.from) {
       // Mined before the scanned blocks? Ask for its receipt before calling it a difference.
-      const receipt = await client.getTransactionReceipt({ hash: p.tx_hash as Hash }).catch(() => null)
-      if (receipt?.status !== 'success' || receipt.blockNumber >= fromBlock) {
+      const receipt = await chain.publicClient
+        .getTransactionReceipt({ hash: p.tx_hash as Hash })
+        .catch(() => null)
+      if (receipt?.status !== 'success' || receipt.blockNumber >= b.fromBlock) {
         differences.push(`payout ${p.id} is confirmed but no transfer ${p.tx_hash} is on chain`)
       }
     }
   }
-  const outDifference = chainOut - confirmedOut - inFlight
-
-  // ---- split and linked entries ----
-  const [split] = await sql<{ calls: number; captured: bigint; owner: bigint; fee: bigint }[]>`
-    SELECT count(*)::int AS calls, coalesce(sum(c.amount_atomic), 0)::bigint AS captured,
-           coalesce(sum(s.owner), 0)::bigint AS owner, coalesce(sum(s.fee), 0)::bigint AS fee
-    FROM calls c
-    LEFT JOIN LATERAL (
-      SELECT sum(e.amount_atomic) FILTER (WHERE e.kind = 'owner_share') AS owner,
-             sum(e.amount_atomic) FILTER (WHERE e.kind = 'fee') AS fee
-      FROM ledger_entries e WHERE e.source_type = 'call' AND e.source_id = c.id
-    ) s ON true
-    WHERE c.created_at >= ${from} AND c.created_at < ${to}`
-  const splitDifference = split!.captured - split!.owner - split!.fee
-  if (splitDifference !== 0n) {
-    differences.push(`split: captured ${split!.captured} ≠ owner shares ${split!.owner} + fees ${split!.fee}`)
-  }
-  const [linked] = await sql<{ n: number; payouts: bigint; entries: bigint }[]>`
-    SELECT count(*)::int AS n, coalesce(sum(p.amount_atomic), 0)::bigint AS payouts,
-           coalesce(sum((SELECT sum(e.amount_atomic) FROM ledger_entries e WHERE e.payout_id = p.id)), 0)::bigint AS entries
-    FROM payouts p
-    WHERE p.status = 'confirmed' AND p.confirmed_at >= ${from} AND p.confirmed_at < ${to}`
-  const linkedDifference = linked!.payouts - linked!.entries
-  if (linkedDifference !== 0n) {
-    differences.push(`confirmed payouts ${linked!.payouts} ≠ their linked entries ${linked!.entries}`)
-  }
-
   return {
-    ok: differences.length === 0,
-    treasury,
-    token: chain.usdc.address,
-    range: {
-      from: fromMs === null ? null : from.toISOString(),
-      to: toMs === null ? null : to.toISOString(),
-      from_block: fromBlock.toString(),
-      to_block: toBlock.toString(),
-    },
-    inflow: {
-      claims: claims.length,
-      chain_proof_transfers_atomic: chainProof.toString(),
-      captured_calls_atomic: captured.toString(),
-      applied_payments_atomic: applied.toString(),
-      refunds_atomic: refunds.toString(),
-      uncaptured_in_window_atomic: uncaptured.toString(),
-      books_atomic: inBooks.toString(),
-      difference_atomic: (chainProof - inBooks).toString(),
-      claims_missing_on_chain: missing,
-      unsettled_authorizations: unsettled,
-      unclaimed_transfers: unclaimed.length,
-      unclaimed_inflow_atomic: unclaimed.reduce((s, t) => s + t.value, 0n).toString(),
-    },
-    outflow: {
+    section: {
       chain_transfers: outByHash.size,
       chain_transfers_atomic: chainOut.toString(),
       confirmed_payouts_atomic: confirmedOut.toString(),
       in_flight_payouts_atomic: inFlight.toString(),
       unknown_outflow_atomic: unknownOut.toString(),
-      difference_atomic: outDifference.toString(),
+      difference_atomic: (chainOut - confirmedOut - inFlight).toString(),
     },
-    split: {
+    differences,
+  }
+}
+
+/**
+ * Owner shares + fees = captured, for the calls of the range whose revenue is due: every transaction-hash
+ * call, and an x402 call once its settlement is confirmed (before that it is not revenue, DESIGN §7b).
+ */
+async function checkSplit(sql: Sql, b: Bounds): Promise<Checked<ReconcileReport['split']>> {
+  const [split] = await sql<{ calls: number; captured: bigint; owner: bigint; fee: bigint }[]>`
+    SELECT count(*)::int AS calls, coalesce(sum(c.amount_atomic), 0)::bigint AS captured,
+           coalesce(sum(s.owner), 0)::bigint AS owner, coalesce(sum(s.fee), 0)::bigint AS fee
+    FROM calls c
+    JOIN claims k ON k.proof_key = c.proof_key AND (k.kind = 'tx' OR k.settled_at IS NOT NULL)
+    LEFT JOIN LATERAL (
+      SELECT sum(e.amount_atomic) FILTER (WHERE e.kind = 'owner_share') AS owner,
+             sum(e.amount_atomic) FILTER (WHERE e.kind = 'fee') AS fee
+      FROM ledger_entries e WHERE e.source_type = 'call' AND e.source_id = c.id
+    ) s ON true
+    WHERE c.created_at >= ${b.from} AND c.created_at < ${b.to}`
+  const difference = split!.captured - split!.owner - split!.fee
+  return {
+    section: {
       calls: split!.calls,
       captured_atomic: split!.captured.toString(),
       owner_shares_atomic: split!.owner.toString(),
       fees_atomic: split!.fee.toString(),
-      difference_atomic: splitDifference.toString(),
+      difference_atomic: difference.toString(),
     },
-    payout_entries: {
+    differences:
+      difference === 0n
+        ? []
+        : [`split: captured ${split!.captured} ≠ owner shares ${split!.owner} + fees ${split!.fee}`],
+  }
+}
+
+/** Confirmed payouts of the range = the ledger entries linked to them. */
+async function checkLinkedEntries(sql: Sql, b: Bounds): Promise<Checked<ReconcileReport['payout_entries']>> {
+  const [linked] = await sql<{ n: number; payouts: bigint; entries: bigint }[]>`
+    SELECT count(*)::int AS n, coalesce(sum(p.amount_atomic), 0)::bigint AS payouts,
+           coalesce(sum((SELECT sum(e.amount_atomic) FROM ledger_entries e WHERE e.payout_id = p.id)), 0)::bigint AS entries
+    FROM payouts p
+    WHERE p.status = 'confirmed' AND p.confirmed_at >= ${b.from} AND p.confirmed_at < ${b.to}`
+  const difference = linked!.payouts - linked!.entries
+  return {
+    section: {
       confirmed_payouts: linked!.n,
       confirmed_payouts_atomic: linked!.payouts.toString(),
       linked_entries_atomic: linked!.entries.toString(),
-      difference_atomic: linkedDifference.toString(),
+      difference_atomic: difference.toString(),
     },
-    differences,
+    differences:
+      difference === 0n
+        ? []
+        : [`confirmed payouts ${linked!.payouts} ≠ their linked entries ${linked!.entries}`],
   }
 }
 

@@ -2,6 +2,7 @@
 // signed locally and its hash recorded before it is sent; a restart first asks the chain about recorded
 // hashes (and the authorization's nonce) before signing anything new, so none is submitted twice.
 import type { Hash } from 'viem'
+import { bookCallRevenue } from '../../books/ledger.ts'
 import { readAuthorizationState } from '../../chain/authorization.ts'
 import { broadcast, pendingNonce, quoteFees } from '../../chain/payouts.ts'
 import { type StoredAuthorization, signSettlement } from '../../chain/settle.ts'
@@ -116,7 +117,12 @@ async function markOutcome(sql: Sql, proofKey: string, error: 'reverted' | 'expi
     await sql`UPDATE claims SET settlement_error = ${error} WHERE proof_key = ${proofKey}`
     settlements.labels(error).inc()
   } else {
-    await sql`UPDATE claims SET settled_at = now() WHERE proof_key = ${proofKey}`
+    // Settled: only now is the x402 call owner revenue (DESIGN §7b). Interim until the settlement room's
+    // settleAuthorization does both in one transaction.
+    await sql.begin(async (tx) => {
+      await tx`UPDATE claims SET settled_at = now() WHERE proof_key = ${proofKey}`
+      await bookCallRevenue(tx, { proofKeys: [proofKey] })
+    })
     settlements.labels('settled').inc()
   }
 }

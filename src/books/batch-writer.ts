@@ -1,0 +1,163 @@
+// The one batch writer of the hot path: claims (awaited by their request) and captures (the caller already
+// has its answer) are group-committed together, one statement and one commit per batch, so a paid call
+// costs one durable write under load. Captures are never dropped while the process lives: a failed batch
+// puts them back and they are retried with backoff until written; stop() drains them.
+import type { Sql } from '../db/sql.ts'
+import { type Capture, type ClaimRequest, type ClaimResult, claimAndCapture } from './claims.ts'
+
+interface PendingClaim {
+  req: ClaimRequest
+  resolve(result: ClaimResult): void
+  reject(err: unknown): void
+}
+
+export interface BatchWriterOptions {
+  batchMax: number
+  /** Round trips allowed in flight at once (≤ pool size); 1 makes the best group commit. */
+  concurrency: number
+  /** How long a capture with no claim to ride along waits before it is written alone. */
+  flushIntervalMs: number
+  /** Backoff of capture retries after a failed batch: doubles from the first to the last. */
+  retryMinMs?: number
+  retryMaxMs?: number
+  onBatch?(claims: number, captures: number): void
+  /** A batch failed; `captures` of them are queued again. */
+  onError?(err: unknown, captures: number): void
+  /** Captures waiting (queued or being written), after every change. */
+  onQueue?(waiting: number): void
+  /** Captures whose claim was no longer 'claimed' (already captured by an earlier, unacknowledged write). */
+  onNotApplied?(captures: Capture[]): void
+}
+
+export class BatchWriter {
+  private claims: PendingClaim[] = []
+  private captures: Capture[] = []
+  private writing = 0
+  private inFlight = 0
+  private retryAtMs = 0
+  private failures = 0
+  private timer: NodeJS.Timeout | null = null
+  private idle: Array<() => void> = []
+
+  constructor(
+    private readonly sql: Sql,
+    private readonly options: BatchWriterOptions,
+  ) {}
+
+  /** Claims a proof; resolves when its batch committed. Rejects when the batch failed (answer 503). */
+  claim(req: ClaimRequest): Promise<ClaimResult> {
+    return new Promise((resolve, reject) => {
+      this.claims.push({ req, resolve, reject })
+      if (this.inFlight < this.options.concurrency) this.flush()
+    })
+  }
+
+  /** Queues the capture of a served call: written with the next claims, or alone after flushIntervalMs. */
+  capture(c: Capture): void {
+    this.captures.push(c)
+    this.options.onQueue?.(this.captures.length + this.writing)
+    if (this.captures.length >= this.options.batchMax && this.inFlight < this.options.concurrency) {
+      this.flush()
+      return
+    }
+    this.schedule(this.options.flushIntervalMs)
+  }
+
+  /** Captures waiting (queued or being written). */
+  get pendingCaptures(): number {
+    return this.captures.length + this.writing
+  }
+
+  /**
+   * Resolves when everything queued so far is written; with a deadline, resolves with the number of
+   * captures still unwritten when it passes (the database is down at stop: those calls will be refunded).
+   */
+  async drain(timeoutMs = Number.POSITIVE_INFINITY): Promise<number> {
+    const deadline = Date.now() + timeoutMs
+    while (this.captures.length > 0 || this.inFlight > 0 || this.claims.length > 0) {
+      if (Date.now() >= deadline) return this.pendingCaptures
+      if (this.inFlight === 0) {
+        // Retry now rather than after the backoff: we are stopping.
+        this.retryAtMs = 0
+        this.flush()
+      }
+      await new Promise<void>((r) => {
+        this.idle.push(r)
+        if (Number.isFinite(deadline))
+          setTimeout(r, Math.max(10, Math.min(200, deadline - Date.now()))).unref()
+      })
+    }
+    return 0
+  }
+
+  private schedule(delayMs: number): void {
+    if (this.timer || this.inFlight >= this.options.concurrency) return
+    this.timer = setTimeout(() => {
+      this.timer = null
+      this.flush()
+    }, delayMs)
+    this.timer.unref()
+  }
+
+  private flush(): void {
+    const now = Date.now()
+    const claims = this.claims.splice(0, this.options.batchMax)
+    const captures = now >= this.retryAtMs ? this.captures.splice(0, this.options.batchMax) : []
+    if (claims.length === 0 && captures.length === 0) {
+      if (this.captures.length > 0) this.schedule(this.retryAtMs - now)
+      return
+    }
+    if (this.timer) {
+      clearTimeout(this.timer)
+      this.timer = null
+    }
+    this.inFlight++
+    this.writing += captures.length
+    this.options.onBatch?.(claims.length, captures.length)
+    this.write(claims, captures).finally(() => {
+      this.inFlight--
+      this.writing -= captures.length
+      this.options.onQueue?.(this.pendingCaptures)
+      if (this.claims.length > 0) this.flush()
+      else if (this.captures.length > 0) this.schedule(Math.max(0, this.retryAtMs - Date.now()))
+      for (const wake of this.idle.splice(0)) wake()
+    })
+  }
+
+  private async write(batch: PendingClaim[], captures: Capture[]): Promise<void> {
+    // One statement may not touch a row twice: the same proof twice among the claims is 'busy' (the first
+    // holds it), and a claim for a proof being captured here is spent already.
+    const capturing = new Set(captures.map((c) => c.proofKey))
+    const seen = new Set<string>()
+    const rows: PendingClaim[] = []
+    for (const p of batch) {
+      if (capturing.has(p.req.proofKey)) p.resolve({ outcome: 'used' })
+      else if (seen.has(p.req.proofKey)) p.resolve({ outcome: 'busy' })
+      else {
+        seen.add(p.req.proofKey)
+        rows.push(p)
+      }
+    }
+    try {
+      const result = await claimAndCapture(this.sql, { claims: rows.map((p) => p.req), captures })
+      for (let i = 0; i < rows.length; i++) rows[i]!.resolve(result.claims[i]!)
+      this.failures = 0
+      this.retryAtMs = 0
+      if (result.captured.size < captures.length) {
+        this.options.onNotApplied?.(captures.filter((c) => !result.captured.has(c.proofKey)))
+      }
+    } catch (err) {
+      for (const p of rows) p.reject(err)
+      if (captures.length > 0) {
+        // Back to the front, in order: retried (with backoff) until written. Idempotent: a capture applies
+        // only to a claim still 'claimed', so a write that committed but whose answer was lost is harmless.
+        this.captures.unshift(...captures)
+        this.failures++
+        const min = this.options.retryMinMs ?? 100
+        const max = this.options.retryMaxMs ?? 5_000
+        this.retryAtMs = Date.now() + Math.min(max, min * 2 ** (this.failures - 1))
+      }
+      this.options.onError?.(err, captures.length)
+    }
+  }
+}

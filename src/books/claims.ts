@@ -1,0 +1,244 @@
+// Claims and calls: a proof is claimed before the upstream is called, captured (with its call row, and for a
+// transaction hash its revenue) when the upstream answered, released when the upstream failed, and refunded
+// (tx) or voided (x402) when its window ends uncaptured. Each function's SQL states its precondition.
+import type { Sql, Tx } from '../db/sql.ts'
+import { revenueEntries } from './ledger.ts'
+import type { Applied, Refusal } from './transitions.ts'
+
+type Db = Sql | Tx
+
+export interface ClaimRequest {
+  proofKey: string
+  kind: 'tx' | 'eip3009'
+  targetType: 'call' | 'payment'
+  targetId: string
+  accountId: string
+  payer: string
+  amountAtomic: bigint
+  /** Until when an uncaptured claim may be retried on the same target (after an explicit release). */
+  retryWindowMs: number
+  /** How long the winning request holds the proof; past it, an unreleased claim is in doubt. */
+  leaseMs: number
+  /** An EIP-3009 authorization to settle later (x402 payments); null for a transaction hash. */
+  authorization: object | null
+}
+
+/**
+ * won: this request holds the proof (a fresh claim, or a retry after a release); `attempt` names it for
+ * its release. busy: another request holds it right now (lease live) — it may come free. used: it paid for
+ * something else, was captured, is in doubt (lease ran out without a release), or its window is over.
+ */
+export type ClaimResult = { outcome: 'won'; attempt: number } | { outcome: 'busy' } | { outcome: 'used' }
+
+export interface Capture {
+  callId: string
+  proofKey: string
+  endpointId: string
+  accountId: string
+  ownerWallet: string
+  payer: string
+  amountAtomic: bigint
+  ownerShareAtomic: bigint
+  feeAtomic: bigint
+  upstreamStatus: number
+  method: string
+}
+
+export interface BooksBatchResult {
+  claims: ClaimResult[]
+  /** Proof keys whose capture applied in this statement (the others were already captured or closed). */
+  captured: Set<string>
+}
+
+/**
+ * claimProof and captureClaim for many proofs in ONE statement (one commit): the captures of the calls
+ * served since the last batch ride with the next claims. A proof may not appear in both lists (the writer
+ * answers such a claim 'used' itself): one statement must not touch a row twice.
+ *
+ * A conflicting claim is taken over only when it is uncaptured, on the same target, inside its window, and
+ * every earlier attempt was released (releases = attempts). An expired lease alone never frees a proof.
+ * A capture applies only to a claim still 'claimed'; x402 captures book no revenue (settlement does).
+ */
+export async function claimAndCapture(
+  db: Db,
+  batch: { claims: ClaimRequest[]; captures: Capture[] },
+): Promise<BooksBatchResult> {
+  const r = batch.claims
+  const c = batch.captures
+  const big = (xs: bigint[]) => xs.map((x) => x.toString())
+  const rows = await db<{ what: 'claim' | 'capture'; proof_key: string; attempts: number }[]>`
+    WITH cap AS (
+      SELECT * FROM unnest(${c.map((x) => x.callId)}::text[], ${c.map((x) => x.proofKey)}::text[],
+                           ${c.map((x) => x.endpointId)}::text[], ${c.map((x) => x.accountId)}::text[],
+                           ${c.map((x) => x.ownerWallet)}::text[], ${c.map((x) => x.payer)}::text[],
+                           ${big(c.map((x) => x.amountAtomic))}::bigint[],
+                           ${big(c.map((x) => x.ownerShareAtomic))}::bigint[],
+                           ${big(c.map((x) => x.feeAtomic))}::bigint[], ${c.map((x) => x.upstreamStatus)}::int[],
+                           ${c.map((x) => x.method)}::text[])
+        AS t(call_id, proof_key, endpoint_id, account_id, owner_wallet, payer, amount, owner_share, fee,
+             status, method)
+    ),
+    captured AS (
+      UPDATE claims k SET status = 'captured', captured_at = now(), lease_until = NULL
+      FROM cap i WHERE k.proof_key = i.proof_key AND k.status = 'claimed'
+      RETURNING k.proof_key, k.kind
+    ),
+    new_calls AS (
+      INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
+                         fee_atomic, upstream_status, method)
+      SELECT i.call_id, i.proof_key, i.endpoint_id, i.account_id, i.payer, i.amount, i.owner_share, i.fee,
+             i.status, i.method
+      FROM cap i JOIN captured USING (proof_key)
+      ON CONFLICT (proof_key) DO NOTHING
+      RETURNING id
+    ),
+    revenue AS (
+      ${revenueEntries(db, db`(SELECT i.* FROM cap i JOIN captured k USING (proof_key) WHERE k.kind = 'tx')`)}
+      RETURNING 1
+    ),
+    won AS (
+      INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
+                          retry_until, lease_until, authorization_payload)
+      SELECT k, kind, tt, tid, acct, payer, amt, 'claimed',
+             now() + rw * interval '1 millisecond', now() + lease * interval '1 millisecond', auth::jsonb
+      FROM unnest(${r.map((x) => x.proofKey)}::text[], ${r.map((x) => x.kind)}::text[],
+                  ${r.map((x) => x.targetType)}::text[], ${r.map((x) => x.targetId)}::text[],
+                  ${r.map((x) => x.accountId)}::text[], ${r.map((x) => x.payer)}::text[],
+                  ${big(r.map((x) => x.amountAtomic))}::bigint[], ${r.map((x) => x.retryWindowMs)}::bigint[],
+                  ${r.map((x) => x.leaseMs)}::bigint[],
+                  ${r.map((x) => (x.authorization ? JSON.stringify(x.authorization) : null))}::text[])
+        AS t(k, kind, tt, tid, acct, payer, amt, rw, lease, auth)
+      ON CONFLICT (proof_key) DO UPDATE
+        SET lease_until = EXCLUDED.lease_until, attempts = claims.attempts + 1
+        WHERE claims.status = 'claimed' AND claims.target_id = EXCLUDED.target_id
+          AND claims.retry_until > now() AND claims.releases = claims.attempts
+      RETURNING proof_key, attempts
+    )
+    SELECT 'claim' AS what, proof_key, attempts FROM won
+    UNION ALL
+    SELECT 'capture', proof_key, 0 FROM captured`
+  // (new_calls and revenue run although nothing reads them: PostgreSQL always completes a modifying CTE.)
+  const won = new Map<string, number>()
+  const captured = new Set<string>()
+  for (const row of rows) {
+    if (row.what === 'claim') won.set(row.proof_key, row.attempts)
+    else if (row.what === 'capture') captured.add(row.proof_key)
+  }
+  const lost = r.filter((x) => !won.has(x.proofKey))
+  // Rare (replays and races): one more round trip to tell a proof held right now from a spent one.
+  const busy = new Set<string>()
+  if (lost.length > 0) {
+    const found = await db<{ proof_key: string }[]>`
+      SELECT k.proof_key FROM claims k
+      JOIN unnest(${lost.map((x) => x.proofKey)}::text[], ${lost.map((x) => x.targetId)}::text[])
+        AS t(key, tid) ON k.proof_key = t.key
+      WHERE k.status = 'claimed' AND k.target_id = t.tid AND k.retry_until > now()
+        AND (k.lease_until > now() OR k.releases = k.attempts)`
+    for (const f of found) busy.add(f.proof_key)
+  }
+  const claims: ClaimResult[] = r.map((x) => {
+    const attempt = won.get(x.proofKey)
+    if (attempt !== undefined) return { outcome: 'won', attempt }
+    return { outcome: busy.has(x.proofKey) ? 'busy' : 'used' }
+  })
+  return { claims, captured }
+}
+
+/** One claim (checkout and tests); the data plane batches through the writer. */
+export async function claimProof(db: Db, req: ClaimRequest): Promise<ClaimResult> {
+  const result = await claimAndCapture(db, { claims: [req], captures: [] })
+  return result.claims[0]!
+}
+
+/** One capture, outside a batch (tests, tools). Refused unless the claim is still 'claimed'. */
+export async function captureClaim(db: Db, capture: Capture): Promise<Applied> {
+  const result = await claimAndCapture(db, { claims: [], captures: [capture] })
+  return result.captured.has(capture.proofKey) ? { ok: true } : refusal(db, capture.proofKey)
+}
+
+/**
+ * The request holding attempt `attempt` failed upstream (unreachable, timeout, 5xx) or never forwarded:
+ * free the proof for a retry within its window. Applies once per attempt, and only while still claimed.
+ */
+export async function releaseClaim(db: Db, q: { proofKey: string; attempt: number }): Promise<Applied> {
+  const rows = await db`
+    UPDATE claims SET lease_until = NULL, releases = releases + 1
+    WHERE proof_key = ${q.proofKey} AND status = 'claimed'
+      AND attempts = ${q.attempt} AND releases = ${q.attempt - 1}
+    RETURNING 1`
+  if (rows.length > 0) return { ok: true }
+  const refused = await refusal(db, q.proofKey)
+  return refused.status === 'claimed' ? { ...refused, reason: 'not_held' } : refused
+}
+
+/** Claims whose window is over and whose last holder is gone (released, or lease run out: in doubt). */
+const EXPIRED = (db: Db, kind: 'tx' | 'eip3009') => db`
+  status = 'claimed' AND kind = ${kind} AND target_type = 'call' AND retry_until < now()
+  AND (lease_until IS NULL OR lease_until < now())`
+
+/**
+ * A transaction proof never captured by the end of its window is owed back to its payer: refund_due and a
+ * refund entry, in one statement, once. Without proofKey: every expired claim (the expiry job).
+ */
+export async function markRefundDue(db: Db, q: { proofKey?: string } = {}): Promise<Applied<{ n: number }>> {
+  const rows = await db`
+    WITH expired AS (
+      UPDATE claims SET status = 'refund_due', lease_until = NULL
+      WHERE ${EXPIRED(db, 'tx')} ${q.proofKey === undefined ? db`` : db`AND proof_key = ${q.proofKey}`}
+      RETURNING proof_key, account_id, payer, amount_atomic
+    )
+    INSERT INTO ledger_entries (account_id, kind, wallet, amount_atomic, source_type, source_id)
+    SELECT account_id, 'refund', payer, amount_atomic, 'claim', proof_key FROM expired
+    RETURNING id`
+  if (rows.length > 0 || q.proofKey === undefined) return { ok: true, n: rows.length }
+  return expiryRefusal(db, q.proofKey)
+}
+
+/** An x402 authorization never captured by the end of its window: never settled, nothing to refund. */
+export async function voidClaim(db: Db, q: { proofKey?: string } = {}): Promise<Applied<{ n: number }>> {
+  const rows = await db`
+    UPDATE claims SET status = 'void', lease_until = NULL
+    WHERE ${EXPIRED(db, 'eip3009')} ${q.proofKey === undefined ? db`` : db`AND proof_key = ${q.proofKey}`}
+    RETURNING 1`
+  if (rows.length > 0 || q.proofKey === undefined) return { ok: true, n: rows.length }
+  return expiryRefusal(db, q.proofKey)
+}
+
+export interface RefundedClaim {
+  proof_key: string
+  target_type: string
+  target_id: string
+  account_id: string
+  payer: string
+  amount_atomic: bigint
+}
+
+/** The refunds in a confirmed payout: their claims turn refunded (only from refund_due). */
+export async function markRefunded(tx: Tx, q: { payoutId: string }): Promise<RefundedClaim[]> {
+  return tx<RefundedClaim[]>`
+    UPDATE claims c SET status = 'refunded'
+    FROM ledger_entries e
+    WHERE e.payout_id = ${q.payoutId} AND e.kind = 'refund' AND e.source_type = 'claim'
+      AND c.proof_key = e.source_id AND c.status = 'refund_due'
+    RETURNING c.proof_key, c.target_type, c.target_id, c.account_id, c.payer, e.amount_atomic`
+}
+
+async function refusal(db: Db, proofKey: string): Promise<Refusal> {
+  const [row] = await db<{ status: string }[]>`SELECT status FROM claims WHERE proof_key = ${proofKey}`
+  return row
+    ? { ok: false, reason: 'wrong_state', status: row.status }
+    : { ok: false, reason: 'not_found', status: null }
+}
+
+async function expiryRefusal(db: Db, proofKey: string): Promise<Refusal> {
+  const [row] = await db<{ status: string; open: boolean; held: boolean }[]>`
+    SELECT status, retry_until >= now() AS open, coalesce(lease_until >= now(), false) AS held
+    FROM claims WHERE proof_key = ${proofKey}`
+  if (!row) return { ok: false, reason: 'not_found', status: null }
+  if (row.status !== 'claimed') return { ok: false, reason: 'wrong_state', status: row.status }
+  return {
+    ok: false,
+    reason: row.open ? 'retry_window_open' : row.held ? 'lease_held' : 'wrong_state',
+    status: row.status,
+  }
+}

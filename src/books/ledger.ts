@@ -1,0 +1,63 @@
+// Ledger entries: appended (revenue of a call, refunds), and linked to / unlinked from the payout that pays
+// them. Nothing else ever changes an entry.
+import type { PendingQuery, Row } from 'postgres'
+import type { Sql, Tx } from '../db/sql.ts'
+
+type Db = Sql | Tx
+
+/**
+ * The owner share and fee entries of calls. `calls` is a relation (a CTE name or subquery) with the columns
+ * call_id, account_id, owner_wallet, owner_share, fee: the capture statement passes its freshly captured
+ * calls, bookCallRevenue the stored ones. One definition, so both book exactly the same entries.
+ */
+export function revenueEntries(db: Db, calls: PendingQuery<Row[]>): PendingQuery<Row[]> {
+  return db`
+    INSERT INTO ledger_entries (account_id, kind, wallet, amount_atomic, source_type, source_id)
+    SELECT r.account_id, 'owner_share', r.owner_wallet, r.owner_share, 'call', r.call_id FROM ${calls} r
+    UNION ALL
+    SELECT r.account_id, 'fee', NULL, r.fee, 'call', r.call_id FROM ${calls} r`
+}
+
+/**
+ * Books the revenue (owner share + fee) of captured calls that have none yet. Used by the settlement room
+ * for x402 calls (DESIGN §7b: revenue only once the authorization settled); transaction-hash calls are booked
+ * inside their capture. Idempotent: a call already booked is skipped. Returns how many calls were booked.
+ */
+export async function bookCallRevenue(db: Db, q: { proofKeys: string[] }): Promise<number> {
+  if (q.proofKeys.length === 0) return 0
+  const [row] = await db<{ n: number }[]>`
+    WITH due AS (
+      SELECT k.id AS call_id, k.account_id, a.wallet_address AS owner_wallet,
+             k.owner_share_atomic AS owner_share, k.fee_atomic AS fee
+      FROM calls k JOIN accounts a ON a.id = k.account_id
+      WHERE k.proof_key = ANY(${q.proofKeys}::text[])
+        AND NOT EXISTS (SELECT 1 FROM ledger_entries e WHERE e.source_type = 'call' AND e.source_id = k.id)
+    ),
+    booked AS (${revenueEntries(db, db`due`)} RETURNING source_id)
+    SELECT count(DISTINCT source_id)::int AS n FROM booked`
+  return row?.n ?? 0
+}
+
+/**
+ * Links entries to the payouts that pay them; only entries not in a payout yet (`payout_id IS NULL`).
+ * Returns the ids it linked: an entry already in a payout is left alone and missing from the answer.
+ */
+export async function linkEntriesToPayouts(
+  tx: Tx,
+  links: Array<{ entryId: bigint; payoutId: string }>,
+): Promise<bigint[]> {
+  if (links.length === 0) return []
+  const rows = await tx<{ id: bigint }[]>`
+    UPDATE ledger_entries e SET payout_id = m.payout_id
+    FROM unnest(${links.map((l) => l.entryId.toString())}::bigint[], ${links.map((l) => l.payoutId)}::text[])
+      AS m(id, payout_id)
+    WHERE e.id = m.id AND e.payout_id IS NULL
+    RETURNING e.id`
+  return rows.map((r) => r.id)
+}
+
+/** Entries of a failed payout go back to unpaid, to be batched again after the backoff. */
+export async function unlinkEntries(tx: Tx, payoutId: string): Promise<number> {
+  const rows = await tx`UPDATE ledger_entries SET payout_id = NULL WHERE payout_id = ${payoutId} RETURNING id`
+  return rows.length
+}

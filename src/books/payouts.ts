@@ -1,0 +1,245 @@
+// Payouts: recorded (with nonce, signed transaction and hash) before broadcast, then submitted, then
+// confirmed or failed. Every status change writes its events in the same transaction (the outbox), and each
+// transition's UPDATE states the states it starts from.
+import { insertEvent } from '../db/events.ts'
+import { lockPayableEntries, type PayableEntry } from '../db/ledger.ts'
+import {
+  COLUMNS,
+  highestRecordedNonce,
+  type PayoutKind,
+  type PayoutRow,
+  type PayoutStatus,
+  payoutObject,
+} from '../db/payouts.ts'
+import type { Sql, Tx } from '../db/sql.ts'
+import { newId } from '../ids.ts'
+import { toDollars } from '../money.ts'
+import { markRefunded } from './claims.ts'
+import { linkEntriesToPayouts, unlinkEntries } from './ledger.ts'
+import type { Applied, Refusal } from './transitions.ts'
+
+export interface PlannedPayout {
+  wallet: string
+  amountAtomic: bigint
+  kind: PayoutKind
+  entries: PayableEntry[]
+}
+
+export type BatchRefusal = { reason: 'usdc_short' | 'gas_short'; detail: string }
+
+export interface RecordBatchOptions {
+  treasury: string
+  /** First nonce to use: the treasury's pending nonce (and above any nonce already recorded). */
+  firstNonce: number
+  minAtomic: bigint
+  maxWallets: number
+  maxEntries: number
+  /** Checks the batch against the treasury's funds; a refusal records nothing. */
+  afford(total: bigint, count: number): BatchRefusal | null
+  /** Signs one transfer locally (no RPC inside the transaction). */
+  sign(p: { wallet: string; amountAtomic: bigint; nonce: number }): Promise<{ rawTx: string; hash: string }>
+}
+
+export type RecordBatchResult =
+  | { ok: true; payouts: PayoutRow[]; waiting: number }
+  | { ok: false; refusal: BatchRefusal; waiting: number }
+
+/**
+ * One transaction: lock the payable entries, sum them per wallet, keep the sums ≥ min, check funds, sign one
+ * transfer per wallet on consecutive nonces, record the payouts (status pending) and link their entries.
+ * Only after this commits may anything be broadcast.
+ */
+export async function recordPayouts(sql: Sql, o: RecordBatchOptions): Promise<RecordBatchResult> {
+  return sql.begin(async (tx) => {
+    // Two batchers (a leadership hand-over, a manual run) serialise here; the unique (treasury, nonce)
+    // index and `payout_id IS NULL` are the second and third lines of defence.
+    await tx`SELECT pg_advisory_xact_lock(${PAYOUT_RECORD_LOCK})`
+    const entries = await lockPayableEntries(tx, { limit: o.maxEntries })
+    const byWallet = new Map<string, PlannedPayout>()
+    for (const e of entries) {
+      const key = e.wallet.toLowerCase()
+      let p = byWallet.get(key)
+      if (!p) {
+        p = {
+          wallet: e.wallet,
+          amountAtomic: 0n,
+          kind: e.kind === 'refund' ? 'refund' : 'payout',
+          entries: [],
+        }
+        byWallet.set(key, p)
+      }
+      p.amountAtomic += e.amount_atomic
+      if ((p.kind === 'refund') !== (e.kind === 'refund')) p.kind = 'mixed'
+      p.entries.push(e)
+    }
+    const all = [...byWallet.values()]
+    const payable = all
+      .filter((p) => p.amountAtomic >= o.minAtomic && p.amountAtomic > 0n)
+      .sort((a, b) => (a.amountAtomic > b.amountAtomic ? -1 : a.amountAtomic < b.amountAtomic ? 1 : 0))
+      .slice(0, o.maxWallets)
+    const waiting = all.length - payable.length
+    if (payable.length === 0) return { ok: true, payouts: [], waiting }
+    const total = payable.reduce((s, p) => s + p.amountAtomic, 0n)
+    const refusal = o.afford(total, payable.length)
+    if (refusal) return { ok: false, refusal, waiting }
+
+    const recorded = await highestRecordedNonce(tx, o.treasury)
+    let nonce = Math.max(o.firstNonce, recorded + 1)
+    const previous = await tx<{ wallet: string; status: PayoutStatus; attempts: number }[]>`
+      SELECT DISTINCT ON (wallet) wallet, status, attempts FROM payouts
+      WHERE wallet = ANY(${payable.map((p) => p.wallet)}::text[])
+      ORDER BY wallet, created_at DESC`
+    const lastOf = new Map(previous.map((r) => [r.wallet.toLowerCase(), r]))
+    const rows: PayoutRow[] = []
+    const links: Array<{ entryId: bigint; payoutId: string }> = []
+    const perAccount: Array<[string, string, bigint, bigint, number]> = []
+    for (const p of payable) {
+      const id = newId('po')
+      const signed = await o.sign({ wallet: p.wallet, amountAtomic: p.amountAtomic, nonce })
+      const last = lastOf.get(p.wallet.toLowerCase())
+      const attempts = last?.status === 'failed' ? last.attempts + 1 : 1
+      const [row] = await tx<PayoutRow[]>`
+        INSERT INTO payouts (id, wallet, amount_atomic, kind, status, treasury, nonce, tx_hash, raw_tx,
+                             entries_count, attempts)
+        VALUES (${id}, ${p.wallet}, ${p.amountAtomic.toString()}::bigint, ${p.kind}, 'pending', ${o.treasury},
+                ${nonce}, ${signed.hash}, ${signed.rawTx}, ${p.entries.length}, ${attempts})
+        RETURNING ${tx.unsafe(COLUMNS)}`
+      rows.push(row!)
+      nonce++
+      const accounts = new Map<string, { owner: bigint; refund: bigint; n: number }>()
+      for (const e of p.entries) {
+        links.push({ entryId: e.id, payoutId: id })
+        if (!e.account_id) continue
+        const a = accounts.get(e.account_id) ?? { owner: 0n, refund: 0n, n: 0 }
+        if (e.kind === 'refund') a.refund += e.amount_atomic
+        else a.owner += e.amount_atomic
+        a.n++
+        accounts.set(e.account_id, a)
+      }
+      for (const [accountId, a] of accounts) perAccount.push([id, accountId, a.owner, a.refund, a.n])
+    }
+    const linked = await linkEntriesToPayouts(tx, links)
+    // Entries are locked, so this cannot happen; if it ever did, nothing may be sent on wrong amounts.
+    if (linked.length !== links.length)
+      throw new Error(`payout batch linked ${linked.length} of ${links.length} entries`)
+    if (perAccount.length) {
+      await tx`
+        INSERT INTO payout_accounts (payout_id, account_id, owner_share_atomic, refund_atomic, entries_count)
+        SELECT * FROM unnest(${perAccount.map((a) => a[0])}::text[], ${perAccount.map((a) => a[1])}::text[],
+                             ${perAccount.map((a) => a[2].toString())}::bigint[],
+                             ${perAccount.map((a) => a[3].toString())}::bigint[], ${perAccount.map((a) => a[4])}::int[])`
+    }
+    return { ok: true, payouts: rows, waiting }
+  }) as Promise<RecordBatchResult>
+}
+
+/** Arbitrary but fixed, distinct from the leader and migration locks. */
+export const PAYOUT_RECORD_LOCK = 7_301_006
+
+export async function markPayoutSubmitted(db: Sql | Tx, id: string): Promise<Applied> {
+  const rows = await db`
+    UPDATE payouts SET status = 'submitted', submitted_at = coalesce(submitted_at, now())
+    WHERE id = ${id} AND status = 'pending'
+    RETURNING 1`
+  return rows.length > 0 ? { ok: true } : payoutRefusal(db, id)
+}
+
+export async function recordBroadcastError(db: Sql | Tx, id: string, error: string): Promise<void> {
+  await db`UPDATE payouts SET last_error = ${error.slice(0, 500)} WHERE id = ${id} AND status IN ('pending', 'submitted')`
+}
+
+/** A fee bump: the same nonce signed again. The old hash is kept: it may still be the one that is mined. */
+export async function replacePayoutTx(
+  db: Sql | Tx,
+  p: { id: string; hash: string; rawTx: string },
+): Promise<void> {
+  await db`
+    UPDATE payouts SET previous_tx_hashes = previous_tx_hashes || tx_hash, tx_hash = ${p.hash}, raw_tx = ${p.rawTx}
+    WHERE id = ${p.id} AND status IN ('pending', 'submitted')`
+}
+
+/**
+ * Marks a payout confirmed with the hash that was mined, flips its refunded claims, and writes payout.sent
+ * (one per account with owner shares in it) and call.refunded (one per refunded call) in the same
+ * transaction. Refused when it is not pending/submitted (another run already resolved it).
+ */
+export async function confirmPayout(
+  sql: Sql,
+  p: { id: string; hash: string; blockNumber: bigint },
+): Promise<Applied<{ payout: PayoutRow; events: number }>> {
+  return sql.begin(async (tx) => {
+    const [row] = await tx<PayoutRow[]>`
+      UPDATE payouts SET status = 'confirmed', confirmed_at = now(), tx_hash = ${p.hash},
+             block_number = ${p.blockNumber.toString()}::bigint, submitted_at = coalesce(submitted_at, now()),
+             last_error = NULL
+      WHERE id = ${p.id} AND status IN ('pending', 'submitted')
+      RETURNING ${tx.unsafe(COLUMNS)}`
+    if (!row) return payoutRefusal(tx, p.id)
+    let events = 0
+    const accounts = await tx<{ account_id: string; owner_share_atomic: bigint }[]>`
+      SELECT account_id, owner_share_atomic FROM payout_accounts WHERE payout_id = ${row.id} AND owner_share_atomic > 0`
+    for (const a of accounts) {
+      await insertEvent(tx, {
+        accountId: a.account_id,
+        type: 'payout.sent',
+        data: payoutObject(row, { amount_atomic: a.owner_share_atomic }),
+      })
+      events++
+    }
+    const refunds = await markRefunded(tx, { payoutId: row.id })
+    for (const r of refunds) {
+      if (r.target_type !== 'call') continue
+      await insertEvent(tx, {
+        accountId: r.account_id,
+        type: 'call.refunded',
+        data: {
+          object: 'refund',
+          endpoint_id: r.target_id,
+          proof: r.proof_key.startsWith('tx:') ? r.proof_key.slice(3) : r.proof_key,
+          payer: r.payer,
+          amount: toDollars(r.amount_atomic),
+          amount_atomic: r.amount_atomic.toString(),
+          payout_id: row.id,
+          transaction: row.tx_hash,
+          refunded_at: row.confirmed_at?.toISOString(),
+        },
+      })
+      events++
+    }
+    return { ok: true, payout: row, events }
+  }) as Promise<Applied<{ payout: PayoutRow; events: number }>>
+}
+
+/**
+ * Marks a payout failed (its transaction reverted, or can never be mined), puts its entries back to unpaid
+ * for a retry after `retryAt`, and writes payout.failed for each account in it. Refused if already resolved.
+ */
+export async function failPayout(
+  sql: Sql,
+  p: { id: string; error: string; retryAt: Date; hash?: string; blockNumber?: bigint },
+): Promise<Applied<{ payout: PayoutRow }>> {
+  return sql.begin(async (tx) => {
+    const [row] = await tx<PayoutRow[]>`
+      UPDATE payouts SET status = 'failed', failed_at = now(), last_error = ${p.error.slice(0, 500)},
+             retry_at = ${p.retryAt}, tx_hash = coalesce(${p.hash ?? null}, tx_hash),
+             block_number = ${p.blockNumber?.toString() ?? null}::bigint
+      WHERE id = ${p.id} AND status IN ('pending', 'submitted')
+      RETURNING ${tx.unsafe(COLUMNS)}`
+    if (!row) return payoutRefusal(tx, p.id)
+    await unlinkEntries(tx, row.id)
+    const accounts = await tx<{ account_id: string; amount_atomic: bigint }[]>`
+      SELECT account_id, owner_share_atomic + refund_atomic AS amount_atomic FROM payout_accounts
+      WHERE payout_id = ${row.id}`
+    for (const a of accounts) {
+      await insertEvent(tx, { accountId: a.account_id, type: 'payout.failed', data: payoutObject(row, a) })
+    }
+    return { ok: true, payout: row }
+  }) as Promise<Applied<{ payout: PayoutRow }>>
+}
+
+async function payoutRefusal(db: Sql | Tx, id: string): Promise<Refusal> {
+  const [row] = await db<{ status: string }[]>`SELECT status FROM payouts WHERE id = ${id}`
+  return row
+    ? { ok: false, reason: 'wrong_state', status: row.status }
+    : { ok: false, reason: 'not_found', status: null }
+}

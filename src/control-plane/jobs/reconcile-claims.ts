@@ -1,0 +1,107 @@
+// Reconcile, the serving invariants: claims against calls, refunds and revenue, by the transition table.
+// Needs no chain: every check is a query that returns only the claims that break a rule (index-served by
+// the claims primary key and calls.proof_key), so a clean run reads counts, not history.
+import { claimCallExpectations } from '../../books/transitions.ts'
+import type { Sql } from '../../db/sql.ts'
+
+export interface ClaimsCheck {
+  claims: number
+  /** In a state every path to which captured a call (captured), but no call row. */
+  captured_without_call: number
+  /** In a state no path to which captured a call (claimed, refund_due, refunded, applied), yet a call row. */
+  call_without_capture: number
+  /** Taken over without a release of the attempt before (attempts > releases + 1): served twice. */
+  rewon_without_release: number
+  /** A refund entry for a claim that was captured (the payer refunded for a served call). */
+  refunds_of_captured: number
+  /** A call whose revenue is due (tx, or x402 once settled) whose owner share + fee ≠ its amount. */
+  revenue_mismatch: number
+  /** An x402 call booked as revenue before its settlement was confirmed. */
+  revenue_before_settlement: number
+  differences: string[]
+}
+
+/** At most this many claims are named per rule; the counts stay exact. */
+const NAMED = 50
+
+export async function checkClaims(sql: Sql, range: { from: Date; to: Date }): Promise<ClaimsCheck> {
+  const expectations = claimCallExpectations()
+  const one = [...expectations].filter(([, e]) => e === 'one').map(([s]) => s)
+  const none = [...expectations].filter(([, e]) => e === 'none').map(([s]) => s)
+  const rows = await sql<
+    {
+      rule: Exclude<keyof ClaimsCheck, 'claims' | 'differences'>
+      n: number
+      named: string[]
+      detail: string[]
+    }[]
+  >`
+    WITH c AS (
+      SELECT c.proof_key, c.kind, c.target_type, c.status, c.attempts, c.releases, c.captured_at, c.settled_at,
+             k.id AS call_id, k.amount_atomic AS call_amount,
+             (SELECT coalesce(sum(e.amount_atomic), 0) FROM ledger_entries e
+               WHERE e.source_type = 'call' AND e.source_id = k.id AND e.kind IN ('owner_share', 'fee'))::bigint
+               AS revenue,
+             EXISTS (SELECT 1 FROM ledger_entries e
+               WHERE e.kind = 'refund' AND e.source_type = 'claim' AND e.source_id = c.proof_key) AS refunded
+      FROM claims c LEFT JOIN calls k ON k.proof_key = c.proof_key
+      WHERE c.claimed_at >= ${range.from} AND c.claimed_at < ${range.to}
+    ),
+    broken AS (
+      SELECT 'captured_without_call' AS rule, proof_key, status AS detail FROM c
+        WHERE status = ANY(${one}::text[]) AND call_id IS NULL
+      UNION ALL
+      SELECT 'call_without_capture', proof_key, status FROM c
+        WHERE status = ANY(${none}::text[]) AND call_id IS NOT NULL
+      UNION ALL
+      SELECT 'rewon_without_release', proof_key, attempts || ' attempts, ' || releases || ' releases' FROM c
+        WHERE attempts > releases + 1 OR releases > attempts
+      UNION ALL
+      SELECT 'refunds_of_captured', proof_key, status FROM c
+        WHERE refunded AND (call_id IS NOT NULL OR (target_type = 'call' AND captured_at IS NOT NULL))
+      UNION ALL
+      SELECT 'revenue_mismatch', proof_key, revenue || ' booked of ' || call_amount FROM c
+        WHERE call_id IS NOT NULL AND (kind = 'tx' OR settled_at IS NOT NULL) AND revenue <> call_amount
+      UNION ALL
+      SELECT 'revenue_before_settlement', proof_key, revenue || ' booked' FROM c
+        WHERE call_id IS NOT NULL AND kind = 'eip3009' AND settled_at IS NULL AND revenue > 0
+    )
+    SELECT rule, count(*)::int AS n,
+           (array_agg(proof_key ORDER BY proof_key))[1:${NAMED}] AS named,
+           (array_agg(detail ORDER BY proof_key))[1:${NAMED}] AS detail
+    FROM broken GROUP BY rule
+    UNION ALL
+    SELECT 'claims', count(*)::int, '{}', '{}' FROM c`
+  const check: ClaimsCheck = {
+    claims: 0,
+    captured_without_call: 0,
+    call_without_capture: 0,
+    rewon_without_release: 0,
+    refunds_of_captured: 0,
+    revenue_mismatch: 0,
+    revenue_before_settlement: 0,
+    differences: [],
+  }
+  for (const r of rows) {
+    if ((r.rule as string) === 'claims') {
+      check.claims = r.n
+      continue
+    }
+    check[r.rule] = r.n
+    r.named.forEach((key, i) => {
+      check.differences.push(`claim ${key}: ${MESSAGES[r.rule]} (${r.detail[i]})`)
+    })
+    if (r.n > r.named.length)
+      check.differences.push(`… and ${r.n - r.named.length} more: ${MESSAGES[r.rule]}`)
+  }
+  return check
+}
+
+const MESSAGES: Record<Exclude<keyof ClaimsCheck, 'claims' | 'differences'>, string> = {
+  captured_without_call: 'is captured but has no call row',
+  call_without_capture: 'has a call row but was never captured',
+  rewon_without_release: 'was won again without a release: its proof may have been served twice',
+  refunds_of_captured: 'was refunded although its call was captured',
+  revenue_mismatch: 'owner share + fee differ from the call amount',
+  revenue_before_settlement: 'x402 call booked as revenue before its settlement was confirmed',
+}
