@@ -1,7 +1,8 @@
 // The data plane's start(deps): hot-path state (caches, the one verifier, the group-commit writers, the
 // upstream pool, the transfer watcher), the public uWS app on its port, and how to drain it all.
-import { checkAuthorizationOnChain } from '../chain/check-authorization.ts'
+
 import { BatchWriter } from '../books/batch-writer.ts'
+import { checkAuthorizationOnChain } from '../chain/check-authorization.ts'
 import type { ChainContext } from '../chain/connect.ts'
 import { verifyTransfer } from '../chain/verify-transfer.ts'
 import { watchTreasuryTransfers } from '../chain/watcher.ts'
