@@ -1,5 +1,7 @@
-// Runs tollgate as a real child process (`tsx src/main.ts`), for tests that kill it (SIGKILL) and start it
-// again on the same database. Each child is stopped by PID; none outlives the test process.
+// Runs tollgate as a real child process, for tests that kill it (SIGKILL) and start it again on the same
+// database. Node itself is spawned with tsx as a loader (`node --import tsx src/main.ts`): the PID we hold
+// is the server's own, so a SIGKILL kills the server (the `tsx` binary would be a wrapper whose death
+// leaves the server running as an orphan on the shared port). None outlives the test process.
 import { type ChildProcess, spawn } from 'node:child_process'
 import { mkdtempSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
@@ -8,11 +10,11 @@ import { join } from 'node:path'
 import { inject } from 'vitest'
 
 const ROOT = join(import.meta.dirname, '..', '..')
-const TSX = join(ROOT, 'node_modules', '.bin', 'tsx')
 
 export interface ChildService {
   url: string
   adminUrl: string
+  /** The server's own PID (node, not a wrapper): gone once `exited` resolves. */
   pid: number
   /** stdout + stderr so far. */
   output(): string
@@ -44,6 +46,17 @@ export function freePort(): Promise<number> {
   })
 }
 
+/** True while a process with this PID exists (signal 0 checks without sending anything). */
+export function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ESRCH') return false
+    throw err
+  }
+}
+
 export function tempDir(): string {
   return mkdtempSync(join(tmpdir(), 'tollgate-test-'))
 }
@@ -71,7 +84,7 @@ export async function startChildService(options: ChildServiceOptions): Promise<C
   }
   if (options.databaseUrl) env.DATABASE_URL = options.databaseUrl
   else delete env.DATABASE_URL
-  const proc: ChildProcess = spawn(TSX, ['src/main.ts'], {
+  const proc: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
     cwd: ROOT,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],
