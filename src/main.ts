@@ -1,6 +1,8 @@
 // Command-line entry: load the configuration, start the service, print where it listens, drain on SIGTERM.
 import { ConfigError, loadConfig } from './config/load.ts'
 import { configDollars, formatDollars } from './money.ts'
+import { createLogger } from './observability/logger.ts'
+import { installProcessHandlers } from './observability/process-handlers.ts'
 import { startService } from './service.ts'
 
 async function main(): Promise<void> {
@@ -14,6 +16,8 @@ async function main(): Promise<void> {
     }
     throw err
   }
+  // Before anything can fail asynchronously: whatever escapes is logged with context.
+  installProcessHandlers(createLogger(config.log.level))
   const service = await startService(config)
   const { chain } = service
   const lines = [
