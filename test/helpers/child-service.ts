@@ -7,7 +7,6 @@ import { mkdtempSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { inject } from 'vitest'
 
 const ROOT = join(import.meta.dirname, '..', '..')
 
@@ -33,6 +32,9 @@ export interface ChildServiceOptions {
   /** Settings merged through a TOLLGATE_CONFIG file. */
   settings?: Record<string, unknown>
   port?: number
+  /** The chain to use; by default the one the vitest global setup started (chaos runs pass their own). */
+  rpcUrl?: string
+  usdcAddress?: string
 }
 
 export function freePort(): Promise<number> {
@@ -71,13 +73,18 @@ export async function startChildService(options: ChildServiceOptions): Promise<C
     database: { data_dir: options.dataDir ?? join(dir, 'pglite'), ...(options.settings?.database as object) },
   }
   writeFileSync(configFile, JSON.stringify(settings))
+  // vitest only inside a test run: `npm run chaos` uses this helper outside vitest.
+  const chain =
+    options.rpcUrl && options.usdcAddress
+      ? { rpcUrl: options.rpcUrl, usdcAddress: options.usdcAddress }
+      : await import('vitest').then((v) => ({ rpcUrl: v.inject('rpcUrl'), usdcAddress: v.inject('usdcAddress') }))
   const env: Record<string, string> = {
     ...(process.env as Record<string, string>),
     NODE_ENV: 'test',
     PORT: String(port),
     ADMIN_PORT: String(adminPort),
-    RPC_URL: inject('rpcUrl'),
-    USDC_ADDRESS: inject('usdcAddress'),
+    RPC_URL: chain.rpcUrl,
+    USDC_ADDRESS: chain.usdcAddress,
     TREASURY_PRIVATE_KEY: options.treasuryKey,
     TOLLGATE_CONFIG: configFile,
     ...options.env,
