@@ -49,6 +49,13 @@ export interface RoundResult {
   status503: number
   /** 503 answers outside the fault window (plus a recovery grace). */
   status503Outside: number
+  /** 503 answers without a Retry-After header (metered calls and the API). */
+  status503NoRetryAfter: number
+  /** 500 answers from the API probe (GET /api/v1/account): a dependency fault is not a bug. */
+  api500: number
+  /** /readyz of instance a answered 503 at least once during the round / answered 200 after it. */
+  readyRedSeen: boolean
+  readyAfter: boolean
   networkErrors: number
   reconcileExit: number | null
   crashed: number
@@ -134,7 +141,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
         if (inst.expectExit || stopping) return
         crashed++
         roundCrashes++
-        crashOutput.push(`${inst.name} (pid ${child.pid}, ${signal ?? 'exit'}):\n${child.output().slice(-3000)}`)
+        crashOutput.push(
+          `${inst.name} (pid ${child.pid}, ${signal ?? 'exit'}):\n${child.output().slice(-3000)}`,
+        )
         log(`!! ${inst.name} crashed (${signal ?? 'exit'}); restarting`)
         inst.generation++
         await restart(inst)
@@ -202,7 +211,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     for (const [r, fault] of options.faults.entries()) {
       const mine = proofs.filter((p) => p.round === r)
       roundCrashes = 0
-      const stats = { s503: [] as number[], network: 0 }
+      const stats = { s503: [] as number[], network: 0, noRetryAfter: 0 }
       const window = { from: Number.POSITIVE_INFINITY, to: 0 }
       log(`round ${r + 1}: ${fault}, ${mine.length} proofs`)
       const roundStart = Date.now()
@@ -219,7 +228,11 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
         await inject(fault, { instances, cluster, rpc, upstream, restart, log })
         window.to = Date.now()
       })()
+      const probing = { on: true, readyRed: false, api500: 0 }
+      const probe = probeLoop(instances[0]!, reg.api_key as string, probing, stats)
       await Promise.all([load, injected])
+      probing.on = false
+      await probe
       // Captures are batched: give them time to land before the books are read.
       await sleep(2_000)
       const reconcileExit = await runReconcile(cluster.url, chain)
@@ -237,12 +250,18 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
         gaveUp: mine.filter((p) => p.done === 'gave_up').length,
         status503: stats.s503.length,
         status503Outside: outside,
+        status503NoRetryAfter: stats.noRetryAfter,
+        api500: probing.api500,
+        readyRedSeen: probing.readyRed,
+        readyAfter: await readyz(instances[0]!).then((st) => st === 200),
         networkErrors: stats.network,
         reconcileExit,
         crashed: roundCrashes,
         faultMs: window.to - window.from,
       })
-      log(`round ${r + 1} done in ${Math.round((Date.now() - roundStart) / 1000)} s, reconcile exit ${reconcileExit}`)
+      log(
+        `round ${r + 1} done in ${Math.round((Date.now() - roundStart) / 1000)} s, reconcile exit ${reconcileExit}`,
+      )
     }
 
     // Every proof once more on both instances: a spent proof must never be served again.
@@ -320,7 +339,7 @@ async function drive(
     endpointId: string
     concurrency: number
     spreadMs: number
-    stats: { s503: number[]; network: number }
+    stats: { s503: number[]; network: number; noRetryAfter: number }
   },
 ): Promise<void> {
   const t0 = Date.now()
@@ -349,8 +368,10 @@ async function drive(
           const text = await res.text()
           if (res.status < 300) p.done = 'served'
           else if (res.status === 402) p.done = 'refused'
-          else if (res.status === 503) ctx.stats.s503.push(Date.now())
-          else if (res.status < 500 && res.status !== 409) {
+          else if (res.status === 503) {
+            ctx.stats.s503.push(Date.now())
+            if (!res.headers.get('retry-after')) ctx.stats.noRetryAfter++
+          } else if (res.status < 500 && res.status !== 409) {
             throw new Error(`unexpected ${res.status}: ${text.slice(0, 200)}`)
           }
         } catch (err) {
@@ -363,6 +384,41 @@ async function drive(
     }
   }
   await Promise.all(Array.from({ length: ctx.concurrency }, worker))
+}
+
+async function readyz(inst: Instance): Promise<number> {
+  return fetch(`${inst.child.adminUrl}/readyz`, { signal: AbortSignal.timeout(12_000) }).then(
+    (r) => r.text().then(() => r.status),
+    () => 0,
+  )
+}
+
+/** While a round runs: /readyz and an authenticated API read on instance a, every 300 ms. */
+async function probeLoop(
+  inst: Instance,
+  apiKey: string,
+  probing: { on: boolean; readyRed: boolean; api500: number },
+  stats: { s503: number[]; noRetryAfter: number },
+): Promise<void> {
+  while (probing.on) {
+    const [ready, api] = await Promise.all([
+      readyz(inst),
+      fetch(`${inst.child.url}/api/v1/account`, {
+        headers: { authorization: `Bearer ${apiKey}` },
+        signal: AbortSignal.timeout(12_000),
+      }).then(
+        (r) => r.text().then(() => r),
+        () => null,
+      ),
+    ])
+    if (ready === 503) probing.readyRed = true
+    if (api?.status === 500) probing.api500++
+    if (api?.status === 503) {
+      stats.s503.push(Date.now())
+      if (!api.headers.get('retry-after')) stats.noRetryAfter++
+    }
+    await sleep(300)
+  }
 }
 
 async function replayAll(
@@ -457,6 +513,9 @@ const COLUMNS: Array<[string, (r: RoundResult) => string | number | null]> = [
   ['charged, not served', (r) => r.chargedNotServed],
   ['gave up', (r) => r.gaveUp],
   ['503s (outside fault)', (r) => `${r.status503} (${r.status503Outside})`],
+  ['503 w/o Retry-After', (r) => r.status503NoRetryAfter],
+  ['API 500s', (r) => r.api500],
+  ['readyz red / after', (r) => `${r.readyRedSeen ? 'red' : 'green'} / ${r.readyAfter ? 'ok' : 'RED'}`],
   ['net errors', (r) => r.networkErrors],
   ['reconcile exit', (r) => r.reconcileExit],
   ['crashed', (r) => r.crashed],

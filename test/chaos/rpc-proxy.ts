@@ -1,6 +1,6 @@
 // A TCP proxy in front of the chain RPC that can be cut: 'pass' forwards, 'refuse' stops listening (new
 // connections get ECONNREFUSED, open ones are reset), 'blackhole' accepts and never answers.
-import { createServer, type Server, type Socket, connect } from 'node:net'
+import { connect, createServer, type Server, type Socket } from 'node:net'
 
 export type RpcMode = 'pass' | 'refuse' | 'blackhole'
 

@@ -77,7 +77,10 @@ export async function startChildService(options: ChildServiceOptions): Promise<C
   const chain =
     options.rpcUrl && options.usdcAddress
       ? { rpcUrl: options.rpcUrl, usdcAddress: options.usdcAddress }
-      : await import('vitest').then((v) => ({ rpcUrl: v.inject('rpcUrl'), usdcAddress: v.inject('usdcAddress') }))
+      : await import('vitest').then((v) => ({
+          rpcUrl: v.inject('rpcUrl'),
+          usdcAddress: v.inject('usdcAddress'),
+        }))
   const env: Record<string, string> = {
     ...(process.env as Record<string, string>),
     NODE_ENV: 'test',
