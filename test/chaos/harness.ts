@@ -56,6 +56,8 @@ export interface RoundResult {
   /** /readyz of instance a answered 503 at least once during the round / answered 200 after it. */
   readyRedSeen: boolean
   readyAfter: boolean
+  /** Names of the readiness checks seen failing during the round. */
+  readyFailed: string[]
   networkErrors: number
   reconcileExit: number | null
   crashed: number
@@ -228,7 +230,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
         await inject(fault, { instances, cluster, rpc, upstream, restart, log })
         window.to = Date.now()
       })()
-      const probing = { on: true, readyRed: false, api500: 0 }
+      const probing = { on: true, readyRed: false, api500: 0, failed: new Set<string>() }
       const probe = probeLoop(instances[0]!, reg.api_key as string, probing, stats)
       await Promise.all([load, injected])
       probing.on = false
@@ -254,6 +256,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
         api500: probing.api500,
         readyRedSeen: probing.readyRed,
         readyAfter: await readyz(instances[0]!).then((st) => st === 200),
+        readyFailed: [...probing.failed],
         networkErrors: stats.network,
         reconcileExit,
         crashed: roundCrashes,
@@ -386,9 +389,13 @@ async function drive(
   await Promise.all(Array.from({ length: ctx.concurrency }, worker))
 }
 
-async function readyz(inst: Instance): Promise<number> {
+async function readyz(inst: Instance, failed?: Set<string>): Promise<number> {
   return fetch(`${inst.child.adminUrl}/readyz`, { signal: AbortSignal.timeout(12_000) }).then(
-    (r) => r.text().then(() => r.status),
+    async (r) => {
+      const body = (await r.json().catch(() => ({}))) as { checks?: Array<{ name: string; ok: boolean }> }
+      for (const c of body.checks ?? []) if (!c.ok) failed?.add(c.name)
+      return r.status
+    },
     () => 0,
   )
 }
@@ -397,12 +404,12 @@ async function readyz(inst: Instance): Promise<number> {
 async function probeLoop(
   inst: Instance,
   apiKey: string,
-  probing: { on: boolean; readyRed: boolean; api500: number },
+  probing: { on: boolean; readyRed: boolean; api500: number; failed: Set<string> },
   stats: { s503: number[]; noRetryAfter: number },
 ): Promise<void> {
   while (probing.on) {
     const [ready, api] = await Promise.all([
-      readyz(inst),
+      readyz(inst, probing.failed),
       fetch(`${inst.child.url}/api/v1/account`, {
         headers: { authorization: `Bearer ${apiKey}` },
         signal: AbortSignal.timeout(12_000),
@@ -515,7 +522,11 @@ const COLUMNS: Array<[string, (r: RoundResult) => string | number | null]> = [
   ['503s (outside fault)', (r) => `${r.status503} (${r.status503Outside})`],
   ['503 w/o Retry-After', (r) => r.status503NoRetryAfter],
   ['API 500s', (r) => r.api500],
-  ['readyz red / after', (r) => `${r.readyRedSeen ? 'red' : 'green'} / ${r.readyAfter ? 'ok' : 'RED'}`],
+  [
+    'readyz during / after',
+    (r) =>
+      `${r.readyRedSeen ? `red (${r.readyFailed.join(',')})` : 'green'} / ${r.readyAfter ? 'ok' : 'RED'}`,
+  ],
   ['net errors', (r) => r.networkErrors],
   ['reconcile exit', (r) => r.reconcileExit],
   ['crashed', (r) => r.crashed],
