@@ -1,7 +1,7 @@
 import { defineConfig } from 'vitest/config'
 
-// Three projects: fast pure-logic unit tests, integration tests on real parts (PostgreSQL or PGlite,
-// anvil, loopback HTTP), and the slow browser suite. `npm test` runs them all.
+// Four projects: fast pure-logic unit tests, integration tests on real parts (PostgreSQL or PGlite,
+// anvil, loopback HTTP), the chaos run (faults under paid load), and the slow browser suite. `npm test` runs them all.
 export default defineConfig({
   test: {
     projects: [
@@ -17,7 +17,7 @@ export default defineConfig({
           name: 'integration',
           sequence: { groupOrder: 1 },
           include: ['test/**/*.test.ts'],
-          exclude: ['test/unit/**', 'test/browser/**', '**/node_modules/**'],
+          exclude: ['test/unit/**', 'test/browser/**', 'test/chaos/**', '**/node_modules/**'],
           globalSetup: ['test/helpers/global-setup.ts'],
           testTimeout: 60_000,
           hookTimeout: 60_000,
@@ -28,9 +28,21 @@ export default defineConfig({
       },
       {
         test: {
+          name: 'chaos',
+          // Its own PostgreSQL server, anvil and server processes: alone, after the integration suite.
+          sequence: { groupOrder: 2 },
+          maxWorkers: 1,
+          include: ['test/chaos/**/*.test.ts'],
+          testTimeout: 240_000,
+          hookTimeout: 60_000,
+          pool: 'forks',
+        },
+      },
+      {
+        test: {
           name: 'browser',
           // After the integration suite, alone: a browser and two cores do not share well.
-          sequence: { groupOrder: 2 },
+          sequence: { groupOrder: 3 },
           maxWorkers: 1,
           include: ['test/browser/**/*.test.ts'],
           globalSetup: ['test/helpers/global-setup.ts'],

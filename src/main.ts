@@ -7,6 +7,7 @@ import { startSupervisor, workerCount, workerEnv } from './data-plane/workers.ts
 import { configDollars, formatDollars } from './money.ts'
 import { createLogger } from './observability/logger.ts'
 import { registry } from './observability/metrics.ts'
+import { installProcessHandlers } from './observability/process-handlers.ts'
 import { type Service, startService } from './service.ts'
 
 async function main(): Promise<void> {
@@ -20,6 +21,8 @@ async function main(): Promise<void> {
     }
     throw err
   }
+  // Before anything can fail asynchronously: whatever escapes is logged with context.
+  installProcessHandlers(createLogger(config.log.level))
   const worker = workerEnv()
   if (worker) return runWorker(config, worker)
   const count = workerCount(config)

@@ -1,4 +1,5 @@
 // The /api/v1 handler: routing, the API conventions (JSON only, error shape, auth, idempotency), error mapping.
+import { DATABASE_RETRY_AFTER_S, isDatabaseUnavailable } from '../db/unavailable.ts'
 import type { ApiHandler, ApiRequest, ApiResponse } from '../http-exchange.ts'
 import { httpDuration, httpRequests, statusClass } from '../observability/metrics.ts'
 import { ApiError, errorBody } from './api-error.ts'
@@ -68,6 +69,17 @@ export function createApiHandler(deps: ControlPlaneDeps, extraRoutes: Route[] = 
   }
 
   function internalError(err: unknown, req: ApiRequest): ApiError {
+    // A restarting or unreachable database is not a bug: 503, retry shortly (nothing was changed).
+    if (isDatabaseUnavailable(err)) {
+      deps.logger.warn('api request: database unavailable', {
+        request_id: req.requestId,
+        path: req.path,
+        err,
+      })
+      return new ApiError('service_unavailable', 'the database is unavailable; retry shortly', undefined, {
+        'retry-after': String(DATABASE_RETRY_AFTER_S),
+      })
+    }
     deps.logger.error('api request failed', { request_id: req.requestId, path: req.path, err })
     return new ApiError('internal_error', 'something went wrong on our side; it has been logged')
   }

@@ -1,18 +1,19 @@
-// Runs tollgate as a real child process (`tsx src/main.ts`), for tests that kill it (SIGKILL) and start it
-// again on the same database. Each child is stopped by PID; none outlives the test process.
+// Runs tollgate as a real child process, for tests that kill it (SIGKILL) and start it again on the same
+// database. Node itself is spawned with tsx as a loader (`node --import tsx src/main.ts`): the PID we hold
+// is the server's own, so a SIGKILL kills the server (the `tsx` binary would be a wrapper whose death
+// leaves the server running as an orphan on the shared port). None outlives the test process.
 import { type ChildProcess, spawn } from 'node:child_process'
 import { mkdtempSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { inject } from 'vitest'
 
 const ROOT = join(import.meta.dirname, '..', '..')
-const TSX = join(ROOT, 'node_modules', '.bin', 'tsx')
 
 export interface ChildService {
   url: string
   adminUrl: string
+  /** The server's own PID (node, not a wrapper): gone once `exited` resolves. */
   pid: number
   /** stdout + stderr so far. */
   output(): string
@@ -31,6 +32,9 @@ export interface ChildServiceOptions {
   /** Settings merged through a TOLLGATE_CONFIG file. */
   settings?: Record<string, unknown>
   port?: number
+  /** The chain to use; by default the one the vitest global setup started (chaos runs pass their own). */
+  rpcUrl?: string
+  usdcAddress?: string
 }
 
 export function freePort(): Promise<number> {
@@ -42,6 +46,17 @@ export function freePort(): Promise<number> {
       s.close(() => resolve(port))
     })
   })
+}
+
+/** True while a process with this PID exists (signal 0 checks without sending anything). */
+export function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ESRCH') return false
+    throw err
+  }
 }
 
 export function tempDir(): string {
@@ -58,20 +73,28 @@ export async function startChildService(options: ChildServiceOptions): Promise<C
     database: { data_dir: options.dataDir ?? join(dir, 'pglite'), ...(options.settings?.database as object) },
   }
   writeFileSync(configFile, JSON.stringify(settings))
+  // vitest only inside a test run: `npm run chaos` uses this helper outside vitest.
+  const chain =
+    options.rpcUrl && options.usdcAddress
+      ? { rpcUrl: options.rpcUrl, usdcAddress: options.usdcAddress }
+      : await import('vitest').then((v) => ({
+          rpcUrl: v.inject('rpcUrl'),
+          usdcAddress: v.inject('usdcAddress'),
+        }))
   const env: Record<string, string> = {
     ...(process.env as Record<string, string>),
     NODE_ENV: 'test',
     PORT: String(port),
     ADMIN_PORT: String(adminPort),
-    RPC_URL: inject('rpcUrl'),
-    USDC_ADDRESS: inject('usdcAddress'),
+    RPC_URL: chain.rpcUrl,
+    USDC_ADDRESS: chain.usdcAddress,
     TREASURY_PRIVATE_KEY: options.treasuryKey,
     TOLLGATE_CONFIG: configFile,
     ...options.env,
   }
   if (options.databaseUrl) env.DATABASE_URL = options.databaseUrl
   else delete env.DATABASE_URL
-  const proc: ChildProcess = spawn(TSX, ['src/main.ts'], {
+  const proc: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
     cwd: ROOT,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -6,7 +6,7 @@ import { transferEvent } from '../../src/chain/usdc.ts'
 import { migrate } from '../../src/db/migrate.ts'
 import { createSql, type Sql } from '../../src/db/sql.ts'
 import { chainClients, type Funded, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
-import { type ChildService, startChildService } from '../helpers/child-service.ts'
+import { type ChildService, pidAlive, startChildService } from '../helpers/child-service.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
 import { createOwners, seedPaidCalls, sumBy } from './seed.ts'
 
@@ -65,12 +65,13 @@ describe.runIf(usingServer)('crash safety', () => {
         settings: SETTINGS,
       })
       cleanups.push(() => first.kill('SIGKILL'))
-      // tsx runs the service in a child node process: that one is SIGKILLed, tsx then exits after it.
+      // The fault point SIGKILLs the server process itself (the child we spawned is node, not a wrapper).
       const exit = await Promise.race([
-        first.exited.then(() => 'exited'),
+        first.exited,
         new Promise((r) => setTimeout(() => r('timeout'), 30_000)),
       ])
-      expect(exit, first.output()).toBe('exited')
+      expect(exit, first.output()).toBe('SIGKILL')
+      expect(pidAlive(first.pid)).toBe(false)
       expect(first.output()).not.toMatch(/shutting down/)
       const recorded = await sql<{ status: string }[]>`SELECT status FROM payouts`
       expect(recorded).toHaveLength(3)

@@ -8,7 +8,7 @@ import { afterAll, describe, expect, it } from 'vitest'
 import { insertEvent } from '../../src/db/events.ts'
 import { createSql, type Sql } from '../../src/db/sql.ts'
 import { fundedAccount } from '../helpers/accounts.ts'
-import { type ChildService, freePort, startChildService } from '../helpers/child-service.ts'
+import { type ChildService, freePort, pidAlive, startChildService } from '../helpers/child-service.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
 import { callApi, registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { type Captured, startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
@@ -57,7 +57,10 @@ describe.runIf(usingServer)('webhooks across a crash and across instances', () =
       if (Date.now() > deadline) throw new Error(`no attempt was made:\n${child.output()}`)
       await new Promise((r) => setTimeout(r, 20))
     }
+    const killedPid = child.pid
     await child.kill('SIGKILL')
+    // The server itself is dead, not a wrapper around it: nothing keeps serving on the port.
+    expect(pidAlive(killedPid)).toBe(false)
     // A second state change commits while no service runs at all.
     const second = await insertEvent(sql, { accountId, type: 'payout.sent', data: { n: 2 } })
 

@@ -23,12 +23,21 @@ export async function startLeadership(
     jobLeader.set(1)
     return { isLeader: () => true, stop: async () => jobLeader.set(0) }
   }
-  const conn = await sql.reserve()
+  let conn = await sql.reserve()
   let leader = false
   let stopped = false
+  let checking = false
   const attempt = async () => {
-    if (stopped || leader) return
+    // A check can outlast the interval while the database is unreachable: one at a time.
+    if (stopped || checking) return
+    checking = true
     try {
+      if (leader) {
+        // The lock lives as long as the session: a database restart ends both. Step down at once (the
+        // next attempt competes again on a fresh session) rather than run beside a new leader.
+        await conn`SELECT 1`
+        return
+      }
       const [row] = await conn<{ ok: boolean }[]>`SELECT pg_try_advisory_lock(${LEADER_LOCK_KEY}) AS ok`
       if (row?.ok && !leader) {
         leader = true
@@ -36,7 +45,15 @@ export async function startLeadership(
         options.logger.info('background jobs: this instance is the leader')
       }
     } catch (err) {
-      options.logger.warn('leadership check failed', { err })
+      options.logger.warn('leadership check failed; the session is renewed', { err, was_leader: leader })
+      if (leader) {
+        leader = false
+        jobLeader.set(0)
+      }
+      conn.release()
+      conn = await sql.reserve()
+    } finally {
+      checking = false
     }
   }
   await attempt()

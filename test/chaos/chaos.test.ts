@@ -1,0 +1,43 @@
+// The bounded chaos run for CI: two server processes on a private PostgreSQL server under paid load,
+// PostgreSQL restarted twice (the SIGKILL, RPC and upstream rounds run in `npm run chaos`). The processes must survive the restarts, answer
+// 503 only while the database is down, and recover by themselves; the books are judged as in
+// `npm run chaos` and printed.
+import { existsSync } from 'node:fs'
+import { describe, expect, it } from 'vitest'
+import { formatTable, runChaos } from './harness.ts'
+
+describe.runIf(existsSync('/usr/lib/postgresql'))('chaos (bounded)', () => {
+  it('PostgreSQL restarted twice under paid load: no crash, 503 only in the outage, recovery', async () => {
+    const lines: string[] = []
+    const result = await runChaos({
+      proofs: 160,
+      faults: ['pg-restart', 'pg-restart'],
+      roundMs: 8_000,
+      concurrency: 8,
+      log: (line) => lines.push(line),
+    })
+    const table = formatTable(result)
+    process.stdout.write(`\n${table}\n`)
+    const context = `${lines.join('\n')}\n${table}\n${result.crashOutput.join('\n')}`
+    // No instance died on its own: a database restart is a fault to ride out, not a reason to exit.
+    expect(result.crashed, context).toBe(0)
+    for (const round of result.rounds) {
+      expect(round.crashed, context).toBe(0)
+      // Recovery: every proof ended served or refused, none left hanging.
+      expect(round.gaveUp, context).toBe(0)
+      expect(round.served, context).toBe(round.proofs)
+      // 503 (with Retry-After) while the database is down, never outside the fault and its grace.
+      expect(round.status503Outside, context).toBe(0)
+      expect(round.status503NoRetryAfter, context).toBe(0)
+      expect(round.api500, context).toBe(0)
+      expect(round.readyAfter, context).toBe(true)
+      if (round.fault === 'pg-restart') {
+        expect(round.status503, context).toBeGreaterThan(0)
+        expect(round.readyRedSeen, context).toBe(true)
+      }
+      expect(round.reconcileExit, context).toBe(0)
+    }
+    // A spent proof is never served again, on either instance.
+    expect(result.replayServedAgain, context).toBe(0)
+  })
+})

@@ -1,0 +1,549 @@
+// The chaos run: a private PostgreSQL server, anvil behind a cuttable RPC proxy, an upstream that counts
+// what it serves, and two tollgate server processes on one database. Paid calls (one fresh tx-hash proof
+// each, transfers mined before the load) go through both instances with clients that retry on 5xx, 409
+// and network errors, while one fault is injected per round. Afterwards every proof is replayed on both
+// instances and each round is judged from the upstream's counts and the database (claims, calls, ledger),
+// plus `npm run reconcile`'s exit code.
+import { spawn } from 'node:child_process'
+import { join } from 'node:path'
+import postgres from 'postgres'
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
+import { makeProofs } from '../../bench/proofs.ts'
+import { type DevChain, startDevChain } from '../../src/chain/dev-chain.ts'
+import { type ChildService, freePort, pidAlive, startChildService } from '../helpers/child-service.ts'
+import { type CountingUpstream, startCountingUpstream } from './counting-upstream.ts'
+import { type PgCluster, startPgCluster } from './pg-cluster.ts'
+import { type RpcProxy, startRpcProxy } from './rpc-proxy.ts'
+
+const ROOT = join(import.meta.dirname, '..', '..')
+const PRICE_ATOMIC = 1_000n // $0.001
+
+export type FaultName = 'kill' | 'pg-restart' | 'rpc' | 'upstream'
+
+export interface ChaosOptions {
+  /** Fresh proofs in all, split evenly over the rounds. */
+  proofs: number
+  /** One fault per round, in order. */
+  faults: FaultName[]
+  /** The load of a round is spread over at least this long, so the fault lands under load. */
+  roundMs: number
+  /** Clients in flight at once. */
+  concurrency: number
+  log(line: string): void
+}
+
+export interface RoundResult {
+  fault: FaultName
+  proofs: number
+  served: number
+  servedTwice: number
+  /** Served by the upstream, never captured: calls in flight on a killed process (the stated bound). */
+  servedNotCapturedKilledInFlight: number
+  /** Served by the upstream, never captured, with no kill to explain it. */
+  servedNotCaptured: number
+  capturedNotServed: number
+  /** An owner share booked for a proof the upstream never served. */
+  chargedNotServed: number
+  /** Proofs whose client gave up (no 2xx and no final 402 before its deadline). */
+  gaveUp: number
+  status503: number
+  /** 503 answers outside the fault window (plus a recovery grace). */
+  status503Outside: number
+  /** 503 answers without a Retry-After header (metered calls and the API). */
+  status503NoRetryAfter: number
+  /** 500 answers from the API probe (GET /api/v1/account): a dependency fault is not a bug. */
+  api500: number
+  /** /readyz of instance a answered 503 at least once during the round / answered 200 after it. */
+  readyRedSeen: boolean
+  readyAfter: boolean
+  /** Names of the readiness checks seen failing during the round. */
+  readyFailed: string[]
+  networkErrors: number
+  reconcileExit: number | null
+  crashed: number
+  faultMs: number
+}
+
+export interface ChaosResult {
+  rounds: RoundResult[]
+  replayServedAgain: number
+  crashed: number
+  /** Output tails of instances that died unexpectedly. */
+  crashOutput: string[]
+  ok: boolean
+}
+
+interface Instance {
+  name: string
+  port: number
+  child: ChildService
+  /** Bumped on every deliberate kill: an attempt that started on an older generation was killed. */
+  generation: number
+  expectExit: boolean
+}
+
+interface ProofState {
+  hash: string
+  round: number
+  killedInFlight: boolean
+  done: 'served' | 'refused' | 'gave_up' | null
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
+  const { log } = options
+  const cleanups: Array<() => Promise<unknown>> = []
+  const cleanup = async () => {
+    for (const c of cleanups.splice(0).reverse()) await c().catch(() => {})
+  }
+  try {
+    const started = Date.now()
+    const cluster: PgCluster = await startPgCluster()
+    cleanups.push(() => cluster.destroy())
+    const chain: DevChain = await startDevChain({
+      payers: 1,
+      payerFunding: PRICE_ATOMIC * BigInt(options.proofs + 10),
+      treasuryFunding: 1_000_000n,
+    })
+    cleanups.push(() => chain.stop())
+    const rpc: RpcProxy = await startRpcProxy(chain.rpcUrl)
+    cleanups.push(() => rpc.close())
+    const upstream: CountingUpstream = await startCountingUpstream()
+    cleanups.push(() => upstream.close())
+    log(`cluster ${cluster.url}, anvil ${chain.rpcUrl} behind ${rpc.url}, upstream ${upstream.url}`)
+
+    const settings = {
+      proxy: { allow_private_upstreams: true, upstream_timeout_ms: 2_000 },
+      chain: { poll_interval_ms: 200, rpc_timeout_ms: 2_000 },
+      log: { level: 'warn' },
+    }
+    const crashOutput: string[] = []
+    let crashed = 0
+    let roundCrashes = 0
+    const spawnChild = (port: number) =>
+      startChildService({
+        databaseUrl: cluster.url,
+        treasuryKey: chain.treasury.privateKey,
+        rpcUrl: rpc.url,
+        usdcAddress: chain.usdcAddress,
+        settings,
+        port,
+      })
+    /** (Re)starts an instance on its port and watches the new process. */
+    const restart = async (inst: Instance) => {
+      inst.child = await spawnChild(inst.port)
+      inst.expectExit = false
+      watch(inst)
+    }
+    // An instance that exits without being told to is a crash: counted, its output kept, restarted.
+    const watch = (inst: Instance) => {
+      const child = inst.child
+      child.exited.then(async (signal) => {
+        if (inst.expectExit || stopping) return
+        crashed++
+        roundCrashes++
+        crashOutput.push(
+          `${inst.name} (pid ${child.pid}, ${signal ?? 'exit'}):\n${child.output().slice(-3000)}`,
+        )
+        log(`!! ${inst.name} crashed (${signal ?? 'exit'}); restarting`)
+        inst.generation++
+        await restart(inst)
+      })
+    }
+    let stopping = false
+    const instances: Instance[] = []
+    for (const name of ['a', 'b']) {
+      const inst = { name, port: await freePort(), generation: 0, expectExit: false } as Instance
+      await restart(inst)
+      instances.push(inst)
+    }
+    cleanups.push(async () => {
+      stopping = true
+      for (const i of instances) await i.child.kill('SIGTERM')
+    })
+    log(`instances up: a pid ${instances[0]!.child.pid}, b pid ${instances[1]!.child.pid}`)
+
+    const api = async (path: string, body: unknown, key?: string) => {
+      const res = await fetch(`${instances[0]!.child.url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
+        body: JSON.stringify(body),
+      })
+      const json = (await res.json()) as Record<string, unknown>
+      if (!res.ok) throw new Error(`${path}: ${res.status} ${JSON.stringify(json)}`)
+      return json
+    }
+    const reg = await api('/api/v1/register', {
+      wallet_address: privateKeyToAccount(generatePrivateKey()).address,
+      business_name: 'Chaos Co',
+    })
+    const endpoint = await api(
+      '/api/v1/endpoints',
+      { upstream_url: `${upstream.url}/work`, price: 0.001 },
+      reg.api_key as string,
+    )
+    const endpointId = endpoint.id as string
+
+    const hashes = await makeProofs({
+      rpcUrl: chain.rpcUrl,
+      chainId: chain.chainId,
+      usdc: chain.usdcAddress,
+      payerKey: chain.payers[0]!.privateKey,
+      treasury: chain.treasury.address,
+      value: PRICE_ATOMIC,
+      count: options.proofs,
+    })
+    log(`${hashes.length} proofs mined in ${Math.round((Date.now() - started) / 1000)} s`)
+    // Let both watchers see the transfers: the load then needs no RPC unless the watcher missed one.
+    await sleep(2_000)
+
+    const perRound = Math.floor(hashes.length / options.faults.length)
+    const proofs: ProofState[] = hashes.map((hash, i) => ({
+      hash,
+      round: Math.min(Math.floor(i / perRound), options.faults.length - 1),
+      killedInFlight: false,
+      done: null,
+    }))
+
+    const db = postgres(cluster.url, { max: 2, onnotice: () => {} })
+    cleanups.push(() => db.end({ timeout: 1 }))
+
+    const rounds: RoundResult[] = []
+    for (const [r, fault] of options.faults.entries()) {
+      const mine = proofs.filter((p) => p.round === r)
+      roundCrashes = 0
+      const stats = { s503: [] as number[], network: 0, noRetryAfter: 0 }
+      const window = { from: Number.POSITIVE_INFINITY, to: 0 }
+      log(`round ${r + 1}: ${fault}, ${mine.length} proofs`)
+      const roundStart = Date.now()
+      const load = drive(mine, {
+        instances,
+        endpointId,
+        concurrency: options.concurrency,
+        spreadMs: options.roundMs,
+        stats,
+      })
+      const injected = (async () => {
+        await sleep(options.roundMs * 0.3)
+        window.from = Date.now()
+        await inject(fault, { instances, cluster, rpc, upstream, restart, log })
+        window.to = Date.now()
+      })()
+      const probing = { on: true, readyRed: false, api500: 0, failed: new Set<string>() }
+      const probe = probeLoop(instances[0]!, reg.api_key as string, probing, stats)
+      await Promise.all([load, injected])
+      probing.on = false
+      await probe
+      // Captures are batched: give them time to land before the books are read.
+      await sleep(2_000)
+      const reconcileExit = await runReconcile(cluster.url, chain)
+      const graceMs = 5_000
+      const outside = stats.s503.filter((t) => t < window.from - 500 || t > window.to + graceMs).length
+      rounds.push({
+        fault,
+        proofs: mine.length,
+        served: 0,
+        servedTwice: 0,
+        servedNotCapturedKilledInFlight: 0,
+        servedNotCaptured: 0,
+        capturedNotServed: 0,
+        chargedNotServed: 0,
+        gaveUp: mine.filter((p) => p.done === 'gave_up').length,
+        status503: stats.s503.length,
+        status503Outside: outside,
+        status503NoRetryAfter: stats.noRetryAfter,
+        api500: probing.api500,
+        readyRedSeen: probing.readyRed,
+        readyAfter: await readyz(instances[0]!).then((st) => st === 200),
+        readyFailed: [...probing.failed],
+        networkErrors: stats.network,
+        reconcileExit,
+        crashed: roundCrashes,
+        faultMs: window.to - window.from,
+      })
+      log(
+        `round ${r + 1} done in ${Math.round((Date.now() - roundStart) / 1000)} s, reconcile exit ${reconcileExit}`,
+      )
+    }
+
+    // Every proof once more on both instances: a spent proof must never be served again.
+    const before = sumServed(upstream)
+    await replayAll(proofs, instances, endpointId, options.concurrency)
+    await sleep(2_000)
+    const replayServedAgain = sumServed(upstream) - before
+
+    await judge(db, proofs, upstream, rounds)
+    const ok =
+      rounds.every((r) => r.servedTwice === 0 && r.chargedNotServed === 0) &&
+      crashed === 0 &&
+      replayServedAgain === 0
+    for (const inst of instances)
+      if (!inst.expectExit && !pidAlive(inst.child.pid)) log(`!! ${inst.name} is not running at the end`)
+    return { rounds, replayServedAgain, crashed, crashOutput, ok }
+  } finally {
+    await cleanup()
+  }
+}
+
+function sumServed(upstream: CountingUpstream): number {
+  let n = 0
+  for (const v of upstream.served.values()) n += v
+  return n
+}
+
+async function inject(
+  fault: FaultName,
+  ctx: {
+    instances: Instance[]
+    cluster: PgCluster
+    rpc: RpcProxy
+    upstream: CountingUpstream
+    restart(inst: Instance): Promise<void>
+    log(line: string): void
+  },
+): Promise<void> {
+  if (fault === 'kill') {
+    const victim = ctx.instances[1]!
+    const pid = victim.child.pid
+    victim.expectExit = true
+    victim.generation++
+    await victim.child.kill('SIGKILL')
+    ctx.log(`   SIGKILL ${victim.name} pid ${pid}: gone=${!pidAlive(pid)}`)
+    await sleep(1_000)
+    await ctx.restart(victim)
+    ctx.log(`   ${victim.name} restarted as pid ${victim.child.pid}`)
+  } else if (fault === 'pg-restart') {
+    const t = Date.now()
+    await ctx.cluster.restart('fast', 1_000)
+    ctx.log(`   PostgreSQL restarted (fast, 1 s down) in ${Date.now() - t} ms`)
+  } else if (fault === 'rpc') {
+    await ctx.rpc.setMode('refuse')
+    await sleep(5_000)
+    await ctx.rpc.setMode('blackhole')
+    await sleep(4_000)
+    await ctx.rpc.setMode('pass')
+    ctx.log('   RPC refused 5 s, black-holed 4 s, restored')
+  } else {
+    ctx.upstream.setMode('fail')
+    await sleep(3_000)
+    ctx.upstream.setMode('hang')
+    await sleep(3_000)
+    ctx.upstream.setMode('ok')
+    ctx.log('   upstream 500s 3 s, hung 3 s, restored')
+  }
+}
+
+/** Clients: each proof until it is served (2xx) or refused (402), retrying 5xx, 409 and network errors. */
+async function drive(
+  proofs: ProofState[],
+  ctx: {
+    instances: Instance[]
+    endpointId: string
+    concurrency: number
+    spreadMs: number
+    stats: { s503: number[]; network: number; noRetryAfter: number }
+  },
+): Promise<void> {
+  const t0 = Date.now()
+  const gapMs = ctx.spreadMs / Math.max(1, proofs.length)
+  let next = 0
+  const worker = async () => {
+    for (;;) {
+      const k = next++
+      const p = proofs[k]
+      if (!p) return
+      const due = t0 + k * gapMs
+      if (due > Date.now()) await sleep(due - Date.now())
+      const deadline = Date.now() + 45_000
+      for (let attempt = 0; p.done === null; attempt++) {
+        if (Date.now() > deadline) {
+          p.done = 'gave_up'
+          break
+        }
+        const inst = ctx.instances[(k + attempt) % ctx.instances.length]!
+        const generation = inst.generation
+        try {
+          const res = await fetch(`${inst.child.url}/m/${ctx.endpointId}/work?p=${p.hash}`, {
+            headers: { 'x-payment': p.hash },
+            signal: AbortSignal.timeout(6_000),
+          })
+          const text = await res.text()
+          if (res.status < 300) p.done = 'served'
+          else if (res.status === 402) p.done = 'refused'
+          else if (res.status === 503) {
+            ctx.stats.s503.push(Date.now())
+            if (!res.headers.get('retry-after')) ctx.stats.noRetryAfter++
+          } else if (res.status < 500 && res.status !== 409) {
+            throw new Error(`unexpected ${res.status}: ${text.slice(0, 200)}`)
+          }
+        } catch (err) {
+          if ((err as Error).message.startsWith('unexpected')) throw err
+          ctx.stats.network++
+          if (inst.generation !== generation) p.killedInFlight = true
+        }
+        if (p.done === null) await sleep(150 + Math.random() * 150)
+      }
+    }
+  }
+  await Promise.all(Array.from({ length: ctx.concurrency }, worker))
+}
+
+async function readyz(inst: Instance, failed?: Set<string>): Promise<number> {
+  return fetch(`${inst.child.adminUrl}/readyz`, { signal: AbortSignal.timeout(12_000) }).then(
+    async (r) => {
+      const body = (await r.json().catch(() => ({}))) as { checks?: Array<{ name: string; ok: boolean }> }
+      for (const c of body.checks ?? []) if (!c.ok) failed?.add(c.name)
+      return r.status
+    },
+    () => 0,
+  )
+}
+
+/** While a round runs: /readyz and an authenticated API read on instance a, every 300 ms. */
+async function probeLoop(
+  inst: Instance,
+  apiKey: string,
+  probing: { on: boolean; readyRed: boolean; api500: number; failed: Set<string> },
+  stats: { s503: number[]; noRetryAfter: number },
+): Promise<void> {
+  while (probing.on) {
+    const [ready, api] = await Promise.all([
+      readyz(inst, probing.failed),
+      fetch(`${inst.child.url}/api/v1/account`, {
+        headers: { authorization: `Bearer ${apiKey}` },
+        signal: AbortSignal.timeout(12_000),
+      }).then(
+        (r) => r.text().then(() => r),
+        () => null,
+      ),
+    ])
+    if (ready === 503) probing.readyRed = true
+    if (api?.status === 500) probing.api500++
+    if (api?.status === 503) {
+      stats.s503.push(Date.now())
+      if (!api.headers.get('retry-after')) stats.noRetryAfter++
+    }
+    await sleep(300)
+  }
+}
+
+async function replayAll(
+  proofs: ProofState[],
+  instances: Instance[],
+  endpointId: string,
+  concurrency: number,
+): Promise<void> {
+  let next = 0
+  const worker = async () => {
+    for (;;) {
+      const p = proofs[next++]
+      if (!p) return
+      for (const inst of instances) {
+        await fetch(`${inst.child.url}/m/${endpointId}/work?p=${p.hash}`, {
+          headers: { 'x-payment': p.hash },
+          signal: AbortSignal.timeout(6_000),
+        })
+          .then((r) => r.text())
+          .catch(() => {})
+      }
+    }
+  }
+  await Promise.all(Array.from({ length: concurrency }, worker))
+}
+
+/** The columns, from the upstream's counts and the books. */
+async function judge(
+  db: postgres.Sql,
+  proofs: ProofState[],
+  upstream: CountingUpstream,
+  rounds: RoundResult[],
+): Promise<void> {
+  const calls = await db<{ proof_key: string; n: number }[]>`
+    SELECT proof_key, count(*)::int AS n FROM calls GROUP BY proof_key`
+  const callCount = new Map(calls.map((c) => [c.proof_key, c.n]))
+  const owner = await db<{ proof_key: string }[]>`
+    SELECT DISTINCT c.proof_key FROM ledger_entries l
+    JOIN calls c ON l.source_type = 'call' AND l.source_id = c.id
+    WHERE l.kind = 'owner_share'`
+  const charged = new Set(owner.map((o) => o.proof_key))
+  for (const p of proofs) {
+    const round = rounds[p.round]!
+    const key = `tx:${p.hash.toLowerCase()}`
+    const served = upstream.served.get(p.hash) ?? 0
+    const captured = callCount.get(key) ?? 0
+    if (served > 0) round.served++
+    if (served > 1) round.servedTwice++
+    if (served > 0 && captured === 0) {
+      if (p.killedInFlight) round.servedNotCapturedKilledInFlight++
+      else round.servedNotCaptured++
+    }
+    if (served === 0 && captured > 0) round.capturedNotServed++
+    if (served === 0 && charged.has(key)) round.chargedNotServed++
+  }
+}
+
+async function runReconcile(databaseUrl: string, chain: DevChain): Promise<number | null> {
+  return new Promise((resolve) => {
+    const proc = spawn(
+      process.execPath,
+      ['--import', 'tsx', 'src/control-plane/jobs/reconcile-cli.ts', '--from', '1h'],
+      {
+        cwd: ROOT,
+        env: {
+          ...process.env,
+          NODE_ENV: 'test',
+          DATABASE_URL: databaseUrl,
+          RPC_URL: chain.rpcUrl,
+          USDC_ADDRESS: chain.usdcAddress,
+          TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
+        },
+        stdio: ['ignore', 'ignore', 'ignore'],
+      },
+    )
+    const timer = setTimeout(() => proc.kill('SIGKILL'), 60_000)
+    proc.on('exit', (code) => {
+      clearTimeout(timer)
+      resolve(code)
+    })
+  })
+}
+
+const COLUMNS: Array<[string, (r: RoundResult) => string | number | null]> = [
+  ['fault', (r) => r.fault],
+  ['proofs', (r) => r.proofs],
+  ['served', (r) => r.served],
+  ['served twice', (r) => r.servedTwice],
+  ['served, not captured', (r) => r.servedNotCaptured],
+  ['… killed in flight', (r) => r.servedNotCapturedKilledInFlight],
+  ['captured, not served', (r) => r.capturedNotServed],
+  ['charged, not served', (r) => r.chargedNotServed],
+  ['gave up', (r) => r.gaveUp],
+  ['503s (outside fault)', (r) => `${r.status503} (${r.status503Outside})`],
+  ['503 w/o Retry-After', (r) => r.status503NoRetryAfter],
+  ['API 500s', (r) => r.api500],
+  [
+    'readyz during / after',
+    (r) =>
+      `${r.readyRedSeen ? `red (${r.readyFailed.join(',')})` : 'green'} / ${r.readyAfter ? 'ok' : 'RED'}`,
+  ],
+  ['net errors', (r) => r.networkErrors],
+  ['reconcile exit', (r) => r.reconcileExit],
+  ['crashed', (r) => r.crashed],
+]
+
+export function formatTable(result: ChaosResult): string {
+  const rows = result.rounds.map((r) => COLUMNS.map(([, f]) => String(f(r))))
+  const head = COLUMNS.map(([h]) => h)
+  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)))
+  const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i]!)).join(' | ')} |`
+  return [
+    line(head),
+    `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`,
+    ...rows.map(line),
+    '',
+    `replay of every proof on both instances: ${result.replayServedAgain} served again`,
+    `instances crashed: ${result.crashed}`,
+    result.ok ? 'OK' : 'FAILED: served twice, charged-not-served or a crashed instance',
+  ].join('\n')
+}
