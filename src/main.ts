@@ -18,7 +18,7 @@ async function main(): Promise<void> {
   const { chain } = service
   const lines = [
     '',
-    `tollgate listening on ${service.url}  (admin: http://${config.server.host}:${service.adminPort}/metrics)`,
+    `tollgate listening on ${service.url}  (admin: http://${config.admin.host}:${service.adminPort}/metrics)`,
     `  network   ${chain.network} (chain id ${chain.chainId}), RPC ${chain.rpcUrl}`,
     `  USDC      ${chain.usdc.address}`,
     `  treasury  ${chain.treasury}`,

@@ -20,7 +20,7 @@ import {
 } from './control-plane/jobs/runner.ts'
 import { createSettlementJobs } from './control-plane/jobs/settlement-batcher.ts'
 import { createWebhookJobs } from './control-plane/jobs/webhook-dispatcher.ts'
-import { createPublicApp, type Listening, listen } from './data-plane/app.ts'
+import { createEdgeLimits, createPublicApp, type Listening, listen } from './data-plane/app.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './data-plane/caches.ts'
 import { createCheckoutRoute } from './data-plane/checkout.ts'
 import { createEndpointCache } from './data-plane/endpoint-cache.ts'
@@ -37,6 +37,7 @@ import { createSql, type Sql } from './db/sql.ts'
 import { type AdminServer, startAdminServer } from './observability/admin.ts'
 import { createLogger, type Logger } from './observability/logger.ts'
 import { captureBatchSize, claimBatchSize, dbPoolSize, rpcDuration } from './observability/metrics.ts'
+import { createRateLimiter } from './rate-limit.ts'
 
 export interface Service {
   config: Config
@@ -229,6 +230,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
       apiHandler,
       metered,
       checkout,
+      edge: createEdgeLimits(config),
     })
     const listening: Listening = await listen(app, config.server.host, config.server.port)
     // Listening closes first on stop (cleanups run in reverse), then writers drain.
@@ -268,8 +270,10 @@ export async function startService(config: Config, options: StartOptions = {}): 
     })
 
     const admin: AdminServer = await startAdminServer({
-      host: config.server.host,
+      host: config.admin.host,
       port: config.server.admin_port,
+      token: config.secrets.admin_token,
+      routeLimiter: createRateLimiter('admin', config.rate_limits, config.rate_limits.admin_reconcile),
       logger,
       checks: [
         {

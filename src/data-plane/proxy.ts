@@ -104,7 +104,9 @@ const ERROR_RESPONSES: Record<UpstreamErrorCode, { status: string; body: string 
   ),
   invalid_path: {
     status: '400 Bad Request',
-    body: JSON.stringify({ error: { type: 'invalid_request_error', code: 'invalid_path', message: INVALID_PATH_MESSAGE } }),
+    body: JSON.stringify({
+      error: { type: 'invalid_request_error', code: 'invalid_path', message: INVALID_PATH_MESSAGE },
+    }),
   },
 }
 

@@ -73,7 +73,11 @@ describe('escaping metered paths', () => {
     const merchant = await registerMerchant(svc)
     const created = await svc.api('/api/v1/endpoints', {
       key: merchant.key,
-      body: { upstream_url: `${upstream.url}/echo/base`, price: 0.01, upstream_headers: { 'x-key': 'owner' } },
+      body: {
+        upstream_url: `${upstream.url}/echo/base`,
+        price: 0.01,
+        upstream_headers: { 'x-key': 'owner' },
+      },
     })
     expect(created.status).toBe(201)
     const id = created.body.id as string

@@ -41,7 +41,7 @@ describe('IPv4 embedded in IPv6 is refused', () => {
     const err = await new Promise<NodeJS.ErrnoException | null>((resolve) => {
       connect(
         { hostname: '[::ffff:7f00:1]', host: '[::ffff:7f00:1]:80', protocol: 'http:', port: '80' },
-        (e) => resolve(e as NodeJS.ErrnoException | null),
+        (...args: unknown[]) => resolve(args[0] as NodeJS.ErrnoException | null),
       )
     })
     expect(err?.code).toBe('ERR_TOLLGATE_PRIVATE_TARGET')
