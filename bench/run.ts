@@ -43,6 +43,8 @@ async function main() {
       JSON.stringify({
         database: { data_dir: join(dataDir, `${name}-pglite`) },
         chain: { poll_interval_ms: watch ? 250 : 3_600_000 },
+        // Every scenario comes from one address: the 402 and checkout scenarios would meet the limits.
+        rate_limits: { enabled: false },
       }),
     )
     const child = await startTs(
