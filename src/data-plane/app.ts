@@ -184,8 +184,13 @@ function clientKey(res: HttpResponse): string {
   return groups.length === 8 ? `${groups.slice(0, 4).join(':')}::/64` : text
 }
 
+// The shape of a proof (a transaction hash, or base64 as x402 payloads are), checked without decoding: a
+// header that cannot be a proof does not buy an exemption from the unpaid limits.
+const PROOF_SHAPE = /^\s*(?:0x[0-9a-fA-F]{64}|[A-Za-z0-9+/=_-]{17,16383})\s*$/
+
 function hasProof(req: HttpRequest): boolean {
-  return req.getHeader('x-payment') !== '' || req.getHeader('payment-signature') !== ''
+  const header = req.getHeader('x-payment') || req.getHeader('payment-signature')
+  return header !== '' && PROOF_SHAPE.test(header)
 }
 
 function edgeError(

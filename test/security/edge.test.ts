@@ -254,8 +254,10 @@ describe('rate limits on unauthenticated surfaces', () => {
   })
 
   it('402 answers: the fourth unpaid call is 429, a paid call from the same address is still served', async () => {
-    for (let i = 0; i < 3; i++) expect((await fetch(meteredUrl)).status).toBe(402)
-    expectLimited(await fetch(meteredUrl), 'unpaid_metered')
+    for (let i = 0; i < 2; i++) expect((await fetch(meteredUrl)).status).toBe(402)
+    // A header that cannot be a proof buys no exemption: it counts as unpaid.
+    expect((await fetch(meteredUrl, { headers: { 'x-payment': 'nope' } })).status).toBe(402)
+    expectLimited(await fetch(meteredUrl, { headers: { 'x-payment': 'nope' } }), 'unpaid_metered')
     const before = upstream.count()
     const payer = await fundedAccount(1_000_000n)
     const hash = await payUsdc(payer, svc.chain.treasury, 10_000n)
