@@ -2,7 +2,16 @@
 // with 400 invalid_path before the proof is verified or claimed, and the proof stays usable.
 import { request } from 'node:http'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { isConfinedSubPath } from '../../src/data-plane/proxy.ts'
+import { listen } from '../../src/data-plane/app.ts'
+import {
+  type AbortState,
+  createRequestBody,
+  createUpstreamDispatcher,
+  isConfinedSubPath,
+  type ProxyOutcome,
+  proxy,
+} from '../../src/data-plane/proxy.ts'
+import { uws } from '../../src/data-plane/uws.ts'
 import { fundedAccount, payUsdc } from '../helpers/accounts.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
@@ -98,5 +107,53 @@ describe('escaping metered paths', () => {
     expect(ok.status).toBe(200)
     expect(JSON.parse(ok.body).url).toBe('/echo/base/ok?x=1')
     expect(upstream.count()).toBe(before + 1)
+  })
+})
+
+describe('proxy() itself', () => {
+  it('never joins an escaping path onto the base path, whoever calls it', async () => {
+    const upstream = await startUpstream()
+    const dispatcher = createUpstreamDispatcher({ allowPrivate: true })
+    const outcomes: ProxyOutcome[] = []
+    const app = uws.App()
+    app.any('/*', (res, req) => {
+      const abort: AbortState = { aborted: false, onAbort: null }
+      res.onAborted(() => {
+        abort.aborted = true
+        abort.onAbort?.()
+      })
+      // The route hands the raw URL over unchecked, as a careless caller would.
+      const forward = { method: 'GET', pathAndQuery: req.getUrl(), headers: [], remoteAddress: '127.0.0.1' }
+      const body = createRequestBody(res, 1024)
+      const target = {
+        origin: upstream.url,
+        basePath: '/echo/base',
+        host: new URL(upstream.url).host,
+        injectHeaders: [['x-key', 'owner'] as [string, string]],
+        timeoutMs: 5000,
+        allowPrivate: true,
+      }
+      proxy(dispatcher, res, forward, body, target, abort, {
+        onResponseHead: () => undefined,
+        onDone: (o) => outcomes.push(o),
+      })
+    })
+    const listening = await listen(app, '127.0.0.1', 0)
+    try {
+      const base = `http://127.0.0.1:${listening.port}`
+      for (const form of ['/../admin', '/%2e%2e/admin', '/a%2fb', '/a\\..\\admin']) {
+        const r = await rawRequest(base, form, {})
+        expect(r.status, form).toBe(400)
+        expect(JSON.parse(r.body).error.code).toBe('invalid_path')
+      }
+      expect(upstream.count()).toBe(0)
+      expect(outcomes.every((o) => o.kind === 'upstream_error' && o.code === 'invalid_path')).toBe(true)
+      const ok = await rawRequest(base, '/fine', {})
+      expect(JSON.parse(ok.body).url).toBe('/echo/base/fine')
+    } finally {
+      listening.close()
+      await dispatcher.close()
+      await upstream.close()
+    }
   })
 })
