@@ -29,6 +29,7 @@ import { createUpstreamDispatcher } from './data-plane/proxy.ts'
 import { assertNativeUws } from './data-plane/uws.ts'
 import { Verifier } from './data-plane/verifier.ts'
 import { CaptureWriter } from './db/captures.ts'
+import { bindDatabaseToChain } from './db/chain-binding.ts'
 import { ClaimWriter } from './db/claims.ts'
 import { type EmbeddedDatabase, startEmbeddedDatabase } from './db/embedded.ts'
 import { migrate } from './db/migrate.ts'
@@ -91,6 +92,12 @@ export async function startService(config: Config, options: StartOptions = {}): 
 
     const chain = await connectChain(config, { logger })
     cleanups.push(() => chain.close())
+    const genesis = await chain.publicClient.getBlock({ blockNumber: 0n })
+    await bindDatabaseToChain(sql, {
+      chainId: chain.chainId,
+      usdcAddress: chain.usdc.address,
+      genesisHash: genesis.hash,
+    })
     const chainInfo: ChainInfo = {
       network: chain.network,
       chainId: chain.chainId,
