@@ -65,7 +65,7 @@ function banner(config: Config, service: Service): string[] {
   const { chain } = service
   const lines = [
     '',
-    `tollgate listening on ${service.url}  (admin: http://${config.server.host}:${service.adminPort}/metrics)`,
+    `tollgate listening on ${service.url}  (admin: http://${config.admin.host}:${service.adminPort}/metrics)`,
     `  network   ${chain.network} (chain id ${chain.chainId}), RPC ${chain.rpcUrl}`,
     `  USDC      ${chain.usdc.address}`,
     `  treasury  ${chain.treasury}`,

@@ -11,10 +11,12 @@ import type { JobRunner } from './control-plane/jobs/runner.ts'
 import { startBackground } from './control-plane/jobs/start.ts'
 import { startDataPlane } from './data-plane/start.ts'
 import { assertNativeUws } from './data-plane/uws.ts'
+import { bindDatabaseToChain } from './db/chain-binding.ts'
 import type { Sql } from './db/sql.ts'
 import { startDatabase } from './db/start.ts'
 import { startAdminServer } from './observability/admin.ts'
 import { createLogger, type Logger } from './observability/logger.ts'
+import { createRateLimiter } from './rate-limit.ts'
 import { StartedList } from './subsystem.ts'
 
 export interface Service {
@@ -56,6 +58,13 @@ export async function startService(config: Config, options: StartOptions = {}): 
       }),
     )
     const { chain } = started.add(await startChain({ config, logger }))
+    // A database made on one chain refuses another (a fresh dev chain reproduces old transaction hashes).
+    const genesis = await chain.publicClient.getBlock({ blockNumber: 0n })
+    await bindDatabaseToChain(db.sql, {
+      chainId: chain.chainId,
+      usdcAddress: chain.usdc.address,
+      genesisHash: genesis.hash,
+    })
     const chainInfo = describeChain(chain)
     const dataPlane = started.add(
       await startDataPlane({
@@ -82,8 +91,10 @@ export async function startService(config: Config, options: StartOptions = {}): 
       }),
     )
     const admin = await startAdminServer({
-      host: config.server.host,
+      host: config.admin.host,
       port: options.worker?.adminPort ?? config.server.admin_port,
+      token: config.secrets.admin_token,
+      routeLimiter: createRateLimiter('admin', config.rate_limits, config.rate_limits.admin_reconcile),
       logger,
       checks: started.readiness(),
       routes: started.adminRoutes(),

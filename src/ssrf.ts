@@ -25,7 +25,6 @@ for (const [net, prefix] of [
   blocked.addSubnet(net, prefix, 'ipv4')
 }
 for (const [net, prefix] of [
-  ['::', 128],
   ['::1', 128],
   ['fc00::', 7],
   ['fe80::', 10],
@@ -36,14 +35,18 @@ for (const [net, prefix] of [
   blocked.addSubnet(net, prefix, 'ipv6')
 }
 
+// ::/96 (IPv4-compatible, deprecated) and ::ffff:0:0/96 (IPv4-mapped) carry an IPv4 address in their low
+// 32 bits, which a dual-stack socket may connect to: refused whole, in every notation (::ffff:7f00:1,
+// ::ffff:127.0.0.1, ::127.0.0.1, ::), since no public API needs to be named that way. A list of their own,
+// asked only about IPv6 text: node's BlockList matches plain IPv4 addresses against mapped subnets too.
+const embeddedIpv4 = new BlockList()
+embeddedIpv4.addSubnet('::', 96, 'ipv6')
+embeddedIpv4.addSubnet('::ffff:0:0', 96, 'ipv6')
+
 export function isPrivateAddress(ip: string): boolean {
   const family = isIP(ip)
   if (family === 4) return blocked.check(ip, 'ipv4')
-  if (family === 6) {
-    const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip)
-    if (mapped) return blocked.check(mapped[1]!, 'ipv4')
-    return blocked.check(ip, 'ipv6')
-  }
+  if (family === 6) return embeddedIpv4.check(ip, 'ipv6') || blocked.check(ip, 'ipv6')
   return true
 }
 

@@ -35,6 +35,8 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
     JSON.stringify({
       database: { data_dir: join(o.dir, `${o.name}-pglite`) },
       chain: { poll_interval_ms: o.watch ? 250 : 3_600_000 },
+      // Every scenario comes from one address: the 402 and checkout scenarios would meet the limits.
+      rate_limits: { enabled: false },
       server: { workers: o.workers ?? 1 },
     }),
   )

@@ -16,6 +16,9 @@ export interface AnvilOptions {
   /** Interval mining; without it every transaction is mined at once (automine). */
   blockTimeSeconds?: number
   startTimeoutMs?: number
+  /** Load the chain from this file if it exists, dump it there on exit and every stateIntervalSeconds. */
+  stateFile?: string
+  stateIntervalSeconds?: number
 }
 
 export interface AnvilProcess {
@@ -66,6 +69,11 @@ async function startOnce(bin: string, port: number, options: AnvilOptions): Prom
   const args = ['--host', '127.0.0.1', '--port', String(port), '--chain-id', String(options.chainId)]
   args.push('--accounts', String(options.accounts), '--quiet')
   if (options.blockTimeSeconds) args.push('--block-time', String(options.blockTimeSeconds))
+  if (options.stateFile) {
+    // --state loads the file when present and dumps on exit (SIGTERM included); the interval bounds what a
+    // SIGKILL loses. Blocks, receipts and nonces come back, so old transaction hashes are never reproduced.
+    args.push('--state', options.stateFile, '--state-interval', String(options.stateIntervalSeconds ?? 2))
+  }
   const child = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'] })
   let output = ''
   child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
@@ -95,9 +103,11 @@ function supervise(child: ChildProcess, rpcUrl: string, port: number): AnvilProc
   const pid = child.pid!
   const watchdog = startWatchdog(pid)
   // Covers process.exit() and a normal end of the event loop; signals without handlers skip it (watchdog).
+  // SIGTERM, not SIGKILL: a chain kept in a state file is dumped on the way out (the watchdog, whose pipe
+  // closes with us, follows up with SIGKILL if anvil lingers).
   const onExit = () => {
     try {
-      process.kill(pid, 'SIGKILL')
+      process.kill(pid, 'SIGTERM')
     } catch {}
   }
   process.once('exit', onExit)
@@ -133,13 +143,19 @@ function supervise(child: ChildProcess, rpcUrl: string, port: number): AnvilProc
 
 /**
  * A tiny shell that blocks reading a pipe from us. The pipe closes when this process dies however it dies
- * (even SIGKILL), and then the shell kills anvil. Detached so a terminal's Ctrl-C does not take it first.
+ * (even SIGKILL), and then the shell stops anvil: SIGTERM first, so a chain kept in a state file is dumped,
+ * SIGKILL a few seconds later. Detached so a terminal's Ctrl-C does not take it first.
  */
 function startWatchdog(pid: number): ChildProcess | null {
   if (process.platform === 'win32') return null
   const watchdog = spawn(
     'sh',
-    ['-c', 'read _; kill -9 "$1" 2>/dev/null', 'tollgate-anvil-watchdog', String(pid)],
+    [
+      '-c',
+      'read _; kill -TERM "$1" 2>/dev/null || exit 0; sleep 3; kill -9 "$1" 2>/dev/null',
+      'tollgate-anvil-watchdog',
+      String(pid),
+    ],
     {
       stdio: ['pipe', 'ignore', 'ignore'],
       detached: true,

@@ -64,6 +64,7 @@ export async function connectChain(config: Config, options: ConnectOptions = {})
     devChain = await startDevChain({
       payers: config.chain.dev_payers,
       payerFunding: configDollars(config.chain.dev_payer_funding),
+      stateFile: config.local_chain.state_file ?? undefined,
     })
     ownsDevChain = true
     options.logger?.info('dev chain started', { rpc_url: devChain.rpcUrl, usdc: devChain.usdcAddress })

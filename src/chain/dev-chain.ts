@@ -1,5 +1,7 @@
 // The local chain `NETWORK=local` runs on: anvil, the project's TestUSDC and Disperse deployed from
 // account 0 (the treasury), and USDC minted to the demo payers (accounts 1..N) and to the treasury.
+import { mkdirSync } from 'node:fs'
+import { dirname, resolve } from 'node:path'
 import {
   type Address,
   createWalletClient,
@@ -10,7 +12,8 @@ import {
   parseAbi,
 } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
-import { waitForTransactionReceipt } from 'viem/actions'
+import { getCode, waitForTransactionReceipt } from 'viem/actions'
+import { acquireLockFile, type HeldLock } from '../lock-file.ts'
 import { spawnAnvil } from './anvil-process.ts'
 import { disperseArtifact, testUsdcArtifact } from './contracts/artifacts.ts'
 import { type DevAccount, devAccount } from './dev-accounts.ts'
@@ -29,6 +32,8 @@ export interface DevChainOptions {
   treasuryFunding?: bigint
   /** Interval mining; default automine (a block per transaction, at once). */
   blockTimeSeconds?: number
+  /** Keep the chain in this file across restarts (locked to one process); default a fresh chain each time. */
+  stateFile?: string
 }
 
 export interface DevChain {
@@ -39,23 +44,51 @@ export interface DevChain {
   treasury: DevAccount
   payers: DevAccount[]
   pid: number
+  /** True when the chain came back from its state file (contracts and balances kept, nothing redeployed). */
+  restored: boolean
   stop(): Promise<void>
 }
 
 const mintAbi = parseAbi(['function mint(address to, uint256 amount) returns (bool)'])
+
+/**
+ * A fresh dev chain reproduces the same transactions, hence the same hashes, as the last one: a database
+ * kept across restarts would refuse a new payment as already used. With a state file the chain survives
+ * the restart instead, and the file is locked so two processes never run one chain file.
+ */
+function lockStateFile(stateFile: string | undefined): HeldLock | null {
+  if (!stateFile) return null
+  mkdirSync(dirname(resolve(stateFile)), { recursive: true })
+  return acquireLockFile(`${resolve(stateFile)}.lock`, `the dev chain state ${stateFile}`)
+}
 const DEFAULT_TREASURY_FUNDING = 1_000_000_000_000n // 1,000,000 USDC
 
 export async function startDevChain(options: DevChainOptions): Promise<DevChain> {
   const chainId = options.chainId ?? 31337
   const treasury = devAccount(0)
   const payers = Array.from({ length: options.payers }, (_, i) => devAccount(i + 1))
-  const anvil = await spawnAnvil({
-    chainId,
-    port: options.port,
-    // anvil's default is 10 accounts; payers beyond account 9 need their ETH for gas too.
-    accounts: Math.max(10, options.payers + 1),
-    blockTimeSeconds: options.blockTimeSeconds,
-  })
+  const lock = lockStateFile(options.stateFile)
+  let anvil: Awaited<ReturnType<typeof spawnAnvil>>
+  try {
+    anvil = await spawnAnvil({
+      chainId,
+      port: options.port,
+      // anvil's default is 10 accounts; payers beyond account 9 need their ETH for gas too.
+      accounts: Math.max(10, options.payers + 1),
+      blockTimeSeconds: options.blockTimeSeconds,
+      stateFile: options.stateFile,
+    })
+  } catch (err) {
+    lock?.release()
+    throw err
+  }
+  const stop = async () => {
+    try {
+      await anvil.stop()
+    } finally {
+      lock?.release()
+    }
+  }
   try {
     const chain = defineChain({
       id: chainId,
@@ -73,6 +106,21 @@ export async function startDevChain(options: DevChainOptions): Promise<DevChain>
     // every transaction can be sent without waiting for the one before.
     let nonce = 0
     const usdcAddress = getContractAddress({ from: treasury.address, nonce: BigInt(nonce) })
+    // A chain restored from its state file already has them, and its payers' balances: nothing to send.
+    const deployed = await getCode(wallet, { address: usdcAddress })
+    if (deployed !== undefined && deployed !== '0x') {
+      return {
+        rpcUrl: anvil.rpcUrl,
+        chainId,
+        usdcAddress,
+        disperseAddress: getContractAddress({ from: treasury.address, nonce: 1n }),
+        treasury,
+        payers,
+        pid: anvil.pid,
+        restored: true,
+        stop,
+      }
+    }
     const hashes: Hash[] = [
       await wallet.deployContract({
         abi: testUsdcArtifact.abi,
@@ -122,10 +170,11 @@ export async function startDevChain(options: DevChainOptions): Promise<DevChain>
       treasury,
       payers,
       pid: anvil.pid,
-      stop: anvil.stop,
+      restored: false,
+      stop,
     }
   } catch (err) {
-    await anvil.stop()
+    await stop()
     throw err
   }
 }

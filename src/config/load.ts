@@ -17,6 +17,7 @@ type Env = Record<string, string | undefined>
 const ENV_SETTINGS: ReadonlyArray<[name: string, path: string, kind: 'string' | 'int' | 'bool']> = [
   ['PORT', 'server.port', 'int'],
   ['ADMIN_PORT', 'server.admin_port', 'int'],
+  ['ADMIN_HOST', 'admin.host', 'string'],
   ['HOST', 'server.host', 'string'],
   ['PUBLIC_URL', 'server.public_url', 'string'],
   ['THREADS', 'server.threads', 'int'],
@@ -80,7 +81,16 @@ export function loadConfig(options: LoadOptions = {}): Config {
       `invalid configuration:\n  TREASURY_PRIVATE_KEY: required on network ${settings.chain.network} (or TREASURY_PRIVATE_KEY_FILE naming a file that holds it)`,
     )
   }
-  const secrets = Object.freeze({ treasury_private_key: key as `0x${string}` | null })
+  const adminToken = env.ADMIN_TOKEN?.trim() || null
+  if (adminToken !== null && adminToken.length < 24) {
+    throw new ConfigError(
+      'invalid configuration:\n  ADMIN_TOKEN: must be at least 24 characters (e.g. openssl rand -hex 24)',
+    )
+  }
+  const secrets = Object.freeze({
+    treasury_private_key: key as `0x${string}` | null,
+    admin_token: adminToken,
+  })
   // Non-enumerable so that logging or serialising the config never prints the key.
   const config = { ...settings } as Config
   Object.defineProperty(config, 'secrets', { value: secrets, enumerable: false })

@@ -11,6 +11,13 @@ const HexAddress = v.pipe(
   v.regex(/^0x[0-9a-fA-F]{40}$/, 'must be a 0x-prefixed 20-byte hex address'),
 )
 
+const RateBucket = v.strictObject({
+  /** Requests allowed at once. */
+  burst: v.pipe(v.number(), v.integer(), v.minValue(1)),
+  /** Sustained rate; 0 = this surface is not limited. */
+  per_minute: v.pipe(v.number(), v.integer(), v.minValue(0)),
+})
+
 export const Network = v.picklist(['local', 'base', 'base-sepolia'])
 export type Network = v.InferOutput<typeof Network>
 
@@ -29,6 +36,10 @@ export const ConfigSchema = v.strictObject({
     workers: v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(64)),
     body_limit_bytes: PositiveInt,
     shutdown_grace_ms: Ms,
+    /** Hostile input: request heads above these are answered 431. uWS itself handles at most 48 header
+     * lines (more get no answer and are closed when idle) and drops heads far above 64 KiB. */
+    max_header_bytes: v.pipe(v.number(), v.integer(), v.minValue(1024)),
+    max_headers: v.pipe(PositiveInt, v.maxValue(48)),
   }),
   database: v.strictObject({
     /** null → embedded PGlite in data_dir. */
@@ -104,6 +115,25 @@ export const ConfigSchema = v.strictObject({
     enabled: v.boolean(),
     expiry_interval_ms: PositiveInt,
   }),
+  // --- Hostile input and the admin port (issue 9) ---
+  /** The admin port's own address: loopback unless deliberately exposed. Its token is ADMIN_TOKEN. */
+  admin: v.strictObject({ host: v.pipe(v.string(), v.minLength(1)) }),
+  /** Token buckets per client address on unauthenticated surfaces; never applied to a request carrying a
+   * payment proof. per_minute 0 turns one surface off, enabled false all of them. */
+  rate_limits: v.strictObject({
+    enabled: v.boolean(),
+    /** Addresses remembered per surface (least recently seen forgotten first). */
+    max_keys: PositiveInt,
+    register: RateBucket,
+    failed_api_keys: RateBucket,
+    unpaid_metered: RateBucket,
+    checkout: RateBucket,
+    /** One bucket for the whole admin /reconcile route (it scans the chain). */
+    admin_reconcile: RateBucket,
+  }),
+  /** The local dev chain's state file: it survives restarts with .data/ (null: a fresh chain each start). */
+  local_chain: v.strictObject({ state_file: v.nullable(v.pipe(v.string(), v.minLength(1))) }),
+  // --- end of issue 9 settings ---
   log: v.strictObject({ level: LogLevel }),
   telemetry: v.strictObject({ otlp_endpoint: v.nullable(HttpUrl) }),
 })
@@ -112,6 +142,10 @@ export const ConfigSchema = v.strictObject({
 export type Settings = v.InferOutput<typeof ConfigSchema>
 export type Config = Readonly<
   Settings & {
-    secrets: { treasury_private_key: `0x${string}` | null }
+    secrets: {
+      treasury_private_key: `0x${string}` | null
+      /** ADMIN_TOKEN: bearer token for the admin routes beyond /metrics, /healthz, /readyz; null = off. */
+      admin_token: string | null
+    }
   }
 >

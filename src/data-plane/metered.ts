@@ -32,6 +32,8 @@ import {
   type AbortState,
   createRequestBody,
   type ForwardRequest,
+  INVALID_PATH_MESSAGE,
+  isConfinedSubPath,
   type ProxyHooks,
   type ProxyOutcome,
   proxy,
@@ -68,6 +70,10 @@ const NOT_FOUND_BODY = (id: string, requestId: string) =>
   `{"error":{"type":"invalid_request_error","code":"endpoint_not_found","message":"no active metered endpoint ${id}"},"request_id":"${requestId}"}`
 const UNAVAILABLE_BODY = (message: string) =>
   `{"error":{"type":"api_error","code":"verification_unavailable","message":"${message}"}}`
+
+const INVALID_PATH_BODY = JSON.stringify({
+  error: { type: 'invalid_request_error', code: 'invalid_path', message: INVALID_PATH_MESSAGE },
+})
 
 const IN_PROGRESS_BODY =
   '{"error":{"type":"invalid_request_error","code":"payment_in_progress","message":"this proof is being used by another request right now; retry after it finishes (do not pay again)"}}'
@@ -132,6 +138,8 @@ class MeteredCall implements ProxyHooks {
   /** The claim attempt this request holds (its release names it). */
   attempt = 0
   captured = false
+  /** Hostile input (issue 9): the sub-path could leave the endpoint's base path. */
+  escapingPath = false
 
   constructor(
     readonly ctx: MeteredContext,
@@ -151,9 +159,13 @@ class MeteredCall implements ProxyHooks {
       req.forEach((k, v) => {
         headers.push([k, v])
       })
+      const subPath = req.getUrl().slice(3 + this.endpointId.length)
+      // --- hostile input: a path that could leave the base path is refused in start(), before the proof
+      // is parsed, verified or claimed. Only paid requests are forwarded, so only they are checked.
+      this.escapingPath = !isConfinedSubPath(subPath)
       this.forward = {
         method: req.getCaseSensitiveMethod().toUpperCase(),
-        pathAndQuery: req.getUrl().slice(3 + this.endpointId.length) + (query ? `?${query}` : ''),
+        pathAndQuery: subPath + (query ? `?${query}` : ''),
         headers,
         remoteAddress: Buffer.from(res.getRemoteAddressAsText()).toString(),
       }
@@ -163,6 +175,8 @@ class MeteredCall implements ProxyHooks {
   }
 
   start(): void {
+    // --- hostile input: nothing is looked up, verified or claimed for an escaping path.
+    if (this.escapingPath) return this.respond(400, INVALID_PATH_BODY)
     const cached = this.ctx.endpoints.get(this.endpointId)
     if (cached !== undefined) {
       cacheCounters.endpointHit.inc()

@@ -34,7 +34,7 @@ export interface UpstreamTarget {
   allowPrivate: boolean
 }
 
-export type UpstreamErrorCode = 'unreachable' | 'timeout' | 'private_target' | 'reset'
+export type UpstreamErrorCode = 'unreachable' | 'timeout' | 'private_target' | 'reset' | 'invalid_path'
 
 export type ProxyOutcome =
   /** The upstream answered (any status) and the response was fully relayed. */
@@ -87,6 +87,8 @@ const INJECT_REFUSED = new Set([...HOP_BY_HOP, 'host', 'content-length', 'expect
 const RESPONSE_DROP = new Set([...HOP_BY_HOP, 'content-length', 'date'])
 
 const JSON_TYPE = 'application/json; charset=utf-8'
+export const INVALID_PATH_MESSAGE =
+  'the path may not contain dot segments (. or ..), encoded dots, encoded slashes or backslashes'
 const ERROR_RESPONSES: Record<UpstreamErrorCode, { status: string; body: string }> = {
   unreachable: errorResponse('502 Bad Gateway', 'upstream_unreachable', 'The upstream could not be reached.'),
   reset: errorResponse(
@@ -100,6 +102,12 @@ const ERROR_RESPONSES: Record<UpstreamErrorCode, { status: string; body: string 
     'upstream_forbidden',
     'The upstream address is in a private, loopback or link-local range, which is refused.',
   ),
+  invalid_path: {
+    status: '400 Bad Request',
+    body: JSON.stringify({
+      error: { type: 'invalid_request_error', code: 'invalid_path', message: INVALID_PATH_MESSAGE },
+    }),
+  },
 }
 
 function errorResponse(status: string, code: string, message: string): { status: string; body: string } {
@@ -109,6 +117,41 @@ function errorResponse(status: string, code: string, message: string): { status:
 const UNGUARDED = Object.assign(new Error('target requires a guarded dispatcher'), {
   code: 'ERR_TOLLGATE_PRIVATE_TARGET',
 })
+const ESCAPING_PATH = Object.assign(new Error('the forwarded path would leave the base path'), {
+  code: 'ERR_TOLLGATE_INVALID_PATH',
+})
+
+/**
+ * Whether a sub-path (the part after /m/<id>, without the query) stays under the endpoint's base path
+ * however the upstream reads it: no '.' or '..' segment (also before a ';' parameter, as Tomcat reads it),
+ * no percent-encoded dot, slash, backslash or NUL (nor a double-encoded one), no backslash. Dots are
+ * unreserved (RFC 3986 §2.3), so no honest client encodes them; an upstream that decodes before it
+ * resolves would otherwise climb out of the base path with the owner's injected credentials.
+ * One pass over the characters, no allocation.
+ */
+export function isConfinedSubPath(path: string): boolean {
+  const n = path.length
+  for (let i = 0; i < n; i++) {
+    const c = path.charCodeAt(i)
+    if (c === 92) return false // backslash
+    if (c === 37) {
+      // '%': look at the two hex digits (| 0x20 lower-cases a letter).
+      const hi = path.charCodeAt(i + 1)
+      const lo = path.charCodeAt(i + 2) | 0x20
+      if (hi === 50 && (lo === 0x65 || lo === 0x66)) return false // %2e %2f
+      if (hi === 53 && lo === 0x63) return false // %5c
+      if (hi === 48 && lo === 0x30) return false // %00
+      // %25 followed by one of the above: decoded twice by some stacks.
+      if (hi === 50 && lo === 0x35 && !isConfinedSubPath(`%${path.slice(i + 3, i + 5)}`)) return false
+    } else if (c === 46 && (i === 0 || path.charCodeAt(i - 1) === 47)) {
+      // '.' at the start of a segment: '.', '..', '.;x' and '..;x' are dot segments.
+      let j = i + 1
+      if (j < n && path.charCodeAt(j) === 46) j++
+      if (j === n || path.charCodeAt(j) === 47 || path.charCodeAt(j) === 59) return false
+    }
+  }
+  return true
+}
 
 /**
  * Streams the request to the upstream and the response back, then reports the outcome through hooks.
@@ -132,6 +175,13 @@ export function proxy(
   if (!target.allowPrivate && dispatcher.allowPrivate) {
     // This dispatcher does not check where it connects: refuse rather than go unguarded.
     forward.onError(UNGUARDED)
+    return
+  }
+  // The metered route refuses these before anything is claimed; checked again here so that no caller of
+  // proxy() can ever join an escaping path onto the base path.
+  const queryAt = req.pathAndQuery.indexOf('?')
+  if (!isConfinedSubPath(queryAt < 0 ? req.pathAndQuery : req.pathAndQuery.slice(0, queryAt))) {
+    forward.onError(ESCAPING_PATH)
     return
   }
   let path = target.basePath + req.pathAndQuery
@@ -217,6 +267,8 @@ function classify(err: Error): UpstreamErrorCode {
       return 'timeout'
     case 'ERR_TOLLGATE_PRIVATE_TARGET':
       return 'private_target'
+    case 'ERR_TOLLGATE_INVALID_PATH':
+      return 'invalid_path'
     case 'UND_ERR_SOCKET':
     case 'ECONNRESET':
     case 'EPIPE':

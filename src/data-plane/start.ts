@@ -21,13 +21,14 @@ import {
   rpcDuration,
 } from '../observability/metrics.ts'
 import type { Started } from '../subsystem.ts'
-import { createPublicApp, listen } from './app.ts'
+import { createEdgeLimits, createPublicApp, listen } from './app.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
 import { createCheckoutRoute } from './checkout.ts'
 import { createEndpointCache } from './endpoint-cache.ts'
 import { createMeteredRoute } from './metered.ts'
 import { createUpstreamDispatcher } from './proxy.ts'
 import { Verifier } from './verifier.ts'
+import { workerEnv } from './workers.ts'
 
 export interface DataPlaneDeps {
   config: Config
@@ -119,8 +120,12 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       apiHandler: deps.apiHandler(onEndpointChanged),
       metered,
       checkout,
+      edge: createEdgeLimits(config),
     })
-    const listening = await listen(app, config.server.host, config.server.port)
+    // Workers of one supervisor share the port on purpose (SO_REUSEPORT); anyone else already on it is refused.
+    const listening = await listen(app, config.server.host, config.server.port, {
+      allowSharedPort: workerEnv() !== null,
+    })
     // Listening closes first on stop (stops run in reverse), then the writers drain.
     stops.push(() => listening.close())
     return {

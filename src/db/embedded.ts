@@ -1,8 +1,10 @@
 // Embedded PostgreSQL (PGlite, WASM) served on a loopback socket, so the service uses the same `postgres`
 // driver and the same SQL whether or not a DATABASE_URL is given.
 import { mkdirSync } from 'node:fs'
+import { resolve } from 'node:path'
 import { PGlite } from '@electric-sql/pglite'
 import { PGLiteSocketServer } from '@electric-sql/pglite-socket'
+import { acquireLockFile, type HeldLock } from '../lock-file.ts'
 
 export interface EmbeddedDatabase {
   url: string
@@ -11,21 +13,36 @@ export interface EmbeddedDatabase {
 
 /** dataDir: a directory kept across restarts, or 'memory://' for a throwaway database. */
 export async function startEmbeddedDatabase(options: { dataDir: string }): Promise<EmbeddedDatabase> {
-  if (!options.dataDir.startsWith('memory://')) mkdirSync(options.dataDir, { recursive: true })
-  const db = await PGlite.create(options.dataDir)
-  // PGlite is a single session. Its socket server multiplexes connections onto it, which is only safe
-  // for one client connection at a time: prepared statements and session state would be shared.
-  const server = new PGLiteSocketServer({ db, host: '127.0.0.1', port: 0, maxConnections: 4 })
-  await server.start()
-  const address = server.getServerConn()
-  let stopped = false
-  return {
-    url: `postgres://postgres@${address}/postgres?sslmode=disable`,
-    async stop() {
-      if (stopped) return
-      stopped = true
-      await server.stop()
-      await db.close()
-    },
+  let lock: HeldLock | null = null
+  if (!options.dataDir.startsWith('memory://')) {
+    // Two processes on one PGlite folder corrupt it: the second start stops here, before opening it. The
+    // lock sits beside the folder, not in it (PGlite owns the folder's contents).
+    lock = acquireLockFile(`${resolve(options.dataDir)}.lock`, `the embedded database ${options.dataDir}`)
+    mkdirSync(options.dataDir, { recursive: true })
+  }
+  try {
+    const db = await PGlite.create(options.dataDir)
+    // PGlite is a single session. Its socket server multiplexes connections onto it, which is only safe
+    // for one client connection at a time: prepared statements and session state would be shared.
+    const server = new PGLiteSocketServer({ db, host: '127.0.0.1', port: 0, maxConnections: 4 })
+    await server.start()
+    const address = server.getServerConn()
+    let stopped = false
+    return {
+      url: `postgres://postgres@${address}/postgres?sslmode=disable`,
+      async stop() {
+        if (stopped) return
+        stopped = true
+        try {
+          await server.stop()
+          await db.close()
+        } finally {
+          lock?.release()
+        }
+      },
+    }
+  } catch (err) {
+    lock?.release()
+    throw err
   }
 }

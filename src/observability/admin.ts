@@ -1,5 +1,10 @@
-// The admin port: /metrics (Prometheus), /healthz (process is up), /readyz (database and chain answer).
+// The admin port: /metrics (Prometheus), /healthz (process is up), /readyz (database and chain answer), and
+// operator routes (e.g. /reconcile) behind a bearer token. Binds loopback unless admin.host says otherwise.
+
 import uws from 'uWebSockets.js'
+import { createHash, timingSafeEqual } from 'node:crypto'
+import { assertPortFree } from '../port-probe.ts'
+import { type RateLimiter, rateLimitedHeaders } from '../rate-limit.ts'
 import type { Logger } from './logger.ts'
 import { readinessCheck, registry, runScrapeSamplers } from './metrics.ts'
 
@@ -21,8 +26,12 @@ export async function startAdminServer(options: {
   port: number
   checks: ReadinessCheck[]
   logger: Logger
-  /** Extra routes, e.g. the reconcile report. */
+  /** Extra routes, e.g. the reconcile report: they need `Authorization: Bearer <token>`. */
   routes?: Record<string, () => Promise<{ status: number; body: unknown }>>
+  /** ADMIN_TOKEN; null turns the extra routes off (answered 404 with the reason). */
+  token?: string | null
+  /** One bucket per extra route (they scan the chain and the books); null = unlimited. */
+  routeLimiter?: RateLimiter | null
 }): Promise<AdminServer> {
   const app = uws.App()
   app.get('/healthz', (res) => {
@@ -51,8 +60,41 @@ export async function startAdminServer(options: {
       reply(res, state, ready ? 200 : 503, 'application/json', body)
     })
   })
+  const tokenDigest = options.token ? digest(options.token) : null
+  const limiter = options.routeLimiter ?? null
   for (const [path, route] of Object.entries(options.routes ?? {})) {
-    app.get(path, (res) => {
+    app.get(path, (res, req) => {
+      if (tokenDigest === null) {
+        return deny(
+          res,
+          '404 Not Found',
+          'admin_route_disabled',
+          `${path} is off: set ADMIN_TOKEN to enable it`,
+        )
+      }
+      // Digests of equal length, compared in constant time: the token's length and prefix never leak.
+      const m = /^Bearer\s+(\S+)\s*$/i.exec(req.getHeader('authorization'))
+      if (!m || !timingSafeEqual(digest(m[1]!), tokenDigest)) {
+        return deny(
+          res,
+          '401 Unauthorized',
+          'admin_unauthorized',
+          'send Authorization: Bearer <ADMIN_TOKEN>',
+          [['www-authenticate', 'Bearer']],
+        )
+      }
+      if (limiter !== null) {
+        const decision = limiter.take(path)
+        if (!decision.ok) {
+          return deny(
+            res,
+            '429 Too Many Requests',
+            'rate_limited',
+            `${path} runs at most ${limiter.perMinute} times a minute; retry after ${decision.retryAfterS} s`,
+            rateLimitedHeaders(limiter, decision.retryAfterS),
+          )
+        }
+      }
       const state = onAbort(res)
       route().then(
         (r) => reply(res, state, r.status, 'application/json', JSON.stringify(r.body, bigintToString)),
@@ -67,6 +109,8 @@ export async function startAdminServer(options: {
       .writeHeader('content-type', 'application/json')
       .end('{"error":"not_found"}')
   })
+  // uWS would share a port already taken by another tollgate's admin server (SO_REUSEPORT).
+  await assertPortFree(options.host, options.port, 'the admin port')
   return new Promise((resolve, reject) => {
     app.listen(options.host, options.port, (socket) => {
       if (!socket) return reject(new Error(`admin port ${options.host}:${options.port} is not available`))
@@ -102,6 +146,22 @@ async function runCheck(
   } finally {
     clearTimeout(timer)
   }
+}
+
+function digest(text: string): Buffer {
+  return createHash('sha256').update(text).digest()
+}
+
+function deny(
+  res: uws.HttpResponse,
+  status: string,
+  code: string,
+  message: string,
+  headers: Array<[string, string]> = [],
+): void {
+  res.writeStatus(status).writeHeader('content-type', 'application/json')
+  for (const [name, value] of headers) res.writeHeader(name, value)
+  res.end(JSON.stringify({ error: { code, message } }))
 }
 
 function onAbort(res: uws.HttpResponse): { aborted: boolean } {
