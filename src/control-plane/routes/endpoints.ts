@@ -36,7 +36,7 @@ const RESERVED_HEADERS = new Set([
   'x-forwarded-proto',
 ])
 
-const Price = v.union([v.number(), v.string()], 'must be a number of dollars')
+const Price = v.union([v.number(), v.string()], 'must be a number or decimal string')
 const UpstreamHeaders = v.pipe(
   v.record(
     v.string(),
@@ -78,9 +78,9 @@ const UpdateBody = v.strictObject({
 
 function readPrice(raw: unknown, deps: ControlPlaneDeps): bigint {
   const parsed = parseDollars(raw)
-  if (!parsed.ok) throw new ApiError('invalid_parameter', `price: ${parsed.reason}`, 'price')
+  if (!parsed.ok) throw new ApiError('invalid_parameter', `price ${parsed.reason}`, 'price')
   if (parsed.atomic > configDollars(deps.config.proxy.max_price)) {
-    throw new ApiError('invalid_parameter', `price: must be at most ${deps.config.proxy.max_price}`, 'price')
+    throw new ApiError('invalid_parameter', `price must be at most ${deps.config.proxy.max_price}`, 'price')
   }
   return parsed.atomic
 }

@@ -46,7 +46,7 @@ const Metadata = v.pipe(
 )
 
 const CreateBody = v.strictObject({
-  amount: v.union([v.number(), v.string()], 'must be a number of dollars'),
+  amount: v.union([v.number(), v.string()], 'must be a number or decimal string'),
   description: v.pipe(
     v.string('must be a string'),
     v.trim(),
@@ -68,11 +68,11 @@ const CreateBody = v.strictObject({
 
 function readAmount(raw: unknown, deps: ControlPlaneDeps): bigint {
   const parsed = parseDollars(raw)
-  if (!parsed.ok) throw new ApiError('invalid_parameter', `amount: ${parsed.reason}`, 'amount')
+  if (!parsed.ok) throw new ApiError('invalid_parameter', `amount ${parsed.reason}`, 'amount')
   if (parsed.atomic > configDollars(deps.config.payments.max_amount)) {
     throw new ApiError(
       'invalid_parameter',
-      `amount: must be at most ${deps.config.payments.max_amount}`,
+      `amount must be at most ${deps.config.payments.max_amount}`,
       'amount',
     )
   }
