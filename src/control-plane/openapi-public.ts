@@ -124,7 +124,8 @@ export function publicPaths(ref: (name: string) => Json): Json {
     parameters: [endpointId, ...proofHeaders],
     responses: {
       '200': {
-        description: "the upstream's answer (any status below 500), streamed, with a receipt",
+        description:
+          "the upstream's answer, streamed, with a receipt (the upstream's own status: any below 500 is passed through and captured)",
         headers: {
           'x-payment-response': {
             description: 'base64 JSON {success, transaction, network, payer}',
