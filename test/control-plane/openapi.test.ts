@@ -3,8 +3,8 @@
 // compiles every schema in it; and real answers of every operation in it (its success and one documented
 // error each) validate against it, on a real service with a real chain, upstream and webhook receiver.
 import { readFileSync } from 'node:fs'
-import Ajv2020 from 'ajv/dist/2020.js'
-import addFormats from 'ajv-formats'
+import { Ajv2020 } from 'ajv/dist/2020.js'
+import formats from 'ajv-formats'
 import openapiTS, { astToString } from 'openapi-typescript'
 import type { Address } from 'viem'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -19,7 +19,7 @@ const doc: Json = JSON.parse(readFileSync(OPENAPI_PATH, 'utf8'))
 const METHODS = ['get', 'post', 'patch', 'delete', 'put']
 
 const ajv = new Ajv2020({ strict: false, allErrors: true })
-addFormats(ajv)
+formats.default(ajv)
 ajv.addSchema(doc, 'openapi.json')
 
 const pointer = (...parts: string[]) =>
