@@ -2,10 +2,12 @@
 // service serves; it passes the OpenAPI 3.1 structural lint (Redocly, through openapi-typescript) and ajv
 // compiles every schema in it; and real answers of every operation in it (its success and one documented
 // error each) validate against it, on a real service with a real chain, upstream and webhook receiver.
-import { readFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import formats from 'ajv-formats'
 import openapiTS, { astToString } from 'openapi-typescript'
+import tsc from 'typescript'
 import type { Address } from 'viem'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { OPENAPI_PATH, renderOpenApi } from '../../src/cli/openapi.ts'
@@ -155,6 +157,37 @@ describe('the OpenAPI document', () => {
     const ts = astToString(ast)
     expect(ts).toContain('"/api/v1/endpoints/{id}"')
     expect(ts).toContain('Idempotency-Key')
+    // The README's typed-client example compiles against these types (strict, as the project is compiled).
+    const readme = readFileSync(join(import.meta.dirname, '..', '..', 'README.md'), 'utf8')
+    const example = /```ts\n(import createClient from 'openapi-fetch'[\s\S]*?)```/.exec(readme)?.[1]
+    expect(example, 'the README shows a typed client').toBeDefined()
+    mkdirSync(join(import.meta.dirname, '..', '..', '.data'), { recursive: true })
+    const dir = mkdtempSync(join(import.meta.dirname, '..', '..', '.data', 'client-'))
+    try {
+      writeFileSync(join(dir, 'tollgate-api.d.ts'), ts)
+      writeFileSync(join(dir, 'example.ts'), example!)
+      // And a wrong call (a required field left out) does not.
+      writeFileSync(join(dir, 'wrong.ts'), example!.replace(", description: 'Order #1'", ''))
+      const check = (file: string) => {
+        const program = tsc.createProgram([join(dir, file)], {
+          module: tsc.ModuleKind.NodeNext,
+          moduleResolution: tsc.ModuleResolutionKind.NodeNext,
+          target: tsc.ScriptTarget.ES2023,
+          strict: true,
+          noEmit: true,
+          skipLibCheck: true,
+          allowImportingTsExtensions: true,
+          types: ['node'],
+        })
+        return tsc
+          .getPreEmitDiagnostics(program)
+          .map((d) => tsc.flattenDiagnosticMessageText(d.messageText, '\n'))
+      }
+      expect(check('example.ts')).toEqual([])
+      expect(check('wrong.ts').join('\n')).toMatch(/description/)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
     // The lint can fail: a document with a broken operation is refused.
     const broken = structuredClone(doc)
     broken.paths['/api/v1/account'].get.responses = 'none'
