@@ -1,6 +1,7 @@
 // Command-line entry: load the configuration, then either run one service in this process or (workers > 1)
 // supervise N worker processes on one port; print where it listens, drain on SIGTERM.
 import { AggregatorRegistry } from 'prom-client'
+import { devChainFilePath, removeDevChainFile, writeDevChainFile } from './cli/dev-chain-file.ts'
 import { ConfigError, loadConfig } from './config/load.ts'
 import type { Config } from './config/schema.ts'
 import { startSupervisor, workerCount, workerEnv } from './data-plane/workers.ts'
@@ -28,8 +29,30 @@ async function main(): Promise<void> {
   const count = workerCount(config)
   if (count > 1) return runSupervisor(config, count)
   const service = await startService(config)
+  if (service.chain.devChain) writeDevChain(config, service)
   process.stdout.write(`${banner(config, service).join('\n')}\n\n`)
-  onSignals(config, service.logger, () => service.stop())
+  onSignals(config, service.logger, () => {
+    if (service.chain.devChain) removeDevChainFile()
+    return service.stop()
+  })
+}
+
+/** For npm run pay / reconcile: the dev chain's random RPC port and the demo payer, nothing to copy. */
+function writeDevChain(config: Config, service: Service): void {
+  const { chain } = service
+  const payer = chain.devChain?.payers[0]
+  writeDevChainFile({
+    rpc_url: chain.rpcUrl,
+    chain_id: chain.chainId,
+    usdc_address: chain.usdc.address,
+    treasury: chain.treasury,
+    payer: payer ? { address: payer.address, private_key: payer.privateKey } : null,
+    api_url: service.url,
+    admin_url: `http://${config.admin.host}:${service.adminPort}`,
+    database: config.database.url ? 'server' : 'embedded',
+    pid: process.pid,
+    written_at: new Date().toISOString(),
+  })
 }
 
 /** One of N data-plane processes: the parent's database, jobs in worker 0 only on the embedded database. */
@@ -72,6 +95,8 @@ function banner(config: Config, service: Service): string[] {
     `  database  ${config.database.url ? 'PostgreSQL server' : `embedded PGlite in ${config.database.data_dir}`}`,
   ]
   const payer = chain.devChain?.payers[0]
+  if (chain.devChain)
+    lines.push(`  dev chain ${devChainFilePath()} (read by npm run pay and npm run reconcile)`)
   if (payer) {
     lines.push(
       `  demo payer ${payer.address} holds ${formatDollars(configDollars(config.chain.dev_payer_funding))} USDC`,
@@ -80,7 +105,7 @@ function banner(config: Config, service: Service): string[] {
       'try (README, five-minute walk-through):',
       `  curl -s -X POST ${service.url}/api/v1/register -H 'content-type: application/json' \\`,
       `       -d '{"wallet_address":"${chain.devChain!.payers[1]?.address ?? payer.address}","business_name":"Demo"}'`,
-      `  RPC_URL=${chain.rpcUrl} npm run pay -- <metered_url>     # pays its price with the demo payer, prints the tx hash`,
+      '  npm run pay -- <metered_url>     # pays its price with the demo payer, prints the tx hash',
     )
   }
   return lines

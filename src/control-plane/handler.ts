@@ -6,6 +6,7 @@ import { ApiError, errorBody } from './api-error.ts'
 import { authenticate } from './auth.ts'
 import type { ControlPlaneDeps } from './deps.ts'
 import { requestFingerprint, withIdempotency } from './idempotency.ts'
+import { openApiRoute } from './openapi.ts'
 import type { Route, RouteContext, RouteResult } from './route.ts'
 import { accountRoutes } from './routes/accounts.ts'
 import { callRoutes } from './routes/calls.ts'
@@ -33,16 +34,19 @@ function compile(route: Route): CompiledRoute {
 
 const JSON_HEADERS = { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' }
 
+/** Every /api/v1 route; the OpenAPI document describes exactly these. */
+export const API_ROUTES: readonly Route[] = [
+  ...accountRoutes,
+  ...endpointRoutes,
+  ...callRoutes,
+  ...paymentRoutes,
+  ...webhookRoutes,
+  ...payoutRoutes,
+  openApiRoute(() => API_ROUTES),
+]
+
 export function createApiHandler(deps: ControlPlaneDeps, extraRoutes: Route[] = []): ApiHandler {
-  const routes = [
-    ...accountRoutes,
-    ...endpointRoutes,
-    ...callRoutes,
-    ...paymentRoutes,
-    ...webhookRoutes,
-    ...payoutRoutes,
-    ...extraRoutes,
-  ].map(compile)
+  const routes = [...API_ROUTES, ...extraRoutes].map(compile)
 
   return async function handleApi(req: ApiRequest): Promise<ApiResponse> {
     const started = performance.now()

@@ -1,5 +1,6 @@
 // What a route file declares: method, path pattern, whether it needs an API key, and its handler.
 
+import type * as v from 'valibot'
 import type { AccountRow } from '../db/accounts.ts'
 import type { Sql, Tx } from '../db/sql.ts'
 import type { ApiRequest } from '../http-exchange.ts'
@@ -31,5 +32,23 @@ export interface Route {
   auth: boolean
   /** Creating POSTs honour Idempotency-Key. */
   idempotent?: boolean
+  /** What the OpenAPI document says about it (openapi.ts); required so no route goes undocumented. */
+  doc: RouteDoc
   handler(ctx: RouteContext): Promise<RouteResult>
+}
+
+export interface RouteDoc {
+  summary: string
+  description?: string
+  /** The request body's schema (the one the handler parses with parseBody). */
+  body?: v.GenericSchema
+  /** Whether the body may be left out (e.g. roll, redeliver). */
+  bodyOptional?: boolean
+  /** Query parameters (a list route's pagination is added by `list: true`). */
+  query?: v.ObjectEntries
+  list?: boolean
+  /** The success answer: status and schema. */
+  response: { status: number; schema: v.GenericSchema; description?: string }
+  /** Error statuses this route can answer beyond those its shape implies (auth, body, path id). */
+  errors?: number[]
 }

@@ -1,25 +1,15 @@
-// The hosted checkout in a real browser (Debian's chromium, headless, through playwright-core): the page
+// The hosted checkout in a real browser (headless chromium through playwright-core, see launch.ts): the page
 // shows the amount and QR code; an injected EIP-1193 wallet backed by a viem account on anvil pays it; the
 // receipt appears without a reload. Screenshots at phone and desktop widths go to test/artifacts/.
 import { mkdirSync } from 'node:fs'
-import { type Browser, chromium, type Page } from 'playwright-core'
+import type { Browser, Page } from 'playwright-core'
 import { createWalletClient, type Hex, http } from 'viem'
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
 import { type Funded, fundedAccount } from '../helpers/accounts.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
+import { launchChromium } from './launch.ts'
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 const ARTIFACTS = new URL('../artifacts/', import.meta.url).pathname
-const ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-]
 
 let svc: TestService
 let browser: Browser
@@ -30,7 +20,7 @@ beforeAll(async () => {
   mkdirSync(ARTIFACTS, { recursive: true })
   ;[svc, browser, payer] = await Promise.all([
     startTestService(),
-    chromium.launch({ executablePath: CHROMIUM, args: ARGS }),
+    launchChromium().then((l) => l.browser),
     fundedAccount(1_000_000_000n),
   ])
   merchant = await registerMerchant(svc)

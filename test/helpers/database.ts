@@ -2,6 +2,7 @@
 // an in-memory embedded PGlite when no server is given (each service instance gets its own then).
 import { randomBytes } from 'node:crypto'
 import postgres from 'postgres'
+import { inject } from 'vitest'
 
 export const serverUrl = process.env.DATABASE_URL || null
 export const usingServer = serverUrl !== null
@@ -11,7 +12,8 @@ export const describeWithServer = usingServer ? 'server' : 'embedded'
 
 export async function freshDatabaseUrl(): Promise<string | null> {
   if (!serverUrl) return null
-  const name = `tollgate_t_${randomBytes(6).toString('hex')}`
+  // The run's prefix: global teardown drops this run's databases and no other run's.
+  const name = `${inject('databasePrefix')}${randomBytes(6).toString('hex')}`
   const admin = postgres(serverUrl, { max: 1, onnotice: () => {} })
   try {
     await admin.unsafe(`CREATE DATABASE ${name}`)

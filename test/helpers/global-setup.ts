@@ -1,4 +1,10 @@
-// Starts one anvil with the project's test USDC for the whole run; tests reach it through inject().
+// Once per test project: starts one anvil with the project's test USDC (tests reach it through inject());
+// says which server-only tests skip without DATABASE_URL and how to run them; and after the run drops the
+// databases this run created on the server (tollgate_t_<run>_…, never another run's).
+import { randomBytes } from 'node:crypto'
+import { readdirSync, readFileSync } from 'node:fs'
+import { join, relative } from 'node:path'
+import postgres from 'postgres'
 import type { TestProject } from 'vitest/node'
 import { startDevChain } from '../../src/chain/dev-chain.ts'
 
@@ -7,15 +13,62 @@ declare module 'vitest' {
     rpcUrl: string
     usdcAddress: string
     chainId: number
+    /** Prefix of this run's test databases on the server. */
+    databasePrefix: string
   }
 }
 
+const TEST_ROOT = join(import.meta.dirname, '..')
+
+/** Test files with suites or tests that run only on a PostgreSQL server (`runIf(usingServer)`). */
+export function serverOnlyTestFiles(): string[] {
+  const files: string[] = []
+  const walk = (dir: string) => {
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      const path = join(dir, entry.name)
+      if (entry.isDirectory()) walk(path)
+      else if (entry.name.endsWith('.test.ts') && readFileSync(path, 'utf8').includes('runIf(usingServer)'))
+        files.push(relative(join(TEST_ROOT, '..'), path))
+    }
+  }
+  walk(TEST_ROOT)
+  return files.sort()
+}
+
 export default async function setup(project: TestProject) {
+  const serverUrl = process.env.DATABASE_URL || null
+  const databasePrefix = `tollgate_t_${randomBytes(3).toString('hex')}_`
+  if (!serverUrl && project.name === 'integration') {
+    process.stderr.write(
+      `\nserver-only tests in these files skip without DATABASE_URL (they need several sessions on one PostgreSQL server; PGlite is one):\n${serverOnlyTestFiles()
+        .map((f) => `  ${f}`)
+        .join(
+          '\n',
+        )}\nrun them with a server: DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres npm test\n\n`,
+    )
+  }
   const chain = await startDevChain({ payers: 0, payerFunding: 0n })
   project.provide('rpcUrl', chain.rpcUrl)
   project.provide('usdcAddress', chain.usdcAddress)
   project.provide('chainId', chain.chainId)
+  project.provide('databasePrefix', databasePrefix)
   return async () => {
     await chain.stop()
+    if (serverUrl) await dropTestDatabases(serverUrl, databasePrefix)
+  }
+}
+
+/** Drops the databases whose names start with prefix; FORCE ends sessions a stopped test left open. */
+export async function dropTestDatabases(serverUrl: string, prefix: string): Promise<string[]> {
+  if (!/^tollgate_t_[0-9a-f]+_$/.test(prefix))
+    throw new Error(`refusing to drop databases by prefix ${prefix}`)
+  const admin = postgres(serverUrl, { max: 1, onnotice: () => {} })
+  try {
+    const rows = await admin<{ datname: string }[]>`
+      SELECT datname FROM pg_database WHERE starts_with(datname, ${prefix})`
+    for (const { datname } of rows) await admin.unsafe(`DROP DATABASE IF EXISTS "${datname}" WITH (FORCE)`)
+    return rows.map((r) => r.datname)
+  } finally {
+    await admin.end()
   }
 }

@@ -62,21 +62,17 @@ describe.runIf(usingServer)('two instances on one database', () => {
   it('npm run reconcile: exit 0 when the books match, 1 with the difference listed when they do not', async () => {
     const root = join(import.meta.dirname, '..', '..')
     const run = () =>
-      promisify(execFile)(
-        join(root, 'node_modules', '.bin', 'tsx'),
-        ['src/control-plane/jobs/reconcile-cli.ts'],
-        {
-          cwd: root,
-          env: {
-            ...process.env,
-            NODE_ENV: 'test',
-            DATABASE_URL: a.databaseUrl,
-            RPC_URL: inject('rpcUrl'),
-            USDC_ADDRESS: inject('usdcAddress'),
-            TREASURY_PRIVATE_KEY: a.treasury.privateKey,
-          },
+      promisify(execFile)(join(root, 'node_modules', '.bin', 'tsx'), ['src/cli/reconcile.ts'], {
+        cwd: root,
+        env: {
+          ...process.env,
+          NODE_ENV: 'test',
+          DATABASE_URL: a.databaseUrl,
+          RPC_URL: inject('rpcUrl'),
+          USDC_ADDRESS: inject('usdcAddress'),
+          TREASURY_PRIVATE_KEY: a.treasury.privateKey,
         },
-      ).then(
+      }).then(
         (r) => ({ code: 0, out: r.stdout }),
         (e: { code: number; stdout: string; stderr: string }) => ({ code: e.code, out: e.stdout + e.stderr }),
       )

@@ -4,10 +4,11 @@ import { getAddress, isAddress } from 'viem'
 import { type AccountRow, expireOtherKeys, insertAccount, insertApiKey } from '../../db/accounts.ts'
 import { apiKeyHint, hashApiKey, newApiKey, newId } from '../../ids.ts'
 import { ApiError } from '../api-error.ts'
+import { Address, Network, Timestamp } from '../api-schemas.ts'
 import type { ControlPlaneDeps } from '../deps.ts'
 import type { Route } from '../route.ts'
 import { parseBody } from '../validation.ts'
-import { cachedAccountBalance } from './payouts.ts'
+import { BalanceObject, cachedAccountBalance } from './payouts.ts'
 
 const RegisterBody = v.strictObject({
   wallet_address: v.string('must be a string'),
@@ -32,7 +33,32 @@ const RollBody = v.optional(
   }),
 )
 
-export function presentAccount(a: AccountRow, deps: ControlPlaneDeps) {
+export const AccountObject = v.strictObject({
+  id: v.string(),
+  object: v.literal('account'),
+  wallet_address: Address,
+  business_name: v.string(),
+  network: Network,
+  chain_id: v.number(),
+  livemode: v.boolean(),
+  created_at: Timestamp,
+})
+const RegisterResponse = v.strictObject({
+  account: AccountObject,
+  api_key: v.pipe(v.string(), v.description('shown this once; only its hash is stored')),
+})
+const AccountWithBalance = v.strictObject({
+  ...AccountObject.entries,
+  balance: v.strictObject({ ...BalanceObject.entries, as_of: Timestamp }),
+})
+const RolledKey = v.strictObject({
+  object: v.literal('api_key'),
+  id: v.string(),
+  api_key: v.string(),
+  previous_keys_expire_at: Timestamp,
+})
+
+export function presentAccount(a: AccountRow, deps: ControlPlaneDeps): v.InferOutput<typeof AccountObject> {
   return {
     id: a.id,
     object: 'account',
@@ -56,6 +82,11 @@ export const accountRoutes: Route[] = [
     method: 'POST',
     path: '/register',
     auth: false,
+    doc: {
+      summary: 'Open an account (no credential); the answer holds the API key, shown once',
+      body: RegisterBody,
+      response: { status: 201, schema: RegisterResponse },
+    },
     async handler({ body, deps }) {
       const input = parseBody(RegisterBody, body)
       const wallet = normaliseWalletAddress(input.wallet_address.trim())
@@ -91,6 +122,10 @@ export const accountRoutes: Route[] = [
     method: 'GET',
     path: '/account',
     auth: true,
+    doc: {
+      summary: "The caller's account with its balance",
+      response: { status: 200, schema: AccountWithBalance },
+    },
     async handler({ account, deps }) {
       return {
         status: 200,
@@ -102,6 +137,12 @@ export const accountRoutes: Route[] = [
     method: 'POST',
     path: '/account/api-keys/roll',
     auth: true,
+    doc: {
+      summary: 'A new API key; the old ones stop now or after grace_period_ms',
+      body: RollBody,
+      bodyOptional: true,
+      response: { status: 201, schema: RolledKey },
+    },
     async handler({ account, body, deps }) {
       const input = parseBody(RollBody, body ?? {})
       const graceMs = input?.grace_period_ms ?? 0

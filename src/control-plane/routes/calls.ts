@@ -1,11 +1,28 @@
 // GET /calls: an owner's captured metered calls, newest first, optionally for one endpoint.
+import * as v from 'valibot'
 import { type CallRow, listCalls } from '../../db/calls.ts'
 import { toDollars } from '../../money.ts'
 import { ApiError } from '../api-error.ts'
+import { Atomic, Dollars, listOf, Timestamp } from '../api-schemas.ts'
 import { listResponse, readPage } from '../pagination.ts'
 import type { Route } from '../route.ts'
 
-export function presentCall(c: CallRow) {
+export const CallObject = v.strictObject({
+  id: v.string(),
+  object: v.literal('call'),
+  endpoint_id: v.string(),
+  payer: v.string(),
+  proof: v.pipe(v.string(), v.description('the transaction hash, or the x402 authorization key')),
+  amount: Dollars,
+  amount_atomic: Atomic,
+  owner_share_atomic: Atomic,
+  fee_atomic: Atomic,
+  upstream_status: v.number(),
+  method: v.string(),
+  created_at: Timestamp,
+})
+
+export function presentCall(c: CallRow): v.InferOutput<typeof CallObject> {
   return {
     id: c.id,
     object: 'call',
@@ -27,6 +44,12 @@ export const callRoutes: Route[] = [
     method: 'GET',
     path: '/calls',
     auth: true,
+    doc: {
+      summary: 'Captured metered calls, newest first',
+      list: true,
+      query: { endpoint_id: v.optional(v.string()) },
+      response: { status: 200, schema: listOf(CallObject) },
+    },
     async handler({ query, account, db }) {
       const page = readPage(query)
       const endpointId = query.get('endpoint_id')

@@ -13,6 +13,7 @@ import { newId } from '../../ids.ts'
 import { configDollars, parseDollars, toDollars } from '../../money.ts'
 import { checkTargetUrl } from '../../ssrf.ts'
 import { ApiError } from '../api-error.ts'
+import { Atomic, DeletedObject, Dollars, listOf, Network, Timestamp } from '../api-schemas.ts'
 import type { ControlPlaneDeps } from '../deps.ts'
 import { listResponse, readPage } from '../pagination.ts'
 import type { Route } from '../route.ts'
@@ -36,7 +37,7 @@ const RESERVED_HEADERS = new Set([
   'x-forwarded-proto',
 ])
 
-const Price = v.union([v.number(), v.string()], 'must be a number of dollars')
+const Price = v.union([v.number(), v.string()], 'must be a number or decimal string')
 const UpstreamHeaders = v.pipe(
   v.record(
     v.string(),
@@ -78,9 +79,9 @@ const UpdateBody = v.strictObject({
 
 function readPrice(raw: unknown, deps: ControlPlaneDeps): bigint {
   const parsed = parseDollars(raw)
-  if (!parsed.ok) throw new ApiError('invalid_parameter', `price: ${parsed.reason}`, 'price')
+  if (!parsed.ok) throw new ApiError('invalid_parameter', `price ${parsed.reason}`, 'price')
   if (parsed.atomic > configDollars(deps.config.proxy.max_price)) {
-    throw new ApiError('invalid_parameter', `price: must be at most ${deps.config.proxy.max_price}`, 'price')
+    throw new ApiError('invalid_parameter', `price must be at most ${deps.config.proxy.max_price}`, 'price')
   }
   return parsed.atomic
 }
@@ -101,7 +102,32 @@ function maskHeaders(headers: Record<string, string>): Record<string, string> {
   return out
 }
 
-export function presentEndpoint(e: EndpointRow, deps: ControlPlaneDeps) {
+export const EndpointObject = v.strictObject({
+  id: v.string(),
+  object: v.literal('endpoint'),
+  name: v.nullable(v.string()),
+  description: v.nullable(v.string()),
+  upstream_url: v.string(),
+  upstream_headers: v.pipe(
+    v.record(v.string(), v.string()),
+    v.description('values masked: only the last 4 characters are shown'),
+  ),
+  price: Dollars,
+  price_atomic: Atomic,
+  currency: v.literal('USDC'),
+  network: Network,
+  status: v.picklist(['active', 'disabled']),
+  active: v.boolean(),
+  timeout_ms: v.number(),
+  metered_url: v.pipe(v.string(), v.description('{host}/m/{endpoint_id}: callers pay per call here')),
+  created_at: Timestamp,
+  updated_at: Timestamp,
+})
+
+export function presentEndpoint(
+  e: EndpointRow,
+  deps: ControlPlaneDeps,
+): v.InferOutput<typeof EndpointObject> {
   return {
     id: e.id,
     object: 'endpoint',
@@ -138,6 +164,11 @@ export const endpointRoutes: Route[] = [
     path: '/endpoints',
     auth: true,
     idempotent: true,
+    doc: {
+      summary: 'Put a price on an upstream API; the answer has its metered_url',
+      body: CreateBody,
+      response: { status: 201, schema: EndpointObject },
+    },
     async handler({ body, account, db, deps }) {
       const input = parseBody(CreateBody, body)
       const priceAtomic = readPrice(input.price, deps)
@@ -159,6 +190,11 @@ export const endpointRoutes: Route[] = [
     method: 'GET',
     path: '/endpoints',
     auth: true,
+    doc: {
+      summary: "The account's endpoints",
+      list: true,
+      response: { status: 200, schema: listOf(EndpointObject) },
+    },
     async handler({ query, account, db, deps }) {
       const page = readPage(query)
       const rows = await listEndpoints(db, {
@@ -173,6 +209,7 @@ export const endpointRoutes: Route[] = [
     method: 'GET',
     path: '/endpoints/:id',
     auth: true,
+    doc: { summary: 'One endpoint', response: { status: 200, schema: EndpointObject } },
     async handler(ctx) {
       return { status: 200, body: presentEndpoint(await ownedOr404(ctx, ctx.params.id!), ctx.deps) }
     },
@@ -181,6 +218,11 @@ export const endpointRoutes: Route[] = [
     method: 'PATCH',
     path: '/endpoints/:id',
     auth: true,
+    doc: {
+      summary: 'Change price, target, headers, name, timeout or status (active / disabled)',
+      body: UpdateBody,
+      response: { status: 200, schema: EndpointObject },
+    },
     async handler(ctx) {
       const { deps } = ctx
       const input = parseBody(UpdateBody, ctx.body)
@@ -206,6 +248,7 @@ export const endpointRoutes: Route[] = [
     method: 'DELETE',
     path: '/endpoints/:id',
     auth: true,
+    doc: { summary: 'Delete an endpoint', response: { status: 200, schema: DeletedObject } },
     async handler({ params, account, deps }) {
       const deleted = await deps.sql.begin((tx) => deleteEndpoint(tx, account.id, params.id!))
       if (!deleted) throw new ApiError('not_found', `no endpoint ${params.id}`, 'id')

@@ -5,6 +5,7 @@ import { EVENT_TYPES } from '../../db/events.ts'
 import { type DeliveryRow, requeueDeliveries, subscribedWebhookIds } from '../../db/webhook-deliveries.ts'
 import { findOwnedWebhook } from '../../db/webhooks.ts'
 import { ApiError } from '../api-error.ts'
+import { listOf, Timestamp } from '../api-schemas.ts'
 import { listResponse, readPage } from '../pagination.ts'
 import type { Route } from '../route.ts'
 import { parseBody } from '../validation.ts'
@@ -14,6 +15,24 @@ const RedeliverBody = v.strictObject({
     v.pipe(v.string('must be a string'), v.regex(/^wh_[0-9A-Za-z]+$/, 'must be a webhook id')),
   ),
 })
+
+export const EventObject = v.strictObject({
+  id: v.string(),
+  object: v.literal('event'),
+  type: v.picklist(EVENT_TYPES),
+  created_at: Timestamp,
+  data: v.pipe(v.record(v.string(), v.unknown()), v.description('the object the event is about')),
+  pending_webhooks: v.number(),
+})
+export const QueuedDelivery = v.strictObject({
+  id: v.string(),
+  object: v.literal('webhook_delivery'),
+  webhook_id: v.string(),
+  event_id: v.string(),
+  status: v.picklist(['pending', 'delivered', 'failed']),
+  next_attempt_at: Timestamp,
+})
+const Redelivered = v.strictObject({ ...listOf(QueuedDelivery).entries, event_id: v.string() })
 
 export function presentEvent(e: EventRow) {
   return {
@@ -50,6 +69,17 @@ export const eventRoutes: Route[] = [
     method: 'GET',
     path: '/events',
     auth: true,
+    doc: {
+      summary: "The account's events, newest first",
+      list: true,
+      query: {
+        type: v.optional(v.picklist(EVENT_TYPES)),
+        delivery_success: v.optional(
+          v.pipe(v.boolean(), v.description('false: only events some webhook has not received yet')),
+        ),
+      },
+      response: { status: 200, schema: listOf(EventObject) },
+    },
     async handler({ query, account, db }) {
       const page = readPage(query)
       const type = query.get('type')
@@ -70,6 +100,7 @@ export const eventRoutes: Route[] = [
     method: 'GET',
     path: '/events/:id',
     auth: true,
+    doc: { summary: 'One event', response: { status: 200, schema: EventObject } },
     async handler({ params, account, db }) {
       const event = await findAccountEvent(db, account.id, params.id!)
       if (!event) throw new ApiError('not_found', `no event ${params.id}`, 'id')
@@ -80,6 +111,13 @@ export const eventRoutes: Route[] = [
     method: 'POST',
     path: '/events/:id/redeliver',
     auth: true,
+    doc: {
+      summary: 'Send an event again, to one webhook or to every subscribed one',
+      body: RedeliverBody,
+      bodyOptional: true,
+      response: { status: 202, schema: Redelivered },
+      errors: [409],
+    },
     async handler({ params, account, db, body }) {
       const input = body === undefined ? {} : parseBody(RedeliverBody, body)
       const event = await findAccountEvent(db, account.id, params.id!)

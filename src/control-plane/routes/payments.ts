@@ -14,6 +14,16 @@ import {
 import { newId } from '../../ids.ts'
 import { configDollars, parseDollars } from '../../money.ts'
 import { ApiError } from '../api-error.ts'
+import {
+  Address,
+  Atomic,
+  Dollars,
+  listOf,
+  Network,
+  NullableTimestamp,
+  Timestamp,
+  TxHash,
+} from '../api-schemas.ts'
 import type { ControlPlaneDeps } from '../deps.ts'
 import { listResponse, readPage } from '../pagination.ts'
 import type { Route } from '../route.ts'
@@ -46,7 +56,7 @@ const Metadata = v.pipe(
 )
 
 const CreateBody = v.strictObject({
-  amount: v.union([v.number(), v.string()], 'must be a number of dollars'),
+  amount: v.union([v.number(), v.string()], 'must be a number or decimal string'),
   description: v.pipe(
     v.string('must be a string'),
     v.trim(),
@@ -66,13 +76,45 @@ const CreateBody = v.strictObject({
   success_url: v.optional(v.nullable(SuccessUrl)),
 })
 
+export const PaymentObject = v.strictObject({
+  id: v.string(),
+  object: v.literal('payment'),
+  status: v.picklist(STATUSES),
+  amount: Dollars,
+  amount_atomic: Atomic,
+  amount_received: Dollars,
+  amount_received_atomic: Atomic,
+  amount_due: Dollars,
+  amount_due_atomic: Atomic,
+  amount_excess_atomic: v.pipe(Atomic, v.description('paid beyond the amount; captured with the payment')),
+  currency: v.literal('USDC'),
+  description: v.string(),
+  metadata: v.record(v.string(), v.string()),
+  recipient: Address,
+  network: Network,
+  chain_id: v.number(),
+  asset: Address,
+  payment_url: v.pipe(v.string(), v.description('{host}/pay/{payment_id}: the hosted checkout')),
+  success_url: v.nullable(v.string()),
+  created_at: Timestamp,
+  expires_at: Timestamp,
+  paid_at: NullableTimestamp,
+  canceled_at: NullableTimestamp,
+  transaction: v.nullable(TxHash),
+  payer: v.nullable(Address),
+})
+
+/** One step of a payment's history; the fields beside type and created_at depend on the type. */
+const TimelineEntry = v.looseObject({ type: v.string(), created_at: Timestamp })
+const PaymentWithTimeline = v.strictObject({ ...PaymentObject.entries, timeline: v.array(TimelineEntry) })
+
 function readAmount(raw: unknown, deps: ControlPlaneDeps): bigint {
   const parsed = parseDollars(raw)
-  if (!parsed.ok) throw new ApiError('invalid_parameter', `amount: ${parsed.reason}`, 'amount')
+  if (!parsed.ok) throw new ApiError('invalid_parameter', `amount ${parsed.reason}`, 'amount')
   if (parsed.atomic > configDollars(deps.config.payments.max_amount)) {
     throw new ApiError(
       'invalid_parameter',
-      `amount: must be at most ${deps.config.payments.max_amount}`,
+      `amount must be at most ${deps.config.payments.max_amount}`,
       'amount',
     )
   }
@@ -101,6 +143,11 @@ export const paymentRoutes: Route[] = [
     path: '/payments',
     auth: true,
     idempotent: true,
+    doc: {
+      summary: 'Create a payment; the customer pays it at payment_url',
+      body: CreateBody,
+      response: { status: 201, schema: PaymentObject },
+    },
     async handler({ body, account, db, deps }) {
       const input = parseBody(CreateBody, body)
       const amountAtomic = readAmount(input.amount, deps)
@@ -123,6 +170,12 @@ export const paymentRoutes: Route[] = [
     method: 'GET',
     path: '/payments',
     auth: true,
+    doc: {
+      summary: "The account's payments, newest first",
+      list: true,
+      query: { status: v.optional(v.picklist(STATUSES)) },
+      response: { status: 200, schema: listOf(PaymentObject) },
+    },
     async handler({ query, account, db, deps }) {
       const page = readPage(query)
       const status = query.get('status')
@@ -143,6 +196,7 @@ export const paymentRoutes: Route[] = [
     method: 'GET',
     path: '/payments/:id',
     auth: true,
+    doc: { summary: 'One payment with its timeline', response: { status: 200, schema: PaymentWithTimeline } },
     async handler({ params, account, db, deps }) {
       const id = params.id!
       const row = PAYMENT_ID.test(id) ? await findOwnedPayment(db, account.id, id) : null
@@ -159,6 +213,13 @@ export const paymentRoutes: Route[] = [
     method: 'POST',
     path: '/payments/:id/cancel',
     auth: true,
+    doc: {
+      summary: 'Cancel a pending payment (409 invalid_state otherwise)',
+      body: v.strictObject({}),
+      bodyOptional: true,
+      response: { status: 200, schema: PaymentObject },
+      errors: [409],
+    },
     async handler({ params, account, body, deps }) {
       if (body !== undefined) parseBody(v.strictObject({}), body)
       const id = params.id!

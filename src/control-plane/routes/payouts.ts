@@ -1,6 +1,7 @@
-import { LRUCache } from 'lru-cache'
 // GET /payouts, /payouts/:id: the account's payouts (owner shares and refunds of its calls) with their
 // on-chain transactions; and the balance view GET /account shows.
+import { LRUCache } from 'lru-cache'
+import * as v from 'valibot'
 import { type AccountBalance, accountBalance } from '../../db/ledger.ts'
 import {
   type AccountPayoutRow,
@@ -12,17 +13,57 @@ import {
 import type { Sql, Tx } from '../../db/sql.ts'
 import { toDollars } from '../../money.ts'
 import { ApiError } from '../api-error.ts'
+import { Address, Atomic, Dollars, listOf, NullableTimestamp, Timestamp, TxHash } from '../api-schemas.ts'
 import { listResponse, readPage } from '../pagination.ts'
 import type { Route } from '../route.ts'
 
 const STATUSES: readonly PayoutStatus[] = ['pending', 'submitted', 'confirmed', 'failed']
+
+const AmountPair = v.strictObject({ amount: Dollars, amount_atomic: Atomic })
+
+export const PayoutObject = v.strictObject({
+  id: v.string(),
+  object: v.literal('payout'),
+  status: v.picklist(['pending', 'submitted', 'confirmed', 'failed']),
+  kind: v.picklist(['payout', 'refund', 'mixed']),
+  wallet: Address,
+  amount: Dollars,
+  amount_atomic: Atomic,
+  account_amount_atomic: v.optional(
+    v.pipe(Atomic, v.description("this account's part of a payout to a wallet several accounts share")),
+  ),
+  currency: v.literal('USDC'),
+  transaction: v.nullable(TxHash),
+  nonce: v.number(),
+  block_number: v.nullable(v.number()),
+  entries_count: v.number(),
+  attempts: v.number(),
+  failure_reason: v.nullable(v.string()),
+  created_at: Timestamp,
+  submitted_at: NullableTimestamp,
+  confirmed_at: NullableTimestamp,
+  failed_at: NullableTimestamp,
+  next_attempt_at: NullableTimestamp,
+})
+
+export const BalanceObject = v.strictObject({
+  currency: v.literal('USDC'),
+  captured: AmountPair,
+  owner_share: AmountPair,
+  fees: AmountPair,
+  paid_out: AmountPair,
+  pending: AmountPair,
+  in_flight: AmountPair,
+  refunded: AmountPair,
+  refunds_pending: AmountPair,
+})
 
 export function presentPayout(p: AccountPayoutRow) {
   return payoutObject(p, { amount_atomic: p.account_amount_atomic })
 }
 
 /** `balance` of GET /account: dollars and base units for each total. */
-export function presentBalance(b: AccountBalance) {
+export function presentBalance(b: AccountBalance): v.InferOutput<typeof BalanceObject> {
   const pair = (atomic: bigint) => ({ amount: toDollars(atomic), amount_atomic: atomic.toString() })
   return {
     currency: 'USDC',
@@ -67,6 +108,12 @@ export const payoutRoutes: Route[] = [
     method: 'GET',
     path: '/payouts',
     auth: true,
+    doc: {
+      summary: "The account's payouts, newest first",
+      list: true,
+      query: { status: v.optional(v.picklist(STATUSES)) },
+      response: { status: 200, schema: listOf(PayoutObject) },
+    },
     async handler({ query, account, db }) {
       const page = readPage(query)
       const status = query.get('status')
@@ -86,6 +133,7 @@ export const payoutRoutes: Route[] = [
     method: 'GET',
     path: '/payouts/:id',
     auth: true,
+    doc: { summary: 'One payout', response: { status: 200, schema: PayoutObject } },
     async handler({ params, account, db }) {
       const row = await findAccountPayout(db, account.id, params.id!)
       // Another account's payout is indistinguishable from a missing one.

@@ -23,6 +23,7 @@ import {
 import { newId } from '../../ids.ts'
 import { checkTargetUrl, isPrivateAddress } from '../../ssrf.ts'
 import { ApiError } from '../api-error.ts'
+import { DeletedObject, listOf, NullableTimestamp, Timestamp } from '../api-schemas.ts'
 import { newWebhookSecret } from '../jobs/webhook-signature.ts'
 import { listResponse, readPage } from '../pagination.ts'
 import type { Route, RouteContext } from '../route.ts'
@@ -80,7 +81,44 @@ async function readWebhookUrl(raw: string, allowPrivate: boolean): Promise<strin
   return checked.url.toString()
 }
 
-export function presentWebhook(w: WebhookRow) {
+export const WebhookObject = v.strictObject({
+  id: v.string(),
+  object: v.literal('webhook'),
+  url: v.string(),
+  events: v.array(v.string()),
+  status: v.picklist(['enabled', 'disabled']),
+  enabled: v.boolean(),
+  disabled_reason: v.nullable(v.string()),
+  failing_since: NullableTimestamp,
+  previous_secret_expires_at: NullableTimestamp,
+  created_at: Timestamp,
+})
+const WebhookWithSecret = v.strictObject({
+  ...WebhookObject.entries,
+  secret: v.pipe(v.string(), v.regex(/^whsec_/), v.description('the signing secret, shown once')),
+})
+const AttemptObject = v.strictObject({
+  attempted_at: Timestamp,
+  status_code: v.nullable(v.number()),
+  latency_ms: v.nullable(v.number()),
+  error: v.nullable(v.string()),
+  next_attempt_at: NullableTimestamp,
+})
+const DeliveryObject = v.strictObject({
+  id: v.string(),
+  object: v.literal('webhook_delivery'),
+  webhook_id: v.string(),
+  event_id: v.string(),
+  event_type: v.string(),
+  status: v.picklist(['pending', 'delivered', 'failed']),
+  attempts_count: v.number(),
+  next_attempt_at: NullableTimestamp,
+  delivered_at: NullableTimestamp,
+  created_at: Timestamp,
+  attempts: v.array(AttemptObject),
+})
+
+export function presentWebhook(w: WebhookRow): v.InferOutput<typeof WebhookObject> {
   return {
     id: w.id,
     object: 'webhook',
@@ -98,7 +136,7 @@ export function presentWebhook(w: WebhookRow) {
   }
 }
 
-function presentAttempt(a: AttemptRow) {
+function presentAttempt(a: AttemptRow): v.InferOutput<typeof AttemptObject> {
   return {
     attempted_at: a.attempted_at.toISOString(),
     status_code: a.status_code,
@@ -108,7 +146,7 @@ function presentAttempt(a: AttemptRow) {
   }
 }
 
-function presentDelivery(d: DeliveryRow, attempts: AttemptRow[]) {
+function presentDelivery(d: DeliveryRow, attempts: AttemptRow[]): v.InferOutput<typeof DeliveryObject> {
   return {
     id: d.id,
     object: 'webhook_delivery',
@@ -139,6 +177,11 @@ export const webhookRoutes: Route[] = [
     path: '/webhooks',
     auth: true,
     idempotent: true,
+    doc: {
+      summary: 'Register a receiver of signed events; the answer holds its secret, shown once',
+      body: CreateBody,
+      response: { status: 201, schema: WebhookWithSecret },
+    },
     async handler({ body, account, db, deps }) {
       const input = parseBody(CreateBody, body)
       const url = await readWebhookUrl(input.url, deps.config.proxy.allow_private_upstreams)
@@ -158,6 +201,11 @@ export const webhookRoutes: Route[] = [
     method: 'GET',
     path: '/webhooks',
     auth: true,
+    doc: {
+      summary: "The account's webhooks",
+      list: true,
+      response: { status: 200, schema: listOf(WebhookObject) },
+    },
     async handler({ query, account, db }) {
       const page = readPage(query)
       const rows = await listWebhooks(db, {
@@ -172,6 +220,7 @@ export const webhookRoutes: Route[] = [
     method: 'GET',
     path: '/webhooks/:id',
     auth: true,
+    doc: { summary: 'One webhook', response: { status: 200, schema: WebhookObject } },
     async handler(ctx) {
       return { status: 200, body: presentWebhook(await ownedOr404(ctx, ctx.params.id!)) }
     },
@@ -180,6 +229,11 @@ export const webhookRoutes: Route[] = [
     method: 'PATCH',
     path: '/webhooks/:id',
     auth: true,
+    doc: {
+      summary: 'Change url, events or status',
+      body: UpdateBody,
+      response: { status: 200, schema: WebhookObject },
+    },
     async handler(ctx) {
       const input = parseBody(UpdateBody, ctx.body)
       const changes: WebhookChanges = {}
@@ -196,6 +250,7 @@ export const webhookRoutes: Route[] = [
     method: 'DELETE',
     path: '/webhooks/:id',
     auth: true,
+    doc: { summary: 'Delete a webhook', response: { status: 200, schema: DeletedObject } },
     async handler({ params, account, deps }) {
       const deleted = await deps.sql.begin((tx) => deleteWebhook(tx, account.id, params.id!))
       if (!deleted) throw new ApiError('not_found', `no webhook ${params.id}`, 'id')
@@ -206,6 +261,10 @@ export const webhookRoutes: Route[] = [
     method: 'POST',
     path: '/webhooks/:id/rotate-secret',
     auth: true,
+    doc: {
+      summary: 'A new signing secret; the old one keeps signing beside it for 24 h',
+      response: { status: 200, schema: WebhookWithSecret },
+    },
     async handler({ params, account, db }) {
       const secret = newWebhookSecret()
       const row = await rotateWebhookSecret(db, {
@@ -222,6 +281,15 @@ export const webhookRoutes: Route[] = [
     method: 'GET',
     path: '/webhooks/:id/deliveries',
     auth: true,
+    doc: {
+      summary: "A webhook's deliveries with every attempt",
+      list: true,
+      query: {
+        status: v.optional(v.picklist(['pending', 'delivered', 'failed'])),
+        event_id: v.optional(v.string()),
+      },
+      response: { status: 200, schema: listOf(DeliveryObject) },
+    },
     async handler(ctx) {
       const { query } = ctx
       const webhook = await ownedOr404(ctx, ctx.params.id!)

@@ -1,0 +1,54 @@
+// The valibot pieces every route's response schema is built from (timestamps, money pairs, lists, the error
+// body), so the OpenAPI document and the presenters share one description of the wire format.
+import * as v from 'valibot'
+import { ERROR_CODES } from './api-error.ts'
+
+export const Timestamp = v.pipe(v.string(), v.isoTimestamp(), v.description('ISO 8601, UTC'))
+export const NullableTimestamp = v.nullable(Timestamp)
+/** Dollars as a JSON number (at most 6 decimals). */
+export const Dollars = v.pipe(v.number(), v.description('US dollars (USDC), at most 6 decimal places'))
+/** USDC base units (6 decimals) as a decimal string: exact where a JSON number is not. */
+export const Atomic = v.pipe(
+  v.string(),
+  v.regex(/^\d+$/),
+  v.description('USDC base units as a decimal string'),
+)
+export const Address = v.pipe(v.string(), v.regex(/^0x[0-9a-fA-F]{40}$/))
+export const TxHash = v.pipe(v.string(), v.regex(/^0x[0-9a-fA-F]{64}$/))
+export const Network = v.picklist(['local', 'base', 'base-sepolia'])
+
+/** Cursor-paginated list: newest first; pass the last id as starting_after for the next page. */
+export function listOf<S extends v.GenericSchema>(item: S) {
+  return v.strictObject({ object: v.literal('list'), data: v.array(item), has_more: v.boolean() })
+}
+
+export const ApiErrorBody = v.pipe(
+  v.strictObject({
+    error: v.strictObject({
+      type: v.string(),
+      code: v.picklist(
+        Object.keys(ERROR_CODES) as [keyof typeof ERROR_CODES, ...(keyof typeof ERROR_CODES)[]],
+      ),
+      message: v.string(),
+      param: v.optional(v.string()),
+    }),
+    request_id: v.string(),
+  }),
+  v.description('Every /api/v1 error. `param` names the field or parameter at fault.'),
+)
+
+export const DeletedObject = v.strictObject({
+  id: v.string(),
+  object: v.string(),
+  deleted: v.literal(true),
+})
+
+/** Query parameters every list route takes. */
+export const PageQuery = v.strictObject({
+  limit: v.optional(
+    v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(100), v.description('1–100, default 10')),
+  ),
+  starting_after: v.optional(
+    v.pipe(v.string(), v.description('the id of the last object of the previous page')),
+  ),
+})

@@ -1,0 +1,209 @@
+// The wire format of the public data-plane routes (/m/* metered calls, /pay/* checkout) for the OpenAPI
+// document. The control plane may not import the data plane, so their answers are described here, and the
+// contract test (test/control-plane/openapi.test.ts) holds both to this description with real responses.
+import * as v from 'valibot'
+import { Address, Atomic, Dollars, Network, NullableTimestamp, Timestamp, TxHash } from './api-schemas.ts'
+
+const PaymentStatus = v.picklist(['pending', 'paid', 'expired', 'canceled'])
+
+/** x402 v1 `exact` requirement, as standard x402 clients read it. */
+const ExactRequirement = v.strictObject({
+  scheme: v.literal('exact'),
+  network: v.string(),
+  maxAmountRequired: Atomic,
+  resource: v.string(),
+  description: v.string(),
+  mimeType: v.string(),
+  payTo: Address,
+  maxTimeoutSeconds: v.number(),
+  asset: Address,
+  extra: v.strictObject({ name: v.string(), version: v.string() }),
+})
+
+export const PaymentRequired = v.pipe(
+  v.strictObject({
+    error: v.pipe(
+      v.string(),
+      v.description(
+        'why payment is (still) required: payment_required, invalid_proof, payment_pending, transaction_failed, ' +
+          'no_transfer, wrong_asset, wrong_recipient, underpaid, proof_too_old, proof_already_used, wrong_network, ' +
+          'invalid_signature, authorization_not_yet_valid, authorization_expired, insufficient_funds, unsupported_proof',
+      ),
+    ),
+    expires_at: v.pipe(Timestamp, v.description('how long the quoted price holds')),
+    price: Dollars,
+    price_atomic: Atomic,
+    recipient: v.pipe(Address, v.description('the treasury: pay here')),
+    currency: v.literal('USDC'),
+    asset: v.pipe(Address, v.description('the USDC contract')),
+    network: Network,
+    chain_id: v.number(),
+    endpoint_id: v.optional(v.string()),
+    payment_id: v.optional(v.string()),
+    amount_received_atomic: v.optional(Atomic),
+    payment_status: v.optional(v.literal('pending')),
+    x402Version: v.literal(1),
+    accepts: v.array(ExactRequirement),
+  }),
+  v.description('The 402 requirement; the x402 v2 form is in the PAYMENT-REQUIRED header (base64 JSON).'),
+)
+
+export const CheckoutStatus = v.strictObject({
+  id: v.string(),
+  object: v.literal('payment'),
+  status: PaymentStatus,
+  business_name: v.string(),
+  description: v.string(),
+  amount: Dollars,
+  amount_atomic: Atomic,
+  amount_received: Dollars,
+  amount_received_atomic: Atomic,
+  amount_due: Dollars,
+  amount_due_atomic: Atomic,
+  currency: v.literal('USDC'),
+  network: Network,
+  chain_id: v.number(),
+  recipient: Address,
+  asset: Address,
+  expires_at: Timestamp,
+  paid_at: NullableTimestamp,
+  transaction: v.nullable(TxHash),
+  transaction_url: v.nullable(v.string()),
+  payer: v.nullable(Address),
+  success_url: v.nullable(v.string()),
+})
+
+export const PublicErrorBody = v.strictObject({
+  error: v.strictObject({ type: v.string(), code: v.string(), message: v.string() }),
+  request_id: v.optional(v.string()),
+  payment: v.optional(CheckoutStatus),
+  refund: v.optional(
+    v.pipe(
+      v.strictObject({ status: v.literal('scheduled'), transaction: v.string() }),
+      v.description('a proof the payment could not take: claimed and refunded to its sender'),
+    ),
+  ),
+})
+
+type Json = Record<string, unknown>
+
+/** Paths of the data plane, with schemas as $refs into components (filled by openapi.ts). */
+export function publicPaths(ref: (name: string) => Json): Json {
+  const json = (name: string, description: string, headers?: Json) => ({
+    description,
+    ...(headers ? { headers } : {}),
+    content: { 'application/json': { schema: ref(name) } },
+  })
+  const error = (description: string) => json('PublicError', description)
+  const required402 = json('PaymentRequired', 'payment required (or the proof was refused: see `error`)', {
+    'PAYMENT-REQUIRED': { description: 'x402 v2 requirement, base64 JSON', schema: { type: 'string' } },
+  })
+  const proofHeaders = [
+    {
+      name: 'x-payment',
+      in: 'header',
+      required: false,
+      description: 'a USDC transfer transaction hash, or an x402 v1 payload (base64 JSON)',
+      schema: { type: 'string' },
+    },
+    {
+      name: 'payment-signature',
+      in: 'header',
+      required: false,
+      description: 'an x402 v2 payload (base64 JSON)',
+      schema: { type: 'string' },
+    },
+  ]
+  const endpointId = { name: 'endpoint_id', in: 'path', required: true, schema: { type: 'string' } }
+  const paymentId = { name: 'payment_id', in: 'path', required: true, schema: { type: 'string' } }
+  const metered = (method: string) => ({
+    operationId: `${method}Metered`,
+    tags: ['metered'],
+    summary: `${method.toUpperCase()} through a metered endpoint (any method, any rest of path, is proxied)`,
+    security: [],
+    parameters: [endpointId, ...proofHeaders],
+    responses: {
+      '200': {
+        description:
+          "the upstream's answer, streamed, with a receipt (the upstream's own status: any below 500 is passed through and captured)",
+        headers: {
+          'x-payment-response': {
+            description: 'base64 JSON {success, transaction, network, payer}',
+            schema: { type: 'string' },
+          },
+        },
+        content: { '*/*': { schema: {} } },
+      },
+      '402': required402,
+      '404': error('endpoint_not_found: unknown or disabled endpoint'),
+      '409': error('payment_in_progress: another request is using this proof now (Retry-After)'),
+      '502': error('upstream_unreachable / upstream_forbidden; the proof stays valid for a retry'),
+      '503': error('verification_unavailable: the chain could not be asked (Retry-After)'),
+      '504': error('upstream_timeout; the proof stays valid for a retry'),
+    },
+  })
+  const html = { 'text/html': { schema: { type: 'string' } } }
+  return {
+    '/m/{endpoint_id}': { get: metered('get'), post: metered('post') },
+    '/pay/{payment_id}': {
+      get: {
+        operationId: 'getCheckout',
+        tags: ['checkout'],
+        summary: 'The hosted checkout: a page for browsers; for agents (Accept: application/json) the 402',
+        security: [],
+        parameters: [paymentId],
+        responses: {
+          '200': {
+            description: 'paid (JSON), or the checkout page (text/html)',
+            content: { 'application/json': { schema: ref('CheckoutStatus') }, ...html },
+          },
+          '402': required402,
+          '404': error('payment_not_found'),
+          '410': error('payment_expired / payment_canceled'),
+        },
+      },
+      post: {
+        operationId: 'payCheckout',
+        tags: ['checkout'],
+        summary: 'Pay a payment with a proof (x-payment: transaction hash)',
+        security: [],
+        parameters: [paymentId, ...proofHeaders],
+        responses: {
+          '200': json('CheckoutStatus', 'paid'),
+          '402': required402,
+          '404': error('payment_not_found'),
+          '409': error('payment_already_paid (the proof is refunded) / payment_in_progress'),
+          '410': error('payment_expired / payment_canceled (the proof is refunded)'),
+          '503': error('verification_unavailable'),
+        },
+      },
+    },
+    '/pay/{payment_id}/status': {
+      get: {
+        operationId: 'getCheckoutStatus',
+        tags: ['checkout'],
+        summary: 'The small JSON the checkout page polls',
+        security: [],
+        parameters: [paymentId],
+        responses: {
+          '200': json('CheckoutStatus', 'where the payment stands'),
+          '404': error('payment_not_found'),
+        },
+      },
+    },
+    '/pay/{payment_id}/qr.svg': {
+      get: {
+        operationId: 'getCheckoutQr',
+        tags: ['checkout'],
+        summary: 'QR code of the EIP-681 transfer URI for the amount due',
+        security: [],
+        parameters: [paymentId],
+        responses: {
+          '200': { description: 'SVG', content: { 'image/svg+xml': { schema: { type: 'string' } } } },
+          '404': error('payment_not_found'),
+          '410': error('nothing is due (paid, expired or canceled)'),
+        },
+      },
+    },
+  }
+}
