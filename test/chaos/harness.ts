@@ -487,7 +487,7 @@ async function runReconcile(databaseUrl: string, chain: DevChain): Promise<numbe
   return new Promise((resolve) => {
     const proc = spawn(
       process.execPath,
-      ['--import', 'tsx', 'src/control-plane/jobs/reconcile-cli.ts', '--from', '1h'],
+      ['--import', 'tsx', 'src/cli/reconcile.ts', '--from', '1h'],
       {
         cwd: ROOT,
         env: {

@@ -87,7 +87,7 @@ describe('reconcile: claims against calls', () => {
   })
 
   it.runIf(usingServer)('the CLI exits 1 on those differences', () => {
-    const r = spawnSync('npx', ['tsx', 'src/control-plane/jobs/reconcile-cli.ts'], {
+    const r = spawnSync('npx', ['tsx', 'src/cli/reconcile.ts'], {
       env: {
         ...process.env,
         NODE_ENV: 'test',
