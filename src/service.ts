@@ -4,6 +4,8 @@ import { checkAuthorizationOnChain } from './chain/check-authorization.ts'
 import { type ChainContext, connectChain } from './chain/connect.ts'
 import { verifyTransfer } from './chain/verify-transfer.ts'
 import { watchTreasuryTransfers } from './chain/watcher.ts'
+import { attributeTransfers } from './checkout/attribution.ts'
+import { createCheckoutRoute } from './checkout/route.ts'
 import { publicBaseUrl } from './config/load.ts'
 import type { Config } from './config/schema.ts'
 import type { ChainInfo } from './control-plane/deps.ts'
@@ -22,7 +24,6 @@ import { createSettlementJobs } from './control-plane/jobs/settlement-batcher.ts
 import { createWebhookJobs } from './control-plane/jobs/webhook-dispatcher.ts'
 import { createPublicApp, type Listening, listen } from './data-plane/app.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './data-plane/caches.ts'
-import { createCheckoutRoute } from './data-plane/checkout.ts'
 import { createEndpointCache } from './data-plane/endpoint-cache.ts'
 import { createMeteredRoute } from './data-plane/metered.ts'
 import { createUpstreamDispatcher } from './data-plane/proxy.ts'
@@ -104,6 +105,13 @@ export async function startService(config: Config, options: StartOptions = {}): 
 
     let baseUrl = ''
     const publicUrl = () => baseUrl
+    const paymentView = () => ({
+      publicUrl: baseUrl,
+      network: chainInfo.network,
+      chainId: chainInfo.chainId,
+      treasury: chainInfo.treasury,
+      usdcAddress: chainInfo.usdcAddress,
+    })
 
     // Hot-path state: caches, the one verifier, the group-commit writers, the upstream connection pools.
     const verified = createVerifiedTransferCache(config.caches)
@@ -183,6 +191,13 @@ export async function startService(config: Config, options: StartOptions = {}): 
       onTransfer: (t) => {
         verified.set(t.hash, t)
       },
+      // Plain transfers matched to payments by their amount (issue 11); a failure rescans the range.
+      onTransfers: async (transfers) => {
+        await attributeTransfers(
+          { sql, view: paymentView, ownerShareBps: config.fees.owner_share_bps, logger },
+          transfers,
+        )
+      },
       onError: (err) => logger.warn('transfer watcher poll failed', { err }),
     })
     cleanups.push(() => watcher.stop())
@@ -218,11 +233,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
       chain: chainInfo,
       publicUrl,
       logger,
-      settings: {
-        ownerShareBps: config.fees.owner_share_bps,
-        quoteTtlMs: config.proxy.quote_ttl_ms,
-        bodyLimitBytes: config.server.body_limit_bytes,
-      },
+      settings: { ownerShareBps: config.fees.owner_share_bps },
     })
     const app = createPublicApp({
       bodyLimitBytes: config.server.body_limit_bytes,

@@ -7,6 +7,7 @@ import {
   assertNativeUws,
   type HttpRequest,
   type HttpResponse,
+  hideServerBanner,
   statusLine,
   type TemplatedApp,
   uws,
@@ -32,6 +33,7 @@ const API_ERROR_HEADERS = 'application/json; charset=utf-8'
 
 export function createPublicApp(options: PublicAppOptions): TemplatedApp {
   assertNativeUws()
+  hideServerBanner()
   const app = uws.App()
   const api = apiBridge(options)
   app.any('/api/v1', api)
