@@ -106,7 +106,7 @@ describe('figures', () => {
       INSERT INTO checkout_amounts (amount_atomic, payment_id)
       SELECT 13000000 + o, ${anchor.id} FROM generate_series(1, ${Number(MAX_FIGURE_OFFSET_ATOMIC)}) o
       ON CONFLICT (amount_atomic) DO NOTHING`
-    const [{ n: before }] = await svc.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM payments`
+    const before = (await svc.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM payments`)[0]!.n
     const r = await svc.api('/api/v1/payments', {
       key: merchant.key,
       body: { amount: 13, description: 'full' },
@@ -114,7 +114,7 @@ describe('figures', () => {
     expect(r.status).toBe(503)
     expect(r.headers.get('retry-after')).toBe('60')
     expect(r.body.error).toMatchObject({ code: 'service_unavailable', param: 'amount' })
-    const [{ n: after }] = await svc.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM payments`
+    const after = (await svc.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM payments`)[0]!.n
     expect(after).toBe(before)
     // Another price is unaffected.
     expect((await create(13.5)).amount_requested_atomic).toBe('13500001')
