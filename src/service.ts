@@ -34,6 +34,7 @@ import { ClaimWriter } from './db/claims.ts'
 import { type EmbeddedDatabase, startEmbeddedDatabase } from './db/embedded.ts'
 import { migrate } from './db/migrate.ts'
 import { listenForEndpointChanges } from './db/notify.ts'
+import { loadWatcherCursor, saveWatcherCursor } from './db/payments.ts'
 import { createSql, type Sql } from './db/sql.ts'
 import { type AdminServer, startAdminServer } from './observability/admin.ts'
 import { createLogger, type Logger } from './observability/logger.ts'
@@ -183,7 +184,11 @@ export async function startService(config: Config, options: StartOptions = {}): 
     cleanups.push(() => captures.drain())
     const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
     cleanups.push(() => dispatcher.close())
+    const cursorName = `treasury-transfers:${chain.treasury.toLowerCase()}`
+    const watcherFrom = await loadWatcherCursor(sql, cursorName)
     const watcher = watchTreasuryTransfers(chain.publicClient, {
+      ...(watcherFrom !== null ? { fromBlock: watcherFrom } : {}),
+      onProgress: (next) => saveWatcherCursor(sql, cursorName, next),
       usdc: chain.usdc.address,
       treasury: chain.treasury,
       confirmations: config.chain.confirmations,

@@ -20,8 +20,14 @@ export interface WatchOptions {
   onTransfers?(transfers: TreasuryTransfer[]): Promise<void>
   /** RPC failures (the range is retried next poll) and onTransfer failures (not retried). */
   onError?(err: unknown): void
-  /** First block to scan; default the newest block already confirmed at start. */
+  /**
+   * First block to scan (where an earlier run stopped, so transfers sent while no instance ran are still
+   * seen); default the newest block already confirmed at start. A block beyond the chain's head (a dev
+   * chain that was reset) falls back to the default.
+   */
   fromBlock?: bigint
+  /** Called after each range with the next block to scan, so the caller can persist it. */
+  onProgress?(nextBlock: bigint): void | Promise<void>
   /** Largest eth_getLogs range; public RPCs refuse wide ones. Default 1000. */
   maxBlockRange?: bigint
 }
@@ -47,6 +53,7 @@ export function watchTreasuryTransfers(client: Client, options: WatchOptions): T
   const poll = async () => {
     const head = await getBlockNumber(client, { cacheTime: 0 })
     const safe = head - depth
+    if (next !== null && next > head + 1n) next = null
     let from = next ?? (safe < 0n ? 0n : safe)
     next = from
     while (!stopped && from <= safe) {
@@ -71,6 +78,7 @@ export function watchTreasuryTransfers(client: Client, options: WatchOptions): T
       if (options.onTransfers && transfers.length > 0) await options.onTransfers(transfers)
       from = to + 1n
       next = from
+      await options.onProgress?.(next)
     }
   }
 

@@ -30,3 +30,10 @@ CREATE TABLE unmatched_inflows (
   seen_at        timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX unmatched_inflows_seen ON unmatched_inflows (seen_at DESC);
+
+-- Where the treasury watcher stopped, so transfers sent while no instance ran are matched after a restart.
+CREATE TABLE watcher_cursors (
+  name        text PRIMARY KEY,
+  next_block  bigint NOT NULL,
+  updated_at  timestamptz NOT NULL DEFAULT now()
+);
