@@ -1,5 +1,7 @@
-// Follows USDC Transfer logs to the treasury and reports each paying transaction once it is confirmed,
-// so proofs are usually verified before their payer presents them. Chain I/O only; the caller stores.
+// Follows USDC Transfer logs to the treasury and reports each paying transaction once it is confirmed
+// (`confirmations` deep: a transfer in a block that may still be reorganised away is never reported), so
+// proofs are usually verified before their payer presents them and plain transfers can be matched to
+// payments. Chain I/O only; the caller stores.
 import type { Address, Client, GetLogsReturnType } from 'viem'
 import { getBlock, getBlockNumber, getLogs } from 'viem/actions'
 import { decodeTransferLog, isMint, type TreasuryTransfer } from './transfer.ts'
@@ -11,10 +13,21 @@ export interface WatchOptions {
   confirmations: number
   pollIntervalMs: number
   onTransfer(transfer: TreasuryTransfer): void | Promise<void>
+  /**
+   * Each scanned range's transfers at once, after onTransfer. If it throws, the cursor stays: the range is
+   * scanned and reported again next poll (so it must be idempotent), and nothing after it is skipped.
+   */
+  onTransfers?(transfers: TreasuryTransfer[]): Promise<void>
   /** RPC failures (the range is retried next poll) and onTransfer failures (not retried). */
   onError?(err: unknown): void
-  /** First block to scan; default the newest block already confirmed at start. */
+  /**
+   * First block to scan (where an earlier run stopped, so transfers sent while no instance ran are still
+   * seen); default the newest block already confirmed at start. A block beyond the chain's head (a dev
+   * chain that was reset) falls back to the default.
+   */
   fromBlock?: bigint
+  /** Called after each range with the next block to scan, so the caller can persist it. */
+  onProgress?(nextBlock: bigint): void | Promise<void>
   /** Largest eth_getLogs range; public RPCs refuse wide ones. Default 1000. */
   maxBlockRange?: bigint
 }
@@ -40,6 +53,7 @@ export function watchTreasuryTransfers(client: Client, options: WatchOptions): T
   const poll = async () => {
     const head = await getBlockNumber(client, { cacheTime: 0 })
     const safe = head - depth
+    if (next !== null && next > head + 1n) next = null
     let from = next ?? (safe < 0n ? 0n : safe)
     next = from
     while (!stopped && from <= safe) {
@@ -60,8 +74,11 @@ export function watchTreasuryTransfers(client: Client, options: WatchOptions): T
           options.onError?.(err)
         }
       }
+      if (stopped) return
+      if (options.onTransfers && transfers.length > 0) await options.onTransfers(transfers)
       from = to + 1n
       next = from
+      await options.onProgress?.(next)
     }
   }
 

@@ -14,6 +14,7 @@ import {
   assertNativeUws,
   type HttpRequest,
   type HttpResponse,
+  hideServerBanner,
   statusLine,
   type TemplatedApp,
   uws,
@@ -77,6 +78,7 @@ const API_ERROR_HEADERS = 'application/json; charset=utf-8'
 
 export function createPublicApp(options: PublicAppOptions): TemplatedApp {
   assertNativeUws()
+  hideServerBanner()
   const app = uws.App()
   const edge = options.edge
   const api = edge ? guarded(edge, 'api', apiBridge(options), null) : apiBridge(options)

@@ -6,9 +6,12 @@ import { checkAuthorizationOnChain } from '../chain/check-authorization.ts'
 import type { ChainContext } from '../chain/connect.ts'
 import { verifyTransfer } from '../chain/verify-transfer.ts'
 import { watchTreasuryTransfers } from '../chain/watcher.ts'
+import { attributeTransfers } from '../checkout/attribution.ts'
+import { createCheckoutRoute } from '../checkout/route.ts'
 import type { Config } from '../config/schema.ts'
 import type { ChainInfo } from '../control-plane/deps.ts'
 import { listenForEndpointChanges } from '../db/notify.ts'
+import { loadWatcherCursor, saveWatcherCursor } from '../db/payments.ts'
 import type { Database } from '../db/start.ts'
 import type { ApiHandler } from '../http-exchange.ts'
 import type { Logger } from '../observability/logger.ts'
@@ -23,7 +26,6 @@ import {
 import type { Started } from '../subsystem.ts'
 import { createEdgeLimits, createPublicApp, listen } from './app.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
-import { createCheckoutRoute } from './checkout.ts'
 import { createEndpointCache } from './endpoint-cache.ts'
 import { createMeteredRoute } from './metered.ts'
 import { createUpstreamDispatcher } from './proxy.ts'
@@ -75,13 +77,31 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     })
     const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
     stops.push(() => dispatcher.close())
+    const paymentView = () => ({
+      publicUrl: deps.publicUrl(),
+      network: deps.chainInfo.network,
+      chainId: deps.chainInfo.chainId,
+      treasury: deps.chainInfo.treasury,
+      usdcAddress: deps.chainInfo.usdcAddress,
+    })
+    const cursorName = `treasury-transfers:${chain.treasury.toLowerCase()}`
+    const watcherFrom = await loadWatcherCursor(db.sql, cursorName)
     const watcher = watchTreasuryTransfers(chain.publicClient, {
+      ...(watcherFrom !== null ? { fromBlock: watcherFrom } : {}),
+      onProgress: (next) => saveWatcherCursor(db.sql, cursorName, next),
       usdc: chain.usdc.address,
       treasury: chain.treasury,
       confirmations: config.chain.confirmations,
       pollIntervalMs: config.chain.poll_interval_ms,
       onTransfer: (t) => {
         verified.set(t.hash, t)
+      },
+      // Plain transfers matched to payments by their amount (issue 11); a failure rescans the range.
+      onTransfers: async (transfers) => {
+        await attributeTransfers(
+          { sql: db.sql, view: paymentView, ownerShareBps: config.fees.owner_share_bps, logger },
+          transfers,
+        )
       },
       onError: (err) => logger.warn('transfer watcher poll failed', { err }),
     })
@@ -109,11 +129,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       chain: chainInfo,
       publicUrl: deps.publicUrl,
       logger,
-      settings: {
-        ownerShareBps: config.fees.owner_share_bps,
-        quoteTtlMs: config.proxy.quote_ttl_ms,
-        bodyLimitBytes: config.server.body_limit_bytes,
-      },
+      settings: { ownerShareBps: config.fees.owner_share_bps },
     })
     const app = createPublicApp({
       bodyLimitBytes: config.server.body_limit_bytes,

@@ -7,6 +7,15 @@ export class UwsFallbackError extends Error {
   readonly code = 'TOLLGATE_UWS_NOT_NATIVE'
 }
 
+/**
+ * Turns off the `uWebSockets: 20` banner header uWS writes on every response. The library has no option
+ * for it; its `_cfg` sets the loop's noMark flag for a key whose character codes add up to 655
+ * (uNetworking/uWebSockets.js#1048). Process-wide, so once before the first App is enough.
+ */
+export function hideServerBanner(): void {
+  ;(uws as unknown as { _cfg(key: string): void })._cfg('zzzzz-')
+}
+
 export function assertNativeUws(): void {
   const native =
     typeof uws.App === 'function' && /\[native code\]/.test(Function.prototype.toString.call(uws.App))

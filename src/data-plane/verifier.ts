@@ -60,6 +60,7 @@ export type ChainTransferResult =
       ok: false
       reason: TransferFailure
       retryAfterMs?: number
+      detail?: string
     }
 
 export interface VerifierOptions {
@@ -112,7 +113,12 @@ export class Verifier {
           this.inflight.delete(proof.hash)
           if (!result.ok) {
             verifications.labels('tx', 'rpc', result.reason).inc()
-            return { ok: false as const, reason: result.reason, retryAfterMs: result.retryAfterMs }
+            return {
+              ok: false as const,
+              reason: result.reason,
+              retryAfterMs: result.retryAfterMs,
+              detail: result.detail,
+            }
           }
           this.options.verified.set(proof.hash, result.transfer)
           return this.fromTransfer(result.transfer, proof.key, 'rpc')

@@ -92,20 +92,24 @@ describe('the seed sample, end to end', () => {
     // An agent asks the payment URL for JSON: the same 402 requirement as a metered call.
     const challenge = await fetch(p.payment_url, { headers: { accept: 'application/json' } })
     expect(challenge.status).toBe(402)
-    expect(await challenge.json()).toMatchObject({
+    const requirement = await challenge.json()
+    // The price plus the smallest free offset: the figure that tells this payment's transfer apart.
+    expect(requirement).toMatchObject({
       error: 'payment_required',
-      price: 100,
-      price_atomic: '100000000',
+      price: 100.000001,
+      price_atomic: '100000001',
       recipient: svc.chain.treasury,
       currency: 'USDC',
       asset: svc.chain.usdc.address,
       network: 'local',
       chain_id: svc.chain.chainId,
       payment_id: p.id,
-      x402Version: 1,
-      accepts: [{ scheme: 'exact', maxAmountRequired: '100000000', payTo: svc.chain.treasury }],
     })
+    // Checkout takes transfers only, so it advertises no x402 scheme.
+    expect(requirement.accepts).toBeUndefined()
+    expect(challenge.headers.get('payment-required')).toBeNull()
 
+    // A hash payer who sends the round price pays it too (the offset is a tag, never owed).
     const hash = await payUsdc(payer, svc.chain.treasury, 100_000_000n)
     const paid = await payWith(p.id, hash)
     expect(paid.status).toBe(200)
@@ -118,7 +122,7 @@ describe('the seed sample, end to end', () => {
       payer: payer.address,
       amount_received: 100,
       amount_received_atomic: '100000000',
-      amount_excess_atomic: '0',
+      amount_surplus_atomic: '0',
     })
     expect(Date.parse(after.paid_at)).toBeGreaterThan(0)
     expect(after.timeline.map((t: any) => t.type)).toEqual(['created', 'proof_applied', 'paid'])
@@ -289,22 +293,23 @@ describe('proofs that race, fall short, overshoot or come late', () => {
     const h1 = await payUsdc(payer, svc.chain.treasury, 4_000_000n)
     const first = await payWith(p.id, h1)
     expect(first.status).toBe(402)
+    // What is left (10.000001 − 4), under a figure of its own so a plain top-up is matched too.
     expect(first.body).toMatchObject({
       error: 'underpaid',
-      price: 6,
-      price_atomic: '6000000',
+      price: 6.000001,
+      price_atomic: '6000001',
       amount_received_atomic: '4000000',
     })
     const mid = await getPayment(p.id)
     expect(mid).toMatchObject({
       status: 'pending',
       amount_received_atomic: '4000000',
-      amount_due_atomic: '6000000',
+      amount_due_atomic: '6000001',
     })
     // Held, not booked: nothing in the ledger until the payment completes (or is refunded).
     expect(await ledgerOf(p.id)).toEqual([])
     const status = await (await fetch(`${svc.url}/pay/${p.id}/status`)).json()
-    expect(status).toMatchObject({ status: 'pending', amount_due_atomic: '6000000' })
+    expect(status).toMatchObject({ status: 'pending', amount_due_atomic: '6000001' })
 
     const h2 = await payUsdc(payer, svc.chain.treasury, 6_000_000n)
     const second = await payWith(p.id, h2)
@@ -325,7 +330,7 @@ describe('proofs that race, fall short, overshoot or come late', () => {
     expect((await eventsOf(p.id)).map((e) => e.type)).toEqual(['payment.underpaid', 'payment.received'])
   })
 
-  it('overpay: paid with the real amount_received, the excess captured and said so', async () => {
+  it('overpay: paid with the real amount_received, the surplus over the requested figure owed back', async () => {
     const p = await createPayment({ amount: 1.5, description: 'over' })
     const hash = await payUsdc(payer, svc.chain.treasury, 2_000_001n)
     expect((await payWith(p.id, hash)).status).toBe(200)
@@ -333,15 +338,17 @@ describe('proofs that race, fall short, overshoot or come late', () => {
     expect(after).toMatchObject({
       status: 'paid',
       amount: 1.5,
+      amount_requested_atomic: '1500001',
       amount_received: 2.000001,
       amount_received_atomic: '2000001',
-      amount_excess_atomic: '500001',
+      amount_surplus_atomic: '500000',
     })
-    expect(after.timeline.at(-1)).toMatchObject({ type: 'paid', amount_excess_atomic: '500001' })
-    // 95% of 2.000001 rounded down to the base unit; the fee is the rest.
-    expect(await ledgerOf(p.id)).toEqual([
-      { kind: 'fee', wallet: null, amount_atomic: 100_001n },
-      { kind: 'owner_share', wallet: merchant.wallet, amount_atomic: 1_900_000n },
+    expect(after.timeline.at(-2)).toMatchObject({ type: 'paid', amount_surplus_atomic: '500000' })
+    // 95% of the requested 1.500001 rounded down to the base unit; the fee is the rest; the surplus refunded.
+    expect(await ledgerOf(p.id, [hash])).toEqual([
+      { kind: 'fee', wallet: null, amount_atomic: 75_001n },
+      { kind: 'owner_share', wallet: merchant.wallet, amount_atomic: 1_425_000n },
+      { kind: 'refund', wallet: payer.address, amount_atomic: 500_000n },
     ])
   })
 
@@ -443,18 +450,42 @@ describe('checkout page', () => {
     expect(r.status).toBe(200)
     expect(r.headers.get('content-type')).toContain('text/html')
     expect(r.headers.get('content-security-policy')).toContain("default-src 'none'")
+    expect(r.headers.get('content-security-policy')).toContain("script-src 'self'")
+    expect(r.headers.get('x-content-type-options')).toBe('nosniff')
+    expect(r.headers.get('referrer-policy')).toBe('no-referrer')
+    expect(r.headers.get('uwebsockets')).toBeNull()
     const html = await r.text()
     expect(html.length).toBeLessThan(40_000)
     expect(html).toContain('Acme Data')
     expect(html).toContain('Order &lt;b&gt;#7&lt;/b&gt;')
     expect(html).not.toContain('<b>#7')
-    expect(html).toContain('42.5')
+    expect(html).toContain('42.500001')
     expect(html).toContain(svc.chain.treasury)
     expect(html).toMatch(/<svg[^>]+viewBox/)
     expect(html).toContain(
-      `ethereum:${svc.chain.usdc.address}@${svc.chain.chainId}/transfer?address=${svc.chain.treasury}&amp;uint256=42500000`,
+      `ethereum:${svc.chain.usdc.address}@${svc.chain.chainId}/transfer?address=${svc.chain.treasury}&amp;uint256=42500001`,
     )
     const svg = await fetch(`${svc.url}/pay/${p.id}/qr.svg`)
     expect(svg.headers.get('content-type')).toBe('image/svg+xml')
+    expect(await svg.text()).toMatch(/^<svg[^>]+viewBox/)
+    // The stylesheet and script are real files under content-hashed names, cached for a year.
+    const css = html.match(/href="(\/pay\/assets\/page\.[0-9a-f]{12}\.css)"/)![1]!
+    const js = html.match(/src="(\/pay\/assets\/page\.[0-9a-f]{12}\.js)"/)![1]!
+    for (const path of [css, js]) {
+      const a = await fetch(`${svc.url}${path}`)
+      expect(a.status).toBe(200)
+      expect(a.headers.get('cache-control')).toBe('public, max-age=31536000, immutable')
+      expect(a.headers.get('x-content-type-options')).toBe('nosniff')
+    }
+    expect((await fetch(`${svc.url}/pay/assets/page.000000000000.css`)).status).toBe(404)
+  })
+
+  it('no `<html` or `<style` inside any .ts file of src/: markup lives in real files', async () => {
+    const { readdirSync, readFileSync } = await import('node:fs')
+    const root = new URL('../../src/', import.meta.url).pathname
+    const offenders = (readdirSync(root, { recursive: true }) as string[])
+      .filter((f) => f.endsWith('.ts'))
+      .filter((f) => /<html|<style/i.test(readFileSync(`${root}${f}`, 'utf8')))
+    expect(offenders).toEqual([])
   })
 })

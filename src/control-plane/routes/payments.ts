@@ -1,9 +1,8 @@
 // /payments: standard payments a merchant creates and a customer pays on the hosted checkout (payment_url).
 import * as v from 'valibot'
+import { cancelPayment, createPayment } from '../../books/payments.ts'
 import {
-  cancelPayment,
   findOwnedPayment,
-  insertPayment,
   listPayments,
   type PaymentRow,
   type PaymentView,
@@ -33,7 +32,7 @@ const MIN_EXPIRES_IN_S = 60
 const MAX_EXPIRES_IN_S = 30 * 24 * 60 * 60
 const STATUSES = ['pending', 'paid', 'expired', 'canceled'] as const
 
-const SuccessUrl = v.pipe(
+const ReturnUrl = v.pipe(
   v.string('must be a string'),
   v.maxLength(2048, 'must be at most 2048 characters'),
   v.check((s) => {
@@ -44,6 +43,19 @@ const SuccessUrl = v.pipe(
       return false
     }
   }, 'must be an absolute http(s) URL'),
+)
+
+/** Shown as an <img> on the checkout page: https only, so the page never loads mixed content. */
+const LogoUrl = v.pipe(
+  v.string('must be a string'),
+  v.maxLength(2048, 'must be at most 2048 characters'),
+  v.check((s) => {
+    try {
+      return new URL(s).protocol === 'https:'
+    } catch {
+      return false
+    }
+  }, 'must be an absolute https URL'),
 )
 
 const Metadata = v.pipe(
@@ -73,7 +85,10 @@ const CreateBody = v.strictObject({
       v.maxValue(MAX_EXPIRES_IN_S, `must be at most ${MAX_EXPIRES_IN_S} seconds (30 days)`),
     ),
   ),
-  success_url: v.optional(v.nullable(SuccessUrl)),
+  /** `{CHECKOUT_SESSION_ID}` (or `{PAYMENT_ID}`) in these is replaced by the payment id on the page. */
+  success_url: v.optional(v.nullable(ReturnUrl)),
+  cancel_url: v.optional(v.nullable(ReturnUrl)),
+  logo_url: v.optional(v.nullable(LogoUrl)),
 })
 
 export const PaymentObject = v.strictObject({
@@ -151,18 +166,31 @@ export const paymentRoutes: Route[] = [
     async handler({ body, account, db, deps }) {
       const input = parseBody(CreateBody, body)
       const amountAtomic = readAmount(input.amount, deps)
-      const row = await insertPayment(db, {
+      const created = await createPayment(db, {
         id: newId('pay'),
         accountId: account.id,
         amountAtomic,
         description: input.description,
         metadata: input.metadata ?? {},
         successUrl: input.success_url ?? null,
+        cancelUrl: input.cancel_url ?? null,
+        logoUrl: input.logo_url ?? null,
         expiresInMs:
           input.expires_in !== undefined
             ? input.expires_in * 1000
             : deps.config.payments.default_expires_in_ms,
       })
+      if (created.kind === 'figures_exhausted') {
+        // Every figure of this price (price + 0.000001 … 0.009999) is taken by an open or recently closed
+        // payment: a new one could not be told apart from them on chain.
+        throw new ApiError(
+          'service_unavailable',
+          'too many open payments of this amount; retry later or use a slightly different amount',
+          'amount',
+          { 'retry-after': '60' },
+        )
+      }
+      const row = created.payment
       return { status: 201, body: presentPayment(row, viewOf(deps)) }
     },
   },

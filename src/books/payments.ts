@@ -1,0 +1,446 @@
+// The payment transitions: every statement that changes a payment, its timeline, the figure reserved for it,
+// the claims and ledger entries booked on its behalf, and the unmatched inflows. Each transition runs under
+// the payment's row lock, states its precondition in its SQL and says whether it applied.
+//
+//   record            from → to                        function
+//   payment           ∅ → pending                      createPayment (its figure reserved)
+//   payment           pending → pending (underpaid)    applyPaymentProof (claim held; a top-up figure reserved)
+//   payment           pending → paid                   applyPaymentProof (ledger booked; surplus to refund)
+//   payment           pending → expired                expireDuePayments, or applyPaymentProof/cancelPayment when overdue
+//   payment           pending → canceled               cancelPayment
+//   claim (payment)   ∅ → applied                      applyPaymentProof, payment pending (held until paid)
+//   claim (payment)   ∅ → refund_due                   applyPaymentProof, payment paid/expired/canceled (late)
+//   claim (payment)   applied → refund_due             expire / cancel (held proofs go back to their senders)
+//   checkout figure   ∅ → open                         reserveFigure (at creation, and for a top-up)
+//   checkout figure   open → held                      holdFigures (at paid, expired, canceled, or replaced by a top-up)
+//   unmatched inflow  ∅ → recorded                     recordUnmatchedInflows
+//
+// Money rule: a proof that does not complete a payment is held (claim 'applied', no ledger entry yet). When
+// the payment is paid, what it received up to its requested figure is booked as owner share + fee, and
+// anything beyond is owed back to the payer who overshot. When it expires or is canceled instead, every
+// held proof is refunded to its sender. A customer's money is never stranded.
+
+import { insertEvent } from '../db/events.ts'
+import type { PaymentView } from '../db/payments.ts'
+import {
+  amountDue,
+  amountSurplus,
+  CHECKOUT_COLUMNS,
+  type CheckoutPaymentRow,
+  PAYMENT_COLUMNS,
+  type PaymentRow,
+  presentPayment,
+} from '../db/payments.ts'
+import type { Sql, Tx } from '../db/sql.ts'
+import { splitOwnerShare, toDollars } from '../money.ts'
+
+/**
+ * The largest offset added to a price to make its figure unique: 9,999 base units, under one cent, so a
+ * customer never pays a noticeable extra, and 9,999 payments of one price can be open (or held) at once.
+ */
+export const MAX_FIGURE_OFFSET_ATOMIC = 9_999n
+/**
+ * How long a closed payment keeps its figure: a transfer of it sent late (after expiry) or twice still
+ * reaches this payment and is refunded, instead of paying another customer's order with the same figure.
+ */
+export const FIGURE_HOLD_MS = 24 * 60 * 60 * 1000
+
+export interface PaymentProof {
+  proofKey: string
+  kind: 'tx' | 'eip3009'
+  payer: string
+  valueAtomic: bigint
+  transaction: string
+}
+
+export type ApplyOutcome =
+  | { kind: 'not_found' }
+  | { kind: 'proof_already_used' }
+  /** Counted toward the payment; `paid` says whether it completed it. */
+  | { kind: 'applied'; paid: boolean; payment: PaymentRow }
+  /** Claimed and owed back to its sender: the payment could not take it (paid, expired, canceled). */
+  | { kind: 'refund_scheduled'; reason: 'already_paid' | 'expired' | 'canceled'; payment: PaymentRow }
+
+export type CreateOutcome = { kind: 'created'; payment: PaymentRow } | { kind: 'figures_exhausted' }
+
+/** Runs fn in a transaction: the caller's, or a new one. */
+function inTransaction<T>(db: Sql | Tx, fn: (tx: Tx) => Promise<T>): Promise<T> {
+  return 'begin' in db ? (db.begin(fn) as Promise<T>) : fn(db as Tx)
+}
+
+// ── figures ──────────────────────────────────────────────────────────────────────────────────────────
+
+/**
+ * Reserves the smallest free figure in [base + firstOffset, base + MAX_FIGURE_OFFSET_ATOMIC] for a payment.
+ * The primary key makes it atomic: of two transactions taking one figure, the second's insert waits for
+ * the first, finds it taken (not held past its hold) and tries the next free one. Null when all are taken.
+ */
+export async function reserveFigure(
+  tx: Tx,
+  q: { paymentId: string; baseAtomic: bigint; firstOffsetAtomic: bigint },
+): Promise<bigint | null> {
+  const low = q.baseAtomic + q.firstOffsetAtomic
+  const high = q.baseAtomic + MAX_FIGURE_OFFSET_ATOMIC
+  for (let attempt = 0; attempt < 20; attempt++) {
+    const taken = await tx<{ amount_atomic: bigint }[]>`
+      SELECT amount_atomic FROM checkout_amounts
+      WHERE amount_atomic BETWEEN ${low} AND ${high} AND (held_until IS NULL OR held_until > now())
+      ORDER BY amount_atomic`
+    let candidate = low
+    for (const t of taken) {
+      if (t.amount_atomic !== candidate) break
+      candidate++
+    }
+    if (candidate > high) return null
+    const [row] = await tx`
+      INSERT INTO checkout_amounts (amount_atomic, payment_id) VALUES (${candidate}, ${q.paymentId})
+      ON CONFLICT (amount_atomic) DO UPDATE SET payment_id = EXCLUDED.payment_id, reserved_at = now(), held_until = NULL
+        WHERE checkout_amounts.held_until IS NOT NULL AND checkout_amounts.held_until <= now()
+      RETURNING amount_atomic`
+    if (row) return candidate
+  }
+  return null
+}
+
+/** open → held: the payment's open figures stay bound to it for FIGURE_HOLD_MS, then become free. */
+async function holdFigures(tx: Tx, paymentId: string): Promise<void> {
+  await tx`
+    UPDATE checkout_amounts SET held_until = now() + ${FIGURE_HOLD_MS} * interval '1 millisecond'
+    WHERE payment_id = ${paymentId} AND held_until IS NULL`
+}
+
+// ── creation ─────────────────────────────────────────────────────────────────────────────────────────
+
+/** ∅ → pending, with its unique figure reserved in the same transaction (or nothing, if none is free). */
+export async function createPayment(
+  db: Sql | Tx,
+  p: {
+    id: string
+    accountId: string
+    amountAtomic: bigint
+    description: string
+    metadata: Record<string, string>
+    successUrl: string | null
+    cancelUrl: string | null
+    logoUrl: string | null
+    expiresInMs: number
+  },
+): Promise<CreateOutcome> {
+  return inTransaction(db, async (tx) => {
+    await tx`
+      INSERT INTO payments (id, account_id, amount_atomic, amount_requested_atomic, description, metadata, status,
+                            success_url, cancel_url, logo_url, expires_at)
+      VALUES (${p.id}, ${p.accountId}, ${p.amountAtomic}, ${p.amountAtomic}, ${p.description},
+              ${tx.json(p.metadata)}, 'pending', ${p.successUrl}, ${p.cancelUrl}, ${p.logoUrl},
+              now() + ${p.expiresInMs} * interval '1 millisecond')`
+    // Offsets start at 1: the round price itself is never a figure, so a transfer of a round amount (a
+    // metered call's price, a customer who rounded) is never taken for a payment's.
+    const figure = await reserveFigure(tx, {
+      paymentId: p.id,
+      baseAtomic: p.amountAtomic,
+      firstOffsetAtomic: 1n,
+    })
+    if (figure === null) {
+      await tx`DELETE FROM payments WHERE id = ${p.id} AND status = 'pending'`
+      return { kind: 'figures_exhausted' } as const
+    }
+    const [row] = await tx<PaymentRow[]>`
+      UPDATE payments SET amount_requested_atomic = ${figure} WHERE id = ${p.id} AND status = 'pending'
+      RETURNING ${tx.unsafe(PAYMENT_COLUMNS)}`
+    await addTimeline(tx, p.id, 'created', {
+      amount_atomic: p.amountAtomic.toString(),
+      amount_requested_atomic: figure.toString(),
+    })
+    return { kind: 'created', payment: row! } as const
+  })
+}
+
+// ── proofs ───────────────────────────────────────────────────────────────────────────────────────────
+
+async function addTimeline(db: Sql | Tx, paymentId: string, type: string, data: Record<string, unknown>) {
+  await db`INSERT INTO payment_timeline (payment_id, type, data) VALUES (${paymentId}, ${type}, ${db.json(data as never)})`
+}
+
+async function lockPayment(tx: Tx, id: string): Promise<CheckoutPaymentRow | null> {
+  const [row] = await tx<CheckoutPaymentRow[]>`
+    SELECT ${tx.unsafe(CHECKOUT_COLUMNS)}
+    FROM payments p JOIN accounts a ON a.id = p.account_id WHERE p.id = ${id} FOR UPDATE OF p`
+  return row ?? null
+}
+
+function proofData(proof: PaymentProof) {
+  return {
+    transaction: proof.transaction,
+    payer: proof.payer,
+    amount: toDollars(proof.valueAtomic),
+    amount_atomic: proof.valueAtomic.toString(),
+  }
+}
+
+/**
+ * Claims a verified proof for a payment and applies it, in one transaction under the payment's row lock:
+ * concurrent proofs for one payment are serialised (it is paid once), and the claims primary key makes a
+ * proof count once across calls and payments, on any instance (the watcher's match and a presented hash
+ * of the same transaction included).
+ */
+export async function applyPaymentProof(
+  sql: Sql,
+  q: { paymentId: string; proof: PaymentProof; ownerShareBps: number; view: PaymentView },
+): Promise<ApplyOutcome> {
+  const { proof } = q
+  return (await sql.begin(async (tx) => {
+    let payment = await lockPayment(tx, q.paymentId)
+    if (!payment) return { kind: 'not_found' }
+    // A pending payment past its expiry is expired now, in this transaction, before anything is applied.
+    const expired = await expireLocked(tx, payment, q.view)
+    if (expired) payment = { ...payment, ...expired }
+    const payable = payment.status === 'pending'
+    const claimed = await tx`
+      INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status, captured_at)
+      VALUES (${proof.proofKey}, ${proof.kind}, 'payment', ${payment.id}, ${payment.account_id}, ${proof.payer},
+              ${proof.valueAtomic}, ${payable ? 'applied' : 'refund_due'}, ${payable ? tx`now()` : null})
+      ON CONFLICT (proof_key) DO NOTHING RETURNING proof_key`
+    if (claimed.length === 0) return { kind: 'proof_already_used' }
+    if (!payable) {
+      const reason =
+        payment.status === 'paid' ? 'already_paid' : payment.status === 'canceled' ? 'canceled' : 'expired'
+      await scheduleRefund(tx, payment, { ...proof, reason }, q.view)
+      return { kind: 'refund_scheduled', reason, payment }
+    }
+    return receive(tx, payment, proof, q)
+  })) as ApplyOutcome
+}
+
+/** pending → pending (underpaid) or paid: adds a claimed proof's value to the payment. */
+async function receive(
+  tx: Tx,
+  payment: CheckoutPaymentRow,
+  proof: PaymentProof,
+  q: { ownerShareBps: number; view: PaymentView },
+): Promise<ApplyOutcome> {
+  const received = payment.amount_received_atomic + proof.valueAtomic
+  // Paid once the price is covered; the offset is only the figure's tag, never owed by a hash payer.
+  const paid = received >= payment.amount_atomic
+  const [row] = await tx<PaymentRow[]>`
+    UPDATE payments SET amount_received_atomic = ${received},
+      status = ${paid ? 'paid' : 'pending'},
+      paid_at = ${paid ? tx`now()` : null},
+      transaction = ${paid ? proof.transaction : payment.transaction},
+      payer = ${paid ? proof.payer : payment.payer}
+    WHERE id = ${payment.id} AND status = 'pending'
+    RETURNING ${tx.unsafe(PAYMENT_COLUMNS)}`
+  let after = row!
+  if (!paid) after = await reserveTopUp(tx, after)
+  await addTimeline(tx, payment.id, 'proof_applied', {
+    ...proofData(proof),
+    amount_received_atomic: received.toString(),
+    amount_due_atomic: amountDue(after).toString(),
+  })
+  if (paid) await bookPaid(tx, { ...payment, ...after }, proof, q)
+  else {
+    await insertEvent(tx, {
+      accountId: payment.account_id,
+      type: 'payment.underpaid',
+      data: { ...presentPayment(after, q.view), proof: proofData(proof) },
+    })
+  }
+  return { kind: 'applied', paid, payment: after }
+}
+
+/**
+ * An underpaid payment asks for the rest under a figure of its own (the remainder, or the next free figure
+ * above it), so a plain top-up transfer is matched too. The old figure is held for this payment.
+ */
+async function reserveTopUp(tx: Tx, p: PaymentRow): Promise<PaymentRow> {
+  const remainder = amountDue(p)
+  const figure = await reserveFigure(tx, { paymentId: p.id, baseAtomic: remainder, firstOffsetAtomic: 0n })
+  // None free: the old figure stays open; the rest can still be paid by presenting the transaction hash.
+  if (figure === null) return p
+  await tx`
+    UPDATE checkout_amounts SET held_until = now() + ${FIGURE_HOLD_MS} * interval '1 millisecond'
+    WHERE payment_id = ${p.id} AND held_until IS NULL AND amount_atomic <> ${figure}`
+  const [row] = await tx<PaymentRow[]>`
+    UPDATE payments SET amount_requested_atomic = ${p.amount_received_atomic + figure}
+    WHERE id = ${p.id} AND status = 'pending'
+    RETURNING ${tx.unsafe(PAYMENT_COLUMNS)}`
+  return row!
+}
+
+/** At paid: owner share + fee of what was booked, the surplus owed back, the figure held, the event. */
+async function bookPaid(
+  tx: Tx,
+  payment: CheckoutPaymentRow,
+  proof: PaymentProof,
+  q: { ownerShareBps: number; view: PaymentView },
+): Promise<void> {
+  const surplus = amountSurplus(payment)
+  const booked = payment.amount_received_atomic - surplus
+  const { owner, fee } = splitOwnerShare(booked, q.ownerShareBps)
+  await tx`
+    INSERT INTO ledger_entries (account_id, kind, wallet, amount_atomic, source_type, source_id) VALUES
+      (${payment.account_id}, 'owner_share', ${payment.owner_wallet}, ${owner}, 'payment', ${payment.id}),
+      (${payment.account_id}, 'fee', NULL, ${fee}, 'payment', ${payment.id})`
+  await holdFigures(tx, payment.id)
+  await addTimeline(tx, payment.id, 'paid', {
+    transaction: proof.transaction,
+    amount_received_atomic: payment.amount_received_atomic.toString(),
+    amount_booked_atomic: booked.toString(),
+    amount_surplus_atomic: surplus.toString(),
+    owner_share_atomic: owner.toString(),
+    fee_atomic: fee.toString(),
+  })
+  await insertEvent(tx, {
+    accountId: payment.account_id,
+    type: 'payment.received',
+    data: { ...presentPayment(payment, q.view), proof: proofData(proof) },
+  })
+  if (surplus > 0n) {
+    // The claim stays 'applied' (it paid the payment); only its surplus is owed back to its sender.
+    await scheduleRefund(tx, payment, { ...proof, valueAtomic: surplus, reason: 'overpaid' }, q.view)
+  }
+}
+
+/** A claimed amount the payment cannot keep: owed back to its sender (ledger), on the timeline, as an event. */
+async function scheduleRefund(
+  tx: Tx,
+  payment: PaymentRow,
+  r: { proofKey: string; payer: string; valueAtomic: bigint; transaction: string; reason: string },
+  view: PaymentView,
+): Promise<void> {
+  await tx`
+    INSERT INTO ledger_entries (account_id, kind, wallet, amount_atomic, source_type, source_id)
+    VALUES (${payment.account_id}, 'refund', ${r.payer}, ${r.valueAtomic}, 'claim', ${r.proofKey})`
+  const refund = {
+    transaction: r.transaction,
+    payer: r.payer,
+    amount: toDollars(r.valueAtomic),
+    amount_atomic: r.valueAtomic.toString(),
+    reason: r.reason,
+  }
+  await addTimeline(tx, payment.id, 'refund_scheduled', refund)
+  await insertEvent(tx, {
+    accountId: payment.account_id,
+    type: 'payment.refund_scheduled',
+    data: { ...presentPayment(payment, view), refund },
+  })
+}
+
+/** applied → refund_due: the held proofs of a payment that will never complete go back to their senders. */
+async function refundHeldProofs(
+  tx: Tx,
+  payment: PaymentRow,
+  reason: string,
+  view: PaymentView,
+): Promise<void> {
+  const held = await tx<{ proof_key: string; payer: string; amount_atomic: bigint }[]>`
+    UPDATE claims SET status = 'refund_due'
+    WHERE target_type = 'payment' AND target_id = ${payment.id} AND status = 'applied'
+    RETURNING proof_key, payer, amount_atomic`
+  for (const c of held) {
+    const transaction = c.proof_key.startsWith('tx:') ? c.proof_key.slice(3) : c.proof_key
+    await scheduleRefund(
+      tx,
+      payment,
+      { proofKey: c.proof_key, payer: c.payer, valueAtomic: c.amount_atomic, transaction, reason },
+      view,
+    )
+  }
+}
+
+// ── closing ──────────────────────────────────────────────────────────────────────────────────────────
+
+/** pending → expired when overdue (the caller holds the row lock); null when it did not apply. */
+async function expireLocked(tx: Tx, payment: PaymentRow, view: PaymentView): Promise<PaymentRow | null> {
+  const [expired] = await tx<PaymentRow[]>`
+    UPDATE payments SET status = 'expired'
+    WHERE id = ${payment.id} AND status = 'pending' AND expires_at <= now()
+    RETURNING ${tx.unsafe(PAYMENT_COLUMNS)}`
+  if (!expired) return null
+  await holdFigures(tx, payment.id)
+  await addTimeline(tx, payment.id, 'expired', {
+    amount_received_atomic: expired.amount_received_atomic.toString(),
+  })
+  await insertEvent(tx, {
+    accountId: payment.account_id,
+    type: 'payment.expired',
+    data: presentPayment(expired, view),
+  })
+  await refundHeldProofs(tx, expired, 'expired', view)
+  return expired
+}
+
+/**
+ * Expires pending payments past expires_at, a batch at a time, each batch in its own transaction.
+ * SKIP LOCKED: a payment being paid right now is left to that transaction (it expires it itself if due).
+ */
+export async function expireDuePayments(sql: Sql, q: { view: PaymentView; batch?: number }): Promise<number> {
+  const batch = q.batch ?? 100
+  let total = 0
+  for (;;) {
+    const n = (await sql.begin(async (tx) => {
+      const due = await tx<PaymentRow[]>`
+        SELECT ${tx.unsafe(PAYMENT_COLUMNS)} FROM payments
+        WHERE status = 'pending' AND expires_at <= now()
+        ORDER BY expires_at LIMIT ${batch}
+        FOR UPDATE SKIP LOCKED`
+      for (const p of due) await expireLocked(tx, p, q.view)
+      return due.length
+    })) as number
+    total += n
+    if (n < batch) return total
+  }
+}
+
+export type CancelOutcome =
+  | { kind: 'not_found' }
+  | { kind: 'invalid_state'; payment: PaymentRow }
+  | { kind: 'canceled'; payment: PaymentRow }
+
+/** pending → canceled; any partial amount already received is refunded to its senders. */
+export async function cancelPayment(
+  sql: Sql,
+  q: { accountId: string; id: string; view: PaymentView },
+): Promise<CancelOutcome> {
+  return (await sql.begin(async (tx) => {
+    const payment = await lockPayment(tx, q.id)
+    if (!payment || payment.account_id !== q.accountId) return { kind: 'not_found' }
+    const expired = await expireLocked(tx, payment, q.view)
+    if (expired) return { kind: 'invalid_state', payment: expired }
+    const [row] = await tx<PaymentRow[]>`
+      UPDATE payments SET status = 'canceled', canceled_at = now()
+      WHERE id = ${payment.id} AND status = 'pending' AND expires_at > now()
+      RETURNING ${tx.unsafe(PAYMENT_COLUMNS)}`
+    if (!row) return { kind: 'invalid_state', payment }
+    await holdFigures(tx, payment.id)
+    await addTimeline(tx, payment.id, 'canceled', {})
+    await refundHeldProofs(tx, row, 'canceled', q.view)
+    return { kind: 'canceled', payment: row }
+  })) as CancelOutcome
+}
+
+// ── unmatched inflows ────────────────────────────────────────────────────────────────────────────────
+
+export interface InflowSeen {
+  hash: string
+  payer: string
+  valueAtomic: bigint
+  blockNumber: bigint
+}
+
+/**
+ * ∅ → recorded: transfers no figure matched. One statement per watcher range; a hash some proof already
+ * claimed (a metered call presented it first) is not unmatched and is skipped. Returns the rows written.
+ */
+export async function recordUnmatchedInflows(db: Sql | Tx, inflows: InflowSeen[]): Promise<number> {
+  if (inflows.length === 0) return 0
+  const rows = await db`
+    INSERT INTO unmatched_inflows (tx_hash, payer, amount_atomic, block_number)
+    SELECT i.hash, i.payer, i.amount, i.block
+    FROM unnest(${inflows.map((i) => i.hash.toLowerCase())}::text[], ${inflows.map((i) => i.payer)}::text[],
+                ${inflows.map((i) => i.valueAtomic.toString())}::bigint[],
+                ${inflows.map((i) => i.blockNumber.toString())}::bigint[]) AS i(hash, payer, amount, block)
+    WHERE NOT EXISTS (SELECT 1 FROM claims c WHERE c.proof_key = 'tx:' || i.hash)
+    ON CONFLICT (tx_hash) DO NOTHING
+    RETURNING tx_hash`
+  return rows.length
+}

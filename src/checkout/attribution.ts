@@ -1,0 +1,65 @@
+// Attribution of plain transfers: each confirmed USDC transfer to the treasury that the watcher reports is
+// matched by its exact amount to the payment that figure is reserved for (open, or closed within its hold),
+// and applied through the books' applyPaymentProof, the same transition as a presented hash: its claim
+// `tx:<hash>` makes a later presentation "already applied", never counted twice. A transfer no figure
+// matches is recorded as an unmatched inflow. Idempotent: every instance's watcher may report the same
+// transfer, and a range is reported again after a failure.
+import { applyPaymentProof, recordUnmatchedInflows } from '../books/payments.ts'
+import type { TreasuryTransfer } from '../chain/transfer.ts'
+import { findPaymentsByFigure, type PaymentView } from '../db/payments.ts'
+import type { Sql } from '../db/sql.ts'
+import type { Logger } from '../observability/logger.ts'
+
+export interface AttributionDeps {
+  sql: Sql
+  view(): PaymentView
+  ownerShareBps: number
+  logger: Logger
+}
+
+export interface AttributionResult {
+  applied: number
+  alreadyClaimed: number
+  unmatched: number
+}
+
+/** Matches one watcher range of transfers; throws on a database failure so the range is reported again. */
+export async function attributeTransfers(
+  deps: AttributionDeps,
+  transfers: readonly TreasuryTransfer[],
+): Promise<AttributionResult> {
+  const result: AttributionResult = { applied: 0, alreadyClaimed: 0, unmatched: 0 }
+  if (transfers.length === 0) return result
+  const figures = await findPaymentsByFigure(
+    deps.sql,
+    transfers.map((t) => t.value),
+  )
+  const unmatched: TreasuryTransfer[] = []
+  for (const t of transfers) {
+    const paymentId = figures.get(t.value)
+    if (!paymentId) {
+      unmatched.push(t)
+      continue
+    }
+    const hash = t.hash.toLowerCase()
+    const outcome = await applyPaymentProof(deps.sql, {
+      paymentId,
+      proof: { proofKey: `tx:${hash}`, kind: 'tx', payer: t.from, valueAtomic: t.value, transaction: hash },
+      ownerShareBps: deps.ownerShareBps,
+      view: deps.view(),
+    })
+    if (outcome.kind === 'proof_already_used') result.alreadyClaimed++
+    else result.applied++
+    deps.logger.info('transfer matched to a payment by its amount', {
+      payment_id: paymentId,
+      transaction: hash,
+      outcome: outcome.kind === 'refund_scheduled' ? `refund_scheduled:${outcome.reason}` : outcome.kind,
+    })
+  }
+  result.unmatched = await recordUnmatchedInflows(
+    deps.sql,
+    unmatched.map((t) => ({ hash: t.hash, payer: t.from, valueAtomic: t.value, blockNumber: t.blockNumber })),
+  )
+  if (result.unmatched > 0) deps.logger.info('unmatched inflows recorded', { count: result.unmatched })
+  return result
+}

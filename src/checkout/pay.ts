@@ -1,0 +1,129 @@
+// POST /pay/:id with x-payment: a presented transaction hash, verified by the one verifier and applied by
+// the books' applyPaymentProof (the same transition the watcher's amount match uses).
+
+import { type ApplyOutcome, applyPaymentProof } from '../books/payments.ts'
+import { parseProof } from '../data-plane/proof.ts'
+import type { VerifyResult } from '../data-plane/verifier.ts'
+import { findClaim } from '../db/claims.ts'
+import { type CheckoutPaymentRow, effectiveStatus, findCheckoutPayment } from '../db/payments.ts'
+import { checkoutPayments, paymentRequired } from '../observability/metrics.ts'
+import { presentCheckout } from './presenter.ts'
+import { JSON_TYPE, type Responder } from './responder.ts'
+import type { CheckoutContext } from './route.ts'
+
+export function payWithProof(
+  ctx: CheckoutContext,
+  r: Responder,
+  p: CheckoutPaymentRow,
+  header: string,
+): void {
+  const verified = ctx.deps.verifier.verify(parseProof(header))
+  if (verified instanceof Promise)
+    verified.then(
+      (v) => withVerified(ctx, r, p, v),
+      (err) => ctx.fail(r, err, p.id),
+    )
+  else withVerified(ctx, r, p, verified)
+}
+
+function withVerified(ctx: CheckoutContext, r: Responder, p: CheckoutPaymentRow, result: VerifyResult): void {
+  if (r.aborted) return
+  if (!result.ok) {
+    if (result.reason === 'rpc_unavailable') {
+      return r.sendError(
+        503,
+        'verification_unavailable',
+        'the chain could not be reached to verify the payment; retry shortly',
+      )
+    }
+    // A bad proof against a payment that takes none: say what the payment is, not what it costs.
+    if (effectiveStatus(p) !== 'pending') return ctx.sendState(r, p)
+    const extra: Record<string, unknown> = {}
+    if (result.reason === 'payment_pending') {
+      // Lets the page stop waiting for a hash the chain has never seen (a typo, another network).
+      extra.transaction_status = /not known/.test(result.detail ?? '') ? 'unknown' : 'unconfirmed'
+      if (result.retryAfterMs !== undefined) extra.retry_after_ms = result.retryAfterMs
+    }
+    return ctx.sendRequirement(r, p, result.reason, extra)
+  }
+  // x402 authorizations pay metered calls only: a checkout must see the money move before it is marked
+  // paid, and its 402 does not advertise them.
+  if (result.kind !== 'tx') {
+    if (effectiveStatus(p) !== 'pending') return ctx.sendState(r, p)
+    return ctx.sendRequirement(r, p, 'unsupported_proof')
+  }
+  const proof = {
+    proofKey: result.proofKey,
+    kind: 'tx' as const,
+    payer: result.payer,
+    valueAtomic: result.valueAtomic,
+    transaction: result.transaction,
+  }
+  const view = ctx.view()
+  applyPaymentProof(ctx.deps.sql, {
+    paymentId: p.id,
+    proof,
+    ownerShareBps: ctx.deps.settings.ownerShareBps,
+    view,
+  }).then(
+    (outcome) => withOutcome(ctx, r, p, outcome, result.proofKey),
+    (err) => ctx.fail(r, err, p.id),
+  )
+}
+
+function withOutcome(
+  ctx: CheckoutContext,
+  r: Responder,
+  before: CheckoutPaymentRow,
+  outcome: ApplyOutcome,
+  proofKey: string,
+): void {
+  // Counted before the abort check: the proof was applied whether or not the client still listens.
+  checkoutPayments
+    .labels(outcome.kind === 'applied' ? (outcome.paid ? 'paid' : 'partial') : outcome.kind)
+    .inc()
+  if (r.aborted) return
+  switch (outcome.kind) {
+    case 'not_found':
+      return r.sendError(404, 'payment_not_found', `no payment ${before.id}`)
+    case 'applied': {
+      const p = { ...before, ...outcome.payment }
+      if (outcome.paid) return r.send(200, JSON_TYPE, JSON.stringify(presentCheckout(p, ctx.view())))
+      return ctx.sendRequirement(r, p, 'underpaid')
+    }
+    case 'refund_scheduled': {
+      const s = presentCheckout({ ...before, ...outcome.payment }, ctx.view())
+      const paid = outcome.reason === 'already_paid'
+      return r.sendError(
+        paid ? 409 : 410,
+        paid ? 'payment_already_paid' : `payment_${s.status}`,
+        `payment ${s.id} ${paid ? 'is already paid' : `is ${s.status}`}; this transaction was recorded and its amount will be refunded to the sender`,
+        { payment: s, refund: { status: 'scheduled', transaction: proofKey.replace(/^tx:/, '') } },
+      )
+    }
+    case 'proof_already_used':
+      return alreadyUsed(ctx, r, before, proofKey)
+  }
+}
+
+/** The same proof again: a retry for this very payment (or the watcher matched it first) answers where it stands. */
+function alreadyUsed(ctx: CheckoutContext, r: Responder, before: CheckoutPaymentRow, proofKey: string): void {
+  Promise.all([findClaim(ctx.deps.sql, proofKey), findCheckoutPayment(ctx.deps.sql, before.id)]).then(
+    ([claim, now]) => {
+      if (r.aborted || !now) return
+      const pending = effectiveStatus(now) === 'pending'
+      if (claim?.target_id === before.id)
+        return pending ? ctx.sendRequirement(r, now, 'underpaid') : ctx.sendState(r, now)
+      if (!pending) {
+        paymentRequired.labels('proof_already_used').inc()
+        return r.send(
+          402,
+          JSON_TYPE,
+          JSON.stringify({ error: 'proof_already_used', payment: presentCheckout(now, ctx.view()) }),
+        )
+      }
+      ctx.sendRequirement(r, now, 'proof_already_used')
+    },
+    (err) => ctx.fail(r, err, before.id),
+  )
+}

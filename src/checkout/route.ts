@@ -1,0 +1,237 @@
+// /pay/:payment_id: the hosted checkout for browsers (page, status polling, QR) and the 402 flow for agents
+// (GET → requirement, POST with x-payment → paid). The uWS request is read synchronously, onAborted is set
+// before the first await, and every answer after an await is corked (responder.ts).
+import { LRUCache } from 'lru-cache'
+import QRCode from 'qrcode'
+import type { UwsRoute } from '../data-plane/app.ts'
+import type { Verifier } from '../data-plane/verifier.ts'
+import { type CheckoutPaymentRow, effectiveStatus, findCheckoutPayment } from '../db/payments.ts'
+import type { Sql } from '../db/sql.ts'
+import type { Logger } from '../observability/logger.ts'
+import { paymentRequired } from '../observability/metrics.ts'
+import { type CheckoutPages, loadCheckoutPages, MESSAGE_CSP, PAGE_CSP } from './page.ts'
+import { payWithProof } from './pay.ts'
+import { type CheckoutView, eip681, networkLabel, pageValues, presentCheckout } from './presenter.ts'
+import {
+  type CheckoutRequest,
+  createResponder,
+  HTML_TYPE,
+  JSON_TYPE,
+  type Responder,
+  readRequest,
+} from './responder.ts'
+
+export interface CheckoutDeps {
+  sql: Sql
+  verifier: Verifier
+  chain: {
+    network: string
+    chainId: number
+    treasury: string
+    usdcAddress: string
+    explorerUrl: string | null
+  }
+  publicUrl(): string
+  logger: Logger
+  settings: { ownerShareBps: number; pollIntervalMs?: number }
+}
+
+/** What every request of the checkout shares, built once. */
+export interface CheckoutContext {
+  deps: CheckoutDeps
+  pages: CheckoutPages
+  view(): CheckoutView
+  qrSvg(uri: string): Promise<string>
+  /** 402 for a pending payment: how to pay it (no x402 `accepts`: checkout takes transfers only). */
+  sendRequirement(r: Responder, p: CheckoutPaymentRow, reason: string, extra?: Record<string, unknown>): void
+  /** 200 paid, 410 expired or canceled, 402 pending. */
+  sendState(r: Responder, p: CheckoutPaymentRow): void
+  sendNotFound(r: Responder, req: CheckoutRequest): void
+  fail(r: Responder, err: unknown, id: string): void
+}
+
+const PAYMENT_ID = /^pay_[0-9A-Za-z]{1,64}$/
+const ASSET_CACHE = 'public, max-age=31536000, immutable'
+const PAGE_HEADERS: Array<[string, string]> = [
+  ['content-security-policy', PAGE_CSP],
+  ['referrer-policy', 'no-referrer'],
+  ['x-frame-options', 'DENY'],
+]
+
+export function createCheckoutRoute(deps: CheckoutDeps): UwsRoute {
+  const ctx = createCheckoutContext(deps)
+  return (res, req) => {
+    const r = createResponder(res)
+    handle(ctx, readRequest(req), r)
+  }
+}
+
+function handle(ctx: CheckoutContext, req: CheckoutRequest, r: Responder): void {
+  if (req.id === 'assets') return serveAsset(ctx, req, r)
+  if (!PAYMENT_ID.test(req.id)) return ctx.sendNotFound(r, req)
+  const isRoot = req.rest === '' || req.rest === '/'
+  const allowed = isRoot ? req.method === 'GET' || req.method === 'POST' : req.method === 'GET'
+  if (!allowed && (isRoot || req.rest === '/status' || req.rest === '/qr.svg')) {
+    return r.send(
+      405,
+      JSON_TYPE,
+      JSON.stringify({
+        error: {
+          type: 'invalid_request_error',
+          code: 'method_not_allowed',
+          message: `${req.method} is not allowed here`,
+        },
+      }),
+      [['allow', isRoot ? 'GET, POST' : 'GET']],
+    )
+  }
+  findCheckoutPayment(ctx.deps.sql, req.id).then(
+    (p) => {
+      if (r.aborted) return
+      if (!p) return ctx.sendNotFound(r, req)
+      dispatch(ctx, req, r, p, isRoot)
+    },
+    (err) => ctx.fail(r, err, req.id),
+  )
+}
+
+function dispatch(
+  ctx: CheckoutContext,
+  req: CheckoutRequest,
+  r: Responder,
+  p: CheckoutPaymentRow,
+  isRoot: boolean,
+) {
+  if (req.rest === '/status') return r.send(200, JSON_TYPE, JSON.stringify(presentCheckout(p, ctx.view())))
+  if (req.rest === '/qr.svg') return sendQr(ctx, r, p)
+  if (!isRoot) return r.sendError(404, 'route_not_found', `no route ${req.method} /pay/${req.id}${req.rest}`)
+  if (req.proofHeader) return payWithProof(ctx, r, p, req.proofHeader)
+  if (req.method === 'GET' && req.wantsHtml) return sendPage(ctx, r, p)
+  ctx.sendState(r, p)
+}
+
+function serveAsset(ctx: CheckoutContext, req: CheckoutRequest, r: Responder): void {
+  const asset = ctx.pages.assets.get(req.rest.slice(1))
+  if (!asset || req.method !== 'GET') return r.sendError(404, 'route_not_found', `no asset ${req.rest}`)
+  r.send(200, asset.type, asset.body, [], ASSET_CACHE)
+}
+
+function sendQr(ctx: CheckoutContext, r: Responder, p: CheckoutPaymentRow): void {
+  const s = presentCheckout(p, ctx.view())
+  if (s.status !== 'pending') return r.sendError(410, `payment_${s.status}`, 'nothing is due')
+  ctx.qrSvg(eip681(ctx.view(), BigInt(s.amount_due_atomic))).then(
+    (svg) => r.send(200, 'image/svg+xml', svg),
+    (err) => ctx.fail(r, err, p.id),
+  )
+}
+
+function sendPage(ctx: CheckoutContext, r: Responder, p: CheckoutPaymentRow): void {
+  const view = ctx.view()
+  const s = presentCheckout(p, view)
+  const qr =
+    s.status === 'pending' ? ctx.qrSvg(eip681(view, BigInt(s.amount_due_atomic))) : Promise.resolve('')
+  qr.then(
+    (svg) => {
+      const boot = {
+        status: s,
+        network_label: view.networkLabel,
+        status_url: `/pay/${s.id}/status`,
+        pay_url: `/pay/${s.id}`,
+        qr_url: `/pay/${s.id}/qr.svg`,
+        poll_ms: ctx.deps.settings.pollIntervalMs ?? 2000,
+        // A pasted hash the chain does not know is said to be unknown after this long, not waited for forever.
+        unknown_hash_after_ms: 12_000,
+        pending_hash_after_ms: 90_000,
+      }
+      const html = ctx.pages.renderPayment({ ...pageValues(s, view, svg), boot: JSON.stringify(boot) })
+      r.send(s.status === 'expired' || s.status === 'canceled' ? 410 : 200, HTML_TYPE, html, PAGE_HEADERS)
+    },
+    (err) => ctx.fail(r, err, p.id),
+  )
+}
+
+export function createCheckoutContext(deps: CheckoutDeps): CheckoutContext {
+  const { chain } = deps
+  const label = networkLabel(chain.network)
+  const qrCache = new LRUCache<string, Promise<string>>({ max: 1_000 })
+  const view = (): CheckoutView => ({
+    publicUrl: deps.publicUrl(),
+    network: chain.network,
+    chainId: chain.chainId,
+    treasury: chain.treasury,
+    usdcAddress: chain.usdcAddress,
+    explorerUrl: chain.explorerUrl,
+    networkLabel: label,
+    testMode: chain.network !== 'base',
+  })
+  const ctx: CheckoutContext = {
+    deps,
+    pages: loadCheckoutPages(),
+    view,
+    qrSvg(uri) {
+      let svg = qrCache.get(uri)
+      if (!svg) {
+        svg = QRCode.toString(uri, { type: 'svg', errorCorrectionLevel: 'L', margin: 1 })
+        qrCache.set(uri, svg)
+      }
+      return svg
+    },
+    sendRequirement(r, p, reason, extra = {}) {
+      paymentRequired.labels(reason).inc()
+      const s = presentCheckout(p, view())
+      r.send(402, JSON_TYPE, JSON.stringify(requirement(s, reason, extra)))
+    },
+    sendState(r, p) {
+      const s = presentCheckout(p, view())
+      if (s.status === 'pending') return ctx.sendRequirement(r, p, 'payment_required')
+      if (s.status === 'paid') return r.send(200, JSON_TYPE, JSON.stringify(s))
+      r.sendError(410, `payment_${s.status}`, `payment ${p.id} is ${s.status} and cannot be paid`, {
+        payment: s,
+      })
+    },
+    sendNotFound(r, req) {
+      if (req.wantsHtml && req.rest.length <= 1) {
+        return r.send(404, HTML_TYPE, ctx.pages.renderNotFound(), [
+          ['content-security-policy', MESSAGE_CSP],
+          ['referrer-policy', 'no-referrer'],
+        ])
+      }
+      r.sendError(404, 'payment_not_found', `no payment ${req.id}`)
+    },
+    fail(r, err, id) {
+      deps.logger.error('checkout request failed', { err, payment_id: id })
+      r.sendError(
+        503,
+        'service_unavailable',
+        'the payment could not be processed; retry shortly with the same proof',
+      )
+    },
+  }
+  return ctx
+}
+
+/**
+ * The checkout's 402: the seed's fields (price = the exact figure to send now, recipient, asset, network),
+ * and how to pay. No x402 `accepts`: a checkout is paid by a USDC transfer (matched by its amount, or by
+ * presenting its hash), not by an x402 authorization, so it advertises only that.
+ */
+function requirement(s: ReturnType<typeof presentCheckout>, reason: string, extra: Record<string, unknown>) {
+  return {
+    error: reason,
+    payment_id: s.id,
+    price: s.amount_due,
+    price_atomic: s.amount_due_atomic,
+    recipient: s.recipient,
+    currency: 'USDC',
+    asset: s.asset,
+    network: s.network,
+    chain_id: s.chain_id,
+    expires_at: s.expires_at,
+    payment_status: effectiveStatus({ status: s.status, expires_at: new Date(s.expires_at) }),
+    amount_received_atomic: s.amount_received_atomic,
+    how_to_pay:
+      'send exactly price_atomic base units of asset to recipient on this chain (it is detected by its amount), ' +
+      'or POST this URL with header x-payment: <transaction hash>',
+    ...extra,
+  }
+}
