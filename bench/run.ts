@@ -38,7 +38,8 @@ async function main() {
   // The built JavaScript is what production runs (npm start); build it when src/ changed since.
   execFileSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--if-stale'], { stdio: 'inherit' })
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-bench-'))
-  const chain = await startDevChain({ payers: 1, payerFunding: 100_000_000_000n })
+  // Base Sepolia's chain id and name, so the published x402 client (which knows no private chain) can pay.
+  const chain = await startDevChain({ chainId: 84532, payers: 1, payerFunding: 100_000_000_000n })
   const ctx = await startTargets(
     dir,
     chain,

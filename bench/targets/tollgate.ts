@@ -41,6 +41,7 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
   const databaseUrl = await freshServerDatabase(o.name)
   const env: Record<string, string> = {
     NODE_ENV: 'development',
+    NETWORK: 'base-sepolia',
     PORT: String(port),
     ADMIN_PORT: String(adminPort),
     RPC_URL: o.chain.rpcUrl,
