@@ -113,7 +113,13 @@ export const scenarios: Scenario[] = [
     run: async (ctx) => {
       const t = ctx.tollgates.warm!
       const payment = await t.post('/api/v1/payments', { amount: 10, description: 'Bench order' }, t.apiKey)
-      return load({ ...base(), url: payment.payment_url, expectStatus: 200 })
+      // A browser: agents (no text/html in accept) get the 402 with the payment's requirements instead.
+      return load({
+        ...base(),
+        url: payment.payment_url,
+        headers: { accept: 'text/html' },
+        expectStatus: 200,
+      })
     },
   },
 ]
