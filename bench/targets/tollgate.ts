@@ -36,6 +36,9 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
       database: { data_dir: join(o.dir, `${o.name}-pglite`) },
       chain: { poll_interval_ms: o.watch ? 250 : 3_600_000 },
       server: { workers: o.workers ?? 1 },
+      // Every instance signs with the one treasury key: only the warm one runs payouts and settlements, so
+      // their nonces never collide across instances (that would be a bench artefact, not a finding).
+      jobs: { enabled: o.name === 'warm' },
     }),
   )
   const databaseUrl = await freshServerDatabase(o.name)
