@@ -1,7 +1,7 @@
 // Prints the scenario table (req/s, latency percentiles, errors, ratio to the upstream called directly) and
 // writes bench/results/<date>.json as {"machine":{…},"scenarios":[…]}.
 import { mkdirSync, writeFileSync } from 'node:fs'
-import { cpus, freemem, totalmem } from 'node:os'
+import { cpus, freemem, loadavg, totalmem } from 'node:os'
 import { join } from 'node:path'
 import type { Measured } from './load.ts'
 
@@ -45,6 +45,8 @@ export function machine(extra: Record<string, unknown>): Record<string, unknown>
     memory_gb: Math.round(totalmem() / 2 ** 30),
     free_memory_gb: Math.round(freemem() / 2 ** 30),
     node: process.version,
+    // Other work on the machine during the run (1, 5, 15 min): figures are only comparable within one run.
+    load_average: loadavg().map((x) => Math.round(x * 100) / 100),
     platform: `${process.platform} ${process.arch}`,
     date: new Date().toISOString(),
     ...extra,

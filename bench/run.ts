@@ -17,6 +17,7 @@ import { runSoak } from './scenarios/soak.ts'
 import { startBareUws } from './targets/bare-uws.ts'
 import { startNginx } from './targets/nginx.ts'
 import { ROOT } from './targets/processes.ts'
+import { waitQuiet } from './targets/quiet.ts'
 import { startTollgate } from './targets/tollgate.ts'
 import { startUpstream } from './targets/upstream.ts'
 
@@ -38,7 +39,8 @@ async function main() {
   // The built JavaScript is what production runs (npm start); build it when src/ changed since.
   execFileSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--if-stale'], { stdio: 'inherit' })
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-bench-'))
-  const chain = await startDevChain({ payers: 1, payerFunding: 100_000_000_000n })
+  // Base Sepolia's chain id and name, so the published x402 client (which knows no private chain) can pay.
+  const chain = await startDevChain({ chainId: 84532, payers: 1, payerFunding: 100_000_000_000n })
   const ctx = await startTargets(
     dir,
     chain,
@@ -161,8 +163,11 @@ async function prepareProofs(ctx: Context, count: number): Promise<void> {
   })
   ctx.proofPool.push(...hashes)
   process.stdout.write(`bench: ${count} proofs in ${Math.round(performance.now() - started)} ms\n`)
-  // The warm instances' watchers fill their verified-transfer caches ("pre-verified" proofs).
-  await new Promise((r) => setTimeout(r, 3_000))
+  // The warm instances' watchers fill their verified-transfer caches ("pre-verified" proofs); wait until
+  // they are done parsing, or that work would load the first scenarios.
+  await new Promise((r) => setTimeout(r, 1_000))
+  const pids = Object.values(ctx.tollgates).flatMap((t) => (t.pid ? [t.pid] : []))
+  process.stdout.write(`bench: instances quiet after ${await waitQuiet(pids)} ms\n`)
 }
 
 async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioResult[]> {
@@ -188,6 +193,9 @@ async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioR
   }
   return results
 }
+
+// Ctrl-C / SIGTERM still stops the children (their 'exit' hooks kill them by PID).
+for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => process.exit(130))
 
 main().catch((err) => {
   process.stderr.write(`bench failed: ${err?.stack ?? err}\n`)

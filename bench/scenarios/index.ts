@@ -1,6 +1,7 @@
 // Every scenario: what it needs started, how many proofs it uses, and one load run. Ratios are to `direct`.
 import { load, type Measured } from '../load.ts'
 import { type Context, settings, type TollgateKind } from './context.ts'
+import { runX402 } from './x402.ts'
 
 export interface Scenario {
   name: string
@@ -58,6 +59,11 @@ export const scenarios: Scenario[] = [
   paid('cold', '/data', Math.round(settings.proofs / 5), 'paid-cold'),
   paid('tsx', '/data', settings.proofs, 'paid-warm-tsx'),
   paid('workers2', '/data', settings.proofs, 'workers-2'),
+  {
+    name: 'x402',
+    tollgates: ['warm'],
+    run: (ctx) => runX402(ctx, Number(process.env.BENCH_X402 ?? 1_500)),
+  },
   direct('/1k', 'direct-1k'),
   paid('warm', '/1k', Math.round(settings.proofs * 0.6), 'paid-1k'),
   direct('/256k', 'direct-256k'),
@@ -107,7 +113,13 @@ export const scenarios: Scenario[] = [
     run: async (ctx) => {
       const t = ctx.tollgates.warm!
       const payment = await t.post('/api/v1/payments', { amount: 10, description: 'Bench order' }, t.apiKey)
-      return load({ ...base(), url: payment.payment_url, expectStatus: 200 })
+      // A browser: agents (no text/html in accept) get the 402 with the payment's requirements instead.
+      return load({
+        ...base(),
+        url: payment.payment_url,
+        headers: { accept: 'text/html' },
+        expectStatus: 200,
+      })
     },
   },
 ]

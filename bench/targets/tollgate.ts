@@ -38,11 +38,15 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
       // Every scenario comes from one address: the 402 and checkout scenarios would meet the limits.
       rate_limits: { enabled: false },
       server: { workers: o.workers ?? 1 },
+      // Every instance signs with the one treasury key: only the warm one runs payouts and settlements, so
+      // their nonces never collide across instances (that would be a bench artefact, not a finding).
+      jobs: { enabled: o.name === 'warm' },
     }),
   )
   const databaseUrl = await freshServerDatabase(o.name)
   const env: Record<string, string> = {
     NODE_ENV: 'development',
+    NETWORK: 'base-sepolia',
     PORT: String(port),
     ADMIN_PORT: String(adminPort),
     RPC_URL: o.chain.rpcUrl,

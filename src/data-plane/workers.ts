@@ -61,25 +61,7 @@ export async function startSupervisor(
   options: { count: number; logger: Logger; env?: Record<string, string> },
 ): Promise<Supervisor> {
   const { logger } = options
-  const owned: Array<() => Promise<void>> = []
-  let embedded: EmbeddedDatabase | null = null
-  let devChain: DevChain | null = null
-  try {
-    if (!config.database.url) {
-      embedded = await startEmbeddedDatabase({ dataDir: config.database.data_dir })
-      owned.push(() => embedded!.stop())
-    }
-    if (config.chain.network === 'local' && !config.chain.rpc_url) {
-      devChain = await startDevChain({
-        payers: config.chain.dev_payers,
-        payerFunding: configDollars(config.chain.dev_payer_funding),
-      })
-      owned.push(() => devChain!.stop())
-    }
-  } catch (err) {
-    for (const s of owned.reverse()) await s()
-    throw err
-  }
+  const { owned, embedded, devChain } = await startShared(config)
   // Port 0 must become one concrete port every worker shares.
   const port = config.server.port || (await freePort(config.server.host))
   const env: Record<string, string> = {
@@ -158,6 +140,34 @@ export async function startSupervisor(
       for (const s of owned.reverse()) await s()
     },
   }
+}
+
+/** What exists once per machine and every worker connects to: the embedded database, the dev chain. */
+async function startShared(config: Config): Promise<{
+  owned: Array<() => Promise<void>>
+  embedded: EmbeddedDatabase | null
+  devChain: DevChain | null
+}> {
+  const owned: Array<() => Promise<void>> = []
+  let embedded: EmbeddedDatabase | null = null
+  let devChain: DevChain | null = null
+  try {
+    if (!config.database.url) {
+      embedded = await startEmbeddedDatabase({ dataDir: config.database.data_dir })
+      owned.push(() => embedded!.stop())
+    }
+    if (config.chain.network === 'local' && !config.chain.rpc_url) {
+      devChain = await startDevChain({
+        payers: config.chain.dev_payers,
+        payerFunding: configDollars(config.chain.dev_payer_funding),
+      })
+      owned.push(() => devChain!.stop())
+    }
+  } catch (err) {
+    for (const s of owned.reverse()) await s()
+    throw err
+  }
+  return { owned, embedded, devChain }
 }
 
 /**

@@ -237,7 +237,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       await probe
       // Captures are batched: give them time to land before the books are read.
       await sleep(2_000)
-      const reconcileExit = await runReconcile(cluster.url, chain)
+      const reconcileExit = await runReconcile(cluster.url, chain, log)
       const graceMs = 5_000
       const outside = stats.s503.filter((t) => t < window.from - 500 || t > window.to + graceMs).length
       rounds.push({
@@ -483,7 +483,11 @@ async function judge(
   }
 }
 
-async function runReconcile(databaseUrl: string, chain: DevChain): Promise<number | null> {
+async function runReconcile(
+  databaseUrl: string,
+  chain: DevChain,
+  log: (line: string) => void,
+): Promise<number | null> {
   return new Promise((resolve) => {
     const proc = spawn(
       process.execPath,
@@ -498,12 +502,22 @@ async function runReconcile(databaseUrl: string, chain: DevChain): Promise<numbe
           USDC_ADDRESS: chain.usdcAddress,
           TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
         },
-        stdio: ['ignore', 'ignore', 'ignore'],
+        stdio: ['ignore', 'pipe', 'pipe'],
       },
     )
+    let out = ''
+    proc.stdout!.on('data', (d: Buffer) => {
+      out += d.toString()
+    })
+    proc.stderr!.on('data', (d: Buffer) => {
+      out += d.toString()
+    })
     const timer = setTimeout(() => proc.kill('SIGKILL'), 60_000)
     proc.on('exit', (code) => {
       clearTimeout(timer)
+      // The differences it lists say what a non-zero exit was about.
+      const at = out.indexOf('DIFFERENCES')
+      if (code !== 0) log(`   reconcile exit ${code}:\n${out.slice(at < 0 ? -2000 : at).trim()}`)
       resolve(code)
     })
   })
