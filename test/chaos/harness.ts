@@ -489,22 +489,18 @@ async function runReconcile(
   log: (line: string) => void,
 ): Promise<number | null> {
   return new Promise((resolve) => {
-    const proc = spawn(
-      process.execPath,
-      ['--import', 'tsx', 'src/cli/reconcile.ts', '--from', '1h'],
-      {
-        cwd: ROOT,
-        env: {
-          ...process.env,
-          NODE_ENV: 'test',
-          DATABASE_URL: databaseUrl,
-          RPC_URL: chain.rpcUrl,
-          USDC_ADDRESS: chain.usdcAddress,
-          TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
-        },
-        stdio: ['ignore', 'pipe', 'pipe'],
+    const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli/reconcile.ts', '--from', '1h'], {
+      cwd: ROOT,
+      env: {
+        ...process.env,
+        NODE_ENV: 'test',
+        DATABASE_URL: databaseUrl,
+        RPC_URL: chain.rpcUrl,
+        USDC_ADDRESS: chain.usdcAddress,
+        TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
       },
-    )
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
     let out = ''
     proc.stdout!.on('data', (d: Buffer) => {
       out += d.toString()
