@@ -1,10 +1,12 @@
 // The wire format of the public data-plane routes (/m/* metered calls, /pay/* checkout) for the OpenAPI
 // document. The control plane may not import the data plane, so their answers are described here, and the
 // contract test (test/control-plane/openapi.test.ts) holds both to this description with real responses.
-import * as v from 'valibot'
-import { Address, Atomic, Dollars, Network, NullableTimestamp, Timestamp, TxHash } from './api-schemas.ts'
 
-const PaymentStatus = v.picklist(['pending', 'paid', 'expired', 'canceled'])
+import * as v from 'valibot'
+import { Address, Atomic, Dollars, Network, Timestamp } from './api-schemas.ts'
+import { PaymentObject } from './routes/payments.ts'
+
+const _PaymentStatus = v.picklist(['pending', 'paid', 'expired', 'canceled'])
 
 /** x402 v1 `exact` requirement, as standard x402 clients read it. */
 const ExactRequirement = v.strictObject({
@@ -41,36 +43,25 @@ export const PaymentRequired = v.pipe(
     endpoint_id: v.optional(v.string()),
     payment_id: v.optional(v.string()),
     amount_received_atomic: v.optional(Atomic),
-    payment_status: v.optional(v.literal('pending')),
-    x402Version: v.literal(1),
-    accepts: v.array(ExactRequirement),
+    payment_status: v.optional(v.string()),
+    how_to_pay: v.optional(v.pipe(v.string(), v.description('checkout only: a plain transfer or the hash'))),
+    x402Version: v.optional(v.pipe(v.literal(1), v.description('metered calls only'))),
+    accepts: v.optional(v.pipe(v.array(ExactRequirement), v.description('metered calls only'))),
   }),
-  v.description('The 402 requirement; the x402 v2 form is in the PAYMENT-REQUIRED header (base64 JSON).'),
+  v.description(
+    'The 402 requirement. Metered calls add the x402 `accepts` (and the v2 form in the PAYMENT-REQUIRED header, ' +
+      'base64 JSON); a checkout is paid by a plain transfer of `price_atomic` or by presenting its hash.',
+  ),
 )
 
+/** The checkout's view of a payment: the API object without `metadata` (private to the merchant), plus what
+ * the page shows. One presenter serves both (src/checkout/presenter.ts). */
+const { metadata: _merchantOnly, ...checkoutEntries } = PaymentObject.entries
 export const CheckoutStatus = v.strictObject({
-  id: v.string(),
-  object: v.literal('payment'),
-  status: PaymentStatus,
+  ...checkoutEntries,
   business_name: v.string(),
-  description: v.string(),
-  amount: Dollars,
-  amount_atomic: Atomic,
-  amount_received: Dollars,
-  amount_received_atomic: Atomic,
-  amount_due: Dollars,
-  amount_due_atomic: Atomic,
-  currency: v.literal('USDC'),
-  network: Network,
-  chain_id: v.number(),
-  recipient: Address,
-  asset: Address,
-  expires_at: Timestamp,
-  paid_at: NullableTimestamp,
-  transaction: v.nullable(TxHash),
   transaction_url: v.nullable(v.string()),
-  payer: v.nullable(Address),
-  success_url: v.nullable(v.string()),
+  test_mode: v.boolean(),
 })
 
 export const PublicErrorBody = v.strictObject({
