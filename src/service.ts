@@ -11,6 +11,7 @@ import type { ChainInfo } from './control-plane/deps.ts'
 import { createApiHandler } from './control-plane/handler.ts'
 import { expireUncapturedClaims } from './control-plane/jobs/claim-expiry.ts'
 import { startLeadership } from './control-plane/jobs/leader.ts'
+import { createOperationalGauges } from './control-plane/jobs/ops-gauges.ts'
 import { createPaymentJobs } from './control-plane/jobs/payment-expiry.ts'
 import { createPayoutJobs } from './control-plane/jobs/payout-batcher.ts'
 import {
@@ -260,6 +261,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
       createWebhookJobs(jobDeps),
       createPayoutJobs(jobDeps),
       createSettlementJobs(jobDeps),
+      createOperationalGauges(jobDeps),
     ]
     // Payouts and settlements both send from the treasury: one at a time, so their nonces never collide.
     const treasurySends = createMutex()

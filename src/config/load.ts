@@ -69,16 +69,14 @@ export function loadConfig(options: LoadOptions = {}): Config {
       'invalid configuration:\n  server.threads: must be 1 (this uWebSockets.js build cannot share a port between threads); run several tollgate processes behind a load balancer on one PostgreSQL server instead',
     )
   }
-  const key = env.TREASURY_PRIVATE_KEY?.trim() || null
+  const { key, source } = treasuryKey(env)
   if (key !== null && !/^0x[0-9a-fA-F]{64}$/.test(key)) {
     // Never echo the value: it is a secret.
-    throw new ConfigError(
-      'invalid configuration:\n  TREASURY_PRIVATE_KEY: must be 0x followed by 64 hex digits',
-    )
+    throw new ConfigError(`invalid configuration:\n  ${source}: must be 0x followed by 64 hex digits`)
   }
   if (key === null && settings.chain.network !== 'local') {
     throw new ConfigError(
-      `invalid configuration:\n  TREASURY_PRIVATE_KEY: required on network ${settings.chain.network}`,
+      `invalid configuration:\n  TREASURY_PRIVATE_KEY: required on network ${settings.chain.network} (or TREASURY_PRIVATE_KEY_FILE naming a file that holds it)`,
     )
   }
   const secrets = Object.freeze({ treasury_private_key: key as `0x${string}` | null })
@@ -86,6 +84,36 @@ export function loadConfig(options: LoadOptions = {}): Config {
   const config = { ...settings } as Config
   Object.defineProperty(config, 'secrets', { value: secrets, enumerable: false })
   return deepFreeze(config)
+}
+
+/**
+ * The treasury key from TREASURY_PRIVATE_KEY, or from the file TREASURY_PRIVATE_KEY_FILE names (the Docker
+ * secrets convention: /run/secrets/<name>). Never both: which one wins would be a guess. Errors name the
+ * setting and the path, never the file's content.
+ */
+function treasuryKey(env: Env): { key: string | null; source: string } {
+  const inline = env.TREASURY_PRIVATE_KEY?.trim() || null
+  const file = env.TREASURY_PRIVATE_KEY_FILE?.trim() || null
+  if (inline !== null && file !== null) {
+    throw new ConfigError(
+      'invalid configuration:\n  TREASURY_PRIVATE_KEY, TREASURY_PRIVATE_KEY_FILE: set one of them, not both',
+    )
+  }
+  if (file === null) return { key: inline, source: 'TREASURY_PRIVATE_KEY' }
+  let text: string
+  try {
+    text = readFileSync(resolve(file), 'utf8')
+  } catch (cause) {
+    const reason = (cause as NodeJS.ErrnoException).code ?? 'unreadable'
+    throw new ConfigError(
+      `invalid configuration:\n  TREASURY_PRIVATE_KEY_FILE: cannot read ${file} (${reason})`,
+      { cause },
+    )
+  }
+  const key = text.trim()
+  if (key === '')
+    throw new ConfigError(`invalid configuration:\n  TREASURY_PRIVATE_KEY_FILE: ${file} is empty`)
+  return { key, source: `TREASURY_PRIVATE_KEY_FILE (${file})` }
 }
 
 function envSettings(env: Env): Record<string, unknown> {

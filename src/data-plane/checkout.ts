@@ -16,7 +16,13 @@ import {
 import type { Sql } from '../db/sql.ts'
 import { toDollars } from '../money.ts'
 import type { Logger } from '../observability/logger.ts'
-import { httpDuration, httpRequests, paymentRequired, statusClass } from '../observability/metrics.ts'
+import {
+  checkoutPayments,
+  httpDuration,
+  httpRequests,
+  paymentRequired,
+  statusClass,
+} from '../observability/metrics.ts'
 import type { UwsRoute } from './app.ts'
 import {
   buildChallenge,
@@ -306,6 +312,10 @@ export function createCheckoutRoute(deps: CheckoutDeps): UwsRoute {
     }
 
     function withOutcome(before: CheckoutPaymentRow, outcome: ApplyOutcome, proofKey: string): void {
+      // Counted before the abort check: the proof was applied whether or not the client still listens.
+      checkoutPayments
+        .labels(outcome.kind === 'applied' ? (outcome.paid ? 'paid' : 'partial') : outcome.kind)
+        .inc()
       if (aborted) return
       switch (outcome.kind) {
         case 'not_found':

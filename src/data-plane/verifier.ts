@@ -153,6 +153,7 @@ export class Verifier {
         },
         () => {
           this.inflight.delete(proofKey)
+          verifications.labels('eip3009', 'rpc', 'rpc_unavailable').inc()
           return { ok: false as const, reason: 'rpc_unavailable' as const }
         },
       )

@@ -1,7 +1,10 @@
 // The admin port: /metrics (Prometheus), /healthz (process is up), /readyz (database and chain answer).
 import uws from 'uWebSockets.js'
 import type { Logger } from './logger.ts'
-import { registry } from './metrics.ts'
+import { readinessCheck, registry, runScrapeSamplers } from './metrics.ts'
+
+/** A scrape waits at most this long for a readiness check or a sampler (Prometheus' default timeout is 10 s). */
+const SCRAPE_SAMPLE_TIMEOUT_MS = 3_000
 
 export interface ReadinessCheck {
   name: string
@@ -25,24 +28,24 @@ export async function startAdminServer(options: {
   app.get('/healthz', (res) => {
     res.writeHeader('content-type', 'application/json').end('{"status":"ok"}')
   })
+  // Readiness is sampled on every scrape too (tollgate_readiness_check_ok), so an alert can say which check fails.
+  const runChecks = (timeoutMs?: number) =>
+    Promise.all(options.checks.map((c) => runCheck(c, timeoutMs))).then((results) => {
+      for (const r of results) readinessCheck.set({ check: r.name }, r.ok ? 1 : 0)
+      return results
+    })
   app.get('/metrics', (res) => {
     const state = onAbort(res)
-    registry.metrics().then(
-      (text) => reply(res, state, 200, registry.contentType, text),
-      (err) => reply(res, state, 500, 'text/plain', String(err)),
-    )
+    Promise.all([runChecks(SCRAPE_SAMPLE_TIMEOUT_MS), runScrapeSamplers(SCRAPE_SAMPLE_TIMEOUT_MS)])
+      .then(() => registry.metrics())
+      .then(
+        (text) => reply(res, state, 200, registry.contentType, text),
+        (err) => reply(res, state, 500, 'text/plain', String(err)),
+      )
   })
   app.get('/readyz', (res) => {
     const state = onAbort(res)
-    Promise.all(
-      options.checks.map(async (c) => {
-        try {
-          return { name: c.name, ...(await c.check()) }
-        } catch (err) {
-          return { name: c.name, ok: false, detail: (err as Error).message }
-        }
-      }),
-    ).then((results) => {
+    runChecks().then((results) => {
       const ready = results.every((r) => r.ok)
       const body = JSON.stringify({ status: ready ? 'ready' : 'not_ready', checks: results })
       reply(res, state, ready ? 200 : 503, 'application/json', body)
@@ -73,6 +76,32 @@ export async function startAdminServer(options: {
       })
     })
   })
+}
+
+async function runCheck(
+  c: ReadinessCheck,
+  timeoutMs?: number,
+): Promise<{ name: string; ok: boolean; detail?: string }> {
+  let timer: NodeJS.Timeout | undefined
+  try {
+    const checked = c.check()
+    const result = timeoutMs
+      ? await Promise.race([
+          checked,
+          new Promise<{ ok: false; detail: string }>((resolve) => {
+            timer = setTimeout(
+              () => resolve({ ok: false, detail: `no answer within ${timeoutMs} ms` }),
+              timeoutMs,
+            )
+          }),
+        ])
+      : await checked
+    return { name: c.name, ...result }
+  } catch (err) {
+    return { name: c.name, ok: false, detail: (err as Error).message }
+  } finally {
+    clearTimeout(timer)
+  }
 }
 
 function onAbort(res: uws.HttpResponse): { aborted: boolean } {

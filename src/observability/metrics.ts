@@ -181,3 +181,103 @@ export const settlements = new client.Counter({
   labelNames: ['outcome'] as const,
   registers: [registry],
 })
+
+// ---- Operations (issue 13): values sampled when Prometheus scrapes, for deploy/alerts.yml. ----------------
+// They describe shared state (the database, the chain), so every instance reports the same values; alert
+// rules take max() across instances. Samplers are registered by the modules that can read the value and run
+// by the admin port before each /metrics answer, each bounded by a timeout so a slow database or RPC node
+// never makes the scrape itself fail.
+
+/** check: the /readyz check names (database, chain, payouts, …). */
+export const readinessCheck = new client.Gauge({
+  name: 'tollgate_readiness_check_ok',
+  help: '1 when the readiness check answered ok at the last scrape, 0 when it failed or timed out, by check.',
+  labelNames: ['check'] as const,
+  registers: [registry],
+})
+
+export const settlementBacklogCount = new client.Gauge({
+  name: 'tollgate_x402_settlement_backlog_count',
+  help: 'Captured x402 calls whose authorization is not settled on chain yet (sent or not).',
+  registers: [registry],
+})
+
+export const settlementBacklogOldest = new client.Gauge({
+  name: 'tollgate_x402_settlement_backlog_oldest_seconds',
+  help: 'Age of the oldest captured x402 call not settled on chain yet (0 when none).',
+  registers: [registry],
+})
+
+export const webhookBacklogCount = new client.Gauge({
+  name: 'tollgate_webhooks_backlog_count',
+  help: 'Webhook deliveries still pending plus events not yet fanned out to their webhooks.',
+  registers: [registry],
+})
+
+export const webhookBacklogOldest = new client.Gauge({
+  name: 'tollgate_webhooks_backlog_oldest_seconds',
+  help: 'Age of the oldest event not yet delivered to every webhook (0 when none); includes receivers being retried.',
+  registers: [registry],
+})
+
+export const webhookOverdue = new client.Gauge({
+  name: 'tollgate_webhooks_overdue_seconds',
+  help: 'How far past its next attempt time the most overdue pending delivery is (0 when none): the dispatcher is behind.',
+  registers: [registry],
+})
+
+export const payoutsOpenOldest = new client.Gauge({
+  name: 'tollgate_payouts_open_oldest_seconds',
+  help: 'Age of the oldest payout recorded or broadcast but not confirmed or failed (0 when none).',
+  registers: [registry],
+})
+
+export const payoutsOwedAtomic = new client.Gauge({
+  name: 'tollgate_payouts_owed_atomic',
+  help: 'USDC base units owed to owner wallets and refund recipients and not yet in a payout.',
+  registers: [registry],
+})
+
+export const treasuryUsdcAtomic = new client.Gauge({
+  name: 'tollgate_treasury_usdc_atomic',
+  help: 'USDC base units the treasury holds (read from the chain at scrape).',
+  registers: [registry],
+})
+
+export const treasuryGasWei = new client.Gauge({
+  name: 'tollgate_treasury_gas_wei',
+  help: 'Native currency (wei) the treasury holds for gas (read from the chain at scrape; float precision).',
+  registers: [registry],
+})
+
+/** outcome: paid (completed the payment) | partial | refund_scheduled | proof_already_used | not_found. */
+export const checkoutPayments = new client.Counter({
+  name: 'tollgate_checkout_payments_total',
+  help: 'Proofs presented to a checkout payment (POST /pay/:id), by outcome.',
+  labelNames: ['outcome'] as const,
+  registers: [registry],
+})
+
+type ScrapeSampler = () => Promise<void>
+const scrapeSamplers = new Set<ScrapeSampler>()
+
+/** Registers a sampler run before each scrape; returns its removal. */
+export function onScrape(sampler: ScrapeSampler): () => void {
+  scrapeSamplers.add(sampler)
+  return () => {
+    scrapeSamplers.delete(sampler)
+  }
+}
+
+/** Runs every sampler at once; one that fails or passes timeoutMs keeps its gauges' previous values. */
+export async function runScrapeSamplers(timeoutMs: number): Promise<void> {
+  await Promise.all(
+    [...scrapeSamplers].map((sample) => {
+      let timer: NodeJS.Timeout | undefined
+      const timeout = new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, timeoutMs)
+      })
+      return Promise.race([sample().catch(() => {}), timeout]).finally(() => clearTimeout(timer))
+    }),
+  )
+}

@@ -1,4 +1,7 @@
-import { describe, expect, it } from 'vitest'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterAll, describe, expect, it } from 'vitest'
 import { ConfigError, loadConfig } from '../../src/config/load.ts'
 
 describe('loadConfig', () => {
@@ -57,3 +60,69 @@ describe('loadConfig', () => {
     }
   })
 })
+
+describe('treasury key from a file (TREASURY_PRIVATE_KEY_FILE, the Docker secrets convention)', () => {
+  const key = `0x${'cd'.repeat(32)}`
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-key-'))
+  afterAll(() => rmSync(dir, { recursive: true, force: true }))
+  const write = (name: string, text: string) => {
+    const file = join(dir, name)
+    writeFileSync(file, text, { mode: 0o600 })
+    return file
+  }
+
+  it('reads the key from the file, trailing newline and all, and keeps it out of serialised config', () => {
+    const file = write('key', `${key}\n`)
+    const c = loadConfig({
+      env: { NETWORK: 'base', RPC_URL: 'https://rpc.example', TREASURY_PRIVATE_KEY_FILE: file },
+    })
+    expect(c.secrets.treasury_private_key).toBe(key)
+    expect(JSON.stringify(c)).not.toContain(key)
+  })
+
+  it('refuses both the variable and the file, naming both', () => {
+    const file = write('both', key)
+    expect(() => loadConfig({ env: { TREASURY_PRIVATE_KEY: key, TREASURY_PRIVATE_KEY_FILE: file } })).toThrow(
+      /TREASURY_PRIVATE_KEY, TREASURY_PRIVATE_KEY_FILE: set one of them, not both/,
+    )
+  })
+
+  it('names the setting and the path when the file cannot be read', () => {
+    const missing = join(dir, 'nope')
+    const err = catchConfigError(() => loadConfig({ env: { TREASURY_PRIVATE_KEY_FILE: missing } }))
+    expect(err.message).toContain('TREASURY_PRIVATE_KEY_FILE')
+    expect(err.message).toContain(missing)
+    expect(err.message).toContain('ENOENT')
+    // A directory is not a key file either.
+    expect(catchConfigError(() => loadConfig({ env: { TREASURY_PRIVATE_KEY_FILE: dir } })).message).toMatch(
+      /TREASURY_PRIVATE_KEY_FILE: cannot read .* \(EISDIR\)/,
+    )
+  })
+
+  it('refuses an empty file and a malformed key without echoing the content', () => {
+    expect(() => loadConfig({ env: { TREASURY_PRIVATE_KEY_FILE: write('empty', '\n') } })).toThrow(
+      /TREASURY_PRIVATE_KEY_FILE: .* is empty/,
+    )
+    const err = catchConfigError(() =>
+      loadConfig({ env: { TREASURY_PRIVATE_KEY_FILE: write('bad', '0xnot-a-key-secret\n') } }),
+    )
+    expect(err.message).toMatch(/TREASURY_PRIVATE_KEY_FILE \(.*bad\): must be 0x followed by 64 hex digits/)
+    expect(err.message).not.toContain('not-a-key-secret')
+  })
+
+  it('says a key is required on a real network, naming both ways to give it', () => {
+    expect(() => loadConfig({ env: { NETWORK: 'base', RPC_URL: 'https://rpc.example' } })).toThrow(
+      /TREASURY_PRIVATE_KEY: required on network base \(or TREASURY_PRIVATE_KEY_FILE/,
+    )
+  })
+})
+
+function catchConfigError(fn: () => unknown): ConfigError {
+  try {
+    fn()
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError)
+    return err as ConfigError
+  }
+  throw new Error('expected a ConfigError')
+}

@@ -1,0 +1,36 @@
+# syntax=docker/dockerfile:1
+# tollgate: build with dev dependencies, run the built output with production dependencies only, as a
+# non-root user. Build: docker build -t tollgate .   Run: see deploy/compose.yaml and the README (Deployment).
+ARG NODE_VERSION=20
+
+FROM node:${NODE_VERSION}-bookworm-slim AS build
+WORKDIR /app
+# Dependencies first, so a source change does not reinstall them.
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json ./
+COPY config ./config
+COPY src ./src
+RUN npm run build
+# What the runtime stage copies: production dependencies only.
+RUN npm prune --omit=dev --no-audit --no-fund
+
+FROM node:${NODE_VERSION}-bookworm-slim AS runtime
+ENV NODE_ENV=production
+WORKDIR /app
+COPY --from=build /app/package.json ./package.json
+COPY --from=build /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+COPY --from=build /app/config ./config
+# The embedded database's directory (used only without DATABASE_URL) must be writable by the service user.
+RUN mkdir -p /app/.data && chown node:node /app/.data
+# The official image's unprivileged user (uid 1000).
+USER node
+# Public port (PORT) and admin port (ADMIN_PORT: /metrics, /healthz, /readyz).
+EXPOSE 8080 9464
+# Ready = database, chain and background checks answer (GET /readyz on the admin port); Node 20 has fetch.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.ADMIN_PORT||9464)+'/readyz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
+# SIGTERM drains: the public port closes, captures are written, jobs stop (server.shutdown_grace_ms).
+STOPSIGNAL SIGTERM
+CMD ["node", "dist/main.js"]
