@@ -121,6 +121,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
       publicUrl,
       defaultTimeoutMs: config.proxy.upstream_timeout_ms,
       allowPrivate: config.proxy.allow_private_upstreams,
+      maxTimeoutSeconds: config.x402.max_timeout_seconds,
     })
     const onEndpointChanged = (id: string) => {
       endpoints.delete(id)
@@ -247,6 +248,8 @@ export async function startService(config: Config, options: StartOptions = {}): 
 
     const leadership = await startLeadership(sql, { embedded: embedded !== null, retryMs: 2_000, logger })
     const jobDeps: JobDeps = { sql, config, logger, chain, embedded: embedded !== null, publicUrl }
+    // Payouts and settlements both send from the treasury: one sender at a time, so their nonces never collide.
+    const treasurySends = createMutex()
     const modules: BackgroundModule[] = [
       {
         jobs: [
@@ -260,18 +263,13 @@ export async function startService(config: Config, options: StartOptions = {}): 
       createPaymentJobs(jobDeps),
       createWebhookJobs(jobDeps),
       createPayoutJobs(jobDeps),
-      createSettlementJobs(jobDeps),
+      // Settlement takes the treasury lock only around its nonce assignment and broadcasts.
+      createSettlementJobs(jobDeps, { treasuryLock: treasurySends }),
       createOperationalGauges(jobDeps),
     ]
-    // Payouts and settlements both send from the treasury: one at a time, so their nonces never collide.
-    const treasurySends = createMutex()
     const jobList = modules
       .flatMap((m) => m.jobs)
-      .map((job) =>
-        /^(payout|x402-settlement)/.test(job.name)
-          ? { ...job, run: () => treasurySends(() => job.run()) }
-          : job,
-      )
+      .map((job) => (/^payout/.test(job.name) ? { ...job, run: () => treasurySends(() => job.run()) } : job))
     const jobs = startJobs(config.jobs.enabled ? jobList : [], { leadership, logger })
     cleanups.push(async () => {
       await jobs.stop()
