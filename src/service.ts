@@ -28,6 +28,7 @@ import { createCheckoutRoute } from './data-plane/checkout.ts'
 import { createEndpointCache } from './data-plane/endpoint-cache.ts'
 import { createMeteredRoute } from './data-plane/metered.ts'
 import { createUpstreamDispatcher } from './data-plane/proxy.ts'
+import { startSettlementThrottle } from './data-plane/settlement-throttle.ts'
 import { assertNativeUws } from './data-plane/uws.ts'
 import { Verifier } from './data-plane/verifier.ts'
 import { type EmbeddedDatabase, startEmbeddedDatabase } from './db/embedded.ts'
@@ -207,6 +208,14 @@ export async function startService(config: Config, options: StartOptions = {}): 
       publicUrl,
       onEndpointChanged,
     })
+    const settlementThrottle = startSettlementThrottle(sql, {
+      maxBacklogCount: config.settlement.throttle_backlog_count,
+      maxOldestS: config.settlement.throttle_oldest_s,
+      retryAfterS: config.settlement.throttle_retry_after_s,
+      checkMs: config.settlement.throttle_check_ms,
+      logger,
+    })
+    cleanups.push(async () => settlementThrottle.stop())
     const metered = createMeteredRoute({
       sql,
       endpoints,
@@ -215,6 +224,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
       books,
       dispatcher,
       logger,
+      settlementThrottle,
       settings: {
         retryWindowMs: config.proxy.retry_window_ms,
         quoteTtlMs: config.proxy.quote_ttl_ms,

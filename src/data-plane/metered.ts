@@ -39,6 +39,7 @@ import {
   type UpstreamDispatcher,
 } from './proxy.ts'
 import { nextRequestId } from './request-id.ts'
+import type { SettlementThrottle } from './settlement-throttle.ts'
 import { type HttpRequest, type HttpResponse, statusLine } from './uws.ts'
 import type { Verifier, VerifyResult } from './verifier.ts'
 
@@ -53,6 +54,8 @@ export interface MeteredDeps {
   books: BatchWriter
   dispatcher: UpstreamDispatcher
   logger: Logger
+  /** x402 intake throttle (settlement room): read synchronously, set by its own timer. */
+  settlementThrottle?: SettlementThrottle
   settings: {
     retryWindowMs: number
     quoteTtlMs: number
@@ -68,6 +71,9 @@ const NOT_FOUND_BODY = (id: string, requestId: string) =>
   `{"error":{"type":"invalid_request_error","code":"endpoint_not_found","message":"no active metered endpoint ${id}"},"request_id":"${requestId}"}`
 const UNAVAILABLE_BODY = (message: string) =>
   `{"error":{"type":"api_error","code":"verification_unavailable","message":"${message}"}}`
+
+const BACKLOG_BODY =
+  '{"error":{"type":"api_error","code":"settlement_backlog","message":"x402 payments are paused while settlements catch up; retry after Retry-After seconds with the same or a new authorization"}}'
 
 const IN_PROGRESS_BODY =
   '{"error":{"type":"invalid_request_error","code":"payment_in_progress","message":"this proof is being used by another request right now; retry after it finishes (do not pay again)"}}'
@@ -191,6 +197,10 @@ class MeteredCall implements ProxyHooks {
       cacheCounters.usedHit.inc()
       return this.respond402('proof_already_used')
     }
+    // ---- x402 intake throttle (settlement backlog): refused before verifying or claiming anything. ----
+    const throttle = this.ctx.settlementThrottle
+    if (proof.kind === 'x402' && throttle?.engaged) return this.respondBacklog(throttle.retryAfterS)
+    // ----
     const verified = this.ctx.verifier.verify(proof)
     if (verified instanceof Promise) verified.then((r) => this.withVerified(r))
     else this.withVerified(verified)
@@ -361,6 +371,20 @@ class MeteredCall implements ProxyHooks {
         .writeHeader('content-type', JSON_TYPE)
         .writeHeader('retry-after', '1')
         .end(IN_PROGRESS_BODY)
+    })
+  }
+
+  /** 503 settlement_backlog: x402 intake paused while settlements catch up (the proof stays unspent). */
+  respondBacklog(retryAfterS: number): void {
+    this.body?.release()
+    observe(503, this.startedMs)
+    const res = this.res
+    res.cork(() => {
+      res
+        .writeStatus('503 Service Unavailable')
+        .writeHeader('content-type', JSON_TYPE)
+        .writeHeader('retry-after', String(retryAfterS))
+        .end(BACKLOG_BODY)
     })
   }
 

@@ -18,7 +18,7 @@ import {
 import { readAuthorizationState } from '../../chain/authorization.ts'
 import { broadcast, pendingNonce, quoteFees } from '../../chain/payouts.ts'
 import { signSettlement } from '../../chain/settle.ts'
-import { settlements } from '../../observability/metrics.ts'
+import { settlementBatchSize, settlements } from '../../observability/metrics.ts'
 import type { BackgroundModule, JobDeps } from './runner.ts'
 
 /** Gas for one transferWithAuthorization (measured ~60k on the test USDC; Circle's is similar) with margin. */
@@ -171,6 +171,7 @@ async function settleBatch(
     return { inFlight: out, stopped: false }
   })
 
+  if (inFlight.length > 0) settlementBatchSize.observe(inFlight.length)
   await Promise.all(
     inFlight.map(async ({ c, hash }) => {
       try {
