@@ -163,7 +163,7 @@ async function settleBatch(
         proof_key: s.c.proof_key,
         tx: s.hash,
         reason: r.reason,
-        message: r.message,
+        message: r.message.slice(0, 160),
       })
       await forgetRest(deps, signed.slice(i))
       return { inFlight: out, stopped: true }
