@@ -60,12 +60,36 @@ export const TRANSITIONS: readonly Transition[] = [
     fn: 'voidClaim',
     why: 'x402 authorization never captured: never settled, no money moved',
   },
+  // x402 settlement (src/books/settlement.ts): the claim stays 'captured' (its call was served); the
+  // settlement columns move: settlement_tx recorded/forgotten, then settled_at (revenue booked) or
+  // settlement_error ('expired' | 'reverted': nothing booked, ever).
   {
     record: 'claim',
     from: 'captured',
-    to: 'void',
-    fn: 'voidAuthorization',
-    why: 'x402 authorization that can no longer be settled (settlement room, src/books/settlement.ts)',
+    to: 'captured',
+    fn: 'recordSettlementTx',
+    why: 'x402 settlement signed: its hash recorded before broadcast',
+  },
+  {
+    record: 'claim',
+    from: 'captured',
+    to: 'captured',
+    fn: 'forgetSettlementTx',
+    why: 'x402 settlement not broadcast, or lost unmined while its authorization is unused: sign again',
+  },
+  {
+    record: 'claim',
+    from: 'captured',
+    to: 'captured',
+    fn: 'settleAuthorization',
+    why: 'x402 authorization used on chain: settled_at set and revenue booked in one transaction',
+  },
+  {
+    record: 'claim',
+    from: 'captured',
+    to: 'captured',
+    fn: 'failSettlement',
+    why: 'x402 authorization expired unsent or reverted unused: settlement_error set, nothing booked',
   },
   {
     record: 'claim',
@@ -96,7 +120,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: null,
     to: 'unpaid',
     fn: 'bookCallRevenue',
-    why: 'owner share + fee of a call (tx proofs at capture, x402 once settled)',
+    why: 'owner share + fee of a call (tx proofs at capture, x402 in settleAuthorization)',
   },
   { record: 'ledger_entry', from: null, to: 'unpaid', fn: 'markRefundDue', why: 'refund owed to a payer' },
   {

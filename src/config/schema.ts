@@ -100,9 +100,24 @@ export const ConfigSchema = v.strictObject({
     reconcile_block_chunk: PositiveInt,
   }),
   settlement: v.strictObject({
+    /** A run drains the whole backlog (batch after batch), so this is only the idle re-check period. */
     interval_ms: PositiveInt,
+    /** Settlement transactions in flight at once (consecutive treasury nonces). */
     batch_max: PositiveInt,
     confirm_timeout_ms: PositiveInt,
+    receipt_poll_ms: PositiveInt,
+    /** Readiness goes red when the soonest unsettled validBefore is fewer seconds away than this. */
+    readiness_margin_s: PositiveInt,
+    /** Intake throttle: new x402 payloads get 503 settlement_backlog past either limit. */
+    throttle_backlog_count: PositiveInt,
+    throttle_oldest_s: PositiveInt,
+    throttle_retry_after_s: PositiveInt,
+    /** How often the throttle flag is refreshed from the database. */
+    throttle_check_ms: PositiveInt,
+  }),
+  x402: v.strictObject({
+    /** maxTimeoutSeconds in the 402 accepts: how long a client's authorization stays valid (validBefore). */
+    max_timeout_seconds: v.pipe(PositiveInt, v.minValue(30)),
   }),
   webhooks: v.strictObject({
     retry_schedule_ms: v.array(Ms),

@@ -29,6 +29,8 @@ export interface EndpointCacheOptions {
   publicUrl(): string
   defaultTimeoutMs: number
   allowPrivate: boolean
+  /** x402 `maxTimeoutSeconds` in the 402 accepts (config x402.max_timeout_seconds). */
+  maxTimeoutSeconds: number
 }
 
 export function createEndpointCache(sql: Sql, options: EndpointCacheOptions) {
@@ -87,7 +89,7 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       priceAtomic: row.price_atomic,
       idField: 'endpoint_id',
       id: row.id,
-      maxTimeoutSeconds: 60,
+      maxTimeoutSeconds: options.maxTimeoutSeconds,
     }),
   }
 }

@@ -41,6 +41,7 @@ import {
   type UpstreamDispatcher,
 } from './proxy.ts'
 import { nextRequestId } from './request-id.ts'
+import type { SettlementThrottle } from './settlement-throttle.ts'
 import { type HttpRequest, type HttpResponse, statusLine } from './uws.ts'
 import type { Verifier, VerifyResult } from './verifier.ts'
 
@@ -55,6 +56,8 @@ export interface MeteredDeps {
   books: BatchWriter
   dispatcher: UpstreamDispatcher
   logger: Logger
+  /** x402 intake throttle (settlement room): read synchronously, set by its own timer. */
+  settlementThrottle?: SettlementThrottle
   settings: {
     retryWindowMs: number
     quoteTtlMs: number
@@ -74,6 +77,8 @@ const UNAVAILABLE_BODY = (message: string) =>
 const INVALID_PATH_BODY = JSON.stringify({
   error: { type: 'invalid_request_error', code: 'invalid_path', message: INVALID_PATH_MESSAGE },
 })
+const BACKLOG_BODY =
+  '{"error":{"type":"api_error","code":"settlement_backlog","message":"x402 payments are paused while settlements catch up; retry after Retry-After seconds with the same or a new authorization"}}'
 
 const IN_PROGRESS_BODY =
   '{"error":{"type":"invalid_request_error","code":"payment_in_progress","message":"this proof is being used by another request right now; retry after it finishes (do not pay again)"}}'
@@ -205,6 +210,10 @@ class MeteredCall implements ProxyHooks {
       cacheCounters.usedHit.inc()
       return this.respond402('proof_already_used')
     }
+    // ---- x402 intake throttle (settlement backlog): refused before verifying or claiming anything. ----
+    const throttle = this.ctx.settlementThrottle
+    if (proof.kind === 'x402' && throttle?.engaged) return this.respondBacklog(throttle.retryAfterS)
+    // ----
     const verified = this.ctx.verifier.verify(proof)
     if (verified instanceof Promise) verified.then((r) => this.withVerified(r))
     else this.withVerified(verified)
@@ -375,6 +384,20 @@ class MeteredCall implements ProxyHooks {
         .writeHeader('content-type', JSON_TYPE)
         .writeHeader('retry-after', '1')
         .end(IN_PROGRESS_BODY)
+    })
+  }
+
+  /** 503 settlement_backlog: x402 intake paused while settlements catch up (the proof stays unspent). */
+  respondBacklog(retryAfterS: number): void {
+    this.body?.release()
+    observe(503, this.startedMs)
+    const res = this.res
+    res.cork(() => {
+      res
+        .writeStatus('503 Service Unavailable')
+        .writeHeader('content-type', JSON_TYPE)
+        .writeHeader('retry-after', String(retryAfterS))
+        .end(BACKLOG_BODY)
     })
   }
 

@@ -29,6 +29,7 @@ import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
 import { createEndpointCache } from './endpoint-cache.ts'
 import { createMeteredRoute } from './metered.ts'
 import { createUpstreamDispatcher } from './proxy.ts'
+import { startSettlementThrottle } from './settlement-throttle.ts'
 import { Verifier } from './verifier.ts'
 import { workerEnv } from './workers.ts'
 
@@ -64,7 +65,17 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       publicUrl: deps.publicUrl,
       defaultTimeoutMs: config.proxy.upstream_timeout_ms,
       allowPrivate: config.proxy.allow_private_upstreams,
+      maxTimeoutSeconds: config.x402.max_timeout_seconds,
     })
+    // New x402 payloads are refused (503) while the settlement backlog would outrun their validity windows.
+    const settlementThrottle = startSettlementThrottle(db.sql, {
+      maxBacklogCount: config.settlement.throttle_backlog_count,
+      maxOldestS: config.settlement.throttle_oldest_s,
+      retryAfterS: config.settlement.throttle_retry_after_s,
+      checkMs: config.settlement.throttle_check_ms,
+      logger,
+    })
+    stops.push(async () => settlementThrottle.stop())
     const onEndpointChanged = (id: string) => {
       endpoints.delete(id)
     }
@@ -113,6 +124,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       verifier,
       usedProofs,
       books,
+      settlementThrottle,
       dispatcher,
       logger,
       settings: {

@@ -181,10 +181,25 @@ export const payoutsOpen = new client.Gauge({
   registers: [registry],
 })
 
+// ---- x402 settlement (issue 9). The backlog gauges are the sampled ones below (ops-gauges.ts). -----------
+/** outcome: settled, expired, reverted, broadcast_failed, receipt_error, lost. */
 export const settlements = new client.Counter({
   name: 'tollgate_x402_settlements_total',
-  help: 'x402 authorizations settled on chain, by outcome (settled, reverted, expired).',
+  help: 'x402 settlement outcomes: settled, expired, reverted, broadcast_failed, receipt_error, lost (unmined, re-signed).',
   labelNames: ['outcome'] as const,
+  registers: [registry],
+})
+
+export const settlementThrottled = new client.Gauge({
+  name: 'tollgate_x402_intake_throttled',
+  help: '1 while new x402 payloads are refused with 503 settlement_backlog (backlog past its limits).',
+  registers: [registry],
+})
+
+export const settlementBatchSize = new client.Histogram({
+  name: 'tollgate_x402_settlement_batch_size',
+  help: 'Settlement transactions broadcast together (consecutive treasury nonces) per batch.',
+  buckets: [1, 5, 10, 25, 50, 100, 200, 500],
   registers: [registry],
 })
 

@@ -17,12 +17,8 @@ const MONEY_TABLES = [
   'unmatched_inflows',
 ]
 
-/**
- * Files allowed to write money tables outside src/books/ until their owners move them in. Shrink this list
- * as they land: settlement-batcher.ts → src/books/settlement.ts (x402 settlement).
- */
-const NOT_MOVED_YET = new Set(['src/control-plane/jobs/settlement-batcher.ts'])
-
+/** Files allowed to write money tables outside src/books/: none left (payments and settlement moved in). */
+const NOT_MOVED_YET = new Set<string>()
 const WRITE = new RegExp(
   String.raw`\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM|TRUNCATE(?:\s+TABLE)?)\s+(?:ONLY\s+)?(${MONEY_TABLES.join('|')})\b`,
   'gi',

@@ -105,7 +105,7 @@ describe('the transition table', () => {
     expect(e.get('refund_due')).toBe('none')
     expect(e.get('refunded')).toBe('none')
     expect(e.get('applied')).toBe('none')
-    expect(e.get('void')).toBe('any')
+    expect(e.get('void')).toBe('none')
     expect(fromStates('payout', 'confirmPayout').sort()).toEqual(['pending', 'submitted'])
   })
 })

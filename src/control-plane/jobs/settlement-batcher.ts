@@ -1,128 +1,235 @@
-// Settles the x402 authorizations of captured calls on chain, in batches, on the leader. Each settlement is
-// signed locally and its hash recorded before it is sent; a restart first asks the chain about recorded
-// hashes (and the authorization's nonce) before signing anything new, so none is submitted twice.
+// Settles the x402 authorizations of captured calls on chain, on the leader. A run works the whole backlog
+// down, soonest validBefore first, in batches of several transactions in flight on consecutive treasury
+// nonces: signed locally, hashes recorded before broadcast (a restart looks them up instead of sending
+// blind), broadcast in nonce order, then the receipts awaited together. Only the nonce assignment and the
+// broadcasts hold the treasury lock shared with payouts; waiting for receipts never does.
 import type { Hash } from 'viem'
-import { bookCallRevenue } from '../../books/ledger.ts'
+import {
+  failSettlement,
+  forgetSettlementTx,
+  listDueSettlements,
+  listSentSettlements,
+  readSettlementBacklog,
+  recordSettlementTx,
+  type SettlementCandidate,
+  type SettlementFailure,
+  settleAuthorization,
+} from '../../books/settlement.ts'
 import { readAuthorizationState } from '../../chain/authorization.ts'
 import { broadcast, pendingNonce, quoteFees } from '../../chain/payouts.ts'
-import { type StoredAuthorization, signSettlement } from '../../chain/settle.ts'
-import type { Sql } from '../../db/sql.ts'
-import { settlements } from '../../observability/metrics.ts'
+import { signSettlement } from '../../chain/settle.ts'
+import { settlementBatchSize, settlements } from '../../observability/metrics.ts'
 import type { BackgroundModule, JobDeps } from './runner.ts'
 
 /** Gas for one transferWithAuthorization (measured ~60k on the test USDC; Circle's is similar) with margin. */
 const SETTLEMENT_GAS = 150_000n
 
-interface ToSettle {
-  proof_key: string
-  authorization_payload: StoredAuthorization
-  settlement_tx: string | null
-}
+/** Runs its function alone among the treasury's senders (payouts and settlements share one nonce sequence). */
+export type TreasuryLock = <T>(fn: () => Promise<T>) => Promise<T>
 
-export function createSettlementJobs(deps: JobDeps): BackgroundModule {
+const unlocked: TreasuryLock = (fn) => fn()
+
+export function createSettlementJobs(
+  deps: JobDeps,
+  options: { treasuryLock?: TreasuryLock } = {},
+): BackgroundModule {
+  const { config } = deps
   return {
     jobs: [
       {
         name: 'x402-settlement',
-        intervalMs: deps.config.settlement.interval_ms,
-        usesTreasury: true,
-        run: () => settleAuthorizations(deps),
+        intervalMs: config.settlement.interval_ms,
+        run: () => settleAuthorizations(deps, options.treasuryLock ?? unlocked),
+      },
+    ],
+    readiness: [
+      {
+        // Red while the soonest-expiring unsettled authorization is closer to its validBefore than the margin:
+        // served calls are about to become unpaid.
+        name: 'x402_settlement',
+        check: async () => {
+          const b = await readSettlementBacklog(deps.sql)
+          if (b.soonestValidBeforeS === null) return { ok: true, detail: 'no backlog' }
+          const leftS = Math.round(b.soonestValidBeforeS - Date.now() / 1000)
+          const detail = `${b.count} unsettled, soonest validBefore in ${leftS} s`
+          return { ok: leftS > config.settlement.readiness_margin_s, detail }
+        },
       },
     ],
   }
 }
 
-export async function settleAuthorizations({ sql, chain, config, logger }: JobDeps): Promise<number> {
-  const account = chain.walletClient.account
-  // 1. Settlements already sent: final, lost, or still on their way.
-  const sent = await sql<ToSettle[]>`
-    SELECT proof_key, authorization_payload, settlement_tx FROM claims
-    WHERE kind = 'eip3009' AND settlement_tx IS NOT NULL AND settled_at IS NULL AND settlement_error IS NULL`
-  for (const c of sent) {
-    const receipt = await chain.publicClient
-      .getTransactionReceipt({ hash: c.settlement_tx as Hash })
-      .catch(() => null)
+/** Settles everything due, batch after batch while a backlog remains. Returns how many were sent. */
+export async function settleAuthorizations(deps: JobDeps, lock: TreasuryLock = unlocked): Promise<number> {
+  await resolveSent(deps)
+  let sent = 0
+  for (;;) {
+    const due = await listDueSettlements(deps.sql, { limit: deps.config.settlement.batch_max })
+    if (due.length === 0) break
+    const r = await settleBatch(deps, lock, due)
+    sent += r.sent
+    // A refused broadcast ends the run (later nonces cannot be mined before it); the next run retries.
+    if (r.stopped || due.length < deps.config.settlement.batch_max) break
+  }
+  return sent
+}
+
+/** Settlements already sent: final, lost, or still on their way. */
+async function resolveSent(deps: JobDeps): Promise<void> {
+  const { sql, chain, logger } = deps
+  for (const c of await listSentSettlements(sql)) {
+    const hash = c.settlement_tx as Hash
+    const receipt = await chain.publicClient.getTransactionReceipt({ hash }).catch(() => null)
     if (receipt) {
-      await markOutcome(sql, c.proof_key, receipt.status === 'success' ? null : 'reverted')
+      await outcome(deps, c, hash, receipt.status === 'success')
       continue
     }
-    const used = await readAuthorizationState(chain.publicClient, {
-      usdc: chain.usdc.address,
-      authorizer: c.authorization_payload.from,
-      nonce: c.authorization_payload.nonce,
-    })
-    // Used by another transaction (the payer may submit it themselves): the money arrived all the same.
-    if (used) await markOutcome(sql, c.proof_key, null)
-    // Never mined and still unused: forget the hash, sign again below.
-    else await sql`UPDATE claims SET settlement_tx = NULL WHERE proof_key = ${c.proof_key}`
+    if (await isUsed(deps, c)) {
+      await settled(deps, c.proof_key, hash)
+      continue
+    }
+    // Still waiting in the node's pool: leave it, a second transaction for it would only revert.
+    const pending = await chain.publicClient.getTransaction({ hash }).catch(() => null)
+    if (pending) continue
+    // Never mined, unknown to the node, authorization unused: forget the hash, it is signed again.
+    logger.warn('x402 settlement lost before mining; signing again', { proof_key: c.proof_key, tx: hash })
+    settlements.labels('lost').inc()
+    await forgetSettlementTx(sql, { proofKey: c.proof_key, hash })
   }
+}
 
-  // 2. New ones, consecutive treasury nonces, each hash recorded before its broadcast.
-  const due = await sql<ToSettle[]>`
-    SELECT proof_key, authorization_payload, settlement_tx FROM claims
-    WHERE kind = 'eip3009' AND status = 'captured' AND settlement_tx IS NULL AND settlement_error IS NULL
-    ORDER BY captured_at LIMIT ${config.settlement.batch_max}`
-  if (due.length === 0) return 0
-  const fees = await quoteFees(chain.publicClient)
-  let nonce = await pendingNonce(chain.publicClient, account.address)
+async function settleBatch(
+  deps: JobDeps,
+  lock: TreasuryLock,
+  due: SettlementCandidate[],
+): Promise<{ sent: number; stopped: boolean }> {
+  const { sql, chain, logger, config } = deps
   const nowS = BigInt(Math.floor(Date.now() / 1000))
-  const inFlight: Array<{ proofKey: string; hash: Hash }> = []
+  const live: SettlementCandidate[] = []
   for (const c of due) {
-    const a = c.authorization_payload
-    if (BigInt(a.validBefore) <= nowS) {
-      // Served but can no longer be collected: the service bears it (recorded, counted, logged).
-      await markOutcome(sql, c.proof_key, 'expired')
-      logger.warn('x402 authorization expired before settlement', { proof_key: c.proof_key })
+    if (BigInt(c.authorization_payload.validBefore) > nowS) {
+      live.push(c)
       continue
     }
-    const signed = await signSettlement(account, {
-      chainId: chain.chainId,
-      usdc: chain.usdc.address,
-      authorization: a,
-      nonce,
-      gas: SETTLEMENT_GAS,
-      fees,
-    })
-    await sql`UPDATE claims SET settlement_tx = ${signed.hash} WHERE proof_key = ${c.proof_key}`
-    const sentOk = await broadcast(chain.publicClient, signed.rawTx)
-    if (!sentOk.ok && sentOk.reason !== 'already_known') {
-      logger.warn('x402 settlement not sent; will retry', { proof_key: c.proof_key, reason: sentOk.reason })
-      await sql`UPDATE claims SET settlement_tx = NULL WHERE proof_key = ${c.proof_key}`
-      break
+    // Served but can no longer be collected: nothing is booked for it (recorded, counted, logged).
+    if (await failSettlement(sql, { proofKey: c.proof_key, reason: 'expired' })) {
+      settlements.labels('expired').inc()
+      logger.error('x402 authorization expired before settlement; the call stays unpaid', {
+        proof_key: c.proof_key,
+        valid_before: c.authorization_payload.validBefore,
+      })
     }
-    nonce++
-    inFlight.push({ proofKey: c.proof_key, hash: signed.hash })
   }
+  if (live.length === 0) return { sent: 0, stopped: false }
 
-  // 3. Wait for them together.
+  // The critical section: nonce assignment, signing, recording and broadcasting. No receipt is awaited here.
+  const { inFlight, stopped } = await lock(async () => {
+    const account = chain.walletClient.account
+    const [fees, firstNonce] = await Promise.all([
+      quoteFees(chain.publicClient),
+      pendingNonce(chain.publicClient, account.address),
+    ])
+    const signed = await Promise.all(
+      live.map(async (c, i) => ({
+        c,
+        ...(await signSettlement(account, {
+          chainId: chain.chainId,
+          usdc: chain.usdc.address,
+          authorization: c.authorization_payload,
+          nonce: firstNonce + i,
+          gas: SETTLEMENT_GAS,
+          fees,
+        })),
+      })),
+    )
+    const recorded = await recordSettlementTx(
+      sql,
+      signed.map((s) => ({ proofKey: s.c.proof_key, hash: s.hash })),
+    )
+    const out: Array<{ c: SettlementCandidate; hash: Hash }> = []
+    for (const [i, s] of signed.entries()) {
+      // A claim that moved since it was listed is skipped, and so is every later nonce (no gap is left).
+      if (!recorded.has(s.c.proof_key)) {
+        await forgetRest(deps, signed.slice(i))
+        return { inFlight: out, stopped: true }
+      }
+      const r = await broadcast(chain.publicClient, s.rawTx)
+      if (r.ok || r.reason === 'already_known') {
+        out.push({ c: s.c, hash: s.hash })
+        continue
+      }
+      settlements.labels('broadcast_failed').inc()
+      logger.error('x402 settlement broadcast failed; will retry', {
+        proof_key: s.c.proof_key,
+        tx: s.hash,
+        reason: r.reason,
+        message: r.message.slice(0, 160),
+      })
+      await forgetRest(deps, signed.slice(i))
+      return { inFlight: out, stopped: true }
+    }
+    return { inFlight: out, stopped: false }
+  })
+
+  if (inFlight.length > 0) settlementBatchSize.observe(inFlight.length)
   await Promise.all(
-    inFlight.map(async ({ proofKey, hash }) => {
+    inFlight.map(async ({ c, hash }) => {
       try {
         const receipt = await chain.publicClient.waitForTransactionReceipt({
           hash,
           confirmations: config.chain.confirmations,
           timeout: config.settlement.confirm_timeout_ms,
+          pollingInterval: config.settlement.receipt_poll_ms,
         })
-        await markOutcome(sql, proofKey, receipt.status === 'success' ? null : 'reverted')
-      } catch {
-        // Not mined in time: the next run looks it up (step 1).
+        await outcome(deps, c, hash, receipt.status === 'success')
+      } catch (err) {
+        // Not mined in time or the RPC failed: the hash stays recorded, the next run looks it up.
+        settlements.labels('receipt_error').inc()
+        logger.warn('x402 settlement receipt not obtained; will look it up again', {
+          proof_key: c.proof_key,
+          tx: hash,
+          err,
+        })
       }
     }),
   )
-  return inFlight.length
+  return { sent: inFlight.length, stopped }
 }
 
-async function markOutcome(sql: Sql, proofKey: string, error: 'reverted' | 'expired' | null): Promise<void> {
-  if (error) {
-    await sql`UPDATE claims SET settlement_error = ${error} WHERE proof_key = ${proofKey}`
-    settlements.labels(error).inc()
-  } else {
-    // Settled: only now is the x402 call owner revenue (DESIGN §7b). Interim until the settlement room's
-    // settleAuthorization does both in one transaction.
-    await sql.begin(async (tx) => {
-      await tx`UPDATE claims SET settled_at = now() WHERE proof_key = ${proofKey}`
-      await bookCallRevenue(tx, { proofKeys: [proofKey] })
-    })
-    settlements.labels('settled').inc()
-  }
+/** Forgets the recorded hashes of signed transactions that were not broadcast. */
+async function forgetRest(
+  { sql }: JobDeps,
+  rest: Array<{ c: SettlementCandidate; hash: Hash }>,
+): Promise<void> {
+  for (const s of rest) await forgetSettlementTx(sql, { proofKey: s.c.proof_key, hash: s.hash })
+}
+
+async function isUsed({ chain }: JobDeps, c: SettlementCandidate): Promise<boolean> {
+  return readAuthorizationState(chain.publicClient, {
+    usdc: chain.usdc.address,
+    authorizer: c.authorization_payload.from,
+    nonce: c.authorization_payload.nonce,
+  })
+}
+
+/** A mined settlement. A revert whose authorization is used anyway (the payer or an earlier transaction of
+ * ours took it) is still money arrived; a revert of an unused one fails the settlement. */
+async function outcome(deps: JobDeps, c: SettlementCandidate, hash: Hash, success: boolean): Promise<void> {
+  if (success || (await isUsed(deps, c))) return settled(deps, c.proof_key, hash)
+  await fail(deps, c, hash, 'reverted')
+}
+
+async function settled({ sql }: JobDeps, proofKey: string, _hash: Hash): Promise<void> {
+  if (await settleAuthorization(sql, { proofKey })) settlements.labels('settled').inc()
+}
+
+async function fail(
+  { sql, logger }: JobDeps,
+  c: SettlementCandidate,
+  hash: Hash,
+  reason: SettlementFailure,
+): Promise<void> {
+  if (!(await failSettlement(sql, { proofKey: c.proof_key, reason }))) return
+  settlements.labels(reason).inc()
+  logger.error('x402 settlement failed; the call stays unpaid', { proof_key: c.proof_key, tx: hash, reason })
 }

@@ -39,6 +39,8 @@ export async function startBackground(deps: {
     embedded: deps.embedded,
     publicUrl: deps.publicUrl,
   }
+  // Payouts and settlements both send from the treasury: one sender at a time, so their nonces never collide.
+  const treasurySends = createMutex()
   const modules: BackgroundModule[] = [
     {
       jobs: [
@@ -52,14 +54,23 @@ export async function startBackground(deps: {
     createPaymentJobs(jobDeps),
     createWebhookJobs(jobDeps),
     createPayoutJobs(jobDeps),
-    createSettlementJobs(jobDeps),
+    // Settlement takes the treasury lock only around its nonce assignment and broadcasts.
+    createSettlementJobs(jobDeps, { treasuryLock: treasurySends }),
     createOperationalGauges(jobDeps),
   ]
   const enabled = config.jobs.enabled && deps.runJobs !== false
-  const jobs = startJobs(enabled ? serializeTreasuryJobs(modules.flatMap((m) => m.jobs)) : [], {
-    leadership,
-    logger,
-  })
+  const jobs = startJobs(
+    enabled
+      ? serializeTreasuryJobs(
+          modules.flatMap((m) => m.jobs),
+          treasurySends,
+        )
+      : [],
+    {
+      leadership,
+      logger,
+    },
+  )
   return {
     jobs,
     readiness: modules.flatMap((m) => m.readiness ?? []),
@@ -72,8 +83,7 @@ export async function startBackground(deps: {
 }
 
 /** Payouts and settlements both send from the treasury: one at a time, so their nonces never collide. */
-function serializeTreasuryJobs(jobs: Job[]): Job[] {
-  const treasurySends = createMutex()
+function serializeTreasuryJobs(jobs: Job[], treasurySends: ReturnType<typeof createMutex>): Job[] {
   return jobs.map((job) => (job.usesTreasury ? { ...job, run: () => treasurySends(() => job.run()) } : job))
 }
 

@@ -1,0 +1,119 @@
+// The settlement room: the transitions of a captured x402 claim on its way to the chain. Each statement
+// states its precondition (a captured eip3009 claim, not settled, not failed); revenue is booked only in
+// settleAuthorization, in the same transaction that marks the claim settled (DESIGN §7b).
+import type { StoredAuthorization } from '../chain/settle.ts'
+import type { Sql, Tx } from '../db/sql.ts'
+import { bookCallRevenue } from './ledger.ts'
+
+type Db = Sql | Tx
+
+/** Why an authorization can no longer be settled: its window closed, or its transaction reverted unused. */
+export type SettlementFailure = 'expired' | 'reverted'
+
+export interface SettlementCandidate {
+  proof_key: string
+  authorization_payload: StoredAuthorization
+  settlement_tx: string | null
+}
+
+/** Authorizations whose settlement was sent (hash recorded) and whose outcome is not known yet. */
+export function listSentSettlements(db: Db): Promise<SettlementCandidate[]> {
+  return db<SettlementCandidate[]>`
+    SELECT proof_key, authorization_payload, settlement_tx FROM claims
+    WHERE kind = 'eip3009' AND status = 'captured' AND settlement_tx IS NOT NULL
+      AND settled_at IS NULL AND settlement_error IS NULL`
+}
+
+/**
+ * Captured authorizations not sent yet, the soonest to expire first: a backlog is worked down in the order
+ * its windows close, so a late one never waits behind one that has minutes left.
+ */
+export function listDueSettlements(db: Db, q: { limit: number }): Promise<SettlementCandidate[]> {
+  return db<SettlementCandidate[]>`
+    SELECT proof_key, authorization_payload, settlement_tx FROM claims
+    WHERE kind = 'eip3009' AND status = 'captured' AND settlement_tx IS NULL
+      AND settled_at IS NULL AND settlement_error IS NULL
+    ORDER BY (authorization_payload->>'validBefore')::numeric, captured_at
+    LIMIT ${q.limit}`
+}
+
+/**
+ * Records the hashes of signed settlements before any of them is broadcast: a crash after the broadcast
+ * leaves a hash to look up instead of an authorization to send blind. Returns the proof keys recorded (a
+ * claim that moved meanwhile, or already has a hash, is left alone and missing from the answer).
+ */
+export async function recordSettlementTx(
+  db: Db,
+  txs: Array<{ proofKey: string; hash: string }>,
+): Promise<Set<string>> {
+  if (txs.length === 0) return new Set()
+  const rows = await db<{ proof_key: string }[]>`
+    UPDATE claims c SET settlement_tx = m.hash
+    FROM unnest(${txs.map((t) => t.proofKey)}::text[], ${txs.map((t) => t.hash)}::text[]) AS m(proof_key, hash)
+    WHERE c.proof_key = m.proof_key AND c.kind = 'eip3009' AND c.status = 'captured'
+      AND c.settlement_tx IS NULL AND c.settled_at IS NULL AND c.settlement_error IS NULL
+    RETURNING c.proof_key`
+  return new Set(rows.map((r) => r.proof_key))
+}
+
+/** A recorded settlement that was never broadcast or never mined (and its authorization is unused): sign again. */
+export async function forgetSettlementTx(db: Db, q: { proofKey: string; hash: string }): Promise<boolean> {
+  const rows = await db`
+    UPDATE claims SET settlement_tx = NULL
+    WHERE proof_key = ${q.proofKey} AND settlement_tx = ${q.hash} AND settled_at IS NULL
+      AND settlement_error IS NULL
+    RETURNING proof_key`
+  return rows.length === 1
+}
+
+/**
+ * The authorization is used on chain (our transaction, or anyone's: the money arrived all the same): mark the
+ * claim settled and book the call's owner share and fee, in one transaction. False when the claim was not in
+ * a settleable state (already settled or failed): nothing is booked twice.
+ */
+export function settleAuthorization(sql: Sql, q: { proofKey: string }): Promise<boolean> {
+  return sql.begin(async (tx) => {
+    const rows = await tx`
+      UPDATE claims SET settled_at = now()
+      WHERE proof_key = ${q.proofKey} AND kind = 'eip3009' AND status = 'captured'
+        AND settled_at IS NULL AND settlement_error IS NULL
+      RETURNING proof_key`
+    if (rows.length === 0) return false
+    await bookCallRevenue(tx, { proofKeys: [q.proofKey] })
+    return true
+  })
+}
+
+/**
+ * The authorization can no longer be collected (expired unsent, or its transaction reverted while it is still
+ * unused): the served call stays unpaid and nothing is booked for it. The claim keeps its call (it was served)
+ * and carries the reason; reconcile checks no revenue exists for an unsettled eip3009 claim.
+ */
+export async function failSettlement(
+  db: Db,
+  q: { proofKey: string; reason: SettlementFailure },
+): Promise<boolean> {
+  const rows = await db`
+    UPDATE claims SET settlement_error = ${q.reason}
+    WHERE proof_key = ${q.proofKey} AND kind = 'eip3009' AND status = 'captured'
+      AND settled_at IS NULL AND settlement_error IS NULL
+    RETURNING proof_key`
+  return rows.length === 1
+}
+
+/** The backlog the intake throttle and the readiness check look at: unsettled captured authorizations. */
+export async function readSettlementBacklog(
+  db: Db,
+): Promise<{ count: number; oldestAgeS: number; soonestValidBeforeS: number | null }> {
+  const [row] = await db<{ n: number; oldest_s: number; soonest: string | null }[]>`
+    SELECT count(*)::int AS n,
+           coalesce(extract(epoch FROM now() - min(captured_at)), 0)::float8 AS oldest_s,
+           min((authorization_payload->>'validBefore')::numeric)::text AS soonest
+    FROM claims
+    WHERE kind = 'eip3009' AND status = 'captured' AND settled_at IS NULL AND settlement_error IS NULL`
+  return {
+    count: row?.n ?? 0,
+    oldestAgeS: row?.oldest_s ?? 0,
+    soonestValidBeforeS: row?.soonest ? Number(row.soonest) : null,
+  }
+}

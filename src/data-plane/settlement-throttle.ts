@@ -1,0 +1,63 @@
+// The x402 intake throttle: while the settlement backlog is past its limits, new x402 payloads are answered
+// 503 settlement_backlog before anything is verified or claimed, so intake cannot outrun the validity
+// windows. A timer refreshes one flag from the database; the hot path only reads it (no await, no query).
+import { readSettlementBacklog } from '../books/settlement.ts'
+import type { Sql } from '../db/sql.ts'
+import type { Logger } from '../observability/logger.ts'
+import { settlementThrottled } from '../observability/metrics.ts'
+
+export interface SettlementThrottle {
+  /** Read synchronously by the metered route for every x402 payload. */
+  readonly engaged: boolean
+  readonly retryAfterS: number
+  /** Reads the backlog now (tests, and the first value at start). */
+  refresh(): Promise<void>
+  stop(): void
+}
+
+export function startSettlementThrottle(
+  sql: Sql,
+  options: {
+    maxBacklogCount: number
+    maxOldestS: number
+    retryAfterS: number
+    checkMs: number
+    logger: Logger
+  },
+): SettlementThrottle {
+  let engaged = false
+  let refreshing: Promise<void> | null = null
+  const refresh = (): Promise<void> => {
+    // Concurrent refreshes share one query.
+    refreshing ??= (async () => {
+      try {
+        const b = await readSettlementBacklog(sql)
+        const next = b.count >= options.maxBacklogCount || b.oldestAgeS >= options.maxOldestS
+        if (next !== engaged)
+          options.logger.warn(next ? 'x402 intake throttled: settlement backlog' : 'x402 intake resumed', {
+            backlog: b.count,
+            oldest_s: Math.round(b.oldestAgeS),
+          })
+        engaged = next
+        settlementThrottled.set(next ? 1 : 0)
+      } catch (err) {
+        // Unknown backlog: keep the last answer; the database being down is answered elsewhere.
+        options.logger.warn('x402 settlement backlog not read', { err })
+      } finally {
+        refreshing = null
+      }
+    })()
+    return refreshing
+  }
+  const timer = setInterval(() => void refresh(), options.checkMs)
+  timer.unref()
+  void refresh()
+  return {
+    get engaged() {
+      return engaged
+    },
+    retryAfterS: options.retryAfterS,
+    refresh,
+    stop: () => clearInterval(timer),
+  }
+}

@@ -1,0 +1,242 @@
+// One x402 settlement setup for the tests and the sustained-load script: a private anvil as base-sepolia
+// (chain id 84532, x402 clients only know real network names), an upstream, the service, one endpoint; headers
+// signed by the published `x402` v1 client (createPaymentHeader), one fresh authorization per call.
+// No vitest here: test/x402/sustained-load.ts runs it as a plain script.
+
+import { type Address, type Chain, createWalletClient, type Hex, http, parseAbi, publicActions } from 'viem'
+import { privateKeyToAccount } from 'viem/accounts'
+import { baseSepolia } from 'viem/chains'
+import { createPaymentHeader, selectPaymentRequirements } from 'x402/client'
+import { type PaymentRequirements, PaymentRequirementsSchema } from 'x402/types'
+import type { DevChain } from '../../src/chain/dev-chain.ts'
+import { loadConfig } from '../../src/config/load.ts'
+import type { Settings } from '../../src/config/schema.ts'
+import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
+import { createLogger } from '../../src/observability/logger.ts'
+import { type Service, startService } from '../../src/service.ts'
+import { startTestChain } from '../helpers/anvil.ts'
+import { freshDatabaseUrl } from '../helpers/database.ts'
+import { callApi } from '../helpers/service.ts'
+import { startUpstream, type Upstream } from '../helpers/upstream.ts'
+
+type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]> : T[K] }
+
+const erc20 = parseAbi([
+  'function balanceOf(address account) view returns (uint256)',
+  'function authorizationState(address authorizer, bytes32 nonce) view returns (bool)',
+])
+
+export interface X402Setup {
+  chain: DevChain
+  svc: Service
+  upstream: Upstream
+  meteredUrl: string
+  ownerWallet: Address
+  priceAtomic: bigint
+  /** RPC URL the service uses (the chain's, or a proxy in front of it). */
+  rpcUrl: string
+  requirements(): Promise<PaymentRequirements>
+  /** Signs `n` headers, one fresh authorization each, round-robin over the payers; payer index per header. */
+  sign(n: number, requirements?: PaymentRequirements): Promise<Array<{ header: string; payer: number }>>
+  pay(header: string): Promise<{ status: number; retryAfter: string | null; body: any }>
+  balanceOf(owner: Address): Promise<bigint>
+  authorizationUsed(from: Address, nonce: Hex): Promise<boolean>
+  settlementState(): Promise<SettlementState>
+  reconcileDifferences(): Promise<string[]>
+  stop(): Promise<void>
+}
+
+export interface SettlementState {
+  captured: number
+  settled: number
+  expired: number
+  reverted: number
+  backlog: number
+  ownerShareAtomic: bigint
+  feeAtomic: bigint
+  /** Ledger entries of calls whose authorization is not settled (must be 0). */
+  unsettledBookedEntries: number
+}
+
+export async function startX402Setup(
+  options: {
+    priceUsd?: number
+    overrides?: DeepPartial<Settings>
+    /** Put something (a proxy) in front of the chain's RPC; gets the chain's URL, returns the one to use. */
+    rpcUrlFor?: (chainRpcUrl: string) => Promise<string>
+    logLevel?: 'error' | 'warn' | 'info'
+  } = {},
+): Promise<X402Setup> {
+  const chain = await startTestChain({ chainId: 84532 })
+  const upstream = await startUpstream()
+  const rpcUrl = options.rpcUrlFor ? await options.rpcUrlFor(chain.rpcUrl) : chain.rpcUrl
+  const databaseUrl = await freshDatabaseUrl()
+  const config = loadConfig({
+    env: {
+      NODE_ENV: 'test',
+      NETWORK: 'base-sepolia',
+      RPC_URL: rpcUrl,
+      USDC_ADDRESS: chain.usdcAddress,
+      TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
+      ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}),
+    },
+    overrides: { database: { data_dir: 'memory://' }, ...(options.overrides as object) } as never,
+  })
+  const svc = await startService(config, { logger: createLogger(options.logLevel ?? 'warn') })
+  const ownerWallet = chain.payers[4]!.address
+  const reg = await callApi(svc.url, '/api/v1/register', {
+    body: { wallet_address: ownerWallet, business_name: 'x402 settle Co' },
+  })
+  if (reg.status !== 201) throw new Error(`register: ${reg.status}`)
+  const priceUsd = options.priceUsd ?? 0.001
+  const ep = await callApi(svc.url, '/api/v1/endpoints', {
+    key: reg.body.api_key,
+    body: { upstream_url: `${upstream.url}/echo`, price: priceUsd },
+  })
+  if (ep.status !== 201) throw new Error(`endpoint: ${ep.status}`)
+  const meteredUrl: string = ep.body.metered_url
+  const reader = createWalletClient({ chain: baseSepolia as Chain, transport: http(chain.rpcUrl) }).extend(
+    publicActions,
+  )
+  // Payers 0-3 pay; payer 4 owns the endpoint.
+  const wallets = chain.payers.slice(0, 4).map((p) =>
+    createWalletClient({
+      account: privateKeyToAccount(p.privateKey),
+      chain: baseSepolia as Chain,
+      transport: http(chain.rpcUrl),
+    }).extend(publicActions),
+  )
+
+  const requirements = async (): Promise<PaymentRequirements> => {
+    const r = await fetch(meteredUrl)
+    if (r.status !== 402) throw new Error(`expected 402, got ${r.status}`)
+    const body = (await r.json()) as { accepts: unknown[] }
+    return selectPaymentRequirements(
+      body.accepts.map((a) => PaymentRequirementsSchema.parse(a)),
+      'base-sepolia',
+      'exact',
+    )
+  }
+
+  return {
+    chain,
+    svc,
+    upstream,
+    meteredUrl,
+    ownerWallet,
+    priceAtomic: BigInt(Math.round(priceUsd * 1e6)),
+    rpcUrl,
+    requirements,
+    async sign(n, given) {
+      const req = given ?? (await requirements())
+      const out: Array<{ header: string; payer: number }> = []
+      for (let i = 0; i < n; i++) {
+        const payer = i % wallets.length
+        out.push({ header: await createPaymentHeader(wallets[payer]!, 1, req), payer })
+      }
+      return out
+    },
+    async pay(header) {
+      const r = await fetch(meteredUrl, { headers: { 'X-PAYMENT': header } })
+      const text = await r.text()
+      let body: any = null
+      try {
+        body = JSON.parse(text)
+      } catch {}
+      return { status: r.status, retryAfter: r.headers.get('retry-after'), body }
+    },
+    balanceOf: (owner) =>
+      reader.readContract({
+        address: chain.usdcAddress,
+        abi: erc20,
+        functionName: 'balanceOf',
+        args: [owner],
+      }),
+    authorizationUsed: (from, nonce) =>
+      reader.readContract({
+        address: chain.usdcAddress,
+        abi: erc20,
+        functionName: 'authorizationState',
+        args: [from, nonce],
+      }),
+    async settlementState() {
+      const [c] = await svc.sql<
+        {
+          captured: number
+          settled: number
+          expired: number
+          reverted: number
+          backlog: number
+        }[]
+      >`
+        SELECT count(*)::int AS captured,
+               count(*) FILTER (WHERE settled_at IS NOT NULL)::int AS settled,
+               count(*) FILTER (WHERE settlement_error = 'expired')::int AS expired,
+               count(*) FILTER (WHERE settlement_error = 'reverted')::int AS reverted,
+               count(*) FILTER (WHERE settled_at IS NULL AND settlement_error IS NULL)::int AS backlog
+        FROM claims WHERE kind = 'eip3009' AND status = 'captured'`
+      const [l] = await svc.sql<{ owner: string; fee: string; unsettled: number }[]>`
+        SELECT coalesce(sum(e.amount_atomic) FILTER (WHERE e.kind = 'owner_share'), 0)::text AS owner,
+               coalesce(sum(e.amount_atomic) FILTER (WHERE e.kind = 'fee'), 0)::text AS fee,
+               count(*) FILTER (WHERE k.settled_at IS NULL)::int AS unsettled
+        FROM ledger_entries e JOIN calls c ON e.source_type = 'call' AND e.source_id = c.id
+        JOIN claims k ON k.proof_key = c.proof_key
+        WHERE k.kind = 'eip3009'`
+      return {
+        ...c!,
+        ownerShareAtomic: BigInt(l!.owner),
+        feeAtomic: BigInt(l!.fee),
+        unsettledBookedEntries: l!.unsettled,
+      }
+    },
+    async reconcileDifferences() {
+      const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
+      return report.differences
+    },
+    async stop() {
+      await svc.stop()
+      await upstream.close()
+      await chain.stop()
+    },
+  }
+}
+
+/** Sends the headers with `concurrency` requests in flight; returns statuses and the serving rate. */
+export async function fire(
+  setup: X402Setup,
+  headers: string[],
+  concurrency: number,
+): Promise<{ statuses: Map<number, number>; elapsedMs: number; callsPerS: number }> {
+  const statuses = new Map<number, number>()
+  let next = 0
+  const started = performance.now()
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < headers.length) {
+        const h = headers[next++]!
+        const r = await setup.pay(h)
+        statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1)
+      }
+    }),
+  )
+  const elapsedMs = performance.now() - started
+  return { statuses, elapsedMs, callsPerS: (headers.length / elapsedMs) * 1000 }
+}
+
+/** Polls until no captured authorization is waiting; returns how long it took and the largest backlog seen. */
+export async function waitForDrain(
+  setup: X402Setup,
+  timeoutMs: number,
+): Promise<{ drainedMs: number; maxBacklog: number; state: SettlementState }> {
+  const started = performance.now()
+  let maxBacklog = 0
+  for (;;) {
+    await setup.svc.flushCaptures()
+    const state = await setup.settlementState()
+    maxBacklog = Math.max(maxBacklog, state.backlog)
+    if (state.backlog === 0) return { drainedMs: performance.now() - started, maxBacklog, state }
+    if (performance.now() - started > timeoutMs)
+      throw new Error(`backlog ${state.backlog} after ${timeoutMs} ms`)
+    await new Promise((r) => setTimeout(r, 200))
+  }
+}

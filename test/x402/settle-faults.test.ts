@@ -1,0 +1,146 @@
+// Settlement under faults: broadcasts refused for a while lose no authorization that is still valid; an
+// authorization that expires unsettled leaves nothing booked (logged and counted); the intake throttle answers
+// new x402 payloads 503 settlement_backlog before anything is claimed.
+import type { Hex } from 'viem'
+import { type Chain, createWalletClient, http, publicActions } from 'viem'
+import { privateKeyToAccount } from 'viem/accounts'
+import { baseSepolia } from 'viem/chains'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { preparePaymentHeader, signPaymentHeader } from 'x402/client'
+import { decodePayment } from 'x402/schemes'
+import { settlements } from '../../src/observability/metrics.ts'
+import { startX402Setup, type X402Setup } from './harness.ts'
+import { type RpcGate, startRpcGate } from './rpc-gate.ts'
+
+let setup: X402Setup
+let gate: RpcGate
+
+beforeAll(async () => {
+  setup = await startX402Setup({
+    // The job is run by hand (runNow) so each step is observed; the throttle engages at 25 unsettled.
+    overrides: {
+      settlement: { interval_ms: 3_600_000, throttle_backlog_count: 25, throttle_check_ms: 50 },
+    },
+    rpcUrlFor: async (chainUrl) => {
+      gate = await startRpcGate(chainUrl)
+      return gate.url
+    },
+    logLevel: 'error',
+  })
+})
+afterAll(async () => {
+  await setup?.stop()
+  await gate?.close()
+})
+
+async function outcomeCount(outcome: string): Promise<number> {
+  const m = await settlements.get()
+  return m.values.find((v) => v.labels.outcome === outcome)?.value ?? 0
+}
+
+function authorizationOf(header: string): { from: Hex; nonce: Hex } {
+  return (decodePayment(header).payload as { authorization: { from: Hex; nonce: Hex } }).authorization
+}
+
+describe('x402 settlement under faults', () => {
+  it('broadcasts refused for a while lose no valid authorization; they settle once the RPC accepts again', async () => {
+    const signed = await setup.sign(20)
+    for (const s of signed) expect((await setup.pay(s.header)).status).toBe(200)
+    await setup.svc.flushCaptures()
+    const failedBefore = await outcomeCount('broadcast_failed')
+
+    gate.refuseBroadcasts = true
+    await setup.svc.jobs.runNow('x402-settlement')
+    await setup.svc.jobs.runNow('x402-settlement')
+    expect(gate.refused).toBeGreaterThan(0)
+    expect(await outcomeCount('broadcast_failed')).toBeGreaterThan(failedBefore)
+    // Nothing settled, nothing failed, no hash left behind for a transaction that was never sent.
+    const stalled = await setup.settlementState()
+    expect(stalled).toMatchObject({ settled: 0, expired: 0, reverted: 0, backlog: 20, ownerShareAtomic: 0n })
+    const [pending] = await setup.svc.sql<{ n: number }[]>`
+      SELECT count(*)::int AS n FROM claims WHERE kind = 'eip3009' AND settlement_tx IS NOT NULL`
+    expect(pending!.n).toBe(0)
+
+    gate.refuseBroadcasts = false
+    await setup.svc.jobs.runNow('x402-settlement')
+    const s = await setup.settlementState()
+    expect(s).toMatchObject({ settled: 20, expired: 0, reverted: 0, backlog: 0 })
+    const share = (setup.priceAtomic * BigInt(setup.svc.config.fees.owner_share_bps)) / 10_000n
+    expect(s.ownerShareAtomic).toBe(20n * share)
+    for (const { header } of signed) {
+      const a = authorizationOf(header)
+      expect(await setup.authorizationUsed(a.from, a.nonce)).toBe(true)
+    }
+  })
+
+  it('an authorization that expires unsettled leaves nothing booked, and is counted', async () => {
+    const requirements = await setup.requirements()
+    const payer = setup.chain.payers[1]!
+    const wallet = createWalletClient({
+      account: privateKeyToAccount(payer.privateKey),
+      chain: baseSepolia as Chain,
+      transport: http(setup.chain.rpcUrl),
+    }).extend(publicActions)
+    // The library's two steps, with a window just long enough to be accepted (6 s settlement margin).
+    const unsigned = preparePaymentHeader(payer.address, 1, requirements)
+    const validBefore = Math.floor(Date.now() / 1000) + 8
+    unsigned.payload.authorization.validBefore = String(validBefore)
+    const header = await signPaymentHeader(wallet, requirements, unsigned)
+    expect((await setup.pay(header)).status).toBe(200)
+    await setup.svc.flushCaptures()
+    const before = await setup.settlementState()
+    const expiredBefore = await outcomeCount('expired')
+
+    // The settler is down (broadcasts refused) until the window closes.
+    gate.refuseBroadcasts = true
+    await setup.svc.jobs.runNow('x402-settlement')
+    await new Promise((r) => setTimeout(r, Math.max(0, validBefore * 1000 - Date.now()) + 1_100))
+    gate.refuseBroadcasts = false
+    await setup.svc.jobs.runNow('x402-settlement')
+
+    const after = await setup.settlementState()
+    expect(after.expired).toBe(before.expired + 1)
+    expect(after.settled).toBe(before.settled)
+    expect(after.ownerShareAtomic).toBe(before.ownerShareAtomic)
+    expect(after.feeAtomic).toBe(before.feeAtomic)
+    expect(after.unsettledBookedEntries).toBe(0)
+    expect(await outcomeCount('expired')).toBe(expiredBefore + 1)
+    const a = authorizationOf(header)
+    expect(await setup.authorizationUsed(a.from, a.nonce)).toBe(false)
+  })
+
+  it('new x402 payloads get 503 settlement_backlog with Retry-After once the backlog passes its limit', async () => {
+    const signed = await setup.sign(40)
+    let served = 0
+    let refused: Awaited<ReturnType<X402Setup['pay']>> | null = null
+    for (const s of signed) {
+      const upstreamBefore = setup.upstream.count()
+      const [claimsBefore] = await setup.svc.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM claims`
+      const r = await setup.pay(s.header)
+      if (r.status === 200) {
+        served++
+        await setup.svc.flushCaptures()
+        await new Promise((res) => setTimeout(res, 60))
+        continue
+      }
+      refused = r
+      // Refused before anything was claimed or forwarded.
+      const [claimsAfter] = await setup.svc.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM claims`
+      expect(claimsAfter!.n).toBe(claimsBefore!.n)
+      expect(setup.upstream.count()).toBe(upstreamBefore)
+      break
+    }
+    expect(refused).toMatchObject({
+      status: 503,
+      retryAfter: '5',
+      body: { error: { code: 'settlement_backlog' } },
+    })
+    expect(served).toBeGreaterThanOrEqual(25)
+    expect(served).toBeLessThan(30)
+
+    // Once settled, intake resumes.
+    await setup.svc.jobs.runNow('x402-settlement')
+    await new Promise((res) => setTimeout(res, 200))
+    expect((await setup.pay(signed[39]!.header)).status).toBe(200)
+  })
+})
