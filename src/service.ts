@@ -36,6 +36,7 @@ import { listenForEndpointChanges } from './db/notify.ts'
 import { createSql, type Sql } from './db/sql.ts'
 import { type AdminServer, startAdminServer } from './observability/admin.ts'
 import { createLogger, type Logger } from './observability/logger.ts'
+import { startTracing } from './observability/tracing.ts'
 import { captureBatchSize, claimBatchSize, dbPoolSize, rpcDuration } from './observability/metrics.ts'
 
 export interface Service {
@@ -61,7 +62,7 @@ export interface StartOptions {
 export async function startService(config: Config, options: StartOptions = {}): Promise<Service> {
   // Before anything else: a silent fallback to the JS server would run everything slow.
   assertNativeUws()
-  const logger = options.logger ?? createLogger(config.log.level)
+  const logger = options.logger ?? createLogger(config.log)
   const cleanups: Array<() => Promise<void> | void> = []
   const stop = async () => {
     for (const cleanup of cleanups.splice(0).reverse()) {
@@ -73,6 +74,16 @@ export async function startService(config: Config, options: StartOptions = {}): 
     }
   }
   try {
+    // Only with an endpoint is the OpenTelemetry SDK imported at all (see observability/tracing.ts).
+    if (config.tracing.otlp_endpoint) {
+      const traces = await startTracing({
+        otlpEndpoint: config.tracing.otlp_endpoint,
+        serviceName: config.tracing.service_name,
+        sampleRatio: config.tracing.sample_ratio,
+        exportIntervalMs: config.tracing.export_interval_ms,
+      })
+      cleanups.push(() => traces.stop())
+    }
     let databaseUrl = config.database.url
     let embedded: EmbeddedDatabase | null = null
     if (!databaseUrl) {

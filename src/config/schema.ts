@@ -17,6 +17,9 @@ export type Network = v.InferOutput<typeof Network>
 export const LogLevel = v.picklist(['debug', 'info', 'warn', 'error', 'silent'])
 export type LogLevel = v.InferOutput<typeof LogLevel>
 
+export const AccessLogMode = v.picklist(['off', 'sampled', 'all'])
+export type AccessLogMode = v.InferOutput<typeof AccessLogMode>
+
 export const ConfigSchema = v.strictObject({
   server: v.strictObject({
     host: v.pipe(v.string(), v.minLength(1)),
@@ -102,8 +105,22 @@ export const ConfigSchema = v.strictObject({
     enabled: v.boolean(),
     expiry_interval_ms: PositiveInt,
   }),
-  log: v.strictObject({ level: LogLevel }),
-  telemetry: v.strictObject({ otlp_endpoint: v.nullable(HttpUrl) }),
+  // Logs and traces (README "Observability: logs and traces").
+  log: v.strictObject({
+    level: LogLevel,
+    /** Access log of /m/* and /pay/*: off (default, the hot path pays nothing), sampled, all. */
+    access: AccessLogMode,
+    /** Share of requests logged in `sampled` mode. */
+    access_sample_rate: v.pipe(v.number(), v.minValue(0), v.maxValue(1)),
+  }),
+  tracing: v.strictObject({
+    /** OTLP/HTTP base URL; null → tracing off and no OpenTelemetry module loaded. */
+    otlp_endpoint: v.nullable(HttpUrl),
+    service_name: v.pipe(v.string(), v.minLength(1)),
+    /** Share of new traces recorded; a caller's sampled traceparent is always followed. */
+    sample_ratio: v.pipe(v.number(), v.minValue(0), v.maxValue(1)),
+    export_interval_ms: PositiveInt,
+  }),
 })
 
 /** Settings from files and environment, plus the secrets that only the environment may carry. */

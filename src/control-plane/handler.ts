@@ -1,7 +1,7 @@
 // The /api/v1 handler: routing, the API conventions (JSON only, error shape, auth, idempotency), error mapping.
 import type { ApiHandler, ApiRequest, ApiResponse } from '../http-exchange.ts'
 import { httpDuration, httpRequests, statusClass } from '../observability/metrics.ts'
-import { ApiError, errorBody } from './api-error.ts'
+import { ApiError, apiErrorResponse } from './api-error.ts'
 import { authenticate } from './auth.ts'
 import type { ControlPlaneDeps } from './deps.ts'
 import { requestFingerprint, withIdempotency } from './idempotency.ts'
@@ -55,11 +55,7 @@ export function createApiHandler(deps: ControlPlaneDeps, extraRoutes: Route[] = 
       }
     } catch (err) {
       const apiError = err instanceof ApiError ? err : internalError(err, req)
-      response = {
-        status: apiError.status,
-        headers: { ...JSON_HEADERS, ...apiError.headers, 'x-request-id': req.requestId },
-        body: errorBody(apiError, req.requestId),
-      }
+      response = apiErrorResponse(apiError, req.requestId, JSON_HEADERS)
     }
     const cls = statusClass(response.status)
     httpRequests.labels('api', cls).inc()

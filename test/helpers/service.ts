@@ -52,7 +52,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
       ...options.overrides,
     } as DeepPartial<Settings>,
   })
-  const service = await startService(config, { logger: createLogger(config.log.level) })
+  const service = await startService(config, { logger: createLogger(config.log) })
   return Object.assign(service, {
     treasury,
     api: (path: string, init: ApiInit = {}) => callApi(service.url, path, init),
