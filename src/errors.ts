@@ -1,7 +1,8 @@
 // Every error code once (HTTP status, type, default message) and the one writer every plane answers through:
 // the body is always {"error":{type,code,message,param?}, …, "request_id"} and x-request-id is always set.
-import { STATUS_CODES } from 'node:http'
+
 import type { HttpResponse } from 'uWebSockets.js'
+import { STATUS_CODES } from 'node:http'
 
 export type ErrorType =
   | 'invalid_request_error'
@@ -103,7 +104,10 @@ const BODY_PREFIX = new Map<ErrorCode, string>()
 const STATUS_LINE = new Map<ErrorCode, string>()
 for (const code of Object.keys(ERRORS) as ErrorCode[]) {
   const spec = ERRORS[code]
-  BODY_PREFIX.set(code, `{"error":${JSON.stringify({ type: spec.type, code, message: spec.message })},"request_id":"`)
+  BODY_PREFIX.set(
+    code,
+    `{"error":${JSON.stringify({ type: spec.type, code, message: spec.message })},"request_id":"`,
+  )
   STATUS_LINE.set(code, `${spec.status} ${STATUS_CODES[spec.status] ?? 'Unknown'}`)
 }
 
@@ -157,6 +161,7 @@ export function writeError(
     .writeStatus(STATUS_LINE.get(code)!)
     .writeHeader('content-type', JSON_CONTENT_TYPE)
     .writeHeader('x-request-id', requestId)
-  if (headers !== undefined) for (let i = 0; i < headers.length; i += 2) res.writeHeader(headers[i]!, headers[i + 1]!)
+  if (headers !== undefined)
+    for (let i = 0; i < headers.length; i += 2) res.writeHeader(headers[i]!, headers[i + 1]!)
   res.end(errorBody(code, requestId, details), closeConnection)
 }

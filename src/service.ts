@@ -36,8 +36,8 @@ import { listenForEndpointChanges } from './db/notify.ts'
 import { createSql, type Sql } from './db/sql.ts'
 import { type AdminServer, startAdminServer } from './observability/admin.ts'
 import { createLogger, type Logger } from './observability/logger.ts'
-import { startTracing } from './observability/tracing.ts'
 import { captureBatchSize, claimBatchSize, dbPoolSize, rpcDuration } from './observability/metrics.ts'
+import { startTracing } from './observability/tracing.ts'
 
 export interface Service {
   config: Config
@@ -238,6 +238,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
     const app = createPublicApp({
       bodyLimitBytes: config.server.body_limit_bytes,
       apiHandler,
+      logger,
       metered,
       checkout,
     })

@@ -1,6 +1,7 @@
 // The /api/v1 handler: routing, the API conventions (JSON only, error shape, auth, idempotency), error mapping.
 import type { ApiHandler, ApiRequest, ApiResponse } from '../http-exchange.ts'
 import { httpDuration, httpRequests, statusClass } from '../observability/metrics.ts'
+import { endSpan, startRequestSpan, tracing, withSpan } from '../observability/tracing.ts'
 import { ApiError, apiErrorResponse } from './api-error.ts'
 import { authenticate } from './auth.ts'
 import type { ControlPlaneDeps } from './deps.ts'
@@ -43,7 +44,21 @@ export function createApiHandler(deps: ControlPlaneDeps, extraRoutes: Route[] = 
     ...extraRoutes,
   ].map(compile)
 
-  return async function handleApi(req: ApiRequest): Promise<ApiResponse> {
+  return function handleApi(req: ApiRequest): Promise<ApiResponse> {
+    if (!tracing.on) return answer(req)
+    // One span per API request, active while it runs: queries and log lines below see its trace id.
+    const span = startRequestSpan(`${req.method} /api/v1`, req.headers.traceparent, {
+      'http.request.method': req.method,
+      'url.path': req.path,
+      'tollgate.request_id': req.requestId,
+    })
+    return withSpan(span, () => answer(req)).then((response) => {
+      endSpan(span, response.status)
+      return response
+    })
+  }
+
+  async function answer(req: ApiRequest): Promise<ApiResponse> {
     const started = performance.now()
     let response: ApiResponse
     try {

@@ -1,8 +1,10 @@
 // The public uWS app: mounts /m/* (metered hot path), /pay/* (checkout) and hands /api/v1/* to the
 // control-plane handler it is given. Reads each request synchronously, then answers after the await.
+import { writeError } from '../errors.ts'
 import type { ApiHandler } from '../http-exchange.ts'
+import type { Logger } from '../observability/logger.ts'
 import { httpRequests, statusClass } from '../observability/metrics.ts'
-import { nextRequestId } from './request-id.ts'
+import { requestIdFrom } from '../request-id.ts'
 import {
   assertNativeUws,
   type HttpRequest,
@@ -17,6 +19,8 @@ export type UwsRoute = (res: HttpResponse, req: HttpRequest) => void
 export interface PublicAppOptions {
   bodyLimitBytes: number
   apiHandler: ApiHandler
+  /** Where a failure of the API handler itself is logged (it answers 500). */
+  logger?: Logger
   /** ANY /m/:endpoint_id and /m/:endpoint_id/* */
   metered?: UwsRoute
   /** /pay/:payment_id (page, status, agent payment) */
@@ -44,26 +48,18 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
     app.any('/pay/:payment_id', options.checkout)
     app.any('/pay/:payment_id/*', options.checkout)
   }
-  app.get('/', (res) => {
-    res.writeHeader('content-type', API_ERROR_HEADERS).end('{"service":"tollgate","api":"/api/v1"}')
+  app.get('/', (res, req) => {
+    res
+      .writeHeader('content-type', API_ERROR_HEADERS)
+      .writeHeader('x-request-id', requestIdFrom(req.getHeader('x-request-id')))
+      .end('{"service":"tollgate","api":"/api/v1"}')
   })
   app.any('/*', (res, req) => {
-    const requestId = nextRequestId()
+    const requestId = requestIdFrom(req.getHeader('x-request-id'))
     httpRequests.labels('other', '4xx').inc()
-    res
-      .writeStatus('404 Not Found')
-      .writeHeader('content-type', API_ERROR_HEADERS)
-      .writeHeader('x-request-id', requestId)
-      .end(
-        JSON.stringify({
-          error: {
-            type: 'invalid_request_error',
-            code: 'route_not_found',
-            message: `no route ${req.getMethod().toUpperCase()} ${req.getUrl()}`,
-          },
-          request_id: requestId,
-        }),
-      )
+    writeError(res, 'route_not_found', requestId, {
+      message: `no route ${req.getMethod().toUpperCase()} ${req.getUrl()}`,
+    })
   })
   return app
 }
@@ -81,7 +77,6 @@ export function listen(app: TemplatedApp, host: string, port: number): Promise<L
 function apiBridge(options: PublicAppOptions): UwsRoute {
   const limit = options.bodyLimitBytes
   return (res, req) => {
-    const requestId = nextRequestId()
     const method = req.getMethod().toUpperCase()
     const path = req.getUrl()
     const query = req.getQuery() ?? ''
@@ -89,6 +84,7 @@ function apiBridge(options: PublicAppOptions): UwsRoute {
     req.forEach((k, val) => {
       headers[k] = headers[k] === undefined ? val : `${headers[k]}, ${val}`
     })
+    const requestId = requestIdFrom(headers['x-request-id'])
     const remoteAddress = Buffer.from(res.getRemoteAddressAsText()).toString()
     let aborted = false
     res.onAborted(() => {
@@ -97,22 +93,17 @@ function apiBridge(options: PublicAppOptions): UwsRoute {
     const tooLarge = () => {
       if (aborted) return
       aborted = true
-      const body = JSON.stringify({
-        error: {
-          type: 'invalid_request_error',
-          code: 'body_too_large',
-          message: `the body exceeds ${limit} bytes`,
-        },
-        request_id: requestId,
-      })
       httpRequests.labels('api', '4xx').inc()
       res.cork(() => {
         // Close after answering: the rest of the oversized body is not worth reading.
-        res
-          .writeStatus('413 Payload Too Large')
-          .writeHeader('content-type', API_ERROR_HEADERS)
-          .writeHeader('x-request-id', requestId)
-          .end(body, true)
+        writeError(
+          res,
+          'body_too_large',
+          requestId,
+          { message: `the body exceeds ${limit} bytes` },
+          undefined,
+          true,
+        )
       })
     }
     const declared = Number(headers['content-length'] ?? 0)
@@ -138,10 +129,11 @@ function apiBridge(options: PublicAppOptions): UwsRoute {
             res.end(response.body)
           })
         })
-        .catch(() => {
+        .catch((err) => {
+          options.logger?.error('api handler failed', { request_id: requestId, path, err })
           if (aborted) return
           res.cork(() => {
-            res.writeStatus('500 Internal Server Error').writeHeader('x-request-id', requestId).end()
+            writeError(res, 'internal_error', requestId)
           })
         })
     })

@@ -14,9 +14,11 @@ import {
   type PaymentView,
 } from '../db/payments.ts'
 import type { Sql } from '../db/sql.ts'
+import { ERRORS, type ErrorCode, errorBody } from '../errors.ts'
 import { toDollars } from '../money.ts'
 import type { Logger } from '../observability/logger.ts'
 import { httpDuration, httpRequests, paymentRequired, statusClass } from '../observability/metrics.ts'
+import { requestIdFrom } from '../request-id.ts'
 import type { UwsRoute } from './app.ts'
 import {
   buildChallenge,
@@ -34,7 +36,6 @@ import {
 } from './checkout-page.ts'
 import { parseProof } from './proof.ts'
 import { qrSvg } from './qr.ts'
-import { nextRequestId } from './request-id.ts'
 import { statusLine } from './uws.ts'
 import type { Verifier, VerifyResult } from './verifier.ts'
 
@@ -139,6 +140,9 @@ export function createCheckoutRoute(deps: CheckoutDeps): UwsRoute {
     const accept = req.getHeader('accept')
     const proofHeader = req.getHeader('x-payment') || req.getHeader('payment-signature')
     const wantsHtml = accept.includes('text/html')
+    const requestId = requestIdFrom(req.getHeader('x-request-id'))
+    /** What made a 5xx, for its one log line. */
+    let failure: unknown
 
     function send(status: number, type: string, body: string, headers: Headers = []): void {
       if (aborted) return
@@ -146,35 +150,40 @@ export function createCheckoutRoute(deps: CheckoutDeps): UwsRoute {
       const cls = statusClass(status)
       httpRequests.labels('checkout', cls).inc()
       httpDuration.labels('checkout', cls).observe((performance.now() - startedMs) / 1000)
+      const logger = deps.logger
+      if (status >= 500) {
+        logger.error('checkout request failed', {
+          request_id: requestId,
+          payment_id: id,
+          status,
+          err: failure,
+        })
+      } else if (logger.access.on && logger.access.sample()) {
+        logger.info('access', { route: 'checkout', request_id: requestId, payment_id: id, method, status })
+      }
       res.cork(() => {
         res
           .writeStatus(statusLine(status))
           .writeHeader('content-type', type)
           .writeHeader('cache-control', 'no-store')
+          .writeHeader('x-request-id', requestId)
         for (const [k, v] of headers) res.writeHeader(k, v)
         res.end(body)
       })
     }
+    /** An error answer from the registry (src/errors.ts), with the request id. */
     function sendError(
-      status: number,
-      code: string,
-      message: string,
-      extra: Record<string, unknown> = {},
+      code: ErrorCode,
+      message?: string,
+      extra?: Record<string, unknown>,
+      headers?: Headers,
     ): void {
-      send(
-        status,
-        JSON_TYPE,
-        JSON.stringify({
-          error: { type: 'invalid_request_error', code, message },
-          ...extra,
-          request_id: nextRequestId(),
-        }),
-      )
+      send(ERRORS[code].status, JSON_TYPE, errorBody(code, requestId, { message, extra }), headers)
     }
     function send402(p: CheckoutPaymentRow, reason: string, retryAfterMs?: number): void {
       paymentRequired.labels(reason).inc()
       const c = challengeFor(p)
-      let body = challengeBody(c, reason, quoteExpiry(settings.quoteTtlMs))
+      let body = challengeBody(c, reason, quoteExpiry(settings.quoteTtlMs), requestId)
       // What was already received, so an agent that underpaid knows why the price is lower now.
       body = `${body.slice(0, -1)},"amount_received_atomic":"${p.amount_received_atomic}","payment_status":"pending"}`
       const headers: Headers = [['payment-required', c.v2Header]]
@@ -187,9 +196,7 @@ export function createCheckoutRoute(deps: CheckoutDeps): UwsRoute {
       const s = statusOf(p)
       if (s.status === 'pending') return send402(p, 'payment_required')
       if (s.status === 'paid') return send(200, JSON_TYPE, JSON.stringify(s))
-      sendError(410, `payment_${s.status}`, `payment ${p.id} is ${s.status} and cannot be paid`, {
-        payment: s,
-      })
+      sendError(stateCode(s.status), `payment ${p.id} is ${s.status} and cannot be paid`, { payment: s })
     }
     function sendPage(p: CheckoutPaymentRow): void {
       const s = statusOf(p)
@@ -221,25 +228,16 @@ export function createCheckoutRoute(deps: CheckoutDeps): UwsRoute {
           [['content-security-policy', MESSAGE_CSP]],
         )
       }
-      sendError(404, 'payment_not_found', `no payment ${id}`)
+      sendError('payment_not_found', `no payment ${id}`)
     }
 
     if (!PAYMENT_ID.test(id)) return sendNotFound()
     const isRoot = rest === '' || rest === '/'
     if (!(isRoot && (method === 'GET' || method === 'POST')) && !(!isRoot && method === 'GET')) {
       if (isRoot || rest === '/status' || rest === '/qr.svg') {
-        return send(
-          405,
-          JSON_TYPE,
-          JSON.stringify({
-            error: {
-              type: 'invalid_request_error',
-              code: 'method_not_allowed',
-              message: `${method} is not allowed here`,
-            },
-          }),
-          [['allow', isRoot ? 'GET, POST' : 'GET']],
-        )
+        return sendError('method_not_allowed', `${method} is not allowed here`, undefined, [
+          ['allow', isRoot ? 'GET, POST' : 'GET'],
+        ])
       }
     }
 
@@ -250,12 +248,12 @@ export function createCheckoutRoute(deps: CheckoutDeps): UwsRoute {
         if (rest === '/status') return send(200, JSON_TYPE, JSON.stringify(statusOf(p)))
         if (rest === '/qr.svg') {
           if (effectiveStatus(p) !== 'pending')
-            return sendError(410, `payment_${effectiveStatus(p)}`, 'nothing is due')
+            return sendError(stateCode(effectiveStatus(p)), 'nothing is due')
           return send(200, 'image/svg+xml', qrSvg(eip681(amountDue(p))), [
             ['x-content-type-options', 'nosniff'],
           ])
         }
-        if (!isRoot) return sendError(404, 'route_not_found', `no route ${method} /pay/${id}${rest}`)
+        if (!isRoot) return sendError('route_not_found', `no route ${method} /pay/${id}${rest}`)
         if (proofHeader) return pay(p, proofHeader)
         if (method === 'GET' && wantsHtml) return sendPage(p)
         sendState(p)
@@ -274,8 +272,8 @@ export function createCheckoutRoute(deps: CheckoutDeps): UwsRoute {
       if (aborted) return
       if (!result.ok) {
         if (result.reason === 'rpc_unavailable') {
+          failure = 'rpc_unavailable'
           return sendError(
-            503,
             'verification_unavailable',
             'the chain could not be reached to verify the payment; retry shortly',
           )
@@ -320,8 +318,7 @@ export function createCheckoutRoute(deps: CheckoutDeps): UwsRoute {
           const s = statusOf(p)
           const what = outcome.reason === 'already_paid' ? 'is already paid' : `is ${s.status}`
           return sendError(
-            outcome.reason === 'already_paid' ? 409 : 410,
-            outcome.reason === 'already_paid' ? 'payment_already_paid' : `payment_${s.status}`,
+            outcome.reason === 'already_paid' ? 'payment_already_paid' : stateCode(s.status),
             `payment ${p.id} ${what}; this transaction was recorded and its amount will be refunded to the sender`,
             { payment: s, refund: { status: 'scheduled', transaction: proofKey.replace(/^tx:/, '') } },
           )
@@ -340,7 +337,11 @@ export function createCheckoutRoute(deps: CheckoutDeps): UwsRoute {
               return send(
                 402,
                 JSON_TYPE,
-                JSON.stringify({ error: 'proof_already_used', payment: statusOf(now) }),
+                JSON.stringify({
+                  error: 'proof_already_used',
+                  request_id: requestId,
+                  payment: statusOf(now),
+                }),
               )
             }
             send402(now, 'proof_already_used')
@@ -349,12 +350,18 @@ export function createCheckoutRoute(deps: CheckoutDeps): UwsRoute {
     }
 
     function fail(err: unknown): void {
-      deps.logger.error('checkout request failed', { err, payment_id: id })
+      failure = err
+      if (aborted)
+        deps.logger.error('checkout request failed', { request_id: requestId, payment_id: id, err })
       sendError(
-        503,
         'service_unavailable',
         'the payment could not be processed; retry shortly with the same proof',
       )
     }
   }
+}
+
+/** The error code of a payment that takes no payment now. */
+function stateCode(status: string): ErrorCode {
+  return status === 'paid' ? 'payment_paid' : status === 'canceled' ? 'payment_canceled' : 'payment_expired'
 }

@@ -1,5 +1,7 @@
 // The admin port: /metrics (Prometheus), /healthz (process is up), /readyz (database and chain answer).
 import uws from 'uWebSockets.js'
+import { writeError } from '../errors.ts'
+import { requestIdFrom } from '../request-id.ts'
 import type { Logger } from './logger.ts'
 import { registry } from './metrics.ts'
 
@@ -22,18 +24,21 @@ export async function startAdminServer(options: {
   routes?: Record<string, () => Promise<{ status: number; body: unknown }>>
 }): Promise<AdminServer> {
   const app = uws.App()
-  app.get('/healthz', (res) => {
-    res.writeHeader('content-type', 'application/json').end('{"status":"ok"}')
+  app.get('/healthz', (res, req) => {
+    res
+      .writeHeader('content-type', 'application/json')
+      .writeHeader('x-request-id', requestIdFrom(req.getHeader('x-request-id')))
+      .end('{"status":"ok"}')
   })
-  app.get('/metrics', (res) => {
-    const state = onAbort(res)
+  app.get('/metrics', (res, req) => {
+    const state = onAbort(res, req)
     registry.metrics().then(
       (text) => reply(res, state, 200, registry.contentType, text),
       (err) => reply(res, state, 500, 'text/plain', String(err)),
     )
   })
-  app.get('/readyz', (res) => {
-    const state = onAbort(res)
+  app.get('/readyz', (res, req) => {
+    const state = onAbort(res, req)
     Promise.all(
       options.checks.map(async (c) => {
         try {
@@ -49,20 +54,22 @@ export async function startAdminServer(options: {
     })
   })
   for (const [path, route] of Object.entries(options.routes ?? {})) {
-    app.get(path, (res) => {
-      const state = onAbort(res)
+    app.get(path, (res, req) => {
+      const state = onAbort(res, req)
       route().then(
         (r) => reply(res, state, r.status, 'application/json', JSON.stringify(r.body, bigintToString)),
-        (err) =>
-          reply(res, state, 500, 'application/json', JSON.stringify({ error: (err as Error).message })),
+        (err) => {
+          options.logger.error('admin route failed', { request_id: state.requestId, path, err })
+          if (state.aborted) return
+          res.cork(() => writeError(res, 'internal_error', state.requestId))
+        },
       )
     })
   }
-  app.any('/*', (res) => {
-    res
-      .writeStatus('404 Not Found')
-      .writeHeader('content-type', 'application/json')
-      .end('{"error":"not_found"}')
+  app.any('/*', (res, req) => {
+    writeError(res, 'route_not_found', requestIdFrom(req.getHeader('x-request-id')), {
+      message: `no admin route ${req.getMethod().toUpperCase()} ${req.getUrl()}`,
+    })
   })
   return new Promise((resolve, reject) => {
     app.listen(options.host, options.port, (socket) => {
@@ -75,8 +82,8 @@ export async function startAdminServer(options: {
   })
 }
 
-function onAbort(res: uws.HttpResponse): { aborted: boolean } {
-  const state = { aborted: false }
+function onAbort(res: uws.HttpResponse, req: uws.HttpRequest): { aborted: boolean; requestId: string } {
+  const state = { aborted: false, requestId: requestIdFrom(req.getHeader('x-request-id')) }
   res.onAborted(() => {
     state.aborted = true
   })
@@ -85,14 +92,18 @@ function onAbort(res: uws.HttpResponse): { aborted: boolean } {
 
 function reply(
   res: uws.HttpResponse,
-  state: { aborted: boolean },
+  state: { aborted: boolean; requestId: string },
   status: number,
   type: string,
   body: string,
 ) {
   if (state.aborted) return
   res.cork(() => {
-    res.writeStatus(String(status)).writeHeader('content-type', type).end(body)
+    res
+      .writeStatus(String(status))
+      .writeHeader('content-type', type)
+      .writeHeader('x-request-id', state.requestId)
+      .end(body)
   })
 }
 

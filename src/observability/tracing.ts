@@ -96,7 +96,11 @@ function incomingContext(traceparent: string | undefined): Context {
 }
 
 /** A server span for an incoming request (metered call, API request), continuing the caller's trace. */
-export function startRequestSpan(name: string, traceparent: string | undefined, attributes?: Attributes): Span {
+export function startRequestSpan(
+  name: string,
+  traceparent: string | undefined,
+  attributes?: Attributes,
+): Span {
   return tracer!.startSpan(name, { kind: api!.SpanKind.SERVER, attributes }, incomingContext(traceparent))
 }
 
@@ -112,11 +116,12 @@ export function startSpan(name: string, attributes?: Attributes, client = false)
   return tracer!.startSpan(name, { kind, attributes })
 }
 
-/** Ends a span, marking it failed when it carries an error or a 5xx status. */
-export function endSpan(span: Span, status?: number, error?: string): void {
+/** Ends a span with its status and reason; a 5xx, or a reason without a status, marks it failed. */
+export function endSpan(span: Span, status?: number, reason?: string): void {
   if (status !== undefined) span.setAttribute('http.response.status_code', status)
-  if (error !== undefined || (status !== undefined && status >= 500)) {
-    span.setStatus({ code: api!.SpanStatusCode.ERROR, message: error })
+  if (reason !== undefined) span.setAttribute('tollgate.reason', reason)
+  if (status === undefined ? reason !== undefined : status >= 500) {
+    span.setStatus({ code: api!.SpanStatusCode.ERROR, message: reason })
   }
   span.end()
 }
