@@ -155,13 +155,12 @@ export function traceIdOf(span: Span): string {
   return span.spanContext().traceId
 }
 
-const NONE = Object.freeze({})
-
-/** pino's mixin: the active span's ids on every log line while one is current. */
+/** pino's mixin: the active span's ids on every log line while one is current. pino merges the line's
+ * fields into the object returned, so it must be a fresh one each time. */
 export function traceLogFields(): object {
-  if (!tracing.on) return NONE
+  if (!tracing.on) return {}
   const span = api!.trace.getActiveSpan()
-  if (span === undefined) return NONE
+  if (span === undefined) return {}
   const c = span.spanContext()
   return { trace_id: c.traceId, span_id: c.spanId }
 }
