@@ -4,6 +4,7 @@
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { insertEvent } from '../../src/db/events.ts'
 import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
 import { freePort, startChildService, tempDir } from '../helpers/child-service.ts'
 import { freshDatabaseUrl } from '../helpers/database.ts'
@@ -11,6 +12,7 @@ import { type CapturedLogs, captureLogs } from '../helpers/log-capture.ts'
 import { type OtlpReceiver, type ReceivedSpan, startOtlpReceiver } from '../helpers/otlp-receiver.ts'
 import { callApi, registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
+import { startWebhookReceiver } from '../helpers/webhook-receiver.ts'
 
 let receiver: OtlpReceiver
 let upstream: Upstream
@@ -109,6 +111,29 @@ describe('tracing on', () => {
     expect(inTrace(line.trace_id).find((s) => s.name === 'upstream')!.attributes['tollgate.reason']).toBe(
       'upstream_unreachable',
     )
+  })
+
+  it('a webhook receiver gets the traceparent of its delivery span', async () => {
+    const hooks = await startWebhookReceiver()
+    try {
+      const created = await svc.api('/api/v1/webhooks', { key: merchant.key, body: { url: hooks.url } })
+      expect(created.status).toBe(201)
+      const eventId = await insertEvent(svc.sql, {
+        accountId: merchant.account.id,
+        type: 'payment.received',
+        data: {},
+      })
+      const got = await hooks.waitFor((c) => c.headers['webhook-id'] === eventId, 15_000)
+      const [, traceId, spanId] = got.headers.traceparent!.split('-')
+      await receiver.waitFor(() => inTrace(traceId!).length > 0)
+      expect(inTrace(traceId!)[0]).toMatchObject({
+        name: 'webhook delivery',
+        spanId,
+        attributes: { 'tollgate.event_id': eventId, 'http.response.status_code': 200 },
+      })
+    } finally {
+      await hooks.close()
+    }
   })
 })
 
