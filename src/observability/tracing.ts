@@ -1,7 +1,7 @@
 // OpenTelemetry traces, exported over OTLP/HTTP (JSON) only when an endpoint is configured. The SDK is
-// loaded by import() inside startTracing: with tracing off no SDK module is ever loaded (prom-client loads the
-// no-op @opentelemetry/api by itself), and the
-// hot path pays one boolean (`tracing.on`) per step. Every helper below assumes tracing.on was checked.
+// loaded by import() inside startTracing: with tracing off no SDK module is ever loaded (prom-client loads
+// the no-op @opentelemetry/api by itself), and the hot path pays one boolean (`tracing.on`) per step.
+// Every helper below assumes tracing.on was checked.
 import type { Attributes, Context, Span, Tracer } from '@opentelemetry/api'
 
 type Api = typeof import('@opentelemetry/api')
