@@ -9,6 +9,7 @@ import type { Hex } from 'viem'
 import { startDevChain } from '../src/chain/dev-chain.ts'
 import { makeProofs } from './proofs.ts'
 import { printTable, type ScenarioResult, summarize, writeResults } from './report.ts'
+import { type OtlpSink, startOtlpSink } from './targets/otlp-sink.ts'
 import { type Child, freePort, ROOT, startTs } from './targets/processes.ts'
 
 const DURATION_S = Number(process.env.BENCH_DURATION_S ?? 8)
@@ -32,6 +33,8 @@ async function main() {
   }, 15 * 60_000)
   hardStop.unref()
   const chain = await startDevChain({ payers: 1, payerFunding: 10_000_000_000n })
+  // BENCH_TRACING=1: the instances export traces (every call sampled) to a stand-in collector in this process.
+  const sink: OtlpSink | null = process.env.BENCH_TRACING === '1' ? await startOtlpSink() : null
 
   /** A tollgate process; `watch: false` stops its transfer watcher after start-up, so proofs are cold. */
   async function startTollgate(name: string, watch: boolean): Promise<Instance> {
@@ -56,6 +59,7 @@ async function main() {
         ALLOW_PRIVATE_UPSTREAMS: 'true',
         LOG_LEVEL: 'warn',
         TOLLGATE_CONFIG: configFile,
+        ...(sink ? { OTEL_EXPORTER_OTLP_ENDPOINT: sink.url } : {}),
         ...(process.env.BENCH_DATABASE_URL ? { DATABASE_URL: process.env.BENCH_DATABASE_URL } : {}),
         ...(process.env.BENCH_PROFILE_DIR && watch
           ? { BENCH_NODE_ARGS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE_DIR}` }
@@ -168,6 +172,7 @@ async function main() {
         ),
       )
     process.stdout.write(`\nwarm instance:\n${interesting.join('\n')}\n`)
+    if (sink) process.stdout.write(`tracing on: ${sink.spans()} spans exported so far\n`)
     const table = printTable(results)
     const file = writeResults(
       join(ROOT, 'bench', 'results'),
@@ -179,6 +184,7 @@ async function main() {
         proofs: PROOFS,
         cold_proofs: COLD_PROOFS,
         database: process.env.BENCH_DATABASE_URL ? 'postgresql server' : 'embedded pglite',
+        tracing: sink !== null,
         table,
       },
       results,
@@ -186,6 +192,7 @@ async function main() {
     process.stdout.write(`results: ${file}\n`)
   } finally {
     for (const c of children.reverse()) await c.stop()
+    await sink?.close()
     await chain.stop()
     rmSync(dataDir, { recursive: true, force: true })
   }
