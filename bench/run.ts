@@ -133,11 +133,28 @@ async function main() {
     }
 
     const results: ScenarioResult[] = []
+    // CPU time the warm instance spent per request: unlike req/s, it barely moves when other processes
+    // share the cores, so it is the figure to compare two builds on a busy machine.
+    const cpu: Record<string, number> = {}
+    const measured = async (name: string, r: Promise<autocannon.Result>) => {
+      const before = await cpuSeconds(warm.adminPort)
+      const result = await r
+      cpu[name] = Math.round((((await cpuSeconds(warm.adminPort)) - before) * 1e6) / result.requests.total)
+      return result
+    }
     const ceiling = await run({ url: `${upstreamUrl}/data` })
     results.push(summarize('upstream direct (ceiling)', ceiling, null))
     const ceilingRps = summarize('ceiling', ceiling, null).requests_per_sec
-    results.push(summarize('402 path (no proof)', await run({ url: ep.metered_url }), ceilingRps))
-    results.push(summarize('paid, pre-verified proofs', await runPaid(ep.metered_url, proofs), ceilingRps))
+    results.push(
+      summarize('402 path (no proof)', await measured('402', run({ url: ep.metered_url })), ceilingRps),
+    )
+    results.push(
+      summarize(
+        'paid, pre-verified proofs',
+        await measured('paid_warm', runPaid(ep.metered_url, proofs)),
+        ceilingRps,
+      ),
+    )
     results.push(
       summarize(
         'paid, cold verification (RPC per proof)',
@@ -172,6 +189,7 @@ async function main() {
         ),
       )
     process.stdout.write(`\nwarm instance:\n${interesting.join('\n')}\n`)
+    process.stdout.write(`warm instance CPU per request (µs): ${JSON.stringify(cpu)}\n`)
     if (sink) process.stdout.write(`tracing on: ${sink.spans()} spans exported so far\n`)
     const table = printTable(results)
     const file = writeResults(
@@ -185,6 +203,7 @@ async function main() {
         cold_proofs: COLD_PROOFS,
         database: process.env.BENCH_DATABASE_URL ? 'postgresql server' : 'embedded pglite',
         tracing: sink !== null,
+        cpu_us_per_request: cpu,
         table,
       },
       results,
@@ -196,6 +215,12 @@ async function main() {
     await chain.stop()
     rmSync(dataDir, { recursive: true, force: true })
   }
+}
+
+async function cpuSeconds(adminPort: number): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text()
+  const m = /^tollgate_process_cpu_seconds_total (\S+)/m.exec(text)
+  return m ? Number(m[1]) : Number.NaN
 }
 
 function run(options: { url: string; headers?: Record<string, string> }): Promise<autocannon.Result> {
