@@ -165,17 +165,17 @@ async function main() {
     results.push(
       summarize(
         'checkout status JSON (/pay/:id/status)',
-        await run({ url: `${payment.payment_url}/status` }),
+        await measured('checkout_status', run({ url: `${payment.payment_url}/status` })),
         ceilingRps,
       ),
     )
     results.push(
       summarize(
         'management API (GET /api/v1/account)',
-        await run({
-          url: `${warm.base}/api/v1/account`,
-          headers: { authorization: `Bearer ${reg.api_key}` },
-        }),
+        await measured(
+          'api_account',
+          run({ url: `${warm.base}/api/v1/account`, headers: { authorization: `Bearer ${reg.api_key}` } }),
+        ),
         ceilingRps,
       ),
     )
