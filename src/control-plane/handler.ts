@@ -70,6 +70,9 @@ export function createApiHandler(deps: ControlPlaneDeps, extraRoutes: Route[] = 
       }
     } catch (err) {
       const apiError = err instanceof ApiError ? err : internalError(err, req)
+      // A 5xx the routes chose (e.g. service_unavailable) is logged here; internalError logged the others.
+      if (apiError === err && apiError.status >= 500)
+        deps.logger.error('api request failed', { request_id: req.requestId, path: req.path, err })
       response = apiErrorResponse(apiError, req.requestId, JSON_HEADERS)
     }
     const cls = statusClass(response.status)

@@ -369,7 +369,8 @@ class MeteredCall implements ProxyHooks {
     if (span !== null) endSpan(span, status, reason)
     const logger = this.ctx.logger
     if (status >= 500) {
-      logger.error('metered call failed', {
+      // The upstream's own 5xx is its owner's problem (warn); tollgate's 502/503/504 are ours (error).
+      logger[reason === 'upstream_status' ? 'warn' : 'error']('metered call failed', {
         request_id: this.requestId,
         endpoint_id: this.endpointId,
         status,

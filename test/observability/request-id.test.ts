@@ -14,7 +14,7 @@ let merchant: Awaited<ReturnType<typeof registerMerchant>>
 let logs: CapturedLogs
 
 beforeAll(async () => {
-  logs = captureLogs({ level: 'warn' })
+  logs = captureLogs({ level: 'info', access: 'all' })
   svc = await startTestService({ logger: logs.logger, overrides: { verify: { wait_ms: 1500 } } })
   upstream = await startUpstream()
   payer = await fundedAccount(10_000_000n)
@@ -119,6 +119,29 @@ describe('metered routes', () => {
       reason: 'upstream_unreachable',
     })
     expect(logs.lines.filter((l) => l.request_id === id)).toHaveLength(1)
+  })
+})
+
+describe('access log (log.access = all)', () => {
+  it('writes one line per metered and checkout answer with the request id', async () => {
+    const ep = await createEndpoint(`${upstream.url}/echo`)
+    const r = await fetch(ep.metered_url, { headers: { 'x-request-id': 'access-1' } })
+    expect(r.status).toBe(402)
+    const line = await logs.waitFor((l) => l.msg === 'access' && l.request_id === 'access-1')
+    expect(line).toMatchObject({
+      level: 'info',
+      route: 'metered',
+      endpoint_id: ep.id,
+      status: 402,
+      reason: 'payment_required',
+    })
+    expect(line.duration_ms).toEqual(expect.any(Number))
+    await fetch(`${svc.url}/pay/pay_nothere/status`, { headers: { 'x-request-id': 'access-2' } })
+    expect(await logs.waitFor((l) => l.msg === 'access' && l.request_id === 'access-2')).toMatchObject({
+      route: 'checkout',
+      payment_id: 'pay_nothere',
+      status: 404,
+    })
   })
 })
 
