@@ -16,6 +16,7 @@ import { type Scenario, scenarios } from './scenarios/index.ts'
 import { runSoak } from './scenarios/soak.ts'
 import { startBareUws } from './targets/bare-uws.ts'
 import { startNginx } from './targets/nginx.ts'
+import { type OtlpSink, startOtlpSink } from './targets/otlp-sink.ts'
 import { ROOT } from './targets/processes.ts'
 import { startTollgate } from './targets/tollgate.ts'
 import { startUpstream } from './targets/upstream.ts'
@@ -39,11 +40,14 @@ async function main() {
   execFileSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--if-stale'], { stdio: 'inherit' })
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-bench-'))
   const chain = await startDevChain({ payers: 1, payerFunding: 100_000_000_000n })
+  // BENCH_TRACING=1: the tollgates export traces (every call sampled) to a stand-in collector in this process.
+  const sink: OtlpSink | null = process.env.BENCH_TRACING === '1' ? await startOtlpSink() : null
   const ctx = await startTargets(
     dir,
     chain,
     soak ? ['warm'] : chosen.flatMap((s) => s.tollgates ?? []),
     chosen,
+    sink,
   )
   try {
     if (soak) {
@@ -57,6 +61,7 @@ async function main() {
     const proofCount = chosen.reduce((n, s) => n + (s.proofs ?? 0), 0)
     if (proofCount) await prepareProofs(ctx, proofCount)
     const results = await runScenarios(ctx, chosen)
+    if (sink) process.stdout.write(`tracing on: ${sink.spans()} spans exported so far\n`)
     const recovery = await measureRecovery(500)
     process.stdout.write(
       `\n${table(results)}\n\nEIP-3009 recoveries/s (one core): ${JSON.stringify(recovery)}\n`,
@@ -65,6 +70,7 @@ async function main() {
     process.stdout.write(`results: ${file}\n`)
   } finally {
     for (const t of [...Object.values(ctx.tollgates), ctx.nginx, ctx.bare, ctx.upstream]) await t?.stop()
+    await sink?.close()
     await chain.stop()
     rmSync(dir, { recursive: true, force: true })
   }
@@ -87,6 +93,7 @@ function meta(): Record<string, unknown> {
     connections: settings.connections,
     duration_s: settings.durationS,
     database: process.env.BENCH_DATABASE_URL ? 'postgresql server' : 'embedded pglite',
+    tracing: process.env.BENCH_TRACING === '1',
     load_generator: 'autocannon 9 (in the bench process), latencies into an HDR histogram',
     command: `npm run bench${process.argv.length > 2 ? ` -- ${process.argv.slice(2).join(' ')}` : ''}`,
   }
@@ -97,6 +104,7 @@ async function startTargets(
   chain: Context['chain'],
   kinds: TollgateKind[],
   chosen: Scenario[],
+  sink: OtlpSink | null,
 ): Promise<Context> {
   const upstream = await startUpstream(HARD_LIMIT_MS)
   const proofs: string[] = []
@@ -131,6 +139,7 @@ async function startTargets(
       runtime: kind === 'tsx' ? 'tsx' : 'built',
       workers: kind === 'workers2' ? 2 : 1,
       profileDir: kind === 'warm' ? process.env.BENCH_PROFILE_DIR : undefined,
+      otlpEndpoint: sink?.url,
     })
   }
   if (chosen.some((s) => s.peer === 'nginx')) {
