@@ -485,22 +485,18 @@ async function judge(
 
 async function runReconcile(databaseUrl: string, chain: DevChain): Promise<number | null> {
   return new Promise((resolve) => {
-    const proc = spawn(
-      process.execPath,
-      ['--import', 'tsx', 'src/cli/reconcile.ts', '--from', '1h'],
-      {
-        cwd: ROOT,
-        env: {
-          ...process.env,
-          NODE_ENV: 'test',
-          DATABASE_URL: databaseUrl,
-          RPC_URL: chain.rpcUrl,
-          USDC_ADDRESS: chain.usdcAddress,
-          TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
-        },
-        stdio: ['ignore', 'ignore', 'ignore'],
+    const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli/reconcile.ts', '--from', '1h'], {
+      cwd: ROOT,
+      env: {
+        ...process.env,
+        NODE_ENV: 'test',
+        DATABASE_URL: databaseUrl,
+        RPC_URL: chain.rpcUrl,
+        USDC_ADDRESS: chain.usdcAddress,
+        TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
       },
-    )
+      stdio: ['ignore', 'ignore', 'ignore'],
+    })
     const timer = setTimeout(() => proc.kill('SIGKILL'), 60_000)
     proc.on('exit', (code) => {
       clearTimeout(timer)

@@ -148,9 +148,13 @@ describe('dev chain kept with the data directory', () => {
     await firstCall.text()
     // The call is captured before the restart (captures are written in small batches).
     await expect
-      .poll(async () => (await callApi(a.child.url, '/api/v1/calls', { key: reg.body.api_key })).body?.data?.length, {
-        timeout: 10_000,
-      })
+      .poll(
+        async () =>
+          (await callApi(a.child.url, '/api/v1/calls', { key: reg.body.api_key })).body?.data?.length,
+        {
+          timeout: 10_000,
+        },
+      )
       .toBe(1)
     await a.child.kill('SIGTERM')
     children.splice(children.indexOf(a.child), 1)
