@@ -113,6 +113,13 @@ describe('tracing on', () => {
     )
   })
 
+  it('a background job run is a span of its own', async () => {
+    await svc.jobs.runNow('claim-expiry')
+    await receiver.waitFor((spans) => spans.some((s) => s.name === 'job claim-expiry'))
+    const job = receiver.spans.find((s) => s.name === 'job claim-expiry')!
+    expect(job).toMatchObject({ parentSpanId: '', attributes: { 'tollgate.job': 'claim-expiry' } })
+  })
+
   it('a webhook receiver gets the traceparent of its delivery span', async () => {
     const hooks = await startWebhookReceiver()
     try {
