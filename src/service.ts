@@ -16,6 +16,7 @@ import type { Sql } from './db/sql.ts'
 import { startDatabase } from './db/start.ts'
 import { startAdminServer } from './observability/admin.ts'
 import { createLogger, type Logger } from './observability/logger.ts'
+import { startTracing } from './observability/tracing.ts'
 import { createRateLimiter } from './rate-limit.ts'
 import { StartedList } from './subsystem.ts'
 
@@ -44,11 +45,21 @@ export interface StartOptions {
 export async function startService(config: Config, options: StartOptions = {}): Promise<Service> {
   // Before anything else: a silent fallback to the JS server would run everything slow.
   assertNativeUws()
-  const logger = options.logger ?? createLogger(config.log.level)
+  const logger = options.logger ?? createLogger(config.log)
   const started = new StartedList((err) => logger.warn('shutdown step failed', { err }))
   let baseUrl = ''
   const publicUrl = () => baseUrl
   try {
+    // Only with an endpoint is the OpenTelemetry SDK imported at all (see observability/tracing.ts).
+    if (config.tracing.otlp_endpoint) {
+      const traces = await startTracing({
+        otlpEndpoint: config.tracing.otlp_endpoint,
+        serviceName: config.tracing.service_name,
+        sampleRatio: config.tracing.sample_ratio,
+        exportIntervalMs: config.tracing.export_interval_ms,
+      })
+      started.add({ stop: () => traces.stop() })
+    }
     const db = started.add(
       await startDatabase({
         config,

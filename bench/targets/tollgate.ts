@@ -24,6 +24,8 @@ export interface TollgateOptions {
   runtime: 'built' | 'tsx'
   workers?: number
   profileDir?: string
+  /** Set: traces are exported there (BENCH_TRACING=1). */
+  otlpEndpoint?: string
 }
 
 export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
@@ -56,6 +58,7 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
     LOG_LEVEL: 'warn',
     TOLLGATE_CONFIG: configFile,
     ...(databaseUrl ? { DATABASE_URL: databaseUrl.url } : {}),
+    ...(o.otlpEndpoint ? { OTEL_EXPORTER_OTLP_ENDPOINT: o.otlpEndpoint } : {}),
     ...(o.profileDir ? { BENCH_NODE_ARGS: `--cpu-prof --cpu-prof-dir=${o.profileDir}` } : {}),
   }
   const start = o.runtime === 'built' ? startNode : startTs

@@ -8,7 +8,7 @@ import { findClaim } from '../db/claims.ts'
 import { type CheckoutPaymentRow, effectiveStatus, findCheckoutPayment } from '../db/payments.ts'
 import { checkoutPayments, paymentRequired } from '../observability/metrics.ts'
 import { presentCheckout } from './presenter.ts'
-import { JSON_TYPE, type Responder } from './responder.ts'
+import { JSON_TYPE, type Responder, stateCode } from './responder.ts'
 import type { CheckoutContext } from './route.ts'
 
 export function payWithProof(
@@ -30,8 +30,8 @@ function withVerified(ctx: CheckoutContext, r: Responder, p: CheckoutPaymentRow,
   if (r.aborted) return
   if (!result.ok) {
     if (result.reason === 'rpc_unavailable') {
+      r.failed('rpc_unavailable')
       return r.sendError(
-        503,
         'verification_unavailable',
         'the chain could not be reached to verify the payment; retry shortly',
       )
@@ -85,7 +85,7 @@ function withOutcome(
   if (r.aborted) return
   switch (outcome.kind) {
     case 'not_found':
-      return r.sendError(404, 'payment_not_found', `no payment ${before.id}`)
+      return r.sendError('payment_not_found', `no payment ${before.id}`)
     case 'applied': {
       const p = { ...before, ...outcome.payment }
       if (outcome.paid) return r.send(200, JSON_TYPE, JSON.stringify(presentCheckout(p, ctx.view())))
@@ -95,8 +95,7 @@ function withOutcome(
       const s = presentCheckout({ ...before, ...outcome.payment }, ctx.view())
       const paid = outcome.reason === 'already_paid'
       return r.sendError(
-        paid ? 409 : 410,
-        paid ? 'payment_already_paid' : `payment_${s.status}`,
+        paid ? 'payment_already_paid' : stateCode(s.status),
         `payment ${s.id} ${paid ? 'is already paid' : `is ${s.status}`}; this transaction was recorded and its amount will be refunded to the sender`,
         { payment: s, refund: { status: 'scheduled', transaction: proofKey.replace(/^tx:/, '') } },
       )
@@ -119,7 +118,11 @@ function alreadyUsed(ctx: CheckoutContext, r: Responder, before: CheckoutPayment
         return r.send(
           402,
           JSON_TYPE,
-          JSON.stringify({ error: 'proof_already_used', payment: presentCheckout(now, ctx.view()) }),
+          JSON.stringify({
+            error: 'proof_already_used',
+            request_id: r.requestId,
+            payment: presentCheckout(now, ctx.view()),
+          }),
         )
       }
       ctx.sendRequirement(r, now, 'proof_already_used')

@@ -1,9 +1,12 @@
-// One answer per checkout request: set up before the first await (onAborted), written once, corked, counted.
+// One answer per checkout request: set up before the first await (onAborted), written once, corked, counted,
+// with the request id on the answer and in its log line (a 5xx always, others when the access log is on).
 
-import { nextRequestId } from '../data-plane/request-id.ts'
 import type { HttpRequest, HttpResponse } from '../data-plane/uws.ts'
 import { statusLine } from '../data-plane/uws.ts'
+import { ERRORS, type ErrorCode, errorBody } from '../errors.ts'
+import type { Logger } from '../observability/logger.ts'
 import { httpDuration, httpRequests, statusClass } from '../observability/metrics.ts'
+import { requestIdFrom } from '../request-id.ts'
 
 export const JSON_TYPE = 'application/json; charset=utf-8'
 export const HTML_TYPE = 'text/html; charset=utf-8'
@@ -18,12 +21,18 @@ export interface CheckoutRequest {
   rest: string
   wantsHtml: boolean
   proofHeader: string
+  /** The caller's x-request-id when sane, else a new one. */
+  requestId: string
 }
 
 export interface Responder {
   readonly aborted: boolean
+  readonly requestId: string
   send(status: number, type: string, body: string | Buffer, headers?: Headers, cacheControl?: string): void
-  sendError(status: number, code: string, message: string, extra?: Record<string, unknown>): void
+  /** An error answer from the registry (src/errors.ts), with the request id. */
+  sendError(code: ErrorCode, message?: string, extra?: Record<string, unknown>, headers?: Headers): void
+  /** Records what made a 5xx, for its one log line. */
+  failed(err: unknown): void
 }
 
 export function readRequest(req: HttpRequest): CheckoutRequest {
@@ -34,12 +43,16 @@ export function readRequest(req: HttpRequest): CheckoutRequest {
     rest: req.getUrl().slice('/pay/'.length + id.length),
     wantsHtml: req.getHeader('accept').includes('text/html'),
     proofHeader: req.getHeader('x-payment') || req.getHeader('payment-signature'),
+    requestId: requestIdFrom(req.getHeader('x-request-id')),
   }
 }
 
-export function createResponder(res: HttpResponse): Responder {
+export function createResponder(res: HttpResponse, request: CheckoutRequest, logger: Logger): Responder {
   const startedMs = performance.now()
+  const requestId = request.requestId
   let done = false
+  /** What made a 5xx, for its one log line. */
+  let failure: unknown
   res.onAborted(() => {
     done = true
   })
@@ -47,33 +60,53 @@ export function createResponder(res: HttpResponse): Responder {
     get aborted() {
       return done
     },
+    requestId,
+    failed(err) {
+      failure = err
+      if (done)
+        logger.error('checkout request failed', { request_id: requestId, payment_id: request.id, err })
+    },
     send(status, type, body, headers = [], cacheControl = 'no-store') {
       if (done) return
       done = true
       const cls = statusClass(status)
       httpRequests.labels('checkout', cls).inc()
       httpDuration.labels('checkout', cls).observe((performance.now() - startedMs) / 1000)
+      if (status >= 500) {
+        logger.error('checkout request failed', {
+          request_id: requestId,
+          payment_id: request.id,
+          status,
+          err: failure,
+        })
+      } else if (logger.access.on && logger.access.sample()) {
+        logger.info('access', {
+          route: 'checkout',
+          request_id: requestId,
+          payment_id: request.id,
+          method: request.method,
+          status,
+        })
+      }
       res.cork(() => {
         res
           .writeStatus(statusLine(status))
           .writeHeader('content-type', type)
           .writeHeader('cache-control', cacheControl)
           .writeHeader('x-content-type-options', 'nosniff')
+          .writeHeader('x-request-id', requestId)
         for (const [k, v] of headers) res.writeHeader(k, v)
         res.end(body)
       })
     },
-    sendError(status, code, message, extra = {}) {
-      responder.send(
-        status,
-        JSON_TYPE,
-        JSON.stringify({
-          error: { type: 'invalid_request_error', code, message },
-          ...extra,
-          request_id: nextRequestId(),
-        }),
-      )
+    sendError(code, message, extra, headers) {
+      responder.send(ERRORS[code].status, JSON_TYPE, errorBody(code, requestId, { message, extra }), headers)
     },
   }
   return responder
+}
+
+/** The error code of a payment that takes no payment now. */
+export function stateCode(status: string): ErrorCode {
+  return status === 'paid' ? 'payment_paid' : status === 'canceled' ? 'payment_canceled' : 'payment_expired'
 }

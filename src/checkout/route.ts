@@ -19,6 +19,7 @@ import {
   JSON_TYPE,
   type Responder,
   readRequest,
+  stateCode,
 } from './responder.ts'
 
 export interface CheckoutDeps {
@@ -61,8 +62,9 @@ const PAGE_HEADERS: Array<[string, string]> = [
 export function createCheckoutRoute(deps: CheckoutDeps): UwsRoute {
   const ctx = createCheckoutContext(deps)
   return (res, req) => {
-    const r = createResponder(res)
-    handle(ctx, readRequest(req), r)
+    const request = readRequest(req)
+    const r = createResponder(res, request, deps.logger)
+    handle(ctx, request, r)
   }
 }
 
@@ -72,18 +74,9 @@ function handle(ctx: CheckoutContext, req: CheckoutRequest, r: Responder): void 
   const isRoot = req.rest === '' || req.rest === '/'
   const allowed = isRoot ? req.method === 'GET' || req.method === 'POST' : req.method === 'GET'
   if (!allowed && (isRoot || req.rest === '/status' || req.rest === '/qr.svg')) {
-    return r.send(
-      405,
-      JSON_TYPE,
-      JSON.stringify({
-        error: {
-          type: 'invalid_request_error',
-          code: 'method_not_allowed',
-          message: `${req.method} is not allowed here`,
-        },
-      }),
-      [['allow', isRoot ? 'GET, POST' : 'GET']],
-    )
+    return r.sendError('method_not_allowed', `${req.method} is not allowed here`, undefined, [
+      ['allow', isRoot ? 'GET, POST' : 'GET'],
+    ])
   }
   findCheckoutPayment(ctx.deps.sql, req.id).then(
     (p) => {
@@ -104,7 +97,7 @@ function dispatch(
 ) {
   if (req.rest === '/status') return r.send(200, JSON_TYPE, JSON.stringify(presentCheckout(p, ctx.view())))
   if (req.rest === '/qr.svg') return sendQr(ctx, r, p)
-  if (!isRoot) return r.sendError(404, 'route_not_found', `no route ${req.method} /pay/${req.id}${req.rest}`)
+  if (!isRoot) return r.sendError('route_not_found', `no route ${req.method} /pay/${req.id}${req.rest}`)
   if (req.proofHeader) return payWithProof(ctx, r, p, req.proofHeader)
   if (req.method === 'GET' && req.wantsHtml) return sendPage(ctx, r, p)
   ctx.sendState(r, p)
@@ -112,13 +105,13 @@ function dispatch(
 
 function serveAsset(ctx: CheckoutContext, req: CheckoutRequest, r: Responder): void {
   const asset = ctx.pages.assets.get(req.rest.slice(1))
-  if (!asset || req.method !== 'GET') return r.sendError(404, 'route_not_found', `no asset ${req.rest}`)
+  if (!asset || req.method !== 'GET') return r.sendError('route_not_found', `no asset ${req.rest}`)
   r.send(200, asset.type, asset.body, [], ASSET_CACHE)
 }
 
 function sendQr(ctx: CheckoutContext, r: Responder, p: CheckoutPaymentRow): void {
   const s = presentCheckout(p, ctx.view())
-  if (s.status !== 'pending') return r.sendError(410, `payment_${s.status}`, 'nothing is due')
+  if (s.status !== 'pending') return r.sendError(stateCode(s.status), 'nothing is due')
   ctx.qrSvg(eip681(ctx.view(), BigInt(s.amount_due_atomic))).then(
     (svg) => r.send(200, 'image/svg+xml', svg),
     (err) => ctx.fail(r, err, p.id),
@@ -179,15 +172,13 @@ export function createCheckoutContext(deps: CheckoutDeps): CheckoutContext {
     sendRequirement(r, p, reason, extra = {}) {
       paymentRequired.labels(reason).inc()
       const s = presentCheckout(p, view())
-      r.send(402, JSON_TYPE, JSON.stringify(requirement(s, reason, extra)))
+      r.send(402, JSON_TYPE, JSON.stringify(requirement(s, reason, r.requestId, extra)))
     },
     sendState(r, p) {
       const s = presentCheckout(p, view())
       if (s.status === 'pending') return ctx.sendRequirement(r, p, 'payment_required')
       if (s.status === 'paid') return r.send(200, JSON_TYPE, JSON.stringify(s))
-      r.sendError(410, `payment_${s.status}`, `payment ${p.id} is ${s.status} and cannot be paid`, {
-        payment: s,
-      })
+      r.sendError(stateCode(s.status), `payment ${p.id} is ${s.status} and cannot be paid`, { payment: s })
     },
     sendNotFound(r, req) {
       if (req.wantsHtml && req.rest.length <= 1) {
@@ -196,12 +187,11 @@ export function createCheckoutContext(deps: CheckoutDeps): CheckoutContext {
           ['referrer-policy', 'no-referrer'],
         ])
       }
-      r.sendError(404, 'payment_not_found', `no payment ${req.id}`)
+      r.sendError('payment_not_found', `no payment ${req.id}`)
     },
-    fail(r, err, id) {
-      deps.logger.error('checkout request failed', { err, payment_id: id })
+    fail(r, err) {
+      r.failed(err)
       r.sendError(
-        503,
         'service_unavailable',
         'the payment could not be processed; retry shortly with the same proof',
       )
@@ -215,9 +205,15 @@ export function createCheckoutContext(deps: CheckoutDeps): CheckoutContext {
  * and how to pay. No x402 `accepts`: a checkout is paid by a USDC transfer (matched by its amount, or by
  * presenting its hash), not by an x402 authorization, so it advertises only that.
  */
-function requirement(s: ReturnType<typeof presentCheckout>, reason: string, extra: Record<string, unknown>) {
+function requirement(
+  s: ReturnType<typeof presentCheckout>,
+  reason: string,
+  requestId: string,
+  extra: Record<string, unknown>,
+) {
   return {
     error: reason,
+    request_id: requestId,
     payment_id: s.id,
     price: s.amount_due,
     price_atomic: s.amount_due_atomic,

@@ -28,7 +28,9 @@ const ENV_SETTINGS: ReadonlyArray<[name: string, path: string, kind: 'string' | 
   ['USDC_ADDRESS', 'chain.usdc_address', 'string'],
   ['ALLOW_PRIVATE_UPSTREAMS', 'proxy.allow_private_upstreams', 'bool'],
   ['LOG_LEVEL', 'log.level', 'string'],
-  ['OTEL_EXPORTER_OTLP_ENDPOINT', 'telemetry.otlp_endpoint', 'string'],
+  ['LOG_ACCESS', 'log.access', 'string'],
+  ['OTEL_EXPORTER_OTLP_ENDPOINT', 'tracing.otlp_endpoint', 'string'],
+  ['OTEL_SERVICE_NAME', 'tracing.service_name', 'string'],
 ]
 
 export interface LoadOptions {

@@ -24,6 +24,9 @@ export type Network = v.InferOutput<typeof Network>
 export const LogLevel = v.picklist(['debug', 'info', 'warn', 'error', 'silent'])
 export type LogLevel = v.InferOutput<typeof LogLevel>
 
+export const AccessLogMode = v.picklist(['off', 'sampled', 'all'])
+export type AccessLogMode = v.InferOutput<typeof AccessLogMode>
+
 export const ConfigSchema = v.strictObject({
   server: v.strictObject({
     host: v.pipe(v.string(), v.minLength(1)),
@@ -149,8 +152,22 @@ export const ConfigSchema = v.strictObject({
   /** The local dev chain's state file: it survives restarts with .data/ (null: a fresh chain each start). */
   local_chain: v.strictObject({ state_file: v.nullable(v.pipe(v.string(), v.minLength(1))) }),
   // --- end of issue 9 settings ---
-  log: v.strictObject({ level: LogLevel }),
-  telemetry: v.strictObject({ otlp_endpoint: v.nullable(HttpUrl) }),
+  // Logs and traces (README "Observability: logs and traces").
+  log: v.strictObject({
+    level: LogLevel,
+    /** Access log of /m/* and /pay/*: off (default, the hot path pays nothing), sampled, all. */
+    access: AccessLogMode,
+    /** Share of requests logged in `sampled` mode. */
+    access_sample_rate: v.pipe(v.number(), v.minValue(0), v.maxValue(1)),
+  }),
+  tracing: v.strictObject({
+    /** OTLP/HTTP base URL; null → tracing off and no OpenTelemetry module loaded. */
+    otlp_endpoint: v.nullable(HttpUrl),
+    service_name: v.pipe(v.string(), v.minLength(1)),
+    /** Share of new traces recorded; a caller's sampled traceparent is always followed. */
+    sample_ratio: v.pipe(v.number(), v.minValue(0), v.maxValue(1)),
+    export_interval_ms: PositiveInt,
+  }),
 })
 
 /** Settings from files and environment, plus the secrets that only the environment may carry. */

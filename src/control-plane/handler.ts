@@ -2,7 +2,8 @@
 import { DATABASE_RETRY_AFTER_S, isDatabaseUnavailable } from '../db/unavailable.ts'
 import type { ApiHandler, ApiRequest, ApiResponse } from '../http-exchange.ts'
 import { httpDuration, httpRequests, statusClass } from '../observability/metrics.ts'
-import { ApiError, errorBody } from './api-error.ts'
+import { endSpan, startRequestSpan, tracing, withSpan } from '../observability/tracing.ts'
+import { ApiError, apiErrorResponse } from './api-error.ts'
 import { authenticate } from './auth.ts'
 import type { ControlPlaneDeps } from './deps.ts'
 import { requestFingerprint, withIdempotency } from './idempotency.ts'
@@ -48,7 +49,21 @@ export const API_ROUTES: readonly Route[] = [
 export function createApiHandler(deps: ControlPlaneDeps, extraRoutes: Route[] = []): ApiHandler {
   const routes = [...API_ROUTES, ...extraRoutes].map(compile)
 
-  return async function handleApi(req: ApiRequest): Promise<ApiResponse> {
+  return function handleApi(req: ApiRequest): Promise<ApiResponse> {
+    if (!tracing.on) return answer(req)
+    // One span per API request, active while it runs: queries and log lines below see its trace id.
+    const span = startRequestSpan(`${req.method} /api/v1`, req.headers.traceparent, {
+      'http.request.method': req.method,
+      'url.path': req.path,
+      'tollgate.request_id': req.requestId,
+    })
+    return withSpan(span, () => answer(req)).then((response) => {
+      endSpan(span, response.status)
+      return response
+    })
+  }
+
+  async function answer(req: ApiRequest): Promise<ApiResponse> {
     const started = performance.now()
     let response: ApiResponse
     try {
@@ -60,11 +75,10 @@ export function createApiHandler(deps: ControlPlaneDeps, extraRoutes: Route[] = 
       }
     } catch (err) {
       const apiError = err instanceof ApiError ? err : internalError(err, req)
-      response = {
-        status: apiError.status,
-        headers: { ...JSON_HEADERS, ...apiError.headers, 'x-request-id': req.requestId },
-        body: errorBody(apiError, req.requestId),
-      }
+      // A 5xx the routes chose (e.g. service_unavailable) is logged here; internalError logged the others.
+      if (apiError === err && apiError.status >= 500)
+        deps.logger.error('api request failed', { request_id: req.requestId, path: req.path, err })
+      response = apiErrorResponse(apiError, req.requestId, JSON_HEADERS)
     }
     const cls = statusClass(response.status)
     httpRequests.labels('api', cls).inc()

@@ -1,6 +1,8 @@
 // The public uWS app: mounts /m/* (metered hot path), /pay/* (checkout) and hands /api/v1/* to the
 // control-plane handler it is given. Reads each request synchronously, then answers after the await.
+import { ERRORS, type ErrorCode, writeError } from '../errors.ts'
 import type { ApiHandler } from '../http-exchange.ts'
+import type { Logger } from '../observability/logger.ts'
 import { httpRequests, statusClass } from '../observability/metrics.ts'
 import { assertPortFree } from '../port-probe.ts'
 import {
@@ -9,7 +11,7 @@ import {
   type RateLimitSettings,
   rateLimitedHeaders,
 } from '../rate-limit.ts'
-import { nextRequestId } from './request-id.ts'
+import { nextRequestId, requestIdFrom } from '../request-id.ts'
 import {
   assertNativeUws,
   type HttpRequest,
@@ -25,6 +27,8 @@ export type UwsRoute = (res: HttpResponse, req: HttpRequest) => void
 export interface PublicAppOptions {
   bodyLimitBytes: number
   apiHandler: ApiHandler
+  /** Where a failure of the API handler itself is logged (it answers 500). */
+  logger?: Logger
   /** ANY /m/:endpoint_id and /m/:endpoint_id/* */
   metered?: UwsRoute
   /** /pay/:payment_id (page, status, agent payment) */
@@ -94,26 +98,18 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
     app.any('/pay/:payment_id', checkout)
     app.any('/pay/:payment_id/*', checkout)
   }
-  app.get('/', (res) => {
-    res.writeHeader('content-type', API_ERROR_HEADERS).end('{"service":"tollgate","api":"/api/v1"}')
+  app.get('/', (res, req) => {
+    res
+      .writeHeader('content-type', API_ERROR_HEADERS)
+      .writeHeader('x-request-id', requestIdFrom(req.getHeader('x-request-id')))
+      .end('{"service":"tollgate","api":"/api/v1"}')
   })
   app.any('/*', (res, req) => {
-    const requestId = nextRequestId()
+    const requestId = requestIdFrom(req.getHeader('x-request-id'))
     httpRequests.labels('other', '4xx').inc()
-    res
-      .writeStatus('404 Not Found')
-      .writeHeader('content-type', API_ERROR_HEADERS)
-      .writeHeader('x-request-id', requestId)
-      .end(
-        JSON.stringify({
-          error: {
-            type: 'invalid_request_error',
-            code: 'route_not_found',
-            message: `no route ${req.getMethod().toUpperCase()} ${req.getUrl()}`,
-          },
-          request_id: requestId,
-        }),
-      )
+    writeError(res, 'route_not_found', requestId, {
+      message: `no route ${req.getMethod().toUpperCase()} ${req.getUrl()}`,
+    })
   })
   return app
 }
@@ -198,32 +194,33 @@ function hasProof(req: HttpRequest): boolean {
 function edgeError(
   res: HttpResponse,
   route: string,
-  status: number,
-  code: string,
+  code: ErrorCode,
   message: string,
   headers: Array<[string, string]> = [],
   close = false,
+  requestId: string = nextRequestId(),
 ): void {
-  const requestId = nextRequestId()
-  httpRequests.labels(route, statusClass(status)).inc()
-  const type = status === 429 ? 'rate_limit_error' : 'invalid_request_error'
-  const body = JSON.stringify({ error: { type, code, message }, request_id: requestId })
+  httpRequests.labels(route, statusClass(ERRORS[code].status)).inc()
   res.cork(() => {
-    res.writeStatus(statusLine(status)).writeHeader('content-type', API_ERROR_HEADERS)
-    res.writeHeader('x-request-id', requestId)
-    for (const [name, value] of headers) res.writeHeader(name, value)
-    res.end(body, close)
+    writeError(res, code, requestId, { message }, headers.flat(), close)
   })
 }
 
-function rateLimited(res: HttpResponse, route: string, limiter: RateLimiter, retryAfterS: number): void {
+function rateLimited(
+  res: HttpResponse,
+  route: string,
+  limiter: RateLimiter,
+  retryAfterS: number,
+  requestId?: string,
+): void {
   edgeError(
     res,
     route,
-    429,
     'rate_limited',
     `too many requests from this address; retry after ${retryAfterS} s`,
     rateLimitedHeaders(limiter, retryAfterS),
+    false,
+    requestId,
   )
 }
 
@@ -233,14 +230,37 @@ function guarded(edge: EdgeLimits, route: string, next: UwsRoute, unpaid: RateLi
   return (res, req) => {
     const verdict = inspectHead(req, edge)
     if (verdict === 'bad_framing')
-      return edgeError(res, route, 400, 'invalid_framing', BAD_FRAMING_MESSAGE, [], true)
+      return edgeError(
+        res,
+        route,
+        'invalid_framing',
+        BAD_FRAMING_MESSAGE,
+        [],
+        true,
+        requestIdFrom(req.getHeader('x-request-id')),
+      )
     if (verdict === 'too_large') {
       const message = `request headers exceed ${edge.maxHeaders} fields or ${edge.maxHeaderBytes} bytes`
-      return edgeError(res, route, 431, 'headers_too_large', message, [], true)
+      return edgeError(
+        res,
+        route,
+        'headers_too_large',
+        message,
+        [],
+        true,
+        requestIdFrom(req.getHeader('x-request-id')),
+      )
     }
     if (unpaid !== null && !hasProof(req)) {
       const decision = unpaid.take(clientKey(res))
-      if (!decision.ok) return rateLimited(res, route, unpaid, decision.retryAfterS)
+      if (!decision.ok)
+        return rateLimited(
+          res,
+          route,
+          unpaid,
+          decision.retryAfterS,
+          requestIdFrom(req.getHeader('x-request-id')),
+        )
     }
     next(res, req)
   }
@@ -254,7 +274,6 @@ function apiBridge(options: PublicAppOptions): UwsRoute {
   const register = options.edge?.register ?? null
   const failedKeys = options.edge?.failedApiKeys ?? null
   return (res, req) => {
-    const requestId = nextRequestId()
     const method = req.getMethod().toUpperCase()
     const path = req.getUrl()
     const query = req.getQuery() ?? ''
@@ -262,17 +281,18 @@ function apiBridge(options: PublicAppOptions): UwsRoute {
     req.forEach((k, val) => {
       headers[k] = headers[k] === undefined ? val : `${headers[k]}, ${val}`
     })
+    const requestId = requestIdFrom(headers['x-request-id'])
     const remoteAddress = Buffer.from(res.getRemoteAddressAsText()).toString()
     // --- Rate limits on the unauthenticated surfaces: sign-up, and guessing keys (charged on each 401).
     let limitKey: string | null = null
     if (register !== null && method === 'POST' && REGISTER_PATH.test(path)) {
       limitKey = clientKey(res)
       const decision = register.take(limitKey)
-      if (!decision.ok) return rateLimited(res, 'api', register, decision.retryAfterS)
+      if (!decision.ok) return rateLimited(res, 'api', register, decision.retryAfterS, requestId)
     } else if (failedKeys !== null) {
       limitKey = clientKey(res)
       const decision = failedKeys.check(limitKey)
-      if (!decision.ok) return rateLimited(res, 'api', failedKeys, decision.retryAfterS)
+      if (!decision.ok) return rateLimited(res, 'api', failedKeys, decision.retryAfterS, requestId)
     }
     let aborted = false
     res.onAborted(() => {
@@ -281,22 +301,17 @@ function apiBridge(options: PublicAppOptions): UwsRoute {
     const tooLarge = () => {
       if (aborted) return
       aborted = true
-      const body = JSON.stringify({
-        error: {
-          type: 'invalid_request_error',
-          code: 'body_too_large',
-          message: `the body exceeds ${limit} bytes`,
-        },
-        request_id: requestId,
-      })
       httpRequests.labels('api', '4xx').inc()
       res.cork(() => {
         // Close after answering: the rest of the oversized body is not worth reading.
-        res
-          .writeStatus('413 Payload Too Large')
-          .writeHeader('content-type', API_ERROR_HEADERS)
-          .writeHeader('x-request-id', requestId)
-          .end(body, true)
+        writeError(
+          res,
+          'body_too_large',
+          requestId,
+          { message: `the body exceeds ${limit} bytes` },
+          undefined,
+          true,
+        )
       })
     }
     const declared = Number(headers['content-length'] ?? 0)
@@ -323,10 +338,11 @@ function apiBridge(options: PublicAppOptions): UwsRoute {
             res.end(response.body)
           })
         })
-        .catch(() => {
+        .catch((err) => {
+          options.logger?.error('api handler failed', { request_id: requestId, path, err })
           if (aborted) return
           res.cork(() => {
-            res.writeStatus('500 Internal Server Error').writeHeader('x-request-id', requestId).end()
+            writeError(res, 'internal_error', requestId)
           })
         })
     })

@@ -79,9 +79,17 @@ export function buildChallenge(chain: ChallengeChain, input: ChallengeInput): Ch
   }
 }
 
-/** The 402 body: error reason and quote expiry first, then the precomputed fields. */
-export function challengeBody(challenge: Challenge, reason: string, expiresAtIso: string): string {
-  return `{"error":"${reason}","expires_at":"${expiresAtIso}"${challenge.rest}`
+/**
+ * The 402 body: error reason, request id and quote expiry first, then the precomputed fields. `error` is a
+ * reason string here (DESIGN §4), not the error object of other answers. Request ids are token characters.
+ */
+export function challengeBody(
+  challenge: Challenge,
+  reason: string,
+  expiresAtIso: string,
+  requestId: string,
+): string {
+  return `{"error":"${reason}","request_id":"${requestId}","expires_at":"${expiresAtIso}"${challenge.rest}`
 }
 
 let isoCacheSecond = -1

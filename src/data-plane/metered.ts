@@ -1,10 +1,12 @@
 // THE hot path, top to bottom: endpoint → proof → verify → claim → proxy → capture or release.
 // Everything read from the uWS request is read synchronously (it dies with the callback); onAborted is
 // attached before the first await; answers after an await are corked.
+import type { Span } from '@opentelemetry/api'
 import type { LRUCache } from 'lru-cache'
 import type { BatchWriter } from '../books/batch-writer.ts'
 import { type ClaimResult, releaseClaim } from '../books/claims.ts'
 import type { Sql } from '../db/sql.ts'
+import { ERRORS, type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
 import { newId } from '../ids.ts'
 import { splitOwnerShare } from '../money.ts'
 import type { Logger } from '../observability/logger.ts'
@@ -18,6 +20,15 @@ import {
   statusClass,
   upstreamErrors,
 } from '../observability/metrics.ts'
+import {
+  endSpan,
+  startChildSpan,
+  startRequestSpan,
+  traceIdOf,
+  traceparentOf,
+  tracing,
+} from '../observability/tracing.ts'
+import { requestIdFrom } from '../request-id.ts'
 import { cacheCounters } from './caches.ts'
 import { challengeBody, quoteExpiry } from './challenge.ts'
 import {
@@ -32,7 +43,6 @@ import {
   type AbortState,
   createRequestBody,
   type ForwardRequest,
-  INVALID_PATH_MESSAGE,
   isConfinedSubPath,
   type ProxyHooks,
   type ProxyOutcome,
@@ -40,9 +50,8 @@ import {
   type RequestBody,
   type UpstreamDispatcher,
 } from './proxy.ts'
-import { nextRequestId } from './request-id.ts'
 import type { SettlementThrottle } from './settlement-throttle.ts'
-import { type HttpRequest, type HttpResponse, statusLine } from './uws.ts'
+import type { HttpRequest, HttpResponse } from './uws.ts'
 import type { Verifier, VerifyResult } from './verifier.ts'
 
 type VerifiedProof = Extract<VerifyResult, { ok: true }>
@@ -69,19 +78,8 @@ export interface MeteredDeps {
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8'
-const NOT_FOUND_BODY = (id: string, requestId: string) =>
-  `{"error":{"type":"invalid_request_error","code":"endpoint_not_found","message":"no active metered endpoint ${id}"},"request_id":"${requestId}"}`
-const UNAVAILABLE_BODY = (message: string) =>
-  `{"error":{"type":"api_error","code":"verification_unavailable","message":"${message}"}}`
-
-const INVALID_PATH_BODY = JSON.stringify({
-  error: { type: 'invalid_request_error', code: 'invalid_path', message: INVALID_PATH_MESSAGE },
-})
-const BACKLOG_BODY =
-  '{"error":{"type":"api_error","code":"settlement_backlog","message":"x402 payments are paused while settlements catch up; retry after Retry-After seconds with the same or a new authorization"}}'
-
-const IN_PROGRESS_BODY =
-  '{"error":{"type":"invalid_request_error","code":"payment_in_progress","message":"this proof is being used by another request right now; retry after it finishes (do not pay again)"}}'
+const RETRY_AFTER_1 = ['retry-after', '1']
+const RETRY_AFTER_2 = ['retry-after', '2']
 
 // Children resolved once: per-request label look-ups would hash and allocate.
 const count = {
@@ -135,6 +133,8 @@ class MeteredCall implements ProxyHooks {
   readonly abort: AbortState = { aborted: false, onAbort: null }
   readonly endpointId: string
   readonly paymentHeader: string
+  /** The caller's x-request-id when sane, else a new one: on every answer and every log line. */
+  readonly requestId: string
   /** Only a paid request needs the rest of the request; the 402 path reads nothing more. */
   readonly forward: ForwardRequest | null = null
   readonly body: RequestBody | null = null
@@ -145,6 +145,9 @@ class MeteredCall implements ProxyHooks {
   captured = false
   /** Hostile input (issue 9): the sub-path could leave the endpoint's base path. */
   escapingPath = false
+  /** Tracing only (null when off): the call's span and its current step (verify, claim, upstream). */
+  span: Span | null = null
+  step: Span | null = null
 
   constructor(
     readonly ctx: MeteredContext,
@@ -158,6 +161,13 @@ class MeteredCall implements ProxyHooks {
     })
     this.endpointId = req.getParameter(0) ?? ''
     this.paymentHeader = req.getHeader('x-payment') || req.getHeader('payment-signature')
+    this.requestId = requestIdFrom(req.getHeader('x-request-id'))
+    if (tracing.on) {
+      this.span = startRequestSpan('metered call', req.getHeader('traceparent'), {
+        'tollgate.endpoint_id': this.endpointId,
+        'tollgate.request_id': this.requestId,
+      })
+    }
     if (this.paymentHeader) {
       const query = req.getQuery()
       const headers: Array<[string, string]> = []
@@ -173,6 +183,8 @@ class MeteredCall implements ProxyHooks {
         pathAndQuery: subPath + (query ? `?${query}` : ''),
         headers,
         remoteAddress: Buffer.from(res.getRemoteAddressAsText()).toString(),
+        requestId: this.requestId,
+        traceparent: null,
       }
       // onData must be attached before the handler returns, or the body is lost.
       this.body = createRequestBody(res, ctx.settings.maxBufferedBodyBytes)
@@ -181,7 +193,7 @@ class MeteredCall implements ProxyHooks {
 
   start(): void {
     // --- hostile input: nothing is looked up, verified or claimed for an escaping path.
-    if (this.escapingPath) return this.respond(400, INVALID_PATH_BODY)
+    if (this.escapingPath) return this.respondError('invalid_path')
     const cached = this.ctx.endpoints.get(this.endpointId)
     if (cached !== undefined) {
       cacheCounters.endpointHit.inc()
@@ -191,17 +203,21 @@ class MeteredCall implements ProxyHooks {
     cacheCounters.endpointMiss.inc()
     loadEndpoint(this.ctx.endpoints, this.endpointId).then(
       (entry) => this.withEndpoint(entry),
-      (err) => {
-        this.ctx.logger.error('endpoint lookup failed', { err })
-        this.respondUnavailable('the endpoint could not be loaded; retry shortly')
-      },
+      (err) =>
+        this.respondUnavailable(
+          'the endpoint could not be loaded; retry shortly',
+          'endpoint_lookup_failed',
+          err,
+        ),
     )
   }
 
   withEndpoint(entry: LiveEndpoint | typeof NOT_FOUND): void {
-    if (this.abort.aborted) return
+    if (this.abort.aborted) return this.finishAborted()
     if (entry === NOT_FOUND || !entry.active)
-      return this.respond(404, NOT_FOUND_BODY(this.endpointId, nextRequestId()))
+      return this.respondError('endpoint_not_found', {
+        message: `no active metered endpoint ${this.endpointId}`,
+      })
     this.endpoint = entry
     if (!this.paymentHeader) return this.respond402('payment_required')
     const proof = parseProof(this.paymentHeader)
@@ -212,19 +228,26 @@ class MeteredCall implements ProxyHooks {
     }
     // ---- x402 intake throttle (settlement backlog): refused before verifying or claiming anything. ----
     const throttle = this.ctx.settlementThrottle
-    if (proof.kind === 'x402' && throttle?.engaged) return this.respondBacklog(throttle.retryAfterS)
+    if (proof.kind === 'x402' && throttle?.engaged) {
+      return this.respondError('settlement_backlog', undefined, ['retry-after', String(throttle.retryAfterS)])
+    }
     // ----
+    if (this.span !== null) this.step = startChildSpan(this.span, 'verify')
     const verified = this.ctx.verifier.verify(proof)
     if (verified instanceof Promise) verified.then((r) => this.withVerified(r))
     else this.withVerified(verified)
   }
 
   withVerified(result: VerifyResult): void {
-    if (this.abort.aborted) return
+    if (this.step !== null) this.endStep(undefined, result.ok ? undefined : result.reason)
+    if (this.abort.aborted) return this.finishAborted()
     const endpoint = this.endpoint!
     if (!result.ok) {
       if (result.reason === 'rpc_unavailable') {
-        return this.respondUnavailable('the chain could not be reached to verify the payment; retry shortly')
+        return this.respondUnavailable(
+          'the chain could not be reached to verify the payment; retry shortly',
+          'rpc_unavailable',
+        )
       }
       return this.respond402(result.reason, result.retryAfterMs)
     }
@@ -239,6 +262,7 @@ class MeteredCall implements ProxyHooks {
       return
     }
     this.paid = result
+    if (this.span !== null) this.step = startChildSpan(this.span, 'claim')
     this.ctx.books
       .claim({
         proofKey: result.proofKey,
@@ -255,8 +279,12 @@ class MeteredCall implements ProxyHooks {
       .then(
         (outcome) => this.withClaim(outcome),
         (err) => {
-          this.ctx.logger.error('claim failed', { err })
-          this.respondUnavailable('the payment could not be recorded; retry shortly with the same proof')
+          if (this.step !== null) this.endStep(undefined, 'claim_failed')
+          this.respondUnavailable(
+            'the payment could not be recorded; retry shortly with the same proof',
+            'claim_failed',
+            err,
+          )
         },
       )
   }
@@ -264,22 +292,36 @@ class MeteredCall implements ProxyHooks {
   withClaim(result: ClaimResult): void {
     const paid = this.paid!
     const outcome = result.outcome
+    if (this.step !== null) {
+      this.step.setAttribute('tollgate.claim', outcome)
+      this.endStep()
+    }
     if (outcome === 'used') {
       this.ctx.usedProofs.set(paid.proofKey, true)
-      if (this.abort.aborted) return
+      if (this.abort.aborted) return this.finishAborted()
       return this.respond402('proof_already_used')
     }
     if (outcome === 'busy') {
       // In flight in another request right now. Not a 402: a client must not pay again for it.
-      if (this.abort.aborted) return
-      return this.respondInProgress()
+      if (this.abort.aborted) return this.finishAborted()
+      return this.respondError('payment_in_progress', undefined, RETRY_AFTER_1)
     }
     this.attempt = result.attempt
     // The client may have left while the claim was written: nothing was forwarded, free the proof.
     if (this.abort.aborted) {
       // fail(), not release(): the response is gone and must not be touched.
       this.body?.fail()
+      this.finishAborted()
       return this.release()
+    }
+    if (this.span !== null) {
+      this.step = startChildSpan(
+        this.span,
+        'upstream',
+        { 'server.address': this.endpoint!.target.host },
+        true,
+      )
+      this.forward!.traceparent = traceparentOf(this.step)
     }
     proxy(this.ctx.dispatcher, this.res, this.forward!, this.body!, this.endpoint!.target, this.abort, this)
   }
@@ -289,8 +331,11 @@ class MeteredCall implements ProxyHooks {
     const paid = this.paid!
     const endpoint = this.endpoint!
     const { settings, books } = this.ctx
+    if (this.step !== null) this.step.setAttribute('http.response.status_code', status)
     // Captured once the upstream answered below 500, even if the client leaves mid-body.
     if (status < 500) {
+      // The capture is queued here and group-committed by the writer: its span covers the hand-over.
+      const captureSpan = this.span === null ? null : startChildSpan(this.span, 'capture')
       this.captured = true
       const split = splitOwnerShare(paid.valueAtomic, settings.ownerShareBps)
       books.capture({
@@ -309,10 +354,14 @@ class MeteredCall implements ProxyHooks {
       this.ctx.usedProofs.set(paid.proofKey, true)
       callsCaptured.inc()
       capturedAtomic.inc(Number(paid.valueAtomic))
+      if (captureSpan !== null) endSpan(captureSpan)
     }
     // An x402 authorization has no transaction until it is settled (after the call): "" then.
     const receipt = `{"success":${status < 500},"transaction":"${paid.transaction ?? ''}","network":"${settings.network}","payer":"${paid.payer}"}`
-    return [['x-payment-response', Buffer.from(receipt).toString('base64')]]
+    return [
+      ['x-payment-response', Buffer.from(receipt).toString('base64')],
+      ['x-request-id', this.requestId],
+    ]
   }
 
   /** ProxyHooks: the final outcome, exactly once. */
@@ -322,14 +371,61 @@ class MeteredCall implements ProxyHooks {
     // have been served: that claim stays held, is in doubt once its lease runs out, and is refunded at the
     // end of its window rather than served again.
     if (!this.captured && upstreamFailed(outcome)) this.release()
-    if (outcome.kind === 'upstream_error') upstreamErrors.labels(outcome.code).inc()
+    let reason: string | undefined
+    if (outcome.kind === 'upstream_error') {
+      upstreamErrors.labels(outcome.code).inc()
+      reason = `upstream_${outcome.code}`
+    } else if (outcome.kind === 'responded' && outcome.status >= 500) reason = 'upstream_status'
     const status =
       outcome.kind === 'responded'
         ? outcome.status
         : outcome.kind === 'upstream_error'
           ? (outcome.status ?? (outcome.code === 'timeout' ? 504 : 502))
           : (outcome.status ?? 499)
+    if (this.step !== null) this.endStep(status, reason)
+    this.finish(status, reason)
+  }
+
+  /**
+   * Every answer ends here once: metrics, the call's span, the access log when on, and one log line for
+   * every 5xx (tollgate's own or the upstream's) with the request id, endpoint id and reason.
+   */
+  finish(status: number, reason?: string, err?: unknown): void {
     observe(status, this.startedMs)
+    const span = this.span
+    if (span !== null) endSpan(span, status, reason)
+    const logger = this.ctx.logger
+    if (status >= 500) {
+      // The upstream's own 5xx is its owner's problem (warn); tollgate's 502/503/504 are ours (error).
+      logger[reason === 'upstream_status' ? 'warn' : 'error']('metered call failed', {
+        request_id: this.requestId,
+        endpoint_id: this.endpointId,
+        status,
+        reason,
+        trace_id: span === null ? undefined : traceIdOf(span),
+        err,
+      })
+    } else if (logger.access.on && logger.access.sample()) {
+      logger.info('access', {
+        route: 'metered',
+        request_id: this.requestId,
+        endpoint_id: this.endpointId,
+        status,
+        reason,
+        duration_ms: Math.round((performance.now() - this.startedMs) * 1000) / 1000,
+        trace_id: span === null ? undefined : traceIdOf(span),
+      })
+    }
+  }
+
+  /** The client left before an answer: only the span needs closing (the proxy reports its own aborts). */
+  finishAborted(): void {
+    if (this.span !== null) endSpan(this.span, 499, 'client_aborted')
+  }
+
+  endStep(status?: number, reason?: string): void {
+    endSpan(this.step!, status, reason)
+    this.step = null
   }
 
   release(): void {
@@ -352,12 +448,14 @@ class MeteredCall implements ProxyHooks {
     // A body we will not forward may have paused the client's socket: let it go.
     this.body?.release()
     count402(reason)
-    observe(402, this.startedMs)
+    this.finish(402, reason)
     const challenge = this.endpoint!.challenge
-    const text = challengeBody(challenge, reason, quoteExpiry(this.ctx.settings.quoteTtlMs))
+    const requestId = this.requestId
+    const text = challengeBody(challenge, reason, quoteExpiry(this.ctx.settings.quoteTtlMs), requestId)
     const res = this.res
     res.cork(() => {
       res.writeStatus('402 Payment Required').writeHeader('content-type', JSON_TYPE)
+      res.writeHeader('x-request-id', requestId)
       res.writeHeader('payment-required', challenge.v2Header)
       if (retryAfterMs !== undefined)
         res.writeHeader('retry-after', String(Math.max(1, Math.ceil(retryAfterMs / 1000))))
@@ -365,54 +463,34 @@ class MeteredCall implements ProxyHooks {
     })
   }
 
-  respond(status: number, text: string): void {
+  /** An error answer from the registry (src/errors.ts); logged by finish() when it is a 5xx. */
+  respondError(
+    code: ErrorCode,
+    details?: ErrorDetails,
+    headers?: readonly string[],
+    reason?: string,
+    err?: unknown,
+  ): void {
     this.body?.release()
-    observe(status, this.startedMs)
+    this.finish(ERRORS[code].status, reason ?? code, err)
     const res = this.res
+    const requestId = this.requestId
     res.cork(() => {
-      res.writeStatus(statusLine(status)).writeHeader('content-type', JSON_TYPE).end(text)
+      writeError(res, code, requestId, details, headers)
     })
   }
 
-  respondInProgress(): void {
-    this.body?.release()
-    observe(409, this.startedMs)
-    const res = this.res
-    res.cork(() => {
-      res
-        .writeStatus('409 Conflict')
-        .writeHeader('content-type', JSON_TYPE)
-        .writeHeader('retry-after', '1')
-        .end(IN_PROGRESS_BODY)
-    })
-  }
-
-  /** 503 settlement_backlog: x402 intake paused while settlements catch up (the proof stays unspent). */
-  respondBacklog(retryAfterS: number): void {
-    this.body?.release()
-    observe(503, this.startedMs)
-    const res = this.res
-    res.cork(() => {
-      res
-        .writeStatus('503 Service Unavailable')
-        .writeHeader('content-type', JSON_TYPE)
-        .writeHeader('retry-after', String(retryAfterS))
-        .end(BACKLOG_BODY)
-    })
-  }
-
-  respondUnavailable(message: string): void {
-    if (this.abort.aborted) return
-    this.body?.release()
-    observe(503, this.startedMs)
-    const res = this.res
-    res.cork(() => {
-      res
-        .writeStatus('503 Service Unavailable')
-        .writeHeader('content-type', JSON_TYPE)
-        .writeHeader('retry-after', '2')
-        .end(UNAVAILABLE_BODY(message))
-    })
+  respondUnavailable(message: string, reason: string, err?: unknown): void {
+    if (this.abort.aborted) {
+      this.ctx.logger.error('metered call failed after the client left', {
+        request_id: this.requestId,
+        endpoint_id: this.endpointId,
+        reason,
+        err,
+      })
+      return this.finishAborted()
+    }
+    this.respondError('verification_unavailable', { message }, RETRY_AFTER_2, reason, err)
   }
 }
 

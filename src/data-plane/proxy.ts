@@ -1,6 +1,7 @@
 // Streams a paid call to its upstream and the answer back: header hygiene, backpressure both ways, abort
 // propagation and upstream timeouts, on undici's raw dispatch API (no stream objects per call).
 import type { Dispatcher } from 'undici'
+import { type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
 import { CLIENT_LEFT, type RequestBody } from './request-body.ts'
 import type { UpstreamDispatcher } from './upstream-pool.ts'
 import { type HttpResponse, statusLine } from './uws.ts'
@@ -18,6 +19,10 @@ export interface ForwardRequest {
   headers: Array<[string, string]>
   /** Client IP as text. */
   remoteAddress: string
+  /** Sent to the upstream as x-request-id, and on tollgate's own error answers. */
+  requestId: string
+  /** W3C traceparent of the upstream span when tracing is on (replaces the caller's), else null. */
+  traceparent: string | null
 }
 
 export interface UpstreamTarget {
@@ -80,38 +85,26 @@ const REQUEST_DROP = new Set([
   'x-forwarded-for',
   'x-forwarded-proto',
   'x-forwarded-host',
+  'x-request-id',
 ])
 // Headers an owner's configuration must not set: they would break the framing of the upstream request.
 const INJECT_REFUSED = new Set([...HOP_BY_HOP, 'host', 'content-length', 'expect'])
 // uWS writes its own framing (content-length or chunked) and its own date.
-const RESPONSE_DROP = new Set([...HOP_BY_HOP, 'content-length', 'date'])
+// x-request-id: tollgate's own is written instead (the upstream received it and may echo it).
+const RESPONSE_DROP = new Set([...HOP_BY_HOP, 'content-length', 'date', 'x-request-id'])
 
-const JSON_TYPE = 'application/json; charset=utf-8'
 export const INVALID_PATH_MESSAGE =
   'the path may not contain dot segments (. or ..), encoded dots, encoded slashes or backslashes'
-const ERROR_RESPONSES: Record<UpstreamErrorCode, { status: string; body: string }> = {
-  unreachable: errorResponse('502 Bad Gateway', 'upstream_unreachable', 'The upstream could not be reached.'),
-  reset: errorResponse(
-    '502 Bad Gateway',
-    'upstream_unreachable',
-    'The upstream closed the connection before answering.',
-  ),
-  timeout: errorResponse('504 Gateway Timeout', 'upstream_timeout', 'The upstream did not answer in time.'),
-  private_target: errorResponse(
-    '502 Bad Gateway',
-    'upstream_forbidden',
-    'The upstream address is in a private, loopback or link-local range, which is refused.',
-  ),
-  invalid_path: {
-    status: '400 Bad Request',
-    body: JSON.stringify({
-      error: { type: 'invalid_request_error', code: 'invalid_path', message: INVALID_PATH_MESSAGE },
-    }),
+// Statuses, types and messages are in the registry (src/errors.ts).
+const ERROR_RESPONSES: Record<UpstreamErrorCode, { code: ErrorCode; details?: ErrorDetails }> = {
+  unreachable: { code: 'upstream_unreachable' },
+  reset: {
+    code: 'upstream_unreachable',
+    details: { message: 'The upstream closed the connection before answering.' },
   },
-}
-
-function errorResponse(status: string, code: string, message: string): { status: string; body: string } {
-  return { status, body: JSON.stringify({ error: { type: 'upstream_error', code, message } }) }
+  timeout: { code: 'upstream_timeout' },
+  private_target: { code: 'upstream_forbidden' },
+  invalid_path: { code: 'invalid_path' },
 }
 
 const UNGUARDED = Object.assign(new Error('target requires a guarded dispatcher'), {
@@ -166,7 +159,7 @@ export function proxy(
   abort: AbortState,
   hooks: ProxyHooks,
 ): void {
-  const forward = new Forward(res, body, hooks, req.method === 'HEAD')
+  const forward = new Forward(res, body, hooks, req.method === 'HEAD', req.requestId)
   if (abort.aborted) {
     forward.onClientAbort()
     return
@@ -206,6 +199,7 @@ function forwardHeaders(req: ForwardRequest, target: UpstreamTarget): string[] {
   let host = ''
   let forwardedFor = ''
   let connection = ''
+  const traceparent = req.traceparent
   for (const [name, value] of req.headers) {
     if (REQUEST_DROP.has(name)) {
       if (name === 'host') host = value
@@ -215,6 +209,8 @@ function forwardHeaders(req: ForwardRequest, target: UpstreamTarget): string[] {
       continue
     }
     if (inject.length > 0 && isInjected(name, inject)) continue
+    // Tracing on: the upstream's parent is tollgate's upstream span, not the caller's.
+    if (traceparent !== null && (name === 'traceparent' || name === 'tracestate')) continue
     out.push(name, value)
   }
   if (connection !== '' && connection !== 'keep-alive' && connection !== 'close') dropListed(out, connection)
@@ -230,6 +226,8 @@ function forwardHeaders(req: ForwardRequest, target: UpstreamTarget): string[] {
     'http',
   )
   if (host !== '') out.push('x-forwarded-host', host)
+  out.push('x-request-id', req.requestId)
+  if (traceparent !== null) out.push('traceparent', traceparent)
   out.push('host', target.host)
   return out
 }
@@ -308,6 +306,7 @@ class Forward implements Dispatcher.DispatchHandler {
   readonly #body: RequestBody
   readonly #hooks: ProxyHooks
   readonly #headOnly: boolean
+  readonly #requestId: string
   /** Upstream status once its head arrived, else 0. */
   #status = 0
   /** Body length from the upstream's content-length (relayed with tryEnd), or -1 to relay chunked. */
@@ -330,11 +329,12 @@ class Forward implements Dispatcher.DispatchHandler {
   #abortUpstream: ((err?: Error) => void) | null = null
   #resumeUpstream: (() => void) | null = null
 
-  constructor(res: HttpResponse, body: RequestBody, hooks: ProxyHooks, headOnly: boolean) {
+  constructor(res: HttpResponse, body: RequestBody, hooks: ProxyHooks, headOnly: boolean, requestId: string) {
     this.#res = res
     this.#body = body
     this.#hooks = hooks
     this.#headOnly = headOnly
+    this.#requestId = requestId
   }
 
   /** Wired to the caller's res.onAborted. */
@@ -482,7 +482,7 @@ class Forward implements Dispatcher.DispatchHandler {
   writeError(): void {
     this.#body.release()
     const response = ERROR_RESPONSES[this.#errorCode]
-    this.#res.writeStatus(response.status).writeHeader('content-type', JSON_TYPE).end(response.body)
+    writeError(this.#res, response.code, this.#requestId, response.details)
   }
 
   #settle(outcome: ProxyOutcome): void {

@@ -146,6 +146,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     const app = createPublicApp({
       bodyLimitBytes: config.server.body_limit_bytes,
       apiHandler: deps.apiHandler(onEndpointChanged),
+      logger,
       metered,
       checkout,
       edge: createEdgeLimits(config),

@@ -3,8 +3,10 @@
 
 import uws from 'uWebSockets.js'
 import { createHash, timingSafeEqual } from 'node:crypto'
+import { type ErrorCode, writeError } from '../errors.ts'
 import { assertPortFree } from '../port-probe.ts'
 import { type RateLimiter, rateLimitedHeaders } from '../rate-limit.ts'
+import { requestIdFrom } from '../request-id.ts'
 import type { Logger } from './logger.ts'
 import { readinessCheck, registry, runScrapeSamplers } from './metrics.ts'
 
@@ -34,8 +36,11 @@ export async function startAdminServer(options: {
   routeLimiter?: RateLimiter | null
 }): Promise<AdminServer> {
   const app = uws.App()
-  app.get('/healthz', (res) => {
-    res.writeHeader('content-type', 'application/json').end('{"status":"ok"}')
+  app.get('/healthz', (res, req) => {
+    res
+      .writeHeader('content-type', 'application/json')
+      .writeHeader('x-request-id', requestIdFrom(req.getHeader('x-request-id')))
+      .end('{"status":"ok"}')
   })
   // Readiness is sampled on every scrape too (tollgate_readiness_check_ok), so an alert can say which check fails.
   const runChecks = (timeoutMs?: number) =>
@@ -43,8 +48,8 @@ export async function startAdminServer(options: {
       for (const r of results) readinessCheck.set({ check: r.name }, r.ok ? 1 : 0)
       return results
     })
-  app.get('/metrics', (res) => {
-    const state = onAbort(res)
+  app.get('/metrics', (res, req) => {
+    const state = onAbort(res, req)
     Promise.all([runChecks(SCRAPE_SAMPLE_TIMEOUT_MS), runScrapeSamplers(SCRAPE_SAMPLE_TIMEOUT_MS)])
       .then(() => registry.metrics())
       .then(
@@ -52,8 +57,8 @@ export async function startAdminServer(options: {
         (err) => reply(res, state, 500, 'text/plain', String(err)),
       )
   })
-  app.get('/readyz', (res) => {
-    const state = onAbort(res)
+  app.get('/readyz', (res, req) => {
+    const state = onAbort(res, req)
     runChecks().then((results) => {
       const ready = results.every((r) => r.ok)
       const body = JSON.stringify({ status: ready ? 'ready' : 'not_ready', checks: results })
@@ -67,7 +72,7 @@ export async function startAdminServer(options: {
       if (tokenDigest === null) {
         return deny(
           res,
-          '404 Not Found',
+          requestIdFrom(req.getHeader('x-request-id')),
           'admin_route_disabled',
           `${path} is off: set ADMIN_TOKEN to enable it`,
         )
@@ -77,7 +82,7 @@ export async function startAdminServer(options: {
       if (!m || !timingSafeEqual(digest(m[1]!), tokenDigest)) {
         return deny(
           res,
-          '401 Unauthorized',
+          requestIdFrom(req.getHeader('x-request-id')),
           'admin_unauthorized',
           'send Authorization: Bearer <ADMIN_TOKEN>',
           [['www-authenticate', 'Bearer']],
@@ -88,26 +93,28 @@ export async function startAdminServer(options: {
         if (!decision.ok) {
           return deny(
             res,
-            '429 Too Many Requests',
+            requestIdFrom(req.getHeader('x-request-id')),
             'rate_limited',
             `${path} runs at most ${limiter.perMinute} times a minute; retry after ${decision.retryAfterS} s`,
             rateLimitedHeaders(limiter, decision.retryAfterS),
           )
         }
       }
-      const state = onAbort(res)
+      const state = onAbort(res, req)
       route().then(
         (r) => reply(res, state, r.status, 'application/json', JSON.stringify(r.body, bigintToString)),
-        (err) =>
-          reply(res, state, 500, 'application/json', JSON.stringify({ error: (err as Error).message })),
+        (err) => {
+          options.logger.error('admin route failed', { request_id: state.requestId, path, err })
+          if (state.aborted) return
+          res.cork(() => writeError(res, 'internal_error', state.requestId))
+        },
       )
     })
   }
-  app.any('/*', (res) => {
-    res
-      .writeStatus('404 Not Found')
-      .writeHeader('content-type', 'application/json')
-      .end('{"error":"not_found"}')
+  app.any('/*', (res, req) => {
+    writeError(res, 'route_not_found', requestIdFrom(req.getHeader('x-request-id')), {
+      message: `no admin route ${req.getMethod().toUpperCase()} ${req.getUrl()}`,
+    })
   })
   // uWS would share a port already taken by another tollgate's admin server (SO_REUSEPORT).
   await assertPortFree(options.host, options.port, 'the admin port')
@@ -154,18 +161,16 @@ function digest(text: string): Buffer {
 
 function deny(
   res: uws.HttpResponse,
-  status: string,
-  code: string,
+  requestId: string,
+  code: ErrorCode,
   message: string,
   headers: Array<[string, string]> = [],
 ): void {
-  res.writeStatus(status).writeHeader('content-type', 'application/json')
-  for (const [name, value] of headers) res.writeHeader(name, value)
-  res.end(JSON.stringify({ error: { code, message } }))
+  writeError(res, code, requestId, { message }, headers.flat())
 }
 
-function onAbort(res: uws.HttpResponse): { aborted: boolean } {
-  const state = { aborted: false }
+function onAbort(res: uws.HttpResponse, req: uws.HttpRequest): { aborted: boolean; requestId: string } {
+  const state = { aborted: false, requestId: requestIdFrom(req.getHeader('x-request-id')) }
   res.onAborted(() => {
     state.aborted = true
   })
@@ -174,14 +179,18 @@ function onAbort(res: uws.HttpResponse): { aborted: boolean } {
 
 function reply(
   res: uws.HttpResponse,
-  state: { aborted: boolean },
+  state: { aborted: boolean; requestId: string },
   status: number,
   type: string,
   body: string,
 ) {
   if (state.aborted) return
   res.cork(() => {
-    res.writeStatus(String(status)).writeHeader('content-type', type).end(body)
+    res
+      .writeStatus(String(status))
+      .writeHeader('content-type', type)
+      .writeHeader('x-request-id', state.requestId)
+      .end(body)
   })
 }
 

@@ -59,6 +59,8 @@ function startProxyApp(): Promise<number> {
       pathAndQuery: req.getUrl().slice(2) + (query ? `?${query}` : ''),
       headers,
       remoteAddress: Buffer.from(res.getRemoteAddressAsText()).toString(),
+      requestId: 'req_proxy_test',
+      traceparent: null,
     }
     const abort: AbortState = { aborted: false, onAbort: null }
     res.onAborted(() => {

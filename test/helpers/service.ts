@@ -3,7 +3,7 @@
 import { inject } from 'vitest'
 import { type DeepPartial, loadConfig } from '../../src/config/load.ts'
 import type { Settings } from '../../src/config/schema.ts'
-import { createLogger } from '../../src/observability/logger.ts'
+import { createLogger, type Logger } from '../../src/observability/logger.ts'
 import { type Service, startService } from '../../src/service.ts'
 import { type Funded, fundedAccount } from './accounts.ts'
 import { freshDatabaseUrl } from './database.ts'
@@ -34,6 +34,8 @@ export interface TestServiceOptions {
   databaseUrl?: string | null
   /** Share a treasury with another instance. */
   treasury?: Funded
+  /** Where the service logs (tests that read log lines pass a captured one). */
+  logger?: Logger
 }
 
 export async function startTestService(options: TestServiceOptions = {}): Promise<TestService> {
@@ -52,7 +54,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
       ...options.overrides,
     } as DeepPartial<Settings>,
   })
-  const service = await startService(config, { logger: createLogger(config.log.level) })
+  const service = await startService(config, { logger: options.logger ?? createLogger(config.log) })
   return Object.assign(service, {
     treasury,
     api: (path: string, init: ApiInit = {}) => callApi(service.url, path, init),

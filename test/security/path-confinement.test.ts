@@ -123,7 +123,14 @@ describe('proxy() itself', () => {
         abort.onAbort?.()
       })
       // The route hands the raw URL over unchecked, as a careless caller would.
-      const forward = { method: 'GET', pathAndQuery: req.getUrl(), headers: [], remoteAddress: '127.0.0.1' }
+      const forward = {
+        method: 'GET',
+        pathAndQuery: req.getUrl(),
+        headers: [],
+        remoteAddress: '127.0.0.1',
+        requestId: 'req_confinement',
+        traceparent: null,
+      }
       const body = createRequestBody(res, 1024)
       const target = {
         origin: upstream.url,

@@ -4,6 +4,7 @@ import type { Config } from '../../config/schema.ts'
 import type { Sql } from '../../db/sql.ts'
 import type { ReadinessCheck } from '../../observability/admin.ts'
 import type { Logger } from '../../observability/logger.ts'
+import { traced } from '../../observability/tracing.ts'
 import type { Leadership } from './leader.ts'
 
 /** What every background module is given by the wiring. */
@@ -51,7 +52,8 @@ export function startJobs(jobs: Job[], options: { leadership: Leadership; logger
     if (current) return current
     const p = (async () => {
       try {
-        await job.run()
+        // A span per run when tracing is on (payout batch, settlement batch, …); a plain call otherwise.
+        await traced(`job ${job.name}`, () => job.run(), { 'tollgate.job': job.name })
       } catch (err) {
         options.logger.error('background job failed', { job: job.name, err })
       } finally {

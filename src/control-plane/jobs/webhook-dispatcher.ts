@@ -19,6 +19,7 @@ import {
 } from '../../db/webhook-deliveries.ts'
 import type { Logger } from '../../observability/logger.ts'
 import { webhookDeliveries, webhookLag } from '../../observability/metrics.ts'
+import { endSpan, startSpan, traceparentOf, tracing } from '../../observability/tracing.ts'
 import { guardedConnector } from '../../ssrf.ts'
 import type { BackgroundModule, JobDeps } from './runner.ts'
 import { signedHeaders } from './webhook-signature.ts'
@@ -194,7 +195,21 @@ export class WebhookDispatcher {
 
   private async deliver(d: ClaimedDelivery): Promise<void> {
     const { settings, logger } = this.options
-    const outcome = await sendOnce(this.agent, d, settings.timeoutMs)
+    // Tracing on: a span per attempt, and the receiver gets its traceparent.
+    const span = tracing.on
+      ? startSpan(
+          'webhook delivery',
+          { 'tollgate.webhook_id': d.webhook_id, 'tollgate.event_id': d.event_id },
+          true,
+        )
+      : null
+    const outcome = await sendOnce(
+      this.agent,
+      d,
+      settings.timeoutMs,
+      span === null ? null : traceparentOf(span),
+    )
+    if (span !== null) endSpan(span, outcome.statusCode ?? undefined, outcome.error ?? undefined)
     const attemptsMade = d.attempts + 1
     let result: AttemptResult
     if (outcome.statusCode !== null && outcome.statusCode >= 200 && outcome.statusCode < 300) {
@@ -253,7 +268,12 @@ interface SendOutcome {
   retryAfterMs: number | null
 }
 
-async function sendOnce(agent: Agent, d: ClaimedDelivery, timeoutMs: number): Promise<SendOutcome> {
+async function sendOnce(
+  agent: Agent,
+  d: ClaimedDelivery,
+  timeoutMs: number,
+  traceparent: string | null,
+): Promise<SendOutcome> {
   const body = eventPayload(d)
   const secrets = d.previous_secret ? [d.secret, d.previous_secret] : [d.secret]
   const started = performance.now()
@@ -268,6 +288,7 @@ async function sendOnce(agent: Agent, d: ClaimedDelivery, timeoutMs: number): Pr
         'content-type': 'application/json',
         'user-agent': 'tollgate-webhooks/1',
         ...signedHeaders({ id: d.event_id, body, secrets }),
+        ...(traceparent === null ? undefined : { traceparent }),
       },
       body,
     })

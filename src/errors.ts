@@ -1,0 +1,183 @@
+// Every error code once (HTTP status, type, default message) and the one writer every plane answers through:
+// the body is always {"error":{type,code,message,param?}, …, "request_id"} and x-request-id is always set.
+
+import type { HttpResponse } from 'uWebSockets.js'
+import { STATUS_CODES } from 'node:http'
+
+export type ErrorType =
+  | 'invalid_request_error'
+  | 'authentication_error'
+  | 'idempotency_error'
+  | 'rate_limit_error'
+  | 'upstream_error'
+  | 'api_error'
+
+interface ErrorSpec {
+  readonly status: number
+  readonly type: ErrorType
+  readonly message: string
+}
+
+const e = (status: number, type: ErrorType, message: string): ErrorSpec => ({ status, type, message })
+const INVALID = 'invalid_request_error'
+
+/** The registry. The README's Errors section lists the same codes (a test keeps the two equal). */
+export const ERRORS = {
+  // Management API (control plane)
+  invalid_json: e(400, INVALID, 'the body is not valid JSON'),
+  invalid_body: e(400, INVALID, 'the body must be a JSON object'),
+  invalid_parameter: e(400, INVALID, 'a parameter is missing, of the wrong type or unknown'),
+  invalid_wallet_address: e(400, INVALID, 'not a valid wallet address'),
+  invalid_upstream_url: e(400, INVALID, 'upstream_url must be an http(s) URL'),
+  upstream_not_allowed: e(400, INVALID, 'the upstream is in a private, loopback or link-local range'),
+  invalid_webhook_url: e(400, INVALID, 'the webhook URL is not allowed'),
+  invalid_idempotency_key: e(400, INVALID, 'Idempotency-Key must be 1-255 visible ASCII characters'),
+  missing_api_key: e(401, 'authentication_error', 'send an API key as Authorization: Bearer <key>'),
+  invalid_api_key: e(401, 'authentication_error', 'the API key is not valid'),
+  not_found: e(404, INVALID, 'no such object'),
+  route_not_found: e(404, INVALID, 'no such route'),
+  method_not_allowed: e(405, INVALID, 'the method is not allowed here'),
+  idempotency_key_reused: e(409, 'idempotency_error', 'this Idempotency-Key was used with another request'),
+  idempotency_key_in_use: e(409, 'idempotency_error', 'the first request with this key is still running'),
+  invalid_state: e(409, INVALID, 'the object is not in a state that allows this'),
+  body_too_large: e(413, INVALID, 'the body is too large'),
+  unsupported_media_type: e(415, INVALID, 'send the body as JSON with Content-Type: application/json'),
+  rate_limited: e(429, 'rate_limit_error', 'too many requests; retry after the Retry-After delay'),
+  internal_error: e(500, 'api_error', 'something went wrong on our side; it has been logged'),
+  service_unavailable: e(503, 'api_error', 'a dependency is unavailable; retry shortly'),
+  // Metered calls (/m/*)
+  endpoint_not_found: e(404, INVALID, 'no active metered endpoint'),
+  payment_in_progress: e(
+    409,
+    INVALID,
+    'this proof is being used by another request right now; retry after it finishes (do not pay again)',
+  ),
+  settlement_backlog: e(
+    503,
+    'api_error',
+    'x402 payments are paused while settlements catch up; retry after Retry-After seconds with the same or a new authorization',
+  ),
+  verification_unavailable: e(503, 'api_error', 'the chain could not be reached to verify the payment'),
+  upstream_unreachable: e(502, 'upstream_error', 'The upstream could not be reached.'),
+  upstream_timeout: e(504, 'upstream_error', 'The upstream did not answer in time.'),
+  upstream_forbidden: e(
+    502,
+    'upstream_error',
+    'The upstream address is in a private, loopback or link-local range, which is refused.',
+  ),
+  invalid_path: e(
+    400,
+    INVALID,
+    'the path may not contain dot segments (. or ..), encoded dots, encoded slashes or backslashes',
+  ),
+  // Edge checks of the public port (every route family)
+  invalid_framing: e(400, INVALID, 'conflicting or invalid Content-Length; the connection is closed'),
+  headers_too_large: e(431, INVALID, 'the request headers are too many or too large'),
+  // Admin port
+  admin_unauthorized: e(401, 'authentication_error', 'send Authorization: Bearer <ADMIN_TOKEN>'),
+  admin_route_disabled: e(404, INVALID, 'this admin route is off: set ADMIN_TOKEN to enable it'),
+  // Checkout (/pay/*)
+  payment_not_found: e(404, INVALID, 'no such payment'),
+  payment_already_paid: e(409, INVALID, 'the payment is already paid'),
+  payment_paid: e(410, INVALID, 'the payment is paid; nothing is due'),
+  payment_expired: e(410, INVALID, 'the payment has expired'),
+  payment_canceled: e(410, INVALID, 'the payment was canceled'),
+} as const satisfies Record<string, ErrorSpec>
+
+export type ErrorCode = keyof typeof ERRORS
+
+export function isErrorCode(code: string): code is ErrorCode {
+  return Object.hasOwn(ERRORS, code)
+}
+
+/** An expected failure of a request, thrown in the control plane and mapped to HTTP by its code. */
+export class ApiError extends Error {
+  readonly status: number
+  readonly type: ErrorType
+  constructor(
+    readonly code: ErrorCode,
+    message: string = ERRORS[code].message,
+    readonly param?: string,
+    readonly headers?: Record<string, string>,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options)
+    this.status = ERRORS[code].status
+    this.type = ERRORS[code].type
+  }
+}
+
+export interface ErrorDetails {
+  /** Replaces the code's default message. */
+  message?: string
+  param?: string
+  /** Extra top-level fields of the body (e.g. checkout's `payment` and `refund`). */
+  extra?: Record<string, unknown>
+}
+
+// The default bodies up to the request id, built once: the hot path only concatenates the id.
+const BODY_PREFIX = new Map<ErrorCode, string>()
+const STATUS_LINE = new Map<ErrorCode, string>()
+for (const code of Object.keys(ERRORS) as ErrorCode[]) {
+  const spec = ERRORS[code]
+  BODY_PREFIX.set(
+    code,
+    `{"error":${JSON.stringify({ type: spec.type, code, message: spec.message })},"request_id":"`,
+  )
+  STATUS_LINE.set(code, `${spec.status} ${STATUS_CODES[spec.status] ?? 'Unknown'}`)
+}
+
+/**
+ * The JSON error body. Request ids are token characters (see request-id.ts), so they need no escaping.
+ */
+export function errorBody(code: ErrorCode, requestId: string, details?: ErrorDetails): string {
+  if (details === undefined) return `${BODY_PREFIX.get(code)}${requestId}"}`
+  const spec = ERRORS[code]
+  const error: Record<string, string> = {
+    type: spec.type,
+    code,
+    message: details.message ?? spec.message,
+  }
+  if (details.param) error.param = details.param
+  return JSON.stringify({ error, ...details.extra, request_id: requestId })
+}
+
+export function errorStatusLine(code: ErrorCode): string {
+  return STATUS_LINE.get(code)!
+}
+
+export const JSON_CONTENT_TYPE = 'application/json; charset=utf-8'
+
+/** Control plane: the ApiResponse of an ApiError (headers merged, x-request-id always set). */
+export function apiErrorResponse(
+  error: ApiError,
+  requestId: string,
+  baseHeaders: Record<string, string>,
+): { status: number; headers: Record<string, string>; body: string } {
+  return {
+    status: error.status,
+    headers: { ...baseHeaders, ...error.headers, 'x-request-id': requestId },
+    body: errorBody(error.code, requestId, { message: error.message, param: error.param }),
+  }
+}
+
+/**
+ * Data plane: writes a whole error answer on a uWS response. Call it inside res.cork() when after an await.
+ * `headers` is a flat [name, value, name, value…] list, so callers pass constants without allocating.
+ */
+export function writeError(
+  res: HttpResponse,
+  code: ErrorCode,
+  requestId: string,
+  details?: ErrorDetails,
+  headers?: readonly string[],
+  closeConnection = false,
+): void {
+  res
+    .writeStatus(STATUS_LINE.get(code)!)
+    .writeHeader('content-type', JSON_CONTENT_TYPE)
+    .writeHeader('x-request-id', requestId)
+  if (headers !== undefined)
+    for (let i = 0; i < headers.length; i += 2) res.writeHeader(headers[i]!, headers[i + 1]!)
+  res.end(errorBody(code, requestId, details), closeConnection)
+}

@@ -1,0 +1,34 @@
+// A real pino logger whose JSON lines land in an array: tests read what the service logged.
+import type { LogSettings } from '../../src/observability/logger.ts'
+import { createLogger, type Logger } from '../../src/observability/logger.ts'
+
+export interface CapturedLogs {
+  logger: Logger
+  lines: Array<Record<string, any>>
+  /** Resolves with the first line that matches, polling until the deadline. */
+  waitFor(match: (line: Record<string, any>) => boolean, timeoutMs?: number): Promise<Record<string, any>>
+}
+
+export function captureLogs(settings: LogSettings = { level: 'info' }): CapturedLogs {
+  const lines: Array<Record<string, any>> = []
+  const destination = {
+    write(text: string) {
+      for (const line of text.split('\n')) if (line) lines.push(JSON.parse(line))
+    },
+  }
+  const logger = createLogger(settings, { destination })
+  return {
+    logger,
+    lines,
+    async waitFor(match, timeoutMs = 5_000) {
+      const deadline = Date.now() + timeoutMs
+      for (;;) {
+        const found = lines.find(match)
+        if (found) return found
+        if (Date.now() > deadline)
+          throw new Error(`no such log line in:\n${lines.map((l) => JSON.stringify(l)).join('\n')}`)
+        await new Promise((r) => setTimeout(r, 20))
+      }
+    },
+  }
+}
