@@ -32,6 +32,7 @@ export const PaymentRequired = v.pipe(
           'invalid_signature, authorization_not_yet_valid, authorization_expired, insufficient_funds, unsupported_proof',
       ),
     ),
+    request_id: v.optional(v.pipe(v.string(), v.description('the x-request-id of this answer'))),
     expires_at: v.pipe(Timestamp, v.description('how long the quoted price holds')),
     price: Dollars,
     price_atomic: Atomic,
