@@ -152,7 +152,9 @@ describe('framing, header limits and slow clients', () => {
     expect(upstream.count()).toBe(before)
   }, 20_000)
 
-  it('a client that sends half its body and stalls is closed; the upstream is aborted and the proof freed', async () => {
+  // A caller that leaves once its request reached the upstream leaves the call in doubt (README "Guarantees"):
+  // the proof is never served again (that could serve it twice), and it is refunded at the end of its window.
+  it('a client that sends half its body and stalls is closed; the upstream is aborted; the proof is not served again', async () => {
     const hash = await payUsdc(payer, svc.chain.treasury, 10_000n)
     const r = await raw(
       svc.url,
@@ -164,18 +166,11 @@ describe('framing, header limits and slow clients', () => {
     const seen = upstream.requests.find((q) => q.url === '/echo/slow')
     // The upload was streamed: the upstream saw the request and then its abort, never a complete body.
     if (seen) expect(seen.bodyComplete).toBe(false)
-    await expect.poll(async () => (await claimOf(hash))[0]?.lease_until ?? null, { timeout: 5000 }).toBeNull()
-    const again = await fetch(`${svc.url}${endpointPath}/again`, {
-      method: 'POST',
-      headers: { 'x-payment': hash },
-      body: 'ok',
-    })
-    expect(again.status).toBe(200)
+    await expectNotServedAgain(hash)
   }, 30_000)
 
-  it('a client that aborts mid-upload frees the proof at once', async () => {
+  it('a client that aborts mid-upload: the upstream is aborted at once; the proof is not served again', async () => {
     const hash = await payUsdc(payer, svc.chain.treasury, 10_000n)
-    const started = Date.now()
     await raw(
       svc.url,
       `POST ${endpointPath}/abort HTTP/1.1\r\nHost: a\r\nx-payment: ${hash}\r\nContent-Length: 100000\r\n\r\n`,
@@ -183,17 +178,24 @@ describe('framing, header limits and slow clients', () => {
       3000,
       (s) => setTimeout(() => s.destroy(), 300),
     )
-    await expect.poll(async () => (await claimOf(hash))[0]?.lease_until ?? null, { timeout: 5000 }).toBeNull()
-    expect(Date.now() - started).toBeLessThan(6000)
     const seen = upstream.requests.find((q) => q.url === '/echo/abort')
     if (seen) expect(seen.bodyComplete).toBe(false)
+    await expectNotServedAgain(hash)
+  })
+
+  async function expectNotServedAgain(hash: string): Promise<void> {
+    const before = upstream.requests.filter((q) => q.url === '/echo/again').length
     const again = await fetch(`${svc.url}${endpointPath}/again`, {
       method: 'POST',
       headers: { 'x-payment': hash },
       body: 'ok',
     })
-    expect(again.status).toBe(200)
-  })
+    // 409 while the in-doubt claim's lease runs, 402 proof_already_used after: never served.
+    expect([402, 409]).toContain(again.status)
+    expect(upstream.requests.filter((q) => q.url === '/echo/again').length).toBe(before)
+    const [claim] = await claimOf(hash)
+    expect(claim?.status).toBe('claimed')
+  }
 })
 
 describe('rate limits on unauthenticated surfaces', () => {
