@@ -1,5 +1,6 @@
 // Command-line entry: load the configuration, then either run one service in this process or (workers > 1)
 // supervise N worker processes on one port; print where it listens, drain on SIGTERM.
+import { randomBytes } from 'node:crypto'
 import { AggregatorRegistry } from 'prom-client'
 import { devChainFilePath, removeDevChainFile, writeDevChainFile } from './cli/dev-chain-file.ts'
 import { ConfigError, loadConfig } from './config/load.ts'
@@ -15,6 +16,12 @@ async function main(): Promise<void> {
   let config: Config
   try {
     config = loadConfig()
+    if (config.chain.network === 'local' && !config.secrets.admin_token && !workerEnv()) {
+      // The local dev chain only: a token for this run's admin routes, handed to `npm run reconcile` through
+      // .data/dev-chain.json (a file beside the data it guards). Elsewhere ADMIN_TOKEN stays an explicit choice.
+      process.env.ADMIN_TOKEN = randomBytes(24).toString('hex')
+      config = loadConfig()
+    }
   } catch (err) {
     if (err instanceof ConfigError) {
       process.stderr.write(`tollgate: ${err.message}\n`)
@@ -50,6 +57,7 @@ function writeDevChain(config: Config, service: Service): void {
     api_url: service.url,
     admin_url: `http://${config.admin.host}:${service.adminPort}`,
     database: config.database.url ? 'server' : 'embedded',
+    admin_token: config.secrets.admin_token,
     pid: process.pid,
     written_at: new Date().toISOString(),
   })

@@ -14,6 +14,8 @@ export interface DevChainFile {
   admin_url: string
   /** Embedded PGlite (only the running process may open it) or a PostgreSQL server. */
   database: 'embedded' | 'server'
+  /** The running service's admin token (generated per run on the local chain unless ADMIN_TOKEN is set). */
+  admin_token?: string | null
   pid: number
   written_at: string
 }

@@ -137,7 +137,10 @@ async function viaService(running: DevChainFile, args: ReturnType<typeof readArg
         'service reconciles its last payouts.reconcile_range_ms',
     )
   }
-  const r = await fetch(`${running.admin_url}/reconcile`)
+  const token = running.admin_token ?? process.env.ADMIN_TOKEN
+  const r = await fetch(`${running.admin_url}/reconcile`, {
+    headers: token ? { authorization: `Bearer ${token}` } : {},
+  })
   if (r.status !== 200 && r.status !== 409) {
     throw new Error(`${running.admin_url}/reconcile answered ${r.status}: ${await r.text()}`)
   }
