@@ -29,10 +29,14 @@ async function run(cli: string, args: string[], env: Record<string, string> = {}
 }
 
 let svc: TestService
+const ADMIN_TOKEN = 'cli-test-admin-token-0123456789'
 let payer: Funded
 
 beforeAll(async () => {
-  ;[svc, payer] = await Promise.all([startTestService(), fundedAccount(5_000_000n)])
+  ;[svc, payer] = await Promise.all([
+    startTestService({ adminToken: ADMIN_TOKEN }),
+    fundedAccount(5_000_000n),
+  ])
 })
 afterAll(async () => {
   await svc?.stop()
@@ -48,6 +52,7 @@ function devChainFile(over: Partial<DevChainFile> = {}): DevChainFile {
     payer: { address: payer.address, private_key: payer.privateKey },
     api_url: svc.url,
     admin_url: `http://127.0.0.1:${svc.adminPort}`,
+    admin_token: ADMIN_TOKEN,
     database: 'embedded',
     pid: process.pid,
     written_at: new Date().toISOString(),

@@ -36,6 +36,8 @@ export interface TestServiceOptions {
   treasury?: Funded
   /** Where the service logs (tests that read log lines pass a captured one). */
   logger?: Logger
+  /** ADMIN_TOKEN: turns the admin port's operator routes (/reconcile, …) on. */
+  adminToken?: string
 }
 
 export async function startTestService(options: TestServiceOptions = {}): Promise<TestService> {
@@ -48,6 +50,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
       USDC_ADDRESS: inject('usdcAddress'),
       TREASURY_PRIVATE_KEY: treasury.privateKey,
       ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}),
+      ...(options.adminToken ? { ADMIN_TOKEN: options.adminToken } : {}),
     },
     overrides: {
       database: { data_dir: 'memory://' },
