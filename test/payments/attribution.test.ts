@@ -64,8 +64,11 @@ async function eventTypes(paymentId: string) {
 
 const paidStatus = (id: string) => async () => (await paymentOf(id)).status === 'paid'
 
+const ADMIN_TOKEN = 'attribution-test-admin-token-0123'
+
 beforeAll(async () => {
   svc = await startTestService({
+    adminToken: ADMIN_TOKEN,
     overrides: {
       chain: { poll_interval_ms: 100 },
       webhooks: { poll_interval_ms: 100 },
@@ -169,7 +172,9 @@ describe('edge cases', () => {
     expect(await svc.sql`SELECT 1 FROM claims WHERE proof_key = ${`tx:${hash}`}`).toHaveLength(0)
     expect(await svc.sql`SELECT 1 FROM ledger_entries WHERE source_id = ${`tx:${hash}`}`).toHaveLength(0)
     expect((await paymentOf(p.id)).status).toBe('pending')
-    const listed = await fetch(`http://127.0.0.1:${svc.adminPort}/unmatched-inflows`)
+    const listed = await fetch(`http://127.0.0.1:${svc.adminPort}/unmatched-inflows`, {
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    })
     expect(listed.status).toBe(200)
     const body = (await listed.json()) as { data: Array<{ transaction: string; amount_atomic: string }> }
     expect(body.data).toContainEqual(expect.objectContaining({ transaction: hash, amount_atomic: '1234567' }))

@@ -14,6 +14,7 @@ import {
 
 const SMALL = 5_000n
 
+const ADMIN_TOKEN = 'batch-test-admin-token-0123456789'
 let svc: TestService
 let owners: Owner[]
 let small: Owner | undefined
@@ -21,7 +22,7 @@ let calls: SeededCall[]
 let before: bigint[]
 
 beforeAll(async () => {
-  svc = await startTestService({ overrides: { chain: { poll_interval_ms: 100 } } })
+  svc = await startTestService({ adminToken: ADMIN_TOKEN, overrides: { chain: { poll_interval_ms: 100 } } })
   owners = await createOwners(svc.sql, 3)
   ;[small] = await createOwners(svc.sql, 1)
   const payers: Funded[] = []
@@ -132,7 +133,9 @@ describe('API', () => {
   })
 
   it('serves the reconcile report on the admin port', async () => {
-    const r = await fetch(`http://127.0.0.1:${svc.adminPort}/reconcile`)
+    const r = await fetch(`http://127.0.0.1:${svc.adminPort}/reconcile`, {
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    })
     const body = await r.json()
     expect(body.differences).toEqual([])
     expect(r.status).toBe(200)
