@@ -8,7 +8,8 @@ WORKDIR /app
 # Dependencies first, so a source change does not reinstall them.
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
-COPY tsconfig.json ./
+COPY tsconfig.json tsconfig.build.json ./
+COPY scripts ./scripts
 COPY config ./config
 COPY src ./src
 RUN npm run build
