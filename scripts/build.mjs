@@ -1,4 +1,4 @@
-// npm run build: tsc to dist/, then the files tsc does not emit (SQL migrations). With --if-stale (npm
+// npm run build: tsc to dist/, then the files tsc does not emit (SQL migrations, the checkout page). With --if-stale (npm
 // start's prestart) it only builds when dist/main.js is missing or older than a file under src/ or config/.
 import { execFileSync } from 'node:child_process'
 import { cpSync, existsSync, readdirSync, rmSync, statSync } from 'node:fs'
@@ -31,4 +31,6 @@ execFileSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 
   stdio: 'inherit',
 })
 cpSync(join(root, 'src', 'db', 'migrations'), join(out, 'db', 'migrations'), { recursive: true })
+// The checkout page's own files (HTML, CSS, JS), read once at start beside the compiled route.
+cpSync(join(root, 'src', 'checkout', 'page'), join(out, 'checkout', 'page'), { recursive: true })
 process.stdout.write(`built ${out}\n`)
