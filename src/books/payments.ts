@@ -63,9 +63,9 @@ export type ApplyOutcome =
 
 export type CreateOutcome = { kind: 'created'; payment: PaymentRow } | { kind: 'figures_exhausted' }
 
-/** Runs fn in a transaction: the caller's, or a new one. */
+/** Runs fn in a transaction: the caller's (a transaction has `savepoint`), or a new one. */
 function inTransaction<T>(db: Sql | Tx, fn: (tx: Tx) => Promise<T>): Promise<T> {
-  return 'begin' in db ? (db.begin(fn) as Promise<T>) : fn(db as Tx)
+  return 'savepoint' in db ? fn(db as Tx) : ((db as Sql).begin(fn) as Promise<T>)
 }
 
 // ── figures ──────────────────────────────────────────────────────────────────────────────────────────

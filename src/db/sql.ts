@@ -117,6 +117,14 @@ class Session {
           }
         return value
       },
+      // A session is a transaction or a reservation already: code that asks ('savepoint' in sql) whether it
+      // runs inside one is told yes, and that it cannot begin another.
+      has: (target, prop) =>
+        prop === 'savepoint'
+          ? true
+          : prop === 'begin' || prop === 'reserve'
+            ? false
+            : Reflect.has(target, prop),
     })
   }
 }
