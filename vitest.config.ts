@@ -8,7 +8,8 @@ export default defineConfig({
       {
         test: {
           name: 'unit',
-          include: ['test/unit/**/*.test.ts'],
+          // Pure logic, no database or chain: named *.unit.test.ts beside the integration tests of their folder.
+          include: ['test/**/*.unit.test.ts'],
           sequence: { groupOrder: 0 },
         },
       },
@@ -17,7 +18,7 @@ export default defineConfig({
           name: 'integration',
           sequence: { groupOrder: 1 },
           include: ['test/**/*.test.ts'],
-          exclude: ['test/unit/**', 'test/browser/**', 'test/chaos/**', '**/node_modules/**'],
+          exclude: ['test/**/*.unit.test.ts', 'test/browser/**', 'test/chaos/**', '**/node_modules/**'],
           globalSetup: ['test/helpers/global-setup.ts'],
           testTimeout: 60_000,
           hookTimeout: 60_000,

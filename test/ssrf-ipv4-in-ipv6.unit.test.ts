@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { checkTargetUrl, guardedConnector, isPrivateAddress } from '../../src/ssrf.ts'
+import { checkTargetUrl, guardedConnector, isPrivateAddress } from '../src/ssrf.ts'
 
 // IPv4 addresses written as IPv6 (mapped ::ffff:0:0/96 and compatible ::/96) reach the IPv4 host.
 const EMBEDDED_IPV4 = [

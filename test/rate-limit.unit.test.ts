@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { createRateLimiter, RateLimiter, rateLimitedHeaders } from '../../src/rate-limit.ts'
+import { createRateLimiter, RateLimiter, rateLimitedHeaders } from '../src/rate-limit.ts'
 
 describe('token bucket', () => {
   it('allows a burst, refuses the next with the seconds until a token is back, refills with the clock', () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { API_KEY_FORMAT, hashApiKey, newApiKey, newId } from '../../src/ids.ts'
+import { API_KEY_FORMAT, hashApiKey, newApiKey, newId } from '../src/ids.ts'
 
 describe('ids', () => {
   it('are prefixed, base62, and do not repeat', () => {

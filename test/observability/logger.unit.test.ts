@@ -26,7 +26,7 @@ describe('logger', () => {
     const e = lines[0]!.err
     expect(e.message).toBe('claim failed')
     expect(e.code).toBe('TOLLGATE_CLAIM')
-    expect(e.stack).toContain('logger.test.ts')
+    expect(e.stack).toContain('logger.unit.test.ts')
     expect(e.cause).toMatchObject({ message: 'connection refused', code: 'ECONNREFUSED' })
     expect(e.cause.stack).toContain('Error: connection refused')
   })

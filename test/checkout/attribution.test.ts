@@ -7,6 +7,7 @@ import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { chainClients, type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
 
 let svc: TestService
@@ -14,15 +15,8 @@ let payer: Funded
 let merchant: Awaited<ReturnType<typeof registerMerchant>>
 let receiver: WebhookReceiver
 
-async function until<T>(what: string, fn: () => Promise<T | null | undefined | false>, timeoutMs = 10_000) {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const value = await fn()
-    if (value) return value
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 50))
-  }
-}
+const until = <T>(what: string, fn: () => Promise<T | null | undefined | false>, timeoutMs = 10_000) =>
+  waitFor(fn, { timeoutMs, intervalMs: 50, what })
 
 async function createPayment(body: Record<string, unknown>, service = svc, key = merchant.key) {
   const r = await service.api('/api/v1/payments', { key, body })

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { formatDollars, parseDollars, splitOwnerShare, toDollars } from '../../src/money.ts'
+import { formatDollars, parseDollars, splitOwnerShare, toDollars } from '../src/money.ts'
 
 describe('parseDollars', () => {
   it('reads numbers and decimal strings without floating-point error', () => {

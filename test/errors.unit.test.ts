@@ -1,12 +1,12 @@
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { ApiError, apiErrorResponse, ERRORS, type ErrorCode, errorBody } from '../../src/errors.ts'
-import { nextRequestId, requestIdFrom } from '../../src/request-id.ts'
+import { ApiError, apiErrorResponse, ERRORS, type ErrorCode, errorBody } from '../src/errors.ts'
+import { nextRequestId, requestIdFrom } from '../src/request-id.ts'
 
 describe('the error registry', () => {
   it('every code is documented in the README', () => {
-    const readme = readFileSync(join(import.meta.dirname, '../../README.md'), 'utf8')
+    const readme = readFileSync(join(import.meta.dirname, '../README.md'), 'utf8')
     const missing = Object.keys(ERRORS).filter((code) => !readme.includes(`\`${code}\``))
     expect(missing).toEqual([])
   })

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { checkTargetUrl, isPrivateAddress } from '../../src/ssrf.ts'
+import { checkTargetUrl, isPrivateAddress } from '../src/ssrf.ts'
 
 describe('isPrivateAddress', () => {
   it('flags loopback, private, link-local, metadata and mapped addresses', () => {

@@ -1,0 +1,145 @@
+// A JSON-RPC proxy on loopback in front of the chain (anvil), for tests that need the RPC to count, fail or
+// vanish. It always counts (HTTP requests, and calls per method, batches included) and is in one mode:
+//   pass         forwards every request
+//   unavailable  answers every request 503, as a node behind a load balancer going down would
+//   refuse       stops listening: new connections get ECONNREFUSED, open ones are reset
+//   blackhole    accepts and never answers, until the client gives up
+// refuseBroadcasts answers eth_sendRawTransaction 503 while reads pass (a provider rejecting transactions);
+// stripLogTimestamps answers as nodes that leave blockTimestamp off logs do.
+// Plain node, no vitest import: the chaos runner uses it outside vitest too.
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+
+export type RpcProxyMode = 'pass' | 'unavailable' | 'refuse' | 'blackhole'
+
+export interface RpcProxy {
+  url: string
+  /** Calls seen per JSON-RPC method (in pass mode; a refused broadcast is not counted). */
+  readonly counts: Map<string, number>
+  /** HTTP requests that reached the proxy, in any mode but refuse (a batch is one). */
+  readonly requests: number
+  /** While true, requests carrying eth_sendRawTransaction are answered 503; everything else passes. */
+  refuseBroadcasts: boolean
+  /** Requests refused by refuseBroadcasts. */
+  readonly refused: number
+  /** While true, `blockTimestamp` is removed from every log in the answers, as older nodes answer. */
+  stripLogTimestamps: boolean
+  /** When an array, the body of every request passed on is appended (tests look for the calls they mean). */
+  bodies: string[] | null
+  mode(): RpcProxyMode
+  /** Drops every open connection (a client sees the change at once), then takes the new mode. */
+  setMode(mode: RpcProxyMode): Promise<void>
+  close(): Promise<void>
+}
+
+export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
+  const counts = new Map<string, number>()
+  let mode: RpcProxyMode = 'pass'
+  let requests = 0
+  let refused = 0
+  let port = 0
+  const state = { refuseBroadcasts: false, stripLogTimestamps: false, bodies: null as string[] | null }
+
+  const handle = async (req: IncomingMessage, res: ServerResponse) => {
+    requests++
+    // Black-holed: the request is read and nothing ever comes back.
+    if (mode === 'blackhole') return void req.resume()
+    const chunks: Buffer[] = []
+    for await (const chunk of req) chunks.push(chunk as Buffer)
+    const body = Buffer.concat(chunks).toString('utf8')
+    if (mode === 'unavailable') return void res.writeHead(503).end('unavailable')
+    if (state.refuseBroadcasts && body.includes('eth_sendRawTransaction')) {
+      refused++
+      return void res.writeHead(503).end('broadcasts refused')
+    }
+    count(counts, body)
+    state.bodies?.push(body)
+    try {
+      const upstream = await fetch(targetUrl, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body,
+      })
+      res.writeHead(upstream.status, { 'content-type': 'application/json' })
+      const text = await upstream.text()
+      res.end(state.stripLogTimestamps ? text.replace(/,"blockTimestamp":"0x[0-9a-f]+"/g, '') : text)
+    } catch {
+      res.writeHead(502).end('upstream unreachable')
+    }
+  }
+  const server: Server = createServer((req, res) => {
+    handle(req, res).catch(() => res.destroy())
+  })
+  const listen = () =>
+    new Promise<void>((resolve, reject) => {
+      server.once('error', reject)
+      // Back on the same port after refuse: the clients under test keep their URL.
+      server.listen(port, '127.0.0.1', () => {
+        server.removeListener('error', reject)
+        resolve()
+      })
+    })
+  const stopListening = () =>
+    new Promise<void>((resolve) => {
+      server.close(() => resolve())
+      server.closeAllConnections()
+    })
+  await listen()
+  port = (server.address() as { port: number }).port
+
+  return {
+    url: `http://127.0.0.1:${port}`,
+    counts,
+    get requests() {
+      return requests
+    },
+    get refuseBroadcasts() {
+      return state.refuseBroadcasts
+    },
+    set refuseBroadcasts(on: boolean) {
+      state.refuseBroadcasts = on
+    },
+    get refused() {
+      return refused
+    },
+    get stripLogTimestamps() {
+      return state.stripLogTimestamps
+    },
+    set stripLogTimestamps(on: boolean) {
+      state.stripLogTimestamps = on
+    },
+    get bodies() {
+      return state.bodies
+    },
+    set bodies(list: string[] | null) {
+      state.bodies = list
+    },
+    mode: () => mode,
+    async setMode(next) {
+      if (next === mode) return
+      const was = mode
+      mode = next
+      if (next === 'refuse') await stopListening()
+      else {
+        server.closeAllConnections()
+        if (was === 'refuse') await listen()
+      }
+    },
+    async close() {
+      if (mode !== 'refuse') await stopListening()
+    },
+  }
+}
+
+/** Adds the JSON-RPC calls of one body (a call or a batch) to counts. */
+function count(counts: Map<string, number>, body: string): void {
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(body)
+  } catch {
+    return
+  }
+  for (const call of Array.isArray(parsed) ? parsed : [parsed]) {
+    const method = (call as { method?: unknown })?.method
+    if (typeof method === 'string') counts.set(method, (counts.get(method) ?? 0) + 1)
+  }
+}
