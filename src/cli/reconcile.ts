@@ -1,5 +1,6 @@
-// `npm run reconcile -- [--from <time>] [--to <time>] [--json]`: the chain against the books, to the base
-// unit. <time> is ISO 8601, epoch milliseconds, or a duration back from now (90m, 24h, 7d). While `npm start`
+// `npm run reconcile -- [--full | --from <time> [--to <time>]] [--json]`: the chain against the books, to the
+// base unit. Without a range it checks what is new since the last clean run (a checkpoint in the database;
+// the first run, and --full, check everything and set it). <time> is ISO 8601, epoch milliseconds, or a duration back from now (90m, 24h, 7d). While `npm start`
 // runs on its embedded database (which only that process may open), the running service is asked instead
 // (its admin route /reconcile, over payouts.reconcile_range_ms). Exit codes: 0 = no difference,
 // 1 = a difference (listed), 2 = could not reconcile (usage, configuration, database, RPC).
@@ -7,15 +8,19 @@ import { parseArgs } from 'node:util'
 import { connectChain } from '../chain/connect.ts'
 import { ConfigError, loadConfig } from '../config/load.ts'
 import { type ReconcileReport, reconcile } from '../control-plane/jobs/reconcile.ts'
+import { reconcileFromCheckpoint } from '../control-plane/jobs/reconcile-checkpoint.ts'
 import { type EmbeddedDatabase, startEmbeddedDatabase } from '../db/embedded.ts'
 import { createSql } from '../db/sql.ts'
 import { formatDollars } from '../money.ts'
 import { type DevChainFile, readDevChainFile } from './dev-chain-file.ts'
 import { isMain } from './is-main.ts'
 
-const USAGE = `usage: npm run reconcile -- [--from <time>] [--to <time>] [--json]
+const USAGE = `usage: npm run reconcile -- [--full | --from <time> [--to <time>]] [--json]
 
-  <time>   ISO 8601, epoch milliseconds, or a duration back from now (90m, 24h, 7d)
+  (none)   what is new since the last clean run (its checkpoint); the first run checks everything
+  --full   everything, from genesis (a clean full run sets the checkpoint too)
+  <time>   ISO 8601, epoch milliseconds, or a duration back from now (90m, 24h, 7d); a range never moves
+           the checkpoint
   --json   the report as JSON
   -h, --help
 
@@ -42,11 +47,18 @@ function readArgs(argv: string[]) {
       from: { type: 'string' },
       to: { type: 'string' },
       json: { type: 'boolean' },
+      full: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
   })
   const now = Date.now()
+  if (values.full && (values.from !== undefined || values.to !== undefined)) {
+    throw Object.assign(new Error('--full checks everything: it takes no --from/--to'), {
+      code: 'ERR_PARSE_ARGS_USAGE',
+    })
+  }
   return {
+    full: values.full ?? false,
     help: values.help ?? false,
     fromMs: values.from === undefined ? null : parseTime(values.from, now),
     toMs: values.to === undefined ? null : parseTime(values.to, now),
@@ -60,6 +72,11 @@ export function formatReport(r: ReconcileReport): string {
   const lines = [
     `reconcile  treasury ${r.treasury}  token ${r.token}`,
     `  range ${r.range.from ?? 'genesis'} → ${r.range.to ?? 'now'}  (blocks ${r.range.from_block}..${r.range.to_block})`,
+    ...(r.checkpoint
+      ? [
+          `  ${r.checkpoint.mode} run${r.checkpoint.since ? ` since ${r.checkpoint.since}` : ''}; checkpoint ${r.checkpoint.saved ? 'moved' : 'kept (differences)'}`,
+        ]
+      : []),
     'inflow (proof transfers to the treasury)',
     `  claims                             ${String(r.inflow.claims).padStart(20)}`,
     line('chain: proof transfers', r.inflow.chain_proof_transfers_atomic),
@@ -84,6 +101,10 @@ export function formatReport(r: ReconcileReport): string {
     line('payouts', r.payout_entries.confirmed_payouts_atomic),
     line('entries', r.payout_entries.linked_entries_atomic),
     line('difference', r.payout_entries.difference_atomic),
+    'running balances = sums of their ledger entries',
+    `  accounts checked                   ${String(r.balances.accounts_checked).padStart(20)}`,
+    `  wallets checked                    ${String(r.balances.wallets_checked).padStart(20)}`,
+    `  drifted accounts / wallets         ${`${r.balances.drifted_accounts} / ${r.balances.drifted_wallets}`.padStart(20)}`,
     r.ok ? 'OK: no difference' : `DIFFERENCES (${r.differences.length}):`,
     ...r.differences.map((d) => `  - ${d}`),
   ]
@@ -119,7 +140,11 @@ async function main(argv: string[]): Promise<number> {
   const sql = createSql(url, { max: embedded ? 1 : 4, applicationName: 'tollgate-reconcile' })
   const chain = await connectChain(config)
   try {
-    const report = await reconcile({ sql, chain, config }, { fromMs: args.fromMs, toMs: args.toMs })
+    const deps = { sql, chain, config }
+    const ranged = args.fromMs !== null || args.toMs !== null
+    const report = ranged
+      ? await reconcile(deps, { fromMs: args.fromMs, toMs: args.toMs })
+      : await reconcileFromCheckpoint(deps, { full: args.full })
     process.stdout.write(args.json ? `${JSON.stringify(report, null, 2)}\n` : formatReport(report))
     return report.ok ? 0 : 1
   } finally {
@@ -131,9 +156,9 @@ async function main(argv: string[]): Promise<number> {
 
 /** The embedded database belongs to the running service: ask it (GET <admin>/reconcile) rather than open it. */
 async function viaService(running: DevChainFile, args: ReturnType<typeof readArgs>): Promise<number> {
-  if (args.fromMs !== null || args.toMs !== null) {
+  if (args.fromMs !== null || args.toMs !== null || args.full) {
     throw new Error(
-      '--from/--to need the database, which the running npm start holds (embedded); without them the ' +
+      '--from/--to need the database (so does --full), which the running npm start holds (embedded); without them the ' +
         'service reconciles its last payouts.reconcile_range_ms',
     )
   }

@@ -10,7 +10,10 @@ export interface PayableEntry {
   account_id: string | null
 }
 
-/** Unpaid, payable entries, oldest first; wallets still backing off after a failed payout wait. */
+/**
+ * Unpaid, payable entries, oldest first; wallets still backing off after a failed payout wait. The index
+ * ledger_payable (migration 0012) holds exactly the first line's predicate, by id.
+ */
 const PAYABLE = (db: Sql | Tx) => db`
   e.payout_id IS NULL AND e.kind IN ('owner_share', 'refund') AND e.wallet IS NOT NULL
   AND NOT EXISTS (
@@ -28,16 +31,20 @@ export async function lockPayableEntries(tx: Tx, { limit }: { limit: number }): 
     FOR UPDATE OF e`
 }
 
-/** Whether some wallet's unpaid balance is at least `minAtomic` (cheap, no locks). */
+/**
+ * Whether some wallet's unpaid balance is at least `minAtomic` (cheap, no locks): one look at the running
+ * wallet balances (kept by triggers on ledger_entries, migration 0011), not a sum over the unpaid entries.
+ */
 export async function someWalletOwedAtLeast(
   db: Sql | Tx,
   { minAtomic }: { minAtomic: bigint },
 ): Promise<boolean> {
   const rows = await db`
-    SELECT 1 FROM ledger_entries e
-    WHERE ${PAYABLE(db)}
-    GROUP BY e.wallet
-    HAVING sum(e.amount_atomic) >= ${minAtomic.toString()}::bigint
+    SELECT 1 FROM wallet_balance_totals w
+    WHERE w.unpaid_atomic > 0 AND w.unpaid_atomic >= ${minAtomic.toString()}::bigint
+      AND NOT EXISTS (
+        SELECT 1 FROM payouts p WHERE p.wallet = w.wallet AND p.status = 'failed' AND p.retry_at > now()
+      )
     LIMIT 1`
   return rows.length > 0
 }
@@ -58,24 +65,26 @@ export interface AccountBalance {
   refunds_pending_atomic: bigint
 }
 
-/** The balance view of GET /account. */
+/**
+ * The balance view of GET /account: the running balances (migration 0011: at most 8 slot rows, read through
+ * the primary key), kept in the same statement as the entries that change them; reconcile checks them.
+ */
 export async function accountBalance(db: Sql | Tx, accountId: string): Promise<AccountBalance> {
   const [row] = await db<AccountBalance[]>`
-    SELECT
-      coalesce(sum(e.amount_atomic) FILTER (WHERE e.kind IN ('owner_share', 'fee')), 0)::bigint AS captured_atomic,
-      coalesce(sum(e.amount_atomic) FILTER (WHERE e.kind = 'owner_share'), 0)::bigint AS owner_share_atomic,
-      coalesce(sum(e.amount_atomic) FILTER (WHERE e.kind = 'fee'), 0)::bigint AS fees_atomic,
-      coalesce(sum(e.amount_atomic) FILTER (WHERE e.kind = 'owner_share' AND p.status = 'confirmed'), 0)::bigint
-        AS paid_out_atomic,
-      coalesce(sum(e.amount_atomic) FILTER (WHERE e.kind = 'owner_share' AND p.status IS DISTINCT FROM 'confirmed'), 0)::bigint
-        AS pending_atomic,
-      coalesce(sum(e.amount_atomic) FILTER (WHERE e.kind = 'owner_share' AND p.status IN ('pending', 'submitted')), 0)::bigint
-        AS in_flight_atomic,
-      coalesce(sum(e.amount_atomic) FILTER (WHERE e.kind = 'refund' AND p.status = 'confirmed'), 0)::bigint
-        AS refunded_atomic,
-      coalesce(sum(e.amount_atomic) FILTER (WHERE e.kind = 'refund' AND p.status IS DISTINCT FROM 'confirmed'), 0)::bigint
-        AS refunds_pending_atomic
-    FROM ledger_entries e LEFT JOIN payouts p ON p.id = e.payout_id
-    WHERE e.account_id = ${accountId}`
-  return row!
+    SELECT owner_share_atomic + fees_atomic AS captured_atomic, owner_share_atomic, fees_atomic,
+           paid_out_atomic, owner_share_atomic - paid_out_atomic AS pending_atomic, in_flight_atomic,
+           refunded_atomic, refunds_atomic - refunded_atomic AS refunds_pending_atomic
+    FROM account_balance_totals WHERE account_id = ${accountId}`
+  return row ?? ZERO_BALANCE
+}
+
+const ZERO_BALANCE: AccountBalance = {
+  captured_atomic: 0n,
+  owner_share_atomic: 0n,
+  fees_atomic: 0n,
+  paid_out_atomic: 0n,
+  pending_atomic: 0n,
+  in_flight_atomic: 0n,
+  refunded_atomic: 0n,
+  refunds_pending_atomic: 0n,
 }

@@ -6,12 +6,14 @@
 //   entries: confirmed payouts = the ledger entries linked to them
 //   claims:  one call per captured claim and none for uncaptured ones; no claim re-won without a release;
 //            refunds only for claims never captured; revenue booked for every due call and none before it
+//   balances: the running balances (per account, per wallet) = the sums of their ledger entries
 // Any difference makes the report not ok (the CLI exits non-zero, the admin route answers 409).
 import { type Address, getAddress, type Hash } from 'viem'
 import type { ChainContext } from '../../chain/connect.ts'
 import { transferEvent } from '../../chain/usdc.ts'
 import type { Config } from '../../config/schema.ts'
 import type { Sql } from '../../db/sql.ts'
+import { type BalancesCheck, type BalancesScope, checkBalances } from './reconcile-balances.ts'
 import { type ClaimsCheck, checkClaims } from './reconcile-claims.ts'
 
 export interface ReconcileDeps {
@@ -24,6 +26,12 @@ export interface ReconcileDeps {
 export interface ReconcileRange {
   fromMs?: number | null
   toMs?: number | null
+  /**
+   * Which running balances to check: null = all of them (a scan of the ledger); a scope = those changed
+   * since; false = none (the checkpointed run checks them against its snapshots itself). Default: all for
+   * an unbounded run, those changed since `fromMs` for a ranged one.
+   */
+  balances?: BalancesScope | null | false
 }
 
 type Atomic = string
@@ -72,6 +80,9 @@ export interface ReconcileReport {
   }
   /** Claims against calls, refunds and revenue, by the transition table (src/books/transitions.ts). */
   claims: ClaimsCheck
+  balances: BalancesCheck
+  /** Set by a checkpointed run (`npm run reconcile`): what it covered and whether it moved the checkpoint. */
+  checkpoint?: { mode: 'full' | 'incremental'; since: string | null; saved: boolean }
   differences: string[]
 }
 
@@ -129,12 +140,20 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
   const split = await checkSplit(sql, bounds)
   const linked = await checkLinkedEntries(sql, bounds)
   const claims = await checkClaims(sql, { from, to })
+  const balances =
+    range.balances === false
+      ? NO_BALANCES
+      : await checkBalances(
+          sql,
+          range.balances !== undefined ? range.balances : fromMs === null ? null : { since: from },
+        )
   const differences = [
     ...inflow.differences,
     ...outflow.differences,
     ...split.differences,
     ...linked.differences,
     ...claims.differences,
+    ...balances.differences,
   ]
 
   return {
@@ -152,8 +171,17 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
     split: split.section,
     payout_entries: linked.section,
     claims,
+    balances,
     differences,
   }
+}
+
+const NO_BALANCES: BalancesCheck = {
+  accounts_checked: 0,
+  wallets_checked: 0,
+  drifted_accounts: 0,
+  drifted_wallets: 0,
+  differences: [],
 }
 
 interface Checked<T> {

@@ -85,9 +85,9 @@ export async function accountBalanceView(db: Sql | Tx, accountId: string) {
 type BalanceView = Awaited<ReturnType<typeof accountBalanceView>> & { as_of: string }
 
 /**
- * The balance sums the account's ledger, which grows with every call: a busy merchant polling GET /account
- * must not turn into one full aggregation per request. Concurrent reads share one query and the answer is
- * kept for BALANCE_TTL_MS (the view says `as_of`).
+ * The balance is one row of the running balances (migration 0011), so a read costs the same at any history
+ * size; concurrent reads still share one query and the answer is kept for BALANCE_TTL_MS (the view says
+ * `as_of`), so a busy merchant's polling costs the database one read per account per TTL.
  */
 const BALANCE_TTL_MS = 2_000
 const balances = new LRUCache<string, BalanceView, { db: Sql | Tx }>({

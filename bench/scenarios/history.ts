@@ -1,0 +1,439 @@
+// `npm run bench -- history [--rows N] [--ci]`: the reads, jobs and paid path on a database with a history
+// (default 50 M ledger entries = 25 M paid calls; --ci 200 k) against the same on an empty database, in one
+// run, both on a PostgreSQL server (BENCH_DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres).
+// Two tollgate processes (jobs off, so nothing moves under the measurements), one per database; the reads
+// that the service caches (GET /account keeps a balance 2 s) are also timed at the query itself.
+// Results: bench/results/<date>.json, scenarios `history-<what>` with rows, p50_ms, p99_ms, ratio_to_empty.
+import { execFileSync } from 'node:child_process'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { parseArgs } from 'node:util'
+import postgres from 'postgres'
+import { connectChain } from '../../src/chain/connect.ts'
+import { startDevChain } from '../../src/chain/dev-chain.ts'
+import { loadConfig } from '../../src/config/load.ts'
+import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
+import { marksBehindNow, resetSnapshots } from '../../src/control-plane/jobs/reconcile-balances.ts'
+import { reconcileFromCheckpoint } from '../../src/control-plane/jobs/reconcile-checkpoint.ts'
+import { accountBalance, lockPayableEntries, someWalletOwedAtLeast } from '../../src/db/ledger.ts'
+import { createSql, type Sql } from '../../src/db/sql.ts'
+import { seedHistory } from '../history/seed.ts'
+import { load } from '../load.ts'
+import { makeProofs } from '../proofs.ts'
+import { machine } from '../report.ts'
+import { freePort, ROOT, startNode } from '../targets/processes.ts'
+
+const HARD_LIMIT_MS = 6 * 60 * 60_000
+/** Above this many entries the full reconcile (which reads every claim of history into the process) is skipped. */
+const FULL_RECONCILE_MAX_ENTRIES = 4_000_000
+
+export interface HistoryResult {
+  name: string
+  rows: number
+  p50_ms: number
+  p99_ms: number
+  ratio_to_empty: number | null
+  empty_p50_ms: number
+  empty_p99_ms: number
+  note?: string
+}
+
+interface Instance {
+  label: 'empty' | 'history'
+  base: string
+  sql: Sql
+  apiKey: string
+  accountId: string
+  endpointId: string
+  meteredUrl: string
+  dbUrl: string
+  stop(): Promise<void>
+}
+
+const log = (line: string) => process.stdout.write(`${line}\n`)
+
+export async function runHistoryBench(argv: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      rows: { type: 'string' },
+      ci: { type: 'boolean' },
+      proofs: { type: 'string' },
+      samples: { type: 'string' },
+    },
+  })
+  const rows = Number(values.rows ?? (values.ci ? 200_000 : 50_000_000))
+  const proofs = Number(values.proofs ?? (values.ci ? 400 : 2_000))
+  const samples = Number(values.samples ?? (values.ci ? 50 : 200))
+  const hardStop = setTimeout(() => {
+    process.stderr.write('bench history: hard time limit reached\n')
+    process.exit(2)
+  }, HARD_LIMIT_MS)
+  hardStop.unref()
+  execFileSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--if-stale'], { stdio: 'inherit' })
+  const server = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
+  const chain = await startDevChain({ chainId: 84532, payers: 1, payerFunding: 100_000_000_000n })
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-bench-history-'))
+  const instances: Instance[] = []
+  try {
+    for (const label of ['empty', 'history'] as const) {
+      instances.push(await startInstance(label, { server, dir, chain }))
+    }
+    const [empty, history] = instances as [Instance, Instance]
+    log(`history: seeding ${rows.toLocaleString('en')} ledger entries`)
+    await seedHistory(
+      history.sql,
+      {
+        accountId: history.accountId,
+        wallet: chain.payers[0]!.address,
+        endpointId: history.endpointId,
+        payer: chain.payers[0]!.address,
+        treasury: chain.treasury.address,
+      },
+      { entries: rows, log },
+    )
+    const deps = { chain, rows, proofs, samples }
+    const results = await measureAll(deps, empty, history)
+    const file = join(
+      ROOT,
+      'bench',
+      'results',
+      `${new Date().toISOString().replace(/:/g, '-').replace(/\..*/, '')}-history.json`,
+    )
+    const meta = machine({
+      database: 'postgresql server',
+      command: `npm run bench -- history ${argv.join(' ')}`.trim(),
+      rows,
+      proofs_per_instance: proofs,
+      samples,
+    })
+    writeFileSync(file, `${JSON.stringify({ machine: meta, scenarios: results }, null, 2)}\n`)
+    log(`\n${table(results)}\n\nresults: ${file}`)
+  } finally {
+    for (const i of instances) await i.stop()
+    await chain.stop()
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+async function startInstance(
+  label: Instance['label'],
+  o: { server: string; dir: string; chain: Awaited<ReturnType<typeof startDevChain>> },
+): Promise<Instance> {
+  const { server, chain } = o
+  const db = `tollgate_bench_history_${label}_${process.pid}`
+  const admin = postgres(server, { max: 1, onnotice: () => {} })
+  await admin.unsafe(`DROP DATABASE IF EXISTS ${db}`)
+  await admin.unsafe(`CREATE DATABASE ${db}`)
+  await admin.end()
+  const url = new URL(server)
+  url.pathname = `/${db}`
+  const dbUrl = url.toString()
+  const port = await freePort()
+  const configFile = join(o.dir, `${label}.json`)
+  writeFileSync(
+    configFile,
+    JSON.stringify({
+      chain: { poll_interval_ms: 250 },
+      rate_limits: { enabled: false },
+      server: { workers: 1 },
+      // Nothing moves under the measurements: the bench runs the batcher's and reconcile's work itself.
+      jobs: { enabled: false },
+    }),
+  )
+  const child = await startNode(
+    'dist/main.js',
+    {
+      NODE_ENV: 'development',
+      NETWORK: 'base-sepolia',
+      PORT: String(port),
+      ADMIN_PORT: String(await freePort()),
+      RPC_URL: chain.rpcUrl,
+      USDC_ADDRESS: chain.usdcAddress,
+      TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
+      ALLOW_PRIVATE_UPSTREAMS: 'true',
+      LOG_LEVEL: 'warn',
+      TOLLGATE_CONFIG: configFile,
+      DATABASE_URL: dbUrl,
+    },
+    /tollgate listening on/,
+    120_000,
+  )
+  const base = `http://127.0.0.1:${port}`
+  const post = async (path: string, body: unknown, key?: string) => {
+    const r = await fetch(`${base}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
+      body: JSON.stringify(body),
+    })
+    if (!r.ok) throw new Error(`${label} ${path}: ${r.status} ${await r.text()}`)
+    return r.json()
+  }
+  const reg = await post('/api/v1/register', {
+    wallet_address: chain.payers[0]!.address,
+    business_name: label,
+  })
+  // The upstream: tollgate's own /healthz-free 402 answer would do, but a paid call needs a 2xx upstream.
+  const upstream = await startTinyUpstream()
+  const ep = await post('/api/v1/endpoints', { upstream_url: upstream.url, price: '0.001' }, reg.api_key)
+  const sql = createSql(dbUrl, { max: 4, applicationName: `bench-history-${label}` })
+  return {
+    label,
+    base,
+    sql,
+    apiKey: reg.api_key,
+    accountId: reg.account.id,
+    endpointId: ep.id,
+    meteredUrl: ep.metered_url,
+    dbUrl,
+    async stop() {
+      await child.stop()
+      await upstream.stop()
+      await sql.end({ timeout: 5 })
+      const a = postgres(server, { max: 1, onnotice: () => {} })
+      await a.unsafe(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => {})
+      await a.end()
+    },
+  }
+}
+
+async function startTinyUpstream(): Promise<{ url: string; stop(): Promise<void> }> {
+  const { createServer } = await import('node:http')
+  const server = createServer((_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.end('{"ok":true}')
+  })
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  const { port } = server.address() as { port: number }
+  return {
+    url: `http://127.0.0.1:${port}/data`,
+    stop: () => new Promise((r) => server.close(() => r())),
+  }
+}
+
+/** n sequential runs of `fn`: p50 and p99 in ms. */
+async function timed(n: number, fn: () => Promise<unknown>): Promise<{ p50: number; p99: number }> {
+  const ms: number[] = []
+  for (let i = 0; i < n; i++) {
+    const s = performance.now()
+    await fn()
+    ms.push(performance.now() - s)
+  }
+  ms.sort((a, b) => a - b)
+  const q = (p: number) => Math.round(ms[Math.min(ms.length - 1, Math.floor(p * ms.length))]! * 1000) / 1000
+  return { p50: q(0.5), p99: q(0.99) }
+}
+
+async function getJson(i: Instance, path: string): Promise<any> {
+  const r = await fetch(`${i.base}${path}`, { headers: { authorization: `Bearer ${i.apiKey}` } })
+  if (r.status !== 200) throw new Error(`${i.label} GET ${path}: ${r.status} ${await r.text()}`)
+  return r.json()
+}
+
+interface MeasureDeps {
+  chain: Awaited<ReturnType<typeof startDevChain>>
+  rows: number
+  proofs: number
+  samples: number
+}
+
+type Measure = (i: Instance) => Promise<{ p50: number; p99: number; note?: string } | { skipped: string }>
+
+async function measureAll(d: MeasureDeps, empty: Instance, history: Instance): Promise<HistoryResult[]> {
+  // A deep page: the cursor of a call half-way through the history (the empty database has its own calls).
+  const middle = async (i: Instance) => {
+    const [row] = await i.sql<{ id: string }[]>`
+      SELECT id FROM calls WHERE account_id = ${i.accountId} ORDER BY created_at DESC, id DESC
+      OFFSET (SELECT count(*) / 2 FROM calls WHERE account_id = ${i.accountId}) LIMIT 1`
+    return row?.id ?? null
+  }
+  const measures: Array<[string, Measure]> = [
+    ['balance-read', (i) => timed(d.samples, () => accountBalance(i.sql, i.accountId))],
+    // GET /account keeps a balance 2 s: most of these are cache hits; balance-read is the uncached cost.
+    ['account', (i) => timed(d.samples, () => getJson(i, '/api/v1/account'))],
+    ['calls-first-page', (i) => timed(d.samples, () => getJson(i, '/api/v1/calls?limit=100'))],
+    [
+      'calls-deep-page',
+      async (i) => {
+        const cursor = cursors.get(i)
+        if (!cursor) return { skipped: 'no calls' }
+        return timed(d.samples, () => getJson(i, `/api/v1/calls?limit=100&starting_after=${cursor}`))
+      },
+    ],
+    ['payouts', (i) => timed(d.samples, () => getJson(i, '/api/v1/payouts?limit=100'))],
+    ['payout-batcher', (i) => timed(Math.max(5, d.samples / 10), () => batcherWork(i))],
+  ]
+  const cursors = new Map<Instance, string | null>()
+  const results: HistoryResult[] = []
+  const compare = async (what: string, m: Measure) => {
+    log(`history: ${what}…`)
+    const e = await m(empty)
+    const before = await seqScans(history)
+    const measured = await m(history)
+    const h =
+      'skipped' in measured
+        ? measured
+        : {
+            ...measured,
+            note: [measured.note, `seq scans: ${await seqScansSince(history, before)}`]
+              .filter(Boolean)
+              .join('; '),
+          }
+    if ('skipped' in e || 'skipped' in h) {
+      log(`  skipped: ${'skipped' in h ? h.skipped : (e as { skipped: string }).skipped}`)
+      return
+    }
+    const r: HistoryResult = {
+      name: `history-${what}`,
+      rows: d.rows,
+      p50_ms: h.p50,
+      p99_ms: h.p99,
+      ratio_to_empty: e.p50 > 0 ? Math.round((h.p50 / e.p50) * 100) / 100 : null,
+      empty_p50_ms: e.p50,
+      empty_p99_ms: e.p99,
+      ...(h.note ? { note: h.note } : {}),
+    }
+    log(
+      `  empty p50 ${e.p50} p99 ${e.p99} ms · history p50 ${h.p50} p99 ${h.p99} ms · ratio ${r.ratio_to_empty}`,
+    )
+    results.push(r)
+  }
+  // Reconcile checkpoints before the paid calls: the incremental run then checks those calls only.
+  const contexts = new Map<Instance, Awaited<ReturnType<typeof reconcileDeps>>>()
+  for (const i of [empty, history]) {
+    const rd = await reconcileDeps(i, d.chain)
+    contexts.set(i, rd)
+    // As a clean full run leaves it: snapshots recomputed from the entries as of the marks, then the marks.
+    const marks = await marksBehindNow(i.sql, 0)
+    await resetSnapshots(i.sql, marks)
+    await i.sql`
+      INSERT INTO reconcile_checkpoints (name, to_time, to_block, ledger_entry_id, payouts_confirmed_before,
+                                         full_run)
+      VALUES (${`${d.chain.treasury.address.toLowerCase()}:${d.chain.usdcAddress.toLowerCase()}`}, now(), 0,
+              ${marks.entryId.toString()}::bigint, ${marks.confirmedBefore}, true)
+      ON CONFLICT (name) DO UPDATE SET to_time = now(), ledger_entry_id = EXCLUDED.ledger_entry_id,
+        payouts_confirmed_before = EXCLUDED.payouts_confirmed_before`
+  }
+  await compare('paid', (i) => paidLoad(i, d))
+  for (const i of [empty, history]) cursors.set(i, await middle(i))
+  for (const [what, m] of measures) await compare(what, m)
+
+  await compare('reconcile-incremental', async (i) => {
+    let balances = ''
+    const t = await timed(3, () =>
+      resetCheckpointThen(i, async () => {
+        const r = await reconcileFromCheckpoint(contexts.get(i)!, { full: false, commitLagMs: 0 })
+        balances = `accounts checked ${r.balances.accounts_checked}, balance drift ${r.balances.drifted_accounts}`
+      }),
+    )
+    return { ...t, note: balances }
+  })
+  await compare('reconcile-full', async (i) =>
+    i.label === 'history' && d.rows > FULL_RECONCILE_MAX_ENTRIES
+      ? {
+          skipped: `full reconcile reads every claim into the process: run at ≤ ${FULL_RECONCILE_MAX_ENTRIES} entries`,
+        }
+      : timed(1, () => reconcile(contexts.get(i)!, {})),
+  )
+  for (const rd of contexts.values()) await rd.chain.close()
+  return results
+}
+
+const BIG_TABLES = ['claims', 'calls', 'ledger_entries', 'events'] as const
+
+/** Sequential scans so far of the tables that grow with history (pg_stat_user_tables). */
+async function seqScans(i: Instance): Promise<Map<string, number>> {
+  const rows = await i.sql<{ relname: string; n: string }[]>`
+    SELECT relname, seq_scan::text AS n FROM pg_stat_user_tables WHERE relname = ANY(${[...BIG_TABLES]}::text[])`
+  return new Map(rows.map((r) => [r.relname, Number(r.n)]))
+}
+
+/** Which big tables were scanned since `before` ("none": every query was served by an index). */
+async function seqScansSince(i: Instance, before: Map<string, number>): Promise<string> {
+  // The other sessions' counters reach the shared statistics when they go idle (at most a second later).
+  await new Promise((r) => setTimeout(r, 1_500))
+  const after = await seqScans(i)
+  const scanned = [...after]
+    .filter(([t, n]) => n > (before.get(t) ?? 0))
+    .map(([t, n]) => `${t} ×${n - before.get(t)!}`)
+  return scanned.length ? scanned.join(', ') : 'none'
+}
+
+/** The batcher's database work per run: the threshold check, and locking a batch of payable entries. */
+async function batcherWork(i: Instance): Promise<void> {
+  await someWalletOwedAtLeast(i.sql, { minAtomic: 10_000n })
+  await i.sql
+    .begin(async (tx) => {
+      await lockPayableEntries(tx, { limit: 5_000 })
+      throw new Error('rollback')
+    })
+    .catch((err) => {
+      if ((err as Error).message !== 'rollback') throw err
+    })
+}
+
+async function reconcileDeps(i: Instance, chain: MeasureDeps['chain']) {
+  const config = loadConfig({
+    env: {
+      NODE_ENV: 'development',
+      NETWORK: 'base-sepolia',
+      RPC_URL: chain.rpcUrl,
+      USDC_ADDRESS: chain.usdcAddress,
+      TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
+      DATABASE_URL: i.dbUrl,
+    },
+    // No look-back: the incremental run covers exactly what came after the checkpoint.
+    overrides: { payouts: { reconcile_lookback_ms: 1 } },
+  })
+  return { sql: i.sql, chain: await connectChain(config), config }
+}
+
+/** Each incremental run starts from the same checkpoint (a clean run would move it past everything). */
+async function resetCheckpointThen<T>(i: Instance, fn: () => Promise<T>): Promise<T> {
+  const saved = await i.sql`SELECT * FROM reconcile_checkpoints`
+  const snapshots = await i.sql`SELECT * FROM reconcile_balance_snapshots`
+  const result = await fn()
+  for (const c of saved) {
+    await i.sql`UPDATE reconcile_checkpoints SET to_time = ${c.to_time}, ledger_entry_id = ${c.ledger_entry_id},
+                payouts_confirmed_before = ${c.payouts_confirmed_before} WHERE name = ${c.name}`
+  }
+  await i.sql.begin(async (tx) => {
+    await tx`DELETE FROM reconcile_balance_snapshots`
+    if (snapshots.length) await tx`INSERT INTO reconcile_balance_snapshots ${tx(snapshots)}`
+  })
+  return result
+}
+
+async function paidLoad(i: Instance, d: MeasureDeps): Promise<{ p50: number; p99: number; note: string }> {
+  const hashes = await makeProofs({
+    rpcUrl: d.chain.rpcUrl,
+    chainId: d.chain.chainId,
+    usdc: d.chain.usdcAddress,
+    payerKey: d.chain.payers[0]!.privateKey,
+    treasury: d.chain.treasury.address,
+    value: 1_000n,
+    count: d.proofs,
+  })
+  // Let the watcher pre-verify them, as in the main bench's paid scenarios.
+  await new Promise((r) => setTimeout(r, 1_500))
+  const m = await load({
+    url: i.meteredUrl,
+    connections: 16,
+    durationS: 10,
+    perRequest: { header: 'x-payment', values: hashes },
+    expectStatus: 200,
+  })
+  return { p50: m.p50_ms, p99: m.p99_ms, note: `${m.rps} req/s, ${m.errors} errors, ${m.requests} requests` }
+}
+
+function table(results: HistoryResult[]): string {
+  return [
+    '| scenario | rows | p50 ms | p99 ms | empty p50 ms | empty p99 ms | ratio to empty (p50) |',
+    '|---|---|---|---|---|---|---|',
+    ...results.map(
+      (r) =>
+        `| ${r.name} | ${r.rows} | ${r.p50_ms} | ${r.p99_ms} | ${r.empty_p50_ms} | ${r.empty_p99_ms} | ${r.ratio_to_empty ?? '–'} |${r.note ? ` ${r.note}` : ''}`,
+    ),
+  ].join('\n')
+}
