@@ -1,0 +1,225 @@
+// x402 `batch-settlement` (pay once, call many), chain side: where the contracts are, installing the
+// project's own implementation of them on anvil, reading a channel, and the claim/refund transactions.
+//
+// The scheme as @x402/evm 2.27 defines it (dist/esm/chunk-5XX3PMSD.mjs constants, chunk-H25OEB2U.mjs ABI,
+// chunk-H2QRXPTO.mjs client):
+// - A channel is the EIP-712 hash (domain "x402 Batch Settlement" v1, verifyingContract = the channel
+//   contract) of ChannelConfig(payer, payerAuthorizer, receiver, receiverAuthorizer, token, withdrawDelay,
+//   salt). receiver = the 402's payTo, receiverAuthorizer and withdrawDelay come from the 402's `extra`.
+// - The first paid request carries a `deposit` payload: an ERC-3009 ReceiveWithAuthorization to the
+//   deposit collector (nonce = keccak256(abi.encode(channelId, salt))) plus the first voucher. The server
+//   submits deposit(config, amount, collector, collectorData) — one transaction per deposit.
+// - Every request carries a Voucher(channelId, maxClaimableAmount) signed by the payerAuthorizer, where
+//   maxClaimableAmount = the server's charged cumulative + this request's price, exactly. A voucher on
+//   another base gets the corrective 402 (error invalid_batch_settlement_evm_cumulative_amount_mismatch,
+//   accepts[].extra.channelState.chargedCumulativeAmount + voucherState {signedMaxClaimable, signature}):
+//   the client checks the signature is its own and resyncs.
+// - A paid answer carries PAYMENT-RESPONSE {success, extra: {chargedAmount, channelState:
+//   {chargedCumulativeAmount, …}}}; the client adds chargedAmount to its base.
+// - The receiver claims vouchers many channels at a time (claim / claimWithSignature), then settle()
+//   moves the claimed total to the receiver. The payer gets the rest back by a cooperative `refund`
+//   payload (the server claims what is charged and refunds in one multicall) or, without the server, by
+//   initiateWithdraw + finalizeWithdraw after withdrawDelay (the server must claim before then).
+import {
+  type Address,
+  encodeAbiParameters,
+  encodeFunctionData,
+  getAddress,
+  type Hex,
+  hashTypedData,
+  type PublicClient,
+} from 'viem'
+import { batchSettlementArtifact, erc3009DepositCollectorArtifact } from './contracts/artifacts.ts'
+
+/** Where the published client expects the contracts (@x402/evm 2.27, batch-settlement/constants.ts). */
+export const BATCH_SETTLEMENT_ADDRESS: Address = getAddress('0x4020074e9dF2ce1deE5A9C1b5c3f541D02a10003')
+export const ERC3009_DEPOSIT_COLLECTOR_ADDRESS: Address = getAddress(
+  '0x4020806089470a89826cB9fB1f4059150b550004',
+)
+export const BATCH_SCHEME = 'batch-settlement'
+export const MIN_WITHDRAW_DELAY = 900
+export const MAX_WITHDRAW_DELAY = 2_592_000
+
+export const batchSettlementAbi = batchSettlementArtifact.abi
+
+export interface ChannelConfig {
+  payer: Address
+  payerAuthorizer: Address
+  receiver: Address
+  receiverAuthorizer: Address
+  token: Address
+  withdrawDelay: number
+  salt: Hex
+}
+
+const channelConfigTypes = {
+  ChannelConfig: [
+    { name: 'payer', type: 'address' },
+    { name: 'payerAuthorizer', type: 'address' },
+    { name: 'receiver', type: 'address' },
+    { name: 'receiverAuthorizer', type: 'address' },
+    { name: 'token', type: 'address' },
+    { name: 'withdrawDelay', type: 'uint40' },
+    { name: 'salt', type: 'bytes32' },
+  ],
+} as const
+
+export const voucherTypes = {
+  Voucher: [
+    { name: 'channelId', type: 'bytes32' },
+    { name: 'maxClaimableAmount', type: 'uint128' },
+  ],
+} as const
+
+export function batchDomain(chainId: number) {
+  return { name: 'x402 Batch Settlement', version: '1', chainId, verifyingContract: BATCH_SETTLEMENT_ADDRESS }
+}
+
+/** The channel id: the EIP-712 digest of the config (what the contract's getChannelId answers). */
+export function channelIdOf(config: ChannelConfig, chainId: number): Hex {
+  return hashTypedData({
+    domain: batchDomain(chainId),
+    types: channelConfigTypes,
+    primaryType: 'ChannelConfig',
+    message: config,
+  })
+}
+
+export function voucherDigest(chainId: number, channelId: Hex, maxClaimableAmount: bigint): Hex {
+  return hashTypedData({
+    domain: batchDomain(chainId),
+    types: voucherTypes,
+    primaryType: 'Voucher',
+    message: { channelId, maxClaimableAmount },
+  })
+}
+
+/**
+ * Dev chain and tests only: the project's own contracts at the addresses the client expects. Neither has a
+ * constructor or immutables, and their storage starts empty, so setting the runtime code is enough.
+ */
+export async function installBatchSettlement(rpcUrl: string): Promise<void> {
+  const codes: Array<[Address, Hex]> = [
+    [BATCH_SETTLEMENT_ADDRESS, batchSettlementArtifact.deployedBytecode],
+    [ERC3009_DEPOSIT_COLLECTOR_ADDRESS, erc3009DepositCollectorArtifact.deployedBytecode],
+  ]
+  for (const [address, code] of codes) {
+    const res = await fetch(rpcUrl, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'anvil_setCode', params: [address, code] }),
+    })
+    const body = (await res.json()) as { error?: { message: string } }
+    if (body.error) throw new Error(`anvil_setCode ${address}: ${body.error.message}`)
+  }
+}
+
+/** On a real network the x402 project's deployment is used: start-up checks there is code at both. */
+export async function batchContractsPresent(publicClient: PublicClient): Promise<boolean> {
+  for (const address of [BATCH_SETTLEMENT_ADDRESS, ERC3009_DEPOSIT_COLLECTOR_ADDRESS]) {
+    const code = await publicClient.getCode({ address })
+    if (code === undefined || code === '0x') return false
+  }
+  return true
+}
+
+export interface OnChainChannel {
+  balance: bigint
+  totalClaimed: bigint
+}
+
+export async function readChannel(publicClient: PublicClient, channelId: Hex): Promise<OnChainChannel> {
+  const [balance, totalClaimed] = (await publicClient.readContract({
+    address: BATCH_SETTLEMENT_ADDRESS,
+    abi: batchSettlementAbi,
+    functionName: 'channels',
+    args: [channelId],
+  })) as [bigint, bigint]
+  return { balance, totalClaimed }
+}
+
+export function toContractConfig(config: ChannelConfig) {
+  return {
+    payer: getAddress(config.payer),
+    payerAuthorizer: getAddress(config.payerAuthorizer),
+    receiver: getAddress(config.receiver),
+    receiverAuthorizer: getAddress(config.receiverAuthorizer),
+    token: getAddress(config.token),
+    withdrawDelay: config.withdrawDelay,
+    salt: config.salt,
+  }
+}
+
+export interface VoucherClaim {
+  config: ChannelConfig
+  maxClaimableAmount: bigint
+  signature: Hex
+  totalClaimed: bigint
+}
+
+function claimArgs(claims: VoucherClaim[]) {
+  return claims.map((c) => ({
+    voucher: { channel: toContractConfig(c.config), maxClaimableAmount: c.maxClaimableAmount },
+    signature: c.signature,
+    totalClaimed: c.totalClaimed,
+  }))
+}
+
+/** claim(many channels) then settle(receiver, token): one transaction moves the claimed USDC to the receiver. */
+export function claimAndSettleCalldata(claims: VoucherClaim[], receiver: Address, token: Address): Hex {
+  const calls = [
+    encodeFunctionData({ abi: batchSettlementAbi, functionName: 'claim', args: [claimArgs(claims)] }),
+    encodeFunctionData({ abi: batchSettlementAbi, functionName: 'settle', args: [receiver, token] }),
+  ]
+  return encodeFunctionData({ abi: batchSettlementAbi, functionName: 'multicall', args: [calls] })
+}
+
+/** Cooperative refund: claim what is charged, settle it, refund `amount` of the rest, in one transaction. */
+export function claimAndRefundCalldata(
+  config: ChannelConfig,
+  claim: VoucherClaim | null,
+  amount: bigint,
+): Hex {
+  const calls: Hex[] = []
+  if (claim) {
+    calls.push(
+      encodeFunctionData({ abi: batchSettlementAbi, functionName: 'claim', args: [claimArgs([claim])] }),
+    )
+    calls.push(
+      encodeFunctionData({
+        abi: batchSettlementAbi,
+        functionName: 'settle',
+        args: [config.receiver, config.token],
+      }),
+    )
+  }
+  calls.push(
+    encodeFunctionData({
+      abi: batchSettlementAbi,
+      functionName: 'refund',
+      args: [toContractConfig(config), amount],
+    }),
+  )
+  return encodeFunctionData({ abi: batchSettlementAbi, functionName: 'multicall', args: [calls] })
+}
+
+export function depositCalldata(config: ChannelConfig, amount: bigint, collectorData: Hex): Hex {
+  return encodeFunctionData({
+    abi: batchSettlementAbi,
+    functionName: 'deposit',
+    args: [toContractConfig(config), amount, ERC3009_DEPOSIT_COLLECTOR_ADDRESS, collectorData],
+  })
+}
+
+/** The ERC-3009 collector's data, as the scheme encodes it: (validAfter, validBefore, salt, signature). */
+export function erc3009CollectorData(a: {
+  validAfter: string
+  validBefore: string
+  salt: Hex
+  signature: Hex
+}): Hex {
+  return encodeAbiParameters(
+    [{ type: 'uint256' }, { type: 'uint256' }, { type: 'uint256' }, { type: 'bytes' }],
+    [BigInt(a.validAfter), BigInt(a.validBefore), BigInt(a.salt), a.signature],
+  )
+}

@@ -1,0 +1,203 @@
+// x402 batch-settlement, the leader's side (issue 12): sends the channel transactions the data plane asked
+// for (deposits, cooperative refunds) and claims served vouchers, many channels per transaction. The
+// treasury lock is held only around simulate + nonce + sign + broadcast; receipts are awaited outside it.
+//
+// Claims run on their own, slower period: a claim transaction covers every channel with served calls at
+// that moment, so its cost is spread over all the calls since the last one. The payer's withdraw delay
+// (900 s, the scheme's minimum) is far longer than that period: vouchers are claimed before any withdrawal
+// can be finalized, which is how the scheme's withdrawals are honoured.
+import { randomUUID } from 'node:crypto'
+import { type Address, getAddress, type Hash, type Hex, parseEventLogs } from 'viem'
+import {
+  type ChannelOp,
+  type ClaimableChannel,
+  claimableChannels,
+  confirmDeposit,
+  confirmRefund,
+  failChannelOp,
+  findChannel,
+  markChannelOpSent,
+  openChannelOps,
+  recordChannelClaims,
+} from '../../books/channels.ts'
+import {
+  BATCH_SETTLEMENT_ADDRESS,
+  batchSettlementAbi,
+  type ChannelConfig,
+  claimAndRefundCalldata,
+  claimAndSettleCalldata,
+  type VoucherClaim,
+} from '../../chain/batch-channel.ts'
+import { type BackgroundModule, type JobDeps, type TreasuryLock, unlocked } from './runner.ts'
+
+/** Channels per claim transaction (calldata grows ~0.6 kB per channel). */
+const CLAIM_MAX = 100
+
+export function createVoucherClaimerJobs(
+  deps: JobDeps,
+  options: { treasuryLock?: TreasuryLock; opsIntervalMs?: number; claimIntervalMs?: number } = {},
+): BackgroundModule {
+  const lock = options.treasuryLock ?? unlocked
+  return {
+    jobs: [
+      // A request waits on these: deposits before a channel's first call, refunds at its end.
+      {
+        name: 'batch-channel-ops',
+        intervalMs: options.opsIntervalMs ?? 200,
+        run: () => runChannelOps(deps, lock),
+      },
+      {
+        name: 'batch-claims',
+        intervalMs: options.claimIntervalMs ?? 60_000,
+        run: () => claimVouchers(deps, lock),
+      },
+    ],
+  }
+}
+
+function toClaim(c: ClaimableChannel): VoucherClaim {
+  return {
+    config: c.config as unknown as ChannelConfig,
+    maxClaimableAmount: BigInt(c.signed_max_atomic),
+    signature: c.signature as Hex,
+    totalClaimed: BigInt(c.captured_max),
+  }
+}
+
+/**
+ * Simulates, then sends from the treasury under the lock; null when the simulation reverted (with why).
+ * The simulation is the on-chain verification of a deposit: signature, funds and unused authorization.
+ */
+async function send(
+  deps: JobDeps,
+  lock: TreasuryLock,
+  data: Hex,
+): Promise<{ hash: Hash } | { error: string }> {
+  const { chain } = deps
+  return lock(async () => {
+    try {
+      await chain.publicClient.call({
+        account: chain.walletClient.account.address,
+        to: BATCH_SETTLEMENT_ADDRESS,
+        data,
+      })
+    } catch (err) {
+      return { error: err instanceof Error ? err.message : String(err) }
+    }
+    const hash = await chain.walletClient.sendTransaction({
+      account: chain.walletClient.account,
+      chain: chain.walletClient.chain,
+      to: BATCH_SETTLEMENT_ADDRESS,
+      data,
+    })
+    return { hash }
+  })
+}
+
+async function receiptOf(deps: JobDeps, hash: Hash) {
+  return deps.chain.publicClient.waitForTransactionReceipt({ hash, timeout: 60_000 })
+}
+
+/** Every open op: sent ones resolved from their receipt, pending ones sent. */
+export async function runChannelOps(deps: JobDeps, lock: TreasuryLock = unlocked): Promise<number> {
+  let done = 0
+  for (const op of await openChannelOps(deps.sql, 50)) {
+    if (op.status === 'pending') {
+      const data = op.kind === 'deposit' ? (op.calldata as Hex) : await refundData(deps, op)
+      const sent = await send(deps, lock, data)
+      if ('error' in sent) {
+        await failChannelOp(deps.sql, { id: op.id, error: sent.error })
+        deps.logger.warn('batch channel op refused by simulation', {
+          op: op.id,
+          kind: op.kind,
+          err: sent.error.slice(0, 200),
+        })
+        continue
+      }
+      await markChannelOpSent(deps.sql, { id: op.id, hash: sent.hash })
+      op.tx_hash = sent.hash
+      op.status = 'sent'
+    }
+    await resolveOp(deps, op)
+    done++
+  }
+  return done
+}
+
+/** A refund's transaction: claim what its channel served (settled to the treasury), then refund the rest. */
+async function refundData(deps: JobDeps, op: ChannelOp): Promise<Hex> {
+  const channel = await findChannel(deps.sql, op.channel_id)
+  const [claimable] = await claimableChannels(deps.sql, { limit: 1, channelId: op.channel_id })
+  const config = channel!.config as unknown as ChannelConfig
+  return claimAndRefundCalldata(config, claimable ? toClaim(claimable) : null, op.amount_atomic)
+}
+
+async function resolveOp(deps: JobDeps, op: ChannelOp): Promise<void> {
+  const hash = op.tx_hash as Hash
+  const receipt = await receiptOf(deps, hash)
+  if (receipt.status !== 'success') {
+    await failChannelOp(deps.sql, { id: op.id, error: `transaction ${hash} reverted` })
+    return
+  }
+  if (op.kind === 'deposit') {
+    await confirmDeposit(deps.sql, { id: op.id })
+    return
+  }
+  // The refund's claim (if any) is booked first, then the refund: the channel's charged part is settled.
+  const claimed = parseEventLogs({
+    abi: batchSettlementAbi,
+    eventName: 'Claimed',
+    logs: receipt.logs,
+  }) as unknown as Array<{
+    args: { channelId: Hex; totalClaimed: bigint }
+  }>
+  if (claimed.length > 0) {
+    await recordChannelClaims(deps.sql, {
+      claimId: `claim_${randomUUID()}`,
+      hash,
+      entries: claimed.map((l) => ({
+        channelId: l.args.channelId.toLowerCase(),
+        totalClaimed: l.args.totalClaimed,
+      })),
+    })
+  }
+  const refunded = parseEventLogs({
+    abi: batchSettlementAbi,
+    eventName: 'Refunded',
+    logs: receipt.logs,
+  }) as unknown as Array<{
+    args: { amount: bigint }
+  }>
+  await confirmRefund(deps.sql, { id: op.id, refunded: refunded[0]?.args.amount ?? 0n })
+}
+
+/** Claims every channel with served, unclaimed calls: one transaction per CLAIM_MAX channels. */
+export async function claimVouchers(deps: JobDeps, lock: TreasuryLock = unlocked): Promise<number> {
+  const { chain } = deps
+  let txs = 0
+  for (;;) {
+    const due = await claimableChannels(deps.sql, { limit: CLAIM_MAX })
+    if (due.length === 0) return txs
+    const treasury: Address = getAddress(chain.treasury)
+    const data = claimAndSettleCalldata(due.map(toClaim), treasury, getAddress(chain.usdc.address))
+    const sent = await send(deps, lock, data)
+    if ('error' in sent) {
+      deps.logger.error('batch voucher claim refused by simulation; retried next run', {
+        err: sent.error.slice(0, 300),
+      })
+      return txs
+    }
+    txs++
+    const receipt = await receiptOf(deps, sent.hash)
+    if (receipt.status !== 'success') {
+      deps.logger.error('batch voucher claim reverted; retried next run', { tx: sent.hash })
+      return txs
+    }
+    await recordChannelClaims(deps.sql, {
+      claimId: `claim_${randomUUID()}`,
+      hash: sent.hash,
+      entries: due.map((c) => ({ channelId: c.channel_id, totalClaimed: BigInt(c.captured_max) })),
+    })
+    if (due.length < CLAIM_MAX) return txs
+  }
+}

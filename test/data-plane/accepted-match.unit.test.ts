@@ -1,0 +1,75 @@
+// `accepted` of an x402 v2 payload against the advertised requirement (as @x402/core matches it), and the
+// per-reason PAYMENT-REQUIRED header built once per reason.
+import { describe, expect, it } from 'vitest'
+import { matchAccepted } from '../../src/data-plane/accepted-match.ts'
+import { buildChallenge, v2Header } from '../../src/data-plane/challenge.ts'
+import type { LiveEndpoint } from '../../src/data-plane/endpoint-cache.ts'
+
+const chain = {
+  network: 'base-sepolia',
+  chainId: 84532,
+  x402Network: 'base-sepolia',
+  caip2: 'eip155:84532',
+  treasury: '0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266',
+  usdcAddress: '0x036CbD53842c5426634e7929541eC2318f3dCF7e',
+  usdcName: 'USD Coin',
+  usdcVersion: '2',
+}
+const challenge = buildChallenge(chain, {
+  resourceUrl: 'http://127.0.0.1/m/ep_1',
+  description: 'd',
+  priceAtomic: 10_000n,
+  idField: 'endpoint_id',
+  id: 'ep_1',
+  maxTimeoutSeconds: 300,
+})
+const endpoint = { priceAtomic: 10_000n, floorAtomic: 5_000n, floorUntilMs: 1_000, challenge } as LiveEndpoint
+const payload = (accepted: Record<string, unknown>, value = String(accepted.amount)) => ({
+  x402Version: 2,
+  accepted,
+  payload: { authorization: { value } },
+})
+const ours = { ...challenge.v2 }
+
+describe('matchAccepted', () => {
+  it('takes the advertised requirement, and extra keys inside extra', () => {
+    expect(matchAccepted(endpoint, payload(ours), 2_000)).toBeNull()
+    expect(matchAccepted(endpoint, payload({ ...ours, extra: { ...ours.extra, more: 1 } }), 2_000)).toBeNull()
+  })
+
+  it('refuses any other core field, a missing or added one, or extra without ours', () => {
+    for (const altered of [
+      { ...ours, payTo: ours.payTo.toLowerCase() },
+      { ...ours, network: 'base-sepolia' },
+      { ...ours, scheme: 'upto' },
+      { ...ours, maxTimeoutSeconds: 60 },
+      { ...ours, memo: 'x' },
+      { ...ours, extra: { name: 'USDC', version: '2' } },
+      Object.fromEntries(Object.entries(ours).filter(([k]) => k !== 'asset')),
+    ])
+      expect(matchAccepted(endpoint, payload(altered), 2_000)).toBe('requirements_mismatch')
+    expect(matchAccepted(endpoint, { x402Version: 2 }, 2_000)).toBe('requirements_mismatch')
+  })
+
+  it('takes exactly the price, or the quoted floor while it holds; the value must be that amount', () => {
+    expect(matchAccepted(endpoint, payload({ ...ours, amount: '5000' }), 500)).toBeNull()
+    expect(matchAccepted(endpoint, payload({ ...ours, amount: '5000' }), 2_000)).toBe('requirements_mismatch')
+    expect(matchAccepted(endpoint, payload({ ...ours, amount: '20000' }), 500)).toBe('requirements_mismatch')
+    expect(matchAccepted(endpoint, payload(ours, '20000'), 500)).toBe('wrong_amount')
+    expect(matchAccepted(endpoint, payload(ours, '9999'), 500)).toBe('underpaid')
+  })
+})
+
+describe('v2Header', () => {
+  it('carries the reason, once per reason', () => {
+    const decoded = JSON.parse(Buffer.from(v2Header(challenge, 'underpaid'), 'base64').toString())
+    expect(decoded).toEqual({
+      x402Version: 2,
+      error: 'underpaid',
+      resource: { url: 'http://127.0.0.1/m/ep_1', description: 'd', mimeType: 'application/json' },
+      accepts: [ours],
+    })
+    expect(v2Header(challenge, 'underpaid')).toBe(v2Header(challenge, 'underpaid'))
+    expect(challenge.v2Headers.size).toBe(1)
+  })
+})
