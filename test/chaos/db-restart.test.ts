@@ -7,6 +7,7 @@ import { startLeadership } from '../../src/control-plane/jobs/leader.ts'
 import { createSql, SessionClosedError, type Sql } from '../../src/db/sql.ts'
 import { isDatabaseUnavailable } from '../../src/db/unavailable.ts'
 import { createLogger } from '../../src/observability/logger.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 import { type PgCluster, startPgCluster } from './pg-cluster.ts'
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
@@ -42,6 +43,7 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('database client across a Post
         () => null,
         (err: unknown) => err,
       )
+    // Restarted while the transaction sits in pg_sleep(5): the timing is the fault under test.
     await sleep(300)
     await cluster.restart('fast')
 
@@ -60,7 +62,7 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('database client across a Post
     )
     expect(second).toBeInstanceOf(SessionClosedError)
     reserved.release()
-    // Immediates (where the driver would have thrown) have run by now.
+    // Immediates (where the driver would have thrown) have run by now: a fixed wait on purpose, for a negative.
     await sleep(200)
     expect(uncaught).toEqual([])
 
@@ -83,19 +85,17 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('database client across a Post
       expect(leadership.isLeader()).toBe(true)
       await cluster.restart('fast', 500)
       // The lock went with the session: within a few checks the old leader knows it.
-      const deadline = Date.now() + 10_000
-      let steppedDown = false
-      while (Date.now() < deadline) {
-        if (!leadership.isLeader()) {
-          steppedDown = true
-          break
-        }
-        await sleep(50)
-      }
-      expect(steppedDown).toBe(true)
+      await waitFor(() => !leadership.isLeader(), {
+        timeoutMs: 10_000,
+        intervalMs: 50,
+        what: 'the step-down',
+      })
       // Then it takes the lock again on a new session (nobody else is competing).
-      while (Date.now() < deadline + 10_000 && !leadership.isLeader()) await sleep(100)
-      expect(leadership.isLeader()).toBe(true)
+      await waitFor(() => leadership.isLeader(), {
+        timeoutMs: 20_000,
+        intervalMs: 100,
+        what: 'the lock again',
+      })
       // And the lock is really held: another session cannot take it.
       const [row] = await other<{ ok: boolean }[]>`SELECT pg_try_advisory_lock(7301002) AS ok`
       expect(row?.ok).toBe(false)

@@ -11,9 +11,9 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { makeProofs } from '../../bench/proofs.ts'
 import { type DevChain, startDevChain } from '../../src/chain/dev-chain.ts'
 import { type ChildService, freePort, pidAlive, startChildService } from '../helpers/child-service.ts'
+import { type RpcProxy, startRpcProxy } from '../helpers/rpc-proxy.ts'
 import { type CountingUpstream, startCountingUpstream } from './counting-upstream.ts'
 import { type PgCluster, startPgCluster } from './pg-cluster.ts'
-import { type RpcProxy, startRpcProxy } from './rpc-proxy.ts'
 
 const ROOT = join(import.meta.dirname, '..', '..')
 const PRICE_ATOMIC = 1_000n // $0.001
@@ -66,7 +66,13 @@ export interface RoundResult {
 
 export interface ChaosResult {
   rounds: RoundResult[]
+  /** Serves during the replay of proofs the upstream had already served: a proof served twice. */
   replayServedAgain: number
+  /**
+   * Serves during the replay of proofs the load never got served (their client stopped at a 402): not a
+   * double serve, but a 402 that was not final. Reported with each attempt's trail.
+   */
+  replayFirstServes: number
   crashed: number
   /** Output tails of instances that died unexpectedly. */
   crashOutput: string[]
@@ -87,6 +93,8 @@ interface ProofState {
   round: number
   killedInFlight: boolean
   done: 'served' | 'refused' | 'gave_up' | null
+  /** What each attempt saw, e.g. 'a:200', 'b:409', 'a:net' (load) and 'replay a:402': printed for a suspect. */
+  trail: string[]
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
@@ -195,7 +203,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       count: options.proofs,
     })
     log(`${hashes.length} proofs mined in ${Math.round((Date.now() - started) / 1000)} s`)
-    // Let both watchers see the transfers: the load then needs no RPC unless the watcher missed one.
+    // Let both watchers see the transfers: the load then needs no RPC unless the watcher missed one. A settle
+    // period, not a condition: a missed transfer is allowed (verified by RPC then), so nothing is awaited.
     await sleep(2_000)
 
     const perRound = Math.floor(hashes.length / options.faults.length)
@@ -204,6 +213,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       round: Math.min(Math.floor(i / perRound), options.faults.length - 1),
       killedInFlight: false,
       done: null,
+      trail: [],
     }))
 
     const db = postgres(cluster.url, { max: 2, onnotice: () => {} })
@@ -225,6 +235,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
         stats,
       })
       const injected = (async () => {
+        // The fault lands 30 % into the round's load: its timing is part of the run.
         await sleep(options.roundMs * 0.3)
         window.from = Date.now()
         await inject(fault, { instances, cluster, rpc, upstream, restart, log })
@@ -235,7 +246,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       await Promise.all([load, injected])
       probing.on = false
       await probe
-      // Captures are batched: give them time to land before the books are read.
+      // Captures are batched: give them time to land before the books are read. Not a condition to poll:
+      // an in-doubt claim stays 'claimed' by design, so "no claim left open" never has to become true.
       await sleep(2_000)
       const reconcileExit = await runReconcile(cluster.url, chain, log)
       const graceMs = 5_000
@@ -268,10 +280,19 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     }
 
     // Every proof once more on both instances: a spent proof must never be served again.
-    const before = sumServed(upstream)
+    const servedBefore = new Map(upstream.served)
     await replayAll(proofs, instances, endpointId, options.concurrency)
+    // A fixed wait on purpose, for a negative: a replay that reached an upstream late is still counted.
     await sleep(2_000)
-    const replayServedAgain = sumServed(upstream) - before
+    let replayServedAgain = 0
+    let replayFirstServes = 0
+    for (const p of proofs) {
+      const was = servedBefore.get(p.hash) ?? 0
+      const now = upstream.served.get(p.hash) ?? 0
+      if (was > 0) replayServedAgain += now - was
+      else replayFirstServes += now
+    }
+    await explainSuspects(db, proofs, upstream, servedBefore, log)
 
     await judge(db, proofs, upstream, rounds)
     const ok =
@@ -280,16 +301,31 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       replayServedAgain === 0
     for (const inst of instances)
       if (!inst.expectExit && !pidAlive(inst.child.pid)) log(`!! ${inst.name} is not running at the end`)
-    return { rounds, replayServedAgain, crashed, crashOutput, ok }
+    return { rounds, replayServedAgain, replayFirstServes, crashed, crashOutput, ok }
   } finally {
     await cleanup()
   }
 }
 
-function sumServed(upstream: CountingUpstream): number {
-  let n = 0
-  for (const v of upstream.served.values()) n += v
-  return n
+/**
+ * Every proof the upstream served more than once, or served on replay: what its clients saw (each attempt's
+ * instance, status and time into the round) and what its claim says.
+ */
+async function explainSuspects(
+  db: postgres.Sql,
+  proofs: ProofState[],
+  upstream: CountingUpstream,
+  servedBeforeReplay: Map<string, number>,
+  log: (line: string) => void,
+): Promise<void> {
+  for (const p of proofs) {
+    const served = upstream.served.get(p.hash) ?? 0
+    if (served < 2 && served === (servedBeforeReplay.get(p.hash) ?? 0)) continue
+    const [claim] = await db`
+      SELECT status, attempts, releases, claimed_at, lease_until, retry_until, captured_at
+      FROM claims WHERE proof_key = ${`tx:${p.hash.toLowerCase()}`}`
+    log(`!! ${p.hash} served ${served}×: ${p.trail.join(' ')} | claim ${JSON.stringify(claim ?? null)}`)
+  }
 }
 
 async function inject(
@@ -310,6 +346,7 @@ async function inject(
     victim.generation++
     await victim.child.kill('SIGKILL')
     ctx.log(`   SIGKILL ${victim.name} pid ${pid}: gone=${!pidAlive(pid)}`)
+    // Down for a second under load: the outage is the fault.
     await sleep(1_000)
     await ctx.restart(victim)
     ctx.log(`   ${victim.name} restarted as pid ${victim.child.pid}`)
@@ -318,6 +355,7 @@ async function inject(
     await ctx.cluster.restart('fast', 1_000)
     ctx.log(`   PostgreSQL restarted (fast, 1 s down) in ${Date.now() - t} ms`)
   } else if (fault === 'rpc') {
+    // The outage lengths are the fault under test.
     await ctx.rpc.setMode('refuse')
     await sleep(5_000)
     await ctx.rpc.setMode('blackhole')
@@ -325,6 +363,7 @@ async function inject(
     await ctx.rpc.setMode('pass')
     ctx.log('   RPC refused 5 s, black-holed 4 s, restored')
   } else {
+    // The failure lengths are the fault under test.
     ctx.upstream.setMode('fail')
     await sleep(3_000)
     ctx.upstream.setMode('hang')
@@ -354,6 +393,7 @@ async function drive(
       const p = proofs[k]
       if (!p) return
       const due = t0 + k * gapMs
+      // Paced load: each proof has its start time.
       if (due > Date.now()) await sleep(due - Date.now())
       const deadline = Date.now() + 45_000
       for (let attempt = 0; p.done === null; attempt++) {
@@ -369,6 +409,7 @@ async function drive(
             signal: AbortSignal.timeout(6_000),
           })
           const text = await res.text()
+          p.trail.push(`${inst.name}:${res.status}@${Date.now() - t0}`)
           if (res.status < 300) p.done = 'served'
           else if (res.status === 402) p.done = 'refused'
           else if (res.status === 503) {
@@ -379,9 +420,11 @@ async function drive(
           }
         } catch (err) {
           if ((err as Error).message.startsWith('unexpected')) throw err
+          p.trail.push(`${inst.name}:net@${Date.now() - t0}`)
           ctx.stats.network++
           if (inst.generation !== generation) p.killedInFlight = true
         }
+        // A retrying client's back-off, as agents do.
         if (p.done === null) await sleep(150 + Math.random() * 150)
       }
     }
@@ -424,6 +467,7 @@ async function probeLoop(
       stats.s503.push(Date.now())
       if (!api.headers.get('retry-after')) stats.noRetryAfter++
     }
+    // The probe's sampling period.
     await sleep(300)
   }
 }
@@ -444,8 +488,11 @@ async function replayAll(
           headers: { 'x-payment': p.hash },
           signal: AbortSignal.timeout(6_000),
         })
-          .then((r) => r.text())
-          .catch(() => {})
+          .then((r) => {
+            p.trail.push(`replay ${inst.name}:${r.status}`)
+            return r.text()
+          })
+          .catch(() => p.trail.push(`replay ${inst.name}:net`))
       }
     }
   }
@@ -483,7 +530,7 @@ async function judge(
   }
 }
 
-async function runReconcile(
+export async function runReconcile(
   databaseUrl: string,
   chain: DevChain,
   log: (line: string) => void,
@@ -552,7 +599,7 @@ export function formatTable(result: ChaosResult): string {
     `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`,
     ...rows.map(line),
     '',
-    `replay of every proof on both instances: ${result.replayServedAgain} served again`,
+    `replay of every proof on both instances: ${result.replayServedAgain} served again, ${result.replayFirstServes} served for the first time (refused with a 402 during the load)`,
     `instances crashed: ${result.crashed}`,
     result.ok ? 'OK' : 'FAILED: served twice, charged-not-served or a crashed instance',
   ].join('\n')

@@ -88,6 +88,7 @@ export async function startPgCluster(): Promise<PgCluster> {
     stop,
     async restart(mode = 'fast', downMs = 0) {
       await stop(mode)
+      // How long the server stays down is the fault.
       if (downMs > 0) await new Promise((r) => setTimeout(r, downMs))
       await start()
     },

@@ -1,7 +1,9 @@
 // `npm run chaos`: the full chaos run (CHAOS_PROOFS, default 2,000, over the faults in CHAOS_FAULTS).
-// Prints one row per fault and exits 1 when a proof was served twice, a payer was charged for a call
-// that was not served, or an instance crashed. Everything it starts stops by itself (hard limit 20 min).
+// Prints one row per fault, then the jobs-killed-mid-run report, and exits 1 when a proof was served twice,
+// a payer was charged for a call that was not served, an instance crashed, or a killed job lost or doubled
+// money. Everything it starts stops by itself (hard limit 20 min).
 import { type FaultName, formatTable, runChaos } from './harness.ts'
+import { formatJobKills, runJobKills } from './job-kills.ts'
 
 const ALL: FaultName[] = ['kill', 'pg-restart', 'rpc', 'upstream', 'pg-restart']
 const faults = (process.env.CHAOS_FAULTS?.split(',') as FaultName[] | undefined) ?? ALL
@@ -20,4 +22,15 @@ const result = await runChaos({
 })
 process.stdout.write(`\n${formatTable(result)}\n`)
 for (const out of result.crashOutput) process.stdout.write(`\n--- crashed instance ---\n${out}\n`)
-process.exit(result.ok ? 0 : 1)
+// Then the background jobs killed mid-run: x402 settlement after its first broadcast, a payout batch after
+// its broadcast (CHAOS_JOB_KILLS=0 skips it).
+let jobsOk = true
+if (process.env.CHAOS_JOB_KILLS !== '0') {
+  const kills = await runJobKills({
+    authorizations: Number(process.env.CHAOS_AUTHORIZATIONS ?? 40),
+    log: (line) => process.stdout.write(`${line}\n`),
+  })
+  process.stdout.write(`\n${formatJobKills(kills)}\n`)
+  jobsOk = kills.ok
+}
+process.exit(result.ok && jobsOk ? 0 : 1)

@@ -6,6 +6,7 @@ import { checkClaims } from '../../src/control-plane/jobs/reconcile-claims.ts'
 import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 
 type Upstream = Awaited<ReturnType<typeof startUpstream>>
 
@@ -17,6 +18,8 @@ let key: string
 const served = new Map<string, number>()
 /** /gate requests wait here until the test opens them. */
 let openGate: (() => void) | null = null
+/** /stall requests never get an answer (closed when the test ends). */
+const stalled: Array<{ destroy(): void }> = []
 /** /flaky answers 503 until this is set. */
 let flakyUp = false
 
@@ -27,6 +30,10 @@ beforeAll(async () => {
     served.set(path, (served.get(path) ?? 0) + 1)
     if (path === '/gate') {
       openGate = () => res.writeHead(200, { 'content-type': 'application/json' }).end('{"late":true}')
+      return true
+    }
+    if (path === '/stall') {
+      stalled.push(res)
       return true
     }
     if (path === '/flaky') {
@@ -40,6 +47,7 @@ beforeAll(async () => {
   key = (await registerMerchant(svc)).key
 })
 afterAll(async () => {
+  for (const res of stalled) res.destroy()
   await svc?.stop()
   await upstream?.close()
 })
@@ -58,13 +66,8 @@ async function claim(hash: string) {
   return row
 }
 
-async function until(what: string, ok: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!(await ok())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 20))
-  }
-}
+const until = (what: string, ok: () => boolean | Promise<boolean>, timeoutMs = 10_000) =>
+  waitFor(ok, { timeoutMs, what })
 
 describe('a proof serves at most once', () => {
   it('a claim whose holder vanished mid-call is never won again, and is refunded after its window', async () => {
@@ -120,6 +123,29 @@ describe('a proof serves at most once', () => {
     expect(served.get('/flaky')).toBe(2)
     const calls = await svc.sql`SELECT upstream_status FROM calls WHERE proof_key = ${`tx:${hash}`}`
     expect(calls).toEqual([{ upstream_status: 200 }])
+  })
+
+  it('a call whose upstream did not answer in time is in doubt: never released, never served again', async () => {
+    const url = await endpoint('/stall')
+    const id = url.split('/m/')[1]!
+    await svc.sql`UPDATE endpoints SET timeout_ms = 300 WHERE id = ${id}`
+    const hash = await payUsdc(payer, svc.chain.treasury, 10_000n)
+    const first = await fetch(url, { headers: { 'x-payment': hash } })
+    expect(first.status).toBe(504)
+    expect((await first.json()).error.code).toBe('upstream_timeout')
+    expect(served.get('/stall')).toBe(1)
+    // The request reached the upstream, which may have done the work: a retry is not forwarded.
+    const retry = await fetch(url, { headers: { 'x-payment': hash } })
+    expect(retry.status).toBe(409)
+    expect(served.get('/stall')).toBe(1)
+    expect(await claim(hash)).toEqual({ status: 'claimed', attempts: 1, releases: 0 })
+    // Its lease runs out: still never served again; the window's end refunds it.
+    await svc.sql`UPDATE claims SET lease_until = now() - interval '1 second', retry_until = now() - interval '1 second'
+                  WHERE proof_key = ${`tx:${hash}`}`
+    expect((await fetch(url, { headers: { 'x-payment': hash } })).status).toBe(402)
+    await svc.jobs.runNow('claim-expiry')
+    expect((await claim(hash))!.status).toBe('refund_due')
+    expect(served.get('/stall')).toBe(1)
   })
 
   it('reconcile finds nothing wrong with what these calls left', async () => {

@@ -4,6 +4,9 @@
 //      and hashes — nothing new is signed while anything is open, so a payout is never sent twice;
 //   2. record the new batch (amounts, entries, nonces, signed transactions) in one transaction;
 //   3. only then broadcast, wait for confirmations, and mark each payout with its events.
+// The treasury lock (shared with x402 settlement, one nonce sequence) is held only from the nonce read to the
+// broadcast of what was signed, and around each re-broadcast: never while waiting for confirmations, so an
+// authorization is not kept from settling before its validBefore by a payout batch waiting on blocks.
 import type { Address, Hash, Hex } from 'viem'
 import {
   type BatchRefusal,
@@ -33,18 +36,12 @@ import {
   payoutFailures,
   payoutsOpen,
 } from '../../observability/metrics.ts'
+import { faultPoint } from './fault-point.ts'
 import { reconcile } from './reconcile.ts'
-import type { BackgroundModule, JobDeps } from './runner.ts'
+import { type BackgroundModule, type JobDeps, type TreasuryLock, unlocked } from './runner.ts'
 
 /** Session lock held for a whole run on a server database: two instances never run a batch at once. */
 const PAYOUT_RUN_LOCK = 7_301_005
-
-export type FaultPoint = 'payout:before_broadcast' | 'payout:after_broadcast' | 'payout:after_confirm'
-
-/** Fault injection for the crash tests: TOLLGATE_FAULT_POINT=<point> kills the process right there. */
-function faultPoint(point: FaultPoint): void {
-  if (process.env.TOLLGATE_FAULT_POINT === point) process.kill(process.pid, 'SIGKILL')
-}
 
 export type RunOutcome =
   | { outcome: 'sent'; payouts: number; confirmed: number; open: number }
@@ -59,7 +56,10 @@ export class PayoutBatcher {
   private readonly minAtomic: bigint
   private readonly thresholdAtomic: bigint
 
-  constructor(private readonly deps: JobDeps) {
+  constructor(
+    private readonly deps: JobDeps,
+    private readonly treasuryLock: TreasuryLock = unlocked,
+  ) {
     const { payouts } = deps.config
     const min = configDollars(payouts.min_amount)
     this.minAtomic = min > 0n ? min : 1n
@@ -123,7 +123,7 @@ export class PayoutBatcher {
   }
 
   private async runOnce(): Promise<RunOutcome> {
-    const { sql, chain, config, logger } = this.deps
+    const { sql, logger } = this.deps
     // 1. Whatever is open is resolved first: nothing new is signed while the chain's answer is unknown.
     const stillOpen = await this.settleOpen()
     if (stillOpen > 0) return { outcome: 'open', open: stillOpen }
@@ -133,7 +133,27 @@ export class PayoutBatcher {
       return { outcome: 'idle', waiting: 0 }
     }
 
-    // 2. Record the batch. Chain reads happen before the transaction; signing inside it is local.
+    // 2. Record the batch and broadcast it, holding the treasury lock from the nonce read to the broadcast.
+    const recorded = await this.treasuryLock(() => this.recordAndBroadcast())
+    if (recorded.outcome !== 'recorded') return recorded
+    logger.info('payout batch recorded', {
+      payouts: recorded.payouts,
+      total_atomic: recorded.totalAtomic,
+      first_nonce: recorded.firstNonce,
+    })
+
+    // 3. Confirm and mark (unlocked: re-broadcasts take the lock one at a time).
+    const open = await this.settleOpen()
+    return { outcome: 'sent', payouts: recorded.payouts, confirmed: this.lastConfirmed, open }
+  }
+
+  /** Reads the nonce, records the signed batch, broadcasts it: the whole critical section of a payout run. */
+  private async recordAndBroadcast(): Promise<
+    | { outcome: 'recorded'; payouts: number; totalAtomic: bigint; firstNonce: bigint }
+    | Exclude<RunOutcome, { outcome: 'sent' | 'open' | 'busy' }>
+  > {
+    const { sql, chain, config } = this.deps
+    // Chain reads happen before the transaction; signing inside it is local.
     const treasury = chain.treasury
     const [funds, fees, gas, nonce] = await Promise.all([
       readTreasuryFunds(chain.publicClient, { treasury, usdc: chain.usdc.address }),
@@ -186,16 +206,19 @@ export class PayoutBatcher {
     }
     this.clearBlocked()
     if (result.payouts.length === 0) return { outcome: 'idle', waiting: result.waiting }
-    logger.info('payout batch recorded', {
+    // Broadcast what was just signed before another sender may read the treasury's nonce.
+    const open = await openPayouts(sql)
+    const mine = new Set(result.payouts.map((p) => p.id))
+    await this.broadcastAll(
+      open.filter((p) => mine.has(p.id)),
+      new Set(),
+    )
+    return {
+      outcome: 'recorded',
       payouts: result.payouts.length,
-      total_atomic: result.payouts.reduce((s, p) => s + p.amount_atomic, 0n),
-      first_nonce: result.payouts[0]!.nonce,
-    })
-
-    // 3. Broadcast, confirm, mark.
-    const before = result.payouts.length
-    const open = await this.settleOpen()
-    return { outcome: 'sent', payouts: before, confirmed: this.lastConfirmed, open }
+      totalAtomic: result.payouts.reduce((s, p) => s + p.amount_atomic, 0n),
+      firstNonce: BigInt(result.payouts[0]!.nonce),
+    }
   }
 
   private lastConfirmed = 0
@@ -215,7 +238,7 @@ export class PayoutBatcher {
       payoutsOpen.set(open.length)
       if (open.length === 0) return 0
       const states = await this.lookupAll(open)
-      let gasShort: string | null = null
+      const unmined: PayoutRow[] = []
       for (let i = 0; i < open.length; i++) {
         const p = open[i]!
         const st = states[i]!
@@ -227,23 +250,10 @@ export class PayoutBatcher {
         } else if (st.state === 'nonce_taken') {
           // Another transaction of the treasury used this nonce: ours can never be mined. Retry at once.
           await this.markFailed(p, 'nonce_taken', `nonce ${p.nonce} was used by another transaction`)
-        } else if (st.state === 'unmined' && !sentThisRun.has(p.id) && !gasShort) {
-          faultPoint('payout:before_broadcast')
-          const sent = await broadcast(this.deps.chain.publicClient, p.raw_tx as Hex)
-          faultPoint('payout:after_broadcast')
-          if (sent.ok || sent.reason === 'already_known' || sent.reason === 'nonce_too_low') {
-            // nonce_too_low: mined meanwhile (ours or not); the next look-up tells which.
-            sentThisRun.add(p.id)
-            await markPayoutSubmitted(sql, p.id)
-          } else {
-            await recordBroadcastError(sql, p.id, `${sent.reason}: ${sent.message}`)
-            logger.warn('payout broadcast refused', { payout: p.id, nonce: p.nonce, reason: sent.reason })
-            // A later nonce cannot be mined before this one: stop broadcasting for this round.
-            if (sent.reason === 'insufficient_funds') gasShort = sent.message
-            sentThisRun.add(p.id)
-          }
-        }
+        } else if (st.state === 'unmined' && !sentThisRun.has(p.id)) unmined.push(p)
       }
+      const gasShort =
+        unmined.length === 0 ? null : await this.treasuryLock(() => this.broadcastAll(unmined, sentThisRun))
       if (gasShort) {
         this.setBlocked({
           reason: 'gas_short',
@@ -260,6 +270,29 @@ export class PayoutBatcher {
       }
       await new Promise((r) => setTimeout(r, Math.min(config.chain.poll_interval_ms, 1000)))
     }
+  }
+
+  /**
+   * Broadcasts recorded payouts in nonce order (their bytes, signed when recorded). Stops at the first that
+   * cannot pay its gas (a later nonce cannot be mined before it) and returns why; null when all went out.
+   */
+  private async broadcastAll(payouts: PayoutRow[], sentThisRun: Set<string>): Promise<string | null> {
+    const { sql, logger } = this.deps
+    for (const p of payouts) {
+      faultPoint('payout:before_broadcast')
+      const sent = await broadcast(this.deps.chain.publicClient, p.raw_tx as Hex)
+      faultPoint('payout:after_broadcast')
+      sentThisRun.add(p.id)
+      if (sent.ok || sent.reason === 'already_known' || sent.reason === 'nonce_too_low') {
+        // nonce_too_low: mined meanwhile (ours or not); the next look-up tells which.
+        await markPayoutSubmitted(sql, p.id)
+        continue
+      }
+      await recordBroadcastError(sql, p.id, `${sent.reason}: ${sent.message}`)
+      logger.warn('payout broadcast refused', { payout: p.id, nonce: p.nonce, reason: sent.reason })
+      if (sent.reason === 'insufficient_funds') return sent.message
+    }
+    return null
   }
 
   private async lookupAll(open: PayoutRow[]): Promise<PayoutTxState[]> {
@@ -345,20 +378,22 @@ export class PayoutBatcher {
   }
 }
 
-export function createPayoutJobs(deps: JobDeps): BackgroundModule {
-  const batcher = new PayoutBatcher(deps)
+export function createPayoutJobs(
+  deps: JobDeps,
+  options: { treasuryLock?: TreasuryLock } = {},
+): BackgroundModule {
+  // The batcher takes the treasury lock itself, only around nonce, signing and broadcasts.
+  const batcher = new PayoutBatcher(deps, options.treasuryLock)
   return {
     jobs: [
       {
         name: 'payout-batch',
         intervalMs: deps.config.payouts.interval_ms,
-        usesTreasury: true,
         run: () => batcher.run(),
       },
       {
         name: 'payout-threshold',
         intervalMs: deps.config.payouts.threshold_check_interval_ms,
-        usesTreasury: true,
         run: () => batcher.runIfDue(),
       },
     ],

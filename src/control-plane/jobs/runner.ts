@@ -31,10 +31,15 @@ export interface BackgroundModule {
 export interface Job {
   name: string
   intervalMs: number
-  /** Sends from the treasury: such jobs run one at a time, so their nonces never collide. */
-  usesTreasury?: boolean
   run(): Promise<unknown>
 }
+
+/**
+ * Runs its function alone among the treasury's senders: payouts and x402 settlements share one nonce
+ * sequence, so each holds this from its nonce read to its broadcasts (never while awaiting receipts).
+ */
+export type TreasuryLock = <T>(fn: () => Promise<T>) => Promise<T>
+export const unlocked: TreasuryLock = (fn) => fn()
 
 export interface JobRunner {
   /** Runs a job now (tests, and early triggers such as a payout threshold). */

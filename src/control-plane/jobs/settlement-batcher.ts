@@ -19,15 +19,11 @@ import { readAuthorizationState } from '../../chain/authorization.ts'
 import { broadcast, pendingNonce, quoteFees } from '../../chain/payouts.ts'
 import { signSettlement } from '../../chain/settle.ts'
 import { settlementBatchSize, settlements } from '../../observability/metrics.ts'
-import type { BackgroundModule, JobDeps } from './runner.ts'
+import { faultPoint } from './fault-point.ts'
+import { type BackgroundModule, type JobDeps, type TreasuryLock, unlocked } from './runner.ts'
 
 /** Gas for one transferWithAuthorization (measured ~60k on the test USDC; Circle's is similar) with margin. */
 const SETTLEMENT_GAS = 150_000n
-
-/** Runs its function alone among the treasury's senders (payouts and settlements share one nonce sequence). */
-export type TreasuryLock = <T>(fn: () => Promise<T>) => Promise<T>
-
-const unlocked: TreasuryLock = (fn) => fn()
 
 export function createSettlementJobs(
   deps: JobDeps,
@@ -146,6 +142,7 @@ async function settleBatch(
       sql,
       signed.map((s) => ({ proofKey: s.c.proof_key, hash: s.hash })),
     )
+    faultPoint('settlement:after_record')
     const out: Array<{ c: SettlementCandidate; hash: Hash }> = []
     for (const [i, s] of signed.entries()) {
       // A claim that moved since it was listed is skipped, and so is every later nonce (no gap is left).
@@ -154,6 +151,7 @@ async function settleBatch(
         return { inFlight: out, stopped: true }
       }
       const r = await broadcast(chain.publicClient, s.rawTx)
+      faultPoint('settlement:after_broadcast')
       if (r.ok || r.reason === 'already_known') {
         out.push({ c: s.c, hash: s.hash })
         continue
