@@ -27,6 +27,11 @@ export interface Measured {
   p99_us: number
   requests: number
   errors: number
+  /** paid-cold only: HTTP requests to the RPC node per paid call (target ≤ 1), and JSON-RPC calls. */
+  /** CPU the bench process (autocannon) used during the run, % of one core: ~100 means it was the limit. */
+  loadgen_cpu_pct: number
+  rpc_per_proof?: number
+  rpc_calls_per_proof?: number
 }
 
 export async function load(o: LoadOptions): Promise<Measured> {
@@ -71,7 +76,9 @@ export async function load(o: LoadOptions): Promise<Measured> {
     histogram.recordValue(Math.max(1, Math.round(ms * 1000)))
     if (status !== o.expectStatus) wrongStatus++
   })
+  const cpuStart = process.cpuUsage()
   const r = await finished
+  const cpu = process.cpuUsage(cpuStart)
   // total / elapsed, not the mean of per-second samples: a run bounded by a number of requests ends
   // mid-second, and that last partial sample would drag the mean down.
   const elapsedS = (new Date(r.finish).getTime() - new Date(r.start).getTime()) / 1000
@@ -85,6 +92,7 @@ export async function load(o: LoadOptions): Promise<Measured> {
     p99_us: us(99),
     requests: r.requests.total,
     errors: r.errors + r.timeouts + wrongStatus,
+    loadgen_cpu_pct: Math.round((cpu.user + cpu.system) / 10 / (elapsedS * 1000)),
   }
   histogram.destroy()
   return measured

@@ -4,6 +4,7 @@ import { mkdirSync, writeFileSync } from 'node:fs'
 import { cpus, freemem, loadavg, totalmem } from 'node:os'
 import { join } from 'node:path'
 import type { Measured } from './load.ts'
+import type { SoakSummary } from './scenarios/soak.ts'
 
 export interface ScenarioResult extends Measured {
   name: string
@@ -63,4 +64,54 @@ export function writeResults(
   const file = join(dir, `${new Date().toISOString().replace(/:/g, '-').replace(/\..*/, '')}.json`)
   writeFileSync(file, `${JSON.stringify({ machine: meta, scenarios, ...extra }, null, 2)}\n`)
   return file
+}
+
+export interface TargetCheck {
+  name: string
+  value: number
+  target: string
+  met: boolean
+}
+
+/** The issue's targets that are ratios between two scenarios of this run (or a latency difference). */
+const RATIO_TARGETS: Array<{ name: string; of: string; to: string; atLeast: number }> = [
+  { name: 'paid-warm / nginx', of: 'paid-warm', to: 'nginx', atLeast: 0.5 },
+  { name: 'challenge / bare-uws', of: 'challenge', to: 'bare-uws', atLeast: 0.8 },
+  { name: 'x402 / x402-reference', of: 'x402', to: 'x402-reference', atLeast: 50 },
+  { name: 'workers-2 / paid-warm', of: 'workers-2', to: 'paid-warm', atLeast: 1.5 },
+]
+
+/** Each target whose scenarios both ran, with its figure and whether it is met. */
+export function targetChecks(results: ScenarioResult[], soak?: SoakSummary): TargetCheck[] {
+  const by = new Map(results.map((r) => [r.name, r]))
+  const checks: TargetCheck[] = []
+  for (const t of RATIO_TARGETS) {
+    const a = by.get(t.of)
+    const b = by.get(t.to)
+    if (!a || !b || b.rps === 0) continue
+    const value = Math.round((a.rps / b.rps) * 1000) / 1000
+    checks.push({ name: t.name, value, target: `≥ ${t.atLeast}`, met: value >= t.atLeast })
+  }
+  const cold = by.get('paid-cold')
+  if (cold?.rpc_per_proof !== undefined) {
+    const value = cold.rpc_per_proof
+    checks.push({ name: 'paid-cold RPC requests per proof', value, target: '≤ 1', met: value <= 1 })
+  }
+  const paid = by.get('half-load-paid')
+  const direct = by.get('half-load-direct')
+  if (paid && direct) {
+    const value = paid.p99_us - direct.p99_us
+    checks.push({ name: 'added p99 µs at half load', value, target: '≤ 1000', met: value <= 1000 })
+  }
+  if (soak) {
+    checks.push({ name: 'soak RSS drift %', value: soak.rss_drift_pct, target: '≤ 10', met: soak.rss_flat })
+    checks.push({ name: 'soak p99 / first 10 s', value: soak.p99_ratio, target: '≤ 2', met: soak.p99_flat })
+  }
+  return checks
+}
+
+export function formatChecks(checks: TargetCheck[]): string {
+  return checks
+    .map((c) => `${c.name}: ${c.value} (target ${c.target}) ${c.met ? 'met' : 'NOT met'}`)
+    .join('\n')
 }

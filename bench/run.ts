@@ -1,6 +1,7 @@
 // npm run bench [-- <scenario>…]: tollgate and its peers (the upstream direct, a bare uWS app, nginx) in one
 // run on 127.0.0.1, each measured by autocannon, every figure also a ratio to the upstream called directly.
-// `npm run bench -- soak` runs the 60 s soak, `-- recover` the signature-recovery micro-benchmark.
+// `npm run bench -- soak` runs the 60 s soak, `-- recover` the signature-recovery micro-benchmark,
+// `-- history [--rows N] [--ci]` reads, jobs and the paid path on a seeded history (bench/scenarios/history.ts).
 // Real parts only (anvil, PostgreSQL server when BENCH_DATABASE_URL is set, else PGlite); all bounded.
 import { execFileSync } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -8,10 +9,20 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { startDevChain } from '../src/chain/dev-chain.ts'
 import { makeProofs } from './proofs.ts'
+import { readmeTable } from './readme-table.ts'
 import { measureRecovery } from './recover.ts'
-import { machine, type ScenarioResult, table, withRatio, writeResults } from './report.ts'
+import {
+  formatChecks,
+  machine,
+  type ScenarioResult,
+  table,
+  targetChecks,
+  withRatio,
+  writeResults,
+} from './report.ts'
 import type { Context, TollgateKind } from './scenarios/context.ts'
 import { settings } from './scenarios/context.ts'
+import { runHistoryBench } from './scenarios/history.ts'
 import { type Scenario, scenarios } from './scenarios/index.ts'
 import { runSoak } from './scenarios/soak.ts'
 import { startBareUws } from './targets/bare-uws.ts'
@@ -20,17 +31,25 @@ import { ROOT } from './targets/processes.ts'
 import { waitQuiet } from './targets/quiet.ts'
 import { startTollgate } from './targets/tollgate.ts'
 import { startUpstream } from './targets/upstream.ts'
+import { startX402Reference } from './targets/x402-reference.ts'
 
 const HARD_LIMIT_MS = 15 * 60_000
 
 async function main() {
   const args = process.argv.slice(2)
+  if (args[0] === '--readme') {
+    process.stdout.write(`${readmeTable(join(ROOT, 'bench', 'results'), args[1])}\n`)
+    return
+  }
   if (args[0] === 'recover') {
     process.stdout.write(`${JSON.stringify(await measureRecovery())}\n`)
     return
   }
-  const soak = args[0] === 'soak'
-  const chosen = soak ? [] : select(args)
+  if (args[0] === 'history') return runHistoryBench(args.slice(1))
+  const soakOnly = args[0] === 'soak'
+  // The full run ends with the 60 s soak; `-- soak` runs it alone.
+  const withSoak = soakOnly || args.length === 0 || args[0] === 'all'
+  const chosen = soakOnly ? [] : select(args)
   const hardStop = setTimeout(() => {
     process.stderr.write('bench: hard time limit reached\n')
     process.exit(2)
@@ -41,32 +60,28 @@ async function main() {
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-bench-'))
   // Base Sepolia's chain id and name, so the published x402 client (which knows no private chain) can pay.
   const chain = await startDevChain({ chainId: 84532, payers: 1, payerFunding: 100_000_000_000n })
-  const ctx = await startTargets(
-    dir,
-    chain,
-    soak ? ['warm'] : chosen.flatMap((s) => s.tollgates ?? []),
-    chosen,
-  )
+  const kinds = chosen.flatMap((s) => s.tollgates ?? [])
+  const ctx = await startTargets(dir, chain, withSoak ? [...kinds, 'warm'] : kinds, chosen)
   try {
-    if (soak) {
-      const series = await runSoak(ctx)
-      const file = writeResults(join(ROOT, 'bench', 'results'), machine(meta()), series.scenarios, {
-        soak: series.samples,
-      })
-      process.stdout.write(`\n${table(series.scenarios)}\n\nresults: ${file}\n`)
-      return
-    }
     const proofCount = chosen.reduce((n, s) => n + (s.proofs ?? 0), 0)
     if (proofCount) await prepareProofs(ctx, proofCount)
-    const results = await runScenarios(ctx, chosen)
-    const recovery = await measureRecovery(500)
+    const results = chosen.length ? await runScenarios(ctx, chosen) : []
+    const soak = withSoak ? await runSoak(ctx) : null
+    if (soak) results.push(...soak.scenarios)
+    const recovery = soakOnly ? null : await measureRecovery(500)
+    const targets = targetChecks(results, soak?.soak)
     process.stdout.write(
-      `\n${table(results)}\n\nEIP-3009 recoveries/s (one core): ${JSON.stringify(recovery)}\n`,
+      `\n${table(results)}\n\n${formatChecks(targets)}\n${recovery ? `EIP-3009 recoveries per CPU second (one core): ${JSON.stringify(recovery)}\n` : ''}`,
     )
-    const file = writeResults(join(ROOT, 'bench', 'results'), machine(meta()), results, { recovery })
+    const file = writeResults(join(ROOT, 'bench', 'results'), machine(meta()), results, {
+      targets,
+      ...(recovery ? { recovery } : {}),
+      ...(soak ? { soak: soak.soak } : {}),
+    })
     process.stdout.write(`results: ${file}\n`)
   } finally {
-    for (const t of [...Object.values(ctx.tollgates), ctx.nginx, ctx.bare, ctx.upstream]) await t?.stop()
+    for (const t of [...Object.values(ctx.tollgates), ctx.nginx, ctx.bare, ctx.x402Reference, ctx.upstream])
+      await t?.stop()
     await chain.stop()
     rmSync(dir, { recursive: true, force: true })
   }
@@ -109,6 +124,7 @@ async function startTargets(
     upstream,
     bare: null,
     nginx: null,
+    x402Reference: null,
     tollgates: {},
     rps: new Map(),
     takeProofs: (n) => {
@@ -138,6 +154,9 @@ async function startTargets(
   if (chosen.some((s) => s.peer === 'nginx')) {
     ctx.nginx = await startNginx({ dir, upstream: upstream.base, workers: 1 })
     if (!ctx.nginx) process.stdout.write('bench: nginx not found; the nginx scenario is skipped\n')
+  }
+  if (chosen.some((s) => s.peer === 'x402-reference')) {
+    ctx.x402Reference = await startX402Reference({ chain, upstream: upstream.base, maxMs: HARD_LIMIT_MS })
   }
   if (chosen.some((s) => s.peer === 'bare-uws')) {
     ctx.bare = await startBareUws({
@@ -187,7 +206,7 @@ async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioR
     ctx.rps.set(s.name, m.rps)
     const r = withRatio(s.name, m, ctx.rps.get('direct') ?? null)
     process.stdout.write(
-      `  ${r.rps} req/s  p50 ${r.p50_ms} ms  p99 ${r.p99_ms} ms (${r.p99_us} µs)  errors ${r.errors}  ratio ${r.ratio_to_direct}\n`,
+      `  ${r.rps} req/s  p50 ${r.p50_ms} ms  p99 ${r.p99_ms} ms (${r.p99_us} µs)  errors ${r.errors}  ratio ${r.ratio_to_direct}  load generator ${r.loadgen_cpu_pct} % CPU${r.rpc_per_proof === undefined ? '' : `  rpc/proof ${r.rpc_per_proof} (calls ${r.rpc_calls_per_proof})`}\n`,
     )
     results.push(r)
   }

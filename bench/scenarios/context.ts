@@ -18,6 +18,8 @@ export interface Context {
   upstream: Target
   bare: Target | null
   nginx: Target | null
+  /** The x402 reference middleware (Express + in-process facilitator), when a scenario needs it. */
+  x402Reference: Target | null
   tollgates: Partial<Record<TollgateKind, Tollgate>>
   /** Results so far by scenario name (half-load reads paid-warm's saturation rate). */
   rps: Map<string, number>

@@ -2,12 +2,13 @@
 import { load, type Measured } from '../load.ts'
 import { type Context, settings, type TollgateKind } from './context.ts'
 import { runX402 } from './x402.ts'
+import { runX402Reference } from './x402-reference.ts'
 
 export interface Scenario {
   name: string
   /** Tollgate instances it needs; peers are named by `peer`. */
   tollgates?: TollgateKind[]
-  peer?: 'bare-uws' | 'nginx'
+  peer?: 'bare-uws' | 'nginx' | 'x402-reference'
   proofs?: number
   run(ctx: Context): Promise<Measured | { skipped: string }>
 }
@@ -56,13 +57,21 @@ export const scenarios: Scenario[] = [
         : { skipped: 'nginx not found (/usr/sbin/nginx): apt-get install -y nginx-light' },
   },
   paid('warm', '/data', settings.proofs, 'paid-warm'),
-  paid('cold', '/data', Math.round(settings.proofs / 5), 'paid-cold'),
+  {
+    ...paid('cold', '/data', Math.round(settings.proofs / 5), 'paid-cold'),
+    run: (ctx) => runPaidCold(ctx, Math.round(settings.proofs / 5)),
+  },
   paid('tsx', '/data', settings.proofs, 'paid-warm-tsx'),
   paid('workers2', '/data', settings.proofs, 'workers-2'),
   {
     name: 'x402',
     tollgates: ['warm'],
     run: (ctx) => runX402(ctx, Number(process.env.BENCH_X402 ?? 1_500)),
+  },
+  {
+    name: 'x402-reference',
+    peer: 'x402-reference',
+    run: (ctx) => runX402Reference(ctx, Number(process.env.BENCH_X402 ?? 1_500)),
   },
   direct('/1k', 'direct-1k'),
   paid('warm', '/1k', Math.round(settings.proofs * 0.6), 'paid-1k'),
@@ -123,6 +132,46 @@ export const scenarios: Scenario[] = [
     },
   },
 ]
+
+/**
+ * Every proof verified over RPC (the cold instance's watcher is idle), the node's HTTP requests counted by
+ * tollgate_rpc_requests_total on its admin port before and after: rpc_per_proof (target ≤ 1).
+ */
+async function runPaidCold(ctx: Context, proofs: number): Promise<Measured> {
+  const cold = ctx.tollgates.cold!
+  const url = await cold.metered('/data')
+  const before = await rpcCounts(cold.adminPort)
+  const m = await load({
+    ...base(),
+    url,
+    perRequest: { header: 'x-payment', values: ctx.takeProofs(proofs) },
+    expectStatus: 200,
+  })
+  const after = await rpcCounts(cold.adminPort)
+  const paidCalls = Math.max(1, m.requests - m.errors)
+  const round = (x: number) => Math.round(x * 1000) / 1000
+  return {
+    ...m,
+    rpc_per_proof: round((after.requests - before.requests) / paidCalls),
+    rpc_calls_per_proof: round((after.calls - before.calls) / paidCalls),
+  }
+}
+
+/**
+ * The node's HTTP requests and JSON-RPC calls so far. A scrape runs the readiness check (one lone
+ * eth_blockNumber); verification never sends that alone, so lone eth_blockNumber requests are left out.
+ */
+async function rpcCounts(adminPort: number): Promise<{ requests: number; calls: number }> {
+  const text = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text()
+  const sum = (metric: string) => {
+    let total = 0
+    for (const m of text.matchAll(new RegExp(`^${metric}\\{method="([^"]+)"\\} (\\S+)$`, 'gm'))) {
+      if (m[1] !== 'eth_blockNumber') total += Number(m[2])
+    }
+    return total
+  }
+  return { requests: sum('tollgate_rpc_requests_total'), calls: sum('tollgate_rpc_calls_total') }
+}
 
 /** Half of the paid path's saturation rate (measured earlier in this run), for the added-latency pair. */
 function halfRate(ctx: Context): number {

@@ -69,7 +69,9 @@ function startProcess(
   const nodeArgs = env.BENCH_NODE_ARGS ? env.BENCH_NODE_ARGS.split(' ') : []
   const proc = spawn(runner, [...nodeArgs, file], {
     cwd: ROOT,
-    env: { ...process.env, ...env },
+    // The bench's own environment minus DATABASE_URL: a target gets a database only from its options
+    // (BENCH_DATABASE_URL makes a fresh one per instance), never the developer's by accident.
+    env: { ...withoutDatabaseUrl(process.env), ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
   })
   const child = track(proc)
@@ -94,4 +96,9 @@ function startProcess(
       reject(new Error(`${file} exited with ${code} before it was ready`))
     })
   })
+}
+
+function withoutDatabaseUrl(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const { DATABASE_URL: _, ...rest } = env
+  return rest
 }
