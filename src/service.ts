@@ -16,6 +16,7 @@ import type { Sql } from './db/sql.ts'
 import { startDatabase } from './db/start.ts'
 import { startAdminServer } from './observability/admin.ts'
 import { createLogger, type Logger } from './observability/logger.ts'
+import { countRpcRequest } from './observability/metrics.ts'
 import { startTracing } from './observability/tracing.ts'
 import { createRateLimiter } from './rate-limit.ts'
 import { StartedList } from './subsystem.ts'
@@ -33,6 +34,8 @@ export interface Service {
   jobs: JobRunner
   /** Writes queued captures now (tests; SIGTERM drains through stop()). */
   flushCaptures(): Promise<void>
+  /** Reads the settlement backlog into the x402 intake throttle now, not at its next tick (tests). */
+  refreshSettlementThrottle(): Promise<void>
   stop(): Promise<void>
 }
 
@@ -68,7 +71,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
         embedded: options.worker?.embedded,
       }),
     )
-    const { chain } = started.add(await startChain({ config, logger }))
+    const { chain } = started.add(await startChain({ config, logger, onRpcRequest: countRpcRequest }))
     // A database made on one chain refuses another (a fresh dev chain reproduces old transaction hashes).
     const genesis = await chain.publicClient.getBlock({ blockNumber: 0n })
     await bindDatabaseToChain(db.sql, {
@@ -122,6 +125,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
       databaseUrl: db.url,
       jobs: background.jobs,
       flushCaptures: () => dataPlane.flushCaptures(),
+      refreshSettlementThrottle: () => dataPlane.refreshSettlementThrottle(),
       stop: () => started.stop(),
     }
   } catch (err) {

@@ -9,7 +9,8 @@ type Db = Sql | Tx
 
 export interface ClaimRequest {
   proofKey: string
-  kind: 'tx' | 'eip3009'
+  /** batch: an x402 batch-settlement voucher increment (src/books/channels.ts). */
+  kind: 'tx' | 'eip3009' | 'batch'
   targetType: 'call' | 'payment'
   targetId: string
   accountId: string

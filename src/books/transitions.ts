@@ -91,6 +91,16 @@ export const TRANSITIONS: readonly Transition[] = [
     fn: 'failSettlement',
     why: 'x402 authorization expired unsent or reverted unused: settlement_error set, nothing booked',
   },
+  // x402 batch-settlement (src/books/channels.ts): a voucher's call is claimed and captured like any other;
+  // its claim stays 'captured' and gets settlement_tx/settled_at (revenue booked) when the leader's claim
+  // transaction moved the channel's vouchers to the treasury.
+  {
+    record: 'claim',
+    from: 'captured',
+    to: 'captured',
+    fn: 'recordChannelClaims',
+    why: 'batch voucher claimed on chain: settled_at set and revenue booked in one transaction',
+  },
   {
     record: 'claim',
     from: null,
@@ -112,6 +122,16 @@ export const TRANSITIONS: readonly Transition[] = [
     fn: 'refundHeldProofs',
     why: 'proofs held by a payment that expired or was canceled unpaid (payments room)',
   },
+  // Retention (src/books/retention.ts): a closed claim goes once its proof is too old to be accepted again.
+  ...(['captured', 'refunded', 'applied', 'void'] as const).map(
+    (from): Transition => ({
+      record: 'claim',
+      from,
+      to: 'pruned',
+      fn: 'pruneClaims',
+      why: 'older than the maximum proof age (the verifier refuses it): the row is no longer needed',
+    }),
+  ),
   // call: written once with its claim's capture, never updated.
   { record: 'call', from: null, to: 'written', fn: 'captureClaim', why: 'the served call' },
   // ledger entry: appended; only payout_id moves.
@@ -120,7 +140,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: null,
     to: 'unpaid',
     fn: 'bookCallRevenue',
-    why: 'owner share + fee of a call (tx proofs at capture, x402 in settleAuthorization)',
+    why: 'owner share + fee of a call (tx proofs at capture, x402 in settleAuthorization, batch vouchers in recordChannelClaims)',
   },
   { record: 'ledger_entry', from: null, to: 'unpaid', fn: 'markRefundDue', why: 'refund owed to a payer' },
   {

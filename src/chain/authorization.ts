@@ -82,9 +82,10 @@ export async function signTransferAuthorization(
 }
 
 /**
- * Pure crypto and arithmetic: recovers the signer and checks the fields against what is owed. What only the
- * chain knows (nonce unused, balance) is the caller's next step. EOA signatures only (65 bytes); smart-wallet
- * (EIP-1271 / ERC-6492) signatures need an RPC and are refused here as invalid_signature.
+ * Pure crypto and arithmetic: checks the fields against what is owed, then recovers the signer. What only the
+ * chain knows (nonce unused, balance) is the caller's next step. The fields come first so that
+ * `invalid_signature` means "everything else is right, but ecrecover does not give `from`": the one case a
+ * smart-wallet payer (EIP-1271 / ERC-6492, src/chain/verify-smart-wallet.ts) may still be valid.
  */
 export async function verifyTransferAuthorization(
   params: AuthorizationTarget & {
@@ -99,6 +100,12 @@ export async function verifyTransferAuthorization(
 ): Promise<AuthorizationCheck> {
   const { authorization, signature } = params
   const now = params.nowSeconds ?? BigInt(Math.floor(Date.now() / 1000))
+  if (!sameAddress(authorization.to, params.payTo)) return { ok: false, reason: 'wrong_recipient' }
+  if (authorization.value < params.minValue) return { ok: false, reason: 'underpaid' }
+  if (authorization.validAfter >= now) return { ok: false, reason: 'authorization_not_yet_valid' }
+  if (authorization.validBefore < now + (params.minValidSeconds ?? 6n)) {
+    return { ok: false, reason: 'authorization_expired' }
+  }
   let signer: Address | null
   try {
     if (signature.length !== 132 || BigInt(`0x${signature.slice(66, 130)}`) > HALF_N) {
@@ -110,17 +117,11 @@ export async function verifyTransferAuthorization(
       chainId: params.chainId,
       verifyingContract: params.usdc.address,
     })
-    signer = recoverSigner(authorizationDigest(separator, authorization), signature)
+    signer = await recoverSigner(authorizationDigest(separator, authorization), signature)
   } catch {
     return { ok: false, reason: 'invalid_signature' }
   }
   if (!signer || !sameAddress(signer, authorization.from)) return { ok: false, reason: 'invalid_signature' }
-  if (!sameAddress(authorization.to, params.payTo)) return { ok: false, reason: 'wrong_recipient' }
-  if (authorization.value < params.minValue) return { ok: false, reason: 'underpaid' }
-  if (authorization.validAfter >= now) return { ok: false, reason: 'authorization_not_yet_valid' }
-  if (authorization.validBefore < now + (params.minValidSeconds ?? 6n)) {
-    return { ok: false, reason: 'authorization_expired' }
-  }
   return { ok: true, payer: authorization.from }
 }
 

@@ -24,7 +24,17 @@ export interface ClientOptions {
   retryCount?: number
   /** How often viem's own pollers (waitForTransactionReceipt) ask. Default 1000 ms. */
   pollingIntervalMs?: number
+  /** Told of every HTTP request sent to the node (after batching), so it can be counted. */
+  onRpcRequest?: RpcRequestListener
 }
+
+/**
+ * `request`: one HTTP request to the node, named by its JSON-RPC method or 'batch' when it carries several;
+ * `calls`: the JSON-RPC methods it carries (one per call).
+ */
+export type RpcRequestListener = (request: string, calls: string[]) => void
+
+const METHOD = /"method":"([A-Za-z0-9_]+)"/g
 
 export function chainDefinition(network: Network, chainId: number, rpcUrl: string): Chain {
   // viem's Base definitions carry the OP-stack formatters (deposit transactions in blocks).
@@ -39,7 +49,11 @@ export function chainDefinition(network: Network, chainId: number, rpcUrl: strin
 }
 
 export function createRpcTransport(options: ClientOptions): Transport {
+  const listener = options.onRpcRequest
   return http(options.rpcUrl, {
+    // Counted at the fetch, after batching: one count per HTTP request the node really receives. A regex
+    // over the body viem just serialized is cheaper than a Request object (onFetchRequest builds one).
+    ...(listener ? { fetchFn: countingFetch(listener) } : {}),
     // Concurrent calls in one tick (receipt + head block, a verification burst) go out as one HTTP request.
     batch: { wait: 0 },
     timeout: options.timeoutMs,
@@ -67,4 +81,14 @@ export function createChainWalletClient(
     transport: createRpcTransport(options),
     pollingInterval: options.pollingIntervalMs ?? 1000,
   })
+}
+
+function countingFetch(listener: RpcRequestListener): typeof fetch {
+  return (input, init) => {
+    const body = typeof init?.body === 'string' ? init.body : ''
+    const calls = Array.from(body.matchAll(METHOD), (m) => m[1]!)
+    // viem's batching sends a lone call as a batch of one: named by its method all the same.
+    listener(calls.length === 1 ? calls[0]! : calls.length === 0 ? 'unknown' : 'batch', calls)
+    return fetch(input, init)
+  }
 }

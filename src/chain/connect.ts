@@ -11,6 +11,7 @@ import {
   chainDefinition,
   createChainPublicClient,
   createChainWalletClient,
+  type RpcRequestListener,
 } from './client.ts'
 import { devAccount } from './dev-accounts.ts'
 import { type DevChain, startDevChain } from './dev-chain.ts'
@@ -40,8 +41,6 @@ export interface ChainContext {
   rpcUrl: string
   /** The dev chain on `local` (started here or handed in), with its demo payers; null elsewhere. */
   devChain: DevChain | null
-  /** Disperse contract for batched payouts; only known on the dev chain. */
-  disperseAddress: Address | null
   close(): Promise<void>
 }
 
@@ -54,6 +53,8 @@ export interface ConnectOptions {
   /** An already running dev chain to use on `local` (tests share one); it is not stopped by close(). */
   devChain?: DevChain
   logger?: ChainLogger
+  /** Told of every HTTP request to the RPC node (the service counts them in a metric). */
+  onRpcRequest?: RpcRequestListener
 }
 
 export async function connectChain(config: Config, options: ConnectOptions = {}): Promise<ChainContext> {
@@ -61,10 +62,13 @@ export async function connectChain(config: Config, options: ConnectOptions = {})
   let devChain: DevChain | null = options.devChain ?? null
   let ownsDevChain = false
   if (network === 'local' && !devChain && !config.chain.rpc_url) {
+    const as = config.local_chain.announce_as
     devChain = await startDevChain({
       payers: config.chain.dev_payers,
       payerFunding: configDollars(config.chain.dev_payer_funding),
       stateFile: config.local_chain.state_file ?? undefined,
+      // Standing in for a public network: its chain id and its USDC address, as x402 clients know them.
+      ...(as ? { chainId: networks[as].chainId!, usdcAt: networks[as].usdcAddress! } : {}),
     })
     ownsDevChain = true
     options.logger?.info('dev chain started', { rpc_url: devChain.rpcUrl, usdc: devChain.usdcAddress })
@@ -73,7 +77,7 @@ export async function connectChain(config: Config, options: ConnectOptions = {})
     if (ownsDevChain) await devChain?.stop()
   }
   try {
-    const context = await connect(config, network, devChain)
+    const context = await connect(config, network, devChain, options.onRpcRequest)
     return { ...context, close }
   } catch (err) {
     await close()
@@ -81,7 +85,12 @@ export async function connectChain(config: Config, options: ConnectOptions = {})
   }
 }
 
-async function connect(config: Config, network: Network, devChain: DevChain | null) {
+async function connect(
+  config: Config,
+  network: Network,
+  devChain: DevChain | null,
+  onRpcRequest: RpcRequestListener | undefined,
+) {
   const info = networks[network]
   const rpcUrl = devChain?.rpcUrl ?? config.chain.rpc_url
   if (!rpcUrl) {
@@ -99,7 +108,7 @@ async function connect(config: Config, network: Network, devChain: DevChain | nu
     )
   }
   const account = treasuryAccount(config, network, devChain)
-  const clientOptions = { rpcUrl, timeoutMs: config.chain.rpc_timeout_ms }
+  const clientOptions = { rpcUrl, timeoutMs: config.chain.rpc_timeout_ms, onRpcRequest }
   const where = redactUrl(rpcUrl)
 
   let chainId: number
@@ -150,7 +159,11 @@ async function connect(config: Config, network: Network, devChain: DevChain | nu
     network,
     chainId,
     caip2: caip2(chainId),
-    x402Network: info.x402Network,
+    // On a dev chain announced as a public network, x402 clients are told that network's name.
+    x402Network:
+      network === 'local' && config.local_chain.announce_as
+        ? config.local_chain.announce_as
+        : info.x402Network,
     publicClient,
     walletClient,
     treasury: account.address,
@@ -158,7 +171,6 @@ async function connect(config: Config, network: Network, devChain: DevChain | nu
     explorerUrl: info.explorerUrl,
     rpcUrl,
     devChain,
-    disperseAddress: devChain?.disperseAddress ?? null,
   }
 }
 

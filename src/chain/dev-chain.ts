@@ -1,21 +1,26 @@
-// The local chain `NETWORK=local` runs on: anvil, the project's TestUSDC and Disperse deployed from
-// account 0 (the treasury), and USDC minted to the demo payers (accounts 1..N) and to the treasury.
+// The local chain `NETWORK=local` runs on: anvil, the project's TestUSDC deployed from account 0 (the
+// treasury), and USDC minted to the demo payers (accounts 1..N) and to the treasury.
 import { mkdirSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import {
   type Address,
+  type Chain,
   createWalletClient,
   defineChain,
   getContractAddress,
   type Hash,
+  type HttpTransport,
   http,
+  type PrivateKeyAccount,
   parseAbi,
+  type WalletClient,
 } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import { getCode, waitForTransactionReceipt } from 'viem/actions'
 import { acquireLockFile, type HeldLock } from '../lock-file.ts'
 import { spawnAnvil } from './anvil-process.ts'
-import { disperseArtifact, testUsdcArtifact } from './contracts/artifacts.ts'
+import { installBatchSettlement } from './batch-channel.ts'
+import { testUsdcArtifact } from './contracts/artifacts.ts'
 import { type DevAccount, devAccount } from './dev-accounts.ts'
 import { ChainError } from './errors.ts'
 
@@ -34,13 +39,17 @@ export interface DevChainOptions {
   blockTimeSeconds?: number
   /** Keep the chain in this file across restarts (locked to one process); default a fresh chain each time. */
   stateFile?: string
+  /**
+   * Put the test USDC at this address (anvil_setCode) instead of its deployment address: the canonical USDC
+   * address of the network the chain stands in for, which published x402 clients accept without settings.
+   */
+  usdcAt?: Address
 }
 
 export interface DevChain {
   rpcUrl: string
   chainId: number
   usdcAddress: Address
-  disperseAddress: Address
   treasury: DevAccount
   payers: DevAccount[]
   pid: number
@@ -102,18 +111,19 @@ export async function startDevChain(options: DevChainOptions): Promise<DevChain>
       transport: http(anvil.rpcUrl),
       pollingInterval: 50,
     })
-    // Fresh chain, known sender: the nonces are 0, 1, 2…, so the contract addresses are known up front and
-    // every transaction can be sent without waiting for the one before.
-    let nonce = 0
-    const usdcAddress = getContractAddress({ from: treasury.address, nonce: BigInt(nonce) })
+    // Fresh chain, known sender: TestUSDC is its first transaction (nonce 0), so its address is known up front;
+    // with usdcAt it is then moved to that address.
+    const deployedUsdc = getContractAddress({ from: treasury.address, nonce: 0n })
+    const usdcAddress = options.usdcAt ?? deployedUsdc
     // A chain restored from its state file already has them, and its payers' balances: nothing to send.
     const deployed = await getCode(wallet, { address: usdcAddress })
+    // x402 batch-settlement: the project's own channel contracts at the addresses the client expects.
+    await installBatchSettlement(anvil.rpcUrl)
     if (deployed !== undefined && deployed !== '0x') {
       return {
         rpcUrl: anvil.rpcUrl,
         chainId,
         usdcAddress,
-        disperseAddress: getContractAddress({ from: treasury.address, nonce: 1n }),
         treasury,
         payers,
         pid: anvil.pid,
@@ -121,52 +131,19 @@ export async function startDevChain(options: DevChainOptions): Promise<DevChain>
         stop,
       }
     }
-    const hashes: Hash[] = [
-      await wallet.deployContract({
-        abi: testUsdcArtifact.abi,
-        bytecode: testUsdcArtifact.bytecode,
-        nonce: nonce++,
-        gas: 3_000_000n,
-      }),
-    ]
-    const disperseAddress = getContractAddress({ from: treasury.address, nonce: BigInt(nonce) })
-    hashes.push(
-      await wallet.deployContract({
-        abi: disperseArtifact.abi,
-        bytecode: disperseArtifact.bytecode,
-        nonce: nonce++,
-        gas: 1_000_000n,
-      }),
-    )
-    const grants: Array<[Address, bigint]> = [
-      [treasury.address, options.treasuryFunding ?? DEFAULT_TREASURY_FUNDING],
-      ...payers.map((p): [Address, bigint] => [p.address, options.payerFunding]),
-    ]
-    for (const [to, amount] of grants) {
-      if (amount <= 0n) continue
-      hashes.push(
-        await wallet.writeContract({
-          address: usdcAddress,
-          abi: mintAbi,
-          functionName: 'mint',
-          args: [to, amount],
-          nonce: nonce++,
-          gas: 100_000n,
-        }),
-      )
-    }
-    if (options.blockTimeSeconds) await wallet.request({ method: 'evm_mine' as never })
-    for (const hash of hashes) {
-      const receipt = await waitForTransactionReceipt(wallet, { hash, timeout: 30_000 })
-      if (receipt.status !== 'success') {
-        throw new ChainError('TOLLGATE_ANVIL_START_FAILED', `dev chain set-up transaction ${hash} reverted`)
-      }
-    }
+    await deployAndFund(wallet, {
+      deployedUsdc,
+      usdcAddress,
+      grants: [
+        [treasury.address, options.treasuryFunding ?? DEFAULT_TREASURY_FUNDING],
+        ...payers.map((p): [Address, bigint] => [p.address, options.payerFunding]),
+      ],
+      mineBlock: Boolean(options.blockTimeSeconds),
+    })
     return {
       rpcUrl: anvil.rpcUrl,
       chainId,
       usdcAddress,
-      disperseAddress,
       treasury,
       payers,
       pid: anvil.pid,
@@ -177,4 +154,65 @@ export async function startDevChain(options: DevChainOptions): Promise<DevChain>
     await stop()
     throw err
   }
+}
+
+/**
+ * Deploys TestUSDC (nonce 0, at `deployedUsdc`; moved to `usdcAddress` when that differs) and mints the grants,
+ * every transaction sent without waiting for the one before (the nonces are known), then waits for them all.
+ */
+async function deployAndFund(
+  wallet: WalletClient<HttpTransport, Chain, PrivateKeyAccount>,
+  p: { deployedUsdc: Address; usdcAddress: Address; grants: Array<[Address, bigint]>; mineBlock: boolean },
+): Promise<void> {
+  let nonce = 0
+  const hashes: Hash[] = [
+    await wallet.deployContract({
+      abi: testUsdcArtifact.abi,
+      bytecode: testUsdcArtifact.bytecode,
+      nonce: nonce++,
+      gas: 3_000_000n,
+    }),
+  ]
+  if (p.usdcAddress !== p.deployedUsdc)
+    await moveCode(wallet, hashes[0]!, p.deployedUsdc, p.usdcAddress, p.mineBlock)
+  for (const [to, amount] of p.grants) {
+    if (amount <= 0n) continue
+    hashes.push(
+      await wallet.writeContract({
+        address: p.usdcAddress,
+        abi: mintAbi,
+        functionName: 'mint',
+        args: [to, amount],
+        nonce: nonce++,
+        gas: 100_000n,
+      }),
+    )
+  }
+  // Interval mining: one block now rather than at the next tick.
+  if (p.mineBlock) await wallet.request({ method: 'evm_mine' as never })
+  for (const hash of hashes) {
+    const receipt = await waitForTransactionReceipt(wallet, { hash, timeout: 30_000 })
+    if (receipt.status !== 'success') {
+      throw new ChainError('TOLLGATE_ANVIL_START_FAILED', `dev chain set-up transaction ${hash} reverted`)
+    }
+  }
+}
+
+/**
+ * Copies a deployed contract's runtime code to another address. Its immutables (the token's minter) come
+ * along in the code; its storage starts empty there, so the mints that follow go to the new address.
+ */
+async function moveCode(
+  wallet: WalletClient<HttpTransport, Chain, PrivateKeyAccount>,
+  deployment: Hash,
+  from: Address,
+  to: Address,
+  mineBlock: boolean,
+): Promise<void> {
+  if (mineBlock) await wallet.request({ method: 'evm_mine' as never })
+  await waitForTransactionReceipt(wallet, { hash: deployment, timeout: 30_000 })
+  const code = await getCode(wallet, { address: from })
+  if (!code || code === '0x')
+    throw new ChainError('TOLLGATE_ANVIL_START_FAILED', 'the test USDC did not deploy')
+  await wallet.request({ method: 'anvil_setCode' as never, params: [to, code] as never })
 }

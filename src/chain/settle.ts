@@ -32,28 +32,11 @@ export async function signSettlement(
     fees: FeeQuote
   },
 ): Promise<{ rawTx: Hex; hash: Hash }> {
-  const a = p.authorization
-  const { r, s, yParity } = parseSignature(a.signature)
   const rawTx = await account.signTransaction({
     type: 'eip1559',
     chainId: p.chainId,
     to: p.usdc,
-    // The (v, r, s) overload exists on every FiatTokenV2; v normalised to 27/28.
-    data: encodeFunctionData({
-      abi: usdcAbi,
-      functionName: 'transferWithAuthorization',
-      args: [
-        a.from,
-        a.to,
-        BigInt(a.value),
-        BigInt(a.validAfter),
-        BigInt(a.validBefore),
-        a.nonce,
-        27 + yParity,
-        r,
-        s,
-      ],
-    }),
+    data: settlementCalldata(p.authorization),
     nonce: p.nonce,
     gas: p.gas,
     maxFeePerGas: p.fees.maxFeePerGas,
@@ -61,4 +44,26 @@ export async function signSettlement(
     value: 0n,
   })
   return { rawTx, hash: keccak256(rawTx) }
+}
+
+/**
+ * An EOA's 65-byte signature goes through the (v, r, s) overload, which every FiatTokenV2 has (v normalised to
+ * 27/28); anything else is a smart wallet's (EIP-1271) and goes through the bytes overload (FiatTokenV2_2),
+ * where the token asks the wallet.
+ */
+export function settlementCalldata(a: StoredAuthorization): Hex {
+  const head = [a.from, a.to, BigInt(a.value), BigInt(a.validAfter), BigInt(a.validBefore), a.nonce] as const
+  if (a.signature.length !== 132) {
+    return encodeFunctionData({
+      abi: usdcAbi,
+      functionName: 'transferWithAuthorization',
+      args: [...head, a.signature],
+    })
+  }
+  const { r, s, yParity } = parseSignature(a.signature)
+  return encodeFunctionData({
+    abi: usdcAbi,
+    functionName: 'transferWithAuthorization',
+    args: [...head, 27 + yParity, r, s],
+  })
 }

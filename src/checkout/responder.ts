@@ -1,6 +1,7 @@
 // One answer per checkout request: set up before the first await (onAborted), written once, corked, counted,
 // with the request id on the answer and in its log line (a 5xx always, others when the access log is on).
 
+import { EXPOSED_HEADERS } from '../data-plane/cors.ts'
 import type { HttpRequest, HttpResponse } from '../data-plane/uws.ts'
 import { statusLine } from '../data-plane/uws.ts'
 import { ERRORS, type ErrorCode, errorBody } from '../errors.ts'
@@ -95,6 +96,9 @@ export function createResponder(res: HttpResponse, request: CheckoutRequest, log
           .writeHeader('cache-control', cacheControl)
           .writeHeader('x-content-type-options', 'nosniff')
           .writeHeader('x-request-id', requestId)
+          // A checkout may be paid from a script on another origin (cors.ts).
+          .writeHeader('access-control-allow-origin', '*')
+          .writeHeader('access-control-expose-headers', EXPOSED_HEADERS)
         for (const [k, v] of headers) res.writeHeader(k, v)
         res.end(body)
       })

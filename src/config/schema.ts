@@ -101,6 +101,11 @@ export const ConfigSchema = v.strictObject({
     reconcile_range_ms: PositiveInt,
     /** Blocks per eth_getLogs request when reconciling (RPC providers cap the range). */
     reconcile_block_chunk: PositiveInt,
+    /**
+     * An incremental reconcile starts this long before the last clean run's end: a claim made just before
+     * it may still be captured, refunded or settled after (≥ proxy.retry_window_ms and x402 timeouts).
+     */
+    reconcile_lookback_ms: PositiveInt,
   }),
   settlement: v.strictObject({
     /** A run drains the whole backlog (batch after batch), so this is only the idle re-check period. */
@@ -121,6 +126,9 @@ export const ConfigSchema = v.strictObject({
   x402: v.strictObject({
     /** maxTimeoutSeconds in the 402 accepts: how long a client's authorization stays valid (validBefore). */
     max_timeout_seconds: v.pipe(PositiveInt, v.minValue(30)),
+    /** Dry-run the settlement (eth_call of transferWithAuthorization) before serving an authorization of at
+     * least this many dollars; null (default): never. Costs one RPC round trip on those calls. */
+    simulate_min_price: v.nullable(Dollars),
   }),
   webhooks: v.strictObject({
     retry_schedule_ms: v.array(Ms),
@@ -132,6 +140,21 @@ export const ConfigSchema = v.strictObject({
   jobs: v.strictObject({
     enabled: v.boolean(),
     expiry_interval_ms: PositiveInt,
+  }),
+  /** Bounded history (issue 16): what the leader's retention job prunes, and when. */
+  retention: v.strictObject({
+    interval_ms: PositiveInt,
+    /** Delivered/failed webhook deliveries and their attempts, and dispatched events, older than this. */
+    webhooks_ms: PositiveInt,
+    events_ms: PositiveInt,
+    /**
+     * Claims go once their proof can no longer be accepted: a transaction older than chain.max_proof_age_ms
+     * (an x402 authorization past its validBefore) is refused by the verifier, plus this margin for clocks.
+     */
+    claims_margin_ms: Ms,
+    /** Rows deleted per statement, and statements per table per run (a run never holds locks for long). */
+    batch_rows: PositiveInt,
+    max_batches: PositiveInt,
   }),
   // --- Hostile input and the admin port (issue 9) ---
   /** The admin port's own address: loopback unless deliberately exposed. Its token is ADMIN_TOKEN. */
@@ -150,7 +173,12 @@ export const ConfigSchema = v.strictObject({
     admin_reconcile: RateBucket,
   }),
   /** The local dev chain's state file: it survives restarts with .data/ (null: a fresh chain each start). */
-  local_chain: v.strictObject({ state_file: v.nullable(v.pipe(v.string(), v.minLength(1))) }),
+  local_chain: v.strictObject({
+    state_file: v.nullable(v.pipe(v.string(), v.minLength(1))),
+    /** The dev chain stands in for this network in x402 terms (chain id, network name, USDC address), so
+     * published x402 clients pay it unchanged; null: anvil's own chain 31337, network name 'local'. */
+    announce_as: v.nullable(v.picklist(['base-sepolia'])),
+  }),
   // --- end of issue 9 settings ---
   // Logs and traces (README "Observability: logs and traces").
   log: v.strictObject({

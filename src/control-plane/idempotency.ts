@@ -1,13 +1,13 @@
 // Idempotency-Key on creating POSTs: the key row is inserted in the same transaction as the object it
 // creates, so a concurrent duplicate waits on the unique key and then replays the stored answer; a failed
-// request rolls back and frees the key. Keys are kept 24 h.
+// request rolls back and frees the key. Keys are kept 24 h (then pruned by the retention job).
 import { createHash } from 'node:crypto'
+import { IDEMPOTENCY_TTL_MS } from '../db/retention.ts'
 import type { Sql, Tx } from '../db/sql.ts'
 import { ApiError } from './api-error.ts'
 import type { RouteResult } from './route.ts'
 
 const KEY_FORMAT = /^[\x21-\x7e]{1,255}$/
-export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000
 
 export function requestFingerprint(method: string, path: string, body: Buffer): string {
   return createHash('sha256').update(method).update('\0').update(path).update('\0').update(body).digest('hex')

@@ -29,7 +29,8 @@ export const PaymentRequired = v.pipe(
       v.description(
         'why payment is (still) required: payment_required, invalid_proof, payment_pending, transaction_failed, ' +
           'no_transfer, wrong_asset, wrong_recipient, underpaid, proof_too_old, proof_already_used, wrong_network, ' +
-          'invalid_signature, authorization_not_yet_valid, authorization_expired, insufficient_funds, unsupported_proof',
+          'invalid_signature, authorization_not_yet_valid, authorization_expired, insufficient_funds, unsupported_proof, ' +
+          'wrong_amount, requirements_mismatch, smart_wallet_not_deployed, simulation_failed',
       ),
     ),
     request_id: v.optional(v.pipe(v.string(), v.description('the x-request-id of this answer'))),
@@ -79,7 +80,11 @@ export const PublicErrorBody = v.strictObject({
 
 type Json = Record<string, unknown>
 
-/** Paths of the data plane, with schemas as $refs into components (filled by openapi.ts). */
+/**
+ * Paths of the data plane, with schemas as $refs into components (filled by openapi.ts).
+ * One piece on purpose: a declarative table of the public contract (no logic), read top to bottom like the
+ * document it produces; split, its shared response shapes would have to travel between the pieces.
+ */
 export function publicPaths(ref: (name: string) => Json): Json {
   const json = (name: string, description: string, headers?: Json) => ({
     description,

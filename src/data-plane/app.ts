@@ -12,6 +12,7 @@ import {
   rateLimitedHeaders,
 } from '../rate-limit.ts'
 import { nextRequestId, requestIdFrom } from '../request-id.ts'
+import { CORS_HEADERS, preflight } from './cors.ts'
 import {
   assertNativeUws,
   type HttpRequest,
@@ -88,6 +89,15 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
   const api = edge ? guarded(edge, 'api', apiBridge(options), null) : apiBridge(options)
   app.any('/api/v1', api)
   app.any('/api/v1/*', api)
+  // CORS preflights first: a method route outranks `any` in uWS, and a non-preflight OPTIONS yields to it.
+  if (options.metered) {
+    app.options('/m/:endpoint_id', preflight)
+    app.options('/m/:endpoint_id/*', preflight)
+  }
+  if (options.checkout) {
+    app.options('/pay/:payment_id', preflight)
+    app.options('/pay/:payment_id/*', preflight)
+  }
   if (options.metered) {
     const metered = edge ? guarded(edge, 'metered', options.metered, edge.unpaidMetered) : options.metered
     app.any('/m/:endpoint_id', metered)
@@ -201,8 +211,10 @@ function edgeError(
   requestId: string = nextRequestId(),
 ): void {
   httpRequests.labels(route, statusClass(ERRORS[code].status)).inc()
+  // A browser agent reads a 429's Retry-After on metered and checkout URLs too (cors.ts).
+  const flat = route === 'api' ? headers.flat() : [...headers.flat(), ...CORS_HEADERS]
   res.cork(() => {
-    writeError(res, code, requestId, { message }, headers.flat(), close)
+    writeError(res, code, requestId, { message }, flat, close)
   })
 }
 

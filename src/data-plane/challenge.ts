@@ -1,5 +1,6 @@
 // The 402 payment requirement: body (seed fields + x402 v1 `accepts`) and the x402 v2 PAYMENT-REQUIRED
-// header, built once per endpoint version; only the reason and the quote's expiry vary per answer.
+// header, built once per endpoint version; only the reason and the quote's expiry vary per answer (the v2
+// header carries the reason too: one encoded header per reason, built the first time that reason is used).
 import { toDollars } from '../money.ts'
 
 export interface ChallengeChain {
@@ -13,11 +14,26 @@ export interface ChallengeChain {
   usdcVersion: string
 }
 
+/** The x402 v2 requirement as advertised (`accepts[0]`): what a v2 payload's `accepted` must equal. */
+export interface V2Requirement {
+  scheme: 'exact'
+  network: string
+  amount: string
+  asset: string
+  payTo: string
+  maxTimeoutSeconds: number
+  extra: { name: string; version: string }
+}
+
 export interface Challenge {
   /** JSON text after the varying fields, starting with ',' and ending with '}'. */
   rest: string
-  /** base64 of the x402 v2 PaymentRequired object. */
-  v2Header: string
+  /** The v2 requirement, kept for matching `accepted` (src/data-plane/accepted-match.ts). */
+  v2: V2Requirement
+  /** JSON text of the v2 PaymentRequired after its `error` field, starting with ','. */
+  v2Rest: string
+  /** base64 PAYMENT-REQUIRED headers by reason, filled lazily (reasons are a closed set of codes). */
+  v2Headers: Map<string, string>
 }
 
 export interface ChallengeInput {
@@ -28,6 +44,8 @@ export interface ChallengeInput {
   idField: 'endpoint_id' | 'payment_id'
   id: string
   maxTimeoutSeconds: number
+  /** issue 12: also offer x402 `batch-settlement` (the endpoint's owner turned it on). */
+  batch?: { withdrawDelay: number }
 }
 
 export function buildChallenge(chain: ChallengeChain, input: ChallengeInput): Challenge {
@@ -58,25 +76,68 @@ export function buildChallenge(chain: ChallengeChain, input: ChallengeInput): Ch
       },
     ],
   }
-  const v2 = {
-    x402Version: 2,
+  const v2: V2Requirement = {
+    scheme: 'exact',
+    network: chain.caip2,
+    amount,
+    asset: chain.usdcAddress,
+    payTo: chain.treasury,
+    maxTimeoutSeconds: input.maxTimeoutSeconds,
+    extra,
+  }
+  const v2Rest = {
     resource: { url: input.resourceUrl, description: input.description, mimeType: 'application/json' },
     accepts: [
-      {
-        scheme: 'exact',
-        network: chain.caip2,
-        amount,
-        asset: chain.usdcAddress,
-        payTo: chain.treasury,
-        maxTimeoutSeconds: input.maxTimeoutSeconds,
-        extra,
-      },
+      v2,
+      // --- x402 batch-settlement offer (issue 12; src/data-plane/batch-voucher.ts serves it) ---
+      ...(input.batch
+        ? [batchAccept(chain, amount, input.maxTimeoutSeconds, input.batch.withdrawDelay)]
+        : []),
     ],
   }
   return {
     rest: `,${JSON.stringify(fields).slice(1)}`,
-    v2Header: Buffer.from(JSON.stringify(v2)).toString('base64'),
+    v2,
+    v2Rest: `,${JSON.stringify(v2Rest).slice(1)}`,
+    v2Headers: new Map(),
   }
+}
+
+/** The scheme's requirements: tollgate's treasury is both the receiver and the receiver's authorizer. */
+export function batchAccept(
+  chain: ChallengeChain,
+  amount: string,
+  maxTimeoutSeconds: number,
+  withdrawDelay: number,
+) {
+  return {
+    scheme: 'batch-settlement',
+    network: chain.caip2,
+    amount,
+    asset: chain.usdcAddress,
+    payTo: chain.treasury,
+    maxTimeoutSeconds,
+    extra: {
+      name: chain.usdcName,
+      version: chain.usdcVersion,
+      receiverAuthorizer: chain.treasury,
+      withdrawDelay,
+      assetTransferMethod: 'eip3009',
+    },
+  }
+}
+
+/**
+ * The PAYMENT-REQUIRED header for one reason: x402 v2 clients read why they were refused from its `error`
+ * (the reference server sends one per answer too). Reasons are wire codes (snake_case, no escaping needed).
+ */
+export function v2Header(challenge: Challenge, reason: string): string {
+  let header = challenge.v2Headers.get(reason)
+  if (header === undefined) {
+    header = Buffer.from(`{"x402Version":2,"error":"${reason}"${challenge.v2Rest}`).toString('base64')
+    challenge.v2Headers.set(reason, header)
+  }
+  return header
 }
 
 /**

@@ -3,6 +3,7 @@
 import { LRUCache } from 'lru-cache'
 import { findLiveEndpoint, type LiveEndpointRow } from '../db/endpoints.ts'
 import type { Sql } from '../db/sql.ts'
+import { BATCH_WITHDRAW_DELAY_S } from './batch-voucher.ts'
 import { buildChallenge, type Challenge, type ChallengeChain } from './challenge.ts'
 import type { UpstreamTarget } from './proxy.ts'
 
@@ -17,6 +18,8 @@ export interface LiveEndpoint {
   floorUntilMs: number
   target: UpstreamTarget
   challenge: Challenge
+  /** x402 batch-settlement accepted here (issue 12). */
+  batch: boolean
 }
 
 /** Cached for unknown ids too (briefly), so random ids cannot hammer the database. */
@@ -90,7 +93,9 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       idField: 'endpoint_id',
       id: row.id,
       maxTimeoutSeconds: options.maxTimeoutSeconds,
+      ...(row.batch_settlement ? { batch: { withdrawDelay: BATCH_WITHDRAW_DELAY_S } } : {}),
     }),
+    batch: row.batch_settlement,
   }
 }
 
@@ -104,4 +109,15 @@ export function minimumAcceptedAtomic(endpoint: LiveEndpoint, nowMs: number): bi
     return endpoint.floorAtomic
   }
   return endpoint.priceAtomic
+}
+
+/**
+ * Whether an x402 `exact` amount pays this endpoint now: exactly the price, or exactly the quoted floor while
+ * it holds (a client may hold a 402 from before a price rise). `exact` never takes more.
+ */
+export function exactAmountAccepted(endpoint: LiveEndpoint, amountAtomic: bigint, nowMs: number): boolean {
+  if (amountAtomic === endpoint.priceAtomic) return true
+  return (
+    endpoint.floorAtomic !== null && nowMs < endpoint.floorUntilMs && amountAtomic === endpoint.floorAtomic
+  )
 }

@@ -29,10 +29,22 @@ import {
   tracing,
 } from '../observability/tracing.ts'
 import { requestIdFrom } from '../request-id.ts'
+import { matchAccepted } from './accepted-match.ts'
+import {
+  BATCH_ERR,
+  type BatchDeps,
+  type BatchOutcome,
+  type BatchVerified,
+  batchRequiredHeader,
+  decideBatch,
+  parseBatchPayment,
+} from './batch-voucher.ts'
 import { cacheCounters } from './caches.ts'
-import { challengeBody, quoteExpiry } from './challenge.ts'
+import { challengeBody, quoteExpiry, v2Header } from './challenge.ts'
+import { CORS_HEADERS, CORS_PAIRS } from './cors.ts'
 import {
   type EndpointCache,
+  exactAmountAccepted,
   type LiveEndpoint,
   loadEndpoint,
   minimumAcceptedAtomic,
@@ -50,11 +62,12 @@ import {
   type RequestBody,
   type UpstreamDispatcher,
 } from './proxy.ts'
+import { paymentReceipt } from './receipt.ts'
 import type { SettlementThrottle } from './settlement-throttle.ts'
 import type { HttpRequest, HttpResponse } from './uws.ts'
 import type { Verifier, VerifyResult } from './verifier.ts'
 
-type VerifiedProof = Extract<VerifyResult, { ok: true }>
+type VerifiedProof = Extract<VerifyResult, { ok: true }> | BatchVerified
 
 export interface MeteredDeps {
   sql: Sql
@@ -67,19 +80,26 @@ export interface MeteredDeps {
   logger: Logger
   /** x402 intake throttle (settlement room): read synchronously, set by its own timer. */
   settlementThrottle?: SettlementThrottle
+  /** x402 batch-settlement (issue 12): channels and vouchers; absent = not offered. */
+  batch?: BatchDeps
   settings: {
     retryWindowMs: number
     quoteTtlMs: number
     ownerShareBps: number
     maxBufferedBodyBytes: number
-    /** Network name in the x-payment-response receipt. */
+    /** Network name in the v1 x-payment-response receipt. */
     network: string
+    /** CAIP-2 network in the v2 PAYMENT-RESPONSE receipt. */
+    caip2: string
   }
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8'
-const RETRY_AFTER_1 = ['retry-after', '1']
-const RETRY_AFTER_2 = ['retry-after', '2']
+// Every answer of a metered URL carries CORS (cors.ts): a browser agent reads the 402 and the receipt.
+const RETRY_AFTER_1 = ['retry-after', '1', ...CORS_HEADERS]
+const RETRY_AFTER_2 = ['retry-after', '2', ...CORS_HEADERS]
+const ACAO = CORS_PAIRS[0]!
+const EXPOSE = CORS_PAIRS[1]!
 
 // Children resolved once: per-request label look-ups would hash and allocate.
 const count = {
@@ -221,6 +241,20 @@ class MeteredCall implements ProxyHooks {
     this.endpoint = entry
     if (!this.paymentHeader) return this.respond402('payment_required')
     const proof = parseProof(this.paymentHeader)
+    // --- x402 batch-settlement (issue 12): its own checks (src/data-plane/batch-voucher.ts), then the claim path.
+    if (proof.kind === 'x402' && entry.batch && this.ctx.batch) {
+      const batch = parseBatchPayment(proof.payload)
+      if (batch === 'invalid') return this.respond402(BATCH_ERR.payload)
+      if (batch !== null) {
+        decideBatch(this.ctx.batch, batch, entry.priceAtomic).then(
+          (outcome) => this.withBatch(outcome),
+          (err) =>
+            this.respondUnavailable('the channel could not be checked; retry shortly', 'batch_failed', err),
+        )
+        return
+      }
+    }
+    // ---
     // A proof seen spent on this instance is refused without a query.
     if (proof.kind === 'tx' && this.ctx.usedProofs.has(proof.key)) {
       cacheCounters.usedHit.inc()
@@ -229,16 +263,50 @@ class MeteredCall implements ProxyHooks {
     // ---- x402 intake throttle (settlement backlog): refused before verifying or claiming anything. ----
     const throttle = this.ctx.settlementThrottle
     if (proof.kind === 'x402' && throttle?.engaged) {
-      return this.respondError('settlement_backlog', undefined, ['retry-after', String(throttle.retryAfterS)])
+      return this.respondError('settlement_backlog', undefined, [
+        'retry-after',
+        String(throttle.retryAfterS),
+        ...CORS_HEADERS,
+      ])
     }
     // ----
+    // A v2 payload pays the terms it names in `accepted`: they must be ours (and the amount exactly the
+    // price), checked before anything costs an RPC.
+    if (proof.kind === 'x402' && proof.version === 2) {
+      const mismatch = matchAccepted(entry, proof.payload, Date.now())
+      if (mismatch !== null) return this.respond402(mismatch)
+    }
     if (this.span !== null) this.step = startChildSpan(this.span, 'verify')
     const verified = this.ctx.verifier.verify(proof)
     if (verified instanceof Promise) verified.then((r) => this.withVerified(r))
     else this.withVerified(verified)
   }
 
-  withVerified(result: VerifyResult): void {
+  /** issue 12: a batch-settlement payment decided; an accepted voucher continues as a verified proof. */
+  withBatch(outcome: BatchOutcome): void {
+    if (this.abort.aborted) return this.finishAborted()
+    if (outcome.ok === true) return this.withVerified(outcome)
+    if (outcome.ok === false) {
+      const header = batchRequiredHeader(
+        v2Header(this.endpoint!.challenge, outcome.reason),
+        outcome.reason,
+        outcome.channel,
+      )
+      return this.respond402(outcome.reason, undefined, header)
+    }
+    // A refund: answered here, nothing forwarded.
+    this.body?.release()
+    this.finish(200, 'batch_refund')
+    const res = this.res
+    res.cork(() => {
+      res.writeStatus('200 OK').writeHeader('content-type', JSON_TYPE)
+      res.writeHeader('x-request-id', this.requestId)
+      res.writeHeader('payment-response', outcome.receipt)
+      res.end(outcome.body)
+    })
+  }
+
+  withVerified(result: VerifyResult | BatchVerified): void {
     if (this.step !== null) this.endStep(undefined, result.ok ? undefined : result.reason)
     if (this.abort.aborted) return this.finishAborted()
     const endpoint = this.endpoint!
@@ -251,7 +319,11 @@ class MeteredCall implements ProxyHooks {
       }
       return this.respond402(result.reason, result.retryAfterMs)
     }
-    if (result.valueAtomic < minimumAcceptedAtomic(endpoint, Date.now())) return this.respond402('underpaid')
+    const nowMs = Date.now()
+    if (result.valueAtomic < minimumAcceptedAtomic(endpoint, nowMs)) return this.respond402('underpaid')
+    // `exact` means exact: an authorization for more than the price is refused too (nothing moved yet).
+    if (result.kind === 'eip3009' && !exactAmountAccepted(endpoint, result.valueAtomic, nowMs))
+      return this.respond402('wrong_amount')
     // x402 proofs get their key from the verifier: the spent-proof check for them happens here.
     if (result.kind !== 'tx' && this.ctx.usedProofs.has(result.proofKey))
       return this.respond402('proof_already_used')
@@ -356,18 +428,20 @@ class MeteredCall implements ProxyHooks {
       capturedAtomic.inc(Number(paid.valueAtomic))
       if (captureSpan !== null) endSpan(captureSpan)
     }
-    // An x402 authorization has no transaction until it is settled (after the call): "" then.
-    const receipt = `{"success":${status < 500},"transaction":"${paid.transaction ?? ''}","network":"${settings.network}","payer":"${paid.payer}"}`
-    return [
-      ['x-payment-response', Buffer.from(receipt).toString('base64')],
-      ['x-request-id', this.requestId],
-    ]
+    // issue 12: a voucher's answer carries the scheme's PAYMENT-RESPONSE (charged amount and cumulative).
+    if (paid.kind === 'batch') {
+      return status < 500
+        ? [['payment-response', paid.receipt], ['x-request-id', this.requestId], ACAO, EXPOSE]
+        : [['x-request-id', this.requestId], ACAO, EXPOSE]
+    }
+    // tollgate answers CORS for metered URLs: the upstream's own allow-origin is dropped (proxy.ts).
+    return [paymentReceipt(paid, status < 500, settings), ['x-request-id', this.requestId], ACAO, EXPOSE]
   }
 
   /** ProxyHooks: the final outcome, exactly once. */
   onDone(outcome: ProxyOutcome): void {
-    // A proof serves at most once: it is released for a retry only when the upstream itself failed (it could
-    // not be reached, timed out, or answered 5xx). A client that left while the upstream was working may
+    // A proof serves at most once: it is released for a retry only when the upstream certainly did not serve
+    // it (it could not be reached, or answered 5xx; see upstreamFailed). A client that left while the upstream was working may
     // have been served: that claim stays held, is in doubt once its lease runs out, and is refunded at the
     // end of its window rather than served again.
     if (!this.captured && upstreamFailed(outcome)) this.release()
@@ -444,7 +518,7 @@ class MeteredCall implements ProxyHooks {
     pendingReleases.set(proofKey, p)
   }
 
-  respond402(reason: string, retryAfterMs?: number): void {
+  respond402(reason: string, retryAfterMs?: number, requiredHeader?: string): void {
     // A body we will not forward may have paused the client's socket: let it go.
     this.body?.release()
     count402(reason)
@@ -456,7 +530,11 @@ class MeteredCall implements ProxyHooks {
     res.cork(() => {
       res.writeStatus('402 Payment Required').writeHeader('content-type', JSON_TYPE)
       res.writeHeader('x-request-id', requestId)
-      res.writeHeader('payment-required', challenge.v2Header)
+      // The same URL answers differently once paid: no cache may keep a 402 (nor the reason in it).
+      res.writeHeader('cache-control', 'no-store')
+      res.writeHeader('access-control-allow-origin', '*')
+      res.writeHeader('access-control-expose-headers', EXPOSE[1])
+      res.writeHeader('payment-required', requiredHeader ?? v2Header(challenge, reason))
       if (retryAfterMs !== undefined)
         res.writeHeader('retry-after', String(Math.max(1, Math.ceil(retryAfterMs / 1000))))
       res.end(text)
@@ -476,7 +554,7 @@ class MeteredCall implements ProxyHooks {
     const res = this.res
     const requestId = this.requestId
     res.cork(() => {
-      writeError(res, code, requestId, details, headers)
+      writeError(res, code, requestId, details, headers ?? CORS_HEADERS)
     })
   }
 
@@ -495,8 +573,18 @@ class MeteredCall implements ProxyHooks {
 }
 
 /** Whether the upstream itself failed, so that the payer may retry the proof (see onDone). */
+/**
+ * Whether the upstream certainly did not serve the call, so its proof may be retried: it answered 5xx, or the
+ * request never reached it (refused, unreachable, no connection in time, reset before an answer: a keep-alive
+ * connection closed under the request is far more common than an upstream that worked and then reset).
+ * A timeout waiting for the head is not: the request went out and the work may be done, so the claim stays
+ * held, goes in doubt, and is refunded (tx) or voided (x402) at the end of its window, never served again.
+ */
 function upstreamFailed(outcome: ProxyOutcome): boolean {
-  if (outcome.kind === 'upstream_error') return outcome.status === null || outcome.status >= 500
+  if (outcome.kind === 'upstream_error') {
+    if (outcome.status !== null) return outcome.status >= 500
+    return outcome.code !== 'timeout'
+  }
   return outcome.status !== null && outcome.status >= 500
 }
 

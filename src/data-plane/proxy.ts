@@ -2,6 +2,8 @@
 // propagation and upstream timeouts, on undici's raw dispatch API (no stream objects per call).
 import type { Dispatcher } from 'undici'
 import { type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
+import { statusClass, upstreamDuration } from '../observability/metrics.ts'
+import { CORS_HEADERS } from './cors.ts'
 import { CLIENT_LEFT, type RequestBody } from './request-body.ts'
 import type { UpstreamDispatcher } from './upstream-pool.ts'
 import { type HttpResponse, statusLine } from './uws.ts'
@@ -39,7 +41,17 @@ export interface UpstreamTarget {
   allowPrivate: boolean
 }
 
-export type UpstreamErrorCode = 'unreachable' | 'timeout' | 'private_target' | 'reset' | 'invalid_path'
+/**
+ * timeout: the request went out and no head came back in time (the upstream may have done the work).
+ * connect_timeout: no connection was made (nothing reached the upstream).
+ */
+export type UpstreamErrorCode =
+  | 'unreachable'
+  | 'connect_timeout'
+  | 'timeout'
+  | 'private_target'
+  | 'reset'
+  | 'invalid_path'
 
 export type ProxyOutcome =
   /** The upstream answered (any status) and the response was fully relayed. */
@@ -91,7 +103,16 @@ const REQUEST_DROP = new Set([
 const INJECT_REFUSED = new Set([...HOP_BY_HOP, 'host', 'content-length', 'expect'])
 // uWS writes its own framing (content-length or chunked) and its own date.
 // x-request-id: tollgate's own is written instead (the upstream received it and may echo it).
-const RESPONSE_DROP = new Set([...HOP_BY_HOP, 'content-length', 'date', 'x-request-id'])
+// CORS: tollgate answers it for metered URLs (cors.ts); a second allow-origin would make browsers refuse
+// the answer. The upstream's expose list is relayed and merges with tollgate's (a list header).
+const RESPONSE_DROP = new Set([
+  ...HOP_BY_HOP,
+  'content-length',
+  'date',
+  'x-request-id',
+  'access-control-allow-origin',
+  'access-control-allow-credentials',
+])
 
 export const INVALID_PATH_MESSAGE =
   'the path may not contain dot segments (. or ..), encoded dots, encoded slashes or backslashes'
@@ -102,7 +123,19 @@ const ERROR_RESPONSES: Record<UpstreamErrorCode, { code: ErrorCode; details?: Er
     code: 'upstream_unreachable',
     details: { message: 'The upstream closed the connection before answering.' },
   },
-  timeout: { code: 'upstream_timeout' },
+  timeout: {
+    code: 'upstream_timeout',
+    details: {
+      message:
+        'The upstream did not answer in time. It may have done the work, so this payment is not released for a ' +
+        'retry: a transaction-hash payment is refunded at the end of its retry window, an x402 authorization ' +
+        'is never settled.',
+    },
+  },
+  connect_timeout: {
+    code: 'upstream_timeout',
+    details: { message: 'The upstream could not be connected to in time.' },
+  },
   private_target: { code: 'upstream_forbidden' },
   invalid_path: { code: 'invalid_path' },
 }
@@ -189,6 +222,7 @@ export function proxy(
     headersTimeout: target.timeoutMs,
     bodyTimeout: target.timeoutMs,
   }
+  forward.sentMs = performance.now()
   dispatcher.dispatch(options, forward)
 }
 
@@ -260,9 +294,10 @@ function classify(err: Error): UpstreamErrorCode {
   switch ((err as NodeJS.ErrnoException).code) {
     case 'UND_ERR_HEADERS_TIMEOUT':
     case 'UND_ERR_BODY_TIMEOUT':
+      return 'timeout'
     case 'UND_ERR_CONNECT_TIMEOUT':
     case 'ETIMEDOUT':
-      return 'timeout'
+      return 'connect_timeout'
     case 'ERR_TOLLGATE_PRIVATE_TARGET':
       return 'private_target'
     case 'ERR_TOLLGATE_INVALID_PATH':
@@ -292,6 +327,15 @@ function corkedError(): void {
   corked.writeError()
 }
 function flush(): void {}
+
+// Children resolved once: a label look-up per call would hash and allocate. 1xx heads are never final.
+const headSeconds = {
+  '1xx': upstreamDuration.labels('1xx'),
+  '2xx': upstreamDuration.labels('2xx'),
+  '3xx': upstreamDuration.labels('3xx'),
+  '4xx': upstreamDuration.labels('4xx'),
+  '5xx': upstreamDuration.labels('5xx'),
+}
 
 /** Lower-cased names of the response head being relayed, reused from call to call. */
 const names: string[] = []
@@ -328,6 +372,8 @@ class Forward implements Dispatcher.DispatchHandler {
   #errorCode: UpstreamErrorCode = 'unreachable'
   #abortUpstream: ((err?: Error) => void) | null = null
   #resumeUpstream: (() => void) | null = null
+  /** performance.now() when the request was handed to undici: the upstream's time to headers starts here. */
+  sentMs = 0
 
   constructor(res: HttpResponse, body: RequestBody, hooks: ProxyHooks, headOnly: boolean, requestId: string) {
     this.#res = res
@@ -357,6 +403,7 @@ class Forward implements Dispatcher.DispatchHandler {
   onHeaders(status: number, head: Buffer[], resume: () => void): boolean {
     // Informational answers (103 Early Hints) are not relayed; the final head follows.
     if (status < 200) return true
+    headSeconds[statusClass(status)].observe((performance.now() - this.sentMs) / 1000)
     // Cannot happen once abort() ran (undici stops calling), but res would be dead: never touch it.
     if (this.#done) return false
     this.#resumeUpstream = resume
@@ -482,7 +529,7 @@ class Forward implements Dispatcher.DispatchHandler {
   writeError(): void {
     this.#body.release()
     const response = ERROR_RESPONSES[this.#errorCode]
-    writeError(this.#res, response.code, this.#requestId, response.details)
+    writeError(this.#res, response.code, this.#requestId, response.details, CORS_HEADERS)
   }
 
   #settle(outcome: ProxyOutcome): void {

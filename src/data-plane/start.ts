@@ -1,11 +1,14 @@
 // The data plane's start(deps): hot-path state (caches, the one verifier, the group-commit writers, the
 // upstream pool, the transfer watcher), the public uWS app on its port, and how to drain it all.
 
+import { getAddress } from 'viem'
 import { BatchWriter } from '../books/batch-writer.ts'
 import { checkAuthorizationOnChain } from '../chain/check-authorization.ts'
 import type { ChainContext } from '../chain/connect.ts'
+import { simulateTransferAuthorization } from '../chain/simulate-authorization.ts'
+import { verifySmartWalletAuthorization } from '../chain/verify-smart-wallet.ts'
 import { verifyTransfer } from '../chain/verify-transfer.ts'
-import { watchTreasuryTransfers } from '../chain/watcher.ts'
+import { type TransferWatcher, watchTreasuryTransfers } from '../chain/watcher.ts'
 import { attributeTransfers } from '../checkout/attribution.ts'
 import { createCheckoutRoute } from '../checkout/route.ts'
 import type { Config } from '../config/schema.ts'
@@ -14,6 +17,7 @@ import { listenForEndpointChanges } from '../db/notify.ts'
 import { loadWatcherCursor, saveWatcherCursor } from '../db/payments.ts'
 import type { Database } from '../db/start.ts'
 import type { ApiHandler } from '../http-exchange.ts'
+import { configDollars } from '../money.ts'
 import type { Logger } from '../observability/logger.ts'
 import {
   booksWrites,
@@ -48,6 +52,8 @@ export interface DataPlane extends Started {
   port: number
   /** Writes queued captures now (tests; SIGTERM drains through stop()). */
   flushCaptures(): Promise<void>
+  /** Reads the settlement backlog into the x402 intake throttle now, not at its next tick (tests). */
+  refreshSettlementThrottle(): Promise<void>
 }
 
 export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
@@ -88,34 +94,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     })
     const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
     stops.push(() => dispatcher.close())
-    const paymentView = () => ({
-      publicUrl: deps.publicUrl(),
-      network: deps.chainInfo.network,
-      chainId: deps.chainInfo.chainId,
-      treasury: deps.chainInfo.treasury,
-      usdcAddress: deps.chainInfo.usdcAddress,
-    })
-    const cursorName = `treasury-transfers:${chain.treasury.toLowerCase()}`
-    const watcherFrom = await loadWatcherCursor(db.sql, cursorName)
-    const watcher = watchTreasuryTransfers(chain.publicClient, {
-      ...(watcherFrom !== null ? { fromBlock: watcherFrom } : {}),
-      onProgress: (next) => saveWatcherCursor(db.sql, cursorName, next),
-      usdc: chain.usdc.address,
-      treasury: chain.treasury,
-      confirmations: config.chain.confirmations,
-      pollIntervalMs: config.chain.poll_interval_ms,
-      onTransfer: (t) => {
-        verified.set(t.hash, t)
-      },
-      // Plain transfers matched to payments by their amount (issue 11); a failure rescans the range.
-      onTransfers: async (transfers) => {
-        await attributeTransfers(
-          { sql: db.sql, view: paymentView, ownerShareBps: config.fees.owner_share_bps, logger },
-          transfers,
-        )
-      },
-      onError: (err) => logger.warn('transfer watcher poll failed', { err }),
-    })
+    const watcher = await startTransferWatcher(deps, verified)
     stops.push(() => watcher.stop())
 
     const metered = createMeteredRoute({
@@ -127,13 +106,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       settlementThrottle,
       dispatcher,
       logger,
-      settings: {
-        retryWindowMs: config.proxy.retry_window_ms,
-        quoteTtlMs: config.proxy.quote_ttl_ms,
-        ownerShareBps: config.fees.owner_share_bps,
-        maxBufferedBodyBytes: config.server.body_limit_bytes,
-        network: chainInfo.x402Network,
-      },
+      ...meteredOptions(deps),
     })
     const checkout = createCheckoutRoute({
       sql: db.sql,
@@ -162,12 +135,75 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       flushCaptures: async () => {
         await books.drain()
       },
+      refreshSettlementThrottle: () => settlementThrottle.refresh(),
       stop,
     }
   } catch (err) {
     await stop()
     throw err
   }
+}
+
+/** The metered route's settings and its x402 batch-settlement part, from the configuration. */
+function meteredOptions({ config, db, chain, chainInfo }: DataPlaneDeps) {
+  return {
+    // x402 batch-settlement (issue 12): offered per endpoint; deposits/refunds are sent by the leader.
+    batch: {
+      sql: db.sql,
+      chainId: chainInfo.chainId,
+      caip2: chainInfo.caip2,
+      treasury: getAddress(chain.treasury),
+      usdc: getAddress(chain.usdc.address),
+      opWaitMs: 60_000,
+    },
+    settings: {
+      retryWindowMs: config.proxy.retry_window_ms,
+      quoteTtlMs: config.proxy.quote_ttl_ms,
+      ownerShareBps: config.fees.owner_share_bps,
+      maxBufferedBodyBytes: config.server.body_limit_bytes,
+      network: chainInfo.x402Network,
+      caip2: chainInfo.caip2,
+    },
+  }
+}
+
+/**
+ * Watches the treasury from where the last run stopped: each confirmed transfer pre-verifies its hash (a
+ * metered call then needs no RPC), and plain transfers are matched to payments by their amount.
+ */
+async function startTransferWatcher(
+  deps: DataPlaneDeps,
+  verified: ReturnType<typeof createVerifiedTransferCache>,
+): Promise<TransferWatcher> {
+  const { config, db, chain, logger } = deps
+  const paymentView = () => ({
+    publicUrl: deps.publicUrl(),
+    network: deps.chainInfo.network,
+    chainId: deps.chainInfo.chainId,
+    treasury: deps.chainInfo.treasury,
+    usdcAddress: deps.chainInfo.usdcAddress,
+  })
+  const cursorName = `treasury-transfers:${chain.treasury.toLowerCase()}`
+  const watcherFrom = await loadWatcherCursor(db.sql, cursorName)
+  return watchTreasuryTransfers(chain.publicClient, {
+    ...(watcherFrom !== null ? { fromBlock: watcherFrom } : {}),
+    onProgress: (next) => saveWatcherCursor(db.sql, cursorName, next),
+    usdc: chain.usdc.address,
+    treasury: chain.treasury,
+    confirmations: config.chain.confirmations,
+    pollIntervalMs: config.chain.poll_interval_ms,
+    onTransfer: (t) => {
+      verified.set(t.hash, t)
+    },
+    // Plain transfers matched to payments by their amount (issue 11); a failure rescans the range.
+    onTransfers: async (transfers) => {
+      await attributeTransfers(
+        { sql: db.sql, view: paymentView, ownerShareBps: config.fees.owner_share_bps, logger },
+        transfers,
+      )
+    },
+    onError: (err) => logger.warn('transfer watcher poll failed', { err }),
+  })
 }
 
 function createVerifier(
@@ -187,6 +223,16 @@ function createVerifier(
     },
     checkAuthorization: (q) =>
       checkAuthorizationOnChain(chain.publicClient, { usdc: chain.usdc.address, ...q }),
+    verifySmartWallet: (q) =>
+      verifySmartWalletAuthorization(chain.publicClient, { usdc: chain.usdc, chainId: chain.chainId, ...q }),
+    simulate: (q) =>
+      simulateTransferAuthorization(chain.publicClient, {
+        usdc: chain.usdc.address,
+        treasury: chain.treasury,
+        ...q,
+      }),
+    simulateFromAtomic:
+      config.x402.simulate_min_price === null ? null : configDollars(config.x402.simulate_min_price),
     lookupTransfer: async (hash) => {
       const end = rpcDuration.startTimer()
       try {

@@ -4,6 +4,8 @@
 import type { AuthorizationFailure, TransferAuthorization } from '../chain/authorization.ts'
 import { verifyTransferAuthorization } from '../chain/authorization.ts'
 import type { AuthorizationChainCheck } from '../chain/check-authorization.ts'
+import type { SimulationCheck } from '../chain/simulate-authorization.ts'
+import type { SmartWalletCheck } from '../chain/verify-smart-wallet.ts'
 import type { TransferFailure } from '../chain/verify-transfer.ts'
 import { verifications } from '../observability/metrics.ts'
 import type { VerifiedTransfer } from './caches.ts'
@@ -19,6 +21,8 @@ export type VerifyFailure =
   | TransferFailure
   | AuthorizationFailure
   | Extract<AuthorizationChainCheck, { ok: false }>['reason']
+  | Extract<SmartWalletCheck, { ok: false }>['reason']
+  | Extract<SimulationCheck, { ok: false }>['reason']
 
 export type VerifyResult =
   | {
@@ -33,6 +37,8 @@ export type VerifyResult =
       ok: true
       proofKey: string
       kind: 'eip3009'
+      /** The x402 version the payer spoke: its receipt is answered in the same version. */
+      x402Version: 1 | 2
       payer: `0x${string}`
       valueAtomic: bigint
       /** Known once the authorization is settled on chain (after the call). */
@@ -71,6 +77,15 @@ export interface VerifierOptions {
     nonce: `0x${string}`
     value: bigint
   }): Promise<AuthorizationChainCheck>
+  /** The wallet's own check (EIP-1271 / ERC-6492), asked only when ecrecover does not give `from`. */
+  verifySmartWallet?(q: {
+    authorization: TransferAuthorization
+    signature: `0x${string}`
+  }): Promise<SmartWalletCheck>
+  /** A dry run of the settlement, for authorizations of at least `simulateFromAtomic`. */
+  simulate?(q: { authorization: TransferAuthorization; signature: `0x${string}` }): Promise<SimulationCheck>
+  /** null: never simulate (x402.simulate_min_price unset). */
+  simulateFromAtomic?: bigint | null
   /** What an x402 authorization must be bound to. */
   x402: {
     networks: readonly string[]
@@ -180,18 +195,37 @@ export class Verifier {
       minValue: 1n,
       nowSeconds: BigInt(Math.floor(this.now() / 1000)),
     })
-    if (!local.ok) return { ok: false, reason: local.reason }
-    const onChain = await this.options.checkAuthorization({ from: a.from, nonce: a.nonce, value: a.value })
+    // invalid_signature comes last in the local checks: the fields are right, only ecrecover disagrees.
+    const smartWallet = !local.ok && local.reason === 'invalid_signature' && this.options.verifySmartWallet
+    if (!local.ok && !smartWallet) return { ok: false, reason: local.reason }
+    const q = { from: a.from, nonce: a.nonce, value: a.value }
+    const from = this.options.simulateFromAtomic
+    const simulate = from != null && a.value >= from ? this.options.simulate : undefined
+    // The chain reads run together: nonce and balance, the wallet's own signature check, the dry run.
+    const [onChain, wallet, simulation] = await Promise.all([
+      this.options.checkAuthorization(q),
+      smartWallet ? smartWallet({ authorization: a, signature: payment.signature }) : null,
+      simulate ? simulate({ authorization: a, signature: payment.signature }) : null,
+    ])
+    if (wallet !== null && !wallet.ok) return { ok: false, reason: wallet.reason }
     if (!onChain.ok) return { ok: false, reason: onChain.reason }
+    if (simulation !== null && !simulation.ok) {
+      return simulation.reason === 'simulation_failed'
+        ? { ok: false, reason: simulation.reason, detail: simulation.detail }
+        : { ok: false, reason: simulation.reason }
+    }
+    // A smart wallet's ERC-6492 wrapper is dropped: settlement hands the wallet its inner signature.
+    const signature = wallet !== null ? wallet.signature : payment.signature
     const verified: Extract<VerifyResult, { kind: 'eip3009' }> = {
       ok: true,
       proofKey,
       kind: 'eip3009',
-      payer: local.payer,
+      x402Version: payment.version,
+      payer: a.from,
       valueAtomic: a.value,
       transaction: null,
       authorization: {
-        signature: payment.signature,
+        signature,
         from: a.from,
         to: a.to,
         value: a.value.toString(),

@@ -13,6 +13,8 @@ export interface EndpointRow {
   quote_floor_atomic: bigint | null
   quote_floor_until: Date | null
   timeout_ms: number | null
+  /** x402 batch-settlement offered (issue 12); off by default. */
+  batch_settlement: boolean
   status: 'active' | 'disabled'
   version: number
   created_at: Date
@@ -20,7 +22,7 @@ export interface EndpointRow {
 }
 
 const COLUMNS =
-  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, status, version, created_at, updated_at'
+  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, batch_settlement, status, version, created_at, updated_at'
 
 /** The channel that tells every instance an endpoint changed (payload: its id). */
 export const ENDPOINT_CHANGED_CHANNEL = 'tollgate_endpoint_changed'
@@ -36,12 +38,14 @@ export async function insertEndpoint(
     upstreamHeaders: Record<string, string>
     priceAtomic: bigint
     timeoutMs: number | null
+    batchSettlement?: boolean
   },
 ): Promise<EndpointRow> {
   const [row] = await db<EndpointRow[]>`
-    INSERT INTO endpoints (id, account_id, name, description, upstream_url, upstream_headers, price_atomic, timeout_ms)
+    INSERT INTO endpoints (id, account_id, name, description, upstream_url, upstream_headers, price_atomic, timeout_ms,
+                           batch_settlement)
     VALUES (${e.id}, ${e.accountId}, ${e.name}, ${e.description}, ${e.upstreamUrl},
-            ${db.json(e.upstreamHeaders)}, ${e.priceAtomic}, ${e.timeoutMs})
+            ${db.json(e.upstreamHeaders)}, ${e.priceAtomic}, ${e.timeoutMs}, ${e.batchSettlement ?? false})
     RETURNING ${db.unsafe(COLUMNS)}`
   return row!
 }
@@ -66,7 +70,7 @@ export interface LiveEndpointRow extends EndpointRow {
 export async function findLiveEndpoint(db: Sql | Tx, id: string): Promise<LiveEndpointRow | null> {
   const [row] = await db<LiveEndpointRow[]>`
     SELECT e.id, e.account_id, e.name, e.description, e.upstream_url, e.upstream_headers, e.price_atomic,
-           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.status, e.version, e.created_at,
+           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.batch_settlement, e.status, e.version, e.created_at,
            e.updated_at, a.wallet_address AS owner_wallet
     FROM endpoints e JOIN accounts a ON a.id = e.account_id
     WHERE e.id = ${id} AND e.deleted_at IS NULL`
@@ -93,6 +97,7 @@ export interface EndpointChanges {
   priceAtomic?: bigint
   status?: 'active' | 'disabled'
   timeoutMs?: number | null
+  batchSettlement?: boolean
 }
 
 /**
@@ -112,6 +117,7 @@ export async function updateEndpoint(
   if (changes.upstreamHeaders !== undefined) set.upstream_headers = db.json(changes.upstreamHeaders)
   if (changes.status !== undefined) set.status = changes.status
   if (changes.timeoutMs !== undefined) set.timeout_ms = changes.timeoutMs
+  if (changes.batchSettlement !== undefined) set.batch_settlement = changes.batchSettlement
   if (changes.priceAtomic !== undefined && changes.priceAtomic !== current.price_atomic) {
     set.price_atomic = changes.priceAtomic
     const floorStillHolds =

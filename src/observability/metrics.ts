@@ -43,6 +43,27 @@ export const rpcDuration = new client.Histogram({
   registers: [registry],
 })
 
+// Both counted after batching; method labels come from tollgate's own calls only (a bounded set).
+export const rpcRequests = new client.Counter({
+  name: 'tollgate_rpc_requests_total',
+  help: "HTTP requests to the RPC node, by JSON-RPC method ('batch' when one request carries several calls).",
+  labelNames: ['method'] as const,
+  registers: [registry],
+})
+
+export const rpcCalls = new client.Counter({
+  name: 'tollgate_rpc_calls_total',
+  help: 'JSON-RPC calls sent to the RPC node (each call of a batch counted), by method.',
+  labelNames: ['method'] as const,
+  registers: [registry],
+})
+
+/** Counts one HTTP request to the RPC node and the calls it carries (the chain client's listener). */
+export function countRpcRequest(request: string, calls: string[]): void {
+  rpcRequests.inc({ method: request })
+  for (const method of calls) rpcCalls.inc({ method })
+}
+
 export const cacheLookups = new client.Counter({
   name: 'tollgate_cache_lookups_total',
   help: 'Hot-path cache look-ups by cache and result (hit/miss).',

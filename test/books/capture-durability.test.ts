@@ -10,6 +10,7 @@ import { fundedAccount, payUsdc } from '../helpers/accounts.ts'
 import { freshDatabaseUrl, serverUrl, usingServer } from '../helpers/database.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 
 let admin: postgres.Sql
 let database = ''
@@ -18,17 +19,15 @@ let upstream: Awaited<ReturnType<typeof startUpstream>>
 let openGate: (() => void) | null = null
 let received = 0
 
-async function until(what: string, ok: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (
-    !(await Promise.resolve()
-      .then(ok)
-      .catch(() => false))
-  ) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 50))
-  }
-}
+/** A check that fails (the database restarting) counts as not yet. */
+const until = (what: string, ok: () => boolean | Promise<boolean>, timeoutMs = 30_000) =>
+  waitFor(
+    () =>
+      Promise.resolve()
+        .then(ok)
+        .catch(() => false),
+    { timeoutMs, intervalMs: 50, what },
+  )
 
 const gauge = async (m: typeof captureQueue | typeof captureRetries) => (await m.get()).values[0]?.value ?? 0
 

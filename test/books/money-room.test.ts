@@ -15,6 +15,13 @@ const MONEY_TABLES = [
   'payments',
   'payment_timeline',
   'unmatched_inflows',
+  // Running balances (migration 0011): written only by the triggers on ledger_entries and payouts.
+  'account_balances',
+  'wallet_balances',
+  // x402 batch-settlement channels (issue 12)
+  'batch_channels',
+  'batch_channel_ops',
+  'batch_claims',
 ]
 
 /** Files allowed to write money tables outside src/books/: none left (payments and settlement moved in). */

@@ -37,7 +37,6 @@ describe('connectChain', () => {
         explorerUrl: null,
         rpcUrl: dev.rpcUrl,
         devChain: dev,
-        disperseAddress: dev.disperseAddress,
       })
       expect(chain.walletClient.account.address).toBe(dev.treasury.address)
       expect(await chain.publicClient.getChainId()).toBe(31337)
@@ -88,8 +87,9 @@ describe('connectChain', () => {
   })
 
   it('refuses a USDC_ADDRESS that is not a readable token', async () => {
+    // A payer's own address: no code there, so nothing answers name() or decimals().
     await expect(
-      connectChain(config({ network: 'local', usdc_address: dev.disperseAddress }), { devChain: dev }),
+      connectChain(config({ network: 'local', usdc_address: dev.payers[0]!.address }), { devChain: dev }),
     ).rejects.toMatchObject({ code: 'TOLLGATE_CHAIN_USDC_UNREADABLE' })
   })
 

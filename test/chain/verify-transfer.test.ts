@@ -19,7 +19,7 @@ import {
   verifyTransfer,
 } from '../../src/chain/verify-transfer.ts'
 import { mine, setAutomine, startTestChain } from '../helpers/anvil.ts'
-import { startCountingProxy } from './counting-proxy.ts'
+import { startRpcProxy } from '../helpers/rpc-proxy.ts'
 
 let dev: DevChain
 let client: ChainPublicClient
@@ -145,6 +145,7 @@ describe('verifyTransfer', () => {
         detail: 'transaction not mined yet',
       })
       const started = performance.now()
+      // Mined 300 ms into the wait: that the wait wakes on the block, not at its end, is the thing under test.
       const mining = new Promise((resolve) => setTimeout(resolve, 300)).then(() => mine(dev.rpcUrl))
       const result = await verifyTransfer(client, { ...options, hash, waitMs: 5000 })
       await mining
@@ -191,10 +192,48 @@ describe('verifyTransfer', () => {
   })
 })
 
+describe('verifyTransfer round trips', () => {
+  it('costs one batched request (receipt and head) when the node puts block times on logs', async () => {
+    const hash = await mined(await payUsdc(payers[0]!, dev.treasury.address, 310_000n))
+    const proxy = await startRpcProxy(dev.rpcUrl)
+    try {
+      const counted = createChainPublicClient(
+        chainDefinition('local', dev.chainId, proxy.url),
+        clientOptions(proxy.url),
+      )
+      const result = await verifyTransfer(counted, { ...options, hash })
+      expect(result).toMatchObject({ ok: true, transfer: { value: 310_000n } })
+      expect(proxy.requests).toBe(1)
+      expect(proxy.counts.get('eth_getBlockByNumber')).toBeUndefined()
+    } finally {
+      await proxy.close()
+    }
+  })
+
+  it('asks for the block when the node leaves block times off its logs, and gets the same time', async () => {
+    const hash = await mined(await payUsdc(payers[0]!, dev.treasury.address, 320_000n))
+    const proxy = await startRpcProxy(dev.rpcUrl)
+    proxy.stripLogTimestamps = true
+    try {
+      const counted = createChainPublicClient(
+        chainDefinition('local', dev.chainId, proxy.url),
+        clientOptions(proxy.url),
+      )
+      const result = await verifyTransfer(counted, { ...options, hash })
+      const direct = await verifyTransfer(client, { ...options, hash })
+      expect(result).toEqual(direct)
+      expect(proxy.counts.get('eth_getBlockByNumber')).toBe(1)
+      expect(proxy.requests).toBe(2)
+    } finally {
+      await proxy.close()
+    }
+  })
+})
+
 describe('createTransferVerifier', () => {
   it('shares one receipt fetch among concurrent verifications of a hash', async () => {
     const hash = await mined(await payUsdc(payers[0]!, dev.treasury.address, 300_000n))
-    const proxy = await startCountingProxy(dev.rpcUrl)
+    const proxy = await startRpcProxy(dev.rpcUrl)
     try {
       const counted = createChainPublicClient(
         chainDefinition('local', dev.chainId, proxy.url),

@@ -6,19 +6,14 @@ import { afterEach, describe, expect, it } from 'vitest'
 import type { TreasuryTransfer } from '../../src/chain/transfer.ts'
 import { type TransferWatcher, watchTreasuryTransfers } from '../../src/chain/watcher.ts'
 import { chainClients, type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 
 const watchers: TransferWatcher[] = []
 afterEach(async () => {
   await Promise.all(watchers.splice(0).map((w) => w.stop()))
 })
 
-async function until(what: string, fn: () => boolean, timeoutMs = 10_000) {
-  const deadline = Date.now() + timeoutMs
-  while (!fn()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 20))
-  }
-}
+const until = (what: string, fn: () => boolean, timeoutMs = 10_000) => waitFor(fn, { timeoutMs, what })
 
 function start(treasury: `0x${string}`, over: Partial<Parameters<typeof watchTreasuryTransfers>[1]>) {
   const { publicClient, usdc } = chainClients()

@@ -15,7 +15,9 @@ import type { TreasuryTransfer } from '../../src/chain/transfer.ts'
 import { usdcAbi } from '../../src/chain/usdc.ts'
 import { type TransferWatcher, watchTreasuryTransfers } from '../../src/chain/watcher.ts'
 import { mine, startTestChain } from '../helpers/anvil.ts'
-import { startCountingProxy } from './counting-proxy.ts'
+import { startRpcProxy } from '../helpers/rpc-proxy.ts'
+import { waitFor } from '../helpers/wait-for.ts'
+import { disperseArtifact } from './contracts/disperse.ts'
 
 const disperseAbi = parseAbi([
   'function disperseToken(address token, address[] recipients, uint256[] values)',
@@ -50,6 +52,7 @@ async function watch(over: Partial<Parameters<typeof watchTreasuryTransfers>[1]>
   const fromBlock = (await client.getBlockNumber({ cacheTime: 0 })) + 1n
   const seen: TreasuryTransfer[] = []
   const errors: unknown[] = []
+  const scanned: bigint[] = []
   const watcher = watchTreasuryTransfers(on, {
     usdc: dev.usdcAddress,
     treasury: dev.treasury.address,
@@ -59,11 +62,14 @@ async function watch(over: Partial<Parameters<typeof watchTreasuryTransfers>[1]>
       seen.push(t)
     },
     onError: (err) => errors.push(err),
+    onProgress: (next) => {
+      scanned.push(next)
+    },
     fromBlock,
     ...over,
   })
   watchers.push(watcher)
-  return { seen, errors }
+  return { seen, errors, scanned }
 }
 
 const pay = async (payer: ChainWalletClient, to: Address, value: bigint): Promise<Hash> => {
@@ -77,14 +83,16 @@ const pay = async (payer: ChainWalletClient, to: Address, value: bigint): Promis
   return hash
 }
 
-/** A few more polls, so a duplicate or a late report would have time to show up. */
+/** A few more polls, so a duplicate or a late report would have time to show up: a fixed wait on purpose,
+ * what follows it checks that nothing more happened. */
 const settle = () => sleep(250)
 
 describe('watchTreasuryTransfers', () => {
   it('reports each transfer to the treasury once with its value, and nothing sent elsewhere', async () => {
     // The default start: the newest confirmed block when it starts (only set-up mints, never reported).
-    const { seen, errors } = await watch({ fromBlock: undefined })
-    await sleep(100)
+    const { seen, errors, scanned } = await watch({ fromBlock: undefined })
+    // Its start is the head it read on its first poll: pay only after that.
+    await waitFor(() => scanned.length > 0, { what: 'the first scanned range' })
     const first = await pay(payers[0]!, dev.treasury.address, 1_000_000n)
     await pay(payers[0]!, dev.payers[2]!.address, 5_000_000n)
     await payers[1]!.sendTransaction({ to: dev.treasury.address, value: 10n ** 15n })
@@ -104,17 +112,21 @@ describe('watchTreasuryTransfers', () => {
 
   it('sums several transfers to the treasury in one transaction (a Disperse batch)', async () => {
     const payer = payers[3]!
+    const deploy = await payer.deployContract({
+      abi: disperseArtifact.abi,
+      bytecode: disperseArtifact.bytecode,
+    })
+    const disperseAddress = (await client.waitForTransactionReceipt({ hash: deploy })).contractAddress!
     const approve = await payer.writeContract({
       address: dev.usdcAddress,
       abi: usdcAbi,
       functionName: 'approve',
-      args: [dev.disperseAddress, 10_000_000n],
+      args: [disperseAddress, 10_000_000n],
     })
     await client.waitForTransactionReceipt({ hash: approve })
     const { seen } = await watch()
-    await sleep(100)
     const hash = await payer.writeContract({
-      address: dev.disperseAddress,
+      address: disperseAddress,
       abi: disperseAbi,
       functionName: 'disperseToken',
       args: [
@@ -131,7 +143,6 @@ describe('watchTreasuryTransfers', () => {
 
   it('waits for the configured confirmations before reporting', async () => {
     const { seen } = await watch({ confirmations: 3 })
-    await sleep(100)
     const hash = await pay(payers[0]!, dev.treasury.address, 42n)
     await settle()
     expect(seen).toEqual([])
@@ -144,24 +155,23 @@ describe('watchTreasuryTransfers', () => {
   })
 
   it('reports what was paid while the RPC was down once it is back, without gaps or duplicates', async () => {
-    const proxy = await startCountingProxy(dev.rpcUrl)
+    const proxy = await startRpcProxy(dev.rpcUrl)
     try {
       const flaky = createChainPublicClient(
         chainDefinition('local', dev.chainId, proxy.url),
         clientOptions(proxy.url),
       )
       const { seen, errors } = await watch({}, flaky)
-      await sleep(100)
       const before = await pay(payers[4]!, dev.treasury.address, 11n)
       await vi.waitFor(() => expect(seen).toHaveLength(1), { timeout: 3000, interval: 25 })
 
-      proxy.failing = true
+      await proxy.setMode('unavailable')
       const during = [
         await pay(payers[4]!, dev.treasury.address, 12n),
         await pay(payers[4]!, dev.treasury.address, 13n),
       ]
       await vi.waitFor(() => expect(errors.length).toBeGreaterThan(0), { timeout: 3000, interval: 25 })
-      proxy.failing = false
+      await proxy.setMode('pass')
 
       await vi.waitFor(() => expect(seen).toHaveLength(3), { timeout: 3000, interval: 25 })
       await settle()
@@ -176,14 +186,14 @@ describe('watchTreasuryTransfers', () => {
   })
 
   it('stop() ends polling', async () => {
-    const proxy = await startCountingProxy(dev.rpcUrl)
+    const proxy = await startRpcProxy(dev.rpcUrl)
     try {
       const counted = createChainPublicClient(
         chainDefinition('local', dev.chainId, proxy.url),
         clientOptions(proxy.url),
       )
       const { seen } = await watch({}, counted)
-      await sleep(120)
+      await waitFor(() => proxy.requests >= 2, { what: 'two polls through the proxy' })
       await watchers.pop()!.stop()
       const requests = proxy.requests
       await pay(payers[0]!, dev.treasury.address, 7n)

@@ -14,6 +14,7 @@ import { OPENAPI_PATH, renderOpenApi } from '../../src/cli/openapi.ts'
 import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
 import { callApi, registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
 
 type Json = Record<string, any>
@@ -341,13 +342,13 @@ describe('real answers of every operation validate against it', () => {
 
   it('payouts, once the batcher has paid the owner', async () => {
     const payouts = '/api/v1/payouts'
-    const deadline = Date.now() + 30_000
-    let list = await call(payouts, payouts, { key })
-    while (list.body.data.length === 0 && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 250))
-      list = await call(payouts, payouts, { key })
-    }
-    expect(list.body.data.length).toBeGreaterThan(0)
+    const list = await waitFor(
+      async () => {
+        const list = await call(payouts, payouts, { key })
+        return list.body.data.length > 0 && list
+      },
+      { timeoutMs: 30_000, intervalMs: 250, what: 'a payout listed' },
+    )
     await call(payouts, `${payouts}?status=lost`, { key })
     await call('/api/v1/payouts/{id}', `${payouts}/${list.body.data[0].id}`, { key })
     await call('/api/v1/payouts/{id}', `${payouts}/po_missing`, { key })

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 
 type Upstream = Awaited<ReturnType<typeof startUpstream>>
 
@@ -282,6 +283,7 @@ describe('proof age', () => {
       const m = await registerMerchant(strict)
       const ep = await createEndpoint({ upstream_url: `${upstream.url}/echo`, price: 0.01 }, strict, m.key)
       const hash = await payUsdc(payer, strict.chain.treasury, 10_000n)
+      // The proof ageing past max_proof_age_ms is the thing under test (the age is read from the block time).
       await new Promise((r) => setTimeout(r, 3_000))
       const r = await fetch(ep.metered_url, { headers: { 'x-payment': hash } })
       expect(r.status).toBe(402)
@@ -363,10 +365,15 @@ describe('upstream failures and retry', () => {
       const ep = await createEndpoint({ upstream_url: 'http://127.0.0.1:9/', price: 0.02 }, quick, m.key)
       const hash = await payUsdc(payer, quick.chain.treasury, 20_000n)
       expect((await fetch(ep.metered_url, { headers: { 'x-payment': hash } })).status).toBe(502)
-      await new Promise((r) => setTimeout(r, 700))
-      await quick.jobs.runNow('claim-expiry')
-      const [claim] = await quick.sql`SELECT status FROM claims WHERE proof_key = ${`tx:${hash}`}`
-      expect(claim!.status).toBe('refund_due')
+      // The sweep runs until the window has run out and it marks the claim.
+      await waitFor(
+        async () => {
+          await quick.jobs.runNow('claim-expiry')
+          const [claim] = await quick.sql`SELECT status FROM claims WHERE proof_key = ${`tx:${hash}`}`
+          return claim!.status === 'refund_due'
+        },
+        { timeoutMs: 5_000, intervalMs: 100, what: 'the claim marked refund_due' },
+      )
       const refunds =
         await quick.sql`SELECT wallet, amount_atomic FROM ledger_entries WHERE kind = 'refund' AND source_id = ${`tx:${hash}`}`
       expect(refunds).toEqual([{ wallet: payer.address, amount_atomic: 20_000n }])
@@ -397,9 +404,10 @@ describe('aborts and quotes', () => {
       req.setTimeout(5000, () => reject(new Error('no response')))
       req.end()
     })
-    const deadline = Date.now() + 2000
-    while (!upstream.hangAborted() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
-    expect(upstream.hangAborted()).toBe(true)
+    await waitFor(() => upstream.hangAborted(), {
+      timeoutMs: 2000,
+      what: 'the hung upstream request aborted',
+    })
     // Headers had arrived: the call counts as served.
     await svc.flushCaptures()
     expect((await claimsFor(hash))[0]!.status).toBe('captured')

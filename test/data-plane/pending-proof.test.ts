@@ -63,7 +63,8 @@ describe('a proof not mined yet', () => {
       const before = upstream.count()
       const started = Date.now()
       const call = fetch(ep.body.metered_url, { headers: { 'x-payment': hash } })
-      // The request is waiting on the chain, not answered and not forwarded.
+      // The request is waiting on the chain, not answered and not forwarded: a fixed wait on purpose, what is
+      // checked is that nothing happens while the transaction is unmined.
       await new Promise((r) => setTimeout(r, 700))
       expect(upstream.count()).toBe(before)
       await mine(chain.rpcUrl)

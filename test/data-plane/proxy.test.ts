@@ -16,6 +16,7 @@ import {
 } from '../../src/data-plane/proxy.ts'
 import { type HttpRequest, type HttpResponse, uws } from '../../src/data-plane/uws.ts'
 import { bigBody, sha256, startUpstream, type Upstream } from '../helpers/upstream.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 
 const MB = 1024 * 1024
 
@@ -70,6 +71,7 @@ function startProxyApp(): Promise<number> {
     const body = createRequestBody(res, 64 * 1024)
     const callTarget = target
     const callDispatcher = dispatcher
+    // Stands for the claim's await (claimDelayMs, 0 by default): a slow claim is what some tests need.
     setTimeout(() => {
       proxy(callDispatcher, res, forward, body, callTarget, abort, {
         onResponseHead(status) {
@@ -95,8 +97,8 @@ function startProxyApp(): Promise<number> {
 
 /** Resolves once onDone has been called, then checks it stays the only call. */
 async function outcome(): Promise<ProxyOutcome> {
-  const deadline = Date.now() + 3_000
-  while (outcomes.length === 0 && Date.now() < deadline) await sleep(5)
+  await waitFor(() => outcomes.length > 0, { timeoutMs: 3_000, intervalMs: 5, what: 'the outcome' })
+  // A fixed wait on purpose: what is checked is that no second outcome follows.
   await sleep(30)
   expect(outcomes).toHaveLength(1)
   return outcomes[0]!
@@ -104,15 +106,6 @@ async function outcome(): Promise<ProxyOutcome> {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))
-}
-
-async function waitFor(check: () => boolean, timeoutMs: number): Promise<boolean> {
-  const deadline = Date.now() + timeoutMs
-  while (!check()) {
-    if (Date.now() > deadline) return false
-    await sleep(5)
-  }
-  return true
 }
 
 interface RawResponse {
@@ -160,6 +153,7 @@ function nodeRequest(
         }
         if (options.readDelayMs) {
           res.pause()
+          // A slow reader is the thing under test.
           setTimeout(read, options.readDelayMs)
         } else {
           read()
@@ -502,7 +496,11 @@ describe('client aborts', () => {
     expect(record.url).toBe('/hang-body')
     const leftAt = Date.now()
     req.destroy()
-    expect(await waitFor(() => record.closedEarlyAt !== null, 1_000)).toBe(true)
+    await waitFor(() => record.closedEarlyAt !== null, {
+      timeoutMs: 1_000,
+      intervalMs: 5,
+      what: 'the upstream request closed',
+    })
     expect(record.closedEarlyAt! - leftAt).toBeLessThan(1_000)
     expect(upstream.hangAborted()).toBe(true)
     expect(await outcome()).toEqual({ kind: 'client_aborted', status: 200 })
@@ -522,10 +520,15 @@ describe('client aborts', () => {
     // Never read: the proxy pauses the upstream once uWS reports backpressure.
     res.pause()
     const record = upstream.last()!
+    // A fixed wait on purpose: what is checked is that the upstream stays paused for a while.
     await sleep(300)
     expect(record.finishedAt).toBeNull()
     req.destroy()
-    expect(await waitFor(() => record.closedEarlyAt !== null, 1_000)).toBe(true)
+    await waitFor(() => record.closedEarlyAt !== null, {
+      timeoutMs: 1_000,
+      intervalMs: 5,
+      what: 'the upstream request closed',
+    })
     expect(await outcome()).toEqual({ kind: 'client_aborted', status: 200 })
     outcomes = []
     const next = await fetch(`${base}/p/echo`)
@@ -540,6 +543,7 @@ describe('client aborts', () => {
     const req = httpRequest({ host: '127.0.0.1', port, path: '/p/echo', agent: false })
     req.on('error', () => {})
     req.end()
+    // The client leaves while the (200 ms) claim is still running: the timing is the thing under test.
     await sleep(50)
     req.destroy()
     expect(await outcome()).toEqual({ kind: 'client_aborted', status: null })
@@ -558,10 +562,18 @@ describe('client aborts', () => {
     })
     req.on('error', () => {})
     req.write(bigBody(MB))
-    await waitFor(() => upstream.count() > before, 2_000)
+    await waitFor(() => upstream.count() > before, {
+      timeoutMs: 2_000,
+      intervalMs: 5,
+      what: 'the request at the upstream',
+    })
     const record = upstream.last()!
     req.destroy()
-    expect(await waitFor(() => record.closedEarlyAt !== null, 1_000)).toBe(true)
+    await waitFor(() => record.closedEarlyAt !== null, {
+      timeoutMs: 1_000,
+      intervalMs: 5,
+      what: 'the upstream request closed',
+    })
     expect(record.bodyComplete).toBe(false)
     expect(await outcome()).toEqual({ kind: 'client_aborted', status: null })
   })

@@ -5,6 +5,7 @@ import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 
 describe.runIf(usingServer)('two instances on one database', () => {
   let a: TestService
@@ -50,22 +51,16 @@ describe.runIf(usingServer)('two instances on one database', () => {
     // Warm b's cache.
     expect((await (await fetch(`${b.url}/m/${ep.id}`)).json()).price).toBe(0.01)
     await a.api(`/api/v1/endpoints/${ep.id}`, { key, method: 'PATCH', body: { price: 0.07 } })
-    const deadline = Date.now() + 1000
-    let price = 0
-    while (Date.now() < deadline) {
-      price = (await (await fetch(`${b.url}/m/${ep.id}`)).json()).price
-      if (price === 0.07) break
-      await new Promise((r) => setTimeout(r, 25))
-    }
-    expect(price).toBe(0.07)
+    await waitFor(async () => (await (await fetch(`${b.url}/m/${ep.id}`)).json()).price === 0.07, {
+      timeoutMs: 1000,
+      intervalMs: 25,
+      what: "b's new price",
+    })
     await a.api(`/api/v1/endpoints/${ep.id}`, { key, method: 'DELETE' })
-    const until = Date.now() + 1000
-    let status = 0
-    while (Date.now() < until) {
-      status = (await fetch(`${b.url}/m/${ep.id}`)).status
-      if (status === 404) break
-      await new Promise((r) => setTimeout(r, 25))
-    }
-    expect(status).toBe(404)
+    await waitFor(async () => (await fetch(`${b.url}/m/${ep.id}`)).status === 404, {
+      timeoutMs: 1000,
+      intervalMs: 25,
+      what: 'a 404 from b',
+    })
   })
 })

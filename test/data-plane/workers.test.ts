@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { fundedAccount } from '../helpers/accounts.ts'
 import { type ChildService, startChildService } from '../helpers/child-service.ts'
 import { freshDatabaseUrl } from '../helpers/database.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 
 interface Readyz {
   status: string
@@ -13,15 +14,9 @@ async function readyz(service: ChildService): Promise<Readyz> {
   return (await fetch(`${service.adminUrl}/readyz`)).json() as Promise<Readyz>
 }
 
-async function until<T>(what: string, probe: () => Promise<T | null>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const value = await probe().catch(() => null)
-    if (value !== null) return value
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 50))
-  }
-}
+/** A failed probe (a worker not listening yet) counts as not yet. */
+const until = <T>(what: string, probe: () => Promise<T | null>, timeoutMs = 30_000): Promise<T> =>
+  waitFor(() => probe().catch(() => null), { timeoutMs, intervalMs: 50, what })
 
 /** A fresh connection per request, so the kernel picks a listening worker each time. */
 async function account(service: ChildService, key: string): Promise<number> {

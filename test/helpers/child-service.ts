@@ -7,6 +7,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { waitFor } from './wait-for.ts'
 
 const ROOT = join(import.meta.dirname, '..', '..')
 
@@ -114,15 +115,18 @@ export async function startChildService(options: ChildServiceOptions): Promise<C
       resolve(signal)
     })
   })
-  const deadline = Date.now() + 60_000
-  while (!/tollgate listening on/.test(output)) {
-    if (proc.exitCode !== null || proc.signalCode !== null)
-      throw new Error(`tollgate exited before it was ready:\n${output}`)
-    if (Date.now() > deadline) {
-      proc.kill('SIGKILL')
-      throw new Error(`tollgate did not start in 60 s:\n${output}`)
-    }
-    await new Promise((r) => setTimeout(r, 50))
+  try {
+    await waitFor(
+      () => {
+        if (proc.exitCode !== null || proc.signalCode !== null)
+          throw new Error(`tollgate exited before it was ready:\n${output}`)
+        return /tollgate listening on/.test(output)
+      },
+      { timeoutMs: 60_000, intervalMs: 50, what: () => `tollgate to start:\n${output}` },
+    )
+  } catch (err) {
+    proc.kill('SIGKILL')
+    throw err
   }
   return {
     url: `http://127.0.0.1:${port}`,

@@ -12,8 +12,10 @@ export const describeWithServer = usingServer ? 'server' : 'embedded'
 
 export async function freshDatabaseUrl(): Promise<string | null> {
   if (!serverUrl) return null
-  // The run's prefix: global teardown drops this run's databases and no other run's.
-  const name = `${inject('databasePrefix')}${randomBytes(6).toString('hex')}`
+  // The run's prefix: global teardown drops this run's databases and no other run's. Measurement scripts
+  // run outside vitest (no injected prefix) leave theirs under their own prefix.
+  const prefix = process.env.VITEST ? inject('databasePrefix') : 'tollgate_tool_'
+  const name = `${prefix}${randomBytes(6).toString('hex')}`
   const admin = postgres(serverUrl, { max: 1, onnotice: () => {} })
   try {
     await admin.unsafe(`CREATE DATABASE ${name}`)

@@ -1,6 +1,7 @@
 // A real pino logger whose JSON lines land in an array: tests read what the service logged.
 import type { LogSettings } from '../../src/observability/logger.ts'
 import { createLogger, type Logger } from '../../src/observability/logger.ts'
+import { waitFor } from './wait-for.ts'
 
 export interface CapturedLogs {
   logger: Logger
@@ -20,15 +21,10 @@ export function captureLogs(settings: LogSettings = { level: 'info' }): Captured
   return {
     logger,
     lines,
-    async waitFor(match, timeoutMs = 5_000) {
-      const deadline = Date.now() + timeoutMs
-      for (;;) {
-        const found = lines.find(match)
-        if (found) return found
-        if (Date.now() > deadline)
-          throw new Error(`no such log line in:\n${lines.map((l) => JSON.stringify(l)).join('\n')}`)
-        await new Promise((r) => setTimeout(r, 20))
-      }
-    },
+    waitFor: (match, timeoutMs = 5_000) =>
+      waitFor(() => lines.find(match), {
+        timeoutMs,
+        what: () => `a matching log line in:\n${lines.map((l) => JSON.stringify(l)).join('\n')}`,
+      }),
   }
 }

@@ -1,6 +1,7 @@
 // A local OTLP/HTTP trace receiver on 127.0.0.1:0: decodes the JSON export the exporter sends to /v1/traces.
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { waitFor } from './wait-for.ts'
 
 export interface ReceivedSpan {
   traceId: string
@@ -74,12 +75,11 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
     spans,
     contentTypes,
     async waitFor(match, timeoutMs = 10_000) {
-      const deadline = Date.now() + timeoutMs
-      while (!match(spans)) {
-        if (Date.now() > deadline)
-          throw new Error(`spans never matched; received: ${spans.map((s) => s.name).join(', ')}`)
-        await new Promise((r) => setTimeout(r, 50))
-      }
+      await waitFor(() => match(spans), {
+        timeoutMs,
+        intervalMs: 50,
+        what: () => `matching spans; received: ${spans.map((s) => s.name).join(', ')}`,
+      })
     },
     close: () =>
       new Promise<void>((resolve) => {

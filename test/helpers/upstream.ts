@@ -199,6 +199,7 @@ function route(
     return
   }
   if (first === '/slow') {
+    // A slow upstream is the thing under test of the routes that call /slow.
     const timer = setTimeout(
       () => {
         res.writeHead(200, { 'content-type': 'text/plain' })

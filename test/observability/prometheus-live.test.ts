@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startTestService, type TestService } from '../helpers/service.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 
 const ROOT = join(import.meta.dirname, '../..')
 
@@ -57,19 +58,20 @@ async function freePort(): Promise<number> {
   })
 }
 
+/** Polls fn until it returns a value; a failed attempt (Prometheus not up yet) is retried, and named at the end. */
 async function until<T>(what: string, fn: () => Promise<T | null>, timeoutMs: number): Promise<T> {
-  const deadline = Date.now() + timeoutMs
   let last: unknown = null
-  while (Date.now() < deadline) {
-    try {
-      const v = await fn()
-      if (v !== null) return v
-    } catch (err) {
-      last = err
-    }
-    await new Promise((r) => setTimeout(r, 250))
-  }
-  throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`)
+  return waitFor(
+    async () => {
+      try {
+        return await fn()
+      } catch (err) {
+        last = err
+        return null
+      }
+    },
+    { timeoutMs, intervalMs: 250, what: () => `${what}${last ? `: ${(last as Error).message}` : ''}` },
+  )
 }
 
 describe.skipIf(!available)('dashboards and alerts against a live Prometheus scrape', () => {

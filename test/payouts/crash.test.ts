@@ -8,6 +8,7 @@ import { createSql, type Sql } from '../../src/db/sql.ts'
 import { chainClients, type Funded, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
 import { type ChildService, pidAlive, startChildService } from '../helpers/child-service.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 import { createOwners, seedPaidCalls, sumBy } from './seed.ts'
 
 const POINTS = ['payout:before_broadcast', 'payout:after_broadcast', 'payout:after_confirm'] as const
@@ -22,19 +23,8 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c().catch(() => {})
 })
 
-async function waitFor<T>(
-  what: string,
-  f: () => Promise<T | null | undefined | false>,
-  ms = 45_000,
-): Promise<T> {
-  const deadline = Date.now() + ms
-  for (;;) {
-    const v = await f()
-    if (v) return v
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 100))
-  }
-}
+const until = <T>(what: string, f: () => Promise<T | null | undefined | false>, ms = 45_000): Promise<T> =>
+  waitFor(f, { timeoutMs: ms, intervalMs: 100, what })
 
 async function transfersFrom(treasury: Address) {
   const { publicClient, usdc } = chainClients()
@@ -90,11 +80,11 @@ describe.runIf(usingServer)('crash safety', () => {
         settings: SETTINGS,
       })
       cleanups.push(() => second.kill())
-      await waitFor('all payouts confirmed', async () => {
+      await until('all payouts confirmed', async () => {
         const rows = await sql<{ status: string }[]>`SELECT status FROM payouts`
         return rows.length === 3 && rows.every((r) => r.status === 'confirmed')
       })
-      // Let a few more runs pass: nothing new may be sent.
+      // Let a few more runs pass: nothing new may be sent (a fixed wait on purpose, for a negative).
       await new Promise((r) => setTimeout(r, 1_000))
       for (const o of owners) {
         const share = sumBy(

@@ -2,7 +2,7 @@
 // Disperse transaction for the batch (plus its one-time approve). Prints the numbers; asserts only sanity.
 import { type Address, createWalletClient, encodeFunctionData, type Hash, http, parseAbi } from 'viem'
 import { describe, expect, it } from 'vitest'
-import { disperseArtifact } from '../../src/chain/contracts/artifacts.ts'
+import { disperseArtifact } from '../chain/contracts/disperse.ts'
 import { chainClients, erc20, fundedAccount } from '../helpers/accounts.ts'
 
 const approveAbi = parseAbi(['function approve(address spender, uint256 value) returns (bool)'])

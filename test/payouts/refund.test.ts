@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { fundedAccount, payUsdc, usdcBalance } from '../helpers/accounts.ts'
 import { freePort } from '../helpers/child-service.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 
 let svc: TestService
 
@@ -34,11 +35,16 @@ describe('a proof never captured', () => {
     await r.arrayBuffer()
     expect(await usdcBalance(payer.address)).toBe(980_000n)
 
-    await new Promise((res) => setTimeout(res, 1_200))
-    await svc.jobs.runNow('claim-expiry')
-    const [claim] = await svc.sql<{ status: string }[]>`
-      SELECT status FROM claims WHERE proof_key = ${`tx:${hash.toLowerCase()}`}`
-    expect(claim!.status).toBe('refund_due')
+    // The sweep runs until the retry window has run out and it marks the claim.
+    await waitFor(
+      async () => {
+        await svc.jobs.runNow('claim-expiry')
+        const [claim] = await svc.sql<{ status: string }[]>`
+          SELECT status FROM claims WHERE proof_key = ${`tx:${hash.toLowerCase()}`}`
+        return claim!.status === 'refund_due'
+      },
+      { timeoutMs: 10_000, intervalMs: 100, what: 'the claim marked refund_due' },
+    )
 
     await svc.jobs.runNow('payout-batch')
     expect(await usdcBalance(payer.address)).toBe(1_000_000n)

@@ -176,6 +176,7 @@ describe('framing, header limits and slow clients', () => {
       `POST ${endpointPath}/abort HTTP/1.1\r\nHost: a\r\nx-payment: ${hash}\r\nContent-Length: 100000\r\n\r\n`,
       'y'.repeat(20_000),
       3000,
+      // The client leaving mid-upload is the thing under test.
       (s) => setTimeout(() => s.destroy(), 300),
     )
     const seen = upstream.requests.find((q) => q.url === '/echo/abort')

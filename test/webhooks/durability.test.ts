@@ -11,6 +11,7 @@ import { fundedAccount } from '../helpers/accounts.ts'
 import { type ChildService, freePort, pidAlive, startChildService } from '../helpers/child-service.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
 import { callApi, registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 import { type Captured, startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
 
 const cleanups: Array<() => Promise<unknown>> = []
@@ -52,11 +53,13 @@ describe.runIf(usingServer)('webhooks across a crash and across instances', () =
 
     // The state change commits; the receiver is down, so the first attempt is refused.
     const first = await insertEvent(sql, { accountId, type: 'payment.received', data: { n: 1 } })
-    const deadline = Date.now() + 10_000
-    while ((await sql`SELECT 1 FROM webhook_attempts WHERE event_id = ${first}`).length === 0) {
-      if (Date.now() > deadline) throw new Error(`no attempt was made:\n${child.output()}`)
-      await new Promise((r) => setTimeout(r, 20))
-    }
+    await waitFor(
+      async () => (await sql`SELECT 1 FROM webhook_attempts WHERE event_id = ${first}`).length > 0,
+      {
+        timeoutMs: 10_000,
+        what: () => `a first attempt:\n${child.output()}`,
+      },
+    )
     const killedPid = child.pid
     await child.kill('SIGKILL')
     // The server itself is dead, not a wrapper around it: nothing keeps serving on the port.
@@ -75,16 +78,13 @@ describe.runIf(usingServer)('webhooks across a crash and across instances', () =
     expect(verifier.verify(got[0].body, got[0].headers)).toMatchObject({ id: first, data: { n: 1 } })
     expect(verifier.verify(got[1].body, got[1].headers)).toMatchObject({ id: second, type: 'payout.sent' })
     // The receiver answers before the dispatcher records the success: wait for the record.
-    let rows: { event_id: string; status: string }[] = []
-    const until = Date.now() + 5_000
-    do {
-      rows = await sql<{ event_id: string; status: string }[]>`
-        SELECT event_id, status FROM webhook_deliveries ORDER BY event_id`
-      if (rows.length === 2 && rows.every((r) => r.status === 'delivered')) break
-      await new Promise((r) => setTimeout(r, 50))
-    } while (Date.now() < until)
-    expect(rows.every((r) => r.status === 'delivered')).toBe(true)
-    expect(rows).toHaveLength(2)
+    await waitFor(
+      async () => {
+        const rows = await sql<{ status: string }[]>`SELECT status FROM webhook_deliveries`
+        return rows.length === 2 && rows.every((r) => r.status === 'delivered')
+      },
+      { timeoutMs: 5_000, intervalMs: 50, what: 'both deliveries recorded as delivered' },
+    )
     await child.kill('SIGTERM')
   })
 
@@ -121,7 +121,7 @@ describe.runIf(usingServer)('webhooks across a crash and across instances', () =
     }
     await Promise.all(pushes)
     for (const r of [r1, r2]) await Promise.all(ids.map((id) => r.waitFor(byEvent(id), 10_000)))
-    // Give a duplicate, if any, the time to show up.
+    // Give a duplicate, if any, the time to show up: a fixed wait on purpose (nothing more must happen).
     await new Promise((res) => setTimeout(res, 600))
     for (const r of [r1, r2]) {
       expect(r.received).toHaveLength(ids.length)

@@ -10,6 +10,7 @@ import { type EventType, insertEvent } from '../../src/db/events.ts'
 import { freePort } from '../helpers/child-service.ts'
 import { usingServer } from '../helpers/database.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 import { type Captured, startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
 
 const POLL_MS = usingServer ? 1000 : 200
@@ -54,15 +55,8 @@ function emit(accountId: string, data: Record<string, unknown> = {}, type: Event
   return insertEvent(svc.sql, { accountId, type, data })
 }
 
-async function until<T>(fn: () => Promise<T | undefined | null | false>, timeoutMs = 8000): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const v = await fn()
-    if (v) return v
-    if (Date.now() > deadline) throw new Error('condition not met in time')
-    await new Promise((r) => setTimeout(r, 25))
-  }
-}
+const until = <T>(fn: () => Promise<T | undefined | null | false>, timeoutMs = 8000): Promise<T> =>
+  waitFor(fn, { timeoutMs, intervalMs: 25, what: 'the condition' })
 
 const byEvent = (id: string) => (c: Captured) => c.headers['webhook-id'] === id
 
@@ -181,6 +175,8 @@ describe('delivery and signatures', () => {
       const { key, accountId } = await merchant()
       const r = await receiver()
       await createWebhook(key, `${r.url}/hook`)
+      // A fixed pause on purpose: a poll the creation may have started passes, so the time measured below
+      // is the LISTEN wake-up alone.
       await new Promise((res) => setTimeout(res, 50))
       const started = Date.now()
       const id = await emit(accountId)
@@ -261,6 +257,7 @@ describe('retries', () => {
       return w.body.status === 'disabled' && w
     })
     expect(disabled.body).toMatchObject({ enabled: false, disabled_reason: 'gone' })
+    // A fixed wait on purpose: what is checked is that no further delivery follows.
     await new Promise((res) => setTimeout(res, 400))
     expect(r.received).toHaveLength(1)
     gone = false
@@ -299,6 +296,7 @@ describe('retries', () => {
     await Promise.all(ids.map((id) => fast.waitFor(byEvent(id))))
     // All six reached the fast receiver while the slow one was still holding its first requests.
     expect(Date.now() - started).toBeLessThan(2500)
+    // A fixed wait on purpose: the slow receiver is watched a while longer for extra concurrent requests.
     await new Promise((res) => setTimeout(res, 300))
     expect(slow.maxActive()).toBeLessThanOrEqual(2)
     expect(slow.maxActive()).toBeGreaterThanOrEqual(1)
@@ -338,7 +336,7 @@ describe('events API', () => {
     const ids = [] as string[]
     for (let i = 0; i < 3; i++) {
       ids.push(await emit(accountId, { i }))
-      // Distinct created_at: equal timestamps order by (random) id.
+      // Distinct created_at: equal timestamps order by (random) id. The clock moving is what is awaited.
       await new Promise((r) => setTimeout(r, 5))
     }
     const first = await svc.api('/api/v1/events?limit=2', { key })

@@ -18,6 +18,7 @@ import { startTestChain } from '../helpers/anvil.ts'
 import { freshDatabaseUrl } from '../helpers/database.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 
 type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]> : T[K] }
 
@@ -230,13 +231,16 @@ export async function waitForDrain(
 ): Promise<{ drainedMs: number; maxBacklog: number; state: SettlementState }> {
   const started = performance.now()
   let maxBacklog = 0
-  for (;;) {
-    await setup.svc.flushCaptures()
-    const state = await setup.settlementState()
-    maxBacklog = Math.max(maxBacklog, state.backlog)
-    if (state.backlog === 0) return { drainedMs: performance.now() - started, maxBacklog, state }
-    if (performance.now() - started > timeoutMs)
-      throw new Error(`backlog ${state.backlog} after ${timeoutMs} ms`)
-    await new Promise((r) => setTimeout(r, 200))
-  }
+  let backlog = -1
+  const state = await waitFor(
+    async () => {
+      await setup.svc.flushCaptures()
+      const state = await setup.settlementState()
+      backlog = state.backlog
+      maxBacklog = Math.max(maxBacklog, backlog)
+      return backlog === 0 && state
+    },
+    { timeoutMs, intervalMs: 200, what: () => `an empty settlement backlog (still ${backlog})` },
+  )
+  return { drainedMs: performance.now() - started, maxBacklog, state }
 }

@@ -9,11 +9,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { preparePaymentHeader, signPaymentHeader } from 'x402/client'
 import { decodePayment } from 'x402/schemes'
 import { settlements } from '../../src/observability/metrics.ts'
+import { type RpcProxy, startRpcProxy } from '../helpers/rpc-proxy.ts'
 import { startX402Setup, type X402Setup } from './harness.ts'
-import { type RpcGate, startRpcGate } from './rpc-gate.ts'
 
 let setup: X402Setup
-let gate: RpcGate
+let gate: RpcProxy
 
 beforeAll(async () => {
   setup = await startX402Setup({
@@ -22,7 +22,7 @@ beforeAll(async () => {
       settlement: { interval_ms: 3_600_000, throttle_backlog_count: 25, throttle_check_ms: 50 },
     },
     rpcUrlFor: async (chainUrl) => {
-      gate = await startRpcGate(chainUrl)
+      gate = await startRpcProxy(chainUrl)
       return gate.url
     },
     logLevel: 'error',
@@ -94,6 +94,7 @@ describe('x402 settlement under faults', () => {
     // The settler is down (broadcasts refused) until the window closes.
     gate.refuseBroadcasts = true
     await setup.svc.jobs.runNow('x402-settlement')
+    // The authorization's window closing is the thing under test: validBefore is wall-clock time.
     await new Promise((r) => setTimeout(r, Math.max(0, validBefore * 1000 - Date.now()) + 1_100))
     gate.refuseBroadcasts = false
     await setup.svc.jobs.runNow('x402-settlement')
@@ -120,7 +121,8 @@ describe('x402 settlement under faults', () => {
       if (r.status === 200) {
         served++
         await setup.svc.flushCaptures()
-        await new Promise((res) => setTimeout(res, 60))
+        // The throttle reads the new backlog now rather than at its next tick.
+        await setup.svc.refreshSettlementThrottle()
         continue
       }
       refused = r
@@ -140,7 +142,7 @@ describe('x402 settlement under faults', () => {
 
     // Once settled, intake resumes.
     await setup.svc.jobs.runNow('x402-settlement')
-    await new Promise((res) => setTimeout(res, 200))
+    await setup.svc.refreshSettlementThrottle()
     expect((await setup.pay(signed[39]!.header)).status).toBe(200)
   })
 })

@@ -27,6 +27,7 @@ try {
     while (sampling) {
       const s = await setup.settlementState()
       maxBacklog = Math.max(maxBacklog, s.backlog)
+      // A sampling period, not a wait for a condition.
       await new Promise((r) => setTimeout(r, 250))
     }
   })()

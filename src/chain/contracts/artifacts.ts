@@ -1,6 +1,7 @@
 // The compiled contracts (built by build.ts, committed), typed for viem's deployContract.
 import type { Abi, Hex } from 'viem'
-import disperseJson from './disperse.artifact.json' with { type: 'json' }
+import batchSettlementJson from './batch-settlement.artifact.json' with { type: 'json' }
+import erc3009DepositCollectorJson from './erc3009-deposit-collector.artifact.json' with { type: 'json' }
 import testUsdcJson from './test-usdc.artifact.json' with { type: 'json' }
 
 export interface Artifact {
@@ -10,4 +11,9 @@ export interface Artifact {
 }
 
 export const testUsdcArtifact = testUsdcJson as unknown as Artifact
-export const disperseArtifact = disperseJson as unknown as Artifact
+/** Set with anvil_setCode at the fixed addresses the x402 batch-settlement client expects. */
+export interface RuntimeArtifact extends Artifact {
+  deployedBytecode: Hex
+}
+export const batchSettlementArtifact = batchSettlementJson as unknown as RuntimeArtifact
+export const erc3009DepositCollectorArtifact = erc3009DepositCollectorJson as unknown as RuntimeArtifact

@@ -6,11 +6,48 @@ import { fileURLToPath } from 'node:url'
 import solc from 'solc'
 
 const here = dirname(fileURLToPath(import.meta.url))
+const testContracts = join(here, '../../../test/chain/contracts')
 
+// Disperse (a batch of transfers in one transaction, for the watcher and the payout gas measurement) and
+// TestSmartWallet (an ERC-1271 contract payer) are test fixtures: the service never deploys them, so they
+// live beside the tests.
 const contracts = [
-  { source: 'TestUSDC.sol', contractName: 'TestUSDC', artifact: 'test-usdc.artifact.json' },
-  { source: 'Disperse.sol', contractName: 'Disperse', artifact: 'disperse.artifact.json' },
-] as const
+  { dir: here, source: 'TestUSDC.sol', contractName: 'TestUSDC', artifact: 'test-usdc.artifact.json' },
+  // Installed with anvil_setCode at fixed addresses (x402 batch-settlement): the runtime code is what is set.
+  {
+    dir: here,
+    source: 'BatchSettlement.sol',
+    contractName: 'BatchSettlement',
+    artifact: 'batch-settlement.artifact.json',
+    runtime: true,
+  },
+  {
+    dir: here,
+    source: 'Erc3009DepositCollector.sol',
+    contractName: 'Erc3009DepositCollector',
+    artifact: 'erc3009-deposit-collector.artifact.json',
+    runtime: true,
+  },
+  {
+    dir: testContracts,
+    source: 'Disperse.sol',
+    contractName: 'Disperse',
+    artifact: 'disperse.artifact.json',
+  },
+  // Tests only: an ERC-1271 payer (test/data-plane/x402-v2.test.ts).
+  {
+    dir: testContracts,
+    source: 'TestSmartWallet.sol',
+    contractName: 'TestSmartWallet',
+    artifact: 'test-smart-wallet.artifact.json',
+  },
+] as const satisfies ReadonlyArray<{
+  dir: string
+  source: string
+  contractName: string
+  artifact: string
+  runtime?: true
+}>
 
 interface SolcError {
   severity: 'error' | 'warning' | 'info'
@@ -19,19 +56,25 @@ interface SolcError {
 
 interface SolcOutput {
   errors?: SolcError[]
-  contracts?: Record<string, Record<string, { abi: unknown[]; evm: { bytecode: { object: string } } }>>
+  contracts?: Record<
+    string,
+    Record<
+      string,
+      { abi: unknown[]; evm: { bytecode: { object: string }; deployedBytecode: { object: string } } }
+    >
+  >
 }
 
 const input = {
   language: 'Solidity',
   sources: Object.fromEntries(
-    contracts.map((c) => [c.source, { content: readFileSync(join(here, c.source), 'utf8') }]),
+    contracts.map((c) => [c.source, { content: readFileSync(join(c.dir, c.source), 'utf8') }]),
   ),
   settings: {
     // cancun: what anvil and Base both run; a newer default could emit opcodes an older node lacks.
     evmVersion: 'cancun',
     optimizer: { enabled: true, runs: 200 },
-    outputSelection: { '*': { '*': ['abi', 'evm.bytecode.object'] } },
+    outputSelection: { '*': { '*': ['abi', 'evm.bytecode.object', 'evm.deployedBytecode.object'] } },
   },
 }
 
@@ -52,7 +95,8 @@ for (const c of contracts) {
     compiler: `solc ${solc.version()}`,
     abi: compiled.abi,
     bytecode: `0x${compiled.evm.bytecode.object}`,
+    ...('runtime' in c ? { deployedBytecode: `0x${compiled.evm.deployedBytecode.object}` } : {}),
   }
-  writeFileSync(join(here, c.artifact), `${JSON.stringify(artifact, null, 2)}\n`)
+  writeFileSync(join(c.dir, c.artifact), `${JSON.stringify(artifact, null, 2)}\n`)
   process.stdout.write(`wrote ${c.artifact} (${(compiled.evm.bytecode.object.length / 2) | 0} bytes)\n`)
 }

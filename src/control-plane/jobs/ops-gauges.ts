@@ -30,7 +30,8 @@ interface BacklogRow {
 export function createOperationalGauges({ sql, chain }: JobDeps): BackgroundModule {
   const stopDatabase = onScrape(async () => {
     // One round trip; each part uses a partial index of its table (claims_to_settle is the nearest for the
-    // first; deliveries by webhook_deliveries_due, events by events_undispatched, ledger by ledger_unpaid).
+    // first; deliveries by webhook_deliveries_due, events by events_undispatched; what is owed is the running
+    // wallet balances, migration 0011).
     const [row] = await sql<BacklogRow[]>`
       WITH settle AS (
         SELECT count(*)::int AS n, min(captured_at) AS oldest FROM claims
@@ -59,7 +60,7 @@ export function createOperationalGauges({ sql, chain }: JobDeps): BackgroundModu
           coalesce(extract(epoch FROM now() - undispatched.oldest), 0),
           0)::float8 AS webhook_overdue_s,
         coalesce(extract(epoch FROM now() - open_payouts.oldest), 0)::float8 AS payouts_oldest_s,
-        (SELECT coalesce(sum(amount_atomic), 0) FROM ledger_entries WHERE payout_id IS NULL AND kind <> 'fee')::bigint
+        (SELECT coalesce(sum(unpaid_atomic), 0) FROM wallet_balances)::bigint
           AS owed_atomic
       FROM settle, deliveries, undispatched, open_payouts`
     if (!row) return

@@ -1,5 +1,5 @@
 // The background subsystem's start(deps): leadership, every module's periodic jobs, their readiness checks
-// and admin routes. Jobs that send from the treasury say so (usesTreasury) and run one at a time.
+// and admin routes. Jobs that send from the treasury share one lock, held around nonces and broadcasts only.
 import type { ChainContext } from '../../chain/connect.ts'
 import type { Config } from '../../config/schema.ts'
 import type { Sql } from '../../db/sql.ts'
@@ -10,8 +10,10 @@ import { startLeadership } from './leader.ts'
 import { createOperationalGauges } from './ops-gauges.ts'
 import { createPaymentJobs } from './payment-expiry.ts'
 import { createPayoutJobs } from './payout-batcher.ts'
-import { type BackgroundModule, type Job, type JobDeps, type JobRunner, startJobs } from './runner.ts'
+import { createRetentionJobs } from './retention.ts'
+import { type BackgroundModule, type JobDeps, type JobRunner, startJobs } from './runner.ts'
 import { createSettlementJobs } from './settlement-batcher.ts'
+import { createVoucherClaimerJobs } from './voucher-claimer.ts'
 import { createWebhookJobs } from './webhook-dispatcher.ts'
 
 export interface Background extends Started {
@@ -53,24 +55,19 @@ export async function startBackground(deps: {
     },
     createPaymentJobs(jobDeps),
     createWebhookJobs(jobDeps),
-    createPayoutJobs(jobDeps),
-    // Settlement takes the treasury lock only around its nonce assignment and broadcasts.
+    // Payouts and settlement take the treasury lock only around nonce assignment, signing and broadcasts.
+    createPayoutJobs(jobDeps, { treasuryLock: treasurySends }),
     createSettlementJobs(jobDeps, { treasuryLock: treasurySends }),
+    // x402 batch-settlement (issue 12): channel deposits/refunds and batched voucher claims, same lock.
+    createVoucherClaimerJobs(jobDeps, { treasuryLock: treasurySends }),
     createOperationalGauges(jobDeps),
+    createRetentionJobs(jobDeps),
   ]
   const enabled = config.jobs.enabled && deps.runJobs !== false
-  const jobs = startJobs(
-    enabled
-      ? serializeTreasuryJobs(
-          modules.flatMap((m) => m.jobs),
-          treasurySends,
-        )
-      : [],
-    {
-      leadership,
-      logger,
-    },
-  )
+  const jobs = startJobs(enabled ? modules.flatMap((m) => m.jobs) : [], {
+    leadership,
+    logger,
+  })
   return {
     jobs,
     readiness: modules.flatMap((m) => m.readiness ?? []),
@@ -80,11 +77,6 @@ export async function startBackground(deps: {
       for (const m of modules) await m.stop?.()
     },
   }
-}
-
-/** Payouts and settlements both send from the treasury: one at a time, so their nonces never collide. */
-function serializeTreasuryJobs(jobs: Job[], treasurySends: ReturnType<typeof createMutex>): Job[] {
-  return jobs.map((job) => (job.usesTreasury ? { ...job, run: () => treasurySends(() => job.run()) } : job))
 }
 
 /** Runs the functions it is given one after another (a promise-chain mutex). */

@@ -64,6 +64,8 @@ const CreateBody = v.strictObject({
   description: OptionalText(2000),
   upstream_headers: v.optional(UpstreamHeaders),
   timeout_ms: v.optional(TimeoutMs),
+  /** x402 batch-settlement (pay once into a channel, call many): off unless the owner turns it on. */
+  batch_settlement: v.optional(v.boolean('must be true or false')),
 })
 
 const UpdateBody = v.strictObject({
@@ -75,6 +77,8 @@ const UpdateBody = v.strictObject({
   timeout_ms: v.optional(TimeoutMs),
   status: v.optional(v.picklist(['active', 'disabled'], 'must be "active" or "disabled"')),
   active: v.optional(v.boolean('must be true or false')),
+  /** x402 batch-settlement (pay once into a channel, call many): off unless the owner turns it on. */
+  batch_settlement: v.optional(v.boolean('must be true or false')),
 })
 
 function readPrice(raw: unknown, deps: ControlPlaneDeps): bigint {
@@ -119,6 +123,7 @@ export const EndpointObject = v.strictObject({
   status: v.picklist(['active', 'disabled']),
   active: v.boolean(),
   timeout_ms: v.number(),
+  batch_settlement: v.boolean(),
   metered_url: v.pipe(v.string(), v.description('{host}/m/{endpoint_id}: callers pay per call here')),
   created_at: Timestamp,
   updated_at: Timestamp,
@@ -142,6 +147,7 @@ export function presentEndpoint(
     status: e.status,
     active: e.status === 'active',
     timeout_ms: e.timeout_ms ?? deps.config.proxy.upstream_timeout_ms,
+    batch_settlement: e.batch_settlement,
     metered_url: `${deps.publicUrl()}/m/${e.id}`,
     created_at: e.created_at.toISOString(),
     updated_at: e.updated_at.toISOString(),
@@ -182,6 +188,7 @@ export const endpointRoutes: Route[] = [
         upstreamHeaders: input.upstream_headers ?? {},
         priceAtomic,
         timeoutMs: input.timeout_ms ?? null,
+        batchSettlement: input.batch_settlement ?? false,
       })
       return { status: 201, body: presentEndpoint(row, deps) }
     },
@@ -234,6 +241,7 @@ export const endpointRoutes: Route[] = [
       if (input.description !== undefined) changes.description = input.description
       if (input.upstream_headers !== undefined) changes.upstreamHeaders = input.upstream_headers
       if (input.timeout_ms !== undefined) changes.timeoutMs = input.timeout_ms
+      if (input.batch_settlement !== undefined) changes.batchSettlement = input.batch_settlement
       if (input.status !== undefined) changes.status = input.status
       if (input.active !== undefined) changes.status = input.active ? 'active' : 'disabled'
       const updated = await deps.sql.begin(async (tx) => {
