@@ -10,6 +10,8 @@ export interface ScenarioResult extends Measured {
   name: string
   ratio_to_direct: number | null
   note?: string
+  /** CPU µs per request of the proxy under test, the upstream and the PostgreSQL server (bench/cpu.ts). */
+  cpu_us_per_req?: Record<string, number>
 }
 
 export function withRatio(

@@ -8,6 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { startDevChain } from '../src/chain/dev-chain.ts'
+import { cpuMeter, postgresBackends, withChildren } from './cpu.ts'
 import { makeProofs } from './proofs.ts'
 import { readmeTable } from './readme-table.ts'
 import { measureRecovery } from './recover.ts'
@@ -198,19 +199,45 @@ async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioR
   const results: ScenarioResult[] = []
   for (const s of chosen) {
     process.stdout.write(`bench: ${s.name}…\n`)
+    const meter = cpuMeter(cpuGroups(ctx, s))
     const m = await s.run(ctx)
     if ('skipped' in m) {
       process.stdout.write(`bench: ${s.name} skipped: ${m.skipped}\n`)
       continue
     }
     ctx.rps.set(s.name, m.rps)
-    const r = withRatio(s.name, m, ctx.rps.get('direct') ?? null)
+    const r = {
+      ...withRatio(s.name, m, ctx.rps.get('direct') ?? null),
+      cpu_us_per_req: meter.stop(m.requests),
+    }
+    const cpu = Object.entries(r.cpu_us_per_req)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ')
     process.stdout.write(
-      `  ${r.rps} req/s  p50 ${r.p50_ms} ms  p99 ${r.p99_ms} ms (${r.p99_us} µs)  errors ${r.errors}  ratio ${r.ratio_to_direct}  load generator ${r.loadgen_cpu_pct} % CPU${r.rpc_per_proof === undefined ? '' : `  rpc/proof ${r.rpc_per_proof} (calls ${r.rpc_calls_per_proof})`}\n`,
+      `  ${r.rps} req/s  p50 ${r.p50_ms} ms  p99 ${r.p99_ms} ms (${r.p99_us} µs)  errors ${r.errors}  ratio ${r.ratio_to_direct}  load generator ${r.loadgen_cpu_pct} % CPU  CPU µs/request: ${cpu}${r.rpc_per_proof === undefined ? '' : `  rpc/proof ${r.rpc_per_proof} (calls ${r.rpc_calls_per_proof})`}\n`,
     )
     results.push(r)
   }
   return results
+}
+
+/**
+ * Whose CPU a scenario's requests cost: the proxy under test (tollgate with its workers and, on the embedded
+ * database, PGlite; or the peer), the upstream, and the PostgreSQL server's backends of this run's databases
+ * when a server is used (bench/targets/tollgate.ts names them tollgate_bench_<kind>_<bench pid>).
+ */
+function cpuGroups(ctx: Context, s: Scenario): Record<string, () => number[]> {
+  const peer = s.peer === 'nginx' ? ctx.nginx : s.peer === 'x402-reference' ? ctx.x402Reference : null
+  const proxies =
+    s.peer === 'bare-uws' ? [ctx.bare] : peer ? [peer] : (s.tollgates ?? []).map((k) => ctx.tollgates[k])
+  const pidsOf = (ts: ({ pid: number | null } | null | undefined)[]) =>
+    ts.flatMap((t) => (t?.pid ? [t.pid] : []))
+  const groups: Record<string, () => number[]> = {
+    proxy: () => withChildren(pidsOf(proxies)),
+    upstream: () => withChildren(pidsOf([ctx.upstream])),
+  }
+  if (process.env.BENCH_DATABASE_URL) groups.database = () => postgresBackends(`_${process.pid}`)
+  return groups
 }
 
 // Ctrl-C / SIGTERM still stops the children (their 'exit' hooks kill them by PID).

@@ -1,27 +1,6 @@
 // Waits until the given processes (and their children) stop burning CPU: after the proofs are mined, every
 // warm instance's watcher parses thousands of transfer logs, which would otherwise load the next scenario.
-import { readdirSync, readFileSync } from 'node:fs'
-
-function cpuTicks(pid: number): number {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
-    return Number(fields[11]) + Number(fields[12]) // utime + stime (fields 14 and 15 of stat)
-  } catch {
-    return 0
-  }
-}
-
-function withChildren(pids: number[]): number[] {
-  const all = new Set(pids)
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue
-    try {
-      const ppid = Number(readFileSync(`/proc/${entry}/stat`, 'utf8').split(') ')[1]!.split(' ')[1])
-      if (all.has(ppid)) all.add(Number(entry))
-    } catch {}
-  }
-  return [...all]
-}
+import { cpuTicks, withChildren } from '../cpu.ts'
 
 /** Resolves once the processes used under `maxTicksPerS` CPU ticks (1/100 s) in one second, or after maxMs. */
 export async function waitQuiet(

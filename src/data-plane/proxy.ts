@@ -328,6 +328,13 @@ function corkedError(): void {
 }
 function flush(): void {}
 
+/** Forwards whose head arrived in the current read and is not written yet (see onHeaders). */
+const headsDue: Forward[] = []
+function writeDueHeads(): void {
+  for (let i = 0; i < headsDue.length; i++) headsDue[i]!.writeHeadIfDue()
+  headsDue.length = 0
+}
+
 // Children resolved once: a label look-up per call would hash and allocate. 1xx heads are never final.
 const headSeconds = {
   '1xx': upstreamDuration.labels('1xx'),
@@ -410,9 +417,19 @@ class Forward implements Dispatcher.DispatchHandler {
     this.#extra = this.#hooks.onResponseHead(status)
     this.#status = status
     this.#head = head
+    // The head is written with the first body bytes (or the end) when they come in the same read, which
+    // they usually do: one cork, one send() to the client instead of two. Otherwise (a stream whose body
+    // comes later) the microtask after this read writes it alone.
+    headsDue.push(this)
+    if (headsDue.length === 1) queueMicrotask(writeDueHeads)
+    return true
+  }
+
+  /** Writes the head now if it is still waiting (from the microtask, under its own cork). */
+  writeHeadIfDue(): void {
+    if (this.#head === null || this.#done) return
     corked = this
     this.#res.cork(corkedHead)
-    return true
   }
 
   writeHead(): void {
@@ -441,6 +458,7 @@ class Forward implements Dispatcher.DispatchHandler {
   }
 
   writeData(): void {
+    if (this.#head !== null) this.writeHead()
     const res = this.#res
     const chunk = this.#chunk!
     this.#chunk = null
@@ -498,6 +516,7 @@ class Forward implements Dispatcher.DispatchHandler {
   }
 
   writeEnd(): void {
+    if (this.#head !== null) this.writeHead()
     this.#body.release()
     if (this.#noBody) this.#res.endWithoutBody()
     else this.#res.end()
@@ -519,8 +538,8 @@ class Forward implements Dispatcher.DispatchHandler {
       this.#settle({ kind: 'upstream_error', code, status: null })
       return
     }
-    // The head and part of the body are out: cutting the connection is the only way left to tell the
-    // client the body is incomplete. close() runs onAborted, so the outcome is settled first.
+    // The head (and maybe part of the body) is out or promised by the status the hooks saw: cutting the
+    // connection is the only way left to tell the client the body is incomplete. close() runs onAborted, so the outcome is settled first.
     this.#settle({ kind: 'upstream_error', code, status: this.#status })
     this.#body.release()
     this.#res.close()

@@ -1,0 +1,80 @@
+// CPU time of processes from /proc (Linux): what each part of a scenario costs per request, so a figure
+// says what limited it (the proxy, the upstream, the database, or the load generator itself).
+import { readdirSync, readFileSync } from 'node:fs'
+
+/** Clock ticks per second of /proc/<pid>/stat times (USER_HZ; 100 on Linux). */
+const TICKS_PER_S = 100
+
+function stat(pid: number): string[] | null {
+  try {
+    return readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
+  } catch {
+    return null
+  }
+}
+
+/** utime + stime of one process, in ticks (0 once it is gone). */
+export function cpuTicks(pid: number): number {
+  const fields = stat(pid)
+  return fields ? Number(fields[11]) + Number(fields[12]) : 0
+}
+
+/** The processes and all their descendants. */
+export function withChildren(pids: number[]): number[] {
+  const all = new Set(pids)
+  const parents = new Map<number, number>()
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    const fields = stat(Number(entry))
+    if (fields) parents.set(Number(entry), Number(fields[1]))
+  }
+  // Descendants of descendants too (a cluster parent's workers, nginx's workers).
+  for (let grew = true; grew; ) {
+    grew = false
+    for (const [pid, ppid] of parents) {
+      if (all.has(ppid) && !all.has(pid)) {
+        all.add(pid)
+        grew = true
+      }
+    }
+  }
+  return [...all]
+}
+
+/**
+ * The PostgreSQL server backends serving databases whose name contains `database` (their title reads
+ * "postgres: 15/main: user dbname host(port) state"): other work on the same server is not counted, nor
+ * are the shared WAL writer and checkpointer (a small undercount).
+ */
+export function postgresBackends(database: string): number[] {
+  const pids: number[] = []
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      const title = readFileSync(`/proc/${entry}/cmdline`, 'utf8')
+      if (title.startsWith('postgres: ') && title.includes(database)) pids.push(Number(entry))
+    } catch {}
+  }
+  return pids
+}
+
+/** Starts counting the CPU of groups of processes; `stop(requests)` gives µs of CPU per request per group. */
+export function cpuMeter(groups: Record<string, () => number[]>) {
+  const start = new Map<string, Map<number, number>>()
+  for (const [name, pids] of Object.entries(groups)) {
+    start.set(name, new Map(pids().map((p) => [p, cpuTicks(p)])))
+  }
+  return {
+    stop(requests: number): Record<string, number> {
+      const out: Record<string, number> = {}
+      for (const [name, pids] of Object.entries(groups)) {
+        const before = start.get(name)!
+        let ticks = 0
+        // Processes that appeared during the run (new backends) count from zero.
+        for (const p of new Set([...before.keys(), ...pids()])) ticks += cpuTicks(p) - (before.get(p) ?? 0)
+        out[name] = requests > 0 ? Math.round((ticks / TICKS_PER_S / requests) * 1e6) : 0
+      }
+      return out
+    },
+  }
+}
