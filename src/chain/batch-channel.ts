@@ -27,9 +27,11 @@ import {
   getAddress,
   type Hex,
   hashTypedData,
+  keccak256,
   type PublicClient,
 } from 'viem'
 import { batchSettlementArtifact, erc3009DepositCollectorArtifact } from './contracts/artifacts.ts'
+import { domainSeparator } from './recover-authorization.ts'
 
 /** Where the published client expects the contracts (@x402/evm 2.27, batch-settlement/constants.ts). */
 export const BATCH_SETTLEMENT_ADDRESS: Address = getAddress('0x4020074e9dF2ce1deE5A9C1b5c3f541D02a10003')
@@ -92,6 +94,34 @@ export function voucherDigest(chainId: number, channelId: Hex, maxClaimableAmoun
     primaryType: 'Voucher',
     message: { channelId, maxClaimableAmount },
   })
+}
+
+const VOUCHER_TYPEHASH = keccak256(
+  Buffer.from('Voucher(bytes32 channelId,uint128 maxClaimableAmount)'),
+  'bytes',
+)
+
+/**
+ * The same digest as voucherDigest, built by hand for the hot path (hashTypedData costs ~4 ms a call):
+ * keccak256(0x1901 ‖ domainSeparator ‖ keccak256(typehash ‖ channelId ‖ uint256(amount))).
+ */
+export function voucherDigestBytes(chainId: number, channelId: Hex, maxClaimableAmount: bigint): Uint8Array {
+  if (maxClaimableAmount < 0n || maxClaimableAmount >= 1n << 128n)
+    throw new RangeError('uint128 out of range')
+  const struct = new Uint8Array(96)
+  struct.set(VOUCHER_TYPEHASH, 0)
+  struct.set(Buffer.from(channelId.slice(2), 'hex'), 32)
+  let v = maxClaimableAmount
+  for (let i = 95; i >= 64 && v > 0n; i--) {
+    struct[i] = Number(v & 0xffn)
+    v >>= 8n
+  }
+  const message = new Uint8Array(66)
+  message[0] = 0x19
+  message[1] = 0x01
+  message.set(domainSeparator(batchDomain(chainId)), 2)
+  message.set(keccak256(struct, 'bytes'), 34)
+  return keccak256(message, 'bytes')
 }
 
 /**

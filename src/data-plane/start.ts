@@ -1,6 +1,8 @@
 // The data plane's start(deps): hot-path state (caches, the one verifier, the group-commit writers, the
 // upstream pool, the transfer watcher), the public uWS app on its port, and how to drain it all.
 
+import { randomBytes } from 'node:crypto'
+import { hostname } from 'node:os'
 import { getAddress } from 'viem'
 import { BatchWriter } from '../books/batch-writer.ts'
 import { checkAuthorizationOnChain } from '../chain/check-authorization.ts'
@@ -26,6 +28,8 @@ import {
   captureRetries,
   claimBatchSize,
   rpcDuration,
+  voucherCallsLost,
+  voucherWrites,
 } from '../observability/metrics.ts'
 import type { Started } from '../subsystem.ts'
 import { createEdgeLimits, createPublicApp, listen } from './app.ts'
@@ -35,6 +39,7 @@ import { createMeteredRoute } from './metered.ts'
 import { createUpstreamDispatcher } from './proxy.ts'
 import { startSettlementThrottle } from './settlement-throttle.ts'
 import { Verifier } from './verifier.ts'
+import { VoucherLeases } from './voucher-leases.ts'
 import { workerEnv } from './workers.ts'
 
 export interface DataPlaneDeps {
@@ -92,6 +97,9 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       const lost = await books.drain(15_000)
       if (lost > 0) logger.error('captures not written at stop; those calls will be refunded', { lost })
     })
+    // issue 12: batch-settlement channels leased by this process; stop writes their calls and lets them go.
+    const leases = createVoucherLeases(db, config, logger)
+    stops.push(() => leases.stop())
     const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
     stops.push(() => dispatcher.close())
     const watcher = await startTransferWatcher(deps, verified)
@@ -106,7 +114,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       settlementThrottle,
       dispatcher,
       logger,
-      ...meteredOptions(deps),
+      ...meteredOptions(deps, leases),
     })
     const checkout = createCheckoutRoute({
       sql: db.sql,
@@ -134,6 +142,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       port: listening.port,
       flushCaptures: async () => {
         await books.drain()
+        await leases.flushNow()
       },
       refreshSettlementThrottle: () => settlementThrottle.refresh(),
       stop,
@@ -145,7 +154,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
 }
 
 /** The metered route's settings and its x402 batch-settlement part, from the configuration. */
-function meteredOptions({ config, db, chain, chainInfo }: DataPlaneDeps) {
+function meteredOptions({ config, db, chain, chainInfo }: DataPlaneDeps, leases: VoucherLeases) {
   return {
     // x402 batch-settlement (issue 12): offered per endpoint; deposits/refunds are sent by the leader.
     batch: {
@@ -155,6 +164,7 @@ function meteredOptions({ config, db, chain, chainInfo }: DataPlaneDeps) {
       treasury: getAddress(chain.treasury),
       usdc: getAddress(chain.usdc.address),
       opWaitMs: 60_000,
+      leases,
     },
     settings: {
       retryWindowMs: config.proxy.retry_window_ms,
@@ -247,6 +257,28 @@ function createVerifier(
       } finally {
         end()
       }
+    },
+  })
+}
+
+/** issue 12: this process's channel leases (one holder name per process start). */
+function createVoucherLeases(db: Database, config: Config, logger: Logger): VoucherLeases {
+  const leaseMs = config.x402.batch_lease_ms
+  return new VoucherLeases(db.sql, {
+    holder: `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`,
+    leaseMs,
+    flushMs: config.x402.batch_flush_ms,
+    reserveAtomic: configDollars(config.x402.batch_reserve),
+    idleMs: Math.max(config.x402.batch_flush_ms * 10, Math.floor(leaseMs / 4)),
+    handoffWaitMs: leaseMs + Math.floor(leaseMs / 2),
+    onWrite: () => voucherWrites.labels('written').inc(),
+    onError: (err) => {
+      voucherWrites.labels('failed').inc()
+      logger.error('batch voucher write failed; retried at the next flush', { err })
+    },
+    onLost: (n) => {
+      voucherCallsLost.inc(n)
+      logger.error('served voucher calls not written: their channel lease was taken over', { calls: n })
     },
   })
 }
