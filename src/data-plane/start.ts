@@ -5,6 +5,7 @@ import { randomBytes } from 'node:crypto'
 import { hostname } from 'node:os'
 import { getAddress } from 'viem'
 import { BatchWriter } from '../books/batch-writer.ts'
+import { checkBatchContracts } from '../chain/batch-channel.ts'
 import { checkAuthorizationOnChain } from '../chain/check-authorization.ts'
 import type { ChainContext } from '../chain/connect.ts'
 import { simulateTransferAuthorization } from '../chain/simulate-authorization.ts'
@@ -33,6 +34,7 @@ import {
 } from '../observability/metrics.ts'
 import type { Started } from '../subsystem.ts'
 import { createEdgeLimits, createPublicApp, listen } from './app.ts'
+import { BATCH_WITHDRAW_DELAY_S } from './batch-voucher.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
 import { createEndpointCache } from './endpoint-cache.ts'
 import { createMeteredRoute } from './metered.ts'
@@ -68,6 +70,8 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     for (const s of stops.splice(0).reverse()) await s()
   }
   try {
+    // issue 12: batch-settlement is offered only over contracts that compute what the client signs.
+    const batchOffered = await checkBatchOffer(chain, logger)
     const verified = createVerifiedTransferCache(config.caches)
     const usedProofs = createUsedProofCache(config.caches)
     const endpoints = createEndpointCache(db.sql, {
@@ -77,6 +81,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       defaultTimeoutMs: config.proxy.upstream_timeout_ms,
       allowPrivate: config.proxy.allow_private_upstreams,
       maxTimeoutSeconds: config.x402.max_timeout_seconds,
+      batchOffered,
     })
     // New x402 payloads are refused (503) while the settlement backlog would outrun their validity windows.
     const settlementThrottle = startSettlementThrottle(db.sql, {
@@ -261,6 +266,32 @@ function createVerifier(
   })
 }
 
+/**
+ * issue 12: the contracts at the addresses the published client expects (on a real network the x402
+ * project's deployment) hold code and compute the client's channel ids and voucher digests. Otherwise
+ * batch-settlement is not offered by any endpoint of this process (logged; exact and hashes still work).
+ */
+async function checkBatchOffer(chain: ChainContext, logger: Logger): Promise<boolean> {
+  let checked: Awaited<ReturnType<typeof checkBatchContracts>>
+  try {
+    checked = await checkBatchContracts(chain.publicClient, {
+      chainId: chain.chainId,
+      withdrawDelay: BATCH_WITHDRAW_DELAY_S,
+    })
+  } catch (err) {
+    checked = {
+      ok: false,
+      reason: `the check could not read the chain (${(err as Error).message?.split('\n')[0]})`,
+    }
+  }
+  if (!checked.ok)
+    logger.error('x402 batch-settlement is not offered: its contracts failed the start-up check', {
+      code: 'TOLLGATE_BATCH_CONTRACTS_UNUSABLE',
+      reason: checked.reason,
+    })
+  return checked.ok
+}
+
 /** issue 12: this process's channel leases (one holder name per process start). */
 function createVoucherLeases(db: Database, config: Config, logger: Logger): VoucherLeases {
   const leaseMs = config.x402.batch_lease_ms
@@ -269,7 +300,8 @@ function createVoucherLeases(db: Database, config: Config, logger: Logger): Vouc
     leaseMs,
     flushMs: config.x402.batch_flush_ms,
     reserveAtomic: configDollars(config.x402.batch_reserve),
-    idleMs: Math.max(config.x402.batch_flush_ms * 10, Math.floor(leaseMs / 4)),
+    // An idle holder lets go soon: another instance asking for the channel waits at most this (plus a flush).
+    idleMs: Math.max(100, config.x402.batch_flush_ms * 20),
     handoffWaitMs: leaseMs + Math.floor(leaseMs / 2),
     onWrite: () => voucherWrites.labels('written').inc(),
     onError: (err) => {
