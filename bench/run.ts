@@ -206,7 +206,7 @@ async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioR
     ctx.rps.set(s.name, m.rps)
     const r = withRatio(s.name, m, ctx.rps.get('direct') ?? null)
     process.stdout.write(
-      `  ${r.rps} req/s  p50 ${r.p50_ms} ms  p99 ${r.p99_ms} ms (${r.p99_us} µs)  errors ${r.errors}  ratio ${r.ratio_to_direct}  load generator ${r.loadgen_cpu_pct} % CPU${r.rpc_per_proof === undefined ? '' : `  rpc/proof ${r.rpc_per_proof} (calls ${r.rpc_calls_per_proof})`}\n`,
+      `  ${r.rps} req/s  p50 ${r.p50_ms} ms  p99 ${r.p99_ms} ms (${r.p99_us} µs)  errors ${r.errors}  ratio ${r.ratio_to_direct}  load generator ${r.loadgen_cpu_pct} % CPU${r.rpc_per_proof === undefined ? '' : `  rpc/proof ${r.rpc_per_proof} (calls ${r.rpc_calls_per_proof})`}${r.ratio_to_nginx === undefined ? '' : `  ×nginx ${r.ratio_to_nginx}  ×x402 ${r.ratio_to_x402}`}\n`,
     )
     results.push(r)
   }
