@@ -178,10 +178,12 @@ export async function claimableChannels(
     SELECT c.channel_id, c.config, c.signed_max_atomic, c.signature, m.captured_max, c.claimed_atomic
     FROM batch_channels c
     CROSS JOIN LATERAL (
+      -- Through claims_batch_unsettled: every served call above the claimed total is unsettled.
       SELECT max(split_part(k.proof_key, ':', 3)::bigint) AS captured_max FROM claims k
-      WHERE k.kind = 'batch' AND k.status = 'captured' AND k.proof_key LIKE 'batch:' || c.channel_id || ':%'
+      WHERE k.kind = 'batch' AND k.status = 'captured' AND k.settled_at IS NULL
+        AND split_part(k.proof_key, ':', 2) = c.channel_id
     ) m
-    WHERE m.captured_max > c.claimed_atomic AND c.signature IS NOT NULL
+    WHERE c.charged_atomic > c.claimed_atomic AND m.captured_max > c.claimed_atomic AND c.signature IS NOT NULL
       ${q.channelId ? db`AND c.channel_id = ${q.channelId}` : db``}
       AND NOT EXISTS (SELECT 1 FROM batch_channel_ops o
                       WHERE o.channel_id = c.channel_id AND o.kind = 'deposit' AND o.status IN ('pending', 'sent'))
@@ -214,7 +216,7 @@ export async function recordChannelClaims(
       UPDATE claims k SET settlement_tx = ${q.hash}, settled_at = now()
       FROM unnest(${ids}::text[], ${totals}::bigint[]) AS t(id, total)
       WHERE k.kind = 'batch' AND k.status = 'captured' AND k.settled_at IS NULL
-        AND k.proof_key LIKE 'batch:' || t.id || ':%'
+        AND split_part(k.proof_key, ':', 2) = t.id
         AND split_part(k.proof_key, ':', 3)::bigint <= t.total
       RETURNING k.proof_key`
     return bookCallRevenue(tx, { proofKeys: settled.map((s) => s.proof_key) })
