@@ -148,6 +148,8 @@ export class VoucherLeases {
         refresh = false
         if (!(await this.renew(lease))) continue
       }
+      // A write begun meanwhile may be letting this lease go: accept nothing on it, take it again.
+      if (lease.state !== 'live') continue
       return this.decide(lease, q)
     }
     return { ok: false, reason: 'busy' }

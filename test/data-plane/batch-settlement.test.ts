@@ -178,7 +178,7 @@ async function refusedWith(url: string, header: string, reason: string) {
 }
 
 describe('refused vouchers', () => {
-  it('replayed, below the charged cumulative, forged, for another channel, past the deposit: 402 with the reason, nothing forwarded', async () => {
+  it('replayed, below the charged cumulative, forged, high-s, for another channel, past the deposit: 402 with the reason, nothing forwarded', async () => {
     const ep = await createEndpoint(true)
     const who = await fundedAccount(100_000_000n)
     // A deposit of 4 calls (the client's minimum multiplier is 3).
@@ -207,6 +207,24 @@ describe('refused vouchers', () => {
     await refusedWith(
       ep.metered_url,
       await voucherHeader(accepted, config, { cumulative: 4n * PRICE, signer: stranger }),
+      'invalid_batch_settlement_evm_voucher_signature',
+    )
+    // The payer's own voucher with its signature's high-s twin: valid ECDSA, but the channel contract
+    // refuses it, so its claim would revert. Refused here too.
+    const good = JSON.parse(
+      Buffer.from(
+        await voucherHeader(accepted, config, { cumulative: 4n * PRICE, signer: who }),
+        'base64',
+      ).toString(),
+    )
+    const sig: string = good.payload.voucher.signature
+    const N = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141n
+    const highS = (N - BigInt(`0x${sig.slice(66, 130)}`)).toString(16).padStart(64, '0')
+    const v = sig.slice(130) === '1b' ? '1c' : '1b'
+    good.payload.voucher.signature = `${sig.slice(0, 66)}${highS}${v}`
+    await refusedWith(
+      ep.metered_url,
+      Buffer.from(JSON.stringify(good)).toString('base64'),
       'invalid_batch_settlement_evm_voucher_signature',
     )
     // A voucher the payer signed for another channel, presented with this channel's config.
