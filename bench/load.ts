@@ -32,6 +32,9 @@ export interface Measured {
   loadgen_cpu_pct: number
   rpc_per_proof?: number
   rpc_calls_per_proof?: number
+  /** x402-batch only: its throughput over nginx's and over x402 (exact)'s in the same run. */
+  ratio_to_nginx?: number | null
+  ratio_to_x402?: number | null
 }
 
 export async function load(o: LoadOptions): Promise<Measured> {
@@ -93,6 +96,77 @@ export async function load(o: LoadOptions): Promise<Measured> {
     requests: r.requests.total,
     errors: r.errors + r.timeouts + wrongStatus,
     loadgen_cpu_pct: Math.round((cpu.user + cpu.system) / 10 / (elapsedS * 1000)),
+  }
+  histogram.destroy()
+  return measured
+}
+
+/**
+ * One run where each connection sends its own sequence of header values, in order (x402 batch-settlement:
+ * a channel's cumulative vouchers). autocannon shares one request template between the connections of a run,
+ * so each sequence gets its own one-connection autocannon instance; all run at once in this process and
+ * their answers go into one histogram.
+ */
+export async function loadSequences(o: {
+  url: string
+  durationS: number
+  header: string
+  sequences: string[][]
+  expectStatus: number
+}): Promise<Measured & { wrong_status: Record<string, number> }> {
+  const histogram = hdr.build({
+    lowestDiscernibleValue: 1,
+    highestTrackableValue: 120_000_000,
+    numberOfSignificantValueDigits: 3,
+  })
+  const wrong: Record<string, number> = {}
+  const cpuStart = process.cpuUsage()
+  const results = await Promise.all(
+    o.sequences.map((values) => {
+      let next = 0
+      return new Promise<autocannon.Result>((resolve, reject) => {
+        const instance = autocannon(
+          {
+            url: o.url,
+            connections: 1,
+            duration: o.durationS,
+            amount: values.length,
+            requests: [
+              {
+                setupRequest: (req: any) => ({
+                  ...req,
+                  headers: { ...req.headers, [o.header]: values[next++]! },
+                }),
+              },
+            ],
+          },
+          (err, r) => (err ? reject(err) : resolve(r)),
+        )
+        instance.on('response', (_client: unknown, status: number, _bytes: number, ms: number) => {
+          histogram.recordValue(Math.max(1, Math.round(ms * 1000)))
+          if (status !== o.expectStatus) wrong[status] = (wrong[status] ?? 0) + 1
+        })
+      })
+    }),
+  )
+  const cpu = process.cpuUsage(cpuStart)
+  const start = Math.min(...results.map((r) => new Date(r.start).getTime()))
+  const finish = Math.max(...results.map((r) => new Date(r.finish).getTime()))
+  const elapsedS = (finish - start) / 1000
+  const total = results.reduce((n, r) => n + r.requests.total, 0)
+  const us = (p: number) => histogram.getValueAtPercentile(p)
+  const wrongStatus = Object.values(wrong).reduce((n, x) => n + x, 0)
+  const measured = {
+    rps: Math.round(total / elapsedS),
+    p50_ms: round3(us(50) / 1000),
+    p90_ms: round3(us(90) / 1000),
+    p99_ms: round3(us(99) / 1000),
+    max_ms: round3(histogram.maxValue / 1000),
+    p99_us: us(99),
+    requests: total,
+    errors: results.reduce((n, r) => n + r.errors + r.timeouts, 0) + wrongStatus,
+    loadgen_cpu_pct: Math.round((cpu.user + cpu.system) / 10 / (elapsedS * 1000)),
+    wrong_status: wrong,
   }
   histogram.destroy()
   return measured

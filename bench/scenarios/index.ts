@@ -2,6 +2,7 @@
 import { load, type Measured } from '../load.ts'
 import { type Context, settings, type TollgateKind } from './context.ts'
 import { runX402 } from './x402.ts'
+import { runX402Batch } from './x402-batch.ts'
 import { runX402Reference } from './x402-reference.ts'
 
 export interface Scenario {
@@ -67,6 +68,19 @@ export const scenarios: Scenario[] = [
     name: 'x402',
     tollgates: ['warm'],
     run: (ctx) => runX402(ctx, Number(process.env.BENCH_X402 ?? 1_500)),
+  },
+  {
+    // issue 12: pay once, call many — one channel per connection, cumulative vouchers signed before the load.
+    name: 'x402-batch',
+    tollgates: ['warm'],
+    run: async (ctx) => {
+      const m = await runX402Batch(ctx, Number(process.env.BENCH_BATCH_VOUCHERS ?? 2_500))
+      const over = (peer: string) => {
+        const rps = ctx.rps.get(peer)
+        return rps ? Math.round((m.rps / rps) * 1000) / 1000 : null
+      }
+      return { ...m, ratio_to_nginx: over('nginx'), ratio_to_x402: over('x402') }
+    },
   },
   {
     name: 'x402-reference',

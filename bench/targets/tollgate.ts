@@ -9,8 +9,8 @@ import type { Target } from './target.ts'
 export interface Tollgate extends Target {
   adminPort: number
   apiKey: string
-  /** Metered URL of an endpoint on the upstream path ('/data', '/1k', '/256k'). */
-  metered(path: string): Promise<string>
+  /** Metered URL of an endpoint on the upstream path ('/data', '/1k', '/256k'); batch: offers batch-settlement. */
+  metered(path: string, options?: { batch?: boolean }): Promise<string>
   post(path: string, body: unknown, key?: string): Promise<any>
 }
 
@@ -90,16 +90,17 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
     adminPort,
     apiKey: reg.api_key,
     post,
-    async metered(path) {
-      let url = endpoints.get(path)
+    async metered(path, options) {
+      const key = `${options?.batch ? 'batch:' : ''}${path}`
+      let url = endpoints.get(key)
       if (!url) {
         const ep = await post(
           '/api/v1/endpoints',
-          { upstream_url: `${o.upstream}${path}`, price: '0.001' },
+          { upstream_url: `${o.upstream}${path}`, price: '0.001', batch_settlement: options?.batch === true },
           reg.api_key,
         )
         url = ep.metered_url as string
-        endpoints.set(path, url)
+        endpoints.set(key, url)
       }
       return url
     },

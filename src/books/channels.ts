@@ -2,9 +2,10 @@
 // channel operation (deposit, refund) or the claims and revenue of the calls a voucher paid. Each
 // statement's WHERE states its precondition; a refused transition changes nothing.
 //
-// Money flow: a deposit is confirmed on chain before its balance counts; a call accepts the voucher
-// increment charged → charged + price once (acceptVoucher), then goes through the ordinary claim/capture of
-// src/books/claims.ts (kind 'batch', proof key batch:<channel>:<cumulative>); revenue (owner 95 %, fee 5 %)
+// Money flow: a deposit is confirmed on chain before its balance counts; a call's voucher increment
+// charged → charged + price is accepted once, in memory, by the one instance holding the channel's lease
+// (takeChannelLease), and persisted with the call it paid (a claim of kind 'batch', proof key
+// batch:<channel>:<cumulative>) in group-committed writes (writeChannelVouchers); revenue (owner 95 %, fee 5 %)
 // is booked when the leader's claim transaction moved the vouchers' USDC to the treasury (recordChannelClaims),
 // exactly as x402 'exact' calls are booked at settlement.
 import type { Sql, Tx } from '../db/sql.ts'
@@ -134,33 +135,25 @@ export async function confirmRefund(db: Db, q: { id: string; refunded: bigint })
   return rows.length === 1
 }
 
-export type VoucherAcceptance = { ok: true } | { ok: false; channel: ChannelRow | null }
-
 /**
- * The once-only step of a voucher: charged moves from cumulative − price to cumulative only if it still is
- * cumulative − price (a conditional UPDATE: two instances cannot both take the same increment), and only
- * within the confirmed balance. charged = cumulative already means this very voucher was accepted before
- * (a retry after an upstream failure, or a replay): the claim of its proof key decides (once, ever).
- * No open refund may race it: a channel with a refund queued accepts nothing more.
+ * Queues a cooperative refund, only while the payer's cumulative is the channel's charged one and no
+ * instance holds a live lease on it (the refunding instance let its own go after writing its vouchers):
+ * no voucher can be accepted between the amount read here and the refund transaction, since a lease is not
+ * granted while a refund is open. null: refused (the channel moved, or is leased right now).
  */
-export async function acceptVoucher(
+export async function requestRefundOp(
   db: Db,
-  q: { channelId: string; cumulative: bigint; price: bigint; signature: string },
-): Promise<VoucherAcceptance> {
-  const rows = await db`
-    UPDATE batch_channels c
-    SET charged_atomic = ${q.cumulative},
-        signature = CASE WHEN ${q.cumulative}::bigint > c.signed_max_atomic THEN ${q.signature} ELSE c.signature END,
-        signed_max_atomic = GREATEST(c.signed_max_atomic, ${q.cumulative}::bigint),
-        updated_at = now()
-    WHERE c.channel_id = ${q.channelId}
-      AND c.charged_atomic IN (${q.cumulative - q.price}::bigint, ${q.cumulative}::bigint)
-      AND ${q.cumulative}::bigint <= c.balance_atomic
-      AND NOT EXISTS (SELECT 1 FROM batch_channel_ops o
-                      WHERE o.channel_id = c.channel_id AND o.kind = 'refund' AND o.status IN ('pending', 'sent'))
-    RETURNING 1`
-  if (rows.length === 1) return { ok: true }
-  return { ok: false, channel: await findChannel(db, q.channelId) }
+  q: { id: string; channelId: string; cumulative: bigint; amount: bigint },
+): Promise<ChannelOp | null> {
+  const [row] = await db<ChannelOp[]>`
+    INSERT INTO batch_channel_ops (id, channel_id, kind, amount_atomic, calldata)
+    SELECT ${q.id}, c.channel_id, 'refund', ${q.amount}, '' FROM batch_channels c
+    WHERE c.channel_id = ${q.channelId} AND c.charged_atomic = ${q.cumulative}
+      AND (c.lease_holder IS NULL OR c.lease_until < now())
+      AND c.balance_atomic - c.charged_atomic >= ${q.amount}
+    ON CONFLICT (id) DO NOTHING
+    RETURNING *`
+  return row ?? (await findChannelOp(db, q.id))
 }
 
 export interface ClaimableChannel {
@@ -185,10 +178,12 @@ export async function claimableChannels(
     SELECT c.channel_id, c.config, c.signed_max_atomic, c.signature, m.captured_max, c.claimed_atomic
     FROM batch_channels c
     CROSS JOIN LATERAL (
+      -- Through claims_batch_unsettled: every served call above the claimed total is unsettled.
       SELECT max(split_part(k.proof_key, ':', 3)::bigint) AS captured_max FROM claims k
-      WHERE k.kind = 'batch' AND k.status = 'captured' AND k.proof_key LIKE 'batch:' || c.channel_id || ':%'
+      WHERE k.kind = 'batch' AND k.status = 'captured' AND k.settled_at IS NULL
+        AND split_part(k.proof_key, ':', 2) = c.channel_id
     ) m
-    WHERE m.captured_max > c.claimed_atomic AND c.signature IS NOT NULL
+    WHERE c.charged_atomic > c.claimed_atomic AND m.captured_max > c.claimed_atomic AND c.signature IS NOT NULL
       ${q.channelId ? db`AND c.channel_id = ${q.channelId}` : db``}
       AND NOT EXISTS (SELECT 1 FROM batch_channel_ops o
                       WHERE o.channel_id = c.channel_id AND o.kind = 'deposit' AND o.status IN ('pending', 'sent'))
@@ -221,9 +216,197 @@ export async function recordChannelClaims(
       UPDATE claims k SET settlement_tx = ${q.hash}, settled_at = now()
       FROM unnest(${ids}::text[], ${totals}::bigint[]) AS t(id, total)
       WHERE k.kind = 'batch' AND k.status = 'captured' AND k.settled_at IS NULL
-        AND k.proof_key LIKE 'batch:' || t.id || ':%'
+        AND split_part(k.proof_key, ':', 2) = t.id
         AND split_part(k.proof_key, ':', 3)::bigint <= t.total
       RETURNING k.proof_key`
     return bookCallRevenue(tx, { proofKeys: settled.map((s) => s.proof_key) })
   })
+}
+
+// ---- Leases (issue 12, part 4): vouchers accepted in memory by one instance at a time ----------------
+//
+// An instance takes a short lease on a channel (takeChannelLease: one conditional UPDATE), accepts its
+// vouchers in memory strictly increasing up to the lease's ceiling, and persists the highest accepted voucher
+// (cumulative + signature) with the captures of the calls it served in group-committed writes
+// (writeChannelVouchers). The lease epoch fences a holder whose lease was taken over: its late writes change
+// nothing. What a crash costs is stated in src/data-plane/voucher-leases.ts (the gateway's, never the payer's).
+
+export interface ChannelLease {
+  won: boolean
+  channel_id: string
+  lease_epoch: bigint
+  balance_atomic: bigint
+  charged_atomic: bigint
+  signed_max_atomic: bigint
+  signature: string | null
+  claimed_atomic: bigint
+  lease_ceiling_atomic: bigint
+  /** No claim row at the charged cumulative: its call was released, or lost with a crashed holder. */
+  top_open: boolean
+}
+
+/**
+ * Takes the channel's lease when it is free (no holder, ours, or run out) and no refund is open: a new
+ * epoch, the lease until now() + ttl, the ceiling at charged + reserve (at most the balance). Otherwise
+ * marks it wanted, so that its holder lets it go once its calls are written. null: no such channel.
+ */
+export async function takeChannelLease(
+  db: Db,
+  q: { channelId: string; holder: string; ttlMs: number; reserve: bigint },
+): Promise<ChannelLease | null> {
+  // Every SET expression reads the row as locked (read committed re-evaluates against the latest version):
+  // two instances asking at once cannot both find it free.
+  const free = db`(c.lease_holder IS NULL OR c.lease_holder = ${q.holder} OR c.lease_until < now())
+      AND NOT EXISTS (SELECT 1 FROM batch_channel_ops o
+                      WHERE o.channel_id = c.channel_id AND o.kind = 'refund' AND o.status IN ('pending', 'sent'))`
+  const [row] = await db<ChannelLease[]>`
+    UPDATE batch_channels c SET
+      lease_holder = CASE WHEN ${free} THEN ${q.holder} ELSE c.lease_holder END,
+      lease_epoch = CASE WHEN ${free} THEN c.lease_epoch + 1 ELSE c.lease_epoch END,
+      lease_until = CASE WHEN ${free} THEN now() + ${q.ttlMs} * interval '1 millisecond' ELSE c.lease_until END,
+      lease_ceiling_atomic = CASE WHEN ${free} THEN LEAST(c.balance_atomic, c.charged_atomic + ${q.reserve})
+                                  ELSE c.lease_ceiling_atomic END,
+      lease_wanted = NOT (${free})
+    WHERE c.channel_id = ${q.channelId}
+    RETURNING c.lease_holder = ${q.holder} AND NOT c.lease_wanted AS won, c.channel_id, c.lease_epoch,
+      c.balance_atomic, c.charged_atomic, c.signed_max_atomic, c.signature, c.claimed_atomic,
+      c.lease_ceiling_atomic,
+      NOT EXISTS (SELECT 1 FROM claims k WHERE k.proof_key = 'batch:' || c.channel_id || ':' || c.charged_atomic)
+        AS top_open`
+  return row ?? null
+}
+
+/** The highest voucher a holder accepted on a channel; `release` lets the lease go in the same write. */
+export interface VoucherMark {
+  channelId: string
+  epoch: bigint
+  cumulative: bigint
+  signature: string
+  release: boolean
+}
+
+/** A call a voucher paid, served (captured) or in doubt (forwarded, outcome unknown: never served again). */
+export interface VoucherCall {
+  channelId: string
+  cumulative: bigint
+  endpointId: string
+  accountId: string
+  payer: string
+  amountAtomic: bigint
+  /** Captured calls only (null for a doubt). */
+  call: {
+    callId: string
+    ownerWallet: string
+    ownerShareAtomic: bigint
+    feeAtomic: bigint
+    upstreamStatus: number
+    method: string
+  } | null
+}
+
+export interface MarkedChannel {
+  channel_id: string
+  charged_atomic: bigint
+  balance_atomic: bigint
+  claimed_atomic: bigint
+  lease_ceiling_atomic: bigint
+  lease_wanted: boolean
+}
+
+export interface VoucherWriteResult {
+  /** Marks applied (the holder still holds that epoch); the others were fenced. */
+  marked: MarkedChannel[]
+  /** Proof keys of the calls written. */
+  written: Set<string>
+}
+
+/**
+ * One group-committed write of a holder: its marks (charged → the highest accepted cumulative, with that
+ * voucher's signature; the lease renewed for ttl and its ceiling moved to charged + reserve, or released),
+ * then the calls served under them. Preconditions: a mark applies only for the holder's own epoch and
+ * within the ceiling it was granted; a call is written only at or under the channel's charged cumulative as
+ * this statement leaves it, so the books never hold a served call past the persisted voucher.
+ */
+export async function writeChannelVouchers(
+  db: Db,
+  q: { holder: string; ttlMs: number; reserve: bigint; marks: VoucherMark[]; calls: VoucherCall[] },
+): Promise<VoucherWriteResult> {
+  const m = q.marks
+  const c = q.calls
+  const big = (xs: bigint[]) => xs.map((x) => x.toString())
+  const rows = await db<
+    Array<{ what: 'mark' | 'call' } & Partial<MarkedChannel> & { proof_key: string | null }>
+  >`
+    WITH m AS (
+      SELECT * FROM unnest(${m.map((x) => x.channelId)}::text[], ${big(m.map((x) => x.epoch))}::bigint[],
+                           ${big(m.map((x) => x.cumulative))}::bigint[], ${m.map((x) => x.signature)}::text[],
+                           ${m.map((x) => (x.release ? 1 : 0))}::int[])
+        AS t(id, epoch, cum, sig, release)
+    ),
+    marked AS (
+      UPDATE batch_channels c SET
+        charged_atomic = GREATEST(c.charged_atomic, m.cum),
+        signature = CASE WHEN m.cum > c.signed_max_atomic THEN m.sig ELSE c.signature END,
+        signed_max_atomic = GREATEST(c.signed_max_atomic, m.cum),
+        lease_holder = CASE WHEN m.release = 1 THEN NULL ELSE c.lease_holder END,
+        lease_until = CASE WHEN m.release = 1 THEN NULL ELSE now() + ${q.ttlMs} * interval '1 millisecond' END,
+        lease_wanted = CASE WHEN m.release = 1 THEN false ELSE c.lease_wanted END,
+        lease_ceiling_atomic = LEAST(c.balance_atomic, GREATEST(c.charged_atomic, m.cum) + ${q.reserve}),
+        updated_at = now()
+      FROM m
+      WHERE c.channel_id = m.id AND c.lease_holder = ${q.holder} AND c.lease_epoch = m.epoch
+        AND m.cum <= c.lease_ceiling_atomic AND m.cum <= c.balance_atomic
+      RETURNING c.channel_id, c.charged_atomic, c.balance_atomic, c.claimed_atomic, c.lease_ceiling_atomic,
+        c.lease_wanted
+    ),
+    i AS (
+      SELECT * FROM unnest(${c.map((x) => x.channelId)}::text[], ${big(c.map((x) => x.cumulative))}::bigint[],
+                           ${c.map((x) => x.endpointId)}::text[], ${c.map((x) => x.accountId)}::text[],
+                           ${c.map((x) => x.payer)}::text[], ${big(c.map((x) => x.amountAtomic))}::bigint[],
+                           ${c.map((x) => x.call?.callId ?? null)}::text[],
+                           ${c.map((x) => x.call?.ownerWallet ?? null)}::text[],
+                           ${big(c.map((x) => x.call?.ownerShareAtomic ?? 0n))}::bigint[],
+                           ${big(c.map((x) => x.call?.feeAtomic ?? 0n))}::bigint[],
+                           ${c.map((x) => x.call?.upstreamStatus ?? 0)}::int[],
+                           ${c.map((x) => x.call?.method ?? null)}::text[])
+        AS t(channel_id, cum, endpoint_id, account_id, payer, amount, call_id, owner_wallet, owner_share, fee,
+             status, method)
+    ),
+    ok AS (
+      SELECT i.*, 'batch:' || i.channel_id || ':' || i.cum AS proof_key
+      FROM i JOIN batch_channels c ON c.channel_id = i.channel_id
+      LEFT JOIN marked mk ON mk.channel_id = i.channel_id
+      WHERE i.cum <= GREATEST(c.charged_atomic, coalesce(mk.charged_atomic, 0))
+    ),
+    claimed AS (
+      INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
+                          retry_until, lease_until, captured_at)
+      SELECT proof_key, 'batch', 'call', endpoint_id, account_id, payer, amount,
+             CASE WHEN call_id IS NULL THEN 'claimed' ELSE 'captured' END, now(), now(),
+             CASE WHEN call_id IS NULL THEN NULL ELSE now() END
+      FROM ok
+      ON CONFLICT (proof_key) DO NOTHING
+      RETURNING proof_key
+    ),
+    new_calls AS (
+      INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
+                         fee_atomic, upstream_status, method)
+      SELECT ok.call_id, ok.proof_key, ok.endpoint_id, ok.account_id, ok.payer, ok.amount, ok.owner_share,
+             ok.fee, ok.status, ok.method
+      FROM ok JOIN claimed USING (proof_key) WHERE ok.call_id IS NOT NULL
+      ON CONFLICT (proof_key) DO NOTHING
+      RETURNING 1
+    )
+    SELECT 'mark' AS what, channel_id, charged_atomic, balance_atomic, claimed_atomic, lease_ceiling_atomic,
+           lease_wanted, NULL AS proof_key FROM marked
+    UNION ALL
+    SELECT 'call', NULL, NULL, NULL, NULL, NULL, NULL, proof_key FROM claimed`
+  // (new_calls runs although nothing reads it: PostgreSQL always completes a modifying CTE.)
+  const marked: MarkedChannel[] = []
+  const written = new Set<string>()
+  for (const r of rows) {
+    if (r.what === 'mark') marked.push(r as MarkedChannel)
+    else written.add(r.proof_key!)
+  }
+  return { marked, written }
 }

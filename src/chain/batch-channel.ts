@@ -27,9 +27,11 @@ import {
   getAddress,
   type Hex,
   hashTypedData,
+  keccak256,
   type PublicClient,
 } from 'viem'
 import { batchSettlementArtifact, erc3009DepositCollectorArtifact } from './contracts/artifacts.ts'
+import { domainSeparator } from './recover-authorization.ts'
 
 /** Where the published client expects the contracts (@x402/evm 2.27, batch-settlement/constants.ts). */
 export const BATCH_SETTLEMENT_ADDRESS: Address = getAddress('0x4020074e9dF2ce1deE5A9C1b5c3f541D02a10003')
@@ -94,6 +96,34 @@ export function voucherDigest(chainId: number, channelId: Hex, maxClaimableAmoun
   })
 }
 
+const VOUCHER_TYPEHASH = keccak256(
+  Buffer.from('Voucher(bytes32 channelId,uint128 maxClaimableAmount)'),
+  'bytes',
+)
+
+/**
+ * The same digest as voucherDigest, built by hand for the hot path (hashTypedData costs ~4 ms a call):
+ * keccak256(0x1901 ‖ domainSeparator ‖ keccak256(typehash ‖ channelId ‖ uint256(amount))).
+ */
+export function voucherDigestBytes(chainId: number, channelId: Hex, maxClaimableAmount: bigint): Uint8Array {
+  if (maxClaimableAmount < 0n || maxClaimableAmount >= 1n << 128n)
+    throw new RangeError('uint128 out of range')
+  const struct = new Uint8Array(96)
+  struct.set(VOUCHER_TYPEHASH, 0)
+  struct.set(Buffer.from(channelId.slice(2), 'hex'), 32)
+  let v = maxClaimableAmount
+  for (let i = 95; i >= 64 && v > 0n; i--) {
+    struct[i] = Number(v & 0xffn)
+    v >>= 8n
+  }
+  const message = new Uint8Array(66)
+  message[0] = 0x19
+  message[1] = 0x01
+  message.set(domainSeparator(batchDomain(chainId)), 2)
+  message.set(keccak256(struct, 'bytes'), 34)
+  return keccak256(message, 'bytes')
+}
+
 /**
  * Dev chain and tests only: the project's own contracts at the addresses the client expects. Neither has a
  * constructor or immutables, and their storage starts empty, so setting the runtime code is enough.
@@ -114,13 +144,64 @@ export async function installBatchSettlement(rpcUrl: string): Promise<void> {
   }
 }
 
-/** On a real network the x402 project's deployment is used: start-up checks there is code at both. */
-export async function batchContractsPresent(publicClient: PublicClient): Promise<boolean> {
-  for (const address of [BATCH_SETTLEMENT_ADDRESS, ERC3009_DEPOSIT_COLLECTOR_ADDRESS]) {
+export type BatchContractsCheck = { ok: true } | { ok: false; reason: string }
+
+/**
+ * Start-up check of the contracts at the addresses the published client expects (on a real network the x402
+ * project's deployment, on the dev chain tollgate's own): both hold code, and the channel contract computes
+ * the same channel id and voucher digest as the client signs and tollgate verifies (EIP-712 domain, chain id,
+ * types), and accepts tollgate's withdraw delay. Code that answers otherwise would take deposits whose
+ * vouchers could never be claimed. Three eth_calls; `addresses` only for tests.
+ */
+export async function checkBatchContracts(
+  publicClient: PublicClient,
+  q: { chainId: number; withdrawDelay: number; addresses?: { channel: Address; collector: Address } },
+): Promise<BatchContractsCheck> {
+  const channel = q.addresses?.channel ?? BATCH_SETTLEMENT_ADDRESS
+  const collector = q.addresses?.collector ?? ERC3009_DEPOSIT_COLLECTOR_ADDRESS
+  for (const [what, address] of [
+    ['channel contract', channel],
+    ['ERC-3009 deposit collector', collector],
+  ] as const) {
     const code = await publicClient.getCode({ address })
-    if (code === undefined || code === '0x') return false
+    if (code === undefined || code === '0x') return { ok: false, reason: `no code at the ${what} ${address}` }
   }
-  return true
+  const sample: ChannelConfig = {
+    payer: '0x0000000000000000000000000000000000000001',
+    payerAuthorizer: '0x0000000000000000000000000000000000000002',
+    receiver: '0x0000000000000000000000000000000000000003',
+    receiverAuthorizer: '0x0000000000000000000000000000000000000004',
+    token: '0x0000000000000000000000000000000000000005',
+    withdrawDelay: q.withdrawDelay,
+    salt: `0x${'42'.repeat(32)}`,
+  }
+  const expectedId = channelIdOf(sample, q.chainId)
+  try {
+    const read = (functionName: string, args: readonly unknown[]) =>
+      publicClient.readContract({ address: channel, abi: batchSettlementAbi, functionName, args } as never)
+    const id = (await read('getChannelId', [toContractConfig(sample)])) as Hex
+    if (id.toLowerCase() !== expectedId.toLowerCase())
+      return {
+        ok: false,
+        reason: `the channel contract ${channel} computes another channel id (EIP-712 domain or types differ)`,
+      }
+    const digest = (await read('getVoucherDigest', [expectedId, 1000n])) as Hex
+    if (digest.toLowerCase() !== voucherDigest(q.chainId, expectedId, 1000n).toLowerCase())
+      return { ok: false, reason: `the channel contract ${channel} computes another voucher digest` }
+    const min = Number(await read('MIN_WITHDRAW_DELAY', []))
+    const max = Number(await read('MAX_WITHDRAW_DELAY', []))
+    if (q.withdrawDelay < min || q.withdrawDelay > max)
+      return {
+        ok: false,
+        reason: `the channel contract ${channel} refuses a withdraw delay of ${q.withdrawDelay} s`,
+      }
+  } catch (err) {
+    return {
+      ok: false,
+      reason: `the channel contract ${channel} does not answer the batch-settlement ABI (${err instanceof Error ? err.message.split('\n')[0] : String(err)})`,
+    }
+  }
+  return { ok: true }
 }
 
 export interface OnChainChannel {

@@ -129,6 +129,14 @@ export const ConfigSchema = v.strictObject({
     /** Dry-run the settlement (eth_call of transferWithAuthorization) before serving an authorization of at
      * least this many dollars; null (default): never. Costs one RPC round trip on those calls. */
     simulate_min_price: v.nullable(Dollars),
+    /**
+     * batch-settlement vouchers (issue 12): an instance leases a channel for batch_lease_ms and accepts its
+     * vouchers in memory up to batch_reserve dollars past the last persisted one, persisting every
+     * batch_flush_ms. A crash costs at most batch_reserve per channel (the gateway's, never the payer's).
+     */
+    batch_lease_ms: v.pipe(PositiveInt, v.minValue(100)),
+    batch_flush_ms: PositiveInt,
+    batch_reserve: Dollars,
   }),
   webhooks: v.strictObject({
     retry_schedule_ms: v.array(Ms),

@@ -1,18 +1,18 @@
 // x402 `batch-settlement` on the metered path (issue 12): a PAYMENT-SIGNATURE whose `accepted.scheme` is
 // batch-settlement carries a deposit, a voucher or a refund for a channel (the scheme is described in
 // src/chain/batch-channel.ts). A voucher is checked with a local signature recovery (no RPC); its increment
-// is accepted once across instances by a conditional UPDATE (src/books/channels.ts); the call then goes the
-// ordinary claim → upstream → capture way with proof key batch:<channel>:<cumulative>. Deposits and refunds
-// are transactions: the leader sends them (one treasury nonce sequence), the request waits for the outcome.
+// is accepted once across instances by the instance holding the channel's lease, in memory
+// (src/data-plane/voucher-leases.ts: no database round trip per call), and the call then goes upstream; the
+// voucher and the call are persisted in group-committed writes. Deposits and refunds are transactions: the
+// leader sends them (one treasury nonce sequence), the request waits for the outcome.
 import * as v from 'valibot'
-import { type Address, encodeAbiParameters, getAddress, type Hex, keccak256, recoverAddress } from 'viem'
+import { type Address, encodeAbiParameters, getAddress, type Hex, keccak256 } from 'viem'
 import {
-  acceptVoucher,
   batchProofKey,
-  type ChannelRow,
   findChannel,
   findChannelOp,
   requestChannelOp,
+  requestRefundOp,
 } from '../books/channels.ts'
 import {
   BATCH_SCHEME,
@@ -20,9 +20,11 @@ import {
   channelIdOf,
   depositCalldata,
   erc3009CollectorData,
-  voucherDigest,
+  voucherDigestBytes,
 } from '../chain/batch-channel.ts'
+import { recoverSigner } from '../chain/recover-authorization.ts'
 import type { Sql } from '../db/sql.ts'
+import type { ChannelView, Lease, VoucherLeases } from './voucher-leases.ts'
 
 /** The withdraw delay tollgate asks for (the scheme's minimum): the leader claims well within it. */
 export const BATCH_WITHDRAW_DELAY_S = 900
@@ -112,6 +114,8 @@ export interface BatchDeps {
   usdc: Address
   /** How long a request waits for its deposit or refund transaction. */
   opWaitMs: number
+  /** The channels this instance holds and accepts vouchers for in memory. */
+  leases: VoucherLeases
 }
 
 /** A voucher increment accepted: the call may be claimed and served. */
@@ -124,43 +128,87 @@ export interface BatchVerified {
   transaction: null
   /** The PAYMENT-RESPONSE header (base64) the paid answer carries. */
   receipt: string
+  /** The lease that accepted it: the call reports back to it (served, released, in doubt). */
+  lease: Lease
+  channelId: string
+  cumulative: bigint
 }
 
 export type BatchOutcome =
   | BatchVerified
   /** Refused: the 402's reason; `channel` set for the scheme's corrective 402. */
-  | { ok: false; reason: string; channel?: ChannelRow | null; cumulativeBase?: boolean }
+  | { ok: false; reason: string; channel?: ChannelView | null }
   /** A refund done: answered at once with its receipt, nothing forwarded. */
   | { ok: 'answered'; receipt: string; body: string }
 
 function configError(deps: BatchDeps, c: ChannelConfig): string | null {
-  if (getAddress(c.receiver) !== deps.treasury) return BATCH_ERR.receiver
-  if (getAddress(c.receiverAuthorizer) !== deps.treasury) return BATCH_ERR.receiverAuthorizer
-  if (getAddress(c.token) !== deps.usdc) return BATCH_ERR.token
+  // Lower-case comparisons: checksumming (a keccak each) is not needed to compare addresses.
+  const treasury = deps.treasury.toLowerCase()
+  if (c.receiver.toLowerCase() !== treasury) return BATCH_ERR.receiver
+  if (c.receiverAuthorizer.toLowerCase() !== treasury) return BATCH_ERR.receiverAuthorizer
+  if (c.token.toLowerCase() !== deps.usdc.toLowerCase()) return BATCH_ERR.token
   if (c.withdrawDelay !== BATCH_WITHDRAW_DELAY_S) return BATCH_ERR.withdrawDelay
   if (BigInt(c.payerAuthorizer) === 0n) return BATCH_ERR.signature
   return null
 }
 
-/** Everything a voucher must satisfy before the database is asked: network, config, channel id, signature. */
+// Checksummed payer addresses (a keccak each), for the call rows and receipts of every voucher.
+const addresses = new Map<string, Address>()
+function checksummed(address: string): Address {
+  const key = address.toLowerCase()
+  let out = addresses.get(key)
+  if (out === undefined) {
+    out = getAddress(key)
+    if (addresses.size >= CHANNEL_IDS_MAX) addresses.clear()
+    addresses.set(key, out)
+  }
+  return out
+}
+
+// Channel ids by config: hashing the config (EIP-712) per call would cost more than the rest of the call.
+// Bounded: cleared when full (a process sees few live channels; a flood of made-up configs only churns it).
+const channelIds = new Map<string, string>()
+const CHANNEL_IDS_MAX = 100_000
+
+function channelIdFor(config: ChannelConfig, chainId: number): string {
+  const key =
+    `${chainId}|${config.payer}|${config.payerAuthorizer}|${config.receiver}|${config.receiverAuthorizer}|${config.token}|${config.withdrawDelay}|${config.salt}`.toLowerCase()
+  let id = channelIds.get(key)
+  if (id === undefined) {
+    id = channelIdOf(config, chainId).toLowerCase()
+    if (channelIds.size >= CHANNEL_IDS_MAX) channelIds.clear()
+    channelIds.set(key, id)
+  }
+  return id
+}
+
+/**
+ * Everything a voucher must satisfy before its channel is asked: network, config, channel id, signature. The
+ * signature: a hand-built EIP-712 digest and one native secp256k1 recovery (src/chain/recover-authorization.ts),
+ * no RPC; a high-s signature is refused as the channel contract refuses it (its claim would revert).
+ */
 async function checkVoucher(deps: BatchDeps, p: BatchPayment): Promise<string | null> {
   if (p.accepted.network !== deps.caip2) return BATCH_ERR.network
   const config = p.payload.channelConfig as ChannelConfig
   const err = configError(deps, config)
   if (err) return err
   const channelId = p.payload.voucher.channelId.toLowerCase()
-  if (channelIdOf(config, deps.chainId).toLowerCase() !== channelId) return BATCH_ERR.channelId
+  if (channelIdFor(config, deps.chainId) !== channelId) return BATCH_ERR.channelId
+  const signature = p.payload.voucher.signature as Hex
+  if (signature.length !== 132 || BigInt(`0x${signature.slice(66, 130)}`) > HALF_N) return BATCH_ERR.signature
+  let digest: Uint8Array
   try {
-    const signer = await recoverAddress({
-      hash: voucherDigest(deps.chainId, channelId as Hex, BigInt(p.payload.voucher.maxClaimableAmount)),
-      signature: p.payload.voucher.signature as Hex,
-    })
-    if (signer !== getAddress(config.payerAuthorizer)) return BATCH_ERR.signature
+    digest = voucherDigestBytes(deps.chainId, channelId as Hex, BigInt(p.payload.voucher.maxClaimableAmount))
   } catch {
     return BATCH_ERR.signature
   }
+  const signer = await recoverSigner(digest, signature)
+  if (signer === null || signer !== config.payerAuthorizer.toLowerCase()) return BATCH_ERR.signature
   return null
 }
+
+/** Half the secp256k1 order: the contract refuses the high-s twin of a signature. */
+const HALF_N = 0x7fffffffffffffffffffffffffffffff5d576e7357a4501ddfe92f46681b20a0n
 
 /** Decides one batch-settlement payment for an endpoint at `price`. */
 export async function decideBatch(deps: BatchDeps, p: BatchPayment, price: bigint): Promise<BatchOutcome> {
@@ -174,19 +222,21 @@ export async function decideBatch(deps: BatchDeps, p: BatchPayment, price: bigin
     const deposited = await deposit(deps, p, channelId)
     if (deposited) return { ok: false, reason: deposited }
   }
-  const accepted = await acceptVoucher(deps.sql, {
+  const decision = await deps.leases.accept({
     channelId,
     cumulative,
     price,
     signature: payload.voucher.signature,
+    // A deposit just confirmed: the lease's balance is read again.
+    refresh: payload.type === 'deposit',
   })
-  if (!accepted.ok) return refusal(accepted.channel, cumulative, price)
+  if (!decision.ok) return refusal(decision.reason, decision.view)
   const channel = payload.channelConfig as ChannelConfig
   return {
     ok: true,
     kind: 'batch',
     proofKey: batchProofKey(channelId, cumulative),
-    payer: getAddress(channel.payer),
+    payer: checksummed(channel.payer),
     valueAtomic: price,
     transaction: null,
     receipt: receiptHeader(deps, {
@@ -195,17 +245,27 @@ export async function decideBatch(deps: BatchDeps, p: BatchPayment, price: bigin
       chargedAmount: price,
       charged: cumulative,
     }),
+    lease: decision.lease,
+    channelId,
+    cumulative,
   }
 }
 
-function refusal(channel: ChannelRow | null, cumulative: bigint, price: bigint): BatchOutcome {
-  if (channel === null || channel.balance_atomic === 0n) return { ok: false, reason: BATCH_ERR.notFound }
-  if (cumulative - price === channel.charged_atomic && cumulative > channel.balance_atomic)
-    return { ok: false, reason: BATCH_ERR.exceedsBalance }
-  if (cumulative - price === channel.charged_atomic || cumulative === channel.charged_atomic)
-    return { ok: false, reason: BATCH_ERR.busy }
-  if (cumulative < channel.charged_atomic) return { ok: false, reason: BATCH_ERR.belowClaimed, channel }
-  return { ok: false, reason: BATCH_ERR.mismatch, channel }
+const REFUSALS = {
+  not_found: BATCH_ERR.notFound,
+  busy: BATCH_ERR.busy,
+  in_flight: BATCH_ERR.busy,
+  exceeds_balance: BATCH_ERR.exceedsBalance,
+  used: 'proof_already_used',
+  below: BATCH_ERR.belowClaimed,
+  mismatch: BATCH_ERR.mismatch,
+} as const
+
+function refusal(reason: keyof typeof REFUSALS, view?: ChannelView): BatchOutcome {
+  // Only the scheme's corrective reasons carry the channel state (the client resyncs from it).
+  if (reason === 'below' || reason === 'mismatch')
+    return { ok: false, reason: REFUSALS[reason], channel: view }
+  return { ok: false, reason: REFUSALS[reason] }
 }
 
 /** Queues the deposit for the leader and waits for it on chain; null when confirmed, else the reason. */
@@ -237,6 +297,11 @@ async function refund(
   channelId: string,
   cumulative: bigint,
 ): Promise<BatchOutcome> {
+  // Every voucher accepted on the channel is written first, and no instance holds it while the refund is
+  // queued (requestRefundOp's precondition): the amount is read from complete books.
+  const held = await deps.leases.letGo(channelId)
+  if (held === 'not_found') return { ok: false, reason: BATCH_ERR.notFound }
+  if (held === 'busy') return { ok: false, reason: BATCH_ERR.busy }
   const channel = await findChannel(deps.sql, channelId)
   if (channel === null) return { ok: false, reason: BATCH_ERR.notFound }
   if (cumulative !== channel.charged_atomic) return { ok: false, reason: BATCH_ERR.mismatch, channel }
@@ -244,15 +309,13 @@ async function refund(
   const requested = p.payload.type === 'refund' && p.payload.amount ? BigInt(p.payload.amount) : available
   const amount = requested < available ? requested : available
   if (amount <= 0n) return { ok: false, reason: BATCH_ERR.refundNoBalance }
-  const op = await requestChannelOp(deps.sql, {
+  const op = await requestRefundOp(deps.sql, {
     id: `refund:${channelId}:${channel.refunded_atomic}:${cumulative}`,
     channelId,
-    config: p.payload.channelConfig,
-    payer: getAddress(p.payload.channelConfig.payer),
-    kind: 'refund',
+    cumulative,
     amount,
-    calldata: '',
   })
+  if (op === null) return { ok: false, reason: BATCH_ERR.busy }
   const status = await waitForOp(deps, op.id)
   const after = await findChannelOp(deps.sql, op.id)
   if (status !== 'done' || after === null) return { ok: false, reason: BATCH_ERR.refund }
@@ -300,7 +363,7 @@ function receiptHeader(
     success: true,
     transaction: '',
     network: deps.caip2,
-    payer: getAddress(q.payer),
+    payer: checksummed(q.payer),
     amount: '',
     extra: {
       chargedAmount: q.chargedAmount.toString(),
@@ -314,7 +377,7 @@ function receiptHeader(
  * The PAYMENT-REQUIRED header of a refused batch payment: the endpoint's own, with the reason and, for the
  * scheme's corrective 402, the channel's charged cumulative and the voucher signature that proves it.
  */
-export function batchRequiredHeader(base64: string, reason: string, channel?: ChannelRow | null): string {
+export function batchRequiredHeader(base64: string, reason: string, channel?: ChannelView | null): string {
   const required = JSON.parse(Buffer.from(base64, 'base64').toString('utf8')) as {
     error?: string
     accepts: Array<{ scheme: string; extra?: Record<string, unknown> }>

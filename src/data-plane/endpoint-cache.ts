@@ -34,6 +34,8 @@ export interface EndpointCacheOptions {
   allowPrivate: boolean
   /** x402 `maxTimeoutSeconds` in the 402 accepts (config x402.max_timeout_seconds). */
   maxTimeoutSeconds: number
+  /** issue 12: false when the start-up check found no usable batch-settlement contracts (never offered). */
+  batchOffered: boolean
 }
 
 export function createEndpointCache(sql: Sql, options: EndpointCacheOptions) {
@@ -93,9 +95,11 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       idField: 'endpoint_id',
       id: row.id,
       maxTimeoutSeconds: options.maxTimeoutSeconds,
-      ...(row.batch_settlement ? { batch: { withdrawDelay: BATCH_WITHDRAW_DELAY_S } } : {}),
+      ...(row.batch_settlement && options.batchOffered
+        ? { batch: { withdrawDelay: BATCH_WITHDRAW_DELAY_S } }
+        : {}),
     }),
-    batch: row.batch_settlement,
+    batch: row.batch_settlement && options.batchOffered,
   }
 }
 

@@ -4,6 +4,7 @@
 import type { Span } from '@opentelemetry/api'
 import type { LRUCache } from 'lru-cache'
 import type { BatchWriter } from '../books/batch-writer.ts'
+import type { VoucherCall } from '../books/channels.ts'
 import { type ClaimResult, releaseClaim } from '../books/claims.ts'
 import type { Sql } from '../db/sql.ts'
 import { ERRORS, type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
@@ -282,10 +283,21 @@ class MeteredCall implements ProxyHooks {
     else this.withVerified(verified)
   }
 
-  /** issue 12: a batch-settlement payment decided; an accepted voucher continues as a verified proof. */
+  /**
+   * issue 12: a batch-settlement payment decided. An accepted voucher was accepted once, in memory, by the
+   * channel's lease (no claim round trip: its call is written with the voucher after it is served), so it
+   * goes straight upstream.
+   */
   withBatch(outcome: BatchOutcome): void {
-    if (this.abort.aborted) return this.finishAborted()
-    if (outcome.ok === true) return this.withVerified(outcome)
+    if (this.abort.aborted) {
+      // Accepted but never forwarded: the same voucher may come again.
+      if (outcome.ok === true) this.ctx.batch!.leases.released(outcome.lease, outcome.cumulative)
+      return this.finishAborted()
+    }
+    if (outcome.ok === true) {
+      this.paid = outcome
+      return this.withClaim({ outcome: 'won', attempt: 0 })
+    }
     if (outcome.ok === false) {
       const header = batchRequiredHeader(
         v2Header(this.endpoint!.challenge, outcome.reason),
@@ -404,6 +416,15 @@ class MeteredCall implements ProxyHooks {
     const endpoint = this.endpoint!
     const { settings, books } = this.ctx
     if (this.step !== null) this.step.setAttribute('http.response.status_code', status)
+    // issue 12: a voucher's call is written by its lease, with the voucher (src/data-plane/voucher-leases.ts).
+    if (paid.kind === 'batch') {
+      if (status >= 500) return [['x-request-id', this.requestId], ACAO, EXPOSE]
+      this.captured = true
+      this.ctx.batch!.leases.served(paid.lease, paid.cumulative, this.voucherCall(paid, status))
+      callsCaptured.inc()
+      capturedAtomic.inc(Number(paid.valueAtomic))
+      return [['payment-response', paid.receipt], ['x-request-id', this.requestId], ACAO, EXPOSE]
+    }
     // Captured once the upstream answered below 500, even if the client leaves mid-body.
     if (status < 500) {
       // The capture is queued here and group-committed by the writer: its span covers the hand-over.
@@ -428,14 +449,33 @@ class MeteredCall implements ProxyHooks {
       capturedAtomic.inc(Number(paid.valueAtomic))
       if (captureSpan !== null) endSpan(captureSpan)
     }
-    // issue 12: a voucher's answer carries the scheme's PAYMENT-RESPONSE (charged amount and cumulative).
-    if (paid.kind === 'batch') {
-      return status < 500
-        ? [['payment-response', paid.receipt], ['x-request-id', this.requestId], ACAO, EXPOSE]
-        : [['x-request-id', this.requestId], ACAO, EXPOSE]
-    }
     // tollgate answers CORS for metered URLs: the upstream's own allow-origin is dropped (proxy.ts).
     return [paymentReceipt(paid, status < 500, settings), ['x-request-id', this.requestId], ACAO, EXPOSE]
+  }
+
+  /** issue 12: the call row of a voucher's call; `status` null for one in doubt. */
+  voucherCall(paid: BatchVerified, status: number | null): VoucherCall {
+    const endpoint = this.endpoint!
+    const split = splitOwnerShare(paid.valueAtomic, this.ctx.settings.ownerShareBps)
+    return {
+      channelId: paid.channelId,
+      cumulative: paid.cumulative,
+      endpointId: endpoint.id,
+      accountId: endpoint.accountId,
+      payer: paid.payer,
+      amountAtomic: paid.valueAtomic,
+      call:
+        status === null
+          ? null
+          : {
+              callId: newId('call'),
+              ownerWallet: endpoint.ownerWallet,
+              ownerShareAtomic: split.owner,
+              feeAtomic: split.fee,
+              upstreamStatus: status,
+              method: this.forward!.method,
+            },
+    }
   }
 
   /** ProxyHooks: the final outcome, exactly once. */
@@ -443,8 +483,11 @@ class MeteredCall implements ProxyHooks {
     // A proof serves at most once: it is released for a retry only when the upstream certainly did not serve
     // it (it could not be reached, or answered 5xx; see upstreamFailed). A client that left while the upstream was working may
     // have been served: that claim stays held, is in doubt once its lease runs out, and is refunded at the
-    // end of its window rather than served again.
+    // end of its window rather than served again. A voucher's call in doubt is written as such by its lease.
+    const paid = this.paid!
     if (!this.captured && upstreamFailed(outcome)) this.release()
+    else if (!this.captured && paid.kind === 'batch')
+      this.ctx.batch!.leases.doubt(paid.lease, paid.cumulative, this.voucherCall(paid, null))
     let reason: string | undefined
     if (outcome.kind === 'upstream_error') {
       upstreamErrors.labels(outcome.code).inc()
@@ -504,7 +547,10 @@ class MeteredCall implements ProxyHooks {
 
   release(): void {
     const { pendingReleases, sql, logger } = this.ctx
-    const proofKey = this.paid!.proofKey
+    const paid = this.paid!
+    // issue 12: a voucher has no claim row yet: its lease frees it in memory.
+    if (paid.kind === 'batch') return this.ctx.batch!.leases.released(paid.lease, paid.cumulative)
+    const proofKey = paid.proofKey
     const p = releaseWithRetry(sql, proofKey, this.attempt)
       .then((applied) => {
         claimReleases.labels(applied ? 'released' : 'refused').inc()

@@ -1,8 +1,11 @@
 // The data plane's start(deps): hot-path state (caches, the one verifier, the group-commit writers, the
 // upstream pool, the transfer watcher), the public uWS app on its port, and how to drain it all.
 
+import { randomBytes } from 'node:crypto'
+import { hostname } from 'node:os'
 import { getAddress } from 'viem'
 import { BatchWriter } from '../books/batch-writer.ts'
+import { checkBatchContracts } from '../chain/batch-channel.ts'
 import { checkAuthorizationOnChain } from '../chain/check-authorization.ts'
 import type { ChainContext } from '../chain/connect.ts'
 import { simulateTransferAuthorization } from '../chain/simulate-authorization.ts'
@@ -26,15 +29,19 @@ import {
   captureRetries,
   claimBatchSize,
   rpcDuration,
+  voucherCallsLost,
+  voucherWrites,
 } from '../observability/metrics.ts'
 import type { Started } from '../subsystem.ts'
 import { createEdgeLimits, createPublicApp, listen } from './app.ts'
+import { BATCH_WITHDRAW_DELAY_S } from './batch-voucher.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
 import { createEndpointCache } from './endpoint-cache.ts'
 import { createMeteredRoute } from './metered.ts'
 import { createUpstreamDispatcher } from './proxy.ts'
 import { startSettlementThrottle } from './settlement-throttle.ts'
 import { Verifier } from './verifier.ts'
+import { VoucherLeases } from './voucher-leases.ts'
 import { workerEnv } from './workers.ts'
 
 export interface DataPlaneDeps {
@@ -63,6 +70,8 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     for (const s of stops.splice(0).reverse()) await s()
   }
   try {
+    // issue 12: batch-settlement is offered only over contracts that compute what the client signs.
+    const batchOffered = await checkBatchOffer(chain, logger)
     const verified = createVerifiedTransferCache(config.caches)
     const usedProofs = createUsedProofCache(config.caches)
     const endpoints = createEndpointCache(db.sql, {
@@ -72,6 +81,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       defaultTimeoutMs: config.proxy.upstream_timeout_ms,
       allowPrivate: config.proxy.allow_private_upstreams,
       maxTimeoutSeconds: config.x402.max_timeout_seconds,
+      batchOffered,
     })
     // New x402 payloads are refused (503) while the settlement backlog would outrun their validity windows.
     const settlementThrottle = startSettlementThrottle(db.sql, {
@@ -92,6 +102,9 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       const lost = await books.drain(15_000)
       if (lost > 0) logger.error('captures not written at stop; those calls will be refunded', { lost })
     })
+    // issue 12: batch-settlement channels leased by this process; stop writes their calls and lets them go.
+    const leases = createVoucherLeases(db, config, logger)
+    stops.push(() => leases.stop())
     const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
     stops.push(() => dispatcher.close())
     const watcher = await startTransferWatcher(deps, verified)
@@ -106,7 +119,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       settlementThrottle,
       dispatcher,
       logger,
-      ...meteredOptions(deps),
+      ...meteredOptions(deps, leases),
     })
     const checkout = createCheckoutRoute({
       sql: db.sql,
@@ -134,6 +147,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       port: listening.port,
       flushCaptures: async () => {
         await books.drain()
+        await leases.flushNow()
       },
       refreshSettlementThrottle: () => settlementThrottle.refresh(),
       stop,
@@ -145,7 +159,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
 }
 
 /** The metered route's settings and its x402 batch-settlement part, from the configuration. */
-function meteredOptions({ config, db, chain, chainInfo }: DataPlaneDeps) {
+function meteredOptions({ config, db, chain, chainInfo }: DataPlaneDeps, leases: VoucherLeases) {
   return {
     // x402 batch-settlement (issue 12): offered per endpoint; deposits/refunds are sent by the leader.
     batch: {
@@ -155,6 +169,7 @@ function meteredOptions({ config, db, chain, chainInfo }: DataPlaneDeps) {
       treasury: getAddress(chain.treasury),
       usdc: getAddress(chain.usdc.address),
       opWaitMs: 60_000,
+      leases,
     },
     settings: {
       retryWindowMs: config.proxy.retry_window_ms,
@@ -247,6 +262,55 @@ function createVerifier(
       } finally {
         end()
       }
+    },
+  })
+}
+
+/**
+ * issue 12: the contracts at the addresses the published client expects (on a real network the x402
+ * project's deployment) hold code and compute the client's channel ids and voucher digests. Otherwise
+ * batch-settlement is not offered by any endpoint of this process (logged; exact and hashes still work).
+ */
+async function checkBatchOffer(chain: ChainContext, logger: Logger): Promise<boolean> {
+  let checked: Awaited<ReturnType<typeof checkBatchContracts>>
+  try {
+    checked = await checkBatchContracts(chain.publicClient, {
+      chainId: chain.chainId,
+      withdrawDelay: BATCH_WITHDRAW_DELAY_S,
+    })
+  } catch (err) {
+    checked = {
+      ok: false,
+      reason: `the check could not read the chain (${(err as Error).message?.split('\n')[0]})`,
+    }
+  }
+  if (!checked.ok)
+    logger.error('x402 batch-settlement is not offered: its contracts failed the start-up check', {
+      code: 'TOLLGATE_BATCH_CONTRACTS_UNUSABLE',
+      reason: checked.reason,
+    })
+  return checked.ok
+}
+
+/** issue 12: this process's channel leases (one holder name per process start). */
+function createVoucherLeases(db: Database, config: Config, logger: Logger): VoucherLeases {
+  const leaseMs = config.x402.batch_lease_ms
+  return new VoucherLeases(db.sql, {
+    holder: `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`,
+    leaseMs,
+    flushMs: config.x402.batch_flush_ms,
+    reserveAtomic: configDollars(config.x402.batch_reserve),
+    // An idle holder lets go soon: another instance asking for the channel waits at most this (plus a flush).
+    idleMs: Math.max(100, config.x402.batch_flush_ms * 20),
+    handoffWaitMs: leaseMs + Math.floor(leaseMs / 2),
+    onWrite: () => voucherWrites.labels('written').inc(),
+    onError: (err) => {
+      voucherWrites.labels('failed').inc()
+      logger.error('batch voucher write failed; retried at the next flush', { err })
+    },
+    onLost: (n) => {
+      voucherCallsLost.inc(n)
+      logger.error('served voucher calls not written: their channel lease was taken over', { calls: n })
     },
   })
 }

@@ -85,6 +85,20 @@ export const captureBatchSize = new client.Histogram({
   registers: [registry],
 })
 
+/** issue 12: batch-settlement voucher writes (leases: one statement for many channels and calls). */
+export const voucherWrites = new client.Counter({
+  name: 'tollgate_batch_voucher_writes_total',
+  help: 'Group-committed voucher writes (highest voucher per leased channel + the calls served), by outcome.',
+  labelNames: ['outcome'] as const,
+  registers: [registry],
+})
+
+export const voucherCallsLost = new client.Counter({
+  name: 'tollgate_batch_voucher_calls_lost_total',
+  help: 'Calls served under a channel lease whose voucher could not be persisted (lease taken over): unpaid.',
+  registers: [registry],
+})
+
 export const booksWrites = new client.Counter({
   name: 'tollgate_books_writes_total',
   help: 'Claim/capture statements written (one commit each): claims and captures share them under load.',

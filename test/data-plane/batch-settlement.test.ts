@@ -1,14 +1,13 @@
 // x402 `batch-settlement` end to end (issue 12): the published @x402/evm batch-settlement client with
 // @x402/fetch, unpatched, against a real tollgate on the shared anvil (the project's own channel contracts
 // at the addresses the client expects), a real upstream and a real database.
-import { x402Client } from '@x402/core/client'
-import { BatchSettlementEvmScheme, computeChannelId, signVoucher } from '@x402/evm/batch-settlement/client'
-import { wrapFetchWithPayment } from '@x402/fetch'
+import { computeChannelId, signVoucher } from '@x402/evm/batch-settlement/client'
 import { createPublicClient, http } from 'viem'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { BATCH_SETTLEMENT_ADDRESS, type ChannelConfig, readChannel } from '../../src/chain/batch-channel.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { chainClients, erc20, type Funded, fundedAccount } from '../helpers/accounts.ts'
+import { batchPayer } from '../helpers/batch-payer.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
@@ -27,28 +26,7 @@ const publicClient = createPublicClient({ transport: http(rpcUrl) })
 let caip2: `eip155:${number}`
 
 function payingFetch(who: Funded, multiplier = DEPOSIT_MULTIPLIER) {
-  const signer = {
-    address: who.address,
-    signTypedData: (m: Parameters<typeof who.account.signTypedData>[0]) => who.account.signTypedData(m),
-    readContract: (args: Parameters<typeof publicClient.readContract>[0]) => publicClient.readContract(args),
-  }
-  // biome-ignore lint/suspicious/noExplicitAny: the signer's structural type, as the package documents it
-  const scheme = new BatchSettlementEvmScheme(signer as any, {
-    depositPolicy: { depositMultiplier: multiplier },
-  })
-  // The test USDC is not one of the package's default assets: allowed explicitly, as a client would.
-  const client = x402Client.fromConfig({
-    schemes: [{ network: caip2, client: scheme }],
-    spendControls: { allowedAssets: [{ network: caip2, asset: usdc }] },
-  })
-  // Keeps the last payment header sent, for the replay tests.
-  const sent: string[] = []
-  const recording = (input: string | URL | Request, init?: RequestInit) => {
-    const h = new Request(input, init).headers.get('payment-signature')
-    if (h) sent.push(h)
-    return fetch(input, init)
-  }
-  return { fetch: wrapFetchWithPayment(recording, client), scheme, sent }
+  return batchPayer(who, { caip2, depositMultiplier: multiplier })
 }
 
 async function usdcOf(address: `0x${string}`): Promise<bigint> {
@@ -200,7 +178,7 @@ async function refusedWith(url: string, header: string, reason: string) {
 }
 
 describe('refused vouchers', () => {
-  it('replayed, below the charged cumulative, forged, for another channel, past the deposit: 402 with the reason, nothing forwarded', async () => {
+  it('replayed, below the charged cumulative, forged, high-s, for another channel, past the deposit: 402 with the reason, nothing forwarded', async () => {
     const ep = await createEndpoint(true)
     const who = await fundedAccount(100_000_000n)
     // A deposit of 4 calls (the client's minimum multiplier is 3).
@@ -229,6 +207,24 @@ describe('refused vouchers', () => {
     await refusedWith(
       ep.metered_url,
       await voucherHeader(accepted, config, { cumulative: 4n * PRICE, signer: stranger }),
+      'invalid_batch_settlement_evm_voucher_signature',
+    )
+    // The payer's own voucher with its signature's high-s twin: valid ECDSA, but the channel contract
+    // refuses it, so its claim would revert. Refused here too.
+    const good = JSON.parse(
+      Buffer.from(
+        await voucherHeader(accepted, config, { cumulative: 4n * PRICE, signer: who }),
+        'base64',
+      ).toString(),
+    )
+    const sig: string = good.payload.voucher.signature
+    const N = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141n
+    const highS = (N - BigInt(`0x${sig.slice(66, 130)}`)).toString(16).padStart(64, '0')
+    const v = sig.slice(130) === '1b' ? '1c' : '1b'
+    good.payload.voucher.signature = `${sig.slice(0, 66)}${highS}${v}`
+    await refusedWith(
+      ep.metered_url,
+      Buffer.from(JSON.stringify(good)).toString('base64'),
       'invalid_batch_settlement_evm_voucher_signature',
     )
     // A voucher the payer signed for another channel, presented with this channel's config.
@@ -298,9 +294,14 @@ describe.runIf(usingServer)('two instances on one database', () => {
     // Exactly the 3 calls the deposit still covered, each increment once.
     expect(served).toBe(3)
     expect(upstream.count() - before).toBe(3)
-    const [row] = await a.sql<{ charged_atomic: bigint; balance_atomic: bigint }[]>`
-      SELECT charged_atomic, balance_atomic FROM batch_channels`
-    expect(row).toEqual({ charged_atomic: 5n * PRICE, balance_atomic: 5n * PRICE })
+    // Vouchers are accepted in memory by the instance holding the channel's lease and written in batches.
+    await a.flushCaptures()
+    await b.flushCaptures()
+    const [row] = await a.sql<{ charged_atomic: bigint; balance_atomic: bigint; lease_epoch: bigint }[]>`
+      SELECT charged_atomic, balance_atomic, lease_epoch FROM batch_channels`
+    expect(row).toMatchObject({ charged_atomic: 5n * PRICE, balance_atomic: 5n * PRICE })
+    // The channel's lease changed hands between the instances (a held it for the first calls).
+    expect(row!.lease_epoch).toBeGreaterThanOrEqual(2n)
     const [calls] = await a.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM claims WHERE kind = 'batch'`
     expect(calls!.n).toBe(5)
   }, 120_000)

@@ -64,7 +64,7 @@ export async function checkClaims(sql: Sql, range: { from: Date; to: Date }): Pr
         WHERE call_id IS NOT NULL AND (kind = 'tx' OR settled_at IS NOT NULL) AND revenue <> call_amount
       UNION ALL
       SELECT 'revenue_before_settlement', proof_key, revenue || ' booked' FROM c
-        WHERE call_id IS NOT NULL AND kind = 'eip3009' AND settled_at IS NULL AND revenue > 0
+        WHERE call_id IS NOT NULL AND kind IN ('eip3009', 'batch') AND settled_at IS NULL AND revenue > 0
     )
     SELECT rule, count(*)::int AS n,
            (array_agg(proof_key ORDER BY proof_key))[1:${NAMED}] AS named,
@@ -103,5 +103,6 @@ const MESSAGES: Record<Exclude<keyof ClaimsCheck, 'claims' | 'differences'>, str
   rewon_without_release: 'was won again without a release: its proof may have been served twice',
   refunds_of_captured: 'was refunded although its call was captured',
   revenue_mismatch: 'owner share + fee differ from the call amount',
-  revenue_before_settlement: 'x402 call booked as revenue before its settlement was confirmed',
+  revenue_before_settlement:
+    'x402 call booked as revenue before its settlement (or its voucher claim) was confirmed',
 }

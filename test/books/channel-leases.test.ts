@@ -1,0 +1,205 @@
+// Channel leases of x402 batch-settlement (issue 12, part 4), transition by transition: one holder at a
+// time, the epoch fences a holder whose lease was taken over, nothing is written past the reservation or
+// above the persisted voucher, a refund is not queued under a live lease, and the claim-expiry job leaves
+// batch claims alone (a voucher's call is neither refunded nor voided: it is paid by the channel's claim).
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import {
+  requestChannelOp,
+  requestRefundOp,
+  takeChannelLease,
+  type VoucherCall,
+  writeChannelVouchers,
+} from '../../src/books/channels.ts'
+import { expireUncapturedClaims } from '../../src/control-plane/jobs/claim-expiry.ts'
+import { type EmbeddedDatabase, startEmbeddedDatabase } from '../../src/db/embedded.ts'
+import { migrate } from '../../src/db/migrate.ts'
+import { createSql, type Sql } from '../../src/db/sql.ts'
+import { freshDatabaseUrl } from '../helpers/database.ts'
+
+let sql: Sql
+let embedded: EmbeddedDatabase | null = null
+const ACCOUNT = 'acct_leases'
+const PRICE = 1000n
+const SIG = `0x${'ab'.repeat(65)}`
+
+beforeAll(async () => {
+  let url = await freshDatabaseUrl()
+  if (!url) {
+    embedded = await startEmbeddedDatabase({ dataDir: 'memory://' })
+    url = embedded.url
+  }
+  sql = createSql(url, { max: 2 })
+  await migrate(sql)
+  await sql`INSERT INTO accounts (id, wallet_address, business_name, mode)
+            VALUES (${ACCOUNT}, '0x1111111111111111111111111111111111111111', 'B', 'test')`
+})
+afterAll(async () => {
+  await sql?.end()
+  await embedded?.stop()
+})
+
+let n = 0
+/** A channel with `calls` calls' worth deposited and confirmed. */
+async function channel(calls: bigint): Promise<string> {
+  const id = `0x${(++n).toString(16).padStart(64, '0')}`
+  await requestChannelOp(sql, {
+    id: `dep_${id}`,
+    channelId: id,
+    config: {},
+    payer: '0x2222222222222222222222222222222222222222',
+    kind: 'deposit',
+    amount: calls * PRICE,
+    calldata: '0x',
+  })
+  await sql`UPDATE batch_channel_ops SET status = 'done' WHERE id = ${`dep_${id}`}`
+  await sql`UPDATE batch_channels SET balance_atomic = ${calls * PRICE} WHERE channel_id = ${id}`
+  return id
+}
+
+function served(channelId: string, calls: bigint): VoucherCall {
+  return {
+    channelId,
+    cumulative: calls * PRICE,
+    endpointId: 'ep_1',
+    accountId: ACCOUNT,
+    payer: '0x2222222222222222222222222222222222222222',
+    amountAtomic: PRICE,
+    call: {
+      callId: `call_${channelId.slice(-6)}_${calls}`,
+      ownerWallet: '0x1111111111111111111111111111111111111111',
+      ownerShareAtomic: 950n,
+      feeAtomic: 50n,
+      upstreamStatus: 200,
+      method: 'GET',
+    },
+  }
+}
+
+const lease = (channelId: string, holder: string, ttlMs = 60_000) =>
+  takeChannelLease(sql, { channelId, holder, ttlMs, reserve: 3n * PRICE })
+
+describe('channel leases', () => {
+  it('one holder at a time: another instance is refused and marks the channel wanted', async () => {
+    const id = await channel(10n)
+    const a = await lease(id, 'a')
+    expect(a).toMatchObject({
+      won: true,
+      lease_epoch: 1n,
+      charged_atomic: 0n,
+      lease_ceiling_atomic: 3n * PRICE,
+    })
+    const b = await lease(id, 'b')
+    expect(b!.won).toBe(false)
+    const [row] = await sql<{ lease_holder: string; lease_wanted: boolean }[]>`
+      SELECT lease_holder, lease_wanted FROM batch_channels WHERE channel_id = ${id}`
+    expect(row).toEqual({ lease_holder: 'a', lease_wanted: true })
+    expect(await lease('0xmissing', 'a')).toBeNull()
+  })
+
+  it('a write persists the highest voucher and the calls under it, never past the reservation, and slides the ceiling', async () => {
+    const id = await channel(10n)
+    const a = (await lease(id, 'a'))!
+    const past = await writeChannelVouchers(sql, {
+      holder: 'a',
+      ttlMs: 60_000,
+      reserve: 3n * PRICE,
+      marks: [
+        { channelId: id, epoch: a.lease_epoch, cumulative: 4n * PRICE, signature: SIG, release: false },
+      ],
+      calls: [served(id, 4n)],
+    })
+    // Past the ceiling granted (3 calls): neither the voucher nor its call is written.
+    expect(past.marked).toEqual([])
+    expect(past.written.size).toBe(0)
+    const ok = await writeChannelVouchers(sql, {
+      holder: 'a',
+      ttlMs: 60_000,
+      reserve: 3n * PRICE,
+      marks: [
+        { channelId: id, epoch: a.lease_epoch, cumulative: 2n * PRICE, signature: SIG, release: false },
+      ],
+      calls: [served(id, 1n), served(id, 2n), served(id, 3n)],
+    })
+    expect(ok.marked).toMatchObject([{ charged_atomic: 2n * PRICE, lease_ceiling_atomic: 5n * PRICE }])
+    // The call at 3 is above the persisted voucher (2): not written.
+    expect([...ok.written].sort()).toEqual([`batch:${id}:1000`, `batch:${id}:2000`])
+  })
+
+  it('the epoch fences a holder whose lease ran out and was taken over', async () => {
+    const id = await channel(10n)
+    const a = (await lease(id, 'a', 1))!
+    await new Promise((r) => setTimeout(r, 20))
+    const b = (await lease(id, 'b'))!
+    expect(b).toMatchObject({ won: true, lease_epoch: a.lease_epoch + 1n })
+    const late = await writeChannelVouchers(sql, {
+      holder: 'a',
+      ttlMs: 60_000,
+      reserve: 3n * PRICE,
+      marks: [{ channelId: id, epoch: a.lease_epoch, cumulative: PRICE, signature: SIG, release: false }],
+      calls: [served(id, 1n)],
+    })
+    expect(late.marked).toEqual([])
+    expect(late.written.size).toBe(0)
+    const [row] = await sql<{ charged_atomic: bigint; lease_holder: string }[]>`
+      SELECT charged_atomic, lease_holder FROM batch_channels WHERE channel_id = ${id}`
+    expect(row).toEqual({ charged_atomic: 0n, lease_holder: 'b' })
+  })
+
+  it('a released lease is free; a top voucher with no call row is open (its call may be retried)', async () => {
+    const id = await channel(10n)
+    const a = (await lease(id, 'a'))!
+    await writeChannelVouchers(sql, {
+      holder: 'a',
+      ttlMs: 60_000,
+      reserve: 3n * PRICE,
+      marks: [{ channelId: id, epoch: a.lease_epoch, cumulative: 2n * PRICE, signature: SIG, release: true }],
+      calls: [served(id, 1n)],
+    })
+    const b = (await lease(id, 'b'))!
+    expect(b).toMatchObject({ won: true, charged_atomic: 2n * PRICE, top_open: true, signature: SIG })
+  })
+
+  it('a refund is not queued while an instance holds the channel, nor for another cumulative', async () => {
+    const id = await channel(10n)
+    await lease(id, 'a')
+    expect(
+      await requestRefundOp(sql, { id: `r1_${id}`, channelId: id, cumulative: 0n, amount: PRICE }),
+    ).toBeNull()
+    await sql`UPDATE batch_channels SET lease_holder = NULL, lease_until = NULL WHERE channel_id = ${id}`
+    expect(
+      await requestRefundOp(sql, { id: `r2_${id}`, channelId: id, cumulative: PRICE, amount: PRICE }),
+    ).toBeNull()
+    const op = await requestRefundOp(sql, { id: `r3_${id}`, channelId: id, cumulative: 0n, amount: PRICE })
+    expect(op).toMatchObject({ kind: 'refund', status: 'pending', amount_atomic: PRICE })
+    // An open refund keeps every instance from taking the channel.
+    expect((await lease(id, 'b'))!.won).toBe(false)
+  })
+
+  it('the claim-expiry job neither refunds nor voids batch claims, served or in doubt', async () => {
+    const id = await channel(10n)
+    const a = (await lease(id, 'a'))!
+    const doubt: VoucherCall = { ...served(id, 2n), call: null }
+    await writeChannelVouchers(sql, {
+      holder: 'a',
+      ttlMs: 60_000,
+      reserve: 3n * PRICE,
+      marks: [
+        { channelId: id, epoch: a.lease_epoch, cumulative: 2n * PRICE, signature: SIG, release: false },
+      ],
+      calls: [served(id, 1n), doubt],
+    })
+    // Both windows long past, as the expiry job would find them hours later.
+    await sql`UPDATE claims SET retry_until = now() - interval '1 hour', lease_until = now() - interval '1 hour'
+              WHERE proof_key LIKE ${`batch:${id}:%`}`
+    await expireUncapturedClaims(sql)
+    const rows = await sql<{ proof_key: string; status: string }[]>`
+      SELECT proof_key, status FROM claims WHERE proof_key LIKE ${`batch:${id}:%`} ORDER BY proof_key`
+    expect(rows).toEqual([
+      { proof_key: `batch:${id}:1000`, status: 'captured' },
+      { proof_key: `batch:${id}:2000`, status: 'claimed' },
+    ])
+    const [refunds] = await sql<{ n: number }[]>`
+      SELECT count(*)::int AS n FROM ledger_entries WHERE kind = 'refund' AND source_id LIKE ${`batch:${id}:%`}`
+    expect(refunds!.n).toBe(0)
+  })
+})
