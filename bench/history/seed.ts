@@ -76,8 +76,9 @@ async function seedChunk(
             FROM generate_series((${c.lo}::int - 1) / ${PER_PAYOUT}::int, (${c.hi}::int - 1) / ${PER_PAYOUT}::int) b) s
       WHERE b < ${c.payouts}::int AND b * ${PER_PAYOUT}::int + 1 >= ${c.lo}::int`
     await tx`
-      INSERT INTO payout_accounts (payout_id, account_id, owner_share_atomic, refund_atomic, entries_count)
-      SELECT id, ${t.accountId}, amount_atomic, 0, entries_count FROM payouts
+      INSERT INTO payout_accounts (payout_id, account_id, owner_share_atomic, refund_atomic, entries_count,
+                                   created_at)
+      SELECT id, ${t.accountId}, amount_atomic, 0, entries_count, created_at FROM payouts
       WHERE id LIKE 'po_hist%' AND NOT EXISTS (SELECT 1 FROM payout_accounts pa WHERE pa.payout_id = payouts.id)`
     await tx`
       INSERT INTO events (id, account_id, type, data, created_at, dispatched_at)
