@@ -4,12 +4,13 @@
 // Two tollgate processes (jobs off, so nothing moves under the measurements), one per database; the reads
 // that the service caches (GET /account keeps a balance 2 s) are also timed at the query itself.
 // Results: bench/results/<date>.json, scenarios `history-<what>` with rows, p50_ms, p99_ms, ratio_to_empty.
+// The seeded database is tollgate_history_<rows>: `--keep` leaves it on the server, and a later run with the
+// same --rows finds it and measures again without seeding (`--reseed` seeds afresh).
 import { execFileSync } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
-import postgres from 'postgres'
 import { connectChain } from '../../src/chain/connect.ts'
 import { startDevChain } from '../../src/chain/dev-chain.ts'
 import { loadConfig } from '../../src/config/load.ts'
@@ -19,6 +20,16 @@ import { reconcileFromCheckpoint } from '../../src/control-plane/jobs/reconcile-
 import { accountBalance, lockPayableEntries, someWalletOwedAtLeast } from '../../src/db/ledger.ts'
 import { createSql, type Sql } from '../../src/db/sql.ts'
 import { seedHistory } from '../history/seed.ts'
+import {
+  databaseUrl,
+  dropDatabase,
+  findSeeded,
+  recordSeeded,
+  recreateDatabase,
+  resetToSeeded,
+  type SeedRecord,
+  seededDatabaseName,
+} from '../history/seeded-database.ts'
 import { load } from '../load.ts'
 import { makeProofs } from '../proofs.ts'
 import { machine } from '../report.ts'
@@ -48,6 +59,8 @@ interface Instance {
   endpointId: string
   meteredUrl: string
   dbUrl: string
+  /** Runs `fn` with the service stopped (on the same ports after): nothing reads a table while it is loaded. */
+  stoppedDuring<T>(fn: () => Promise<T>): Promise<T>
   stop(): Promise<void>
 }
 
@@ -61,6 +74,8 @@ export async function runHistoryBench(argv: string[]): Promise<void> {
       ci: { type: 'boolean' },
       proofs: { type: 'string' },
       samples: { type: 'string' },
+      keep: { type: 'boolean' },
+      reseed: { type: 'boolean' },
     },
   })
   const rows = Number(values.rows ?? (values.ci ? 200_000 : 50_000_000))
@@ -77,22 +92,62 @@ export async function runHistoryBench(argv: string[]): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-bench-history-'))
   const instances: Instance[] = []
   try {
-    for (const label of ['empty', 'history'] as const) {
-      instances.push(await startInstance(label, { server, dir, chain }))
+    const emptyDb = `tollgate_bench_history_empty_${process.pid}`
+    await recreateDatabase(server, emptyDb)
+    instances.push(
+      await startInstance('empty', {
+        server,
+        dir,
+        chain,
+        db: emptyDb,
+        seeded: null,
+        keep: false,
+      }),
+    )
+    const historyDb = seededDatabaseName(rows)
+    const seeded = values.reseed ? null : await findSeeded(server, historyDb, rows)
+    if (seeded) {
+      log(
+        `history: reusing ${historyDb} (seeded ${seeded.seeded_at.toISOString()} in ${seeded.seed_seconds} s)`,
+      )
+      await resetToSeeded(databaseUrl(server, historyDb), seeded)
+    } else {
+      await recreateDatabase(server, historyDb)
     }
-    const [empty, history] = instances as [Instance, Instance]
-    log(`history: seeding ${rows.toLocaleString('en')} ledger entries`)
-    await seedHistory(
-      history.sql,
-      {
+    const history = await startInstance('history', {
+      server,
+      dir,
+      chain,
+      db: historyDb,
+      seeded,
+      keep: values.keep ?? false,
+    })
+    instances.push(history)
+    const [empty] = instances as [Instance]
+    let seedSeconds = seeded?.seed_seconds ?? null
+    if (!seeded) {
+      log(`history: seeding ${rows.toLocaleString('en')} ledger entries into ${historyDb}`)
+      const target = {
         accountId: history.accountId,
         wallet: chain.payers[0]!.address,
         endpointId: history.endpointId,
         payer: chain.payers[0]!.address,
         treasury: chain.treasury.address,
-      },
-      { entries: rows, log },
-    )
+      }
+      // With the service stopped: its once-a-second settlement backlog read would scan the claims table while
+      // the seed has its indexes down.
+      seedSeconds = await history.stoppedDuring(
+        async () => (await seedHistory(history.dbUrl, target, { entries: rows, log })).seconds,
+      )
+      await recordSeeded(history.dbUrl, {
+        entries: rows,
+        account_id: history.accountId,
+        api_key: history.apiKey,
+        endpoint_id: history.endpointId,
+        seeded_at: new Date(),
+        seed_seconds: seedSeconds,
+      })
+    }
     const deps = { chain, rows, proofs, samples }
     const results = await measureAll(deps, empty, history)
     const file = join(
@@ -107,6 +162,8 @@ export async function runHistoryBench(argv: string[]): Promise<void> {
       rows,
       proofs_per_instance: proofs,
       samples,
+      seed_seconds: seedSeconds,
+      seed_reused: seeded !== null,
     })
     writeFileSync(file, `${JSON.stringify({ machine: meta, scenarios: results }, null, 2)}\n`)
     log(`\n${table(results)}\n\nresults: ${file}`)
@@ -119,18 +176,21 @@ export async function runHistoryBench(argv: string[]): Promise<void> {
 
 async function startInstance(
   label: Instance['label'],
-  o: { server: string; dir: string; chain: Awaited<ReturnType<typeof startDevChain>> },
+  o: {
+    server: string
+    dir: string
+    chain: Awaited<ReturnType<typeof startDevChain>>
+    db: string
+    /** A reused seeded database: its account is already there (its key in the seed record). */
+    seeded: SeedRecord | null
+    /** Leave the database on the server at the end. */
+    keep: boolean
+  },
 ): Promise<Instance> {
-  const { server, chain } = o
-  const db = `tollgate_bench_history_${label}_${process.pid}`
-  const admin = postgres(server, { max: 1, onnotice: () => {} })
-  await admin.unsafe(`DROP DATABASE IF EXISTS ${db}`)
-  await admin.unsafe(`CREATE DATABASE ${db}`)
-  await admin.end()
-  const url = new URL(server)
-  url.pathname = `/${db}`
-  const dbUrl = url.toString()
+  const { server, chain, db } = o
+  const dbUrl = databaseUrl(server, db)
   const port = await freePort()
+  const adminPort = await freePort()
   const configFile = join(o.dir, `${label}.json`)
   writeFileSync(
     configFile,
@@ -142,24 +202,26 @@ async function startInstance(
       jobs: { enabled: false },
     }),
   )
-  const child = await startNode(
-    'dist/main.js',
-    {
-      NODE_ENV: 'development',
-      NETWORK: 'base-sepolia',
-      PORT: String(port),
-      ADMIN_PORT: String(await freePort()),
-      RPC_URL: chain.rpcUrl,
-      USDC_ADDRESS: chain.usdcAddress,
-      TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
-      ALLOW_PRIVATE_UPSTREAMS: 'true',
-      LOG_LEVEL: 'warn',
-      TOLLGATE_CONFIG: configFile,
-      DATABASE_URL: dbUrl,
-    },
-    /tollgate listening on/,
-    120_000,
-  )
+  const launch = () =>
+    startNode(
+      'dist/main.js',
+      {
+        NODE_ENV: 'development',
+        NETWORK: 'base-sepolia',
+        PORT: String(port),
+        ADMIN_PORT: String(adminPort),
+        RPC_URL: chain.rpcUrl,
+        USDC_ADDRESS: chain.usdcAddress,
+        TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
+        ALLOW_PRIVATE_UPSTREAMS: 'true',
+        LOG_LEVEL: 'warn',
+        TOLLGATE_CONFIG: configFile,
+        DATABASE_URL: dbUrl,
+      },
+      /tollgate listening on/,
+      120_000,
+    )
+  let child = await launch()
   const base = `http://127.0.0.1:${port}`
   const post = async (path: string, body: unknown, key?: string) => {
     const r = await fetch(`${base}${path}`, {
@@ -170,30 +232,37 @@ async function startInstance(
     if (!r.ok) throw new Error(`${label} ${path}: ${r.status} ${await r.text()}`)
     return r.json()
   }
-  const reg = await post('/api/v1/register', {
-    wallet_address: chain.payers[0]!.address,
-    business_name: label,
-  })
+  const account = o.seeded
+    ? { apiKey: o.seeded.api_key, id: o.seeded.account_id }
+    : await post('/api/v1/register', { wallet_address: chain.payers[0]!.address, business_name: label }).then(
+        (reg) => ({ apiKey: reg.api_key as string, id: reg.account.id as string }),
+      )
   // The upstream: tollgate's own /healthz-free 402 answer would do, but a paid call needs a 2xx upstream.
+  // A reused database gets a new endpoint for it (the seeded one named the last run's upstream).
   const upstream = await startTinyUpstream()
-  const ep = await post('/api/v1/endpoints', { upstream_url: upstream.url, price: '0.001' }, reg.api_key)
+  const ep = await post('/api/v1/endpoints', { upstream_url: upstream.url, price: '0.001' }, account.apiKey)
   const sql = createSql(dbUrl, { max: 4, applicationName: `bench-history-${label}` })
   return {
     label,
     base,
     sql,
-    apiKey: reg.api_key,
-    accountId: reg.account.id,
+    apiKey: account.apiKey,
+    accountId: account.id,
     endpointId: ep.id,
     meteredUrl: ep.metered_url,
     dbUrl,
+    async stoppedDuring<T>(fn: () => Promise<T>): Promise<T> {
+      await child.stop()
+      const result = await fn()
+      child = await launch()
+      return result
+    },
     async stop() {
       await child.stop()
       await upstream.stop()
       await sql.end({ timeout: 5 })
-      const a = postgres(server, { max: 1, onnotice: () => {} })
-      await a.unsafe(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => {})
-      await a.end()
+      if (o.keep) log(`history: kept ${db} on the server (drop it with DROP DATABASE ${db})`)
+      else await dropDatabase(server, db)
     },
   }
 }
