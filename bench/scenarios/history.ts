@@ -19,6 +19,7 @@ import { marksBehindNow, resetSnapshots } from '../../src/control-plane/jobs/rec
 import { reconcileFromCheckpoint } from '../../src/control-plane/jobs/reconcile-checkpoint.ts'
 import { accountBalance, lockPayableEntries, someWalletOwedAtLeast } from '../../src/db/ledger.ts'
 import { createSql, type Sql } from '../../src/db/sql.ts'
+import { recordFailedPayouts } from '../history/recent-payouts.ts'
 import { seedHistory } from '../history/seed.ts'
 import {
   databaseUrl,
@@ -36,6 +37,8 @@ import { machine } from '../report.ts'
 import { freePort, ROOT, startNode } from '../targets/processes.ts'
 
 const HARD_LIMIT_MS = 6 * 60 * 60_000
+/** GET /payouts?limit= this, and as many recent payouts in each database. */
+const PAYOUTS_PAGE = 100
 /** Above this many entries the full reconcile (which reads every claim of history into the process) is skipped. */
 const FULL_RECONCILE_MAX_ENTRIES = 4_000_000
 
@@ -330,7 +333,7 @@ async function measureAll(d: MeasureDeps, empty: Instance, history: Instance): P
         return timed(d.samples, () => getJson(i, `/api/v1/calls?limit=100&starting_after=${cursor}`))
       },
     ],
-    ['payouts', (i) => timed(d.samples, () => getJson(i, '/api/v1/payouts?limit=100'))],
+    ['payouts', (i) => timed(d.samples, () => getJson(i, `/api/v1/payouts?limit=${PAYOUTS_PAGE}`))],
     ['payout-batcher', (i) => timed(Math.max(5, d.samples / 10), () => batcherWork(i))],
   ]
   const cursors = new Map<Instance, string | null>()
@@ -385,6 +388,11 @@ async function measureAll(d: MeasureDeps, empty: Instance, history: Instance): P
         payouts_confirmed_before = EXCLUDED.payouts_confirmed_before`
   }
   await compare('paid', (i) => paidLoad(i, d))
+  // GET /payouts then reads a full page in both (see recent-payouts.ts).
+  for (const i of [empty, history]) {
+    const made = await recordFailedPayouts(i.sql, { count: PAYOUTS_PAGE, entriesEach: 10 })
+    if (made < PAYOUTS_PAGE) throw new Error(`${i.label}: ${made} of ${PAYOUTS_PAGE} payouts recorded`)
+  }
   for (const i of [empty, history]) cursors.set(i, await middle(i))
   for (const [what, m] of measures) await compare(what, m)
 
