@@ -39,6 +39,7 @@ import { freePort, ROOT, startNode } from '../targets/processes.ts'
 const HARD_LIMIT_MS = 6 * 60 * 60_000
 /** GET /payouts?limit= this, and as many recent payouts in each database. */
 const PAYOUTS_PAGE = 100
+const INTERLEAVE_ROUND = 10
 /** Above this many entries the full reconcile (which reads every claim of history into the process) is skipped. */
 const FULL_RECONCILE_MAX_ENTRIES = 4_000_000
 
@@ -284,17 +285,45 @@ async function startTinyUpstream(): Promise<{ url: string; stop(): Promise<void>
   }
 }
 
-/** n sequential runs of `fn`: p50 and p99 in ms. */
-async function timed(n: number, fn: () => Promise<unknown>): Promise<{ p50: number; p99: number }> {
+/** n sequential runs of `fn`, each in ms. */
+async function samplesMs(n: number, fn: () => Promise<unknown>): Promise<number[]> {
   const ms: number[] = []
   for (let i = 0; i < n; i++) {
     const s = performance.now()
     await fn()
     ms.push(performance.now() - s)
   }
-  ms.sort((a, b) => a - b)
+  return ms
+}
+
+function percentiles(samples: number[]): { p50: number; p99: number } {
+  const ms = [...samples].sort((a, b) => a - b)
   const q = (p: number) => Math.round(ms[Math.min(ms.length - 1, Math.floor(p * ms.length))]! * 1000) / 1000
   return { p50: q(0.5), p99: q(0.99) }
+}
+
+/** n sequential runs of `fn`: p50 and p99 in ms. */
+async function timed(n: number, fn: () => Promise<unknown>): Promise<{ p50: number; p99: number }> {
+  return percentiles(await samplesMs(n, fn))
+}
+
+/**
+ * The same read on both databases, in alternating rounds of INTERLEAVE_ROUND samples: on a shared machine a
+ * burst of someone else's load then falls on both sides alike instead of on whichever was being timed.
+ */
+async function interleaved(
+  n: number,
+  e: () => Promise<unknown>,
+  h: () => Promise<unknown>,
+): Promise<[{ p50: number; p99: number }, { p50: number; p99: number }]> {
+  const es: number[] = []
+  const hs: number[] = []
+  for (let done = 0; done < n; done += INTERLEAVE_ROUND) {
+    const k = Math.min(INTERLEAVE_ROUND, n - done)
+    es.push(...(await samplesMs(k, e)))
+    hs.push(...(await samplesMs(k, h)))
+  }
+  return [percentiles(es), percentiles(hs)]
 }
 
 async function getJson(i: Instance, path: string): Promise<any> {
@@ -310,7 +339,8 @@ interface MeasureDeps {
   samples: number
 }
 
-type Measure = (i: Instance) => Promise<{ p50: number; p99: number; note?: string } | { skipped: string }>
+type Measured = { p50: number; p99: number; note?: string } | { skipped: string }
+type Measure = (i: Instance) => Promise<Measured>
 
 async function measureAll(d: MeasureDeps, empty: Instance, history: Instance): Promise<HistoryResult[]> {
   // A deep page: the cursor of a call half-way through the history (the empty database has its own calls).
@@ -320,29 +350,31 @@ async function measureAll(d: MeasureDeps, empty: Instance, history: Instance): P
       OFFSET (SELECT count(*) / 2 FROM calls WHERE account_id = ${i.accountId}) LIMIT 1`
     return row?.id ?? null
   }
-  const measures: Array<[string, Measure]> = [
-    ['balance-read', (i) => timed(d.samples, () => accountBalance(i.sql, i.accountId))],
+  // Reads timed interleaved (see `interleaved`); null: nothing to read on that database.
+  const reads: Array<[string, number, (i: Instance) => (() => Promise<unknown>) | null]> = [
+    ['balance-read', d.samples, (i) => () => accountBalance(i.sql, i.accountId)],
     // GET /account keeps a balance 2 s: most of these are cache hits; balance-read is the uncached cost.
-    ['account', (i) => timed(d.samples, () => getJson(i, '/api/v1/account'))],
-    ['calls-first-page', (i) => timed(d.samples, () => getJson(i, '/api/v1/calls?limit=100'))],
+    ['account', d.samples, (i) => () => getJson(i, '/api/v1/account')],
+    ['calls-first-page', d.samples, (i) => () => getJson(i, '/api/v1/calls?limit=100')],
     [
       'calls-deep-page',
-      async (i) => {
+      d.samples,
+      (i) => {
         const cursor = cursors.get(i)
-        if (!cursor) return { skipped: 'no calls' }
-        return timed(d.samples, () => getJson(i, `/api/v1/calls?limit=100&starting_after=${cursor}`))
+        return cursor ? () => getJson(i, `/api/v1/calls?limit=100&starting_after=${cursor}`) : null
       },
     ],
-    ['payouts', (i) => timed(d.samples, () => getJson(i, `/api/v1/payouts?limit=${PAYOUTS_PAGE}`))],
-    ['payout-batcher', (i) => timed(Math.max(5, d.samples / 10), () => batcherWork(i))],
+    ['payouts', d.samples, (i) => () => getJson(i, `/api/v1/payouts?limit=${PAYOUTS_PAGE}`)],
+    ['payout-batcher', Math.max(5, d.samples / 10), (i) => () => batcherWork(i)],
   ]
   const cursors = new Map<Instance, string | null>()
   const results: HistoryResult[] = []
-  const compare = async (what: string, m: Measure) => {
+  const compare = (what: string, m: Measure) =>
+    compareBoth(what, async () => [await m(empty), await m(history)])
+  const compareBoth = async (what: string, both: () => Promise<[Measured, Measured]>) => {
     log(`history: ${what}…`)
-    const e = await m(empty)
     const before = await seqScans(history)
-    const measured = await m(history)
+    const [e, measured] = await both()
     const h =
       'skipped' in measured
         ? measured
@@ -394,7 +426,13 @@ async function measureAll(d: MeasureDeps, empty: Instance, history: Instance): P
     if (made < PAYOUTS_PAGE) throw new Error(`${i.label}: ${made} of ${PAYOUTS_PAGE} payouts recorded`)
   }
   for (const i of [empty, history]) cursors.set(i, await middle(i))
-  for (const [what, m] of measures) await compare(what, m)
+  for (const [what, n, read] of reads) {
+    await compareBoth(what, async () => {
+      const [e, h] = [read(empty), read(history)]
+      if (!e || !h) return [{ skipped: 'nothing to read' }, { skipped: 'nothing to read' }]
+      return interleaved(n, e, h)
+    })
+  }
 
   await compare('reconcile-incremental', async (i) => {
     let balances = ''
