@@ -1,8 +1,16 @@
 // Seeds a tollgate database with a history of paid calls by SQL that leaves the state the write paths leave
 // (captured tx claims, their calls, owner share + fee entries, confirmed payouts with their payout_accounts
-// and payout.sent events, the running balances), in chunks of generate_series so memory and WAL stay bounded.
+// and payout.sent events, the running balances), in chunks of generate_series so memory stays bounded.
 // One busy account (the issue's case: its every balance read used to sum all its entries).
-import type { Sql } from '../../src/db/sql.ts'
+//
+// Fast enough for 50 M entries on two cores: the secondary indexes of the three big tables are dropped for
+// the load and built again after it from their own definitions (one sort each instead of 25–50 M random
+// inserts), two sessions load side by side (claims and calls in one, ledger entries in the other), and the
+// seeding sessions skip what a seed does not need: synchronous commit (a failed seed is dropped and done
+// again) and triggers (the balance triggers would redo per chunk what one pass at the end does; the
+// foreign keys hold by construction). Then the tables are vacuumed and analysed, as autovacuum would leave
+// a database that took this traffic.
+import postgres from 'postgres'
 
 export interface SeedTarget {
   accountId: string
@@ -14,97 +22,217 @@ export interface SeedTarget {
 
 /** Calls per confirmed payout (the owner shares of PER_PAYOUT calls are paid in one transaction). */
 const PER_PAYOUT = 10_000
-const CHUNK = 500_000
+/** Calls per statement: large enough that per-statement work is nothing, small enough to keep in work_mem. */
+const CHUNK = 1_000_000
 const PRICE = 1_000
 const OWNER = 950
 const FEE = 50
+/** The tables whose secondary indexes are dropped during the load (their rows are 99.99 % of the seed). */
+const BIG_TABLES = ['claims', 'calls', 'ledger_entries']
 
-/** Seeds `entries` ledger entries (entries / 2 paid calls) spread over the year before yesterday. */
+const SESSION = {
+  application_name: 'bench-history-seed',
+  synchronous_commit: 'off',
+  // The index builds sort in memory in one pass (the machine has the memory; a build is one session's).
+  maintenance_work_mem: '1GB',
+  work_mem: '256MB',
+  // Two sessions build side by side on two cores: no parallel workers on top.
+  max_parallel_maintenance_workers: '0',
+}
+
+type Db = postgres.Sql
+/** Calls lo..hi of `calls`, the history ending at `end` (ISO time); the first `payouts` × PER_PAYOUT are paid. */
+type Chunk = { lo: number; hi: number; calls: number; payouts: number; end: string }
+
+/**
+ * Seeds `entries` ledger entries (entries / 2 paid calls) spread over the year before yesterday. `url` is the
+ * database's; the seed opens its own sessions (superuser for session_replication_role; otherwise it disables
+ * the tables' user triggers instead and the foreign keys are checked row by row, slower).
+ */
 export async function seedHistory(
-  sql: Sql,
+  url: string,
   t: SeedTarget,
   o: { entries: number; log(line: string): void },
-): Promise<void> {
+): Promise<{ seconds: number }> {
   const calls = Math.floor(o.entries / 2)
   const payouts = Math.floor(calls / PER_PAYOUT)
-  // The balance triggers would redo per chunk what one pass at the end does; the end state is the same.
-  await sql`ALTER TABLE ledger_entries DISABLE TRIGGER USER`
-  await sql`ALTER TABLE payouts DISABLE TRIGGER USER`
   const started = performance.now()
+  const elapsed = () => `${Math.round((performance.now() - started) / 1000)} s`
+  const { sessions, replica } = await openSessions(url)
+  const [a, b] = sessions as [Db, Db]
   try {
-    for (let lo = 1; lo <= calls; lo += CHUNK) {
-      const hi = Math.min(calls, lo + CHUNK - 1)
-      await seedChunk(sql, t, { lo, hi, calls, payouts })
-      const s = Math.round((performance.now() - started) / 1000)
-      o.log(`history: ${hi.toLocaleString('en')} of ${calls.toLocaleString('en')} calls seeded (${s} s)`)
-    }
+    // Up to yesterday: nothing seeded is dated after the seed (a reused database tells later rows by that).
+    const [{ end }] = (await a`SELECT (now() - interval '1 day')::text AS end`) as unknown as [
+      { end: string },
+    ]
+    if (!replica)
+      for (const table of ['ledger_entries', 'payouts'])
+        await a.unsafe(`ALTER TABLE ${table} DISABLE TRIGGER USER`)
+    const indexes = await dropSecondaryIndexes(a)
+    o.log(`history: dropped ${indexes.length} secondary indexes for the load`)
+    const chunks: Array<{ lo: number; hi: number }> = []
+    for (let lo = 1; lo <= calls; lo += CHUNK) chunks.push({ lo, hi: Math.min(calls, lo + CHUNK - 1) })
+    // Each table is written in call order by one session, so ids and times rise together as they do live.
+    await Promise.all([
+      (async () => {
+        for (const c of chunks) {
+          await seedPayouts(a, t, { ...c, calls, payouts, end })
+          await seedClaimsAndCalls(a, t, { ...c, calls, payouts, end })
+          o.log(
+            `history: ${c.hi.toLocaleString('en')} of ${calls.toLocaleString('en')} claims and calls (${elapsed()})`,
+          )
+        }
+      })(),
+      (async () => {
+        for (const c of chunks) {
+          await seedEntries(b, t, { ...c, calls, payouts, end })
+          o.log(
+            `history: ${(2 * c.hi).toLocaleString('en')} of ${(2 * calls).toLocaleString('en')} entries (${elapsed()})`,
+          )
+        }
+      })(),
+    ])
+    // Before the indexes: the vacuum then has only the primary keys to look at, and nothing is dead.
+    await onBoth(sessions, BIG_TABLES, (db, table) => db.unsafe(`VACUUM ${table}`))
+    o.log(`history: vacuumed (${elapsed()})`)
+    await onBoth(
+      sessions,
+      indexes.map((i) => i.def),
+      (db, def) => db.unsafe(def),
+    )
+    o.log(`history: ${indexes.length} indexes built (${elapsed()})`)
+    if (!replica)
+      for (const table of ['ledger_entries', 'payouts'])
+        await a.unsafe(`ALTER TABLE ${table} ENABLE TRIGGER USER`)
+    await fillBalances(a, t)
+    await a`ANALYZE`
+    o.log(`history: balances and statistics done (${elapsed()})`)
   } finally {
-    await sql`ALTER TABLE ledger_entries ENABLE TRIGGER USER`
-    await sql`ALTER TABLE payouts ENABLE TRIGGER USER`
+    await Promise.all(sessions.map((s) => s.end({ timeout: 5 })))
   }
-  // The running balances exactly as the migration fills them: recomputed from the entries.
-  await sql`DELETE FROM account_balances WHERE account_id = ${t.accountId}`
-  await sql`DELETE FROM wallet_balances WHERE wallet = ${t.wallet}`
-  await sql`
+  return { seconds: Math.round((performance.now() - started) / 1000) }
+}
+
+async function openSessions(url: string): Promise<{ sessions: Db[]; replica: boolean }> {
+  const open = (replica: boolean) =>
+    postgres(url, {
+      max: 1,
+      onnotice: () => {},
+      // Replica role: no trigger fires in these sessions, the balance triggers and foreign-key checks included.
+      connection: { ...SESSION, ...(replica ? { session_replication_role: 'replica' } : {}) },
+    })
+  const first = open(true)
+  try {
+    await first`SELECT 1`
+    return { sessions: [first, open(true)], replica: true }
+  } catch (err) {
+    await first.end({ timeout: 1 })
+    // Not a superuser: setting the replication role is refused.
+    if ((err as { code?: string }).code !== '42501') throw err
+    return { sessions: [open(false), open(false)], replica: false }
+  }
+}
+
+/** Each item on whichever of the two sessions is free first, biggest first as listed. */
+async function onBoth<T>(
+  sessions: Db[],
+  items: T[],
+  fn: (db: Db, item: T) => Promise<unknown>,
+): Promise<void> {
+  const queue = [...items]
+  await Promise.all(
+    sessions.map(async (db) => {
+      for (let item = queue.shift(); item !== undefined; item = queue.shift()) await fn(db, item)
+    }),
+  )
+}
+
+/** Drops the big tables' indexes that back no constraint; returns their definitions, biggest table first. */
+async function dropSecondaryIndexes(db: Db): Promise<Array<{ name: string; def: string }>> {
+  const rows = await db<{ name: string; def: string }[]>`
+    SELECT i.indexrelid::regclass::text AS name, pg_get_indexdef(i.indexrelid) AS def
+    FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid
+    WHERE t.relname = ANY(${BIG_TABLES}) AND t.relnamespace = 'public'::regnamespace
+      AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)
+    ORDER BY array_position(${['ledger_entries', 'calls', 'claims']}::text[], t.relname::text), 1`
+  for (const r of rows) await db.unsafe(`DROP INDEX ${r.name}`)
+  return rows
+}
+
+/** Call i happens at this time: the year before `end`, in order (one `end` for every statement of the seed). */
+function callTime(db: Db, c: { calls: number; end: string }) {
+  return db`(${c.end}::timestamptz - interval '365 days' * (1 - i::float8 / ${c.calls}::float8))`
+}
+
+/** The confirmed payouts whose last call falls in this chunk, their payout_accounts and payout.sent events. */
+async function seedPayouts(db: Db, t: SeedTarget, c: Chunk) {
+  await db`
+    WITH p AS (
+      INSERT INTO payouts (id, wallet, amount_atomic, kind, status, treasury, nonce, tx_hash, entries_count,
+                           attempts, created_at, submitted_at, confirmed_at)
+      SELECT 'po_hist' || b, ${t.wallet}, ${OWNER * PER_PAYOUT}::bigint, 'payout', 'confirmed', ${t.treasury},
+             1000000000 + b, '0x' || lpad(to_hex(b), 64, 'e'), ${PER_PAYOUT}::int, 1, ts, ts, ts
+      FROM (SELECT b, ${c.end}::timestamptz
+                      - interval '365 days' * (1 - ((b + 1) * ${PER_PAYOUT}::int)::float8 / ${c.calls}::float8) AS ts
+            FROM generate_series(0, ${c.payouts}::int - 1) b) s
+      -- The payouts whose last call is in this chunk.
+      WHERE (b + 1) * ${PER_PAYOUT}::bigint BETWEEN ${c.lo}::bigint AND ${c.hi}::bigint
+      RETURNING id, amount_atomic, entries_count, created_at, confirmed_at
+    ),
+    pa AS (
+      INSERT INTO payout_accounts (payout_id, account_id, owner_share_atomic, refund_atomic, entries_count,
+                                   created_at)
+      SELECT id, ${t.accountId}, amount_atomic, 0, entries_count, created_at FROM p
+    )
+    INSERT INTO events (id, account_id, type, data, created_at, dispatched_at)
+    SELECT 'evt_hist' || substr(p.id, 8), ${t.accountId}, 'payout.sent',
+           jsonb_build_object('id', p.id, 'object', 'payout'), p.confirmed_at, p.confirmed_at
+    FROM p`
+}
+
+async function seedClaimsAndCalls(db: Db, t: SeedTarget, c: Chunk) {
+  const at = callTime(db, c)
+  await db`
+    INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
+                        retry_until, attempts, releases, claimed_at, captured_at)
+    SELECT 'tx:0x' || lpad(to_hex(i), 64, '0'), 'tx', 'call', ${t.endpointId}, ${t.accountId}, ${t.payer},
+           ${PRICE}::bigint, 'captured', ${at} + interval '10 minutes', 1, 0, ${at}, ${at}
+    FROM generate_series(${c.lo}::bigint, ${c.hi}::bigint) i`
+  // Zero-padded ids: the primary key is filled in order, at its right edge, like the proof keys.
+  await db`
+    INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
+                       fee_atomic, upstream_status, method, created_at)
+    SELECT 'call_hist' || lpad(i::text, 10, '0'), 'tx:0x' || lpad(to_hex(i), 64, '0'), ${t.endpointId},
+           ${t.accountId}, ${t.payer}, ${PRICE}::bigint, ${OWNER}::bigint, ${FEE}::bigint, 200, 'GET', ${at}
+    FROM generate_series(${c.lo}::bigint, ${c.hi}::bigint) i`
+}
+
+/** Each call's owner share (linked to its payout if paid) and fee, next to each other as a capture writes them. */
+async function seedEntries(db: Db, t: SeedTarget, c: Chunk) {
+  const at = callTime(db, c)
+  await db`
+    INSERT INTO ledger_entries (account_id, kind, wallet, amount_atomic, source_type, source_id, payout_id,
+                                created_at)
+    SELECT ${t.accountId}, k.kind, k.wallet, k.amount, 'call', 'call_hist' || lpad(i::text, 10, '0'), k.payout_id, ${at}
+    FROM generate_series(${c.lo}::bigint, ${c.hi}::bigint) i
+    -- Lateral (it names i): for each call in turn, its two entries.
+    CROSS JOIN LATERAL (VALUES
+      ('owner_share', ${t.wallet}::text, ${OWNER}::bigint,
+       CASE WHEN (i - 1) / ${PER_PAYOUT}::bigint < ${c.payouts}::bigint THEN 'po_hist' || ((i - 1) / ${PER_PAYOUT}::bigint) END),
+      ('fee', NULL, ${FEE}::bigint, NULL)) k(kind, wallet, amount, payout_id)`
+}
+
+/** The running balances exactly as migration 0011 fills them: recomputed from the entries. */
+async function fillBalances(db: Db, t: SeedTarget) {
+  await db`DELETE FROM account_balances WHERE account_id = ${t.accountId}`
+  await db`DELETE FROM wallet_balances WHERE wallet = ${t.wallet}`
+  await db`
     INSERT INTO account_balances (account_id, owner_share_atomic, fees_atomic, refunds_atomic, paid_out_atomic,
                                   in_flight_atomic, refunded_atomic)
     SELECT account_id, owner_share_atomic, fees_atomic, refunds_atomic, paid_out_atomic, in_flight_atomic,
            refunded_atomic
     FROM account_balances_recomputed WHERE account_id = ${t.accountId}`
-  await sql`
+  await db`
     INSERT INTO wallet_balances (wallet, unpaid_atomic)
-    SELECT wallet, unpaid_atomic FROM wallet_balances_recomputed WHERE wallet = ${t.wallet}`
-  await sql`ANALYZE`
-  o.log(`history: balances and statistics done (${Math.round((performance.now() - started) / 1000)} s)`)
-}
-
-async function seedChunk(
-  sql: Sql,
-  t: SeedTarget,
-  c: { lo: number; hi: number; calls: number; payouts: number },
-): Promise<void> {
-  // Call i happens at `at(i)`: the year before yesterday, in order; its payout (if paid) is i / PER_PAYOUT.
-  const at = sql`(now() - interval '1 day' - interval '365 days' * (1 - i::float8 / ${c.calls}::float8))`
-  const paid = sql`(i - 1) / ${PER_PAYOUT}::bigint < ${c.payouts}::bigint`
-  await sql.begin(async (tx) => {
-    await tx`
-      INSERT INTO payouts (id, wallet, amount_atomic, kind, status, treasury, nonce, tx_hash, entries_count,
-                           attempts, created_at, submitted_at, confirmed_at)
-      SELECT 'po_hist' || b, ${t.wallet}, ${OWNER * PER_PAYOUT}::bigint, 'payout', 'confirmed', ${t.treasury},
-             1000000000 + b, '0x' || lpad(to_hex(b), 64, 'e'), ${PER_PAYOUT}::int, 1, ts, ts, ts
-      FROM (SELECT b, now() - interval '1 day' - interval '365 days' * (1 - ((b + 1) * ${PER_PAYOUT}::int)::float8 / ${c.calls}::float8) AS ts
-            FROM generate_series((${c.lo}::int - 1) / ${PER_PAYOUT}::int, (${c.hi}::int - 1) / ${PER_PAYOUT}::int) b) s
-      WHERE b < ${c.payouts}::int AND b * ${PER_PAYOUT}::int + 1 >= ${c.lo}::int`
-    await tx`
-      INSERT INTO payout_accounts (payout_id, account_id, owner_share_atomic, refund_atomic, entries_count)
-      SELECT id, ${t.accountId}, amount_atomic, 0, entries_count FROM payouts
-      WHERE id LIKE 'po_hist%' AND NOT EXISTS (SELECT 1 FROM payout_accounts pa WHERE pa.payout_id = payouts.id)`
-    await tx`
-      INSERT INTO events (id, account_id, type, data, created_at, dispatched_at)
-      SELECT 'evt_hist' || substr(p.id, 8), ${t.accountId}, 'payout.sent', jsonb_build_object('id', p.id, 'object', 'payout'),
-             p.confirmed_at, p.confirmed_at
-      FROM payouts p WHERE p.id LIKE 'po_hist%'
-        AND NOT EXISTS (SELECT 1 FROM events e WHERE e.id = 'evt_hist' || substr(p.id, 8))`
-    await tx`
-      INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                          retry_until, attempts, releases, claimed_at, captured_at)
-      SELECT 'tx:0x' || lpad(to_hex(i), 64, '0'), 'tx', 'call', ${t.endpointId}, ${t.accountId}, ${t.payer},
-             ${PRICE}::bigint, 'captured', ${at} + interval '10 minutes', 1, 0, ${at}, ${at}
-      FROM generate_series(${c.lo}::bigint, ${c.hi}::bigint) i`
-    await tx`
-      INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
-                         fee_atomic, upstream_status, method, created_at)
-      SELECT 'call_hist' || i, 'tx:0x' || lpad(to_hex(i), 64, '0'), ${t.endpointId}, ${t.accountId}, ${t.payer},
-             ${PRICE}::bigint, ${OWNER}::bigint, ${FEE}::bigint, 200, 'GET', ${at}
-      FROM generate_series(${c.lo}::bigint, ${c.hi}::bigint) i`
-    await tx`
-      INSERT INTO ledger_entries (account_id, kind, wallet, amount_atomic, source_type, source_id, payout_id,
-                                  created_at)
-      SELECT ${t.accountId}, 'owner_share', ${t.wallet}, ${OWNER}::bigint, 'call', 'call_hist' || i,
-             CASE WHEN ${paid} THEN 'po_hist' || ((i - 1) / ${PER_PAYOUT}::bigint) END, ${at}
-      FROM generate_series(${c.lo}::bigint, ${c.hi}::bigint) i
-      UNION ALL
-      SELECT ${t.accountId}, 'fee', NULL, ${FEE}::bigint, 'call', 'call_hist' || i, NULL, ${at}
-      FROM generate_series(${c.lo}::bigint, ${c.hi}::bigint) i`
-  })
+    SELECT wallet, unpaid_atomic FROM wallet_balances_recomputed WHERE wallet = ${t.wallet} AND unpaid_atomic <> 0`
 }

@@ -4,12 +4,13 @@
 // Two tollgate processes (jobs off, so nothing moves under the measurements), one per database; the reads
 // that the service caches (GET /account keeps a balance 2 s) are also timed at the query itself.
 // Results: bench/results/<date>.json, scenarios `history-<what>` with rows, p50_ms, p99_ms, ratio_to_empty.
+// The seeded database is tollgate_history_<rows>: `--keep` leaves it on the server, and a later run with the
+// same --rows finds it and measures again without seeding (`--reseed` seeds afresh).
 import { execFileSync } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
-import postgres from 'postgres'
 import { connectChain } from '../../src/chain/connect.ts'
 import { startDevChain } from '../../src/chain/dev-chain.ts'
 import { loadConfig } from '../../src/config/load.ts'
@@ -18,13 +19,27 @@ import { marksBehindNow, resetSnapshots } from '../../src/control-plane/jobs/rec
 import { reconcileFromCheckpoint } from '../../src/control-plane/jobs/reconcile-checkpoint.ts'
 import { accountBalance, lockPayableEntries, someWalletOwedAtLeast } from '../../src/db/ledger.ts'
 import { createSql, type Sql } from '../../src/db/sql.ts'
+import { recordFailedPayouts } from '../history/recent-payouts.ts'
 import { seedHistory } from '../history/seed.ts'
+import {
+  databaseUrl,
+  dropDatabase,
+  findSeeded,
+  recordSeeded,
+  recreateDatabase,
+  resetToSeeded,
+  type SeedRecord,
+  seededDatabaseName,
+} from '../history/seeded-database.ts'
 import { load } from '../load.ts'
 import { makeProofs } from '../proofs.ts'
 import { machine } from '../report.ts'
 import { freePort, ROOT, startNode } from '../targets/processes.ts'
 
 const HARD_LIMIT_MS = 6 * 60 * 60_000
+/** GET /payouts?limit= this, and as many recent payouts in each database. */
+const PAYOUTS_PAGE = 100
+const INTERLEAVE_ROUND = 10
 /** Above this many entries the full reconcile (which reads every claim of history into the process) is skipped. */
 const FULL_RECONCILE_MAX_ENTRIES = 4_000_000
 
@@ -48,6 +63,8 @@ interface Instance {
   endpointId: string
   meteredUrl: string
   dbUrl: string
+  /** Runs `fn` with the service stopped (on the same ports after): nothing reads a table while it is loaded. */
+  stoppedDuring<T>(fn: () => Promise<T>): Promise<T>
   stop(): Promise<void>
 }
 
@@ -61,6 +78,8 @@ export async function runHistoryBench(argv: string[]): Promise<void> {
       ci: { type: 'boolean' },
       proofs: { type: 'string' },
       samples: { type: 'string' },
+      keep: { type: 'boolean' },
+      reseed: { type: 'boolean' },
     },
   })
   const rows = Number(values.rows ?? (values.ci ? 200_000 : 50_000_000))
@@ -77,22 +96,62 @@ export async function runHistoryBench(argv: string[]): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-bench-history-'))
   const instances: Instance[] = []
   try {
-    for (const label of ['empty', 'history'] as const) {
-      instances.push(await startInstance(label, { server, dir, chain }))
+    const emptyDb = `tollgate_bench_history_empty_${process.pid}`
+    await recreateDatabase(server, emptyDb)
+    instances.push(
+      await startInstance('empty', {
+        server,
+        dir,
+        chain,
+        db: emptyDb,
+        seeded: null,
+        keep: false,
+      }),
+    )
+    const historyDb = seededDatabaseName(rows)
+    const seeded = values.reseed ? null : await findSeeded(server, historyDb, rows)
+    if (seeded) {
+      log(
+        `history: reusing ${historyDb} (seeded ${seeded.seeded_at.toISOString()} in ${seeded.seed_seconds} s)`,
+      )
+      await resetToSeeded(databaseUrl(server, historyDb), seeded)
+    } else {
+      await recreateDatabase(server, historyDb)
     }
-    const [empty, history] = instances as [Instance, Instance]
-    log(`history: seeding ${rows.toLocaleString('en')} ledger entries`)
-    await seedHistory(
-      history.sql,
-      {
+    const history = await startInstance('history', {
+      server,
+      dir,
+      chain,
+      db: historyDb,
+      seeded,
+      keep: values.keep ?? false,
+    })
+    instances.push(history)
+    const [empty] = instances as [Instance]
+    let seedSeconds = seeded?.seed_seconds ?? null
+    if (!seeded) {
+      log(`history: seeding ${rows.toLocaleString('en')} ledger entries into ${historyDb}`)
+      const target = {
         accountId: history.accountId,
         wallet: chain.payers[0]!.address,
         endpointId: history.endpointId,
         payer: chain.payers[0]!.address,
         treasury: chain.treasury.address,
-      },
-      { entries: rows, log },
-    )
+      }
+      // With the service stopped: its once-a-second settlement backlog read would scan the claims table while
+      // the seed has its indexes down.
+      seedSeconds = await history.stoppedDuring(
+        async () => (await seedHistory(history.dbUrl, target, { entries: rows, log })).seconds,
+      )
+      await recordSeeded(history.dbUrl, {
+        entries: rows,
+        account_id: history.accountId,
+        api_key: history.apiKey,
+        endpoint_id: history.endpointId,
+        seeded_at: new Date(),
+        seed_seconds: seedSeconds,
+      })
+    }
     const deps = { chain, rows, proofs, samples }
     const results = await measureAll(deps, empty, history)
     const file = join(
@@ -107,6 +166,8 @@ export async function runHistoryBench(argv: string[]): Promise<void> {
       rows,
       proofs_per_instance: proofs,
       samples,
+      seed_seconds: seedSeconds,
+      seed_reused: seeded !== null,
     })
     writeFileSync(file, `${JSON.stringify({ machine: meta, scenarios: results }, null, 2)}\n`)
     log(`\n${table(results)}\n\nresults: ${file}`)
@@ -119,18 +180,21 @@ export async function runHistoryBench(argv: string[]): Promise<void> {
 
 async function startInstance(
   label: Instance['label'],
-  o: { server: string; dir: string; chain: Awaited<ReturnType<typeof startDevChain>> },
+  o: {
+    server: string
+    dir: string
+    chain: Awaited<ReturnType<typeof startDevChain>>
+    db: string
+    /** A reused seeded database: its account is already there (its key in the seed record). */
+    seeded: SeedRecord | null
+    /** Leave the database on the server at the end. */
+    keep: boolean
+  },
 ): Promise<Instance> {
-  const { server, chain } = o
-  const db = `tollgate_bench_history_${label}_${process.pid}`
-  const admin = postgres(server, { max: 1, onnotice: () => {} })
-  await admin.unsafe(`DROP DATABASE IF EXISTS ${db}`)
-  await admin.unsafe(`CREATE DATABASE ${db}`)
-  await admin.end()
-  const url = new URL(server)
-  url.pathname = `/${db}`
-  const dbUrl = url.toString()
+  const { server, chain, db } = o
+  const dbUrl = databaseUrl(server, db)
   const port = await freePort()
+  const adminPort = await freePort()
   const configFile = join(o.dir, `${label}.json`)
   writeFileSync(
     configFile,
@@ -142,24 +206,26 @@ async function startInstance(
       jobs: { enabled: false },
     }),
   )
-  const child = await startNode(
-    'dist/main.js',
-    {
-      NODE_ENV: 'development',
-      NETWORK: 'base-sepolia',
-      PORT: String(port),
-      ADMIN_PORT: String(await freePort()),
-      RPC_URL: chain.rpcUrl,
-      USDC_ADDRESS: chain.usdcAddress,
-      TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
-      ALLOW_PRIVATE_UPSTREAMS: 'true',
-      LOG_LEVEL: 'warn',
-      TOLLGATE_CONFIG: configFile,
-      DATABASE_URL: dbUrl,
-    },
-    /tollgate listening on/,
-    120_000,
-  )
+  const launch = () =>
+    startNode(
+      'dist/main.js',
+      {
+        NODE_ENV: 'development',
+        NETWORK: 'base-sepolia',
+        PORT: String(port),
+        ADMIN_PORT: String(adminPort),
+        RPC_URL: chain.rpcUrl,
+        USDC_ADDRESS: chain.usdcAddress,
+        TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
+        ALLOW_PRIVATE_UPSTREAMS: 'true',
+        LOG_LEVEL: 'warn',
+        TOLLGATE_CONFIG: configFile,
+        DATABASE_URL: dbUrl,
+      },
+      /tollgate listening on/,
+      120_000,
+    )
+  let child = await launch()
   const base = `http://127.0.0.1:${port}`
   const post = async (path: string, body: unknown, key?: string) => {
     const r = await fetch(`${base}${path}`, {
@@ -170,30 +236,37 @@ async function startInstance(
     if (!r.ok) throw new Error(`${label} ${path}: ${r.status} ${await r.text()}`)
     return r.json()
   }
-  const reg = await post('/api/v1/register', {
-    wallet_address: chain.payers[0]!.address,
-    business_name: label,
-  })
+  const account = o.seeded
+    ? { apiKey: o.seeded.api_key, id: o.seeded.account_id }
+    : await post('/api/v1/register', { wallet_address: chain.payers[0]!.address, business_name: label }).then(
+        (reg) => ({ apiKey: reg.api_key as string, id: reg.account.id as string }),
+      )
   // The upstream: tollgate's own /healthz-free 402 answer would do, but a paid call needs a 2xx upstream.
+  // A reused database gets a new endpoint for it (the seeded one named the last run's upstream).
   const upstream = await startTinyUpstream()
-  const ep = await post('/api/v1/endpoints', { upstream_url: upstream.url, price: '0.001' }, reg.api_key)
+  const ep = await post('/api/v1/endpoints', { upstream_url: upstream.url, price: '0.001' }, account.apiKey)
   const sql = createSql(dbUrl, { max: 4, applicationName: `bench-history-${label}` })
   return {
     label,
     base,
     sql,
-    apiKey: reg.api_key,
-    accountId: reg.account.id,
+    apiKey: account.apiKey,
+    accountId: account.id,
     endpointId: ep.id,
     meteredUrl: ep.metered_url,
     dbUrl,
+    async stoppedDuring<T>(fn: () => Promise<T>): Promise<T> {
+      await child.stop()
+      const result = await fn()
+      child = await launch()
+      return result
+    },
     async stop() {
       await child.stop()
       await upstream.stop()
       await sql.end({ timeout: 5 })
-      const a = postgres(server, { max: 1, onnotice: () => {} })
-      await a.unsafe(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => {})
-      await a.end()
+      if (o.keep) log(`history: kept ${db} on the server (drop it with DROP DATABASE ${db})`)
+      else await dropDatabase(server, db)
     },
   }
 }
@@ -212,17 +285,45 @@ async function startTinyUpstream(): Promise<{ url: string; stop(): Promise<void>
   }
 }
 
-/** n sequential runs of `fn`: p50 and p99 in ms. */
-async function timed(n: number, fn: () => Promise<unknown>): Promise<{ p50: number; p99: number }> {
+/** n sequential runs of `fn`, each in ms. */
+async function samplesMs(n: number, fn: () => Promise<unknown>): Promise<number[]> {
   const ms: number[] = []
   for (let i = 0; i < n; i++) {
     const s = performance.now()
     await fn()
     ms.push(performance.now() - s)
   }
-  ms.sort((a, b) => a - b)
+  return ms
+}
+
+function percentiles(samples: number[]): { p50: number; p99: number } {
+  const ms = [...samples].sort((a, b) => a - b)
   const q = (p: number) => Math.round(ms[Math.min(ms.length - 1, Math.floor(p * ms.length))]! * 1000) / 1000
   return { p50: q(0.5), p99: q(0.99) }
+}
+
+/** n sequential runs of `fn`: p50 and p99 in ms. */
+async function timed(n: number, fn: () => Promise<unknown>): Promise<{ p50: number; p99: number }> {
+  return percentiles(await samplesMs(n, fn))
+}
+
+/**
+ * The same read on both databases, in alternating rounds of INTERLEAVE_ROUND samples: on a shared machine a
+ * burst of someone else's load then falls on both sides alike instead of on whichever was being timed.
+ */
+async function interleaved(
+  n: number,
+  e: () => Promise<unknown>,
+  h: () => Promise<unknown>,
+): Promise<[{ p50: number; p99: number }, { p50: number; p99: number }]> {
+  const es: number[] = []
+  const hs: number[] = []
+  for (let done = 0; done < n; done += INTERLEAVE_ROUND) {
+    const k = Math.min(INTERLEAVE_ROUND, n - done)
+    es.push(...(await samplesMs(k, e)))
+    hs.push(...(await samplesMs(k, h)))
+  }
+  return [percentiles(es), percentiles(hs)]
 }
 
 async function getJson(i: Instance, path: string): Promise<any> {
@@ -238,7 +339,8 @@ interface MeasureDeps {
   samples: number
 }
 
-type Measure = (i: Instance) => Promise<{ p50: number; p99: number; note?: string } | { skipped: string }>
+type Measured = { p50: number; p99: number; note?: string } | { skipped: string }
+type Measure = (i: Instance) => Promise<Measured>
 
 async function measureAll(d: MeasureDeps, empty: Instance, history: Instance): Promise<HistoryResult[]> {
   // A deep page: the cursor of a call half-way through the history (the empty database has its own calls).
@@ -248,29 +350,31 @@ async function measureAll(d: MeasureDeps, empty: Instance, history: Instance): P
       OFFSET (SELECT count(*) / 2 FROM calls WHERE account_id = ${i.accountId}) LIMIT 1`
     return row?.id ?? null
   }
-  const measures: Array<[string, Measure]> = [
-    ['balance-read', (i) => timed(d.samples, () => accountBalance(i.sql, i.accountId))],
+  // Reads timed interleaved (see `interleaved`); null: nothing to read on that database.
+  const reads: Array<[string, number, (i: Instance) => (() => Promise<unknown>) | null]> = [
+    ['balance-read', d.samples, (i) => () => accountBalance(i.sql, i.accountId)],
     // GET /account keeps a balance 2 s: most of these are cache hits; balance-read is the uncached cost.
-    ['account', (i) => timed(d.samples, () => getJson(i, '/api/v1/account'))],
-    ['calls-first-page', (i) => timed(d.samples, () => getJson(i, '/api/v1/calls?limit=100'))],
+    ['account', d.samples, (i) => () => getJson(i, '/api/v1/account')],
+    ['calls-first-page', d.samples, (i) => () => getJson(i, '/api/v1/calls?limit=100')],
     [
       'calls-deep-page',
-      async (i) => {
+      d.samples,
+      (i) => {
         const cursor = cursors.get(i)
-        if (!cursor) return { skipped: 'no calls' }
-        return timed(d.samples, () => getJson(i, `/api/v1/calls?limit=100&starting_after=${cursor}`))
+        return cursor ? () => getJson(i, `/api/v1/calls?limit=100&starting_after=${cursor}`) : null
       },
     ],
-    ['payouts', (i) => timed(d.samples, () => getJson(i, '/api/v1/payouts?limit=100'))],
-    ['payout-batcher', (i) => timed(Math.max(5, d.samples / 10), () => batcherWork(i))],
+    ['payouts', d.samples, (i) => () => getJson(i, `/api/v1/payouts?limit=${PAYOUTS_PAGE}`)],
+    ['payout-batcher', Math.max(5, d.samples / 10), (i) => () => batcherWork(i)],
   ]
   const cursors = new Map<Instance, string | null>()
   const results: HistoryResult[] = []
-  const compare = async (what: string, m: Measure) => {
+  const compare = (what: string, m: Measure) =>
+    compareBoth(what, async () => [await m(empty), await m(history)])
+  const compareBoth = async (what: string, both: () => Promise<[Measured, Measured]>) => {
     log(`history: ${what}…`)
-    const e = await m(empty)
     const before = await seqScans(history)
-    const measured = await m(history)
+    const [e, measured] = await both()
     const h =
       'skipped' in measured
         ? measured
@@ -316,8 +420,24 @@ async function measureAll(d: MeasureDeps, empty: Instance, history: Instance): P
         payouts_confirmed_before = EXCLUDED.payouts_confirmed_before`
   }
   await compare('paid', (i) => paidLoad(i, d))
-  for (const i of [empty, history]) cursors.set(i, await middle(i))
-  for (const [what, m] of measures) await compare(what, m)
+  // GET /payouts then reads a full page in both (see recent-payouts.ts).
+  for (const i of [empty, history]) {
+    const made = await recordFailedPayouts(i.sql, { count: PAYOUTS_PAGE, entriesEach: 10 })
+    if (made < PAYOUTS_PAGE) throw new Error(`${i.label}: ${made} of ${PAYOUTS_PAGE} payouts recorded`)
+  }
+  for (const i of [empty, history]) {
+    // Statistics as autovacuum would keep them (it may be off on a bench server: the empty database then
+    // has none at all, and its plans are guesses the history's are not).
+    await i.sql`ANALYZE`
+    cursors.set(i, await middle(i))
+  }
+  for (const [what, n, read] of reads) {
+    await compareBoth(what, async () => {
+      const [e, h] = [read(empty), read(history)]
+      if (!e || !h) return [{ skipped: 'nothing to read' }, { skipped: 'nothing to read' }]
+      return interleaved(n, e, h)
+    })
+  }
 
   await compare('reconcile-incremental', async (i) => {
     let balances = ''

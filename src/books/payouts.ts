@@ -123,11 +123,17 @@ export async function recordPayouts(sql: Sql, o: RecordBatchOptions): Promise<Re
     if (linked.length !== links.length)
       throw new Error(`payout batch linked ${linked.length} of ${links.length} entries`)
     if (perAccount.length) {
+      // created_at is the payout's own, read back in SQL (a JS Date would drop its microseconds): GET /payouts
+      // pages an account's payouts by it through payout_accounts alone (migration 0015).
       await tx`
-        INSERT INTO payout_accounts (payout_id, account_id, owner_share_atomic, refund_atomic, entries_count)
-        SELECT * FROM unnest(${perAccount.map((a) => a[0])}::text[], ${perAccount.map((a) => a[1])}::text[],
-                             ${perAccount.map((a) => a[2].toString())}::bigint[],
-                             ${perAccount.map((a) => a[3].toString())}::bigint[], ${perAccount.map((a) => a[4])}::int[])`
+        INSERT INTO payout_accounts (payout_id, account_id, owner_share_atomic, refund_atomic, entries_count,
+                                     created_at)
+        SELECT a.payout_id, a.account_id, a.owner_share_atomic, a.refund_atomic, a.entries_count, p.created_at
+        FROM unnest(${perAccount.map((a) => a[0])}::text[], ${perAccount.map((a) => a[1])}::text[],
+                    ${perAccount.map((a) => a[2].toString())}::bigint[],
+                    ${perAccount.map((a) => a[3].toString())}::bigint[], ${perAccount.map((a) => a[4])}::int[])
+               AS a(payout_id, account_id, owner_share_atomic, refund_atomic, entries_count)
+        JOIN payouts p ON p.id = a.payout_id`
     }
     return { ok: true, payouts: rows, waiting }
   }) as Promise<RecordBatchResult>

@@ -74,6 +74,11 @@ export interface AccountPayoutRow extends PayoutRow {
   account_amount_atomic: bigint
 }
 
+/**
+ * An account's payouts, newest first: a walk of payout_accounts_account_created (migration 0015) that stops
+ * after `limit` rows, each joined to its payout by primary key, so a page costs the same at any history.
+ * `startingAfter` is looked up among the account's own payouts (a foreign id pages nothing, as in cursor.ts).
+ */
 export async function listAccountPayouts(
   db: Sql | Tx,
   q: { accountId: string; limit: number; startingAfter: string | null; status: PayoutStatus | null },
@@ -90,10 +95,11 @@ export async function listAccountPayouts(
     ${q.status ? db`AND p.status = ${q.status}` : db``}
     ${
       q.startingAfter
-        ? db`AND (p.created_at, p.id) < (SELECT created_at, id FROM payouts WHERE id = ${q.startingAfter})`
+        ? db`AND (pa.created_at, pa.payout_id) < (SELECT created_at, payout_id FROM payout_accounts
+                                                 WHERE account_id = ${q.accountId} AND payout_id = ${q.startingAfter})`
         : db``
     }
-    ORDER BY p.created_at DESC, p.id DESC
+    ORDER BY pa.created_at DESC, pa.payout_id DESC
     LIMIT ${q.limit}`
 }
 

@@ -36,6 +36,9 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos (bounded)', () => {
         expect(round.readyRedSeen, context).toBe(true)
       }
       expect(round.reconcileExit, context).toBe(0)
+      // The running balances still equal the sums of their entries after the fault.
+      expect(round.balancesChecked, context).toBeGreaterThan(0)
+      expect(round.balanceDrift, context).toBe(0)
     }
     // A proof serves at most once, also when every proof is replayed on both instances afterwards; nobody is
     // charged for a call the upstream did not serve.

@@ -10,6 +10,8 @@ import postgres from 'postgres'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { makeProofs } from '../../bench/proofs.ts'
 import { type DevChain, startDevChain } from '../../src/chain/dev-chain.ts'
+import { checkBalances } from '../../src/control-plane/jobs/reconcile-balances.ts'
+import { createSql } from '../../src/db/sql.ts'
 import { type ChildService, freePort, pidAlive, startChildService } from '../helpers/child-service.ts'
 import { type RpcProxy, startRpcProxy } from '../helpers/rpc-proxy.ts'
 import { type CountingUpstream, startCountingUpstream } from './counting-upstream.ts'
@@ -60,6 +62,9 @@ export interface RoundResult {
   readyFailed: string[]
   networkErrors: number
   reconcileExit: number | null
+  /** Running balances (accounts, wallets) recomputed from their entries after the round, and how many differ. */
+  balancesChecked: number
+  balanceDrift: number
   crashed: number
   faultMs: number
 }
@@ -250,6 +255,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       // an in-doubt claim stays 'claimed' by design, so "no claim left open" never has to become true.
       await sleep(2_000)
       const reconcileExit = await runReconcile(cluster.url, chain, log)
+      const balances = await balancesAgainstEntries(cluster.url)
       const graceMs = 5_000
       const outside = stats.s503.filter((t) => t < window.from - 500 || t > window.to + graceMs).length
       rounds.push({
@@ -271,6 +277,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
         readyFailed: [...probing.failed],
         networkErrors: stats.network,
         reconcileExit,
+        balancesChecked: balances.checked,
+        balanceDrift: balances.drifted,
         crashed: roundCrashes,
         faultMs: window.to - window.from,
       })
@@ -530,6 +538,26 @@ async function judge(
   }
 }
 
+/**
+ * Every running balance (account and wallet) against the sums of its ledger entries: the reconcile's own
+ * check at full scope, so a drift the faults caused anywhere is counted (the ranged reconcile above checks
+ * the accounts its range touched).
+ */
+export async function balancesAgainstEntries(
+  databaseUrl: string,
+): Promise<{ checked: number; drifted: number }> {
+  const sql = createSql(databaseUrl, { max: 1 })
+  try {
+    const c = await checkBalances(sql, null)
+    return {
+      checked: c.accounts_checked + c.wallets_checked,
+      drifted: c.drifted_accounts + c.drifted_wallets,
+    }
+  } finally {
+    await sql.end({ timeout: 1 })
+  }
+}
+
 export async function runReconcile(
   databaseUrl: string,
   chain: DevChain,
@@ -586,6 +614,7 @@ const COLUMNS: Array<[string, (r: RoundResult) => string | number | null]> = [
   ],
   ['net errors', (r) => r.networkErrors],
   ['reconcile exit', (r) => r.reconcileExit],
+  ['balance drift', (r) => `${r.balanceDrift} of ${r.balancesChecked}`],
   ['crashed', (r) => r.crashed],
 ]
 

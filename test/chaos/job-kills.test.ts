@@ -25,6 +25,9 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('background jobs killed mid-ru
     expect(result.ownerPaidAtomic, context).toBe(result.expectedOwnerShareAtomic)
     expect(result.payoutTransfers, context).toBe(result.payoutsConfirmed)
     expect(result.reconcileExit, context).toBe(0)
+    // Settlements and payouts killed mid-transition leave the running balances equal to their entries.
+    expect(result.balancesChecked, context).toBeGreaterThan(0)
+    expect(result.balanceDrift, context).toBe(0)
     expect(result.ok, context).toBe(true)
   })
 })

@@ -13,7 +13,7 @@ import { startTestChain } from '../helpers/anvil.ts'
 import { type ChildService, pidAlive, startChildService } from '../helpers/child-service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 import { startCountingUpstream } from './counting-upstream.ts'
-import { runReconcile } from './harness.ts'
+import { balancesAgainstEntries, runReconcile } from './harness.ts'
 import { startPgCluster } from './pg-cluster.ts'
 
 const PRICE_ATOMIC = 1_000n
@@ -35,6 +35,9 @@ export interface JobKillsResult {
   /** Each killed process: its fault point, how it ended, and whether its PID is gone. */
   kills: Array<{ point: string; signal: string | null; pidGone: boolean }>
   reconcileExit: number | null
+  /** Running balances (accounts, wallets) recomputed from their entries at the end, and how many differ. */
+  balancesChecked: number
+  balanceDrift: number
   ok: boolean
 }
 
@@ -188,6 +191,7 @@ export async function runJobKills(options: {
              (SELECT count(*)::int FROM payouts WHERE status = 'confirmed' AND kind = 'payout') AS confirmed`
     const ownerPaidAtomic = toOwner.reduce((s, l) => s + l.args.value!, 0n)
     const reconcileExit = await runReconcile(cluster.url, chain, log)
+    const balances = await balancesAgainstEntries(cluster.url)
     const result: Omit<JobKillsResult, 'ok'> = {
       authorizations: options.authorizations,
       served,
@@ -200,6 +204,8 @@ export async function runJobKills(options: {
       payoutTransfers: toOwner.length,
       kills,
       reconcileExit,
+      balancesChecked: balances.checked,
+      balanceDrift: balances.drifted,
     }
     const ok =
       served === options.authorizations &&
@@ -209,7 +215,9 @@ export async function runJobKills(options: {
       ownerPaidAtomic === expectedOwnerShareAtomic &&
       result.payoutTransfers === result.payoutsConfirmed &&
       kills.every((k) => k.signal === 'SIGKILL' && k.pidGone) &&
-      reconcileExit === 0
+      reconcileExit === 0 &&
+      balances.checked > 0 &&
+      balances.drifted === 0
     return { ...result, ok }
   } finally {
     for (const c of cleanups.splice(0).reverse()) await c().catch(() => {})
@@ -223,6 +231,7 @@ export function formatJobKills(r: JobKillsResult): string {
     `  x402 authorizations ${r.authorizations}, served ${r.served}, settled on chain ${r.settledOnChain}, settled in the books ${r.settledInBooks}`,
     `  owner share booked ${r.ownerShareBookedAtomic} (expected ${r.expectedOwnerShareAtomic}), paid on chain ${r.ownerPaidAtomic} in ${r.payoutTransfers} transfer(s), ${r.payoutsConfirmed} payout(s) confirmed`,
     `  reconcile exit ${r.reconcileExit}`,
+    `  running balances drifted from their entries: ${r.balanceDrift} of ${r.balancesChecked}`,
     `  ${r.ok ? 'OK' : 'FAILED'}`,
   ].join('\n')
 }

@@ -146,4 +146,39 @@ describe('retention', () => {
     expect(await svc.sql`SELECT 1 FROM claims WHERE proof_key = ${key}`).toHaveLength(0)
     expect(await svc.sql`SELECT 1 FROM calls WHERE proof_key = ${key}`).toHaveLength(1)
   }, 60_000)
+
+  it('keeps an x402 claim while its authorization can still be presented, or while it is owed a settlement', async () => {
+    // All claimed an hour ago (far past max_timeout_seconds): what decides is validBefore and the state.
+    const nowS = Math.floor(Date.now() / 1000)
+    const cases = [
+      // [key suffix, validBefore, status, settled, settlement error, pruned?]
+      ['settled_expired', nowS - 60, 'captured', true, null, true],
+      ['failed_expired', nowS - 60, 'captured', false, 'expired', true],
+      ['refunded_expired', nowS - 60, 'refunded', false, null, true],
+      // validBefore not passed yet: the signature is still good, only this row refuses it a second time.
+      ['settled_valid', nowS + 3_600, 'captured', true, null, false],
+      // Captured and never settled: the settlement batcher still needs the row, whatever its age.
+      ['unsettled_expired', nowS - 60, 'captured', false, null, false],
+      ['claimed_expired', nowS - 60, 'claimed', false, null, false],
+    ] as const
+    for (const [suffix, validBefore, status, settled, error] of cases) {
+      await svc.sql`
+        INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
+                            retry_until, authorization_payload, claimed_at, captured_at, settled_at,
+                            settlement_error)
+        VALUES (${`auth:retention:${suffix}`}, 'eip3009', 'call', 'ep_ret', ${merchant.account.id}, '0xpayer',
+                10000, ${status}, now() - interval '50 minutes', ${JSON.stringify({ validBefore: String(validBefore) })}::text::jsonb,
+                now() - interval '1 hour', now() - interval '1 hour',
+                ${settled ? new Date(Date.now() - 3_000_000) : null}, ${error})`
+    }
+    await svc.jobs.runNow('retention')
+    const left = await svc.sql<{ proof_key: string }[]>`
+      SELECT proof_key FROM claims WHERE proof_key LIKE 'auth:retention:%' ORDER BY proof_key`
+    expect(left.map((r) => r.proof_key.slice('auth:retention:'.length))).toEqual(
+      cases
+        .filter((c) => !c[5])
+        .map((c) => c[0])
+        .sort(),
+    )
+  })
 })
