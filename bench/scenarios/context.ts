@@ -7,7 +7,7 @@ export const settings = {
   durationS: Number(process.env.BENCH_DURATION_S ?? 5),
   connections: Number(process.env.BENCH_CONNECTIONS ?? 32),
   /** Proofs per paid scenario (each pays one call once): enough for the duration at a few thousand req/s. */
-  proofs: Number(process.env.BENCH_PROOFS ?? 6_000),
+  proofs: Number(process.env.BENCH_PROOFS ?? 12_000),
 }
 
 export type TollgateKind = 'warm' | 'cold' | 'tsx' | 'workers2'
