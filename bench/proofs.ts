@@ -19,7 +19,6 @@ export async function makeProofs(options: {
   const rpc = (method: string, params: unknown[] = []) =>
     client.request({ method: method as never, params: params as never })
   const startNonce = await client.getTransactionCount({ address: account.address, blockTag: 'pending' })
-  const gasPrice = (await client.getGasPrice()) * 2n
   const data = encodeFunctionData({
     abi: transferAbi,
     functionName: 'transfer',
@@ -30,6 +29,9 @@ export async function makeProofs(options: {
   try {
     const CHUNK = 500
     for (let i = 0; i < options.count; i += CHUNK) {
+      // Read per chunk: full blocks raise the base fee (EIP-1559), and tens of thousands of transfers
+      // outgrow any price fixed at the start.
+      const gasPrice = (await client.getGasPrice()) * 2n
       const signed = await Promise.all(
         Array.from({ length: Math.min(CHUNK, options.count - i) }, (_, j) =>
           account.signTransaction({
