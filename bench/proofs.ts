@@ -1,6 +1,6 @@
 // Many real payment proofs, fast: N signed USDC transfers sent with automine off, then mined in big
 // blocks. Each transaction hash pays one call, once, so a paid benchmark needs one per request.
-import { type Address, createPublicClient, encodeFunctionData, type Hex, http, parseAbi } from 'viem'
+import { type Address, createPublicClient, encodeFunctionData, type Hex, http, parseAbi, toHex } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 
 const transferAbi = parseAbi(['function transfer(address to, uint256 value) returns (bool)'])
@@ -19,6 +19,8 @@ export async function makeProofs(options: {
   const rpc = (method: string, params: unknown[] = []) =>
     client.request({ method: method as never, params: params as never })
   const startNonce = await client.getTransactionCount({ address: account.address, blockTag: 'pending' })
+  const baseFee = await client.getGasPrice()
+  const gasPrice = baseFee * 2n
   const data = encodeFunctionData({
     abi: transferAbi,
     functionName: 'transfer',
@@ -29,9 +31,9 @@ export async function makeProofs(options: {
   try {
     const CHUNK = 500
     for (let i = 0; i < options.count; i += CHUNK) {
-      // Read per chunk: full blocks raise the base fee (EIP-1559), and tens of thousands of transfers
-      // outgrow any price fixed at the start.
-      const gasPrice = (await client.getGasPrice()) * 2n
+      // Full blocks raise the base fee (EIP-1559) by 1/8 each: over a hundred chunks it would outgrow the
+      // payer's ether. The bench's chain is private, so hold the base fee where it started.
+      await rpc('anvil_setNextBlockBaseFeePerGas', [toHex(baseFee)])
       const signed = await Promise.all(
         Array.from({ length: Math.min(CHUNK, options.count - i) }, (_, j) =>
           account.signTransaction({
