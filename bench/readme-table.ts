@@ -15,6 +15,7 @@ const ROWS: Array<[string, string]> = [
   ['workers-2', 'same with `server.workers: 2`'],
   ['paid-cold', 'tollgate paid, cold verification (RPC per proof)'],
   ['x402', 'tollgate x402, fresh EIP-3009 authorization per call'],
+  ['x402-batch', 'tollgate x402 batch-settlement, one channel per connection, a voucher per call'],
   ['paid-256k', 'tollgate paid, 256 KB answers'],
   ['payment-create', '`POST /api/v1/payments`'],
   ['checkout-page', 'hosted checkout page'],
