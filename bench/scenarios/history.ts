@@ -34,6 +34,7 @@ import {
 import { load } from '../load.ts'
 import { makeProofs } from '../proofs.ts'
 import { machine } from '../report.ts'
+import { postJson } from '../targets/api.ts'
 import { freePort, ROOT, startNode } from '../targets/processes.ts'
 
 const HARD_LIMIT_MS = 6 * 60 * 60_000
@@ -227,15 +228,7 @@ async function startInstance(
     )
   let child = await launch()
   const base = `http://127.0.0.1:${port}`
-  const post = async (path: string, body: unknown, key?: string) => {
-    const r = await fetch(`${base}${path}`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
-      body: JSON.stringify(body),
-    })
-    if (!r.ok) throw new Error(`${label} ${path}: ${r.status} ${await r.text()}`)
-    return r.json()
-  }
+  const post = (path: string, body: unknown, key?: string) => postJson(base, label, path, body, key)
   const account = o.seeded
     ? { apiKey: o.seeded.api_key, id: o.seeded.account_id }
     : await post('/api/v1/register', { wallet_address: chain.payers[0]!.address, business_name: label }).then(

@@ -3,6 +3,7 @@
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import postgres from 'postgres'
+import { postJson } from './api.ts'
 import { freePort, startNode, startTs } from './processes.ts'
 import type { Target } from './target.ts'
 
@@ -69,15 +70,7 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
     120_000,
   )
   const base = `http://127.0.0.1:${port}`
-  const post = async (path: string, body: unknown, key?: string) => {
-    const r = await fetch(`${base}${path}`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
-      body: JSON.stringify(body),
-    })
-    if (!r.ok) throw new Error(`${o.name} ${path}: ${r.status} ${await r.text()}`)
-    return r.json()
-  }
+  const post = (path: string, body: unknown, key?: string) => postJson(base, o.name, path, body, key)
   const reg = await post('/api/v1/register', {
     wallet_address: o.chain.payer,
     business_name: `Bench ${o.name}`,

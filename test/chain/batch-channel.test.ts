@@ -78,7 +78,6 @@ describe('batch-settlement contracts on anvil', () => {
         '10000',
         '1000',
       )
-      // biome-ignore lint/suspicious/noExplicitAny: the published payload type is a union
       const p = deposit.payload as any
       const auth = p.deposit.authorization.erc3009Authorization
       const hash = await treasury.sendTransaction({

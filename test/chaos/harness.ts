@@ -12,6 +12,7 @@ import { makeProofs } from '../../bench/proofs.ts'
 import { type DevChain, startDevChain } from '../../src/chain/dev-chain.ts'
 import { checkBalances } from '../../src/control-plane/jobs/reconcile-balances.ts'
 import { createSql } from '../../src/db/sql.ts'
+import { postJson } from '../helpers/api.ts'
 import { type ChildService, freePort, pidAlive, startChildService } from '../helpers/child-service.ts'
 import { type RpcProxy, startRpcProxy } from '../helpers/rpc-proxy.ts'
 import { type CountingUpstream, startCountingUpstream } from './counting-upstream.ts'
@@ -177,16 +178,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     })
     log(`instances up: a pid ${instances[0]!.child.pid}, b pid ${instances[1]!.child.pid}`)
 
-    const api = async (path: string, body: unknown, key?: string) => {
-      const res = await fetch(`${instances[0]!.child.url}${path}`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
-        body: JSON.stringify(body),
-      })
-      const json = (await res.json()) as Record<string, unknown>
-      if (!res.ok) throw new Error(`${path}: ${res.status} ${JSON.stringify(json)}`)
-      return json
-    }
+    const api = (path: string, body: unknown, key?: string) =>
+      postJson(instances[0]!.child.url, path, body, key)
     const reg = await api('/api/v1/register', {
       wallet_address: privateKeyToAccount(generatePrivateKey()).address,
       business_name: 'Chaos Co',

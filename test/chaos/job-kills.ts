@@ -10,6 +10,7 @@ import { createPaymentHeader, selectPaymentRequirements } from 'x402/client'
 import { PaymentRequirementsSchema } from 'x402/types'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { startTestChain } from '../helpers/anvil.ts'
+import { postJson } from '../helpers/api.ts'
 import { type ChildService, pidAlive, startChildService } from '../helpers/child-service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 import { startCountingUpstream } from './counting-upstream.ts'
@@ -94,16 +95,7 @@ export async function runJobKills(options: {
     // 1. Calls are paid and served (no job runs yet); the process stops cleanly, its captures written.
     const first = await start(null, 'none')
     cleanups.push(() => first.kill('SIGKILL'))
-    const api = async (path: string, body: unknown, key?: string) => {
-      const res = await fetch(`${first.url}${path}`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
-        body: JSON.stringify(body),
-      })
-      const json = (await res.json()) as Record<string, unknown>
-      if (!res.ok) throw new Error(`${path}: ${res.status} ${JSON.stringify(json)}`)
-      return json
-    }
+    const api = (path: string, body: unknown, key?: string) => postJson(first.url, path, body, key)
     const reg = await api('/api/v1/register', { wallet_address: owner, business_name: 'Job kills Co' })
     const ep = await api(
       '/api/v1/endpoints',

@@ -25,15 +25,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createPaymentHeader } from 'x402/client'
 import { PaymentRequirementsSchema } from 'x402/types'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
-import { loadConfig } from '../../src/config/load.ts'
-import { createLogger } from '../../src/observability/logger.ts'
-import { type Service, startService } from '../../src/service.ts'
+import type { Service } from '../../src/service.ts'
 import { testSmartWalletArtifact } from '../chain/contracts/smart-wallet.ts'
 import { startTestChain } from '../helpers/anvil.ts'
-import { freshDatabaseUrl } from '../helpers/database.ts'
 import { type RpcProxy, startRpcProxy } from '../helpers/rpc-proxy.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
+import { startBaseSepoliaService } from '../x402/harness.ts'
 
 const PRICE_ATOMIC = 10_000n // 0.01 USDC
 const NETWORK = 'eip155:84532'
@@ -51,20 +49,8 @@ let reader: ReturnType<typeof createPublicClient>
 let meteredUrl: string
 let ownerKey: string
 
-async function startX402Service(rpcUrl: string, x402: Record<string, unknown> = {}): Promise<Service> {
-  const databaseUrl = await freshDatabaseUrl()
-  const config = loadConfig({
-    env: {
-      NODE_ENV: 'test',
-      NETWORK: 'base-sepolia',
-      RPC_URL: rpcUrl,
-      USDC_ADDRESS: chain.usdcAddress,
-      TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
-      ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}),
-    },
-    overrides: { database: { data_dir: 'memory://' }, x402 } as never,
-  })
-  return startService(config, { logger: createLogger('warn') })
+function startX402Service(rpcUrl: string, x402: Record<string, unknown> = {}): Promise<Service> {
+  return startBaseSepoliaService(chain, rpcUrl, { x402 } as never)
 }
 
 async function createEndpoint(service: Service, price: number): Promise<string> {

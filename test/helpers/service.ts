@@ -6,26 +6,14 @@ import type { Settings } from '../../src/config/schema.ts'
 import { createLogger, type Logger } from '../../src/observability/logger.ts'
 import { type Service, startService } from '../../src/service.ts'
 import { type Funded, fundedAccount } from './accounts.ts'
+import { type ApiInit, type ApiResult, callApi } from './api.ts'
 import { freshDatabaseUrl } from './database.ts'
+
+export { type ApiInit, type ApiResult, callApi }
 
 export interface TestService extends Service {
   treasury: Funded
   api(path: string, init?: ApiInit): Promise<ApiResult>
-}
-
-export interface ApiInit {
-  method?: string
-  key?: string
-  body?: unknown
-  rawBody?: string | Buffer
-  headers?: Record<string, string>
-}
-
-export interface ApiResult {
-  status: number
-  headers: Headers
-  body: any
-  text: string
 }
 
 export interface TestServiceOptions {
@@ -62,26 +50,6 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     treasury,
     api: (path: string, init: ApiInit = {}) => callApi(service.url, path, init),
   })
-}
-
-export async function callApi(base: string, path: string, init: ApiInit = {}): Promise<ApiResult> {
-  const headers: Record<string, string> = { ...init.headers }
-  if (init.key) headers.authorization = `Bearer ${init.key}`
-  let body: string | Buffer | undefined
-  if (init.rawBody !== undefined) body = init.rawBody
-  else if (init.body !== undefined) {
-    body = JSON.stringify(init.body)
-    headers['content-type'] ??= 'application/json'
-  }
-  const res = await fetch(`${base}${path}`, { method: init.method ?? (body ? 'POST' : 'GET'), headers, body })
-  const text = await res.text()
-  let parsed: unknown = null
-  try {
-    parsed = text ? JSON.parse(text) : null
-  } catch {
-    parsed = null
-  }
-  return { status: res.status, headers: res.headers, body: parsed, text }
 }
 
 /** Registers a merchant and returns its key and account. */

@@ -59,6 +59,31 @@ export interface SettlementState {
   unsettledBookedEntries: number
 }
 
+/**
+ * A service on `chain` (chain id 84532) announced as base-sepolia, the network the published x402 clients
+ * know, talking to the chain through `rpcUrl` (the chain's, or a proxy in front of it).
+ */
+export async function startBaseSepoliaService(
+  chain: DevChain,
+  rpcUrl: string,
+  overrides?: DeepPartial<Settings>,
+  logLevel: 'error' | 'warn' | 'info' = 'warn',
+): Promise<Service> {
+  const databaseUrl = await freshDatabaseUrl()
+  const config = loadConfig({
+    env: {
+      NODE_ENV: 'test',
+      NETWORK: 'base-sepolia',
+      RPC_URL: rpcUrl,
+      USDC_ADDRESS: chain.usdcAddress,
+      TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
+      ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}),
+    },
+    overrides: { database: { data_dir: 'memory://' }, ...(overrides as object) } as never,
+  })
+  return startService(config, { logger: createLogger(logLevel) })
+}
+
 export async function startX402Setup(
   options: {
     priceUsd?: number
@@ -71,19 +96,7 @@ export async function startX402Setup(
   const chain = await startTestChain({ chainId: 84532 })
   const upstream = await startUpstream()
   const rpcUrl = options.rpcUrlFor ? await options.rpcUrlFor(chain.rpcUrl) : chain.rpcUrl
-  const databaseUrl = await freshDatabaseUrl()
-  const config = loadConfig({
-    env: {
-      NODE_ENV: 'test',
-      NETWORK: 'base-sepolia',
-      RPC_URL: rpcUrl,
-      USDC_ADDRESS: chain.usdcAddress,
-      TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
-      ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}),
-    },
-    overrides: { database: { data_dir: 'memory://' }, ...(options.overrides as object) } as never,
-  })
-  const svc = await startService(config, { logger: createLogger(options.logLevel ?? 'warn') })
+  const svc = await startBaseSepoliaService(chain, rpcUrl, options.overrides, options.logLevel)
   const ownerWallet = chain.payers[4]!.address
   const reg = await callApi(svc.url, '/api/v1/register', {
     body: { wallet_address: ownerWallet, business_name: 'x402 settle Co' },
