@@ -12,8 +12,6 @@ export interface LoadOptions {
   body?: string
   /** One header value per request (payment proofs); the run ends when they are used up or the time is. */
   perRequest?: { header: string; values: string[] }
-  /** Total requests per second across connections (the half-saturation run); unlimited when absent. */
-  overallRate?: number
   /** The status a correct answer has; anything else counts as an error. */
   expectStatus: number
 }
@@ -58,7 +56,6 @@ export async function load(o: LoadOptions): Promise<Measured> {
       method: (o.method ?? 'GET') as 'GET',
       headers: o.headers,
       body: o.body,
-      ...(o.overallRate ? { overallRate: o.overallRate } : {}),
       ...(values
         ? {
             amount: values.length,

@@ -1,5 +1,6 @@
 // Every scenario: what it needs started, how many proofs it uses, and one load run. Ratios are to `direct`.
 import { load, type Measured } from '../load.ts'
+import { paced } from '../paced.ts'
 import { type Context, settings, type TollgateKind } from './context.ts'
 import { runX402 } from './x402.ts'
 import { runX402Batch } from './x402-batch.ts'
@@ -94,10 +95,10 @@ export const scenarios: Scenario[] = [
   {
     name: 'half-load-direct',
     run: (ctx) =>
-      load({
+      paced({
         ...base(),
         url: `${ctx.upstream.base}/data`,
-        overallRate: halfRate(ctx),
+        rate: halfRate(ctx),
         expectStatus: 200,
       }),
   },
@@ -106,10 +107,10 @@ export const scenarios: Scenario[] = [
     tollgates: ['warm'],
     proofs: Math.round(settings.proofs * 0.6),
     run: async (ctx) =>
-      load({
+      paced({
         ...base(),
         url: await ctx.tollgates.warm!.metered('/data'),
-        overallRate: halfRate(ctx),
+        rate: halfRate(ctx),
         perRequest: { header: 'x-payment', values: ctx.takeProofs(Math.round(settings.proofs * 0.6)) },
         expectStatus: 200,
       }),

@@ -34,7 +34,9 @@ function track(proc: ChildProcess): Child {
         if (proc.exitCode !== null || proc.signalCode !== null) return resolve()
         proc.once('exit', () => resolve())
         proc.kill('SIGTERM')
-        setTimeout(() => proc.kill('SIGKILL'), 5_000).unref()
+        // A profiled process writes its profile on exit, after draining its settlements: give it time.
+        const graceMs = process.env.BENCH_PROFILE_DIR ? 60_000 : 5_000
+        setTimeout(() => proc.kill('SIGKILL'), graceMs).unref()
       }),
   }
 }
