@@ -9,7 +9,14 @@ import { type Context, settings } from './context.ts'
 
 export interface SoakSummary {
   window_s: number
-  rss_samples: Array<{ t_s: number; rss_mb: number }>
+  /** heap_*: the V8 heap (used / reserved) and memory outside it, from the instance's own metrics. */
+  rss_samples: Array<{
+    t_s: number
+    rss_mb: number
+    heap_used_mb?: number
+    heap_total_mb?: number
+    external_mb?: number
+  }>
   windows: Array<{ window_s: string; rps: number; p99_us: number; errors: number }>
   rss_first_mb: number
   rss_max_mb: number
@@ -34,10 +41,13 @@ export async function runSoak(ctx: Context): Promise<{ scenarios: ScenarioResult
   const windows = Number(process.env.BENCH_SOAK_WINDOWS ?? 6)
   const started = performance.now()
   const rss: SoakSummary['rss_samples'] = []
-  const sample = () =>
-    rss.push({ t_s: Math.round((performance.now() - started) / 100) / 10, rss_mb: rssMb(warm.pid!) })
-  sample()
-  const sampler = setInterval(sample, RSS_EVERY_MS)
+  const sample = async () => {
+    const t_s = Math.round((performance.now() - started) / 100) / 10
+    const rss_mb = rssMb(warm.pid!)
+    rss.push({ t_s, rss_mb, ...(await heapMb(warm.adminPort)) })
+  }
+  await sample()
+  const sampler = setInterval(() => void sample(), RSS_EVERY_MS)
   const scenarios: ScenarioResult[] = []
   const done: SoakSummary['windows'] = []
   try {
@@ -51,7 +61,7 @@ export async function runSoak(ctx: Context): Promise<{ scenarios: ScenarioResult
   } finally {
     clearInterval(sampler)
   }
-  sample()
+  await sample()
   const soak = summarize(windowS, rss, done)
   process.stdout.write(
     `soak: RSS ${soak.rss_first_mb} → max ${soak.rss_max_mb} → ${soak.rss_last_mb} MB (drift ${soak.rss_drift_pct} %, ${soak.rss_flat ? 'flat' : 'NOT flat'}); p99 first ${soak.p99_first_us} µs, worst after ${soak.p99_rest_worst_us} µs (${soak.p99_ratio}×, ${soak.p99_flat ? 'flat' : 'NOT flat'})\n`,
@@ -82,6 +92,24 @@ function summarize(
     p99_rest_worst_us: p99Rest,
     p99_ratio: p99Ratio,
     p99_flat: p99Ratio <= 2,
+  }
+}
+
+/** The instance's heap figures from its /metrics (prom-client's default Node.js metrics), in MB. */
+async function heapMb(adminPort: number) {
+  try {
+    const text = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text()
+    const mb = (name: string) => {
+      const m = new RegExp(`^tollgate_nodejs_${name} (\\S+)$`, 'm').exec(text)
+      return m ? Math.round(Number(m[1]) / 1048576) : undefined
+    }
+    return {
+      heap_used_mb: mb('heap_size_used_bytes'),
+      heap_total_mb: mb('heap_size_total_bytes'),
+      external_mb: mb('external_memory_bytes'),
+    }
+  } catch {
+    return {}
   }
 }
 
