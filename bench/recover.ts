@@ -8,6 +8,7 @@ import {
   createAuthorizationNonce,
   signTransferAuthorization,
 } from '../src/chain/authorization.ts'
+import { keccakBackend } from '../src/chain/keccak.ts'
 import {
   authorizationDigest,
   domainSeparator,
@@ -19,6 +20,7 @@ export interface RecoveryRates {
   viem_per_s: number
   fast_per_s: number
   fast_backend: string
+  keccak_backend: string
 }
 
 export async function measureRecovery(count = 2_000): Promise<RecoveryRates> {
@@ -54,7 +56,12 @@ export async function measureRecovery(count = 2_000): Promise<RecoveryRates> {
       if (signer !== expected) throw new Error('fast recovery disagrees')
     }
   })
-  return { viem_per_s: viemPerS, fast_per_s: fastPerS, fast_backend: recoveryBackend }
+  return {
+    viem_per_s: viemPerS,
+    fast_per_s: fastPerS,
+    fast_backend: recoveryBackend,
+    keccak_backend: keccakBackend,
+  }
 }
 
 async function perCpuSecond(count: number, work: () => Promise<void>): Promise<number> {

@@ -1,13 +1,7 @@
 // Settling x402 authorizations: transferWithAuthorization submitted by the treasury. Signed locally first so
 // the hash can be recorded before anything is sent (a restart looks it up instead of sending blind).
-import {
-  encodeFunctionData,
-  type Hash,
-  type Hex,
-  keccak256,
-  type PrivateKeyAccount,
-  parseSignature,
-} from 'viem'
+import { encodeFunctionData, type Hash, type Hex, type PrivateKeyAccount, parseSignature } from 'viem'
+import { keccakHex } from './keccak.ts'
 import type { FeeQuote } from './payouts.ts'
 import { usdcAbi } from './usdc.ts'
 
@@ -43,7 +37,7 @@ export async function signSettlement(
     maxPriorityFeePerGas: p.fees.maxPriorityFeePerGas,
     value: 0n,
   })
-  return { rawTx, hash: keccak256(rawTx) }
+  return { rawTx, hash: keccakHex(rawTx) }
 }
 
 /**
