@@ -78,3 +78,34 @@ export function cpuMeter(groups: Record<string, () => number[]>) {
     },
   }
 }
+
+/** Cumulative idle and total ticks of all cores (/proc/stat's first line). */
+function machineTicks(): { idle: number; total: number } {
+  const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number)
+  return { idle: fields[3]! + fields[4]!, total: fields.reduce((a, b) => a + b, 0) }
+}
+
+/**
+ * The whole machine's CPU busy during a load, % of all cores (everything but idle and iowait, kernel network
+ * work included, which no process is charged for): near 100 % means the cores were the limit, whoever used
+ * them. Sampled every 200 ms so the busy share covers the load itself, from its start to the sample before its
+ * last answer (a run bounded by proofs ends at autocannon's next 1 s tick, idle after its last answer).
+ */
+export function machineBusy() {
+  const samples: Array<{ at: number; idle: number; total: number }> = [
+    { at: performance.now(), ...machineTicks() },
+  ]
+  const timer = setInterval(() => samples.push({ at: performance.now(), ...machineTicks() }), 200)
+  timer.unref()
+  return {
+    /** Busy % from the start to the last sample taken by `untilMs` (performance.now() time). */
+    stopPct(untilMs: number): number {
+      clearInterval(timer)
+      samples.push({ at: performance.now(), ...machineTicks() })
+      const first = samples[0]!
+      const last = samples.findLast((x) => x.at <= untilMs && x !== first) ?? samples.at(-1)!
+      const total = last.total - first.total
+      return total > 0 ? Math.round(((total - (last.idle - first.idle)) / total) * 100) : 0
+    },
+  }
+}

@@ -2,6 +2,7 @@
 // autocannon's own percentiles are whole milliseconds). Paid runs give each request its own proof.
 import autocannon from 'autocannon'
 import * as hdr from 'hdr-histogram-js'
+import { machineBusy } from './cpu.ts'
 
 export interface LoadOptions {
   url: string
@@ -28,6 +29,8 @@ export interface Measured {
   /** paid-cold only: HTTP requests to the RPC node per paid call (target ≤ 1), and JSON-RPC calls. */
   /** CPU the bench process (autocannon) used during the run, % of one core: ~100 means it was the limit. */
   loadgen_cpu_pct: number
+  /** The whole machine's CPU busy during the load, % of all cores (bench/cpu.ts machineBusy). */
+  machine_cpu_pct?: number
   rpc_per_proof?: number
   rpc_calls_per_proof?: number
   /** x402-batch only: its throughput over nginx's and over x402 (exact)'s in the same run. */
@@ -80,6 +83,7 @@ export async function load(o: LoadOptions): Promise<Measured> {
     if (status !== o.expectStatus) wrongStatus++
   })
   const cpuStart = process.cpuUsage()
+  const busy = machineBusy()
   const r = await finished
   const cpu = process.cpuUsage(cpuStart)
   // total / (start → last answer): neither the mean of per-second samples nor autocannon's start/finish.
@@ -98,6 +102,7 @@ export async function load(o: LoadOptions): Promise<Measured> {
     requests: r.requests.total,
     errors: r.errors + r.timeouts + wrongStatus,
     loadgen_cpu_pct: Math.round((cpu.user + cpu.system) / 10 / (elapsedS * 1000)),
+    machine_cpu_pct: busy.stopPct(lastResponseMs),
   }
   histogram.destroy()
   return measured
@@ -123,6 +128,7 @@ export async function loadSequences(o: {
   })
   const wrong: Record<string, number> = {}
   const cpuStart = process.cpuUsage()
+  const busy = machineBusy()
   const startedMs = performance.now()
   let lastResponseMs = startedMs
   const results = await Promise.all(
@@ -170,6 +176,7 @@ export async function loadSequences(o: {
     requests: total,
     errors: results.reduce((n, r) => n + r.errors + r.timeouts, 0) + wrongStatus,
     loadgen_cpu_pct: Math.round((cpu.user + cpu.system) / 10 / (elapsedS * 1000)),
+    machine_cpu_pct: busy.stopPct(lastResponseMs),
     wrong_status: wrong,
   }
   histogram.destroy()

@@ -8,6 +8,7 @@
 // 1,000 req/s, a rate this upstream answers in 0.2 ms).
 import * as hdr from 'hdr-histogram-js'
 import { Pool } from 'undici'
+import { machineBusy } from './cpu.ts'
 import type { Measured } from './load.ts'
 
 export interface PacedOptions {
@@ -47,6 +48,7 @@ export async function paced(o: PacedOptions): Promise<Measured & { late_sends_pc
   let errors = 0
   let late = 0
   const cpuStart = process.cpuUsage()
+  const busy = machineBusy()
   const startedMs = performance.now()
   let lastAnswerMs = startedMs
   const recordFromMs = startedMs + (o.warmupS ?? 0) * 1000
@@ -105,6 +107,7 @@ export async function paced(o: PacedOptions): Promise<Measured & { late_sends_pc
     requests: answered,
     errors,
     loadgen_cpu_pct: Math.round((cpu.user + cpu.system) / 10 / (elapsedS * 1000)),
+    machine_cpu_pct: busy.stopPct(lastAnswerMs),
     // Sends that left more than two ticks after they were due (the load generator itself fell behind).
     late_sends_pct: Math.round((late / Math.max(1, total)) * 1000) / 10,
   }

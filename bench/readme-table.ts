@@ -38,14 +38,14 @@ export function readmeTable(dir: string, file?: string): string {
   const by = new Map(run.scenarios.map((s) => [s.name, s]))
   const n = (x: number) => x.toLocaleString('en-US')
   const lines = [
-    `| scenario (one run, \`${run.machine.command ?? 'npm run bench'}\`, ${run.machine.database ?? ''}) | req/s | p50 ms | p99 ms | errors | ratio to direct |`,
-    '|---|---|---|---|---|---|',
+    `| scenario (one run, \`${run.machine.command ?? 'npm run bench'}\`, ${run.machine.database ?? ''}) | req/s | p50 ms | p99 ms | errors | ratio to direct | machine CPU busy |`,
+    '|---|---|---|---|---|---|---|',
   ]
   for (const [name, label] of ROWS) {
     const r = by.get(name)
     if (!r) continue
     lines.push(
-      `| ${label} | ${n(r.rps)} | ${r.p50_ms.toFixed(1)} | ${r.p99_ms.toFixed(1)} | ${r.errors} | ${r.ratio_to_direct?.toFixed(2) ?? '–'} |`,
+      `| ${label} | ${n(r.rps)} | ${r.p50_ms.toFixed(1)} | ${r.p99_ms.toFixed(1)} | ${r.errors} | ${r.ratio_to_direct?.toFixed(2) ?? '–'} | ${r.machine_cpu_pct === undefined ? '–' : `${r.machine_cpu_pct} %`} |`,
     )
   }
   return `${lines.join('\n')}\n\nFrom [\`${path.slice(path.lastIndexOf('bench/results'))}\`](${path.slice(path.lastIndexOf('bench/results'))}).`

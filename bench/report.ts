@@ -73,6 +73,8 @@ export interface TargetCheck {
   value: number
   target: string
   met: boolean
+  /** What bounded the two runs: the machine's CPU busy in each (near 100 %: the cores were the limit). */
+  limit?: string
 }
 
 /** The issue's targets that are ratios between two scenarios of this run (or a latency difference). */
@@ -92,7 +94,15 @@ export function targetChecks(results: ScenarioResult[], soak?: SoakSummary): Tar
     const b = by.get(t.to)
     if (!a || !b || b.rps === 0) continue
     const value = Math.round((a.rps / b.rps) * 1000) / 1000
-    checks.push({ name: t.name, value, target: `≥ ${t.atLeast}`, met: value >= t.atLeast })
+    checks.push({
+      name: t.name,
+      value,
+      target: `≥ ${t.atLeast}`,
+      met: value >= t.atLeast,
+      ...(a.machine_cpu_pct !== undefined && b.machine_cpu_pct !== undefined
+        ? { limit: `machine CPU busy ${a.machine_cpu_pct} % / ${b.machine_cpu_pct} %` }
+        : {}),
+    })
   }
   const cold = by.get('paid-cold')
   if (cold?.rpc_per_proof !== undefined) {
@@ -114,6 +124,9 @@ export function targetChecks(results: ScenarioResult[], soak?: SoakSummary): Tar
 
 export function formatChecks(checks: TargetCheck[]): string {
   return checks
-    .map((c) => `${c.name}: ${c.value} (target ${c.target}) ${c.met ? 'met' : 'NOT met'}`)
+    .map(
+      (c) =>
+        `${c.name}: ${c.value} (target ${c.target}) ${c.met ? 'met' : 'NOT met'}${c.limit ? `; ${c.limit}` : ''}`,
+    )
     .join('\n')
 }
