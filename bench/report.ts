@@ -12,6 +12,8 @@ export interface ScenarioResult extends Measured {
   note?: string
   /** CPU µs per request of the proxy under test, the upstream and the PostgreSQL server (bench/cpu.ts). */
   cpu_us_per_req?: Record<string, number>
+  /** How long the bench waited for the instances and their databases to go quiet before this scenario. */
+  quiet_wait_ms?: number
 }
 
 export function withRatio(

@@ -67,6 +67,10 @@ async function main() {
     const proofCount = chosen.reduce((n, s) => n + (s.proofs ?? 0), 0)
     if (proofCount) await prepareProofs(ctx, proofCount)
     const results = chosen.length ? await runScenarios(ctx, chosen) : []
+    if (withSoak)
+      process.stdout.write(
+        `bench: soak (instances quiet after ${await waitQuiet(backgroundPids(ctx), { maxTicksPerS: 10, maxMs: 30_000 })} ms)\n`,
+      )
     const soak = withSoak ? await runSoak(ctx) : null
     if (soak) results.push(...soak.scenarios)
     const recovery = soakOnly ? null : await measureRecovery(500)
@@ -198,7 +202,11 @@ async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioR
   }
   const results: ScenarioResult[] = []
   for (const s of chosen) {
-    process.stdout.write(`bench: ${s.name}…\n`)
+    // What a scenario leaves behind (x402 settlements, payout batches, the watcher's parsing) must not load
+    // the next one (measured: the upstream-only half-load run, after the x402 one, was charged 56 µs of this
+    // run's PostgreSQL CPU per request, which only the settlements still draining could have used).
+    const quietMs = await waitQuiet(backgroundPids(ctx), { maxTicksPerS: 10, maxMs: 30_000 })
+    process.stdout.write(`bench: ${s.name}… (instances quiet after ${quietMs} ms)\n`)
     const meter = cpuMeter(cpuGroups(ctx, s))
     const m = await s.run(ctx)
     if ('skipped' in m) {
@@ -209,6 +217,7 @@ async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioR
     const r = {
       ...withRatio(s.name, m, ctx.rps.get('direct') ?? null),
       cpu_us_per_req: meter.stop(m.requests),
+      quiet_wait_ms: quietMs,
     }
     const cpu = Object.entries(r.cpu_us_per_req)
       .map(([k, v]) => `${k} ${v}`)
@@ -219,6 +228,12 @@ async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioR
     results.push(r)
   }
   return results
+}
+
+/** The processes whose background work could load the next scenario: tollgate instances and their databases. */
+function backgroundPids(ctx: Context): number[] {
+  const tollgates = Object.values(ctx.tollgates).flatMap((t) => (t?.pid ? [t.pid] : []))
+  return process.env.BENCH_DATABASE_URL ? [...tollgates, ...postgresBackends(`_${process.pid}`)] : tollgates
 }
 
 /**
