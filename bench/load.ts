@@ -36,6 +36,9 @@ export interface Measured {
   /** x402-batch only: its throughput over nginx's and over x402 (exact)'s in the same run. */
   ratio_to_nginx?: number | null
   ratio_to_x402?: number | null
+  /** Answers with another status than expected, by status; and requests with no answer (errors, timeouts). */
+  wrong_status?: Record<string, number>
+  no_answer?: { errors: number; timeouts: number }
 }
 
 export async function load(o: LoadOptions): Promise<Measured> {
@@ -44,6 +47,7 @@ export async function load(o: LoadOptions): Promise<Measured> {
     highestTrackableValue: 120_000_000,
     numberOfSignificantValueDigits: 3,
   })
+  const wrong: Record<string, number> = {}
   let wrongStatus = 0
   let next = 0
   const values = o.perRequest?.values
@@ -80,7 +84,10 @@ export async function load(o: LoadOptions): Promise<Measured> {
   instance.on('response', (_client: unknown, status: number, _bytes: number, ms: number) => {
     lastResponseMs = performance.now()
     histogram.recordValue(Math.max(1, Math.round(ms * 1000)))
-    if (status !== o.expectStatus) wrongStatus++
+    if (status !== o.expectStatus) {
+      wrongStatus++
+      wrong[status] = (wrong[status] ?? 0) + 1
+    }
   })
   const cpuStart = process.cpuUsage()
   const busy = machineBusy()
@@ -103,6 +110,8 @@ export async function load(o: LoadOptions): Promise<Measured> {
     errors: r.errors + r.timeouts + wrongStatus,
     loadgen_cpu_pct: Math.round((cpu.user + cpu.system) / 10 / (elapsedS * 1000)),
     machine_cpu_pct: busy.stopPct(lastResponseMs),
+    ...(wrongStatus > 0 ? { wrong_status: wrong } : {}),
+    ...(r.errors + r.timeouts > 0 ? { no_answer: { errors: r.errors, timeouts: r.timeouts } } : {}),
   }
   histogram.destroy()
   return measured
