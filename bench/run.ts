@@ -205,7 +205,7 @@ async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioR
     // What a scenario leaves behind (x402 settlements, payout batches, the watcher's parsing) must not load
     // the next one (measured: the upstream-only half-load run, after the x402 one, was charged 56 µs of this
     // run's PostgreSQL CPU per request, which only the settlements still draining could have used).
-    const quietMs = await waitQuiet(backgroundPids(ctx), { maxTicksPerS: 10, maxMs: 30_000 })
+    const quietMs = await settle(ctx)
     process.stdout.write(`bench: ${s.name}… (instances quiet after ${quietMs} ms)\n`)
     const meter = cpuMeter(cpuGroups(ctx, s))
     const m = await s.run(ctx)
@@ -228,6 +228,17 @@ async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioR
     results.push(r)
   }
   return results
+}
+
+/**
+ * Between scenarios: the instances' databases vacuumed (server), then a wait until the instances and their
+ * databases are quiet. Returns the milliseconds it took.
+ */
+async function settle(ctx: Context): Promise<number> {
+  const started = Date.now()
+  await Promise.all(Object.values(ctx.tollgates).map((t) => t?.maintain()))
+  await waitQuiet(backgroundPids(ctx), { maxTicksPerS: 10, maxMs: 30_000 })
+  return Date.now() - started
 }
 
 /** The processes whose background work could load the next scenario: tollgate instances and their databases. */
