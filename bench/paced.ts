@@ -33,6 +33,8 @@ export interface PacedOptions {
 const TICK_MS = 1
 
 export async function paced(o: PacedOptions): Promise<Measured & { late_sends_pct: number }> {
+  const total = Math.min(Math.round(o.rate * o.durationS), o.perRequest?.values.length ?? Infinity)
+  if (!(total > 0)) throw new Error('paced: nothing to send (rate, duration or values)')
   const url = new URL(o.url)
   const pool = new Pool(url.origin, { connections: o.connections, pipelining: 1 })
   const path = `${url.pathname}${url.search}`
@@ -41,7 +43,6 @@ export async function paced(o: PacedOptions): Promise<Measured & { late_sends_pc
     highestTrackableValue: 120_000_000,
     numberOfSignificantValueDigits: 3,
   })
-  const total = Math.min(Math.round(o.rate * o.durationS), o.perRequest?.values.length ?? Infinity)
   const intervalMs = 1000 / o.rate
   let sent = 0
   let answered = 0
