@@ -70,8 +70,12 @@ export function cpuMeter(groups: Record<string, () => number[]>) {
       for (const [name, pids] of Object.entries(groups)) {
         const before = start.get(name)!
         let ticks = 0
-        // Processes that appeared during the run (new backends) count from zero.
-        for (const p of new Set([...before.keys(), ...pids()])) ticks += cpuTicks(p) - (before.get(p) ?? 0)
+        // Processes that appeared during the run (new backends) count from zero; those gone by now are left
+        // out (their last ticks are unknown: counting them as 0 made a closed connection's backend negative).
+        for (const p of new Set([...before.keys(), ...pids()])) {
+          if (stat(p) === null) continue
+          ticks += cpuTicks(p) - (before.get(p) ?? 0)
+        }
         out[name] = requests > 0 ? Math.round((ticks / TICKS_PER_S / requests) * 1e6) : 0
       }
       return out
