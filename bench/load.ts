@@ -26,11 +26,11 @@ export interface Measured {
   p99_us: number
   requests: number
   errors: number
-  /** paid-cold only: HTTP requests to the RPC node per paid call (target ≤ 1), and JSON-RPC calls. */
-  /** CPU the bench process (autocannon) used during the run, % of one core: ~100 means it was the limit. */
+  /** CPU the bench process (the load generator) used during the run, % of one core: ~100 means it was the limit. */
   loadgen_cpu_pct: number
   /** The whole machine's CPU busy during the load, % of all cores (bench/cpu.ts machineBusy). */
   machine_cpu_pct?: number
+  /** paid-cold only: HTTP requests to the RPC node per paid call (target ≤ 1), and JSON-RPC calls. */
   rpc_per_proof?: number
   rpc_calls_per_proof?: number
   /** x402-batch only: its throughput over nginx's and over x402 (exact)'s in the same run. */
@@ -41,20 +41,71 @@ export interface Measured {
   no_answer?: { errors: number; timeouts: number }
 }
 
-export async function load(o: LoadOptions): Promise<Measured> {
+/**
+ * What every load run records, whichever generator sends: each answer's latency in an HDR histogram (µs),
+ * the answers with another status than expected, the time of the last answer (req/s is total ÷ start → last
+ * answer), the bench process's CPU and the machine's.
+ */
+export function loadRecorder(expectStatus: number) {
   const histogram = hdr.build({
     lowestDiscernibleValue: 1,
     highestTrackableValue: 120_000_000,
     numberOfSignificantValueDigits: 3,
   })
   const wrong: Record<string, number> = {}
-  let wrongStatus = 0
+  let wrongCount = 0
+  const cpuStart = process.cpuUsage()
+  const busy = machineBusy()
+  const startedMs = performance.now()
+  let lastAnswerMs = startedMs
+  return {
+    startedMs,
+    /**
+     * A request ended: its status (null: no answer at all, counted by the caller in finish's noAnswer) and
+     * its latency, unless it is not to be recorded (a warm-up).
+     */
+    ended(status: number | null, latencyUs: number | null): void {
+      lastAnswerMs = performance.now()
+      if (latencyUs !== null) histogram.recordValue(Math.max(1, Math.round(latencyUs)))
+      if (status !== null && status !== expectStatus) {
+        wrongCount++
+        wrong[status] = (wrong[status] ?? 0) + 1
+      }
+    },
+    /** The figures of the run (and the histogram is freed). */
+    finish(requests: number, noAnswer: { errors: number; timeouts: number }): Measured {
+      const cpu = process.cpuUsage(cpuStart)
+      const elapsedS = (lastAnswerMs - startedMs) / 1000
+      const us = (p: number) => histogram.getValueAtPercentile(p)
+      const unanswered = noAnswer.errors + noAnswer.timeouts
+      const measured: Measured = {
+        rps: Math.round(requests / elapsedS),
+        p50_ms: round3(us(50) / 1000),
+        p90_ms: round3(us(90) / 1000),
+        p99_ms: round3(us(99) / 1000),
+        max_ms: round3(histogram.maxValue / 1000),
+        p99_us: us(99),
+        requests,
+        errors: unanswered + wrongCount,
+        loadgen_cpu_pct: Math.round((cpu.user + cpu.system) / 10 / (elapsedS * 1000)),
+        machine_cpu_pct: busy.stopPct(lastAnswerMs),
+        ...(wrongCount > 0 ? { wrong_status: wrong } : {}),
+        ...(unanswered > 0 ? { no_answer: noAnswer } : {}),
+      }
+      histogram.destroy()
+      return measured
+    },
+  }
+}
+
+export async function load(o: LoadOptions): Promise<Measured> {
   let next = 0
   const values = o.perRequest?.values
   let done: (err: Error | null, r: autocannon.Result) => void = () => {}
   const finished = new Promise<autocannon.Result>((resolve, reject) => {
     done = (err, r) => (err ? reject(err) : resolve(r))
   })
+  const recorder = loadRecorder(o.expectStatus)
   const instance = autocannon(
     {
       url: o.url,
@@ -79,42 +130,15 @@ export async function load(o: LoadOptions): Promise<Measured> {
     },
     (err, r) => done(err, r),
   )
-  const startedMs = performance.now()
-  let lastResponseMs = startedMs
-  instance.on('response', (_client: unknown, status: number, _bytes: number, ms: number) => {
-    lastResponseMs = performance.now()
-    histogram.recordValue(Math.max(1, Math.round(ms * 1000)))
-    if (status !== o.expectStatus) {
-      wrongStatus++
-      wrong[status] = (wrong[status] ?? 0) + 1
-    }
-  })
-  const cpuStart = process.cpuUsage()
-  const busy = machineBusy()
+  instance.on('response', (_client: unknown, status: number, _bytes: number, ms: number) =>
+    recorder.ended(status, ms * 1000),
+  )
   const r = await finished
-  const cpu = process.cpuUsage(cpuStart)
   // total / (start → last answer): neither the mean of per-second samples nor autocannon's start/finish.
   // A run bounded by a number of requests (paid runs: one proof each) stops at autocannon's next 1 s tick
   // after its last answer, so its finish time rounded every such run up to whole seconds (6,000 proofs
   // answered in 2.2 s read as 6,000 / 3.0 s).
-  const elapsedS = (lastResponseMs - startedMs) / 1000
-  const us = (p: number) => histogram.getValueAtPercentile(p)
-  const measured: Measured = {
-    rps: Math.round(r.requests.total / elapsedS),
-    p50_ms: round3(us(50) / 1000),
-    p90_ms: round3(us(90) / 1000),
-    p99_ms: round3(us(99) / 1000),
-    max_ms: round3(histogram.maxValue / 1000),
-    p99_us: us(99),
-    requests: r.requests.total,
-    errors: r.errors + r.timeouts + wrongStatus,
-    loadgen_cpu_pct: Math.round((cpu.user + cpu.system) / 10 / (elapsedS * 1000)),
-    machine_cpu_pct: busy.stopPct(lastResponseMs),
-    ...(wrongStatus > 0 ? { wrong_status: wrong } : {}),
-    ...(r.errors + r.timeouts > 0 ? { no_answer: { errors: r.errors, timeouts: r.timeouts } } : {}),
-  }
-  histogram.destroy()
-  return measured
+  return recorder.finish(r.requests.total, { errors: r.errors, timeouts: r.timeouts })
 }
 
 /**
@@ -129,17 +153,8 @@ export async function loadSequences(o: {
   header: string
   sequences: string[][]
   expectStatus: number
-}): Promise<Measured & { wrong_status: Record<string, number> }> {
-  const histogram = hdr.build({
-    lowestDiscernibleValue: 1,
-    highestTrackableValue: 120_000_000,
-    numberOfSignificantValueDigits: 3,
-  })
-  const wrong: Record<string, number> = {}
-  const cpuStart = process.cpuUsage()
-  const busy = machineBusy()
-  const startedMs = performance.now()
-  let lastResponseMs = startedMs
+}): Promise<Measured> {
+  const recorder = loadRecorder(o.expectStatus)
   const results = await Promise.all(
     o.sequences.map((values) => {
       let next = 0
@@ -161,35 +176,21 @@ export async function loadSequences(o: {
           },
           (err, r) => (err ? reject(err) : resolve(r)),
         )
-        instance.on('response', (_client: unknown, status: number, _bytes: number, ms: number) => {
-          lastResponseMs = performance.now()
-          histogram.recordValue(Math.max(1, Math.round(ms * 1000)))
-          if (status !== o.expectStatus) wrong[status] = (wrong[status] ?? 0) + 1
-        })
+        instance.on('response', (_client: unknown, status: number, _bytes: number, ms: number) =>
+          recorder.ended(status, ms * 1000),
+        )
       })
     }),
   )
-  const cpu = process.cpuUsage(cpuStart)
   // Start → last answer, as in load(): autocannon's finish waits for its next 1 s tick.
-  const elapsedS = (lastResponseMs - startedMs) / 1000
-  const total = results.reduce((n, r) => n + r.requests.total, 0)
-  const us = (p: number) => histogram.getValueAtPercentile(p)
-  const wrongStatus = Object.values(wrong).reduce((n, x) => n + x, 0)
-  const measured = {
-    rps: Math.round(total / elapsedS),
-    p50_ms: round3(us(50) / 1000),
-    p90_ms: round3(us(90) / 1000),
-    p99_ms: round3(us(99) / 1000),
-    max_ms: round3(histogram.maxValue / 1000),
-    p99_us: us(99),
-    requests: total,
-    errors: results.reduce((n, r) => n + r.errors + r.timeouts, 0) + wrongStatus,
-    loadgen_cpu_pct: Math.round((cpu.user + cpu.system) / 10 / (elapsedS * 1000)),
-    machine_cpu_pct: busy.stopPct(lastResponseMs),
-    wrong_status: wrong,
-  }
-  histogram.destroy()
-  return measured
+  const sum = (f: (r: autocannon.Result) => number) => results.reduce((n, r) => n + f(r), 0)
+  return recorder.finish(
+    sum((r) => r.requests.total),
+    {
+      errors: sum((r) => r.errors),
+      timeouts: sum((r) => r.timeouts),
+    },
+  )
 }
 
 function round3(x: number): number {

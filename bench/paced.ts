@@ -6,10 +6,8 @@
 // its quota back to back at the start of the tick, then idles. "Half load" was a burst at full speed for
 // half a second, and its latency was the saturated latency (measured: direct p50 1.1 ms, p99 7.7 ms at
 // 1,000 req/s, a rate this upstream answers in 0.2 ms).
-import * as hdr from 'hdr-histogram-js'
 import { Pool } from 'undici'
-import { machineBusy } from './cpu.ts'
-import type { Measured } from './load.ts'
+import { loadRecorder, type Measured } from './load.ts'
 
 export interface PacedOptions {
   url: string
@@ -38,20 +36,13 @@ export async function paced(o: PacedOptions): Promise<Measured & { late_sends_pc
   const url = new URL(o.url)
   const pool = new Pool(url.origin, { connections: o.connections, pipelining: 1 })
   const path = `${url.pathname}${url.search}`
-  const histogram = hdr.build({
-    lowestDiscernibleValue: 1,
-    highestTrackableValue: 120_000_000,
-    numberOfSignificantValueDigits: 3,
-  })
   const intervalMs = 1000 / o.rate
   let sent = 0
-  let answered = 0
-  let errors = 0
+  let settled = 0
+  let unanswered = 0
   let late = 0
-  const cpuStart = process.cpuUsage()
-  const busy = machineBusy()
-  const startedMs = performance.now()
-  let lastAnswerMs = startedMs
+  const recorder = loadRecorder(o.expectStatus)
+  const startedMs = recorder.startedMs
   const recordFromMs = startedMs + (o.warmupS ?? 0) * 1000
   let allAnswered: () => void = () => {}
   const finished = new Promise<void>((resolve) => {
@@ -62,20 +53,19 @@ export async function paced(o: PacedOptions): Promise<Measured & { late_sends_pc
     const headers: Record<string, string> = {}
     if (o.perRequest) headers[o.perRequest.header] = o.perRequest.values[sent]!
     sent++
+    const latencyUs = () => (dueMs >= recordFromMs ? (performance.now() - dueMs) * 1000 : null)
     pool
       .request({ path, method: 'GET', headers })
       .then(async (res) => {
         await res.body.dump()
-        if (res.statusCode !== o.expectStatus) errors++
+        recorder.ended(res.statusCode, latencyUs())
       })
       .catch(() => {
-        errors++
+        unanswered++
+        recorder.ended(null, latencyUs())
       })
       .finally(() => {
-        const now = performance.now()
-        lastAnswerMs = now
-        if (dueMs >= recordFromMs) histogram.recordValue(Math.max(1, Math.round((now - dueMs) * 1000)))
-        if (++answered === total) allAnswered()
+        if (++settled === total) allAnswered()
       })
   }
 
@@ -94,28 +84,10 @@ export async function paced(o: PacedOptions): Promise<Measured & { late_sends_pc
     tick()
   })
   await finished
-  const cpu = process.cpuUsage(cpuStart)
   await pool.close()
-  const elapsedS = (lastAnswerMs - startedMs) / 1000
-  const us = (p: number) => histogram.getValueAtPercentile(p)
-  const measured = {
-    rps: Math.round(answered / elapsedS),
-    p50_ms: round3(us(50) / 1000),
-    p90_ms: round3(us(90) / 1000),
-    p99_ms: round3(us(99) / 1000),
-    max_ms: round3(histogram.maxValue / 1000),
-    p99_us: us(99),
-    requests: answered,
-    errors,
-    loadgen_cpu_pct: Math.round((cpu.user + cpu.system) / 10 / (elapsedS * 1000)),
-    machine_cpu_pct: busy.stopPct(lastAnswerMs),
+  return {
+    ...recorder.finish(settled, { errors: unanswered, timeouts: 0 }),
     // Sends that left more than two ticks after they were due (the load generator itself fell behind).
     late_sends_pct: Math.round((late / Math.max(1, total)) * 1000) / 10,
   }
-  histogram.destroy()
-  return measured
-}
-
-function round3(x: number): number {
-  return Math.round(x * 1000) / 1000
 }

@@ -6,7 +6,7 @@
 // keccak, 8,200-9,700 with the native one of ./keccak.ts, three runs each on one machine).
 import { createRequire } from 'node:module'
 import { type Address, type Hex, recoverAddress } from 'viem'
-import { keccakBytes } from './keccak.ts'
+import { keccakBytes as keccak } from './keccak.ts'
 
 /** The one call used from the `secp256k1` package (it ships no types). */
 interface NativeSecp256k1 {
@@ -37,8 +37,6 @@ const native = loadNative()
 
 /** Which recovery answers in this process (the bench records it beside its figures). */
 export const recoveryBackend: 'native' | 'elliptic' | 'viem' = native?.backend ?? 'viem'
-
-const keccak = keccakBytes
 
 const DOMAIN_TYPEHASH = keccak(
   'EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)',
