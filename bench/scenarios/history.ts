@@ -17,7 +17,7 @@ import { loadConfig } from '../../src/config/load.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { marksBehindNow, resetSnapshots } from '../../src/control-plane/jobs/reconcile-balances.ts'
 import { reconcileFromCheckpoint } from '../../src/control-plane/jobs/reconcile-checkpoint.ts'
-import { accountBalance, lockPayableEntries, someWalletOwedAtLeast } from '../../src/db/ledger.ts'
+import { accountBalance, lockPayableBatch, someWalletOwedAtLeast } from '../../src/db/ledger.ts'
 import { createSql, type Sql } from '../../src/db/sql.ts'
 import { recordFailedPayouts } from '../history/recent-payouts.ts'
 import { seedHistory } from '../history/seed.ts'
@@ -478,7 +478,7 @@ async function batcherWork(i: Instance): Promise<void> {
   await someWalletOwedAtLeast(i.sql, { minAtomic: 10_000n })
   await i.sql
     .begin(async (tx) => {
-      await lockPayableEntries(tx, { limit: 5_000 })
+      await lockPayableBatch(tx, { limit: 5_000, minAtomic: 1n, maxWallets: 500 })
       throw new Error('rollback')
     })
     .catch((err) => {

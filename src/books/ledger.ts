@@ -38,22 +38,42 @@ export async function bookCallRevenue(db: Db, q: { proofKeys: string[] }): Promi
   return row?.n ?? 0
 }
 
+/** What a payout's linked entries add up to, per account (account_id null: entries of no account). */
+export interface LinkedPart {
+  payout_id: string
+  account_id: string | null
+  owner_share_atomic: bigint
+  refund_atomic: bigint
+  entries_count: number
+}
+
 /**
  * Links entries to the payouts that pay them; only entries not in a payout yet (`payout_id IS NULL`).
- * Returns the ids it linked: an entry already in a payout is left alone and missing from the answer.
+ * `entryIds` is a PostgreSQL bigint[] literal (as lockPayableBatch returns it). Returns what was linked,
+ * summed per payout and account in SQL: an entry already in a payout is left alone and missing from the sums.
  */
 export async function linkEntriesToPayouts(
   tx: Tx,
-  links: Array<{ entryId: bigint; payoutId: string }>,
-): Promise<bigint[]> {
+  links: Array<{ payoutId: string; entryIds: string }>,
+): Promise<LinkedPart[]> {
   if (links.length === 0) return []
-  const rows = await tx<{ id: bigint }[]>`
-    UPDATE ledger_entries e SET payout_id = m.payout_id
-    FROM unnest(${links.map((l) => l.entryId.toString())}::bigint[], ${links.map((l) => l.payoutId)}::text[])
-      AS m(id, payout_id)
-    WHERE e.id = m.id AND e.payout_id IS NULL
-    RETURNING e.id`
-  return rows.map((r) => r.id)
+  return tx<LinkedPart[]>`
+    WITH m AS (
+      SELECT l.payout_id, unnest(l.ids::bigint[]) AS id
+      FROM unnest(${links.map((l) => l.payoutId)}::text[], ${links.map((l) => l.entryIds)}::text[])
+        AS l(payout_id, ids)
+    ),
+    linked AS (
+      UPDATE ledger_entries e SET payout_id = m.payout_id
+      FROM m
+      WHERE e.id = m.id AND e.payout_id IS NULL
+      RETURNING e.payout_id, e.account_id, e.kind, e.amount_atomic
+    )
+    SELECT payout_id, account_id,
+           coalesce(sum(amount_atomic) FILTER (WHERE kind <> 'refund'), 0)::bigint AS owner_share_atomic,
+           coalesce(sum(amount_atomic) FILTER (WHERE kind = 'refund'), 0)::bigint AS refund_atomic,
+           count(*)::int AS entries_count
+    FROM linked GROUP BY payout_id, account_id`
 }
 
 /** Entries of a failed payout go back to unpaid, to be batched again after the backoff. */

@@ -2,11 +2,10 @@
 // confirmed or failed. Every status change writes its events in the same transaction (the outbox), and each
 // transition's UPDATE states the states it starts from.
 import { insertEvent } from '../db/events.ts'
-import { lockPayableEntries, type PayableEntry } from '../db/ledger.ts'
+import { lockPayableBatch } from '../db/ledger.ts'
 import {
   COLUMNS,
   highestRecordedNonce,
-  type PayoutKind,
   type PayoutRow,
   type PayoutStatus,
   payoutObject,
@@ -17,13 +16,6 @@ import { toDollars } from '../money.ts'
 import { markRefunded } from './claims.ts'
 import { linkEntriesToPayouts, unlinkEntries } from './ledger.ts'
 import type { Applied, Refusal } from './transitions.ts'
-
-export interface PlannedPayout {
-  wallet: string
-  amountAtomic: bigint
-  kind: PayoutKind
-  entries: PayableEntry[]
-}
 
 export type BatchRefusal = { reason: 'usdc_short' | 'gas_short'; detail: string }
 
@@ -45,41 +37,22 @@ export type RecordBatchResult =
   | { ok: false; refusal: BatchRefusal; waiting: number }
 
 /**
- * One transaction: lock the payable entries, sum them per wallet, keep the sums ≥ min, check funds, sign one
- * transfer per wallet on consecutive nonces, record the payouts (status pending) and link their entries.
- * Only after this commits may anything be broadcast.
+ * One transaction: lock the payable entries and sum them per wallet (in SQL), keep the sums ≥ min, check
+ * funds, sign one transfer per wallet on consecutive nonces, record the payouts (status pending) and link
+ * their entries. Only after this commits may anything be broadcast.
  */
 export async function recordPayouts(sql: Sql, o: RecordBatchOptions): Promise<RecordBatchResult> {
   return sql.begin(async (tx) => {
     // Two batchers (a leadership hand-over, a manual run) serialise here; the unique (treasury, nonce)
     // index and `payout_id IS NULL` are the second and third lines of defence.
     await tx`SELECT pg_advisory_xact_lock(${PAYOUT_RECORD_LOCK})`
-    const entries = await lockPayableEntries(tx, { limit: o.maxEntries })
-    const byWallet = new Map<string, PlannedPayout>()
-    for (const e of entries) {
-      const key = e.wallet.toLowerCase()
-      let p = byWallet.get(key)
-      if (!p) {
-        p = {
-          wallet: e.wallet,
-          amountAtomic: 0n,
-          kind: e.kind === 'refund' ? 'refund' : 'payout',
-          entries: [],
-        }
-        byWallet.set(key, p)
-      }
-      p.amountAtomic += e.amount_atomic
-      if ((p.kind === 'refund') !== (e.kind === 'refund')) p.kind = 'mixed'
-      p.entries.push(e)
-    }
-    const all = [...byWallet.values()]
-    const payable = all
-      .filter((p) => p.amountAtomic >= o.minAtomic && p.amountAtomic > 0n)
-      .sort((a, b) => (a.amountAtomic > b.amountAtomic ? -1 : a.amountAtomic < b.amountAtomic ? 1 : 0))
-      .slice(0, o.maxWallets)
-    const waiting = all.length - payable.length
+    const { wallets: payable, waiting } = await lockPayableBatch(tx, {
+      limit: o.maxEntries,
+      minAtomic: o.minAtomic,
+      maxWallets: o.maxWallets,
+    })
     if (payable.length === 0) return { ok: true, payouts: [], waiting }
-    const total = payable.reduce((s, p) => s + p.amountAtomic, 0n)
+    const total = payable.reduce((s, p) => s + p.amount_atomic, 0n)
     const refusal = o.afford(total, payable.length)
     if (refusal) return { ok: false, refusal, waiting }
 
@@ -91,37 +64,34 @@ export async function recordPayouts(sql: Sql, o: RecordBatchOptions): Promise<Re
       ORDER BY wallet, created_at DESC`
     const lastOf = new Map(previous.map((r) => [r.wallet.toLowerCase(), r]))
     const rows: PayoutRow[] = []
-    const links: Array<{ entryId: bigint; payoutId: string }> = []
-    const perAccount: Array<[string, string, bigint, bigint, number]> = []
+    const links: Array<{ payoutId: string; entryIds: string }> = []
     for (const p of payable) {
       const id = newId('po')
-      const signed = await o.sign({ wallet: p.wallet, amountAtomic: p.amountAtomic, nonce })
+      const signed = await o.sign({ wallet: p.wallet, amountAtomic: p.amount_atomic, nonce })
       const last = lastOf.get(p.wallet.toLowerCase())
       const attempts = last?.status === 'failed' ? last.attempts + 1 : 1
       const [row] = await tx<PayoutRow[]>`
         INSERT INTO payouts (id, wallet, amount_atomic, kind, status, treasury, nonce, tx_hash, raw_tx,
                              entries_count, attempts)
-        VALUES (${id}, ${p.wallet}, ${p.amountAtomic.toString()}::bigint, ${p.kind}, 'pending', ${o.treasury},
-                ${nonce}, ${signed.hash}, ${signed.rawTx}, ${p.entries.length}, ${attempts})
+        VALUES (${id}, ${p.wallet}, ${p.amount_atomic.toString()}::bigint, ${p.kind}, 'pending', ${o.treasury},
+                ${nonce}, ${signed.hash}, ${signed.rawTx}, ${p.entries_count}, ${attempts})
         RETURNING ${tx.unsafe(COLUMNS)}`
       rows.push(row!)
       nonce++
-      const accounts = new Map<string, { owner: bigint; refund: bigint; n: number }>()
-      for (const e of p.entries) {
-        links.push({ entryId: e.id, payoutId: id })
-        if (!e.account_id) continue
-        const a = accounts.get(e.account_id) ?? { owner: 0n, refund: 0n, n: 0 }
-        if (e.kind === 'refund') a.refund += e.amount_atomic
-        else a.owner += e.amount_atomic
-        a.n++
-        accounts.set(e.account_id, a)
-      }
-      for (const [accountId, a] of accounts) perAccount.push([id, accountId, a.owner, a.refund, a.n])
+      links.push({ payoutId: id, entryIds: p.entry_ids })
     }
-    const linked = await linkEntriesToPayouts(tx, links)
+    const parts = await linkEntriesToPayouts(tx, links)
     // Entries are locked, so this cannot happen; if it ever did, nothing may be sent on wrong amounts.
-    if (linked.length !== links.length)
-      throw new Error(`payout batch linked ${linked.length} of ${links.length} entries`)
+    for (const row of rows) {
+      const mine = parts.filter((a) => a.payout_id === row.id)
+      const count = mine.reduce((n, a) => n + a.entries_count, 0)
+      const amount = mine.reduce((s, a) => s + a.owner_share_atomic + a.refund_atomic, 0n)
+      if (count !== row.entries_count || amount !== row.amount_atomic)
+        throw new Error(
+          `payout ${row.id} linked ${count} of ${row.entries_count} entries (${amount} of ${row.amount_atomic})`,
+        )
+    }
+    const perAccount = parts.filter((a) => a.account_id !== null)
     if (perAccount.length) {
       // created_at is the payout's own, read back in SQL (a JS Date would drop its microseconds): GET /payouts
       // pages an account's payouts by it through payout_accounts alone (migration 0015).
@@ -129,9 +99,10 @@ export async function recordPayouts(sql: Sql, o: RecordBatchOptions): Promise<Re
         INSERT INTO payout_accounts (payout_id, account_id, owner_share_atomic, refund_atomic, entries_count,
                                      created_at)
         SELECT a.payout_id, a.account_id, a.owner_share_atomic, a.refund_atomic, a.entries_count, p.created_at
-        FROM unnest(${perAccount.map((a) => a[0])}::text[], ${perAccount.map((a) => a[1])}::text[],
-                    ${perAccount.map((a) => a[2].toString())}::bigint[],
-                    ${perAccount.map((a) => a[3].toString())}::bigint[], ${perAccount.map((a) => a[4])}::int[])
+        FROM unnest(${perAccount.map((a) => a.payout_id)}::text[], ${perAccount.map((a) => a.account_id!)}::text[],
+                    ${perAccount.map((a) => a.owner_share_atomic.toString())}::bigint[],
+                    ${perAccount.map((a) => a.refund_atomic.toString())}::bigint[],
+                    ${perAccount.map((a) => a.entries_count)}::int[])
                AS a(payout_id, account_id, owner_share_atomic, refund_atomic, entries_count)
         JOIN payouts p ON p.id = a.payout_id`
     }

@@ -247,9 +247,10 @@ describe('payouts and their entries', () => {
       WHERE k.proof_key = ${key} AND e.kind = 'owner_share'`
     const a = await payout('pending')
     const b = await payout('pending')
-    const first = await sql.begin((tx) => linkEntriesToPayouts(tx, [{ entryId: entry!.id, payoutId: a }]))
-    expect(first).toEqual([entry!.id])
-    const second = await sql.begin((tx) => linkEntriesToPayouts(tx, [{ entryId: entry!.id, payoutId: b }]))
+    const ids = `{${entry!.id}}`
+    const first = await sql.begin((tx) => linkEntriesToPayouts(tx, [{ payoutId: a, entryIds: ids }]))
+    expect(first.map((p) => [p.payout_id, p.entries_count])).toEqual([[a, 1]])
+    const second = await sql.begin((tx) => linkEntriesToPayouts(tx, [{ payoutId: b, entryIds: ids }]))
     expect(second).toEqual([])
     const [row] = await sql`SELECT payout_id FROM ledger_entries WHERE id = ${entry!.id}`
     expect(row!.payout_id).toBe(a)
