@@ -1,6 +1,7 @@
 // npm run bench -- recover: EIP-3009 signer recoveries per CPU second (one core; CPU time, so other work on
 // a shared machine does not count), viem's generic typed-data recovery against the verifier's path: the
-// hand-built digest and recoverSigner, whose backend (native libsecp256k1, elliptic or viem) is reported.
+// hand-built digest and recoverSigner, whose backend (native libsecp256k1, elliptic or viem) is reported; and
+// the treasury's transaction signing (a settlement or payout per call), viem's account against signingAccount.
 import { recoverTypedDataAddress } from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import {
@@ -15,12 +16,16 @@ import {
   recoverSigner,
   recoveryBackend,
 } from '../src/chain/recover-authorization.ts'
+import { signingAccount, signingBackend } from '../src/chain/signing-account.ts'
 
 export interface RecoveryRates {
   viem_per_s: number
   fast_per_s: number
   fast_backend: string
   keccak_backend: string
+  sign_viem_per_s: number
+  sign_fast_per_s: number
+  sign_backend: string
 }
 
 export async function measureRecovery(count = 2_000): Promise<RecoveryRates> {
@@ -56,11 +61,29 @@ export async function measureRecovery(count = 2_000): Promise<RecoveryRates> {
       if (signer !== expected) throw new Error('fast recovery disagrees')
     }
   })
+  const key = generatePrivateKey()
+  const tx = (nonce: number) => ({
+    type: 'eip1559' as const,
+    chainId,
+    to: usdc.address,
+    data: `0xa9059cbb${'00'.repeat(64)}` as const,
+    nonce,
+    gas: 60_000n,
+    maxFeePerGas: 2_000_000_000n,
+    maxPriorityFeePerGas: 1_000_000n,
+    value: 0n,
+  })
+  const signWith = (a: ReturnType<typeof privateKeyToAccount>) => async () => {
+    for (let i = 0; i < count; i++) await a.signTransaction(tx(i))
+  }
   return {
     viem_per_s: viemPerS,
     fast_per_s: fastPerS,
     fast_backend: recoveryBackend,
     keccak_backend: keccakBackend,
+    sign_viem_per_s: await perCpuSecond(count, signWith(privateKeyToAccount(key))),
+    sign_fast_per_s: await perCpuSecond(count, signWith(signingAccount(key))),
+    sign_backend: signingBackend,
   }
 }
 

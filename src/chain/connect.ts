@@ -1,7 +1,7 @@
 // Start-up of the chain side: picks the RPC (or starts the dev chain), the treasury and USDC, then proves
 // they match the configured network before the service takes a single request.
 import { type Address, getAddress, type Hex } from 'viem'
-import { type PrivateKeyAccount, privateKeyToAccount } from 'viem/accounts'
+import type { PrivateKeyAccount } from 'viem/accounts'
 import { getChainId } from 'viem/actions'
 import type { Config, Network } from '../config/schema.ts'
 import { configDollars } from '../money.ts'
@@ -17,6 +17,7 @@ import { devAccount } from './dev-accounts.ts'
 import { type DevChain, startDevChain } from './dev-chain.ts'
 import { ChainError } from './errors.ts'
 import { caip2, networks } from './networks.ts'
+import { signingAccount } from './signing-account.ts'
 import { readTokenInfo } from './usdc.ts'
 
 export interface UsdcInfo {
@@ -204,7 +205,7 @@ function treasuryAccount(config: Config, network: Network, devChain: DevChain | 
   )
   if (!/^0x[0-9a-fA-F]{64}$/.test(key)) throw invalid
   try {
-    return privateKeyToAccount(key as Hex)
+    return signingAccount(key as Hex)
   } catch {
     throw invalid
   }

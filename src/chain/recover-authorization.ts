@@ -4,36 +4,11 @@
 // `npm run bench -- recover` (CPU time, one core): viem's generic recoverTypedDataAddress ~170-290/s, the
 // hand-built digest with viem's recovery ~250/s, with the native recovery ~4,600-9,100/s (~8,000 with viem's
 // keccak, 8,200-9,700 with the native one of ./keccak.ts, three runs each on one machine).
-import { createRequire } from 'node:module'
 import { type Address, type Hex, recoverAddress } from 'viem'
 import { keccakBytes as keccak } from './keccak.ts'
+import { secp256k1 } from './secp256k1.ts'
 
-/** The one call used from the `secp256k1` package (it ships no types). */
-interface NativeSecp256k1 {
-  ecdsaRecover(signature: Uint8Array, recovery: number, digest: Uint8Array, compressed: boolean): Uint8Array
-}
-
-/**
- * The native module, or null when it is not installed (an optional dependency: a platform without a
- * prebuilt binary and no compiler still runs, on the JS path). The package itself falls back to its own
- * JS (elliptic) when its binary cannot load; `recoveryBackend` says which one answers.
- */
-function loadNative(): { lib: NativeSecp256k1; backend: 'native' | 'elliptic' } | null {
-  try {
-    const require = createRequire(import.meta.url)
-    const lib = require('secp256k1') as NativeSecp256k1
-    let backend: 'native' | 'elliptic' = 'elliptic'
-    try {
-      require('secp256k1/bindings')
-      backend = 'native'
-    } catch {}
-    return { lib, backend }
-  } catch {
-    return null
-  }
-}
-
-const native = loadNative()
+const native = secp256k1
 
 /** Which recovery answers in this process (the bench records it beside its figures). */
 export const recoveryBackend: 'native' | 'elliptic' | 'viem' = native?.backend ?? 'viem'
