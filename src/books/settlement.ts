@@ -1,6 +1,6 @@
 // The settlement room: the transitions of a captured x402 claim on its way to the chain. Each statement
 // states its precondition (a captured eip3009 claim, not settled, not failed); revenue is booked only in
-// settleAuthorization, in the same transaction that marks the claim settled (DESIGN §7b).
+// settleAuthorizations, in the same transaction that marks the claim settled (DESIGN §7b).
 import type { StoredAuthorization } from '../chain/settle.ts'
 import type { Sql, Tx } from '../db/sql.ts'
 import { bookCallRevenue } from './ledger.ts'
@@ -67,21 +67,23 @@ export async function forgetSettlementTx(db: Db, q: { proofKey: string; hash: st
 }
 
 /**
- * The authorization is used on chain (our transaction, or anyone's: the money arrived all the same): mark the
- * claim settled and book the call's owner share and fee, in one transaction. False when the claim was not in
- * a settleable state (already settled or failed): nothing is booked twice.
+ * The authorizations are used on chain (our transactions, or anyone's: the money arrived all the same): mark
+ * their claims settled and book the calls' owner shares and fees, in one transaction (a settlement batch is
+ * up to settlement.batch_max authorizations: one commit, not one each). Returns the proof keys settled; a
+ * claim not in a settleable state (already settled or failed) is left out: nothing is booked twice.
  */
-export function settleAuthorization(sql: Sql, q: { proofKey: string }): Promise<boolean> {
+export function settleAuthorizations(sql: Sql, q: { proofKeys: string[] }): Promise<string[]> {
+  if (q.proofKeys.length === 0) return Promise.resolve([])
   return sql.begin(async (tx) => {
-    const rows = await tx`
+    const rows = await tx<{ proof_key: string }[]>`
       UPDATE claims SET settled_at = now()
-      WHERE proof_key = ${q.proofKey} AND kind = 'eip3009' AND status = 'captured'
+      WHERE proof_key = ANY(${q.proofKeys}::text[]) AND kind = 'eip3009' AND status = 'captured'
         AND settled_at IS NULL AND settlement_error IS NULL
       RETURNING proof_key`
-    if (rows.length === 0) return false
-    await bookCallRevenue(tx, { proofKeys: [q.proofKey] })
-    return true
-  })
+    const settled = rows.map((r) => r.proof_key)
+    if (settled.length > 0) await bookCallRevenue(tx, { proofKeys: settled })
+    return settled
+  }) as Promise<string[]>
 }
 
 /**

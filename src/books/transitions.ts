@@ -81,7 +81,7 @@ export const TRANSITIONS: readonly Transition[] = [
     record: 'claim',
     from: 'captured',
     to: 'captured',
-    fn: 'settleAuthorization',
+    fn: 'settleAuthorizations',
     why: 'x402 authorization used on chain: settled_at set and revenue booked in one transaction',
   },
   {
@@ -140,7 +140,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: null,
     to: 'unpaid',
     fn: 'bookCallRevenue',
-    why: 'owner share + fee of a call (tx proofs at capture, x402 in settleAuthorization, batch vouchers in recordChannelClaims)',
+    why: 'owner share + fee of a call (tx proofs at capture, x402 in settleAuthorizations, batch vouchers in recordChannelClaims)',
   },
   { record: 'ledger_entry', from: null, to: 'unpaid', fn: 'markRefundDue', why: 'refund owed to a payer' },
   {

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type Capture, claimAndCapture, markRefundDue } from '../../src/books/claims.ts'
 import { failPayout, markPayoutSubmitted, recordPayouts } from '../../src/books/payouts.ts'
-import { failSettlement, settleAuthorization } from '../../src/books/settlement.ts'
+import { failSettlement, settleAuthorizations } from '../../src/books/settlement.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { checkBalances } from '../../src/control-plane/jobs/reconcile-balances.ts'
 import { newId } from '../../src/ids.ts'
@@ -117,8 +117,10 @@ describe('running balances', () => {
     // x402: captured (no revenue yet), then two settled (revenue booked) and one failed (nothing booked).
     const keys = await x402Calls(owners[1]!, 3)
     await expectExact()
-    expect(await settleAuthorization(svc.sql, { proofKey: keys[0]! })).toBe(true)
-    expect(await settleAuthorization(svc.sql, { proofKey: keys[1]! })).toBe(true)
+    expect(await settleAuthorizations(svc.sql, { proofKeys: [keys[0]!, keys[1]!] })).toEqual([
+      keys[0],
+      keys[1],
+    ])
     expect(await failSettlement(svc.sql, { proofKey: keys[2]!, reason: 'expired' })).toBe(true)
     await expectExact()
 

@@ -9,11 +9,11 @@ import {
   forgetSettlementTx,
   listDueSettlements,
   listSentSettlements,
+  settleAuthorizations as markSettled,
   readSettlementBacklog,
   recordSettlementTx,
   type SettlementCandidate,
   type SettlementFailure,
-  settleAuthorization,
 } from '../../books/settlement.ts'
 import { readAuthorizationState } from '../../chain/authorization.ts'
 import { broadcast, pendingNonce, quoteFees } from '../../chain/payouts.ts'
@@ -81,7 +81,7 @@ async function resolveSent(deps: JobDeps): Promise<void> {
       continue
     }
     if (await isUsed(deps, c)) {
-      await settled(deps, c.proof_key, hash)
+      await settled(deps, [c.proof_key])
       continue
     }
     // Still waiting in the node's pool: leave it, a second transaction for it would only revert.
@@ -170,8 +170,11 @@ async function settleBatch(
   })
 
   if (inFlight.length > 0) settlementBatchSize.observe(inFlight.length)
+  // Receipts of one block arrive together (one batched JSON-RPC answer): their settlements share a commit.
+  const settleSoon = coalesced((keys: string[]) => settled(deps, keys))
   await Promise.all(
     inFlight.map(async ({ c, hash }) => {
+      let success: boolean
       try {
         const receipt = await chain.publicClient.waitForTransactionReceipt({
           hash,
@@ -179,7 +182,7 @@ async function settleBatch(
           timeout: config.settlement.confirm_timeout_ms,
           pollingInterval: config.settlement.receipt_poll_ms,
         })
-        await outcome(deps, c, hash, receipt.status === 'success')
+        success = receipt.status === 'success'
       } catch (err) {
         // Not mined in time or the RPC failed: the hash stays recorded, the next run looks it up.
         settlements.labels('receipt_error').inc()
@@ -188,10 +191,32 @@ async function settleBatch(
           tx: hash,
           err,
         })
+        return
       }
+      // A revert is rare and asks the chain whether the authorization is used anyway.
+      await (success ? settleSoon(c.proof_key) : outcome(deps, c, hash, false))
     }),
   )
   return { sent: inFlight.length, stopped }
+}
+
+/**
+ * Items handed to the returned function within one turn of the event loop are flushed together once
+ * (setImmediate); each caller's promise settles with that flush.
+ */
+function coalesced<T>(flush: (items: T[]) => Promise<void>): (item: T) => Promise<void> {
+  let items: T[] = []
+  let next: Promise<void> | null = null
+  return (item) => {
+    items.push(item)
+    next ??= new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
+      const batch = items
+      items = []
+      next = null
+      return flush(batch)
+    })
+    return next
+  }
 }
 
 /** Forgets the recorded hashes of signed transactions that were not broadcast. */
@@ -213,12 +238,13 @@ async function isUsed({ chain }: JobDeps, c: SettlementCandidate): Promise<boole
 /** A mined settlement. A revert whose authorization is used anyway (the payer or an earlier transaction of
  * ours took it) is still money arrived; a revert of an unused one fails the settlement. */
 async function outcome(deps: JobDeps, c: SettlementCandidate, hash: Hash, success: boolean): Promise<void> {
-  if (success || (await isUsed(deps, c))) return settled(deps, c.proof_key, hash)
+  if (success || (await isUsed(deps, c))) return settled(deps, [c.proof_key])
   await fail(deps, c, hash, 'reverted')
 }
 
-async function settled({ sql }: JobDeps, proofKey: string, _hash: Hash): Promise<void> {
-  if (await settleAuthorization(sql, { proofKey })) settlements.labels('settled').inc()
+async function settled({ sql }: JobDeps, proofKeys: string[]): Promise<void> {
+  const done = await markSettled(sql, { proofKeys })
+  if (done.length > 0) settlements.labels('settled').inc(done.length)
 }
 
 async function fail(
