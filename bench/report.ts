@@ -115,7 +115,18 @@ export function targetChecks(results: ScenarioResult[], soak?: SoakSummary): Tar
   const direct = by.get('half-load-direct')
   if (paid && direct) {
     const value = paid.p99_us - direct.p99_us
-    checks.push({ name: 'added p99 µs at half load', value, target: '≤ 1000', met: value <= 1000 })
+    // The paid path adds work to the direct one: a negative difference means the reference run was disturbed
+    // (a stall of the machine or the load generator), not that paying is free. It is reported, never met.
+    checks.push({
+      name: 'added p99 µs at half load',
+      value,
+      target: '≤ 1000',
+      met: value >= 0 && value <= 1000,
+      limit:
+        value < 0
+          ? `not measured: the direct reference's p99 (${direct.p99_us} µs) is above the paid path's (${paid.p99_us} µs)`
+          : `p99 ${paid.p99_us} µs paid / ${direct.p99_us} µs direct`,
+    })
   }
   if (soak) {
     checks.push({ name: 'soak RSS drift %', value: soak.rss_drift_pct, target: '≤ 10', met: soak.rss_flat })
