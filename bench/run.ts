@@ -69,7 +69,7 @@ async function main() {
     const results = chosen.length ? await runScenarios(ctx, chosen) : []
     if (withSoak)
       process.stdout.write(
-        `bench: soak (instances quiet after ${await waitQuiet(backgroundPids(ctx), { maxTicksPerS: 10, maxMs: 30_000 })} ms)\n`,
+        `bench: soak (instances quiet after ${await waitQuiet(backgroundPids(ctx), { maxTicksPerS: 10, maxMs: 60_000 })} ms)\n`,
       )
     const soak = withSoak ? await runSoak(ctx) : null
     if (soak) results.push(...soak.scenarios)
@@ -237,7 +237,7 @@ async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioR
 async function settle(ctx: Context): Promise<number> {
   const started = Date.now()
   await Promise.all(Object.values(ctx.tollgates).map((t) => t?.maintain()))
-  await waitQuiet(backgroundPids(ctx), { maxTicksPerS: 10, maxMs: 30_000 })
+  await waitQuiet(backgroundPids(ctx), { maxTicksPerS: 10, maxMs: 60_000 })
   return Date.now() - started
 }
 
