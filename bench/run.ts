@@ -7,6 +7,8 @@ import { execFileSync } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
 import { startDevChain } from '../src/chain/dev-chain.ts'
 import { cpuMeter, postgresBackends, withChildren } from './cpu.ts'
 import { makeProofs } from './proofs.ts'
@@ -62,15 +64,19 @@ async function main() {
   // Base Sepolia's chain id and name, so the published x402 client (which knows no private chain) can pay.
   const chain = await startDevChain({ chainId: 84532, payers: 1, payerFunding: 100_000_000_000n })
   const kinds = chosen.flatMap((s) => s.tollgates ?? [])
-  const ctx = await startTargets(dir, chain, withSoak ? [...kinds, 'warm'] : kinds, chosen)
+  const ctx = await startTargets(dir, chain, kinds, chosen)
   try {
     const proofCount = chosen.reduce((n, s) => n + (s.proofs ?? 0), 0)
     if (proofCount) await prepareProofs(ctx, proofCount)
     const results = chosen.length ? await runScenarios(ctx, chosen) : []
-    if (withSoak)
+    if (withSoak) {
+      // Its own instance, started now: the soak measures growth under steady load, not the heap the earlier
+      // scenarios left in the warm instance (one major GC of that once moved RSS 40 % down mid-soak).
+      ctx.tollgates.soak = await startKind(ctx, 'soak')
       process.stdout.write(
         `bench: soak (instances quiet after ${await waitQuiet(backgroundPids(ctx), { maxTicksPerS: 10, maxMs: 60_000 })} ms)\n`,
       )
+    }
     const soak = withSoak ? await runSoak(ctx) : null
     if (soak) results.push(...soak.scenarios)
     const recovery = soakOnly ? null : await measureRecovery(500)
@@ -114,6 +120,25 @@ function meta(): Record<string, unknown> {
   }
 }
 
+/** A tollgate instance of one kind, on the bench's chain and upstream. */
+function startKind(ctx: Context, kind: TollgateKind) {
+  return startTollgate({
+    name: kind,
+    dir: ctx.dir,
+    chain: {
+      rpcUrl: ctx.chain.rpcUrl,
+      usdcAddress: ctx.chain.usdcAddress,
+      treasuryKey: ctx.chain.treasury.privateKey,
+      payer: ctx.chain.payers[0]!.address,
+    },
+    upstream: ctx.upstream.base,
+    watch: kind !== 'cold',
+    runtime: kind === 'tsx' ? 'tsx' : 'built',
+    workers: kind === 'workers2' ? 2 : 1,
+    profileDir: kind === 'warm' ? process.env.BENCH_PROFILE_DIR : undefined,
+  })
+}
+
 async function startTargets(
   dir: string,
   chain: Context['chain'],
@@ -137,25 +162,8 @@ async function startTargets(
       return proofs.splice(0, n)
     },
   }
-  const chainInfo = {
-    rpcUrl: chain.rpcUrl,
-    usdcAddress: chain.usdcAddress,
-    treasuryKey: chain.treasury.privateKey,
-    payer: chain.payers[0]!.address,
-  }
   // One at a time: two cores, and each start-up is CPU-heavy (migrations, JIT).
-  for (const kind of new Set(kinds)) {
-    ctx.tollgates[kind] = await startTollgate({
-      name: kind,
-      dir,
-      chain: chainInfo,
-      upstream: upstream.base,
-      watch: kind !== 'cold',
-      runtime: kind === 'tsx' ? 'tsx' : 'built',
-      workers: kind === 'workers2' ? 2 : 1,
-      profileDir: kind === 'warm' ? process.env.BENCH_PROFILE_DIR : undefined,
-    })
-  }
+  for (const kind of new Set(kinds)) ctx.tollgates[kind] = await startKind(ctx, kind)
   if (chosen.some((s) => s.peer === 'nginx')) {
     ctx.nginx = await startNginx({ dir, upstream: upstream.base, workers: 1 })
     if (!ctx.nginx) process.stdout.write('bench: nginx not found; the nginx scenario is skipped\n')
@@ -238,8 +246,17 @@ async function settle(ctx: Context): Promise<number> {
   const started = Date.now()
   await Promise.all(Object.values(ctx.tollgates).map((t) => t?.maintain()))
   await waitQuiet(backgroundPids(ctx), { maxTicksPerS: 10, maxMs: 60_000 })
+  // The load generator runs in this process: a major GC of the last scenario's garbage (256 KB bodies, x402
+  // payloads) would stall it mid-run, and an open-loop run counts that stall against the target (seen: the
+  // upstream alone at half load read p99 386 ms in a full run, 8 ms when run alone).
+  collectGarbage()
   return Date.now() - started
 }
+
+const collectGarbage: () => void = (() => {
+  setFlagsFromString('--expose-gc')
+  return runInNewContext('gc') as () => void
+})()
 
 /** The processes whose background work could load the next scenario: tollgate instances and their databases. */
 function backgroundPids(ctx: Context): number[] {

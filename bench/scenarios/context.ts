@@ -10,7 +10,7 @@ export const settings = {
   proofs: Number(process.env.BENCH_PROOFS ?? 12_000),
 }
 
-export type TollgateKind = 'warm' | 'cold' | 'tsx' | 'workers2'
+export type TollgateKind = 'warm' | 'cold' | 'tsx' | 'workers2' | 'soak'
 
 export interface Context {
   dir: string
