@@ -10,6 +10,7 @@ import {
   zeroAddress,
 } from 'viem'
 import type { ChainPublicClient } from './client.ts'
+import { nullIfNotFound } from './not-found.ts'
 import { usdcAbi } from './usdc.ts'
 
 /** Used when the node cannot estimate (e.g. the treasury holds no USDC yet); a USDC transfer needs ~40–60k. */
@@ -151,8 +152,9 @@ export async function lookupPayoutTx(
   p: { treasury: Address; nonce: number; hashes: Hash[]; confirmations: number },
 ): Promise<PayoutTxState> {
   const minedNonce = await client.getTransactionCount({ address: p.treasury, blockTag: 'latest' })
+  // Only "no receipt" means not mined: a failed look-up throws (see ./not-found.ts), the payout stays open.
   const receipts = await Promise.all(
-    p.hashes.map((hash) => client.getTransactionReceipt({ hash }).catch(() => null)),
+    p.hashes.map((hash) => nullIfNotFound(client.getTransactionReceipt({ hash }))),
   )
   const receipt = receipts.find((r) => r !== null)
   if (receipt) {

@@ -283,9 +283,10 @@ describe('edge cases', () => {
 describe('confirmations', () => {
   it('a transfer not yet `confirmations` deep is not applied; once deep enough it is', async () => {
     const deep = await startTestService({
-      // 2,000, not 100: the chain is shared (every other test file's transaction mines a block), and with 100
-      // one CI run saw the payment paid within the 800 ms below, before the negative was checked.
-      overrides: { chain: { poll_interval_ms: 100, confirmations: 2_000 }, jobs: { enabled: false } },
+      // 400, not 100: the chain is shared (every other test file's transaction mines a block), and with 100
+      // one CI run saw the payment paid within the 800 ms below, before the negative was checked. Not 2,000:
+      // mining those in one anvil_mine took over 10 s on a loaded machine, and held every other file's RPC.
+      overrides: { chain: { poll_interval_ms: 100, confirmations: 400 }, jobs: { enabled: false } },
     })
     try {
       const m = await registerMerchant(deep)
@@ -298,7 +299,10 @@ describe('confirmations', () => {
       expect((await paymentOf(p.id, deep, m.key)).status).toBe('pending')
       expect(await deep.sql`SELECT 1 FROM claims`).toHaveLength(0)
       const { publicClient } = chainClients()
-      await publicClient.request({ method: 'anvil_mine' as never, params: ['0x7d0'] as never })
+      // In steps of 50, so the other files' requests interleave.
+      for (let i = 0; i < 8; i++) {
+        await publicClient.request({ method: 'anvil_mine' as never, params: ['0x32'] as never })
+      }
       await until('paid once confirmed', async () => (await paymentOf(p.id, deep, m.key)).status === 'paid')
     } finally {
       await deep.stop()

@@ -5,6 +5,7 @@
 //   refuse       stops listening: new connections get ECONNREFUSED, open ones are reset
 //   blackhole    accepts and never answers, until the client gives up
 // refuseBroadcasts answers eth_sendRawTransaction 503 while reads pass (a provider rejecting transactions);
+// failMethods answers 503 to any request carrying one of those methods (one kind of look-up failing);
 // stripLogTimestamps answers as nodes that leave blockTimestamp off logs do.
 // Plain node, no vitest import: the chaos runner uses it outside vitest too.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
@@ -19,6 +20,8 @@ export interface RpcProxy {
   readonly requests: number
   /** While true, requests carrying eth_sendRawTransaction are answered 503; everything else passes. */
   refuseBroadcasts: boolean
+  /** Requests carrying any of these JSON-RPC methods are answered 503; the rest pass. */
+  failMethods: string[]
   /** Requests refused by refuseBroadcasts. */
   readonly refused: number
   /** While true, `blockTimestamp` is removed from every log in the answers, as older nodes answer. */
@@ -37,7 +40,12 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
   let requests = 0
   let refused = 0
   let port = 0
-  const state = { refuseBroadcasts: false, stripLogTimestamps: false, bodies: null as string[] | null }
+  const state = {
+    refuseBroadcasts: false,
+    failMethods: [] as string[],
+    stripLogTimestamps: false,
+    bodies: null as string[] | null,
+  }
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
     requests++
@@ -50,6 +58,10 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
     if (state.refuseBroadcasts && body.includes('eth_sendRawTransaction')) {
       refused++
       return void res.writeHead(503).end('broadcasts refused')
+    }
+    if (state.failMethods.some((m) => body.includes(`"${m}"`))) {
+      refused++
+      return void res.writeHead(503).end('method failing')
     }
     count(counts, body)
     state.bodies?.push(body)
@@ -97,6 +109,12 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
     },
     set refuseBroadcasts(on: boolean) {
       state.refuseBroadcasts = on
+    },
+    get failMethods() {
+      return state.failMethods
+    },
+    set failMethods(methods: string[]) {
+      state.failMethods = methods
     },
     get refused() {
       return refused

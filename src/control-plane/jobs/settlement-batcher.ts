@@ -16,6 +16,7 @@ import {
   type SettlementFailure,
 } from '../../books/settlement.ts'
 import { readAuthorizationState } from '../../chain/authorization.ts'
+import { nullIfNotFound } from '../../chain/not-found.ts'
 import { broadcast, pendingNonce, quoteFees } from '../../chain/payouts.ts'
 import { signSettlement } from '../../chain/settle.ts'
 import { settlementBatchSize, settlements } from '../../observability/metrics.ts'
@@ -75,7 +76,8 @@ async function resolveSent(deps: JobDeps): Promise<void> {
   const { sql, chain, logger } = deps
   for (const c of await listSentSettlements(sql)) {
     const hash = c.settlement_tx as Hash
-    const receipt = await chain.publicClient.getTransactionReceipt({ hash }).catch(() => null)
+    // A failed look-up throws (the run ends, the next one asks again): unknown is not "lost".
+    const receipt = await nullIfNotFound(chain.publicClient.getTransactionReceipt({ hash }))
     if (receipt) {
       await outcome(deps, c, hash, receipt.status === 'success')
       continue
@@ -85,7 +87,7 @@ async function resolveSent(deps: JobDeps): Promise<void> {
       continue
     }
     // Still waiting in the node's pool: leave it, a second transaction for it would only revert.
-    const pending = await chain.publicClient.getTransaction({ hash }).catch(() => null)
+    const pending = await nullIfNotFound(chain.publicClient.getTransaction({ hash }))
     if (pending) continue
     // Never mined, unknown to the node, authorization unused: forget the hash, it is signed again.
     logger.warn('x402 settlement lost before mining; signing again', { proof_key: c.proof_key, tx: hash })
@@ -99,7 +101,7 @@ async function settleBatch(
   lock: TreasuryLock,
   due: SettlementCandidate[],
 ): Promise<{ sent: number; stopped: boolean }> {
-  const { sql, chain, logger, config } = deps
+  const { sql, chain, logger } = deps
   const nowS = BigInt(Math.floor(Date.now() / 1000))
   const live: SettlementCandidate[] = []
   for (const c of due) {
@@ -170,7 +172,35 @@ async function settleBatch(
   })
 
   if (inFlight.length > 0) settlementBatchSize.observe(inFlight.length)
-  // Receipts of one block arrive together (one batched JSON-RPC answer): their settlements share a commit.
+  await awaitOutcomes(deps, inFlight)
+  return { sent: inFlight.length, stopped }
+}
+
+/**
+ * Items handed to the returned function within one turn of the event loop are flushed together once
+ * (setImmediate); each caller's promise settles with that flush.
+ */
+function coalesced<T>(flush: (items: T[]) => Promise<void>): (item: T) => Promise<void> {
+  let items: T[] = []
+  let next: Promise<void> | null = null
+  return (item) => {
+    items.push(item)
+    next ??= new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
+      const batch = items
+      items = []
+      next = null
+      return flush(batch)
+    })
+    return next
+  }
+}
+
+/**
+ * Waits for the receipts of what was broadcast and books each outcome as soon as its receipt is in.
+ * Receipts of one block arrive together (one batched JSON-RPC answer): their settlements share a commit.
+ */
+async function awaitOutcomes(deps: JobDeps, inFlight: Array<{ c: SettlementCandidate; hash: Hash }>) {
+  const { chain, config, logger } = deps
   const settleSoon = coalesced((keys: string[]) => settled(deps, keys))
   await Promise.all(
     inFlight.map(async ({ c, hash }) => {
@@ -197,26 +227,6 @@ async function settleBatch(
       await (success ? settleSoon(c.proof_key) : outcome(deps, c, hash, false))
     }),
   )
-  return { sent: inFlight.length, stopped }
-}
-
-/**
- * Items handed to the returned function within one turn of the event loop are flushed together once
- * (setImmediate); each caller's promise settles with that flush.
- */
-function coalesced<T>(flush: (items: T[]) => Promise<void>): (item: T) => Promise<void> {
-  let items: T[] = []
-  let next: Promise<void> | null = null
-  return (item) => {
-    items.push(item)
-    next ??= new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
-      const batch = items
-      items = []
-      next = null
-      return flush(batch)
-    })
-    return next
-  }
 }
 
 /** Forgets the recorded hashes of signed transactions that were not broadcast. */
