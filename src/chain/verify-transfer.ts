@@ -3,8 +3,8 @@
 
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Address, Client, Hash, TransactionReceipt } from 'viem'
-import { TransactionNotFoundError, TransactionReceiptNotFoundError } from 'viem'
 import { getBlock, getBlockNumber, getTransaction, getTransactionReceipt } from 'viem/actions'
+import { nullIfNotFound } from './not-found.ts'
 import { decodeTransferLog, isMint, sameAddress, type TreasuryTransfer } from './transfer.ts'
 
 export type TransferFailure =
@@ -152,21 +152,10 @@ function classifyLogs(receipt: TransactionReceipt, usdc: Address, treasury: Addr
   return { ok: false, reason: 'no_transfer' }
 }
 
-async function receiptOrNull(client: Client, hash: Hash): Promise<TransactionReceipt | null> {
-  try {
-    return await getTransactionReceipt(client, { hash })
-  } catch (err) {
-    if (err instanceof TransactionReceiptNotFoundError) return null
-    throw err
-  }
+function receiptOrNull(client: Client, hash: Hash): Promise<TransactionReceipt | null> {
+  return nullIfNotFound(getTransactionReceipt(client, { hash }))
 }
 
 async function isKnown(client: Client, hash: Hash): Promise<boolean> {
-  try {
-    await getTransaction(client, { hash })
-    return true
-  } catch (err) {
-    if (err instanceof TransactionNotFoundError) return false
-    throw err
-  }
+  return (await nullIfNotFound(getTransaction(client, { hash }))) !== null
 }
