@@ -1,7 +1,7 @@
 // The 60 s soak (in the full run, or alone with `npm run bench -- soak`): a tollgate instance of its own,
 // warmed up for 5 s, at full load on the 402 path in six 10 s windows, its RSS sampled every 2 s throughout.
-// The summary says whether RSS stayed flat (± 10 %) and whether p99 stayed within 2× of the first window's. The 402 path: a paid soak would need
-// one on-chain transfer per request (~300k for 60 s).
+// The summary says whether RSS stayed flat (± 10 %) and whether p99 stayed within 2× of the first window's.
+// The 402 path: a paid soak would need one on-chain transfer per request (~300k for 60 s).
 import { readFileSync } from 'node:fs'
 import { load } from '../load.ts'
 import { type ScenarioResult, withRatio } from '../report.ts'

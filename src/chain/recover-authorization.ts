@@ -8,10 +8,8 @@ import { type Address, type Hex, recoverAddress } from 'viem'
 import { keccakBytes as keccak } from './keccak.ts'
 import { secp256k1 } from './secp256k1.ts'
 
-const native = secp256k1
-
 /** Which recovery answers in this process (the bench records it beside its figures). */
-export const recoveryBackend: 'native' | 'elliptic' | 'viem' = native?.backend ?? 'viem'
+export const recoveryBackend: 'native' | 'elliptic' | 'viem' = secp256k1?.backend ?? 'viem'
 
 const DOMAIN_TYPEHASH = keccak(
   'EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)',
@@ -81,8 +79,8 @@ export async function recoverSigner(digest: Uint8Array, signature: Hex): Promise
   const recovery = v >= 27 ? v - 27 : v
   if (recovery !== 0 && recovery !== 1) return null
   try {
-    if (native) {
-      const publicKey = native.lib.ecdsaRecover(
+    if (secp256k1) {
+      const publicKey = secp256k1.lib.ecdsaRecover(
         Buffer.from(signature.slice(2, 130), 'hex'),
         recovery,
         digest,

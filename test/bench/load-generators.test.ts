@@ -125,21 +125,23 @@ describe('machineBusy', () => {
 })
 
 describe('targetChecks', () => {
+  /** A scenario's result with only what the checks read set apart. */
+  const r = (name: string, rps: number, p99_us = 1000, machine_cpu_pct = 90) => ({
+    name,
+    rps,
+    p50_ms: 1,
+    p90_ms: 1,
+    p99_ms: p99_us / 1000,
+    max_ms: 1,
+    p99_us,
+    requests: 1,
+    errors: 0,
+    loadgen_cpu_pct: 10,
+    machine_cpu_pct,
+    ratio_to_direct: null,
+  })
+
   it('compares ratios in one run, says what bounded them, and checks the added p99 at half load', () => {
-    const r = (name: string, rps: number, p99_us = 1000, machine_cpu_pct = 90) => ({
-      name,
-      rps,
-      p50_ms: 1,
-      p90_ms: 1,
-      p99_ms: p99_us / 1000,
-      max_ms: 1,
-      p99_us,
-      requests: 1,
-      errors: 0,
-      loadgen_cpu_pct: 10,
-      machine_cpu_pct,
-      ratio_to_direct: null,
-    })
     const checks = targetChecks([
       r('nginx', 20_000),
       r('paid-warm', 10_000, 1000, 75),
@@ -155,21 +157,8 @@ describe('targetChecks', () => {
   })
 
   it('does not call a disturbed half-load reference met', () => {
-    const r = (name: string, p99_us: number) => ({
-      name,
-      rps: 600,
-      p50_ms: 1,
-      p90_ms: 1,
-      p99_ms: p99_us / 1000,
-      max_ms: 1,
-      p99_us,
-      requests: 1,
-      errors: 0,
-      loadgen_cpu_pct: 10,
-      ratio_to_direct: null,
-    })
     // As in a run on a noisy machine: the upstream alone read p99 386 ms, the paid path 189 ms.
-    const [check] = targetChecks([r('half-load-direct', 385_791), r('half-load-paid', 189_311)])
+    const [check] = targetChecks([r('half-load-direct', 600, 385_791), r('half-load-paid', 600, 189_311)])
     expect(check).toMatchObject({ name: 'added p99 µs at half load', value: -196_480, met: false })
     expect(check!.limit).toContain('not measured')
   })

@@ -11,31 +11,23 @@ import {
   writeChannelVouchers,
 } from '../../src/books/channels.ts'
 import { expireUncapturedClaims } from '../../src/control-plane/jobs/claim-expiry.ts'
-import { type EmbeddedDatabase, startEmbeddedDatabase } from '../../src/db/embedded.ts'
-import { migrate } from '../../src/db/migrate.ts'
-import { createSql, type Sql } from '../../src/db/sql.ts'
-import { freshDatabaseUrl } from '../helpers/database.ts'
+import type { Sql } from '../../src/db/sql.ts'
+import { migratedDatabase } from '../helpers/database.ts'
 
 let sql: Sql
-let embedded: EmbeddedDatabase | null = null
+let db: Awaited<ReturnType<typeof migratedDatabase>> | undefined
 const ACCOUNT = 'acct_leases'
 const PRICE = 1000n
 const SIG = `0x${'ab'.repeat(65)}`
 
 beforeAll(async () => {
-  let url = await freshDatabaseUrl()
-  if (!url) {
-    embedded = await startEmbeddedDatabase({ dataDir: 'memory://' })
-    url = embedded.url
-  }
-  sql = createSql(url, { max: 2 })
-  await migrate(sql)
+  db = await migratedDatabase({ max: 2 })
+  sql = db.sql
   await sql`INSERT INTO accounts (id, wallet_address, business_name, mode)
             VALUES (${ACCOUNT}, '0x1111111111111111111111111111111111111111', 'B', 'test')`
 })
 afterAll(async () => {
-  await sql?.end()
-  await embedded?.stop()
+  await db?.stop()
 })
 
 let n = 0

@@ -5,33 +5,25 @@
 // payout_accounts row per account with its owner shares and refunds. Real database (server or PGlite).
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest'
 import { recordPayouts } from '../../src/books/payouts.ts'
-import { type EmbeddedDatabase, startEmbeddedDatabase } from '../../src/db/embedded.ts'
-import { migrate } from '../../src/db/migrate.ts'
-import { createSql, type Sql } from '../../src/db/sql.ts'
-import { freshDatabaseUrl } from '../helpers/database.ts'
+import type { Sql } from '../../src/db/sql.ts'
+import { migratedDatabase } from '../helpers/database.ts'
 
 let sql: Sql
-let embedded: EmbeddedDatabase | null = null
+let db: Awaited<ReturnType<typeof migratedDatabase>> | undefined
 const A = '0xaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'
 const B = '0xbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb'
 const C = '0xcccccccccccccccccccccccccccccccccccccccc'
 const D = '0xdddddddddddddddddddddddddddddddddddddddd'
 
 beforeAll(async () => {
-  let url = await freshDatabaseUrl()
-  if (!url) {
-    embedded = await startEmbeddedDatabase({ dataDir: 'memory://' })
-    url = embedded.url
-  }
-  sql = createSql(url, { max: 1 })
-  await migrate(sql)
+  db = await migratedDatabase({ max: 1 })
+  sql = db.sql
   await sql`
     INSERT INTO accounts (id, wallet_address, business_name, mode)
     VALUES ('acct_a', ${A}, 'A', 'test'), ('acct_b', ${B}, 'B', 'test'), ('acct_x', ${A}, 'X', 'test')`
 })
 afterAll(async () => {
-  await sql?.end()
-  await embedded?.stop()
+  await db?.stop()
 })
 beforeEach(async () => {
   await sql`DELETE FROM payout_accounts`

@@ -13,30 +13,22 @@ import {
 import { bookCallRevenue, linkEntriesToPayouts } from '../../src/books/ledger.ts'
 import { confirmPayout, failPayout, markPayoutSubmitted } from '../../src/books/payouts.ts'
 import { claimCallExpectations, fromStates } from '../../src/books/transitions.ts'
-import { type EmbeddedDatabase, startEmbeddedDatabase } from '../../src/db/embedded.ts'
-import { migrate } from '../../src/db/migrate.ts'
-import { createSql, type Sql } from '../../src/db/sql.ts'
+import type { Sql } from '../../src/db/sql.ts'
 import { newId } from '../../src/ids.ts'
-import { freshDatabaseUrl } from '../helpers/database.ts'
+import { migratedDatabase } from '../helpers/database.ts'
 
 let sql: Sql
-let embedded: EmbeddedDatabase | null = null
+let db: Awaited<ReturnType<typeof migratedDatabase>> | undefined
 const ACCOUNT = 'acct_books'
 const WALLET = '0x1111111111111111111111111111111111111111'
 
 beforeAll(async () => {
-  let url = await freshDatabaseUrl()
-  if (!url) {
-    embedded = await startEmbeddedDatabase({ dataDir: 'memory://' })
-    url = embedded.url
-  }
-  sql = createSql(url, { max: 1 })
-  await migrate(sql)
+  db = await migratedDatabase({ max: 1 })
+  sql = db.sql
   await sql`INSERT INTO accounts (id, wallet_address, business_name, mode) VALUES (${ACCOUNT}, ${WALLET}, 'B', 'test')`
 })
 afterAll(async () => {
-  await sql?.end()
-  await embedded?.stop()
+  await db?.stop()
 })
 
 let n = 0

@@ -3,6 +3,9 @@
 import { randomBytes } from 'node:crypto'
 import postgres from 'postgres'
 import { inject } from 'vitest'
+import { type EmbeddedDatabase, startEmbeddedDatabase } from '../../src/db/embedded.ts'
+import { migrate } from '../../src/db/migrate.ts'
+import { createSql, type Sql } from '../../src/db/sql.ts'
 
 export const serverUrl = process.env.DATABASE_URL || null
 export const usingServer = serverUrl !== null
@@ -25,4 +28,28 @@ export async function freshDatabaseUrl(): Promise<string | null> {
   const url = new URL(serverUrl)
   url.pathname = `/${name}`
   return url.toString()
+}
+
+/**
+ * A fresh, migrated database with a client, for tests of the books and the SQL below them: a server database
+ * when DATABASE_URL is set, else an in-memory PGlite. `stop` ends the client and the embedded database.
+ */
+export async function migratedDatabase(options: {
+  max: number
+}): Promise<{ sql: Sql; stop(): Promise<void> }> {
+  let url = await freshDatabaseUrl()
+  let embedded: EmbeddedDatabase | null = null
+  if (!url) {
+    embedded = await startEmbeddedDatabase({ dataDir: 'memory://' })
+    url = embedded.url
+  }
+  const sql = createSql(url, options)
+  await migrate(sql)
+  return {
+    sql,
+    async stop() {
+      await sql.end()
+      await embedded?.stop()
+    },
+  }
 }
