@@ -3,6 +3,7 @@
 import autocannon from 'autocannon'
 import * as hdr from 'hdr-histogram-js'
 import { machineBusy } from './cpu.ts'
+import type { Inside } from './scenarios/inside.ts'
 
 export interface LoadOptions {
   url: string
@@ -36,6 +37,8 @@ export interface Measured {
   /** x402-batch only: its throughput over nginx's and over x402 (exact)'s in the same run. */
   ratio_to_nginx?: number | null
   ratio_to_x402?: number | null
+  /** The paid scenarios: where a call's time went inside the instance (bench/scenarios/inside.ts). */
+  inside?: Inside
   /** Answers with another status than expected, by status; and requests with no answer (errors, timeouts). */
   wrong_status?: Record<string, number>
   no_answer?: { errors: number; timeouts: number }

@@ -2,6 +2,7 @@
 import { load, type Measured } from '../load.ts'
 import { paced } from '../paced.ts'
 import { type Context, settings, type TollgateKind } from './context.ts'
+import { inside, readCounters } from './inside.ts'
 import { runX402 } from './x402.ts'
 import { runX402Batch } from './x402-batch.ts'
 import { runX402Reference } from './x402-reference.ts'
@@ -22,13 +23,18 @@ function paid(kind: TollgateKind, path: string, proofs: number, name: string): S
     name,
     tollgates: [kind],
     proofs,
-    run: async (ctx) =>
-      load({
+    run: async (ctx) => {
+      const t = ctx.tollgates[kind]!
+      const url = await t.metered(path)
+      const before = await readCounters(t.adminPort)
+      const m = await load({
         ...base(),
-        url: await ctx.tollgates[kind]!.metered(path),
+        url,
         perRequest: { header: 'x-payment', values: ctx.takeProofs(proofs) },
         expectStatus: 200,
-      }),
+      })
+      return { ...m, inside: inside(before, await readCounters(t.adminPort)) }
+    },
   }
 }
 
@@ -107,15 +113,20 @@ export const scenarios: Scenario[] = [
     name: 'half-load-paid',
     tollgates: ['warm'],
     proofs: Math.round(settings.proofs * 0.6),
-    run: async (ctx) =>
-      paced({
+    run: async (ctx) => {
+      const t = ctx.tollgates.warm!
+      const url = await t.metered('/data')
+      const before = await readCounters(t.adminPort)
+      const m = await paced({
         ...base(),
-        url: await ctx.tollgates.warm!.metered('/data'),
+        url,
         rate: halfRate(ctx),
         warmupS: 1,
         perRequest: { header: 'x-payment', values: ctx.takeProofs(Math.round(settings.proofs * 0.6)) },
         expectStatus: 200,
-      }),
+      })
+      return { ...m, inside: inside(before, await readCounters(t.adminPort)) }
+    },
   },
   {
     name: 'payment-create',
