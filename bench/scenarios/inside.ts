@@ -11,6 +11,14 @@ export interface Inside {
   request_mean_ms: number
   /** Mean time until the upstream answered with headers. */
   upstream_head_mean_ms: number
+  /** Mean time of one claim/capture statement, and the share of them that took over 10 ms. */
+  write_mean_ms: number
+  writes_over_10ms_pct: number
+  /** Garbage collection in the run: total pause time and the major collections. */
+  gc_ms: number
+  gc_major: number
+  /** The longest event-loop delay seen in the run (prom-client resets it at each scrape). */
+  event_loop_max_ms: number
 }
 
 type Counters = Map<string, number>
@@ -37,11 +45,19 @@ function total(counters: Counters, name: string, labels: string[]): number {
   return sum
 }
 
+/** The largest of the series of `name` (a gauge per worker). */
+function largest(counters: Counters, name: string): number {
+  let max = 0
+  for (const [key, value] of counters) if (key.split('{')[0] === name && value > max) max = value
+  return max
+}
+
 export function inside(before: Counters, after: Counters): Inside {
   const d = (name: string, ...labels: string[]) => total(after, name, labels) - total(before, name, labels)
   const mean = (sum: number, count: number, scale = 1) =>
     count > 0 ? Math.round((sum / count) * scale * 1000) / 1000 : 0
   const writes = d('tollgate_books_writes_total')
+  const writeCount = d('tollgate_books_write_duration_seconds_count')
   return {
     books_writes: writes,
     claims_per_write: mean(d('tollgate_claims_batch_size_sum'), writes),
@@ -56,5 +72,14 @@ export function inside(before: Counters, after: Counters): Inside {
       d('tollgate_upstream_duration_seconds_count', 'status_class="2xx"'),
       1000,
     ),
+    write_mean_ms: mean(d('tollgate_books_write_duration_seconds_sum'), writeCount, 1000),
+    writes_over_10ms_pct: mean(
+      writeCount - d('tollgate_books_write_duration_seconds_bucket', 'le="0.01"'),
+      writeCount,
+      100,
+    ),
+    gc_ms: Math.round(d('tollgate_nodejs_gc_duration_seconds_sum') * 1000),
+    gc_major: d('tollgate_nodejs_gc_duration_seconds_count', 'kind="major"'),
+    event_loop_max_ms: Math.round(largest(after, 'tollgate_nodejs_eventloop_lag_max_seconds') * 1000),
   }
 }

@@ -21,6 +21,8 @@ export interface BatchWriterOptions {
   retryMinMs?: number
   retryMaxMs?: number
   onBatch?(claims: number, captures: number): void
+  /** A batch's statement ended (written or failed), `ms` after it was sent. */
+  onWritten?(ms: number): void
   /** A batch failed; `captures` of them are queued again. */
   onError?(err: unknown, captures: number): void
   /** Captures waiting (queued or being written), after every change. */
@@ -114,7 +116,9 @@ export class BatchWriter {
     this.inFlight++
     this.writing += captures.length
     this.options.onBatch?.(claims.length, captures.length)
+    const sentAt = performance.now()
     this.write(claims, captures).finally(() => {
+      this.options.onWritten?.(performance.now() - sentAt)
       this.inFlight--
       this.writing -= captures.length
       this.options.onQueue?.(this.pendingCaptures)

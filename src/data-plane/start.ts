@@ -23,6 +23,7 @@ import type { ApiHandler } from '../http-exchange.ts'
 import { configDollars } from '../money.ts'
 import type { Logger } from '../observability/logger.ts'
 import {
+  booksWriteDuration,
   booksWrites,
   captureBatchSize,
   captureQueue,
@@ -329,6 +330,7 @@ function createBooksWriter(db: Database, config: Config, logger: Logger): BatchW
       if (claimCount > 0) claimBatchSize.observe(claimCount)
       if (captureCount > 0) captureBatchSize.observe(captureCount)
     },
+    onWritten: (ms) => booksWriteDuration.observe(ms / 1000),
     onQueue: (n) => captureQueue.set(n),
     onError: (err, waiting) => {
       if (waiting > 0) captureRetries.inc()

@@ -105,6 +105,13 @@ export const booksWrites = new client.Counter({
   registers: [registry],
 })
 
+export const booksWriteDuration = new client.Histogram({
+  name: 'tollgate_books_write_duration_seconds',
+  help: 'Time of one claim/capture statement, send to commit acknowledged: what a claim waits for, twice at most.',
+  buckets: LATENCY_BUCKETS,
+  registers: [registry],
+})
+
 export const captureQueue = new client.Gauge({
   name: 'tollgate_captures_waiting',
   help: 'Captures of served calls not yet durable (queued or being written); never dropped while the process lives.',

@@ -26,6 +26,12 @@ function upstreamAnswers(text: string): number {
   return m === null ? 0 : Number(m[1])
 }
 
+/** Claim/capture statements timed so far. */
+function booksWritesTimed(text: string): number {
+  const m = /^tollgate_books_write_duration_seconds_count (\d+)$/m.exec(text)
+  return m === null ? 0 : Number(m[1])
+}
+
 describe('admin port', () => {
   it('says healthy and ready when the database and the chain answer', async () => {
     const health = await fetch(`http://127.0.0.1:${svc.adminPort}/healthz`)
@@ -47,8 +53,10 @@ describe('admin port', () => {
     expect(text).toContain('tollgate_nodejs_eventloop_lag_p99_seconds')
   })
 
-  it("times the upstream's answer of a paid call (time to response headers)", async () => {
-    const before = upstreamAnswers(await scrape())
+  it("times the upstream's answer of a paid call (time to response headers) and its claim's write", async () => {
+    const first = await scrape()
+    const before = upstreamAnswers(first)
+    const writesBefore = booksWritesTimed(first)
     const merchant = await registerMerchant(svc)
     const ep = await svc.api('/api/v1/endpoints', {
       key: merchant.key,
@@ -65,6 +73,8 @@ describe('admin port', () => {
     const text = await scrape()
     expect(upstreamAnswers(text)).toBe(before + 1)
     expect(text).toMatch(/^tollgate_upstream_duration_seconds_sum\{status_class="2xx"\} [0-9.e-]+$/m)
+    // The claim's statement at least (its capture may ride with it or follow alone).
+    expect(booksWritesTimed(text)).toBeGreaterThan(writesBefore)
   })
 
   it('every metric a Grafana panel queries is exported', async () => {

@@ -1,0 +1,108 @@
+// What one claim/capture statement (src/books/claims.ts claimAndCapture, the hot path's one durable write)
+// costs the database, by batch size: B fresh claims plus the captures of the previous B, as under steady
+// load. Per statement: wall time and the PostgreSQL backend's CPU (from /proc), so the fixed part of a
+// statement and the part per call can be told apart. Needs a PostgreSQL server on this machine.
+// usage: npx tsx bench/history/claim-batch-cost.ts [--rounds 400] [--sizes 1,2,4,8,16,32]
+import { readFileSync } from 'node:fs'
+import { parseArgs } from 'node:util'
+import postgres from 'postgres'
+import { type Capture, type ClaimRequest, claimAndCapture } from '../../src/books/claims.ts'
+import { migrate } from '../../src/db/migrate.ts'
+import { createSql } from '../../src/db/sql.ts'
+
+const { values } = parseArgs({
+  options: {
+    rounds: { type: 'string', default: '400' },
+    sizes: { type: 'string', default: '1,2,4,8,16,32' },
+    settings: { type: 'string', default: '' },
+    url: {
+      type: 'string',
+      default: process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
+    },
+  },
+})
+const rounds = Number(values.rounds)
+const sizes = values.sizes.split(',').map(Number)
+
+const admin = postgres(values.url, { max: 1, onnotice: () => {} })
+const name = `tollgate_claim_cost_${process.pid}`
+await admin.unsafe(`CREATE DATABASE ${name}`)
+const url = new URL(values.url)
+url.pathname = `/${name}`
+const sql = createSql(url.toString(), { max: 1 })
+const TICK_US = 1e6 / 100 // USER_HZ
+
+/** The backend's user+system CPU so far, µs (fields 14 and 15 of /proc/<pid>/stat). */
+function backendCpuUs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+  return (Number(fields[11]) + Number(fields[12])) * TICK_US
+}
+
+let serial = 0
+function claim(): ClaimRequest {
+  serial++
+  return {
+    proofKey: `tx:0x${serial.toString(16).padStart(64, '0')}`,
+    kind: 'tx',
+    targetType: 'call',
+    targetId: `call_${serial}`,
+    accountId: 'acct_1',
+    payer: '0xpayer',
+    amountAtomic: 10_000n,
+    retryWindowMs: 60_000,
+    leaseMs: 30_000,
+    authorization: null,
+  }
+}
+function captureOf(c: ClaimRequest): Capture {
+  return {
+    callId: c.targetId,
+    proofKey: c.proofKey,
+    endpointId: 'ep_1',
+    accountId: 'acct_1',
+    ownerWallet: '0xowner',
+    payer: c.payer,
+    amountAtomic: c.amountAtomic,
+    ownerShareAtomic: 9_500n,
+    feeAtomic: 500n,
+    upstreamStatus: 200,
+    method: 'GET',
+  }
+}
+
+try {
+  await migrate(sql)
+  await sql`INSERT INTO accounts (id, wallet_address, business_name, mode) VALUES ('acct_1', '0xowner', 'Owner', 'test')`
+  for (const s of values.settings.split(';').filter(Boolean)) await sql.unsafe(s)
+  const [backend] = await sql<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`
+  const pid = backend!.pid
+  const out = []
+  for (const size of sizes) {
+    let open: ClaimRequest[] = []
+    const run = async () => {
+      const claims = Array.from({ length: size }, claim)
+      const r = await claimAndCapture(sql, { claims, captures: open.map(captureOf) })
+      if (r.claims.some((c) => c.outcome !== 'won') || r.captured.size !== open.length)
+        throw new Error('refused')
+      open = claims
+    }
+    for (let i = 0; i < 20; i++) await run() // warm: plans cached, pages in memory
+    const cpu0 = backendCpuUs(pid)
+    const t0 = performance.now()
+    for (let i = 0; i < rounds; i++) await run()
+    const wallUs = ((performance.now() - t0) * 1000) / rounds
+    const cpuUs = (backendCpuUs(pid) - cpu0) / rounds
+    out.push({
+      calls_per_statement: size,
+      statement_wall_us: Math.round(wallUs),
+      statement_db_cpu_us: Math.round(cpuUs),
+      db_cpu_us_per_call: Math.round(cpuUs / size),
+    })
+  }
+  console.log(JSON.stringify({ settings: values.settings || null, rows: out }, null, 1))
+} finally {
+  await sql.end()
+  await admin.unsafe(`DROP DATABASE ${name}`)
+  await admin.end()
+}
