@@ -11,6 +11,9 @@ export interface Inside {
   request_mean_ms: number
   /** Mean time until the upstream answered with headers. */
   upstream_head_mean_ms: number
+  /** Mean time of a verification's chain look-up (cold transactions, x402 authorizations), and how many. */
+  rpc_lookups: number
+  rpc_mean_ms: number
   /** Mean time of one claim/capture statement, and the share of them that took over 10 ms. */
   write_mean_ms: number
   writes_over_10ms_pct: number
@@ -70,6 +73,12 @@ export function inside(before: Counters, after: Counters): Inside {
     upstream_head_mean_ms: mean(
       d('tollgate_upstream_duration_seconds_sum', 'status_class="2xx"'),
       d('tollgate_upstream_duration_seconds_count', 'status_class="2xx"'),
+      1000,
+    ),
+    rpc_lookups: d('tollgate_chain_rpc_duration_seconds_count'),
+    rpc_mean_ms: mean(
+      d('tollgate_chain_rpc_duration_seconds_sum'),
+      d('tollgate_chain_rpc_duration_seconds_count'),
       1000,
     ),
     write_mean_ms: mean(d('tollgate_books_write_duration_seconds_sum'), writeCount, 1000),

@@ -7,6 +7,7 @@ import { createPaymentHeader, selectPaymentRequirements } from 'x402/client'
 import { PaymentRequirementsSchema } from 'x402/types'
 import { load, type Measured } from '../load.ts'
 import { type Context, settings } from './context.ts'
+import { inside, readCounters } from './inside.ts'
 
 export async function runX402(ctx: Context, count: number): Promise<Measured> {
   const url = await ctx.tollgates.warm!.metered('/data')
@@ -31,11 +32,13 @@ export async function runX402(ctx: Context, count: number): Promise<Measured> {
   process.stdout.write(
     `  signed ${count} x402 authorizations in ${Math.round(performance.now() - started)} ms\n`,
   )
-  return load({
+  const before = await readCounters(ctx.tollgates.warm!.adminPort)
+  const m = await load({
     url,
     connections: settings.connections,
     durationS: settings.durationS,
     perRequest: { header: 'x-payment', values: headers },
     expectStatus: 200,
   })
+  return { ...m, inside: inside(before, await readCounters(ctx.tollgates.warm!.adminPort)) }
 }

@@ -237,8 +237,14 @@ function createVerifier(
       treasury: chain.treasury,
       usdc: { address: chain.usdc.address, name: chain.usdc.name, version: chain.usdc.version },
     },
-    checkAuthorization: (q) =>
-      checkAuthorizationOnChain(chain.publicClient, { usdc: chain.usdc.address, ...q }),
+    checkAuthorization: async (q) => {
+      const end = rpcDuration.startTimer()
+      try {
+        return await checkAuthorizationOnChain(chain.publicClient, { usdc: chain.usdc.address, ...q })
+      } finally {
+        end()
+      }
+    },
     verifySmartWallet: (q) =>
       verifySmartWalletAuthorization(chain.publicClient, { usdc: chain.usdc, chainId: chain.chainId, ...q }),
     simulate: (q) =>

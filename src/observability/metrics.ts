@@ -38,7 +38,7 @@ export const verifications = new client.Counter({
 
 export const rpcDuration = new client.Histogram({
   name: 'tollgate_chain_rpc_duration_seconds',
-  help: 'Latency of proof verification RPC look-ups.',
+  help: "Latency of proof verification RPC look-ups (a transaction, or an authorization's nonce and balance).",
   buckets: LATENCY_BUCKETS,
   registers: [registry],
 })
