@@ -1,14 +1,13 @@
 // Command-line entry: load the configuration, then either run one service in this process or (workers > 1)
 // supervise N worker processes on one port; print where it listens, drain on SIGTERM.
 import { randomBytes } from 'node:crypto'
-import { AggregatorRegistry } from 'prom-client'
 import { devChainFilePath, removeDevChainFile, writeDevChainFile } from './cli/dev-chain-file.ts'
 import { ConfigError, loadConfig } from './config/load.ts'
 import type { Config } from './config/schema.ts'
 import { startSupervisor, workerCount, workerEnv } from './data-plane/workers.ts'
 import { configDollars, formatDollars } from './money.ts'
 import { createLogger } from './observability/logger.ts'
-import { registry } from './observability/metrics.ts'
+import { answerParentMetrics } from './observability/metrics.ts'
 import { installProcessHandlers } from './observability/process-handlers.ts'
 import { type Service, startService } from './service.ts'
 
@@ -66,7 +65,7 @@ function writeDevChain(config: Config, service: Service): void {
 /** One of N data-plane processes: the parent's database, jobs in worker 0 only on the embedded database. */
 async function runWorker(config: Config, worker: NonNullable<ReturnType<typeof workerEnv>>): Promise<void> {
   // The parent's /metrics asks every worker for this registry over cluster IPC and sums them.
-  AggregatorRegistry.setRegistries([registry])
+  answerParentMetrics()
   const service = await startService(config, {
     worker: {
       databaseUrl: worker.databaseUrl,

@@ -4,6 +4,16 @@ import client from 'prom-client'
 export const registry = new client.Registry()
 client.collectDefaultMetrics({ register: registry, prefix: 'tollgate_' })
 
+/**
+ * In a worker process (server.workers > 1): answer the parent's requests for this registry over cluster IPC,
+ * so its /metrics can sum the workers. prom-client only starts listening when an AggregatorRegistry is
+ * constructed; setRegistries alone leaves the parent waiting until its 5 s timeout, on every scrape.
+ */
+export function answerParentMetrics(): void {
+  client.AggregatorRegistry.setRegistries([registry])
+  new client.AggregatorRegistry()
+}
+
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 
 /** route: a fixed route group ('api', 'metered', 'checkout', 'other'); status_class: '2xx'…'5xx'. */

@@ -51,6 +51,21 @@ describe('two worker processes on one port', () => {
     await service?.kill()
   })
 
+  it("the parent's /metrics sums both workers' registries, answered at once", async () => {
+    await until('both workers ready', async () => ((await readyz(service)).status === 'ready' ? true : null))
+    const statuses = await Promise.all(Array.from({ length: 20 }, () => account(service, key)))
+    expect(statuses.every((s) => s === 200)).toBe(true)
+    // The parent answers only once every worker has sent its registry (else 500 after prom-client's 5 s).
+    const started = performance.now()
+    const r = await fetch(`${service.adminUrl}/metrics`)
+    const text = await r.text()
+    expect([r.status, text.slice(0, 80)]).toEqual([200, expect.stringContaining('# HELP')])
+    expect(performance.now() - started).toBeLessThan(2_000)
+    const served = /^tollgate_http_requests_total\{route="api",status_class="2xx"\} (\d+)$/m.exec(text)
+    expect(Number(served?.[1])).toBeGreaterThanOrEqual(20)
+    expect(text).toMatch(/^tollgate_process_cpu_seconds_total \S+$/m)
+  })
+
   it('serves from two processes and restarts one killed by PID while requests keep being answered', async () => {
     const before = await until('both workers ready', async () => {
       const r = await readyz(service)
