@@ -1,7 +1,8 @@
 // What one claim/capture statement (src/books/claims.ts claimAndCapture, the hot path's one durable write)
 // costs the database, by batch size: B fresh claims plus the captures of the previous B, as under steady
 // load. Per statement: wall time and the PostgreSQL backend's CPU (from /proc), so the fixed part of a
-// statement and the part per call can be told apart. Needs a PostgreSQL server on this machine.
+// statement and the part per call can be told apart, and this process's CPU (the driver's side).
+// Needs a PostgreSQL server on this machine.
 // usage: npx tsx bench/history/claim-batch-cost.ts [--rounds 400] [--sizes 1,2,4,8,16,32]
 import { readFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
@@ -89,15 +90,20 @@ try {
     }
     for (let i = 0; i < 20; i++) await run() // warm: plans cached, pages in memory
     const cpu0 = backendCpuUs(pid)
+    const own0 = process.cpuUsage()
     const t0 = performance.now()
     for (let i = 0; i < rounds; i++) await run()
     const wallUs = ((performance.now() - t0) * 1000) / rounds
     const cpuUs = (backendCpuUs(pid) - cpu0) / rounds
+    const own = process.cpuUsage(own0)
+    const nodeUs = (own.user + own.system) / rounds
     out.push({
       calls_per_statement: size,
       statement_wall_us: Math.round(wallUs),
       statement_db_cpu_us: Math.round(cpuUs),
       db_cpu_us_per_call: Math.round(cpuUs / size),
+      // This process: building the statement's parameters, the driver, the socket, reading the answer.
+      statement_node_cpu_us: Math.round(nodeUs),
     })
   }
   console.log(JSON.stringify({ settings: values.settings || null, rows: out }, null, 1))

@@ -58,9 +58,12 @@ describe('paced (open loop, the half-load runs)', () => {
       const w = Math.floor((s.at - start) / 100)
       windows.set(w, (windows.get(w) ?? 0) + 1)
     }
-    // The 200 ms stall on one connection queues ~40 requests that then leave at once; elsewhere ~20.
+    // The 200 ms stall on one connection queues ~40 requests that then leave at once; elsewhere ~20. A
+    // machine loaded by other suites stalls this process too, so a few more windows may catch up; a
+    // second's quota sent at once (the old bug) puts ~200 in one window.
     const counts = [...windows.values()]
-    expect(counts.filter((n) => n > 30).length).toBeLessThanOrEqual(2)
+    expect(Math.max(...counts)).toBeLessThan(100)
+    expect(counts.filter((n) => n > 30).length).toBeLessThanOrEqual(4)
     // Latency from when each request was due: the stall makes ≥ 1 % of them ≥ 100 ms late.
     expect(m.p99_ms).toBeGreaterThanOrEqual(100)
     expect(m.machine_cpu_pct).toBeGreaterThanOrEqual(0)
