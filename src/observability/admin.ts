@@ -8,7 +8,7 @@ import { assertPortFree } from '../port-probe.ts'
 import { type RateLimiter, rateLimitedHeaders } from '../rate-limit.ts'
 import { requestIdFrom } from '../request-id.ts'
 import type { Logger } from './logger.ts'
-import { readinessCheck, registry, runScrapeSamplers } from './metrics.ts'
+import { onScrape, readinessCheck, registry } from './metrics.ts'
 
 /** A scrape waits at most this long for a readiness check or a sampler (Prometheus' default timeout is 10 s). */
 const SCRAPE_SAMPLE_TIMEOUT_MS = 3_000
@@ -50,12 +50,10 @@ export async function startAdminServer(options: {
     })
   app.get('/metrics', (res, req) => {
     const state = onAbort(res, req)
-    Promise.all([runChecks(SCRAPE_SAMPLE_TIMEOUT_MS), runScrapeSamplers(SCRAPE_SAMPLE_TIMEOUT_MS)])
-      .then(() => registry.metrics())
-      .then(
-        (text) => reply(res, state, 200, registry.contentType, text),
-        (err) => reply(res, state, 500, 'text/plain', String(err)),
-      )
+    registry.metrics().then(
+      (text) => reply(res, state, 200, registry.contentType, text),
+      (err) => reply(res, state, 500, 'text/plain', String(err)),
+    )
   })
   app.get('/readyz', (res, req) => {
     const state = onAbort(res, req)
@@ -118,12 +116,22 @@ export async function startAdminServer(options: {
   })
   // uWS would share a port already taken by another tollgate's admin server (SO_REUSEPORT).
   await assertPortFree(options.host, options.port, 'the admin port')
+  // The registry runs its samplers before every read (this port's /metrics, a parent's over cluster IPC).
+  const stopSampling = onScrape(async () => {
+    await runChecks(SCRAPE_SAMPLE_TIMEOUT_MS)
+  })
   return new Promise((resolve, reject) => {
     app.listen(options.host, options.port, (socket) => {
-      if (!socket) return reject(new Error(`admin port ${options.host}:${options.port} is not available`))
+      if (!socket) {
+        stopSampling()
+        return reject(new Error(`admin port ${options.host}:${options.port} is not available`))
+      }
       resolve({
         port: uws.us_socket_local_port(socket),
-        close: () => uws.us_listen_socket_close(socket),
+        close: () => {
+          stopSampling()
+          uws.us_listen_socket_close(socket)
+        },
       })
     })
   })

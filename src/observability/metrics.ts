@@ -1,7 +1,27 @@
 // Every metric the service exports, declared once: tollgate_<subsystem>_<name>_<unit>, bounded labels only.
 import client from 'prom-client'
 
-export const registry = new client.Registry()
+/** How long one scrape waits for a sampler (the database, the RPC node) before keeping its last value. */
+const SCRAPE_SAMPLE_TIMEOUT_MS = 3_000
+
+/**
+ * The registry, sampling the values read at scrape time (readiness, backlogs, the treasury) before every
+ * read: the admin port's /metrics, and with server.workers > 1 the parent's request over cluster IPC, which
+ * reads each worker's registry with getMetricsAsJSON and never passes through a worker's admin port.
+ */
+class SampledRegistry extends client.Registry {
+  override async metrics(): Promise<string> {
+    await runScrapeSamplers(SCRAPE_SAMPLE_TIMEOUT_MS)
+    return super.metrics()
+  }
+
+  override async getMetricsAsJSON(): ReturnType<client.Registry['getMetricsAsJSON']> {
+    await runScrapeSamplers(SCRAPE_SAMPLE_TIMEOUT_MS)
+    return super.getMetricsAsJSON()
+  }
+}
+
+export const registry = new SampledRegistry()
 client.collectDefaultMetrics({ register: registry, prefix: 'tollgate_' })
 
 /**
@@ -217,6 +237,7 @@ export const payoutBlocked = new client.Gauge({
   name: 'tollgate_payouts_blocked',
   help: '1 while payouts are stopped because the treasury is short of USDC or of gas, by reason.',
   labelNames: ['reason'] as const,
+  aggregator: 'max',
   registers: [registry],
 })
 
@@ -230,6 +251,7 @@ export const payoutFailures = new client.Counter({
 export const payoutsOpen = new client.Gauge({
   name: 'tollgate_payouts_open',
   help: 'Payouts recorded or broadcast but not yet confirmed or failed.',
+  aggregator: 'max',
   registers: [registry],
 })
 
@@ -245,6 +267,7 @@ export const settlements = new client.Counter({
 export const settlementThrottled = new client.Gauge({
   name: 'tollgate_x402_intake_throttled',
   help: '1 while new x402 payloads are refused with 503 settlement_backlog (backlog past its limits).',
+  aggregator: 'max',
   registers: [registry],
 })
 
@@ -256,70 +279,80 @@ export const settlementBatchSize = new client.Histogram({
 })
 
 // ---- Operations (issue 13): values sampled when Prometheus scrapes, for deploy/alerts.yml. ----------------
-// They describe shared state (the database, the chain), so every instance reports the same values; alert
-// rules take max() across instances. Samplers are registered by the modules that can read the value and run
-// by the admin port before each /metrics answer, each bounded by a timeout so a slow database or RPC node
-// never makes the scrape itself fail.
+// They describe shared state (the database, the chain), so every instance reports the same values: alert
+// rules take max() across instances, and a parent's sum over its workers takes their max (aggregator).
+// Samplers are registered by the modules that can read the value and run before every read of the registry,
+// each bounded by a timeout so a slow database or RPC node never makes the scrape itself fail.
 
 /** check: the /readyz check names (database, chain, payouts, …). */
 export const readinessCheck = new client.Gauge({
   name: 'tollgate_readiness_check_ok',
   help: '1 when the readiness check answered ok at the last scrape, 0 when it failed or timed out, by check.',
   labelNames: ['check'] as const,
+  aggregator: 'min',
   registers: [registry],
 })
 
 export const settlementBacklogCount = new client.Gauge({
   name: 'tollgate_x402_settlement_backlog_count',
   help: 'Captured x402 calls whose authorization is not settled on chain yet (sent or not).',
+  aggregator: 'max',
   registers: [registry],
 })
 
 export const settlementBacklogOldest = new client.Gauge({
   name: 'tollgate_x402_settlement_backlog_oldest_seconds',
   help: 'Age of the oldest captured x402 call not settled on chain yet (0 when none).',
+  aggregator: 'max',
   registers: [registry],
 })
 
 export const webhookBacklogCount = new client.Gauge({
   name: 'tollgate_webhooks_backlog_count',
   help: 'Webhook deliveries still pending plus events not yet fanned out to their webhooks.',
+  aggregator: 'max',
   registers: [registry],
 })
 
 export const webhookBacklogOldest = new client.Gauge({
   name: 'tollgate_webhooks_backlog_oldest_seconds',
   help: 'Age of the oldest event not yet delivered to every webhook (0 when none); includes receivers being retried.',
+  aggregator: 'max',
   registers: [registry],
 })
 
 export const webhookOverdue = new client.Gauge({
   name: 'tollgate_webhooks_overdue_seconds',
   help: 'How far past its next attempt time the most overdue pending delivery is (0 when none): the dispatcher is behind.',
+  aggregator: 'max',
   registers: [registry],
 })
 
 export const payoutsOpenOldest = new client.Gauge({
   name: 'tollgate_payouts_open_oldest_seconds',
   help: 'Age of the oldest payout recorded or broadcast but not confirmed or failed (0 when none).',
+  aggregator: 'max',
   registers: [registry],
 })
 
 export const payoutsOwedAtomic = new client.Gauge({
   name: 'tollgate_payouts_owed_atomic',
   help: 'USDC base units owed to owner wallets and refund recipients and not yet in a payout.',
+  aggregator: 'max',
   registers: [registry],
 })
 
 export const treasuryUsdcAtomic = new client.Gauge({
   name: 'tollgate_treasury_usdc_atomic',
   help: 'USDC base units the treasury holds (read from the chain at scrape).',
+  aggregator: 'max',
   registers: [registry],
 })
 
 export const treasuryGasWei = new client.Gauge({
   name: 'tollgate_treasury_gas_wei',
   help: 'Native currency (wei) the treasury holds for gas (read from the chain at scrape; float precision).',
+  aggregator: 'max',
   registers: [registry],
 })
 

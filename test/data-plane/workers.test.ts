@@ -1,6 +1,6 @@
 // server.workers: 2 → two data-plane processes on one port under one parent, which restarts a killed one.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { fundedAccount } from '../helpers/accounts.ts'
+import { chainClients, type Funded, fundedAccount } from '../helpers/accounts.ts'
 import { type ChildService, startChildService } from '../helpers/child-service.ts'
 import { freshDatabaseUrl } from '../helpers/database.ts'
 import { waitFor } from '../helpers/wait-for.ts'
@@ -30,9 +30,10 @@ async function account(service: ChildService, key: string): Promise<number> {
 describe('two worker processes on one port', () => {
   let service: ChildService
   let key: string
+  let treasury: Funded
 
   beforeAll(async () => {
-    const treasury = await fundedAccount(0n)
+    treasury = await fundedAccount(0n)
     service = await startChildService({
       databaseUrl: await freshDatabaseUrl(),
       treasuryKey: treasury.privateKey,
@@ -64,6 +65,13 @@ describe('two worker processes on one port', () => {
     const served = /^tollgate_http_requests_total\{route="api",status_class="2xx"\} (\d+)$/m.exec(text)
     expect(Number(served?.[1])).toBeGreaterThanOrEqual(20)
     expect(text).toMatch(/^tollgate_process_cpu_seconds_total \S+$/m)
+    // Sampled at this scrape in each worker (their own admin ports are never scraped), and shared state is
+    // not doubled by the sum: readiness takes the workers' min, the treasury's balance their max.
+    expect(text).toMatch(/^tollgate_readiness_check_ok\{check="database"\} 1$/m)
+    expect(text).toMatch(/^tollgate_readiness_check_ok\{check="chain"\} 1$/m)
+    const gas = await chainClients().publicClient.getBalance({ address: treasury.address })
+    const sampled = /^tollgate_treasury_gas_wei (\S+)$/m.exec(text)
+    expect(Number(sampled?.[1])).toBe(Number(gas))
   })
 
   it('serves from two processes and restarts one killed by PID while requests keep being answered', async () => {
