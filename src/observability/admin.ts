@@ -23,7 +23,7 @@ export interface AdminServer {
   close(): void
 }
 
-export async function startAdminServer(options: {
+export interface AdminServerOptions {
   host: string
   port: number
   checks: ReadinessCheck[]
@@ -34,7 +34,9 @@ export async function startAdminServer(options: {
   token?: string | null
   /** One bucket per extra route (they scan the chain and the books); null = unlimited. */
   routeLimiter?: RateLimiter | null
-}): Promise<AdminServer> {
+}
+
+export async function startAdminServer(options: AdminServerOptions): Promise<AdminServer> {
   const app = uws.App()
   app.get('/healthz', (res, req) => {
     res
@@ -63,6 +65,40 @@ export async function startAdminServer(options: {
       reply(res, state, ready ? 200 : 503, 'application/json', body)
     })
   })
+  addOperatorRoutes(app, options)
+  app.any('/*', (res, req) => {
+    writeError(res, 'route_not_found', requestIdFrom(req.getHeader('x-request-id')), {
+      message: `no admin route ${req.getMethod().toUpperCase()} ${req.getUrl()}`,
+    })
+  })
+  // uWS would share a port already taken by another tollgate's admin server (SO_REUSEPORT).
+  await assertPortFree(options.host, options.port, 'the admin port')
+  // The registry runs its samplers before every read (this port's /metrics, a parent's over cluster IPC).
+  const stopSampling = onScrape(async () => {
+    await runChecks(SCRAPE_SAMPLE_TIMEOUT_MS)
+  })
+  return new Promise((resolve, reject) => {
+    app.listen(options.host, options.port, (socket) => {
+      if (!socket) {
+        stopSampling()
+        return reject(new Error(`admin port ${options.host}:${options.port} is not available`))
+      }
+      resolve({
+        port: uws.us_socket_local_port(socket),
+        close: () => {
+          stopSampling()
+          uws.us_listen_socket_close(socket)
+        },
+      })
+    })
+  })
+}
+
+/** The operator routes (e.g. /reconcile): a bearer token compared in constant time, then a rate limit. */
+function addOperatorRoutes(
+  app: uws.TemplatedApp,
+  options: Pick<AdminServerOptions, 'routes' | 'token' | 'routeLimiter' | 'logger'>,
+): void {
   const tokenDigest = options.token ? digest(options.token) : null
   const limiter = options.routeLimiter ?? null
   for (const [path, route] of Object.entries(options.routes ?? {})) {
@@ -109,32 +145,6 @@ export async function startAdminServer(options: {
       )
     })
   }
-  app.any('/*', (res, req) => {
-    writeError(res, 'route_not_found', requestIdFrom(req.getHeader('x-request-id')), {
-      message: `no admin route ${req.getMethod().toUpperCase()} ${req.getUrl()}`,
-    })
-  })
-  // uWS would share a port already taken by another tollgate's admin server (SO_REUSEPORT).
-  await assertPortFree(options.host, options.port, 'the admin port')
-  // The registry runs its samplers before every read (this port's /metrics, a parent's over cluster IPC).
-  const stopSampling = onScrape(async () => {
-    await runChecks(SCRAPE_SAMPLE_TIMEOUT_MS)
-  })
-  return new Promise((resolve, reject) => {
-    app.listen(options.host, options.port, (socket) => {
-      if (!socket) {
-        stopSampling()
-        return reject(new Error(`admin port ${options.host}:${options.port} is not available`))
-      }
-      resolve({
-        port: uws.us_socket_local_port(socket),
-        close: () => {
-          stopSampling()
-          uws.us_listen_socket_close(socket)
-        },
-      })
-    })
-  })
 }
 
 async function runCheck(
