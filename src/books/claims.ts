@@ -66,37 +66,8 @@ export async function claimAndCapture(
 ): Promise<BooksBatchResult> {
   const r = batch.claims
   const c = batch.captures
-  // Two JSON documents instead of 21 arrays: one parameter each side, serialized natively (JSON.stringify)
-  // instead of element by element; amounts travel as strings and are read as bigint.
-  const caps = JSON.stringify(
-    c.map((x) => ({
-      call_id: x.callId,
-      proof_key: x.proofKey,
-      endpoint_id: x.endpointId,
-      account_id: x.accountId,
-      owner_wallet: x.ownerWallet,
-      payer: x.payer,
-      amount: x.amountAtomic.toString(),
-      owner_share: x.ownerShareAtomic.toString(),
-      fee: x.feeAtomic.toString(),
-      status: x.upstreamStatus,
-      method: x.method,
-    })),
-  )
-  const wins = JSON.stringify(
-    r.map((x) => ({
-      k: x.proofKey,
-      kind: x.kind,
-      tt: x.targetType,
-      tid: x.targetId,
-      acct: x.accountId,
-      payer: x.payer,
-      amt: x.amountAtomic.toString(),
-      rw: x.retryWindowMs,
-      lease: x.leaseMs,
-      auth: x.authorization,
-    })),
-  )
+  const caps = capturesJson(c)
+  const wins = claimsJson(r)
   const rows = await db<{ what: 'claim' | 'capture'; proof_key: string; attempts: number }[]>`
     WITH cap AS (
       SELECT * FROM json_to_recordset(${caps}::text::json)
@@ -163,6 +134,43 @@ export async function claimAndCapture(
     return { outcome: busy.has(x.proofKey) ? 'busy' : 'used' }
   })
   return { claims, captured }
+}
+
+// Two JSON documents instead of 21 arrays: one parameter each, serialized natively (JSON.stringify) rather
+// than element by element by the driver; amounts travel as strings and are read as bigint.
+function capturesJson(c: Capture[]): string {
+  return JSON.stringify(
+    c.map((x) => ({
+      call_id: x.callId,
+      proof_key: x.proofKey,
+      endpoint_id: x.endpointId,
+      account_id: x.accountId,
+      owner_wallet: x.ownerWallet,
+      payer: x.payer,
+      amount: x.amountAtomic.toString(),
+      owner_share: x.ownerShareAtomic.toString(),
+      fee: x.feeAtomic.toString(),
+      status: x.upstreamStatus,
+      method: x.method,
+    })),
+  )
+}
+
+function claimsJson(r: ClaimRequest[]): string {
+  return JSON.stringify(
+    r.map((x) => ({
+      k: x.proofKey,
+      kind: x.kind,
+      tt: x.targetType,
+      tid: x.targetId,
+      acct: x.accountId,
+      payer: x.payer,
+      amt: x.amountAtomic.toString(),
+      rw: x.retryWindowMs,
+      lease: x.leaseMs,
+      auth: x.authorization,
+    })),
+  )
 }
 
 /** One claim (checkout and tests); the data plane batches through the writer. */
