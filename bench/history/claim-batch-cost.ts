@@ -6,10 +6,10 @@
 // usage: npx tsx bench/history/claim-batch-cost.ts [--rounds 400] [--sizes 1,2,4,8,16,32]
 import { readFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
-import postgres from 'postgres'
 import { type Capture, type ClaimRequest, claimAndCapture } from '../../src/books/claims.ts'
 import { migrate } from '../../src/db/migrate.ts'
 import { createSql } from '../../src/db/sql.ts'
+import { databaseUrl, dropDatabase, recreateDatabase } from './seeded-database.ts'
 
 const { values } = parseArgs({
   options: {
@@ -25,12 +25,9 @@ const { values } = parseArgs({
 const rounds = Number(values.rounds)
 const sizes = values.sizes.split(',').map(Number)
 
-const admin = postgres(values.url, { max: 1, onnotice: () => {} })
 const name = `tollgate_claim_cost_${process.pid}`
-await admin.unsafe(`CREATE DATABASE ${name}`)
-const url = new URL(values.url)
-url.pathname = `/${name}`
-const sql = createSql(url.toString(), { max: 1 })
+await recreateDatabase(values.url, name)
+const sql = createSql(databaseUrl(values.url, name), { max: 1 })
 const TICK_US = 1e6 / 100 // USER_HZ
 
 /** The backend's user+system CPU so far, µs (fields 14 and 15 of /proc/<pid>/stat). */
@@ -109,6 +106,5 @@ try {
   console.log(JSON.stringify({ settings: values.settings || null, rows: out }, null, 1))
 } finally {
   await sql.end()
-  await admin.unsafe(`DROP DATABASE ${name}`)
-  await admin.end()
+  await dropDatabase(values.url, name)
 }

@@ -4,10 +4,10 @@
 // usage: npx tsx bench/history/payout-record-cost.ts [--entries 100000] [--wallets 1]
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { parseArgs } from 'node:util'
-import postgres from 'postgres'
 import { recordPayouts } from '../../src/books/payouts.ts'
 import { migrate } from '../../src/db/migrate.ts'
 import { createSql } from '../../src/db/sql.ts'
+import { databaseUrl, dropDatabase, recreateDatabase } from './seeded-database.ts'
 
 const { values } = parseArgs({
   options: {
@@ -22,12 +22,9 @@ const { values } = parseArgs({
 const N = Number(values.entries)
 const W = Number(values.wallets)
 
-const admin = postgres(values.url, { max: 1, onnotice: () => {} })
 const name = `tollgate_payout_cost_${process.pid}`
-await admin.unsafe(`CREATE DATABASE ${name}`)
-const url = new URL(values.url)
-url.pathname = `/${name}`
-const sql = createSql(url.toString(), { max: 2 })
+await recreateDatabase(values.url, name)
+const sql = createSql(databaseUrl(values.url, name), { max: 2 })
 try {
   await migrate(sql)
   await sql`
@@ -72,6 +69,5 @@ try {
   )
 } finally {
   await sql.end()
-  await admin.unsafe(`DROP DATABASE ${name}`)
-  await admin.end()
+  await dropDatabase(values.url, name)
 }

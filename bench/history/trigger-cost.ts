@@ -3,10 +3,10 @@
 // updates the same balance row), with the triggers on and off, alternating. Needs a PostgreSQL server.
 // usage: npx tsx bench/history/trigger-cost.ts [--writers 4] [--batch 64] [--batches 200]
 import { parseArgs } from 'node:util'
-import postgres from 'postgres'
 import { type Capture, claimAndCapture } from '../../src/books/claims.ts'
 import { migrate } from '../../src/db/migrate.ts'
 import { createSql } from '../../src/db/sql.ts'
+import { databaseUrl, dropDatabase, recreateDatabase } from './seeded-database.ts'
 
 const { values } = parseArgs({
   options: {
@@ -42,12 +42,9 @@ function captures(tag: string, w: number, b: number): Capture[] {
   })
 }
 
-const admin = postgres(values.url, { max: 1, onnotice: () => {} })
 const name = `tollgate_trigger_cost_${process.pid}`
-await admin.unsafe(`CREATE DATABASE ${name}`)
-const url = new URL(values.url)
-url.pathname = `/${name}`
-const sql = createSql(url.toString(), { max: W })
+await recreateDatabase(values.url, name)
+const sql = createSql(databaseUrl(values.url, name), { max: W })
 try {
   await migrate(sql)
   await sql`INSERT INTO accounts (id, wallet_address, business_name, mode) VALUES ('acct_hot', '0xowner', 'Hot', 'test')`
@@ -82,6 +79,5 @@ try {
   }
 } finally {
   await sql.end()
-  await admin.unsafe(`DROP DATABASE ${name}`)
-  await admin.end()
+  await dropDatabase(values.url, name)
 }

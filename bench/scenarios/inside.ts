@@ -37,7 +37,7 @@ export async function readCounters(adminPort: number): Promise<Counters> {
   return out
 }
 
-/** Summed over every series of `name` carrying all of `labels` (workers label their series). */
+/** Summed over every series of `name` carrying all of `labels` (with workers the parent already sums them). */
 function total(counters: Counters, name: string, labels: string[]): number {
   let sum = 0
   for (const [key, value] of counters) {
@@ -46,13 +46,6 @@ function total(counters: Counters, name: string, labels: string[]): number {
     if (labels.every((l) => key.includes(l))) sum += value
   }
   return sum
-}
-
-/** The largest of the series of `name` (a gauge per worker). */
-function largest(counters: Counters, name: string): number {
-  let max = 0
-  for (const [key, value] of counters) if (key.split('{')[0] === name && value > max) max = value
-  return max
 }
 
 export function inside(before: Counters, after: Counters): Inside {
@@ -89,6 +82,6 @@ export function inside(before: Counters, after: Counters): Inside {
     ),
     gc_ms: Math.round(d('tollgate_nodejs_gc_duration_seconds_sum') * 1000),
     gc_major: d('tollgate_nodejs_gc_duration_seconds_count', 'kind="major"'),
-    event_loop_max_ms: Math.round(largest(after, 'tollgate_nodejs_eventloop_lag_max_seconds') * 1000),
+    event_loop_max_ms: Math.round(total(after, 'tollgate_nodejs_eventloop_lag_max_seconds', []) * 1000),
   }
 }

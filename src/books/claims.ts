@@ -66,11 +66,11 @@ export async function claimAndCapture(
 ): Promise<BooksBatchResult> {
   const r = batch.claims
   const c = batch.captures
-  const caps = capturesJson(c)
-  const wins = claimsJson(r)
+  const capturesDoc = capturesJson(c)
+  const claimsDoc = claimsJson(r)
   const rows = await db<{ what: 'claim' | 'capture'; proof_key: string; attempts: number }[]>`
     WITH cap AS (
-      SELECT * FROM json_to_recordset(${caps}::text::json)
+      SELECT * FROM json_to_recordset(${capturesDoc}::text::json)
         AS t(call_id text, proof_key text, endpoint_id text, account_id text, owner_wallet text, payer text,
              amount bigint, owner_share bigint, fee bigint, status int, method text)
     ),
@@ -95,11 +95,12 @@ export async function claimAndCapture(
     won AS (
       INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
                           retry_until, lease_until, authorization_payload)
-      SELECT k, kind, tt, tid, acct, payer, amt, 'claimed',
-             now() + rw * interval '1 millisecond', now() + lease * interval '1 millisecond', auth
-      FROM json_to_recordset(${wins}::text::json)
-        AS t(k text, kind text, tt text, tid text, acct text, payer text, amt bigint, rw bigint, lease bigint,
-             auth jsonb)
+      SELECT proof_key, kind, target_type, target_id, account_id, payer, amount, 'claimed',
+             now() + retry_ms * interval '1 millisecond', now() + lease_ms * interval '1 millisecond',
+             "authorization"
+      FROM json_to_recordset(${claimsDoc}::text::json)
+        AS t(proof_key text, kind text, target_type text, target_id text, account_id text, payer text,
+             amount bigint, retry_ms bigint, lease_ms bigint, "authorization" jsonb)
       ON CONFLICT (proof_key) DO UPDATE
         SET lease_until = EXCLUDED.lease_until, attempts = claims.attempts + 1
         WHERE claims.status = 'claimed' AND claims.target_id = EXCLUDED.target_id
@@ -159,16 +160,16 @@ function capturesJson(c: Capture[]): string {
 function claimsJson(r: ClaimRequest[]): string {
   return JSON.stringify(
     r.map((x) => ({
-      k: x.proofKey,
+      proof_key: x.proofKey,
       kind: x.kind,
-      tt: x.targetType,
-      tid: x.targetId,
-      acct: x.accountId,
+      target_type: x.targetType,
+      target_id: x.targetId,
+      account_id: x.accountId,
       payer: x.payer,
-      amt: x.amountAtomic.toString(),
-      rw: x.retryWindowMs,
-      lease: x.leaseMs,
-      auth: x.authorization,
+      amount: x.amountAtomic.toString(),
+      retry_ms: x.retryWindowMs,
+      lease_ms: x.leaseMs,
+      authorization: x.authorization,
     })),
   )
 }

@@ -8,10 +8,7 @@ import { assertPortFree } from '../port-probe.ts'
 import { type RateLimiter, rateLimitedHeaders } from '../rate-limit.ts'
 import { requestIdFrom } from '../request-id.ts'
 import type { Logger } from './logger.ts'
-import { onScrape, readinessCheck, registry } from './metrics.ts'
-
-/** A scrape waits at most this long for a readiness check or a sampler (Prometheus' default timeout is 10 s). */
-const SCRAPE_SAMPLE_TIMEOUT_MS = 3_000
+import { onScrape, readinessCheck, registry, SCRAPE_SAMPLE_TIMEOUT_MS } from './metrics.ts'
 
 export interface ReadinessCheck {
   name: string

@@ -1,8 +1,11 @@
 // Every metric the service exports, declared once: tollgate_<subsystem>_<name>_<unit>, bounded labels only.
 import client from 'prom-client'
 
-/** How long one scrape waits for a sampler (the database, the RPC node) before keeping its last value. */
-const SCRAPE_SAMPLE_TIMEOUT_MS = 3_000
+/**
+ * How long one scrape waits for a sampler or a readiness check (the database, the RPC node) before keeping
+ * its last value (Prometheus' default scrape timeout is 10 s).
+ */
+export const SCRAPE_SAMPLE_TIMEOUT_MS = 3_000
 
 /**
  * The registry, sampling the values read at scrape time (readiness, backlogs, the treasury) before every
@@ -376,7 +379,7 @@ export function onScrape(sampler: ScrapeSampler): () => void {
 }
 
 /** Runs every sampler at once; one that fails or passes timeoutMs keeps its gauges' previous values. */
-export async function runScrapeSamplers(timeoutMs: number): Promise<void> {
+async function runScrapeSamplers(timeoutMs: number): Promise<void> {
   await Promise.all(
     [...scrapeSamplers].map((sample) => {
       let timer: NodeJS.Timeout | undefined
