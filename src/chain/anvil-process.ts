@@ -196,3 +196,17 @@ function freePort(): Promise<number> {
     })
   })
 }
+
+/**
+ * Dev chain and tests only: runtime code at an address (anvil_setCode). For contracts with no constructor
+ * or immutables whose storage starts empty, this is the same as deploying them there.
+ */
+export async function anvilSetCode(rpcUrl: string, address: string, code: string): Promise<void> {
+  const res = await fetch(rpcUrl, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'anvil_setCode', params: [address, code] }),
+  })
+  const body = (await res.json()) as { error?: { message: string } }
+  if (body.error) throw new Error(`anvil_setCode ${address}: ${body.error.message}`)
+}

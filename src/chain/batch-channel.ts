@@ -30,6 +30,7 @@ import {
   keccak256,
   type PublicClient,
 } from 'viem'
+import { anvilSetCode } from './anvil-process.ts'
 import { batchSettlementArtifact, erc3009DepositCollectorArtifact } from './contracts/artifacts.ts'
 import { domainSeparator } from './recover-authorization.ts'
 
@@ -129,19 +130,12 @@ export function voucherDigestBytes(chainId: number, channelId: Hex, maxClaimable
  * constructor or immutables, and their storage starts empty, so setting the runtime code is enough.
  */
 export async function installBatchSettlement(rpcUrl: string): Promise<void> {
-  const codes: Array<[Address, Hex]> = [
-    [BATCH_SETTLEMENT_ADDRESS, batchSettlementArtifact.deployedBytecode],
-    [ERC3009_DEPOSIT_COLLECTOR_ADDRESS, erc3009DepositCollectorArtifact.deployedBytecode],
-  ]
-  for (const [address, code] of codes) {
-    const res = await fetch(rpcUrl, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'anvil_setCode', params: [address, code] }),
-    })
-    const body = (await res.json()) as { error?: { message: string } }
-    if (body.error) throw new Error(`anvil_setCode ${address}: ${body.error.message}`)
-  }
+  await anvilSetCode(rpcUrl, BATCH_SETTLEMENT_ADDRESS, batchSettlementArtifact.deployedBytecode)
+  await anvilSetCode(
+    rpcUrl,
+    ERC3009_DEPOSIT_COLLECTOR_ADDRESS,
+    erc3009DepositCollectorArtifact.deployedBytecode,
+  )
 }
 
 export type BatchContractsCheck = { ok: true } | { ok: false; reason: string }

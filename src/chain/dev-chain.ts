@@ -18,11 +18,12 @@ import {
 import { privateKeyToAccount } from 'viem/accounts'
 import { getCode, waitForTransactionReceipt } from 'viem/actions'
 import { acquireLockFile, type HeldLock } from '../lock-file.ts'
-import { spawnAnvil } from './anvil-process.ts'
+import { anvilSetCode, spawnAnvil } from './anvil-process.ts'
 import { installBatchSettlement } from './batch-channel.ts'
-import { testUsdcArtifact } from './contracts/artifacts.ts'
+import { authorizationBatcherArtifact, testUsdcArtifact } from './contracts/artifacts.ts'
 import { type DevAccount, devAccount } from './dev-accounts.ts'
 import { ChainError } from './errors.ts'
+import { AUTHORIZATION_BATCHER_ADDRESS } from './settle-batch.ts'
 
 export type { DevAccount } from './dev-accounts.ts'
 
@@ -119,6 +120,12 @@ export async function startDevChain(options: DevChainOptions): Promise<DevChain>
     const deployed = await getCode(wallet, { address: usdcAddress })
     // x402 batch-settlement: the project's own channel contracts at the addresses the client expects.
     await installBatchSettlement(anvil.rpcUrl)
+    // x402 exact settlement, many authorizations per transaction, at its CREATE2 address.
+    await anvilSetCode(
+      anvil.rpcUrl,
+      AUTHORIZATION_BATCHER_ADDRESS,
+      authorizationBatcherArtifact.deployedBytecode,
+    )
     if (deployed !== undefined && deployed !== '0x') {
       return {
         rpcUrl: anvil.rpcUrl,

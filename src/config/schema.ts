@@ -110,8 +110,10 @@ export const ConfigSchema = v.strictObject({
   settlement: v.strictObject({
     /** A run drains the whole backlog (batch after batch), so this is only the idle re-check period. */
     interval_ms: PositiveInt,
-    /** Settlement transactions in flight at once (consecutive treasury nonces). */
+    /** Authorizations listed per step of a run; their transactions are in flight at once (consecutive nonces). */
     batch_max: PositiveInt,
+    /** Authorizations per transaction through the AuthorizationBatcher when the chain has it; 1: one each. */
+    per_transaction: v.pipe(PositiveInt, v.maxValue(200)),
     confirm_timeout_ms: PositiveInt,
     receipt_poll_ms: PositiveInt,
     /** Readiness goes red when the soonest unsettled validBefore is fewer seconds away than this. */

@@ -262,7 +262,7 @@ export const payoutsOpen = new client.Gauge({
 /** outcome: settled, expired, reverted, broadcast_failed, receipt_error, lost. */
 export const settlements = new client.Counter({
   name: 'tollgate_x402_settlements_total',
-  help: 'x402 settlement outcomes: settled, expired, reverted, broadcast_failed, receipt_error, lost (unmined, re-signed).',
+  help: 'x402 settlement outcomes per authorization: settled, expired, reverted, broadcast_failed, receipt_error, lost (unmined, re-signed), unattempted (left out of a batch short of gas, re-signed).',
   labelNames: ['outcome'] as const,
   registers: [registry],
 })
@@ -276,7 +276,7 @@ export const settlementThrottled = new client.Gauge({
 
 export const settlementBatchSize = new client.Histogram({
   name: 'tollgate_x402_settlement_batch_size',
-  help: 'Settlement transactions broadcast together (consecutive treasury nonces) per batch.',
+  help: 'x402 authorizations broadcast together per settlement step (their transactions on consecutive treasury nonces).',
   buckets: [1, 5, 10, 25, 50, 100, 200, 500],
   registers: [registry],
 })

@@ -61,7 +61,8 @@ describe('x402 settlement beside a payout batch', () => {
       { what: 'the payout batch broadcast', timeoutMs: 15_000 },
     )
 
-    // The settlement run gets the treasury at once: its three transactions are recorded and broadcast.
+    // The settlement run gets the treasury at once: its three authorizations are recorded and broadcast, in one
+    // AuthorizationBatcher transaction.
     const settleRun = svc.jobs.runNow('x402-settlement')
     await waitFor(
       () =>
@@ -71,14 +72,14 @@ describe('x402 settlement beside a payout batch', () => {
         ).then((n) => n === 3),
       { what: 'the settlement batch broadcast beside the waiting payout batch', timeoutMs: 8_000 },
     )
-    // Recorded first, then broadcast in nonce order: the payout's transaction and the three settlements wait
+    // Recorded first, then broadcast on the next nonce: the payout's transaction and the settlement batch wait
     // together for a block.
     await waitFor(
       async () => {
         const pending = (await rpc('eth_getBlockByNumber', ['pending', false])) as { transactions: string[] }
-        return pending.transactions.length === 4
+        return pending.transactions.length === 2
       },
-      { what: 'the three settlements broadcast beside the payout', timeoutMs: 8_000 },
+      { what: 'the settlement batch broadcast beside the payout', timeoutMs: 8_000 },
     )
     expect(payoutDone).toBe(false)
 

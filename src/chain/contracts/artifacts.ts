@@ -1,5 +1,6 @@
 // The compiled contracts (built by build.ts, committed), typed for viem's deployContract.
 import type { Abi, Hex } from 'viem'
+import authorizationBatcherJson from './authorization-batcher.artifact.json' with { type: 'json' }
 import batchSettlementJson from './batch-settlement.artifact.json' with { type: 'json' }
 import erc3009DepositCollectorJson from './erc3009-deposit-collector.artifact.json' with { type: 'json' }
 import testUsdcJson from './test-usdc.artifact.json' with { type: 'json' }
@@ -17,3 +18,4 @@ export interface RuntimeArtifact extends Artifact {
 }
 export const batchSettlementArtifact = batchSettlementJson as unknown as RuntimeArtifact
 export const erc3009DepositCollectorArtifact = erc3009DepositCollectorJson as unknown as RuntimeArtifact
+export const authorizationBatcherArtifact = authorizationBatcherJson as unknown as RuntimeArtifact

@@ -28,6 +28,14 @@ const contracts = [
     artifact: 'erc3009-deposit-collector.artifact.json',
     runtime: true,
   },
+  // x402 exact settlement, many authorizations per transaction: found on chain at its CREATE2 address.
+  {
+    dir: here,
+    source: 'AuthorizationBatcher.sol',
+    contractName: 'AuthorizationBatcher',
+    artifact: 'authorization-batcher.artifact.json',
+    runtime: true,
+  },
   {
     dir: testContracts,
     source: 'Disperse.sol',

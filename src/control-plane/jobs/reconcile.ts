@@ -52,6 +52,9 @@ export interface ReconcileReport {
     difference_atomic: Atomic
     claims_missing_on_chain: number
     unsettled_authorizations: number
+    /** Served x402 calls whose authorization can no longer be collected (expired, reverted): nothing is
+     * booked for them and no money is expected; a batch's failed items share its hash with its paid ones. */
+    failed_authorizations: number
     /** Transfers to the treasury that no proof claimed (top-ups, proofs not presented yet): not a difference. */
     unclaimed_transfers: number
     unclaimed_inflow_atomic: Atomic
@@ -203,11 +206,12 @@ async function checkInflow(
       status: string
       amount_atomic: bigint
       settlement_tx: string | null
+      settlement_error: string | null
       call_amount: bigint | null
       refund_amount: bigint
     }[]
   >`
-    SELECT c.proof_key, c.kind, c.status, c.amount_atomic, c.settlement_tx,
+    SELECT c.proof_key, c.kind, c.status, c.amount_atomic, c.settlement_tx, c.settlement_error,
            (SELECT k.amount_atomic FROM calls k WHERE k.proof_key = c.proof_key) AS call_amount,
            (SELECT coalesce(sum(e.amount_atomic), 0) FROM ledger_entries e
              WHERE e.kind = 'refund' AND e.source_type = 'claim' AND e.source_id = c.proof_key)::bigint AS refund_amount
@@ -218,9 +222,14 @@ async function checkInflow(
   let refunds = 0n
   let uncaptured = 0n
   let unsettled = 0
+  let failed = 0
   let missing = 0
   const claimedHashes = new Set<string>()
   for (const c of claims) {
+    if (c.settlement_error !== null) {
+      failed++
+      continue
+    }
     const hash = c.kind === 'tx' ? c.proof_key.slice(3).toLowerCase() : c.settlement_tx?.toLowerCase()
     if (!hash) {
       unsettled++
@@ -258,6 +267,7 @@ async function checkInflow(
       difference_atomic: (chainProof - inBooks).toString(),
       claims_missing_on_chain: missing,
       unsettled_authorizations: unsettled,
+      failed_authorizations: failed,
       unclaimed_transfers: unclaimed.length,
       unclaimed_inflow_atomic: unclaimed.reduce((s, t) => s + t.value, 0n).toString(),
     },

@@ -1,9 +1,10 @@
 // Settles the x402 authorizations of captured calls on chain, on the leader. A run works the whole backlog
-// down, soonest validBefore first, in batches of several transactions in flight on consecutive treasury
-// nonces: signed locally, hashes recorded before broadcast (a restart looks them up instead of sending
-// blind), broadcast in nonce order, then the receipts awaited together. Only the nonce assignment and the
-// broadcasts hold the treasury lock shared with payouts; waiting for receipts never does.
-import type { Hash } from 'viem'
+// down, soonest validBefore first, in steps of several transactions in flight on consecutive treasury
+// nonces, each carrying settlement.per_transaction authorizations through the AuthorizationBatcher (or one,
+// when the chain lacks it): signed locally, hashes recorded before broadcast (a restart looks them up instead
+// of sending blind), broadcast in nonce order, then the receipts awaited together. Only the nonce assignment
+// and the broadcasts hold the treasury lock shared with payouts; waiting for receipts never does.
+import type { Hash, Hex, TransactionReceipt } from 'viem'
 import {
   failSettlement,
   forgetSettlementTx,
@@ -17,8 +18,15 @@ import {
 } from '../../books/settlement.ts'
 import { readAuthorizationState } from '../../chain/authorization.ts'
 import { nullIfNotFound } from '../../chain/not-found.ts'
+import type { FeeQuote } from '../../chain/payouts.ts'
 import { broadcast, pendingNonce, quoteFees } from '../../chain/payouts.ts'
 import { signSettlement } from '../../chain/settle.ts'
+import {
+  AUTHORIZATION_BATCHER_ADDRESS,
+  hasAuthorizationBatcher,
+  settlementOutcomes,
+  signSettlementBatch,
+} from '../../chain/settle-batch.ts'
 import { settlementBatchSize, settlements } from '../../observability/metrics.ts'
 import { faultPoint } from './fault-point.ts'
 import { type BackgroundModule, type JobDeps, type TreasuryLock, unlocked } from './runner.ts'
@@ -31,12 +39,13 @@ export function createSettlementJobs(
   options: { treasuryLock?: TreasuryLock } = {},
 ): BackgroundModule {
   const { config } = deps
+  const perTransaction = perTransactionLookup(deps)
   return {
     jobs: [
       {
         name: 'x402-settlement',
         intervalMs: config.settlement.interval_ms,
-        run: () => settleAuthorizations(deps, options.treasuryLock ?? unlocked),
+        run: () => settleAuthorizations(deps, options.treasuryLock ?? unlocked, perTransaction),
       },
     ],
     readiness: [
@@ -56,14 +65,43 @@ export function createSettlementJobs(
   }
 }
 
-/** Settles everything due, batch after batch while a backlog remains. Returns how many were sent. */
-export async function settleAuthorizations(deps: JobDeps, lock: TreasuryLock = unlocked): Promise<number> {
+/**
+ * How many authorizations one transaction carries: settlement.per_transaction when the chain holds this
+ * build's AuthorizationBatcher, else 1. Asked once, on the first run (a failed look-up throws and is asked
+ * again on the next run).
+ */
+function perTransactionLookup({ config, chain, logger }: JobDeps): () => Promise<number> {
+  let known: number | null = null
+  return async () => {
+    if (known !== null) return known
+    const wanted = config.settlement.per_transaction
+    const found = wanted > 1 && (await hasAuthorizationBatcher(chain.publicClient))
+    if (wanted > 1 && !found) {
+      logger.warn(
+        'no AuthorizationBatcher on this chain; x402 settlement sends one transaction per authorization',
+        {
+          address: AUTHORIZATION_BATCHER_ADDRESS,
+        },
+      )
+    }
+    known = found ? wanted : 1
+    return known
+  }
+}
+
+/** Settles everything due, step after step while a backlog remains. Returns how many authorizations were sent. */
+export async function settleAuthorizations(
+  deps: JobDeps,
+  lock: TreasuryLock,
+  perTransaction: () => Promise<number>,
+): Promise<number> {
   await resolveSent(deps)
+  const per = await perTransaction()
   let sent = 0
   for (;;) {
     const due = await listDueSettlements(deps.sql, { limit: deps.config.settlement.batch_max })
     if (due.length === 0) break
-    const r = await settleBatch(deps, lock, due)
+    const r = await settleStep(deps, lock, due, per)
     sent += r.sent
     // A refused broadcast ends the run (later nonces cannot be mined before it); the next run retries.
     if (r.stopped || due.length < deps.config.settlement.batch_max) break
@@ -71,37 +109,52 @@ export async function settleAuthorizations(deps: JobDeps, lock: TreasuryLock = u
   return sent
 }
 
-/** Settlements already sent: final, lost, or still on their way. */
+/** One settlement transaction: its authorizations, one or a batch, in the order the transaction carries them. */
+interface SignedSettlement {
+  items: SettlementCandidate[]
+  rawTx: Hex
+  hash: Hash
+}
+
+/** Settlements already sent, grouped by transaction: final, lost, or still on their way. */
 async function resolveSent(deps: JobDeps): Promise<void> {
   const { sql, chain, logger } = deps
+  const byHash = new Map<Hash, SettlementCandidate[]>()
   for (const c of await listSentSettlements(sql)) {
     const hash = c.settlement_tx as Hash
+    const items = byHash.get(hash)
+    if (items) items.push(c)
+    else byHash.set(hash, [c])
+  }
+  for (const [hash, items] of byHash) {
     // A failed look-up throws (the run ends, the next one asks again): unknown is not "lost".
     const receipt = await nullIfNotFound(chain.publicClient.getTransactionReceipt({ hash }))
     if (receipt) {
-      await outcome(deps, c, hash, receipt.status === 'success')
-      continue
-    }
-    if (await isUsed(deps, c)) {
-      await settled(deps, [c.proof_key])
+      await settled(deps, await applyOutcomes(deps, { items, hash }, receipt))
       continue
     }
     // Still waiting in the node's pool: leave it, a second transaction for it would only revert.
     const pending = await nullIfNotFound(chain.publicClient.getTransaction({ hash }))
     if (pending) continue
-    // Never mined, unknown to the node, authorization unused: forget the hash, it is signed again.
-    logger.warn('x402 settlement lost before mining; signing again', { proof_key: c.proof_key, tx: hash })
-    settlements.labels('lost').inc()
-    await forgetSettlementTx(sql, { proofKey: c.proof_key, hash })
+    // Never mined and unknown to the node: what is used anyway (anyone may submit an authorization; the
+    // money arrived all the same) is settled, the rest forgotten and signed again.
+    const used: string[] = []
+    for (const c of items) {
+      if (await isUsed(deps, c)) {
+        used.push(c.proof_key)
+        continue
+      }
+      logger.warn('x402 settlement lost before mining; signing again', { proof_key: c.proof_key, tx: hash })
+      settlements.labels('lost').inc()
+      await forgetSettlementTx(sql, { proofKey: c.proof_key, hash })
+    }
+    await settled(deps, used)
   }
 }
 
-async function settleBatch(
-  deps: JobDeps,
-  lock: TreasuryLock,
-  due: SettlementCandidate[],
-): Promise<{ sent: number; stopped: boolean }> {
-  const { sql, chain, logger } = deps
+/** Authorizations still inside their window; the others are failed as expired (served, never to be paid). */
+async function dropExpired(deps: JobDeps, due: SettlementCandidate[]): Promise<SettlementCandidate[]> {
+  const { sql, logger } = deps
   const nowS = BigInt(Math.floor(Date.now() / 1000))
   const live: SettlementCandidate[] = []
   for (const c of due) {
@@ -118,76 +171,111 @@ async function settleBatch(
       })
     }
   }
+  return live
+}
+
+async function settleStep(
+  deps: JobDeps,
+  lock: TreasuryLock,
+  due: SettlementCandidate[],
+  perTransaction: number,
+): Promise<{ sent: number; stopped: boolean }> {
+  const live = await dropExpired(deps, due)
   if (live.length === 0) return { sent: 0, stopped: false }
+  const groups: SettlementCandidate[][] = []
+  for (let i = 0; i < live.length; i += perTransaction) groups.push(live.slice(i, i + perTransaction))
 
   // The critical section: nonce assignment, signing, recording and broadcasting. No receipt is awaited here.
   const { inFlight, stopped } = await lock(async () => {
-    const account = chain.walletClient.account
     const [fees, firstNonce] = await Promise.all([
-      quoteFees(chain.publicClient),
-      pendingNonce(chain.publicClient, account.address),
+      quoteFees(deps.chain.publicClient),
+      pendingNonce(deps.chain.publicClient, deps.chain.walletClient.account.address),
     ])
     const signed = await Promise.all(
-      live.map(async (c, i) => ({
-        c,
-        ...(await signSettlement(account, {
-          chainId: chain.chainId,
-          usdc: chain.usdc.address,
-          authorization: c.authorization_payload,
-          nonce: firstNonce + i,
-          gas: SETTLEMENT_GAS,
-          fees,
-        })),
-      })),
+      groups.map(async (items, i) => ({ items, ...(await sign(deps, items, firstNonce + i, fees)) })),
     )
     const recorded = await recordSettlementTx(
-      sql,
-      signed.map((s) => ({ proofKey: s.c.proof_key, hash: s.hash })),
+      deps.sql,
+      signed.flatMap((s) => s.items.map((c) => ({ proofKey: c.proof_key, hash: s.hash }))),
     )
     faultPoint('settlement:after_record')
-    const out: Array<{ c: SettlementCandidate; hash: Hash }> = []
-    for (const [i, s] of signed.entries()) {
-      // A claim that moved since it was listed is skipped, and so is every later nonce (no gap is left).
-      if (!recorded.has(s.c.proof_key)) {
-        await forgetRest(deps, signed.slice(i))
-        return { inFlight: out, stopped: true }
-      }
-      const r = await broadcast(chain.publicClient, s.rawTx)
-      faultPoint('settlement:after_broadcast')
-      if (r.ok || r.reason === 'already_known') {
-        out.push({ c: s.c, hash: s.hash })
-        continue
-      }
-      settlements.labels('broadcast_failed').inc()
-      logger.error('x402 settlement broadcast failed; will retry', {
-        proof_key: s.c.proof_key,
-        tx: s.hash,
-        reason: r.reason,
-        message: r.message.slice(0, 160),
-      })
+    return broadcastInOrder(deps, signed, recorded)
+  })
+
+  const sent = inFlight.reduce((n, s) => n + s.items.length, 0)
+  if (sent > 0) settlementBatchSize.observe(sent)
+  await awaitOutcomes(deps, inFlight)
+  return { sent, stopped }
+}
+
+/** One authorization: transferWithAuthorization itself. Several: one call of the AuthorizationBatcher. */
+function sign(
+  { chain }: JobDeps,
+  items: SettlementCandidate[],
+  nonce: number,
+  fees: FeeQuote,
+): Promise<{ rawTx: Hex; hash: Hash }> {
+  const account = chain.walletClient.account
+  const common = { chainId: chain.chainId, usdc: chain.usdc.address, nonce, fees }
+  if (items.length === 1) {
+    return signSettlement(account, {
+      ...common,
+      authorization: items[0]!.authorization_payload,
+      gas: SETTLEMENT_GAS,
+    })
+  }
+  return signSettlementBatch(account, {
+    ...common,
+    authorizations: items.map((c) => c.authorization_payload),
+  })
+}
+
+/**
+ * Broadcasts in nonce order. A transaction with a claim that moved since it was listed is not sent, and
+ * neither is any later nonce (no gap is left); a refused broadcast stops the same way.
+ */
+async function broadcastInOrder(
+  deps: JobDeps,
+  signed: SignedSettlement[],
+  recorded: Set<string>,
+): Promise<{ inFlight: SignedSettlement[]; stopped: boolean }> {
+  const out: SignedSettlement[] = []
+  for (const [i, s] of signed.entries()) {
+    if (!s.items.every((c) => recorded.has(c.proof_key))) {
       await forgetRest(deps, signed.slice(i))
       return { inFlight: out, stopped: true }
     }
-    return { inFlight: out, stopped: false }
-  })
-
-  if (inFlight.length > 0) settlementBatchSize.observe(inFlight.length)
-  await awaitOutcomes(deps, inFlight)
-  return { sent: inFlight.length, stopped }
+    const r = await broadcast(deps.chain.publicClient, s.rawTx)
+    faultPoint('settlement:after_broadcast')
+    if (r.ok || r.reason === 'already_known') {
+      out.push(s)
+      continue
+    }
+    settlements.labels('broadcast_failed').inc(s.items.length)
+    deps.logger.error('x402 settlement broadcast failed; will retry', {
+      proof_keys: s.items.map((c) => c.proof_key),
+      tx: s.hash,
+      reason: r.reason,
+      message: r.message.slice(0, 160),
+    })
+    await forgetRest(deps, signed.slice(i))
+    return { inFlight: out, stopped: true }
+  }
+  return { inFlight: out, stopped: false }
 }
 
 /**
  * Items handed to the returned function within one turn of the event loop are flushed together once
  * (setImmediate); each caller's promise settles with that flush.
  */
-function coalesced<T>(flush: (items: T[]) => Promise<void>): (item: T) => Promise<void> {
-  let items: T[] = []
+function coalesced<T>(flush: (items: T[]) => Promise<void>): (items: T[]) => Promise<void> {
+  let pending: T[] = []
   let next: Promise<void> | null = null
-  return (item) => {
-    items.push(item)
+  return (items) => {
+    pending.push(...items)
     next ??= new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
-      const batch = items
-      items = []
+      const batch = pending
+      pending = []
       next = null
       return flush(batch)
     })
@@ -199,42 +287,65 @@ function coalesced<T>(flush: (items: T[]) => Promise<void>): (item: T) => Promis
  * Waits for the receipts of what was broadcast and books each outcome as soon as its receipt is in.
  * Receipts of one block arrive together (one batched JSON-RPC answer): their settlements share a commit.
  */
-async function awaitOutcomes(deps: JobDeps, inFlight: Array<{ c: SettlementCandidate; hash: Hash }>) {
+async function awaitOutcomes(deps: JobDeps, inFlight: SignedSettlement[]) {
   const { chain, config, logger } = deps
   const settleSoon = coalesced((keys: string[]) => settled(deps, keys))
   await Promise.all(
-    inFlight.map(async ({ c, hash }) => {
-      let success: boolean
+    inFlight.map(async (s) => {
+      let receipt: TransactionReceipt
       try {
-        const receipt = await chain.publicClient.waitForTransactionReceipt({
-          hash,
+        receipt = await chain.publicClient.waitForTransactionReceipt({
+          hash: s.hash,
           confirmations: config.chain.confirmations,
           timeout: config.settlement.confirm_timeout_ms,
           pollingInterval: config.settlement.receipt_poll_ms,
         })
-        success = receipt.status === 'success'
       } catch (err) {
         // Not mined in time or the RPC failed: the hash stays recorded, the next run looks it up.
-        settlements.labels('receipt_error').inc()
-        logger.warn('x402 settlement receipt not obtained; will look it up again', {
-          proof_key: c.proof_key,
-          tx: hash,
-          err,
-        })
+        settlements.labels('receipt_error').inc(s.items.length)
+        logger.warn('x402 settlement receipt not obtained; will look it up again', { tx: s.hash, err })
         return
       }
-      // A revert is rare and asks the chain whether the authorization is used anyway.
-      await (success ? settleSoon(c.proof_key) : outcome(deps, c, hash, false))
+      await settleSoon(await applyOutcomes(deps, s, receipt))
     }),
   )
 }
 
+/**
+ * Reads a mined transaction's outcome for each of its authorizations. Failed and unattempted ones ask the
+ * chain whether they are used anyway (the payer or an earlier transaction of ours took it: money arrived);
+ * otherwise a failed one fails its settlement and an unattempted one is forgotten, to be signed again.
+ * Returns the proof keys to mark settled.
+ */
+async function applyOutcomes(
+  deps: JobDeps,
+  s: Pick<SignedSettlement, 'items' | 'hash'>,
+  receipt: TransactionReceipt,
+): Promise<string[]> {
+  const outcomes = settlementOutcomes(receipt, {
+    usdc: deps.chain.usdc.address,
+    authorizations: s.items.map((c) => c.authorization_payload),
+  })
+  const used: string[] = []
+  for (const [i, c] of s.items.entries()) {
+    const o = outcomes[i]
+    if (o === 'used' || (await isUsed(deps, c))) {
+      used.push(c.proof_key)
+    } else if (o === 'failed') {
+      await fail(deps, c, s.hash, 'reverted')
+    } else {
+      settlements.labels('unattempted').inc()
+      await forgetSettlementTx(deps.sql, { proofKey: c.proof_key, hash: s.hash })
+    }
+  }
+  return used
+}
+
 /** Forgets the recorded hashes of signed transactions that were not broadcast. */
-async function forgetRest(
-  { sql }: JobDeps,
-  rest: Array<{ c: SettlementCandidate; hash: Hash }>,
-): Promise<void> {
-  for (const s of rest) await forgetSettlementTx(sql, { proofKey: s.c.proof_key, hash: s.hash })
+async function forgetRest({ sql }: JobDeps, rest: SignedSettlement[]): Promise<void> {
+  for (const s of rest) {
+    for (const c of s.items) await forgetSettlementTx(sql, { proofKey: c.proof_key, hash: s.hash })
+  }
 }
 
 async function isUsed({ chain }: JobDeps, c: SettlementCandidate): Promise<boolean> {
@@ -245,14 +356,8 @@ async function isUsed({ chain }: JobDeps, c: SettlementCandidate): Promise<boole
   })
 }
 
-/** A mined settlement. A revert whose authorization is used anyway (the payer or an earlier transaction of
- * ours took it) is still money arrived; a revert of an unused one fails the settlement. */
-async function outcome(deps: JobDeps, c: SettlementCandidate, hash: Hash, success: boolean): Promise<void> {
-  if (success || (await isUsed(deps, c))) return settled(deps, [c.proof_key])
-  await fail(deps, c, hash, 'reverted')
-}
-
 async function settled({ sql }: JobDeps, proofKeys: string[]): Promise<void> {
+  if (proofKeys.length === 0) return
   const done = await markSettled(sql, { proofKeys })
   if (done.length > 0) settlements.labels('settled').inc(done.length)
 }

@@ -1,0 +1,131 @@
+// Settling many x402 authorizations in one transaction through the project's AuthorizationBatcher: one
+// signature, one broadcast and one receipt per batch. The contract sits at its CREATE2 address through the
+// deterministic deployer, the same on every chain, so the service finds it by its code (no configured
+// address); without it, settlement falls back to one transaction per authorization (./settle.ts).
+import {
+  type Address,
+  type Client,
+  concat,
+  encodeFunctionData,
+  getContractAddress,
+  type Hash,
+  type Hex,
+  type PrivateKeyAccount,
+  parseAbi,
+  parseEventLogs,
+  type TransactionReceipt,
+  zeroHash,
+} from 'viem'
+import { getCode } from 'viem/actions'
+import { authorizationBatcherArtifact } from './contracts/artifacts.ts'
+import { keccakHex } from './keccak.ts'
+import type { FeeQuote } from './payouts.ts'
+import type { StoredAuthorization } from './settle.ts'
+
+/** The deterministic deployment proxy (CREATE2 factory) present on anvil, Base and most EVM chains. */
+export const DETERMINISTIC_DEPLOYER: Address = '0x4e59b44847b379578588920ca78fbf26c0b4956c'
+
+export const AUTHORIZATION_BATCHER_ADDRESS: Address = getContractAddress({
+  opcode: 'CREATE2',
+  from: DETERMINISTIC_DEPLOYER,
+  salt: zeroHash,
+  bytecode: authorizationBatcherArtifact.bytecode,
+})
+
+/**
+ * Gas limit of a batch: the contract attempts an item only with ITEM_GAS (200k) left, and one
+ * transferWithAuthorization uses ~40–70k (a smart wallet's more), so 120k per item plus 250k lets every item
+ * be attempted. Only the gas used is paid; an item left unattempted is signed again in a later batch.
+ */
+export function batchSettlementGas(items: number): bigint {
+  return 250_000n + 120_000n * BigInt(items)
+}
+
+/** True when the chain holds this build's AuthorizationBatcher at its address (one eth_getCode). */
+export async function hasAuthorizationBatcher(client: Client): Promise<boolean> {
+  const code = await getCode(client, { address: AUTHORIZATION_BATCHER_ADDRESS })
+  return code?.toLowerCase() === authorizationBatcherArtifact.deployedBytecode.toLowerCase()
+}
+
+/**
+ * The deployment a real network needs once (anyone may send it; it holds nothing and has no owner): the
+ * deployer's calldata is the salt followed by the contract's creation code.
+ */
+export function authorizationBatcherDeployment(): { to: Address; data: Hex } {
+  return { to: DETERMINISTIC_DEPLOYER, data: concat([zeroHash, authorizationBatcherArtifact.bytecode]) }
+}
+
+export async function signSettlementBatch(
+  account: PrivateKeyAccount,
+  p: {
+    chainId: number
+    usdc: Address
+    authorizations: StoredAuthorization[]
+    nonce: number
+    fees: FeeQuote
+  },
+): Promise<{ rawTx: Hex; hash: Hash }> {
+  const items = p.authorizations.map((a) => ({
+    from: a.from,
+    to: a.to,
+    value: BigInt(a.value),
+    validAfter: BigInt(a.validAfter),
+    validBefore: BigInt(a.validBefore),
+    nonce: a.nonce,
+    signature: a.signature,
+  }))
+  const rawTx = await account.signTransaction({
+    type: 'eip1559',
+    chainId: p.chainId,
+    to: AUTHORIZATION_BATCHER_ADDRESS,
+    data: encodeFunctionData({
+      abi: authorizationBatcherArtifact.abi,
+      functionName: 'settle',
+      args: [p.usdc, items],
+    }),
+    nonce: p.nonce,
+    gas: batchSettlementGas(items.length),
+    maxFeePerGas: p.fees.maxFeePerGas,
+    maxPriorityFeePerGas: p.fees.maxPriorityFeePerGas,
+    value: 0n,
+  })
+  return { rawTx, hash: keccakHex(rawTx) }
+}
+
+const outcomeEvents = parseAbi([
+  'event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce)',
+  'event BatchSettled(address indexed token, uint256 attempted, uint256 succeeded)',
+])
+
+/**
+ * What a mined settlement transaction did to each of its authorizations, in order:
+ * - `used`: the token logged AuthorizationUsed for it in this transaction (the money arrived);
+ * - `failed`: attempted and reverted (the caller asks the chain whether it is used anyway);
+ * - `unattempted`: a batch that ran short of gas, or reverted as a whole: nothing happened to it.
+ * A single transferWithAuthorization (no BatchSettled log) attempted its one authorization.
+ */
+export function settlementOutcomes(
+  receipt: Pick<TransactionReceipt, 'status' | 'logs' | 'to'>,
+  q: { usdc: Address; authorizations: Array<Pick<StoredAuthorization, 'from' | 'nonce'>> },
+): Array<'used' | 'failed' | 'unattempted'> {
+  const batch = receipt.to?.toLowerCase() === AUTHORIZATION_BATCHER_ADDRESS.toLowerCase()
+  if (receipt.status !== 'success') return q.authorizations.map(() => (batch ? 'unattempted' : 'failed'))
+  const used = new Set<string>()
+  let attempted = batch ? 0 : q.authorizations.length
+  for (const log of parseEventLogs({ abi: outcomeEvents, logs: receipt.logs })) {
+    const from = log.address.toLowerCase()
+    if (log.eventName === 'AuthorizationUsed' && from === q.usdc.toLowerCase()) {
+      used.add(`${log.args.authorizer.toLowerCase()}:${log.args.nonce.toLowerCase()}`)
+    } else if (
+      log.eventName === 'BatchSettled' &&
+      batch &&
+      from === AUTHORIZATION_BATCHER_ADDRESS.toLowerCase()
+    ) {
+      attempted = Number(log.args.attempted)
+    }
+  }
+  return q.authorizations.map((a, i) => {
+    if (used.has(`${a.from.toLowerCase()}:${a.nonce.toLowerCase()}`)) return 'used'
+    return i < attempted ? 'failed' : 'unattempted'
+  })
+}

@@ -1,0 +1,166 @@
+// The AuthorizationBatcher on a real anvil: its address is the deterministic deployer's CREATE2 address of
+// this build (so a real network gets it with one transaction), a bad authorization never sinks its batch,
+// and a batch short of gas leaves its tail unattempted and unused, to be sent again.
+import { type Address, createPublicClient, createWalletClient, http } from 'viem'
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
+import { afterAll, describe, expect, it } from 'vitest'
+import { spawnAnvil } from '../../src/chain/anvil-process.ts'
+import {
+  createAuthorizationNonce,
+  readAuthorizationState,
+  signTransferAuthorization,
+} from '../../src/chain/authorization.ts'
+import { authorizationBatcherArtifact } from '../../src/chain/contracts/artifacts.ts'
+import { devAccount } from '../../src/chain/dev-accounts.ts'
+import type { StoredAuthorization } from '../../src/chain/settle.ts'
+import {
+  AUTHORIZATION_BATCHER_ADDRESS,
+  authorizationBatcherDeployment,
+  batchSettlementGas,
+  DETERMINISTIC_DEPLOYER,
+  hasAuthorizationBatcher,
+  settlementOutcomes,
+} from '../../src/chain/settle-batch.ts'
+import { readTokenInfo } from '../../src/chain/usdc.ts'
+import { chainClients, erc20, type Funded, fundedAccount } from '../helpers/accounts.ts'
+
+const { rpcUrl, publicClient, usdc } = chainClients()
+const stops: Array<() => Promise<void>> = []
+afterAll(async () => {
+  for (const stop of stops) await stop()
+})
+
+/** `count` authorizations of 0.01 USDC from `payer` to `to`, in the form the claims table stores. */
+async function authorizations(payer: Funded, to: Address, count: number): Promise<StoredAuthorization[]> {
+  const chainId = await publicClient.getChainId()
+  const token = await readTokenInfo(publicClient, { address: usdc })
+  const now = BigInt(Math.floor(Date.now() / 1000))
+  return Promise.all(
+    Array.from({ length: count }, async () => {
+      const { authorization: a, signature } = await signTransferAuthorization(payer.account, {
+        usdc: { address: usdc, name: token.name, version: token.version },
+        chainId,
+        to,
+        value: 10_000n,
+        validAfter: 0n,
+        validBefore: now + 600n,
+        nonce: createAuthorizationNonce(),
+      })
+      return {
+        signature,
+        from: a.from,
+        to: a.to,
+        value: a.value.toString(),
+        validAfter: a.validAfter.toString(),
+        validBefore: a.validBefore.toString(),
+        nonce: a.nonce,
+      }
+    }),
+  )
+}
+
+/** Sends the batch from `sender` with the given gas limit and returns its receipt. */
+async function settle(sender: Funded, items: StoredAuthorization[], gas: bigint) {
+  const wallet = createWalletClient({ account: sender.account, transport: http(rpcUrl) })
+  const hash = await wallet.writeContract({
+    address: AUTHORIZATION_BATCHER_ADDRESS,
+    abi: authorizationBatcherArtifact.abi,
+    functionName: 'settle',
+    args: [
+      usdc,
+      items.map((a) => ({
+        ...a,
+        value: BigInt(a.value),
+        validAfter: BigInt(a.validAfter),
+        validBefore: BigInt(a.validBefore),
+      })),
+    ],
+    gas,
+    chain: null,
+  })
+  return publicClient.waitForTransactionReceipt({ hash })
+}
+
+function used(a: StoredAuthorization): Promise<boolean> {
+  return readAuthorizationState(publicClient, { usdc, authorizer: a.from as Address, nonce: a.nonce })
+}
+
+describe('AuthorizationBatcher', () => {
+  it('is at the CREATE2 address the deterministic deployer gives this build', async () => {
+    // A chain that never had it: anvil's own, with its CREATE2 factory and funded unlocked accounts.
+    const anvil = await spawnAnvil({ chainId: 31_337, accounts: 1 })
+    stops.push(anvil.stop)
+    const fresh = createPublicClient({ transport: http(anvil.rpcUrl) })
+    expect(await fresh.getCode({ address: DETERMINISTIC_DEPLOYER })).toMatch(/^0x[0-9a-f]{10,}$/)
+    expect(await hasAuthorizationBatcher(fresh)).toBe(false)
+
+    const wallet = createWalletClient({
+      account: privateKeyToAccount(devAccount(0).privateKey),
+      transport: http(anvil.rpcUrl),
+    })
+    const hash = await wallet.sendTransaction({ ...authorizationBatcherDeployment(), chain: null })
+    expect((await fresh.waitForTransactionReceipt({ hash })).status).toBe('success')
+    expect(await hasAuthorizationBatcher(fresh)).toBe(true)
+  })
+
+  it('settles the good authorizations of a batch and reports the one that reverts, in order', async () => {
+    const [payer, broke, sender] = await Promise.all([fundedAccount(), fundedAccount(0n), fundedAccount(0n)])
+    const to = privateKeyToAccount(generatePrivateKey()).address
+    const [first, [unfunded], last] = await Promise.all([
+      authorizations(payer, to, 2),
+      authorizations(broke, to, 1),
+      authorizations(payer, to, 2),
+    ])
+    const items = [...first, unfunded!, ...last]
+
+    const receipt = await settle(sender, items, batchSettlementGas(items.length))
+    expect(receipt.status).toBe('success')
+    expect(settlementOutcomes(receipt, { usdc, authorizations: items })).toEqual([
+      'used',
+      'used',
+      'failed',
+      'used',
+      'used',
+    ])
+    expect(await Promise.all(items.map(used))).toEqual([true, true, false, true, true])
+    const received = await publicClient.readContract({
+      address: usdc,
+      abi: erc20,
+      functionName: 'balanceOf',
+      args: [to],
+    })
+    expect(received).toBe(40_000n)
+  })
+
+  it('short of gas, attempts a prefix and leaves the rest unattempted and unused; they settle in another batch', async () => {
+    const [payer, sender] = await Promise.all([fundedAccount(), fundedAccount(0n)])
+    const to = privateKeyToAccount(generatePrivateKey()).address
+    const items = await authorizations(payer, to, 6)
+
+    const short = await settle(sender, items, 400_000n)
+    expect(short.status).toBe('success')
+    const outcomes = settlementOutcomes(short, { usdc, authorizations: items })
+    const attempted = outcomes.filter((o) => o === 'used').length
+    expect(attempted).toBeGreaterThan(0)
+    expect(attempted).toBeLessThan(items.length)
+    expect(outcomes).toEqual(items.map((_, i) => (i < attempted ? 'used' : 'unattempted')))
+    const rest = items.slice(attempted)
+    expect(await Promise.all(rest.map(used))).toEqual(rest.map(() => false))
+
+    const again = await settle(sender, rest, batchSettlementGas(rest.length))
+    expect(settlementOutcomes(again, { usdc, authorizations: rest })).toEqual(rest.map(() => 'used'))
+  })
+
+  it('with too little gas for any item, attempts none and leaves them all unused', async () => {
+    const [payer, sender] = await Promise.all([fundedAccount(), fundedAccount(0n)])
+    const items = await authorizations(payer, privateKeyToAccount(generatePrivateKey()).address, 2)
+    // Below ITEM_GAS from the start: the loop stops before its first item and says so (attempted 0).
+    const receipt = await settle(sender, items, 150_000n)
+    expect(receipt.status).toBe('success')
+    expect(settlementOutcomes(receipt, { usdc, authorizations: items })).toEqual([
+      'unattempted',
+      'unattempted',
+    ])
+    expect(await Promise.all(items.map(used))).toEqual([false, false])
+  })
+})
