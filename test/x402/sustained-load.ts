@@ -7,9 +7,11 @@ import { fire, startX402Setup, waitForDrain } from './harness.ts'
 const calls = Number(process.argv[2] ?? 2000)
 const concurrency = Number(process.argv[3] ?? 64)
 const jobsIdle = process.env.SETTLE_IDLE === '1'
+/** Authorizations per settlement transaction (1: one transaction each, as without the AuthorizationBatcher). */
+const perTransaction = Number(process.env.SETTLE_PER_TX ?? 50)
 
 const setup = await startX402Setup({
-  overrides: { settlement: { interval_ms: jobsIdle ? 3_600_000 : 200 } },
+  overrides: { settlement: { interval_ms: jobsIdle ? 3_600_000 : 200, per_transaction: perTransaction } },
   logLevel: 'error',
 })
 let failed = false
@@ -37,7 +39,11 @@ try {
     concurrency,
   )
   const atEnd = await setup.settlementState()
+  const treasury = setup.chain.treasury.address
+  const nonceBefore = await setup.svc.chain.publicClient.getTransactionCount({ address: treasury })
+  const runStarted = performance.now()
   if (jobsIdle) await setup.svc.jobs.runNow('x402-settlement')
+  const settleRunMs = performance.now() - runStarted
   const drain = await waitForDrain(setup, 300_000)
   sampling = false
   await sampler
@@ -70,6 +76,10 @@ try {
         sign_s: +(signMs / 1000).toFixed(1),
         served_per_s: Math.round(load.callsPerS),
         settled_at_load_end: atEnd.settled,
+        per_transaction: perTransaction,
+        ...(jobsIdle ? { settle_run_ms: Math.round(settleRunMs) } : {}),
+        treasury_transactions_after_load:
+          (await setup.svc.chain.publicClient.getTransactionCount({ address: treasury })) - nonceBefore,
         drain_after_load_ms: Math.round(drain.drainedMs),
         settled_per_s_overall: Math.round(s.settled / totalS),
         max_backlog: Math.max(maxBacklog, drain.maxBacklog),
