@@ -6,7 +6,7 @@ import { hostname } from 'node:os'
 import { getAddress } from 'viem'
 import { BatchWriter } from '../books/batch-writer.ts'
 import { checkBatchContracts } from '../chain/batch-channel.ts'
-import { checkAuthorizationOnChain } from '../chain/check-authorization.ts'
+import { createAuthorizationChainChecker } from '../chain/check-authorization.ts'
 import type { ChainContext } from '../chain/connect.ts'
 import { simulateTransferAuthorization } from '../chain/simulate-authorization.ts'
 import { verifySmartWalletAuthorization } from '../chain/verify-smart-wallet.ts'
@@ -227,6 +227,8 @@ function createVerifier(
   chain: ChainContext,
   verified: ReturnType<typeof createVerifiedTransferCache>,
 ): Verifier {
+  // One per process: the checks of one payer share its balance read (see check-authorization.ts).
+  const checkOnChain = createAuthorizationChainChecker(chain.publicClient, chain.usdc.address)
   return new Verifier({
     verified,
     maxProofAgeMs: config.chain.max_proof_age_ms,
@@ -240,7 +242,7 @@ function createVerifier(
     checkAuthorization: async (q) => {
       const end = rpcDuration.startTimer()
       try {
-        return await checkAuthorizationOnChain(chain.publicClient, { usdc: chain.usdc.address, ...q })
+        return await checkOnChain(q)
       } finally {
         end()
       }
