@@ -278,6 +278,8 @@ function cpuGroups(ctx: Context, s: Scenario): Record<string, () => number[]> {
   const groups: Record<string, () => number[]> = {
     proxy: () => withChildren(pidsOf(proxies)),
     upstream: () => withChildren(pidsOf([ctx.upstream])),
+    // anvil: the chain reads of cold proofs and x402 verifications, settlement transactions and their blocks.
+    chain: () => [ctx.chain.pid],
   }
   if (process.env.BENCH_DATABASE_URL) groups.database = () => postgresBackends(`_${process.pid}`)
   return groups
