@@ -3,7 +3,9 @@
 // deterministic deployer, the same on every chain, so the service finds it by its code (no configured
 // address); without it, settlement falls back to one transaction per authorization (./settle.ts).
 import {
+  type Account,
   type Address,
+  type Chain,
   type Client,
   concat,
   encodeFunctionData,
@@ -14,9 +16,11 @@ import {
   parseAbi,
   parseEventLogs,
   type TransactionReceipt,
+  type Transport,
+  type WalletClient,
   zeroHash,
 } from 'viem'
-import { getCode } from 'viem/actions'
+import { getCode, waitForTransactionReceipt } from 'viem/actions'
 import { authorizationBatcherArtifact } from './contracts/artifacts.ts'
 import { keccakHex } from './keccak.ts'
 import type { FeeQuote } from './payouts.ts'
@@ -128,4 +132,32 @@ export function settlementOutcomes(
     if (used.has(`${a.from.toLowerCase()}:${a.nonce.toLowerCase()}`)) return 'used'
     return i < attempted ? 'failed' : 'unattempted'
   })
+}
+
+export type BatcherDeployment =
+  | { status: 'present' }
+  | { status: 'deployed'; tx: Hash }
+  | { status: 'no_deployer' }
+  | { status: 'failed'; tx: Hash }
+
+/**
+ * Deploys this build's AuthorizationBatcher at its CREATE2 address from `wallet` (any funded account; the
+ * contract has no owner), unless it is there already. Needs the deterministic deployment proxy on the chain.
+ */
+export async function deployAuthorizationBatcher(
+  publicClient: Client,
+  wallet: WalletClient<Transport, Chain | undefined, Account>,
+): Promise<BatcherDeployment> {
+  if (await hasAuthorizationBatcher(publicClient)) return { status: 'present' }
+  const proxy = await getCode(publicClient, { address: DETERMINISTIC_DEPLOYER })
+  if (!proxy || proxy === '0x') return { status: 'no_deployer' }
+  const tx = await wallet.sendTransaction({
+    ...authorizationBatcherDeployment(),
+    chain: wallet.chain ?? null,
+  })
+  const receipt = await waitForTransactionReceipt(publicClient, { hash: tx })
+  if (receipt.status !== 'success' || !(await hasAuthorizationBatcher(publicClient))) {
+    return { status: 'failed', tx }
+  }
+  return { status: 'deployed', tx }
 }

@@ -4,7 +4,7 @@
 import { type Address, createPublicClient, createWalletClient, http } from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { afterAll, describe, expect, it } from 'vitest'
-import { spawnAnvil } from '../../src/chain/anvil-process.ts'
+import { anvilSetCode, spawnAnvil } from '../../src/chain/anvil-process.ts'
 import {
   createAuthorizationNonce,
   readAuthorizationState,
@@ -15,9 +15,9 @@ import { devAccount } from '../../src/chain/dev-accounts.ts'
 import type { StoredAuthorization } from '../../src/chain/settle.ts'
 import {
   AUTHORIZATION_BATCHER_ADDRESS,
-  authorizationBatcherDeployment,
   batchSettlementGas,
   DETERMINISTIC_DEPLOYER,
+  deployAuthorizationBatcher,
   hasAuthorizationBatcher,
   settlementOutcomes,
 } from '../../src/chain/settle-batch.ts'
@@ -86,21 +86,35 @@ function used(a: StoredAuthorization): Promise<boolean> {
 }
 
 describe('AuthorizationBatcher', () => {
-  it('is at the CREATE2 address the deterministic deployer gives this build', async () => {
-    // A chain that never had it: anvil's own, with its CREATE2 factory and funded unlocked accounts.
+  it('deploys at the CREATE2 address the deterministic deployer gives this build, once', async () => {
+    // A chain that never had it: anvil's own, with its CREATE2 factory and funded accounts.
     const anvil = await spawnAnvil({ chainId: 31_337, accounts: 1 })
     stops.push(anvil.stop)
     const fresh = createPublicClient({ transport: http(anvil.rpcUrl) })
-    expect(await fresh.getCode({ address: DETERMINISTIC_DEPLOYER })).toMatch(/^0x[0-9a-f]{10,}$/)
-    expect(await hasAuthorizationBatcher(fresh)).toBe(false)
-
     const wallet = createWalletClient({
       account: privateKeyToAccount(devAccount(0).privateKey),
       transport: http(anvil.rpcUrl),
     })
-    const hash = await wallet.sendTransaction({ ...authorizationBatcherDeployment(), chain: null })
-    expect((await fresh.waitForTransactionReceipt({ hash })).status).toBe('success')
+    expect(await hasAuthorizationBatcher(fresh)).toBe(false)
+
+    const first = await deployAuthorizationBatcher(fresh, wallet)
+    expect(first.status).toBe('deployed')
+    const tx = first.status === 'deployed' ? first.tx : '0x'
+    expect((await fresh.getTransactionReceipt({ hash: tx })).to?.toLowerCase()).toBe(DETERMINISTIC_DEPLOYER)
     expect(await hasAuthorizationBatcher(fresh)).toBe(true)
+    expect(await deployAuthorizationBatcher(fresh, wallet)).toEqual({ status: 'present' })
+  })
+
+  it('says when the chain has no deterministic deployment proxy', async () => {
+    const anvil = await spawnAnvil({ chainId: 31_337, accounts: 1 })
+    stops.push(anvil.stop)
+    await anvilSetCode(anvil.rpcUrl, DETERMINISTIC_DEPLOYER, '0x')
+    const fresh = createPublicClient({ transport: http(anvil.rpcUrl) })
+    const wallet = createWalletClient({
+      account: privateKeyToAccount(devAccount(0).privateKey),
+      transport: http(anvil.rpcUrl),
+    })
+    expect(await deployAuthorizationBatcher(fresh, wallet)).toEqual({ status: 'no_deployer' })
   })
 
   it('settles the good authorizations of a batch and reports the one that reverts, in order', async () => {

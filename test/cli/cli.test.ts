@@ -120,3 +120,12 @@ describe('npm run reconcile', () => {
     expect(ranged.err).toMatch(/--from\/--to need the database/)
   })
 })
+
+describe('npm run deploy:batcher', () => {
+  it('finds the AuthorizationBatcher the dev chain already has, and says so', async () => {
+    writeDevChainFile(devChainFile(), FILE)
+    const r = await run('deploy-batcher', [], { TREASURY_PRIVATE_KEY: svc.treasury.privateKey })
+    expect(r.out).toMatch(/AuthorizationBatcher 0x[0-9a-fA-F]{40} on chain \d+: already deployed/)
+    expect(r.code).toBe(0)
+  })
+})

@@ -1,0 +1,60 @@
+// `npm run deploy:batcher`: puts this build's AuthorizationBatcher (x402 settlement, many authorizations per
+// transaction) on the configured chain, at its CREATE2 address, sent from the treasury key. Once per chain:
+// the contract has no owner and holds nothing, so whoever deploys it, every tollgate on that chain finds it
+// by its code. Without it, settlement sends one transaction per authorization. Exit codes: 0 = there (now or
+// already), 1 = cannot be deployed here (no deterministic deployment proxy, or the deployment failed),
+// 2 = could not try (configuration, RPC).
+import { connectChain } from '../chain/connect.ts'
+import {
+  AUTHORIZATION_BATCHER_ADDRESS,
+  DETERMINISTIC_DEPLOYER,
+  deployAuthorizationBatcher,
+} from '../chain/settle-batch.ts'
+import { ConfigError, loadConfig } from '../config/load.ts'
+import { readDevChainFile } from './dev-chain-file.ts'
+import { isMain } from './is-main.ts'
+
+async function main(): Promise<number> {
+  const running = readDevChainFile()
+  const env = { ...process.env }
+  if (running && !env.RPC_URL) {
+    env.RPC_URL = running.rpc_url
+    env.USDC_ADDRESS ??= running.usdc_address
+  }
+  const config = loadConfig({ env })
+  const chain = await connectChain(config)
+  try {
+    const r = await deployAuthorizationBatcher(chain.publicClient, chain.walletClient)
+    const at = `AuthorizationBatcher ${AUTHORIZATION_BATCHER_ADDRESS} on chain ${chain.chainId}`
+    switch (r.status) {
+      case 'present':
+        process.stdout.write(`${at}: already deployed\n`)
+        return 0
+      case 'deployed':
+        process.stdout.write(`${at}: deployed in ${r.tx}\n`)
+        return 0
+      case 'no_deployer':
+        process.stderr.write(
+          `${at}: this chain has no deterministic deployment proxy at ${DETERMINISTIC_DEPLOYER}; settlement sends one transaction per authorization\n`,
+        )
+        return 1
+      case 'failed':
+        process.stderr.write(`${at}: deployment ${r.tx} did not leave the expected code\n`)
+        return 1
+    }
+  } finally {
+    await chain.close()
+  }
+}
+
+if (isMain(import.meta.url)) {
+  main().then(
+    (code) => process.exit(code),
+    (err) => {
+      process.stderr.write(
+        `deploy:batcher: ${err instanceof ConfigError ? err.message : (err?.stack ?? String(err))}\n`,
+      )
+      process.exit(2)
+    },
+  )
+}
