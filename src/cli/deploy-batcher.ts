@@ -4,6 +4,7 @@
 // by its code. Without it, settlement sends one transaction per authorization. Exit codes: 0 = there (now or
 // already), 1 = cannot be deployed here (no deterministic deployment proxy, or the deployment failed),
 // 2 = could not try (configuration, RPC).
+import { parseArgs } from 'node:util'
 import { connectChain } from '../chain/connect.ts'
 import {
   AUTHORIZATION_BATCHER_ADDRESS,
@@ -14,7 +15,23 @@ import { ConfigError, loadConfig } from '../config/load.ts'
 import { readDevChainFile } from './dev-chain-file.ts'
 import { isMain } from './is-main.ts'
 
-async function main(): Promise<number> {
+const USAGE = `usage: npm run deploy:batcher
+
+deploys the AuthorizationBatcher (x402 settlement, many authorizations per transaction) at its CREATE2 address
+from the treasury key, unless it is there already. Reads the configuration like npm start (NETWORK, RPC_URL,
+TREASURY_PRIVATE_KEY, …). exit 0 there (now or already), 1 cannot be deployed on this chain, 2 could not try
+`
+
+async function main(argv: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args: argv,
+    strict: true,
+    options: { help: { type: 'boolean', short: 'h' } },
+  })
+  if (values.help) {
+    process.stdout.write(USAGE)
+    return 0
+  }
   const running = readDevChainFile()
   const env = { ...process.env }
   if (running && !env.RPC_URL) {
@@ -48,11 +65,13 @@ async function main(): Promise<number> {
 }
 
 if (isMain(import.meta.url)) {
-  main().then(
+  main(process.argv.slice(2)).then(
     (code) => process.exit(code),
     (err) => {
       process.stderr.write(
-        `deploy:batcher: ${err instanceof ConfigError ? err.message : (err?.stack ?? String(err))}\n`,
+        err?.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION'
+          ? `${err.message}\n${USAGE}`
+          : `deploy:batcher: ${err instanceof ConfigError ? err.message : (err?.stack ?? String(err))}\n`,
       )
       process.exit(2)
     },

@@ -122,6 +122,13 @@ describe('npm run reconcile', () => {
 })
 
 describe('npm run deploy:batcher', () => {
+  it('--help exits 0; an unknown option exits 2 with the usage', async () => {
+    expect((await run('deploy-batcher', ['--help'])).code).toBe(0)
+    const bad = await run('deploy-batcher', ['--force'])
+    expect(bad.code).toBe(2)
+    expect(bad.err).toContain('usage: npm run deploy:batcher')
+  })
+
   it('finds the AuthorizationBatcher the dev chain already has, and says so', async () => {
     writeDevChainFile(devChainFile(), FILE)
     const r = await run('deploy-batcher', [], { TREASURY_PRIVATE_KEY: svc.treasury.privateKey })
