@@ -3,7 +3,7 @@
 import autocannon from 'autocannon'
 import * as hdr from 'hdr-histogram-js'
 import { machineBusy } from './cpu.ts'
-import type { Inside } from './scenarios/inside.ts'
+import type { Inside, SettlementOutcome } from './scenarios/inside.ts'
 
 export interface LoadOptions {
   url: string
@@ -39,6 +39,10 @@ export interface Measured {
   ratio_to_x402?: number | null
   /** The paid scenarios: where a call's time went inside the instance (bench/scenarios/inside.ts). */
   inside?: Inside
+  /** x402 only: what became of its authorizations once the settlement backlog drained (target: none failed). */
+  settlement?: SettlementOutcome
+  /** Work to do once the load and its CPU measurement are over (not serialized). */
+  afterLoad?: () => Promise<Partial<Measured>>
   /** Answers with another status than expected, by status; and requests with no answer (errors, timeouts). */
   wrong_status?: Record<string, number>
   no_answer?: { errors: number; timeouts: number }

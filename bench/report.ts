@@ -106,6 +106,17 @@ export function targetChecks(results: ScenarioResult[], soak?: SoakSummary): Tar
         : {}),
     })
   }
+  const x402 = by.get('x402')
+  if (x402?.settlement) {
+    const { settled, failed, drain_ms } = x402.settlement
+    checks.push({
+      name: 'x402 failed settlements',
+      value: failed,
+      target: '= 0',
+      met: failed === 0 && settled >= x402.requests,
+      limit: `${settled} of ${x402.requests} settled, backlog drained ${drain_ms} ms after the load`,
+    })
+  }
   const cold = by.get('paid-cold')
   if (cold?.rpc_per_proof !== undefined) {
     const value = cold.rpc_per_proof

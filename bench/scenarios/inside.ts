@@ -85,3 +85,38 @@ export function inside(before: Counters, after: Counters): Inside {
     event_loop_max_ms: Math.round(total(after, 'tollgate_nodejs_eventloop_lag_max_seconds', []) * 1000),
   }
 }
+
+export interface SettlementOutcome {
+  /** Authorizations settled and failed (reverted or expired) since the run began, once the backlog drained. */
+  settled: number
+  failed: number
+  /** From the end of the load until no captured authorization was left unsettled. */
+  drain_ms: number
+}
+
+/**
+ * Waits until the instance has no captured x402 authorization left to settle (its scrape-time backlog gauge),
+ * at most `timeoutMs`, then counts the settlements since `before`.
+ */
+export async function settlementOutcome(
+  adminPort: number,
+  before: Counters,
+  timeoutMs = 60_000,
+): Promise<SettlementOutcome> {
+  const started = performance.now()
+  let now = await readCounters(adminPort)
+  while (total(now, 'tollgate_x402_settlement_backlog_count', []) > 0) {
+    if (performance.now() - started > timeoutMs) break
+    // A polling period, not a wait for a condition that could be awaited.
+    await new Promise((r) => setTimeout(r, 200))
+    now = await readCounters(adminPort)
+  }
+  const d = (outcome: string) =>
+    total(now, 'tollgate_x402_settlements_total', [`outcome="${outcome}"`]) -
+    total(before, 'tollgate_x402_settlements_total', [`outcome="${outcome}"`])
+  return {
+    settled: d('settled'),
+    failed: d('reverted') + d('expired'),
+    drain_ms: Math.round(performance.now() - started),
+  }
+}

@@ -7,7 +7,7 @@ import { createPaymentHeader, selectPaymentRequirements } from 'x402/client'
 import { PaymentRequirementsSchema } from 'x402/types'
 import { load, type Measured } from '../load.ts'
 import { type Context, settings } from './context.ts'
-import { inside, readCounters } from './inside.ts'
+import { inside, readCounters, settlementOutcome } from './inside.ts'
 
 export async function runX402(ctx: Context, count: number): Promise<Measured> {
   const url = await ctx.tollgates.warm!.metered('/data')
@@ -40,5 +40,11 @@ export async function runX402(ctx: Context, count: number): Promise<Measured> {
     perRequest: { header: 'x-payment', values: headers },
     expectStatus: 200,
   })
-  return { ...m, inside: inside(before, await readCounters(ctx.tollgates.warm!.adminPort)) }
+  const adminPort = ctx.tollgates.warm!.adminPort
+  return {
+    ...m,
+    inside: inside(before, await readCounters(adminPort)),
+    // Settling is the leader's work after the call; waited for once the CPU of the load is measured.
+    afterLoad: async () => ({ settlement: await settlementOutcome(adminPort, before) }),
+  }
 }

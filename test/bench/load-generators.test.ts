@@ -159,6 +159,22 @@ describe('targetChecks', () => {
     })
   })
 
+  it('x402: met only when every authorization settled and none failed', () => {
+    const x402 = (settled: number, failed: number) => ({
+      ...r('x402', 700),
+      requests: 1500,
+      settlement: { settled, failed, drain_ms: 900 },
+    })
+    expect(targetChecks([x402(1500, 0)])[0]).toMatchObject({
+      name: 'x402 failed settlements',
+      value: 0,
+      met: true,
+    })
+    expect(targetChecks([x402(1499, 1)])[0]).toMatchObject({ value: 1, met: false })
+    // Not drained in time: nothing failed yet, but not everything is settled either.
+    expect(targetChecks([x402(1200, 0)])[0]).toMatchObject({ value: 0, met: false })
+  })
+
   it('does not call a disturbed half-load reference met', () => {
     // As in a run on a noisy machine: the upstream alone read p99 386 ms, the paid path 189 ms.
     const [check] = targetChecks([r('half-load-direct', 600, 385_791), r('half-load-paid', 600, 189_311)])
