@@ -5,10 +5,8 @@
 // exceeds it. A burst of concurrent authorizations whose sum is more than the wallet holds is served up to
 // what it holds; checked one by one against the same balance, every one of them would pass, and the
 // settlements past the balance would revert unpaid. It also saves the node one eth_call per joined check.
-import type { Address, Client, Hex } from 'viem'
-import { readContract } from 'viem/actions'
-import { readAuthorizationState } from './authorization.ts'
-import { usdcAbi } from './usdc.ts'
+import type { Address, Hex } from 'viem'
+import type { TokenReads } from './token-reads.ts'
 
 export type AuthorizationChainCheck =
   | { ok: true }
@@ -26,36 +24,32 @@ interface SharedBalance {
   accepted: bigint
 }
 
-export function createAuthorizationChainChecker(client: Client, usdc: Address): AuthorizationChainChecker {
-  const reads = new Map<string, SharedBalance>()
+export function createAuthorizationChainChecker(
+  reads: Pick<TokenReads, 'authorizationUsed' | 'balanceOf'>,
+): AuthorizationChainChecker {
+  const shared = new Map<string, SharedBalance>()
   const join = (from: Address): SharedBalance => {
     const key = from.toLowerCase()
-    const joined = reads.get(key)
+    const joined = shared.get(key)
     if (joined) return joined
-    const shared: SharedBalance = {
-      balance: readContract(client, { address: usdc, abi: usdcAbi, functionName: 'balanceOf', args: [from] }),
-      accepted: 0n,
-    }
-    reads.set(key, shared)
+    const read: SharedBalance = { balance: reads.balanceOf(from), accepted: 0n }
+    shared.set(key, read)
     // Registered before any check awaits it, so it runs first: a check that arrives once the balance is in
     // starts a fresh read, while those that joined this one still count against it.
     const leave = () => {
-      if (reads.get(key) === shared) reads.delete(key)
+      if (shared.get(key) === read) shared.delete(key)
     }
-    shared.balance.then(leave, leave)
-    return shared
+    read.balance.then(leave, leave)
+    return read
   }
   return async (q) => {
-    const shared = join(q.from)
+    const read = join(q.from)
     try {
-      const [used, balance] = await Promise.all([
-        readAuthorizationState(client, { usdc, authorizer: q.from, nonce: q.nonce }),
-        shared.balance,
-      ])
+      const [used, balance] = await Promise.all([reads.authorizationUsed(q.from, q.nonce), read.balance])
       if (used) return { ok: false, reason: 'proof_already_used' }
       // Checks resume one at a time, in the order they joined: each sees what the earlier ones accepted.
-      if (balance - shared.accepted < q.value) return { ok: false, reason: 'insufficient_funds' }
-      shared.accepted += q.value
+      if (balance - read.accepted < q.value) return { ok: false, reason: 'insufficient_funds' }
+      read.accepted += q.value
       return { ok: true }
     } catch {
       return { ok: false, reason: 'rpc_unavailable' }

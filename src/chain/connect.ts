@@ -18,6 +18,7 @@ import { type DevChain, startDevChain } from './dev-chain.ts'
 import { ChainError } from './errors.ts'
 import { caip2, networks } from './networks.ts'
 import { signingAccount } from './signing-account.ts'
+import { createTokenReads, type TokenReads } from './token-reads.ts'
 import { readTokenInfo } from './usdc.ts'
 
 export interface UsdcInfo {
@@ -34,6 +35,8 @@ export interface ChainContext {
   /** x402 v1 network name. */
   x402Network: string
   publicClient: ChainPublicClient
+  /** The token reads of x402 verifications, on the hot path (./token-reads.ts). */
+  tokenReads: TokenReads
   /** Signs as the treasury: payouts, refunds, x402 settlements. */
   walletClient: ChainWalletClient
   treasury: Address
@@ -79,7 +82,13 @@ export async function connectChain(config: Config, options: ConnectOptions = {})
   }
   try {
     const context = await connect(config, network, devChain, options.onRpcRequest)
-    return { ...context, close }
+    return {
+      ...context,
+      close: async () => {
+        await context.tokenReads.close()
+        await close()
+      },
+    }
   } catch (err) {
     await close()
     throw err
@@ -166,6 +175,12 @@ async function connect(
         ? config.local_chain.announce_as
         : info.x402Network,
     publicClient,
+    tokenReads: createTokenReads({
+      rpcUrl,
+      token: usdcAddress,
+      timeoutMs: config.chain.rpc_timeout_ms,
+      onRpcRequest,
+    }),
     walletClient,
     treasury: account.address,
     usdc: { address: usdcAddress, ...token },

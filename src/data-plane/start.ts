@@ -228,7 +228,7 @@ function createVerifier(
   verified: ReturnType<typeof createVerifiedTransferCache>,
 ): Verifier {
   // One per process: the checks of one payer share its balance read (see check-authorization.ts).
-  const checkOnChain = createAuthorizationChainChecker(chain.publicClient, chain.usdc.address)
+  const checkOnChain = createAuthorizationChainChecker(chain.tokenReads)
   return new Verifier({
     verified,
     maxProofAgeMs: config.chain.max_proof_age_ms,

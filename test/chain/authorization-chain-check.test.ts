@@ -1,29 +1,47 @@
-// The chain half of an x402 verification on a real anvil: nonce unused, funds present. Checks of one payer
-// share the balance read in flight, and together accept no more than it: a burst of authorizations worth more
-// than the wallet holds is served only up to what it holds.
-import { type Address, createPublicClient, type Hex, http } from 'viem'
+// The chain half of an x402 verification on a real anvil: nonce unused, funds present, read through the
+// hot path's own JSON-RPC reads (src/chain/token-reads.ts). Checks of one payer share the balance read in
+// flight, and together accept no more than it: a burst of authorizations worth more than the wallet holds
+// is served only up to what it holds.
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { type Address, createWalletClient, type Hex, http } from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
-import { describe, expect, it } from 'vitest'
-import { createAuthorizationNonce } from '../../src/chain/authorization.ts'
+import { afterAll, describe, expect, it } from 'vitest'
+import { createAuthorizationNonce, signTransferAuthorization } from '../../src/chain/authorization.ts'
 import { createAuthorizationChainChecker } from '../../src/chain/check-authorization.ts'
-import { chainClients, fundedAccount } from '../helpers/accounts.ts'
+import { settlementCalldata } from '../../src/chain/settle.ts'
+import { createTokenReads, type TokenReads } from '../../src/chain/token-reads.ts'
+import { readTokenInfo } from '../../src/chain/usdc.ts'
+import { chainClients, erc20, fundedAccount } from '../helpers/accounts.ts'
 
-const { rpcUrl, usdc } = chainClients()
-const BALANCE_OF = '0x70a08231'
+const { rpcUrl, publicClient, usdc } = chainClients()
+const opened: TokenReads[] = []
+const servers: Server[] = []
+afterAll(async () => {
+  for (const r of opened) await r.close()
+  for (const s of servers) s.close()
+})
 
-/** A client that counts the balanceOf calls the node receives. */
-function countingClient() {
+function reads(url = rpcUrl, onRpcRequest?: (request: string, calls: string[]) => void): TokenReads {
+  const r = createTokenReads({ rpcUrl: url, token: usdc, timeoutMs: 10_000, onRpcRequest })
+  opened.push(r)
+  return r
+}
+
+/** Token reads whose balance reads are counted (what the checker asks for, before any batching). */
+function countingReads() {
   const counted = { balanceReads: 0 }
-  const client = createPublicClient({
-    transport: http(rpcUrl, {
-      batch: { wait: 0 },
-      async onFetchRequest(request) {
-        const body = await request.clone().text()
-        counted.balanceReads += body.split(BALANCE_OF).length - 1
+  const inner = reads()
+  return {
+    counted,
+    reads: {
+      authorizationUsed: inner.authorizationUsed,
+      balanceOf: (owner: Address) => {
+        counted.balanceReads++
+        return inner.balanceOf(owner)
       },
-    }),
-  })
-  return { client, counted }
+    },
+  }
 }
 
 const check = (
@@ -33,11 +51,97 @@ const check = (
   nonce: Hex = createAuthorizationNonce(),
 ) => checker({ from, nonce, value })
 
+/** A stand-in RPC node answering every request with `answer` (status, body); it records the requests. */
+async function fakeNode(answer: (body: string) => [number, string]) {
+  const seen: Array<{ authorization: string | undefined; body: string }> = []
+  const server = createServer((req, res) => {
+    let body = ''
+    req.on('data', (c) => (body += c))
+    req.on('end', () => {
+      seen.push({ authorization: req.headers.authorization, body })
+      const [status, text] = answer(body)
+      res.writeHead(status, { 'content-type': 'application/json' }).end(text)
+    })
+  })
+  servers.push(server)
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  return { port: (server.address() as AddressInfo).port, seen }
+}
+
+describe('token reads', () => {
+  it('answer what viem reads, in one HTTP request per turn of the event loop', async () => {
+    const payer = await fundedAccount(123_456n)
+    const requests: Array<[string, string[]]> = []
+    const r = reads(rpcUrl, (request, calls) => requests.push([request, calls]))
+    const nonce = createAuthorizationNonce()
+    const [balance, used, other] = await Promise.all([
+      r.balanceOf(payer.address),
+      r.authorizationUsed(payer.address, nonce),
+      r.balanceOf(privateKeyToAccount(generatePrivateKey()).address),
+    ])
+    expect([balance, used, other]).toEqual([123_456n, false, 0n])
+    expect(requests).toEqual([['batch', ['eth_call', 'eth_call', 'eth_call']]])
+
+    // Use the nonce on chain: the same read now says so.
+    const chainId = await publicClient.getChainId()
+    const token = await readTokenInfo(publicClient, { address: usdc })
+    const { authorization, signature } = await signTransferAuthorization(payer.account, {
+      usdc: { address: usdc, name: token.name, version: token.version },
+      chainId,
+      to: payer.address,
+      value: 1n,
+      validAfter: 0n,
+      validBefore: BigInt(Math.floor(Date.now() / 1000) + 600),
+      nonce,
+    })
+    const wallet = createWalletClient({ account: payer.account, transport: http(rpcUrl) })
+    const hash = await wallet.sendTransaction({
+      to: usdc,
+      data: settlementCalldata({
+        ...authorization,
+        value: '1',
+        validAfter: '0',
+        validBefore: authorization.validBefore.toString(),
+        signature,
+      }),
+      chain: null,
+    })
+    await publicClient.waitForTransactionReceipt({ hash })
+    expect(await r.authorizationUsed(payer.address, nonce)).toBe(true)
+    expect(
+      await publicClient.readContract({
+        address: usdc,
+        abi: erc20,
+        functionName: 'balanceOf',
+        args: [payer.address],
+      }),
+    ).toBe(await r.balanceOf(payer.address))
+  })
+
+  it('reject on a node that errs, answers garbage, leaves a call out, or is not there; send URL credentials', async () => {
+    const someone = privateKeyToAccount(generatePrivateKey()).address
+    const down = await fakeNode(() => [500, 'oops'])
+    await expect(reads(`http://127.0.0.1:${down.port}`).balanceOf(someone)).rejects.toThrow(/HTTP 500/)
+    const garbage = await fakeNode(() => [200, '{"jsonrpc":"2.0","result":"0x01"}'])
+    await expect(reads(`http://127.0.0.1:${garbage.port}`).balanceOf(someone)).rejects.toThrow(/array/)
+    const short = await fakeNode(() => [200, '[{"jsonrpc":"2.0","id":0,"result":"0x01"}]'])
+    await expect(reads(`http://127.0.0.1:${short.port}`).balanceOf(someone)).rejects.toThrow(/32-byte word/)
+    const partial = await fakeNode(() => [200, `[{"jsonrpc":"2.0","id":0,"result":"0x${'0'.repeat(63)}7"}]`])
+    const p = reads(`http://user:p%40ss@127.0.0.1:${partial.port}/key/abc`)
+    const [first, second] = await Promise.allSettled([p.balanceOf(someone), p.balanceOf(someone)])
+    expect(first).toEqual({ status: 'fulfilled', value: 7n })
+    expect(second.status).toBe('rejected')
+    expect(partial.seen[0]!.authorization).toBe(`Basic ${Buffer.from('user:p@ss').toString('base64')}`)
+    await expect(reads('http://127.0.0.1:9').balanceOf(someone)).rejects.toThrow()
+    await expect(reads().authorizationUsed(someone, '0x1234')).rejects.toThrow(/32-byte nonce/)
+  })
+})
+
 describe('x402 chain check', () => {
   it('five concurrent authorizations worth more than the balance: those that fit pass, one balance read', async () => {
     const payer = await fundedAccount(30_000n)
-    const { client, counted } = countingClient()
-    const checker = createAuthorizationChainChecker(client, usdc)
+    const { reads, counted } = countingReads()
+    const checker = createAuthorizationChainChecker(reads)
 
     const results = await Promise.all(Array.from({ length: 5 }, () => check(checker, payer.address, 10_000n)))
     expect(results.filter((r) => r.ok)).toHaveLength(3)
@@ -47,8 +151,8 @@ describe('x402 chain check', () => {
 
   it('each payer has its own read; a check after the read is in starts a fresh one', async () => {
     const [a, b] = await Promise.all([fundedAccount(10_000n), fundedAccount(10_000n)])
-    const { client, counted } = countingClient()
-    const checker = createAuthorizationChainChecker(client, usdc)
+    const { reads, counted } = countingReads()
+    const checker = createAuthorizationChainChecker(reads)
 
     const both = await Promise.all([check(checker, a.address, 10_000n), check(checker, b.address, 10_000n)])
     expect(both).toEqual([{ ok: true }, { ok: true }])
@@ -59,15 +163,10 @@ describe('x402 chain check', () => {
   })
 
   it('an empty wallet, and an unreachable node, are answers', async () => {
-    const { client } = countingClient()
-    const checker = createAuthorizationChainChecker(client, usdc)
+    const checker = createAuthorizationChainChecker(reads())
     const nobody = privateKeyToAccount(generatePrivateKey()).address
     expect(await check(checker, nobody, 1n)).toEqual({ ok: false, reason: 'insufficient_funds' })
-
-    const down = createAuthorizationChainChecker(
-      createPublicClient({ transport: http('http://127.0.0.1:9', { retryCount: 0 }) }),
-      usdc,
-    )
+    const down = createAuthorizationChainChecker(reads('http://127.0.0.1:9'))
     expect(await check(down, nobody, 1n)).toEqual({ ok: false, reason: 'rpc_unavailable' })
   })
 })

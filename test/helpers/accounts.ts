@@ -4,6 +4,7 @@ import {
   type Address,
   createPublicClient,
   createWalletClient,
+  encodeFunctionData,
   type Hex,
   http,
   type PrivateKeyAccount,
@@ -45,15 +46,18 @@ export async function fundedAccount(usdcAtomic = 1_000_000_000n): Promise<Funded
     params: [account.address, '0x8ac7230489e80000'] as never,
   })
   if (usdcAtomic > 0n) {
-    // eth_sendTransaction from the unlocked deployer: the node assigns nonces, so files never collide.
-    const deployer = createWalletClient({ account: DEPLOYER, transport: http(rpcUrl) })
-    const hash = await deployer.writeContract({
-      address: usdc,
-      abi: erc20,
-      functionName: 'mint',
-      args: [account.address, usdcAtomic],
-      chain: null,
-    })
+    // eth_sendTransaction from the unlocked deployer with no nonce: the node assigns it, so concurrent mints
+    // (in one file or several) never collide. viem's writeContract would fill in a nonce it read itself.
+    const hash = (await publicClient.request({
+      method: 'eth_sendTransaction' as never,
+      params: [
+        {
+          from: DEPLOYER,
+          to: usdc,
+          data: encodeFunctionData({ abi: erc20, functionName: 'mint', args: [account.address, usdcAtomic] }),
+        },
+      ] as never,
+    })) as Hex
     await publicClient.waitForTransactionReceipt({ hash })
   }
   return { account, privateKey, address: account.address }
