@@ -112,8 +112,9 @@ export const ConfigSchema = v.strictObject({
     interval_ms: PositiveInt,
     /** Authorizations listed per step of a run; their transactions are in flight at once (consecutive nonces). */
     batch_max: PositiveInt,
-    /** Authorizations per transaction through the AuthorizationBatcher when the chain has it; 1: one each. */
-    per_transaction: v.pipe(PositiveInt, v.maxValue(200)),
+    /** Authorizations per transaction through the AuthorizationBatcher when the chain has it; 1: one each. At
+     * most 100: its gas limit (250k + 120k each) stays under EIP-7825's 2^24 cap per transaction. */
+    per_transaction: v.pipe(PositiveInt, v.maxValue(100)),
     confirm_timeout_ms: PositiveInt,
     receipt_poll_ms: PositiveInt,
     /** Readiness goes red when the soonest unsettled validBefore is fewer seconds away than this. */
