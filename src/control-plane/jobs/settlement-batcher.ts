@@ -65,27 +65,41 @@ export function createSettlementJobs(
   }
 }
 
+/** How long a chain found without the AuthorizationBatcher is believed: `npm run deploy:batcher` is picked up. */
+const BATCHER_RECHECK_MS = 10 * 60_000
+
 /**
  * How many authorizations one transaction carries: settlement.per_transaction when the chain holds this
- * build's AuthorizationBatcher, else 1. Asked once, on the first run (a failed look-up throws and is asked
- * again on the next run).
+ * build's AuthorizationBatcher, else 1. Found once, it is kept; missing, it is asked again every
+ * BATCHER_RECHECK_MS (a failed look-up throws: the run ends and the next one asks again).
  */
 function perTransactionLookup({ config, chain, logger }: JobDeps): () => Promise<number> {
-  let known: number | null = null
+  const wanted = config.settlement.per_transaction
+  let found = false
+  let missingSince: number | null = null
   return async () => {
-    if (known !== null) return known
-    const wanted = config.settlement.per_transaction
-    const found = wanted > 1 && (await hasAuthorizationBatcher(chain.publicClient))
-    if (wanted > 1 && !found) {
+    if (wanted === 1 || found) return wanted
+    if (missingSince !== null && Date.now() - missingSince < BATCHER_RECHECK_MS) return 1
+    found = await hasAuthorizationBatcher(chain.publicClient)
+    if (found) {
+      if (missingSince !== null)
+        logger.info('AuthorizationBatcher found; settling in batches', {
+          address: AUTHORIZATION_BATCHER_ADDRESS,
+        })
+      missingSince = null
+      return wanted
+    }
+    if (missingSince === null) {
       logger.warn(
         'no AuthorizationBatcher on this chain; x402 settlement sends one transaction per authorization',
         {
           address: AUTHORIZATION_BATCHER_ADDRESS,
+          deploy: 'npm run deploy:batcher',
         },
       )
     }
-    known = found ? wanted : 1
-    return known
+    missingSince = Date.now()
+    return 1
   }
 }
 
