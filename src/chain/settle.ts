@@ -1,6 +1,7 @@
 // Settling x402 authorizations: transferWithAuthorization submitted by the treasury. Signed locally first so
 // the hash can be recorded before anything is sent (a restart looks it up instead of sending blind).
 import { encodeFunctionData, type Hash, type Hex, type PrivateKeyAccount, parseSignature } from 'viem'
+import type { TransferAuthorization } from './authorization.ts'
 import { keccakHex } from './keccak.ts'
 import type { FeeQuote } from './payouts.ts'
 import { usdcAbi } from './usdc.ts'
@@ -13,6 +14,19 @@ export interface StoredAuthorization {
   validAfter: string
   validBefore: string
   nonce: Hex
+}
+
+/** An authorization and its signature in the form the claims table keeps (amounts as decimal strings). */
+export function storedAuthorization(a: TransferAuthorization, signature: Hex): StoredAuthorization {
+  return {
+    signature,
+    from: a.from,
+    to: a.to,
+    value: a.value.toString(),
+    validAfter: a.validAfter.toString(),
+    validBefore: a.validBefore.toString(),
+    nonce: a.nonce,
+  }
 }
 
 export async function signSettlement(

@@ -12,7 +12,7 @@ import {
   deployAuthorizationBatcher,
 } from '../chain/settle-batch.ts'
 import { ConfigError, loadConfig } from '../config/load.ts'
-import { readDevChainFile } from './dev-chain-file.ts'
+import { envWithDevChain, readDevChainFile } from './dev-chain-file.ts'
 import { isMain } from './is-main.ts'
 
 const USAGE = `usage: npm run deploy:batcher
@@ -33,12 +33,7 @@ async function main(argv: string[]): Promise<number> {
     return 0
   }
   const running = readDevChainFile()
-  const env = { ...process.env }
-  if (running && !env.RPC_URL) {
-    env.RPC_URL = running.rpc_url
-    env.USDC_ADDRESS ??= running.usdc_address
-  }
-  const config = loadConfig({ env })
+  const config = loadConfig({ env: envWithDevChain(running) })
   const chain = await connectChain(config)
   try {
     const r = await deployAuthorizationBatcher(chain.publicClient, chain.walletClient)

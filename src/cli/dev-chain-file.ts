@@ -50,3 +50,16 @@ export function readDevChainFile(path = devChainFilePath()): DevChainFile | null
   }
   return info
 }
+
+/**
+ * The environment a CLI loads its configuration from: the process's, with the running dev chain's RPC URL and
+ * USDC address filled in when RPC_URL is unset.
+ */
+export function envWithDevChain(running: DevChainFile | null): NodeJS.ProcessEnv {
+  const env = { ...process.env }
+  if (running && !env.RPC_URL) {
+    env.RPC_URL = running.rpc_url
+    env.USDC_ADDRESS ??= running.usdc_address
+  }
+  return env
+}

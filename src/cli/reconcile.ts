@@ -12,7 +12,7 @@ import { reconcileFromCheckpoint } from '../control-plane/jobs/reconcile-checkpo
 import { type EmbeddedDatabase, startEmbeddedDatabase } from '../db/embedded.ts'
 import { createSql } from '../db/sql.ts'
 import { formatDollars } from '../money.ts'
-import { type DevChainFile, readDevChainFile } from './dev-chain-file.ts'
+import { type DevChainFile, envWithDevChain, readDevChainFile } from './dev-chain-file.ts'
 import { isMain } from './is-main.ts'
 
 const USAGE = `usage: npm run reconcile -- [--full | --from <time> [--to <time>]] [--json]
@@ -118,12 +118,7 @@ async function main(argv: string[]): Promise<number> {
     return 0
   }
   const running = readDevChainFile()
-  const env = { ...process.env }
-  if (running && !env.RPC_URL) {
-    env.RPC_URL = running.rpc_url
-    env.USDC_ADDRESS ??= running.usdc_address
-  }
-  const config = loadConfig({ env })
+  const config = loadConfig({ env: envWithDevChain(running) })
   if (!config.database.url && running?.database === 'embedded') return viaService(running, args)
   if (config.chain.network === 'local' && !config.chain.rpc_url) {
     throw new Error(

@@ -4,6 +4,7 @@
 import type { AuthorizationFailure, TransferAuthorization } from '../chain/authorization.ts'
 import { verifyTransferAuthorization } from '../chain/authorization.ts'
 import type { AuthorizationChainCheck } from '../chain/check-authorization.ts'
+import { storedAuthorization } from '../chain/settle.ts'
 import type { SimulationCheck } from '../chain/simulate-authorization.ts'
 import type { SmartWalletCheck } from '../chain/verify-smart-wallet.ts'
 import type { TransferFailure } from '../chain/verify-transfer.ts'
@@ -224,15 +225,7 @@ export class Verifier {
       payer: a.from,
       valueAtomic: a.value,
       transaction: null,
-      authorization: {
-        signature,
-        from: a.from,
-        to: a.to,
-        value: a.value.toString(),
-        validAfter: a.validAfter.toString(),
-        validBefore: a.validBefore.toString(),
-        nonce: a.nonce,
-      },
+      authorization: storedAuthorization(a, signature),
     }
     return verified
   }

@@ -12,7 +12,7 @@ import {
 } from '../../src/chain/authorization.ts'
 import { authorizationBatcherArtifact } from '../../src/chain/contracts/artifacts.ts'
 import { devAccount } from '../../src/chain/dev-accounts.ts'
-import type { StoredAuthorization } from '../../src/chain/settle.ts'
+import { type StoredAuthorization, storedAuthorization } from '../../src/chain/settle.ts'
 import {
   AUTHORIZATION_BATCHER_ADDRESS,
   batchSettlementGas,
@@ -22,7 +22,7 @@ import {
   settlementOutcomes,
 } from '../../src/chain/settle-batch.ts'
 import { readTokenInfo } from '../../src/chain/usdc.ts'
-import { chainClients, erc20, type Funded, fundedAccount } from '../helpers/accounts.ts'
+import { chainClients, type Funded, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
 
 const { rpcUrl, publicClient, usdc } = chainClients()
 const stops: Array<() => Promise<void>> = []
@@ -37,7 +37,7 @@ async function authorizations(payer: Funded, to: Address, count: number): Promis
   const now = BigInt(Math.floor(Date.now() / 1000))
   return Promise.all(
     Array.from({ length: count }, async () => {
-      const { authorization: a, signature } = await signTransferAuthorization(payer.account, {
+      const { authorization, signature } = await signTransferAuthorization(payer.account, {
         usdc: { address: usdc, name: token.name, version: token.version },
         chainId,
         to,
@@ -46,15 +46,7 @@ async function authorizations(payer: Funded, to: Address, count: number): Promis
         validBefore: now + 600n,
         nonce: createAuthorizationNonce(),
       })
-      return {
-        signature,
-        from: a.from,
-        to: a.to,
-        value: a.value.toString(),
-        validAfter: a.validAfter.toString(),
-        validBefore: a.validBefore.toString(),
-        nonce: a.nonce,
-      }
+      return storedAuthorization(authorization, signature)
     }),
   )
 }
@@ -137,13 +129,7 @@ describe('AuthorizationBatcher', () => {
       'used',
     ])
     expect(await Promise.all(items.map(used))).toEqual([true, true, false, true, true])
-    const received = await publicClient.readContract({
-      address: usdc,
-      abi: erc20,
-      functionName: 'balanceOf',
-      args: [to],
-    })
-    expect(received).toBe(40_000n)
+    expect(await usdcBalance(to)).toBe(40_000n)
   })
 
   it('short of gas, attempts a prefix and leaves the rest unattempted and unused; they settle in another batch', async () => {

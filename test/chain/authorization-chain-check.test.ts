@@ -9,10 +9,10 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { afterAll, describe, expect, it } from 'vitest'
 import { createAuthorizationNonce, signTransferAuthorization } from '../../src/chain/authorization.ts'
 import { createAuthorizationChainChecker } from '../../src/chain/check-authorization.ts'
-import { settlementCalldata } from '../../src/chain/settle.ts'
+import { settlementCalldata, storedAuthorization } from '../../src/chain/settle.ts'
 import { createTokenReads, type TokenReads } from '../../src/chain/token-reads.ts'
 import { readTokenInfo } from '../../src/chain/usdc.ts'
-import { chainClients, erc20, fundedAccount } from '../helpers/accounts.ts'
+import { chainClients, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
 
 const { rpcUrl, publicClient, usdc } = chainClients()
 const opened: TokenReads[] = []
@@ -97,25 +97,12 @@ describe('token reads', () => {
     const wallet = createWalletClient({ account: payer.account, transport: http(rpcUrl) })
     const hash = await wallet.sendTransaction({
       to: usdc,
-      data: settlementCalldata({
-        ...authorization,
-        value: '1',
-        validAfter: '0',
-        validBefore: authorization.validBefore.toString(),
-        signature,
-      }),
+      data: settlementCalldata(storedAuthorization(authorization, signature)),
       chain: null,
     })
     await publicClient.waitForTransactionReceipt({ hash })
     expect(await r.authorizationUsed(payer.address, nonce)).toBe(true)
-    expect(
-      await publicClient.readContract({
-        address: usdc,
-        abi: erc20,
-        functionName: 'balanceOf',
-        args: [payer.address],
-      }),
-    ).toBe(await r.balanceOf(payer.address))
+    expect(await usdcBalance(payer.address)).toBe(await r.balanceOf(payer.address))
   })
 
   it('reject on a node that errs, answers garbage, leaves a call out, or is not there; send URL credentials', async () => {
