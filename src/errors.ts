@@ -34,6 +34,10 @@ export const ERRORS = {
   invalid_idempotency_key: e(400, INVALID, 'Idempotency-Key must be 1-255 visible ASCII characters'),
   missing_api_key: e(401, 'authentication_error', 'send an API key as Authorization: Bearer <key>'),
   invalid_api_key: e(401, 'authentication_error', 'the API key is not valid'),
+  // Dashboard sessions (an API key exchanged for an HttpOnly cookie)
+  invalid_session: e(401, 'authentication_error', 'the dashboard session is not valid; sign in again'),
+  session_expired: e(401, 'authentication_error', 'the dashboard session has expired; sign in again'),
+  invalid_csrf_token: e(403, 'authentication_error', "send the session's CSRF token as X-CSRF-Token"),
   not_found: e(404, INVALID, 'no such object'),
   route_not_found: e(404, INVALID, 'no such route'),
   method_not_allowed: e(405, INVALID, 'the method is not allowed here'),

@@ -4,7 +4,6 @@ import type { ApiHandler, ApiRequest, ApiResponse } from '../http-exchange.ts'
 import { httpDuration, httpRequests, statusClass } from '../observability/metrics.ts'
 import { endSpan, startRequestSpan, tracing, withSpan } from '../observability/tracing.ts'
 import { ApiError, apiErrorResponse } from './api-error.ts'
-import { authenticate } from './auth.ts'
 import type { ControlPlaneDeps } from './deps.ts'
 import { requestFingerprint, withIdempotency } from './idempotency.ts'
 import { openApiRoute } from './openapi.ts'
@@ -14,7 +13,10 @@ import { callRoutes } from './routes/calls.ts'
 import { endpointRoutes } from './routes/endpoints.ts'
 import { paymentRoutes } from './routes/payments.ts'
 import { payoutRoutes } from './routes/payouts.ts'
+import { reportRoutes } from './routes/reports.ts'
+import { sessionRoutes } from './routes/sessions.ts'
 import { webhookRoutes } from './routes/webhooks.ts'
+import { authenticateRequest } from './sessions.ts'
 
 export const API_PREFIX = '/api/v1'
 
@@ -43,6 +45,8 @@ export const API_ROUTES: readonly Route[] = [
   ...paymentRoutes,
   ...webhookRoutes,
   ...payoutRoutes,
+  ...sessionRoutes,
+  ...reportRoutes,
   openApiRoute(() => API_ROUTES),
 ]
 
@@ -122,7 +126,7 @@ export function createApiHandler(deps: ControlPlaneDeps, extraRoutes: Route[] = 
 
   async function run(route: Route, req: ApiRequest, params: Record<string, string>): Promise<RouteResult> {
     const body = parseJsonBody(req)
-    const account = route.auth ? await authenticate(deps.sql, req.headers.authorization) : undefined
+    const account = route.auth ? await authenticateRequest(deps.sql, req) : undefined
     const ctx: RouteContext = {
       req,
       params,

@@ -35,7 +35,8 @@ const COMPONENTS: Record<string, v.GenericSchema> = {
 
 const ERROR_DESCRIPTIONS: Record<number, string> = {
   400: 'invalid_json, invalid_body, invalid_parameter (param names the field) or another invalid_* code',
-  401: 'missing_api_key / invalid_api_key',
+  401: 'missing_api_key / invalid_api_key (or, with a dashboard session cookie, invalid_session / session_expired)',
+  403: 'invalid_csrf_token: a state change with a dashboard session cookie needs X-CSRF-Token',
   404: 'not_found (also for another account’s object) / route_not_found',
   409: 'idempotency_key_reused / idempotency_key_in_use / invalid_state',
   413: 'body_too_large',
@@ -99,6 +100,7 @@ function operation(route: Route): Json {
   if (doc.body || doc.list || doc.query) errors.add(400)
   if (doc.body) errors.add(413).add(415)
   if (route.auth) errors.add(401)
+  if (route.auth && route.method !== 'GET') errors.add(403)
   if (pathParams.length > 0) errors.add(404)
   if (route.idempotent) errors.add(409)
   const responses: Json = {
@@ -174,6 +176,8 @@ export function buildOpenApiDocument(routes: readonly Route[]): Json {
       'payouts',
       'webhooks',
       'events',
+      'reports',
+      'dashboard',
       'metered',
       'checkout',
       'meta',

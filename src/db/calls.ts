@@ -18,7 +18,16 @@ export interface CallRow {
 
 export async function listCalls(
   db: Sql | Tx,
-  q: { accountId: string; endpointId: string | null; limit: number; startingAfter: string | null },
+  q: {
+    accountId: string
+    endpointId: string | null
+    limit: number
+    startingAfter: string | null
+    /** Upstream status range [from, to), e.g. 200..300 for 2xx. */
+    status?: { from: number; to: number } | null
+    createdGte?: Date | null
+    createdLt?: Date | null
+  },
 ): Promise<CallRow[]> {
   return db<CallRow[]>`
     SELECT id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic, fee_atomic,
@@ -26,6 +35,9 @@ export async function listCalls(
     FROM calls
     WHERE account_id = ${q.accountId}
     ${q.endpointId ? db`AND endpoint_id = ${q.endpointId}` : db``}
+    ${q.status ? db`AND upstream_status >= ${q.status.from} AND upstream_status < ${q.status.to}` : db``}
+    ${q.createdGte ? db`AND created_at >= ${q.createdGte}` : db``}
+    ${q.createdLt ? db`AND created_at < ${q.createdLt}` : db``}
     ${afterCursor(db, 'calls', q.startingAfter, q.accountId)}
     ORDER BY created_at DESC, id DESC
     LIMIT ${q.limit}`

@@ -1,4 +1,4 @@
-// GET /calls: an owner's captured metered calls, newest first, optionally for one endpoint.
+// GET /calls: an owner's captured metered calls, newest first, filtered by endpoint, upstream status, time.
 import * as v from 'valibot'
 import { type CallRow, listCalls } from '../../db/calls.ts'
 import { toDollars } from '../../money.ts'
@@ -47,7 +47,14 @@ export const callRoutes: Route[] = [
     doc: {
       summary: 'Captured metered calls, newest first',
       list: true,
-      query: { endpoint_id: v.optional(v.string()) },
+      query: {
+        endpoint_id: v.optional(v.string()),
+        upstream_status: v.optional(
+          v.pipe(v.string(), v.description('a status class (2xx, 3xx, 4xx) or one status, e.g. 404')),
+        ),
+        created_gte: v.optional(v.pipe(v.string(), v.description('ISO 8601 date or time: at or after'))),
+        created_lt: v.optional(v.pipe(v.string(), v.description('ISO 8601 date or time: before'))),
+      },
       response: { status: 200, schema: listOf(CallObject) },
     },
     async handler({ query, account, db }) {
@@ -59,6 +66,9 @@ export const callRoutes: Route[] = [
       const rows = await listCalls(db, {
         accountId: account.id,
         endpointId,
+        status: readStatusFilter(query.get('upstream_status')),
+        createdGte: readTime(query, 'created_gte'),
+        createdLt: readTime(query, 'created_lt'),
         limit: page.limit + 1,
         startingAfter: page.startingAfter,
       })
@@ -66,3 +76,24 @@ export const callRoutes: Route[] = [
     },
   },
 ]
+
+function readStatusFilter(raw: string | null): { from: number; to: number } | null {
+  if (raw === null) return null
+  const cls = /^([1-5])xx$/i.exec(raw)
+  if (cls) return { from: Number(cls[1]) * 100, to: Number(cls[1]) * 100 + 100 }
+  if (/^[1-5]\d\d$/.test(raw)) return { from: Number(raw), to: Number(raw) + 1 }
+  throw new ApiError(
+    'invalid_parameter',
+    'upstream_status: must be a status class (2xx, 4xx) or a status code',
+    'upstream_status',
+  )
+}
+
+function readTime(query: URLSearchParams, name: string): Date | null {
+  const raw = query.get(name)
+  if (raw === null) return null
+  const at = /^\d{4}-\d{2}-\d{2}(T[\d:.]+(Z|[+-]\d{2}:\d{2}))?$/.test(raw) ? new Date(raw) : null
+  if (!at || Number.isNaN(at.getTime()))
+    throw new ApiError('invalid_parameter', `${name}: must be an ISO 8601 date or time`, name)
+  return at
+}
