@@ -33,4 +33,6 @@ execFileSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 
 cpSync(join(root, 'src', 'db', 'migrations'), join(out, 'db', 'migrations'), { recursive: true })
 // The checkout page's own files (HTML, CSS, JS), read once at start beside the compiled route.
 cpSync(join(root, 'src', 'checkout', 'page'), join(out, 'checkout', 'page'), { recursive: true })
+// The dashboard's files likewise.
+cpSync(join(root, 'src', 'dashboard', 'page'), join(out, 'dashboard', 'page'), { recursive: true })
 process.stdout.write(`built ${out}\n`)

@@ -1,4 +1,4 @@
-// The public uWS app: mounts /m/* (metered hot path), /pay/* (checkout) and hands /api/v1/* to the
+// The public uWS app: mounts /m/* (metered hot path), /pay/* (checkout), /dashboard and hands /api/v1/* to the
 // control-plane handler it is given. Reads each request synchronously, then answers after the await.
 import { ERRORS, type ErrorCode, writeError } from '../errors.ts'
 import type { ApiHandler } from '../http-exchange.ts'
@@ -34,6 +34,8 @@ export interface PublicAppOptions {
   metered?: UwsRoute
   /** /pay/:payment_id (page, status, agent payment) */
   checkout?: UwsRoute
+  /** /dashboard and its assets (static; the page acts through /api/v1) */
+  dashboard?: UwsRoute
   /** Hostile-input limits at the edge; none when absent (tests of other parts). */
   edge?: EdgeLimits
 }
@@ -107,6 +109,11 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
     const checkout = edge ? guarded(edge, 'checkout', options.checkout, edge.checkout) : options.checkout
     app.any('/pay/:payment_id', checkout)
     app.any('/pay/:payment_id/*', checkout)
+  }
+  if (options.dashboard) {
+    const dashboard = edge ? guarded(edge, 'dashboard', options.dashboard, null) : options.dashboard
+    app.any('/dashboard', dashboard)
+    app.any('/dashboard/*', dashboard)
   }
   app.get('/', (res, req) => {
     res

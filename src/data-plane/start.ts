@@ -16,6 +16,7 @@ import { attributeTransfers } from '../checkout/attribution.ts'
 import { createCheckoutRoute } from '../checkout/route.ts'
 import type { Config } from '../config/schema.ts'
 import type { ChainInfo } from '../control-plane/deps.ts'
+import { createDashboardRoute } from '../dashboard/route.ts'
 import { listenForEndpointChanges } from '../db/notify.ts'
 import { loadWatcherCursor, saveWatcherCursor } from '../db/payments.ts'
 import type { Database } from '../db/start.ts'
@@ -136,6 +137,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       logger,
       metered,
       checkout,
+      dashboard: createDashboardRoute(),
       edge: createEdgeLimits(config),
     })
     // Workers of one supervisor share the port on purpose (SO_REUSEPORT); anyone else already on it is refused.
