@@ -1,0 +1,322 @@
+// The merchant dashboard in a real browser (chromium, headless, through playwright-core): sign in with the API
+// key (the session cookie is HttpOnly, Secure, SameSite=Strict, and chromium keeps it on http://127.0.0.1),
+// create an endpoint, see a call paid with a real transfer appear, create and refund a payment, redeliver a
+// webhook, roll the key, sign out. The page runs under a CSP without 'unsafe-inline' and raises no error.
+// Requests without the cookie, with a forged or missing CSRF token, or with an expired or ended session are
+// refused and change nothing. Screenshots at 390 and 1280 px go to docs/dashboard/.
+import { mkdirSync } from 'node:fs'
+import type { Browser, BrowserContext, Page } from 'playwright-core'
+import { parseUnits } from 'viem'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
+import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
+import { startUpstream, type Upstream } from '../helpers/upstream.ts'
+import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
+import { launchChromium } from './launch.ts'
+
+const SHOTS = new URL('../../docs/dashboard/', import.meta.url).pathname
+const COOKIE = '__Secure-tollgate_session'
+
+let svc: TestService
+let browser: Browser
+let context: BrowserContext
+let page: Page
+let payer: Funded
+let upstream: Upstream
+let receiver: WebhookReceiver
+let merchant: Awaited<ReturnType<typeof registerMerchant>>
+const pageErrors: string[] = []
+
+/** Screenshots of the current page at phone and desktop widths. */
+async function shots(name: string) {
+  for (const width of [390, 1280]) {
+    await page.setViewportSize({ width, height: width === 390 ? 844 : 800 })
+    // Nothing may stick out sideways at either width.
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)
+    expect(overflow, `${name} at ${width} px scrolls sideways`).toBeLessThanOrEqual(0)
+    await page.screenshot({ path: `${SHOTS}${name}-${width}.png`, fullPage: true })
+  }
+}
+
+/** The control named exactly so (its accessible name). */
+const label = (name: string) => page.getByLabel(name, { exact: true })
+
+async function go(name: string, heading: string) {
+  await page.getByRole('link', { name, exact: true }).click()
+  await page.getByRole('heading', { level: 2, name: heading }).waitFor()
+}
+
+/** The session cookie the browser holds, for requests made outside it. */
+async function sessionCookie(): Promise<string> {
+  const c = (await context.cookies(`${svc.url}/api/v1/`)).find((x) => x.name === COOKIE)
+  return c ? `${c.name}=${c.value}` : ''
+}
+
+function apiAs(cookie: string, path: string, init: { method?: string; body?: unknown; csrf?: string } = {}) {
+  return svc.api(path, {
+    method: init.method,
+    body: init.body,
+    headers: { cookie, ...(init.csrf !== undefined ? { 'x-csrf-token': init.csrf } : {}) },
+  })
+}
+
+beforeAll(async () => {
+  mkdirSync(SHOTS, { recursive: true })
+  ;[svc, browser, payer, upstream, receiver] = await Promise.all([
+    startTestService({
+      overrides: {
+        chain: { poll_interval_ms: 200 },
+        verify: { wait_ms: 1000 },
+      },
+    }),
+    launchChromium().then((l) => l.browser),
+    fundedAccount(1_000_000_000n),
+    startUpstream(),
+    startWebhookReceiver(),
+  ])
+  merchant = await registerMerchant(svc)
+  context = await browser.newContext({ viewport: { width: 1280, height: 800 } })
+  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: svc.url })
+  page = await context.newPage()
+  page.on('pageerror', (e) => pageErrors.push(e.message))
+  page.on('console', (m) => {
+    // A 401 the page expects (no session yet) is logged by chromium as a failed resource load.
+    if (m.type() === 'error' && !/status of 401/.test(m.text())) pageErrors.push(m.text())
+  })
+})
+
+afterAll(async () => {
+  await browser?.close()
+  await Promise.all([svc?.stop(), upstream?.close(), receiver?.close()])
+})
+
+describe('merchant dashboard in a browser', () => {
+  it('is served under a strict CSP and signs in with the API key for an HttpOnly, Secure, SameSite=Strict cookie', async () => {
+    const response = await page.goto(`${svc.url}/dashboard`)
+    expect(response!.status()).toBe(200)
+    const csp = response!.headers()['content-security-policy']!
+    expect(csp).toContain("script-src 'self'")
+    expect(csp).toContain("style-src 'self'")
+    expect(csp).not.toContain('unsafe-inline')
+    expect(csp).not.toContain('unsafe-eval')
+    expect(response!.headers()['x-frame-options']).toBe('DENY')
+    await label('API key').waitFor()
+    await shots('signin')
+
+    // A wrong key: a clear message, no cookie.
+    await label('API key').fill('sk_test_00000000000000000000000000')
+    await page.getByRole('button', { name: 'Sign in' }).click()
+    await expect.poll(() => page.locator('#signin-error').textContent()).toContain('not valid')
+    expect(await sessionCookie()).toBe('')
+
+    // Keyboard only: type the key, press Enter.
+    await label('API key').fill(merchant.key)
+    await label('API key').press('Enter')
+    await page.getByRole('heading', { level: 2, name: 'Overview' }).waitFor()
+    expect(await page.locator('#business-name').textContent()).toBe('Acme Data')
+    // The key is not left in the page.
+    expect(await label('API key').inputValue()).toBe('')
+
+    const cookie = (await context.cookies(`${svc.url}/api/v1/`)).find((c) => c.name === COOKIE)!
+    expect(cookie).toBeDefined()
+    expect(cookie.httpOnly).toBe(true)
+    expect(cookie.secure).toBe(true)
+    expect(cookie.sameSite).toBe('Strict')
+    expect(cookie.path).toBe('/api/v1')
+    expect(await page.evaluate(() => document.cookie)).toBe('')
+    // Only the token's hash is stored.
+    const [row] = await svc.sql<{ token_hash: Buffer }[]>`SELECT token_hash FROM dashboard_sessions`
+    expect(row!.token_hash.length).toBe(32)
+    expect(row!.token_hash.toString('base64url')).not.toBe(cookie.value)
+  })
+
+  it('creates an endpoint and edits its price, through the same /api/v1 routes', async () => {
+    await go('Endpoints', 'Endpoints')
+    await label('Name').fill('Weather API')
+    await label('Upstream URL').fill(upstream.url)
+    await label('Price (USDC)').fill('0.25')
+    await page.getByRole('button', { name: 'Create endpoint' }).click()
+    await page.getByRole('row', { name: /Weather API/ }).waitFor()
+    const list = await svc.api('/api/v1/endpoints', { key: merchant.key })
+    expect(list.body.data).toHaveLength(1)
+    expect(list.body.data[0]).toMatchObject({ name: 'Weather API', price: 0.25, status: 'active' })
+
+    await page.getByRole('button', { name: 'Edit price of Weather API' }).click()
+    await label('Price per call (USDC)').fill('0.5')
+    await page.getByRole('button', { name: 'Save' }).click()
+    await expect.poll(() => page.getByRole('row', { name: /Weather API/ }).textContent()).toContain('$0.50')
+    expect((await svc.api('/api/v1/endpoints', { key: merchant.key })).body.data[0].price).toBe(0.5)
+    await shots('endpoints')
+  })
+
+  it('shows a call paid with a real transfer, filtered by endpoint and status', async () => {
+    const ep = (await svc.api('/api/v1/endpoints', { key: merchant.key })).body.data[0]
+    const hash = await payUsdc(payer, svc.chain.treasury, parseUnits('0.5', 6))
+    const paid = await fetch(`${ep.metered_url}/echo`, { headers: { 'x-payment': hash } })
+    expect(paid.status).toBe(200)
+    await paid.arrayBuffer()
+    await svc.flushCaptures()
+
+    await go('Calls', 'Calls')
+    await label('Endpoint').selectOption(ep.id)
+    await label('Upstream status').selectOption('2xx')
+    await page.getByRole('button', { name: 'Apply' }).click()
+    const row = page.getByRole('row', { name: /Weather API/ })
+    await row.waitFor()
+    expect(await row.textContent()).toContain('$0.50')
+    expect(await row.textContent()).toContain('GET 200')
+    // A status with no calls: the filter reaches the API.
+    await label('Upstream status').selectOption('4xx')
+    await page.getByRole('button', { name: 'Apply' }).click()
+    await page.getByText('No calls match.').waitFor()
+    await label('Upstream status').selectOption('')
+    await page.getByRole('button', { name: 'Apply' }).click()
+    await row.waitFor()
+    await shots('calls')
+
+    // The balance is cached for 2 s: visit the overview until it shows the call's owner share.
+    await expect
+      .poll(
+        async () => {
+          await go('Payouts', 'Payouts')
+          await go('Overview', 'Overview')
+          await page.locator('#top-endpoints tr').first().waitFor()
+          return page.locator('#stat-earned').textContent()
+        },
+        { timeout: 10_000, intervals: [500] },
+      )
+      .toBe('$0.475')
+    expect(await page.locator('#top-endpoints').textContent()).toContain('Weather API')
+    expect(await page.locator('#revenue-chart svg[role="img"] rect.bar').count()).toBe(30)
+    await shots('overview')
+  })
+
+  it('adds a webhook endpoint and creates, copies, pays and refunds a payment link', async () => {
+    await go('Webhooks', 'Webhooks')
+    await label('URL').fill(receiver.url)
+    await page.getByRole('button', { name: 'Add endpoint' }).click()
+    const secret = page.locator('#secret-value')
+    await expect.poll(() => secret.inputValue()).toMatch(/^whsec_/)
+    await page.getByRole('button', { name: 'Done' }).click()
+
+    await go('Payments', 'Payments')
+    await label('Amount (USDC)').fill('12')
+    await label('Description').fill('Order #42')
+    await page.getByRole('button', { name: 'Create link' }).click()
+    const row = page.getByRole('row', { name: /Order #42/ })
+    await row.waitFor()
+    const payment = (await svc.api('/api/v1/payments', { key: merchant.key })).body.data[0]
+    await page.getByRole('button', { name: 'Copy payment link of Order #42' }).click()
+    await expect.poll(() => page.evaluate(() => navigator.clipboard.readText())).toBe(payment.payment_url)
+
+    const hash = await payUsdc(payer, svc.chain.treasury, parseUnits('12', 6))
+    const paid = await fetch(payment.payment_url, {
+      method: 'POST',
+      headers: { accept: 'application/json', 'x-payment': hash },
+    })
+    expect(paid.status).toBe(200)
+    await page.getByRole('link', { name: 'Calls', exact: true }).click()
+    await go('Payments', 'Payments')
+    await expect.poll(() => row.textContent()).toContain('paid')
+    await shots('payments')
+
+    await page.getByRole('button', { name: 'Refund payment Order #42' }).click()
+    await label('Amount (USDC; empty = everything refundable)').fill('2')
+    await label('Reason').fill('late delivery')
+    await page.getByRole('button', { name: 'Refund', exact: true }).click()
+    await expect
+      .poll(() => page.locator('#flash').textContent())
+      .toMatch(/Refund re_\w+ of \$2\.00 is pending/)
+    const refunds = await svc.api('/api/v1/refunds', { key: merchant.key })
+    expect(refunds.body.data).toHaveLength(1)
+    expect(refunds.body.data[0]).toMatchObject({ payment_id: payment.id, amount: 2, reason: 'late delivery' })
+  })
+
+  it('shows webhook deliveries and redelivers one; rotates the signing secret', async () => {
+    const first = await receiver.waitFor((c) => JSON.parse(c.body).type === 'payment.received', 20_000)
+    const eventId = JSON.parse(first.body).id as string
+    await go('Webhooks', 'Webhooks')
+    const delivery = page.locator(`#deliveries-body tr[data-event="${eventId}"]`)
+    await expect.poll(() => delivery.textContent(), { timeout: 15_000 }).toContain('delivered')
+    const before = receiver.received.filter((c) => JSON.parse(c.body).id === eventId).length
+    await delivery.getByRole('button', { name: /^Redeliver payment\.received/ }).click()
+    await expect.poll(() => page.locator('#flash').textContent()).toContain('queued for redelivery')
+    await receiver.waitFor(
+      () => receiver.received.filter((c) => JSON.parse(c.body).id === eventId).length > before,
+      20_000,
+    )
+    await shots('webhooks')
+
+    const hook = (await svc.api('/api/v1/webhooks', { key: merchant.key })).body.data[0]
+    await page.getByRole('button', { name: `Rotate signing secret of ${hook.url}` }).click()
+    await expect.poll(() => page.locator('#secret-value').inputValue()).toMatch(/^whsec_/)
+    await page.getByRole('button', { name: 'Done' }).click()
+    const after = (await svc.api(`/api/v1/webhooks/${hook.id}`, { key: merchant.key })).body
+    expect(after.previous_secret_expires_at).not.toBeNull()
+  })
+
+  it('refuses requests without the cookie, with a forged or missing CSRF token, or an expired session; nothing changes', async () => {
+    const cookie = await sessionCookie()
+    const count = async () => (await svc.api('/api/v1/endpoints', { key: merchant.key })).body.data.length
+    const before = await count()
+    const body = { upstream_url: upstream.url, price: 1 }
+
+    const noCookie = await svc.api('/api/v1/endpoints', { body })
+    expect(noCookie.status).toBe(401)
+    expect(noCookie.body.error.code).toBe('missing_api_key')
+    expect((await svc.api('/api/v1/account')).status).toBe(401)
+
+    const { csrf_token } = (await apiAs(cookie, '/api/v1/dashboard/session')).body
+    expect(csrf_token).toMatch(/^[\w-]{43}$/)
+    const forged = await apiAs(cookie, '/api/v1/endpoints', { body, csrf: `${csrf_token.slice(0, -2)}AA` })
+    expect(forged.status).toBe(403)
+    expect(forged.body.error.code).toBe('invalid_csrf_token')
+    const missing = await apiAs(cookie, '/api/v1/endpoints', { body })
+    expect(missing.status).toBe(403)
+    // Reads need no CSRF token; the right token is accepted (and the count proves nothing was made so far).
+    expect((await apiAs(cookie, '/api/v1/account')).status).toBe(200)
+    expect(await count()).toBe(before)
+
+    // A second session, expired in the database: refused as expired.
+    const other = await svc.api('/api/v1/dashboard/sessions', { body: { api_key: merchant.key } })
+    expect(other.status).toBe(201)
+    const otherCookie = other.headers.get('set-cookie')!.split(';')[0]!
+    await svc.sql`UPDATE dashboard_sessions SET expires_at = now() - interval '1 second'
+                  WHERE token_hash <> (SELECT token_hash FROM dashboard_sessions ORDER BY created_at LIMIT 1)`
+    const expired = await apiAs(otherCookie, '/api/v1/endpoints', { body, csrf: other.body.csrf_token })
+    expect(expired.status).toBe(401)
+    expect(expired.body.error.code).toBe('session_expired')
+    const garbage = await apiAs(`${COOKIE}=${'A'.repeat(43)}`, '/api/v1/account')
+    expect(garbage.status).toBe(401)
+    expect(garbage.body.error.code).toBe('invalid_session')
+    expect(await count()).toBe(before)
+  })
+
+  it('rolls the API key and stays signed in on the new one; signing out ends the session', async () => {
+    await go('Payouts', 'Payouts')
+    await shots('payouts')
+    await go('API keys', 'API keys')
+    await label('Old keys keep working for').selectOption('0')
+    await page.getByRole('button', { name: 'Roll API key' }).click()
+    await expect.poll(() => page.locator('#secret-value').inputValue()).toMatch(/^sk_test_/)
+    const newKey = await page.locator('#secret-value').inputValue()
+    await page.getByRole('button', { name: 'Done' }).click()
+    expect((await svc.api('/api/v1/account', { key: merchant.key })).status).toBe(401)
+    expect((await svc.api('/api/v1/account', { key: newKey })).status).toBe(200)
+    // The page went on with a session opened with the new key.
+    await go('Overview', 'Overview')
+    expect(await page.locator('#flash').getAttribute('class')).not.toContain('bad')
+    await go('API keys', 'API keys')
+    await shots('keys')
+
+    const cookie = await sessionCookie()
+    expect((await apiAs(cookie, '/api/v1/account')).status).toBe(200)
+    await page.getByRole('button', { name: 'Sign out' }).click()
+    await label('API key').waitFor()
+    expect(await sessionCookie()).toBe('')
+    const ended = await apiAs(cookie, '/api/v1/account')
+    expect(ended.status).toBe(401)
+    expect(ended.body.error.code).toBe('invalid_session')
+    expect(pageErrors).toEqual([])
+  })
+})
