@@ -31,6 +31,14 @@ const pageErrors: string[] = []
 async function shots(name: string) {
   for (const width of [390, 1280]) {
     await page.setViewportSize({ width, height: width === 390 ? 844 : 800 })
+    // The chart is redrawn at its container's width after a resize.
+    await page.waitForFunction(() =>
+      [...document.querySelectorAll<HTMLElement>('.chart')].every(
+        (c) =>
+          !c.offsetParent ||
+          c.querySelector('svg')?.viewBox.baseVal.width === Math.max(300, Math.round(c.clientWidth)),
+      ),
+    )
     // Nothing may stick out sideways at either width.
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)
     expect(overflow, `${name} at ${width} px scrolls sideways`).toBeLessThanOrEqual(0)
@@ -149,19 +157,21 @@ describe('merchant dashboard in a browser', () => {
     await shots('endpoints')
   })
 
-  it('shows a call paid with a real transfer, filtered by endpoint and status', async () => {
+  it('shows a call paid with a real transfer appear by itself; filters by endpoint and status', async () => {
     const ep = (await svc.api('/api/v1/endpoints', { key: merchant.key })).body.data[0]
+    await go('Calls', 'Calls')
+    await page.getByText('No calls match.').waitFor()
     const hash = await payUsdc(payer, svc.chain.treasury, parseUnits('0.5', 6))
     const paid = await fetch(`${ep.metered_url}/echo`, { headers: { 'x-payment': hash } })
     expect(paid.status).toBe(200)
     await paid.arrayBuffer()
     await svc.flushCaptures()
+    const row = page.getByRole('row', { name: /Weather API/ })
+    await row.waitFor({ timeout: 15_000 })
 
-    await go('Calls', 'Calls')
     await label('Endpoint').selectOption(ep.id)
     await label('Upstream status').selectOption('2xx')
     await page.getByRole('button', { name: 'Apply' }).click()
-    const row = page.getByRole('row', { name: /Weather API/ })
     await row.waitFor()
     expect(await row.textContent()).toContain('$0.50')
     expect(await row.textContent()).toContain('GET 200')
@@ -245,6 +255,8 @@ describe('merchant dashboard in a browser', () => {
       () => receiver.received.filter((c) => JSON.parse(c.body).id === eventId).length > before,
       20_000,
     )
+    await page.getByRole('button', { name: /^Recent deliveries to / }).click()
+    await expect.poll(() => delivery.textContent(), { timeout: 15_000 }).toContain('delivered')
     await shots('webhooks')
 
     const hook = (await svc.api('/api/v1/webhooks', { key: merchant.key })).body.data[0]

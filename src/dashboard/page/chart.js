@@ -2,7 +2,6 @@
 // in SVG attributes and colours in dashboard.css, so the page's CSP needs no 'unsafe-inline').
 ;(() => {
   const NS = 'http://www.w3.org/2000/svg'
-  const W = 720
   const H = 220
   const PAD = { top: 12, right: 8, bottom: 26, left: 56 }
 
@@ -27,6 +26,8 @@
    * has its own title (the exact figure on hover).
    */
   function bars(container, days, format) {
+    // Drawn at the container's own width, so its text keeps its size on a phone (redrawn on resize).
+    const W = Math.max(300, Math.round(container.clientWidth || 720))
     container.textContent = ''
     const total = days.reduce((s, d) => s + d.amount, 0)
     const peak = days.reduce((m, d) => (d.amount > m.amount ? d : m), days[0] || { amount: 0, date: '' })
@@ -74,14 +75,14 @@
         el('title', {}, `${d.date}: ${format(d.amount)} (${d.calls} calls, ${d.payments} payments)`),
       )
       svg.append(rect)
-      // A date under the first, the last and every seventh bar.
-      if (i === 0 || i === days.length - 1 || (days.length - 1 - i) % 7 === 0) {
+      // A date under the first bar and every seventh bar counted back from the last (not crowding the first).
+      const fromEnd = days.length - 1 - i
+      if (i === 0 || (fromEnd % 7 === 0 && i >= 4)) {
+        // The last date ends at its bar's right edge, so it is never cut off.
+        const anchor = fromEnd === 0 ? 'end' : 'middle'
+        const at = fromEnd === 0 ? Math.min(x + barW, W - 2) : x + barW / 2
         svg.append(
-          el(
-            'text',
-            { class: 'label', x: (x + barW / 2).toFixed(1), y: H - 8, 'text-anchor': 'middle' },
-            d.date.slice(5),
-          ),
+          el('text', { class: 'label', x: at.toFixed(1), y: H - 8, 'text-anchor': anchor }, d.date.slice(5)),
         )
       }
     })
@@ -94,7 +95,17 @@
         ),
       )
     container.append(svg)
+    container.chartArgs = [days, format]
   }
+
+  let resizeTimer = null
+  window.addEventListener('resize', () => {
+    clearTimeout(resizeTimer)
+    resizeTimer = setTimeout(() => {
+      for (const c of document.querySelectorAll('.chart'))
+        if (c.chartArgs && c.offsetParent) bars(c, ...c.chartArgs)
+    }, 100)
+  })
 
   window.tollgateChart = { bars }
 })()

@@ -218,6 +218,7 @@
       act(next, show)
     })
     return {
+      atFirst: () => index === 0,
       first() {
         cursors = [null]
         index = 0
@@ -698,6 +699,26 @@
   $('secret-dialog').addEventListener('close', () => {
     $('secret-value').value = ''
   })
+
+  // The overview and the newest calls follow new activity by themselves (a paid call appears without a click).
+  const LIVE_MS = 5000
+  let refreshing = false
+  setInterval(() => {
+    if (!state.account || document.hidden || refreshing) return
+    const live =
+      state.page === 'overview'
+        ? loadOverview
+        : state.page === 'calls' && callsPager.atFirst()
+          ? callsPager.reload
+          : null
+    if (!live) return
+    refreshing = true
+    live()
+      .catch(() => {})
+      .finally(() => {
+        refreshing = false
+      })
+  }, LIVE_MS)
 
   // --- Start: an existing session (the cookie) or the sign-in form. -------------------------------------
   api('/dashboard/session').then(signedIn, () => showSignIn(''))
