@@ -354,6 +354,26 @@ describe('real answers of every operation validate against it', () => {
     await call('/api/v1/payouts/{id}', `${payouts}/po_missing`, { key })
   })
 
+  it('dashboard sessions and the revenue report', async () => {
+    const sessions = '/api/v1/dashboard/sessions'
+    const signIn = await call(sessions, sessions, { body: { api_key: key } })
+    expect(signIn.status).toBe(201)
+    expect((await call(sessions, sessions, { body: { api_key: 'sk_test_nope' } })).status).toBe(401)
+    const cookie = signIn.headers.get('set-cookie')!.split(';')[0]!
+    const session = '/api/v1/dashboard/session'
+    expect((await call(session, session, { headers: { cookie } })).status).toBe(200)
+    expect((await call(session, session)).status).toBe(401)
+    const csrf = signIn.body.csrf_token as string
+    expect((await call(session, session, { method: 'DELETE', headers: { cookie } })).status).toBe(403)
+    const out = await call(session, session, { method: 'DELETE', headers: { cookie, 'x-csrf-token': csrf } })
+    expect(out.status).toBe(200)
+    const revenue = '/api/v1/reports/revenue'
+    const report = await call(revenue, `${revenue}?days=7`, { key })
+    expect(report.body.days).toHaveLength(7)
+    expect(report.body.top_endpoints[0].endpoint_id).toBe(ids.ep)
+    await call(revenue, `${revenue}?days=0`, { key })
+  })
+
   it('covered every operation: its success and, where it documents one, an error', () => {
     const missing: string[] = []
     for (const [path, item] of Object.entries(doc.paths as Json)) {

@@ -56,6 +56,7 @@ export const sessionRoutes: Route[] = [
         'PATCH or DELETE must also send X-CSRF-Token: csrf_token (403 invalid_csrf_token otherwise).',
       body: SignInBody,
       response: { status: 201, schema: SessionObject },
+      errors: [401],
     },
     async handler({ body, deps, req }) {
       const input = parseBody(SignInBody, body)
