@@ -33,14 +33,17 @@ async function shots(name: string) {
     await page.setViewportSize({ width, height: width === 390 ? 844 : 800 })
     // The chart is redrawn at its container's width after a resize.
     await page.waitForFunction(() =>
-      [...document.querySelectorAll<HTMLElement>('.chart')].every(
-        (c) =>
+      [...(globalThis as any).document.querySelectorAll('.chart')].every(
+        (c: any) =>
           !c.offsetParent ||
           c.querySelector('svg')?.viewBox.baseVal.width === Math.max(300, Math.round(c.clientWidth)),
       ),
     )
     // Nothing may stick out sideways at either width.
-    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)
+    const overflow = await page.evaluate(() => {
+      const w = globalThis as any
+      return w.document.documentElement.scrollWidth - w.innerWidth
+    })
     expect(overflow, `${name} at ${width} px scrolls sideways`).toBeLessThanOrEqual(0)
     await page.screenshot({ path: `${SHOTS}${name}-${width}.png`, fullPage: true })
   }
@@ -131,7 +134,7 @@ describe('merchant dashboard in a browser', () => {
     expect(cookie.secure).toBe(true)
     expect(cookie.sameSite).toBe('Strict')
     expect(cookie.path).toBe('/api/v1')
-    expect(await page.evaluate(() => document.cookie)).toBe('')
+    expect(await page.evaluate(() => (globalThis as any).document.cookie)).toBe('')
     // Only the token's hash is stored.
     const [row] = await svc.sql<{ token_hash: Buffer }[]>`SELECT token_hash FROM dashboard_sessions`
     expect(row!.token_hash.length).toBe(32)
@@ -193,7 +196,7 @@ describe('merchant dashboard in a browser', () => {
           await page.locator('#top-endpoints tr').first().waitFor()
           return page.locator('#stat-earned').textContent()
         },
-        { timeout: 10_000, intervals: [500] },
+        { timeout: 10_000, interval: 500 },
       )
       .toBe('$0.475')
     expect(await page.locator('#top-endpoints').textContent()).toContain('Weather API')
@@ -217,7 +220,9 @@ describe('merchant dashboard in a browser', () => {
     await row.waitFor()
     const payment = (await svc.api('/api/v1/payments', { key: merchant.key })).body.data[0]
     await page.getByRole('button', { name: 'Copy payment link of Order #42' }).click()
-    await expect.poll(() => page.evaluate(() => navigator.clipboard.readText())).toBe(payment.payment_url)
+    await expect
+      .poll(() => page.evaluate(() => (globalThis as any).navigator.clipboard.readText()))
+      .toBe(payment.payment_url)
 
     const hash = await payUsdc(payer, svc.chain.treasury, parseUnits('12', 6))
     const paid = await fetch(payment.payment_url, {
