@@ -65,11 +65,16 @@ export async function revokeSession(db: Sql | Tx, tokenHash: Buffer): Promise<bo
   return rows.count > 0
 }
 
-/** Sessions ended more than retentionMs ago (expired or revoked) are deleted. */
-export async function pruneSessions(db: Sql | Tx, retentionMs: number): Promise<number> {
+/** The account's sessions that ended (expired or revoked) more than retentionMs ago are deleted. */
+export async function pruneEndedSessions(
+  db: Sql | Tx,
+  accountId: string,
+  retentionMs: number,
+): Promise<number> {
   const rows = await db`
     DELETE FROM dashboard_sessions
-    WHERE expires_at < now() - ${retentionMs} * interval '1 millisecond'
-       OR revoked_at < now() - ${retentionMs} * interval '1 millisecond'`
+    WHERE account_id = ${accountId}
+      AND (expires_at < now() - ${retentionMs} * interval '1 millisecond'
+           OR revoked_at < now() - ${retentionMs} * interval '1 millisecond')`
   return rows.count
 }

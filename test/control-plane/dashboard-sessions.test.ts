@@ -138,6 +138,14 @@ describe('dashboard sessions', () => {
     const fresh = await signIn(rolled.body.api_key)
     expect((await as(fresh, '/api/v1/account')).status).toBe(200)
     merchant.key = rolled.body.api_key
+
+    // Sessions ended more than a week ago are deleted at the account's next sign-in; newer ones stay.
+    const count = async () =>
+      (await svc.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM dashboard_sessions`)[0]!.n
+    await svc.sql`UPDATE dashboard_sessions SET revoked_at = now() - interval '8 days' WHERE token_hash = ${hash}`
+    const before = await count()
+    await signIn(merchant.key)
+    expect(await count()).toBe(before)
   })
 })
 

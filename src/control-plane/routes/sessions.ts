@@ -1,7 +1,7 @@
 // POST /dashboard/sessions (sign in with an API key), GET and DELETE /dashboard/session (who am I; logout).
 // The session itself is a cookie (see ../sessions.ts); these answers carry the CSRF token the page sends back.
 import * as v from 'valibot'
-import { findLiveKey, insertSession, revokeSession } from '../../db/dashboard-sessions.ts'
+import { findLiveKey, insertSession, pruneEndedSessions, revokeSession } from '../../db/dashboard-sessions.ts'
 import { API_KEY_FORMAT, hashApiKey } from '../../ids.ts'
 import { ApiError } from '../api-error.ts'
 import { Timestamp } from '../api-schemas.ts'
@@ -18,6 +18,9 @@ import {
 } from '../sessions.ts'
 import { parseBody } from '../validation.ts'
 import { AccountObject, presentAccount } from './accounts.ts'
+
+/** How long an ended session's row is kept (who signed in when, for the merchant's support questions). */
+const ENDED_SESSION_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
 
 const SignInBody = v.strictObject({ api_key: v.pipe(v.string('must be a string'), v.maxLength(100)) })
 
@@ -72,6 +75,8 @@ export const sessionRoutes: Route[] = [
         ttlMs: SESSION_TTL_MS,
         userAgent: req.headers['user-agent']?.slice(0, 300) ?? null,
       })
+      // Sign-ins add rows; this account's long-ended ones go now, so the table stays its live sessions.
+      await pruneEndedSessions(deps.sql, found.account.id, ENDED_SESSION_RETENTION_MS)
       return {
         status: 201,
         headers: { 'set-cookie': sessionCookie(token, SESSION_TTL_MS) },

@@ -11,5 +11,5 @@ CREATE TABLE dashboard_sessions (
   revoked_at   timestamptz,
   user_agent   text
 );
--- Expired and revoked rows are pruned by their age.
-CREATE INDEX dashboard_sessions_expires ON dashboard_sessions (expires_at);
+-- An account's ended sessions are pruned when it signs in again (see pruneEndedSessions).
+CREATE INDEX dashboard_sessions_account ON dashboard_sessions (account_id);
