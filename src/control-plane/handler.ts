@@ -14,6 +14,7 @@ import { callRoutes } from './routes/calls.ts'
 import { endpointRoutes } from './routes/endpoints.ts'
 import { paymentRoutes } from './routes/payments.ts'
 import { payoutRoutes } from './routes/payouts.ts'
+import { refundRoutes } from './routes/refunds.ts'
 import { webhookRoutes } from './routes/webhooks.ts'
 
 export const API_PREFIX = '/api/v1'
@@ -43,6 +44,7 @@ export const API_ROUTES: readonly Route[] = [
   ...paymentRoutes,
   ...webhookRoutes,
   ...payoutRoutes,
+  ...refundRoutes,
   openApiRoute(() => API_ROUTES),
 ]
 
