@@ -76,8 +76,14 @@ export async function linkEntriesToPayouts(
     FROM linked GROUP BY payout_id, account_id`
 }
 
-/** Entries of a failed payout go back to unpaid, to be batched again after the backoff. */
+/**
+ * Entries of a failed payout go back to unpaid, to be batched again after the backoff; a merchant's refund
+ * (source 'refund') stays with the failed payout, where failRefunds reversed it.
+ */
 export async function unlinkEntries(tx: Tx, payoutId: string): Promise<number> {
-  const rows = await tx`UPDATE ledger_entries SET payout_id = NULL WHERE payout_id = ${payoutId} RETURNING id`
+  const rows = await tx`
+    UPDATE ledger_entries SET payout_id = NULL
+    WHERE payout_id = ${payoutId} AND NOT (source_type = 'refund' AND kind = 'refund')
+    RETURNING id`
   return rows.length
 }

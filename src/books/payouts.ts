@@ -15,6 +15,7 @@ import { newId } from '../ids.ts'
 import { toDollars } from '../money.ts'
 import { markRefunded } from './claims.ts'
 import { linkEntriesToPayouts, unlinkEntries } from './ledger.ts'
+import { confirmRefunds, failRefunds } from './refunds.ts'
 import type { Applied, Refusal } from './transitions.ts'
 
 export type BatchRefusal = { reason: 'usdc_short' | 'gas_short'; detail: string }
@@ -183,6 +184,8 @@ export async function confirmPayout(
       })
       events++
     }
+    // Refunds a merchant asked for (src/books/refunds.ts): paid with this payout's transaction.
+    events += (await confirmRefunds(tx, row)).length
     return { ok: true, payout: row, events }
   }) as Promise<Applied<{ payout: PayoutRow; events: number }>>
 }
@@ -203,6 +206,9 @@ export async function failPayout(
       WHERE id = ${p.id} AND status IN ('pending', 'submitted')
       RETURNING ${tx.unsafe(COLUMNS)}`
     if (!row) return payoutRefusal(tx, p.id)
+    // A merchant's refund in it fails for good (reversed, its money back in the merchant's balance) rather
+    // than being retried behind the merchant's back; everything else goes back to unpaid for a retry.
+    await failRefunds(tx, { id: row.id, tx_hash: row.tx_hash, error: p.error })
     await unlinkEntries(tx, row.id)
     const accounts = await tx<{ account_id: string; amount_atomic: bigint }[]>`
       SELECT account_id, owner_share_atomic + refund_atomic AS amount_atomic FROM payout_accounts

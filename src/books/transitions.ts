@@ -3,7 +3,7 @@
 // (test/books/money-room.test.ts scans src/ for strays), and reconcile reads this same table to know what a
 // record in a given state must look like.
 
-export type MoneyRecord = 'claim' | 'call' | 'ledger_entry' | 'payout'
+export type MoneyRecord = 'claim' | 'call' | 'ledger_entry' | 'payout' | 'refund'
 
 export interface Transition {
   record: MoneyRecord
@@ -151,6 +151,20 @@ export const TRANSITIONS: readonly Transition[] = [
     why: 'batched into a payout',
   },
   { record: 'ledger_entry', from: 'in_payout', to: 'unpaid', fn: 'failPayout', why: 'its payout failed' },
+  {
+    record: 'ledger_entry',
+    from: null,
+    to: 'unpaid',
+    fn: 'createRefund',
+    why: "a merchant's refund: the payer's part (+), the merchant's debit and the fee given back (−); sum 0",
+  },
+  {
+    record: 'ledger_entry',
+    from: null,
+    to: 'in_payout',
+    fn: 'failRefunds',
+    why: "a failed refund reversed: the payer's part inside its failed payout, debit and fee back to unpaid",
+  },
   // payout: recorded with its nonce and signed bytes before broadcast.
   { record: 'payout', from: null, to: 'pending', fn: 'recordPayouts', why: 'recorded before broadcast' },
   {
@@ -170,6 +184,22 @@ export const TRANSITIONS: readonly Transition[] = [
   { record: 'payout', from: 'submitted', to: 'confirmed', fn: 'confirmPayout', why: 'mined' },
   { record: 'payout', from: 'pending', to: 'failed', fn: 'failPayout', why: 'reverted or nonce taken' },
   { record: 'payout', from: 'submitted', to: 'failed', fn: 'failPayout', why: 'reverted or nonce taken' },
+  // refund (src/books/refunds.ts): a merchant's refund of a paid payment or call, sent in a payout.
+  {
+    record: 'refund',
+    from: null,
+    to: 'pending',
+    fn: 'createRefund',
+    why: 'amount ≤ refundable and the merchant’s unpaid balance covers its part: booked, waiting for a payout',
+  },
+  { record: 'refund', from: 'pending', to: 'paid', fn: 'confirmRefunds', why: 'its payout confirmed' },
+  {
+    record: 'refund',
+    from: 'pending',
+    to: 'failed',
+    fn: 'failRefunds',
+    why: 'its payout failed: reversed, the merchant’s part back in its balance',
+  },
 ]
 
 /** The states a transition function may start from (its SQL precondition says the same). */

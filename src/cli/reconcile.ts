@@ -101,6 +101,12 @@ export function formatReport(r: ReconcileReport): string {
     line('payouts', r.payout_entries.confirmed_payouts_atomic),
     line('entries', r.payout_entries.linked_entries_atomic),
     line('difference', r.payout_entries.difference_atomic),
+    ...(r.refunds
+      ? [
+          "merchants' refunds = their entries and payouts",
+          `  refunds paid / pending / failed    ${`${r.refunds.paid} / ${r.refunds.pending} / ${r.refunds.failed}`.padStart(20)}`,
+        ]
+      : []),
     'running balances = sums of their ledger entries',
     `  accounts checked                   ${String(r.balances.accounts_checked).padStart(20)}`,
     `  wallets checked                    ${String(r.balances.wallets_checked).padStart(20)}`,

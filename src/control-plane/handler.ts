@@ -13,6 +13,7 @@ import { callRoutes } from './routes/calls.ts'
 import { endpointRoutes } from './routes/endpoints.ts'
 import { paymentRoutes } from './routes/payments.ts'
 import { payoutRoutes } from './routes/payouts.ts'
+import { refundRoutes } from './routes/refunds.ts'
 import { reportRoutes } from './routes/reports.ts'
 import { sessionRoutes } from './routes/sessions.ts'
 import { webhookRoutes } from './routes/webhooks.ts'
@@ -45,6 +46,7 @@ export const API_ROUTES: readonly Route[] = [
   ...paymentRoutes,
   ...webhookRoutes,
   ...payoutRoutes,
+  ...refundRoutes,
   ...sessionRoutes,
   ...reportRoutes,
   openApiRoute(() => API_ROUTES),

@@ -11,6 +11,9 @@ export type EventType =
   | 'payout.sent'
   | 'payout.failed'
   | 'call.refunded'
+  | 'refund.created'
+  | 'refund.paid'
+  | 'refund.failed'
 
 export const EVENT_TYPES: readonly EventType[] = [
   'payment.received',
@@ -20,6 +23,9 @@ export const EVENT_TYPES: readonly EventType[] = [
   'payout.sent',
   'payout.failed',
   'call.refunded',
+  'refund.created',
+  'refund.paid',
+  'refund.failed',
 ]
 
 /** The channel that wakes the dispatcher(s) when an event is written (payload: event id). */

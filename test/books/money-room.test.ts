@@ -14,6 +14,7 @@ const MONEY_TABLES = [
   'payout_accounts',
   'payments',
   'payment_timeline',
+  'refunds',
   'unmatched_inflows',
   // Running balances (migration 0011): written only by the triggers on ledger_entries and payouts.
   'account_balances',

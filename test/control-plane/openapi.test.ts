@@ -374,6 +374,18 @@ describe('real answers of every operation validate against it', () => {
     await call(revenue, `${revenue}?days=0`, { key })
   })
 
+  it('refunds', async () => {
+    const refunds = '/api/v1/refunds'
+    // One base unit: all of it is the fee's part, so it needs none of the (paid out) merchant balance.
+    const r = await call(refunds, refunds, { key, body: { payment_id: ids.pay, amount: 0.000001 } })
+    expect(r.status).toBe(201)
+    expect((await call(refunds, refunds, { key, body: { payment_id: ids.pay, amount: 1 } })).status).toBe(400)
+    await call(refunds, `${refunds}?payment_id=${ids.pay}`, { key })
+    await call(refunds, `${refunds}?status=lost`, { key })
+    await call('/api/v1/refunds/{id}', `${refunds}/${r.body.id}`, { key })
+    await call('/api/v1/refunds/{id}', `${refunds}/re_missing`, { key })
+  })
+
   it('covered every operation: its success and, where it documents one, an error', () => {
     const missing: string[] = []
     for (const [path, item] of Object.entries(doc.paths as Json)) {

@@ -6,6 +6,8 @@
 //   entries: confirmed payouts = the ledger entries linked to them
 //   claims:  one call per captured claim and none for uncaptured ones; no claim re-won without a release;
 //            refunds only for claims never captured; revenue booked for every due call and none before it
+//   refunds: each merchant refund = its entries (payer's part, debit, fee given back), in a payout of its
+//            status, never more than its payment or call booked
 //   balances: the running balances (per account, per wallet) = the sums of their ledger entries
 // Any difference makes the report not ok (the CLI exits non-zero, the admin route answers 409).
 import { type Address, getAddress, type Hash } from 'viem'
@@ -15,6 +17,7 @@ import type { Config } from '../../config/schema.ts'
 import type { Sql } from '../../db/sql.ts'
 import { type BalancesCheck, type BalancesScope, checkBalances } from './reconcile-balances.ts'
 import { type ClaimsCheck, checkClaims } from './reconcile-claims.ts'
+import { checkRefunds, type RefundsCheck } from './reconcile-refunds.ts'
 
 export interface ReconcileDeps {
   sql: Sql
@@ -83,6 +86,8 @@ export interface ReconcileReport {
   }
   /** Claims against calls, refunds and revenue, by the transition table (src/books/transitions.ts). */
   claims: ClaimsCheck
+  /** Merchants' refunds against their entries, their payouts and what their payments or calls booked. */
+  refunds: RefundsCheck
   balances: BalancesCheck
   /** Set by a checkpointed run (`npm run reconcile`): what it covered and whether it moved the checkpoint. */
   checkpoint?: { mode: 'full' | 'incremental'; since: string | null; saved: boolean }
@@ -143,6 +148,7 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
   const split = await checkSplit(sql, bounds)
   const linked = await checkLinkedEntries(sql, bounds)
   const claims = await checkClaims(sql, { from, to })
+  const refunds = await checkRefunds(sql, { from, to })
   const balances =
     range.balances === false
       ? NO_BALANCES
@@ -156,6 +162,7 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
     ...split.differences,
     ...linked.differences,
     ...claims.differences,
+    ...refunds.differences,
     ...balances.differences,
   ]
 
@@ -174,6 +181,7 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
     split: split.section,
     payout_entries: linked.section,
     claims,
+    refunds,
     balances,
     differences,
   }
