@@ -233,11 +233,11 @@ describe('merchant dashboard in a browser', () => {
     await page.getByRole('link', { name: 'Calls', exact: true }).click()
     await go('Payments', 'Payments')
     await expect.poll(() => row.textContent()).toContain('paid')
-    await shots('payments')
 
     await page.getByRole('button', { name: 'Refund payment Order #42' }).click()
     await label('Amount (USDC; empty = everything refundable)').fill('2')
     await label('Reason').fill('late delivery')
+    await shots('refund')
     await page.getByRole('button', { name: 'Refund', exact: true }).click()
     await expect
       .poll(() => page.locator('#flash').textContent())
@@ -245,6 +245,9 @@ describe('merchant dashboard in a browser', () => {
     const refunds = await svc.api('/api/v1/refunds', { key: merchant.key })
     expect(refunds.body.data).toHaveLength(1)
     expect(refunds.body.data[0]).toMatchObject({ payment_id: payment.id, amount: 2, reason: 'late delivery' })
+    expect(refunds.body.data[0].wallet.toLowerCase()).toBe(payer.address.toLowerCase())
+    await expect.poll(() => row.textContent()).toContain('$2.00 refunded (pending payout)')
+    await shots('payments')
   })
 
   it('shows webhook deliveries and redelivers one; rotates the signing secret', async () => {
@@ -310,7 +313,18 @@ describe('merchant dashboard in a browser', () => {
   })
 
   it('rolls the API key and stays signed in on the new one; signing out ends the session', async () => {
-    await go('Payouts', 'Payouts')
+    // The next payout batch pays the merchant's share and the refund; the page shows their transactions.
+    await svc.jobs.runNow('payout-batch')
+    await expect
+      .poll(
+        async () => {
+          await go('Overview', 'Overview')
+          await go('Payouts', 'Payouts')
+          return page.locator('#payouts-body tr[data-id] .mono').count()
+        },
+        { timeout: 30_000, interval: 1000 },
+      )
+      .toBeGreaterThan(0)
     await shots('payouts')
     await go('API keys', 'API keys')
     await label('Old keys keep working for').selectOption('0')

@@ -408,14 +408,33 @@
 
   // Payments: create a link, copy payment_url, cancel a pending one, refund a paid one.
   const paymentsPager = pager('payments', async (cursor) => {
-    const list = await api(`/payments${query({ limit: PAGE_SIZE, starting_after: cursor })}`)
+    // The latest refunds, to show each payment's beside it (an older refund shows on its payment's own query).
+    const [list, refunds] = await Promise.all([
+      api(`/payments${query({ limit: PAGE_SIZE, starting_after: cursor })}`),
+      api(`/refunds${query({ limit: 100 })}`).catch(() => ({ data: [] })),
+    ])
+    const byPayment = new Map()
+    for (const r of refunds.data) {
+      if (!r.payment_id) continue
+      const list = byPayment.get(r.payment_id) || []
+      list.push(r)
+      byPayment.set(r.payment_id, list)
+    }
     const body = $('payments-body')
     if (list.data.length === 0) emptyRow(body, 5, 'No payments yet: create a link above.')
-    else body.replaceChildren(...list.data.map(paymentRow))
+    else body.replaceChildren(...list.data.map((p) => paymentRow(p, byPayment.get(p.id) || [])))
     return list
   })
 
-  function paymentRow(p) {
+  function refundNote(refunds) {
+    if (refunds.length === 0) return null
+    const live = refunds.filter((r) => r.status !== 'failed')
+    const total = live.reduce((s, r) => s + r.amount, 0)
+    const pending = live.some((r) => r.status === 'pending')
+    return h('span', { class: 'note', text: `${usd(total)} refunded${pending ? ' (pending payout)' : ''}` })
+  }
+
+  function paymentRow(p, refunds) {
     const actions = h(
       'div',
       { class: 'row-actions' },
@@ -459,7 +478,7 @@
       td('Created', when(p.created_at)),
       td('Description', p.description),
       td('Amount', usd(p.amount), 'num'),
-      td('Status', statusBadge(p.status)),
+      td('Status', h('span', { class: 'stack' }, statusBadge(p.status), refundNote(refunds))),
       td('Actions', actions, 'actions-cell'),
     )
   }
@@ -517,7 +536,7 @@
             'tr',
             { dataset: { id: p.id } },
             td('Created', when(p.created_at)),
-            td('Kind', `${p.kind} · ${p.entries_count} entries`),
+            td('Kind', `${p.kind} · ${p.entries_count} ${p.entries_count === 1 ? 'entry' : 'entries'}`),
             td('Amount', usd(p.amount), 'num'),
             td('Status', statusBadge(p.status)),
             td(
