@@ -52,9 +52,12 @@ async function shots(name: string) {
 /** The control named exactly so (its accessible name). */
 const label = (name: string) => page.getByLabel(name, { exact: true })
 
+/** Moves to a page with the keyboard: focus its link in the navigation, press Enter. */
 async function go(name: string, heading: string) {
-  await page.getByRole('link', { name, exact: true }).click()
+  await page.getByRole('navigation', { name: 'Dashboard' }).getByRole('link', { name, exact: true }).focus()
+  await page.keyboard.press('Enter')
   await page.getByRole('heading', { level: 2, name: heading }).waitFor()
+  expect(await page.getByRole('link', { name, exact: true }).getAttribute('aria-current')).toBe('page')
 }
 
 /** The session cookie the browser holds, for requests made outside it. */
@@ -152,9 +155,11 @@ describe('merchant dashboard in a browser', () => {
     expect(list.body.data).toHaveLength(1)
     expect(list.body.data[0]).toMatchObject({ name: 'Weather API', price: 0.25, status: 'active' })
 
-    await page.getByRole('button', { name: 'Edit price of Weather API' }).click()
+    // By keyboard: the row's button, then Enter in the price field saves.
+    await page.getByRole('button', { name: 'Edit price of Weather API' }).focus()
+    await page.keyboard.press('Enter')
     await label('Price per call (USDC)').fill('0.5')
-    await page.getByRole('button', { name: 'Save' }).click()
+    await label('Price per call (USDC)').press('Enter')
     await expect.poll(() => page.getByRole('row', { name: /Weather API/ }).textContent()).toContain('$0.50')
     expect((await svc.api('/api/v1/endpoints', { key: merchant.key })).body.data[0].price).toBe(0.5)
     await shots('endpoints')
@@ -201,7 +206,6 @@ describe('merchant dashboard in a browser', () => {
       .toBe('$0.475')
     expect(await page.locator('#top-endpoints').textContent()).toContain('Weather API')
     expect(await page.locator('#revenue-chart svg[role="img"] rect.bar').count()).toBe(30)
-    await shots('overview')
   })
 
   it('adds a webhook endpoint and creates, copies, pays and refunds a payment link', async () => {
@@ -230,7 +234,7 @@ describe('merchant dashboard in a browser', () => {
       headers: { accept: 'application/json', 'x-payment': hash },
     })
     expect(paid.status).toBe(200)
-    await page.getByRole('link', { name: 'Calls', exact: true }).click()
+    await go('Calls', 'Calls')
     await go('Payments', 'Payments')
     await expect.poll(() => row.textContent()).toContain('paid')
 
@@ -326,6 +330,12 @@ describe('merchant dashboard in a browser', () => {
       )
       .toBeGreaterThan(0)
     await shots('payouts')
+    await go('Overview', 'Overview')
+    // The overview refreshes itself every 5 s (the balance is cached 2 s).
+    await expect
+      .poll(() => page.locator('#stat-paidout').textContent(), { timeout: 15_000 })
+      .not.toBe('$0.00')
+    await shots('overview')
     await go('API keys', 'API keys')
     await label('Old keys keep working for').selectOption('0')
     await page.getByRole('button', { name: 'Roll API key' }).click()

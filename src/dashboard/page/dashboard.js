@@ -707,6 +707,10 @@
     })
   })
 
+  // Cancel is a plain button (not the form's first submit button), so Enter in a field submits the action.
+  for (const b of document.querySelectorAll('.dialog-cancel'))
+    b.addEventListener('click', () => b.closest('dialog').close('cancel'))
+
   function showSecret(title, text, secret) {
     $('secret-title').textContent = title
     $('secret-text').textContent = text
