@@ -91,6 +91,12 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
   const api = edge ? guarded(edge, 'api', apiBridge(options), null) : apiBridge(options)
   app.any('/api/v1', api)
   app.any('/api/v1/*', api)
+  // Static files: the page acts through /api/v1 above.
+  if (options.dashboard) {
+    const dashboard = edge ? guarded(edge, 'dashboard', options.dashboard, null) : options.dashboard
+    app.any('/dashboard', dashboard)
+    app.any('/dashboard/*', dashboard)
+  }
   // CORS preflights first: a method route outranks `any` in uWS, and a non-preflight OPTIONS yields to it.
   if (options.metered) {
     app.options('/m/:endpoint_id', preflight)
@@ -109,11 +115,6 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
     const checkout = edge ? guarded(edge, 'checkout', options.checkout, edge.checkout) : options.checkout
     app.any('/pay/:payment_id', checkout)
     app.any('/pay/:payment_id/*', checkout)
-  }
-  if (options.dashboard) {
-    const dashboard = edge ? guarded(edge, 'dashboard', options.dashboard, null) : options.dashboard
-    app.any('/dashboard', dashboard)
-    app.any('/dashboard/*', dashboard)
   }
   app.get('/', (res, req) => {
     res

@@ -135,9 +135,9 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       bodyLimitBytes: config.server.body_limit_bytes,
       apiHandler: deps.apiHandler(onEndpointChanged),
       logger,
+      dashboard: createDashboardRoute(),
       metered,
       checkout,
-      dashboard: createDashboardRoute(),
       edge: createEdgeLimits(config),
     })
     // Workers of one supervisor share the port on purpose (SO_REUSEPORT); anyone else already on it is refused.
