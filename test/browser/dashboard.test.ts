@@ -162,6 +162,17 @@ describe('merchant dashboard in a browser', () => {
     await label('Price per call (USDC)').press('Enter')
     await expect.poll(() => page.getByRole('row', { name: /Weather API/ }).textContent()).toContain('$0.50')
     expect((await svc.api('/api/v1/endpoints', { key: merchant.key })).body.data[0].price).toBe(0.5)
+
+    // Disable: the metered URL stops answering; enable it again.
+    const row = page.getByRole('row', { name: /Weather API/ })
+    await page.getByRole('button', { name: 'Disable Weather API' }).click()
+    await expect.poll(() => row.textContent()).toContain('disabled')
+    const ep = (await svc.api('/api/v1/endpoints', { key: merchant.key })).body.data[0]
+    expect(ep.status).toBe('disabled')
+    expect((await fetch(ep.metered_url)).status).toBe(404)
+    await page.getByRole('button', { name: 'Enable Weather API' }).click()
+    await expect.poll(() => row.textContent()).toContain('active')
+    expect((await fetch(ep.metered_url)).status).toBe(402)
     await shots('endpoints')
   })
 
@@ -188,6 +199,17 @@ describe('merchant dashboard in a browser', () => {
     await page.getByRole('button', { name: 'Apply' }).click()
     await page.getByText('No calls match.').waitFor()
     await label('Upstream status').selectOption('')
+    // Dates (UTC): today holds the call, tomorrow nothing.
+    const today = new Date().toISOString().slice(0, 10)
+    await label('From').fill(today)
+    await label('To').fill(today)
+    await page.getByRole('button', { name: 'Apply' }).click()
+    await row.waitFor()
+    await label('From').fill(new Date(Date.now() + 86_400_000).toISOString().slice(0, 10))
+    await label('To').fill('')
+    await page.getByRole('button', { name: 'Apply' }).click()
+    await page.getByText('No calls match.').waitFor()
+    await label('From').fill('')
     await page.getByRole('button', { name: 'Apply' }).click()
     await row.waitFor()
     await shots('calls')
