@@ -3,7 +3,7 @@
 // create an endpoint, see a call paid with a real transfer appear, create and refund a payment, redeliver a
 // webhook, roll the key, sign out. The page runs under a CSP without 'unsafe-inline' and raises no error.
 // Requests without the cookie, with a forged or missing CSRF token, or with an expired or ended session are
-// refused and change nothing. Screenshots at 390 and 1280 px go to docs/dashboard/.
+// refused and change nothing. Screenshots at 390 and 1280 px: docs/dashboard/ (DASHBOARD_DOCS_SHOTS=1).
 import { mkdirSync } from 'node:fs'
 import type { Browser, BrowserContext, Page } from 'playwright-core'
 import { parseUnits } from 'viem'
@@ -14,7 +14,12 @@ import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
 import { launchChromium } from './launch.ts'
 
-const SHOTS = new URL('../../docs/dashboard/', import.meta.url).pathname
+// The screenshots the docs show are refreshed with DASHBOARD_DOCS_SHOTS=1; other runs write beside the
+// checkout's, so a test run leaves the working tree clean.
+const SHOTS = new URL(
+  process.env.DASHBOARD_DOCS_SHOTS ? '../../docs/dashboard/' : '../artifacts/dashboard/',
+  import.meta.url,
+).pathname
 const COOKIE = '__Secure-tollgate_session'
 
 let svc: TestService
