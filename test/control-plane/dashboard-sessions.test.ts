@@ -149,6 +149,39 @@ describe('dashboard sessions', () => {
   })
 })
 
+describe('the dashboard page', () => {
+  it('is static HTML under a strict CSP with content-hashed assets; nothing else answers under /dashboard', async () => {
+    const page = await fetch(`${svc.url}/dashboard`)
+    expect(page.status).toBe(200)
+    expect(page.headers.get('content-type')).toMatch(/^text\/html/)
+    expect(page.headers.get('cache-control')).toBe('no-store')
+    const csp = page.headers.get('content-security-policy')!
+    expect(csp).toMatch(/^default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'/)
+    expect(csp).not.toContain('unsafe')
+    const html = await page.text()
+    expect(html).not.toMatch(/<script>|<style|style="|\son[a-z]+="/)
+    const assets = [...html.matchAll(/"(\/dashboard\/assets\/[\w.-]+)"/g)].map((m) => m[1]!)
+    expect(assets).toHaveLength(3)
+    for (const a of assets) {
+      expect(a).toMatch(/\.[0-9a-f]{12}\.(js|css)$/)
+      const r = await fetch(`${svc.url}${a}`)
+      expect(r.status).toBe(200)
+      expect(r.headers.get('cache-control')).toBe('public, max-age=31536000, immutable')
+      expect(r.headers.get('x-content-type-options')).toBe('nosniff')
+    }
+    expect((await fetch(`${svc.url}/dashboard/`)).status).toBe(200)
+    for (const [method, path] of [
+      ['GET', '/dashboard/assets/dashboard.000000000000.js'],
+      ['GET', '/dashboard/index.html'],
+      ['POST', '/dashboard'],
+    ] as const) {
+      const r = await fetch(`${svc.url}${path}`, { method })
+      expect(r.status, `${method} ${path}`).toBe(404)
+      expect((await r.json()).error.code).toBe('route_not_found')
+    }
+  })
+})
+
 describe('what the dashboard reads', () => {
   it('filters calls by upstream status and time, and reports revenue per day and top endpoints', async () => {
     const ep = await svc.api('/api/v1/endpoints', {
