@@ -11,6 +11,10 @@
 //   claim (payment)   ∅ → applied                      applyPaymentProof, payment pending (held until paid)
 //   claim (payment)   ∅ → refund_due                   applyPaymentProof, payment paid/expired/canceled (late)
 //   claim (payment)   applied → refund_due             expire / cancel (held proofs go back to their senders)
+//   claim (payment)   ∅ → settling                     holdPaymentAuthorization (x402: payment pending, covers it)
+//   claim (payment)   settling → applied               applySettledAuthorizations (settled; payment pending: paid)
+//   claim (payment)   settling → refund_due            applySettledAuthorizations (settled; payment closed meanwhile)
+//   claim (payment)   settling → void                  expire / cancel before it was sent (never settled)
 //   checkout figure   ∅ → open                         reserveFigure (at creation, and for a top-up)
 //   checkout figure   open → held                      holdFigures (at paid, expired, canceled, or replaced by a top-up)
 //   unmatched inflow  ∅ → recorded                     recordUnmatchedInflows
@@ -352,6 +356,11 @@ async function refundHeldProofs(
   reason: string,
   view: PaymentView,
 ): Promise<void> {
+  // x402 authorizations not sent yet are simply never sent: no money moved, nothing to give back. One the
+  // batcher already recorded may be on chain: it stays, and is refunded when it settles.
+  await tx`
+    UPDATE claims SET status = 'void'
+    WHERE target_type = 'payment' AND target_id = ${payment.id} AND status = 'settling' AND settlement_tx IS NULL`
   const held = await tx<{ proof_key: string; payer: string; amount_atomic: bigint }[]>`
     UPDATE claims SET status = 'refund_due'
     WHERE target_type = 'payment' AND target_id = ${payment.id} AND status = 'applied'
@@ -364,6 +373,107 @@ async function refundHeldProofs(
       { proofKey: c.proof_key, payer: c.payer, valueAtomic: c.amount_atomic, transaction, reason },
       view,
     )
+  }
+}
+
+// ── x402 authorizations ─────────────────────────────────────────────────────────────────────────────
+
+export interface PaymentAuthorization {
+  proofKey: string
+  payer: string
+  valueAtomic: bigint
+  /** The signed authorization, kept with the claim: the settlement batcher submits it. */
+  authorization: object
+}
+
+export type HoldOutcome =
+  | { kind: 'not_found' }
+  /** Paid, expired or canceled: the authorization is not claimed and will never be settled. */
+  | { kind: 'closed'; payment: PaymentRow }
+  /** Less than the price still due: not claimed (an x402 client signs what the 402 asks). */
+  | { kind: 'underpaid'; payment: PaymentRow; dueAtomic: bigint }
+  | { kind: 'proof_already_used' }
+  | { kind: 'held'; payment: PaymentRow }
+
+/** What an x402 authorization must cover: the price still due (the figure's offset tags transfers only). */
+export function priceDue(p: Pick<PaymentRow, 'amount_atomic' | 'amount_received_atomic'>): bigint {
+  const due = p.amount_atomic - p.amount_received_atomic
+  return due > 0n ? due : 0n
+}
+
+/**
+ * ∅ → settling: a verified x402 authorization is claimed for a pending payment it covers, under the
+ * payment's row lock. The payment stays pending: it is paid only once the authorization is settled on chain
+ * (applySettledAuthorizations), through the same `receive` as a transaction hash.
+ */
+export async function holdPaymentAuthorization(
+  sql: Sql,
+  q: { paymentId: string; proof: PaymentAuthorization; view: PaymentView },
+): Promise<HoldOutcome> {
+  const { proof } = q
+  return (await sql.begin(async (tx) => {
+    let payment = await lockPayment(tx, q.paymentId)
+    if (!payment) return { kind: 'not_found' }
+    const expired = await expireLocked(tx, payment, q.view)
+    if (expired) payment = { ...payment, ...expired }
+    if (payment.status !== 'pending') return { kind: 'closed', payment }
+    const due = priceDue(payment)
+    if (proof.valueAtomic < due) return { kind: 'underpaid', payment, dueAtomic: due }
+    const claimed = await tx`
+      INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
+                          authorization_payload)
+      VALUES (${proof.proofKey}, 'eip3009', 'payment', ${payment.id}, ${payment.account_id}, ${proof.payer},
+              ${proof.valueAtomic}, 'settling', ${tx.json(proof.authorization as never)})
+      ON CONFLICT (proof_key) DO NOTHING RETURNING proof_key`
+    if (claimed.length === 0) return { kind: 'proof_already_used' }
+    await addTimeline(tx, payment.id, 'authorization_received', {
+      payer: proof.payer,
+      amount: toDollars(proof.valueAtomic),
+      amount_atomic: proof.valueAtomic.toString(),
+    })
+    return { kind: 'held', payment }
+  })) as HoldOutcome
+}
+
+/**
+ * settling → applied | refund_due, in the settlement batcher's transaction (which already holds the payments'
+ * row locks): a settled authorization pays its payment if still pending — the same `receive` as a hash,
+ * its settlement transaction as the payment's — or, if the payment closed meanwhile, is owed back to its
+ * sender like any proof that arrives late.
+ */
+export async function applySettledAuthorizations(
+  tx: Tx,
+  q: { proofKeys: string[]; ownerShareBps: number; view: PaymentView },
+): Promise<void> {
+  const held = await tx<
+    { proof_key: string; target_id: string; payer: string; amount_atomic: bigint; settlement_tx: string }[]
+  >`
+    SELECT proof_key, target_id, payer, amount_atomic, settlement_tx FROM claims
+    WHERE proof_key = ANY(${q.proofKeys}::text[]) AND status = 'settling' AND settled_at IS NOT NULL
+    ORDER BY target_id, proof_key`
+  for (const c of held) {
+    let payment = await lockPayment(tx, c.target_id)
+    if (!payment) continue
+    const expired = await expireLocked(tx, payment, q.view)
+    if (expired) payment = { ...payment, ...expired }
+    const proof: PaymentProof = {
+      proofKey: c.proof_key,
+      kind: 'eip3009',
+      payer: c.payer,
+      valueAtomic: c.amount_atomic,
+      transaction: c.settlement_tx,
+    }
+    if (payment.status === 'pending') {
+      await tx`
+        UPDATE claims SET status = 'applied', captured_at = now()
+        WHERE proof_key = ${c.proof_key} AND status = 'settling'`
+      await receive(tx, payment, proof, q)
+      continue
+    }
+    await tx`UPDATE claims SET status = 'refund_due' WHERE proof_key = ${c.proof_key} AND status = 'settling'`
+    const reason =
+      payment.status === 'paid' ? 'already_paid' : payment.status === 'canceled' ? 'canceled' : 'expired'
+    await scheduleRefund(tx, payment, { ...proof, reason }, q.view)
   }
 }
 

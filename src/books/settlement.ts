@@ -1,9 +1,13 @@
 // The settlement room: the transitions of a captured x402 claim on its way to the chain. Each statement
 // states its precondition (a captured eip3009 claim, not settled, not failed); revenue is booked only in
-// settleAuthorizations, in the same transaction that marks the claim settled (DESIGN §7b).
+// settleAuthorizations, in the same transaction that marks the claim settled (DESIGN §7b). A checkout's
+// authorization ('settling', src/books/payments.ts) takes the same road: listed, signed, recorded and
+// resolved with the calls', then applied to its payment in the transaction that marks it settled.
 import type { StoredAuthorization } from '../chain/settle.ts'
+import type { PaymentView } from '../db/payments.ts'
 import type { Sql, Tx } from '../db/sql.ts'
 import { bookCallRevenue } from './ledger.ts'
+import { applySettledAuthorizations } from './payments.ts'
 
 type Db = Sql | Tx
 
@@ -21,7 +25,10 @@ export function listSentSettlements(db: Db): Promise<SettlementCandidate[]> {
   return db<SettlementCandidate[]>`
     SELECT proof_key, authorization_payload, settlement_tx FROM claims
     WHERE kind = 'eip3009' AND status = 'captured' AND settlement_tx IS NOT NULL
-      AND settled_at IS NULL AND settlement_error IS NULL`
+      AND settled_at IS NULL AND settlement_error IS NULL
+    UNION ALL
+    SELECT proof_key, authorization_payload, settlement_tx FROM claims
+    WHERE status = 'settling' AND settlement_tx IS NOT NULL`
 }
 
 /**
@@ -30,9 +37,15 @@ export function listSentSettlements(db: Db): Promise<SettlementCandidate[]> {
  */
 export function listDueSettlements(db: Db, q: { limit: number }): Promise<SettlementCandidate[]> {
   return db<SettlementCandidate[]>`
-    SELECT proof_key, authorization_payload, settlement_tx FROM claims
-    WHERE kind = 'eip3009' AND status = 'captured' AND settlement_tx IS NULL
-      AND settled_at IS NULL AND settlement_error IS NULL
+    SELECT proof_key, authorization_payload, settlement_tx FROM (
+      SELECT proof_key, authorization_payload, settlement_tx, captured_at FROM claims
+      WHERE kind = 'eip3009' AND status = 'captured' AND settlement_tx IS NULL
+        AND settled_at IS NULL AND settlement_error IS NULL
+      UNION ALL
+      -- Checkout authorizations (each its own partial index: one status list would use neither).
+      SELECT proof_key, authorization_payload, settlement_tx, claimed_at FROM claims
+      WHERE status = 'settling' AND settlement_tx IS NULL
+    ) due
     ORDER BY (authorization_payload->>'validBefore')::numeric, captured_at
     LIMIT ${q.limit}`
 }
@@ -50,7 +63,7 @@ export async function recordSettlementTx(
   const rows = await db<{ proof_key: string }[]>`
     UPDATE claims c SET settlement_tx = m.hash
     FROM unnest(${txs.map((t) => t.proofKey)}::text[], ${txs.map((t) => t.hash)}::text[]) AS m(proof_key, hash)
-    WHERE c.proof_key = m.proof_key AND c.kind = 'eip3009' AND c.status = 'captured'
+    WHERE c.proof_key = m.proof_key AND c.kind = 'eip3009' AND c.status IN ('captured', 'settling')
       AND c.settlement_tx IS NULL AND c.settled_at IS NULL AND c.settlement_error IS NULL
     RETURNING c.proof_key`
   return new Set(rows.map((r) => r.proof_key))
@@ -72,16 +85,32 @@ export async function forgetSettlementTx(db: Db, q: { proofKey: string; hash: st
  * up to settlement.batch_max authorizations: one commit, not one each). Returns the proof keys settled; a
  * claim not in a settleable state (already settled or failed) is left out: nothing is booked twice.
  */
-export function settleAuthorizations(sql: Sql, q: { proofKeys: string[] }): Promise<string[]> {
+export function settleAuthorizations(
+  sql: Sql,
+  q: { proofKeys: string[]; payments?: { ownerShareBps: number; view: PaymentView } },
+): Promise<string[]> {
   if (q.proofKeys.length === 0) return Promise.resolve([])
   return sql.begin(async (tx) => {
-    const rows = await tx<{ proof_key: string }[]>`
+    // Checkout authorizations: their payments are locked first, in id order, as every payment transition
+    // does (a cancel locks the payment, then its claims): never the other way round.
+    const targets = await tx<{ target_id: string }[]>`
+      SELECT DISTINCT target_id FROM claims
+      WHERE proof_key = ANY(${q.proofKeys}::text[]) AND status = 'settling' ORDER BY target_id`
+    if (targets.length > 0)
+      await tx`SELECT id FROM payments WHERE id = ANY(${targets.map((t) => t.target_id)}::text[]) ORDER BY id FOR UPDATE`
+    const rows = await tx<{ proof_key: string; status: string }[]>`
       UPDATE claims SET settled_at = now()
-      WHERE proof_key = ANY(${q.proofKeys}::text[]) AND kind = 'eip3009' AND status = 'captured'
+      WHERE proof_key = ANY(${q.proofKeys}::text[]) AND kind = 'eip3009' AND status IN ('captured', 'settling')
         AND settled_at IS NULL AND settlement_error IS NULL
-      RETURNING proof_key`
+      RETURNING proof_key, status`
     const settled = rows.map((r) => r.proof_key)
-    if (settled.length > 0) await bookCallRevenue(tx, { proofKeys: settled })
+    const calls = rows.filter((r) => r.status === 'captured').map((r) => r.proof_key)
+    if (calls.length > 0) await bookCallRevenue(tx, { proofKeys: calls })
+    const checkout = rows.filter((r) => r.status === 'settling').map((r) => r.proof_key)
+    if (checkout.length > 0) {
+      if (!q.payments) throw new Error('settling checkout authorizations needs the payments context')
+      await applySettledAuthorizations(tx, { proofKeys: checkout, ...q.payments })
+    }
     return settled
   }) as Promise<string[]>
 }
@@ -95,9 +124,11 @@ export async function failSettlement(
   db: Db,
   q: { proofKey: string; reason: SettlementFailure },
 ): Promise<boolean> {
+  // A checkout authorization that can never be settled is void: no money moved, its payment stays open.
   const rows = await db`
-    UPDATE claims SET settlement_error = ${q.reason}
-    WHERE proof_key = ${q.proofKey} AND kind = 'eip3009' AND status = 'captured'
+    UPDATE claims SET settlement_error = ${q.reason},
+                      status = CASE WHEN status = 'settling' THEN 'void' ELSE status END
+    WHERE proof_key = ${q.proofKey} AND kind = 'eip3009' AND status IN ('captured', 'settling')
       AND settled_at IS NULL AND settlement_error IS NULL
     RETURNING proof_key`
   return rows.length === 1
@@ -111,8 +142,12 @@ export async function readSettlementBacklog(
     SELECT count(*)::int AS n,
            coalesce(extract(epoch FROM now() - min(captured_at)), 0)::float8 AS oldest_s,
            min((authorization_payload->>'validBefore')::numeric)::text AS soonest
-    FROM claims
-    WHERE kind = 'eip3009' AND status = 'captured' AND settled_at IS NULL AND settlement_error IS NULL`
+    FROM (
+      SELECT captured_at, authorization_payload FROM claims
+      WHERE kind = 'eip3009' AND status = 'captured' AND settled_at IS NULL AND settlement_error IS NULL
+      UNION ALL
+      SELECT claimed_at, authorization_payload FROM claims WHERE status = 'settling'
+    ) b`
   return {
     count: row?.n ?? 0,
     oldestAgeS: row?.oldest_s ?? 0,

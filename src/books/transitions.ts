@@ -122,6 +122,49 @@ export const TRANSITIONS: readonly Transition[] = [
     fn: 'refundHeldProofs',
     why: 'proofs held by a payment that expired or was canceled unpaid (payments room)',
   },
+  // x402 on the hosted checkout (payments room): held while it settles with the calls' authorizations.
+  {
+    record: 'claim',
+    from: null,
+    to: 'settling',
+    fn: 'holdPaymentAuthorization',
+    why: 'x402 authorization covering a pending payment: the payment waits for its settlement',
+  },
+  {
+    record: 'claim',
+    from: 'settling',
+    to: 'settling',
+    fn: 'recordSettlementTx',
+    why: 'its settlement signed: hash recorded before broadcast (forgetSettlementTx undoes it)',
+  },
+  {
+    record: 'claim',
+    from: 'settling',
+    to: 'applied',
+    fn: 'applySettledAuthorizations',
+    why: 'settled on chain while its payment is pending: paid through the same receive as a hash',
+  },
+  {
+    record: 'claim',
+    from: 'settling',
+    to: 'refund_due',
+    fn: 'applySettledAuthorizations',
+    why: 'settled on chain after its payment closed (paid by another proof, expired, canceled): sent back',
+  },
+  {
+    record: 'claim',
+    from: 'settling',
+    to: 'void',
+    fn: 'failSettlement',
+    why: 'its authorization expired unsent or reverted unused: no money moved, the payment stays open',
+  },
+  {
+    record: 'claim',
+    from: 'settling',
+    to: 'void',
+    fn: 'refundHeldProofs',
+    why: 'its payment expired or was canceled before the authorization was sent: never settled',
+  },
   // Retention (src/books/retention.ts): a closed claim goes once its proof is too old to be accepted again.
   ...(['captured', 'refunded', 'applied', 'void'] as const).map(
     (from): Transition => ({

@@ -1,5 +1,6 @@
 // POST /pay/:id with x-payment: a presented transaction hash, verified by the one verifier and applied by
-// the books' applyPaymentProof (the same transition the watcher's amount match uses).
+// the books' applyPaymentProof (the same transition the watcher's amount match uses). An x402 authorization
+// goes to pay-x402.ts.
 
 import { type ApplyOutcome, applyPaymentProof } from '../books/payments.ts'
 import { parseProof } from '../data-plane/proof.ts'
@@ -7,6 +8,7 @@ import type { VerifyResult } from '../data-plane/verifier.ts'
 import { findClaim } from '../db/claims.ts'
 import { type CheckoutPaymentRow, effectiveStatus, findCheckoutPayment } from '../db/payments.ts'
 import { checkoutPayments, paymentRequired } from '../observability/metrics.ts'
+import { payWithAuthorization } from './pay-x402.ts'
 import { presentCheckout } from './presenter.ts'
 import { JSON_TYPE, type Responder, stateCode } from './responder.ts'
 import type { CheckoutContext } from './route.ts'
@@ -46,12 +48,8 @@ function withVerified(ctx: CheckoutContext, r: Responder, p: CheckoutPaymentRow,
     }
     return ctx.sendRequirement(r, p, result.reason, extra)
   }
-  // x402 authorizations pay metered calls only: a checkout must see the money move before it is marked
-  // paid, and its 402 does not advertise them.
-  if (result.kind !== 'tx') {
-    if (effectiveStatus(p) !== 'pending') return ctx.sendState(r, p)
-    return ctx.sendRequirement(r, p, 'unsupported_proof')
-  }
+  // An x402 authorization is settled before it pays the payment (pay-x402.ts).
+  if (result.kind === 'eip3009') return payWithAuthorization(ctx, r, p, result)
   const proof = {
     proofKey: result.proofKey,
     kind: 'tx' as const,

@@ -3,7 +3,9 @@
 // before the first await, and every answer after an await is corked (responder.ts).
 import { LRUCache } from 'lru-cache'
 import QRCode from 'qrcode'
+import { priceDue } from '../books/payments.ts'
 import type { UwsRoute } from '../data-plane/app.ts'
+import { buildChallenge, v2Header } from '../data-plane/challenge.ts'
 import type { Verifier } from '../data-plane/verifier.ts'
 import { type CheckoutPaymentRow, effectiveStatus, findCheckoutPayment } from '../db/payments.ts'
 import type { Sql } from '../db/sql.ts'
@@ -31,10 +33,20 @@ export interface CheckoutDeps {
     treasury: string
     usdcAddress: string
     explorerUrl: string | null
+    /** What an x402 `exact` offer names (the metered 402's own fields). */
+    x402Network: string
+    caip2: string
+    usdcName: string
+    usdcVersion: string
   }
   publicUrl(): string
   logger: Logger
-  settings: { ownerShareBps: number; pollIntervalMs?: number }
+  settings: {
+    ownerShareBps: number
+    pollIntervalMs?: number
+    /** How long POST /pay/:id with an x402 authorization waits for its settlement before answering 202. */
+    x402SettleWaitMs?: number
+  }
 }
 
 /** What every request of the checkout shares, built once. */
@@ -43,7 +55,7 @@ export interface CheckoutContext {
   pages: CheckoutPages
   view(): CheckoutView
   qrSvg(uri: string): Promise<string>
-  /** 402 for a pending payment: how to pay it (no x402 `accepts`: checkout takes transfers only). */
+  /** 402 for a pending payment: how to pay it (a transfer, its hash, or an x402 `exact` authorization). */
   sendRequirement(r: Responder, p: CheckoutPaymentRow, reason: string, extra?: Record<string, unknown>): void
   /** 200 paid, 410 expired or canceled, 402 pending. */
   sendState(r: Responder, p: CheckoutPaymentRow): void
@@ -171,8 +183,15 @@ export function createCheckoutContext(deps: CheckoutDeps): CheckoutContext {
     },
     sendRequirement(r, p, reason, extra = {}) {
       paymentRequired.labels(reason).inc()
-      const s = presentCheckout(p, view())
-      r.send(402, JSON_TYPE, JSON.stringify(requirement(s, reason, r.requestId, extra)))
+      const v = view()
+      const s = presentCheckout(p, v)
+      const offer = x402Offer(chain, p, `${v.publicUrl}/pay/${p.id}`)
+      r.send(
+        402,
+        JSON_TYPE,
+        JSON.stringify({ ...requirement(s, reason, r.requestId, extra), ...offer.body }),
+        [['payment-required', v2Header(offer.challenge, reason)]],
+      )
     },
     sendState(r, p) {
       const s = presentCheckout(p, view())
@@ -200,10 +219,30 @@ export function createCheckoutContext(deps: CheckoutDeps): CheckoutContext {
   return ctx
 }
 
+/** How long an x402 client may make its authorization valid for (the metered default). */
+const X402_MAX_TIMEOUT_S = 300
+
+/**
+ * The x402 `exact` offer for what is still due: the price less what was received (the figure's offset only
+ * tags plain transfers). Built by the metered 402's own builder: v1 `x402Version` + `accepts` for the body,
+ * the v2 PAYMENT-REQUIRED header from the same challenge.
+ */
+function x402Offer(chain: CheckoutDeps['chain'], p: CheckoutPaymentRow, resourceUrl: string) {
+  const challenge = buildChallenge(chain, {
+    resourceUrl,
+    description: p.description,
+    priceAtomic: priceDue(p),
+    idField: 'payment_id',
+    id: p.id,
+    maxTimeoutSeconds: X402_MAX_TIMEOUT_S,
+  })
+  const fields = JSON.parse(`{${challenge.rest.slice(1)}`) as { x402Version: number; accepts: unknown[] }
+  return { challenge, body: { x402Version: fields.x402Version, accepts: fields.accepts } }
+}
+
 /**
  * The checkout's 402: the seed's fields (price = the exact figure to send now, recipient, asset, network),
- * and how to pay. No x402 `accepts`: a checkout is paid by a USDC transfer (matched by its amount, or by
- * presenting its hash), not by an x402 authorization, so it advertises only that.
+ * how to pay, and the x402 fields (added by sendRequirement) so an x402 client pays it unchanged.
  */
 function requirement(
   s: ReturnType<typeof presentCheckout>,
@@ -227,7 +266,8 @@ function requirement(
     amount_received_atomic: s.amount_received_atomic,
     how_to_pay:
       'send exactly price_atomic base units of asset to recipient on this chain (it is detected by its amount), ' +
-      'or POST this URL with header x-payment: <transaction hash>',
+      'or POST this URL with header x-payment: <transaction hash>, ' +
+      'or pay the x402 `exact` offer in accepts / PAYMENT-REQUIRED with any x402 client',
     ...extra,
   }
 }

@@ -46,13 +46,20 @@ export const PaymentRequired = v.pipe(
     payment_id: v.optional(v.string()),
     amount_received_atomic: v.optional(Atomic),
     payment_status: v.optional(v.string()),
-    how_to_pay: v.optional(v.pipe(v.string(), v.description('checkout only: a plain transfer or the hash'))),
-    x402Version: v.optional(v.pipe(v.literal(1), v.description('metered calls only'))),
-    accepts: v.optional(v.pipe(v.array(ExactRequirement), v.description('metered calls only'))),
+    how_to_pay: v.optional(
+      v.pipe(v.string(), v.description('checkout only: a plain transfer, its hash, or the x402 offer')),
+    ),
+    x402Version: v.optional(v.literal(1)),
+    accepts: v.optional(
+      v.pipe(
+        v.array(ExactRequirement),
+        v.description('x402 `exact` (on a checkout: for the price still due, without the figure offset)'),
+      ),
+    ),
   }),
   v.description(
-    'The 402 requirement. Metered calls add the x402 `accepts` (and the v2 form in the PAYMENT-REQUIRED header, ' +
-      'base64 JSON); a checkout is paid by a plain transfer of `price_atomic` or by presenting its hash.',
+    'The 402 requirement with the x402 `accepts` (and the v2 form in the PAYMENT-REQUIRED header, base64 JSON). ' +
+      'A checkout is also paid by a plain transfer of `price_atomic` or by presenting its hash.',
   ),
 )
 
@@ -162,15 +169,25 @@ export function publicPaths(ref: (name: string) => Json): Json {
       post: {
         operationId: 'payCheckout',
         tags: ['checkout'],
-        summary: 'Pay a payment with a proof (x-payment: transaction hash)',
+        summary: 'Pay a payment with a proof: a transaction hash, or an x402 exact authorization',
+        description:
+          'An x402 authorization is settled on chain before the payment is paid; the request waits for that and ' +
+          'answers 200 with the PAYMENT-RESPONSE receipt, or 202 if it is still settling. A payment that is paid, ' +
+          'expired or canceled answers 409/410 and the authorization is not used (nothing is charged).',
         security: [],
         parameters: [paymentId, ...proofHeaders],
         responses: {
           '200': json('CheckoutStatus', 'paid'),
+          '202': {
+            description: 'x402: the authorization is claimed and still settling; poll this URL',
+            content: { 'application/json': { schema: { type: 'object' } } },
+          },
           '402': required402,
           '404': error('payment_not_found'),
-          '409': error('payment_already_paid (the proof is refunded) / payment_in_progress'),
-          '410': error('payment_expired / payment_canceled (the proof is refunded)'),
+          '409': error('payment_already_paid (a transfer is refunded; an authorization is not used)'),
+          '410': error(
+            'payment_expired / payment_canceled (a transfer is refunded; an authorization is not used)',
+          ),
           '503': error('verification_unavailable'),
         },
       },

@@ -10,3 +10,19 @@ export async function findClaim(
     SELECT status, target_id, retry_until FROM claims WHERE proof_key = ${proofKey}`
   return row ?? null
 }
+
+/** Where a checkout's x402 authorization stands (POST /pay/:id waits on it while it settles). */
+export async function findSettlement(
+  sql: Sql,
+  proofKey: string,
+): Promise<{
+  status: string
+  target_id: string
+  settlement_tx: string | null
+  settlement_error: string | null
+} | null> {
+  const [row] = await sql<
+    { status: string; target_id: string; settlement_tx: string | null; settlement_error: string | null }[]
+  >`SELECT status, target_id, settlement_tx, settlement_error FROM claims WHERE proof_key = ${proofKey}`
+  return row ?? null
+}

@@ -84,12 +84,12 @@ describe('a plain transfer of the advertised amount', () => {
   it('pays the payment with no hash given: paid, payment.received delivered once, ledger exact, reconcile 0', async () => {
     const p = await createPayment({ amount: 25, description: 'Order #1' })
     const req = await requirementOf(p.payment_url)
-    // The figure is the price plus a small unique offset; checkout advertises no x402 scheme it does not take.
+    // The figure is the price plus a small unique offset; beside it, x402 `exact` for the price itself.
     expect(BigInt(req.price_atomic)).toBeGreaterThan(25_000_000n)
     expect(BigInt(req.price_atomic)).toBeLessThanOrEqual(25_009_999n)
     expect(req.price_atomic).toBe(p.amount_requested_atomic)
     expect(req.recipient).toBe(svc.chain.treasury)
-    expect(req.accepts).toBeUndefined()
+    expect(req.accepts).toMatchObject([{ scheme: 'exact', maxAmountRequired: '25000000' }])
 
     const hash = await payUsdc(payer, req.recipient, BigInt(req.price_atomic))
     await until('paid', paidStatus(p.id))

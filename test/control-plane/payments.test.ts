@@ -107,9 +107,11 @@ describe('the seed sample, end to end', () => {
       chain_id: svc.chain.chainId,
       payment_id: p.id,
     })
-    // Checkout takes transfers only, so it advertises no x402 scheme.
-    expect(requirement.accepts).toBeUndefined()
-    expect(challenge.headers.get('payment-required')).toBeNull()
+    // Beside the figure, x402 `exact` for the price due (the offset only tags plain transfers), in the
+    // body (v1) and in PAYMENT-REQUIRED (v2).
+    expect(requirement.accepts).toMatchObject([{ scheme: 'exact', maxAmountRequired: '100000000' }])
+    const v2 = JSON.parse(Buffer.from(challenge.headers.get('payment-required')!, 'base64').toString())
+    expect(v2).toMatchObject({ x402Version: 2, accepts: [{ scheme: 'exact', amount: '100000000' }] })
 
     // A hash payer who sends the round price pays it too (the offset is a tag, never owed).
     const hash = await payUsdc(payer, svc.chain.treasury, 100_000_000n)

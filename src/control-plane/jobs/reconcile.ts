@@ -254,7 +254,8 @@ async function checkInflow(
     if (c.status === 'captured') captured += c.call_amount ?? 0n
     else if (c.status === 'applied') applied += c.amount_atomic
     else if (c.status === 'refund_due' || c.status === 'refunded') refunds += c.refund_amount
-    else if (c.status === 'claimed') uncaptured += c.amount_atomic
+    // A checkout authorization sent but not resolved yet (the batcher applies it when it sees the receipt).
+    else if (c.status === 'claimed' || c.status === 'settling') uncaptured += c.amount_atomic
   }
   let chainProof = 0n
   for (const h of claimedHashes) chainProof += inByHash.get(h)?.value ?? 0n

@@ -370,9 +370,21 @@ async function isUsed({ chain }: JobDeps, c: SettlementCandidate): Promise<boole
   })
 }
 
-async function settled({ sql }: JobDeps, proofKeys: string[]): Promise<void> {
+async function settled(deps: JobDeps, proofKeys: string[]): Promise<void> {
   if (proofKeys.length === 0) return
-  const done = await markSettled(sql, { proofKeys })
+  const { sql, config, chain } = deps
+  // A checkout's authorization is applied to its payment in the same transaction (src/books/payments.ts).
+  const payments = {
+    ownerShareBps: config.fees.owner_share_bps,
+    view: {
+      publicUrl: deps.publicUrl(),
+      network: chain.network,
+      chainId: chain.chainId,
+      treasury: chain.treasury,
+      usdcAddress: chain.usdc.address,
+    },
+  }
+  const done = await markSettled(sql, { proofKeys, payments })
   if (done.length > 0) settlements.labels('settled').inc(done.length)
 }
 
