@@ -71,7 +71,11 @@ export const ERRORS = {
     'the path may not contain dot segments (. or ..), encoded dots, encoded slashes or backslashes',
   ),
   // Edge checks of the public port (every route family)
-  invalid_framing: e(400, INVALID, 'conflicting or invalid Content-Length; the connection is closed'),
+  invalid_framing: e(
+    400,
+    INVALID,
+    'conflicting or invalid Content-Length or Transfer-Encoding; the connection is closed',
+  ),
   headers_too_large: e(431, INVALID, 'the request headers are too many or too large'),
   // Admin port
   admin_unauthorized: e(401, 'authentication_error', 'send Authorization: Bearer <ADMIN_TOKEN>'),
@@ -161,9 +165,18 @@ export function apiErrorResponse(
   }
 }
 
+// uWS corks a socket while it parses what one read brought, and closes a connection whose answer asked for
+// it only once uncorked: by then it has parsed, and handed to their routes, every request that followed in
+// the same read (a request smuggled behind a framing error among them). A write larger than its 16 KiB cork
+// buffer goes to the socket at once, and end() then closes the connection before the parser reads on. So
+// an answer that closes the connection is padded past that size with JSON whitespace (any JSON parser skips
+// it); such answers go only to broken or hostile requests.
+const CLOSE_PADDING = ' '.repeat(16 * 1024 + 1)
+
 /**
  * Data plane: writes a whole error answer on a uWS response. Call it inside res.cork() when after an await.
  * `headers` is a flat [name, value, name, value…] list, so callers pass constants without allocating.
+ * `closeConnection`: the connection is closed once this answer is written, and nothing after it is read.
  */
 export function writeError(
   res: HttpResponse,
@@ -179,5 +192,6 @@ export function writeError(
     .writeHeader('x-request-id', requestId)
   if (headers !== undefined)
     for (let i = 0; i < headers.length; i += 2) res.writeHeader(headers[i]!, headers[i + 1]!)
-  res.end(errorBody(code, requestId, details), closeConnection)
+  if (closeConnection) res.end(errorBody(code, requestId, details) + CLOSE_PADDING, true)
+  else res.end(errorBody(code, requestId, details))
 }

@@ -90,13 +90,16 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
   app.any('/api/v1', api)
   app.any('/api/v1/*', api)
   // CORS preflights first: a method route outranks `any` in uWS, and a non-preflight OPTIONS yields to it.
+  // Every route checks the framing first: a request smuggled behind a bad one is never parsed, whatever
+  // the route of the bad one.
+  const framed = (route: string, next: UwsRoute) => (edge ? guarded(edge, route, next, null) : next)
   if (options.metered) {
-    app.options('/m/:endpoint_id', preflight)
-    app.options('/m/:endpoint_id/*', preflight)
+    app.options('/m/:endpoint_id', framed('metered', preflight))
+    app.options('/m/:endpoint_id/*', framed('metered', preflight))
   }
   if (options.checkout) {
-    app.options('/pay/:payment_id', preflight)
-    app.options('/pay/:payment_id/*', preflight)
+    app.options('/pay/:payment_id', framed('checkout', preflight))
+    app.options('/pay/:payment_id/*', framed('checkout', preflight))
   }
   if (options.metered) {
     const metered = edge ? guarded(edge, 'metered', options.metered, edge.unpaidMetered) : options.metered
@@ -108,19 +111,25 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
     app.any('/pay/:payment_id', checkout)
     app.any('/pay/:payment_id/*', checkout)
   }
-  app.get('/', (res, req) => {
-    res
-      .writeHeader('content-type', API_ERROR_HEADERS)
-      .writeHeader('x-request-id', requestIdFrom(req.getHeader('x-request-id')))
-      .end('{"service":"tollgate","api":"/api/v1"}')
-  })
-  app.any('/*', (res, req) => {
-    const requestId = requestIdFrom(req.getHeader('x-request-id'))
-    httpRequests.labels('other', '4xx').inc()
-    writeError(res, 'route_not_found', requestId, {
-      message: `no route ${req.getMethod().toUpperCase()} ${req.getUrl()}`,
-    })
-  })
+  app.get(
+    '/',
+    framed('other', (res, req) => {
+      res
+        .writeHeader('content-type', API_ERROR_HEADERS)
+        .writeHeader('x-request-id', requestIdFrom(req.getHeader('x-request-id')))
+        .end('{"service":"tollgate","api":"/api/v1"}')
+    }),
+  )
+  app.any(
+    '/*',
+    framed('other', (res, req) => {
+      const requestId = requestIdFrom(req.getHeader('x-request-id'))
+      httpRequests.labels('other', '4xx').inc()
+      writeError(res, 'route_not_found', requestId, {
+        message: `no route ${req.getMethod().toUpperCase()} ${req.getUrl()}`,
+      })
+    }),
+  )
   return app
 }
 
@@ -147,13 +156,15 @@ export async function listen(
 
 // --- Hostile input at the edge -----------------------------------------------------------------------------
 // Framing and header limits run before any route; uWS itself closes a request carrying both Content-Length
-// and Transfer-Encoding without an answer, and never calls a handler for more than 48 header lines.
+// and Transfer-Encoding without an answer, closes on a malformed chunk, and never calls a handler for more
+// than 48 header lines. A framing error is answered 400 and the connection closed at once (writeError):
+// what follows it on the socket is never read, since a proxy in front may have framed it differently.
 
 // forEach's callback is one module-level function over module-level scratch state: no closure per request.
 let headCount = 0
 let headBytes = 0
 let contentLength: string | null = null
-let badLength = false
+let badFraming = false
 let chunked = false
 function visitHeader(name: string, value: string): void {
   headCount++
@@ -162,9 +173,14 @@ function visitHeader(name: string, value: string): void {
   if (name === 'content-length') {
     // Two different lengths (or a list) let a front proxy and uWS disagree on where the body ends.
     if (contentLength === null) contentLength = value
-    else if (value !== contentLength) badLength = true
-    if (!/^\d{1,15}$/.test(value)) badLength = true
-  } else if (name === 'transfer-encoding') chunked = true
+    else if (value !== contentLength) badFraming = true
+    if (!/^\d{1,15}$/.test(value)) badFraming = true
+  } else if (name === 'transfer-encoding') {
+    // uWS reads a body as chunked whenever the header names chunked ('chunked, gzip' too); a proxy in front
+    // may read such a list, or a repeated header, as a body that runs to the end of the connection.
+    if (chunked || value.trim().toLowerCase() !== 'chunked') badFraming = true
+    chunked = true
+  }
 }
 
 type HeadVerdict = 'ok' | 'bad_framing' | 'too_large'
@@ -173,16 +189,16 @@ function inspectHead(req: HttpRequest, edge: EdgeLimits): HeadVerdict {
   headCount = 0
   headBytes = req.getUrl().length + (req.getQuery()?.length ?? 0) + 16
   contentLength = null
-  badLength = false
+  badFraming = false
   chunked = false
   req.forEach(visitHeader)
-  if (badLength || (chunked && contentLength !== null)) return 'bad_framing'
+  if (badFraming || (chunked && contentLength !== null)) return 'bad_framing'
   if (headCount > edge.maxHeaders || headBytes > edge.maxHeaderBytes) return 'too_large'
   return 'ok'
 }
 
 const BAD_FRAMING_MESSAGE =
-  'conflicting or invalid Content-Length (or Content-Length with Transfer-Encoding); the connection is closed'
+  'conflicting or invalid Content-Length or Transfer-Encoding (only one `chunked`, never with Content-Length); the connection is closed'
 
 /** Client address as a rate-limit key: an IPv4 address, or the /64 an IPv6 client controls as a whole. */
 function clientKey(res: HttpResponse): string {
