@@ -68,7 +68,7 @@ export const ERRORS = {
   invalid_path: e(
     400,
     INVALID,
-    'the path may not contain dot segments (. or ..), encoded dots, encoded slashes or backslashes',
+    'the path may not contain dot segments (. or ..), encoded dots, encoded slashes, backslashes, malformed percent-escapes, or percent-encoded bytes that are not valid UTF-8 (such as %c0%ae or %ff)',
   ),
   // Edge checks of the public port (every route family)
   invalid_framing: e(
