@@ -90,6 +90,37 @@ export const ERRORS = {
 
 export type ErrorCode = keyof typeof ERRORS
 
+/**
+ * Why a 402 asks for payment (its `error` field, and the x402 challenge's reason), declared once. `final`:
+ * retrying the same proof cannot succeed, so the answer carries no Retry-After; only payment_pending (a
+ * transaction the node knows, not yet mined or confirmed) is worth retrying as it is.
+ */
+export const PAYMENT_REQUIRED_REASONS = {
+  payment_required: 'no proof was sent',
+  invalid_proof: 'the header is neither a transaction hash nor an x402 payload',
+  payment_pending:
+    'the transaction is known but not mined or not confirmed within verify.wait_ms; retry after Retry-After',
+  transaction_not_found:
+    'the chain did not know the transaction hash within verify.wait_ms (a typo, or another network); final',
+  transaction_failed: 'the transaction reverted',
+  no_transfer: 'the transaction moved no token',
+  wrong_asset: 'a token other than the configured USDC',
+  wrong_recipient: 'the USDC went elsewhere',
+  underpaid: 'less than the price, or than a quote still holding',
+  proof_too_old: 'older than chain.max_proof_age_ms',
+  proof_already_used: 'claimed by another call or payment',
+  wrong_network: 'an x402 payload for another network',
+  invalid_signature: 'the authorization is not signed by its payer',
+  authorization_not_yet_valid: 'validAfter is in the future',
+  authorization_expired: 'validBefore is past, or within 6 s',
+  insufficient_funds: "the payer's balance is below the amount",
+  unsupported_proof: 'a scheme other than exact (or any x402 payload at checkout)',
+  wrong_amount: 'exact means exact: an authorization for more than the price',
+  requirements_mismatch: 'v2: accepted is not the advertised requirement',
+  smart_wallet_not_deployed: 'an ERC-6492 signature of a wallet not deployed yet',
+  simulation_failed: "the settlement's dry run reverted",
+} as const
+
 export function isErrorCode(code: string): code is ErrorCode {
   return Object.hasOwn(ERRORS, code)
 }

@@ -9,6 +9,7 @@ import { decodeTransferLog, isMint, sameAddress, type TreasuryTransfer } from '.
 
 export type TransferFailure =
   | 'payment_pending'
+  | 'transaction_not_found'
   | 'transaction_failed'
   | 'wrong_asset'
   | 'wrong_recipient'
@@ -86,7 +87,17 @@ export async function verifyTransfer(
           : { retryAfterMs: blockTimeMs, detail: 'transaction not known to the node yet' }
       }
       const left = deadline - performance.now()
-      if (left <= 0) return { ok: false, reason: 'payment_pending', ...pending }
+      if (left <= 0) {
+        // Never seen in the whole wait: a typo or a hash from another network, not a payment on its way. A
+        // final answer (no Retry-After), or an agent would retry it for ever.
+        if (!receipt && !known)
+          return {
+            ok: false,
+            reason: 'transaction_not_found',
+            detail: `the chain has not seen this transaction in ${params.waitMs} ms; check the hash and the network`,
+          }
+        return { ok: false, reason: 'payment_pending', ...pending }
+      }
       await sleep(Math.min(pollIntervalMs, left))
     }
   } catch {

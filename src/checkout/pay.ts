@@ -40,9 +40,11 @@ function withVerified(ctx: CheckoutContext, r: Responder, p: CheckoutPaymentRow,
     if (effectiveStatus(p) !== 'pending') return ctx.sendState(r, p)
     const extra: Record<string, unknown> = {}
     if (result.reason === 'payment_pending') {
-      // Lets the page stop waiting for a hash the chain has never seen (a typo, another network).
       extra.transaction_status = /not known/.test(result.detail ?? '') ? 'unknown' : 'unconfirmed'
       if (result.retryAfterMs !== undefined) extra.retry_after_ms = result.retryAfterMs
+    } else if (result.reason === 'transaction_not_found') {
+      // Final: the chain never saw it in the whole wait (a typo, another network); no retry hint.
+      extra.transaction_status = 'unknown'
     }
     return ctx.sendRequirement(r, p, result.reason, extra)
   }

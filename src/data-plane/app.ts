@@ -1,5 +1,8 @@
 // The public uWS app: mounts /m/* (metered hot path), /pay/* (checkout) and hands /api/v1/* to the
 // control-plane handler it is given. Reads each request synchronously, then answers after the await.
+
+import { createHash } from 'node:crypto'
+import { LRUCache } from 'lru-cache'
 import { ERRORS, type ErrorCode, writeError } from '../errors.ts'
 import type { ApiHandler } from '../http-exchange.ts'
 import type { Logger } from '../observability/logger.ts'
@@ -12,6 +15,7 @@ import {
   rateLimitedHeaders,
 } from '../rate-limit.ts'
 import { nextRequestId, requestIdFrom } from '../request-id.ts'
+import { type ClientKey, createClientKey } from './client-address.ts'
 import { CORS_HEADERS, preflight } from './cors.ts'
 import {
   assertNativeUws,
@@ -42,21 +46,31 @@ export interface PublicAppOptions {
 export interface EdgeLimits {
   maxHeaderBytes: number
   maxHeaders: number
+  /** The rate-limit key of a request: its client address (server.trusted_proxies decides which). */
+  clientKey: ClientKey
   /** POST /api/v1/register per client address. */
   register: RateLimiter | null
   /** 401 answers per client address: checked before /api/v1 requests, charged after a 401. */
   failedApiKeys: RateLimiter | null
-  /** /m/* requests without a payment proof (402 and 404 answers) per client address. */
+  /** 401 answers per presented key prefix, from any address: checked before, charged after a 401. */
+  failedApiKeyPrefixes: RateLimiter | null
+  /**
+   * Digests of keys that authenticated recently: such a key passes the failed-key limits, so wrong keys sent
+   * from an address (or under a prefix) never lock its valid key out.
+   */
+  goodKeys: LRUCache<string, true>
+  /** /m/* requests per client address: without a proof charged at once, with one when it is refused. */
   unpaidMetered: RateLimiter | null
-  /** /pay/* requests without a payment proof per client address. */
+  /** /pay/* requests per client address, with or without a proof. */
   checkout: RateLimiter | null
 }
 
 export interface EdgeSettings {
-  server: { max_header_bytes: number; max_headers: number }
+  server: { max_header_bytes: number; max_headers: number; trusted_proxies: readonly string[] }
   rate_limits: RateLimitSettings & {
     register: { burst: number; per_minute: number }
     failed_api_keys: { burst: number; per_minute: number }
+    failed_api_key_prefixes: { burst: number; per_minute: number }
     unpaid_metered: { burst: number; per_minute: number }
     checkout: { burst: number; per_minute: number }
   }
@@ -67,10 +81,36 @@ export function createEdgeLimits(settings: EdgeSettings, now?: () => number): Ed
   return {
     maxHeaderBytes: settings.server.max_header_bytes,
     maxHeaders: settings.server.max_headers,
+    clientKey: createClientKey(settings.server.trusted_proxies),
     register: createRateLimiter('register', limits, limits.register, now),
     failedApiKeys: createRateLimiter('failed_api_keys', limits, limits.failed_api_keys, now),
+    failedApiKeyPrefixes: createRateLimiter(
+      'failed_api_key_prefixes',
+      limits,
+      limits.failed_api_key_prefixes,
+      now,
+    ),
+    goodKeys: new LRUCache({ max: 10_000, ttl: 3_600_000 }),
     unpaidMetered: createRateLimiter('unpaid_metered', limits, limits.unpaid_metered, now),
     checkout: createRateLimiter('checkout', limits, limits.checkout, now),
+  }
+}
+
+/**
+ * What the metered route tells the edge: a request carrying a payment header passed the unpaid limit
+ * unspent (a payer who paid is never limited), and is charged when its proof turns out not to pay.
+ */
+export interface MeteredEdge {
+  clientKey: ClientKey
+  /** The proof of a request from `client` was refused (402) or named no endpoint (404). */
+  proofRefused(client: string): void
+}
+
+export function meteredEdge(edge: EdgeLimits): MeteredEdge {
+  const unpaid = edge.unpaidMetered
+  return {
+    clientKey: edge.clientKey,
+    proofRefused: unpaid === null ? () => {} : (client) => void unpaid.take(client),
   }
 }
 
@@ -86,13 +126,13 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
   hideServerBanner()
   const app = uws.App()
   const edge = options.edge
-  const api = edge ? guarded(edge, 'api', apiBridge(options), null) : apiBridge(options)
+  const api = edge ? guarded(edge, 'api', apiBridge(options), null, 'always') : apiBridge(options)
   app.any('/api/v1', api)
   app.any('/api/v1/*', api)
   // CORS preflights first: a method route outranks `any` in uWS, and a non-preflight OPTIONS yields to it.
   // Every route checks the framing first: a request smuggled behind a bad one is never parsed, whatever
   // the route of the bad one.
-  const framed = (route: string, next: UwsRoute) => (edge ? guarded(edge, route, next, null) : next)
+  const framed = (route: string, next: UwsRoute) => (edge ? guarded(edge, route, next, null, 'always') : next)
   if (options.metered) {
     app.options('/m/:endpoint_id', framed('metered', preflight))
     app.options('/m/:endpoint_id/*', framed('metered', preflight))
@@ -102,12 +142,16 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
     app.options('/pay/:payment_id/*', framed('checkout', preflight))
   }
   if (options.metered) {
-    const metered = edge ? guarded(edge, 'metered', options.metered, edge.unpaidMetered) : options.metered
+    const metered = edge
+      ? guarded(edge, 'metered', options.metered, edge.unpaidMetered, 'when_refused')
+      : options.metered
     app.any('/m/:endpoint_id', metered)
     app.any('/m/:endpoint_id/*', metered)
   }
   if (options.checkout) {
-    const checkout = edge ? guarded(edge, 'checkout', options.checkout, edge.checkout) : options.checkout
+    const checkout = edge
+      ? guarded(edge, 'checkout', options.checkout, edge.checkout, 'exempt_if_shaped')
+      : options.checkout
     app.any('/pay/:payment_id', checkout)
     app.any('/pay/:payment_id/*', checkout)
   }
@@ -200,23 +244,6 @@ function inspectHead(req: HttpRequest, edge: EdgeLimits): HeadVerdict {
 const BAD_FRAMING_MESSAGE =
   'conflicting or invalid Content-Length or Transfer-Encoding (only one `chunked`, never with Content-Length); the connection is closed'
 
-/** Client address as a rate-limit key: an IPv4 address, or the /64 an IPv6 client controls as a whole. */
-function clientKey(res: HttpResponse): string {
-  const text = Buffer.from(res.getRemoteAddressAsText()).toString()
-  if (text.includes('.')) return text.startsWith('::ffff:') ? text.slice(7) : text
-  const groups = text.split(':')
-  return groups.length === 8 ? `${groups.slice(0, 4).join(':')}::/64` : text
-}
-
-// The shape of a proof (a transaction hash, or base64 as x402 payloads are), checked without decoding: a
-// header that cannot be a proof does not buy an exemption from the unpaid limits.
-const PROOF_SHAPE = /^\s*(?:0x[0-9a-fA-F]{64}|[A-Za-z0-9+/=_-]{17,16383})\s*$/
-
-function hasProof(req: HttpRequest): boolean {
-  const header = req.getHeader('x-payment') || req.getHeader('payment-signature')
-  return header !== '' && PROOF_SHAPE.test(header)
-}
-
 function edgeError(
   res: HttpResponse,
   route: string,
@@ -252,9 +279,20 @@ function rateLimited(
   )
 }
 
-/** Runs the edge checks, then the route. `unpaid`: the bucket for requests without a payment proof; a
- * request carrying a proof is never rate limited (its payer has paid, and a refusal would strand it). */
-function guarded(edge: EdgeLimits, route: string, next: UwsRoute, unpaid: RateLimiter | null): UwsRoute {
+/**
+ * Runs the edge checks, then the route. `limit`: the bucket of the route's unauthenticated requests.
+ * `proofs`: 'when_refused' lets a request carrying a payment header through while its client has a token
+ * left without spending it (a payer who paid is never limited, and a refusal would strand it); the route
+ * spends it if the proof does not pay (MeteredEdge). 'exempt_if_shaped' (checkout, which does not report
+ * refusals): a header shaped like a proof passes unspent. 'always': every request spends one.
+ */
+function guarded(
+  edge: EdgeLimits,
+  route: string,
+  next: UwsRoute,
+  limit: RateLimiter | null,
+  proofs: 'when_refused' | 'exempt_if_shaped' | 'always',
+): UwsRoute {
   return (res, req) => {
     const verdict = inspectHead(req, edge)
     if (verdict === 'bad_framing')
@@ -279,13 +317,17 @@ function guarded(edge: EdgeLimits, route: string, next: UwsRoute, unpaid: RateLi
         requestIdFrom(req.getHeader('x-request-id')),
       )
     }
-    if (unpaid !== null && !hasProof(req)) {
-      const decision = unpaid.take(clientKey(res))
+    if (limit !== null) {
+      const header =
+        proofs === 'always' ? '' : req.getHeader('x-payment') || req.getHeader('payment-signature')
+      if (proofs === 'exempt_if_shaped' && PROOF_SHAPE.test(header)) return next(res, req)
+      const client = edge.clientKey(res, req)
+      const decision = header !== '' && proofs === 'when_refused' ? limit.check(client) : limit.take(client)
       if (!decision.ok)
         return rateLimited(
           res,
           route,
-          unpaid,
+          limit,
           decision.retryAfterS,
           requestIdFrom(req.getHeader('x-request-id')),
         )
@@ -294,13 +336,22 @@ function guarded(edge: EdgeLimits, route: string, next: UwsRoute, unpaid: RateLi
   }
 }
 
+// The shape of a proof (a transaction hash, or base64 as x402 payloads are), checked without decoding.
+const PROOF_SHAPE = /^\s*(?:0x[0-9a-fA-F]{64}|[A-Za-z0-9+/=_-]{17,16383})\s*$/
+
 const REGISTER_PATH = /^\/api\/v1\/register\/?$/
+
+/** Characters of a presented API key that name its prefix bucket: 'sk_live_' and 8 of the secret. */
+const KEY_PREFIX_CHARS = 16
+const BEARER = /^Bearer\s+(\S+)\s*$/i
 
 /** Collects the request (bounded), calls the control-plane handler, writes its answer. */
 function apiBridge(options: PublicAppOptions): UwsRoute {
   const limit = options.bodyLimitBytes
-  const register = options.edge?.register ?? null
-  const failedKeys = options.edge?.failedApiKeys ?? null
+  const edge = options.edge
+  const register = edge?.register ?? null
+  const failedKeys = edge?.failedApiKeys ?? null
+  const failedPrefixes = edge?.failedApiKeyPrefixes ?? null
   return (res, req) => {
     const method = req.getMethod().toUpperCase()
     const path = req.getUrl()
@@ -313,14 +364,27 @@ function apiBridge(options: PublicAppOptions): UwsRoute {
     const remoteAddress = Buffer.from(res.getRemoteAddressAsText()).toString()
     // --- Rate limits on the unauthenticated surfaces: sign-up, and guessing keys (charged on each 401).
     let limitKey: string | null = null
-    if (register !== null && method === 'POST' && REGISTER_PATH.test(path)) {
-      limitKey = clientKey(res)
+    let prefix: string | null = null
+    let digest: string | null = null
+    if (edge !== undefined && register !== null && method === 'POST' && REGISTER_PATH.test(path)) {
+      limitKey = edge.clientKey(res, req)
       const decision = register.take(limitKey)
       if (!decision.ok) return rateLimited(res, 'api', register, decision.retryAfterS, requestId)
-    } else if (failedKeys !== null) {
-      limitKey = clientKey(res)
-      const decision = failedKeys.check(limitKey)
-      if (!decision.ok) return rateLimited(res, 'api', failedKeys, decision.retryAfterS, requestId)
+    } else if (edge !== undefined && failedKeys !== null) {
+      limitKey = edge.clientKey(res, req)
+      const presented = BEARER.exec(headers.authorization ?? '')?.[1]
+      if (presented !== undefined) {
+        digest = createHash('sha256').update(presented).digest('base64')
+        prefix = presented.slice(0, KEY_PREFIX_CHARS)
+      }
+      // A key that authenticated recently is let through: wrong keys from its address never lock it out.
+      if (digest === null || !edge.goodKeys.has(digest)) {
+        const decision = failedKeys.check(limitKey)
+        if (!decision.ok) return rateLimited(res, 'api', failedKeys, decision.retryAfterS, requestId)
+        const byPrefix = prefix === null ? null : failedPrefixes?.check(prefix)
+        if (byPrefix && !byPrefix.ok)
+          return rateLimited(res, 'api', failedPrefixes!, byPrefix.retryAfterS, requestId)
+      }
     }
     let aborted = false
     res.onAborted(() => {
@@ -358,7 +422,10 @@ function apiBridge(options: PublicAppOptions): UwsRoute {
       options
         .apiHandler({ method, path, query, headers, body, remoteAddress, requestId })
         .then((response) => {
-          if (response.status === 401 && failedKeys !== null && limitKey !== null) failedKeys.take(limitKey)
+          if (response.status === 401 && failedKeys !== null && limitKey !== null) {
+            failedKeys.take(limitKey)
+            if (prefix !== null) failedPrefixes?.take(prefix)
+          } else if (response.authenticated === true && digest !== null) edge?.goodKeys.set(digest, true)
           if (aborted) return
           res.cork(() => {
             res.writeStatus(statusLine(response.status))

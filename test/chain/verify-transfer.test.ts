@@ -127,12 +127,14 @@ describe('verifyTransfer', () => {
     expect(await verifyTransfer(client, { ...options, hash })).toEqual({ ok: false, reason: 'no_transfer' })
   })
 
-  it('waits waitMs for a hash the node does not know, then answers payment_pending', async () => {
+  it('waits waitMs for a hash the node does not know, then answers transaction_not_found, final', async () => {
     const hash = keccak256(toHex(`unknown ${Math.random()}`))
     const started = performance.now()
     const result = await verifyTransfer(client, { ...options, hash, waitMs: 300 })
     expect(performance.now() - started).toBeGreaterThanOrEqual(290)
-    expect(result).toMatchObject({ ok: false, reason: 'payment_pending', retryAfterMs: expect.any(Number) })
+    expect(result).toMatchObject({ ok: false, reason: 'transaction_not_found' })
+    // No retry hint: retrying a hash the chain does not know cannot help.
+    expect(result).not.toHaveProperty('retryAfterMs')
   })
 
   it('waits for a broadcast transaction and answers ok once it is mined', async () => {
