@@ -61,7 +61,7 @@ export interface EdgeLimits {
   goodKeys: LRUCache<string, true>
   /** /m/* requests per client address: without a proof charged at once, with one when it is refused. */
   unpaidMetered: RateLimiter | null
-  /** /pay/* requests per client address, with or without a proof. */
+  /** /pay/* requests per client address: without a proof charged at once, with one when it is refused. */
   checkout: RateLimiter | null
 }
 
@@ -97,20 +97,20 @@ export function createEdgeLimits(settings: EdgeSettings, now?: () => number): Ed
 }
 
 /**
- * What the metered route tells the edge: a request carrying a payment header passed the unpaid limit
- * unspent (a payer who paid is never limited), and is charged when its proof turns out not to pay.
+ * What a paid route (metered, checkout) tells the edge: a request carrying a payment header passed its
+ * limit unspent (a payer who paid is never limited), and is charged when its proof turns out not to pay.
  */
-export interface MeteredEdge {
+export interface ProofEdge {
   clientKey: ClientKey
-  /** The proof of a request from `client` was refused (402) or named no endpoint (404). */
+  /** The proof of a request from `client` was refused (402) or named nothing that exists (404). */
   proofRefused(client: string): void
 }
 
-export function meteredEdge(edge: EdgeLimits): MeteredEdge {
-  const unpaid = edge.unpaidMetered
+/** The ProofEdge over one bucket: unpaid_metered for /m/*, checkout for /pay/*. */
+export function proofEdge(edge: EdgeLimits, bucket: RateLimiter | null): ProofEdge {
   return {
     clientKey: edge.clientKey,
-    proofRefused: unpaid === null ? () => {} : (client) => void unpaid.take(client),
+    proofRefused: bucket === null ? () => {} : (client) => void bucket.take(client),
   }
 }
 
@@ -150,7 +150,7 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
   }
   if (options.checkout) {
     const checkout = edge
-      ? guarded(edge, 'checkout', options.checkout, edge.checkout, 'exempt_if_shaped')
+      ? guarded(edge, 'checkout', options.checkout, edge.checkout, 'when_refused')
       : options.checkout
     app.any('/pay/:payment_id', checkout)
     app.any('/pay/:payment_id/*', checkout)
@@ -283,15 +283,14 @@ function rateLimited(
  * Runs the edge checks, then the route. `limit`: the bucket of the route's unauthenticated requests.
  * `proofs`: 'when_refused' lets a request carrying a payment header through while its client has a token
  * left without spending it (a payer who paid is never limited, and a refusal would strand it); the route
- * spends it if the proof does not pay (MeteredEdge). 'exempt_if_shaped' (checkout, which does not report
- * refusals): a header shaped like a proof passes unspent. 'always': every request spends one.
+ * spends it if the proof does not pay (ProofEdge). 'always': every request spends one.
  */
 function guarded(
   edge: EdgeLimits,
   route: string,
   next: UwsRoute,
   limit: RateLimiter | null,
-  proofs: 'when_refused' | 'exempt_if_shaped' | 'always',
+  proofs: 'when_refused' | 'always',
 ): UwsRoute {
   return (res, req) => {
     const verdict = inspectHead(req, edge)
@@ -320,7 +319,6 @@ function guarded(
     if (limit !== null) {
       const header =
         proofs === 'always' ? '' : req.getHeader('x-payment') || req.getHeader('payment-signature')
-      if (proofs === 'exempt_if_shaped' && PROOF_SHAPE.test(header)) return next(res, req)
       const client = edge.clientKey(res, req)
       const decision = header !== '' && proofs === 'when_refused' ? limit.check(client) : limit.take(client)
       if (!decision.ok)
@@ -335,9 +333,6 @@ function guarded(
     next(res, req)
   }
 }
-
-// The shape of a proof (a transaction hash, or base64 as x402 payloads are), checked without decoding.
-const PROOF_SHAPE = /^\s*(?:0x[0-9a-fA-F]{64}|[A-Za-z0-9+/=_-]{17,16383})\s*$/
 
 const REGISTER_PATH = /^\/api\/v1\/register\/?$/
 

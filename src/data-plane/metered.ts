@@ -31,7 +31,7 @@ import {
 } from '../observability/tracing.ts'
 import { requestIdFrom } from '../request-id.ts'
 import { matchAccepted } from './accepted-match.ts'
-import type { MeteredEdge } from './app.ts'
+import type { ProofEdge } from './app.ts'
 import {
   BATCH_ERR,
   type BatchDeps,
@@ -73,7 +73,7 @@ type VerifiedProof = Extract<VerifyResult, { ok: true }> | BatchVerified
 
 export interface MeteredDeps {
   /** Rate limits: who the client is, and the charge for a proof that did not pay; absent in some tests. */
-  edge?: MeteredEdge
+  edge?: ProofEdge
   sql: Sql
   endpoints: EndpointCache
   verifier: Verifier

@@ -34,7 +34,7 @@ import {
   voucherWrites,
 } from '../observability/metrics.ts'
 import type { Started } from '../subsystem.ts'
-import { createEdgeLimits, createPublicApp, listen, meteredEdge } from './app.ts'
+import { createEdgeLimits, createPublicApp, listen, proofEdge } from './app.ts'
 import { BATCH_WITHDRAW_DELAY_S } from './batch-voucher.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
 import { createEndpointCache } from './endpoint-cache.ts'
@@ -113,7 +113,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
 
     const edge = createEdgeLimits(config)
     const metered = createMeteredRoute({
-      edge: meteredEdge(edge),
+      edge: proofEdge(edge, edge.unpaidMetered),
       sql: db.sql,
       endpoints,
       verifier,
@@ -131,6 +131,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       publicUrl: deps.publicUrl,
       logger,
       settings: { ownerShareBps: config.fees.owner_share_bps },
+      edge: proofEdge(edge, edge.checkout),
     })
     const app = createPublicApp({
       bodyLimitBytes: config.server.body_limit_bytes,

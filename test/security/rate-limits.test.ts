@@ -12,6 +12,7 @@ import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 const LIMITS = {
   enabled: true,
   unpaid_metered: { burst: 5, per_minute: 1 },
+  checkout: { burst: 5, per_minute: 1 },
   failed_api_keys: { burst: 20, per_minute: 1 },
   failed_api_key_prefixes: { burst: 20, per_minute: 1 },
   chain_lookups_per_client: 2,
@@ -82,6 +83,23 @@ describe('rate limits behind a trusted proxy', () => {
     for (let i = 0; i < LIMITS.unpaid_metered.burst; i++)
       expect((await call(other, payload)).status).toBe(402)
     expect((await call(other, payload)).status).toBe(429)
+  })
+
+  it('checkout: random proofs count against the checkout limit', async () => {
+    const client = newClient()
+    const pay = await svc.api('/api/v1/payments', {
+      key: merchantKey,
+      body: { amount: 0.5, description: 'junk proofs' },
+    })
+    const post = (payment: string) =>
+      fetch(pay.body.payment_url, {
+        method: 'POST',
+        headers: { accept: 'application/json', 'x-forwarded-for': client, 'x-payment': payment },
+      })
+    for (let i = 0; i < LIMITS.checkout.burst; i++) expect((await post(junk())).status).toBe(402)
+    const limited = await post(junk())
+    expect(limited.status).toBe(429)
+    expect((await limited.json()).error.code).toBe('rate_limited')
   })
 
   it('a payer whose proofs pay is never charged', async () => {
