@@ -45,6 +45,8 @@ describe('loadConfig', () => {
       overrides: { server: { trusted_proxies: ['10.0.0.0/8', '::1', 'fd00::/8'] } },
     })
     expect(ok.server.trusted_proxies).toEqual(['10.0.0.0/8', '::1', 'fd00::/8'])
+    const fromEnv = loadConfig({ env: { TRUSTED_PROXIES: ' 10.0.0.0/8, fd00::/8 ,' } })
+    expect(fromEnv.server.trusted_proxies).toEqual(['10.0.0.0/8', 'fd00::/8'])
     for (const bad of ['10.0.0.0/33', 'lb.internal', '10.0.0.0/8/1', 'fd00::/129'])
       expect(() => loadConfig({ env: {}, overrides: { server: { trusted_proxies: [bad] } } }), bad).toThrow(
         /server\.trusted_proxies\.0/,
