@@ -72,10 +72,14 @@ export const ERRORS = {
   invalid_path: e(
     400,
     INVALID,
-    'the path may not contain dot segments (. or ..), encoded dots, encoded slashes or backslashes',
+    'the path may not contain dot segments (. or ..), encoded dots, encoded slashes, backslashes, malformed percent-escapes, or percent-encoded bytes that are not valid UTF-8 (such as %c0%ae or %ff)',
   ),
   // Edge checks of the public port (every route family)
-  invalid_framing: e(400, INVALID, 'conflicting or invalid Content-Length; the connection is closed'),
+  invalid_framing: e(
+    400,
+    INVALID,
+    'conflicting or invalid Content-Length or Transfer-Encoding; the connection is closed',
+  ),
   headers_too_large: e(431, INVALID, 'the request headers are too many or too large'),
   // Admin port
   admin_unauthorized: e(401, 'authentication_error', 'send Authorization: Bearer <ADMIN_TOKEN>'),
@@ -89,6 +93,37 @@ export const ERRORS = {
 } as const satisfies Record<string, ErrorSpec>
 
 export type ErrorCode = keyof typeof ERRORS
+
+/**
+ * Why a 402 asks for payment (its `error` field, and the x402 challenge's reason), declared once. `final`:
+ * retrying the same proof cannot succeed, so the answer carries no Retry-After; only payment_pending (a
+ * transaction the node knows, not yet mined or confirmed) is worth retrying as it is.
+ */
+export const PAYMENT_REQUIRED_REASONS = {
+  payment_required: 'no proof was sent',
+  invalid_proof: 'the header is neither a transaction hash nor an x402 payload',
+  payment_pending:
+    'the transaction is known but not mined or not confirmed within verify.wait_ms; retry after Retry-After',
+  transaction_not_found:
+    'the chain did not know the transaction hash within verify.wait_ms (a typo, or another network); final',
+  transaction_failed: 'the transaction reverted',
+  no_transfer: 'the transaction moved no token',
+  wrong_asset: 'a token other than the configured USDC',
+  wrong_recipient: 'the USDC went elsewhere',
+  underpaid: 'less than the price, or than a quote still holding',
+  proof_too_old: 'older than chain.max_proof_age_ms',
+  proof_already_used: 'claimed by another call or payment',
+  wrong_network: 'an x402 payload for another network',
+  invalid_signature: 'the authorization is not signed by its payer',
+  authorization_not_yet_valid: 'validAfter is in the future',
+  authorization_expired: 'validBefore is past, or within 6 s',
+  insufficient_funds: "the payer's balance is below the amount",
+  unsupported_proof: 'a scheme other than exact (or any x402 payload at checkout)',
+  wrong_amount: 'exact means exact: an authorization for more than the price',
+  requirements_mismatch: 'v2: accepted is not the advertised requirement',
+  smart_wallet_not_deployed: 'an ERC-6492 signature of a wallet not deployed yet',
+  simulation_failed: "the settlement's dry run reverted",
+} as const
 
 export function isErrorCode(code: string): code is ErrorCode {
   return Object.hasOwn(ERRORS, code)
@@ -165,9 +200,18 @@ export function apiErrorResponse(
   }
 }
 
+// uWS corks a socket while it parses what one read brought, and closes a connection whose answer asked for
+// it only once uncorked: by then it has parsed, and handed to their routes, every request that followed in
+// the same read (a request smuggled behind a framing error among them). A write larger than its 16 KiB cork
+// buffer goes to the socket at once, and end() then closes the connection before the parser reads on. So
+// an answer that closes the connection is padded past that size with JSON whitespace (any JSON parser skips
+// it); such answers go only to broken or hostile requests.
+const CLOSE_PADDING = ' '.repeat(16 * 1024 + 1)
+
 /**
  * Data plane: writes a whole error answer on a uWS response. Call it inside res.cork() when after an await.
  * `headers` is a flat [name, value, name, value…] list, so callers pass constants without allocating.
+ * `closeConnection`: the connection is closed once this answer is written, and nothing after it is read.
  */
 export function writeError(
   res: HttpResponse,
@@ -183,5 +227,6 @@ export function writeError(
     .writeHeader('x-request-id', requestId)
   if (headers !== undefined)
     for (let i = 0; i < headers.length; i += 2) res.writeHeader(headers[i]!, headers[i + 1]!)
-  res.end(errorBody(code, requestId, details), closeConnection)
+  if (closeConnection) res.end(errorBody(code, requestId, details) + CLOSE_PADDING, true)
+  else res.end(errorBody(code, requestId, details))
 }

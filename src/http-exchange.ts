@@ -19,6 +19,8 @@ export interface ApiResponse {
   status: number
   headers: Record<string, string>
   body: string
+  /** The request's API key authenticated (the edge stops counting that key's address against it). */
+  authenticated?: boolean
 }
 
 export type ApiHandler = (request: ApiRequest) => Promise<ApiResponse>

@@ -8,10 +8,10 @@ const DECIMAL = /^(0|[1-9]\d*)(?:\.(\d{1,6}))?$/
 export type ParseAmountResult = { ok: true; atomic: bigint } | { ok: false; reason: string }
 
 /**
- * Parses an API amount (JSON number or decimal string, in dollars) into base units.
+ * Parses an API amount (JSON number or decimal string, in dollars) into base units, at most `maxAtomic`.
  * The number is read through its shortest decimal text (what JSON.parse saw), never multiplied as a float.
  */
-export function parseDollars(input: unknown): ParseAmountResult {
+export function parseDollars(input: unknown, maxAtomic?: bigint): ParseAmountResult {
   let text: string
   if (typeof input === 'number') {
     if (!Number.isFinite(input)) return { ok: false, reason: 'must be a finite number' }
@@ -22,15 +22,23 @@ export function parseDollars(input: unknown): ParseAmountResult {
   } else {
     return { ok: false, reason: 'must be a number of dollars or a decimal string' }
   }
+  const tooLarge =
+    maxAtomic === undefined
+      ? null
+      : { ok: false as const, reason: `must be at most ${formatDollars(maxAtomic)}` }
   const m = DECIMAL.exec(text)
   if (!m) {
     if (/^-/.test(text)) return { ok: false, reason: 'must be greater than 0' }
     if (/^\d+\.\d{7,}$/.test(text) || /e-/i.test(text))
       return { ok: false, reason: 'must have at most 6 decimal places' }
+    // 1e30 or "1e30": what is wrong with it is its size, so say the limit (the float is only compared).
+    const approx = Number(text)
+    if (tooLarge !== null && /^\d/.test(text) && approx > Number(formatDollars(maxAtomic!))) return tooLarge
     return { ok: false, reason: 'must be a decimal amount of dollars, e.g. 0.01' }
   }
   const atomic = BigInt(m[1]!) * UNIT + BigInt((m[2] ?? '').padEnd(6, '0'))
   if (atomic <= 0n) return { ok: false, reason: 'must be greater than 0' }
+  if (tooLarge !== null && atomic > maxAtomic!) return tooLarge
   return { ok: true, atomic }
 }
 

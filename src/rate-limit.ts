@@ -103,3 +103,33 @@ export function rateLimitedHeaders(limiter: RateLimiter, retryAfterS: number): A
     ['ratelimit', limiter.limitHeader(retryAfterS)],
   ]
 }
+
+/**
+ * At most `max` operations in flight per key (a client address): chain look-ups, whose cost (RPC requests,
+ * a connection held for the verify wait) a client could otherwise multiply at will. Memory is bounded by
+ * what is in flight: a key is forgotten when its count returns to zero.
+ */
+export class ConcurrencyLimiter {
+  readonly #inFlight = new Map<string, number>()
+
+  constructor(readonly max: number) {}
+
+  /** Takes a slot for `key`, or false when it already holds `max`. */
+  acquire(key: string): boolean {
+    const n = this.#inFlight.get(key) ?? 0
+    if (n >= this.max) return false
+    this.#inFlight.set(key, n + 1)
+    return true
+  }
+
+  release(key: string): void {
+    const n = (this.#inFlight.get(key) ?? 1) - 1
+    if (n <= 0) this.#inFlight.delete(key)
+    else this.#inFlight.set(key, n)
+  }
+
+  /** Keys holding at least one slot (tests, metrics). */
+  get size(): number {
+    return this.#inFlight.size
+  }
+}

@@ -5,7 +5,8 @@ import { buildConnector } from 'undici'
 
 const blocked = new BlockList()
 // IPv4 ranges that are never a public API: RFC 1918, loopback, link-local (cloud metadata lives at
-// 169.254.169.254), CGNAT, "this network", benchmarking, documentation, multicast and reserved.
+// 169.254.169.254), CGNAT, "this network", IETF protocol assignments, benchmarking, documentation, the
+// deprecated 6to4 relay anycast, multicast and reserved (IANA's IPv4 special-purpose registry).
 for (const [net, prefix] of [
   ['0.0.0.0', 8],
   ['10.0.0.0', 8],
@@ -15,6 +16,7 @@ for (const [net, prefix] of [
   ['172.16.0.0', 12],
   ['192.0.0.0', 24],
   ['192.0.2.0', 24],
+  ['192.88.99.0', 24],
   ['192.168.0.0', 16],
   ['198.18.0.0', 15],
   ['198.51.100.0', 24],
@@ -24,29 +26,33 @@ for (const [net, prefix] of [
 ] as const) {
   blocked.addSubnet(net, prefix, 'ipv4')
 }
-for (const [net, prefix] of [
-  ['::1', 128],
-  ['fc00::', 7],
-  ['fe80::', 10],
-  ['ff00::', 8],
-  ['64:ff9b::', 96],
-  ['2001:db8::', 32],
-] as const) {
-  blocked.addSubnet(net, prefix, 'ipv6')
-}
 
-// ::/96 (IPv4-compatible, deprecated) and ::ffff:0:0/96 (IPv4-mapped) carry an IPv4 address in their low
-// 32 bits, which a dual-stack socket may connect to: refused whole, in every notation (::ffff:7f00:1,
-// ::ffff:127.0.0.1, ::127.0.0.1, ::), since no public API needs to be named that way. A list of their own,
-// asked only about IPv6 text: node's BlockList matches plain IPv4 addresses against mapped subnets too.
-const embeddedIpv4 = new BlockList()
-embeddedIpv4.addSubnet('::', 96, 'ipv6')
-embeddedIpv4.addSubnet('::ffff:0:0', 96, 'ipv6')
+// IPv6: only global unicast (2000::/3) can be a public API. Everything outside it is refused whole: loopback
+// and unspecified, IPv4-compatible ::/96, IPv4-mapped ::ffff:0:0/96 and IPv4-translated ::ffff:0:0:0/96
+// (a dual-stack or SIIT path delivers them to the embedded IPv4 host, 127.0.0.1 included), NAT64
+// 64:ff9b::/96 and 64:ff9b:1::/48 (a translator forwards them to the embedded IPv4 address), discard-only
+// 100::/64, segment-routing 5f00::/16, unique-local fc00::/7, link- and site-local fe80::/10 and fec0::/10,
+// multicast ff00::/8, and whatever IANA has not allocated yet.
+const globalUnicast = new BlockList()
+globalUnicast.addSubnet('2000::', 3, 'ipv6')
+// Inside 2000::/3, IANA's special-purpose blocks that are not a public API: the IETF protocol assignments
+// 2001::/23 (Teredo 2001::/32 embeds an IPv4 server and client, plus benchmarking, ORCHID, AMT, AS112),
+// documentation 2001:db8::/32 and 3fff::/20, and 6to4 2002::/16 (2002:7f00:1:: is 127.0.0.1's).
+const specialInGlobal = new BlockList()
+for (const [net, prefix] of [
+  ['2001::', 23],
+  ['2001:db8::', 32],
+  ['2002::', 16],
+  ['3fff::', 20],
+] as const) {
+  specialInGlobal.addSubnet(net, prefix, 'ipv6')
+}
 
 export function isPrivateAddress(ip: string): boolean {
   const family = isIP(ip)
   if (family === 4) return blocked.check(ip, 'ipv4')
-  if (family === 6) return embeddedIpv4.check(ip, 'ipv6') || blocked.check(ip, 'ipv6')
+  // Lists asked only about IPv6 text: node's BlockList matches plain IPv4 addresses against mapped subnets.
+  if (family === 6) return !globalUnicast.check(ip, 'ipv6') || specialInGlobal.check(ip, 'ipv6')
   return true
 }
 

@@ -1,6 +1,24 @@
 import { describe, expect, it } from 'vitest'
 import { formatDollars, parseDollars, splitOwnerShare, toDollars } from '../src/money.ts'
 
+describe('parseDollars with a maximum', () => {
+  it('says the maximum for an amount above it, in any notation', () => {
+    const max = 1000_000_000n // $1000
+    for (const input of [1e30, '1e30', '1E+30', '1e400', 1001, '1000.000001', 1e21])
+      expect(parseDollars(input, max), String(input)).toEqual({ ok: false, reason: 'must be at most 1000' })
+    expect(parseDollars(1000, max)).toEqual({ ok: true, atomic: max })
+    // Exponent notation within the limit is still not a decimal amount.
+    expect(parseDollars('1e2', max)).toEqual({
+      ok: false,
+      reason: 'must be a decimal amount of dollars, e.g. 0.01',
+    })
+    expect(parseDollars('abc', max)).toEqual({
+      ok: false,
+      reason: 'must be a decimal amount of dollars, e.g. 0.01',
+    })
+  })
+})
+
 describe('parseDollars', () => {
   it('reads numbers and decimal strings without floating-point error', () => {
     expect(parseDollars(100)).toEqual({ ok: true, atomic: 100_000_000n })

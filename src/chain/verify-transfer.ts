@@ -9,6 +9,7 @@ import { decodeTransferLog, isMint, sameAddress, type TreasuryTransfer } from '.
 
 export type TransferFailure =
   | 'payment_pending'
+  | 'transaction_not_found'
   | 'transaction_failed'
   | 'wrong_asset'
   | 'wrong_recipient'
@@ -38,6 +39,8 @@ export interface VerifyTransferParams extends VerifyTransferOptions {
   hash: Hash
 }
 
+const UNSEEN_POLL_MAX_MS = 1000
+
 type Classified = { ok: true; from: Address; value: bigint } | { ok: false; reason: TransferFailure }
 
 export async function verifyTransfer(
@@ -47,6 +50,10 @@ export async function verifyTransfer(
   const { hash, confirmations } = params
   const now = params.now ?? Date.now
   const pollIntervalMs = params.pollIntervalMs ?? 250
+  // A hash the node has not seen is asked about less and less often (doubling up to UNSEEN_POLL_MAX_MS):
+  // a transaction on its way shows up within a second or so, and one that never will (a typo, junk) should
+  // not cost the operator's RPC quota 4 requests a second for the whole wait.
+  let unseenPollMs = pollIntervalMs
   const blockTimeMs = params.blockTimeMs ?? 2000
   // Waiting runs on the monotonic clock; `now` is only the (injectable) wall clock for the proof's age.
   const deadline = performance.now() + params.waitMs
@@ -86,8 +93,21 @@ export async function verifyTransfer(
           : { retryAfterMs: blockTimeMs, detail: 'transaction not known to the node yet' }
       }
       const left = deadline - performance.now()
-      if (left <= 0) return { ok: false, reason: 'payment_pending', ...pending }
-      await sleep(Math.min(pollIntervalMs, left))
+      if (left <= 0) {
+        // Never seen in the whole wait: a typo or a hash from another network, not a payment on its way. A
+        // final answer (no Retry-After), or an agent would retry it for ever.
+        if (!receipt && !known)
+          return {
+            ok: false,
+            reason: 'transaction_not_found',
+            detail: `the chain has not seen this transaction in ${params.waitMs} ms; check the hash and the network`,
+          }
+        return { ok: false, reason: 'payment_pending', ...pending }
+      }
+      const pauseMs = receipt || known ? pollIntervalMs : unseenPollMs
+      if (!receipt && !known)
+        unseenPollMs = Math.min(unseenPollMs * 2, Math.max(pollIntervalMs, UNSEEN_POLL_MAX_MS))
+      await sleep(Math.min(pauseMs, left))
     }
   } catch {
     // Unknown is not "unpaid": the caller answers 503 and the payer retries; never a pass, never a 402.

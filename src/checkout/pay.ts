@@ -18,17 +18,24 @@ export function payWithProof(
   r: Responder,
   p: CheckoutPaymentRow,
   header: string,
+  client: string,
 ): void {
-  const verified = ctx.deps.verifier.verify(parseProof(header))
+  const verified = ctx.deps.verifier.verify(parseProof(header), client)
   if (verified instanceof Promise)
     verified.then(
-      (v) => withVerified(ctx, r, p, v),
+      (v) => withVerified(ctx, r, p, v, client),
       (err) => ctx.fail(r, err, p.id),
     )
-  else withVerified(ctx, r, p, verified)
+  else withVerified(ctx, r, p, verified, client)
 }
 
-function withVerified(ctx: CheckoutContext, r: Responder, p: CheckoutPaymentRow, result: VerifyResult): void {
+function withVerified(
+  ctx: CheckoutContext,
+  r: Responder,
+  p: CheckoutPaymentRow,
+  result: VerifyResult,
+  client: string,
+): void {
   if (r.aborted) return
   if (!result.ok) {
     if (result.reason === 'rpc_unavailable') {
@@ -38,13 +45,25 @@ function withVerified(ctx: CheckoutContext, r: Responder, p: CheckoutPaymentRow,
         'the chain could not be reached to verify the payment; retry shortly',
       )
     }
+    if (result.reason === 'too_many_lookups') {
+      return r.sendError(
+        'rate_limited',
+        'too many payments from this address are being verified at once; retry after one ends',
+        undefined,
+        [['retry-after', '1']],
+      )
+    }
+    // A proof that did not pay counts against its client's checkout limit.
+    ctx.deps.edge?.proofRefused(client)
     // A bad proof against a payment that takes none: say what the payment is, not what it costs.
     if (effectiveStatus(p) !== 'pending') return ctx.sendState(r, p)
     const extra: Record<string, unknown> = {}
     if (result.reason === 'payment_pending') {
-      // Lets the page stop waiting for a hash the chain has never seen (a typo, another network).
       extra.transaction_status = /not known/.test(result.detail ?? '') ? 'unknown' : 'unconfirmed'
       if (result.retryAfterMs !== undefined) extra.retry_after_ms = result.retryAfterMs
+    } else if (result.reason === 'transaction_not_found') {
+      // Final: the chain never saw it in the whole wait (a typo, another network); no retry hint.
+      extra.transaction_status = 'unknown'
     }
     return ctx.sendRequirement(r, p, result.reason, extra)
   }

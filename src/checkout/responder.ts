@@ -22,6 +22,8 @@ export interface CheckoutRequest {
   rest: string
   wantsHtml: boolean
   proofHeader: string
+  /** The client's rate-limit key, read only when a proof came ('' otherwise). */
+  client: string
   /** The caller's x-request-id when sane, else a new one. */
   requestId: string
 }
@@ -44,6 +46,7 @@ export function readRequest(req: HttpRequest): CheckoutRequest {
     rest: req.getUrl().slice('/pay/'.length + id.length),
     wantsHtml: req.getHeader('accept').includes('text/html'),
     proofHeader: req.getHeader('x-payment') || req.getHeader('payment-signature'),
+    client: '',
     requestId: requestIdFrom(req.getHeader('x-request-id')),
   }
 }

@@ -6,6 +6,7 @@ import QRCode from 'qrcode'
 import { priceDue } from '../books/payments.ts'
 import type { UwsRoute } from '../data-plane/app.ts'
 import { buildChallenge, v2Header } from '../data-plane/challenge.ts'
+import type { HttpRequest, HttpResponse } from '../data-plane/uws.ts'
 import type { Verifier } from '../data-plane/verifier.ts'
 import { type CheckoutPaymentRow, effectiveStatus, findCheckoutPayment } from '../db/payments.ts'
 import type { Sql } from '../db/sql.ts'
@@ -47,6 +48,11 @@ export interface CheckoutDeps {
     /** How long POST /pay/:id with an x402 authorization waits for its settlement before answering 202. */
     x402SettleWaitMs?: number
   }
+  /** Rate limits: who the client is, and the charge for a proof that did not pay; absent in some tests. */
+  edge?: {
+    clientKey(res: HttpResponse, req: HttpRequest): string
+    proofRefused(client: string): void
+  }
 }
 
 /** What every request of the checkout shares, built once. */
@@ -75,6 +81,7 @@ export function createCheckoutRoute(deps: CheckoutDeps): UwsRoute {
   const ctx = createCheckoutContext(deps)
   return (res, req) => {
     const request = readRequest(req)
+    if (request.proofHeader !== '' && deps.edge !== undefined) request.client = deps.edge.clientKey(res, req)
     const r = createResponder(res, request, deps.logger)
     handle(ctx, request, r)
   }
@@ -93,7 +100,10 @@ function handle(ctx: CheckoutContext, req: CheckoutRequest, r: Responder): void 
   findCheckoutPayment(ctx.deps.sql, req.id).then(
     (p) => {
       if (r.aborted) return
-      if (!p) return ctx.sendNotFound(r, req)
+      if (!p) {
+        if (req.proofHeader) ctx.deps.edge?.proofRefused(req.client)
+        return ctx.sendNotFound(r, req)
+      }
       dispatch(ctx, req, r, p, isRoot)
     },
     (err) => ctx.fail(r, err, req.id),
@@ -110,7 +120,7 @@ function dispatch(
   if (req.rest === '/status') return r.send(200, JSON_TYPE, JSON.stringify(presentCheckout(p, ctx.view())))
   if (req.rest === '/qr.svg') return sendQr(ctx, r, p)
   if (!isRoot) return r.sendError('route_not_found', `no route ${req.method} /pay/${req.id}${req.rest}`)
-  if (req.proofHeader) return payWithProof(ctx, r, p, req.proofHeader)
+  if (req.proofHeader) return payWithProof(ctx, r, p, req.proofHeader, req.client)
   if (req.method === 'GET' && req.wantsHtml) return sendPage(ctx, r, p)
   ctx.sendState(r, p)
 }

@@ -14,7 +14,7 @@ const CONFIG_DIR = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'co
 type Env = Record<string, string | undefined>
 
 /** Environment variable → setting path and how to read its text. Secrets are handled apart. */
-const ENV_SETTINGS: ReadonlyArray<[name: string, path: string, kind: 'string' | 'int' | 'bool']> = [
+const ENV_SETTINGS: ReadonlyArray<[name: string, path: string, kind: 'string' | 'int' | 'bool' | 'list']> = [
   ['PORT', 'server.port', 'int'],
   ['ADMIN_PORT', 'server.admin_port', 'int'],
   ['ADMIN_HOST', 'admin.host', 'string'],
@@ -27,6 +27,8 @@ const ENV_SETTINGS: ReadonlyArray<[name: string, path: string, kind: 'string' | 
   ['RPC_URL', 'chain.rpc_url', 'string'],
   ['USDC_ADDRESS', 'chain.usdc_address', 'string'],
   ['ALLOW_PRIVATE_UPSTREAMS', 'proxy.allow_private_upstreams', 'bool'],
+  // Comma-separated: TRUSTED_PROXIES=10.0.0.0/8,fd00::/8
+  ['TRUSTED_PROXIES', 'server.trusted_proxies', 'list'],
   ['LOG_LEVEL', 'log.level', 'string'],
   ['LOG_ACCESS', 'log.access', 'string'],
   ['OTEL_EXPORTER_OTLP_ENDPOINT', 'tracing.otlp_endpoint', 'string'],
@@ -138,6 +140,11 @@ function envSettings(env: Env): Record<string, unknown> {
     if (kind === 'int') value = /^-?\d+$/.test(raw.trim()) ? Number(raw) : raw
     if (kind === 'bool')
       value = /^(1|true|yes)$/i.test(raw) ? true : /^(0|false|no)$/i.test(raw) ? false : raw
+    if (kind === 'list')
+      value = raw
+        .split(',')
+        .map((entry) => entry.trim())
+        .filter((entry) => entry !== '')
     setPath(out, path, value)
   }
   return out

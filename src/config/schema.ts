@@ -1,4 +1,5 @@
 // The valibot schema of every setting; the Config type is inferred from it, so the two never drift.
+import { isIP } from 'node:net'
 import * as v from 'valibot'
 
 const Ms = v.pipe(v.number(), v.integer(), v.minValue(0))
@@ -10,6 +11,14 @@ const HexAddress = v.pipe(
   v.string(),
   v.regex(/^0x[0-9a-fA-F]{40}$/, 'must be a 0x-prefixed 20-byte hex address'),
 )
+
+function isCidr(entry: string): boolean {
+  const [address, bits, extra] = entry.split('/')
+  const family = isIP(address ?? '')
+  if (family === 0 || extra !== undefined) return false
+  if (bits === undefined) return true
+  return /^\d{1,3}$/.test(bits) && Number(bits) <= (family === 4 ? 32 : 128)
+}
 
 const RateBucket = v.strictObject({
   /** Requests allowed at once. */
@@ -43,6 +52,16 @@ export const ConfigSchema = v.strictObject({
      * lines (more get no answer and are closed when idle) and drops heads far above 64 KiB. */
     max_header_bytes: v.pipe(v.number(), v.integer(), v.minValue(1024)),
     max_headers: v.pipe(PositiveInt, v.maxValue(48)),
+    /**
+     * Proxies (CIDRs or addresses) whose X-Forwarded-For / Forwarded name the client for rate limits; empty
+     * (default): the peer address is the client and those headers are ignored.
+     */
+    trusted_proxies: v.array(
+      v.pipe(
+        v.string(),
+        v.check((entry) => isCidr(entry), 'each entry must be an IP address or a CIDR such as 10.0.0.0/8'),
+      ),
+    ),
   }),
   database: v.strictObject({
     /** null → embedded PGlite in data_dir. */
@@ -62,7 +81,11 @@ export const ConfigSchema = v.strictObject({
     dev_payers: v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(100)),
     dev_payer_funding: Dollars,
   }),
-  verify: v.strictObject({ wait_ms: Ms }),
+  verify: v.strictObject({
+    wait_ms: Ms,
+    /** A hash the chain did not know within wait_ms is answered transaction_not_found from memory this long. */
+    not_found_ttl_ms: Ms,
+  }),
   fees: v.strictObject({
     owner_share_bps: v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(10000)),
   }),
@@ -178,8 +201,12 @@ export const ConfigSchema = v.strictObject({
     max_keys: PositiveInt,
     register: RateBucket,
     failed_api_keys: RateBucket,
+    /** 401s per presented key prefix ('sk_live_' + 8 characters), from any address. */
+    failed_api_key_prefixes: RateBucket,
     unpaid_metered: RateBucket,
     checkout: RateBucket,
+    /** Chain look-ups (unknown transaction hashes, x402 authorizations) one client may have in flight. */
+    chain_lookups_per_client: PositiveInt,
     /** One bucket for the whole admin /reconcile route (it scans the chain). */
     admin_reconcile: RateBucket,
   }),

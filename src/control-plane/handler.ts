@@ -54,6 +54,8 @@ export const API_ROUTES: readonly Route[] = [
 
 export function createApiHandler(deps: ControlPlaneDeps, extraRoutes: Route[] = []): ApiHandler {
   const routes = [...API_ROUTES, ...extraRoutes].map(compile)
+  // Requests whose API key authenticated: their answer says so, for the edge's failed-key limits.
+  const authenticated = new WeakSet<ApiRequest>()
 
   return function handleApi(req: ApiRequest): Promise<ApiResponse> {
     if (!tracing.on) return answer(req)
@@ -86,6 +88,7 @@ export function createApiHandler(deps: ControlPlaneDeps, extraRoutes: Route[] = 
         deps.logger.error('api request failed', { request_id: req.requestId, path: req.path, err })
       response = apiErrorResponse(apiError, req.requestId, JSON_HEADERS)
     }
+    if (authenticated.has(req)) response.authenticated = true
     const cls = statusClass(response.status)
     httpRequests.labels('api', cls).inc()
     httpDuration.labels('api', cls).observe((performance.now() - started) / 1000)
@@ -129,6 +132,7 @@ export function createApiHandler(deps: ControlPlaneDeps, extraRoutes: Route[] = 
   async function run(route: Route, req: ApiRequest, params: Record<string, string>): Promise<RouteResult> {
     const body = parseJsonBody(req)
     const account = route.auth ? await authenticateRequest(deps.sql, req) : undefined
+    if (account) authenticated.add(req)
     const ctx: RouteContext = {
       req,
       params,

@@ -3,6 +3,7 @@
 // contract test (test/control-plane/openapi.test.ts) holds both to this description with real responses.
 
 import * as v from 'valibot'
+import { PAYMENT_REQUIRED_REASONS } from '../errors.ts'
 import { Address, Atomic, Dollars, Network, Timestamp } from './api-schemas.ts'
 import { PaymentObject } from './routes/payments.ts'
 
@@ -26,12 +27,7 @@ export const PaymentRequired = v.pipe(
   v.strictObject({
     error: v.pipe(
       v.string(),
-      v.description(
-        'why payment is (still) required: payment_required, invalid_proof, payment_pending, transaction_failed, ' +
-          'no_transfer, wrong_asset, wrong_recipient, underpaid, proof_too_old, proof_already_used, wrong_network, ' +
-          'invalid_signature, authorization_not_yet_valid, authorization_expired, insufficient_funds, unsupported_proof, ' +
-          'wrong_amount, requirements_mismatch, smart_wallet_not_deployed, simulation_failed',
-      ),
+      v.description(`why payment is (still) required: ${Object.keys(PAYMENT_REQUIRED_REASONS).join(', ')}`),
     ),
     request_id: v.optional(v.pipe(v.string(), v.description('the x-request-id of this answer'))),
     expires_at: v.pipe(Timestamp, v.description('how long the quoted price holds')),

@@ -1,5 +1,8 @@
 // The public uWS app: mounts /m/* (metered hot path), /pay/* (checkout), /dashboard and hands /api/v1/* to the
 // control-plane handler it is given. Reads each request synchronously, then answers after the await.
+
+import { createHash } from 'node:crypto'
+import { LRUCache } from 'lru-cache'
 import { ERRORS, type ErrorCode, writeError } from '../errors.ts'
 import type { ApiHandler } from '../http-exchange.ts'
 import type { Logger } from '../observability/logger.ts'
@@ -12,6 +15,7 @@ import {
   rateLimitedHeaders,
 } from '../rate-limit.ts'
 import { nextRequestId, requestIdFrom } from '../request-id.ts'
+import { type ClientKey, createClientKey } from './client-address.ts'
 import { CORS_HEADERS, preflight } from './cors.ts'
 import {
   assertNativeUws,
@@ -44,21 +48,31 @@ export interface PublicAppOptions {
 export interface EdgeLimits {
   maxHeaderBytes: number
   maxHeaders: number
+  /** The rate-limit key of a request: its client address (server.trusted_proxies decides which). */
+  clientKey: ClientKey
   /** POST /api/v1/register per client address. */
   register: RateLimiter | null
   /** 401 answers per client address: checked before /api/v1 requests, charged after a 401. */
   failedApiKeys: RateLimiter | null
-  /** /m/* requests without a payment proof (402 and 404 answers) per client address. */
+  /** 401 answers per presented key prefix, from any address: checked before, charged after a 401. */
+  failedApiKeyPrefixes: RateLimiter | null
+  /**
+   * Digests of keys that authenticated recently: such a key passes the failed-key limits, so wrong keys sent
+   * from an address (or under a prefix) never lock its valid key out.
+   */
+  goodKeys: LRUCache<string, true>
+  /** /m/* requests per client address: without a proof charged at once, with one when it is refused. */
   unpaidMetered: RateLimiter | null
-  /** /pay/* requests without a payment proof per client address. */
+  /** /pay/* requests per client address: without a proof charged at once, with one when it is refused. */
   checkout: RateLimiter | null
 }
 
 export interface EdgeSettings {
-  server: { max_header_bytes: number; max_headers: number }
+  server: { max_header_bytes: number; max_headers: number; trusted_proxies: readonly string[] }
   rate_limits: RateLimitSettings & {
     register: { burst: number; per_minute: number }
     failed_api_keys: { burst: number; per_minute: number }
+    failed_api_key_prefixes: { burst: number; per_minute: number }
     unpaid_metered: { burst: number; per_minute: number }
     checkout: { burst: number; per_minute: number }
   }
@@ -69,10 +83,36 @@ export function createEdgeLimits(settings: EdgeSettings, now?: () => number): Ed
   return {
     maxHeaderBytes: settings.server.max_header_bytes,
     maxHeaders: settings.server.max_headers,
+    clientKey: createClientKey(settings.server.trusted_proxies),
     register: createRateLimiter('register', limits, limits.register, now),
     failedApiKeys: createRateLimiter('failed_api_keys', limits, limits.failed_api_keys, now),
+    failedApiKeyPrefixes: createRateLimiter(
+      'failed_api_key_prefixes',
+      limits,
+      limits.failed_api_key_prefixes,
+      now,
+    ),
+    goodKeys: new LRUCache({ max: 10_000, ttl: 3_600_000 }),
     unpaidMetered: createRateLimiter('unpaid_metered', limits, limits.unpaid_metered, now),
     checkout: createRateLimiter('checkout', limits, limits.checkout, now),
+  }
+}
+
+/**
+ * What a paid route (metered, checkout) tells the edge: a request carrying a payment header passed its
+ * limit unspent (a payer who paid is never limited), and is charged when its proof turns out not to pay.
+ */
+export interface ProofEdge {
+  clientKey: ClientKey
+  /** The proof of a request from `client` was refused (402) or named nothing that exists (404). */
+  proofRefused(client: string): void
+}
+
+/** The ProofEdge over one bucket: unpaid_metered for /m/*, checkout for /pay/*. */
+export function proofEdge(edge: EdgeLimits, bucket: RateLimiter | null): ProofEdge {
+  return {
+    clientKey: edge.clientKey,
+    proofRefused: bucket === null ? () => {} : (client) => void bucket.take(client),
   }
 }
 
@@ -88,47 +128,60 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
   hideServerBanner()
   const app = uws.App()
   const edge = options.edge
-  const api = edge ? guarded(edge, 'api', apiBridge(options), null) : apiBridge(options)
+  const api = edge ? guarded(edge, 'api', apiBridge(options), null, 'always') : apiBridge(options)
   app.any('/api/v1', api)
   app.any('/api/v1/*', api)
   // Static files: the page acts through /api/v1 above.
   if (options.dashboard) {
-    const dashboard = edge ? guarded(edge, 'dashboard', options.dashboard, null) : options.dashboard
+    const dashboard = edge ? guarded(edge, 'dashboard', options.dashboard, null, 'always') : options.dashboard
     app.any('/dashboard', dashboard)
     app.any('/dashboard/*', dashboard)
   }
   // CORS preflights first: a method route outranks `any` in uWS, and a non-preflight OPTIONS yields to it.
+  // Every route checks the framing first: a request smuggled behind a bad one is never parsed, whatever
+  // the route of the bad one.
+  const framed = (route: string, next: UwsRoute) => (edge ? guarded(edge, route, next, null, 'always') : next)
   if (options.metered) {
-    app.options('/m/:endpoint_id', preflight)
-    app.options('/m/:endpoint_id/*', preflight)
+    app.options('/m/:endpoint_id', framed('metered', preflight))
+    app.options('/m/:endpoint_id/*', framed('metered', preflight))
   }
   if (options.checkout) {
-    app.options('/pay/:payment_id', preflight)
-    app.options('/pay/:payment_id/*', preflight)
+    app.options('/pay/:payment_id', framed('checkout', preflight))
+    app.options('/pay/:payment_id/*', framed('checkout', preflight))
   }
   if (options.metered) {
-    const metered = edge ? guarded(edge, 'metered', options.metered, edge.unpaidMetered) : options.metered
+    const metered = edge
+      ? guarded(edge, 'metered', options.metered, edge.unpaidMetered, 'when_refused')
+      : options.metered
     app.any('/m/:endpoint_id', metered)
     app.any('/m/:endpoint_id/*', metered)
   }
   if (options.checkout) {
-    const checkout = edge ? guarded(edge, 'checkout', options.checkout, edge.checkout) : options.checkout
+    const checkout = edge
+      ? guarded(edge, 'checkout', options.checkout, edge.checkout, 'when_refused')
+      : options.checkout
     app.any('/pay/:payment_id', checkout)
     app.any('/pay/:payment_id/*', checkout)
   }
-  app.get('/', (res, req) => {
-    res
-      .writeHeader('content-type', API_ERROR_HEADERS)
-      .writeHeader('x-request-id', requestIdFrom(req.getHeader('x-request-id')))
-      .end('{"service":"tollgate","api":"/api/v1"}')
-  })
-  app.any('/*', (res, req) => {
-    const requestId = requestIdFrom(req.getHeader('x-request-id'))
-    httpRequests.labels('other', '4xx').inc()
-    writeError(res, 'route_not_found', requestId, {
-      message: `no route ${req.getMethod().toUpperCase()} ${req.getUrl()}`,
-    })
-  })
+  app.get(
+    '/',
+    framed('other', (res, req) => {
+      res
+        .writeHeader('content-type', API_ERROR_HEADERS)
+        .writeHeader('x-request-id', requestIdFrom(req.getHeader('x-request-id')))
+        .end('{"service":"tollgate","api":"/api/v1"}')
+    }),
+  )
+  app.any(
+    '/*',
+    framed('other', (res, req) => {
+      const requestId = requestIdFrom(req.getHeader('x-request-id'))
+      httpRequests.labels('other', '4xx').inc()
+      writeError(res, 'route_not_found', requestId, {
+        message: `no route ${req.getMethod().toUpperCase()} ${req.getUrl()}`,
+      })
+    }),
+  )
   return app
 }
 
@@ -155,13 +208,15 @@ export async function listen(
 
 // --- Hostile input at the edge -----------------------------------------------------------------------------
 // Framing and header limits run before any route; uWS itself closes a request carrying both Content-Length
-// and Transfer-Encoding without an answer, and never calls a handler for more than 48 header lines.
+// and Transfer-Encoding without an answer, closes on a malformed chunk, and never calls a handler for more
+// than 48 header lines. A framing error is answered 400 and the connection closed at once (writeError):
+// what follows it on the socket is never read, since a proxy in front may have framed it differently.
 
 // forEach's callback is one module-level function over module-level scratch state: no closure per request.
 let headCount = 0
 let headBytes = 0
 let contentLength: string | null = null
-let badLength = false
+let badFraming = false
 let chunked = false
 function visitHeader(name: string, value: string): void {
   headCount++
@@ -170,9 +225,14 @@ function visitHeader(name: string, value: string): void {
   if (name === 'content-length') {
     // Two different lengths (or a list) let a front proxy and uWS disagree on where the body ends.
     if (contentLength === null) contentLength = value
-    else if (value !== contentLength) badLength = true
-    if (!/^\d{1,15}$/.test(value)) badLength = true
-  } else if (name === 'transfer-encoding') chunked = true
+    else if (value !== contentLength) badFraming = true
+    if (!/^\d{1,15}$/.test(value)) badFraming = true
+  } else if (name === 'transfer-encoding') {
+    // uWS reads a body as chunked whenever the header names chunked ('chunked, gzip' too); a proxy in front
+    // may read such a list, or a repeated header, as a body that runs to the end of the connection.
+    if (chunked || value.trim().toLowerCase() !== 'chunked') badFraming = true
+    chunked = true
+  }
 }
 
 type HeadVerdict = 'ok' | 'bad_framing' | 'too_large'
@@ -181,33 +241,16 @@ function inspectHead(req: HttpRequest, edge: EdgeLimits): HeadVerdict {
   headCount = 0
   headBytes = req.getUrl().length + (req.getQuery()?.length ?? 0) + 16
   contentLength = null
-  badLength = false
+  badFraming = false
   chunked = false
   req.forEach(visitHeader)
-  if (badLength || (chunked && contentLength !== null)) return 'bad_framing'
+  if (badFraming || (chunked && contentLength !== null)) return 'bad_framing'
   if (headCount > edge.maxHeaders || headBytes > edge.maxHeaderBytes) return 'too_large'
   return 'ok'
 }
 
 const BAD_FRAMING_MESSAGE =
-  'conflicting or invalid Content-Length (or Content-Length with Transfer-Encoding); the connection is closed'
-
-/** Client address as a rate-limit key: an IPv4 address, or the /64 an IPv6 client controls as a whole. */
-function clientKey(res: HttpResponse): string {
-  const text = Buffer.from(res.getRemoteAddressAsText()).toString()
-  if (text.includes('.')) return text.startsWith('::ffff:') ? text.slice(7) : text
-  const groups = text.split(':')
-  return groups.length === 8 ? `${groups.slice(0, 4).join(':')}::/64` : text
-}
-
-// The shape of a proof (a transaction hash, or base64 as x402 payloads are), checked without decoding: a
-// header that cannot be a proof does not buy an exemption from the unpaid limits.
-const PROOF_SHAPE = /^\s*(?:0x[0-9a-fA-F]{64}|[A-Za-z0-9+/=_-]{17,16383})\s*$/
-
-function hasProof(req: HttpRequest): boolean {
-  const header = req.getHeader('x-payment') || req.getHeader('payment-signature')
-  return header !== '' && PROOF_SHAPE.test(header)
-}
+  'conflicting or invalid Content-Length or Transfer-Encoding (only one `chunked`, never with Content-Length); the connection is closed'
 
 function edgeError(
   res: HttpResponse,
@@ -244,9 +287,19 @@ function rateLimited(
   )
 }
 
-/** Runs the edge checks, then the route. `unpaid`: the bucket for requests without a payment proof; a
- * request carrying a proof is never rate limited (its payer has paid, and a refusal would strand it). */
-function guarded(edge: EdgeLimits, route: string, next: UwsRoute, unpaid: RateLimiter | null): UwsRoute {
+/**
+ * Runs the edge checks, then the route. `limit`: the bucket of the route's unauthenticated requests.
+ * `proofs`: 'when_refused' lets a request carrying a payment header through while its client has a token
+ * left without spending it (a payer who paid is never limited, and a refusal would strand it); the route
+ * spends it if the proof does not pay (ProofEdge). 'always': every request spends one.
+ */
+function guarded(
+  edge: EdgeLimits,
+  route: string,
+  next: UwsRoute,
+  limit: RateLimiter | null,
+  proofs: 'when_refused' | 'always',
+): UwsRoute {
   return (res, req) => {
     const verdict = inspectHead(req, edge)
     if (verdict === 'bad_framing')
@@ -271,13 +324,16 @@ function guarded(edge: EdgeLimits, route: string, next: UwsRoute, unpaid: RateLi
         requestIdFrom(req.getHeader('x-request-id')),
       )
     }
-    if (unpaid !== null && !hasProof(req)) {
-      const decision = unpaid.take(clientKey(res))
+    if (limit !== null) {
+      const header =
+        proofs === 'always' ? '' : req.getHeader('x-payment') || req.getHeader('payment-signature')
+      const client = edge.clientKey(res, req)
+      const decision = header !== '' && proofs === 'when_refused' ? limit.check(client) : limit.take(client)
       if (!decision.ok)
         return rateLimited(
           res,
           route,
-          unpaid,
+          limit,
           decision.retryAfterS,
           requestIdFrom(req.getHeader('x-request-id')),
         )
@@ -288,11 +344,17 @@ function guarded(edge: EdgeLimits, route: string, next: UwsRoute, unpaid: RateLi
 
 const REGISTER_PATH = /^\/api\/v1\/register\/?$/
 
+/** Characters of a presented API key that name its prefix bucket: 'sk_live_' and 8 of the secret. */
+const KEY_PREFIX_CHARS = 16
+const BEARER = /^Bearer\s+(\S+)\s*$/i
+
 /** Collects the request (bounded), calls the control-plane handler, writes its answer. */
 function apiBridge(options: PublicAppOptions): UwsRoute {
   const limit = options.bodyLimitBytes
-  const register = options.edge?.register ?? null
-  const failedKeys = options.edge?.failedApiKeys ?? null
+  const edge = options.edge
+  const register = edge?.register ?? null
+  const failedKeys = edge?.failedApiKeys ?? null
+  const failedPrefixes = edge?.failedApiKeyPrefixes ?? null
   return (res, req) => {
     const method = req.getMethod().toUpperCase()
     const path = req.getUrl()
@@ -305,14 +367,27 @@ function apiBridge(options: PublicAppOptions): UwsRoute {
     const remoteAddress = Buffer.from(res.getRemoteAddressAsText()).toString()
     // --- Rate limits on the unauthenticated surfaces: sign-up, and guessing keys (charged on each 401).
     let limitKey: string | null = null
-    if (register !== null && method === 'POST' && REGISTER_PATH.test(path)) {
-      limitKey = clientKey(res)
+    let prefix: string | null = null
+    let digest: string | null = null
+    if (edge !== undefined && register !== null && method === 'POST' && REGISTER_PATH.test(path)) {
+      limitKey = edge.clientKey(res, req)
       const decision = register.take(limitKey)
       if (!decision.ok) return rateLimited(res, 'api', register, decision.retryAfterS, requestId)
-    } else if (failedKeys !== null) {
-      limitKey = clientKey(res)
-      const decision = failedKeys.check(limitKey)
-      if (!decision.ok) return rateLimited(res, 'api', failedKeys, decision.retryAfterS, requestId)
+    } else if (edge !== undefined && failedKeys !== null) {
+      limitKey = edge.clientKey(res, req)
+      const presented = BEARER.exec(headers.authorization ?? '')?.[1]
+      if (presented !== undefined) {
+        digest = createHash('sha256').update(presented).digest('base64')
+        prefix = presented.slice(0, KEY_PREFIX_CHARS)
+      }
+      // A key that authenticated recently is let through: wrong keys from its address never lock it out.
+      if (digest === null || !edge.goodKeys.has(digest)) {
+        const decision = failedKeys.check(limitKey)
+        if (!decision.ok) return rateLimited(res, 'api', failedKeys, decision.retryAfterS, requestId)
+        const byPrefix = prefix === null ? null : failedPrefixes?.check(prefix)
+        if (byPrefix && !byPrefix.ok)
+          return rateLimited(res, 'api', failedPrefixes!, byPrefix.retryAfterS, requestId)
+      }
     }
     let aborted = false
     res.onAborted(() => {
@@ -350,7 +425,10 @@ function apiBridge(options: PublicAppOptions): UwsRoute {
       options
         .apiHandler({ method, path, query, headers, body, remoteAddress, requestId })
         .then((response) => {
-          if (response.status === 401 && failedKeys !== null && limitKey !== null) failedKeys.take(limitKey)
+          if (response.status === 401 && failedKeys !== null && limitKey !== null) {
+            failedKeys.take(limitKey)
+            if (prefix !== null) failedPrefixes?.take(prefix)
+          } else if (response.authenticated === true && digest !== null) edge?.goodKeys.set(digest, true)
           if (aborted) return
           res.cork(() => {
             res.writeStatus(statusLine(response.status))

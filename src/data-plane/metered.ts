@@ -31,6 +31,7 @@ import {
 } from '../observability/tracing.ts'
 import { requestIdFrom } from '../request-id.ts'
 import { matchAccepted } from './accepted-match.ts'
+import type { ProofEdge } from './app.ts'
 import {
   BATCH_ERR,
   type BatchDeps,
@@ -71,6 +72,8 @@ import type { Verifier, VerifyResult } from './verifier.ts'
 type VerifiedProof = Extract<VerifyResult, { ok: true }> | BatchVerified
 
 export interface MeteredDeps {
+  /** Rate limits: who the client is, and the charge for a proof that did not pay; absent in some tests. */
+  edge?: ProofEdge
   sql: Sql
   endpoints: EndpointCache
   verifier: Verifier
@@ -166,6 +169,8 @@ class MeteredCall implements ProxyHooks {
   captured = false
   /** Hostile input (issue 9): the sub-path could leave the endpoint's base path. */
   escapingPath = false
+  /** The client's rate-limit key, read only when a proof came (its chain look-ups and refusals count). */
+  client = ''
   /** Tracing only (null when off): the call's span and its current step (verify, claim, upstream). */
   span: Span | null = null
   step: Span | null = null
@@ -190,6 +195,7 @@ class MeteredCall implements ProxyHooks {
       })
     }
     if (this.paymentHeader) {
+      if (ctx.edge !== undefined) this.client = ctx.edge.clientKey(res, req)
       const query = req.getQuery()
       const headers: Array<[string, string]> = []
       req.forEach((k, v) => {
@@ -235,10 +241,12 @@ class MeteredCall implements ProxyHooks {
 
   withEndpoint(entry: LiveEndpoint | typeof NOT_FOUND): void {
     if (this.abort.aborted) return this.finishAborted()
-    if (entry === NOT_FOUND || !entry.active)
+    if (entry === NOT_FOUND || !entry.active) {
+      if (this.paymentHeader) this.ctx.edge?.proofRefused(this.client)
       return this.respondError('endpoint_not_found', {
         message: `no active metered endpoint ${this.endpointId}`,
       })
+    }
     this.endpoint = entry
     if (!this.paymentHeader) return this.respond402('payment_required')
     const proof = parseProof(this.paymentHeader)
@@ -278,7 +286,7 @@ class MeteredCall implements ProxyHooks {
       if (mismatch !== null) return this.respond402(mismatch)
     }
     if (this.span !== null) this.step = startChildSpan(this.span, 'verify')
-    const verified = this.ctx.verifier.verify(proof)
+    const verified = this.ctx.verifier.verify(proof, this.client)
     if (verified instanceof Promise) verified.then((r) => this.withVerified(r))
     else this.withVerified(verified)
   }
@@ -328,6 +336,10 @@ class MeteredCall implements ProxyHooks {
           'the chain could not be reached to verify the payment; retry shortly',
           'rpc_unavailable',
         )
+      }
+      if (result.reason === 'too_many_lookups') {
+        const message = 'too many payments from this address are being verified at once; retry after one ends'
+        return this.respondError('rate_limited', { message }, RETRY_AFTER_1)
       }
       return this.respond402(result.reason, result.retryAfterMs)
     }
@@ -567,6 +579,8 @@ class MeteredCall implements ProxyHooks {
   respond402(reason: string, retryAfterMs?: number, requiredHeader?: string): void {
     // A body we will not forward may have paused the client's socket: let it go.
     this.body?.release()
+    // A proof that did not pay counts against its client's unpaid limit (one without a proof already did).
+    if (this.paymentHeader) this.ctx.edge?.proofRefused(this.client)
     count402(reason)
     this.finish(402, reason)
     const challenge = this.endpoint!.challenge

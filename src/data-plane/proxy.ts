@@ -153,6 +153,9 @@ const ESCAPING_PATH = Object.assign(new Error('the forwarded path would leave th
  * no percent-encoded dot, slash, backslash or NUL (nor a double-encoded one), no backslash. Dots are
  * unreserved (RFC 3986 §2.3), so no honest client encodes them; an upstream that decodes before it
  * resolves would otherwise climb out of the base path with the owner's injected credentials.
+ * Every percent-escape is two hex digits, and the bytes they encode are valid UTF-8 (RFC 3629): an overlong
+ * form (%c0%ae is '.' to a lenient decoder), a stray or truncated sequence, a surrogate or %ff is what an
+ * upstream's decoder may read as something this check never saw.
  * One pass over the characters, no allocation.
  */
 export function isConfinedSubPath(path: string): boolean {
@@ -161,14 +164,17 @@ export function isConfinedSubPath(path: string): boolean {
     const c = path.charCodeAt(i)
     if (c === 92) return false // backslash
     if (c === 37) {
-      // '%': look at the two hex digits (| 0x20 lower-cases a letter).
-      const hi = path.charCodeAt(i + 1)
-      const lo = path.charCodeAt(i + 2) | 0x20
-      if (hi === 50 && (lo === 0x65 || lo === 0x66)) return false // %2e %2f
-      if (hi === 53 && lo === 0x63) return false // %5c
-      if (hi === 48 && lo === 0x30) return false // %00
-      // %25 followed by one of the above: decoded twice by some stacks.
-      if (hi === 50 && lo === 0x35 && !isConfinedSubPath(`%${path.slice(i + 3, i + 5)}`)) return false
+      const byte = escapedByte(path, i)
+      if (byte < 0) return false
+      // %2e %2f %5c %00
+      if (byte === 0x2e || byte === 0x2f || byte === 0x5c || byte === 0) return false
+      // %25 followed by one of the above, or by an overlong lead: decoded twice by some stacks.
+      if (byte === 0x25 && isDoubleEncodedHazard(hexPair(path, i + 3))) return false
+      if (byte >= 0x80) {
+        const next = utf8SequenceEnd(path, i, byte)
+        if (next < 0) return false
+        i = next - 1
+      } else i += 2
     } else if (c === 46 && (i === 0 || path.charCodeAt(i - 1) === 47)) {
       // '.' at the start of a segment: '.', '..', '.;x' and '..;x' are dot segments.
       let j = i + 1
@@ -177,6 +183,55 @@ export function isConfinedSubPath(path: string): boolean {
     }
   }
   return true
+}
+
+function isDoubleEncodedHazard(byte: number): boolean {
+  return byte === 0x2e || byte === 0x2f || byte === 0x5c || byte === 0 || byte === 0xc0 || byte === 0xc1
+}
+
+function hexPair(path: string, at: number): number {
+  const hi = hexDigit(path.charCodeAt(at))
+  const lo = hexDigit(path.charCodeAt(at + 1))
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo
+}
+
+function hexDigit(c: number): number {
+  if (c >= 48 && c <= 57) return c - 48
+  const lower = c | 0x20
+  return lower >= 97 && lower <= 102 ? lower - 87 : -1
+}
+
+/** The byte of the escape '%XY' at `at`, or -1 when it is not '%' and two hex digits. */
+function escapedByte(path: string, at: number): number {
+  return path.charCodeAt(at) === 37 ? hexPair(path, at + 1) : -1
+}
+
+/**
+ * Where the percent-encoded UTF-8 sequence led by `lead` (escaped at `at`) ends, or -1 when it is not the one
+ * shortest encoding of a scalar value: every continuation byte escaped too, in the ranges of RFC 3629 §4.
+ */
+function utf8SequenceEnd(path: string, at: number, lead: number): number {
+  let more: number
+  let min = 0x80
+  let max = 0xbf
+  if (lead >= 0xc2 && lead <= 0xdf) more = 1
+  else if (lead >= 0xe0 && lead <= 0xef) {
+    more = 2
+    if (lead === 0xe0) min = 0xa0 // overlong
+    if (lead === 0xed) max = 0x9f // UTF-16 surrogates
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    more = 3
+    if (lead === 0xf0) min = 0x90 // overlong
+    if (lead === 0xf4) max = 0x8f // past U+10FFFF
+  } else return -1 // a continuation byte, an overlong lead (c0, c1) or f5-ff
+  let pos = at + 3
+  for (let k = 0; k < more; k++, pos += 3) {
+    const byte = escapedByte(path, pos)
+    if (byte < min || byte > max) return -1
+    min = 0x80
+    max = 0xbf
+  }
+  return pos
 }
 
 /**

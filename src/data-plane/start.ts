@@ -35,7 +35,7 @@ import {
   voucherWrites,
 } from '../observability/metrics.ts'
 import type { Started } from '../subsystem.ts'
-import { createEdgeLimits, createPublicApp, listen } from './app.ts'
+import { createEdgeLimits, createPublicApp, listen, proofEdge } from './app.ts'
 import { BATCH_WITHDRAW_DELAY_S } from './batch-voucher.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
 import { createEndpointCache } from './endpoint-cache.ts'
@@ -112,7 +112,9 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     const watcher = await startTransferWatcher(deps, verified)
     stops.push(() => watcher.stop())
 
+    const edge = createEdgeLimits(config)
     const metered = createMeteredRoute({
+      edge: proofEdge(edge, edge.unpaidMetered),
       sql: db.sql,
       endpoints,
       verifier,
@@ -130,6 +132,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       publicUrl: deps.publicUrl,
       logger,
       settings: { ownerShareBps: config.fees.owner_share_bps },
+      edge: proofEdge(edge, edge.checkout),
     })
     const app = createPublicApp({
       bodyLimitBytes: config.server.body_limit_bytes,
@@ -138,7 +141,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       dashboard: createDashboardRoute(),
       metered,
       checkout,
-      edge: createEdgeLimits(config),
+      edge,
     })
     // Workers of one supervisor share the port on purpose (SO_REUSEPORT); anyone else already on it is refused.
     const listening = await listen(app, config.server.host, config.server.port, {
@@ -234,6 +237,8 @@ function createVerifier(
   return new Verifier({
     verified,
     maxProofAgeMs: config.chain.max_proof_age_ms,
+    notFoundTtlMs: config.verify.not_found_ttl_ms,
+    lookupsPerClient: config.rate_limits.enabled ? config.rate_limits.chain_lookups_per_client : 0,
     x402: {
       // v1 clients name the network, v2 clients give its CAIP-2 id.
       networks: [chain.x402Network, chain.caip2],

@@ -1,6 +1,8 @@
 // The one proof verifier, shared by metered calls and checkout. Answers from the verified-transfer cache
 // when it can (synchronously), else asks the chain once per hash however many requests wait.
 // It proves what was paid and by whom; the caller decides whether that is enough (price, amount due).
+
+import { LRUCache } from 'lru-cache'
 import type { AuthorizationFailure, TransferAuthorization } from '../chain/authorization.ts'
 import { verifyTransferAuthorization } from '../chain/authorization.ts'
 import type { AuthorizationChainCheck } from '../chain/check-authorization.ts'
@@ -9,6 +11,7 @@ import type { SimulationCheck } from '../chain/simulate-authorization.ts'
 import type { SmartWalletCheck } from '../chain/verify-smart-wallet.ts'
 import type { TransferFailure } from '../chain/verify-transfer.ts'
 import { verifications } from '../observability/metrics.ts'
+import { ConcurrencyLimiter } from '../rate-limit.ts'
 import type { VerifiedTransfer } from './caches.ts'
 import { cacheCounters, type createVerifiedTransferCache } from './caches.ts'
 import type { Proof } from './proof.ts'
@@ -19,6 +22,8 @@ export type VerifyFailure =
   | 'invalid_proof'
   | 'unsupported_proof'
   | 'wrong_network'
+  /** Not a 402: the client already has as many chain look-ups in flight as it may (answered 429). */
+  | 'too_many_lookups'
   | TransferFailure
   | AuthorizationFailure
   | Extract<AuthorizationChainCheck, { ok: false }>['reason']
@@ -96,6 +101,13 @@ export interface VerifierOptions {
   }
   verified: ReturnType<typeof createVerifiedTransferCache>
   maxProofAgeMs: number
+  /**
+   * Hashes the chain did not know within the verify wait are answered transaction_not_found from memory
+   * for this long: a repeated typo (or a flood of one junk hash) costs no RPC. 0: not remembered.
+   */
+  notFoundTtlMs?: number
+  /** Chain look-ups one client may have in flight (a cache hit or joining one in flight is free); 0: no bound. */
+  lookupsPerClient?: number
   now?: () => number
 }
 
@@ -104,30 +116,58 @@ const counters = {
   cacheTooOld: verifications.labels('tx', 'cache', 'proof_too_old'),
 }
 
+const NOT_FOUND: VerifyResult = Object.freeze({
+  ok: false as const,
+  reason: 'transaction_not_found' as const,
+  detail: 'the chain did not know this transaction hash; check the hash and the network',
+})
+const TOO_MANY_LOOKUPS: VerifyResult = Object.freeze({
+  ok: false as const,
+  reason: 'too_many_lookups' as const,
+})
+
 export class Verifier {
   private readonly inflight = new Map<string, Promise<VerifyResult>>()
   private readonly now: () => number
+  private readonly notFound: LRUCache<string, true> | null
+  private readonly lookups: ConcurrencyLimiter | null
 
   constructor(private readonly options: VerifierOptions) {
     this.now = options.now ?? Date.now
+    const ttl = options.notFoundTtlMs ?? 0
+    this.notFound = ttl > 0 ? new LRUCache({ max: 100_000, ttl }) : null
+    const perClient = options.lookupsPerClient ?? 0
+    this.lookups = perClient > 0 ? new ConcurrencyLimiter(perClient) : null
   }
 
-  /** A value when the answer is known now (cache hit, bad header); a promise when the chain must be asked. */
-  verify(proof: Proof): VerifyResult | Promise<VerifyResult> {
+  /**
+   * A value when the answer is known now (cache hit, bad header); a promise when the chain must be asked.
+   * `client` (its rate-limit key): a new chain look-up takes one of its slots until it settles.
+   */
+  verify(proof: Proof, client = ''): VerifyResult | Promise<VerifyResult> {
     if (proof.kind === 'invalid') return { ok: false, reason: 'invalid_proof', detail: proof.detail }
-    if (proof.kind === 'x402') return this.verifyAuthorization(proof.payload)
+    if (proof.kind === 'x402') return this.verifyAuthorization(proof.payload, client)
     const cached = this.options.verified.get(proof.hash)
     if (cached) {
       cacheCounters.transferHit.inc()
       return this.fromTransfer(cached, proof.key, 'cache')
     }
     cacheCounters.transferMiss.inc()
+    if (this.notFound?.has(proof.hash)) {
+      verifications.labels('tx', 'cache', 'transaction_not_found').inc()
+      return NOT_FOUND
+    }
     let pending = this.inflight.get(proof.hash)
     if (!pending) {
+      // No client named (checkout, tests): not bounded here.
+      const lookups = client === '' ? null : this.lookups
+      if (lookups !== null && !lookups.acquire(client)) return TOO_MANY_LOOKUPS
       pending = this.options.lookupTransfer(proof.hash).then(
         (result) => {
           this.inflight.delete(proof.hash)
+          lookups?.release(client)
           if (!result.ok) {
+            if (result.reason === 'transaction_not_found') this.notFound?.set(proof.hash, true)
             verifications.labels('tx', 'rpc', result.reason).inc()
             return {
               ok: false as const,
@@ -141,6 +181,7 @@ export class Verifier {
         },
         () => {
           this.inflight.delete(proof.hash)
+          lookups?.release(client)
           verifications.labels('tx', 'rpc', 'rpc_unavailable').inc()
           return { ok: false as const, reason: 'rpc_unavailable' as const }
         },
@@ -155,7 +196,7 @@ export class Verifier {
    * network, signature, recipient, validity window), then on chain (nonce unused, balance), once per
    * authorization however many requests carry it. The claim of its nonce is the caller's next step.
    */
-  private verifyAuthorization(payload: unknown): VerifyResult | Promise<VerifyResult> {
+  private verifyAuthorization(payload: unknown, client: string): VerifyResult | Promise<VerifyResult> {
     const payment = parseExactPayment(payload)
     if (!payment)
       return { ok: false, reason: 'invalid_proof', detail: 'not an x402 exact EVM payment payload' }
@@ -167,14 +208,19 @@ export class Verifier {
     const proofKey = `auth:${x402.chainId}:${x402.usdc.address.toLowerCase()}:${a.from.toLowerCase()}:${a.nonce.toLowerCase()}`
     let pending = this.inflight.get(proofKey)
     if (!pending) {
+      // No client named (checkout, tests): not bounded here.
+      const lookups = client === '' ? null : this.lookups
+      if (lookups !== null && !lookups.acquire(client)) return TOO_MANY_LOOKUPS
       pending = this.checkAuthorization(payment, proofKey).then(
         (r) => {
           this.inflight.delete(proofKey)
+          lookups?.release(client)
           verifications.labels('eip3009', 'rpc', r.ok ? 'ok' : r.reason).inc()
           return r
         },
         () => {
           this.inflight.delete(proofKey)
+          lookups?.release(client)
           verifications.labels('eip3009', 'rpc', 'rpc_unavailable').inc()
           return { ok: false as const, reason: 'rpc_unavailable' as const }
         },

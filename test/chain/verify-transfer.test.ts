@@ -127,12 +127,31 @@ describe('verifyTransfer', () => {
     expect(await verifyTransfer(client, { ...options, hash })).toEqual({ ok: false, reason: 'no_transfer' })
   })
 
-  it('waits waitMs for a hash the node does not know, then answers payment_pending', async () => {
+  it('waits waitMs for a hash the node does not know, then answers transaction_not_found, final', async () => {
     const hash = keccak256(toHex(`unknown ${Math.random()}`))
     const started = performance.now()
     const result = await verifyTransfer(client, { ...options, hash, waitMs: 300 })
     expect(performance.now() - started).toBeGreaterThanOrEqual(290)
-    expect(result).toMatchObject({ ok: false, reason: 'payment_pending', retryAfterMs: expect.any(Number) })
+    expect(result).toMatchObject({ ok: false, reason: 'transaction_not_found' })
+    // No retry hint: retrying a hash the chain does not know cannot help.
+    expect(result).not.toHaveProperty('retryAfterMs')
+  })
+
+  it('asks about a hash the node never saw less and less often', async () => {
+    const hash = keccak256(toHex(`unseen ${Math.random()}`))
+    const proxy = await startRpcProxy(dev.rpcUrl)
+    try {
+      const counted = createChainPublicClient(
+        chainDefinition('local', dev.chainId, proxy.url),
+        clientOptions(proxy.url),
+      )
+      const result = await verifyTransfer(counted, { ...options, hash, waitMs: 3000, pollIntervalMs: 250 })
+      expect(result).toMatchObject({ ok: false, reason: 'transaction_not_found' })
+      // Pauses 250, 500, 1000, 1000, 1000 ms: 6 looks in 3 s, not the 13 a fixed 250 ms poll takes.
+      expect(proxy.counts.get('eth_getTransactionByHash')).toBeLessThanOrEqual(7)
+    } finally {
+      await proxy.close()
+    }
   })
 
   it('waits for a broadcast transaction and answers ok once it is mined', async () => {

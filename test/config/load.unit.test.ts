@@ -35,6 +35,24 @@ describe('loadConfig', () => {
     expect(c.log.level).toBe('error')
   })
 
+  it('trusts no proxy by default and refuses a trusted_proxies entry that is not an address or CIDR', () => {
+    const c = loadConfig({ env: {} })
+    expect(c.server.trusted_proxies).toEqual([])
+    expect(c.verify.not_found_ttl_ms).toBe(60_000)
+    expect(c.rate_limits.chain_lookups_per_client).toBe(8)
+    const ok = loadConfig({
+      env: {},
+      overrides: { server: { trusted_proxies: ['10.0.0.0/8', '::1', 'fd00::/8'] } },
+    })
+    expect(ok.server.trusted_proxies).toEqual(['10.0.0.0/8', '::1', 'fd00::/8'])
+    const fromEnv = loadConfig({ env: { TRUSTED_PROXIES: ' 10.0.0.0/8, fd00::/8 ,' } })
+    expect(fromEnv.server.trusted_proxies).toEqual(['10.0.0.0/8', 'fd00::/8'])
+    for (const bad of ['10.0.0.0/33', 'lb.internal', '10.0.0.0/8/1', 'fd00::/129'])
+      expect(() => loadConfig({ env: {}, overrides: { server: { trusted_proxies: [bad] } } }), bad).toThrow(
+        /server\.trusted_proxies\.0/,
+      )
+  })
+
   it('names the bad setting', () => {
     expect(() => loadConfig({ env: { PORT: 'eighty' } })).toThrow(/server\.port/)
     expect(() => loadConfig({ env: { NETWORK: 'mainnet' } })).toThrow(/chain\.network/)

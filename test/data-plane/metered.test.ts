@@ -247,9 +247,9 @@ describe('proofs that do not pay', () => {
     const { sendRevertingTransfer } = await import('../helpers/tokens.ts')
     await expectRefused(await sendRevertingTransfer(payer, svc.chain.treasury), 'transaction_failed')
   })
-  it('a hash not on chain (after waiting, with Retry-After)', async () => {
-    const r = await expectRefused(`0x${'ab'.repeat(32)}`, 'payment_pending')
-    expect(Number(r.headers.get('retry-after'))).toBeGreaterThan(0)
+  it('a hash not on chain (after waiting): transaction_not_found, final, without Retry-After', async () => {
+    const r = await expectRefused(`0x${'ab'.repeat(32)}`, 'transaction_not_found')
+    expect(r.headers.get('retry-after')).toBeNull()
   })
   it('an x402 authorization with a forged signature is refused', async () => {
     const payload = {

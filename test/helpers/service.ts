@@ -26,6 +26,8 @@ export interface TestServiceOptions {
   logger?: Logger
   /** ADMIN_TOKEN: turns the admin port's operator routes (/reconcile, …) on. */
   adminToken?: string
+  /** The chain's RPC URL (a counting proxy in front of the test chain); default the chain itself. */
+  rpcUrl?: string
 }
 
 export async function startTestService(options: TestServiceOptions = {}): Promise<TestService> {
@@ -34,7 +36,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
   const config = loadConfig({
     env: {
       NODE_ENV: 'test',
-      RPC_URL: inject('rpcUrl'),
+      RPC_URL: options.rpcUrl ?? inject('rpcUrl'),
       USDC_ADDRESS: inject('usdcAddress'),
       TREASURY_PRIVATE_KEY: treasury.privateKey,
       ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}),

@@ -256,28 +256,34 @@ describe('rate limits on unauthenticated surfaces', () => {
     expect((await svc.api('/api/v1/account', { key: merchant.key })).status).toBe(200)
   })
 
-  it('402 answers: the fourth unpaid call is 429, a paid call from the same address is still served', async () => {
-    for (let i = 0; i < 2; i++) expect((await fetch(meteredUrl)).status).toBe(402)
-    // A header that cannot be a proof buys no exemption: it counts as unpaid.
-    expect((await fetch(meteredUrl, { headers: { 'x-payment': 'nope' } })).status).toBe(402)
-    expectLimited(await fetch(meteredUrl, { headers: { 'x-payment': 'nope' } }), 'unpaid_metered')
+  it('402 answers: a paid call spends nothing; the fourth unpaid or refused call is 429, proof or not', async () => {
     const before = upstream.count()
     const payer = await fundedAccount(1_000_000n)
-    const hash = await payUsdc(payer, svc.chain.treasury, 10_000n)
-    const paid = await fetch(meteredUrl, { headers: { 'x-payment': hash } })
+    const paid = await fetch(meteredUrl, {
+      headers: { 'x-payment': await payUsdc(payer, svc.chain.treasury, 10_000n) },
+    })
     expect(paid.status).toBe(200)
     expect(upstream.count()).toBe(before + 1)
+    for (let i = 0; i < 2; i++) expect((await fetch(meteredUrl)).status).toBe(402)
+    // A proof that does not pay buys no exemption: it counts as unpaid.
+    expect((await fetch(meteredUrl, { headers: { 'x-payment': 'nope' } })).status).toBe(402)
+    expectLimited(await fetch(meteredUrl, { headers: { 'x-payment': 'nope' } }), 'unpaid_metered')
+    // Once the address has spent its budget, a proof waits for Retry-After too; it is not claimed meanwhile.
+    const hash = await payUsdc(payer, svc.chain.treasury, 10_000n)
+    expectLimited(await fetch(meteredUrl, { headers: { 'x-payment': hash } }), 'unpaid_metered')
+    expect(upstream.count()).toBe(before + 1)
+    const claims = await svc.sql`SELECT 1 FROM claims WHERE proof_key = ${`tx:${hash.toLowerCase()}`}`
+    expect(claims.length).toBe(0)
   })
 
-  it('checkout: the fourth unpaid look-up is 429, a payment with a proof is still taken', async () => {
+  it('checkout: a payment with a proof that pays spends nothing; the fourth unpaid look-up is 429', async () => {
     const json = { accept: 'application/json' }
-    for (let i = 0; i < 3; i++) expect((await fetch(paymentUrl, { headers: json })).status).not.toBe(429)
-    expectLimited(await fetch(paymentUrl, { headers: json }), 'checkout')
     const payer = await fundedAccount(1_000_000n)
     const hash = await payUsdc(payer, svc.chain.treasury, 10_000n)
     const paid = await fetch(paymentUrl, { method: 'POST', headers: { ...json, 'x-payment': hash } })
-    expect(paid.status).not.toBe(429)
     expect(paid.status).toBeLessThan(300)
+    for (let i = 0; i < 3; i++) expect((await fetch(paymentUrl, { headers: json })).status).not.toBe(429)
+    expectLimited(await fetch(paymentUrl, { headers: json }), 'checkout')
   })
 
   it('wrong API keys: three 401s, then 429 for that address', async () => {

@@ -33,6 +33,30 @@ const ESCAPING = [
   '/..;/admin',
   '/%252e%252e/admin',
   '/a%00b',
+  // Percent-encoded bytes that are not UTF-8: overlong dots and slashes, invalid bytes, truncated sequences.
+  '/%c0%ae%c0%ae/admin',
+  '/%C0%AE%C0%AE/admin',
+  '/%c0%af',
+  '/%e0%80%ae',
+  '/%f0%80%80%ae',
+  '/%c1%9c',
+  '/%ff',
+  '/a%fe',
+  '/%80',
+  '/%c3',
+  '/%c3/x',
+  '/%e2%82',
+  '/%e2%82x',
+  '/%f0%9f%98',
+  '/%ed%a0%80',
+  '/%f4%90%80%80',
+  '/%c3%28',
+  // Malformed escapes.
+  '/a%',
+  '/a%2',
+  '/a%zz',
+  '/a%g0',
+  '/%25c0%25ae%25c0%25ae/admin',
 ]
 
 /** Raw request: fetch() and URL would resolve the dot segments before sending. */
@@ -62,6 +86,21 @@ describe('isConfinedSubPath', () => {
   })
   it('accepts ordinary paths with dots inside names', () => {
     for (const p of ['', '/', '/v1.2/file.json', '/a..b', '/...', '/.well-known/x', '/a/b%20c', '/%41'])
+      expect(isConfinedSubPath(p), p).toBe(true)
+  })
+  it('accepts percent-encoded UTF-8 in its shortest form', () => {
+    // é, €, U+FFFF, 😀, U+10FFFF, U+0080, U+D7FF, U+E000, and raw (unencoded) non-ASCII.
+    for (const p of [
+      '/caf%C3%A9',
+      '/%e2%82%ac',
+      '/%ef%bf%bf',
+      '/%f0%9f%98%80',
+      '/%f4%8f%bf%bf',
+      '/%c2%80',
+      '/%ed%9f%bf',
+      '/%ee%80%80',
+      '/café',
+    ])
       expect(isConfinedSubPath(p), p).toBe(true)
   })
 })

@@ -26,6 +26,8 @@
     transaction_failed: 'That transaction failed on chain.',
     proof_too_old: 'That transaction is too old to be used.',
     unsupported_proof: 'This kind of payment proof is not accepted here.',
+    transaction_not_found:
+      'No transaction with this hash was found on the network. Check that you copied the whole hash and sent the payment on this network.',
   }
 
   function render(next) {

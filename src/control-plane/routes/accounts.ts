@@ -1,6 +1,6 @@
 // POST /register, GET /account, POST /account/api-keys/roll
 import * as v from 'valibot'
-import { getAddress, isAddress } from 'viem'
+import { getAddress, isAddress, zeroAddress } from 'viem'
 import { type AccountRow, expireOtherKeys, insertAccount, insertApiKey } from '../../db/accounts.ts'
 import { apiKeyHint, hashApiKey, newApiKey, newId } from '../../ids.ts'
 import { ApiError } from '../api-error.ts'
@@ -90,6 +90,14 @@ export const accountRoutes: Route[] = [
     async handler({ body, deps }) {
       const input = parseBody(RegisterBody, body)
       const wallet = normaliseWalletAddress(input.wallet_address.trim())
+      // Payouts to the zero address are burned: a typo or a placeholder, never a wallet someone holds.
+      if (wallet === zeroAddress) {
+        throw new ApiError(
+          'invalid_wallet_address',
+          'wallet_address must not be the zero address (0x000…000): payouts sent there are lost',
+          'wallet_address',
+        )
+      }
       if (!wallet) {
         throw new ApiError(
           'invalid_wallet_address',

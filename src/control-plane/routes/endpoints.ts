@@ -82,11 +82,8 @@ const UpdateBody = v.strictObject({
 })
 
 function readPrice(raw: unknown, deps: ControlPlaneDeps): bigint {
-  const parsed = parseDollars(raw)
+  const parsed = parseDollars(raw, configDollars(deps.config.proxy.max_price))
   if (!parsed.ok) throw new ApiError('invalid_parameter', `price ${parsed.reason}`, 'price')
-  if (parsed.atomic > configDollars(deps.config.proxy.max_price)) {
-    throw new ApiError('invalid_parameter', `price must be at most ${deps.config.proxy.max_price}`, 'price')
-  }
   return parsed.atomic
 }
 

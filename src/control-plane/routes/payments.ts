@@ -136,15 +136,8 @@ const TimelineEntry = v.looseObject({ type: v.string(), created_at: Timestamp })
 const PaymentWithTimeline = v.strictObject({ ...PaymentObject.entries, timeline: v.array(TimelineEntry) })
 
 function readAmount(raw: unknown, deps: ControlPlaneDeps): bigint {
-  const parsed = parseDollars(raw)
+  const parsed = parseDollars(raw, configDollars(deps.config.payments.max_amount))
   if (!parsed.ok) throw new ApiError('invalid_parameter', `amount ${parsed.reason}`, 'amount')
-  if (parsed.atomic > configDollars(deps.config.payments.max_amount)) {
-    throw new ApiError(
-      'invalid_parameter',
-      `amount must be at most ${deps.config.payments.max_amount}`,
-      'amount',
-    )
-  }
   return parsed.atomic
 }
 

@@ -1,0 +1,214 @@
+// Request smuggling: after any framing error the connection is closed before another byte of it is read, so a
+// paid request hidden behind a badly framed one is never parsed, claimed or forwarded. Raw sockets, because
+// fetch() would never send these requests.
+import { connect } from 'node:net'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
+import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
+import { startUpstream, type Upstream } from '../helpers/upstream.ts'
+
+interface Exchange {
+  /** Everything the server wrote before it closed (latin1). */
+  text: string
+  /** ms from the first byte sent to the server's close, or null if still open at the deadline. */
+  closedAfterMs: number | null
+}
+
+/** Writes `data` in one go and reads until the server closes or `waitMs` passes. */
+function exchange(url: string, data: string, waitMs = 5000): Promise<Exchange> {
+  const { hostname, port } = new URL(url)
+  return new Promise((resolve) => {
+    const socket = connect(Number(port), hostname)
+    const started = Date.now()
+    let text = ''
+    const timer = setTimeout(() => {
+      socket.destroy()
+      resolve({ text, closedAfterMs: null })
+    }, waitMs)
+    socket.setEncoding('latin1')
+    socket.on('data', (d: string) => {
+      text += d
+    })
+    socket.on('error', () => {})
+    socket.on('close', () => {
+      clearTimeout(timer)
+      resolve({ text, closedAfterMs: Date.now() - started })
+    })
+    socket.write(data)
+  })
+}
+
+const statusOf = (text: string) => Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1] ?? 0)
+const bodyOf = (text: string) => JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4))
+const responses = (text: string) => text.match(/HTTP\/1\.1 \d{3}/g)?.length ?? 0
+
+describe('request smuggling behind a framing error', () => {
+  let svc: TestService
+  let upstream: Upstream
+  let endpointPath: string
+  let payer: Funded
+  beforeAll(async () => {
+    svc = await startTestService()
+    upstream = await startUpstream()
+    const merchant = await registerMerchant(svc)
+    const r = await svc.api('/api/v1/endpoints', {
+      key: merchant.key,
+      body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
+    })
+    endpointPath = `/m/${r.body.id}`
+    payer = await fundedAccount(10_000_000n)
+  })
+  afterAll(async () => {
+    await svc?.stop()
+    await upstream?.close()
+  })
+
+  const claims = async (hash: string) =>
+    (await svc.sql`SELECT 1 FROM claims WHERE proof_key = ${`tx:${hash.toLowerCase()}`}`).length
+  /** Whether the upstream saw the request smuggled with this proof (each test's has its own path). */
+  const smuggledSeen = (hash: string) =>
+    upstream.requests.filter((q) => q.url === `/echo/smuggled-${hash}`).length
+  const paidRequest = (hash: string) =>
+    `GET ${endpointPath}/smuggled-${hash} HTTP/1.1\r\nHost: a\r\nx-payment: ${hash}\r\n\r\n`
+
+  it('two conflicting Content-Lengths then a paid request on one socket: 400, closed, the upstream receives nothing', async () => {
+    const hash = await payUsdc(payer, svc.chain.treasury, 10_000n)
+    const before = upstream.count()
+    const r = await exchange(
+      svc.url,
+      `POST ${endpointPath}/first HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 5\r\n\r\nabc${paidRequest(hash)}`,
+    )
+    expect(statusOf(r.text)).toBe(400)
+    expect(bodyOf(r.text).error.code).toBe('invalid_framing')
+    // Closed by the server at once (not after an idle timeout), and the 400 was the only answer.
+    expect(r.closedAfterMs).not.toBeNull()
+    expect(r.closedAfterMs!).toBeLessThan(2000)
+    expect(responses(r.text)).toBe(1)
+    expect(upstream.count()).toBe(before)
+    expect(smuggledSeen(hash)).toBe(0)
+    expect(await claims(hash)).toBe(0)
+    // The proof was never touched: it still pays for a call of its own.
+    const ok = await fetch(`${svc.url}${endpointPath}/own`, { headers: { 'x-payment': hash } })
+    expect(ok.status).toBe(200)
+  })
+
+  it('a paid request written after the 400 arrived finds the socket closed', async () => {
+    const hash = await payUsdc(payer, svc.chain.treasury, 10_000n)
+    const { hostname, port } = new URL(svc.url)
+    const socket = connect(Number(port), hostname)
+    socket.on('error', () => {})
+    let text = ''
+    socket.setEncoding('latin1')
+    const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()))
+    const answered = new Promise<void>((resolve) =>
+      socket.on('data', (d: string) => {
+        text += d
+        if (text.includes('"request_id"')) resolve()
+      }),
+    )
+    socket.write(
+      `POST /api/v1/register HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nContent-Length: 40\r\n\r\n{}`,
+    )
+    await answered
+    socket.write(paidRequest(hash))
+    await closed
+    expect(statusOf(text)).toBe(400)
+    expect(responses(text)).toBe(1)
+    expect(smuggledSeen(hash)).toBe(0)
+    expect(await claims(hash)).toBe(0)
+  })
+
+  // Each bad head (its body included) is followed by a paid request on the same socket.
+  const badHeads: Array<[string, (path: string) => string, 'answered' | 'closed']> = [
+    [
+      'conflicting lengths on /api/v1',
+      () => 'POST /api/v1/register HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nContent-Length: 9\r\n\r\n{}',
+      'answered',
+    ],
+    [
+      'conflicting lengths on an unknown route',
+      () => 'POST /nothing HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nContent-Length: 7\r\n\r\n',
+      'answered',
+    ],
+    [
+      'conflicting lengths on /',
+      () => 'GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nContent-Length: 1\r\n\r\n',
+      'answered',
+    ],
+    [
+      'conflicting lengths on a CORS preflight',
+      (p) =>
+        `OPTIONS ${p} HTTP/1.1\r\nHost: a\r\nAccess-Control-Request-Method: GET\r\nContent-Length: 0\r\nContent-Length: 2\r\n\r\n`,
+      'answered',
+    ],
+    [
+      'conflicting lengths on checkout',
+      () => 'POST /pay/pay_x HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 0\r\n\r\nx',
+      'answered',
+    ],
+    [
+      'a signed Content-Length',
+      (p) => `POST ${p}/a HTTP/1.1\r\nHost: a\r\nContent-Length: +3\r\n\r\nabc`,
+      'answered',
+    ],
+    [
+      'a Content-Length list',
+      (p) => `POST ${p}/a HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 3\r\n\r\nabc`,
+      'answered',
+    ],
+    [
+      'Transfer-Encoding chunked, gzip',
+      (p) =>
+        `POST ${p}/a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n3\r\nabc\r\n0\r\n\r\n`,
+      'answered',
+    ],
+    [
+      'Transfer-Encoding twice',
+      (p) =>
+        `POST ${p}/a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n`,
+      'answered',
+    ],
+    [
+      'Transfer-Encoding gzip',
+      (p) => `POST ${p}/a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\nabc`,
+      'answered',
+    ],
+    [
+      'Content-Length with Transfer-Encoding',
+      (p) =>
+        `POST ${p}/a HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n`,
+      'closed',
+    ],
+    [
+      'a chunk size that is not hex',
+      (p) => `POST ${p}/a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n`,
+      'closed',
+    ],
+    [
+      'a chunk size past 64 bits',
+      (p) =>
+        `POST ${p}/a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\nabc\r\n0\r\n\r\n`,
+      'closed',
+    ],
+    [
+      'chunks ended by a bare LF',
+      (p) => `POST ${p}/a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\nabc\n0\n\n`,
+      'closed',
+    ],
+  ]
+  for (const [name, head, how] of badHeads) {
+    it(`${name}: closed at once, the paid request behind it never parsed`, async () => {
+      const hash = await payUsdc(payer, svc.chain.treasury, 10_000n)
+      const r = await exchange(svc.url, head(endpointPath) + paidRequest(hash))
+      expect(r.closedAfterMs, r.text.slice(0, 200)).not.toBeNull()
+      expect(r.closedAfterMs!).toBeLessThan(2000)
+      if (how === 'answered') {
+        expect(statusOf(r.text)).toBe(400)
+        expect(bodyOf(r.text).error.code).toBe('invalid_framing')
+        expect(responses(r.text)).toBe(1)
+      } else expect(r.text).toBe('')
+      expect(smuggledSeen(hash)).toBe(0)
+      expect(await claims(hash)).toBe(0)
+    })
+  }
+})
