@@ -76,78 +76,118 @@ interface ProofState {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
+interface Rig {
+  primary: PgCluster
+  standby: PgStandby
+  chain: DevChain
+  upstream: CountingUpstream
+  /** A tollgate process on both hosts; an exit before the rig stops counts as a crash. */
+  spawn(): Promise<ChildService>
+  a: ChildService
+  endpointId: string
+  hashes: string[]
+  crashed(): number
+}
+
+/**
+ * Primary, standby (in `mode`), dev chain, counting upstream, one tollgate instance with an endpoint, and
+ * `proofs` mined transfers. Everything started is stopped by `cleanups` (run in reverse).
+ */
+async function startRig(
+  options: { mode: ReplicationMode; proofs: number; log(line: string): void },
+  cleanups: Array<() => Promise<unknown>>,
+  stopping: () => boolean,
+): Promise<Rig> {
+  const { mode, log } = options
+  const primary: PgCluster = await startPgCluster()
+  cleanups.push(() => primary.destroy())
+  const standby: PgStandby = await startStandby(primary)
+  cleanups.push(() => standby.destroy())
+  await setReplicationMode(primary, standby, mode)
+  await waitForStreaming(primary, standby, mode !== 'async')
+  const chain: DevChain = await startDevChain({
+    payers: 1,
+    payerFunding: PRICE_ATOMIC * BigInt(options.proofs + 10),
+    treasuryFunding: 1_000_000n,
+  })
+  cleanups.push(() => chain.stop())
+  const upstream: CountingUpstream = await startCountingUpstream()
+  cleanups.push(() => upstream.close())
+  // Both hosts, the standby first: the driver must skip it while it is a standby, and find it once promoted.
+  const databaseUrl = `postgres://postgres@127.0.0.1:${standby.port},127.0.0.1:${primary.port}/postgres?target_session_attrs=read-write`
+  log(`[${mode}] primary :${primary.port}, standby :${standby.port}; tollgate on ${databaseUrl}`)
+
+  let crashed = 0
+  const spawn = async () => {
+    const child = await startChildService({
+      databaseUrl,
+      treasuryKey: chain.treasury.privateKey,
+      rpcUrl: chain.rpcUrl,
+      usdcAddress: chain.usdcAddress,
+      settings: {
+        proxy: { allow_private_upstreams: true, upstream_timeout_ms: 2_000 },
+        chain: { poll_interval_ms: 200, rpc_timeout_ms: 2_000 },
+        log: { level: 'warn' },
+      },
+      port: await freePort(),
+    })
+    child.exited.then((signal) => {
+      if (stopping()) return
+      crashed++
+      log(`!! tollgate pid ${child.pid} exited (${signal ?? 'exit'}):\n${child.output().slice(-3000)}`)
+    })
+    cleanups.push(() => child.kill('SIGTERM'))
+    return child
+  }
+  const a = await spawn()
+
+  const owner = privateKeyToAccount(generatePrivateKey()).address
+  const reg = await postJson(a.url, '/api/v1/register', {
+    wallet_address: owner,
+    business_name: 'Failover',
+  })
+  const endpoint = await postJson(
+    a.url,
+    '/api/v1/endpoints',
+    { upstream_url: `${upstream.url}/work`, price: 0.001 },
+    reg.api_key as string,
+  )
+  const hashes = await makeProofs({
+    rpcUrl: chain.rpcUrl,
+    chainId: chain.chainId,
+    usdc: chain.usdcAddress,
+    payerKey: chain.payers[0]!.privateKey,
+    treasury: chain.treasury.address,
+    value: PRICE_ATOMIC,
+    count: options.proofs,
+  })
+  // The watcher pre-verifies the transfers: the load then needs no RPC (a settle period, not a condition).
+  await sleep(2_000)
+  return {
+    primary,
+    standby,
+    chain,
+    upstream,
+    spawn,
+    a,
+    endpointId: endpoint.id as string,
+    hashes,
+    crashed: () => crashed,
+  }
+}
+
 export async function runFailover(options: FailoverOptions): Promise<FailoverResult> {
   const { log, mode } = options
   const cleanups: Array<() => Promise<unknown>> = []
   // Set before the cleanups stop the instances: their exits then are not crashes.
   let stopping = false
   try {
-    const primary: PgCluster = await startPgCluster()
-    cleanups.push(() => primary.destroy())
-    const standby: PgStandby = await startStandby(primary)
-    cleanups.push(() => standby.destroy())
-    await setReplicationMode(primary, standby, mode)
-    await waitForStreaming(primary, standby, mode !== 'async')
-    const total = options.steadyProofs + options.failoverProofs
-    const chain: DevChain = await startDevChain({
-      payers: 1,
-      payerFunding: PRICE_ATOMIC * BigInt(total + 10),
-      treasuryFunding: 1_000_000n,
-    })
-    cleanups.push(() => chain.stop())
-    const upstream: CountingUpstream = await startCountingUpstream()
-    cleanups.push(() => upstream.close())
-    // Both hosts, the standby first: the driver must skip it while it is a standby, and find it once promoted.
-    const databaseUrl = `postgres://postgres@127.0.0.1:${standby.port},127.0.0.1:${primary.port}/postgres?target_session_attrs=read-write`
-    log(`[${mode}] primary :${primary.port}, standby :${standby.port}; tollgate on ${databaseUrl}`)
-
-    let crashed = 0
-    const spawn = async () => {
-      const child = await startChildService({
-        databaseUrl,
-        treasuryKey: chain.treasury.privateKey,
-        rpcUrl: chain.rpcUrl,
-        usdcAddress: chain.usdcAddress,
-        settings: {
-          proxy: { allow_private_upstreams: true, upstream_timeout_ms: 2_000 },
-          chain: { poll_interval_ms: 200, rpc_timeout_ms: 2_000 },
-          log: { level: 'warn' },
-        },
-        port: await freePort(),
-      })
-      child.exited.then((signal) => {
-        if (stopping) return
-        crashed++
-        log(`!! tollgate pid ${child.pid} exited (${signal ?? 'exit'}):\n${child.output().slice(-3000)}`)
-      })
-      cleanups.push(() => child.kill('SIGTERM'))
-      return child
-    }
-    const a = await spawn()
-
-    const owner = privateKeyToAccount(generatePrivateKey()).address
-    const reg = await postJson(a.url, '/api/v1/register', {
-      wallet_address: owner,
-      business_name: 'Failover',
-    })
-    const endpoint = await postJson(
-      a.url,
-      '/api/v1/endpoints',
-      { upstream_url: `${upstream.url}/work`, price: 0.001 },
-      reg.api_key as string,
+    const rig = await startRig(
+      { mode, proofs: options.steadyProofs + options.failoverProofs, log },
+      cleanups,
+      () => stopping,
     )
-    const endpointId = endpoint.id as string
-    const hashes = await makeProofs({
-      rpcUrl: chain.rpcUrl,
-      chainId: chain.chainId,
-      usdc: chain.usdcAddress,
-      payerKey: chain.payers[0]!.privateKey,
-      treasury: chain.treasury.address,
-      value: PRICE_ATOMIC,
-      count: total,
-    })
-    // The watcher pre-verifies the transfers: the load then needs no RPC (a settle period, not a condition).
-    await sleep(2_000)
+    const { primary, standby, chain, upstream, spawn, a, endpointId, hashes } = rig
     const proofs: ProofState[] = hashes.map((hash) => ({ hash, done: null }))
     const steady = proofs.slice(0, options.steadyProofs)
     const round = proofs.slice(options.steadyProofs)
@@ -248,7 +288,7 @@ export async function runFailover(options: FailoverOptions): Promise<FailoverRes
       reconcileExit: await runReconcile(standby.url, chain, log),
       balancesChecked: 0,
       balanceDrift: 0,
-      crashed,
+      crashed: rig.crashed(),
     }
     const balances = await balancesAgainstEntries(standby.url)
     result.balancesChecked = balances.checked
@@ -364,4 +404,116 @@ export function formatFailover(results: FailoverResult[]): string {
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)))
   const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i]!)).join(' | ')} |`
   return [line(head), `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`, ...rows.map(line)].join('\n')
+}
+
+export interface CostResult {
+  mode: ReplicationMode
+  phases: number
+  /** Medians over the phases of this mode. */
+  paidPerS: number
+  p50Ms: number
+  p99Ms: number
+  /** Each phase's calls/s, in run order (the spread says how much the shared machine moved). */
+  perPhase: number[]
+}
+
+/**
+ * What each replication mode costs: one primary, standby and tollgate instance, the mode switched between
+ * phases (ALTER SYSTEM + reload), each phase a closed loop of `concurrency` clients on fresh proofs. The
+ * modes take turns in every round, in a rotated order, so a machine shared with other work weighs on each
+ * alike; the medians are reported.
+ */
+export async function measureReplicationCost(options: {
+  modes: ReplicationMode[]
+  rounds: number
+  proofsPerPhase: number
+  concurrency: number
+  log(line: string): void
+}): Promise<CostResult[]> {
+  const { modes, log } = options
+  const cleanups: Array<() => Promise<unknown>> = []
+  let stopping = false
+  try {
+    const phases = modes.length * options.rounds
+    const rig = await startRig(
+      { mode: 'async', proofs: (phases + 1) * options.proofsPerPhase, log },
+      cleanups,
+      () => stopping,
+    )
+    const proofs: ProofState[] = rig.hashes.map((hash) => ({ hash, done: null }))
+    const stats = { s503: 0, network: 0, servedAt: [] as number[] }
+    const phase = async (k: number) => {
+      const slice = proofs.slice(k * options.proofsPerPhase, (k + 1) * options.proofsPerPhase)
+      const latencies: number[] = []
+      const t0 = performance.now()
+      await drive(rig.a, rig.endpointId, slice, {
+        concurrency: options.concurrency,
+        spreadMs: 0,
+        stats,
+        latencies,
+      })
+      const s = (performance.now() - t0) / 1000
+      latencies.sort((x, y) => x - y)
+      const q = (f: number) =>
+        latencies[Math.min(latencies.length - 1, Math.floor(f * latencies.length))] ?? 0
+      return { paidPerS: slice.filter((p) => p.done === 'served').length / s, p50: q(0.5), p99: q(0.99) }
+    }
+    // Warm-up (JIT, pools, caches), not counted.
+    await phase(0)
+    const samples = new Map<ReplicationMode, Array<{ paidPerS: number; p50: number; p99: number }>>(
+      modes.map((m) => [m, []]),
+    )
+    let k = 1
+    for (let r = 0; r < options.rounds; r++) {
+      for (let i = 0; i < modes.length; i++) {
+        const mode = modes[(i + r) % modes.length]!
+        await setReplicationMode(rig.primary, rig.standby, mode)
+        await waitForStreaming(rig.primary, rig.standby, mode !== 'async')
+        const sample = await phase(k++)
+        samples.get(mode)!.push(sample)
+        log(
+          `[cost] round ${r + 1} ${mode}: ${sample.paidPerS.toFixed(0)} calls/s, p50 ${sample.p50.toFixed(1)} ms, p99 ${sample.p99.toFixed(1)} ms`,
+        )
+      }
+    }
+    if (rig.crashed() > 0) throw new Error(`tollgate crashed ${rig.crashed()}× while measuring`)
+    const median = (xs: number[]) => {
+      const v = [...xs].sort((x, y) => x - y)
+      return v.length % 2 ? v[(v.length - 1) / 2]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2
+    }
+    return modes.map((mode) => {
+      const xs = samples.get(mode)!
+      return {
+        mode,
+        phases: xs.length,
+        paidPerS: median(xs.map((x) => x.paidPerS)),
+        p50Ms: median(xs.map((x) => x.p50)),
+        p99Ms: median(xs.map((x) => x.p99)),
+        perPhase: xs.map((x) => Math.round(x.paidPerS)),
+      }
+    })
+  } finally {
+    stopping = true
+    for (const c of cleanups.splice(0).reverse()) await c().catch(() => {})
+  }
+}
+
+export function formatCost(results: CostResult[], concurrency: number, proofsPerPhase: number): string {
+  const head = ['replication', 'phases', 'paid calls/s (median)', 'p50 ms', 'p99 ms', 'calls/s per phase']
+  const rows = results.map((r) => [
+    r.mode,
+    String(r.phases),
+    r.paidPerS.toFixed(0),
+    r.p50Ms.toFixed(1),
+    r.p99Ms.toFixed(1),
+    r.perPhase.join(' '),
+  ])
+  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)))
+  const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i]!)).join(' | ')} |`
+  return [
+    `${concurrency} clients, ${proofsPerPhase} fresh proofs per phase, one instance, primary and standby on this machine`,
+    line(head),
+    `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`,
+    ...rows.map(line),
+  ].join('\n')
 }

@@ -1,18 +1,33 @@
 // `npm run chaos:failover` (and the end of `npm run chaos`): the failover round once per replication mode
 // (CHAOS_FAILOVER_MODES, default async, sync-on, sync-remote-apply), printing one row per mode. Exits 1 when
 // the recommended mode (synchronous) served a proof twice or charged for a call not served.
-import { type FailoverResult, formatFailover, runFailover } from './failover.ts'
+import {
+  type CostResult,
+  type FailoverResult,
+  formatCost,
+  formatFailover,
+  measureReplicationCost,
+  runFailover,
+} from './failover.ts'
 import type { ReplicationMode } from './pg-standby.ts'
 
 export async function runFailoverModes(log: (line: string) => void): Promise<{
+  cost: CostResult[]
   results: FailoverResult[]
   ok: boolean
+  report: string
 }> {
   const modes = (process.env.CHAOS_FAILOVER_MODES?.split(',') as ReplicationMode[] | undefined) ?? [
     'async',
     'sync-on',
     'sync-remote-apply',
   ]
+  const concurrency = Number(process.env.CHAOS_CONCURRENCY ?? 16)
+  const proofsPerPhase = Number(process.env.CHAOS_COST_PROOFS ?? 500)
+  // CHAOS_COST_ROUNDS=0 skips the cost measurement.
+  const rounds = Number(process.env.CHAOS_COST_ROUNDS ?? 3)
+  const cost =
+    rounds > 0 ? await measureReplicationCost({ modes, rounds, proofsPerPhase, concurrency, log }) : []
   const results: FailoverResult[] = []
   for (const mode of modes) {
     results.push(
@@ -21,7 +36,7 @@ export async function runFailoverModes(log: (line: string) => void): Promise<{
         steadyProofs: Number(process.env.CHAOS_FAILOVER_STEADY ?? 1_000),
         failoverProofs: Number(process.env.CHAOS_FAILOVER_PROOFS ?? 600),
         roundMs: Number(process.env.CHAOS_FAILOVER_ROUND_MS ?? 12_000),
-        concurrency: Number(process.env.CHAOS_CONCURRENCY ?? 16),
+        concurrency,
         log,
       }),
     )
@@ -32,7 +47,11 @@ export async function runFailoverModes(log: (line: string) => void): Promise<{
       r.chargedNotServed === 0 &&
       r.crashed === 0,
   )
-  return { results, ok }
+  const report = [
+    ...(cost.length ? [formatCost(cost, concurrency, proofsPerPhase), ''] : []),
+    formatFailover(results),
+  ].join('\n')
+  return { cost, results, ok, report }
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
@@ -41,7 +60,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     process.exit(2)
   }, 20 * 60_000)
   hardLimit.unref()
-  const { results, ok } = await runFailoverModes((line) => process.stdout.write(`${line}\n`))
-  process.stdout.write(`\n${formatFailover(results)}\n`)
+  const { report, ok } = await runFailoverModes((line) => process.stdout.write(`${line}\n`))
+  process.stdout.write(`\n${report}\n`)
   process.exit(ok ? 0 : 1)
 }

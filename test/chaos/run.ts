@@ -4,7 +4,6 @@
 // money, or the failover round under synchronous replication forgot a served proof. Everything it starts
 // stops by itself (hard limit 30 min).
 
-import { formatFailover } from './failover.ts'
 import { type FaultName, formatTable, runChaos } from './harness.ts'
 import { formatJobKills, runJobKills } from './job-kills.ts'
 import { runFailoverModes } from './run-failover.ts'
@@ -42,7 +41,7 @@ if (process.env.CHAOS_JOB_KILLS !== '0') {
 let failoverOk = true
 if (process.env.CHAOS_FAILOVER !== '0') {
   const failover = await runFailoverModes((line) => process.stdout.write(`${line}\n`))
-  process.stdout.write(`\n${formatFailover(failover.results)}\n`)
+  process.stdout.write(`\n${failover.report}\n`)
   failoverOk = failover.ok
 }
 process.exit(result.ok && jobsOk && failoverOk ? 0 : 1)
