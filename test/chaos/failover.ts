@@ -415,6 +415,10 @@ export interface CostResult {
   p99Ms: number
   /** Each phase's calls/s, in run order (the spread says how much the shared machine moved). */
   perPhase: number[]
+  /** Median over rounds of this mode's calls/s over async's in the same round (paired: drift cancels). */
+  vsAsync: number | null
+  /** The same pairing for p99. */
+  p99VsAsync: number | null
 }
 
 /**
@@ -436,7 +440,7 @@ export async function measureReplicationCost(options: {
   try {
     const phases = modes.length * options.rounds
     const rig = await startRig(
-      { mode: 'async', proofs: (phases + 1) * options.proofsPerPhase, log },
+      { mode: 'async', proofs: (phases + 2) * options.proofsPerPhase, log },
       cleanups,
       () => stopping,
     )
@@ -458,19 +462,21 @@ export async function measureReplicationCost(options: {
         latencies[Math.min(latencies.length - 1, Math.floor(f * latencies.length))] ?? 0
       return { paidPerS: slice.filter((p) => p.done === 'served').length / s, p50: q(0.5), p99: q(0.99) }
     }
-    // Warm-up (JIT, pools, caches), not counted.
+    // Warm-up (JIT, pools, caches, the watcher catching up with the mined transfers), not counted.
     await phase(0)
-    const samples = new Map<ReplicationMode, Array<{ paidPerS: number; p50: number; p99: number }>>(
-      modes.map((m) => [m, []]),
-    )
-    let k = 1
+    await phase(1)
+    const samples = new Map<
+      ReplicationMode,
+      Array<{ round: number; paidPerS: number; p50: number; p99: number }>
+    >(modes.map((m) => [m, []]))
+    let k = 2
     for (let r = 0; r < options.rounds; r++) {
       for (let i = 0; i < modes.length; i++) {
         const mode = modes[(i + r) % modes.length]!
         await setReplicationMode(rig.primary, rig.standby, mode)
         await waitForStreaming(rig.primary, rig.standby, mode !== 'async')
         const sample = await phase(k++)
-        samples.get(mode)!.push(sample)
+        samples.get(mode)!.push({ round: r, ...sample })
         log(
           `[cost] round ${r + 1} ${mode}: ${sample.paidPerS.toFixed(0)} calls/s, p50 ${sample.p50.toFixed(1)} ms, p99 ${sample.p99.toFixed(1)} ms`,
         )
@@ -481,9 +487,14 @@ export async function measureReplicationCost(options: {
       const v = [...xs].sort((x, y) => x - y)
       return v.length % 2 ? v[(v.length - 1) / 2]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2
     }
+    const base = samples.get('async')
+    const paired = (xs: Array<{ round: number; paidPerS: number; p99: number }>, f: 'paidPerS' | 'p99') =>
+      base ? median(xs.map((x) => x[f] / base.find((b) => b.round === x.round)![f])) : null
     return modes.map((mode) => {
       const xs = samples.get(mode)!
       return {
+        vsAsync: paired(xs, 'paidPerS'),
+        p99VsAsync: paired(xs, 'p99'),
         mode,
         phases: xs.length,
         paidPerS: median(xs.map((x) => x.paidPerS)),
@@ -499,13 +510,25 @@ export async function measureReplicationCost(options: {
 }
 
 export function formatCost(results: CostResult[], concurrency: number, proofsPerPhase: number): string {
-  const head = ['replication', 'phases', 'paid calls/s (median)', 'p50 ms', 'p99 ms', 'calls/s per phase']
+  const head = [
+    'replication',
+    'phases',
+    'paid calls/s (median)',
+    'p50 ms',
+    'p99 ms',
+    'calls/s vs async (paired)',
+    'p99 vs async (paired)',
+    'calls/s per phase',
+  ]
+  const ratio = (x: number | null) => (x === null ? '-' : `${x.toFixed(2)}×`)
   const rows = results.map((r) => [
     r.mode,
     String(r.phases),
     r.paidPerS.toFixed(0),
     r.p50Ms.toFixed(1),
     r.p99Ms.toFixed(1),
+    ratio(r.vsAsync),
+    ratio(r.p99VsAsync),
     r.perPhase.join(' '),
   ])
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)))

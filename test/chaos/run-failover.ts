@@ -29,12 +29,14 @@ export async function runFailoverModes(log: (line: string) => void): Promise<{
   const cost =
     rounds > 0 ? await measureReplicationCost({ modes, rounds, proofsPerPhase, concurrency, log }) : []
   const results: FailoverResult[] = []
-  for (const mode of modes) {
+  // CHAOS_FAILOVER_PROOFS=0 skips the failover rounds (the cost measurement alone).
+  const failoverProofs = Number(process.env.CHAOS_FAILOVER_PROOFS ?? 600)
+  for (const mode of failoverProofs > 0 ? modes : []) {
     results.push(
       await runFailover({
         mode,
         steadyProofs: Number(process.env.CHAOS_FAILOVER_STEADY ?? 1_000),
-        failoverProofs: Number(process.env.CHAOS_FAILOVER_PROOFS ?? 600),
+        failoverProofs,
         roundMs: Number(process.env.CHAOS_FAILOVER_ROUND_MS ?? 12_000),
         concurrency,
         log,
@@ -49,7 +51,7 @@ export async function runFailoverModes(log: (line: string) => void): Promise<{
   )
   const report = [
     ...(cost.length ? [formatCost(cost, concurrency, proofsPerPhase), ''] : []),
-    formatFailover(results),
+    ...(results.length ? [formatFailover(results)] : []),
   ].join('\n')
   return { cost, results, ok, report }
 }
