@@ -243,8 +243,14 @@ export function startEndpointRelay(drop: (id: string) => void): {
           resolve()
         }
         waiting.set(seq, done)
-        if (!process.send?.({ tollgate: 'endpoint_changed', id, seq } satisfies RelayMessage, () => {}))
-          done()
+        // false from send() only means the channel is backed up (the message is queued); an error means
+        // the parent is gone: nobody to wait for.
+        process.send?.(
+          { tollgate: 'endpoint_changed', id, seq } satisfies RelayMessage,
+          (err: Error | null) => {
+            if (err) done()
+          },
+        )
       })
     },
     stop() {

@@ -415,6 +415,9 @@ export interface CostResult {
   p99Ms: number
   /** Each phase's calls/s, in run order (the spread says how much the shared machine moved). */
   perPhase: number[]
+  /** One connection's INSERT + COMMIT on the primary, alone (median over phases of each phase's p50 / p99). */
+  commitP50Ms: number
+  commitP99Ms: number
   /** Median over rounds of this mode's calls/s over async's in the same round (paired: drift cancels). */
   vsAsync: number | null
   /** The same pairing for p99. */
@@ -460,14 +463,28 @@ export async function measureReplicationCost(options: {
       latencies.sort((x, y) => x - y)
       const q = (f: number) =>
         latencies[Math.min(latencies.length - 1, Math.floor(f * latencies.length))] ?? 0
-      return { paidPerS: slice.filter((p) => p.done === 'served').length / s, p50: q(0.5), p99: q(0.99) }
+      const commits = await commitLatencies(rig.primary.url, 200)
+      return {
+        paidPerS: slice.filter((p) => p.done === 'served').length / s,
+        p50: q(0.5),
+        p99: q(0.99),
+        commitP50: commits.p50,
+        commitP99: commits.p99,
+      }
     }
     // Warm-up (JIT, pools, caches, the watcher catching up with the mined transfers), not counted.
     await phase(0)
     await phase(1)
     const samples = new Map<
       ReplicationMode,
-      Array<{ round: number; paidPerS: number; p50: number; p99: number }>
+      Array<{
+        round: number
+        paidPerS: number
+        p50: number
+        p99: number
+        commitP50: number
+        commitP99: number
+      }>
     >(modes.map((m) => [m, []]))
     let k = 2
     for (let r = 0; r < options.rounds; r++) {
@@ -478,7 +495,7 @@ export async function measureReplicationCost(options: {
         const sample = await phase(k++)
         samples.get(mode)!.push({ round: r, ...sample })
         log(
-          `[cost] round ${r + 1} ${mode}: ${sample.paidPerS.toFixed(0)} calls/s, p50 ${sample.p50.toFixed(1)} ms, p99 ${sample.p99.toFixed(1)} ms`,
+          `[cost] round ${r + 1} ${mode}: ${sample.paidPerS.toFixed(0)} calls/s, p50 ${sample.p50.toFixed(1)} ms, p99 ${sample.p99.toFixed(1)} ms; commit p50 ${sample.commitP50.toFixed(2)} ms, p99 ${sample.commitP99.toFixed(2)} ms`,
         )
       }
     }
@@ -500,12 +517,33 @@ export async function measureReplicationCost(options: {
         paidPerS: median(xs.map((x) => x.paidPerS)),
         p50Ms: median(xs.map((x) => x.p50)),
         p99Ms: median(xs.map((x) => x.p99)),
+        commitP50Ms: median(xs.map((x) => x.commitP50)),
+        commitP99Ms: median(xs.map((x) => x.commitP99)),
         perPhase: xs.map((x) => Math.round(x.paidPerS)),
       }
     })
   } finally {
     stopping = true
     for (const c of cleanups.splice(0).reverse()) await c().catch(() => {})
+  }
+}
+
+/** `n` single-row INSERT + COMMIT on one connection, one after another: the mode's own price per commit. */
+async function commitLatencies(url: string, n: number): Promise<{ p50: number; p99: number }> {
+  const { default: postgres } = await import('postgres')
+  const db = postgres(url, { max: 1, onnotice: () => {} })
+  try {
+    await db`CREATE TABLE IF NOT EXISTS commit_probe (n int)`
+    const times: number[] = []
+    for (let i = 0; i < n; i++) {
+      const t = performance.now()
+      await db`INSERT INTO commit_probe VALUES (${i})`
+      times.push(performance.now() - t)
+    }
+    times.sort((x, y) => x - y)
+    return { p50: times[Math.floor(n / 2)]!, p99: times[Math.floor(n * 0.99)]! }
+  } finally {
+    await db.end({ timeout: 1 })
   }
 }
 
@@ -518,6 +556,7 @@ export function formatCost(results: CostResult[], concurrency: number, proofsPer
     'p99 ms',
     'calls/s vs async (paired)',
     'p99 vs async (paired)',
+    'commit p50 / p99 ms',
     'calls/s per phase',
   ]
   const ratio = (x: number | null) => (x === null ? '-' : `${x.toFixed(2)}×`)
@@ -529,6 +568,7 @@ export function formatCost(results: CostResult[], concurrency: number, proofsPer
     r.p99Ms.toFixed(1),
     ratio(r.vsAsync),
     ratio(r.p99VsAsync),
+    `${r.commitP50Ms.toFixed(2)} / ${r.commitP99Ms.toFixed(2)}`,
     r.perPhase.join(' '),
   ])
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)))
