@@ -580,3 +580,71 @@ export function formatCost(results: CostResult[], concurrency: number, proofsPer
     ...rows.map(line),
   ].join('\n')
 }
+
+export interface StandbyOutageResult {
+  downMs: number
+  proofs: number
+  served: number
+  gaveUp: number
+  status503: number
+  networkErrors: number
+  /** The longest a served call took (first byte of its request to its answer), and the calls over 5 s. */
+  slowestMs: number
+  over5s: number
+  crashed: number
+}
+
+/**
+ * The synchronous standby stopped under paced paid load for `downMs`, then started again: what paid calls
+ * see while the primary waits for it (the cost of the guarantee when its standby is away).
+ */
+export async function runStandbyOutage(options: {
+  downMs: number
+  proofs: number
+  roundMs: number
+  concurrency: number
+  log(line: string): void
+}): Promise<StandbyOutageResult> {
+  const cleanups: Array<() => Promise<unknown>> = []
+  let stopping = false
+  try {
+    const rig = await startRig(
+      { mode: 'sync-on', proofs: options.proofs, log: options.log },
+      cleanups,
+      () => stopping,
+    )
+    const proofs: ProofState[] = rig.hashes.map((hash) => ({ hash, done: null }))
+    const stats = { s503: 0, network: 0, servedAt: [] as number[] }
+    const latencies: number[] = []
+    const load = drive(rig.a, rig.endpointId, proofs, {
+      concurrency: options.concurrency,
+      spreadMs: options.roundMs,
+      stats,
+      latencies,
+    })
+    const fault = (async () => {
+      await sleep(options.roundMs * 0.3)
+      await rig.standby.stop('immediate')
+      await sleep(options.downMs)
+      await rig.standby.start()
+      options.log(`[standby-outage] standby down ${options.downMs} ms, started again`)
+    })()
+    await Promise.all([load, fault])
+    const result: StandbyOutageResult = {
+      downMs: options.downMs,
+      proofs: proofs.length,
+      served: proofs.filter((p) => p.done === 'served').length,
+      gaveUp: proofs.filter((p) => p.done === 'gave_up').length,
+      status503: stats.s503,
+      networkErrors: stats.network,
+      slowestMs: Math.round(Math.max(0, ...latencies)),
+      over5s: latencies.filter((l) => l > 5_000).length,
+      crashed: rig.crashed(),
+    }
+    options.log(`[standby-outage] ${JSON.stringify(result)}`)
+    return result
+  } finally {
+    stopping = true
+    for (const c of cleanups.splice(0).reverse()) await c().catch(() => {})
+  }
+}

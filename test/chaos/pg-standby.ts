@@ -18,6 +18,8 @@ export interface PgStandby {
   name: string
   /** `pg_ctl promote -w`: out of recovery, accepting writes on a new timeline. */
   promote(): Promise<void>
+  stop(mode?: 'fast' | 'immediate'): Promise<void>
+  start(): Promise<void>
   /** Stops it and deletes its directory. */
   destroy(): Promise<void>
 }
@@ -49,12 +51,19 @@ export async function startStandby(primary: PgCluster, name = 'standby1'): Promi
     '-c shared_buffers=32MB',
   ].join(' ')
   const log = join(dir, 'server.log')
-  await pgBin(bin, 'pg_ctl', ['-D', data, '-l', log, '-o', serverOptions, '-w', '-t', '60', 'start'])
+  const start = async () => {
+    await pgBin(bin, 'pg_ctl', ['-D', data, '-l', log, '-o', serverOptions, '-w', '-t', '60', 'start'])
+  }
+  await start()
   let destroyed = false
   return {
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,
     port,
     name,
+    start,
+    async stop(mode = 'fast') {
+      await pgBin(bin, 'pg_ctl', ['-D', data, '-m', mode, '-w', '-t', '60', 'stop'])
+    },
     async promote() {
       await pgBin(bin, 'pg_ctl', ['-D', data, '-w', '-t', '60', 'promote'])
     },

@@ -8,12 +8,15 @@ import {
   formatFailover,
   measureReplicationCost,
   runFailover,
+  runStandbyOutage,
+  type StandbyOutageResult,
 } from './failover.ts'
 import type { ReplicationMode } from './pg-standby.ts'
 
 export async function runFailoverModes(log: (line: string) => void): Promise<{
   cost: CostResult[]
   results: FailoverResult[]
+  outage: StandbyOutageResult | null
   ok: boolean
   report: string
 }> {
@@ -49,11 +52,23 @@ export async function runFailoverModes(log: (line: string) => void): Promise<{
       r.chargedNotServed === 0 &&
       r.crashed === 0,
   )
+  // The synchronous standby away for a while under load (CHAOS_STANDBY_OUTAGE_MS=0 skips it).
+  const downMs = Number(process.env.CHAOS_STANDBY_OUTAGE_MS ?? 5_000)
+  const outage =
+    downMs > 0 ? await runStandbyOutage({ downMs, proofs: 400, roundMs: 15_000, concurrency, log }) : null
   const report = [
     ...(cost.length ? [formatCost(cost, concurrency, proofsPerPhase), ''] : []),
     ...(results.length ? [formatFailover(results)] : []),
+    ...(outage
+      ? [
+          '',
+          `synchronous standby down ${outage.downMs} ms under paid load: ${outage.served} of ${outage.proofs} served, ` +
+            `${outage.gaveUp} gave up, ${outage.status503} 503s, ${outage.networkErrors} client timeouts (6 s), ` +
+            `slowest served call ${outage.slowestMs} ms, crashed ${outage.crashed}`,
+        ]
+      : []),
   ].join('\n')
-  return { cost, results, ok, report }
+  return { cost, results, outage, ok: ok && (outage?.crashed ?? 0) === 0, report }
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
