@@ -1,6 +1,8 @@
-// `npm run chaos:failover` (and the end of `npm run chaos`): the failover round once per replication mode
-// (CHAOS_FAILOVER_MODES, default async, sync-on, sync-remote-apply), printing one row per mode. Exits 1 when
-// the recommended mode (synchronous) served a proof twice or charged for a call not served.
+// `npm run chaos:failover` (and the end of `npm run chaos`): what each replication mode costs (one rig, modes
+// interleaved), the failover round once per mode (CHAOS_FAILOVER_MODES, default async, sync-on,
+// sync-remote-apply), and the synchronous standby stopped under load; one table each. Exits 1 when a
+// synchronous mode lost a claim or served a proof twice, someone was charged for a call not served, or an
+// instance crashed.
 import {
   type CostResult,
   type FailoverResult,
