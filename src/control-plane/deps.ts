@@ -23,6 +23,9 @@ export interface ControlPlaneDeps {
   logger: Logger
   /** Base of payment_url / metered_url, e.g. https://pay.example.com */
   publicUrl(): string
-  /** Tells this instance's caches (the database NOTIFY tells the others). */
-  onEndpointChanged(id: string): void
+  /**
+   * Tells this instance's caches and, under a supervisor, its sibling workers' (resolves once they dropped
+   * it); the database NOTIFY tells other instances.
+   */
+  onEndpointChanged(id: string): Promise<void> | undefined
 }

@@ -44,7 +44,7 @@ import { createUpstreamDispatcher } from './proxy.ts'
 import { startSettlementThrottle } from './settlement-throttle.ts'
 import { Verifier } from './verifier.ts'
 import { VoucherLeases } from './voucher-leases.ts'
-import { workerEnv } from './workers.ts'
+import { startEndpointRelay, workerEnv } from './workers.ts'
 
 export interface DataPlaneDeps {
   config: Config
@@ -54,7 +54,7 @@ export interface DataPlaneDeps {
   logger: Logger
   publicUrl(): string
   /** The control plane's /api/v1 handler, given this plane's cache invalidation (the planes never import each other). */
-  apiHandler(onEndpointChanged: (id: string) => void): ApiHandler
+  apiHandler(onEndpointChanged: (id: string) => Promise<void> | undefined): ApiHandler
 }
 
 export interface DataPlane extends Started {
@@ -94,8 +94,12 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       logger,
     })
     stops.push(async () => settlementThrottle.stop())
-    const onEndpointChanged = (id: string) => {
+    // Sibling workers (one parent) hear of a change through the parent; other instances through NOTIFY.
+    const relay = startEndpointRelay((id) => endpoints.delete(id))
+    if (relay) stops.push(() => relay.stop())
+    const onEndpointChanged = (id: string): Promise<void> | undefined => {
       endpoints.delete(id)
+      return relay?.announce(id)
     }
     if (!db.embedded) stops.push(await listenForEndpointChanges(db.sql, onEndpointChanged))
     const verifier = createVerifier(config, chain, verified)

@@ -81,6 +81,10 @@ export async function startSupervisor(
   })
   let restarts = 0
   let stopping = false
+  const relay = createParentRelay(
+    () => [...workers.entries()].filter(([i]) => !readyWaiters.has(i)).map(([, w]) => w),
+    logger,
+  )
 
   const fork = (index: number, backoffMs: number) => {
     const startedAt = Date.now()
@@ -88,9 +92,13 @@ export async function startSupervisor(
     workers.set(index, worker)
     readyWaiters.add(index)
     worker.on('message', (msg: unknown) => {
-      if ((msg as { tollgate?: string })?.tollgate !== 'ready') return
-      readyWaiters.delete(index)
-      if (readyWaiters.size === 0) resolveReady()
+      const kind = (msg as { tollgate?: string })?.tollgate
+      if (kind === 'ready') {
+        readyWaiters.delete(index)
+        if (readyWaiters.size === 0) resolveReady()
+      } else {
+        relay.onMessage(worker, msg as RelayMessage)
+      }
     })
     worker.once('exit', (code, signal) => {
       if (workers.get(index) === worker) workers.delete(index)
@@ -138,6 +146,116 @@ export async function startSupervisor(
       )
       await new Promise<void>((r) => admin.close(() => r()))
       for (const s of owned.reverse()) await s()
+    },
+  }
+}
+
+/**
+ * Endpoint changes between workers. Each worker caches endpoints for itself; a change made through one
+ * worker's API must reach the others before that API call answers, or a disabled or repriced endpoint would
+ * be served at its old terms by a sibling until its cache entry expires. On a PostgreSQL server NOTIFY
+ * reaches every instance too, but after the answer; the embedded database has no NOTIFY between processes at
+ * all. So the worker that made the change asks the parent, the parent tells every other worker, and the
+ * change's API call answers once each one has dropped its entry (or RELAY_TIMEOUT_MS passed: a stopped
+ * worker must not hold every endpoint change hostage; its entry still expires with the cache's TTL).
+ */
+export type RelayMessage =
+  /** worker → parent: this endpoint changed (seq: the worker's own numbering of its announcements). */
+  | { tollgate: 'endpoint_changed'; id: string; seq: number }
+  /** parent → other workers: drop it; they answer 'endpoint_dropped' with the same seq. */
+  | { tollgate: 'endpoint_drop'; id: string; seq: number }
+  | { tollgate: 'endpoint_dropped'; seq: number }
+  /** parent → announcing worker: every other worker dropped it (or the timeout passed). */
+  | { tollgate: 'endpoint_relayed'; seq: number }
+
+export const RELAY_TIMEOUT_MS = 2_000
+
+function createParentRelay(readyWorkers: () => Worker[], logger: Logger) {
+  let nextSeq = 0
+  const pending = new Map<number, () => void>()
+  const send = (worker: Worker, msg: RelayMessage) => {
+    // A worker that died between the list and the send: nothing to drop there (a new one starts empty).
+    if (worker.isConnected()) worker.send(msg, () => {})
+  }
+  const dropEverywhere = async (from: Worker, id: string) => {
+    const acks = readyWorkers()
+      .filter((w) => w !== from && w.isConnected())
+      .map((w) => {
+        const seq = nextSeq++
+        return new Promise<boolean>((resolve) => {
+          const timer = setTimeout(() => {
+            pending.delete(seq)
+            resolve(false)
+          }, RELAY_TIMEOUT_MS)
+          pending.set(seq, () => {
+            clearTimeout(timer)
+            pending.delete(seq)
+            resolve(true)
+          })
+          send(w, { tollgate: 'endpoint_drop', id, seq })
+        })
+      })
+    const answered = await Promise.all(acks)
+    const late = answered.filter((ok) => !ok).length
+    if (late > 0) logger.warn('endpoint change not confirmed by every worker in time', { late })
+  }
+  return {
+    onMessage(worker: Worker, msg: RelayMessage) {
+      if (msg?.tollgate === 'endpoint_changed') {
+        const { id, seq } = msg
+        dropEverywhere(worker, id).then(() => send(worker, { tollgate: 'endpoint_relayed', seq }))
+      } else if (msg?.tollgate === 'endpoint_dropped') {
+        pending.get(msg.seq)?.()
+      }
+    },
+  }
+}
+
+/**
+ * The worker side of the relay: drops what siblings changed, and announces this worker's own changes.
+ * Null outside a supervised worker (one process: its own cache is the only one on this machine).
+ */
+export function startEndpointRelay(drop: (id: string) => void): {
+  announce(id: string): Promise<void>
+  stop(): void
+} | null {
+  if (workerEnv() === null || !process.send) return null
+  let nextSeq = 0
+  const waiting = new Map<number, () => void>()
+  const onMessage = (msg: RelayMessage) => {
+    if (msg?.tollgate === 'endpoint_drop') {
+      drop(msg.id)
+      process.send?.({ tollgate: 'endpoint_dropped', seq: msg.seq } satisfies RelayMessage)
+    } else if (msg?.tollgate === 'endpoint_relayed') {
+      waiting.get(msg.seq)?.()
+    }
+  }
+  process.on('message', onMessage)
+  return {
+    announce(id) {
+      const seq = nextSeq++
+      return new Promise<void>((resolve) => {
+        // The parent answers within its own timeout; this one only guards against a parent gone.
+        const timer = setTimeout(done, RELAY_TIMEOUT_MS * 2)
+        function done() {
+          clearTimeout(timer)
+          waiting.delete(seq)
+          resolve()
+        }
+        waiting.set(seq, done)
+        // false from send() only means the channel is backed up (the message is queued); an error means
+        // the parent is gone: nobody to wait for.
+        process.send?.(
+          { tollgate: 'endpoint_changed', id, seq } satisfies RelayMessage,
+          (err: Error | null) => {
+            if (err) done()
+          },
+        )
+      })
+    },
+    stop() {
+      process.removeListener('message', onMessage)
+      for (const done of [...waiting.values()]) done()
     },
   }
 }

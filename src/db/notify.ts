@@ -1,5 +1,6 @@
-// Cross-instance cache invalidation over PostgreSQL LISTEN/NOTIFY. The embedded database has one process,
-// so there is nobody else to tell: listening is skipped there and local invalidation is enough.
+// Cross-instance cache invalidation over PostgreSQL LISTEN/NOTIFY. The embedded database has no NOTIFY
+// between processes, so listening is skipped there; its worker processes hear of changes through their
+// supervising parent instead (data-plane/workers.ts).
 import { ENDPOINT_CHANGED_CHANNEL } from './endpoints.ts'
 import type { Sql } from './sql.ts'
 

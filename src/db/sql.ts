@@ -10,6 +10,7 @@
 // refuses every later query with SessionClosedError, so nothing is written on a dead socket and nothing
 // meant for a transaction can run on a new session outside it.
 import postgres from 'postgres'
+import { targetSessionAttrs } from './target-session.ts'
 
 export type Sql = postgres.Sql<{ bigint: bigint }>
 export type Tx = postgres.TransactionSql<{ bigint: bigint }>
@@ -51,6 +52,7 @@ export function createSql(url: string, options: SqlOptions): Sql {
     onnotice: () => {},
     idle_timeout: 0,
     connect_timeout: 10,
+    ...targetSessionAttrs(url),
     connection: {
       application_name: options.applicationName ?? 'tollgate',
       ...(options.synchronousCommit ? { synchronous_commit: options.synchronousCommit } : {}),

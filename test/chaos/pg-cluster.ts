@@ -23,14 +23,14 @@ export interface PgCluster {
   destroy(): Promise<void>
 }
 
-function binDir(): string {
+export function binDir(): string {
   const base = '/usr/lib/postgresql'
   const versions = existsSync(base) ? readdirSync(base).sort((a, b) => Number(b) - Number(a)) : []
   for (const v of versions) if (existsSync(join(base, v, 'bin', 'initdb'))) return join(base, v, 'bin')
   throw new Error('no PostgreSQL server binaries under /usr/lib/postgresql/*/bin')
 }
 
-function freePort(): Promise<number> {
+export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const s = createServer()
     s.once('error', reject)
@@ -43,7 +43,7 @@ function freePort(): Promise<number> {
 
 const isRoot = process.getuid?.() === 0
 
-async function pgBin(bin: string, tool: string, args: string[]): Promise<string> {
+export async function pgBin(bin: string, tool: string, args: string[]): Promise<string> {
   const file = join(bin, tool)
   const { stdout } = isRoot
     ? await run('runuser', ['-u', 'postgres', '--', file, ...args], { timeout: 60_000 })

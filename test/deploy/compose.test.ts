@@ -24,6 +24,7 @@ interface Service {
   depends_on?: Record<string, { condition: string }>
   healthcheck?: { test: string[] | string }
   command?: string[]
+  entrypoint?: string[]
 }
 interface Compose {
   services: Record<string, Service>
@@ -34,6 +35,15 @@ interface Compose {
 const compose = yaml.load(readFileSync(join(DEPLOY, 'compose.yaml'), 'utf8')) as Compose
 const services = compose.services
 const tollgates = Object.keys(services).filter((n) => /^tollgate-\d+$/.test(n))
+
+/** A multi-host postgres:// URL's hosts and target_session_attrs (WHATWG URL refuses a host list). */
+function databaseHosts(url: string): { hosts: string[]; targetSessionAttrs: string | null } {
+  const m = /^postgres(?:ql)?:\/\/(?:[^@/]*@)?([^/?]+)(?:\/[^?]*)?(?:\?(.*))?$/.exec(interpolate(url))!
+  return {
+    hosts: m[1]!.split(','),
+    targetSessionAttrs: new URLSearchParams(m[2] ?? '').get('target_session_attrs'),
+  }
+}
 
 /** `${NAME:-default}` → default, as compose interpolates it with NAME unset. */
 const interpolate = (s: string) => s.replace(/\$\{[A-Z_]+:-([^}]*)\}/g, '$1')
@@ -64,21 +74,49 @@ describe('deploy/compose.yaml', () => {
     expect(r.status, r.stderr).toBe(0)
   })
 
-  it('runs two tollgate instances on one PostgreSQL, with Prometheus and Grafana', () => {
+  it('runs two tollgate instances on one PostgreSQL primary and its standby, with Prometheus and Grafana', () => {
     expect(tollgates).toEqual(['tollgate-1', 'tollgate-2'])
-    expect(Object.keys(services)).toEqual(expect.arrayContaining(['postgres', 'prometheus', 'grafana']))
+    expect(Object.keys(services)).toEqual(
+      expect.arrayContaining(['postgres', 'postgres-standby', 'prometheus', 'grafana']),
+    )
     for (const name of tollgates) {
       const s = services[name]!
       expect(resolve(DEPLOY, s.build!.context, s.build!.dockerfile ?? 'Dockerfile')).toBe(
         join(ROOT, 'Dockerfile'),
       )
-      const db = new URL(interpolate(s.environment!.DATABASE_URL!))
-      expect(db.hostname).toBe('postgres')
+      const db = databaseHosts(s.environment!.DATABASE_URL!)
+      expect(db.hosts).toEqual(['postgres:5432', 'postgres-standby:5432'])
+      expect(db.targetSessionAttrs).toBe('read-write')
       expect(s.environment!.NODE_ENV).toBe('production')
     }
     // Both on the same database.
     const urls = new Set(tollgates.map((n) => services[n]!.environment!.DATABASE_URL))
     expect(urls.size).toBe(1)
+  })
+
+  it('builds the standby from the primary, replicating synchronously, and never copies a sync setting', () => {
+    const primary = services.postgres!
+    const standby = services['postgres-standby']!
+    expect(standby.image).toBe(primary.image)
+    expect(standby.depends_on!.postgres!.condition).toBe('service_healthy')
+    const init = (primary.volumes ?? []).find((v) => v.includes('/docker-entrypoint-initdb.d/'))!
+    const initScript = readFileSync(resolve(DEPLOY, init.split(':')[0]!), 'utf8')
+    expect(initScript).toMatch(/CREATE ROLE replicator WITH REPLICATION/)
+    expect(initScript).toMatch(/ALTER SYSTEM SET synchronous_standby_names = :'names'/)
+    expect(initScript).toMatch(/host replication replicator all scram-sha-256/)
+    // The default names the standby's application_name: synchronous unless SYNCHRONOUS_STANDBY_NAMES=''.
+    expect(primary.environment!.SYNCHRONOUS_STANDBY_NAMES).toMatch(
+      /^\$\{SYNCHRONOUS_STANDBY_NAMES-standby1\}$/,
+    )
+    const entry = (standby.volumes ?? []).find((v) => v.includes('standby.sh'))!
+    expect(standby.entrypoint).toEqual(['/bin/bash', entry.split(':')[1]])
+    const standbyScript = readFileSync(resolve(DEPLOY, entry.split(':')[0]!), 'utf8')
+    expect(standbyScript).toMatch(/pg_basebackup -h postgres .*-R -X stream -C -S standby1/)
+    expect(standbyScript).toMatch(/application_name=standby1/)
+    // Promoted and alone, a server with the primary's sync setting would wait forever on every commit.
+    expect(standbyScript).toContain(`echo "synchronous_standby_names = ''" >> "$PGDATA/postgresql.auto.conf"`)
+    for (const name of tollgates)
+      expect(services[name]!.depends_on!['postgres-standby']!.condition).toBe('service_healthy')
   })
 
   it('health-checks every service, and dependencies wait on a declared service in a valid condition', () => {

@@ -185,9 +185,11 @@ describe.skipIf(!available)('dashboards and alerts against a live Prometheus scr
   })
 
   it('the instance variable lists this instance', async () => {
-    const res = await fetch(
-      `${base}/api/v1/label/instance/values?match[]=${encodeURIComponent('tollgate_process_start_time_seconds')}`,
-    )
+    // The series the dashboard's variable reads (one every instance exports, with or without workers).
+    const dashboard = JSON.parse(readFileSync(join(ROOT, 'grafana/dashboards/tollgate.json'), 'utf8'))
+    const variable = dashboard.templating.list.find((v: { name: string }) => v.name === 'instance')
+    const series = /^label_values\((\w+), instance\)$/.exec(variable.query.query)![1]!
+    const res = await fetch(`${base}/api/v1/label/instance/values?match[]=${encodeURIComponent(series)}`)
     const body = (await res.json()) as { status: string; data: string[] }
     expect(body.status).toBe('success')
     expect(body.data).toContain(instance)

@@ -245,7 +245,7 @@ export const endpointRoutes: Route[] = [
         const current = await ownedOr404({ db: tx, account: ctx.account }, ctx.params.id!)
         return updateEndpoint(tx, current, changes, deps.config.proxy.quote_ttl_ms)
       })
-      deps.onEndpointChanged(ctx.params.id!)
+      await deps.onEndpointChanged(ctx.params.id!)
       return { status: 200, body: presentEndpoint(updated as EndpointRow, deps) }
     },
   },
@@ -257,7 +257,7 @@ export const endpointRoutes: Route[] = [
     async handler({ params, account, deps }) {
       const deleted = await deps.sql.begin((tx) => deleteEndpoint(tx, account.id, params.id!))
       if (!deleted) throw new ApiError('not_found', `no endpoint ${params.id}`, 'id')
-      deps.onEndpointChanged(params.id!)
+      await deps.onEndpointChanged(params.id!)
       return { status: 200, body: { id: params.id, object: 'endpoint', deleted: true } }
     },
   },
