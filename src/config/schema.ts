@@ -49,6 +49,13 @@ export const ConfigSchema = v.strictObject({
     url: v.nullable(v.pipe(v.string(), v.regex(/^postgres(ql)?:\/\//, 'must be a postgres:// URL'))),
     data_dir: v.pipe(v.string(), v.minLength(1)),
     pool_max: PositiveInt,
+    /**
+     * Server-side statement_timeout of the service's connections (0 = none): a statement held by a lock or
+     * a stalled server fails and its caller answers 503, instead of holding every paid call behind it.
+     */
+    statement_timeout_ms: Ms,
+    /** How long opening a database connection may take (a black-holed or frozen server) before it fails. */
+    connect_timeout_ms: PositiveInt,
   }),
   chain: v.strictObject({
     network: Network,
