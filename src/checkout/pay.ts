@@ -58,6 +58,7 @@ function withVerified(ctx: CheckoutContext, r: Responder, p: CheckoutPaymentRow,
     payer: result.payer,
     valueAtomic: result.valueAtomic,
     transaction: result.transaction,
+    proofAtMs: result.timestampMs,
   }
   const view = ctx.view()
   applyPaymentProof(ctx.deps.sql, {

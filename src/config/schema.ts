@@ -170,6 +170,13 @@ export const ConfigSchema = v.strictObject({
      * (an x402 authorization past its validBefore) is refused by the verifier, plus this margin for clocks.
      */
     claims_margin_ms: Ms,
+    /**
+     * How often each verifier re-reads the stored retention horizons; a horizon is deleted below only after
+     * it was announced for two of these plus a second, so every instance refuses those proofs first.
+     */
+    horizon_refresh_ms: PositiveInt,
+    /** A batch-settlement voucher's call, settled on chain this long ago (below its channel's total). */
+    voucher_claims_ms: Ms,
     /** Rows deleted per statement, and statements per table per run (a run never holds locks for long). */
     batch_rows: PositiveInt,
     max_batches: PositiveInt,

@@ -39,6 +39,7 @@ import { BATCH_WITHDRAW_DELAY_S } from './batch-voucher.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
 import { createEndpointCache } from './endpoint-cache.ts'
 import { createMeteredRoute } from './metered.ts'
+import { type ProofHorizons, startProofHorizons } from './proof-horizons.ts'
 import { createUpstreamDispatcher } from './proxy.ts'
 import { startSettlementThrottle } from './settlement-throttle.ts'
 import { Verifier } from './verifier.ts'
@@ -97,7 +98,13 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       endpoints.delete(id)
     }
     if (!db.embedded) stops.push(await listenForEndpointChanges(db.sql, onEndpointChanged))
-    const verifier = createVerifier(config, chain, verified)
+    // Read before the first request: a proof older than a stored retention horizon is refused from the start.
+    const horizons = await startProofHorizons(db.sql, {
+      refreshMs: config.retention.horizon_refresh_ms,
+      logger,
+    })
+    stops.push(() => horizons.stop())
+    const verifier = createVerifier(config, chain, verified, horizons)
     const books = createBooksWriter(db, config, logger)
     stops.push(async () => {
       const lost = await books.drain(15_000)
@@ -226,12 +233,14 @@ function createVerifier(
   config: Config,
   chain: ChainContext,
   verified: ReturnType<typeof createVerifiedTransferCache>,
+  horizons: ProofHorizons,
 ): Verifier {
   // One per process: the checks of one payer share its balance read (see check-authorization.ts).
   const checkOnChain = createAuthorizationChainChecker(chain.tokenReads)
   return new Verifier({
     verified,
     maxProofAgeMs: config.chain.max_proof_age_ms,
+    horizons,
     x402: {
       // v1 clients name the network, v2 clients give its CAIP-2 id.
       networks: [chain.x402Network, chain.caip2],
