@@ -85,7 +85,15 @@ export const ConfigSchema = v.strictObject({
     verified_transfers_max: PositiveInt,
     claimed_proofs_max: PositiveInt,
   }),
-  claims: v.strictObject({ batch_max: PositiveInt, capture_flush_ms: Ms }),
+  claims: v.strictObject({
+    batch_max: PositiveInt,
+    capture_flush_ms: Ms,
+    /**
+     * A paid call whose claim is not written within this is answered 503 (0 = wait): a frozen or locked
+     * database must not hold every paid call. A claim that wins after its call gave up is released.
+     */
+    timeout_ms: Ms,
+  }),
   payments: v.strictObject({
     max_amount: Dollars,
     default_expires_in_ms: PositiveInt,

@@ -342,6 +342,10 @@ function createBooksWriter(db: Database, config: Config, logger: Logger): BatchW
     batchMax: config.claims.batch_max,
     concurrency: 1,
     flushIntervalMs: config.claims.capture_flush_ms,
+    claimTimeoutMs: config.claims.timeout_ms,
+    onAbandonedRelease: (ok, err) => {
+      if (!ok) logger.warn('a claim won after its call gave up could not be released', { err })
+    },
     onBatch: (claimCount, captureCount) => {
       booksWrites.inc()
       if (claimCount > 0) claimBatchSize.observe(claimCount)

@@ -7,6 +7,8 @@ const CONNECTION_CODES = new Set([
   'CONNECTION_ENDED',
   'CONNECTION_DESTROYED',
   'CONNECT_TIMEOUT',
+  // The books writer's own deadline on a claim (src/books/batch-writer.ts): the database is stalled.
+  'CLAIM_TIMEOUT',
   'ECONNREFUSED',
   'ECONNRESET',
   'EPIPE',
