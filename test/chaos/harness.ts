@@ -664,6 +664,10 @@ const COLUMNS: Array<[string, (r: RoundResult) => string | number | null]> = [
   ['crashed', (r) => r.crashed],
 ]
 
+function sum(result: ChaosResult, f: (r: RoundResult) => number): number {
+  return result.rounds.reduce((n, r) => n + f(r), 0)
+}
+
 export function formatTable(result: ChaosResult): string {
   const rows = result.rounds.map((r) => COLUMNS.map(([, f]) => String(f(r))))
   const head = COLUMNS.map(([h]) => h)
@@ -675,6 +679,7 @@ export function formatTable(result: ChaosResult): string {
     ...rows.map(line),
     '',
     `replay of every proof on both instances: ${result.replayServedAgain} served again, ${result.replayFirstServes} served for the first time (refused with a 402 during the load)`,
+    `served, not captured: ${sum(result, (r) => r.servedNotCaptured)} (+ ${sum(result, (r) => r.servedNotCapturedKilledInFlight)} in flight on a killed process)`,
     `instances crashed: ${result.crashed}`,
     result.ok
       ? 'OK'
