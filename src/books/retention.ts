@@ -40,7 +40,10 @@ export async function pruneClaims(sql: Sql, q: PruneClaims): Promise<{ claims: n
     WITH gone AS (
       DELETE FROM claims WHERE proof_key IN (
         SELECT proof_key FROM claims k
-        WHERE (k.kind = 'tx' AND k.status IN ('captured', 'refunded', 'applied', 'void')
+        -- Implied by every branch below (a claim is settled after it is claimed); stated once so that the
+        -- scan is a range of the claimed_at index, not the whole table.
+        WHERE k.claimed_at < now() - ${Math.min(q.txOlderThanMs, q.authOlderThanMs, q.voucherSettledMs)} * interval '1 millisecond'
+          AND ((k.kind = 'tx' AND k.status IN ('captured', 'refunded', 'applied', 'void')
                AND k.claimed_at < now() - ${q.txOlderThanMs} * interval '1 millisecond'
                -- Rows from before proof_at was stored: their claim time (never earlier than the proof).
                AND coalesce(k.proof_at, k.claimed_at) < ${txCut})
@@ -52,7 +55,7 @@ export async function pruneClaims(sql: Sql, q: PruneClaims): Promise<{ claims: n
                AND k.settled_at < now() - ${q.voucherSettledMs} * interval '1 millisecond'
                AND split_part(k.proof_key, ':', 3)::numeric < (
                  SELECT c.charged_atomic FROM batch_channels c
-                 WHERE c.channel_id = split_part(k.proof_key, ':', 2)))
+                 WHERE c.channel_id = split_part(k.proof_key, ':', 2))))
         LIMIT ${q.batch})
       RETURNING proof_key, kind
     ),
