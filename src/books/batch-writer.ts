@@ -2,13 +2,31 @@
 // has its answer) are group-committed together, one statement and one commit per batch, so a paid call
 // costs one durable write under load. Captures are never dropped while the process lives: a failed batch
 // puts them back and they are retried with backoff until written; stop() drains them.
+//
+// A claim waits at most claimTimeoutMs: behind a batch stuck on a frozen or locked database, the request
+// is answered 503 (ClaimTimeoutError) instead of waiting with it. A claim abandoned before it was sent is
+// never written; one abandoned in flight that then wins is released at once (nothing was forwarded), so
+// the payer may present the same proof again.
 import type { Sql } from '../db/sql.ts'
-import { type Capture, type ClaimRequest, type ClaimResult, claimAndCapture } from './claims.ts'
+import { type Capture, type ClaimRequest, type ClaimResult, claimAndCapture, releaseClaim } from './claims.ts'
 
 interface PendingClaim {
   req: ClaimRequest
   resolve(result: ClaimResult): void
   reject(err: unknown): void
+  /** Its request was already answered 503: the outcome has nobody to go to. */
+  abandoned: boolean
+  timer: NodeJS.Timeout | null
+}
+
+/** A claim's write did not finish within the writer's claimTimeoutMs (the database is stalled or locked). */
+export class ClaimTimeoutError extends Error {
+  // isDatabaseUnavailable knows it: answered 503 with Retry-After wherever it surfaces.
+  readonly code = 'CLAIM_TIMEOUT'
+  constructor(ms: number) {
+    super(`the claim was not written within ${ms} ms (database stalled)`)
+    this.name = 'ClaimTimeoutError'
+  }
 }
 
 export interface BatchWriterOptions {
@@ -17,6 +35,10 @@ export interface BatchWriterOptions {
   concurrency: number
   /** How long a capture with no claim to ride along waits before it is written alone. */
   flushIntervalMs: number
+  /** A claim not written within this is rejected (ClaimTimeoutError, answered 503); default none. */
+  claimTimeoutMs?: number
+  /** An abandoned claim won in flight was released (ok) or could not be (it stays held, then in doubt). */
+  onAbandonedRelease?(ok: boolean, err?: unknown): void
   /** Backoff of capture retries after a failed batch: doubles from the first to the last. */
   retryMinMs?: number
   retryMaxMs?: number
@@ -49,7 +71,19 @@ export class BatchWriter {
   /** Claims a proof; resolves when its batch committed. Rejects when the batch failed (answer 503). */
   claim(req: ClaimRequest): Promise<ClaimResult> {
     return new Promise((resolve, reject) => {
-      this.claims.push({ req, resolve, reject })
+      const pending: PendingClaim = { req, resolve, reject, abandoned: false, timer: null }
+      const timeoutMs = this.options.claimTimeoutMs
+      if (timeoutMs !== undefined && timeoutMs > 0) {
+        pending.timer = setTimeout(() => {
+          pending.abandoned = true
+          // Not sent yet: it never will be.
+          const queued = this.claims.indexOf(pending)
+          if (queued >= 0) this.claims.splice(queued, 1)
+          reject(new ClaimTimeoutError(timeoutMs))
+        }, timeoutMs)
+        pending.timer.unref()
+      }
+      this.claims.push(pending)
       if (this.inFlight < this.options.concurrency) this.flush()
     })
   }
@@ -135,8 +169,8 @@ export class BatchWriter {
     const seen = new Set<string>()
     const rows: PendingClaim[] = []
     for (const p of batch) {
-      if (capturing.has(p.req.proofKey)) p.resolve({ outcome: 'used' })
-      else if (seen.has(p.req.proofKey)) p.resolve({ outcome: 'busy' })
+      if (capturing.has(p.req.proofKey)) this.settle(p, { outcome: 'used' })
+      else if (seen.has(p.req.proofKey)) this.settle(p, { outcome: 'busy' })
       else {
         seen.add(p.req.proofKey)
         rows.push(p)
@@ -144,14 +178,17 @@ export class BatchWriter {
     }
     try {
       const result = await claimAndCapture(this.sql, { claims: rows.map((p) => p.req), captures })
-      for (let i = 0; i < rows.length; i++) rows[i]!.resolve(result.claims[i]!)
+      for (let i = 0; i < rows.length; i++) this.settle(rows[i]!, result.claims[i]!)
       this.failures = 0
       this.retryAtMs = 0
       if (result.captured.size < captures.length) {
         this.options.onNotApplied?.(captures.filter((c) => !result.captured.has(c.proofKey)))
       }
     } catch (err) {
-      for (const p of rows) p.reject(err)
+      for (const p of rows) {
+        if (p.timer) clearTimeout(p.timer)
+        p.reject(err)
+      }
       if (captures.length > 0) {
         // Back to the front, in order: retried (with backoff) until written. Idempotent: a capture applies
         // only to a claim still 'claimed', so a write that committed but whose answer was lost is harmless.
@@ -163,5 +200,16 @@ export class BatchWriter {
       }
       this.options.onError?.(err, captures.length)
     }
+  }
+
+  /** A claim's outcome to its request; one abandoned meanwhile and won is released (never forwarded). */
+  private settle(p: PendingClaim, result: ClaimResult): void {
+    if (p.timer) clearTimeout(p.timer)
+    if (!p.abandoned) return p.resolve(result)
+    if (result.outcome !== 'won') return
+    releaseClaim(this.sql, { proofKey: p.req.proofKey, attempt: result.attempt }).then(
+      (r) => this.options.onAbandonedRelease?.(r.ok),
+      (err) => this.options.onAbandonedRelease?.(false, err),
+    )
   }
 }

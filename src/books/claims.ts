@@ -22,6 +22,8 @@ export interface ClaimRequest {
   leaseMs: number
   /** An EIP-3009 authorization to settle later (x402 payments); null for a transaction hash. */
   authorization: object | null
+  /** A transaction's block time (ms): the prune compares it with the stored horizon (chain clock). */
+  proofAtMs?: number | null
 }
 
 /**
@@ -94,13 +96,13 @@ export async function claimAndCapture(
     ),
     won AS (
       INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                          retry_until, lease_until, authorization_payload)
+                          retry_until, lease_until, authorization_payload, proof_at)
       SELECT proof_key, kind, target_type, target_id, account_id, payer, amount, 'claimed',
              now() + retry_ms * interval '1 millisecond', now() + lease_ms * interval '1 millisecond',
-             "authorization"
+             "authorization", to_timestamp(proof_at_ms / 1000.0)
       FROM json_to_recordset(${claimsDoc}::text::json)
         AS t(proof_key text, kind text, target_type text, target_id text, account_id text, payer text,
-             amount bigint, retry_ms bigint, lease_ms bigint, "authorization" jsonb)
+             amount bigint, retry_ms bigint, lease_ms bigint, "authorization" jsonb, proof_at_ms bigint)
       ON CONFLICT (proof_key) DO UPDATE
         SET lease_until = EXCLUDED.lease_until, attempts = claims.attempts + 1
         WHERE claims.status = 'claimed' AND claims.target_id = EXCLUDED.target_id
@@ -170,6 +172,7 @@ function claimsJson(r: ClaimRequest[]): string {
       retry_ms: x.retryWindowMs,
       lease_ms: x.leaseMs,
       authorization: x.authorization,
+      proof_at_ms: x.proofAtMs ?? null,
     })),
   )
 }

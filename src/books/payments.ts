@@ -56,6 +56,8 @@ export interface PaymentProof {
   payer: string
   valueAtomic: bigint
   transaction: string
+  /** A transaction's block time (ms), stored with its claim for the retention horizon. */
+  proofAtMs?: number | null
 }
 
 export type ApplyOutcome =
@@ -220,9 +222,11 @@ export async function applyPaymentProof(
     if (expired) payment = { ...payment, ...expired }
     const payable = payment.status === 'pending'
     const claimed = await tx`
-      INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status, captured_at)
+      INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status, captured_at,
+                          proof_at)
       VALUES (${proof.proofKey}, ${proof.kind}, 'payment', ${payment.id}, ${payment.account_id}, ${proof.payer},
-              ${proof.valueAtomic}, ${payable ? 'applied' : 'refund_due'}, ${payable ? tx`now()` : null})
+              ${proof.valueAtomic}, ${payable ? 'applied' : 'refund_due'}, ${payable ? tx`now()` : null},
+              ${proof.proofAtMs == null ? null : new Date(proof.proofAtMs)})
       ON CONFLICT (proof_key) DO NOTHING RETURNING proof_key`
     if (claimed.length === 0) return { kind: 'proof_already_used' }
     if (!payable) {

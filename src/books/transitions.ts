@@ -172,7 +172,7 @@ export const TRANSITIONS: readonly Transition[] = [
       from,
       to: 'pruned',
       fn: 'pruneClaims',
-      why: 'older than the maximum proof age (the verifier refuses it): the row is no longer needed',
+      why: 'older than the stored retention horizon every verifier refuses (a voucher: settled, below its channel total)',
     }),
   ),
   // call: written once with its claim's capture, never updated.

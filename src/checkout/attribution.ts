@@ -44,7 +44,14 @@ export async function attributeTransfers(
     const hash = t.hash.toLowerCase()
     const outcome = await applyPaymentProof(deps.sql, {
       paymentId,
-      proof: { proofKey: `tx:${hash}`, kind: 'tx', payer: t.from, valueAtomic: t.value, transaction: hash },
+      proof: {
+        proofKey: `tx:${hash}`,
+        kind: 'tx',
+        payer: t.from,
+        valueAtomic: t.value,
+        transaction: hash,
+        proofAtMs: t.timestampMs,
+      },
       ownerShareBps: deps.ownerShareBps,
       view: deps.view(),
     })

@@ -75,6 +75,7 @@ function withVerified(
     payer: result.payer,
     valueAtomic: result.valueAtomic,
     transaction: result.transaction,
+    proofAtMs: result.timestampMs,
   }
   const view = ctx.view()
   applyPaymentProof(ctx.deps.sql, {

@@ -75,6 +75,16 @@ export function loadConfig(options: LoadOptions = {}): Config {
       'invalid configuration:\n  server.threads: must be 1 (this uWebSockets.js build cannot share a port between threads); run several tollgate processes behind a load balancer on one PostgreSQL server instead',
     )
   }
+  // With a synchronous standby, PostgreSQL reports a COMMIT whose wait for the standby was cancelled (by
+  // statement_timeout) as a success, committed on the primary only. A claim must therefore give up on the
+  // client side first: a claim that wins after its call gave up is released, never served, so a claim the
+  // standby may not hold is never acted on.
+  const statementMs = settings.database.statement_timeout_ms
+  if (statementMs > 0 && (settings.claims.timeout_ms === 0 || settings.claims.timeout_ms >= statementMs)) {
+    throw new ConfigError(
+      `invalid configuration:\n  claims.timeout_ms: must be above 0 and below database.statement_timeout_ms (${statementMs}) while that is set, so that a claim whose commit the database cut short is never served`,
+    )
+  }
   const { key, source } = treasuryKey(env)
   if (key !== null && !/^0x[0-9a-fA-F]{64}$/.test(key)) {
     // Never echo the value: it is a secret.

@@ -68,6 +68,15 @@ export const ConfigSchema = v.strictObject({
     url: v.nullable(v.pipe(v.string(), v.regex(/^postgres(ql)?:\/\//, 'must be a postgres:// URL'))),
     data_dir: v.pipe(v.string(), v.minLength(1)),
     pool_max: PositiveInt,
+    /**
+     * Server-side statement_timeout of the service's connections (0 = none): a statement held by a lock or
+     * a stalled server fails and its caller answers 503, instead of holding every paid call behind it.
+     * Must stay above claims.timeout_ms (checked at start): a COMMIT cut short while it waits for a
+     * synchronous standby is reported as a success on the primary alone.
+     */
+    statement_timeout_ms: Ms,
+    /** How long opening a database connection may take (a black-holed or frozen server) before it fails. */
+    connect_timeout_ms: PositiveInt,
   }),
   chain: v.strictObject({
     network: Network,
@@ -101,7 +110,15 @@ export const ConfigSchema = v.strictObject({
     verified_transfers_max: PositiveInt,
     claimed_proofs_max: PositiveInt,
   }),
-  claims: v.strictObject({ batch_max: PositiveInt, capture_flush_ms: Ms }),
+  claims: v.strictObject({
+    batch_max: PositiveInt,
+    capture_flush_ms: Ms,
+    /**
+     * A paid call whose claim is not written within this is answered 503 (0 = wait): a frozen or locked
+     * database must not hold every paid call. A claim that wins after its call gave up is released.
+     */
+    timeout_ms: Ms,
+  }),
   payments: v.strictObject({
     max_amount: Dollars,
     default_expires_in_ms: PositiveInt,
@@ -186,6 +203,13 @@ export const ConfigSchema = v.strictObject({
      * (an x402 authorization past its validBefore) is refused by the verifier, plus this margin for clocks.
      */
     claims_margin_ms: Ms,
+    /**
+     * How often each verifier re-reads the stored retention horizons; a horizon is deleted below only after
+     * it was announced for two of these plus a second, so every instance refuses those proofs first.
+     */
+    horizon_refresh_ms: PositiveInt,
+    /** A batch-settlement voucher's call, settled on chain this long ago (below its channel's total). */
+    voucher_claims_ms: Ms,
     /** Rows deleted per statement, and statements per table per run (a run never holds locks for long). */
     batch_rows: PositiveInt,
     max_batches: PositiveInt,

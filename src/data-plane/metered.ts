@@ -371,6 +371,7 @@ class MeteredCall implements ProxyHooks {
         retryWindowMs: this.ctx.settings.retryWindowMs,
         leaseMs: endpoint.target.timeoutMs + 5_000,
         authorization: result.kind === 'eip3009' ? result.authorization : null,
+        proofAtMs: result.kind === 'tx' ? result.timestampMs : null,
       })
       .then(
         (outcome) => this.withClaim(outcome),

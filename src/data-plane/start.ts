@@ -40,6 +40,7 @@ import { BATCH_WITHDRAW_DELAY_S } from './batch-voucher.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
 import { createEndpointCache } from './endpoint-cache.ts'
 import { createMeteredRoute } from './metered.ts'
+import { type ProofHorizons, startProofHorizons } from './proof-horizons.ts'
 import { createUpstreamDispatcher } from './proxy.ts'
 import { startSettlementThrottle } from './settlement-throttle.ts'
 import { Verifier } from './verifier.ts'
@@ -102,7 +103,13 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       return relay?.announce(id)
     }
     if (!db.embedded) stops.push(await listenForEndpointChanges(db.sql, onEndpointChanged))
-    const verifier = createVerifier(config, chain, verified)
+    // Read before the first request: a proof older than a stored retention horizon is refused from the start.
+    const horizons = await startProofHorizons(db.sql, {
+      refreshMs: config.retention.horizon_refresh_ms,
+      logger,
+    })
+    stops.push(() => horizons.stop())
+    const verifier = createVerifier(config, chain, verified, horizons)
     const books = createBooksWriter(db, config, logger)
     stops.push(async () => {
       const lost = await books.drain(15_000)
@@ -235,6 +242,7 @@ function createVerifier(
   config: Config,
   chain: ChainContext,
   verified: ReturnType<typeof createVerifiedTransferCache>,
+  horizons: ProofHorizons,
 ): Verifier {
   // One per process: the checks of one payer share its balance read (see check-authorization.ts).
   const checkOnChain = createAuthorizationChainChecker(chain.tokenReads)
@@ -243,6 +251,7 @@ function createVerifier(
     maxProofAgeMs: config.chain.max_proof_age_ms,
     notFoundTtlMs: config.verify.not_found_ttl_ms,
     lookupsPerClient: config.rate_limits.enabled ? config.rate_limits.chain_lookups_per_client : 0,
+    horizons,
     x402: {
       // v1 clients name the network, v2 clients give its CAIP-2 id.
       networks: [chain.x402Network, chain.caip2],
@@ -344,6 +353,10 @@ function createBooksWriter(db: Database, config: Config, logger: Logger): BatchW
     batchMax: config.claims.batch_max,
     concurrency: 1,
     flushIntervalMs: config.claims.capture_flush_ms,
+    claimTimeoutMs: config.claims.timeout_ms,
+    onAbandonedRelease: (ok, err) => {
+      if (!ok) logger.warn('a claim won after its call gave up could not be released', { err })
+    },
     onBatch: (claimCount, captureCount) => {
       booksWrites.inc()
       if (claimCount > 0) claimBatchSize.observe(claimCount)

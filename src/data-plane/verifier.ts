@@ -38,6 +38,8 @@ export type VerifyResult =
       payer: `0x${string}`
       valueAtomic: bigint
       transaction: `0x${string}`
+      /** The transaction's block time: stored with its claim, which the retention horizon compares. */
+      timestampMs: number
     }
   | {
       ok: true
@@ -108,6 +110,11 @@ export interface VerifierOptions {
   notFoundTtlMs?: number
   /** Chain look-ups one client may have in flight (a cache hit or joining one in flight is free); 0: no bound. */
   lookupsPerClient?: number
+  /**
+   * The stored retention horizons (src/data-plane/proof-horizons.ts): a proof dated before one may have
+   * lost its claim row to the prune job, so it is refused whatever maxProofAgeMs says now.
+   */
+  horizons?: { refusedBeforeMs(kind: 'tx' | 'eip3009'): number }
   now?: () => number
 }
 
@@ -233,6 +240,10 @@ export class Verifier {
   private async checkAuthorization(payment: ExactPayment, proofKey: string): Promise<VerifyResult> {
     const { x402 } = this.options
     const a: TransferAuthorization = payment.authorization
+    // Its claim may have been pruned (validBefore under the stored horizon): expired, whatever this clock says.
+    const horizon = this.options.horizons?.refusedBeforeMs('eip3009')
+    if (horizon !== undefined && Number(a.validBefore) * 1000 < horizon)
+      return { ok: false, reason: 'authorization_expired' }
     const local = await verifyTransferAuthorization({
       usdc: x402.usdc,
       chainId: x402.chainId,
@@ -277,13 +288,24 @@ export class Verifier {
   }
 
   private fromTransfer(t: VerifiedTransfer, proofKey: string, source: 'cache' | 'rpc'): VerifyResult {
-    if (this.now() - t.timestampMs > this.options.maxProofAgeMs) {
+    // Older than the configured age, or than the stored horizon (its claim may have been pruned under an
+    // earlier, shorter age): refused either way.
+    const horizon = this.options.horizons?.refusedBeforeMs('tx') ?? Number.NEGATIVE_INFINITY
+    if (this.now() - t.timestampMs > this.options.maxProofAgeMs || t.timestampMs < horizon) {
       if (source === 'cache') counters.cacheTooOld.inc()
       else verifications.labels('tx', 'rpc', 'proof_too_old').inc()
       return { ok: false, reason: 'proof_too_old' }
     }
     if (source === 'cache') counters.cacheOk.inc()
     else verifications.labels('tx', 'rpc', 'ok').inc()
-    return { ok: true, proofKey, kind: 'tx', payer: t.from, valueAtomic: t.value, transaction: t.hash }
+    return {
+      ok: true,
+      proofKey,
+      kind: 'tx',
+      payer: t.from,
+      valueAtomic: t.value,
+      transaction: t.hash,
+      timestampMs: t.timestampMs,
+    }
   }
 }

@@ -18,6 +18,9 @@ export async function migrate(sql: Sql, dir = MIGRATIONS_DIR): Promise<Migration
     .filter((f) => /^\d{4}_.+\.sql$/.test(f))
     .sort()
   return sql.begin(async (tx) => {
+    // A migration (an index on a big table) or the wait for another instance's may take longer than the
+    // service's statement timeout: none here.
+    await tx`SET LOCAL statement_timeout = 0`
     await tx`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK_KEY})`
     await tx`CREATE TABLE IF NOT EXISTS schema_migrations (
       name text PRIMARY KEY,

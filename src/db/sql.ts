@@ -31,6 +31,27 @@ export interface SqlOptions {
    * session in this process: no restart to survive, and a second connection would not be a session).
    */
   sessions?: number
+  /**
+   * Server-side `statement_timeout` of every connection (0 = none): a statement stuck behind a lock or a
+   * stalled server fails (SQLSTATE 57014) instead of holding the one books writer and every paid call
+   * queued behind it. Not for the embedded database (one session: nothing else can hold a lock).
+   */
+  statementTimeoutMs?: number
+  /** How long opening a connection may take (TCP, startup, auth) before it fails. Default 10 s. */
+  connectTimeoutMs?: number
+}
+
+/**
+ * The pause before a connection is opened again after a failed attempt, in seconds: the driver's own curve
+ * ((0.5–1) × 3^retries / 100, where `retries` counts failed connects of the whole pool) capped at
+ * RECONNECT_MAX_S instead of 20 s. Uncapped, a few failed connects while the server restarts grow it to
+ * 7–20 s, and every query waits that long after the server is back (no answer, no 503). A query issued
+ * while the server is away fails after at most this pause plus one refused connect, so the caller answers
+ * 503 at once; once it is back, the next connect within this pause succeeds.
+ */
+export const RECONNECT_MAX_S = 0.25
+export function reconnectBackoffS(retries: number, random: number = Math.random()): number {
+  return (0.5 + random / 2) * Math.min(3 ** retries / 100, RECONNECT_MAX_S)
 }
 
 /** A transaction or reserved connection whose database connection closed: it is gone, retry afresh. */
@@ -51,11 +72,13 @@ export function createSql(url: string, options: SqlOptions): Sql {
     // Notices (e.g. "relation already exists, skipping") are not errors and would only be noise.
     onnotice: () => {},
     idle_timeout: 0,
-    connect_timeout: 10,
     ...targetSessionAttrs(url),
+    connect_timeout: (options.connectTimeoutMs ?? 10_000) / 1000,
+    backoff: (retries: number) => reconnectBackoffS(retries),
     connection: {
       application_name: options.applicationName ?? 'tollgate',
       ...(options.synchronousCommit ? { synchronous_commit: options.synchronousCommit } : {}),
+      ...(options.statementTimeoutMs ? { statement_timeout: options.statementTimeoutMs } : {}),
     },
   }
   const pool = postgres(url, { ...settings, max: options.max }) as unknown as Sql

@@ -37,7 +37,13 @@ export async function startDatabase(deps: {
     }
     // The embedded database is one session: one connection is the only safe pool size there.
     const poolMax = embedded ? 1 : deps.config.database.pool_max
-    const sql = createSql(url, { max: poolMax })
+    // Outages answer fast: a bounded reconnect pause (sql.ts), a connect timeout, and on a server a
+    // statement timeout, so a query fails (503) rather than waits while the database is away.
+    const sql = createSql(url, {
+      max: poolMax,
+      connectTimeoutMs: deps.config.database.connect_timeout_ms,
+      statementTimeoutMs: embedded ? 0 : deps.config.database.statement_timeout_ms,
+    })
     stops.push(() => sql.end({ timeout: 5 }))
     dbPoolSize.set(poolMax)
     const migrated = await migrate(sql)

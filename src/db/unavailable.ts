@@ -7,6 +7,8 @@ const CONNECTION_CODES = new Set([
   'CONNECTION_ENDED',
   'CONNECTION_DESTROYED',
   'CONNECT_TIMEOUT',
+  // The books writer's own deadline on a claim (src/books/batch-writer.ts): the database is stalled.
+  'CLAIM_TIMEOUT',
   'ECONNREFUSED',
   'ECONNRESET',
   'EPIPE',
@@ -17,10 +19,20 @@ const CONNECTION_CODES = new Set([
 
 /**
  * SQLSTATE class 08 (connection exception), 57P01–57P03 (admin/crash shutdown, cannot connect now: the
- * server is starting or stopping), 53300 (too many connections).
+ * server is starting or stopping), 53300 (too many connections), 57014 (canceled: the statement timeout
+ * fired, e.g. behind a lock or on a stalled server) and 55P03 (lock not available). A canceled or timed
+ * out statement rolled back: retrying it is safe.
  */
 function isUnavailableSqlState(code: string): boolean {
-  return code.startsWith('08') || code === '57P01' || code === '57P02' || code === '57P03' || code === '53300'
+  return (
+    code.startsWith('08') ||
+    code === '57P01' ||
+    code === '57P02' ||
+    code === '57P03' ||
+    code === '53300' ||
+    code === '57014' ||
+    code === '55P03'
+  )
 }
 
 export function isDatabaseUnavailable(err: unknown): boolean {

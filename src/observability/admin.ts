@@ -31,7 +31,15 @@ export interface AdminServerOptions {
   token?: string | null
   /** One bucket per extra route (they scan the chain and the books); null = unlimited. */
   routeLimiter?: RateLimiter | null
+  /** /readyz answers within this, whatever a dependency does: a check still running then fails. */
+  readyTimeoutMs?: number
 }
+
+/**
+ * /readyz's own deadline. A probe that gets no answer is a failed probe anyway; answering 503 in time says
+ * which check hung (a database being restarted, a frozen server) instead of leaving the prober to guess.
+ */
+export const READY_TIMEOUT_MS = 2_000
 
 export async function startAdminServer(options: AdminServerOptions): Promise<AdminServer> {
   const app = uws.App()
@@ -56,7 +64,7 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
   })
   app.get('/readyz', (res, req) => {
     const state = onAbort(res, req)
-    runChecks().then((results) => {
+    runChecks(options.readyTimeoutMs ?? READY_TIMEOUT_MS).then((results) => {
       const ready = results.every((r) => r.ok)
       const body = JSON.stringify({ status: ready ? 'ready' : 'not_ready', checks: results })
       reply(res, state, ready ? 200 : 503, 'application/json', body)

@@ -1,9 +1,11 @@
 // The bounded chaos run for CI: two server processes on a private PostgreSQL server under paid load,
 // PostgreSQL restarted twice (the SIGKILL, RPC and upstream rounds run in `npm run chaos`). The processes
-// must survive the restarts, answer 503 only while the database is down, and recover by themselves; no proof
-// is served twice (replayed on both instances afterwards) and nobody is charged for a call not served.
+// must survive the restarts, answer 503 only while the database is down (at once: no client times out), and
+// recover within a grace of its return; no proof is served twice (replayed on both instances afterwards) and
+// nobody is charged for a call not served.
 import { existsSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
+import { READY_TIMEOUT_MS } from '../../src/observability/admin.ts'
 import { formatTable, runChaos } from './harness.ts'
 
 describe.runIf(existsSync('/usr/lib/postgresql'))('chaos (bounded)', () => {
@@ -26,8 +28,13 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos (bounded)', () => {
       // Recovery: every proof ended served or refused, none left hanging.
       expect(round.gaveUp, context).toBe(0)
       expect(round.served, context).toBe(round.proofs)
-      // 503 (with Retry-After) while the database is down, never outside the fault and its grace.
+      // 503 (with Retry-After) while the database is down, never outside the fault and its grace; no network
+      // error outside it either, and no client left waiting out its timeout: an outage answers at once.
       expect(round.status503Outside, context).toBe(0)
+      expect(round.networkOutside, context).toBe(0)
+      expect(round.clientTimeouts, context).toBe(0)
+      // /readyz answers within its own deadline whatever the database does (plus scheduling slack).
+      expect(round.readyzMaxMs, context).toBeLessThan(READY_TIMEOUT_MS + 1_500)
       expect(round.status503NoRetryAfter, context).toBe(0)
       expect(round.api500, context).toBe(0)
       expect(round.readyAfter, context).toBe(true)
@@ -45,6 +52,9 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos (bounded)', () => {
     for (const round of result.rounds) {
       expect(round.servedTwice, context).toBe(0)
       expect(round.chargedNotServed, context).toBe(0)
+      // A database restart loses no capture: captures of served calls wait in memory and are written
+      // once it is back (only a killed process may lose the ones it held, and none is killed here).
+      expect(round.servedNotCaptured + round.servedNotCapturedKilledInFlight, context).toBe(0)
     }
     expect(result.replayServedAgain, context).toBe(0)
     // A proof refused with a 402 during the load and served on replay is no double serve, but that 402 was

@@ -83,13 +83,16 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('database client across a Post
     const other = createSql(cluster.url, { max: 2 })
     try {
       expect(leadership.isLeader()).toBe(true)
-      await cluster.restart('fast', 500)
-      // The lock went with the session: within a few checks the old leader knows it.
-      await waitFor(() => !leadership.isLeader(), {
+      // The lock went with the session: within a few checks the old leader knows it. Watched while the
+      // server restarts: a reconnect is quick (its pause is capped), so the lock may be taken again by
+      // the time the restart returns.
+      const steppedDown = waitFor(() => !leadership.isLeader(), {
         timeoutMs: 10_000,
-        intervalMs: 50,
+        intervalMs: 20,
         what: 'the step-down',
       })
+      await cluster.restart('fast', 500)
+      await steppedDown
       // Then it takes the lock again on a new session (nobody else is competing).
       await waitFor(() => leadership.isLeader(), {
         timeoutMs: 20_000,

@@ -62,6 +62,14 @@ export interface RoundResult {
   /** Names of the readiness checks seen failing during the round. */
   readyFailed: string[]
   networkErrors: number
+  /** Network errors (refused, reset, client timeout) of attempts wholly outside the fault window and its grace. */
+  networkOutside: number
+  /** Attempts abandoned by the client after CLIENT_TIMEOUT_MS without an answer (a stall). */
+  clientTimeouts: number
+  /** The last 503 after the fault window closed, ms after it (null: none after it): how fast calls resumed. */
+  last503AfterMs: number | null
+  /** The slowest /readyz answer of the round, ms (a probe that got none counts its client timeout). */
+  readyzMaxMs: number
   reconcileExit: number | null
   /** Running balances (accounts, wallets) recomputed from their entries after the round, and how many differ. */
   balancesChecked: number
@@ -104,6 +112,22 @@ interface ProofState {
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+/** A paid call's client gives up after this long without an answer: an outage must answer 503 sooner. */
+const CLIENT_TIMEOUT_MS = 6_000
+/** The fault window opens when the fault is injected, less this (a request already in flight). */
+const WINDOW_LEAD_MS = 500
+/** Calls must answer normally again within this of the fault's end (PostgreSQL accepting connections). */
+export const RECOVERY_GRACE_MS = 2_000
+
+interface LoadStats {
+  /** When each 503 was answered. */
+  s503: number[]
+  /** Each network error: when its attempt started and ended, and whether the client timed out. */
+  network: Array<{ from: number; to: number; timeout: boolean }>
+  noRetryAfter: number
+  readyzMaxMs: number
+}
 
 export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   const { log } = options
@@ -221,7 +245,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     for (const [r, fault] of options.faults.entries()) {
       const mine = proofs.filter((p) => p.round === r)
       roundCrashes = 0
-      const stats = { s503: [] as number[], network: 0, noRetryAfter: 0 }
+      const stats: LoadStats = { s503: [], network: [], noRetryAfter: 0, readyzMaxMs: 0 }
       const window = { from: Number.POSITIVE_INFINITY, to: 0 }
       log(`round ${r + 1}: ${fault}, ${mine.length} proofs`)
       const roundStart = Date.now()
@@ -249,8 +273,10 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       await sleep(2_000)
       const reconcileExit = await runReconcile(cluster.url, chain, log)
       const balances = await balancesAgainstEntries(cluster.url)
-      const graceMs = 5_000
-      const outside = stats.s503.filter((t) => t < window.from - 500 || t > window.to + graceMs).length
+      const outsideWindow = (from: number, to: number) =>
+        to < window.from - WINDOW_LEAD_MS || from > window.to + RECOVERY_GRACE_MS
+      const outside = stats.s503.filter((t) => outsideWindow(t, t)).length
+      const after503 = stats.s503.filter((t) => t > window.to).map((t) => t - window.to)
       rounds.push({
         fault,
         proofs: mine.length,
@@ -268,7 +294,11 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
         readyRedSeen: probing.readyRed,
         readyAfter: await readyz(instances[0]!).then((st) => st === 200),
         readyFailed: [...probing.failed],
-        networkErrors: stats.network,
+        networkErrors: stats.network.length,
+        networkOutside: stats.network.filter((n) => outsideWindow(n.from, n.to)).length,
+        clientTimeouts: stats.network.filter((n) => n.timeout).length,
+        last503AfterMs: after503.length > 0 ? Math.max(...after503) : null,
+        readyzMaxMs: stats.readyzMaxMs,
         reconcileExit,
         balancesChecked: balances.checked,
         balanceDrift: balances.drifted,
@@ -297,7 +327,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
 
     await judge(db, proofs, upstream, rounds)
     const ok =
-      rounds.every((r) => r.servedTwice === 0 && r.chargedNotServed === 0) &&
+      rounds.every((r) => r.servedTwice === 0 && r.chargedNotServed === 0 && answeredInTime(r)) &&
       crashed === 0 &&
       replayServedAgain === 0
     for (const inst of instances)
@@ -306,6 +336,16 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   } finally {
     await cleanup()
   }
+}
+
+/**
+ * Outside its fault window (and the recovery grace) a round saw no 503 and no network error; a database
+ * restart never made a client wait out its timeout (an outage answers 503 at once, not a stall).
+ */
+export function answeredInTime(r: RoundResult): boolean {
+  return (
+    r.status503Outside === 0 && r.networkOutside === 0 && (r.fault !== 'pg-restart' || r.clientTimeouts === 0)
+  )
 }
 
 /**
@@ -382,7 +422,7 @@ async function drive(
     endpointId: string
     concurrency: number
     spreadMs: number
-    stats: { s503: number[]; network: number; noRetryAfter: number }
+    stats: LoadStats
   },
 ): Promise<void> {
   const t0 = Date.now()
@@ -404,10 +444,11 @@ async function drive(
         }
         const inst = ctx.instances[(k + attempt) % ctx.instances.length]!
         const generation = inst.generation
+        const sentAt = Date.now()
         try {
           const res = await fetch(`${inst.child.url}/m/${ctx.endpointId}/work?p=${p.hash}`, {
             headers: { 'x-payment': p.hash },
-            signal: AbortSignal.timeout(6_000),
+            signal: AbortSignal.timeout(CLIENT_TIMEOUT_MS),
           })
           const text = await res.text()
           p.trail.push(`${inst.name}:${res.status}@${Date.now() - t0}`)
@@ -421,8 +462,9 @@ async function drive(
           }
         } catch (err) {
           if ((err as Error).message.startsWith('unexpected')) throw err
-          p.trail.push(`${inst.name}:net@${Date.now() - t0}`)
-          ctx.stats.network++
+          const timeout = (err as Error).name === 'TimeoutError'
+          p.trail.push(`${inst.name}:${timeout ? 'timeout' : 'net'}@${Date.now() - t0}`)
+          ctx.stats.network.push({ from: sentAt, to: Date.now(), timeout })
           if (inst.generation !== generation) p.killedInFlight = true
         }
         // A retrying client's back-off, as agents do.
@@ -433,14 +475,22 @@ async function drive(
   await Promise.all(Array.from({ length: ctx.concurrency }, worker))
 }
 
-async function readyz(inst: Instance, failed?: Set<string>): Promise<number> {
+async function readyz(inst: Instance, failed?: Set<string>, stats?: LoadStats): Promise<number> {
+  const sentAt = Date.now()
+  const took = () => {
+    if (stats) stats.readyzMaxMs = Math.max(stats.readyzMaxMs, Date.now() - sentAt)
+  }
   return fetch(`${inst.child.adminUrl}/readyz`, { signal: AbortSignal.timeout(12_000) }).then(
     async (r) => {
       const body = (await r.json().catch(() => ({}))) as { checks?: Array<{ name: string; ok: boolean }> }
+      took()
       for (const c of body.checks ?? []) if (!c.ok) failed?.add(c.name)
       return r.status
     },
-    () => 0,
+    () => {
+      took()
+      return 0
+    },
   )
 }
 
@@ -449,11 +499,11 @@ async function probeLoop(
   inst: Instance,
   apiKey: string,
   probing: { on: boolean; readyRed: boolean; api500: number; failed: Set<string> },
-  stats: { s503: number[]; noRetryAfter: number },
+  stats: LoadStats,
 ): Promise<void> {
   while (probing.on) {
     const [ready, api] = await Promise.all([
-      readyz(inst, probing.failed),
+      readyz(inst, probing.failed, stats),
       fetch(`${inst.child.url}/api/v1/account`, {
         headers: { authorization: `Bearer ${apiKey}` },
         signal: AbortSignal.timeout(12_000),
@@ -605,11 +655,18 @@ const COLUMNS: Array<[string, (r: RoundResult) => string | number | null]> = [
     (r) =>
       `${r.readyRedSeen ? `red (${r.readyFailed.join(',')})` : 'green'} / ${r.readyAfter ? 'ok' : 'RED'}`,
   ],
-  ['net errors', (r) => r.networkErrors],
+  ['net errors (outside)', (r) => `${r.networkErrors} (${r.networkOutside})`],
+  ['client timeouts', (r) => r.clientTimeouts],
+  ['last 503 after fault', (r) => (r.last503AfterMs === null ? '-' : `${r.last503AfterMs} ms`)],
+  ['readyz max', (r) => `${r.readyzMaxMs} ms`],
   ['reconcile exit', (r) => r.reconcileExit],
   ['balance drift', (r) => `${r.balanceDrift} of ${r.balancesChecked}`],
   ['crashed', (r) => r.crashed],
 ]
+
+function sum(result: ChaosResult, f: (r: RoundResult) => number): number {
+  return result.rounds.reduce((n, r) => n + f(r), 0)
+}
 
 export function formatTable(result: ChaosResult): string {
   const rows = result.rounds.map((r) => COLUMNS.map(([, f]) => String(f(r))))
@@ -622,7 +679,10 @@ export function formatTable(result: ChaosResult): string {
     ...rows.map(line),
     '',
     `replay of every proof on both instances: ${result.replayServedAgain} served again, ${result.replayFirstServes} served for the first time (refused with a 402 during the load)`,
+    `served, not captured: ${sum(result, (r) => r.servedNotCaptured)} (+ ${sum(result, (r) => r.servedNotCapturedKilledInFlight)} in flight on a killed process)`,
     `instances crashed: ${result.crashed}`,
-    result.ok ? 'OK' : 'FAILED: served twice, charged-not-served or a crashed instance',
+    result.ok
+      ? 'OK'
+      : 'FAILED: served twice, charged-not-served, a crashed instance, or a 503 / network error / client timeout outside the fault window',
   ].join('\n')
 }

@@ -53,6 +53,18 @@ describe('loadConfig', () => {
       )
   })
 
+  it('refuses a claim deadline that a statement timeout could cut short after the commit', () => {
+    // A COMMIT cancelled while it waits for a synchronous standby is reported as a success on the primary.
+    const overrides = (claimMs: number, statementMs: number) => ({
+      claims: { timeout_ms: claimMs },
+      database: { statement_timeout_ms: statementMs },
+    })
+    expect(() => loadConfig({ env: {}, overrides: overrides(10_000, 10_000) })).toThrow(/claims\.timeout_ms/)
+    expect(() => loadConfig({ env: {}, overrides: overrides(0, 10_000) })).toThrow(/claims\.timeout_ms/)
+    expect(loadConfig({ env: {}, overrides: overrides(3_000, 10_000) }).claims.timeout_ms).toBe(3_000)
+    expect(loadConfig({ env: {}, overrides: overrides(0, 0) }).claims.timeout_ms).toBe(0)
+  })
+
   it('names the bad setting', () => {
     expect(() => loadConfig({ env: { PORT: 'eighty' } })).toThrow(/server\.port/)
     expect(() => loadConfig({ env: { NETWORK: 'mainnet' } })).toThrow(/chain\.network/)

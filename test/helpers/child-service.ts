@@ -64,9 +64,29 @@ export function tempDir(): string {
   return mkdtempSync(join(tmpdir(), 'tollgate-test-'))
 }
 
+/**
+ * Starts the service; a port picked here (free when probed) that something else took before the child bound
+ * it (another process's outgoing connection on a busy machine) is picked again, at most three times.
+ */
 export async function startChildService(options: ChildServiceOptions): Promise<ChildService> {
-  const port = options.port ?? (await freePort())
-  const adminPort = await freePort()
+  for (let attempt = 1; ; attempt++) {
+    const port = options.port ?? (await freePort())
+    const adminPort = await freePort()
+    try {
+      return await launchChildService(options, port, adminPort)
+    } catch (err) {
+      const message = (err as Error).message
+      const ours = options.port === undefined || /admin port/.test(message)
+      if (attempt >= 3 || !ours || !/TOLLGATE_PORT_IN_USE/.test(message)) throw err
+    }
+  }
+}
+
+async function launchChildService(
+  options: ChildServiceOptions,
+  port: number,
+  adminPort: number,
+): Promise<ChildService> {
   const dir = tempDir()
   const configFile = join(dir, 'config.json')
   const settings = {
