@@ -4,12 +4,10 @@
 import { LRUCache } from 'lru-cache'
 import QRCode from 'qrcode'
 import type { UwsRoute } from '../data-plane/app.ts'
-import type { Verifier } from '../data-plane/verifier.ts'
 import { type CheckoutPaymentRow, effectiveStatus, findCheckoutPayment } from '../db/payments.ts'
-import type { Sql } from '../db/sql.ts'
-import type { Logger } from '../observability/logger.ts'
 import { paymentRequired } from '../observability/metrics.ts'
-import { type CheckoutPages, loadCheckoutPages, MESSAGE_CSP, PAGE_CSP } from './page.ts'
+import type { CheckoutContext, CheckoutDeps } from './context.ts'
+import { loadCheckoutPages, MESSAGE_CSP, PAGE_CSP } from './page.ts'
 import { payWithProof } from './pay.ts'
 import { type CheckoutView, eip681, networkLabel, pageValues, presentCheckout } from './presenter.ts'
 import {
@@ -21,35 +19,6 @@ import {
   readRequest,
   stateCode,
 } from './responder.ts'
-
-export interface CheckoutDeps {
-  sql: Sql
-  verifier: Verifier
-  chain: {
-    network: string
-    chainId: number
-    treasury: string
-    usdcAddress: string
-    explorerUrl: string | null
-  }
-  publicUrl(): string
-  logger: Logger
-  settings: { ownerShareBps: number; pollIntervalMs?: number }
-}
-
-/** What every request of the checkout shares, built once. */
-export interface CheckoutContext {
-  deps: CheckoutDeps
-  pages: CheckoutPages
-  view(): CheckoutView
-  qrSvg(uri: string): Promise<string>
-  /** 402 for a pending payment: how to pay it (no x402 `accepts`: checkout takes transfers only). */
-  sendRequirement(r: Responder, p: CheckoutPaymentRow, reason: string, extra?: Record<string, unknown>): void
-  /** 200 paid, 410 expired or canceled, 402 pending. */
-  sendState(r: Responder, p: CheckoutPaymentRow): void
-  sendNotFound(r: Responder, req: CheckoutRequest): void
-  fail(r: Responder, err: unknown, id: string): void
-}
 
 const PAYMENT_ID = /^pay_[0-9A-Za-z]{1,64}$/
 const ASSET_CACHE = 'public, max-age=31536000, immutable'
