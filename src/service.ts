@@ -2,10 +2,12 @@
 // Each subsystem starts with start(deps) and returns how to stop it, check it and mount its admin routes.
 // main.ts runs this from the command line (once per worker process); tests run it in-process.
 import type { ChainContext } from './chain/connect.ts'
+import { describeChain } from './chain/info.ts'
 import { startChain } from './chain/start.ts'
+import { attributeTransfers } from './checkout/attribution.ts'
+import { createCheckoutRoute } from './checkout/route.ts'
 import { publicBaseUrl } from './config/load.ts'
 import type { Config } from './config/schema.ts'
-import type { ChainInfo } from './control-plane/deps.ts'
 import { createApiHandler } from './control-plane/handler.ts'
 import type { JobRunner } from './control-plane/jobs/runner.ts'
 import { startBackground } from './control-plane/jobs/start.ts'
@@ -88,8 +90,36 @@ export async function startService(config: Config, options: StartOptions = {}): 
         chainInfo,
         logger,
         publicUrl,
+        // The routes beside the metered one, built here and handed over: the data plane imports neither.
         apiHandler: (onEndpointChanged) =>
           createApiHandler({ config, sql: db.sql, chain: chainInfo, logger, publicUrl, onEndpointChanged }),
+        checkoutRoute: (verifier) =>
+          createCheckoutRoute({
+            sql: db.sql,
+            verifier,
+            chain: chainInfo,
+            publicUrl,
+            logger,
+            settings: { ownerShareBps: config.fees.owner_share_bps },
+          }),
+        // Plain transfers to the treasury matched to checkout payments by their amount.
+        attributeTransfers: async (transfers) => {
+          await attributeTransfers(
+            {
+              sql: db.sql,
+              view: () => ({
+                publicUrl: publicUrl(),
+                network: chainInfo.network,
+                chainId: chainInfo.chainId,
+                treasury: chainInfo.treasury,
+                usdcAddress: chainInfo.usdcAddress,
+              }),
+              ownerShareBps: config.fees.owner_share_bps,
+              logger,
+            },
+            transfers,
+          )
+        },
       }),
     )
     baseUrl = publicBaseUrl(config, dataPlane.port)
@@ -131,20 +161,5 @@ export async function startService(config: Config, options: StartOptions = {}): 
   } catch (err) {
     await started.stop()
     throw err
-  }
-}
-
-/** The chain facts the two planes need, as plain values. */
-function describeChain(chain: ChainContext): ChainInfo {
-  return {
-    network: chain.network,
-    chainId: chain.chainId,
-    x402Network: chain.x402Network,
-    caip2: chain.caip2,
-    treasury: chain.treasury,
-    usdcAddress: chain.usdc.address,
-    usdcName: chain.usdc.name,
-    usdcVersion: chain.usdc.version,
-    explorerUrl: chain.explorerUrl,
   }
 }

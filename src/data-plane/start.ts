@@ -8,14 +8,13 @@ import { BatchWriter } from '../books/batch-writer.ts'
 import { checkBatchContracts } from '../chain/batch-channel.ts'
 import { createAuthorizationChainChecker } from '../chain/check-authorization.ts'
 import type { ChainContext } from '../chain/connect.ts'
+import type { ChainInfo } from '../chain/info.ts'
 import { simulateTransferAuthorization } from '../chain/simulate-authorization.ts'
+import type { TreasuryTransfer } from '../chain/transfer.ts'
 import { verifySmartWalletAuthorization } from '../chain/verify-smart-wallet.ts'
 import { verifyTransfer } from '../chain/verify-transfer.ts'
 import { type TransferWatcher, watchTreasuryTransfers } from '../chain/watcher.ts'
-import { attributeTransfers } from '../checkout/attribution.ts'
-import { createCheckoutRoute } from '../checkout/route.ts'
 import type { Config } from '../config/schema.ts'
-import type { ChainInfo } from '../control-plane/deps.ts'
 import { listenForEndpointChanges } from '../db/notify.ts'
 import { loadWatcherCursor, saveWatcherCursor } from '../db/payments.ts'
 import type { Database } from '../db/start.ts'
@@ -34,7 +33,7 @@ import {
   voucherWrites,
 } from '../observability/metrics.ts'
 import type { Started } from '../subsystem.ts'
-import { createEdgeLimits, createPublicApp, listen } from './app.ts'
+import { createEdgeLimits, createPublicApp, listen, type UwsRoute } from './app.ts'
 import { BATCH_WITHDRAW_DELAY_S } from './batch-voucher.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
 import { createEndpointCache } from './endpoint-cache.ts'
@@ -54,6 +53,10 @@ export interface DataPlaneDeps {
   publicUrl(): string
   /** The control plane's /api/v1 handler, given this plane's cache invalidation (the planes never import each other). */
   apiHandler(onEndpointChanged: (id: string) => void): ApiHandler
+  /** The /pay/* route, given this plane's verifier (built by service.ts: checkout sits on top of this plane). */
+  checkoutRoute(verifier: Verifier): UwsRoute
+  /** Plain treasury transfers the watcher saw, for checkout to match to payments by amount; a throw rescans. */
+  attributeTransfers(transfers: TreasuryTransfer[]): Promise<void>
 }
 
 export interface DataPlane extends Started {
@@ -122,14 +125,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       logger,
       ...meteredOptions(deps, leases),
     })
-    const checkout = createCheckoutRoute({
-      sql: db.sql,
-      verifier,
-      chain: chainInfo,
-      publicUrl: deps.publicUrl,
-      logger,
-      settings: { ownerShareBps: config.fees.owner_share_bps },
-    })
+    const checkout = deps.checkoutRoute(verifier)
     const app = createPublicApp({
       bodyLimitBytes: config.server.body_limit_bytes,
       apiHandler: deps.apiHandler(onEndpointChanged),
@@ -192,13 +188,6 @@ async function startTransferWatcher(
   verified: ReturnType<typeof createVerifiedTransferCache>,
 ): Promise<TransferWatcher> {
   const { config, db, chain, logger } = deps
-  const paymentView = () => ({
-    publicUrl: deps.publicUrl(),
-    network: deps.chainInfo.network,
-    chainId: deps.chainInfo.chainId,
-    treasury: deps.chainInfo.treasury,
-    usdcAddress: deps.chainInfo.usdcAddress,
-  })
   const cursorName = `treasury-transfers:${chain.treasury.toLowerCase()}`
   const watcherFrom = await loadWatcherCursor(db.sql, cursorName)
   return watchTreasuryTransfers(chain.publicClient, {
@@ -211,13 +200,8 @@ async function startTransferWatcher(
     onTransfer: (t) => {
       verified.set(t.hash, t)
     },
-    // Plain transfers matched to payments by their amount (issue 11); a failure rescans the range.
-    onTransfers: async (transfers) => {
-      await attributeTransfers(
-        { sql: db.sql, view: paymentView, ownerShareBps: config.fees.owner_share_bps, logger },
-        transfers,
-      )
-    },
+    // A failure rescans the range.
+    onTransfers: (transfers) => deps.attributeTransfers(transfers),
     onError: (err) => logger.warn('transfer watcher poll failed', { err }),
   })
 }
