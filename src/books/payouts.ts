@@ -125,16 +125,6 @@ export async function recordBroadcastError(db: Sql | Tx, id: string, error: stri
   await db`UPDATE payouts SET last_error = ${error.slice(0, 500)} WHERE id = ${id} AND status IN ('pending', 'submitted')`
 }
 
-/** A fee bump: the same nonce signed again. The old hash is kept: it may still be the one that is mined. */
-export async function replacePayoutTx(
-  db: Sql | Tx,
-  p: { id: string; hash: string; rawTx: string },
-): Promise<void> {
-  await db`
-    UPDATE payouts SET previous_tx_hashes = previous_tx_hashes || tx_hash, tx_hash = ${p.hash}, raw_tx = ${p.rawTx}
-    WHERE id = ${p.id} AND status IN ('pending', 'submitted')`
-}
-
 /**
  * Marks a payout confirmed with the hash that was mined, flips its refunded claims, and writes payout.sent
  * (one per account with owner shares in it) and call.refunded (one per refunded call) in the same
