@@ -1,6 +1,7 @@
 // The settlement room: the transitions of a captured x402 claim on its way to the chain. Each statement
 // states its precondition (a captured eip3009 claim, not settled, not failed); revenue is booked only in
-// settleAuthorizations, in the same transaction that marks the claim settled (DESIGN §7b).
+// settleAuthorizations, in the same transaction that marks the claim settled:
+// an authorization is not money until it is used on chain, so its call earns nothing before that.
 import type { StoredAuthorization } from '../chain/settle.ts'
 import type { Sql, Tx } from '../db/sql.ts'
 import { bookCallRevenue } from './ledger.ts'

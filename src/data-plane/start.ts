@@ -74,7 +74,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     for (const s of stops.splice(0).reverse()) await s()
   }
   try {
-    // issue 12: batch-settlement is offered only over contracts that compute what the client signs.
+    // batch-settlement is offered only over contracts that compute what the client signs.
     const batchOffered = await checkBatchOffer(chain, logger)
     const verified = createVerifiedTransferCache(config.caches)
     const usedProofs = createUsedProofCache(config.caches)
@@ -106,7 +106,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       const lost = await books.drain(15_000)
       if (lost > 0) logger.error('captures not written at stop; those calls will be refunded', { lost })
     })
-    // issue 12: batch-settlement channels leased by this process; stop writes their calls and lets them go.
+    // batch-settlement channels leased by this process; stop writes their calls and lets them go.
     const leases = createVoucherLeases(db, config, logger)
     stops.push(() => leases.stop())
     const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
@@ -158,7 +158,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
 /** The metered route's settings and its x402 batch-settlement part, from the configuration. */
 function meteredOptions({ config, db, chain, chainInfo }: DataPlaneDeps, leases: VoucherLeases) {
   return {
-    // x402 batch-settlement (issue 12): offered per endpoint; deposits/refunds are sent by the leader.
+    // x402 batch-settlement: offered per endpoint; deposits/refunds are sent by the leader.
     batch: {
       sql: db.sql,
       chainId: chainInfo.chainId,
@@ -260,7 +260,7 @@ function createVerifier(
 }
 
 /**
- * issue 12: the contracts at the addresses the published client expects (on a real network the x402
+ * the contracts at the addresses the published client expects (on a real network the x402
  * project's deployment) hold code and compute the client's channel ids and voucher digests. Otherwise
  * batch-settlement is not offered by any endpoint of this process (logged; exact and hashes still work).
  */
@@ -285,7 +285,7 @@ async function checkBatchOffer(chain: ChainContext, logger: Logger): Promise<boo
   return checked.ok
 }
 
-/** issue 12: this process's channel leases (one holder name per process start). */
+/** This process's channel leases (one holder name per process start). */
 function createVoucherLeases(db: Database, config: Config, logger: Logger): VoucherLeases {
   const leaseMs = config.x402.batch_lease_ms
   return new VoucherLeases(db.sql, {

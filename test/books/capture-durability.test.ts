@@ -2,7 +2,8 @@
 // the capture write: the capture is kept, retried with backoff while the database refuses it, and lands once
 // it is back. The outage is made server-side on the test's own database (connections refused, the service's
 // pooled connections terminated); the shared server itself is never stopped. (A full PostgreSQL restart
-// also reaches the driver's null-socket crash, issue 9 item 1, which is fixed apart from this.)
+// also reaches the driver's null-socket crash, porsager/postgres#1208, which src/db/sql.ts works
+// around apart from this.)
 import postgres from 'postgres'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { captureQueue, captureRetries } from '../../src/observability/metrics.ts'

@@ -1,5 +1,5 @@
 // Plain transfers, no hash given: the watcher matches each confirmed USDC transfer to the treasury by its
-// exact amount to the one payment that figure is reserved for (issue 11), with every edge case's state and
+// exact amount to the one payment that figure is reserved for, with every edge case's state and
 // events, on a real chain and a real database.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { applyPaymentProof } from '../../src/books/payments.ts'
