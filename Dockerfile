@@ -16,8 +16,11 @@ COPY scripts ./scripts
 COPY config ./config
 COPY src ./src
 RUN npm run build
-# What the runtime stage copies: production dependencies only.
-RUN npm prune --omit=dev --no-audit --no-fund
+# What the runtime stage copies: production dependencies only, less the local-development runtime: anvil
+# (43 MB, NETWORK=local only) and PGlite (27 MB, used only without DATABASE_URL). Without them the image
+# refuses NETWORK=local (TOLLGATE_ANVIL_NOT_FOUND) and a missing DATABASE_URL
+# (TOLLGATE_EMBEDDED_DATABASE_MISSING) at start-up, naming what to set.
+RUN npm prune --omit=dev --no-audit --no-fund && rm -rf node_modules/@foundry-rs node_modules/@electric-sql
 
 FROM node:${NODE_VERSION}-bookworm-slim AS runtime
 ENV NODE_ENV=production
