@@ -21,7 +21,7 @@ interface ErrorSpec {
 const e = (status: number, type: ErrorType, message: string): ErrorSpec => ({ status, type, message })
 const INVALID = 'invalid_request_error'
 
-/** The registry. The README's Errors section lists the same codes (a test keeps the two equal). */
+/** The registry. docs/api.md's Errors section lists the same codes (a test keeps the two equal). */
 export const ERRORS = {
   // Management API (control plane)
   invalid_json: e(400, INVALID, 'the body is not valid JSON'),
@@ -86,10 +86,6 @@ export const ERRORS = {
 
 export type ErrorCode = keyof typeof ERRORS
 
-export function isErrorCode(code: string): code is ErrorCode {
-  return Object.hasOwn(ERRORS, code)
-}
-
 /** An expected failure of a request, thrown in the control plane and mapped to HTTP by its code. */
 export class ApiError extends Error {
   readonly status: number
@@ -140,10 +136,6 @@ export function errorBody(code: ErrorCode, requestId: string, details?: ErrorDet
   }
   if (details.param) error.param = details.param
   return JSON.stringify({ error, ...details.extra, request_id: requestId })
-}
-
-export function errorStatusLine(code: ErrorCode): string {
-  return STATUS_LINE.get(code)!
 }
 
 export const JSON_CONTENT_TYPE = 'application/json; charset=utf-8'

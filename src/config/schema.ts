@@ -191,7 +191,7 @@ export const ConfigSchema = v.strictObject({
     announce_as: v.nullable(v.picklist(['base-sepolia'])),
   }),
   // --- end of the hostile-input settings ---
-  // Logs and traces (README "Observability: logs and traces").
+  // Logs and traces (docs/operations.md, "Observability: logs and traces").
   log: v.strictObject({
     level: LogLevel,
     /** Access log of /m/* and /pay/*: off (default, the hot path pays nothing), sampled, all. */

@@ -10,9 +10,9 @@ import {
   presentPayment,
   presentTimeline,
 } from '../../db/payments.ts'
+import { ApiError } from '../../errors.ts'
 import { newId } from '../../ids.ts'
 import { configDollars, parseDollars } from '../../money.ts'
-import { ApiError } from '../api-error.ts'
 import {
   Address,
   Atomic,
