@@ -12,7 +12,7 @@
 
 import { randomInt } from 'node:crypto'
 import { insertEvent } from '../db/events.ts'
-import type { PaymentView } from '../db/payments.ts'
+import { type PaymentView, presentPayment } from '../db/payment-presenter.ts'
 import {
   amountDue,
   amountSurplus,
@@ -20,7 +20,6 @@ import {
   type CheckoutPaymentRow,
   PAYMENT_COLUMNS,
   type PaymentRow,
-  presentPayment,
 } from '../db/payments.ts'
 import type { Sql, Tx } from '../db/sql.ts'
 import { splitOwnerShare, toDollars } from '../money.ts'
