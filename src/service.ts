@@ -45,6 +45,8 @@ export interface StartOptions {
   logger?: Logger
   /** A worker process: the parent's database (embedded or not), whether it runs the jobs, its admin port. */
   worker?: { databaseUrl: string; embedded: boolean; runJobs: boolean; adminPort: number }
+  /** The clock proofs are aged by (tests move it instead of sleeping). Default Date.now. */
+  now?: () => number
 }
 
 export async function startService(config: Config, options: StartOptions = {}): Promise<Service> {
@@ -90,6 +92,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
         chainInfo,
         logger,
         publicUrl,
+        now: options.now,
         // The routes beside the metered one, built here and handed over: the data plane imports neither.
         apiHandler: (onEndpointChanged) =>
           createApiHandler({ config, sql: db.sql, chain: chainInfo, logger, publicUrl, onEndpointChanged }),

@@ -57,6 +57,8 @@ export interface DataPlaneDeps {
   checkoutRoute(verifier: Verifier): UwsRoute
   /** Plain treasury transfers the watcher saw, for checkout to match to payments by amount; a throw rescans. */
   attributeTransfers(transfers: TreasuryTransfer[]): Promise<void>
+  /** The clock proofs are aged by (milliseconds); tests move it instead of sleeping. Default Date.now. */
+  now?: () => number
 }
 
 export interface DataPlane extends Started {
@@ -100,7 +102,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       endpoints.delete(id)
     }
     if (!db.embedded) stops.push(await listenForEndpointChanges(db.sql, onEndpointChanged))
-    const verifier = createVerifier(config, chain, verified)
+    const verifier = createVerifier(config, chain, verified, deps.now)
     const books = createBooksWriter(db, config, logger)
     stops.push(async () => {
       const lost = await books.drain(15_000)
@@ -210,10 +212,12 @@ function createVerifier(
   config: Config,
   chain: ChainContext,
   verified: ReturnType<typeof createVerifiedTransferCache>,
+  now: (() => number) | undefined,
 ): Verifier {
   // One per process: the checks of one payer share its balance read (see check-authorization.ts).
   const checkOnChain = createAuthorizationChainChecker(chain.tokenReads)
   return new Verifier({
+    ...(now ? { now } : {}),
     verified,
     maxProofAgeMs: config.chain.max_proof_age_ms,
     x402: {
