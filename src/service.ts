@@ -2,7 +2,7 @@
 // Each subsystem starts with start(deps) and returns how to stop it, check it and mount its admin routes.
 // main.ts runs this from the command line (once per worker process); tests run it in-process.
 import type { ChainContext } from './chain/connect.ts'
-import { describeChain } from './chain/info.ts'
+import { type ChainInfo, describeChain } from './chain/info.ts'
 import { startChain } from './chain/start.ts'
 import { attributeTransfers } from './checkout/attribution.ts'
 import { createCheckoutRoute } from './checkout/route.ts'
@@ -11,7 +11,7 @@ import type { Config } from './config/schema.ts'
 import { createApiHandler } from './control-plane/handler.ts'
 import type { JobRunner } from './control-plane/jobs/runner.ts'
 import { startBackground } from './control-plane/jobs/start.ts'
-import { startDataPlane } from './data-plane/start.ts'
+import { type DataPlaneDeps, startDataPlane } from './data-plane/start.ts'
 import { assertNativeUws } from './data-plane/uws.ts'
 import { bindDatabaseToChain } from './db/chain-binding.ts'
 import type { Sql } from './db/sql.ts'
@@ -93,36 +93,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
         logger,
         publicUrl,
         now: options.now,
-        // The routes beside the metered one, built here and handed over: the data plane imports neither.
-        apiHandler: (onEndpointChanged) =>
-          createApiHandler({ config, sql: db.sql, chain: chainInfo, logger, publicUrl, onEndpointChanged }),
-        checkoutRoute: (verifier) =>
-          createCheckoutRoute({
-            sql: db.sql,
-            verifier,
-            chain: chainInfo,
-            publicUrl,
-            logger,
-            settings: { ownerShareBps: config.fees.owner_share_bps },
-          }),
-        // Plain transfers to the treasury matched to checkout payments by their amount.
-        attributeTransfers: async (transfers) => {
-          await attributeTransfers(
-            {
-              sql: db.sql,
-              view: () => ({
-                publicUrl: publicUrl(),
-                network: chainInfo.network,
-                chainId: chainInfo.chainId,
-                treasury: chainInfo.treasury,
-                usdcAddress: chainInfo.usdcAddress,
-              }),
-              ownerShareBps: config.fees.owner_share_bps,
-              logger,
-            },
-            transfers,
-          )
-        },
+        ...handedOver({ config, sql: db.sql, chainInfo, logger, publicUrl }),
       }),
     )
     baseUrl = publicBaseUrl(config, dataPlane.port)
@@ -164,5 +135,50 @@ export async function startService(config: Config, options: StartOptions = {}): 
   } catch (err) {
     await started.stop()
     throw err
+  }
+}
+
+/**
+ * The routes beside the metered one and the transfer attribution, built here and handed to the data plane
+ * (as the control plane's API handler is): the data plane imports neither checkout nor the control plane.
+ */
+function handedOver(deps: {
+  config: Config
+  sql: Sql
+  chainInfo: ChainInfo
+  logger: Logger
+  publicUrl: () => string
+}): Pick<DataPlaneDeps, 'apiHandler' | 'checkoutRoute' | 'attributeTransfers'> {
+  const { config, sql, chainInfo, logger, publicUrl } = deps
+  return {
+    apiHandler: (onEndpointChanged) =>
+      createApiHandler({ config, sql, chain: chainInfo, logger, publicUrl, onEndpointChanged }),
+    checkoutRoute: (verifier) =>
+      createCheckoutRoute({
+        sql,
+        verifier,
+        chain: chainInfo,
+        publicUrl,
+        logger,
+        settings: { ownerShareBps: config.fees.owner_share_bps },
+      }),
+    // Plain transfers to the treasury matched to checkout payments by their amount.
+    attributeTransfers: async (transfers) => {
+      await attributeTransfers(
+        {
+          sql,
+          view: () => ({
+            publicUrl: publicUrl(),
+            network: chainInfo.network,
+            chainId: chainInfo.chainId,
+            treasury: chainInfo.treasury,
+            usdcAddress: chainInfo.usdcAddress,
+          }),
+          ownerShareBps: config.fees.owner_share_bps,
+          logger,
+        },
+        transfers,
+      )
+    },
   }
 }
