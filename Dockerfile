@@ -1,6 +1,9 @@
 # syntax=docker/dockerfile:1
 # tollgate: build with dev dependencies, run the built output with production dependencies only, as a
 # non-root user. Build: docker build -t tollgate .   Run: see deploy/compose.yaml and the README (Deployment).
+# Node 20, not 22 or 24: the pinned uWebSockets.js build (@trufflesuite/uws-js-unofficial 20.30) ships native
+# binaries for Node 18 and 20 only (ABI 108 and 115), and the service refuses uWS's JavaScript fallback. Moving
+# to a supported LTS needs a uWS build with Node 22/24 binaries (test/deploy/node-runtime.unit.test.ts checks).
 ARG NODE_VERSION=20
 
 FROM node:${NODE_VERSION}-bookworm-slim AS build
@@ -13,8 +16,11 @@ COPY scripts ./scripts
 COPY config ./config
 COPY src ./src
 RUN npm run build
-# What the runtime stage copies: production dependencies only.
-RUN npm prune --omit=dev --no-audit --no-fund
+# What the runtime stage copies: production dependencies only, less the local-development runtime: anvil
+# (43 MB, NETWORK=local only) and PGlite (27 MB, used only without DATABASE_URL). Without them the image
+# refuses NETWORK=local (TOLLGATE_ANVIL_NOT_FOUND) and a missing DATABASE_URL
+# (TOLLGATE_EMBEDDED_DATABASE_MISSING) at start-up, naming what to set.
+RUN npm prune --omit=dev --no-audit --no-fund && rm -rf node_modules/@foundry-rs node_modules/@electric-sql
 
 FROM node:${NODE_VERSION}-bookworm-slim AS runtime
 ENV NODE_ENV=production

@@ -4,6 +4,8 @@ import { defineConfig } from 'vitest/config'
 // anvil, loopback HTTP), the chaos run (faults under paid load), and the slow browser suite. `npm test` runs them all.
 export default defineConfig({
   test: {
+    // After the default summary: the server-only tests skipped and how to run them (run-summary-reporter.ts).
+    reporters: ['default', './test/helpers/run-summary-reporter.ts'],
     projects: [
       {
         test: {

@@ -1,10 +1,9 @@
 // Prints the scenario table (req/s, latency percentiles, errors, ratio to the upstream called directly) and
-// writes bench/results/<date>.json as {"machine":{…},"scenarios":[…]}.
+// writes bench/results/<date>-<what>.json (resultsName) as {"machine":{…},"scenarios":[…]}.
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { cpus, freemem, loadavg, totalmem } from 'node:os'
 import { join } from 'node:path'
 import type { Measured } from './load.ts'
-import type { SoakSummary } from './scenarios/soak.ts'
 
 export interface ScenarioResult extends Measured {
   name: string
@@ -58,14 +57,55 @@ export function machine(extra: Record<string, unknown>): Record<string, unknown>
   }
 }
 
+/** What the bench's soak measured: RSS and heap samples and its windows (bench/scenarios/soak.ts fills it). */
+export interface SoakSummary {
+  window_s: number
+  /** heap_*: the V8 heap (used / reserved) and memory outside it, from the instance's own metrics. */
+  rss_samples: Array<{
+    t_s: number
+    rss_mb: number
+    heap_used_mb?: number
+    heap_total_mb?: number
+    external_mb?: number
+  }>
+  windows: Array<{ window_s: string; rps: number; p99_us: number; errors: number }>
+  rss_first_mb: number
+  rss_max_mb: number
+  rss_last_mb: number
+  /** Largest distance of any sample from the first, in % of the first. */
+  rss_drift_pct: number
+  rss_flat: boolean
+  p99_first_us: number
+  /** The worst p99 of the windows after the first. */
+  p99_rest_worst_us: number
+  p99_ratio: number
+  p99_flat: boolean
+}
+
+/**
+ * A results file is named for what it holds: `<date>-full.json` for a full run (the README's table reads the
+ * newest of those), `<date>-<label>.json` for a labelled run (BENCH_LABEL, e.g. x402-before-6f4b488), and
+ * `<date>-partial-<scenarios>.json` for a run of some scenarios, which is not committed.
+ */
+export function resultsName(
+  date: Date,
+  kind: { full: boolean; label?: string; scenarios: string[] },
+): string {
+  const stamp = date.toISOString().replace(/:/g, '-').replace(/\..*/, '')
+  if (kind.label) return `${stamp}-${kind.label.replace(/[^a-z0-9.-]+/gi, '-')}.json`
+  if (kind.full) return `${stamp}-full.json`
+  return `${stamp}-partial-${kind.scenarios.filter((s) => s !== 'direct').join('-') || 'direct'}.json`
+}
+
 export function writeResults(
   dir: string,
   meta: Record<string, unknown>,
   scenarios: ScenarioResult[],
   extra: Record<string, unknown> = {},
+  name = resultsName(new Date(), { full: true, scenarios: [] }),
 ): string {
   mkdirSync(dir, { recursive: true })
-  const file = join(dir, `${new Date().toISOString().replace(/:/g, '-').replace(/\..*/, '')}.json`)
+  const file = join(dir, name)
   writeFileSync(file, `${JSON.stringify({ machine: meta, scenarios, ...extra }, null, 2)}\n`)
   return file
 }

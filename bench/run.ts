@@ -12,11 +12,12 @@ import { runInNewContext } from 'node:vm'
 import { startDevChain } from '../src/chain/dev-chain.ts'
 import { cpuMeter, postgresBackends, withChildren } from './cpu.ts'
 import { makeProofs } from './proofs.ts'
-import { readmeTable } from './readme-table.ts'
+import { readmeTable, writeReadmeTable } from './readme-table.ts'
 import { measureRecovery } from './recover.ts'
 import {
   formatChecks,
   machine,
+  resultsName,
   type ScenarioResult,
   table,
   targetChecks,
@@ -38,10 +39,33 @@ import { startX402Reference } from './targets/x402-reference.ts'
 
 const HARD_LIMIT_MS = 15 * 60_000
 
+const HELP = `usage: npm run bench [-- <scenario>… | soak | recover | history [options] | --readme [--write] [file]]
+
+  (no argument)      every scenario, then the 60 s soak; writes bench/results/<date>-full.json
+  <scenario>…        those scenarios (plus direct); writes bench/results/<date>-partial-<names>.json
+  soak               the 60 s soak alone, on an instance of its own
+  recover            EIP-3009 recoveries and treasury signatures per CPU second
+  history [--rows N] [--ci] [--keep] [--reseed]
+                     reads, jobs and the paid path on a seeded history (PostgreSQL server)
+  --readme [file]    the README's table from the newest full run (or file); --write puts it in README.md
+
+scenarios: ${scenarios.map((s) => s.name).join(', ')}
+environment: BENCH_DATABASE_URL, BENCH_CONNECTIONS (32), BENCH_DURATION_S (5), BENCH_PROOFS, BENCH_TRACING,
+  BENCH_PROFILE_DIR, BENCH_LABEL (names the results file <date>-<label>.json, e.g. x402-before-<commit>)
+`
+
 async function main() {
   const args = process.argv.slice(2)
+  if (args.includes('--help') || args.includes('-h')) {
+    process.stdout.write(HELP)
+    return
+  }
   if (args[0] === '--readme') {
-    process.stdout.write(`${readmeTable(join(ROOT, 'bench', 'results'), args[1])}\n`)
+    const rest = args.slice(1).filter((a) => a !== '--write')
+    const dir = join(ROOT, 'bench', 'results')
+    if (args.includes('--write'))
+      process.stdout.write(`README.md: ${writeReadmeTable(join(ROOT, 'README.md'), dir, rest[0])}\n`)
+    else process.stdout.write(`${readmeTable(dir, rest[0])}\n`)
     return
   }
   if (args[0] === 'recover') {
@@ -52,7 +76,15 @@ async function main() {
   const soakOnly = args[0] === 'soak'
   // The full run ends with the 60 s soak; `-- soak` runs it alone.
   const withSoak = soakOnly || args.length === 0 || args[0] === 'all'
-  const chosen = soakOnly ? [] : select(args)
+  let chosen: Scenario[]
+  try {
+    chosen = soakOnly ? [] : select(args)
+  } catch (err) {
+    // A usage error, not a failure of the run: one line and exit 2, nothing started.
+    process.stderr.write(`bench: ${(err as Error).message}\n`)
+    process.exitCode = 2
+    return
+  }
   const hardStop = setTimeout(() => {
     process.stderr.write('bench: hard time limit reached\n')
     process.exit(2)
@@ -84,11 +116,18 @@ async function main() {
     process.stdout.write(
       `\n${table(results)}\n\n${formatChecks(targets)}\n${recovery ? `EIP-3009 recoveries per CPU second (one core): ${JSON.stringify(recovery)}\n` : ''}`,
     )
-    const file = writeResults(join(ROOT, 'bench', 'results'), machine(meta()), results, {
-      targets,
-      ...(recovery ? { recovery } : {}),
-      ...(soak ? { soak: soak.soak } : {}),
+    const name = resultsName(new Date(), {
+      full: args.length === 0 || args[0] === 'all',
+      label: process.env.BENCH_LABEL,
+      scenarios: soakOnly ? ['soak'] : chosen.map((s) => s.name),
     })
+    const file = writeResults(
+      join(ROOT, 'bench', 'results'),
+      machine(meta()),
+      results,
+      { targets, ...(recovery ? { recovery } : {}), ...(soak ? { soak: soak.soak } : {}) },
+      name,
+    )
     process.stdout.write(`results: ${file}\n`)
   } finally {
     for (const t of [...Object.values(ctx.tollgates), ctx.nginx, ctx.bare, ctx.x402Reference, ctx.upstream])
@@ -104,7 +143,7 @@ function select(names: string[]): Scenario[] {
   const unknown = names.filter((n) => !scenarios.some((s) => s.name === n))
   if (unknown.length) {
     throw new Error(
-      `unknown scenario ${unknown.join(', ')}; known: ${scenarios.map((s) => s.name).join(', ')}, soak, recover`,
+      `unknown scenario ${unknown.join(', ')}; known: ${scenarios.map((s) => s.name).join(', ')}, soak, recover, history (npm run bench -- --help)`,
     )
   }
   return scenarios.filter((s) => s.name === 'direct' || names.includes(s.name))

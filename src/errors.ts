@@ -21,7 +21,7 @@ interface ErrorSpec {
 const e = (status: number, type: ErrorType, message: string): ErrorSpec => ({ status, type, message })
 const INVALID = 'invalid_request_error'
 
-/** The registry. The README's Errors section lists the same codes (a test keeps the two equal). */
+/** The registry. docs/api.md's Errors section lists the same codes (a test keeps the two equal). */
 export const ERRORS = {
   // Management API (control plane)
   invalid_json: e(400, INVALID, 'the body is not valid JSON'),
@@ -125,10 +125,6 @@ export const PAYMENT_REQUIRED_REASONS = {
   simulation_failed: "the settlement's dry run reverted",
 } as const
 
-export function isErrorCode(code: string): code is ErrorCode {
-  return Object.hasOwn(ERRORS, code)
-}
-
 /** An expected failure of a request, thrown in the control plane and mapped to HTTP by its code. */
 export class ApiError extends Error {
   readonly status: number
@@ -181,6 +177,7 @@ export function errorBody(code: ErrorCode, requestId: string, details?: ErrorDet
   return JSON.stringify({ error, ...details.extra, request_id: requestId })
 }
 
+/** The status line of an error code, precomputed (the dashboard's own routes answer with it). */
 export function errorStatusLine(code: ErrorCode): string {
   return STATUS_LINE.get(code)!
 }

@@ -1,7 +1,6 @@
 // Dollars ↔ USDC base units (bigint). No floating-point money past this file.
 
 /** USDC has 6 decimals: 1 dollar = 1_000_000 base units. */
-export const USDC_DECIMALS = 6
 const UNIT = 1_000_000n
 const DECIMAL = /^(0|[1-9]\d*)(?:\.(\d{1,6}))?$/
 

@@ -2,14 +2,17 @@
 // Each subsystem starts with start(deps) and returns how to stop it, check it and mount its admin routes.
 // main.ts runs this from the command line (once per worker process); tests run it in-process.
 import type { ChainContext } from './chain/connect.ts'
+import { type ChainInfo, describeChain } from './chain/info.ts'
 import { startChain } from './chain/start.ts'
+import { attributeTransfers } from './checkout/attribution.ts'
+import { createCheckoutRoute } from './checkout/route.ts'
 import { publicBaseUrl } from './config/load.ts'
 import type { Config } from './config/schema.ts'
-import type { ChainInfo } from './control-plane/deps.ts'
 import { createApiHandler } from './control-plane/handler.ts'
 import type { JobRunner } from './control-plane/jobs/runner.ts'
 import { startBackground } from './control-plane/jobs/start.ts'
-import { startDataPlane } from './data-plane/start.ts'
+import { createDashboardRoute } from './dashboard/route.ts'
+import { type DataPlaneDeps, startDataPlane } from './data-plane/start.ts'
 import { assertNativeUws } from './data-plane/uws.ts'
 import { bindDatabaseToChain } from './db/chain-binding.ts'
 import type { Sql } from './db/sql.ts'
@@ -43,6 +46,8 @@ export interface StartOptions {
   logger?: Logger
   /** A worker process: the parent's database (embedded or not), whether it runs the jobs, its admin port. */
   worker?: { databaseUrl: string; embedded: boolean; runJobs: boolean; adminPort: number }
+  /** The clock proofs are aged by (tests move it instead of sleeping). Default Date.now. */
+  now?: () => number
 }
 
 export async function startService(config: Config, options: StartOptions = {}): Promise<Service> {
@@ -88,8 +93,8 @@ export async function startService(config: Config, options: StartOptions = {}): 
         chainInfo,
         logger,
         publicUrl,
-        apiHandler: (onEndpointChanged) =>
-          createApiHandler({ config, sql: db.sql, chain: chainInfo, logger, publicUrl, onEndpointChanged }),
+        now: options.now,
+        ...handedOver({ config, sql: db.sql, chainInfo, logger, publicUrl }),
       }),
     )
     baseUrl = publicBaseUrl(config, dataPlane.port)
@@ -134,17 +139,49 @@ export async function startService(config: Config, options: StartOptions = {}): 
   }
 }
 
-/** The chain facts the two planes need, as plain values. */
-function describeChain(chain: ChainContext): ChainInfo {
+/**
+ * The routes beside the metered one and the transfer attribution, built here and handed to the data plane
+ * (as the control plane's API handler is): the data plane imports neither checkout nor the control plane.
+ */
+function handedOver(deps: {
+  config: Config
+  sql: Sql
+  chainInfo: ChainInfo
+  logger: Logger
+  publicUrl: () => string
+}): Pick<DataPlaneDeps, 'apiHandler' | 'checkoutRoute' | 'dashboardRoute' | 'attributeTransfers'> {
+  const { config, sql, chainInfo, logger, publicUrl } = deps
   return {
-    network: chain.network,
-    chainId: chain.chainId,
-    x402Network: chain.x402Network,
-    caip2: chain.caip2,
-    treasury: chain.treasury,
-    usdcAddress: chain.usdc.address,
-    usdcName: chain.usdc.name,
-    usdcVersion: chain.usdc.version,
-    explorerUrl: chain.explorerUrl,
+    apiHandler: (onEndpointChanged) =>
+      createApiHandler({ config, sql, chain: chainInfo, logger, publicUrl, onEndpointChanged }),
+    checkoutRoute: (verifier, edge) =>
+      createCheckoutRoute({
+        sql,
+        verifier,
+        chain: chainInfo,
+        publicUrl,
+        logger,
+        settings: { ownerShareBps: config.fees.owner_share_bps, x402SettleWaitMs: config.verify.wait_ms },
+        edge,
+      }),
+    dashboardRoute: () => createDashboardRoute(),
+    // Plain transfers to the treasury matched to checkout payments by their amount.
+    attributeTransfers: async (transfers) => {
+      await attributeTransfers(
+        {
+          sql,
+          view: () => ({
+            publicUrl: publicUrl(),
+            network: chainInfo.network,
+            chainId: chainInfo.chainId,
+            treasury: chainInfo.treasury,
+            usdcAddress: chainInfo.usdcAddress,
+          }),
+          ownerShareBps: config.fees.owner_share_bps,
+          logger,
+        },
+        transfers,
+      )
+    },
   }
 }

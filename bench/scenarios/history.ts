@@ -3,7 +3,7 @@
 // run, both on a PostgreSQL server (BENCH_DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres).
 // Two tollgate processes (jobs off, so nothing moves under the measurements), one per database; the reads
 // that the service caches (GET /account keeps a balance 2 s) are also timed at the query itself.
-// Results: bench/results/<date>.json, scenarios `history-<what>` with rows, p50_ms, p99_ms, ratio_to_empty.
+// Results: bench/results/<date>-history-<N>-rows.json, scenarios `history-<what>` with rows, p50_ms, p99_ms, ratio_to_empty.
 // The seeded database is tollgate_history_<rows>: `--keep` leaves it on the server, and a later run with the
 // same --rows finds it and measures again without seeding (`--reseed` seeds afresh).
 import { execFileSync } from 'node:child_process'
@@ -33,7 +33,7 @@ import {
 } from '../history/seeded-database.ts'
 import { load } from '../load.ts'
 import { makeProofs } from '../proofs.ts'
-import { machine } from '../report.ts'
+import { machine, resultsName } from '../report.ts'
 import { postJson } from '../targets/api.ts'
 import { freePort, ROOT, startNode } from '../targets/processes.ts'
 
@@ -159,7 +159,7 @@ export async function runHistoryBench(argv: string[]): Promise<void> {
       ROOT,
       'bench',
       'results',
-      `${new Date().toISOString().replace(/:/g, '-').replace(/\..*/, '')}-history.json`,
+      resultsName(new Date(), { full: false, label: `history-${rows}-rows`, scenarios: [] }),
     )
     const meta = machine({
       database: 'postgresql server',

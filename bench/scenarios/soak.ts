@@ -4,32 +4,8 @@
 // The 402 path: a paid soak would need one on-chain transfer per request (~300k for 60 s).
 import { readFileSync } from 'node:fs'
 import { load } from '../load.ts'
-import { type ScenarioResult, withRatio } from '../report.ts'
+import { type ScenarioResult, type SoakSummary, withRatio } from '../report.ts'
 import { type Context, settings } from './context.ts'
-
-export interface SoakSummary {
-  window_s: number
-  /** heap_*: the V8 heap (used / reserved) and memory outside it, from the instance's own metrics. */
-  rss_samples: Array<{
-    t_s: number
-    rss_mb: number
-    heap_used_mb?: number
-    heap_total_mb?: number
-    external_mb?: number
-  }>
-  windows: Array<{ window_s: string; rps: number; p99_us: number; errors: number }>
-  rss_first_mb: number
-  rss_max_mb: number
-  rss_last_mb: number
-  /** Largest distance of any sample from the first, in % of the first. */
-  rss_drift_pct: number
-  rss_flat: boolean
-  p99_first_us: number
-  /** The worst p99 of the windows after the first. */
-  p99_rest_worst_us: number
-  p99_ratio: number
-  p99_flat: boolean
-}
 
 const RSS_EVERY_MS = 2_000
 

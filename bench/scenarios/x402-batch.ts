@@ -1,4 +1,4 @@
-// x402-batch: pay once, call many (issue 12). One channel per connection, each opened with one deposit by the
+// x402-batch: pay once, call many. One channel per connection, each opened with one deposit by the
 // published @x402/evm batch-settlement client through @x402/fetch; then every request carries the channel's
 // next cumulative voucher, signed before the load (each connection sends its channel's vouchers in order).
 // Vouchers are signed with libsecp256k1 over the EIP-712 digest (the published signVoucher is ~1 ms each);

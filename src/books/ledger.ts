@@ -20,7 +20,7 @@ export function revenueEntries(db: Db, calls: PendingQuery<Row[]>): PendingQuery
 
 /**
  * Books the revenue (owner share + fee) of captured calls that have none yet. Used by the settlement room
- * for x402 calls (DESIGN §7b: revenue only once the authorization settled); transaction-hash calls are booked
+ * for x402 calls (revenue only once the authorization settled); transaction-hash calls are booked
  * inside their capture. Idempotent: a call already booked is skipped. Returns how many calls were booked.
  */
 export async function bookCallRevenue(db: Db, q: { proofKeys: string[] }): Promise<number> {

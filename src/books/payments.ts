@@ -2,22 +2,8 @@
 // the claims and ledger entries booked on its behalf, and the unmatched inflows. Each transition runs under
 // the payment's row lock, states its precondition in its SQL and says whether it applied.
 //
-//   record            from → to                        function
-//   payment           ∅ → pending                      createPayment (its figure reserved)
-//   payment           pending → pending (underpaid)    applyPaymentProof (claim held; a top-up figure reserved)
-//   payment           pending → paid                   applyPaymentProof (ledger booked; surplus to refund)
-//   payment           pending → expired                expireDuePayments, or applyPaymentProof/cancelPayment when overdue
-//   payment           pending → canceled               cancelPayment
-//   claim (payment)   ∅ → applied                      applyPaymentProof, payment pending (held until paid)
-//   claim (payment)   ∅ → refund_due                   applyPaymentProof, payment paid/expired/canceled (late)
-//   claim (payment)   applied → refund_due             expire / cancel (held proofs go back to their senders)
-//   claim (payment)   ∅ → settling                     holdPaymentAuthorization (x402: payment pending, covers it)
-//   claim (payment)   settling → applied               applySettledAuthorizations (settled; payment pending: paid)
-//   claim (payment)   settling → refund_due            applySettledAuthorizations (settled; payment closed meanwhile)
-//   claim (payment)   settling → void                  expire / cancel before it was sent (never settled)
-//   checkout figure   ∅ → open                         reserveFigure (at creation, and for a top-up)
-//   checkout figure   open → held                      holdFigures (at paid, expired, canceled, or replaced by a top-up)
-//   unmatched inflow  ∅ → recorded                     recordUnmatchedInflows
+// Their states and moves are rows of the transition table (transitions.ts: payment, checkout_figure,
+// unmatched_inflow, and the claims and ledger entries booked for a payment).
 //
 // Money rule: a proof that does not complete a payment is held (claim 'applied', no ledger entry yet). When
 // the payment is paid, what it received up to its requested figure is booked as owner share + fee, and
@@ -26,7 +12,7 @@
 
 import { randomInt } from 'node:crypto'
 import { insertEvent } from '../db/events.ts'
-import type { PaymentView } from '../db/payments.ts'
+import { type PaymentView, presentPayment } from '../db/payment-presenter.ts'
 import {
   amountDue,
   amountSurplus,
@@ -34,7 +20,6 @@ import {
   type CheckoutPaymentRow,
   PAYMENT_COLUMNS,
   type PaymentRow,
-  presentPayment,
 } from '../db/payments.ts'
 import type { Sql, Tx } from '../db/sql.ts'
 import { splitOwnerShare, toDollars } from '../money.ts'

@@ -15,6 +15,7 @@ import { newId } from '../ids.ts'
 import { toDollars } from '../money.ts'
 import { markRefunded } from './claims.ts'
 import { linkEntriesToPayouts, unlinkEntries } from './ledger.ts'
+import { PAYOUT_RECORD_LOCK } from './payout-lock.ts'
 import { confirmRefunds, failRefunds } from './refunds.ts'
 import type { Applied, Refusal } from './transitions.ts'
 
@@ -111,9 +112,6 @@ export async function recordPayouts(sql: Sql, o: RecordBatchOptions): Promise<Re
   }) as Promise<RecordBatchResult>
 }
 
-/** Arbitrary but fixed, distinct from the leader and migration locks. */
-export const PAYOUT_RECORD_LOCK = 7_301_006
-
 export async function markPayoutSubmitted(db: Sql | Tx, id: string): Promise<Applied> {
   const rows = await db`
     UPDATE payouts SET status = 'submitted', submitted_at = coalesce(submitted_at, now())
@@ -124,16 +122,6 @@ export async function markPayoutSubmitted(db: Sql | Tx, id: string): Promise<App
 
 export async function recordBroadcastError(db: Sql | Tx, id: string, error: string): Promise<void> {
   await db`UPDATE payouts SET last_error = ${error.slice(0, 500)} WHERE id = ${id} AND status IN ('pending', 'submitted')`
-}
-
-/** A fee bump: the same nonce signed again. The old hash is kept: it may still be the one that is mined. */
-export async function replacePayoutTx(
-  db: Sql | Tx,
-  p: { id: string; hash: string; rawTx: string },
-): Promise<void> {
-  await db`
-    UPDATE payouts SET previous_tx_hashes = previous_tx_hashes || tx_hash, tx_hash = ${p.hash}, raw_tx = ${p.rawTx}
-    WHERE id = ${p.id} AND status IN ('pending', 'submitted')`
 }
 
 /**

@@ -17,7 +17,7 @@ import { insertEvent } from '../db/events.ts'
 import { presentRefund, REFUND_COLUMNS, type RefundRow } from '../db/refunds.ts'
 import type { Sql, Tx } from '../db/sql.ts'
 import { toDollars } from '../money.ts'
-import { PAYOUT_RECORD_LOCK } from './payouts.ts'
+import { PAYOUT_RECORD_LOCK } from './payout-lock.ts'
 
 export type RefundTarget = { paymentId: string } | { callId: string }
 

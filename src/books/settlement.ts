@@ -1,10 +1,11 @@
 // The settlement room: the transitions of a captured x402 claim on its way to the chain. Each statement
 // states its precondition (a captured eip3009 claim, not settled, not failed); revenue is booked only in
-// settleAuthorizations, in the same transaction that marks the claim settled (DESIGN §7b). A checkout's
+// settleAuthorizations, in the same transaction that marks the claim settled:
+// an authorization is not money until it is used on chain, so its call earns nothing before that. A checkout's
 // authorization ('settling', src/books/payments.ts) takes the same road: listed, signed, recorded and
 // resolved with the calls', then applied to its payment in the transaction that marks it settled.
 import type { StoredAuthorization } from '../chain/settle.ts'
-import type { PaymentView } from '../db/payments.ts'
+import type { PaymentView } from '../db/payment-presenter.ts'
 import type { Sql, Tx } from '../db/sql.ts'
 import { bookCallRevenue } from './ledger.ts'
 import { applySettledAuthorizations } from './payments.ts'

@@ -1,18 +1,38 @@
 // THE money room's map: every state a money record may take and the one function that moves it there.
-// Every INSERT/UPDATE/DELETE on claims, calls, ledger_entries, payouts and payout_accounts lives in src/books/
-// (test/books/money-room.test.ts scans src/ for strays), and reconcile reads this same table to know what a
-// record in a given state must look like.
+// Every INSERT/UPDATE/DELETE on claims, calls, ledger_entries, payouts, payout_accounts, payments, checkout
+// figures, unmatched inflows and batch channels lives in src/books/ (test/books/money-room.test.ts scans src/
+// for strays); reconcile reads this same table to know what a record in a given state must look like, and
+// test/books/transition-table.unit.test.ts checks that each function named here exists in src/books/ and
+// that its SQL names the state (or the `where` precondition) it starts from.
 
-export type MoneyRecord = 'claim' | 'call' | 'ledger_entry' | 'payout' | 'refund'
+export type MoneyRecord =
+  | 'claim'
+  | 'call'
+  | 'ledger_entry'
+  | 'payout'
+  | 'payment'
+  | 'checkout_figure'
+  | 'unmatched_inflow'
+  | 'channel'
+  | 'channel_op'
+  | 'refund'
 
 export interface Transition {
   record: MoneyRecord
   /** null: the record is created by this transition. */
   from: string | null
   to: string
-  /** The function in src/books/ (or, until they move here, the file named in `owner`) that does it. */
+  /** The function in src/books/ that does it (its SQL, or that of the books functions it calls). */
   fn: string
   why: string
+  /**
+   * The precondition as it is written in the function's SQL, when the starting state is not a status value
+   * of its own (a ledger entry is unpaid while its payout_id is NULL; a channel's state is its amounts).
+   * A query parameter is written `?`.
+   */
+  where?: string
+  /** This transition writes the record's call (reconcile expects exactly one call per claim reached so). */
+  writesCall?: true
 }
 
 export const TRANSITIONS: readonly Transition[] = [
@@ -38,7 +58,14 @@ export const TRANSITIONS: readonly Transition[] = [
     fn: 'claimProof',
     why: 'retry: taken over only after a release, never because a lease ran out',
   },
-  { record: 'claim', from: 'claimed', to: 'captured', fn: 'captureClaim', why: 'upstream answered < 500' },
+  {
+    record: 'claim',
+    from: 'claimed',
+    to: 'captured',
+    fn: 'captureClaim',
+    why: 'upstream answered < 500',
+    writesCall: true,
+  },
   {
     record: 'claim',
     from: 'claimed',
@@ -76,6 +103,8 @@ export const TRANSITIONS: readonly Transition[] = [
     to: 'captured',
     fn: 'forgetSettlementTx',
     why: 'x402 settlement not broadcast, or lost unmined while its authorization is unused: sign again',
+    // Only a captured claim gets a settlement_tx (recordSettlementTx): its own hash, still unsettled, says so.
+    where: 'settlement_tx = ? AND settled_at IS NULL',
   },
   {
     record: 'claim',
@@ -91,9 +120,18 @@ export const TRANSITIONS: readonly Transition[] = [
     fn: 'failSettlement',
     why: 'x402 authorization expired unsent or reverted unused: settlement_error set, nothing booked',
   },
-  // x402 batch-settlement (src/books/channels.ts): a voucher's call is claimed and captured like any other;
-  // its claim stays 'captured' and gets settlement_tx/settled_at (revenue booked) when the leader's claim
-  // transaction moved the channel's vouchers to the treasury.
+  // x402 batch-settlement (src/books/channels.ts): a voucher's call is written with its claim, already
+  // captured (the instance holding the channel's lease accepted the voucher in memory and served the call);
+  // the claim gets settlement_tx/settled_at (revenue booked) when the leader's claim transaction moved the
+  // channel's vouchers to the treasury.
+  {
+    record: 'claim',
+    from: null,
+    to: 'captured',
+    fn: 'writeChannelVouchers',
+    why: 'a served batch voucher call, written with the voucher that paid it',
+    writesCall: true,
+  },
   {
     record: 'claim',
     from: 'captured',
@@ -177,6 +215,13 @@ export const TRANSITIONS: readonly Transition[] = [
   ),
   // call: written once with its claim's capture, never updated.
   { record: 'call', from: null, to: 'written', fn: 'captureClaim', why: 'the served call' },
+  {
+    record: 'call',
+    from: null,
+    to: 'written',
+    fn: 'writeChannelVouchers',
+    why: 'the served call of a batch voucher',
+  },
   // ledger entry: appended; only payout_id moves.
   {
     record: 'ledger_entry',
@@ -188,12 +233,34 @@ export const TRANSITIONS: readonly Transition[] = [
   { record: 'ledger_entry', from: null, to: 'unpaid', fn: 'markRefundDue', why: 'refund owed to a payer' },
   {
     record: 'ledger_entry',
+    from: null,
+    to: 'unpaid',
+    fn: 'bookPaid',
+    why: 'owner share + fee of a paid checkout payment, up to its requested figure',
+  },
+  {
+    record: 'ledger_entry',
+    from: null,
+    to: 'unpaid',
+    fn: 'scheduleRefund',
+    why: 'a checkout surplus, a late transfer or a held proof owed back to its sender',
+  },
+  {
+    record: 'ledger_entry',
     from: 'unpaid',
     to: 'in_payout',
-    fn: 'recordPayouts',
-    why: 'batched into a payout',
+    fn: 'linkEntriesToPayouts',
+    why: 'batched into a payout (recordPayouts)',
+    where: 'payout_id IS NULL',
   },
-  { record: 'ledger_entry', from: 'in_payout', to: 'unpaid', fn: 'failPayout', why: 'its payout failed' },
+  {
+    record: 'ledger_entry',
+    from: 'in_payout',
+    to: 'unpaid',
+    fn: 'unlinkEntries',
+    why: 'its payout failed (failPayout)',
+    where: 'WHERE payout_id = ?',
+  },
   {
     record: 'ledger_entry',
     from: null,
@@ -243,6 +310,134 @@ export const TRANSITIONS: readonly Transition[] = [
     fn: 'failRefunds',
     why: 'its payout failed: reversed, the merchant’s part back in its balance',
   },
+  // payment (src/books/payments.ts): each transition under the payment's row lock.
+  {
+    record: 'payment',
+    from: null,
+    to: 'pending',
+    fn: 'createPayment',
+    why: 'created with its figure reserved',
+  },
+  {
+    record: 'payment',
+    from: 'pending',
+    to: 'pending',
+    fn: 'applyPaymentProof',
+    why: 'underpaid: the proof is held (claim applied) and a top-up figure reserved',
+  },
+  {
+    record: 'payment',
+    from: 'pending',
+    to: 'paid',
+    fn: 'applyPaymentProof',
+    why: 'paid in full: what it received up to its figure is booked, any surplus owed back',
+  },
+  {
+    record: 'payment',
+    from: 'pending',
+    to: 'expired',
+    fn: 'expireLocked',
+    why: 'past expires_at (expireDuePayments, or a proof or cancel arriving late): held proofs refunded',
+  },
+  {
+    record: 'payment',
+    from: 'pending',
+    to: 'expired',
+    fn: 'expireDuePayments',
+    why: 'the expiry sweeper: pending payments past expires_at, a batch at a time (through expireLocked)',
+  },
+  {
+    record: 'payment',
+    from: 'pending',
+    to: 'canceled',
+    fn: 'cancelPayment',
+    why: 'canceled by the merchant: held proofs refunded',
+  },
+  // checkout figure: the amount that tells one payment's plain transfer from another's.
+  {
+    record: 'checkout_figure',
+    from: null,
+    to: 'open',
+    fn: 'reserveFigure',
+    why: 'reserved at creation, or for a top-up',
+  },
+  {
+    record: 'checkout_figure',
+    from: 'open',
+    to: 'held',
+    fn: 'holdFigures',
+    why: 'its payment closed: kept 24 h so a late transfer still reaches it',
+    where: 'WHERE payment_id = ?',
+  },
+  {
+    record: 'unmatched_inflow',
+    from: null,
+    to: 'recorded',
+    fn: 'recordUnmatchedInflows',
+    why: 'a transfer to the treasury no figure or proof matched; never booked',
+  },
+  // channel (batch-settlement): its state is its amounts; each move states them in its WHERE.
+  {
+    record: 'channel',
+    from: null,
+    to: 'open',
+    fn: 'requestChannelOp',
+    why: 'first deposit requested: the channel exists with nothing in it',
+  },
+  {
+    record: 'channel',
+    from: 'open',
+    to: 'open',
+    fn: 'confirmDeposit',
+    why: 'deposit confirmed on chain: its amount joins the balance, once',
+    where: "kind = 'deposit' AND status = 'sent'",
+  },
+  {
+    record: 'channel',
+    from: 'open',
+    to: 'open',
+    fn: 'takeChannelLease',
+    why: 'an instance leases the channel to accept vouchers in memory up to a ceiling',
+    where: 'c.lease_holder IS NULL OR c.lease_holder = ? OR c.lease_until < now()',
+  },
+  {
+    record: 'channel',
+    from: 'open',
+    to: 'open',
+    fn: 'writeChannelVouchers',
+    why: 'the highest accepted voucher written (charged moves up), within the lease',
+    where: 'c.lease_holder = ? AND c.lease_epoch = m.epoch',
+  },
+  {
+    record: 'channel',
+    from: 'open',
+    to: 'open',
+    fn: 'recordChannelClaims',
+    why: 'claim transaction mined: claimed moves up to at most charged',
+    where: 't.total > c.claimed_atomic AND t.total <= c.charged_atomic',
+  },
+  {
+    record: 'channel',
+    from: 'open',
+    to: 'open',
+    fn: 'confirmRefund',
+    why: 'cooperative refund mined: balance shrinks, never below charged',
+    where: '>= c.charged_atomic',
+  },
+  // channel op: a deposit or refund transaction the leader sends.
+  { record: 'channel_op', from: null, to: 'pending', fn: 'requestChannelOp', why: 'deposit queued' },
+  {
+    record: 'channel_op',
+    from: null,
+    to: 'pending',
+    fn: 'requestRefundOp',
+    why: 'refund queued while no lease is live and the cumulative is the charged one',
+  },
+  { record: 'channel_op', from: 'pending', to: 'sent', fn: 'markChannelOpSent', why: 'broadcast' },
+  { record: 'channel_op', from: 'pending', to: 'failed', fn: 'failChannelOp', why: 'could not be sent' },
+  { record: 'channel_op', from: 'sent', to: 'failed', fn: 'failChannelOp', why: 'reverted' },
+  { record: 'channel_op', from: 'sent', to: 'done', fn: 'confirmDeposit', why: 'deposit mined' },
+  { record: 'channel_op', from: 'sent', to: 'done', fn: 'confirmRefund', why: 'refund mined' },
 ]
 
 /** The states a transition function may start from (its SQL precondition says the same). */
@@ -255,7 +450,7 @@ export type CallExpectation = 'one' | 'none' | 'any'
 
 /**
  * Walks the claim transitions from creation and records, for each state, whether the paths into it went
- * through captureClaim. Reconcile checks claims against calls with this: a claim in a 'one' state without
+ * through a transition that writes the call. Reconcile checks claims against calls with this: a claim in a 'one' state without
  * its call, or in a 'none' state with one, is a difference.
  */
 export function claimCallExpectations(): Map<string, CallExpectation> {
@@ -267,7 +462,7 @@ export function claimCallExpectations(): Map<string, CallExpectation> {
     const [state, captured] = queue.shift()!
     for (const t of claims) {
       if (t.from !== state) continue
-      const nextCaptured = captured || t.fn === 'captureClaim'
+      const nextCaptured = captured || t.writesCall === true
       const key = `${t.to}:${nextCaptured}`
       if (seen.has(key)) continue
       seen.add(key)

@@ -1,4 +1,4 @@
-// Unexpected chain failures (start-up, configuration): typed, with a stable code the README documents.
+// Unexpected chain failures (start-up, configuration): typed, with a stable code docs/api.md documents.
 // Expected per-request outcomes (payment_pending, wrong_asset, …) are values, never these.
 
 export type ChainErrorCode =

@@ -6,7 +6,8 @@
 // transfer, and a range is reported again after a failure.
 import { applyPaymentProof, recordUnmatchedInflows } from '../books/payments.ts'
 import type { TreasuryTransfer } from '../chain/transfer.ts'
-import { findPaymentsByFigure, type PaymentView } from '../db/payments.ts'
+import type { PaymentView } from '../db/payment-presenter.ts'
+import { findPaymentsByFigure } from '../db/payments.ts'
 import type { Sql } from '../db/sql.ts'
 import type { Logger } from '../observability/logger.ts'
 

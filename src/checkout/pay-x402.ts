@@ -14,9 +14,9 @@ import type { VerifyResult } from '../data-plane/verifier.ts'
 import { findClaim, findSettlement } from '../db/claims.ts'
 import { type CheckoutPaymentRow, effectiveStatus, findCheckoutPayment } from '../db/payments.ts'
 import { checkoutPayments, paymentRequired } from '../observability/metrics.ts'
+import type { CheckoutContext } from './context.ts'
 import { presentCheckout } from './presenter.ts'
 import { type Headers, JSON_TYPE, type Responder, stateCode } from './responder.ts'
-import type { CheckoutContext } from './route.ts'
 
 type Authorization = Extract<VerifyResult, { ok: true; kind: 'eip3009' }>
 

@@ -8,10 +8,10 @@ import type { VerifyResult } from '../data-plane/verifier.ts'
 import { findClaim } from '../db/claims.ts'
 import { type CheckoutPaymentRow, effectiveStatus, findCheckoutPayment } from '../db/payments.ts'
 import { checkoutPayments, paymentRequired } from '../observability/metrics.ts'
+import type { CheckoutContext } from './context.ts'
 import { payWithAuthorization } from './pay-x402.ts'
 import { presentCheckout } from './presenter.ts'
 import { JSON_TYPE, type Responder, stateCode } from './responder.ts'
-import type { CheckoutContext } from './route.ts'
 
 export function payWithProof(
   ctx: CheckoutContext,

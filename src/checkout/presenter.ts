@@ -1,7 +1,8 @@
-// The checkout's view of a payment: the API's payment object (one presenter, src/db/payments.ts) without the
+// The checkout's view of a payment: the API's payment object (one presenter, src/db/payment-presenter.ts) without the
 // merchant's private metadata, plus what the page needs (merchant name, explorer link, return URLs resolved).
 import { explorerTxUrl } from '../chain/networks.ts'
-import { type CheckoutPaymentRow, type PaymentView, presentPayment } from '../db/payments.ts'
+import { type PaymentView, presentPayment } from '../db/payment-presenter.ts'
+import type { CheckoutPaymentRow } from '../db/payments.ts'
 import { formatDollars } from '../money.ts'
 
 export interface CheckoutView extends PaymentView {

@@ -58,9 +58,20 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
   let asset = values.usdc ?? env.USDC_ADDRESS ?? file?.usdc_address
   let atomic: bigint
   if (/^https?:\/\//.test(target)) {
-    const r = await fetch(target, { headers: { accept: 'application/json' } })
+    const r = await fetch(target, { headers: { accept: 'application/json' } }).catch((err: unknown) => {
+      // fetch says only "fetch failed"; what failed (refused, no such host, timeout) is in its cause.
+      const cause = (err as { cause?: { code?: string; message?: string } }).cause
+      throw new Error(`cannot reach ${target}: ${cause?.code ?? cause?.message ?? (err as Error).message}`)
+    })
     if (r.status !== 402) throw new Error(`${target} answered ${r.status}, not 402: nothing to pay`)
-    const req = (await r.json()) as { recipient: string; asset: string; price_atomic: string }
+    const req = (await r.json().catch(() => null)) as {
+      recipient?: string
+      asset?: string
+      price_atomic?: string
+    } | null
+    if (!req?.recipient || !req.asset || !req.price_atomic) {
+      throw new Error(`${target} answered 402 without a payment requirement (recipient, asset, price_atomic)`)
+    }
     recipient = req.recipient
     asset = req.asset
     atomic = BigInt(req.price_atomic)

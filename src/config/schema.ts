@@ -173,7 +173,7 @@ export const ConfigSchema = v.strictObject({
      * least this many dollars; null (default): never. Costs one RPC round trip on those calls. */
     simulate_min_price: v.nullable(Dollars),
     /**
-     * batch-settlement vouchers (issue 12): an instance leases a channel for batch_lease_ms and accepts its
+     * batch-settlement vouchers: an instance leases a channel for batch_lease_ms and accepts its
      * vouchers in memory up to batch_reserve dollars past the last persisted one, persisting every
      * batch_flush_ms. A crash costs at most batch_reserve per channel (the gateway's, never the payer's).
      */
@@ -192,7 +192,7 @@ export const ConfigSchema = v.strictObject({
     enabled: v.boolean(),
     expiry_interval_ms: PositiveInt,
   }),
-  /** Bounded history (issue 16): what the leader's retention job prunes, and when. */
+  /** Bounded history: what the leader's retention job prunes, and when. */
   retention: v.strictObject({
     interval_ms: PositiveInt,
     /** Delivered/failed webhook deliveries and their attempts, and dispatched events, older than this. */
@@ -214,7 +214,7 @@ export const ConfigSchema = v.strictObject({
     batch_rows: PositiveInt,
     max_batches: PositiveInt,
   }),
-  // --- Hostile input and the admin port (issue 9) ---
+  // --- Hostile input and the admin port ---
   /** The admin port's own address: loopback unless deliberately exposed. Its token is ADMIN_TOKEN. */
   admin: v.strictObject({ host: v.pipe(v.string(), v.minLength(1)) }),
   /** Token buckets per client address on unauthenticated surfaces; never applied to a request carrying a
@@ -241,8 +241,8 @@ export const ConfigSchema = v.strictObject({
      * published x402 clients pay it unchanged; null: anvil's own chain 31337, network name 'local'. */
     announce_as: v.nullable(v.picklist(['base-sepolia'])),
   }),
-  // --- end of issue 9 settings ---
-  // Logs and traces (README "Observability: logs and traces").
+  // --- end of the hostile-input settings ---
+  // Logs and traces (docs/operations.md, "Observability: logs and traces").
   log: v.strictObject({
     level: LogLevel,
     /** Access log of /m/* and /pay/*: off (default, the hot path pays nothing), sampled, all. */

@@ -1,7 +1,7 @@
 // The valibot pieces every route's response schema is built from (timestamps, money pairs, lists, the error
 // body), so the OpenAPI document and the presenters share one description of the wire format.
 import * as v from 'valibot'
-import { ERROR_CODES } from './api-error.ts'
+import { ERRORS } from '../errors.ts'
 
 export const Timestamp = v.pipe(v.string(), v.isoTimestamp(), v.description('ISO 8601, UTC'))
 export const NullableTimestamp = v.nullable(Timestamp)
@@ -26,9 +26,7 @@ export const ApiErrorBody = v.pipe(
   v.strictObject({
     error: v.strictObject({
       type: v.string(),
-      code: v.picklist(
-        Object.keys(ERROR_CODES) as [keyof typeof ERROR_CODES, ...(keyof typeof ERROR_CODES)[]],
-      ),
+      code: v.picklist(Object.keys(ERRORS) as [keyof typeof ERRORS, ...(keyof typeof ERRORS)[]]),
       message: v.string(),
       param: v.optional(v.string()),
     }),

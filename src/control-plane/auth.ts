@@ -3,8 +3,8 @@
 import type { AccountRow } from '../db/accounts.ts'
 import { findAccountByKeyHash } from '../db/accounts.ts'
 import type { Sql } from '../db/sql.ts'
+import { ApiError } from '../errors.ts'
 import { API_KEY_FORMAT, hashApiKey } from '../ids.ts'
-import { ApiError } from './api-error.ts'
 
 export async function authenticate(sql: Sql, authorization: string | undefined): Promise<AccountRow> {
   if (!authorization) {

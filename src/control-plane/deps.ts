@@ -1,20 +1,8 @@
 // What the control plane is given by main.ts. Plain values, so it is easy to build in tests.
+import type { ChainInfo } from '../chain/info.ts'
 import type { Config } from '../config/schema.ts'
 import type { Sql } from '../db/sql.ts'
 import type { Logger } from '../observability/logger.ts'
-
-export interface ChainInfo {
-  network: 'local' | 'base' | 'base-sepolia'
-  chainId: number
-  /** x402 v1 network name and CAIP-2 id. */
-  x402Network: string
-  caip2: string
-  treasury: `0x${string}`
-  usdcAddress: `0x${string}`
-  usdcName: string
-  usdcVersion: string
-  explorerUrl: string | null
-}
 
 export interface ControlPlaneDeps {
   config: Config

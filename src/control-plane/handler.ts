@@ -1,9 +1,9 @@
 // The /api/v1 handler: routing, the API conventions (JSON only, error shape, auth, idempotency), error mapping.
 import { DATABASE_RETRY_AFTER_S, isDatabaseUnavailable } from '../db/unavailable.ts'
+import { ApiError, apiErrorResponse } from '../errors.ts'
 import type { ApiHandler, ApiRequest, ApiResponse } from '../http-exchange.ts'
 import { httpDuration, httpRequests, statusClass } from '../observability/metrics.ts'
 import { endSpan, startRequestSpan, tracing, withSpan } from '../observability/tracing.ts'
-import { ApiError, apiErrorResponse } from './api-error.ts'
 import type { ControlPlaneDeps } from './deps.ts'
 import { requestFingerprint, withIdempotency } from './idempotency.ts'
 import { openApiRoute } from './openapi.ts'

@@ -4,7 +4,7 @@
 import { createHash } from 'node:crypto'
 import { IDEMPOTENCY_TTL_MS } from '../db/retention.ts'
 import type { Sql, Tx } from '../db/sql.ts'
-import { ApiError } from './api-error.ts'
+import { ApiError } from '../errors.ts'
 import type { RouteResult } from './route.ts'
 
 const KEY_FORMAT = /^[\x21-\x7e]{1,255}$/

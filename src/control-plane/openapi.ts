@@ -3,7 +3,7 @@
 // docs/openapi.json (`npm run openapi`). Deterministic: the same routes give the same bytes.
 import { type ConversionConfig, toJsonSchema } from '@valibot/to-json-schema'
 import * as v from 'valibot'
-import { ERROR_CODES } from './api-error.ts'
+import { ERRORS } from '../errors.ts'
 import { ApiErrorBody, PageQuery } from './api-schemas.ts'
 import { CheckoutStatus, PaymentRequired, PublicErrorBody, publicPaths } from './openapi-public.ts'
 import type { Route } from './route.ts'
@@ -163,7 +163,7 @@ export function buildOpenApiDocument(routes: readonly Route[]): Json {
         'Management API under /api/v1 (Bearer API key), metered calls under /m/{endpoint_id} and the hosted ' +
         'checkout under /pay/{payment_id}. Amounts: dollars as JSON numbers (`amount`, `price`) and USDC base ' +
         'units as strings (`*_atomic`). Error codes: ' +
-        Object.keys(ERROR_CODES).join(', '),
+        Object.keys(ERRORS).join(', '),
       license: { name: 'MIT', identifier: 'MIT' },
     },
     servers: [{ url: 'http://127.0.0.1:8080', description: '`npm start` on its defaults' }],

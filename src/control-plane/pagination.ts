@@ -1,5 +1,5 @@
 // Cursor pagination: ?limit=1..100 (default 10) & starting_after=<id>; answers { object: 'list', data, has_more }.
-import { ApiError } from './api-error.ts'
+import { ApiError } from '../errors.ts'
 
 export interface Page {
   limit: number

@@ -7,8 +7,8 @@ import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypt
 import type { AccountRow } from '../db/accounts.ts'
 import { findSession } from '../db/dashboard-sessions.ts'
 import type { Sql } from '../db/sql.ts'
+import { ApiError } from '../errors.ts'
 import type { ApiRequest } from '../http-exchange.ts'
-import { ApiError } from './api-error.ts'
 import { authenticate } from './auth.ts'
 
 /** `__Secure-`: a browser accepts it only with Secure, so no plain-http page can plant one. */

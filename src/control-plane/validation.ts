@@ -1,7 +1,7 @@
 // Runs a valibot schema on a request body and turns the first issue into a 400 that names the field and says
 // what was wrong: `missing field X`, `unknown field X`, or `X must be …` (what was expected).
 import * as v from 'valibot'
-import { ApiError } from './api-error.ts'
+import { ApiError } from '../errors.ts'
 
 export function parseBody<S extends v.GenericSchema>(schema: S, input: unknown): v.InferOutput<S> {
   if (input === undefined) throw new ApiError('invalid_body', 'a JSON object body is required')

@@ -18,7 +18,7 @@ export interface LiveEndpoint {
   floorUntilMs: number
   target: UpstreamTarget
   challenge: Challenge
-  /** x402 batch-settlement accepted here (issue 12). */
+  /** x402 batch-settlement accepted here. */
   batch: boolean
 }
 
@@ -34,7 +34,7 @@ export interface EndpointCacheOptions {
   allowPrivate: boolean
   /** x402 `maxTimeoutSeconds` in the 402 accepts (config x402.max_timeout_seconds). */
   maxTimeoutSeconds: number
-  /** issue 12: false when the start-up check found no usable batch-settlement contracts (never offered). */
+  /** False when the start-up check found no usable batch-settlement contracts (never offered). */
   batchOffered: boolean
 }
 

@@ -114,8 +114,6 @@ const RESPONSE_DROP = new Set([
   'access-control-allow-credentials',
 ])
 
-export const INVALID_PATH_MESSAGE =
-  'the path may not contain dot segments (. or ..), encoded dots, encoded slashes or backslashes'
 // Statuses, types and messages are in the registry (src/errors.ts).
 const ERROR_RESPONSES: Record<UpstreamErrorCode, { code: ErrorCode; details?: ErrorDetails }> = {
   unreachable: { code: 'upstream_unreachable' },

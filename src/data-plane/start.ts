@@ -8,18 +8,16 @@ import { BatchWriter } from '../books/batch-writer.ts'
 import { checkBatchContracts } from '../chain/batch-channel.ts'
 import { createAuthorizationChainChecker } from '../chain/check-authorization.ts'
 import type { ChainContext } from '../chain/connect.ts'
+import type { ChainInfo } from '../chain/info.ts'
 import { simulateTransferAuthorization } from '../chain/simulate-authorization.ts'
+import type { TreasuryTransfer } from '../chain/transfer.ts'
 import { verifySmartWalletAuthorization } from '../chain/verify-smart-wallet.ts'
 import { verifyTransfer } from '../chain/verify-transfer.ts'
 import { type TransferWatcher, watchTreasuryTransfers } from '../chain/watcher.ts'
-import { attributeTransfers } from '../checkout/attribution.ts'
-import { createCheckoutRoute } from '../checkout/route.ts'
 import type { Config } from '../config/schema.ts'
-import type { ChainInfo } from '../control-plane/deps.ts'
-import { createDashboardRoute } from '../dashboard/route.ts'
 import { listenForEndpointChanges } from '../db/notify.ts'
-import { loadWatcherCursor, saveWatcherCursor } from '../db/payments.ts'
 import type { Database } from '../db/start.ts'
+import { loadWatcherCursor, saveWatcherCursor } from '../db/watcher-cursors.ts'
 import type { ApiHandler } from '../http-exchange.ts'
 import { configDollars } from '../money.ts'
 import type { Logger } from '../observability/logger.ts'
@@ -35,14 +33,14 @@ import {
   voucherWrites,
 } from '../observability/metrics.ts'
 import type { Started } from '../subsystem.ts'
-import { createEdgeLimits, createPublicApp, listen, proofEdge } from './app.ts'
+import { createEdgeLimits, createPublicApp, listen, type ProofEdge, proofEdge, type UwsRoute } from './app.ts'
 import { BATCH_WITHDRAW_DELAY_S } from './batch-voucher.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
 import { createEndpointCache } from './endpoint-cache.ts'
 import { createMeteredRoute } from './metered.ts'
 import { type ProofHorizons, startProofHorizons } from './proof-horizons.ts'
-import { createUpstreamDispatcher } from './proxy.ts'
 import { startSettlementThrottle } from './settlement-throttle.ts'
+import { createUpstreamDispatcher } from './upstream-pool.ts'
 import { Verifier } from './verifier.ts'
 import { VoucherLeases } from './voucher-leases.ts'
 import { startEndpointRelay, workerEnv } from './workers.ts'
@@ -56,6 +54,17 @@ export interface DataPlaneDeps {
   publicUrl(): string
   /** The control plane's /api/v1 handler, given this plane's cache invalidation (the planes never import each other). */
   apiHandler(onEndpointChanged: (id: string) => Promise<void> | undefined): ApiHandler
+  /**
+   * The /pay/* route, given this plane's verifier and its rate limits (built by service.ts: checkout sits on
+   * top of this plane).
+   */
+  checkoutRoute(verifier: Verifier, edge: ProofEdge): UwsRoute
+  /** /dashboard and its static assets (built by service.ts: the page acts through /api/v1 only). */
+  dashboardRoute(): UwsRoute
+  /** Plain treasury transfers the watcher saw, for checkout to match to payments by amount; a throw rescans. */
+  attributeTransfers(transfers: TreasuryTransfer[]): Promise<void>
+  /** The clock proofs are aged by (milliseconds); tests move it instead of sleeping. Default Date.now. */
+  now?: () => number
 }
 
 export interface DataPlane extends Started {
@@ -73,7 +82,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     for (const s of stops.splice(0).reverse()) await s()
   }
   try {
-    // issue 12: batch-settlement is offered only over contracts that compute what the client signs.
+    // batch-settlement is offered only over contracts that compute what the client signs.
     const batchOffered = await checkBatchOffer(chain, logger)
     const verified = createVerifiedTransferCache(config.caches)
     const usedProofs = createUsedProofCache(config.caches)
@@ -109,13 +118,13 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       logger,
     })
     stops.push(() => horizons.stop())
-    const verifier = createVerifier(config, chain, verified, horizons)
+    const verifier = createVerifier(config, chain, verified, horizons, deps.now)
     const books = createBooksWriter(db, config, logger)
     stops.push(async () => {
       const lost = await books.drain(15_000)
       if (lost > 0) logger.error('captures not written at stop; those calls will be refunded', { lost })
     })
-    // issue 12: batch-settlement channels leased by this process; stop writes their calls and lets them go.
+    // batch-settlement channels leased by this process; stop writes their calls and lets them go.
     const leases = createVoucherLeases(db, config, logger)
     stops.push(() => leases.stop())
     const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
@@ -136,20 +145,12 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       logger,
       ...meteredOptions(deps, leases),
     })
-    const checkout = createCheckoutRoute({
-      sql: db.sql,
-      verifier,
-      chain: chainInfo,
-      publicUrl: deps.publicUrl,
-      logger,
-      settings: { ownerShareBps: config.fees.owner_share_bps },
-      edge: proofEdge(edge, edge.checkout),
-    })
+    const checkout = deps.checkoutRoute(verifier, proofEdge(edge, edge.checkout))
     const app = createPublicApp({
       bodyLimitBytes: config.server.body_limit_bytes,
       apiHandler: deps.apiHandler(onEndpointChanged),
       logger,
-      dashboard: createDashboardRoute(),
+      dashboard: deps.dashboardRoute(),
       metered,
       checkout,
       edge,
@@ -178,7 +179,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
 /** The metered route's settings and its x402 batch-settlement part, from the configuration. */
 function meteredOptions({ config, db, chain, chainInfo }: DataPlaneDeps, leases: VoucherLeases) {
   return {
-    // x402 batch-settlement (issue 12): offered per endpoint; deposits/refunds are sent by the leader.
+    // x402 batch-settlement: offered per endpoint; deposits/refunds are sent by the leader.
     batch: {
       sql: db.sql,
       chainId: chainInfo.chainId,
@@ -208,13 +209,6 @@ async function startTransferWatcher(
   verified: ReturnType<typeof createVerifiedTransferCache>,
 ): Promise<TransferWatcher> {
   const { config, db, chain, logger } = deps
-  const paymentView = () => ({
-    publicUrl: deps.publicUrl(),
-    network: deps.chainInfo.network,
-    chainId: deps.chainInfo.chainId,
-    treasury: deps.chainInfo.treasury,
-    usdcAddress: deps.chainInfo.usdcAddress,
-  })
   const cursorName = `treasury-transfers:${chain.treasury.toLowerCase()}`
   const watcherFrom = await loadWatcherCursor(db.sql, cursorName)
   return watchTreasuryTransfers(chain.publicClient, {
@@ -227,13 +221,8 @@ async function startTransferWatcher(
     onTransfer: (t) => {
       verified.set(t.hash, t)
     },
-    // Plain transfers matched to payments by their amount (issue 11); a failure rescans the range.
-    onTransfers: async (transfers) => {
-      await attributeTransfers(
-        { sql: db.sql, view: paymentView, ownerShareBps: config.fees.owner_share_bps, logger },
-        transfers,
-      )
-    },
+    // A failure rescans the range.
+    onTransfers: (transfers) => deps.attributeTransfers(transfers),
     onError: (err) => logger.warn('transfer watcher poll failed', { err }),
   })
 }
@@ -243,10 +232,12 @@ function createVerifier(
   chain: ChainContext,
   verified: ReturnType<typeof createVerifiedTransferCache>,
   horizons: ProofHorizons,
+  now: (() => number) | undefined,
 ): Verifier {
   // One per process: the checks of one payer share its balance read (see check-authorization.ts).
   const checkOnChain = createAuthorizationChainChecker(chain.tokenReads)
   return new Verifier({
+    ...(now ? { now } : {}),
     verified,
     maxProofAgeMs: config.chain.max_proof_age_ms,
     notFoundTtlMs: config.verify.not_found_ttl_ms,
@@ -296,7 +287,7 @@ function createVerifier(
 }
 
 /**
- * issue 12: the contracts at the addresses the published client expects (on a real network the x402
+ * the contracts at the addresses the published client expects (on a real network the x402
  * project's deployment) hold code and compute the client's channel ids and voucher digests. Otherwise
  * batch-settlement is not offered by any endpoint of this process (logged; exact and hashes still work).
  */
@@ -321,7 +312,7 @@ async function checkBatchOffer(chain: ChainContext, logger: Logger): Promise<boo
   return checked.ok
 }
 
-/** issue 12: this process's channel leases (one holder name per process start). */
+/** This process's channel leases (one holder name per process start). */
 function createVoucherLeases(db: Database, config: Config, logger: Logger): VoucherLeases {
   const leaseMs = config.x402.batch_lease_ms
   return new VoucherLeases(db.sql, {

@@ -52,9 +52,3 @@ export async function expireOtherKeys(
   const [now] = await db<{ at: Date }[]>`SELECT now() + ${graceMs} * interval '1 millisecond' AS at`
   return now!.at
 }
-
-export async function findAccountById(db: Sql | Tx, id: string): Promise<AccountRow | null> {
-  const [row] = await db<AccountRow[]>`
-    SELECT id, wallet_address, business_name, mode, created_at FROM accounts WHERE id = ${id}`
-  return row ?? null
-}

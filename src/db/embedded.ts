@@ -1,10 +1,30 @@
 // Embedded PostgreSQL (PGlite, WASM) served on a loopback socket, so the service uses the same `postgres`
-// driver and the same SQL whether or not a DATABASE_URL is given.
+// driver and the same SQL whether or not a DATABASE_URL is given. PGlite is loaded only when it is used: the
+// production image leaves it out (a server database is what production runs on).
 import { mkdirSync } from 'node:fs'
 import { resolve } from 'node:path'
-import { PGlite } from '@electric-sql/pglite'
-import { PGLiteSocketServer } from '@electric-sql/pglite-socket'
 import { acquireLockFile, type HeldLock } from '../lock-file.ts'
+
+/** The embedded database's packages are not installed (the production image): set DATABASE_URL. */
+export class EmbeddedDatabaseMissingError extends Error {
+  readonly code = 'TOLLGATE_EMBEDDED_DATABASE_MISSING'
+}
+
+async function loadPglite() {
+  try {
+    const [{ PGlite }, { PGLiteSocketServer }] = await Promise.all([
+      import('@electric-sql/pglite'),
+      import('@electric-sql/pglite-socket'),
+    ])
+    return { PGlite, PGLiteSocketServer }
+  } catch (cause) {
+    throw new EmbeddedDatabaseMissingError(
+      'no DATABASE_URL, and the embedded database (@electric-sql/pglite) is not installed here, as in the ' +
+        'production image: set DATABASE_URL to a PostgreSQL database that exists',
+      { cause },
+    )
+  }
+}
 
 export interface EmbeddedDatabase {
   url: string
@@ -21,6 +41,7 @@ export async function startEmbeddedDatabase(options: { dataDir: string }): Promi
     mkdirSync(options.dataDir, { recursive: true })
   }
   try {
+    const { PGlite, PGLiteSocketServer } = await loadPglite()
     const db = await PGlite.create(options.dataDir)
     // PGlite is a single session. Its socket server multiplexes connections onto it, which is only safe
     // for one client connection at a time: prepared statements and session state would be shared.

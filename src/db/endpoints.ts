@@ -13,7 +13,7 @@ export interface EndpointRow {
   quote_floor_atomic: bigint | null
   quote_floor_until: Date | null
   timeout_ms: number | null
-  /** x402 batch-settlement offered (issue 12); off by default. */
+  /** x402 batch-settlement offered; off by default. */
   batch_settlement: boolean
   status: 'active' | 'disabled'
   version: number

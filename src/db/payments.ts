@@ -1,6 +1,5 @@
-// Payments: the reads, and the one presenter of a payment (the API object; the checkout adds its page fields
-// to it). Every statement that changes a payment lives in src/books/payments.ts.
-import { toDollars } from '../money.ts'
+// Payments: the rows, the reads, and what a row's amounts and status mean. The API object of a payment is
+// payment-presenter.ts; every statement that changes a payment lives in src/books/payments.ts.
 import { afterCursor } from './cursor.ts'
 import type { Sql, Tx } from './sql.ts'
 
@@ -46,15 +45,6 @@ export const CHECKOUT_COLUMNS = `${PAYMENT_COLUMNS.split(', ')
   .map((c) => `p.${c}`)
   .join(', ')}, a.business_name, a.wallet_address AS owner_wallet`
 
-/** What the payment object needs besides the row: where it is paid and how to reach it. */
-export interface PaymentView {
-  publicUrl: string
-  network: string
-  chainId: number
-  treasury: string
-  usdcAddress: string
-}
-
 /** What is left to send: the requested figure minus what was received (0 once covered). */
 export function amountDue(p: Pick<PaymentRow, 'amount_requested_atomic' | 'amount_received_atomic'>): bigint {
   const due = p.amount_requested_atomic - p.amount_received_atomic
@@ -75,51 +65,6 @@ export function effectiveStatus(
   nowMs = Date.now(),
 ): PaymentStatus {
   return p.status === 'pending' && p.expires_at.getTime() <= nowMs ? 'expired' : p.status
-}
-
-/** The payment object of the API, of the webhook events and (with the page's fields added) of the checkout. */
-export function presentPayment(p: PaymentRow, view: PaymentView) {
-  const status = effectiveStatus(p)
-  const due = status === 'pending' ? amountDue(p) : 0n
-  return {
-    id: p.id,
-    object: 'payment',
-    status,
-    amount: toDollars(p.amount_atomic),
-    amount_atomic: p.amount_atomic.toString(),
-    /** The exact figure a plain transfer must carry to be matched to this payment (price + offset). */
-    amount_requested: toDollars(p.amount_requested_atomic),
-    amount_requested_atomic: p.amount_requested_atomic.toString(),
-    amount_received: toDollars(p.amount_received_atomic),
-    amount_received_atomic: p.amount_received_atomic.toString(),
-    amount_due: toDollars(due),
-    amount_due_atomic: due.toString(),
-    /** Received beyond the requested figure: scheduled for refund to the payer. */
-    amount_surplus_atomic: amountSurplus(p).toString(),
-    currency: 'USDC',
-    description: p.description,
-    metadata: p.metadata,
-    recipient: view.treasury,
-    network: view.network,
-    chain_id: view.chainId,
-    asset: view.usdcAddress,
-    payment_url: `${view.publicUrl}/pay/${p.id}`,
-    success_url: p.success_url,
-    cancel_url: p.cancel_url,
-    logo_url: p.logo_url,
-    created_at: p.created_at.toISOString(),
-    expires_at: p.expires_at.toISOString(),
-    paid_at: p.paid_at?.toISOString() ?? null,
-    canceled_at: p.canceled_at?.toISOString() ?? null,
-    transaction: p.transaction,
-    payer: p.payer,
-  }
-}
-
-export type PaymentObject = ReturnType<typeof presentPayment>
-
-export function presentTimeline(rows: TimelineRow[]) {
-  return rows.map((t) => ({ type: t.type, created_at: t.created_at.toISOString(), ...t.data }))
 }
 
 // ── reads ────────────────────────────────────────────────────────────────────────────────────────────
@@ -191,20 +136,4 @@ export async function listUnmatchedInflows(
     FROM unmatched_inflows u LEFT JOIN claims c ON c.proof_key = 'tx:' || u.tx_hash
     ${q.open ? db`WHERE c.proof_key IS NULL` : db``}
     ORDER BY u.seen_at DESC, u.tx_hash LIMIT ${q.limit}`
-}
-
-/** The next block the treasury watcher should scan, as the last run left it (null: never ran). */
-export async function loadWatcherCursor(db: Sql | Tx, name: string): Promise<bigint | null> {
-  const [row] = await db<
-    { next_block: bigint }[]
-  >`SELECT next_block FROM watcher_cursors WHERE name = ${name}`
-  return row?.next_block ?? null
-}
-
-/** Moves the cursor forward only: several instances' watchers may report the same ranges. */
-export async function saveWatcherCursor(db: Sql | Tx, name: string, nextBlock: bigint): Promise<void> {
-  await db`
-    INSERT INTO watcher_cursors (name, next_block) VALUES (${name}, ${nextBlock})
-    ON CONFLICT (name) DO UPDATE SET next_block = EXCLUDED.next_block, updated_at = now()
-      WHERE watcher_cursors.next_block < EXCLUDED.next_block`
 }

@@ -66,7 +66,8 @@ describe('paced (open loop, the half-load runs)', () => {
     expect(counts.filter((n) => n > 30).length).toBeLessThanOrEqual(4)
     // Latency from when each request was due: the stall makes ≥ 1 % of them ≥ 100 ms late.
     expect(m.p99_ms).toBeGreaterThanOrEqual(100)
-    expect(m.machine_cpu_pct).toBeGreaterThanOrEqual(0)
+    // This process sent 400 requests on loopback meanwhile: the machine was busy, however lightly.
+    expect(m.machine_cpu_pct).toBeGreaterThan(0)
     expect(m.machine_cpu_pct).toBeLessThanOrEqual(100)
   }, 15_000)
 

@@ -2,7 +2,8 @@
 // the capture write: the capture is kept, retried with backoff while the database refuses it, and lands once
 // it is back. The outage is made server-side on the test's own database (connections refused, the service's
 // pooled connections terminated); the shared server itself is never stopped. (A full PostgreSQL restart
-// also reaches the driver's null-socket crash, issue 9 item 1, which is fixed apart from this.)
+// also reaches the driver's null-socket crash, porsager/postgres#1208, which src/db/sql.ts works
+// around apart from this.)
 import postgres from 'postgres'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { captureQueue, captureRetries } from '../../src/observability/metrics.ts'
@@ -18,16 +19,6 @@ let svc: TestService
 let upstream: Awaited<ReturnType<typeof startUpstream>>
 let openGate: (() => void) | null = null
 let received = 0
-
-/** A check that fails (the database restarting) counts as not yet. */
-const until = (what: string, ok: () => boolean | Promise<boolean>, timeoutMs = 30_000) =>
-  waitFor(
-    () =>
-      Promise.resolve()
-        .then(ok)
-        .catch(() => false),
-    { timeoutMs, intervalMs: 50, what },
-  )
 
 const gauge = async (m: typeof captureQueue | typeof captureRetries) => (await m.get()).values[0]?.value ?? 0
 
@@ -77,35 +68,55 @@ describe.runIf(usingServer)('captures across a database outage', () => {
     const retriesBefore = await gauge(captureRetries)
 
     const call = fetch(ep.metered_url, { headers: { 'x-payment': hash } })
-    await until('the upstream to receive the paid call', () => received === 1)
+    await waitFor(() => received === 1, {
+      what: 'the upstream to receive the paid call',
+      timeoutMs: 30_000,
+      intervalMs: 50,
+      retryErrors: true,
+    })
     // The claim is written; now the database goes away before the upstream answers.
     await databaseDown()
     openGate!()
     const res = await call
     expect(res.status).toBe(200)
-    await until(
-      'a failed capture write to be retried',
-      async () => (await gauge(captureRetries)) > retriesBefore,
-    )
+    await waitFor(async () => (await gauge(captureRetries)) > retriesBefore, {
+      what: 'a failed capture write to be retried',
+      timeoutMs: 30_000,
+      intervalMs: 50,
+      retryErrors: true,
+    })
     expect(await gauge(captureQueue)).toBe(1)
 
     await databaseUp()
-    await until('the capture to land', async () => {
-      const [row] = await svc.sql`SELECT status FROM claims WHERE proof_key = ${`tx:${hash}`}`
-      return row?.status === 'captured'
-    })
+    await waitFor(
+      async () => {
+        const [row] = await svc.sql`SELECT status FROM claims WHERE proof_key = ${`tx:${hash}`}`
+        return row?.status === 'captured'
+      },
+      { what: 'the capture to land', timeoutMs: 30_000, intervalMs: 50, retryErrors: true },
+    )
     const calls = await svc.sql`SELECT upstream_status FROM calls WHERE proof_key = ${`tx:${hash}`}`
     expect(calls).toEqual([{ upstream_status: 200 }])
     const entries = await svc.sql`
       SELECT e.kind FROM ledger_entries e JOIN calls k ON k.id = e.source_id
       WHERE k.proof_key = ${`tx:${hash}`} ORDER BY e.kind`
     expect(entries.map((e) => e.kind)).toEqual(['fee', 'owner_share'])
-    await until('the queue to empty', async () => (await gauge(captureQueue)) === 0)
+    await waitFor(async () => (await gauge(captureQueue)) === 0, {
+      what: 'the queue to empty',
+      timeoutMs: 30_000,
+      intervalMs: 50,
+      retryErrors: true,
+    })
 
     // The instance is still serving after the restart.
     const second = await payUsdc(payer, svc.chain.treasury, 10_000n)
     const again = fetch(ep.metered_url, { headers: { 'x-payment': second } })
-    await until('the second call upstream', () => received === 2)
+    await waitFor(() => received === 2, {
+      what: 'the second call upstream',
+      timeoutMs: 30_000,
+      intervalMs: 50,
+      retryErrors: true,
+    })
     openGate!()
     expect((await again).status).toBe(200)
   })

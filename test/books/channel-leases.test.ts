@@ -1,4 +1,4 @@
-// Channel leases of x402 batch-settlement (issue 12, part 4), transition by transition: one holder at a
+// Channel leases of x402 batch-settlement, transition by transition: one holder at a
 // time, the epoch fences a holder whose lease was taken over, nothing is written past the reservation or
 // above the persisted voucher, a refund is not queued under a live lease, and the claim-expiry job leaves
 // batch claims alone (a voucher's call is neither refunded nor voided: it is paid by the channel's claim).

@@ -19,7 +19,7 @@ const MONEY_TABLES = [
   // Running balances (migration 0011): written only by the triggers on ledger_entries and payouts.
   'account_balances',
   'wallet_balances',
-  // x402 batch-settlement channels (issue 12)
+  // x402 batch-settlement channels
   'batch_channels',
   'batch_channel_ops',
   'batch_claims',

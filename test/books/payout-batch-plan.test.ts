@@ -1,4 +1,4 @@
-// recordPayouts sums a batch per wallet in SQL (issue 10: the entries no longer cross into the process that
+// recordPayouts sums a batch per wallet in SQL (so the entries no longer cross into the process that
 // serves paid calls). What the JavaScript plan did, the SQL plan must do: one payout per wallet whatever the
 // case of its address, kind payout/refund/mixed, sums below min wait, the largest wallets first up to
 // max_wallets, the oldest entries first up to max_entries, every planned entry linked, and one

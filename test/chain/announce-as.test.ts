@@ -1,4 +1,4 @@
-// The documented local setup for x402 clients (README "x402"): TOLLGATE_CONFIG=config/local-x402.json makes
+// The documented local setup for x402 clients (docs/x402.md): TOLLGATE_CONFIG=config/local-x402.json makes
 // the dev chain stand in for Base Sepolia (chain 84532, USDC at its canonical address), and both published
 // clients pay it with their default settings: `x402` (v1) and `@x402/fetch` with `@x402/evm` (v2).
 import { join } from 'node:path'

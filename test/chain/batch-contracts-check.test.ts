@@ -1,4 +1,4 @@
-// The start-up check of the batch-settlement contracts (issue 12): what it accepts and what it refuses.
+// The start-up check of the batch-settlement contracts: what it accepts and what it refuses.
 import { createPublicClient, getAddress, http } from 'viem'
 import { describe, expect, it } from 'vitest'
 import {

@@ -19,8 +19,13 @@ afterAll(async () => {
 
 const ANVIL_KEY_9 = '0x2a871d0798f97d79848a013d4936a73bf4cc922c825d33c1cf7073dff6d409c6'
 
+// No state file: a dev chain started here must not write .data/anvil-state.json into the checkout (a later
+// `npm start` would find a chain that does not match its database and stop on TOLLGATE_CHAIN_MISMATCH).
 function config(chain: DeepPartial<Settings['chain']>, env: Record<string, string> = {}) {
-  return loadConfig({ env, overrides: { chain: { rpc_timeout_ms: 2000, ...chain } } })
+  return loadConfig({
+    env,
+    overrides: { chain: { rpc_timeout_ms: 2000, ...chain }, local_chain: { state_file: null } },
+  })
 }
 
 describe('connectChain', () => {

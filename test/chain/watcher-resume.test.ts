@@ -13,8 +13,6 @@ afterEach(async () => {
   await Promise.all(watchers.splice(0).map((w) => w.stop()))
 })
 
-const until = (what: string, fn: () => boolean, timeoutMs = 10_000) => waitFor(fn, { timeoutMs, what })
-
 function start(treasury: `0x${string}`, over: Partial<Parameters<typeof watchTreasuryTransfers>[1]>) {
   const { publicClient, usdc } = chainClients()
   const w = watchTreasuryTransfers(publicClient, {
@@ -56,11 +54,14 @@ describe('treasury watcher: batches, progress, resume', () => {
       onError: () => {},
     })
     const hash = await payUsdc(payer, treasury, 1_000_001n)
-    await until('the batch twice', () => batches.length >= 2)
+    await waitFor(() => batches.length >= 2, { what: 'the batch twice', timeoutMs: 10_000 })
     expect(batches[0]!.map((t) => t.hash)).toEqual([hash])
     expect(batches[1]!.map((t) => t.hash)).toEqual([hash])
     const [block] = batches[0]!.map((t) => t.blockNumber)
-    await until('progress past the block', () => progress.some((p) => p > block!))
+    await waitFor(() => progress.some((p) => p > block!), {
+      what: 'progress past the block',
+      timeoutMs: 10_000,
+    })
     expect(passedBeforeRetry).toBe(false)
   })
 
@@ -79,9 +80,9 @@ describe('treasury watcher: batches, progress, resume', () => {
       },
     })
     // The first poll has placed the cursor at the head once it reports progress; then pay.
-    await until('first progress', () => progress.length > 0)
+    await waitFor(() => progress.length > 0, { what: 'first progress', timeoutMs: 10_000 })
     expect(progress[0]!).toBeLessThan(10n ** 12n)
     const hash = await payUsdc(payer, treasury, 2_000_000n)
-    await until('the transfer reported', () => seen.includes(hash))
+    await waitFor(() => seen.includes(hash), { what: 'the transfer reported', timeoutMs: 10_000 })
   })
 })

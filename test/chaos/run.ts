@@ -9,6 +9,28 @@ import { formatJobKills, runJobKills } from './job-kills.ts'
 import { runFailoverModes } from './run-failover.ts'
 
 const ALL: FaultName[] = ['kill', 'pg-restart', 'rpc', 'upstream', 'pg-restart']
+
+const HELP = `usage: npm run chaos [-- --help]
+
+The full chaos run, about 20 minutes: a private PostgreSQL cluster, anvil behind a faulty proxy and two
+tollgate processes; one fault per round, then background jobs killed mid-run. Exits 1 on a proof served
+twice, a payer charged for a call not served, a crashed instance, or a killed job that lost or doubled money.
+
+environment:
+  CHAOS_PROOFS (2000)  CHAOS_FAULTS (${ALL.join(',')})  CHAOS_ROUND_MS (15000)
+  CHAOS_CONCURRENCY (16)  CHAOS_JOB_KILLS (1; 0 skips the job kills)  CHAOS_AUTHORIZATIONS (40)
+A bounded version runs in npm test (test/chaos/).
+`
+const args = process.argv.slice(2)
+// `npm run chaos --help` (no --) reaches the script as npm_config_help on some npm versions.
+if (args.includes('--help') || args.includes('-h') || process.env.npm_config_help === 'true') {
+  process.stdout.write(HELP)
+  process.exit(0)
+}
+if (args.length > 0) {
+  process.stderr.write(`chaos: unknown argument ${args[0]} (settings are environment variables)\n\n${HELP}`)
+  process.exit(2)
+}
 const faults = (process.env.CHAOS_FAULTS?.split(',') as FaultName[] | undefined) ?? ALL
 const hardLimit = setTimeout(() => {
   process.stderr.write('chaos: hard time limit reached\n')

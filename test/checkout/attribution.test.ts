@@ -1,5 +1,5 @@
 // Plain transfers, no hash given: the watcher matches each confirmed USDC transfer to the treasury by its
-// exact amount to the one payment that figure is reserved for (issue 11), with every edge case's state and
+// exact amount to the one payment that figure is reserved for, with every edge case's state and
 // events, on a real chain and a real database.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { applyPaymentProof } from '../../src/books/payments.ts'
@@ -14,9 +14,6 @@ let svc: TestService
 let payer: Funded
 let merchant: Awaited<ReturnType<typeof registerMerchant>>
 let receiver: WebhookReceiver
-
-const until = <T>(what: string, fn: () => Promise<T | null | undefined | false>, timeoutMs = 10_000) =>
-  waitFor(fn, { timeoutMs, intervalMs: 50, what })
 
 async function createPayment(body: Record<string, unknown>, service = svc, key = merchant.key) {
   const r = await service.api('/api/v1/payments', { key, body })
@@ -92,7 +89,7 @@ describe('a plain transfer of the advertised amount', () => {
     expect(req.accepts).toMatchObject([{ scheme: 'exact', maxAmountRequired: '25000000' }])
 
     const hash = await payUsdc(payer, req.recipient, BigInt(req.price_atomic))
-    await until('paid', paidStatus(p.id))
+    await waitFor(paidStatus(p.id), { what: 'paid', timeoutMs: 10_000, intervalMs: 50 })
     const after = await paymentOf(p.id)
     expect(after).toMatchObject({
       status: 'paid',
@@ -110,12 +107,15 @@ describe('a plain transfer of the advertised amount', () => {
     ])
 
     // Delivered once: wait for the delivery record, then count what the receiver got for this payment.
-    await until('delivery recorded', async () => {
-      const [d] = await svc.sql`
+    await waitFor(
+      async () => {
+        const [d] = await svc.sql`
         SELECT d.status FROM webhook_deliveries d JOIN events e ON e.id = d.event_id
         WHERE e.type = 'payment.received' AND e.data->>'id' = ${p.id}`
-      return d?.status === 'delivered'
-    })
+        return d?.status === 'delivered'
+      },
+      { what: 'delivery recorded', timeoutMs: 10_000, intervalMs: 50 },
+    )
     const got = receiver.received.filter((c) => {
       const body = JSON.parse(c.body)
       return body.type === 'payment.received' && body.data.id === p.id
@@ -146,7 +146,11 @@ describe('a plain transfer of the advertised amount', () => {
       payUsdc(payer, svc.chain.treasury, BigInt(ra.price_atomic)),
       payUsdc(other, svc.chain.treasury, BigInt(rb.price_atomic)),
     ])
-    await until('both paid', async () => (await paidStatus(a.id)()) && (await paidStatus(b.id)()))
+    await waitFor(async () => (await paidStatus(a.id)()) && (await paidStatus(b.id)()), {
+      what: 'both paid',
+      timeoutMs: 10_000,
+      intervalMs: 50,
+    })
     expect(await paymentOf(a.id)).toMatchObject({ transaction: ha.toLowerCase(), payer: payer.address })
     expect(await paymentOf(b.id)).toMatchObject({ transaction: hb.toLowerCase(), payer: other.address })
     expect(await eventTypes(a.id)).toEqual(['payment.received'])
@@ -158,10 +162,13 @@ describe('edge cases', () => {
   it('a stray transfer matches nothing: recorded as unmatched, listed for the operator, booked to no one', async () => {
     const p = await createPayment({ amount: 7, description: 'not this one' })
     const hash = (await payUsdc(payer, svc.chain.treasury, 1_234_567n)).toLowerCase()
-    const row = await until('unmatched inflow', async () => {
-      const [r] = await svc.sql`SELECT payer, amount_atomic FROM unmatched_inflows WHERE tx_hash = ${hash}`
-      return r
-    })
+    const row = await waitFor(
+      async () => {
+        const [r] = await svc.sql`SELECT payer, amount_atomic FROM unmatched_inflows WHERE tx_hash = ${hash}`
+        return r
+      },
+      { what: 'unmatched inflow', timeoutMs: 10_000, intervalMs: 50 },
+    )
     expect(row).toEqual({ payer: payer.address, amount_atomic: 1_234_567n })
     expect(await svc.sql`SELECT 1 FROM claims WHERE proof_key = ${`tx:${hash}`}`).toHaveLength(0)
     expect(await svc.sql`SELECT 1 FROM ledger_entries WHERE source_id = ${`tx:${hash}`}`).toHaveLength(0)
@@ -197,7 +204,7 @@ describe('edge cases', () => {
     expect((await paymentOf(p.id)).status).toBe('pending')
 
     const h2 = await payUsdc(payer, svc.chain.treasury, topUp)
-    await until('paid by top-up', paidStatus(p.id))
+    await waitFor(paidStatus(p.id), { what: 'paid by top-up', timeoutMs: 10_000, intervalMs: 50 })
     const after = await paymentOf(p.id)
     expect(after).toMatchObject({ transaction: h2.toLowerCase(), amount_surplus_atomic: '0' })
     const total = 4_000_000n + topUp
@@ -239,10 +246,13 @@ describe('edge cases', () => {
     await svc.jobs.runNow('payment-expiry')
     expect((await paymentOf(p.id)).status).toBe('expired')
     const hash = (await payUsdc(payer, svc.chain.treasury, BigInt(req.price_atomic))).toLowerCase()
-    const claim = await until('late claim', async () => {
-      const [c] = await svc.sql`SELECT status, target_id FROM claims WHERE proof_key = ${`tx:${hash}`}`
-      return c
-    })
+    const claim = await waitFor(
+      async () => {
+        const [c] = await svc.sql`SELECT status, target_id FROM claims WHERE proof_key = ${`tx:${hash}`}`
+        return c
+      },
+      { what: 'late claim', timeoutMs: 10_000, intervalMs: 50 },
+    )
     expect(claim).toEqual({ status: 'refund_due', target_id: p.id })
     expect(await ledgerOf(p.id, [hash])).toEqual([
       { kind: 'refund', wallet: payer.address, amount_atomic: BigInt(req.price_atomic) },
@@ -303,7 +313,11 @@ describe('confirmations', () => {
       for (let i = 0; i < 8; i++) {
         await publicClient.request({ method: 'anvil_mine' as never, params: ['0x32'] as never })
       }
-      await until('paid once confirmed', async () => (await paymentOf(p.id, deep, m.key)).status === 'paid')
+      await waitFor(async () => (await paymentOf(p.id, deep, m.key)).status === 'paid', {
+        what: 'paid once confirmed',
+        timeoutMs: 10_000,
+        intervalMs: 50,
+      })
     } finally {
       await deep.stop()
     }
@@ -319,13 +333,21 @@ describe.runIf(usingServer)('restarts', () => {
     const p = await createPayment({ amount: 6, description: 'paid while down' }, first, m.key)
     const req = await requirementOf(p.payment_url)
     // Let the first instance record its progress, then stop it.
-    await until('cursor saved', async () => (await first.sql`SELECT 1 FROM watcher_cursors`).length > 0)
+    await waitFor(async () => (await first.sql`SELECT 1 FROM watcher_cursors`).length > 0, {
+      what: 'cursor saved',
+      timeoutMs: 10_000,
+      intervalMs: 50,
+    })
     const treasury = first.treasury
     await first.stop()
     await payUsdc(payer, treasury.address, BigInt(req.price_atomic))
     const second = await startTestService({ databaseUrl, overrides, treasury })
     try {
-      await until('paid after restart', async () => (await paymentOf(p.id, second, m.key)).status === 'paid')
+      await waitFor(async () => (await paymentOf(p.id, second, m.key)).status === 'paid', {
+        what: 'paid after restart',
+        timeoutMs: 10_000,
+        intervalMs: 50,
+      })
     } finally {
       await second.stop()
     }

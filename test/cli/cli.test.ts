@@ -3,6 +3,8 @@
 // embedded database is held by it.
 import { execFile } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
@@ -80,6 +82,20 @@ describe('npm run pay', () => {
   it('a stale file (its process gone) is ignored', async () => {
     writeDevChainFile(devChainFile({ pid: 2 ** 22 + 17 }), FILE)
     expect((await run('pay', [svc.chain.treasury, '0.01'])).err).toMatch(/no RPC URL/)
+  })
+
+  it('a URL that cannot be reached says what failed, not just "fetch failed"', async () => {
+    writeDevChainFile(devChainFile(), FILE)
+    // A port just closed: nothing listens there.
+    const closed = await new Promise<number>((resolve) => {
+      const server = createServer().listen(0, '127.0.0.1', () => {
+        const { port } = server.address() as AddressInfo
+        server.close(() => resolve(port))
+      })
+    })
+    const r = await run('pay', [`http://127.0.0.1:${closed}/m/ep_x`])
+    expect(r.code).toBe(1)
+    expect(r.err).toBe(`pay: cannot reach http://127.0.0.1:${closed}/m/ep_x: ECONNREFUSED\n`)
   })
 
   it('pays from the payer in the file, to the RPC in the file, and prints the hash', async () => {

@@ -158,10 +158,10 @@ describe('the OpenAPI document', () => {
     const ts = astToString(ast)
     expect(ts).toContain('"/api/v1/endpoints/{id}"')
     expect(ts).toContain('Idempotency-Key')
-    // The README's typed-client example compiles against these types (strict, as the project is compiled).
-    const readme = readFileSync(join(import.meta.dirname, '..', '..', 'README.md'), 'utf8')
-    const example = /```ts\n(import createClient from 'openapi-fetch'[\s\S]*?)```/.exec(readme)?.[1]
-    expect(example, 'the README shows a typed client').toBeDefined()
+    // docs/api.md's typed-client example compiles against these types (strict, as the project is compiled).
+    const apiDoc = readFileSync(join(import.meta.dirname, '..', '..', 'docs', 'api.md'), 'utf8')
+    const example = /```ts\n(import createClient from 'openapi-fetch'[\s\S]*?)```/.exec(apiDoc)?.[1]
+    expect(example, 'docs/api.md shows a typed client').toBeDefined()
     mkdirSync(join(import.meta.dirname, '..', '..', '.data'), { recursive: true })
     const dir = mkdtempSync(join(import.meta.dirname, '..', '..', '.data', 'client-'))
     try {

@@ -1,4 +1,4 @@
-// x402 batch-settlement channel leases (issue 12, part 4): an instance accepting a channel's vouchers in
+// x402 batch-settlement channel leases: an instance accepting a channel's vouchers in
 // memory is SIGKILLed mid-channel (the real server PID); the other instance takes the channel over once the
 // lease ran out and continues it with the published client. What the crash cost is bounded by the
 // reservation and is the gateway's: nothing is charged past the deposit, the payer pays only vouchers it

@@ -1,4 +1,4 @@
-// x402 `batch-settlement` end to end (issue 12): the published @x402/evm batch-settlement client with
+// x402 `batch-settlement` end to end: the published @x402/evm batch-settlement client with
 // @x402/fetch, unpatched, against a real tollgate on the shared anvil (the project's own channel contracts
 // at the addresses the client expects), a real upstream and a real database.
 import { computeChannelId, signVoucher } from '@x402/evm/batch-settlement/client'

@@ -66,9 +66,6 @@ async function claim(hash: string) {
   return row
 }
 
-const until = (what: string, ok: () => boolean | Promise<boolean>, timeoutMs = 10_000) =>
-  waitFor(ok, { timeoutMs, what })
-
 describe('a proof serves at most once', () => {
   it('a claim whose holder vanished mid-call is never won again, and is refunded after its window', async () => {
     const url = await endpoint('/gate')
@@ -76,7 +73,10 @@ describe('a proof serves at most once', () => {
     // The caller leaves while the upstream is working on it: the call may have been served.
     const aborter = new AbortController()
     const first = fetch(url, { headers: { 'x-payment': hash }, signal: aborter.signal }).catch(() => null)
-    await until('the upstream to receive the call', () => served.get('/gate') === 1)
+    await waitFor(() => served.get('/gate') === 1, {
+      what: 'the upstream to receive the call',
+      timeoutMs: 10_000,
+    })
     aborter.abort()
     await first
     openGate?.()
@@ -110,7 +110,7 @@ describe('a proof serves at most once', () => {
     const hash = await payUsdc(payer, svc.chain.treasury, 10_000n)
     flakyUp = false
     expect((await fetch(url, { headers: { 'x-payment': hash } })).status).toBe(503)
-    await until('the release', async () => (await claim(hash))!.releases === 1)
+    await waitFor(async () => (await claim(hash))!.releases === 1, { what: 'the release', timeoutMs: 10_000 })
     expect(await claim(hash)).toEqual({ status: 'claimed', attempts: 1, releases: 1 })
 
     flakyUp = true

@@ -14,10 +14,6 @@ async function readyz(service: ChildService): Promise<Readyz> {
   return (await fetch(`${service.adminUrl}/readyz`)).json() as Promise<Readyz>
 }
 
-/** A failed probe (a worker not listening yet) counts as not yet. */
-const until = <T>(what: string, probe: () => Promise<T | null>, timeoutMs = 30_000): Promise<T> =>
-  waitFor(() => probe().catch(() => null), { timeoutMs, intervalMs: 50, what })
-
 /** A fresh connection per request, so the kernel picks a listening worker each time. */
 async function account(service: ChildService, key: string): Promise<number> {
   const r = await fetch(`${service.url}/api/v1/account`, {
@@ -53,7 +49,12 @@ describe('two worker processes on one port', () => {
   })
 
   it("the parent's /metrics sums both workers' registries, answered at once", async () => {
-    await until('both workers ready', async () => ((await readyz(service)).status === 'ready' ? true : null))
+    await waitFor(async () => ((await readyz(service)).status === 'ready' ? true : null), {
+      what: 'both workers ready',
+      timeoutMs: 30_000,
+      intervalMs: 50,
+      retryErrors: true,
+    })
     const statuses = await Promise.all(Array.from({ length: 20 }, () => account(service, key)))
     expect(statuses.every((s) => s === 200)).toBe(true)
     // The parent answers only once every worker has sent its registry (else 500 after prom-client's 5 s).
@@ -75,10 +76,13 @@ describe('two worker processes on one port', () => {
   })
 
   it('serves from two processes and restarts one killed by PID while requests keep being answered', async () => {
-    const before = await until('both workers ready', async () => {
-      const r = await readyz(service)
-      return r.status === 'ready' ? r.checks[0]! : null
-    })
+    const before = await waitFor(
+      async () => {
+        const r = await readyz(service)
+        return r.status === 'ready' ? r.checks[0]! : null
+      },
+      { what: 'both workers ready', timeoutMs: 30_000, intervalMs: 50, retryErrors: true },
+    )
     expect(before.pids).toHaveLength(2)
     expect(new Set(before.pids).size).toBe(2)
     expect(before.pids).not.toContain(service.pid)
@@ -89,23 +93,29 @@ describe('two worker processes on one port', () => {
     process.kill(victim, 'SIGKILL')
     // A connection the kernel queued on the dying listener is reset (SO_REUSEPORT hashes each new connection
     // to one listener); once the process is gone, new connections go to the live one while 0 restarts.
-    await until('the killed worker to be gone', async () => {
-      try {
-        process.kill(victim, 0)
-        return null
-      } catch {
-        return true
-      }
-    })
+    await waitFor(
+      async () => {
+        try {
+          process.kill(victim, 0)
+          return null
+        } catch {
+          return true
+        }
+      },
+      { what: 'the killed worker to be gone', timeoutMs: 30_000, intervalMs: 50, retryErrors: true },
+    )
     const during: number[] = []
     for (let i = 0; i < 30; i++) during.push(await account(service, key))
     expect(during.filter((s) => s !== 200)).toEqual([])
 
-    const after = await until('worker 0 restarted', async () => {
-      const r = await readyz(service)
-      const w = r.checks[0]!
-      return r.status === 'ready' && w.pids[0] !== victim ? w : null
-    })
+    const after = await waitFor(
+      async () => {
+        const r = await readyz(service)
+        const w = r.checks[0]!
+        return r.status === 'ready' && w.pids[0] !== victim ? w : null
+      },
+      { what: 'worker 0 restarted', timeoutMs: 30_000, intervalMs: 50, retryErrors: true },
+    )
     expect(after.restarts).toBe(1)
     expect(after.pids[1]).toBe(before.pids[1])
     const statuses2 = await Promise.all(Array.from({ length: 20 }, () => account(service, key)))

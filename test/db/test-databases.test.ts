@@ -3,7 +3,8 @@
 import postgres from 'postgres'
 import { describe, expect, inject, it } from 'vitest'
 import { freshDatabaseUrl, serverUrl, usingServer } from '../helpers/database.ts'
-import { dropTestDatabases, serverOnlyTestFiles } from '../helpers/global-setup.ts'
+import { dropTestDatabases } from '../helpers/global-setup.ts'
+import { serverOnlyTestFiles } from '../helpers/server-only-files.ts'
 
 describe('test databases', () => {
   it('the skip message lists the server-only test files', () => {

@@ -4,9 +4,12 @@
 import { execFileSync, spawnSync } from 'node:child_process'
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
-import { tmpdir } from 'node:os'
+import { networkInterfaces, tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { loadConfig } from '../../src/config/load.ts'
+import { startAdminServer } from '../../src/observability/admin.ts'
+import { createLogger } from '../../src/observability/logger.ts'
 
 // js-yaml is in the lockfile (a dev-dependency of our dev tools); it has no bundled types.
 const yaml = createRequire(import.meta.url)('js-yaml') as { load(text: string): unknown }
@@ -187,6 +190,42 @@ describe('deploy/prometheus.yml', () => {
       tollgates.map((n) => `${n}:${interpolate(services[n]!.environment!.ADMIN_PORT!)}`).sort(),
     )
     expect(readFileSync(join(DEPLOY, 'alerts.yml'), 'utf8')).toContain('up{job="tollgate"}')
+  })
+
+  it('lets Prometheus reach each admin port on the compose network, and publishes none to the host', async () => {
+    for (const name of tollgates) {
+      const env = Object.fromEntries(
+        Object.entries(services[name]!.environment!).map(([k, v]) => [k, interpolate(String(v))]),
+      )
+      // The instance's own configuration, as the image loads it (the key comes from a secret file there).
+      delete env.TREASURY_PRIVATE_KEY_FILE
+      const config = loadConfig({ env: { ...env, TREASURY_PRIVATE_KEY: `0x${'1'.repeat(64)}` } })
+      expect(config.admin.host).toBe('0.0.0.0')
+      expect(String(config.server.admin_port)).toBe(env.ADMIN_PORT)
+      const published = (services[name]!.ports ?? []).map((p) => String(p).split(':').at(-1))
+      expect(published).not.toContain(env.ADMIN_PORT)
+    }
+    // Bound so, the admin server answers on an address other than loopback (the container's compose-network
+    // address in Docker): here, this machine's first non-internal IPv4 address when it has one.
+    const external = Object.values(networkInterfaces())
+      .flat()
+      .find((i) => i && i.family === 'IPv4' && !i.internal)
+    if (!external) return
+    const admin = await startAdminServer({
+      host: '0.0.0.0',
+      port: 0,
+      checks: [],
+      logger: createLogger('silent'),
+      token: null,
+      routeLimiter: null,
+      routes: {},
+    })
+    try {
+      const r = await fetch(`http://${external.address}:${admin.port}/healthz`)
+      expect(r.status).toBe(200)
+    } finally {
+      await admin.close()
+    }
   })
 
   it('loads the alert rules from where compose mounts them', () => {

@@ -4,9 +4,11 @@ import {
   type Address,
   createPublicClient,
   createWalletClient,
-  encodeFunctionData,
+  encodeAbiParameters,
   type Hex,
   http,
+  keccak256,
+  numberToHex,
   type PrivateKeyAccount,
   parseAbi,
 } from 'viem'
@@ -20,8 +22,28 @@ export const erc20 = parseAbi([
   'function decimals() view returns (uint8)',
 ])
 
-/** anvil's first account: deployer of the test USDC (its only minter), unlocked on the node. */
-const DEPLOYER: Address = '0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266'
+/**
+ * TestUSDC's `balanceOf` mapping is its storage slot 1 (totalSupply is slot 0; the constants and the immutable
+ * owner take none). Test accounts get their USDC written there, not minted: a mint is a transaction from the
+ * one deployer account, and anvil assigns the nonces of concurrent sends from one account racily (two test
+ * files minting at once got one nonce twice: "replacement transaction underpriced").
+ */
+const BALANCES_SLOT = 1n
+
+/** Sets `address`'s test USDC balance (no transaction, no Transfer event); checked by reading it back. */
+export async function setUsdcBalance(address: Address, atomic: bigint): Promise<void> {
+  const { publicClient, usdc } = chainClients()
+  const slot = keccak256(
+    encodeAbiParameters([{ type: 'address' }, { type: 'uint256' }], [address, BALANCES_SLOT]),
+  )
+  await publicClient.request({
+    method: 'anvil_setStorageAt' as never,
+    params: [usdc, slot, numberToHex(atomic, { size: 32 })] as never,
+  })
+  const read = await usdcBalance(address)
+  if (read !== atomic)
+    throw new Error(`TestUSDC storage layout changed: balance ${read} after writing ${atomic}`)
+}
 
 export function chainClients() {
   const rpcUrl = inject('rpcUrl')
@@ -38,28 +60,14 @@ export interface Funded {
 
 /** A new key with 10 ETH for gas and `usdcAtomic` of test USDC. */
 export async function fundedAccount(usdcAtomic = 1_000_000_000n): Promise<Funded> {
-  const { rpcUrl, publicClient, usdc } = chainClients()
+  const { publicClient } = chainClients()
   const privateKey = generatePrivateKey()
   const account = privateKeyToAccount(privateKey)
   await publicClient.request({
     method: 'anvil_setBalance' as never,
     params: [account.address, '0x8ac7230489e80000'] as never,
   })
-  if (usdcAtomic > 0n) {
-    // eth_sendTransaction from the unlocked deployer with no nonce: the node assigns it, so concurrent mints
-    // (in one file or several) never collide. viem's writeContract would fill in a nonce it read itself.
-    const hash = (await publicClient.request({
-      method: 'eth_sendTransaction' as never,
-      params: [
-        {
-          from: DEPLOYER,
-          to: usdc,
-          data: encodeFunctionData({ abi: erc20, functionName: 'mint', args: [account.address, usdcAtomic] }),
-        },
-      ] as never,
-    })) as Hex
-    await publicClient.waitForTransactionReceipt({ hash })
-  }
+  if (usdcAtomic > 0n) await setUsdcBalance(account.address, usdcAtomic)
   return { account, privateKey, address: account.address }
 }
 

@@ -1,9 +1,7 @@
-// Once per test project: starts one anvil with the project's test USDC (tests reach it through inject());
-// says which server-only tests skip without DATABASE_URL and how to run them; and after the run drops the
-// databases this run created on the server (tollgate_t_<run>_…, never another run's).
+// Once per test project: starts one anvil with the project's test USDC (tests reach it through inject()), and
+// after the run drops the databases this run created on the server (tollgate_t_<run>_…, never another run's).
+// The server-only tests a run skips are listed after the summary (run-summary-reporter.ts).
 import { randomBytes } from 'node:crypto'
-import { readdirSync, readFileSync } from 'node:fs'
-import { join, relative } from 'node:path'
 import postgres from 'postgres'
 import type { TestProject } from 'vitest/node'
 import { startDevChain } from '../../src/chain/dev-chain.ts'
@@ -18,35 +16,9 @@ declare module 'vitest' {
   }
 }
 
-const TEST_ROOT = join(import.meta.dirname, '..')
-
-/** Test files with suites or tests that run only on a PostgreSQL server (`runIf(usingServer)`). */
-export function serverOnlyTestFiles(): string[] {
-  const files: string[] = []
-  const walk = (dir: string) => {
-    for (const entry of readdirSync(dir, { withFileTypes: true })) {
-      const path = join(dir, entry.name)
-      if (entry.isDirectory()) walk(path)
-      else if (entry.name.endsWith('.test.ts') && readFileSync(path, 'utf8').includes('runIf(usingServer)'))
-        files.push(relative(join(TEST_ROOT, '..'), path))
-    }
-  }
-  walk(TEST_ROOT)
-  return files.sort()
-}
-
 export default async function setup(project: TestProject) {
   const serverUrl = process.env.DATABASE_URL || null
   const databasePrefix = `tollgate_t_${randomBytes(3).toString('hex')}_`
-  if (!serverUrl && project.name === 'integration') {
-    process.stderr.write(
-      `\nserver-only tests in these files skip without DATABASE_URL (they need several sessions on one PostgreSQL server; PGlite is one):\n${serverOnlyTestFiles()
-        .map((f) => `  ${f}`)
-        .join(
-          '\n',
-        )}\nrun them with a server: DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres npm test\n\n`,
-    )
-  }
   const chain = await startDevChain({ payers: 0, payerFunding: 0n })
   project.provide('rpcUrl', chain.rpcUrl)
   project.provide('usdcAddress', chain.usdcAddress)

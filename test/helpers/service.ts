@@ -18,6 +18,8 @@ export interface TestService extends Service {
 
 export interface TestServiceOptions {
   overrides?: DeepPartial<Settings>
+  /** The clock the service ages proofs by: a test moves it forward instead of sleeping. */
+  now?: () => number
   /** Share a database with another instance (a server URL); default: a fresh one. */
   databaseUrl?: string | null
   /** Share a treasury with another instance. */
@@ -47,7 +49,10 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
       ...options.overrides,
     } as DeepPartial<Settings>,
   })
-  const service = await startService(config, { logger: options.logger ?? createLogger(config.log) })
+  const service = await startService(config, {
+    logger: options.logger ?? createLogger(config.log),
+    ...(options.now ? { now: options.now } : {}),
+  })
   return Object.assign(service, {
     treasury,
     api: (path: string, init: ApiInit = {}) => callApi(service.url, path, init),

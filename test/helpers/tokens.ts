@@ -1,9 +1,7 @@
 // Other tokens and failing transactions, for proofs that must be refused.
 import { type Address, createWalletClient, encodeFunctionData, type Hex, http } from 'viem'
 import { testUsdcArtifact } from '../../src/chain/contracts/artifacts.ts'
-import { chainClients, erc20, type Funded } from './accounts.ts'
-
-const DEPLOYER: Address = '0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266'
+import { chainClients, erc20, type Funded, fundedAccount } from './accounts.ts'
 
 /** A second ERC-20 (same bytecode as the test USDC, another address): "a different token". */
 export async function deployToken(): Promise<{
@@ -11,7 +9,8 @@ export async function deployToken(): Promise<{
   mint(to: Address, value: bigint): Promise<void>
 }> {
   const { rpcUrl, publicClient } = chainClients()
-  const deployer = createWalletClient({ account: DEPLOYER, transport: http(rpcUrl) })
+  // Its own fresh deployer (and so minter): the shared anvil's first account sends nothing from tests.
+  const deployer = createWalletClient({ account: (await fundedAccount(0n)).account, transport: http(rpcUrl) })
   const hash = await deployer.deployContract({
     abi: testUsdcArtifact.abi,
     bytecode: testUsdcArtifact.bytecode,

@@ -58,22 +58,6 @@ async function freePort(): Promise<number> {
   })
 }
 
-/** Polls fn until it returns a value; a failed attempt (Prometheus not up yet) is retried, and named at the end. */
-async function until<T>(what: string, fn: () => Promise<T | null>, timeoutMs: number): Promise<T> {
-  let last: unknown = null
-  return waitFor(
-    async () => {
-      try {
-        return await fn()
-      } catch (err) {
-        last = err
-        return null
-      }
-    },
-    { timeoutMs, intervalMs: 250, what: () => `${what}${last ? `: ${(last as Error).message}` : ''}` },
-  )
-}
-
 describe.skipIf(!available)('dashboards and alerts against a live Prometheus scrape', () => {
   let svc: TestService
   let prom: ChildProcess | null = null
@@ -136,20 +120,20 @@ describe.skipIf(!available)('dashboards and alerts against a live Prometheus scr
     prom.stderr?.on('data', (b) => {
       promLog += b
     })
-    await until(
-      'Prometheus to be ready',
-      async () => ((await fetch(`${base}/-/ready`)).ok ? true : null),
-      20_000,
-    )
+    await waitFor(async () => ((await fetch(`${base}/-/ready`)).ok ? true : null), {
+      what: 'Prometheus to be ready',
+      timeoutMs: 20_000,
+      intervalMs: 250,
+      retryErrors: true,
+    })
     // Two scrapes at least, so rate() over the panels' windows has samples to work on.
-    await until(
-      'two scrapes of the admin port',
+    await waitFor(
       async () => {
         const r = await query(`count_over_time(up{job="tollgate",instance="${instance}"}[1m])`)
         const n = Number(r.data?.result[0]?.value[1] ?? 0)
         return n >= 2 ? n : null
       },
-      20_000,
+      { what: 'two scrapes of the admin port', timeoutMs: 20_000, intervalMs: 250, retryErrors: true },
     )
   }, 60_000)
 
@@ -221,15 +205,14 @@ describe.skipIf(!available)('dashboards and alerts against a live Prometheus scr
   it('every alert rule is loaded and evaluates on the live series without error', async () => {
     const names = alertNames()
     type Rule = { name: string; query: string; health: string; lastError?: string; lastEvaluation: string }
-    const rules = await until(
-      'every alert rule evaluated',
+    const rules = await waitFor(
       async () => {
         const res = await fetch(`${base}/api/v1/rules?type=alert`)
         const body = (await res.json()) as { data: { groups: Array<{ rules: Rule[] }> } }
         const all = body.data.groups.flatMap((g) => g.rules)
         return all.length === names.length && all.every((r) => r.health !== 'unknown') ? all : null
       },
-      15_000,
+      { what: 'every alert rule evaluated', timeoutMs: 15_000, intervalMs: 250, retryErrors: true },
     )
     expect(rules.map((r) => r.name).sort()).toEqual([...names].sort())
     for (const r of rules) {

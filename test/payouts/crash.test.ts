@@ -23,9 +23,6 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c().catch(() => {})
 })
 
-const until = <T>(what: string, f: () => Promise<T | null | undefined | false>, ms = 45_000): Promise<T> =>
-  waitFor(f, { timeoutMs: ms, intervalMs: 100, what })
-
 async function transfersFrom(treasury: Address) {
   const { publicClient, usdc } = chainClients()
   return publicClient.getLogs({
@@ -80,10 +77,13 @@ describe.runIf(usingServer)('crash safety', () => {
         settings: SETTINGS,
       })
       cleanups.push(() => second.kill())
-      await until('all payouts confirmed', async () => {
-        const rows = await sql<{ status: string }[]>`SELECT status FROM payouts`
-        return rows.length === 3 && rows.every((r) => r.status === 'confirmed')
-      })
+      await waitFor(
+        async () => {
+          const rows = await sql<{ status: string }[]>`SELECT status FROM payouts`
+          return rows.length === 3 && rows.every((r) => r.status === 'confirmed')
+        },
+        { what: 'all payouts confirmed', timeoutMs: 45_000, intervalMs: 100 },
+      )
       // Let a few more runs pass: nothing new may be sent (a fixed wait on purpose, for a negative).
       await new Promise((r) => setTimeout(r, 1_000))
       for (const o of owners) {

@@ -1,4 +1,4 @@
-// What became of a payout's nonce, while the node fails receipt look-ups (issue 10's CI run on a loaded
+// What became of a payout's nonce, while the node fails receipt look-ups (seen on a CI run on a loaded
 // machine: a receipt look-up timed out, the payout was marked "nonce used by another transaction" although
 // its transfer was mined, and its entries went back to be paid again). A failed look-up must leave the
 // payout open; only a receipt the node says it does not have, with the nonce used, is nonce_taken.

@@ -50,6 +50,7 @@ export async function createOwners(sql: Sql, n: number): Promise<Owner[]> {
   return owners
 }
 
+/** A real mint (a Transfer to `to` the watcher sees): the one send from the deployer in the tests. */
 export async function mintUsdc(to: Address, amount: bigint): Promise<void> {
   const { rpcUrl, publicClient, usdc } = chainClients()
   const deployer = createWalletClient({ account: DEPLOYER, transport: http(rpcUrl) })

@@ -152,7 +152,7 @@ describe('framing, header limits and slow clients', () => {
     expect(upstream.count()).toBe(before)
   }, 20_000)
 
-  // A caller that leaves once its request reached the upstream leaves the call in doubt (README "Guarantees"):
+  // A caller that leaves once its request reached the upstream leaves the call in doubt (docs/guarantees.md):
   // the proof is never served again (that could serve it twice), and it is refunded at the end of its window.
   it('a client that sends half its body and stalls is closed; the upstream is aborted; the proof is not served again', async () => {
     const hash = await payUsdc(payer, svc.chain.treasury, 10_000n)

@@ -55,9 +55,6 @@ function emit(accountId: string, data: Record<string, unknown> = {}, type: Event
   return insertEvent(svc.sql, { accountId, type, data })
 }
 
-const until = <T>(fn: () => Promise<T | undefined | null | false>, timeoutMs = 8000): Promise<T> =>
-  waitFor(fn, { timeoutMs, intervalMs: 25, what: 'the condition' })
-
 const byEvent = (id: string) => (c: Captured) => c.headers['webhook-id'] === id
 
 describe('webhook endpoints', () => {
@@ -194,7 +191,11 @@ describe('retries', () => {
     const id = await emit(accountId, { order: 42 })
     const deliveries = () => svc.api(`/api/v1/webhooks/${wh.id}/deliveries`, { key })
     // Nothing listens yet: the first attempt is refused.
-    await until(async () => (await deliveries()).body.data[0]?.attempts.length >= 1)
+    await waitFor(async () => (await deliveries()).body.data[0]?.attempts.length >= 1, {
+      what: 'the condition',
+      timeoutMs: 8000,
+      intervalMs: 25,
+    })
     const undelivered = await svc.api('/api/v1/events?delivery_success=false', { key })
     expect(undelivered.body.data.map((e: { id: string }) => e.id)).toEqual([id])
     // Then 500, then no answer within the 500 ms timeout, then 200.
@@ -203,10 +204,13 @@ describe('retries', () => {
       answer: (c) => (c.n === 1 ? { status: 500 } : c.n === 2 ? 'hang' : { status: 200 }),
     })
     await r.waitFor((c) => c.n === 3)
-    const list = await until(async () => {
-      const d = await deliveries()
-      return d.body.data[0]?.status === 'delivered' && d
-    })
+    const list = await waitFor(
+      async () => {
+        const d = await deliveries()
+        return d.body.data[0]?.status === 'delivered' && d
+      },
+      { what: 'the condition', timeoutMs: 8000, intervalMs: 25 },
+    )
     expect(r.received.every((c) => c.headers['webhook-id'] === id)).toBe(true)
     expect(r.received).toHaveLength(3)
     new Webhook(wh.secret).verify(r.received[2]!.body, r.received[2]!.headers)
@@ -252,10 +256,13 @@ describe('retries', () => {
     const wh = await createWebhook(key, `${r.url}/hook`)
     const id = await emit(accountId)
     await r.waitFor(byEvent(id))
-    const disabled = await until(async () => {
-      const w = await svc.api(`/api/v1/webhooks/${wh.id}`, { key })
-      return w.body.status === 'disabled' && w
-    })
+    const disabled = await waitFor(
+      async () => {
+        const w = await svc.api(`/api/v1/webhooks/${wh.id}`, { key })
+        return w.body.status === 'disabled' && w
+      },
+      { what: 'the condition', timeoutMs: 8000, intervalMs: 25 },
+    )
     expect(disabled.body).toMatchObject({ enabled: false, disabled_reason: 'gone' })
     // A fixed wait on purpose: what is checked is that no further delivery follows.
     await new Promise((res) => setTimeout(res, 400))
@@ -277,10 +284,13 @@ describe('retries', () => {
     // Five days and a minute of failures already behind it.
     await svc.sql`UPDATE webhooks SET failing_since = now() - interval '5 days 1 minute' WHERE id = ${wh.id}`
     await emit(accountId)
-    const w = await until(async () => {
-      const res = await svc.api(`/api/v1/webhooks/${wh.id}`, { key })
-      return res.body.status === 'disabled' && res
-    })
+    const w = await waitFor(
+      async () => {
+        const res = await svc.api(`/api/v1/webhooks/${wh.id}`, { key })
+        return res.body.status === 'disabled' && res
+      },
+      { what: 'the condition', timeoutMs: 8000, intervalMs: 25 },
+    )
     expect(w.body.disabled_reason).toBe('failing')
     expect(w.body.failing_since).not.toBeNull()
   })
@@ -376,18 +386,24 @@ describe('events API', () => {
     expect(again.headers['webhook-id']).toBe(id)
     // Let that redelivery be recorded before asking for another (a redeliver during an attempt in flight may
     // send twice, which at-least-once allows, but would make the counts below racy).
-    await until(async () => {
-      const res = await svc.api(`/api/v1/webhooks/${wh.id}/deliveries?event_id=${id}`, { key })
-      return res.body.data[0]?.status === 'delivered' && res.body.data[0]?.attempts.length === 2 && res
-    })
+    await waitFor(
+      async () => {
+        const res = await svc.api(`/api/v1/webhooks/${wh.id}/deliveries?event_id=${id}`, { key })
+        return res.body.data[0]?.status === 'delivered' && res.body.data[0]?.attempts.length === 2 && res
+      },
+      { what: 'the condition', timeoutMs: 8000, intervalMs: 25 },
+    )
     const one = await svc.api(`/api/v1/events/${id}/redeliver`, { key, body: { webhook_id: wh.id } })
     expect(one.status).toBe(202)
     await r.waitFor((c) => c.n === 3)
     // The attempt is recorded just after the receiver answered.
-    const d = await until(async () => {
-      const res = await svc.api(`/api/v1/webhooks/${wh.id}/deliveries?event_id=${id}`, { key })
-      return res.body.data[0]?.attempts.length === 3 && res.body.data[0]?.status === 'delivered' && res
-    })
+    const d = await waitFor(
+      async () => {
+        const res = await svc.api(`/api/v1/webhooks/${wh.id}/deliveries?event_id=${id}`, { key })
+        return res.body.data[0]?.attempts.length === 3 && res.body.data[0]?.status === 'delivered' && res
+      },
+      { what: 'the condition', timeoutMs: 8000, intervalMs: 25 },
+    )
     expect(d.body.data).toHaveLength(1)
     expect(d.body.data[0]).toMatchObject({ status: 'delivered', attempts_count: 1 })
     expect((await svc.api('/api/v1/events/evt_nope/redeliver', { key, method: 'POST' })).status).toBe(404)

@@ -1,4 +1,4 @@
-// Operational gauges read at scrape time (issue 13): backlogs, open payouts, what is owed and what the treasury
+// Operational gauges read at scrape time: backlogs, open payouts, what is owed and what the treasury
 // holds. Read-only queries on shared state, so any instance (leader or not) can answer them; the alert rules
 // in deploy/alerts.yml are written on these names.
 import { readTreasuryFunds } from '../../chain/payouts.ts'

@@ -1,4 +1,4 @@
-// Payout batcher (DESIGN §8, issue 6): pays each wallet's unpaid owner shares and refunds from the treasury,
+// Payout batcher: pays each wallet's unpaid owner shares and refunds from the treasury,
 // one USDC transfer per wallet. Order of every run, and why:
 //   1. resolve what an earlier run (or a crashed process) left open, by asking the chain about its nonce
 //      and hashes — nothing new is signed while anything is open, so a payout is never sent twice;

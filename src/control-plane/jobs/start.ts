@@ -58,7 +58,7 @@ export async function startBackground(deps: {
     // Payouts and settlement take the treasury lock only around nonce assignment, signing and broadcasts.
     createPayoutJobs(jobDeps, { treasuryLock: treasurySends }),
     createSettlementJobs(jobDeps, { treasuryLock: treasurySends }),
-    // x402 batch-settlement (issue 12): channel deposits/refunds and batched voucher claims, same lock.
+    // x402 batch-settlement: channel deposits/refunds and batched voucher claims, same lock.
     createVoucherClaimerJobs(jobDeps, { treasuryLock: treasurySends }),
     createOperationalGauges(jobDeps),
     createRetentionJobs(jobDeps),

@@ -1,4 +1,4 @@
-// x402 batch-settlement, the leader's side (issue 12): sends the channel transactions the data plane asked
+// x402 batch-settlement, the leader's side: sends the channel transactions the data plane asked
 // for (deposits, cooperative refunds) and claims served vouchers, many channels per transaction. The
 // treasury lock is held only around simulate + nonce + sign + broadcast; receipts are awaited outside it.
 //

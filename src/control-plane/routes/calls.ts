@@ -1,8 +1,8 @@
 // GET /calls: an owner's captured metered calls, newest first, filtered by endpoint, upstream status, time.
 import * as v from 'valibot'
 import { type CallRow, listCalls } from '../../db/calls.ts'
+import { ApiError } from '../../errors.ts'
 import { toDollars } from '../../money.ts'
-import { ApiError } from '../api-error.ts'
 import { Atomic, Dollars, listOf, Timestamp } from '../api-schemas.ts'
 import { listResponse, readPage } from '../pagination.ts'
 import type { Route } from '../route.ts'

@@ -9,10 +9,10 @@ import {
   listEndpoints,
   updateEndpoint,
 } from '../../db/endpoints.ts'
+import { ApiError } from '../../errors.ts'
 import { newId } from '../../ids.ts'
 import { configDollars, parseDollars, toDollars } from '../../money.ts'
 import { checkTargetUrl } from '../../ssrf.ts'
-import { ApiError } from '../api-error.ts'
 import { Atomic, DeletedObject, Dollars, listOf, Network, Timestamp } from '../api-schemas.ts'
 import type { ControlPlaneDeps } from '../deps.ts'
 import { listResponse, readPage } from '../pagination.ts'

@@ -4,7 +4,7 @@ import { type EventRow, findAccountEvent, listEvents } from '../../db/event-quer
 import { EVENT_TYPES } from '../../db/events.ts'
 import { type DeliveryRow, requeueDeliveries, subscribedWebhookIds } from '../../db/webhook-deliveries.ts'
 import { findOwnedWebhook } from '../../db/webhooks.ts'
-import { ApiError } from '../api-error.ts'
+import { ApiError } from '../../errors.ts'
 import { listOf, Timestamp } from '../api-schemas.ts'
 import { listResponse, readPage } from '../pagination.ts'
 import type { Route } from '../route.ts'

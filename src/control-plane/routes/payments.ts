@@ -1,18 +1,11 @@
 // /payments: standard payments a merchant creates and a customer pays on the hosted checkout (payment_url).
 import * as v from 'valibot'
 import { cancelPayment, createPayment } from '../../books/payments.ts'
-import {
-  findOwnedPayment,
-  listPayments,
-  type PaymentRow,
-  type PaymentView,
-  paymentTimeline,
-  presentPayment,
-  presentTimeline,
-} from '../../db/payments.ts'
+import { type PaymentView, presentPayment, presentTimeline } from '../../db/payment-presenter.ts'
+import { findOwnedPayment, listPayments, type PaymentRow, paymentTimeline } from '../../db/payments.ts'
+import { ApiError } from '../../errors.ts'
 import { newId } from '../../ids.ts'
 import { configDollars, parseDollars } from '../../money.ts'
-import { ApiError } from '../api-error.ts'
 import {
   Address,
   Atomic,

@@ -11,8 +11,8 @@ import {
   payoutObject,
 } from '../../db/payouts.ts'
 import type { Sql, Tx } from '../../db/sql.ts'
+import { ApiError } from '../../errors.ts'
 import { toDollars } from '../../money.ts'
-import { ApiError } from '../api-error.ts'
 import { Address, Atomic, Dollars, listOf, NullableTimestamp, Timestamp, TxHash } from '../api-schemas.ts'
 import { listResponse, readPage } from '../pagination.ts'
 import type { Route } from '../route.ts'

@@ -2,8 +2,8 @@
 // overview). Every day of the window is listed, days without revenue as zero, so a chart needs no gaps logic.
 import * as v from 'valibot'
 import { revenueByDay, topEndpoints } from '../../db/reports.ts'
+import { ApiError } from '../../errors.ts'
 import { toDollars } from '../../money.ts'
-import { ApiError } from '../api-error.ts'
 import { Atomic, Dollars, Timestamp } from '../api-schemas.ts'
 import type { Route } from '../route.ts'
 

@@ -2,8 +2,8 @@
 // The session itself is a cookie (see ../sessions.ts); these answers carry the CSRF token the page sends back.
 import * as v from 'valibot'
 import { findLiveKey, insertSession, pruneEndedSessions, revokeSession } from '../../db/dashboard-sessions.ts'
+import { ApiError } from '../../errors.ts'
 import { API_KEY_FORMAT, hashApiKey } from '../../ids.ts'
-import { ApiError } from '../api-error.ts'
 import { Timestamp } from '../api-schemas.ts'
 import type { ControlPlaneDeps } from '../deps.ts'
 import type { Route } from '../route.ts'

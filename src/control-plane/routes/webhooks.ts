@@ -20,9 +20,9 @@ import {
   type WebhookChanges,
   type WebhookRow,
 } from '../../db/webhooks.ts'
+import { ApiError } from '../../errors.ts'
 import { newId } from '../../ids.ts'
 import { checkTargetUrl, isPrivateAddress } from '../../ssrf.ts'
-import { ApiError } from '../api-error.ts'
 import { DeletedObject, listOf, NullableTimestamp, Timestamp } from '../api-schemas.ts'
 import { newWebhookSecret } from '../jobs/webhook-signature.ts'
 import { listResponse, readPage } from '../pagination.ts'

@@ -1,4 +1,4 @@
--- Payouts (issue 6): a payout row is written with its treasury, nonce, signed transaction and hash BEFORE it
+-- Payouts: a payout row is written with its treasury, nonce, signed transaction and hash BEFORE it
 -- is broadcast, so a restart can ask the chain what became of it instead of sending again.
 ALTER TABLE payouts ADD COLUMN treasury text;
 ALTER TABLE payouts ADD COLUMN raw_tx text;

@@ -1,4 +1,4 @@
--- Checkout attribution (issue 11): a plain USDC transfer to the treasury is matched to a payment by its exact
+-- Checkout attribution: a plain USDC transfer to the treasury is matched to a payment by its exact
 -- amount. Each payment asks for its price plus a small offset (amount_requested_atomic), and that figure is
 -- reserved in checkout_amounts (one row per figure: the primary key makes it unique). While the payment is
 -- open held_until is NULL; when it closes (paid, expired, canceled) the figure stays bound to it until

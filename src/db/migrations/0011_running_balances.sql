@@ -1,4 +1,4 @@
--- Running balances (issue 16): GET /account and the payout batcher read one row instead of summing every
+-- Running balances: GET /account and the payout batcher read one row instead of summing every
 -- ledger entry an account ever had. The entries stay the source of truth; reconcile recomputes these rows
 -- from them and reports any drift.
 --

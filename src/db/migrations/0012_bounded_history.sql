@@ -1,4 +1,4 @@
--- Bounded history (issue 16): the retention job prunes idempotency keys after 24 h, webhook deliveries,
+-- Bounded history: the retention job prunes idempotency keys after 24 h, webhook deliveries,
 -- attempts and dispatched events after their retention, and claims once their proof is too old to be
 -- accepted again; these indexes let each prune (and each reconcile range query) find its rows without a scan.
 

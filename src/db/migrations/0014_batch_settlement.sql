@@ -1,4 +1,4 @@
--- x402 batch-settlement (issue 12): pay once into a channel, call many with cumulative vouchers.
+-- x402 batch-settlement: pay once into a channel, call many with cumulative vouchers.
 -- An endpoint offers the scheme only when its owner turns it on.
 ALTER TABLE endpoints ADD COLUMN batch_settlement boolean NOT NULL DEFAULT false;
 

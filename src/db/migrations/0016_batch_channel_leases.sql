@@ -1,4 +1,4 @@
--- x402 batch-settlement at proxy speed (issue 12, part 4): an instance takes a short lease on a channel
+-- x402 batch-settlement at proxy speed: an instance takes a short lease on a channel
 -- and accepts its vouchers in memory, within a reserved cumulative ceiling, persisting the highest accepted
 -- voucher in group-committed writes (src/books/channels.ts, src/data-plane/voucher-leases.ts).
 -- lease_holder + lease_epoch: who may accept vouchers now (the epoch fences a holder whose lease was taken
