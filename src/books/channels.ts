@@ -1,4 +1,4 @@
-// x402 batch-settlement channels (issue 12): every statement that changes a channel's money state, a
+// x402 batch-settlement channels: every statement that changes a channel's money state, a
 // channel operation (deposit, refund) or the claims and revenue of the calls a voucher paid. Each
 // statement's WHERE states its precondition; a refused transition changes nothing.
 //
@@ -223,7 +223,7 @@ export async function recordChannelClaims(
   })
 }
 
-// ---- Leases (issue 12, part 4): vouchers accepted in memory by one instance at a time ----------------
+// ---- Leases: vouchers accepted in memory by one instance at a time ----------------
 //
 // An instance takes a short lease on a channel (takeChannelLease: one conditional UPDATE), accepts its
 // vouchers in memory strictly increasing up to the lease's ceiling, and persists the highest accepted voucher
