@@ -123,6 +123,7 @@ export const PAYMENT_REQUIRED_REASONS = {
   requirements_mismatch: 'v2: accepted is not the advertised requirement',
   smart_wallet_not_deployed: 'an ERC-6492 signature of a wallet not deployed yet',
   simulation_failed: "the settlement's dry run reverted",
+  scheme_not_offered: 'a scheme tollgate has but not here (exact where the amount varies: usage pricing)',
 } as const
 
 /** An expected failure of a request, thrown in the control plane and mapped to HTTP by its code. */

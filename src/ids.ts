@@ -14,6 +14,7 @@ export type IdPrefix =
   | 'req'
   | 'clm'
   | 're'
+  | 'rcpt'
 
 const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
 

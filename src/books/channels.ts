@@ -9,6 +9,7 @@
 // is booked when the leader's claim transaction moved the vouchers' USDC to the treasury (recordChannelClaims),
 // exactly as x402 'exact' calls are booked at settlement.
 import type { Sql, Tx } from '../db/sql.ts'
+import type { CapturePricing } from './claims.ts'
 import { bookCallRevenue } from './ledger.ts'
 
 type Db = Sql | Tx
@@ -229,7 +230,7 @@ export async function recordChannelClaims(
 // vouchers in memory strictly increasing up to the lease's ceiling, and persists the highest accepted voucher
 // (cumulative + signature) with the captures of the calls it served in group-committed writes
 // (writeChannelVouchers). The lease epoch fences a holder whose lease was taken over: its late writes change
-// nothing. What a crash costs is stated in src/data-plane/voucher-leases.ts (the gateway's, never the payer's).
+// nothing. What a crash costs is stated in src/schemes/batch-settlement/leases.ts (the gateway's, never the payer's).
 
 export interface ChannelLease {
   won: boolean
@@ -280,7 +281,11 @@ export async function takeChannelLease(
 export interface VoucherMark {
   channelId: string
   epoch: bigint
+  /** The charged cumulative. */
   cumulative: bigint
+  /** The voucher that covers it (its maxClaimableAmount) and its signature: above `cumulative` when calls
+   * are charged less than their voucher's increment (usage pricing); absent: `cumulative`. */
+  signedMax?: bigint
   signature: string
   release: boolean
 }
@@ -301,6 +306,10 @@ export interface VoucherCall {
     feeAtomic: bigint
     upstreamStatus: number
     method: string
+    /** The receipt id its answer carried. */
+    receiptId?: string | null
+    /** How it was priced and what was measured (usage pricing). */
+    pricing?: CapturePricing
   } | null
 }
 
@@ -340,14 +349,14 @@ export async function writeChannelVouchers(
     WITH m AS (
       SELECT * FROM unnest(${m.map((x) => x.channelId)}::text[], ${big(m.map((x) => x.epoch))}::bigint[],
                            ${big(m.map((x) => x.cumulative))}::bigint[], ${m.map((x) => x.signature)}::text[],
-                           ${m.map((x) => (x.release ? 1 : 0))}::int[])
-        AS t(id, epoch, cum, sig, release)
+                           ${m.map((x) => (x.release ? 1 : 0))}::int[], ${big(m.map((x) => x.signedMax ?? x.cumulative))}::bigint[])
+        AS t(id, epoch, cum, sig, release, signed)
     ),
     marked AS (
       UPDATE batch_channels c SET
         charged_atomic = GREATEST(c.charged_atomic, m.cum),
-        signature = CASE WHEN m.cum > c.signed_max_atomic THEN m.sig ELSE c.signature END,
-        signed_max_atomic = GREATEST(c.signed_max_atomic, m.cum),
+        signature = CASE WHEN m.signed > c.signed_max_atomic THEN m.sig ELSE c.signature END,
+        signed_max_atomic = GREATEST(c.signed_max_atomic, m.signed),
         lease_holder = CASE WHEN m.release = 1 THEN NULL ELSE c.lease_holder END,
         lease_until = CASE WHEN m.release = 1 THEN NULL ELSE now() + ${q.ttlMs} * interval '1 millisecond' END,
         lease_wanted = CASE WHEN m.release = 1 THEN false ELSE c.lease_wanted END,
@@ -355,7 +364,7 @@ export async function writeChannelVouchers(
         updated_at = now()
       FROM m
       WHERE c.channel_id = m.id AND c.lease_holder = ${q.holder} AND c.lease_epoch = m.epoch
-        AND m.cum <= c.lease_ceiling_atomic AND m.cum <= c.balance_atomic
+        AND m.signed <= c.lease_ceiling_atomic AND m.signed <= c.balance_atomic AND m.cum <= m.signed
       RETURNING c.channel_id, c.charged_atomic, c.balance_atomic, c.claimed_atomic, c.lease_ceiling_atomic,
         c.lease_wanted
     ),
@@ -368,9 +377,14 @@ export async function writeChannelVouchers(
                            ${big(c.map((x) => x.call?.ownerShareAtomic ?? 0n))}::bigint[],
                            ${big(c.map((x) => x.call?.feeAtomic ?? 0n))}::bigint[],
                            ${c.map((x) => x.call?.upstreamStatus ?? 0)}::int[],
-                           ${c.map((x) => x.call?.method ?? null)}::text[])
+                           ${c.map((x) => x.call?.method ?? null)}::text[],
+                           ${c.map((x) => x.call?.receiptId ?? null)}::text[],
+                           ${c.map((x) => x.call?.pricing?.model ?? 'fixed')}::text[],
+                           ${c.map((x) => x.call?.pricing?.unit ?? null)}::text[],
+                           ${c.map((x) => (x.call?.pricing?.usage ? JSON.stringify(x.call.pricing.usage) : null))}::text[],
+                           ${c.map((x) => x.call?.pricing?.ceilingAtomic?.toString() ?? null)}::bigint[])
         AS t(channel_id, cum, endpoint_id, account_id, payer, amount, call_id, owner_wallet, owner_share, fee,
-             status, method)
+             status, method, receipt_id, pricing_model, usage_unit, usage, ceiling)
     ),
     ok AS (
       SELECT i.*, 'batch:' || i.channel_id || ':' || i.cum AS proof_key
@@ -390,9 +404,11 @@ export async function writeChannelVouchers(
     ),
     new_calls AS (
       INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
-                         fee_atomic, upstream_status, method)
+                         fee_atomic, upstream_status, method, scheme, receipt_id, pricing_model, usage_unit, usage,
+                         ceiling_atomic)
       SELECT ok.call_id, ok.proof_key, ok.endpoint_id, ok.account_id, ok.payer, ok.amount, ok.owner_share,
-             ok.fee, ok.status, ok.method
+             ok.fee, ok.status, ok.method, 'batch-settlement', ok.receipt_id, ok.pricing_model, ok.usage_unit,
+             ok.usage::jsonb, ok.ceiling
       FROM ok JOIN claimed USING (proof_key) WHERE ok.call_id IS NOT NULL
       ON CONFLICT (proof_key) DO NOTHING
       RETURNING 1

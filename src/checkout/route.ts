@@ -6,9 +6,9 @@ import QRCode from 'qrcode'
 import { priceDue } from '../books/payments.ts'
 import type { UwsRoute } from '../data-plane/app.ts'
 import { buildChallenge, v2Header } from '../data-plane/challenge.ts'
-import type { HttpRequest, HttpResponse } from '../data-plane/uws.ts'
 import { type CheckoutPaymentRow, effectiveStatus, findCheckoutPayment } from '../db/payments.ts'
 import { paymentRequired } from '../observability/metrics.ts'
+import { exactOffer } from '../schemes/exact/offer.ts'
 import type { CheckoutContext, CheckoutDeps } from './context.ts'
 import { loadCheckoutPages, MESSAGE_CSP, PAGE_CSP } from './page.ts'
 import { payWithProof } from './pay.ts'
@@ -192,13 +192,12 @@ const X402_MAX_TIMEOUT_S = 300
  * the v2 PAYMENT-REQUIRED header from the same challenge.
  */
 function x402Offer(chain: CheckoutDeps['chain'], p: CheckoutPaymentRow, resourceUrl: string) {
-  const challenge = buildChallenge(chain, {
+  const challenge = buildChallenge({
     resourceUrl,
     description: p.description,
-    priceAtomic: priceDue(p),
     idField: 'payment_id',
     id: p.id,
-    maxTimeoutSeconds: X402_MAX_TIMEOUT_S,
+    offers: [exactOffer(chain, priceDue(p), X402_MAX_TIMEOUT_S)],
   })
   const fields = JSON.parse(`{${challenge.rest.slice(1)}`) as { x402Version: number; accepts: unknown[] }
   return { challenge, body: { x402Version: fields.x402Version, accepts: fields.accepts } }

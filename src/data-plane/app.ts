@@ -40,6 +40,8 @@ export interface PublicAppOptions {
   checkout?: UwsRoute
   /** /dashboard and its assets (static; the page acts through /api/v1) */
   dashboard?: UwsRoute
+  /** GET /receipts/:receipt_id: a paid call's public receipt */
+  receipts?: UwsRoute
   /** Hostile-input limits at the edge; none when absent (tests of other parts). */
   edge?: EdgeLimits
 }
@@ -162,6 +164,12 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
       : options.checkout
     app.any('/pay/:payment_id', checkout)
     app.any('/pay/:payment_id/*', checkout)
+  }
+  if (options.receipts) {
+    app.get(
+      '/receipts/:receipt_id',
+      edge ? guarded(edge, 'receipts', options.receipts, null, 'always') : options.receipts,
+    )
   }
   app.get(
     '/',

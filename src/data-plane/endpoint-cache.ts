@@ -3,8 +3,11 @@
 import { LRUCache } from 'lru-cache'
 import { findLiveEndpoint, type LiveEndpointRow } from '../db/endpoints.ts'
 import type { Sql } from '../db/sql.ts'
-import { BATCH_WITHDRAW_DELAY_S } from './batch-voucher.ts'
-import { buildChallenge, type Challenge, type ChallengeChain } from './challenge.ts'
+import { presentPricing } from '../pricing/input.ts'
+import { pricingFromStored, ruleIndex, type UsagePricing } from '../pricing/model.ts'
+import type { Offers } from '../schemes/registry.ts'
+import type { OfferQuery, Quote } from '../schemes/scheme.ts'
+import { buildChallenge } from './challenge.ts'
 import type { UpstreamTarget } from './proxy.ts'
 
 export interface LiveEndpoint {
@@ -12,14 +15,12 @@ export interface LiveEndpoint {
   accountId: string
   ownerWallet: string
   active: boolean
-  priceAtomic: bigint
-  /** Lowest price quoted within quote_ttl_ms (accepted until floorUntilMs), or null. */
-  floorAtomic: bigint | null
-  floorUntilMs: number
   target: UpstreamTarget
-  challenge: Challenge
-  /** x402 batch-settlement accepted here. */
-  batch: boolean
+  /** The price of a request by its method and sub-path, with its 402. */
+  quoteFor(method: string, subPath: string): Quote
+  /** Usage pricing: the call's charge is measured on its answer (src/pricing/meter.ts); null otherwise. */
+  usage: UsagePricing | null
+  pricingModel: 'fixed' | 'rules' | 'usage'
 }
 
 /** Cached for unknown ids too (briefly), so random ids cannot hammer the database. */
@@ -28,14 +29,13 @@ type Entry = LiveEndpoint | typeof NOT_FOUND
 
 export interface EndpointCacheOptions {
   max: number
-  chain: ChallengeChain
+  /** What the registered schemes offer for one price (src/schemes/registry.ts). */
+  offers(q: OfferQuery): Offers
   publicUrl(): string
   defaultTimeoutMs: number
   allowPrivate: boolean
   /** x402 `maxTimeoutSeconds` in the 402 accepts (config x402.max_timeout_seconds). */
   maxTimeoutSeconds: number
-  /** False when the start-up check found no usable batch-settlement contracts (never offered). */
-  batchOffered: boolean
 }
 
 export function createEndpointCache(sql: Sql, options: EndpointCacheOptions) {
@@ -70,14 +70,57 @@ export async function loadEndpoint(
 export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOptions): LiveEndpoint {
   const url = new URL(row.upstream_url)
   const resourceUrl = `${options.publicUrl()}/m/${row.id}`
+  const description = row.description ?? row.name ?? `Metered API ${row.id}`
+  // Opt-in schemes the owner turned on for this endpoint.
+  const enabled = new Set<string>(row.batch_settlement ? ['batch-settlement'] : [])
+  const pricing = pricingFromStored(row.pricing, row.price_atomic)
+  const note = pricing.model === 'fixed' ? undefined : presentPricing(pricing)
+  // One 402 per price, built once: the schemes' offers for that amount.
+  const quote = (amountAtomic: bigint, varies: boolean, floor: boolean): Quote => {
+    const { offers, notOffered } = options.offers({
+      amountAtomic,
+      varies,
+      maxTimeoutSeconds: options.maxTimeoutSeconds,
+      enabled,
+    })
+    return {
+      amountAtomic,
+      // A price change keeps the last quoted price acceptable for a while (fixed prices only).
+      floorAtomic: floor ? row.quote_floor_atomic : null,
+      floorUntilMs: floor ? (row.quote_floor_until?.getTime() ?? 0) : 0,
+      varies,
+      challenge: buildChallenge({
+        resourceUrl,
+        description,
+        idField: 'endpoint_id',
+        id: row.id,
+        offers,
+        notOffered,
+        pricing: note,
+      }),
+    }
+  }
+  let quoteFor: LiveEndpoint['quoteFor']
+  if (pricing.model === 'rules') {
+    const rules = pricing.rules
+    const quotes = rules.map((r) => quote(r.priceAtomic, false, false))
+    const fallback = quote(pricing.defaultAtomic, false, false)
+    quoteFor = (method, subPath) => {
+      const i = ruleIndex(rules, method, subPath)
+      return i < 0 ? fallback : quotes[i]!
+    }
+  } else {
+    const only =
+      pricing.model === 'usage'
+        ? quote(pricing.maxAtomic, true, false)
+        : quote(pricing.priceAtomic, false, true)
+    quoteFor = () => only
+  }
   return {
     id: row.id,
     accountId: row.account_id,
     ownerWallet: row.owner_wallet,
     active: row.status === 'active',
-    priceAtomic: row.price_atomic,
-    floorAtomic: row.quote_floor_atomic,
-    floorUntilMs: row.quote_floor_until?.getTime() ?? 0,
     target: {
       origin: url.origin,
       basePath: url.pathname.replace(/\/+$/, ''),
@@ -88,40 +131,8 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       timeoutMs: row.timeout_ms ?? options.defaultTimeoutMs,
       allowPrivate: options.allowPrivate,
     },
-    challenge: buildChallenge(options.chain, {
-      resourceUrl,
-      description: row.description ?? row.name ?? `Metered API ${row.id}`,
-      priceAtomic: row.price_atomic,
-      idField: 'endpoint_id',
-      id: row.id,
-      maxTimeoutSeconds: options.maxTimeoutSeconds,
-      ...(row.batch_settlement && options.batchOffered
-        ? { batch: { withdrawDelay: BATCH_WITHDRAW_DELAY_S } }
-        : {}),
-    }),
-    batch: row.batch_settlement && options.batchOffered,
+    quoteFor,
+    usage: pricing.model === 'usage' ? pricing : null,
+    pricingModel: pricing.model,
   }
-}
-
-/** The least a proof must carry now: the price, or the quoted floor while it holds. */
-export function minimumAcceptedAtomic(endpoint: LiveEndpoint, nowMs: number): bigint {
-  if (
-    endpoint.floorAtomic !== null &&
-    nowMs < endpoint.floorUntilMs &&
-    endpoint.floorAtomic < endpoint.priceAtomic
-  ) {
-    return endpoint.floorAtomic
-  }
-  return endpoint.priceAtomic
-}
-
-/**
- * Whether an x402 `exact` amount pays this endpoint now: exactly the price, or exactly the quoted floor while
- * it holds (a client may hold a 402 from before a price rise). `exact` never takes more.
- */
-export function exactAmountAccepted(endpoint: LiveEndpoint, amountAtomic: bigint, nowMs: number): boolean {
-  if (amountAtomic === endpoint.priceAtomic) return true
-  return (
-    endpoint.floorAtomic !== null && nowMs < endpoint.floorUntilMs && amountAtomic === endpoint.floorAtomic
-  )
 }

@@ -1,11 +1,7 @@
 // The data plane's start(deps): hot-path state (caches, the one verifier, the group-commit writers, the
 // upstream pool, the transfer watcher), the public uWS app on its port, and how to drain it all.
 
-import { randomBytes } from 'node:crypto'
-import { hostname } from 'node:os'
-import { getAddress } from 'viem'
 import { BatchWriter } from '../books/batch-writer.ts'
-import { checkBatchContracts } from '../chain/batch-channel.ts'
 import { createAuthorizationChainChecker } from '../chain/check-authorization.ts'
 import type { ChainContext } from '../chain/connect.ts'
 import type { ChainInfo } from '../chain/info.ts'
@@ -29,20 +25,19 @@ import {
   captureRetries,
   claimBatchSize,
   rpcDuration,
-  voucherCallsLost,
-  voucherWrites,
 } from '../observability/metrics.ts'
+import { registeredSchemes } from '../schemes/index.ts'
+import { SchemeRegistry } from '../schemes/registry.ts'
 import type { Started } from '../subsystem.ts'
 import { createEdgeLimits, createPublicApp, listen, type ProofEdge, proofEdge, type UwsRoute } from './app.ts'
-import { BATCH_WITHDRAW_DELAY_S } from './batch-voucher.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
 import { createEndpointCache } from './endpoint-cache.ts'
 import { createMeteredRoute } from './metered.ts'
 import { type ProofHorizons, startProofHorizons } from './proof-horizons.ts'
+import { createReceiptRoute } from './receipts.ts'
 import { startSettlementThrottle } from './settlement-throttle.ts'
 import { createUpstreamDispatcher } from './upstream-pool.ts'
 import { Verifier } from './verifier.ts'
-import { VoucherLeases } from './voucher-leases.ts'
 import { startEndpointRelay, workerEnv } from './workers.ts'
 
 export interface DataPlaneDeps {
@@ -82,36 +77,11 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     for (const s of stops.splice(0).reverse()) await s()
   }
   try {
-    // batch-settlement is offered only over contracts that compute what the client signs.
-    const batchOffered = await checkBatchOffer(chain, logger)
     const verified = createVerifiedTransferCache(config.caches)
     const usedProofs = createUsedProofCache(config.caches)
-    const endpoints = createEndpointCache(db.sql, {
-      max: config.caches.endpoints_max,
-      chain: chainInfo,
-      publicUrl: deps.publicUrl,
-      defaultTimeoutMs: config.proxy.upstream_timeout_ms,
-      allowPrivate: config.proxy.allow_private_upstreams,
-      maxTimeoutSeconds: config.x402.max_timeout_seconds,
-      batchOffered,
-    })
     // New x402 payloads are refused (503) while the settlement backlog would outrun their validity windows.
-    const settlementThrottle = startSettlementThrottle(db.sql, {
-      maxBacklogCount: config.settlement.throttle_backlog_count,
-      maxOldestS: config.settlement.throttle_oldest_s,
-      retryAfterS: config.settlement.throttle_retry_after_s,
-      checkMs: config.settlement.throttle_check_ms,
-      logger,
-    })
+    const settlementThrottle = startThrottle(db, config, logger)
     stops.push(async () => settlementThrottle.stop())
-    // Sibling workers (one parent) hear of a change through the parent; other instances through NOTIFY.
-    const relay = startEndpointRelay((id) => endpoints.delete(id))
-    if (relay) stops.push(() => relay.stop())
-    const onEndpointChanged = (id: string): Promise<void> | undefined => {
-      endpoints.delete(id)
-      return relay?.announce(id)
-    }
-    if (!db.embedded) stops.push(await listenForEndpointChanges(db.sql, onEndpointChanged))
     // Read before the first request: a proof older than a stored retention horizon is refused from the start.
     const horizons = await startProofHorizons(db.sql, {
       refreshMs: config.retention.horizon_refresh_ms,
@@ -124,9 +94,28 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       const lost = await books.drain(15_000)
       if (lost > 0) logger.error('captures not written at stop; those calls will be refunded', { lost })
     })
-    // batch-settlement channels leased by this process; stop writes their calls and lets them go.
-    const leases = createVoucherLeases(db, config, logger)
-    stops.push(() => leases.stop())
+    // The ways to pay; stop writes what each holds in memory (batch-settlement's channel leases).
+    const schemes = await SchemeRegistry.build(registeredSchemes(), {
+      sql: db.sql,
+      config,
+      chain,
+      chainInfo,
+      logger,
+      verifier,
+      usedProofs,
+      books,
+      settlementThrottle,
+    })
+    stops.push(() => schemes.stop())
+    const endpoints = createEndpointCache(db.sql, {
+      max: config.caches.endpoints_max,
+      offers: (q) => schemes.offers(q),
+      publicUrl: deps.publicUrl,
+      defaultTimeoutMs: config.proxy.upstream_timeout_ms,
+      allowPrivate: config.proxy.allow_private_upstreams,
+      maxTimeoutSeconds: config.x402.max_timeout_seconds,
+    })
+    const onEndpointChanged = await invalidateAcrossInstances(db, endpoints, stops)
     const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
     stops.push(() => dispatcher.close())
     const watcher = await startTransferWatcher(deps, verified)
@@ -135,18 +124,18 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     const edge = createEdgeLimits(config)
     const metered = createMeteredRoute({
       edge: proofEdge(edge, edge.unpaidMetered),
-      sql: db.sql,
       endpoints,
-      verifier,
-      usedProofs,
-      books,
-      settlementThrottle,
+      schemes,
       dispatcher,
       logger,
-      ...meteredOptions(deps, leases),
+      settings: {
+        quoteTtlMs: config.proxy.quote_ttl_ms,
+        maxBufferedBodyBytes: config.server.body_limit_bytes,
+      },
     })
     const checkout = deps.checkoutRoute(verifier, proofEdge(edge, edge.checkout))
     const app = createPublicApp({
+      receipts: createReceiptRoute({ sql: db.sql, logger }),
       bodyLimitBytes: config.server.body_limit_bytes,
       apiHandler: deps.apiHandler(onEndpointChanged),
       logger,
@@ -165,7 +154,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       port: listening.port,
       flushCaptures: async () => {
         await books.drain()
-        await leases.flushNow()
+        await schemes.flush()
       },
       refreshSettlementThrottle: () => settlementThrottle.refresh(),
       stop,
@@ -176,28 +165,23 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
   }
 }
 
-/** The metered route's settings and its x402 batch-settlement part, from the configuration. */
-function meteredOptions({ config, db, chain, chainInfo }: DataPlaneDeps, leases: VoucherLeases) {
-  return {
-    // x402 batch-settlement: offered per endpoint; deposits/refunds are sent by the leader.
-    batch: {
-      sql: db.sql,
-      chainId: chainInfo.chainId,
-      caip2: chainInfo.caip2,
-      treasury: getAddress(chain.treasury),
-      usdc: getAddress(chain.usdc.address),
-      opWaitMs: 60_000,
-      leases,
-    },
-    settings: {
-      retryWindowMs: config.proxy.retry_window_ms,
-      quoteTtlMs: config.proxy.quote_ttl_ms,
-      ownerShareBps: config.fees.owner_share_bps,
-      maxBufferedBodyBytes: config.server.body_limit_bytes,
-      network: chainInfo.x402Network,
-      caip2: chainInfo.caip2,
-    },
+/**
+ * An endpoint change drops the cached copy here, in sibling workers (one parent relays it, and the API call
+ * answers once they have) and in other instances (NOTIFY on a server). Returns what the API calls on change.
+ */
+async function invalidateAcrossInstances(
+  db: Database,
+  endpoints: ReturnType<typeof createEndpointCache>,
+  stops: Array<() => Promise<void> | void>,
+): Promise<(id: string) => Promise<void> | undefined> {
+  const relay = startEndpointRelay((id) => endpoints.delete(id))
+  if (relay) stops.push(() => relay.stop())
+  const onEndpointChanged = (id: string): Promise<void> | undefined => {
+    endpoints.delete(id)
+    return relay?.announce(id)
   }
+  if (!db.embedded) stops.push(await listenForEndpointChanges(db.sql, onEndpointChanged))
+  return onEndpointChanged
 }
 
 /**
@@ -286,52 +270,13 @@ function createVerifier(
   })
 }
 
-/**
- * the contracts at the addresses the published client expects (on a real network the x402
- * project's deployment) hold code and compute the client's channel ids and voucher digests. Otherwise
- * batch-settlement is not offered by any endpoint of this process (logged; exact and hashes still work).
- */
-async function checkBatchOffer(chain: ChainContext, logger: Logger): Promise<boolean> {
-  let checked: Awaited<ReturnType<typeof checkBatchContracts>>
-  try {
-    checked = await checkBatchContracts(chain.publicClient, {
-      chainId: chain.chainId,
-      withdrawDelay: BATCH_WITHDRAW_DELAY_S,
-    })
-  } catch (err) {
-    checked = {
-      ok: false,
-      reason: `the check could not read the chain (${(err as Error).message?.split('\n')[0]})`,
-    }
-  }
-  if (!checked.ok)
-    logger.error('x402 batch-settlement is not offered: its contracts failed the start-up check', {
-      code: 'TOLLGATE_BATCH_CONTRACTS_UNUSABLE',
-      reason: checked.reason,
-    })
-  return checked.ok
-}
-
-/** This process's channel leases (one holder name per process start). */
-function createVoucherLeases(db: Database, config: Config, logger: Logger): VoucherLeases {
-  const leaseMs = config.x402.batch_lease_ms
-  return new VoucherLeases(db.sql, {
-    holder: `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`,
-    leaseMs,
-    flushMs: config.x402.batch_flush_ms,
-    reserveAtomic: configDollars(config.x402.batch_reserve),
-    // An idle holder lets go soon: another instance asking for the channel waits at most this (plus a flush).
-    idleMs: Math.max(100, config.x402.batch_flush_ms * 20),
-    handoffWaitMs: leaseMs + Math.floor(leaseMs / 2),
-    onWrite: () => voucherWrites.labels('written').inc(),
-    onError: (err) => {
-      voucherWrites.labels('failed').inc()
-      logger.error('batch voucher write failed; retried at the next flush', { err })
-    },
-    onLost: (n) => {
-      voucherCallsLost.inc(n)
-      logger.error('served voucher calls not written: their channel lease was taken over', { calls: n })
-    },
+function startThrottle(db: Database, config: Config, logger: Logger) {
+  return startSettlementThrottle(db.sql, {
+    maxBacklogCount: config.settlement.throttle_backlog_count,
+    maxOldestS: config.settlement.throttle_oldest_s,
+    retryAfterS: config.settlement.throttle_retry_after_s,
+    checkMs: config.settlement.throttle_check_ms,
+    logger,
   })
 }
 

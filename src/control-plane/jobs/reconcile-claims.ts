@@ -18,6 +18,10 @@ export interface ClaimsCheck {
   revenue_mismatch: number
   /** An x402 call booked as revenue before its settlement was confirmed. */
   revenue_before_settlement: number
+  /** A call whose prepaid ceiling's unused part (refund_atomic) is not exactly what its refund entries owe. */
+  unused_refund_mismatch: number
+  /** A batch-settlement channel charged past the voucher that covers it, or claimed past its charge. */
+  channel_charged_over_signed: number
   differences: string[]
 }
 
@@ -43,7 +47,10 @@ export async function checkClaims(sql: Sql, range: { from: Date; to: Date }): Pr
                WHERE e.source_type = 'call' AND e.source_id = k.id AND e.kind IN ('owner_share', 'fee'))::bigint
                AS revenue,
              EXISTS (SELECT 1 FROM ledger_entries e
-               WHERE e.kind = 'refund' AND e.source_type = 'claim' AND e.source_id = c.proof_key) AS refunded
+               WHERE e.kind = 'refund' AND e.source_type = 'claim' AND e.source_id = c.proof_key) AS refunded,
+             k.refund_atomic AS call_refund,
+             (SELECT coalesce(sum(e.amount_atomic), 0) FROM ledger_entries e
+               WHERE e.source_type = 'call' AND e.source_id = k.id AND e.kind = 'refund')::bigint AS refund_booked
       FROM claims c LEFT JOIN calls k ON k.proof_key = c.proof_key
       WHERE c.claimed_at >= ${range.from} AND c.claimed_at < ${range.to}
     ),
@@ -65,6 +72,15 @@ export async function checkClaims(sql: Sql, range: { from: Date; to: Date }): Pr
       UNION ALL
       SELECT 'revenue_before_settlement', proof_key, revenue || ' booked' FROM c
         WHERE call_id IS NOT NULL AND kind IN ('eip3009', 'batch') AND settled_at IS NULL AND revenue > 0
+      UNION ALL
+      SELECT 'unused_refund_mismatch', proof_key, refund_booked || ' booked of ' || call_refund FROM c
+        WHERE call_id IS NOT NULL AND call_refund <> refund_booked
+      UNION ALL
+      -- Variable charges: a channel is charged at most what its payer signed, and claimed at most its charge.
+      SELECT 'channel_charged_over_signed', b.channel_id,
+             b.charged_atomic || ' charged, ' || b.signed_max_atomic || ' signed, ' || b.claimed_atomic || ' claimed'
+        FROM batch_channels b
+        WHERE b.charged_atomic > b.signed_max_atomic OR b.claimed_atomic > b.charged_atomic
     )
     SELECT rule, count(*)::int AS n,
            (array_agg(proof_key ORDER BY proof_key))[1:${NAMED}] AS named,
@@ -80,6 +96,8 @@ export async function checkClaims(sql: Sql, range: { from: Date; to: Date }): Pr
     refunds_of_captured: 0,
     revenue_mismatch: 0,
     revenue_before_settlement: 0,
+    unused_refund_mismatch: 0,
+    channel_charged_over_signed: 0,
     differences: [],
   }
   for (const r of rows) {
@@ -105,4 +123,8 @@ const MESSAGES: Record<Exclude<keyof ClaimsCheck, 'claims' | 'differences'>, str
   revenue_mismatch: 'owner share + fee differ from the call amount',
   revenue_before_settlement:
     'x402 call booked as revenue before its settlement (or its voucher claim) was confirmed',
+  unused_refund_mismatch:
+    'the unused part of its prepaid ceiling is not what its refund entries owe the payer',
+  channel_charged_over_signed:
+    '(a channel) is charged past the voucher its payer signed, or claimed past its charge',
 }

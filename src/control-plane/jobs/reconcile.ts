@@ -220,7 +220,8 @@ async function checkInflow(
     }[]
   >`
     SELECT c.proof_key, c.kind, c.status, c.amount_atomic, c.settlement_tx, c.settlement_error,
-           (SELECT k.amount_atomic FROM calls k WHERE k.proof_key = c.proof_key) AS call_amount,
+           -- A prepaid ceiling's unused part is refunded from the call: charge + that refund = what came in.
+           (SELECT k.amount_atomic + k.refund_atomic FROM calls k WHERE k.proof_key = c.proof_key) AS call_amount,
            (SELECT coalesce(sum(e.amount_atomic), 0) FROM ledger_entries e
              WHERE e.kind = 'refund' AND e.source_type = 'claim' AND e.source_id = c.proof_key)::bigint AS refund_amount
     FROM claims c
@@ -381,7 +382,7 @@ async function checkOutflow(
 
 /**
  * Owner shares + fees = captured, for the calls of the range whose revenue is due: every transaction-hash
- * call, and an x402 call once its settlement is confirmed (before that it is not revenue).
+ * call, and an x402 call once its settlement is confirmed (before that it is not revenue: it may never be paid).
  */
 async function checkSplit(sql: Sql, b: Bounds): Promise<Checked<ReconcileReport['split']>> {
   const [split] = await sql<{ calls: number; captured: bigint; owner: bigint; fee: bigint }[]>`

@@ -1,8 +1,8 @@
-// x402 `batch-settlement` on the metered path (issue 12): a PAYMENT-SIGNATURE whose `accepted.scheme` is
+// x402 `batch-settlement` on the metered path: a PAYMENT-SIGNATURE whose `accepted.scheme` is
 // batch-settlement carries a deposit, a voucher or a refund for a channel (the scheme is described in
 // src/chain/batch-channel.ts). A voucher is checked with a local signature recovery (no RPC); its increment
 // is accepted once across instances by the instance holding the channel's lease, in memory
-// (src/data-plane/voucher-leases.ts: no database round trip per call), and the call then goes upstream; the
+// (leases.ts: no database round trip per call), and the call then goes upstream; the
 // voucher and the call are persisted in group-committed writes. Deposits and refunds are transactions: the
 // leader sends them (one treasury nonce sequence), the request waits for the outcome.
 import * as v from 'valibot'
@@ -13,7 +13,7 @@ import {
   findChannelOp,
   requestChannelOp,
   requestRefundOp,
-} from '../books/channels.ts'
+} from '../../books/channels.ts'
 import {
   BATCH_SCHEME,
   type ChannelConfig,
@@ -21,10 +21,10 @@ import {
   depositCalldata,
   erc3009CollectorData,
   voucherDigestBytes,
-} from '../chain/batch-channel.ts'
-import { recoverSigner } from '../chain/recover-authorization.ts'
-import type { Sql } from '../db/sql.ts'
-import type { ChannelView, Lease, VoucherLeases } from './voucher-leases.ts'
+} from '../../chain/batch-channel.ts'
+import { recoverSigner } from '../../chain/recover-authorization.ts'
+import type { Sql } from '../../db/sql.ts'
+import type { ChannelView, Lease, VoucherLeases } from './leases.ts'
 
 /** The withdraw delay tollgate asks for (the scheme's minimum): the leader claims well within it. */
 export const BATCH_WITHDRAW_DELAY_S = 900
@@ -210,8 +210,17 @@ async function checkVoucher(deps: BatchDeps, p: BatchPayment): Promise<string | 
 /** Half the secp256k1 order: the contract refuses the high-s twin of a signature. */
 const HALF_N = 0x7fffffffffffffffffffffffffffffff5d576e7357a4501ddfe92f46681b20a0n
 
-/** Decides one batch-settlement payment for an endpoint at `price`. */
-export async function decideBatch(deps: BatchDeps, p: BatchPayment, price: bigint): Promise<BatchOutcome> {
+/**
+ * Decides one batch-settlement payment for an endpoint at `price`. `varies`: the price is a ceiling and the
+ * call is charged what it measured when its answer ends; its receipt then says nothing is charged yet (the
+ * client's next voucher is corrected by the scheme's 402, which carries the charged cumulative).
+ */
+export async function decideBatch(
+  deps: BatchDeps,
+  p: BatchPayment,
+  price: bigint,
+  varies = false,
+): Promise<BatchOutcome> {
   const bad = await checkVoucher(deps, p)
   if (bad) return { ok: false, reason: bad }
   const channelId = p.payload.voucher.channelId.toLowerCase()
@@ -229,6 +238,7 @@ export async function decideBatch(deps: BatchDeps, p: BatchPayment, price: bigin
     signature: payload.voucher.signature,
     // A deposit just confirmed: the lease's balance is read again.
     refresh: payload.type === 'deposit',
+    varies,
   })
   if (!decision.ok) return refusal(decision.reason, decision.view)
   const channel = payload.channelConfig as ChannelConfig
@@ -242,8 +252,8 @@ export async function decideBatch(deps: BatchDeps, p: BatchPayment, price: bigin
     receipt: receiptHeader(deps, {
       payer: channel.payer,
       channelId,
-      chargedAmount: price,
-      charged: cumulative,
+      chargedAmount: varies ? 0n : price,
+      charged: varies ? cumulative - price : cumulative,
     }),
     lease: decision.lease,
     channelId,

@@ -1,0 +1,27 @@
+// The verifier's refusals as verdicts: a chain that cannot be reached is a 503 (retry the same payment),
+// every other reason a 402 with that reason on the wire.
+import { CORS_HEADERS } from '../data-plane/cors.ts'
+import type { VerifyResult } from '../data-plane/verifier.ts'
+import type { Verdict } from './scheme.ts'
+
+const RETRY_AFTER_1 = ['retry-after', '1', ...CORS_HEADERS]
+
+export function refusal(result: Extract<VerifyResult, { ok: false }>): Verdict {
+  if (result.reason === 'rpc_unavailable') {
+    return {
+      ok: 'unavailable',
+      message: 'the chain could not be reached to verify the payment; retry shortly',
+      reason: 'rpc_unavailable',
+    }
+  }
+  // One client's chain look-ups in flight are bounded: the operator's RPC quota is not an attacker's to spend.
+  if (result.reason === 'too_many_lookups') {
+    return {
+      ok: 'error',
+      code: 'rate_limited',
+      message: 'too many payments from this address are being verified at once; retry after one ends',
+      headers: RETRY_AFTER_1,
+    }
+  }
+  return { ok: false, reason: result.reason, retryAfterMs: result.retryAfterMs }
+}
