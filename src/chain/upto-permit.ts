@@ -1,0 +1,242 @@
+// x402 `upto` payments: a Permit2 witness transfer the payer signs for a maximum, naming the x402 upto proxy
+// as spender and a witness {to, facilitator, validAfter}; the facilitator later settles any amount up to that
+// maximum, to `to` only. Here: the canonical addresses, the EIP-712 digest, the local verification (no RPC)
+// and the chain's half of it (nonce unused, balance, Permit2 allowance), read in one round of calls.
+import {
+  type Address,
+  type Client,
+  getAddress,
+  type Hex,
+  hashTypedData,
+  parseAbi,
+  type TypedDataDefinition,
+} from 'viem'
+import { readContract } from 'viem/actions'
+import { recoverSigner } from './recover-authorization.ts'
+import { sameAddress } from './transfer.ts'
+
+/** Uniswap's Permit2, at the same address on every chain (CREATE2). */
+export const PERMIT2_ADDRESS: Address = '0x000000000022D473030F116dDEE9F6B43aC78BA3'
+/** The x402 project's upto proxy (x402UptoPermit2Proxy), the spender every upto permit names. */
+export const UPTO_PROXY_ADDRESS: Address = '0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002'
+
+/** The EIP-712 types the payer signs (Permit2's PermitWitnessTransferFrom with the upto proxy's witness). */
+export const uptoPermitTypes = {
+  PermitWitnessTransferFrom: [
+    { name: 'permitted', type: 'TokenPermissions' },
+    { name: 'spender', type: 'address' },
+    { name: 'nonce', type: 'uint256' },
+    { name: 'deadline', type: 'uint256' },
+    { name: 'witness', type: 'Witness' },
+  ],
+  TokenPermissions: [
+    { name: 'token', type: 'address' },
+    { name: 'amount', type: 'uint256' },
+  ],
+  Witness: [
+    { name: 'to', type: 'address' },
+    { name: 'facilitator', type: 'address' },
+    { name: 'validAfter', type: 'uint256' },
+  ],
+} as const
+
+/** The permit as signed: `amount` is the maximum the payer allows, not what will be charged. */
+export interface UptoPermit {
+  from: Address
+  token: Address
+  amount: bigint
+  spender: Address
+  nonce: bigint
+  /** Unix seconds; Permit2 refuses the transfer after it. */
+  deadline: bigint
+  to: Address
+  facilitator: Address
+  /** Unix seconds; the proxy refuses the transfer before it. */
+  validAfter: bigint
+}
+
+/** An upto permit and its signature in the form the claims table keeps (numbers as decimal strings). */
+export interface StoredUptoPermit {
+  signature: Hex
+  from: Address
+  token: Address
+  amount: string
+  spender: Address
+  nonce: string
+  deadline: string
+  to: Address
+  facilitator: Address
+  validAfter: string
+}
+
+export function storedUptoPermit(p: UptoPermit, signature: Hex): StoredUptoPermit {
+  return {
+    signature,
+    from: p.from,
+    token: p.token,
+    amount: p.amount.toString(),
+    spender: p.spender,
+    nonce: p.nonce.toString(),
+    deadline: p.deadline.toString(),
+    to: p.to,
+    facilitator: p.facilitator,
+    validAfter: p.validAfter.toString(),
+  }
+}
+
+export function uptoPermitFromStored(s: StoredUptoPermit): UptoPermit {
+  return {
+    from: s.from,
+    token: s.token,
+    amount: BigInt(s.amount),
+    spender: s.spender,
+    nonce: BigInt(s.nonce),
+    deadline: BigInt(s.deadline),
+    to: s.to,
+    facilitator: s.facilitator,
+    validAfter: BigInt(s.validAfter),
+  }
+}
+
+export function uptoPermitTypedData(
+  chainId: number,
+  p: UptoPermit,
+): TypedDataDefinition<typeof uptoPermitTypes, 'PermitWitnessTransferFrom'> {
+  return {
+    // Permit2's domain has no version field: a domain with one would hash to another separator.
+    domain: { name: 'Permit2', chainId, verifyingContract: PERMIT2_ADDRESS },
+    types: uptoPermitTypes,
+    primaryType: 'PermitWitnessTransferFrom',
+    message: {
+      permitted: { token: getAddress(p.token), amount: p.amount },
+      spender: getAddress(p.spender),
+      nonce: p.nonce,
+      deadline: p.deadline,
+      witness: { to: getAddress(p.to), facilitator: getAddress(p.facilitator), validAfter: p.validAfter },
+    },
+  }
+}
+
+/** The digest Permit2 checks the signature against (keccak256(0x1901 ‖ domain ‖ struct)). */
+export function uptoPermitDigest(chainId: number, p: UptoPermit): Hex {
+  return hashTypedData(uptoPermitTypedData(chainId, p))
+}
+
+/** Replay key of a permit: Permit2 spends each (owner, nonce) once, whatever signature bytes carry it. */
+export function uptoProofKey(p: Pick<UptoPermit, 'from' | 'nonce'>): string {
+  return `upto:${p.from.toLowerCase()}:${p.nonce.toString()}`
+}
+
+export type UptoFailure =
+  | 'invalid_signature'
+  | 'wrong_recipient'
+  | 'wrong_asset'
+  | 'wrong_spender'
+  | 'wrong_facilitator'
+  | 'max_amount_mismatch'
+  | 'authorization_not_yet_valid'
+  | 'authorization_expired'
+
+export type UptoCheck = { ok: true; payer: Address } | { ok: false; reason: UptoFailure }
+
+/**
+ * Pure crypto and arithmetic, no RPC: the permit names the upto proxy, pays the treasury, is settleable by one
+ * of our facilitators, signs exactly the maximum offered for the asset offered, is inside its window with
+ * time to settle, and is signed by `from`. Only 65-byte signatures of EOAs: a contract payer (EIP-1271)
+ * is refused as invalid_signature.
+ */
+export async function verifyUptoPermit(q: {
+  chainId: number
+  permit: UptoPermit
+  signature: Hex
+  usdc: Address
+  treasury: Address
+  facilitators: readonly Address[]
+  /** The ceiling offered in the 402: the permit must sign exactly it (as the x402 facilitator requires). */
+  maxAmount: bigint
+  nowSeconds?: bigint
+  /** Time settlement needs before the deadline; default 6 s, as the x402 reference facilitator. */
+  minValidSeconds?: bigint
+}): Promise<UptoCheck> {
+  const { permit: p } = q
+  const now = q.nowSeconds ?? BigInt(Math.floor(Date.now() / 1000))
+  if (!sameAddress(p.spender, UPTO_PROXY_ADDRESS)) return { ok: false, reason: 'wrong_spender' }
+  if (!sameAddress(p.to, q.treasury)) return { ok: false, reason: 'wrong_recipient' }
+  if (!q.facilitators.some((f) => sameAddress(f, p.facilitator)))
+    return { ok: false, reason: 'wrong_facilitator' }
+  if (!sameAddress(p.token, q.usdc)) return { ok: false, reason: 'wrong_asset' }
+  if (p.amount !== q.maxAmount) return { ok: false, reason: 'max_amount_mismatch' }
+  if (p.validAfter > now) return { ok: false, reason: 'authorization_not_yet_valid' }
+  if (p.deadline < now + (q.minValidSeconds ?? 6n)) return { ok: false, reason: 'authorization_expired' }
+  if (q.signature.length !== 132) return { ok: false, reason: 'invalid_signature' }
+  let signer: Address | null
+  try {
+    const digest = uptoPermitDigest(q.chainId, p)
+    signer = await recoverSigner(Buffer.from(digest.slice(2), 'hex'), q.signature)
+  } catch {
+    return { ok: false, reason: 'invalid_signature' }
+  }
+  if (!signer || !sameAddress(signer, p.from)) return { ok: false, reason: 'invalid_signature' }
+  return { ok: true, payer: p.from }
+}
+
+export const permit2Abi = parseAbi([
+  'function nonceBitmap(address owner, uint256 wordPos) view returns (uint256)',
+  'function DOMAIN_SEPARATOR() view returns (bytes32)',
+  'function invalidateUnorderedNonces(uint256 wordPos, uint256 mask)',
+])
+
+const erc20Abi = parseAbi([
+  'function balanceOf(address owner) view returns (uint256)',
+  'function allowance(address owner, address spender) view returns (uint256)',
+])
+
+/** True when Permit2 has spent (or the owner invalidated) this unordered nonce. */
+export async function isPermit2NonceUsed(
+  client: Client,
+  q: { owner: Address; nonce: bigint },
+): Promise<boolean> {
+  const word = await readContract(client, {
+    address: PERMIT2_ADDRESS,
+    abi: permit2Abi,
+    functionName: 'nonceBitmap',
+    args: [q.owner, q.nonce >> 8n],
+  })
+  return ((word >> (q.nonce & 0xffn)) & 1n) === 1n
+}
+
+export type UptoChainCheck =
+  | { ok: true }
+  | {
+      ok: false
+      reason: 'proof_already_used' | 'insufficient_funds' | 'permit2_allowance_required' | 'rpc_unavailable'
+    }
+
+/**
+ * What only the chain knows: the nonce is unspent, and the payer holds and has approved Permit2 for the
+ * maximum (what settlement may take). Three reads in parallel; a failed read is `rpc_unavailable`.
+ */
+export async function checkUptoOnChain(
+  client: Client,
+  q: { usdc: Address; permit: Pick<UptoPermit, 'from' | 'nonce' | 'amount'> },
+): Promise<UptoChainCheck> {
+  const { from, nonce, amount } = q.permit
+  try {
+    const [used, balance, allowance] = await Promise.all([
+      isPermit2NonceUsed(client, { owner: from, nonce }),
+      readContract(client, { address: q.usdc, abi: erc20Abi, functionName: 'balanceOf', args: [from] }),
+      readContract(client, {
+        address: q.usdc,
+        abi: erc20Abi,
+        functionName: 'allowance',
+        args: [from, PERMIT2_ADDRESS],
+      }),
+    ])
+    if (used) return { ok: false, reason: 'proof_already_used' }
+    if (balance < amount) return { ok: false, reason: 'insufficient_funds' }
+    if (allowance < amount) return { ok: false, reason: 'permit2_allowance_required' }
+    return { ok: true }
+  } catch {
+    return { ok: false, reason: 'rpc_unavailable' }
+  }
+}
