@@ -25,6 +25,11 @@ export async function pruneClaims(
              AND (authorization_payload->>'validBefore')::numeric < extract(epoch FROM now()) - ${q.marginS}
              AND (status IN ('refunded', 'applied', 'void')
                   OR (status = 'captured' AND (settled_at IS NOT NULL OR settlement_error IS NOT NULL))))
+         -- An upto permit past its deadline cannot be settled or verified again: its claim is no longer needed.
+         OR (kind = 'upto' AND claimed_at < now() - ${q.authOlderThanMs} * interval '1 millisecond'
+             AND (authorization_payload->>'deadline')::numeric < extract(epoch FROM now()) - ${q.marginS}
+             AND (status = 'void'
+                  OR (status = 'captured' AND (settled_at IS NOT NULL OR settlement_error IS NOT NULL))))
       LIMIT ${q.batch})
     RETURNING 1`
   return rows.length

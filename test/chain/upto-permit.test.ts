@@ -8,17 +8,7 @@ import {
   uptoPermit2WitnessTypes,
   x402UptoPermit2ProxyAddress,
 } from '@x402/evm'
-import { UptoEvmScheme } from '@x402/evm/upto/client'
-import {
-  type Address,
-  createWalletClient,
-  domainSeparator,
-  type Hex,
-  http,
-  maxUint256,
-  parseAbi,
-  zeroAddress,
-} from 'viem'
+import { type Address, createWalletClient, domainSeparator, http, zeroAddress } from 'viem'
 import { formatAbiItem } from 'viem/utils'
 import { beforeAll, describe, expect, inject, it } from 'vitest'
 import {
@@ -33,9 +23,7 @@ import {
   PERMIT2_ADDRESS,
   permit2Abi,
   type StoredUptoPermit,
-  storedUptoPermit,
   UPTO_PROXY_ADDRESS,
-  type UptoPermit,
   uptoPermitFromStored,
   uptoPermitTypes,
   verifyUptoPermit,
@@ -50,6 +38,7 @@ import {
   uptoSettlementOutcomes,
 } from '../../src/chain/upto-settle.ts'
 import { chainClients, type Funded, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
+import { approvedPayer, publishedUptoPermit } from '../helpers/upto-payer.ts'
 
 const { rpcUrl, publicClient, usdc } = chainClients()
 const chainId = inject('chainId')
@@ -67,61 +56,8 @@ beforeAll(async () => {
   await installUptoContracts(rpcUrl, settler.address)
 })
 
-/** A payer with USDC that approved Permit2 once, as the published client's createPermit2ApprovalTx asks. */
-async function approvedPayer(): Promise<Funded> {
-  const payer = await fundedAccount(10_000_000n)
-  const wallet = createWalletClient({ account: payer.account, transport: http(rpcUrl) })
-  const hash = await wallet.writeContract({
-    address: usdc,
-    abi: parseAbi(['function approve(address spender, uint256 value) returns (bool)']),
-    functionName: 'approve',
-    args: [PERMIT2_ADDRESS, maxUint256],
-    chain: null,
-  })
-  await publicClient.waitForTransactionReceipt({ hash })
-  return payer
-}
-
-/** The published client's payload for a 402 offering `upto` up to MAX, settled by `facilitator`. */
-async function publishedPermit(payer: Funded, facilitator: Address): Promise<StoredUptoPermit> {
-  const client = new UptoEvmScheme(payer.account)
-  const result = await client.createPaymentPayload(2, {
-    scheme: 'upto',
-    network: `eip155:${chainId}`,
-    asset: usdc,
-    amount: MAX.toString(),
-    payTo: treasury,
-    maxTimeoutSeconds: 300,
-    extra: {
-      facilitatorAddress: facilitator,
-      name: 'USD Coin',
-      version: '2',
-      assetTransferMethod: 'permit2',
-    },
-  })
-  const { signature, permit2Authorization: a } = result.payload as {
-    signature: Hex
-    permit2Authorization: {
-      from: Address
-      permitted: { token: Address; amount: string }
-      spender: Address
-      nonce: string
-      deadline: string
-      witness: { to: Address; facilitator: Address; validAfter: string }
-    }
-  }
-  const permit: UptoPermit = {
-    from: a.from,
-    token: a.permitted.token,
-    amount: BigInt(a.permitted.amount),
-    spender: a.spender,
-    nonce: BigInt(a.nonce),
-    deadline: BigInt(a.deadline),
-    to: a.witness.to,
-    facilitator: a.witness.facilitator,
-    validAfter: BigInt(a.witness.validAfter),
-  }
-  return storedUptoPermit(permit, signature)
+function publishedPermit(payer: Funded, facilitator: Address): Promise<StoredUptoPermit> {
+  return publishedUptoPermit(payer, { max: MAX, payTo: treasury, facilitator })
 }
 
 async function settle(items: UptoSettlementItem[]) {
@@ -194,7 +130,9 @@ describe('x402 upto contracts on the dev chain', () => {
   })
 
   it('settles many permits in one batch; a tampered amount or witness fails alone', async () => {
-    const payers = await Promise.all([approvedPayer(), approvedPayer(), approvedPayer(), approvedPayer()])
+    // One after another: concurrent mints from the shared deployer can race for its nonce.
+    const payers: Funded[] = []
+    for (let i = 0; i < 4; i++) payers.push(await approvedPayer())
     const permits = await Promise.all(payers.map((p) => publishedPermit(p, batcher)))
     const raisedMax = { ...permits[1]!, amount: (MAX * 2n).toString() }
     const redirected = { ...permits[2]!, to: settler.address }
