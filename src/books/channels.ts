@@ -229,7 +229,7 @@ export async function recordChannelClaims(
 // vouchers in memory strictly increasing up to the lease's ceiling, and persists the highest accepted voucher
 // (cumulative + signature) with the captures of the calls it served in group-committed writes
 // (writeChannelVouchers). The lease epoch fences a holder whose lease was taken over: its late writes change
-// nothing. What a crash costs is stated in src/data-plane/voucher-leases.ts (the gateway's, never the payer's).
+// nothing. What a crash costs is stated in src/schemes/batch-settlement/leases.ts (the gateway's, never the payer's).
 
 export interface ChannelLease {
   won: boolean

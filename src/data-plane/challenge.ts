@@ -1,7 +1,7 @@
 // The 402 payment requirement: body (seed fields + x402 v1 `accepts`) and the x402 v2 PAYMENT-REQUIRED
 // header, built once per endpoint version; only the reason and the quote's expiry vary per answer (the v2
 // header carries the reason too: one encoded header per reason, built the first time that reason is used).
-import { toDollars } from '../money.ts'
+import type { Offer, Requirement } from '../schemes/scheme.ts'
 
 export interface ChallengeChain {
   network: string
@@ -14,22 +14,11 @@ export interface ChallengeChain {
   usdcVersion: string
 }
 
-/** The x402 v2 requirement as advertised (`accepts[0]`): what a v2 payload's `accepted` must equal. */
-export interface V2Requirement {
-  scheme: 'exact'
-  network: string
-  amount: string
-  asset: string
-  payTo: string
-  maxTimeoutSeconds: number
-  extra: { name: string; version: string }
-}
-
 export interface Challenge {
   /** JSON text after the varying fields, starting with ',' and ending with '}'. */
   rest: string
-  /** The v2 requirement, kept for matching `accepted` (src/data-plane/accepted-match.ts). */
-  v2: V2Requirement
+  /** The x402 v2 requirements as advertised: what a v2 payload's `accepted` must equal. */
+  accepts: Requirement[]
   /** JSON text of the v2 PaymentRequired after its `error` field, starting with ','. */
   v2Rest: string
   /** base64 PAYMENT-REQUIRED headers by reason, filled lazily (reasons are a closed set of codes). */
@@ -39,92 +28,48 @@ export interface Challenge {
 export interface ChallengeInput {
   resourceUrl: string
   description: string
-  priceAtomic: bigint
   /** endpoint_id or payment_id */
   idField: 'endpoint_id' | 'payment_id'
   id: string
-  maxTimeoutSeconds: number
-  /** issue 12: also offer x402 `batch-settlement` (the endpoint's owner turned it on). */
-  batch?: { withdrawDelay: number }
+  /** Each offering scheme's part, in registration order (src/schemes/registry.ts). */
+  offers: Offer[]
+  /** Schemes that exist but are not offered here, and why: a client should not try them. */
+  notOffered?: Array<{ scheme: string; reason: string }>
+  /** How the endpoint prices a call, when it is not one fixed price (rules, usage). */
+  pricing?: Record<string, unknown>
 }
 
-export function buildChallenge(chain: ChallengeChain, input: ChallengeInput): Challenge {
-  const amount = input.priceAtomic.toString()
-  const extra = { name: chain.usdcName, version: chain.usdcVersion }
-  const fields = {
-    price: toDollars(input.priceAtomic),
-    price_atomic: amount,
-    recipient: chain.treasury,
-    currency: 'USDC',
-    asset: chain.usdcAddress,
-    network: chain.network,
-    chain_id: chain.chainId,
-    [input.idField]: input.id,
-    x402Version: 1,
-    accepts: [
-      {
-        scheme: 'exact',
-        network: chain.x402Network,
-        maxAmountRequired: amount,
-        resource: input.resourceUrl,
-        description: input.description,
-        mimeType: 'application/json',
-        payTo: chain.treasury,
-        maxTimeoutSeconds: input.maxTimeoutSeconds,
-        asset: chain.usdcAddress,
-        extra,
-      },
-    ],
+/** The 402 of one price: the schemes' offers assembled once, the reason and expiry added per answer. */
+export function buildChallenge(input: ChallengeInput): Challenge {
+  const fields: Record<string, unknown> = {}
+  const v1: Array<Record<string, unknown>> = []
+  const accepts: Requirement[] = []
+  for (const offer of input.offers) {
+    if (offer.body) Object.assign(fields, offer.body)
+    if (offer.v1) v1.push({ ...offer.v1, resource: input.resourceUrl, description: input.description })
+    if (offer.v2) accepts.push(offer.v2)
   }
-  const v2: V2Requirement = {
-    scheme: 'exact',
-    network: chain.caip2,
-    amount,
-    asset: chain.usdcAddress,
-    payTo: chain.treasury,
-    maxTimeoutSeconds: input.maxTimeoutSeconds,
-    extra,
-  }
+  fields[input.idField] = input.id
+  fields.x402Version = 1
+  fields.accepts = v1.map(v1Order)
+  if (input.pricing) fields.pricing = input.pricing
+  if (input.notOffered && input.notOffered.length > 0) fields.schemes_not_offered = input.notOffered
   const v2Rest = {
     resource: { url: input.resourceUrl, description: input.description, mimeType: 'application/json' },
-    accepts: [
-      v2,
-      // --- x402 batch-settlement offer (issue 12; src/data-plane/batch-voucher.ts serves it) ---
-      ...(input.batch
-        ? [batchAccept(chain, amount, input.maxTimeoutSeconds, input.batch.withdrawDelay)]
-        : []),
-    ],
+    accepts,
   }
   return {
     rest: `,${JSON.stringify(fields).slice(1)}`,
-    v2,
+    accepts,
     v2Rest: `,${JSON.stringify(v2Rest).slice(1)}`,
     v2Headers: new Map(),
   }
 }
 
-/** The scheme's requirements: tollgate's treasury is both the receiver and the receiver's authorizer. */
-export function batchAccept(
-  chain: ChallengeChain,
-  amount: string,
-  maxTimeoutSeconds: number,
-  withdrawDelay: number,
-) {
-  return {
-    scheme: 'batch-settlement',
-    network: chain.caip2,
-    amount,
-    asset: chain.usdcAddress,
-    payTo: chain.treasury,
-    maxTimeoutSeconds,
-    extra: {
-      name: chain.usdcName,
-      version: chain.usdcVersion,
-      receiverAuthorizer: chain.treasury,
-      withdrawDelay,
-      assetTransferMethod: 'eip3009',
-    },
-  }
+// The v1 entry's field order as the `x402` package prints it (resource and description after the amount).
+function v1Order(e: Record<string, unknown>): Record<string, unknown> {
+  const { scheme, network, maxAmountRequired, resource, description, ...rest } = e
+  return { scheme, network, maxAmountRequired, resource, description, ...rest }
 }
 
 /**
@@ -142,7 +87,7 @@ export function v2Header(challenge: Challenge, reason: string): string {
 
 /**
  * The 402 body: error reason, request id and quote expiry first, then the precomputed fields. `error` is a
- * reason string here (DESIGN §4), not the error object of other answers. Request ids are token characters.
+ * reason string here (the seed 402 shape), not the error object of other answers. Request ids are token characters.
  */
 export function challengeBody(
   challenge: Challenge,

@@ -3,8 +3,9 @@
 import { LRUCache } from 'lru-cache'
 import { findLiveEndpoint, type LiveEndpointRow } from '../db/endpoints.ts'
 import type { Sql } from '../db/sql.ts'
-import { BATCH_WITHDRAW_DELAY_S } from './batch-voucher.ts'
-import { buildChallenge, type Challenge, type ChallengeChain } from './challenge.ts'
+import type { Offers } from '../schemes/registry.ts'
+import type { OfferQuery, Quote } from '../schemes/scheme.ts'
+import { buildChallenge } from './challenge.ts'
 import type { UpstreamTarget } from './proxy.ts'
 
 export interface LiveEndpoint {
@@ -12,14 +13,9 @@ export interface LiveEndpoint {
   accountId: string
   ownerWallet: string
   active: boolean
-  priceAtomic: bigint
-  /** Lowest price quoted within quote_ttl_ms (accepted until floorUntilMs), or null. */
-  floorAtomic: bigint | null
-  floorUntilMs: number
   target: UpstreamTarget
-  challenge: Challenge
-  /** x402 batch-settlement accepted here (issue 12). */
-  batch: boolean
+  /** The price of a request by its method and sub-path, with its 402. */
+  quoteFor(method: string, subPath: string): Quote
 }
 
 /** Cached for unknown ids too (briefly), so random ids cannot hammer the database. */
@@ -28,14 +24,13 @@ type Entry = LiveEndpoint | typeof NOT_FOUND
 
 export interface EndpointCacheOptions {
   max: number
-  chain: ChallengeChain
+  /** What the registered schemes offer for one price (src/schemes/registry.ts). */
+  offers(q: OfferQuery): Offers
   publicUrl(): string
   defaultTimeoutMs: number
   allowPrivate: boolean
   /** x402 `maxTimeoutSeconds` in the 402 accepts (config x402.max_timeout_seconds). */
   maxTimeoutSeconds: number
-  /** issue 12: false when the start-up check found no usable batch-settlement contracts (never offered). */
-  batchOffered: boolean
 }
 
 export function createEndpointCache(sql: Sql, options: EndpointCacheOptions) {
@@ -70,14 +65,34 @@ export async function loadEndpoint(
 export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOptions): LiveEndpoint {
   const url = new URL(row.upstream_url)
   const resourceUrl = `${options.publicUrl()}/m/${row.id}`
+  const description = row.description ?? row.name ?? `Metered API ${row.id}`
+  // Opt-in schemes the owner turned on for this endpoint.
+  const enabled = new Set<string>(row.batch_settlement ? ['batch-settlement'] : [])
+  const { offers, notOffered } = options.offers({
+    amountAtomic: row.price_atomic,
+    varies: false,
+    maxTimeoutSeconds: options.maxTimeoutSeconds,
+    enabled,
+  })
+  const quote: Quote = {
+    amountAtomic: row.price_atomic,
+    floorAtomic: row.quote_floor_atomic,
+    floorUntilMs: row.quote_floor_until?.getTime() ?? 0,
+    varies: false,
+    challenge: buildChallenge({
+      resourceUrl,
+      description,
+      idField: 'endpoint_id',
+      id: row.id,
+      offers,
+      notOffered,
+    }),
+  }
   return {
     id: row.id,
     accountId: row.account_id,
     ownerWallet: row.owner_wallet,
     active: row.status === 'active',
-    priceAtomic: row.price_atomic,
-    floorAtomic: row.quote_floor_atomic,
-    floorUntilMs: row.quote_floor_until?.getTime() ?? 0,
     target: {
       origin: url.origin,
       basePath: url.pathname.replace(/\/+$/, ''),
@@ -88,40 +103,6 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       timeoutMs: row.timeout_ms ?? options.defaultTimeoutMs,
       allowPrivate: options.allowPrivate,
     },
-    challenge: buildChallenge(options.chain, {
-      resourceUrl,
-      description: row.description ?? row.name ?? `Metered API ${row.id}`,
-      priceAtomic: row.price_atomic,
-      idField: 'endpoint_id',
-      id: row.id,
-      maxTimeoutSeconds: options.maxTimeoutSeconds,
-      ...(row.batch_settlement && options.batchOffered
-        ? { batch: { withdrawDelay: BATCH_WITHDRAW_DELAY_S } }
-        : {}),
-    }),
-    batch: row.batch_settlement && options.batchOffered,
+    quoteFor: () => quote,
   }
-}
-
-/** The least a proof must carry now: the price, or the quoted floor while it holds. */
-export function minimumAcceptedAtomic(endpoint: LiveEndpoint, nowMs: number): bigint {
-  if (
-    endpoint.floorAtomic !== null &&
-    nowMs < endpoint.floorUntilMs &&
-    endpoint.floorAtomic < endpoint.priceAtomic
-  ) {
-    return endpoint.floorAtomic
-  }
-  return endpoint.priceAtomic
-}
-
-/**
- * Whether an x402 `exact` amount pays this endpoint now: exactly the price, or exactly the quoted floor while
- * it holds (a client may hold a 402 from before a price rise). `exact` never takes more.
- */
-export function exactAmountAccepted(endpoint: LiveEndpoint, amountAtomic: bigint, nowMs: number): boolean {
-  if (amountAtomic === endpoint.priceAtomic) return true
-  return (
-    endpoint.floorAtomic !== null && nowMs < endpoint.floorUntilMs && amountAtomic === endpoint.floorAtomic
-  )
 }

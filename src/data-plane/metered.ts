@@ -2,19 +2,12 @@
 // Everything read from the uWS request is read synchronously (it dies with the callback); onAborted is
 // attached before the first await; answers after an await are corked.
 import type { Span } from '@opentelemetry/api'
-import type { LRUCache } from 'lru-cache'
-import type { BatchWriter } from '../books/batch-writer.ts'
-import type { VoucherCall } from '../books/channels.ts'
-import { type ClaimResult, releaseClaim } from '../books/claims.ts'
-import type { Sql } from '../db/sql.ts'
 import { ERRORS, type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
 import { newId } from '../ids.ts'
-import { splitOwnerShare } from '../money.ts'
 import type { Logger } from '../observability/logger.ts'
 import {
   callsCaptured,
   capturedAtomic,
-  claimReleases,
   httpDuration,
   httpRequests,
   paymentRequired,
@@ -30,27 +23,12 @@ import {
   tracing,
 } from '../observability/tracing.ts'
 import { requestIdFrom } from '../request-id.ts'
-import { matchAccepted } from './accepted-match.ts'
-import {
-  BATCH_ERR,
-  type BatchDeps,
-  type BatchOutcome,
-  type BatchVerified,
-  batchRequiredHeader,
-  decideBatch,
-  parseBatchPayment,
-} from './batch-voucher.ts'
+import type { SchemeRegistry } from '../schemes/registry.ts'
+import type { CallFacts, ClaimOutcome, Payment, Quote, Verdict } from '../schemes/scheme.ts'
 import { cacheCounters } from './caches.ts'
 import { challengeBody, quoteExpiry, v2Header } from './challenge.ts'
 import { CORS_HEADERS, CORS_PAIRS } from './cors.ts'
-import {
-  type EndpointCache,
-  exactAmountAccepted,
-  type LiveEndpoint,
-  loadEndpoint,
-  minimumAcceptedAtomic,
-  NOT_FOUND,
-} from './endpoint-cache.ts'
+import { type EndpointCache, type LiveEndpoint, loadEndpoint, NOT_FOUND } from './endpoint-cache.ts'
 import { parseProof } from './proof.ts'
 import {
   type AbortState,
@@ -63,35 +41,17 @@ import {
   type RequestBody,
   type UpstreamDispatcher,
 } from './proxy.ts'
-import { paymentReceipt } from './receipt.ts'
-import type { SettlementThrottle } from './settlement-throttle.ts'
 import type { HttpRequest, HttpResponse } from './uws.ts'
-import type { Verifier, VerifyResult } from './verifier.ts'
-
-type VerifiedProof = Extract<VerifyResult, { ok: true }> | BatchVerified
 
 export interface MeteredDeps {
-  sql: Sql
   endpoints: EndpointCache
-  verifier: Verifier
-  usedProofs: LRUCache<string, true>
-  /** Claims and captures, group-committed together (src/books/batch-writer.ts). */
-  books: BatchWriter
+  /** The ways to pay (src/schemes/): what a 402 offers, who verifies a payment, claims, settles, receipts. */
+  schemes: SchemeRegistry
   dispatcher: UpstreamDispatcher
   logger: Logger
-  /** x402 intake throttle (settlement room): read synchronously, set by its own timer. */
-  settlementThrottle?: SettlementThrottle
-  /** x402 batch-settlement (issue 12): channels and vouchers; absent = not offered. */
-  batch?: BatchDeps
   settings: {
-    retryWindowMs: number
     quoteTtlMs: number
-    ownerShareBps: number
     maxBufferedBodyBytes: number
-    /** Network name in the v1 x-payment-response receipt. */
-    network: string
-    /** CAIP-2 network in the v2 PAYMENT-RESPONSE receipt. */
-    caip2: string
   }
 }
 
@@ -132,16 +92,9 @@ function observe(status: number, startedMs: number) {
   duration[cls].observe((performance.now() - startedMs) / 1000)
 }
 
-/** What the route shares across requests: dependencies and the releases still being written. */
-interface MeteredContext extends MeteredDeps {
-  /** Releases of failed calls still being written, by proof: a quick retry waits for its own release. */
-  pendingReleases: Map<string, Promise<void>>
-}
-
 export function createMeteredRoute(deps: MeteredDeps) {
-  const ctx: MeteredContext = { ...deps, pendingReleases: new Map() }
   return function metered(res: HttpResponse, req: HttpRequest): void {
-    new MeteredCall(ctx, res, req).start()
+    new MeteredCall(deps, res, req).start()
   }
 }
 
@@ -159,19 +112,22 @@ class MeteredCall implements ProxyHooks {
   /** Only a paid request needs the rest of the request; the 402 path reads nothing more. */
   readonly forward: ForwardRequest | null = null
   readonly body: RequestBody | null = null
+  readonly method: string
+  /** The part after /m/<id>, without the query: with the method, it selects the price. */
+  readonly subPath: string
   endpoint: LiveEndpoint | null = null
-  paid: VerifiedProof | null = null
-  /** The claim attempt this request holds (its release names it). */
-  attempt = 0
+  /** The price this request pays, with its 402. */
+  quote: Quote | null = null
+  payment: Payment | null = null
   captured = false
-  /** Hostile input (issue 9): the sub-path could leave the endpoint's base path. */
+  /** Hostile input: the sub-path could leave the endpoint's base path. */
   escapingPath = false
   /** Tracing only (null when off): the call's span and its current step (verify, claim, upstream). */
   span: Span | null = null
   step: Span | null = null
 
   constructor(
-    readonly ctx: MeteredContext,
+    readonly ctx: MeteredDeps,
     readonly res: HttpResponse,
     req: HttpRequest,
   ) {
@@ -183,6 +139,8 @@ class MeteredCall implements ProxyHooks {
     this.endpointId = req.getParameter(0) ?? ''
     this.paymentHeader = req.getHeader('x-payment') || req.getHeader('payment-signature')
     this.requestId = requestIdFrom(req.getHeader('x-request-id'))
+    this.method = req.getCaseSensitiveMethod().toUpperCase()
+    this.subPath = req.getUrl().slice(3 + this.endpointId.length)
     if (tracing.on) {
       this.span = startRequestSpan('metered call', req.getHeader('traceparent'), {
         'tollgate.endpoint_id': this.endpointId,
@@ -195,12 +153,12 @@ class MeteredCall implements ProxyHooks {
       req.forEach((k, v) => {
         headers.push([k, v])
       })
-      const subPath = req.getUrl().slice(3 + this.endpointId.length)
+      const subPath = this.subPath
       // --- hostile input: a path that could leave the base path is refused in start(), before the proof
       // is parsed, verified or claimed. Only paid requests are forwarded, so only they are checked.
       this.escapingPath = !isConfinedSubPath(subPath)
       this.forward = {
-        method: req.getCaseSensitiveMethod().toUpperCase(),
+        method: this.method,
         pathAndQuery: subPath + (query ? `?${query}` : ''),
         headers,
         remoteAddress: Buffer.from(res.getRemoteAddressAsText()).toString(),
@@ -240,148 +198,62 @@ class MeteredCall implements ProxyHooks {
         message: `no active metered endpoint ${this.endpointId}`,
       })
     this.endpoint = entry
+    const quote = entry.quoteFor(this.method, this.subPath)
+    this.quote = quote
     if (!this.paymentHeader) return this.respond402('payment_required')
-    const proof = parseProof(this.paymentHeader)
-    // --- x402 batch-settlement (issue 12): its own checks (src/data-plane/batch-voucher.ts), then the claim path.
-    if (proof.kind === 'x402' && entry.batch && this.ctx.batch) {
-      const batch = parseBatchPayment(proof.payload)
-      if (batch === 'invalid') return this.respond402(BATCH_ERR.payload)
-      if (batch !== null) {
-        decideBatch(this.ctx.batch, batch, entry.priceAtomic).then(
-          (outcome) => this.withBatch(outcome),
-          (err) =>
-            this.respondUnavailable('the channel could not be checked; retry shortly', 'batch_failed', err),
-        )
-        return
-      }
-    }
-    // ---
-    // A proof seen spent on this instance is refused without a query.
-    if (proof.kind === 'tx' && this.ctx.usedProofs.has(proof.key)) {
-      cacheCounters.usedHit.inc()
-      return this.respond402('proof_already_used')
-    }
-    // ---- x402 intake throttle (settlement backlog): refused before verifying or claiming anything. ----
-    const throttle = this.ctx.settlementThrottle
-    if (proof.kind === 'x402' && throttle?.engaged) {
-      return this.respondError('settlement_backlog', undefined, [
-        'retry-after',
-        String(throttle.retryAfterS),
-        ...CORS_HEADERS,
-      ])
-    }
-    // ----
-    // A v2 payload pays the terms it names in `accepted`: they must be ours (and the amount exactly the
-    // price), checked before anything costs an RPC.
-    if (proof.kind === 'x402' && proof.version === 2) {
-      const mismatch = matchAccepted(entry, proof.payload, Date.now())
-      if (mismatch !== null) return this.respond402(mismatch)
-    }
+    // The scheme that reads the payment verifies it against this request's price (src/schemes/).
     if (this.span !== null) this.step = startChildSpan(this.span, 'verify')
-    const verified = this.ctx.verifier.verify(proof)
-    if (verified instanceof Promise) verified.then((r) => this.withVerified(r))
-    else this.withVerified(verified)
+    const verdict = this.ctx.schemes.verify(parseProof(this.paymentHeader), {
+      endpoint: { id: entry.id, accountId: entry.accountId, timeoutMs: entry.target.timeoutMs },
+      quote,
+      nowMs: Date.now(),
+    })
+    if (verdict instanceof Promise) verdict.then((v) => this.withVerdict(v))
+    else this.withVerdict(verdict)
   }
 
-  /**
-   * issue 12: a batch-settlement payment decided. An accepted voucher was accepted once, in memory, by the
-   * channel's lease (no claim round trip: its call is written with the voucher after it is served), so it
-   * goes straight upstream.
-   */
-  withBatch(outcome: BatchOutcome): void {
+  withVerdict(verdict: Verdict): void {
+    if (this.step !== null) this.endStep(undefined, verdict.ok === true ? undefined : 'refused')
     if (this.abort.aborted) {
-      // Accepted but never forwarded: the same voucher may come again.
-      if (outcome.ok === true) this.ctx.batch!.leases.released(outcome.lease, outcome.cumulative)
+      // Verified but never forwarded: the scheme lets go of what it holds.
+      if (verdict.ok === true) verdict.payment.drop()
       return this.finishAborted()
     }
-    if (outcome.ok === true) {
-      this.paid = outcome
-      return this.withClaim({ outcome: 'won', attempt: 0 })
+    switch (verdict.ok) {
+      case false:
+        return this.respond402(verdict.reason, verdict.retryAfterMs, verdict.requiredHeader)
+      case 'unavailable':
+        return this.respondUnavailable(verdict.message, verdict.reason, verdict.err)
+      case 'error':
+        return this.respondError(verdict.code, undefined, verdict.headers)
+      case 'answered':
+        return this.respondAnswered(verdict)
     }
-    if (outcome.ok === false) {
-      const header = batchRequiredHeader(
-        v2Header(this.endpoint!.challenge, outcome.reason),
-        outcome.reason,
-        outcome.channel,
-      )
-      return this.respond402(outcome.reason, undefined, header)
-    }
-    // A refund: answered here, nothing forwarded.
-    this.body?.release()
-    this.finish(200, 'batch_refund')
-    const res = this.res
-    res.cork(() => {
-      res.writeStatus('200 OK').writeHeader('content-type', JSON_TYPE)
-      res.writeHeader('x-request-id', this.requestId)
-      res.writeHeader('payment-response', outcome.receipt)
-      res.end(outcome.body)
-    })
-  }
-
-  withVerified(result: VerifyResult | BatchVerified): void {
-    if (this.step !== null) this.endStep(undefined, result.ok ? undefined : result.reason)
-    if (this.abort.aborted) return this.finishAborted()
-    const endpoint = this.endpoint!
-    if (!result.ok) {
-      if (result.reason === 'rpc_unavailable') {
-        return this.respondUnavailable(
-          'the chain could not be reached to verify the payment; retry shortly',
-          'rpc_unavailable',
-        )
-      }
-      return this.respond402(result.reason, result.retryAfterMs)
-    }
-    const nowMs = Date.now()
-    if (result.valueAtomic < minimumAcceptedAtomic(endpoint, nowMs)) return this.respond402('underpaid')
-    // `exact` means exact: an authorization for more than the price is refused too (nothing moved yet).
-    if (result.kind === 'eip3009' && !exactAmountAccepted(endpoint, result.valueAtomic, nowMs))
-      return this.respond402('wrong_amount')
-    // x402 proofs get their key from the verifier: the spent-proof check for them happens here.
-    if (result.kind !== 'tx' && this.ctx.usedProofs.has(result.proofKey))
-      return this.respond402('proof_already_used')
-    // A retry right after a failure on this instance waits for that failure's release to be written.
-    const releasing = this.ctx.pendingReleases.get(result.proofKey)
-    if (releasing) {
-      releasing.then(() => this.withVerified(result))
-      return
-    }
-    this.paid = result
+    const payment = verdict.payment
+    this.payment = payment
     if (this.span !== null) this.step = startChildSpan(this.span, 'claim')
-    this.ctx.books
-      .claim({
-        proofKey: result.proofKey,
-        kind: result.kind,
-        targetType: 'call',
-        targetId: endpoint.id,
-        accountId: endpoint.accountId,
-        payer: result.payer,
-        amountAtomic: result.valueAtomic,
-        retryWindowMs: this.ctx.settings.retryWindowMs,
-        leaseMs: endpoint.target.timeoutMs + 5_000,
-        authorization: result.kind === 'eip3009' ? result.authorization : null,
-      })
-      .then(
-        (outcome) => this.withClaim(outcome),
-        (err) => {
-          if (this.step !== null) this.endStep(undefined, 'claim_failed')
-          this.respondUnavailable(
-            'the payment could not be recorded; retry shortly with the same proof',
-            'claim_failed',
-            err,
-          )
-        },
-      )
+    const claimed = payment.claim()
+    if (typeof claimed === 'string') return this.withClaim(claimed)
+    claimed.then(
+      (outcome) => this.withClaim(outcome),
+      (err) => {
+        if (this.step !== null) this.endStep(undefined, 'claim_failed')
+        this.respondUnavailable(
+          'the payment could not be recorded; retry shortly with the same proof',
+          'claim_failed',
+          err,
+        )
+      },
+    )
   }
 
-  withClaim(result: ClaimResult): void {
-    const paid = this.paid!
-    const outcome = result.outcome
+  withClaim(outcome: ClaimOutcome): void {
+    const payment = this.payment!
     if (this.step !== null) {
       this.step.setAttribute('tollgate.claim', outcome)
       this.endStep()
     }
     if (outcome === 'used') {
-      this.ctx.usedProofs.set(paid.proofKey, true)
       if (this.abort.aborted) return this.finishAborted()
       return this.respond402('proof_already_used')
     }
@@ -390,13 +262,12 @@ class MeteredCall implements ProxyHooks {
       if (this.abort.aborted) return this.finishAborted()
       return this.respondError('payment_in_progress', undefined, RETRY_AFTER_1)
     }
-    this.attempt = result.attempt
-    // The client may have left while the claim was written: nothing was forwarded, free the proof.
+    // The client may have left while the claim was written: nothing was forwarded, free the payment.
     if (this.abort.aborted) {
       // fail(), not release(): the response is gone and must not be touched.
       this.body?.fail()
       this.finishAborted()
-      return this.release()
+      return payment.release()
     }
     if (this.span !== null) {
       this.step = startChildSpan(
@@ -412,69 +283,39 @@ class MeteredCall implements ProxyHooks {
 
   /** ProxyHooks: the upstream's status is known, nothing is written yet. */
   onResponseHead(status: number): Array<[string, string]> {
-    const paid = this.paid!
-    const endpoint = this.endpoint!
-    const { settings, books } = this.ctx
+    const payment = this.payment!
     if (this.step !== null) this.step.setAttribute('http.response.status_code', status)
-    // issue 12: a voucher's call is written by its lease, with the voucher (src/data-plane/voucher-leases.ts).
-    if (paid.kind === 'batch') {
-      if (status >= 500) return [['x-request-id', this.requestId], ACAO, EXPOSE]
-      this.captured = true
-      this.ctx.batch!.leases.served(paid.lease, paid.cumulative, this.voucherCall(paid, status))
-      callsCaptured.inc()
-      capturedAtomic.inc(Number(paid.valueAtomic))
-      return [['payment-response', paid.receipt], ['x-request-id', this.requestId], ACAO, EXPOSE]
-    }
     // Captured once the upstream answered below 500, even if the client leaves mid-body.
     if (status < 500) {
       // The capture is queued here and group-committed by the writer: its span covers the hand-over.
       const captureSpan = this.span === null ? null : startChildSpan(this.span, 'capture')
       this.captured = true
-      const split = splitOwnerShare(paid.valueAtomic, settings.ownerShareBps)
-      books.capture({
+      const chargeAtomic = payment.coversAtomic
+      payment.capture({
+        ...this.callFacts(),
         callId: newId('call'),
-        proofKey: paid.proofKey,
-        endpointId: endpoint.id,
-        accountId: endpoint.accountId,
-        ownerWallet: endpoint.ownerWallet,
-        payer: paid.payer,
-        amountAtomic: paid.valueAtomic,
-        ownerShareAtomic: split.owner,
-        feeAtomic: split.fee,
-        upstreamStatus: status,
-        method: this.forward!.method,
+        status,
+        chargeAtomic,
+        usage: null,
+        receiptId: null,
       })
-      this.ctx.usedProofs.set(paid.proofKey, true)
       callsCaptured.inc()
-      capturedAtomic.inc(Number(paid.valueAtomic))
+      capturedAtomic.inc(Number(chargeAtomic))
       if (captureSpan !== null) endSpan(captureSpan)
     }
     // tollgate answers CORS for metered URLs: the upstream's own allow-origin is dropped (proxy.ts).
-    return [paymentReceipt(paid, status < 500, settings), ['x-request-id', this.requestId], ACAO, EXPOSE]
+    const receipt = payment.receipt(status < 500)
+    const requestId: [string, string] = ['x-request-id', this.requestId]
+    return receipt === null ? [requestId, ACAO, EXPOSE] : [receipt, requestId, ACAO, EXPOSE]
   }
 
-  /** issue 12: the call row of a voucher's call; `status` null for one in doubt. */
-  voucherCall(paid: BatchVerified, status: number | null): VoucherCall {
+  callFacts(): CallFacts {
     const endpoint = this.endpoint!
-    const split = splitOwnerShare(paid.valueAtomic, this.ctx.settings.ownerShareBps)
     return {
-      channelId: paid.channelId,
-      cumulative: paid.cumulative,
       endpointId: endpoint.id,
       accountId: endpoint.accountId,
-      payer: paid.payer,
-      amountAtomic: paid.valueAtomic,
-      call:
-        status === null
-          ? null
-          : {
-              callId: newId('call'),
-              ownerWallet: endpoint.ownerWallet,
-              ownerShareAtomic: split.owner,
-              feeAtomic: split.fee,
-              upstreamStatus: status,
-              method: this.forward!.method,
-            },
+      ownerWallet: endpoint.ownerWallet,
+      method: this.method,
     }
   }
 
@@ -483,11 +324,10 @@ class MeteredCall implements ProxyHooks {
     // A proof serves at most once: it is released for a retry only when the upstream certainly did not serve
     // it (it could not be reached, or answered 5xx; see upstreamFailed). A client that left while the upstream was working may
     // have been served: that claim stays held, is in doubt once its lease runs out, and is refunded at the
-    // end of its window rather than served again. A voucher's call in doubt is written as such by its lease.
-    const paid = this.paid!
-    if (!this.captured && upstreamFailed(outcome)) this.release()
-    else if (!this.captured && paid.kind === 'batch')
-      this.ctx.batch!.leases.doubt(paid.lease, paid.cumulative, this.voucherCall(paid, null))
+    // end of its window rather than served again. What a call in doubt costs is its scheme's to say (Payment.doubt).
+    const payment = this.payment!
+    if (!this.captured && upstreamFailed(outcome)) payment.release()
+    else if (!this.captured) payment.doubt(this.callFacts())
     let reason: string | undefined
     if (outcome.kind === 'upstream_error') {
       upstreamErrors.labels(outcome.code).inc()
@@ -545,31 +385,12 @@ class MeteredCall implements ProxyHooks {
     this.step = null
   }
 
-  release(): void {
-    const { pendingReleases, sql, logger } = this.ctx
-    const paid = this.paid!
-    // issue 12: a voucher has no claim row yet: its lease frees it in memory.
-    if (paid.kind === 'batch') return this.ctx.batch!.leases.released(paid.lease, paid.cumulative)
-    const proofKey = paid.proofKey
-    const p = releaseWithRetry(sql, proofKey, this.attempt)
-      .then((applied) => {
-        claimReleases.labels(applied ? 'released' : 'refused').inc()
-      })
-      .catch((err) => {
-        // Not released: the claim stays held, then in doubt, and is refunded at the end of its window.
-        claimReleases.labels('failed').inc()
-        logger.warn('claim release failed; the proof will be refunded instead of retried', { err })
-      })
-      .finally(() => pendingReleases.delete(proofKey))
-    pendingReleases.set(proofKey, p)
-  }
-
   respond402(reason: string, retryAfterMs?: number, requiredHeader?: string): void {
     // A body we will not forward may have paused the client's socket: let it go.
     this.body?.release()
     count402(reason)
     this.finish(402, reason)
-    const challenge = this.endpoint!.challenge
+    const challenge = this.quote!.challenge
     const requestId = this.requestId
     const text = challengeBody(challenge, reason, quoteExpiry(this.ctx.settings.quoteTtlMs), requestId)
     const res = this.res
@@ -584,6 +405,19 @@ class MeteredCall implements ProxyHooks {
       if (retryAfterMs !== undefined)
         res.writeHeader('retry-after', String(Math.max(1, Math.ceil(retryAfterMs / 1000))))
       res.end(text)
+    })
+  }
+
+  /** The scheme answered the request itself (a channel refund): nothing was forwarded. */
+  respondAnswered(answer: Extract<Verdict, { ok: 'answered' }>): void {
+    this.body?.release()
+    this.finish(Number.parseInt(answer.status, 10), answer.reason)
+    const res = this.res
+    res.cork(() => {
+      res.writeStatus(answer.status)
+      res.writeHeader('x-request-id', this.requestId)
+      for (const [name, value] of answer.headers) res.writeHeader(name, value)
+      res.end(answer.body)
     })
   }
 
@@ -618,7 +452,6 @@ class MeteredCall implements ProxyHooks {
   }
 }
 
-/** Whether the upstream itself failed, so that the payer may retry the proof (see onDone). */
 /**
  * Whether the upstream certainly did not serve the call, so its proof may be retried: it answered 5xx, or the
  * request never reached it (refused, unreachable, no connection in time, reset before an answer: a keep-alive
@@ -632,16 +465,4 @@ function upstreamFailed(outcome: ProxyOutcome): boolean {
     return outcome.code !== 'timeout'
   }
   return outcome.status !== null && outcome.status >= 500
-}
-
-/** A release is worth a few quick tries: without it, a retry within the window is refused. */
-async function releaseWithRetry(sql: Sql, proofKey: string, attempt: number): Promise<boolean> {
-  for (let i = 0; ; i++) {
-    try {
-      return (await releaseClaim(sql, { proofKey, attempt })).ok
-    } catch (err) {
-      if (i >= 2) throw err
-      await new Promise((r) => setTimeout(r, 100 * 2 ** i))
-    }
-  }
 }

@@ -1,11 +1,7 @@
 // The data plane's start(deps): hot-path state (caches, the one verifier, the group-commit writers, the
 // upstream pool, the transfer watcher), the public uWS app on its port, and how to drain it all.
 
-import { randomBytes } from 'node:crypto'
-import { hostname } from 'node:os'
-import { getAddress } from 'viem'
 import { BatchWriter } from '../books/batch-writer.ts'
-import { checkBatchContracts } from '../chain/batch-channel.ts'
 import { createAuthorizationChainChecker } from '../chain/check-authorization.ts'
 import type { ChainContext } from '../chain/connect.ts'
 import { simulateTransferAuthorization } from '../chain/simulate-authorization.ts'
@@ -30,19 +26,17 @@ import {
   captureRetries,
   claimBatchSize,
   rpcDuration,
-  voucherCallsLost,
-  voucherWrites,
 } from '../observability/metrics.ts'
+import { registeredSchemes } from '../schemes/index.ts'
+import { SchemeRegistry } from '../schemes/registry.ts'
 import type { Started } from '../subsystem.ts'
 import { createEdgeLimits, createPublicApp, listen } from './app.ts'
-import { BATCH_WITHDRAW_DELAY_S } from './batch-voucher.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
 import { createEndpointCache } from './endpoint-cache.ts'
 import { createMeteredRoute } from './metered.ts'
 import { createUpstreamDispatcher } from './proxy.ts'
 import { startSettlementThrottle } from './settlement-throttle.ts'
 import { Verifier } from './verifier.ts'
-import { VoucherLeases } from './voucher-leases.ts'
 import { workerEnv } from './workers.ts'
 
 export interface DataPlaneDeps {
@@ -71,19 +65,8 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     for (const s of stops.splice(0).reverse()) await s()
   }
   try {
-    // issue 12: batch-settlement is offered only over contracts that compute what the client signs.
-    const batchOffered = await checkBatchOffer(chain, logger)
     const verified = createVerifiedTransferCache(config.caches)
     const usedProofs = createUsedProofCache(config.caches)
-    const endpoints = createEndpointCache(db.sql, {
-      max: config.caches.endpoints_max,
-      chain: chainInfo,
-      publicUrl: deps.publicUrl,
-      defaultTimeoutMs: config.proxy.upstream_timeout_ms,
-      allowPrivate: config.proxy.allow_private_upstreams,
-      maxTimeoutSeconds: config.x402.max_timeout_seconds,
-      batchOffered,
-    })
     // New x402 payloads are refused (503) while the settlement backlog would outrun their validity windows.
     const settlementThrottle = startSettlementThrottle(db.sql, {
       maxBacklogCount: config.settlement.throttle_backlog_count,
@@ -93,34 +76,51 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       logger,
     })
     stops.push(async () => settlementThrottle.stop())
-    const onEndpointChanged = (id: string) => {
-      endpoints.delete(id)
-    }
-    if (!db.embedded) stops.push(await listenForEndpointChanges(db.sql, onEndpointChanged))
     const verifier = createVerifier(config, chain, verified)
     const books = createBooksWriter(db, config, logger)
     stops.push(async () => {
       const lost = await books.drain(15_000)
       if (lost > 0) logger.error('captures not written at stop; those calls will be refunded', { lost })
     })
-    // issue 12: batch-settlement channels leased by this process; stop writes their calls and lets them go.
-    const leases = createVoucherLeases(db, config, logger)
-    stops.push(() => leases.stop())
+    // The ways to pay; stop writes what each holds in memory (batch-settlement's channel leases).
+    const schemes = await SchemeRegistry.build(registeredSchemes(), {
+      sql: db.sql,
+      config,
+      chain,
+      chainInfo,
+      logger,
+      verifier,
+      usedProofs,
+      books,
+      settlementThrottle,
+    })
+    stops.push(() => schemes.stop())
+    const endpoints = createEndpointCache(db.sql, {
+      max: config.caches.endpoints_max,
+      offers: (q) => schemes.offers(q),
+      publicUrl: deps.publicUrl,
+      defaultTimeoutMs: config.proxy.upstream_timeout_ms,
+      allowPrivate: config.proxy.allow_private_upstreams,
+      maxTimeoutSeconds: config.x402.max_timeout_seconds,
+    })
+    const onEndpointChanged = (id: string) => {
+      endpoints.delete(id)
+    }
+    if (!db.embedded) stops.push(await listenForEndpointChanges(db.sql, onEndpointChanged))
     const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
     stops.push(() => dispatcher.close())
     const watcher = await startTransferWatcher(deps, verified)
     stops.push(() => watcher.stop())
 
     const metered = createMeteredRoute({
-      sql: db.sql,
       endpoints,
-      verifier,
-      usedProofs,
-      books,
-      settlementThrottle,
+      schemes,
       dispatcher,
       logger,
-      ...meteredOptions(deps, leases),
+      settings: {
+        quoteTtlMs: config.proxy.quote_ttl_ms,
+        maxBufferedBodyBytes: config.server.body_limit_bytes,
+      },
     })
     const checkout = createCheckoutRoute({
       sql: db.sql,
@@ -148,7 +148,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       port: listening.port,
       flushCaptures: async () => {
         await books.drain()
-        await leases.flushNow()
+        await schemes.flush()
       },
       refreshSettlementThrottle: () => settlementThrottle.refresh(),
       stop,
@@ -156,30 +156,6 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
   } catch (err) {
     await stop()
     throw err
-  }
-}
-
-/** The metered route's settings and its x402 batch-settlement part, from the configuration. */
-function meteredOptions({ config, db, chain, chainInfo }: DataPlaneDeps, leases: VoucherLeases) {
-  return {
-    // x402 batch-settlement (issue 12): offered per endpoint; deposits/refunds are sent by the leader.
-    batch: {
-      sql: db.sql,
-      chainId: chainInfo.chainId,
-      caip2: chainInfo.caip2,
-      treasury: getAddress(chain.treasury),
-      usdc: getAddress(chain.usdc.address),
-      opWaitMs: 60_000,
-      leases,
-    },
-    settings: {
-      retryWindowMs: config.proxy.retry_window_ms,
-      quoteTtlMs: config.proxy.quote_ttl_ms,
-      ownerShareBps: config.fees.owner_share_bps,
-      maxBufferedBodyBytes: config.server.body_limit_bytes,
-      network: chainInfo.x402Network,
-      caip2: chainInfo.caip2,
-    },
   }
 }
 
@@ -211,7 +187,7 @@ async function startTransferWatcher(
     onTransfer: (t) => {
       verified.set(t.hash, t)
     },
-    // Plain transfers matched to payments by their amount (issue 11); a failure rescans the range.
+    // Plain transfers matched to payments by their amount (a transfer sent without a hash still pays); a failure rescans the range.
     onTransfers: async (transfers) => {
       await attributeTransfers(
         { sql: db.sql, view: paymentView, ownerShareBps: config.fees.owner_share_bps, logger },
@@ -271,55 +247,6 @@ function createVerifier(
       } finally {
         end()
       }
-    },
-  })
-}
-
-/**
- * issue 12: the contracts at the addresses the published client expects (on a real network the x402
- * project's deployment) hold code and compute the client's channel ids and voucher digests. Otherwise
- * batch-settlement is not offered by any endpoint of this process (logged; exact and hashes still work).
- */
-async function checkBatchOffer(chain: ChainContext, logger: Logger): Promise<boolean> {
-  let checked: Awaited<ReturnType<typeof checkBatchContracts>>
-  try {
-    checked = await checkBatchContracts(chain.publicClient, {
-      chainId: chain.chainId,
-      withdrawDelay: BATCH_WITHDRAW_DELAY_S,
-    })
-  } catch (err) {
-    checked = {
-      ok: false,
-      reason: `the check could not read the chain (${(err as Error).message?.split('\n')[0]})`,
-    }
-  }
-  if (!checked.ok)
-    logger.error('x402 batch-settlement is not offered: its contracts failed the start-up check', {
-      code: 'TOLLGATE_BATCH_CONTRACTS_UNUSABLE',
-      reason: checked.reason,
-    })
-  return checked.ok
-}
-
-/** issue 12: this process's channel leases (one holder name per process start). */
-function createVoucherLeases(db: Database, config: Config, logger: Logger): VoucherLeases {
-  const leaseMs = config.x402.batch_lease_ms
-  return new VoucherLeases(db.sql, {
-    holder: `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`,
-    leaseMs,
-    flushMs: config.x402.batch_flush_ms,
-    reserveAtomic: configDollars(config.x402.batch_reserve),
-    // An idle holder lets go soon: another instance asking for the channel waits at most this (plus a flush).
-    idleMs: Math.max(100, config.x402.batch_flush_ms * 20),
-    handoffWaitMs: leaseMs + Math.floor(leaseMs / 2),
-    onWrite: () => voucherWrites.labels('written').inc(),
-    onError: (err) => {
-      voucherWrites.labels('failed').inc()
-      logger.error('batch voucher write failed; retried at the next flush', { err })
-    },
-    onLost: (n) => {
-      voucherCallsLost.inc(n)
-      logger.error('served voucher calls not written: their channel lease was taken over', { calls: n })
     },
   })
 }

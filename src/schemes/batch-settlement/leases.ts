@@ -1,4 +1,4 @@
-// x402 batch-settlement vouchers at proxy speed (issue 12, part 4): an instance holds a short lease on each
+// x402 batch-settlement vouchers at proxy speed: an instance holds a short lease on each
 // channel it serves and accepts that channel's vouchers in memory, with no database round trip per call.
 //
 // How it stays exact across instances:
@@ -28,8 +28,8 @@ import {
   type VoucherCall,
   type VoucherMark,
   writeChannelVouchers,
-} from '../books/channels.ts'
-import type { Sql } from '../db/sql.ts'
+} from '../../books/channels.ts'
+import type { Sql } from '../../db/sql.ts'
 
 /** The state of the call paid by the channel's highest accepted voucher. */
 type Top = 'flight' | 'captured' | 'released' | 'doubt' | 'open'

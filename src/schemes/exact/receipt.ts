@@ -1,12 +1,12 @@
 // The payment receipt on a served call, in the x402 version the payer spoke.
-// v1 (and transaction-hash proofs): X-PAYMENT-RESPONSE, network by name, as the `x402` package reads it.
+// v1: X-PAYMENT-RESPONSE, network by name, as the `x402` package reads it.
 // v2: PAYMENT-RESPONSE (which @x402/fetch reads first), network as CAIP-2. An EIP-3009 authorization is
 // settled after the call, in a batch: its receipt says so with @x402/core's own non-terminal reason
 // `settlement_pending` (success false, transaction ""), never `success: true` without a transaction, which
 // @x402/core reads as "settled" (x402HTTPClient.parsePaymentResult).
-import type { VerifyResult } from './verifier.ts'
+import type { VerifyResult } from '../../data-plane/verifier.ts'
 
-type Paid = Extract<VerifyResult, { ok: true }>
+type Paid = Extract<VerifyResult, { ok: true; kind: 'eip3009' }>
 
 export interface ReceiptNetworks {
   /** x402 v1 network name ('base-sepolia'). */
@@ -22,9 +22,9 @@ const NOT_CHARGED_MESSAGE =
 
 /** [header name, base64 JSON]; `served`: the upstream answered below 500 and the call is captured. */
 export function paymentReceipt(paid: Paid, served: boolean, networks: ReceiptNetworks): [string, string] {
-  if (paid.kind !== 'eip3009' || paid.x402Version === 1) {
+  if (paid.x402Version === 1) {
     // An x402 v1 authorization has no transaction until it is settled (after the call): "" then.
-    const json = `{"success":${served},"transaction":"${paid.transaction ?? ''}","network":"${networks.network}","payer":"${paid.payer}"}`
+    const json = `{"success":${served},"transaction":"","network":"${networks.network}","payer":"${paid.payer}"}`
     return ['x-payment-response', Buffer.from(json).toString('base64')]
   }
   const reason = served ? 'settlement_pending' : 'upstream_failed'

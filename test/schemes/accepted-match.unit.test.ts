@@ -1,9 +1,10 @@
 // `accepted` of an x402 v2 payload against the advertised requirement (as @x402/core matches it), and the
 // per-reason PAYMENT-REQUIRED header built once per reason.
 import { describe, expect, it } from 'vitest'
-import { matchAccepted } from '../../src/data-plane/accepted-match.ts'
 import { buildChallenge, v2Header } from '../../src/data-plane/challenge.ts'
-import type { LiveEndpoint } from '../../src/data-plane/endpoint-cache.ts'
+import { matchAccepted } from '../../src/schemes/exact/accepted-match.ts'
+import { exactScheme } from '../../src/schemes/exact/index.ts'
+import type { Offer, Quote, SchemeDeps } from '../../src/schemes/scheme.ts'
 
 const chain = {
   network: 'base-sepolia',
@@ -15,21 +16,37 @@ const chain = {
   usdcName: 'USD Coin',
   usdcVersion: '2',
 }
-const challenge = buildChallenge(chain, {
+// The exact scheme's own offer: only its chain terms are read to build it.
+const exact = exactScheme({
+  chainInfo: chain,
+  config: { fees: { owner_share_bps: 9500 }, proxy: { retry_window_ms: 1 } },
+} as unknown as SchemeDeps)
+const offer = exact.offer({
+  amountAtomic: 10_000n,
+  varies: false,
+  maxTimeoutSeconds: 300,
+  enabled: new Set(),
+})
+const challenge = buildChallenge({
   resourceUrl: 'http://127.0.0.1/m/ep_1',
   description: 'd',
-  priceAtomic: 10_000n,
   idField: 'endpoint_id',
   id: 'ep_1',
-  maxTimeoutSeconds: 300,
+  offers: [offer as Offer],
 })
-const endpoint = { priceAtomic: 10_000n, floorAtomic: 5_000n, floorUntilMs: 1_000, challenge } as LiveEndpoint
+const endpoint: Quote = {
+  amountAtomic: 10_000n,
+  floorAtomic: 5_000n,
+  floorUntilMs: 1_000,
+  varies: false,
+  challenge,
+}
 const payload = (accepted: Record<string, unknown>, value = String(accepted.amount)) => ({
   x402Version: 2,
   accepted,
   payload: { authorization: { value } },
 })
-const ours = { ...challenge.v2 }
+const ours = { ...challenge.accepts[0]! }
 
 describe('matchAccepted', () => {
   it('takes the advertised requirement, and extra keys inside extra', () => {

@@ -1,8 +1,8 @@
-// x402 `batch-settlement` on the metered path (issue 12): a PAYMENT-SIGNATURE whose `accepted.scheme` is
+// x402 `batch-settlement` on the metered path: a PAYMENT-SIGNATURE whose `accepted.scheme` is
 // batch-settlement carries a deposit, a voucher or a refund for a channel (the scheme is described in
 // src/chain/batch-channel.ts). A voucher is checked with a local signature recovery (no RPC); its increment
 // is accepted once across instances by the instance holding the channel's lease, in memory
-// (src/data-plane/voucher-leases.ts: no database round trip per call), and the call then goes upstream; the
+// (leases.ts: no database round trip per call), and the call then goes upstream; the
 // voucher and the call are persisted in group-committed writes. Deposits and refunds are transactions: the
 // leader sends them (one treasury nonce sequence), the request waits for the outcome.
 import * as v from 'valibot'
@@ -13,7 +13,7 @@ import {
   findChannelOp,
   requestChannelOp,
   requestRefundOp,
-} from '../books/channels.ts'
+} from '../../books/channels.ts'
 import {
   BATCH_SCHEME,
   type ChannelConfig,
@@ -21,10 +21,10 @@ import {
   depositCalldata,
   erc3009CollectorData,
   voucherDigestBytes,
-} from '../chain/batch-channel.ts'
-import { recoverSigner } from '../chain/recover-authorization.ts'
-import type { Sql } from '../db/sql.ts'
-import type { ChannelView, Lease, VoucherLeases } from './voucher-leases.ts'
+} from '../../chain/batch-channel.ts'
+import { recoverSigner } from '../../chain/recover-authorization.ts'
+import type { Sql } from '../../db/sql.ts'
+import type { ChannelView, Lease, VoucherLeases } from './leases.ts'
 
 /** The withdraw delay tollgate asks for (the scheme's minimum): the leader claims well within it. */
 export const BATCH_WITHDRAW_DELAY_S = 900

@@ -3,15 +3,17 @@
 // exactly, and `extra` must contain ours. Checked before anything is verified on chain, so a payload signed
 // for other terms costs no RPC. The one field that may differ from the current 402 is the amount: a price
 // quoted within quote_ttl_ms still holds (endpoint floor), as it does for every other proof.
-import { exactAmountAccepted, type LiveEndpoint } from './endpoint-cache.ts'
+import { exactAmountAccepted } from '../amounts.ts'
+import type { Quote } from '../scheme.ts'
 
 /** Why `accepted` does not match; null when it does. */
 export type AcceptedMismatch = 'requirements_mismatch' | 'underpaid' | 'wrong_amount' | null
 
 const CORE_KEYS = ['scheme', 'network', 'amount', 'asset', 'payTo', 'maxTimeoutSeconds'] as const
 
-export function matchAccepted(endpoint: LiveEndpoint, payload: unknown, nowMs: number): AcceptedMismatch {
-  const advertised = endpoint.challenge.v2
+export function matchAccepted(quote: Quote, payload: unknown, nowMs: number): AcceptedMismatch {
+  const advertised = quote.challenge.accepts.find((a) => a.scheme === 'exact')
+  if (advertised === undefined) return 'requirements_mismatch'
   const accepted = (payload as { accepted?: unknown } | null)?.accepted
   if (accepted === null || typeof accepted !== 'object' || Array.isArray(accepted))
     return 'requirements_mismatch'
@@ -31,7 +33,7 @@ export function matchAccepted(endpoint: LiveEndpoint, payload: unknown, nowMs: n
   if (extra.name !== advertised.extra.name || extra.version !== advertised.extra.version)
     return 'requirements_mismatch'
   const amount = atomic(a.amount)
-  if (amount === null || !exactAmountAccepted(endpoint, amount, nowMs)) return 'requirements_mismatch'
+  if (amount === null || !exactAmountAccepted(quote, amount, nowMs)) return 'requirements_mismatch'
   // `exact` pays exactly what was accepted: the signed value must be that amount, not more, not less.
   const value = atomic(
     (payload as { payload?: { authorization?: { value?: unknown } } }).payload?.authorization?.value,

@@ -1,0 +1,139 @@
+// A payment held by a claim row (transaction hashes and EIP-3009 authorizations): claimed before the upstream
+// is called, captured with its call when served, released when the upstream certainly did not serve it, left
+// in doubt otherwise (refunded or voided at the end of its window by the expiry job). The SQL is src/books/.
+import type { LRUCache } from 'lru-cache'
+import type { BatchWriter } from '../books/batch-writer.ts'
+import { releaseClaim } from '../books/claims.ts'
+import type { Sql } from '../db/sql.ts'
+import { splitOwnerShare } from '../money.ts'
+import type { Logger } from '../observability/logger.ts'
+import { claimReleases } from '../observability/metrics.ts'
+import type { CallFacts, ClaimOutcome, Payment, ServedCall } from './scheme.ts'
+
+export interface ClaimedPaymentDeps {
+  sql: Sql
+  books: BatchWriter
+  usedProofs: LRUCache<string, true>
+  logger: Logger
+  ownerShareBps: number
+  retryWindowMs: number
+  /** Releases still being written, by proof: a quick retry waits for its own release (per process). */
+  pendingReleases: Map<string, Promise<void>>
+}
+
+export interface ClaimedPaymentInit {
+  scheme: string
+  /** The claims table's kind. */
+  kind: 'tx' | 'eip3009'
+  proofKey: string
+  payer: `0x${string}`
+  coversAtomic: bigint
+  transaction: string | null
+  /** Kept with the claim (settled after the call); null for a transaction hash. */
+  authorization: object | null
+  endpointId: string
+  accountId: string
+  leaseMs: number
+  receipt(served: boolean): [string, string]
+}
+
+export class ClaimedPayment implements Payment {
+  readonly scheme: string
+  readonly proofKey: string
+  readonly payer: `0x${string}`
+  readonly coversAtomic: bigint
+  readonly transaction: string | null
+  /** The claim attempt this request holds (its release names it). */
+  attempt = 0
+
+  constructor(
+    private readonly deps: ClaimedPaymentDeps,
+    private readonly init: ClaimedPaymentInit,
+  ) {
+    this.scheme = init.scheme
+    this.proofKey = init.proofKey
+    this.payer = init.payer
+    this.coversAtomic = init.coversAtomic
+    this.transaction = init.transaction
+  }
+
+  claim(): Promise<ClaimOutcome> {
+    // A retry right after a failure on this instance waits for that failure's release to be written.
+    const releasing = this.deps.pendingReleases.get(this.proofKey)
+    if (releasing !== undefined) return releasing.then(() => this.claim())
+    const i = this.init
+    return this.deps.books
+      .claim({
+        proofKey: i.proofKey,
+        kind: i.kind,
+        targetType: 'call',
+        targetId: i.endpointId,
+        accountId: i.accountId,
+        payer: i.payer,
+        amountAtomic: i.coversAtomic,
+        retryWindowMs: this.deps.retryWindowMs,
+        leaseMs: i.leaseMs,
+        authorization: i.authorization,
+      })
+      .then((result) => {
+        if (result.outcome === 'used') this.deps.usedProofs.set(this.proofKey, true)
+        if (result.outcome === 'won') this.attempt = result.attempt
+        return result.outcome
+      })
+  }
+
+  drop(): void {}
+
+  capture(call: ServedCall): void {
+    const split = splitOwnerShare(call.chargeAtomic, this.deps.ownerShareBps)
+    this.deps.books.capture({
+      callId: call.callId,
+      proofKey: this.proofKey,
+      endpointId: call.endpointId,
+      accountId: call.accountId,
+      ownerWallet: call.ownerWallet,
+      payer: this.payer,
+      amountAtomic: call.chargeAtomic,
+      ownerShareAtomic: split.owner,
+      feeAtomic: split.fee,
+      upstreamStatus: call.status,
+      method: call.method,
+    })
+    this.deps.usedProofs.set(this.proofKey, true)
+  }
+
+  release(): void {
+    const { pendingReleases, sql, logger } = this.deps
+    const proofKey = this.proofKey
+    const p = releaseWithRetry(sql, proofKey, this.attempt)
+      .then((applied) => {
+        claimReleases.labels(applied ? 'released' : 'refused').inc()
+      })
+      .catch((err) => {
+        // Not released: the claim stays held, then in doubt, and is refunded at the end of its window.
+        claimReleases.labels('failed').inc()
+        logger.warn('claim release failed; the proof will be refunded instead of retried', { err })
+      })
+      .finally(() => pendingReleases.delete(proofKey))
+    pendingReleases.set(proofKey, p)
+  }
+
+  /** The claim stays held: once its lease runs out it is in doubt, and the expiry job settles it. */
+  doubt(_call: CallFacts): void {}
+
+  receipt(served: boolean): [string, string] {
+    return this.init.receipt(served)
+  }
+}
+
+/** A release is worth a few quick tries: without it, a retry within the window is refused. */
+async function releaseWithRetry(sql: Sql, proofKey: string, attempt: number): Promise<boolean> {
+  for (let i = 0; ; i++) {
+    try {
+      return (await releaseClaim(sql, { proofKey, attempt })).ok
+    } catch (err) {
+      if (i >= 2) throw err
+      await new Promise((r) => setTimeout(r, 100 * 2 ** i))
+    }
+  }
+}

@@ -1,0 +1,123 @@
+// x402 `exact` on EVM: an EIP-3009 transferWithAuthorization signed by the payer for exactly the price,
+// verified locally and on chain (src/data-plane/verifier.ts, shared with checkout), its nonce claimed before
+// the call, settled after it in batches by the settlement batcher. It pays a stated amount, so it is not
+// offered where the amount varies (usage pricing): the 402 says so. Registered last: it reads every x402
+// payload no other scheme reads, and refuses the ones it cannot pay with the reason the client expects.
+import { CORS_HEADERS } from '../../data-plane/cors.ts'
+import type { Proof } from '../../data-plane/proof.ts'
+import type { VerifyResult } from '../../data-plane/verifier.ts'
+import { exactAmountAccepted, minimumAccepted } from '../amounts.ts'
+import { ClaimedPayment, type ClaimedPaymentDeps } from '../claimed-payment.ts'
+import type { NotOffered, Offer, OfferQuery, PayQuery, Scheme, SchemeDeps, Verdict } from '../scheme.ts'
+import { refusal } from '../verdicts.ts'
+import { matchAccepted } from './accepted-match.ts'
+import { paymentReceipt } from './receipt.ts'
+
+export const EXACT = 'exact'
+
+export function exactScheme(deps: SchemeDeps): Scheme {
+  return new ExactScheme(deps)
+}
+
+class ExactScheme implements Scheme {
+  readonly name = EXACT
+  private readonly claimed: ClaimedPaymentDeps
+  private readonly networks: { network: string; caip2: string }
+
+  constructor(private readonly deps: SchemeDeps) {
+    this.claimed = {
+      sql: deps.sql,
+      books: deps.books,
+      usedProofs: deps.usedProofs,
+      logger: deps.logger,
+      ownerShareBps: deps.config.fees.owner_share_bps,
+      retryWindowMs: deps.config.proxy.retry_window_ms,
+      pendingReleases: new Map(),
+    }
+    this.networks = { network: deps.chainInfo.x402Network, caip2: deps.chainInfo.caip2 }
+  }
+
+  offer(q: OfferQuery): Offer | NotOffered {
+    // An authorization moves exactly its value: it cannot be settled for a charge measured afterwards.
+    if (q.varies) return { notOffered: 'amount_varies' }
+    const c = this.deps.chainInfo
+    const amount = q.amountAtomic.toString()
+    const extra = { name: c.usdcName, version: c.usdcVersion }
+    return {
+      v1: {
+        scheme: EXACT,
+        network: c.x402Network,
+        maxAmountRequired: amount,
+        mimeType: 'application/json',
+        payTo: c.treasury,
+        maxTimeoutSeconds: q.maxTimeoutSeconds,
+        asset: c.usdcAddress,
+        extra,
+      },
+      v2: {
+        scheme: EXACT,
+        network: c.caip2,
+        amount,
+        asset: c.usdcAddress,
+        payTo: c.treasury,
+        maxTimeoutSeconds: q.maxTimeoutSeconds,
+        extra,
+      },
+    }
+  }
+
+  reads(proof: Proof): boolean {
+    return proof.kind === 'x402'
+  }
+
+  verify(proof: Proof, q: PayQuery): Verdict | Promise<Verdict> {
+    if (proof.kind !== 'x402') return { ok: false, reason: 'invalid_proof' }
+    // The settlement backlog would outrun new authorizations' validity windows: refused before any work.
+    const throttle = this.deps.settlementThrottle
+    if (throttle?.engaged) {
+      return {
+        ok: 'error',
+        code: 'settlement_backlog',
+        headers: ['retry-after', String(throttle.retryAfterS), ...CORS_HEADERS],
+      }
+    }
+    if (q.quote.varies) return { ok: false, reason: 'scheme_not_offered' }
+    // A v2 payload pays the terms it names in `accepted`: they must be ours (and the amount exactly the
+    // price), checked before anything costs an RPC.
+    if (proof.version === 2) {
+      const mismatch = matchAccepted(q.quote, proof.payload, q.nowMs)
+      if (mismatch !== null) return { ok: false, reason: mismatch }
+    }
+    const verified = this.deps.verifier.verify(proof)
+    if (verified instanceof Promise) return verified.then((r) => this.decide(r, q))
+    return this.decide(verified, q)
+  }
+
+  private decide(result: VerifyResult, q: PayQuery): Verdict {
+    if (!result.ok) return refusal(result)
+    if (result.kind !== 'eip3009') return { ok: false, reason: 'invalid_proof' }
+    if (result.valueAtomic < minimumAccepted(q.quote, q.nowMs)) return { ok: false, reason: 'underpaid' }
+    // `exact` means exact: an authorization for more than the price is refused too (nothing moved yet).
+    if (!exactAmountAccepted(q.quote, result.valueAtomic, q.nowMs))
+      return { ok: false, reason: 'wrong_amount' }
+    // The spent-proof check needs the verifier's key (chain, token, payer, nonce).
+    if (this.deps.usedProofs.has(result.proofKey)) return { ok: false, reason: 'proof_already_used' }
+    const networks = this.networks
+    return {
+      ok: true,
+      payment: new ClaimedPayment(this.claimed, {
+        scheme: EXACT,
+        kind: 'eip3009',
+        proofKey: result.proofKey,
+        payer: result.payer,
+        coversAtomic: result.valueAtomic,
+        transaction: null,
+        authorization: result.authorization,
+        endpointId: q.endpoint.id,
+        accountId: q.endpoint.accountId,
+        leaseMs: q.endpoint.timeoutMs + 5_000,
+        receipt: (served) => paymentReceipt(result, served, networks),
+      }),
+    }
+  }
+}

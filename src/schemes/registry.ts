@@ -1,0 +1,50 @@
+// The schemes this process accepts, in the order they read payments: the hot path asks the registry what an
+// endpoint's 402 offers and which scheme verifies a payment, and never names a scheme itself.
+import type { Proof } from '../data-plane/proof.ts'
+import type { Offer, OfferQuery, PayQuery, Scheme, SchemeDeps, SchemeFactory, Verdict } from './scheme.ts'
+
+export interface Offers {
+  offers: Offer[]
+  notOffered: Array<{ scheme: string; reason: string }>
+}
+
+export class SchemeRegistry {
+  constructor(readonly schemes: readonly Scheme[]) {}
+
+  static async build(factories: readonly SchemeFactory[], deps: SchemeDeps): Promise<SchemeRegistry> {
+    const schemes: Scheme[] = []
+    for (const factory of factories) {
+      const scheme = await factory(deps)
+      if (scheme !== null) schemes.push(scheme)
+    }
+    return new SchemeRegistry(schemes)
+  }
+
+  /** Every scheme's part of the 402 for one endpoint and price, and the ones that say why they are absent. */
+  offers(q: OfferQuery): Offers {
+    const out: Offers = { offers: [], notOffered: [] }
+    for (const scheme of this.schemes) {
+      const offer = scheme.offer(q)
+      if (offer === null) continue
+      if ('notOffered' in offer) out.notOffered.push({ scheme: scheme.name, reason: offer.notOffered })
+      else out.offers.push(offer)
+    }
+    return out
+  }
+
+  /** The first scheme that reads the payment verifies it; a payment nobody reads is not a proof. */
+  verify(proof: Proof, q: PayQuery): Verdict | Promise<Verdict> {
+    for (const scheme of this.schemes) {
+      if (scheme.reads(proof)) return scheme.verify(proof, q)
+    }
+    return { ok: false, reason: 'invalid_proof' }
+  }
+
+  async flush(): Promise<void> {
+    for (const scheme of this.schemes) await scheme.flush?.()
+  }
+
+  async stop(): Promise<void> {
+    for (const scheme of this.schemes) await scheme.stop?.()
+  }
+}

@@ -1,0 +1,168 @@
+// The one interface every way to pay implements, cut as @x402/evm cuts its exports: what a scheme offers in
+// a 402 for an endpoint and a price (server side), how it reads and verifies a payment (facilitator verify),
+// and, through the Payment it returns, what it claims in the books, how it settles and what its receipt
+// says. The hot path (src/data-plane/metered.ts) only ever talks to this interface and to the registry.
+import type { LRUCache } from 'lru-cache'
+import type { BatchWriter } from '../books/batch-writer.ts'
+import type { ChainContext } from '../chain/connect.ts'
+import type { Config } from '../config/schema.ts'
+import type { ChainInfo } from '../control-plane/deps.ts'
+import type { Challenge } from '../data-plane/challenge.ts'
+import type { Proof } from '../data-plane/proof.ts'
+import type { Verifier } from '../data-plane/verifier.ts'
+import type { Sql } from '../db/sql.ts'
+import type { ErrorCode } from '../errors.ts'
+import type { Logger } from '../observability/logger.ts'
+import type { UsageRecord } from '../pricing/model.ts'
+
+/** What a scheme is built from: the shared hot-path parts. A scheme takes what it needs and ignores the rest. */
+export interface SchemeDeps {
+  sql: Sql
+  config: Config
+  chain: ChainContext
+  chainInfo: ChainInfo
+  logger: Logger
+  /** The one proof verifier (shared with checkout). */
+  verifier: Verifier
+  /** Proofs seen spent on this instance: refused without a query. */
+  usedProofs: LRUCache<string, true>
+  /** Claims and captures, group-committed together. */
+  books: BatchWriter
+  /** The x402 intake throttle (settlement backlog); read synchronously. */
+  settlementThrottle?: { readonly engaged: boolean; readonly retryAfterS: number }
+}
+
+/** What the 402 of one endpoint at one price is built from. */
+export interface OfferQuery {
+  /** The price, or the ceiling when the amount varies (base units). */
+  amountAtomic: bigint
+  /** The charge is measured after the call (usage pricing): only schemes that settle for less may offer. */
+  varies: boolean
+  maxTimeoutSeconds: number
+  /** Schemes the endpoint's owner turned on explicitly (opt-in schemes look here). */
+  enabled: ReadonlySet<string>
+}
+
+/** A scheme's part of a 402: any of the three places an offer can appear. */
+export interface Offer {
+  /** Fields of the 402 JSON body (the seed's transaction-hash terms). */
+  body?: Record<string, unknown>
+  /** An x402 v1 `accepts` entry (the body's). */
+  v1?: Record<string, unknown>
+  /** An x402 v2 `accepts` entry (the PAYMENT-REQUIRED header's). */
+  v2?: Requirement
+}
+
+/** An x402 v2 payment requirement as advertised. */
+export interface Requirement {
+  scheme: string
+  network: string
+  amount: string
+  asset: string
+  payTo: string
+  maxTimeoutSeconds: number
+  extra: Record<string, unknown>
+}
+
+/** Not offered here, and why (said in the 402: a client should not try it). */
+export interface NotOffered {
+  notOffered: string
+}
+
+/** One price of an endpoint (a fixed price, a rule's, or a usage ceiling) with its 402. */
+export interface Quote {
+  /** The price, or the ceiling when the amount varies (base units). */
+  amountAtomic: bigint
+  /** A lower price quoted within quote_ttl_ms, still accepted until floorUntilMs; or null. */
+  floorAtomic: bigint | null
+  floorUntilMs: number
+  varies: boolean
+  challenge: Challenge
+}
+
+/** What the payment must cover for this request. */
+export interface PayQuery {
+  endpoint: { id: string; accountId: string; timeoutMs: number }
+  quote: Quote
+  nowMs: number
+}
+
+/** A payment header read and verified (or refused) by its scheme. Expected failures are values. */
+export type Verdict =
+  | { ok: true; payment: Payment }
+  /** 402 with a wire reason; `requiredHeader` replaces the PAYMENT-REQUIRED header (a scheme's corrective 402). */
+  | { ok: false; reason: string; retryAfterMs?: number; requiredHeader?: string }
+  /** 503: a dependency could not answer (chain, database); the same payment may be retried. */
+  | { ok: 'unavailable'; message: string; reason: string; err?: unknown }
+  /** An error answer of the registry (src/errors.ts), e.g. settlement_backlog with its Retry-After. */
+  | { ok: 'error'; code: ErrorCode; headers?: readonly string[] }
+  /** The scheme answered the request itself (nothing forwarded), e.g. a channel refund. */
+  | { ok: 'answered'; status: string; headers: Array<[string, string]>; body: string; reason: string }
+
+export type ClaimOutcome = 'won' | 'busy' | 'used'
+
+/** The facts of a call, for its row in the books. */
+export interface CallFacts {
+  endpointId: string
+  accountId: string
+  ownerWallet: string
+  method: string
+}
+
+/** A call the upstream served (status below 500): booked for `chargeAtomic`. */
+export interface ServedCall extends CallFacts {
+  callId: string
+  status: number
+  /** What the call costs: the price, or the measured usage charge (never above what the payment covers). */
+  chargeAtomic: bigint
+  /** The measured usage, for usage-priced endpoints; null for fixed prices. */
+  usage: UsageRecord | null
+  /** The receipt id the answer carried. */
+  receiptId: string | null
+}
+
+/**
+ * One verified payment, held by one request. The request calls, in order: claim() once; then exactly one
+ * of capture() (served), release() (certainly not served), doubt() (forwarded, outcome unknown); or
+ * drop() when it left before claiming.
+ */
+export interface Payment {
+  /** The scheme's name as it appears on the wire and in the books. */
+  readonly scheme: string
+  /** Globally unique key of what pays (a hash, a nonce, a voucher increment). */
+  readonly proofKey: string
+  readonly payer: `0x${string}`
+  /** The most this payment covers (base units): a usage charge is capped here. */
+  readonly coversAtomic: bigint
+  /** The on-chain transaction that paid, when known now. */
+  readonly transaction: string | null
+  /** Holds the payment before the upstream is called: once across instances. */
+  claim(): ClaimOutcome | Promise<ClaimOutcome>
+  /** Verified but never claimed nor forwarded (the client left): nothing to undo but the scheme's own hold. */
+  drop(): void
+  /** Served: books the call for its charge (queued; the answer does not wait). */
+  capture(call: ServedCall): void
+  /** Certainly not served (upstream unreachable or 5xx, or never forwarded): may be retried. */
+  release(): void
+  /** Forwarded, outcome unknown: never served again; its scheme decides what it costs at the end of its window. */
+  doubt(call: CallFacts): void
+  /** The receipt header this answer carries; `served`: the upstream answered below 500. */
+  receipt(served: boolean): [string, string] | null
+}
+
+/** A way to pay. Adding one is a folder under src/schemes/ and one line in src/schemes/index.ts. */
+export interface Scheme {
+  readonly name: string
+  /** Its part of the 402 for one endpoint and price; null when silently not offered; NotOffered to say why. */
+  offer(q: OfferQuery): Offer | NotOffered | null
+  /** Whether a payment header is this scheme's (cheap and synchronous: nothing verified yet). */
+  reads(proof: Proof): boolean
+  /** Reads and verifies the payment for this request: the amount must cover `q.quote`. */
+  verify(proof: Proof, q: PayQuery): Verdict | Promise<Verdict>
+  /** Writes what it holds in memory (tests; shutdown drains through stop). */
+  flush?(): Promise<void>
+  stop?(): Promise<void>
+}
+
+/** Builds a scheme from the shared parts; null when it cannot be offered by this process (logged by it). */
+export type SchemeFactory = (deps: SchemeDeps) => Scheme | null | Promise<Scheme | null>
