@@ -9,6 +9,7 @@ import {
   type Chain,
   type Client,
   concat,
+  domainSeparator,
   encodeAbiParameters,
   encodeFunctionData,
   getContractAddress,
@@ -225,4 +226,45 @@ export function uptoSettlementOutcomes(
     if (amount !== undefined) return { status: 'settled', amount }
     return i < attempted ? { status: 'failed' } : { status: 'unattempted' }
   })
+}
+
+export type UptoContractsCheck = { ok: true } | { ok: false; reason: string }
+
+const WITNESS_TYPE_STRING =
+  'Witness witness)TokenPermissions(address token,uint256 amount)Witness(address to,address facilitator,uint256 validAfter)'
+const proxyReadAbi = parseAbi([
+  'function PERMIT2() view returns (address)',
+  'function WITNESS_TYPE_STRING() view returns (string)',
+])
+
+/**
+ * Start-up check of Permit2 and the upto proxy at their canonical addresses: Permit2's domain separator is
+ * the one tollgate verifies signatures against, and the proxy names that Permit2 and signs the witness type
+ * the published client signs. Contracts that answer otherwise would let tollgate serve permits that can
+ * never be settled. Three eth_calls.
+ */
+export async function checkUptoContracts(
+  client: Client,
+  q: { chainId: number },
+): Promise<UptoContractsCheck> {
+  const separator = await readContract(client, {
+    address: PERMIT2_ADDRESS,
+    abi: parseAbi(['function DOMAIN_SEPARATOR() view returns (bytes32)']),
+    functionName: 'DOMAIN_SEPARATOR',
+  }).catch(() => null)
+  const expected = domainSeparator({
+    domain: { name: 'Permit2', chainId: q.chainId, verifyingContract: PERMIT2_ADDRESS },
+  })
+  if (separator !== expected) return { ok: false, reason: `Permit2 at ${PERMIT2_ADDRESS} has another domain` }
+  const [permit2, witness] = await Promise.all([
+    readContract(client, { address: UPTO_PROXY_ADDRESS, abi: proxyReadAbi, functionName: 'PERMIT2' }),
+    readContract(client, {
+      address: UPTO_PROXY_ADDRESS,
+      abi: proxyReadAbi,
+      functionName: 'WITNESS_TYPE_STRING',
+    }),
+  ]).catch(() => [null, null] as const)
+  if (permit2 === null || !sameAddress(permit2, PERMIT2_ADDRESS) || witness !== WITNESS_TYPE_STRING)
+    return { ok: false, reason: `no x402 upto proxy for this Permit2 at ${UPTO_PROXY_ADDRESS}` }
+  return { ok: true }
 }

@@ -24,7 +24,7 @@ export interface ClaimedPaymentDeps {
 export interface ClaimedPaymentInit {
   scheme: string
   /** The claims table's kind. */
-  kind: 'tx' | 'eip3009'
+  kind: 'tx' | 'eip3009' | 'upto'
   proofKey: string
   payer: `0x${string}`
   coversAtomic: bigint

@@ -1,0 +1,167 @@
+// x402 `upto` end to end with the published client, unchanged (x402Client + UptoEvmScheme + @x402/fetch):
+// a token-priced SSE endpoint offers upto for its ceiling; the client signs a Permit2 permit for it; the
+// call is charged exactly the tokens tollgate measured on the stream (to the base unit), never above the
+// signed maximum; the same payment again is refused; the settlement job moves exactly the charge on chain,
+// and reconcile finds charged ≤ signed and settled = booked.
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { x402Client } from '@x402/core/client'
+import { UptoEvmScheme } from '@x402/evm/upto/client'
+import { wrapFetchWithPayment } from '@x402/fetch'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { installUptoContracts, uptoBatcherAddress } from '../../src/chain/upto-settle.ts'
+import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
+import { UPTO_SETTLEMENT_JOB } from '../../src/control-plane/jobs/upto-settlement.ts'
+import { chainClients, type Funded, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
+import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
+import { approvedPayer } from '../helpers/upto-payer.ts'
+
+const { rpcUrl } = chainClients()
+// 3 and 15 USDC per million tokens: 3 and 15 base units per token, so the charge is exact in base units.
+const INPUT_PER_MILLION = 3
+const OUTPUT_PER_MILLION = 15
+const MAX_PRICE_ATOMIC = 500_000n
+
+/** An OpenAI-compatible upstream streaming `events` chunks, then the usage chunk it was asked for. */
+function startLlmUpstream(usage: { prompt_tokens: number; completion_tokens: number }) {
+  const server: Server = createServer((req, res) => {
+    req.resume()
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
+      for (let i = 0; i < 50; i++) {
+        const chunk = {
+          id: 'c1',
+          object: 'chat.completion.chunk',
+          choices: [{ index: 0, delta: { content: `t${i} ` } }],
+        }
+        res.write(`data: ${JSON.stringify(chunk)}\n\n`)
+      }
+      const total = usage.prompt_tokens + usage.completion_tokens
+      res.write(
+        `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [], usage: { ...usage, total_tokens: total } })}\n\n`,
+      )
+      res.end('data: [DONE]\n\n')
+    })
+  })
+  return new Promise<{ url: string; close(): Promise<void> }>((resolve) => {
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as AddressInfo
+      resolve({ url: `http://127.0.0.1:${port}`, close: () => new Promise((r) => server.close(() => r())) })
+    })
+  })
+}
+
+let svc: TestService
+let upstream: Awaited<ReturnType<typeof startLlmUpstream>>
+let meteredUrl: string
+let payer: Funded
+const USAGE = { prompt_tokens: 1_234, completion_tokens: 5_678 }
+const CHARGE = BigInt(USAGE.prompt_tokens * 3 + USAGE.completion_tokens * 15) // 88,872 base units
+
+beforeAll(async () => {
+  // The treasury's batcher is on chain before the service starts: it offers it as the facilitator.
+  const treasury = await fundedAccount(0n)
+  await installUptoContracts(rpcUrl, treasury.address)
+  svc = await startTestService({
+    treasury,
+    overrides: {
+      proxy: { allow_private_upstreams: true },
+      settlement: { interval_ms: 3_600_000 },
+      payouts: { interval_ms: 3_600_000 },
+    },
+  })
+  upstream = await startLlmUpstream(USAGE)
+  const merchant = await registerMerchant(svc)
+  const ep = await svc.api('/api/v1/endpoints', {
+    key: merchant.key,
+    body: {
+      upstream_url: `${upstream.url}/v1/chat/completions`,
+      pricing: {
+        model: 'usage',
+        unit: 'tokens',
+        max_price: Number(MAX_PRICE_ATOMIC) / 1e6,
+        input_price_per_million: INPUT_PER_MILLION,
+        output_price_per_million: OUTPUT_PER_MILLION,
+      },
+    },
+  })
+  expect(ep.status, ep.text).toBe(201)
+  meteredUrl = ep.body.metered_url
+  payer = await approvedPayer()
+})
+afterAll(async () => {
+  await svc?.stop()
+  await upstream?.close()
+})
+
+function uptoFetch(p: Funded) {
+  const client = new x402Client().register('eip155:*', new UptoEvmScheme(p.account))
+  return wrapFetchWithPayment(fetch, client)
+}
+
+const REQUEST = {
+  method: 'POST',
+  headers: { 'content-type': 'application/json' },
+  body: JSON.stringify({ model: 'm', stream: true, stream_options: { include_usage: true }, messages: [] }),
+}
+
+describe('x402 upto with the published client', () => {
+  it('offers upto for the ceiling, naming our batcher as facilitator; never exact', async () => {
+    const r = await fetch(meteredUrl, REQUEST)
+    expect(r.status).toBe(402)
+    const required = JSON.parse(Buffer.from(r.headers.get('payment-required')!, 'base64').toString())
+    const upto = required.accepts.find((a: { scheme: string }) => a.scheme === 'upto')
+    expect(upto).toMatchObject({
+      amount: MAX_PRICE_ATOMIC.toString(),
+      payTo: svc.treasury.address,
+      extra: { assetTransferMethod: 'permit2', facilitatorAddress: uptoBatcherAddress(svc.treasury.address) },
+    })
+    expect(required.accepts.some((a: { scheme: string }) => a.scheme === 'exact')).toBe(false)
+  })
+
+  it('pays a token-priced SSE call and is charged exactly the tokens measured, settled for that on chain', async () => {
+    const before = await usdcBalance(payer.address)
+    const r = await uptoFetch(payer)(meteredUrl, REQUEST)
+    expect(r.status).toBe(200)
+    const text = await r.text()
+    expect(text).toContain('t49 ')
+    await svc.flushCaptures()
+    const [call] = await svc.sql<
+      { amount_atomic: bigint; proof_key: string; ceiling_atomic: bigint | null }[]
+    >`
+      SELECT c.amount_atomic, c.proof_key, c.ceiling_atomic FROM calls c JOIN claims k ON k.proof_key = c.proof_key
+      WHERE k.kind = 'upto' AND k.payer = ${payer.address}`
+    expect(call!.amount_atomic).toBe(CHARGE)
+    expect(BigInt(call!.amount_atomic)).toBeLessThanOrEqual(MAX_PRICE_ATOMIC)
+    // Nothing moved yet: upto settles after the call, for the charge.
+    expect(await usdcBalance(payer.address)).toBe(before)
+    await svc.jobs.runNow(UPTO_SETTLEMENT_JOB)
+    expect(before - (await usdcBalance(payer.address))).toBe(CHARGE)
+    const [claim] = await svc.sql<{ settled_atomic: string }[]>`
+      SELECT settled_atomic::text FROM claims WHERE proof_key = ${call!.proof_key}`
+    expect(claim!.settled_atomic).toBe(CHARGE.toString())
+    const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
+    expect(report.differences).toEqual([])
+  })
+
+  it('refuses the same upto payment again', async () => {
+    // Capture the header the published client sends, then send it a second time by hand.
+    let header: string | null = null
+    const spy: typeof fetch = async (input, init) => {
+      const req = new Request(input as string | URL | Request, init)
+      header ??= req.headers.get('payment-signature')
+      return fetch(req)
+    }
+    const client = new x402Client().register('eip155:*', new UptoEvmScheme(payer.account))
+    const first = await wrapFetchWithPayment(spy, client)(meteredUrl, REQUEST)
+    expect(first.status).toBe(200)
+    await first.text()
+    expect(header).not.toBeNull()
+    const again = await fetch(meteredUrl, {
+      ...REQUEST,
+      headers: { ...REQUEST.headers, 'payment-signature': header! },
+    })
+    expect(again.status).toBe(402)
+    expect((await again.json()).error).toBe('proof_already_used')
+  })
+})
