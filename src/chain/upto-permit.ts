@@ -212,31 +212,74 @@ export type UptoChainCheck =
       reason: 'proof_already_used' | 'insufficient_funds' | 'permit2_allowance_required' | 'rpc_unavailable'
     }
 
+export type UptoChainChecker = (
+  permit: Pick<UptoPermit, 'from' | 'nonce' | 'amount'>,
+) => Promise<UptoChainCheck>
+
+/** One payer's balance and Permit2 allowance read in flight, and what the checks that joined it accepted. */
+interface SharedFunds {
+  funds: Promise<{ balance: bigint; allowance: bigint }>
+  accepted: bigint
+}
+
 /**
  * What only the chain knows: the nonce is unspent, and the payer holds and has approved Permit2 for the
- * maximum (what settlement may take). Three reads in parallel; a failed read is `rpc_unavailable`.
+ * maximum (what settlement may take). The checks of one payer share the balance and allowance read in
+ * flight, and what they accept against it together never exceeds it: a burst of concurrent permits whose
+ * maxima add up to more than the wallet holds is served up to what it holds (checked one by one against the
+ * same read, every one would pass, and the settlements past the balance would fail unpaid). A failed read
+ * is `rpc_unavailable`.
  */
-export async function checkUptoOnChain(
+export function createUptoChainChecker(client: Client, q: { usdc: Address }): UptoChainChecker {
+  const shared = new Map<string, SharedFunds>()
+  const join = (from: Address): SharedFunds => {
+    const key = from.toLowerCase()
+    const joined = shared.get(key)
+    if (joined) return joined
+    const read: SharedFunds = {
+      funds: Promise.all([
+        readContract(client, { address: q.usdc, abi: erc20Abi, functionName: 'balanceOf', args: [from] }),
+        readContract(client, {
+          address: q.usdc,
+          abi: erc20Abi,
+          functionName: 'allowance',
+          args: [from, PERMIT2_ADDRESS],
+        }),
+      ]).then(([balance, allowance]) => ({ balance, allowance })),
+      accepted: 0n,
+    }
+    shared.set(key, read)
+    // Registered before any check awaits it, so it runs first: a later check starts a fresh read.
+    const leave = () => {
+      if (shared.get(key) === read) shared.delete(key)
+    }
+    read.funds.then(leave, leave)
+    return read
+  }
+  return async (permit) => {
+    const read = join(permit.from)
+    try {
+      const [used, funds] = await Promise.all([
+        isPermit2NonceUsed(client, { owner: permit.from, nonce: permit.nonce }),
+        read.funds,
+      ])
+      if (used) return { ok: false, reason: 'proof_already_used' }
+      // Checks resume one at a time, in the order they joined: each sees what the earlier ones accepted.
+      if (funds.balance - read.accepted < permit.amount) return { ok: false, reason: 'insufficient_funds' }
+      if (funds.allowance - read.accepted < permit.amount)
+        return { ok: false, reason: 'permit2_allowance_required' }
+      read.accepted += permit.amount
+      return { ok: true }
+    } catch {
+      return { ok: false, reason: 'rpc_unavailable' }
+    }
+  }
+}
+
+/** One check on its own (tests, tools): the chain's half of an upto permit. */
+export function checkUptoOnChain(
   client: Client,
   q: { usdc: Address; permit: Pick<UptoPermit, 'from' | 'nonce' | 'amount'> },
 ): Promise<UptoChainCheck> {
-  const { from, nonce, amount } = q.permit
-  try {
-    const [used, balance, allowance] = await Promise.all([
-      isPermit2NonceUsed(client, { owner: from, nonce }),
-      readContract(client, { address: q.usdc, abi: erc20Abi, functionName: 'balanceOf', args: [from] }),
-      readContract(client, {
-        address: q.usdc,
-        abi: erc20Abi,
-        functionName: 'allowance',
-        args: [from, PERMIT2_ADDRESS],
-      }),
-    ])
-    if (used) return { ok: false, reason: 'proof_already_used' }
-    if (balance < amount) return { ok: false, reason: 'insufficient_funds' }
-    if (allowance < amount) return { ok: false, reason: 'permit2_allowance_required' }
-    return { ok: true }
-  } catch {
-    return { ok: false, reason: 'rpc_unavailable' }
-  }
+  return createUptoChainChecker(client, { usdc: q.usdc })(q.permit)
 }

@@ -19,6 +19,7 @@ import {
 import { quoteFees } from '../../src/chain/payouts.ts'
 import {
   checkUptoOnChain,
+  createUptoChainChecker,
   isPermit2NonceUsed,
   PERMIT2_ADDRESS,
   permit2Abi,
@@ -246,6 +247,18 @@ describe('x402 upto contracts on the dev chain', () => {
     const before = await usdcBalance(payer.address)
     expect(await settle([{ permit: stored, amount: 42n }])).toEqual([{ status: 'settled', amount: 42n }])
     expect(await usdcBalance(payer.address)).toBe(before - 42n)
+  })
+
+  it('checks concurrent permits of one payer against what the wallet holds together', async () => {
+    const payer = await approvedPayer(MAX * 2n)
+    const check = createUptoChainChecker(publicClient, { usdc })
+    const results = await Promise.all(
+      [1n, 2n, 3n].map((nonce) => check({ from: payer.address, nonce, amount: MAX })),
+    )
+    expect(results.filter((r) => r.ok)).toHaveLength(2)
+    expect(results.filter((r) => !r.ok)).toEqual([{ ok: false, reason: 'insufficient_funds' }])
+    // A check after those reads sees the chain afresh (nothing settled: all three fit one at a time).
+    expect(await check({ from: payer.address, nonce: 4n, amount: MAX })).toEqual({ ok: true })
   })
 
   it('refuses locally what does not match the offer', async () => {

@@ -7,8 +7,9 @@
 import type { Address } from 'viem'
 import { getAddress } from 'viem'
 import {
-  checkUptoOnChain,
+  createUptoChainChecker,
   storedUptoPermit,
+  type UptoChainChecker,
   type UptoFailure,
   uptoProofKey,
   verifyUptoPermit,
@@ -73,6 +74,7 @@ const NOT_CHARGED_MESSAGE =
 class UptoScheme implements Scheme {
   readonly name = UPTO
   private readonly claimed: ClaimedPaymentDeps
+  private readonly onChain: UptoChainChecker
 
   constructor(
     private readonly deps: SchemeDeps,
@@ -88,6 +90,7 @@ class UptoScheme implements Scheme {
       retryWindowMs: deps.config.proxy.retry_window_ms,
       pendingReleases: new Map(),
     }
+    this.onChain = createUptoChainChecker(deps.chain.publicClient, { usdc: deps.chainInfo.usdcAddress })
   }
 
   offer(q: OfferQuery): Offer | null {
@@ -139,10 +142,7 @@ class UptoScheme implements Scheme {
       if (!local.ok) return { ok: false, reason: WIRE_REASON[local.reason] }
       const proofKey = uptoProofKey(parsed.permit)
       if (this.deps.usedProofs.has(proofKey)) return { ok: false, reason: 'proof_already_used' }
-      const onChain = await checkUptoOnChain(this.deps.chain.publicClient, {
-        usdc: c.usdcAddress,
-        permit: parsed.permit,
-      })
+      const onChain = await this.onChain(parsed.permit)
       if (!onChain.ok) {
         if (onChain.reason !== 'rpc_unavailable') return { ok: false, reason: onChain.reason }
         return {
