@@ -1,14 +1,19 @@
 // tollgate's own Permit2, x402 upto proxy and settlement batcher on a real anvil, checked against the
 // published x402 upto client: what it signs is accepted by the contracts at the canonical addresses and by
 // the local verifier, settles for any amount up to the signed maximum and never above, once; a permit whose
-// amount or witness was changed after signing is refused on chain and locally.
+// amount or witness was changed after signing is refused on chain and locally; and the published upto
+// facilitator itself verifies (simulating the proxy) and settles on these contracts.
 import {
   PERMIT2_ADDRESS as publishedPermit2,
   x402UptoPermit2ProxyABI as publishedProxyAbi,
+  toFacilitatorEvmSigner,
   uptoPermit2WitnessTypes,
   x402UptoPermit2ProxyAddress,
 } from '@x402/evm'
-import { type Address, createWalletClient, domainSeparator, http, zeroAddress } from 'viem'
+import { UptoEvmScheme } from '@x402/evm/upto/client'
+import { UptoEvmScheme as UptoFacilitator } from '@x402/evm/upto/facilitator'
+import { type Address, createWalletClient, domainSeparator, http, publicActions, zeroAddress } from 'viem'
+import { foundry } from 'viem/chains'
 import { formatAbiItem } from 'viem/utils'
 import { beforeAll, describe, expect, inject, it } from 'vitest'
 import {
@@ -259,6 +264,43 @@ describe('x402 upto contracts on the dev chain', () => {
     expect(results.filter((r) => !r.ok)).toEqual([{ ok: false, reason: 'insufficient_funds' }])
     // A check after those reads sees the chain afresh (nothing settled: all three fit one at a time).
     expect(await check({ from: payer.address, nonce: 4n, amount: MAX })).toEqual({ ok: true })
+  })
+
+  it("the published facilitator verifies and settles the published client's permit on these contracts", async () => {
+    const facilitatorKey = await fundedAccount(0n)
+    const wallet = createWalletClient({
+      account: facilitatorKey.account,
+      chain: { ...foundry, id: chainId },
+      transport: http(rpcUrl),
+      pollingInterval: 50,
+    }).extend(publicActions)
+    const facilitator = new UptoFacilitator(
+      toFacilitatorEvmSigner({ ...wallet, address: facilitatorKey.address } as never),
+    )
+    const payer = await approvedPayer()
+    const requirements = {
+      scheme: 'upto',
+      network: `eip155:${chainId}` as const,
+      asset: usdc,
+      amount: MAX.toString(),
+      payTo: treasury,
+      maxTimeoutSeconds: 300,
+      extra: {
+        facilitatorAddress: facilitatorKey.address,
+        name: 'USD Coin',
+        version: '2',
+        assetTransferMethod: 'permit2',
+      },
+    }
+    const client = new UptoEvmScheme(payer.account)
+    const created = await client.createPaymentPayload(2, requirements)
+    const payload = { ...created, accepted: requirements, resource: { url: 'http://x/' } }
+    // Its verify simulates the proxy's settle against our Permit2 and proxy.
+    expect(await facilitator.verify(payload as never, requirements as never)).toMatchObject({ isValid: true })
+    const before = await usdcBalance(payer.address)
+    const settled = await facilitator.settle(payload as never, { ...requirements, amount: '31337' } as never)
+    expect(settled).toMatchObject({ success: true })
+    expect(before - (await usdcBalance(payer.address))).toBe(31_337n)
   })
 
   it('refuses locally what does not match the offer', async () => {
