@@ -118,3 +118,14 @@ export async function failUptoSettlement(
     RETURNING proof_key`
   return rows.length === 1
 }
+
+/** The upto backlog the readiness check looks at: unsettled captured permits and the soonest deadline. */
+export async function readUptoSettlementBacklog(
+  db: Db,
+): Promise<{ count: number; soonestDeadlineS: number | null }> {
+  const [row] = await db<{ n: number; soonest: string | null }[]>`
+    SELECT count(*)::int AS n, min((authorization_payload->>'deadline')::numeric)::text AS soonest
+    FROM claims
+    WHERE kind = 'upto' AND status = 'captured' AND settled_at IS NULL AND settlement_error IS NULL`
+  return { count: row?.n ?? 0, soonestDeadlineS: row?.soonest ? Number(row.soonest) : null }
+}

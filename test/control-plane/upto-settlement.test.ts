@@ -81,6 +81,13 @@ async function claimRows(keys: string[]) {
     WHERE proof_key = ANY(${keys}::text[]) ORDER BY array_position(${keys}::text[], proof_key)`
 }
 
+/** The upto settlement check of the admin port's /readyz. */
+async function uptoReadiness(): Promise<{ ok: boolean; detail: string }> {
+  const r = await fetch(`http://127.0.0.1:${svc.adminPort}/readyz`)
+  const body = (await r.json()) as { checks: Array<{ name: string; ok: boolean; detail: string }> }
+  return body.checks.find((c) => c.name === 'x402_upto_settlement')!
+}
+
 async function treasuryNonce(): Promise<number> {
   return svc.chain.publicClient.getTransactionCount({ address: svc.treasury.address, blockTag: 'pending' })
 }
@@ -101,6 +108,10 @@ describe('x402 upto settlement', () => {
     const drained = payers[4]!
     await payUsdc(drained, payers[0]!.address, await usdcBalance(drained.address))
 
+    // Readiness names the backlog while the permits wait (deadlines 300 s away: above the 60 s margin).
+    const waiting = await uptoReadiness()
+    expect(waiting.ok).toBe(true)
+    expect(waiting.detail).toMatch(/^5 unsettled, soonest deadline in \d+ s$/)
     const before = await Promise.all(payers.map((p) => usdcBalance(p.address)))
     const treasuryBefore = await usdcBalance(svc.treasury.address)
     const nonceBefore = await treasuryNonce()
@@ -135,6 +146,7 @@ describe('x402 upto settlement', () => {
     // Reconcile: claims consistent (charged ≤ signed, settled = booked) and the chain's inflow matches.
     const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
     expect(report.differences).toEqual([])
+    expect((await uptoReadiness()).detail).toBe('no backlog')
     // A second run finds nothing to send.
     await svc.jobs.runNow(UPTO_SETTLEMENT_JOB)
     expect(await treasuryNonce()).toBe(nonceBefore + 1)

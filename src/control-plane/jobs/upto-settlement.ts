@@ -9,6 +9,7 @@ import {
   forgetUptoSettlementTx,
   listDueUptoSettlements,
   listSentUptoSettlements,
+  readUptoSettlementBacklog,
   recordUptoSettlementTx,
   settleUptoClaims,
   type UptoSettlementCandidate,
@@ -39,6 +40,20 @@ export function createUptoSettlementJobs(
         name: UPTO_SETTLEMENT_JOB,
         intervalMs: deps.config.settlement.interval_ms,
         run: () => settleUptoPermits(deps, options.treasuryLock ?? unlocked),
+      },
+    ],
+    readiness: [
+      {
+        // Red while the soonest-expiring unsettled permit is closer to its deadline than the margin: served
+        // calls are about to become unpaid.
+        name: 'x402_upto_settlement',
+        check: async () => {
+          const b = await readUptoSettlementBacklog(deps.sql)
+          if (b.soonestDeadlineS === null) return { ok: true, detail: 'no backlog' }
+          const leftS = Math.round(b.soonestDeadlineS - Date.now() / 1000)
+          const detail = `${b.count} unsettled, soonest deadline in ${leftS} s`
+          return { ok: leftS > deps.config.settlement.readiness_margin_s, detail }
+        },
       },
     ],
   }
