@@ -1,7 +1,19 @@
 // Opaque prefixed random identifiers and API keys.
 import { createHash, randomBytes } from 'node:crypto'
 
-export type IdPrefix = 'acct' | 'key' | 'ep' | 'pay' | 'call' | 'evt' | 'wh' | 'whd' | 'po' | 'req' | 'clm'
+export type IdPrefix =
+  | 'acct'
+  | 'key'
+  | 'ep'
+  | 'pay'
+  | 'call'
+  | 'evt'
+  | 'wh'
+  | 'whd'
+  | 'po'
+  | 'req'
+  | 'clm'
+  | 'rcpt'
 
 const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
 

@@ -2,7 +2,7 @@
 // transaction hash its revenue) when the upstream answered, released when the upstream failed, and refunded
 // (tx) or voided (x402) when its window ends uncaptured. Each function's SQL states its precondition.
 import type { Sql, Tx } from '../db/sql.ts'
-import { revenueEntries } from './ledger.ts'
+import { revenueEntries, unusedCeilingRefunds } from './ledger.ts'
 import type { Applied, Refusal } from './transitions.ts'
 
 type Db = Sql | Tx
@@ -43,6 +43,21 @@ export interface Capture {
   feeAtomic: bigint
   upstreamStatus: number
   method: string
+  /** How the call was priced, and for usage pricing what was measured (stored on the call row). */
+  pricing?: CapturePricing
+  /** The scheme that paid, and the receipt id the answer carried. */
+  scheme?: string | null
+  receiptId?: string | null
+}
+
+export interface CapturePricing {
+  model: 'fixed' | 'rules' | 'usage'
+  unit: string | null
+  /** Quantities measured, and whether a fallback rule priced the call (JSON on the call row). */
+  usage: object | null
+  ceilingAtomic: bigint | null
+  /** Paid above the charge by a prepaid ceiling (a transaction hash): owed back to the payer. */
+  refundAtomic: bigint
 }
 
 export interface BooksBatchResult {
@@ -72,7 +87,8 @@ export async function claimAndCapture(
     WITH cap AS (
       SELECT * FROM json_to_recordset(${capturesDoc}::text::json)
         AS t(call_id text, proof_key text, endpoint_id text, account_id text, owner_wallet text, payer text,
-             amount bigint, owner_share bigint, fee bigint, status int, method text)
+             amount bigint, owner_share bigint, fee bigint, status int, method text, pricing_model text,
+             usage_unit text, usage jsonb, ceiling bigint, refund bigint, scheme text, receipt_id text)
     ),
     captured AS (
       UPDATE claims k SET status = 'captured', captured_at = now(), lease_until = NULL
@@ -81,15 +97,21 @@ export async function claimAndCapture(
     ),
     new_calls AS (
       INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
-                         fee_atomic, upstream_status, method)
+                         fee_atomic, upstream_status, method, pricing_model, usage_unit, usage, ceiling_atomic,
+                         refund_atomic, scheme, receipt_id)
       SELECT i.call_id, i.proof_key, i.endpoint_id, i.account_id, i.payer, i.amount, i.owner_share, i.fee,
-             i.status, i.method
+             i.status, i.method, i.pricing_model, i.usage_unit, i.usage, i.ceiling, i.refund, i.scheme,
+             i.receipt_id
       FROM cap i JOIN captured USING (proof_key)
       ON CONFLICT (proof_key) DO NOTHING
       RETURNING id
     ),
     revenue AS (
       ${revenueEntries(db, db`(SELECT i.* FROM cap i JOIN captured k USING (proof_key) WHERE k.kind = 'tx')`)}
+      RETURNING 1
+    ),
+    unused AS (
+      ${unusedCeilingRefunds(db, db`(SELECT i.* FROM cap i JOIN captured k USING (proof_key) WHERE k.kind = 'tx' AND i.refund > 0)`)}
       RETURNING 1
     ),
     won AS (
@@ -153,6 +175,13 @@ function capturesJson(c: Capture[]): string {
       fee: x.feeAtomic.toString(),
       status: x.upstreamStatus,
       method: x.method,
+      pricing_model: x.pricing?.model ?? 'fixed',
+      usage_unit: x.pricing?.unit ?? null,
+      usage: x.pricing?.usage ?? null,
+      ceiling: x.pricing?.ceilingAtomic?.toString() ?? null,
+      refund: (x.pricing?.refundAtomic ?? 0n).toString(),
+      scheme: x.scheme ?? null,
+      receipt_id: x.receiptId ?? null,
     })),
   )
 }

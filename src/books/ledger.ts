@@ -19,6 +19,18 @@ export function revenueEntries(db: Db, calls: PendingQuery<Row[]>): PendingQuery
 }
 
 /**
+ * A usage-priced call paid by a prepaid ceiling (a transaction hash for more than the charge): the unused
+ * part goes back to the payer, a refund entry paid in the next payout batch. `calls` has the columns call_id,
+ * account_id, payer, refund (> 0). Booked in the capture statement itself, so a capture never exists without
+ * the refund it owes.
+ */
+export function unusedCeilingRefunds(db: Db, calls: PendingQuery<Row[]>): PendingQuery<Row[]> {
+  return db`
+    INSERT INTO ledger_entries (account_id, kind, wallet, amount_atomic, source_type, source_id)
+    SELECT r.account_id, 'refund', r.payer, r.refund, 'call', r.call_id FROM ${calls} r`
+}
+
+/**
  * Books the revenue (owner share + fee) of captured calls that have none yet. Used by the settlement room
  * for x402 calls (DESIGN §7b: revenue only once the authorization settled); transaction-hash calls are booked
  * inside their capture. Idempotent: a call already booked is skipped. Returns how many calls were booked.
@@ -31,7 +43,8 @@ export async function bookCallRevenue(db: Db, q: { proofKeys: string[] }): Promi
              k.owner_share_atomic AS owner_share, k.fee_atomic AS fee
       FROM calls k JOIN accounts a ON a.id = k.account_id
       WHERE k.proof_key = ANY(${q.proofKeys}::text[])
-        AND NOT EXISTS (SELECT 1 FROM ledger_entries e WHERE e.source_type = 'call' AND e.source_id = k.id)
+        AND NOT EXISTS (SELECT 1 FROM ledger_entries e
+                        WHERE e.source_type = 'call' AND e.source_id = k.id AND e.kind <> 'refund')
     ),
     booked AS (${revenueEntries(db, db`due`)} RETURNING source_id)
     SELECT count(DISTINCT source_id)::int AS n FROM booked`

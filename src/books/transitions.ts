@@ -175,6 +175,13 @@ export const TRANSITIONS: readonly Transition[] = [
   { record: 'ledger_entry', from: null, to: 'unpaid', fn: 'markRefundDue', why: 'refund owed to a payer' },
   {
     record: 'ledger_entry',
+    from: null,
+    to: 'unpaid',
+    fn: 'unusedCeilingRefunds',
+    why: 'usage-priced call paid by a transaction for more than its charge: the unused part back to the payer, with the capture',
+  },
+  {
+    record: 'ledger_entry',
     from: 'unpaid',
     to: 'in_payout',
     fn: 'recordPayouts',

@@ -30,7 +30,7 @@ export const PaymentRequired = v.pipe(
         'why payment is (still) required: payment_required, invalid_proof, payment_pending, transaction_failed, ' +
           'no_transfer, wrong_asset, wrong_recipient, underpaid, proof_too_old, proof_already_used, wrong_network, ' +
           'invalid_signature, authorization_not_yet_valid, authorization_expired, insufficient_funds, unsupported_proof, ' +
-          'wrong_amount, requirements_mismatch, smart_wallet_not_deployed, simulation_failed',
+          'wrong_amount, requirements_mismatch, smart_wallet_not_deployed, simulation_failed, scheme_not_offered',
       ),
     ),
     request_id: v.optional(v.pipe(v.string(), v.description('the x-request-id of this answer'))),
@@ -49,6 +49,20 @@ export const PaymentRequired = v.pipe(
     how_to_pay: v.optional(v.pipe(v.string(), v.description('checkout only: a plain transfer or the hash'))),
     x402Version: v.optional(v.pipe(v.literal(1), v.description('metered calls only'))),
     accepts: v.optional(v.pipe(v.array(ExactRequirement), v.description('metered calls only'))),
+    pricing: v.optional(
+      v.pipe(
+        v.record(v.string(), v.unknown()),
+        v.description(
+          'rules and usage pricing: how the price was chosen, or measured (price is then the ceiling)',
+        ),
+      ),
+    ),
+    schemes_not_offered: v.optional(
+      v.pipe(
+        v.array(v.strictObject({ scheme: v.string(), reason: v.string() })),
+        v.description('schemes tollgate has but does not offer here, and why (exact: amount_varies)'),
+      ),
+    ),
   }),
   v.description(
     'The 402 requirement. Metered calls add the x402 `accepts` (and the v2 form in the PAYMENT-REQUIRED header, ' +
@@ -65,6 +79,38 @@ export const CheckoutStatus = v.strictObject({
   transaction_url: v.nullable(v.string()),
   test_mode: v.boolean(),
 })
+
+/** A paid call's public receipt (src/data-plane/receipts.ts). */
+export const Receipt = v.pipe(
+  v.strictObject({
+    id: v.string(),
+    object: v.literal('receipt'),
+    status: v.literal('final'),
+    call_id: v.string(),
+    endpoint_id: v.string(),
+    payer: v.string(),
+    scheme: v.nullable(v.string()),
+    method: v.string(),
+    upstream_status: v.number(),
+    amount: Dollars,
+    amount_atomic: Atomic,
+    pricing_model: v.picklist(['fixed', 'rules', 'usage']),
+    usage: v.nullable(
+      v.strictObject({
+        unit: v.picklist(['response_bytes', 'duration_ms', 'tokens']),
+        quantities: v.record(v.string(), v.number()),
+        charge_atomic: Atomic,
+        ceiling_atomic: v.nullable(Atomic),
+        refunded_atomic: v.pipe(Atomic, v.description('the unused part of a prepaid ceiling, paid back')),
+        source: v.picklist(['measured', 'fallback']),
+        fallback: v.nullable(v.picklist(['missing', 'malformed', 'client_aborted'])),
+        capped: v.pipe(v.boolean(), v.description('the measured charge was above the ceiling')),
+      }),
+    ),
+    created_at: Timestamp,
+  }),
+  v.description('What a paid call measured and was charged; written when its answer ended.'),
+)
 
 export const PublicErrorBody = v.strictObject({
   error: v.strictObject({ type: v.string(), code: v.string(), message: v.string() }),
@@ -124,6 +170,10 @@ export function publicPaths(ref: (name: string) => Json): Json {
         description:
           "the upstream's answer, streamed, with a receipt (the upstream's own status: any below 500 is passed through and captured)",
         headers: {
+          'x-receipt-id': {
+            description: 'the receipt of this call, at /receipts/{id} once the answer ended',
+            schema: { type: 'string' },
+          },
           'x-payment-response': {
             description: 'base64 JSON {success, transaction, network, payer}',
             schema: { type: 'string' },
@@ -140,7 +190,21 @@ export function publicPaths(ref: (name: string) => Json): Json {
     },
   })
   const html = { 'text/html': { schema: { type: 'string' } } }
+  const receiptId = { name: 'receipt_id', in: 'path', required: true, schema: { type: 'string' } }
   return {
+    '/receipts/{receipt_id}': {
+      get: {
+        operationId: 'getReceipt',
+        tags: ['metered'],
+        summary: "A paid call's receipt (its id is the answer's x-receipt-id header); no key needed",
+        security: [],
+        parameters: [receiptId],
+        responses: {
+          '200': json('Receipt', 'final: the call ended'),
+          '404': error('not_found: unknown, or the call has not ended yet'),
+        },
+      },
+    },
     '/m/{endpoint_id}': { get: metered('get'), post: metered('post') },
     '/pay/{payment_id}': {
       get: {

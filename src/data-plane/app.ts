@@ -34,6 +34,8 @@ export interface PublicAppOptions {
   metered?: UwsRoute
   /** /pay/:payment_id (page, status, agent payment) */
   checkout?: UwsRoute
+  /** GET /receipts/:receipt_id: a paid call's public receipt */
+  receipts?: UwsRoute
   /** Hostile-input limits at the edge; none when absent (tests of other parts). */
   edge?: EdgeLimits
 }
@@ -107,6 +109,12 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
     const checkout = edge ? guarded(edge, 'checkout', options.checkout, edge.checkout) : options.checkout
     app.any('/pay/:payment_id', checkout)
     app.any('/pay/:payment_id/*', checkout)
+  }
+  if (options.receipts) {
+    app.get(
+      '/receipts/:receipt_id',
+      edge ? guarded(edge, 'receipts', options.receipts, null) : options.receipts,
+    )
   }
   app.get('/', (res, req) => {
     res

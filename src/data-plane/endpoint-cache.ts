@@ -3,6 +3,8 @@
 import { LRUCache } from 'lru-cache'
 import { findLiveEndpoint, type LiveEndpointRow } from '../db/endpoints.ts'
 import type { Sql } from '../db/sql.ts'
+import { presentPricing } from '../pricing/input.ts'
+import { pricingFromStored, ruleIndex, type UsagePricing } from '../pricing/model.ts'
 import type { Offers } from '../schemes/registry.ts'
 import type { OfferQuery, Quote } from '../schemes/scheme.ts'
 import { buildChallenge } from './challenge.ts'
@@ -16,6 +18,9 @@ export interface LiveEndpoint {
   target: UpstreamTarget
   /** The price of a request by its method and sub-path, with its 402. */
   quoteFor(method: string, subPath: string): Quote
+  /** Usage pricing: the call's charge is measured on its answer (src/pricing/meter.ts); null otherwise. */
+  usage: UsagePricing | null
+  pricingModel: 'fixed' | 'rules' | 'usage'
 }
 
 /** Cached for unknown ids too (briefly), so random ids cannot hammer the database. */
@@ -68,25 +73,48 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
   const description = row.description ?? row.name ?? `Metered API ${row.id}`
   // Opt-in schemes the owner turned on for this endpoint.
   const enabled = new Set<string>(row.batch_settlement ? ['batch-settlement'] : [])
-  const { offers, notOffered } = options.offers({
-    amountAtomic: row.price_atomic,
-    varies: false,
-    maxTimeoutSeconds: options.maxTimeoutSeconds,
-    enabled,
-  })
-  const quote: Quote = {
-    amountAtomic: row.price_atomic,
-    floorAtomic: row.quote_floor_atomic,
-    floorUntilMs: row.quote_floor_until?.getTime() ?? 0,
-    varies: false,
-    challenge: buildChallenge({
-      resourceUrl,
-      description,
-      idField: 'endpoint_id',
-      id: row.id,
-      offers,
-      notOffered,
-    }),
+  const pricing = pricingFromStored(row.pricing, row.price_atomic)
+  const note = pricing.model === 'fixed' ? undefined : presentPricing(pricing)
+  // One 402 per price, built once: the schemes' offers for that amount.
+  const quote = (amountAtomic: bigint, varies: boolean, floor: boolean): Quote => {
+    const { offers, notOffered } = options.offers({
+      amountAtomic,
+      varies,
+      maxTimeoutSeconds: options.maxTimeoutSeconds,
+      enabled,
+    })
+    return {
+      amountAtomic,
+      // A price change keeps the last quoted price acceptable for a while (fixed prices only).
+      floorAtomic: floor ? row.quote_floor_atomic : null,
+      floorUntilMs: floor ? (row.quote_floor_until?.getTime() ?? 0) : 0,
+      varies,
+      challenge: buildChallenge({
+        resourceUrl,
+        description,
+        idField: 'endpoint_id',
+        id: row.id,
+        offers,
+        notOffered,
+        pricing: note,
+      }),
+    }
+  }
+  let quoteFor: LiveEndpoint['quoteFor']
+  if (pricing.model === 'rules') {
+    const rules = pricing.rules
+    const quotes = rules.map((r) => quote(r.priceAtomic, false, false))
+    const fallback = quote(pricing.defaultAtomic, false, false)
+    quoteFor = (method, subPath) => {
+      const i = ruleIndex(rules, method, subPath)
+      return i < 0 ? fallback : quotes[i]!
+    }
+  } else {
+    const only =
+      pricing.model === 'usage'
+        ? quote(pricing.maxAtomic, true, false)
+        : quote(pricing.priceAtomic, false, true)
+    quoteFor = () => only
   }
   return {
     id: row.id,
@@ -103,6 +131,8 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       timeoutMs: row.timeout_ms ?? options.defaultTimeoutMs,
       allowPrivate: options.allowPrivate,
     },
-    quoteFor: () => quote,
+    quoteFor,
+    usage: pricing.model === 'usage' ? pricing : null,
+    pricingModel: pricing.model,
   }
 }

@@ -13,6 +13,7 @@ import {
   paymentRequired,
   statusClass,
   upstreamErrors,
+  usageCapped,
 } from '../observability/metrics.ts'
 import {
   endSpan,
@@ -22,6 +23,8 @@ import {
   traceparentOf,
   tracing,
 } from '../observability/tracing.ts'
+import { asksForStreamUsage, type Ending, UsageMeter, withStreamUsage } from '../pricing/meter.ts'
+import type { UsageRecord } from '../pricing/model.ts'
 import { requestIdFrom } from '../request-id.ts'
 import type { SchemeRegistry } from '../schemes/registry.ts'
 import type { CallFacts, ClaimOutcome, Payment, Quote, Verdict } from '../schemes/scheme.ts'
@@ -119,6 +122,12 @@ class MeteredCall implements ProxyHooks {
   /** The price this request pays, with its 402. */
   quote: Quote | null = null
   payment: Payment | null = null
+  /** Given to every paid answer from its first byte; the call's receipt is read at /receipts/<id>. */
+  receiptId: string | null = null
+  /** Usage pricing: measures the answer as it streams past (null for fixed prices). */
+  meter: UsageMeter | null = null
+  /** The upstream's status once it answered below 500, while a usage-priced call's charge is measured. */
+  servedStatus = 0
   captured = false
   /** Hostile input: the sub-path could leave the endpoint's base path. */
   escapingPath = false
@@ -278,35 +287,99 @@ class MeteredCall implements ProxyHooks {
       )
       this.forward!.traceparent = traceparentOf(this.step)
     }
+    this.receiptId = newId('rcpt')
+    if (this.endpoint!.usage !== null) this.startMeter()
     proxy(this.ctx.dispatcher, this.res, this.forward!, this.body!, this.endpoint!.target, this.abort, this)
   }
 
+  /**
+   * A usage-priced call is measured on its answer. An OpenAI-style stream that did not ask for its usage
+   * asks for it (the meter takes the extra event out again): only a body complete by now can be changed.
+   */
+  startMeter(): void {
+    const endpoint = this.endpoint!
+    const usage = endpoint.usage!
+    const forward = this.forward!
+    let injected = false
+    if (usage.unit === 'tokens' && asksForStreamUsage(endpoint.target.basePath + forward.pathAndQuery)) {
+      injected = this.body!.rewrite(withStreamUsage)
+      if (injected) setContentLength(forward.headers, this.body!.length)
+    }
+    this.meter = new UsageMeter(usage, performance.now(), injected)
+  }
+
   /** ProxyHooks: the upstream's status is known, nothing is written yet. */
-  onResponseHead(status: number): Array<[string, string]> {
+  onResponseHead(status: number, head: Buffer[]): Array<[string, string]> {
     const payment = this.payment!
+    const meter = this.meter
     if (this.step !== null) this.step.setAttribute('http.response.status_code', status)
-    // Captured once the upstream answered below 500, even if the client leaves mid-body.
-    if (status < 500) {
+    if (meter !== null && status < 500) {
+      // Usage pricing: charged when the answer ends, for what it measured.
+      meter.onHead(head)
+      this.servedStatus = status
+    } else if (status < 500) {
+      // Captured once the upstream answered below 500, even if the client leaves mid-body.
       // The capture is queued here and group-committed by the writer: its span covers the hand-over.
       const captureSpan = this.span === null ? null : startChildSpan(this.span, 'capture')
       this.captured = true
-      const chargeAtomic = payment.coversAtomic
-      payment.capture({
-        ...this.callFacts(),
-        callId: newId('call'),
-        status,
-        chargeAtomic,
-        usage: null,
-        receiptId: null,
-      })
-      callsCaptured.inc()
-      capturedAtomic.inc(Number(chargeAtomic))
+      this.capture(status, payment.coversAtomic, null)
       if (captureSpan !== null) endSpan(captureSpan)
     }
     // tollgate answers CORS for metered URLs: the upstream's own allow-origin is dropped (proxy.ts).
     const receipt = payment.receipt(status < 500)
-    const requestId: [string, string] = ['x-request-id', this.requestId]
-    return receipt === null ? [requestId, ACAO, EXPOSE] : [receipt, requestId, ACAO, EXPOSE]
+    const ids: Array<[string, string]> = [
+      ['x-request-id', this.requestId],
+      ['x-receipt-id', this.receiptId!],
+      ACAO,
+      EXPOSE,
+    ]
+    if (receipt !== null) ids.unshift(receipt)
+    return ids
+  }
+
+  /** ProxyHooks: a body chunk on its way out (a usage meter reads it, and may take an event out). */
+  onResponseData(chunk: Buffer): Buffer {
+    return this.meter === null ? chunk : this.meter.onData(chunk)
+  }
+
+  onResponseEnd(): Buffer | null {
+    return this.meter === null ? null : this.meter.onEnd()
+  }
+
+  capture(status: number, chargeAtomic: bigint, usage: UsageRecord | null): void {
+    this.captured = true
+    this.payment!.capture({
+      ...this.callFacts(),
+      callId: newId('call'),
+      status,
+      chargeAtomic,
+      pricingModel: this.endpoint!.pricingModel,
+      usage,
+      receiptId: this.receiptId,
+    })
+    callsCaptured.inc()
+    capturedAtomic.inc(Number(chargeAtomic))
+  }
+
+  /**
+   * A usage-priced call that was served ends here: the client got the whole answer, left mid-stream
+   * (charged for what was delivered), or the upstream broke off (charged nothing). Never above what the
+   * payment covers, nor above the ceiling (counted when the measure went past it).
+   */
+  captureUsage(outcome: ProxyOutcome): void {
+    const ending: Ending =
+      outcome.kind === 'responded'
+        ? 'complete'
+        : outcome.kind === 'client_aborted'
+          ? 'client_aborted'
+          : 'upstream_failed'
+    const usage = this.meter!.finish(ending, performance.now())
+    if (usage.capped) usageCapped.inc()
+    const covers = this.payment!.coversAtomic
+    let charge = usage.chargeAtomic < covers ? usage.chargeAtomic : covers
+    if (ending === 'upstream_failed') charge = 0n
+    usage.chargeAtomic = charge
+    this.capture(this.servedStatus, charge, usage)
   }
 
   callFacts(): CallFacts {
@@ -326,6 +399,7 @@ class MeteredCall implements ProxyHooks {
     // have been served: that claim stays held, is in doubt once its lease runs out, and is refunded at the
     // end of its window rather than served again. What a call in doubt costs is its scheme's to say (Payment.doubt).
     const payment = this.payment!
+    if (this.servedStatus !== 0) this.captureUsage(outcome)
     if (!this.captured && upstreamFailed(outcome)) payment.release()
     else if (!this.captured) payment.doubt(this.callFacts())
     let reason: string | undefined
@@ -465,4 +539,9 @@ function upstreamFailed(outcome: ProxyOutcome): boolean {
     return outcome.code !== 'timeout'
   }
   return outcome.status !== null && outcome.status >= 500
+}
+
+/** The forwarded content-length after the body was rewritten. */
+function setContentLength(headers: Array<[string, string]>, length: number): void {
+  for (const h of headers) if (h[0] === 'content-length') h[1] = String(length)
 }

@@ -63,8 +63,13 @@ export type ProxyOutcome =
 
 export interface ProxyHooks {
   /** Called once, synchronously, when the upstream's head arrives, before anything is written to the
-   * client. Returns extra headers to add (the x-payment-response receipt). */
-  onResponseHead(status: number): Array<[string, string]> | undefined
+   * client (`head`: the raw [name, value, …] list). Returns extra headers to add (the receipt). */
+  onResponseHead(status: number, head: Buffer[]): Array<[string, string]> | undefined
+  /** Each body chunk on its way to the client: returns what to send (a usage meter may take out an event).
+   * Only a chunked answer may be changed: a sized one must come back as it went in. */
+  onResponseData?(chunk: Buffer): Buffer
+  /** The body ended: anything still held back by onResponseData, sent before the end. */
+  onResponseEnd?(): Buffer | null
   /** Called exactly once with the final outcome. */
   onDone(outcome: ProxyOutcome): void
 }
@@ -414,7 +419,7 @@ class Forward implements Dispatcher.DispatchHandler {
     // Cannot happen once abort() ran (undici stops calling), but res would be dead: never touch it.
     if (this.#done) return false
     this.#resumeUpstream = resume
-    this.#extra = this.#hooks.onResponseHead(status)
+    this.#extra = this.#hooks.onResponseHead(status, head)
     this.#status = status
     this.#head = head
     // The head is written with the first body bytes (or the end) when they come in the same read, which
@@ -450,7 +455,8 @@ class Forward implements Dispatcher.DispatchHandler {
   }
 
   onData(chunk: Buffer): boolean {
-    this.#chunk = chunk
+    const hooks = this.#hooks
+    this.#chunk = hooks.onResponseData === undefined ? chunk : hooks.onResponseData(chunk)
     corked = this
     this.#res.cork(corkedData)
     // false pauses the upstream socket until #drained() resumes it.
@@ -464,6 +470,8 @@ class Forward implements Dispatcher.DispatchHandler {
     this.#chunk = null
     this.#bytes += chunk.length
     if (this.#total < 0) {
+      // An empty write would end a chunked answer: a chunk taken out entirely is not written.
+      if (chunk.length === 0) return
       if (!res.write(chunk)) this.#backpressure()
       return
     }
@@ -517,6 +525,11 @@ class Forward implements Dispatcher.DispatchHandler {
 
   writeEnd(): void {
     if (this.#head !== null) this.writeHead()
+    const held = this.#hooks.onResponseEnd?.() ?? null
+    if (held !== null && held.length > 0 && this.#total < 0 && !this.#noBody) {
+      this.#bytes += held.length
+      this.#res.write(held)
+    }
     this.#body.release()
     if (this.#noBody) this.#res.endWithoutBody()
     else this.#res.end()

@@ -64,6 +64,22 @@ export class RequestBody implements AsyncIterableIterator<Buffer> {
     }
   }
 
+  /** Bytes buffered (the whole body once complete and not yet taken). */
+  get length(): number {
+    return this.#bufferedBytes
+  }
+
+  /** Replaces a complete body (a usage meter asks the upstream for its usage); false if not complete. */
+  rewrite(change: (whole: Buffer) => Buffer | null): boolean {
+    if (!this.#complete || this.#detached) return false
+    const whole = this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks)
+    const next = change(whole)
+    if (next === null) return false
+    this.#chunks = [next]
+    this.#bufferedBytes = next.length
+    return true
+  }
+
   /** The whole body once complete, as one buffer (no copy when it came in one chunk), or null if empty. */
   takeAll(): Buffer | null {
     const chunks = this.#chunks

@@ -35,6 +35,7 @@ import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
 import { createEndpointCache } from './endpoint-cache.ts'
 import { createMeteredRoute } from './metered.ts'
 import { createUpstreamDispatcher } from './proxy.ts'
+import { createReceiptRoute } from './receipts.ts'
 import { startSettlementThrottle } from './settlement-throttle.ts'
 import { Verifier } from './verifier.ts'
 import { workerEnv } from './workers.ts'
@@ -130,7 +131,9 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       logger,
       settings: { ownerShareBps: config.fees.owner_share_bps },
     })
+    const receipts = createReceiptRoute({ sql: db.sql, logger })
     const app = createPublicApp({
+      receipts,
       bodyLimitBytes: config.server.body_limit_bytes,
       apiHandler: deps.apiHandler(onEndpointChanged),
       logger,

@@ -30,3 +30,28 @@ export async function listCalls(
     ORDER BY created_at DESC, id DESC
     LIMIT ${q.limit}`
 }
+
+/** A call as its public receipt shows it: by receipt id (unguessable), with its endpoint's name. */
+export interface ReceiptRow extends CallRow {
+  receipt_id: string
+  scheme: string | null
+  pricing_model: string
+  usage_unit: string | null
+  usage: {
+    quantities: Record<string, number>
+    source: string
+    fallback: string | null
+    capped: boolean
+  } | null
+  ceiling_atomic: bigint | null
+  refund_atomic: bigint
+}
+
+export async function findReceipt(db: Sql | Tx, receiptId: string): Promise<ReceiptRow | null> {
+  const [row] = await db<ReceiptRow[]>`
+    SELECT id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic, fee_atomic,
+           upstream_status, method, created_at, receipt_id, scheme, pricing_model, usage_unit, usage,
+           ceiling_atomic, refund_atomic
+    FROM calls WHERE receipt_id = ${receiptId}`
+  return row ?? null
+}

@@ -1,4 +1,5 @@
 // Queries on metered endpoints.
+import type { StoredPricing } from '../pricing/model.ts'
 import { afterCursor } from './cursor.ts'
 import type { Sql, Tx } from './sql.ts'
 
@@ -13,8 +14,10 @@ export interface EndpointRow {
   quote_floor_atomic: bigint | null
   quote_floor_until: Date | null
   timeout_ms: number | null
-  /** x402 batch-settlement offered (issue 12); off by default. */
+  /** x402 batch-settlement offered; off by default. */
   batch_settlement: boolean
+  /** null: one fixed price (price_atomic). */
+  pricing: StoredPricing | null
   status: 'active' | 'disabled'
   version: number
   created_at: Date
@@ -22,7 +25,7 @@ export interface EndpointRow {
 }
 
 const COLUMNS =
-  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, batch_settlement, status, version, created_at, updated_at'
+  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, batch_settlement, pricing, status, version, created_at, updated_at'
 
 /** The channel that tells every instance an endpoint changed (payload: its id). */
 export const ENDPOINT_CHANGED_CHANNEL = 'tollgate_endpoint_changed'
@@ -39,13 +42,16 @@ export async function insertEndpoint(
     priceAtomic: bigint
     timeoutMs: number | null
     batchSettlement?: boolean
+    pricing?: StoredPricing | null
   },
 ): Promise<EndpointRow> {
+  const pricing = e.pricing ? db.json(e.pricing as never) : null
   const [row] = await db<EndpointRow[]>`
     INSERT INTO endpoints (id, account_id, name, description, upstream_url, upstream_headers, price_atomic, timeout_ms,
-                           batch_settlement)
+                           batch_settlement, pricing)
     VALUES (${e.id}, ${e.accountId}, ${e.name}, ${e.description}, ${e.upstreamUrl},
-            ${db.json(e.upstreamHeaders)}, ${e.priceAtomic}, ${e.timeoutMs}, ${e.batchSettlement ?? false})
+            ${db.json(e.upstreamHeaders)}, ${e.priceAtomic}, ${e.timeoutMs}, ${e.batchSettlement ?? false},
+            ${pricing})
     RETURNING ${db.unsafe(COLUMNS)}`
   return row!
 }
@@ -70,7 +76,8 @@ export interface LiveEndpointRow extends EndpointRow {
 export async function findLiveEndpoint(db: Sql | Tx, id: string): Promise<LiveEndpointRow | null> {
   const [row] = await db<LiveEndpointRow[]>`
     SELECT e.id, e.account_id, e.name, e.description, e.upstream_url, e.upstream_headers, e.price_atomic,
-           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.batch_settlement, e.status, e.version, e.created_at,
+           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.batch_settlement, e.pricing, e.status,
+           e.version, e.created_at,
            e.updated_at, a.wallet_address AS owner_wallet
     FROM endpoints e JOIN accounts a ON a.id = e.account_id
     WHERE e.id = ${id} AND e.deleted_at IS NULL`
@@ -98,6 +105,8 @@ export interface EndpointChanges {
   status?: 'active' | 'disabled'
   timeoutMs?: number | null
   batchSettlement?: boolean
+  /** Replaces the pricing (null: one fixed price); the caller sets priceAtomic to its headline price. */
+  pricing?: StoredPricing | null
 }
 
 /**
@@ -118,6 +127,8 @@ export async function updateEndpoint(
   if (changes.status !== undefined) set.status = changes.status
   if (changes.timeoutMs !== undefined) set.timeout_ms = changes.timeoutMs
   if (changes.batchSettlement !== undefined) set.batch_settlement = changes.batchSettlement
+  if (changes.pricing !== undefined)
+    set.pricing = changes.pricing === null ? null : db.json(changes.pricing as never)
   if (changes.priceAtomic !== undefined && changes.priceAtomic !== current.price_atomic) {
     set.price_atomic = changes.priceAtomic
     const floorStillHolds =

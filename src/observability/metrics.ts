@@ -191,6 +191,12 @@ export const capturedAtomic = new client.Counter({
   registers: [registry],
 })
 
+export const usageCapped = new client.Counter({
+  name: 'tollgate_usage_capped_total',
+  help: 'Usage-priced calls whose measured charge was above the ceiling offered in the 402 (charged the ceiling).',
+  registers: [registry],
+})
+
 export const payoutBatches = new client.Counter({
   name: 'tollgate_payouts_batches_total',
   help: 'Payout batches run, by outcome.',

@@ -20,3 +20,130 @@ export interface UsageRecord {
   /** The measured charge was above the ceiling and was cut to it. */
   capped: boolean
 }
+
+/** What to charge when a token-priced answer carries no readable usage. */
+export type OnMissingUsage = 'max_price' | 'response_bytes' | 'nothing'
+
+export interface PriceRule {
+  /** Uppercase HTTP method, or null for any. */
+  method: string | null
+  /** Matches the request's sub-path (after /m/<id>) when it starts with this. */
+  pathPrefix: string
+  priceAtomic: bigint
+}
+
+export interface UsagePricing {
+  model: 'usage'
+  unit: UsageUnit
+  /** The ceiling offered in the 402: no call is charged more. */
+  maxAtomic: bigint
+  /** Per 1,000,000 response bytes delivered (response_bytes, and the bytes fallback of tokens). */
+  perMbAtomic: bigint | null
+  /** Per second of upstream time (duration_ms). */
+  perSecondAtomic: bigint | null
+  /** Per million tokens (tokens). Cached input defaults to the input price. */
+  inputPerMillionAtomic: bigint | null
+  outputPerMillionAtomic: bigint | null
+  cachedInputPerMillionAtomic: bigint | null
+  onMissingUsage: OnMissingUsage
+}
+
+export type Pricing =
+  | { model: 'fixed'; priceAtomic: bigint }
+  | { model: 'rules'; rules: PriceRule[]; defaultAtomic: bigint }
+  | UsagePricing
+
+/** The `pricing` column (JSON, base units as strings); null is one fixed price, the endpoint's price_atomic. */
+export type StoredPricing =
+  | {
+      model: 'rules'
+      rules: Array<{ method: string | null; path_prefix: string; price_atomic: string }>
+      default_atomic: string
+    }
+  | {
+      model: 'usage'
+      unit: UsageUnit
+      max_atomic: string
+      per_mb_atomic: string | null
+      per_second_atomic: string | null
+      input_per_million_atomic: string | null
+      output_per_million_atomic: string | null
+      cached_input_per_million_atomic: string | null
+      on_missing_usage: OnMissingUsage
+    }
+
+const big = (x: string | null): bigint | null => (x === null ? null : BigInt(x))
+const text = (x: bigint | null): string | null => (x === null ? null : x.toString())
+
+export function pricingFromStored(stored: StoredPricing | null, priceAtomic: bigint): Pricing {
+  if (stored === null) return { model: 'fixed', priceAtomic }
+  if (stored.model === 'rules') {
+    return {
+      model: 'rules',
+      rules: stored.rules.map((r) => ({
+        method: r.method,
+        pathPrefix: r.path_prefix,
+        priceAtomic: BigInt(r.price_atomic),
+      })),
+      defaultAtomic: BigInt(stored.default_atomic),
+    }
+  }
+  return {
+    model: 'usage',
+    unit: stored.unit,
+    maxAtomic: BigInt(stored.max_atomic),
+    perMbAtomic: big(stored.per_mb_atomic),
+    perSecondAtomic: big(stored.per_second_atomic),
+    inputPerMillionAtomic: big(stored.input_per_million_atomic),
+    outputPerMillionAtomic: big(stored.output_per_million_atomic),
+    cachedInputPerMillionAtomic: big(stored.cached_input_per_million_atomic),
+    onMissingUsage: stored.on_missing_usage,
+  }
+}
+
+export function pricingToStored(p: Pricing): StoredPricing | null {
+  if (p.model === 'fixed') return null
+  if (p.model === 'rules') {
+    return {
+      model: 'rules',
+      rules: p.rules.map((r) => ({
+        method: r.method,
+        path_prefix: r.pathPrefix,
+        price_atomic: r.priceAtomic.toString(),
+      })),
+      default_atomic: p.defaultAtomic.toString(),
+    }
+  }
+  return {
+    model: 'usage',
+    unit: p.unit,
+    max_atomic: p.maxAtomic.toString(),
+    per_mb_atomic: text(p.perMbAtomic),
+    per_second_atomic: text(p.perSecondAtomic),
+    input_per_million_atomic: text(p.inputPerMillionAtomic),
+    output_per_million_atomic: text(p.outputPerMillionAtomic),
+    cached_input_per_million_atomic: text(p.cachedInputPerMillionAtomic),
+    on_missing_usage: p.onMissingUsage,
+  }
+}
+
+/** The price the endpoint's price_atomic column holds: the fixed price, the rules' default, the ceiling. */
+export function headlinePrice(p: Pricing): bigint {
+  if (p.model === 'fixed') return p.priceAtomic
+  if (p.model === 'rules') return p.defaultAtomic
+  return p.maxAtomic
+}
+
+/** Which price a request pays under rules: the first rule whose method and path prefix match, else the default. */
+export function ruleIndex(rules: readonly PriceRule[], method: string, subPath: string): number {
+  for (let i = 0; i < rules.length; i++) {
+    const r = rules[i]!
+    if ((r.method === null || r.method === method) && subPath.startsWith(r.pathPrefix)) return i
+  }
+  return -1
+}
+
+/** The measured part of a usage record as stored on its call row (JSON; money stays in its own columns). */
+export function usageDocument(u: UsageRecord): object {
+  return { quantities: u.quantities, source: u.source, fallback: u.fallback, capped: u.capped }
+}

@@ -8,6 +8,7 @@ import type { Sql } from '../db/sql.ts'
 import { splitOwnerShare } from '../money.ts'
 import type { Logger } from '../observability/logger.ts'
 import { claimReleases } from '../observability/metrics.ts'
+import { usageDocument } from '../pricing/model.ts'
 import type { CallFacts, ClaimOutcome, Payment, ServedCall } from './scheme.ts'
 
 export interface ClaimedPaymentDeps {
@@ -86,6 +87,7 @@ export class ClaimedPayment implements Payment {
 
   capture(call: ServedCall): void {
     const split = splitOwnerShare(call.chargeAtomic, this.deps.ownerShareBps)
+    const usage = call.usage
     this.deps.books.capture({
       callId: call.callId,
       proofKey: this.proofKey,
@@ -98,6 +100,16 @@ export class ClaimedPayment implements Payment {
       feeAtomic: split.fee,
       upstreamStatus: call.status,
       method: call.method,
+      pricing: {
+        model: call.pricingModel,
+        unit: usage?.unit ?? null,
+        usage: usage === null ? null : usageDocument(usage),
+        ceilingAtomic: usage?.ceilingAtomic ?? null,
+        // A usage-priced call paid for more than its charge (a prepaid ceiling): the rest goes back.
+        refundAtomic: usage === null ? 0n : this.coversAtomic - call.chargeAtomic,
+      },
+      scheme: this.scheme,
+      receiptId: call.receiptId,
     })
     this.deps.usedProofs.set(this.proofKey, true)
   }

@@ -115,6 +115,8 @@ export interface ServedCall extends CallFacts {
   status: number
   /** What the call costs: the price, or the measured usage charge (never above what the payment covers). */
   chargeAtomic: bigint
+  /** How the endpoint priced it. */
+  pricingModel: 'fixed' | 'rules' | 'usage'
   /** The measured usage, for usage-priced endpoints; null for fixed prices. */
   usage: UsageRecord | null
   /** The receipt id the answer carried. */

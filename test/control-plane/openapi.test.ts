@@ -246,12 +246,17 @@ describe('real answers of every operation validate against it', () => {
     expect((await call(m, `/m/${ids.ep}`)).status).toBe(402)
     expect((await call(m, '/m/ep_missing', { method: 'POST' })).status).toBe(404)
     const tx1 = await pay(50_000n)
-    expect((await call(m, `/m/${ids.ep}`, { headers: { 'x-payment': tx1 } })).status).toBe(200)
+    const served = await call(m, `/m/${ids.ep}`, { headers: { 'x-payment': tx1 } })
+    expect(served.status).toBe(200)
     const tx2 = await pay(50_000n)
     expect(
       (await call(m, `/m/${ids.ep}`, { method: 'POST', headers: { 'x-payment': tx2 }, body: {} })).status,
     ).toBe(200)
     await svc.flushCaptures()
+    const receipt = '/receipts/{receipt_id}'
+    const receiptId = served.headers.get('x-receipt-id')
+    expect((await call(receipt, `/receipts/${receiptId}`)).status).toBe(200)
+    expect((await call(receipt, '/receipts/rcpt_unknown')).status).toBe(404)
     const calls = await call('/api/v1/calls', `/api/v1/calls?endpoint_id=${ids.ep}`, { key })
     expect(calls.body.data).toHaveLength(2)
     await call('/api/v1/calls', '/api/v1/calls?endpoint_id=nope', { key })

@@ -22,6 +22,8 @@ export interface ClaimsCheck {
   upto_charged_above_signed: number
   /** An upto claim settled for another amount than its call was booked for (settled ≠ booked). */
   upto_settled_not_booked: number
+  /** A call whose prepaid ceiling's unused part (refund_atomic) is not exactly what its refund entries owe. */
+  unused_refund_mismatch: number
   differences: string[]
 }
 
@@ -48,7 +50,10 @@ export async function checkClaims(sql: Sql, range: { from: Date; to: Date }): Pr
                WHERE e.source_type = 'call' AND e.source_id = k.id AND e.kind IN ('owner_share', 'fee'))::bigint
                AS revenue,
              EXISTS (SELECT 1 FROM ledger_entries e
-               WHERE e.kind = 'refund' AND e.source_type = 'claim' AND e.source_id = c.proof_key) AS refunded
+               WHERE e.kind = 'refund' AND e.source_type = 'claim' AND e.source_id = c.proof_key) AS refunded,
+             k.refund_atomic AS call_refund,
+             (SELECT coalesce(sum(e.amount_atomic), 0) FROM ledger_entries e
+               WHERE e.source_type = 'call' AND e.source_id = k.id AND e.kind = 'refund')::bigint AS refund_booked
       FROM claims c LEFT JOIN calls k ON k.proof_key = c.proof_key
       WHERE c.claimed_at >= ${range.from} AND c.claimed_at < ${range.to}
     ),
@@ -78,6 +83,9 @@ export async function checkClaims(sql: Sql, range: { from: Date; to: Date }): Pr
              coalesce(settled_atomic::text, 'nothing') || ' settled of ' || call_amount || ' booked' FROM c
         WHERE kind = 'upto' AND call_id IS NOT NULL AND settled_at IS NOT NULL
           AND settled_atomic IS DISTINCT FROM call_amount
+      UNION ALL
+      SELECT 'unused_refund_mismatch', proof_key, refund_booked || ' booked of ' || call_refund FROM c
+        WHERE call_id IS NOT NULL AND call_refund <> refund_booked
     )
     SELECT rule, count(*)::int AS n,
            (array_agg(proof_key ORDER BY proof_key))[1:${NAMED}] AS named,
@@ -95,6 +103,7 @@ export async function checkClaims(sql: Sql, range: { from: Date; to: Date }): Pr
     revenue_before_settlement: 0,
     upto_charged_above_signed: 0,
     upto_settled_not_booked: 0,
+    unused_refund_mismatch: 0,
     differences: [],
   }
   for (const r of rows) {
@@ -122,4 +131,6 @@ const MESSAGES: Record<Exclude<keyof ClaimsCheck, 'claims' | 'differences'>, str
     'x402 call booked as revenue before its settlement (or its voucher claim) was confirmed',
   upto_charged_above_signed: 'upto call charged more than its payer signed',
   upto_settled_not_booked: 'upto permit settled on chain for another amount than its call was booked for',
+  unused_refund_mismatch:
+    'the unused part of its prepaid ceiling is not what its refund entries owe the payer',
 }

@@ -11,6 +11,14 @@ import {
 } from '../../db/endpoints.ts'
 import { newId } from '../../ids.ts'
 import { configDollars, parseDollars, toDollars } from '../../money.ts'
+import {
+  PricingError,
+  PricingInput,
+  PricingObject,
+  presentPricing,
+  readPricing,
+} from '../../pricing/input.ts'
+import { headlinePrice, type Pricing, pricingFromStored, pricingToStored } from '../../pricing/model.ts'
 import { checkTargetUrl } from '../../ssrf.ts'
 import { ApiError } from '../api-error.ts'
 import { Atomic, DeletedObject, Dollars, listOf, Network, Timestamp } from '../api-schemas.ts'
@@ -59,7 +67,9 @@ const OptionalText = (max: number) =>
 
 const CreateBody = v.strictObject({
   upstream_url: v.pipe(v.string('must be a string'), v.maxLength(2048)),
-  price: Price,
+  /** One fixed price per call; the same as pricing {"model":"fixed"}. One of price and pricing is required. */
+  price: v.optional(Price),
+  pricing: v.optional(PricingInput),
   name: OptionalText(200),
   description: OptionalText(2000),
   upstream_headers: v.optional(UpstreamHeaders),
@@ -70,7 +80,9 @@ const CreateBody = v.strictObject({
 
 const UpdateBody = v.strictObject({
   upstream_url: v.optional(v.pipe(v.string('must be a string'), v.maxLength(2048))),
+  /** A fixed price alone turns the pricing back to fixed. */
   price: v.optional(Price),
+  pricing: v.optional(PricingInput),
   name: OptionalText(200),
   description: OptionalText(2000),
   upstream_headers: v.optional(UpstreamHeaders),
@@ -88,6 +100,30 @@ function readPrice(raw: unknown, deps: ControlPlaneDeps): bigint {
     throw new ApiError('invalid_parameter', `price must be at most ${deps.config.proxy.max_price}`, 'price')
   }
   return parsed.atomic
+}
+
+/** `pricing`, or `price` alone (= fixed); undefined when neither is given. */
+function readPricingInput(
+  input: { price?: unknown; pricing?: PricingInput },
+  deps: ControlPlaneDeps,
+): Pricing | undefined {
+  if (input.pricing === undefined) {
+    return input.price === undefined
+      ? undefined
+      : { model: 'fixed', priceAtomic: readPrice(input.price, deps) }
+  }
+  if (input.price !== undefined && input.pricing.model !== 'fixed')
+    throw new ApiError(
+      'invalid_parameter',
+      'price goes with pricing.model fixed only; set the prices inside pricing',
+      'price',
+    )
+  try {
+    return readPricing(input.pricing, input.price, configDollars(deps.config.proxy.max_price))
+  } catch (err) {
+    if (err instanceof PricingError) throw new ApiError('invalid_parameter', err.message, err.param)
+    throw err
+  }
 }
 
 async function readUpstreamUrl(raw: string, deps: ControlPlaneDeps): Promise<string> {
@@ -116,8 +152,9 @@ export const EndpointObject = v.strictObject({
     v.record(v.string(), v.string()),
     v.description('values masked: only the last 4 characters are shown'),
   ),
-  price: Dollars,
+  price: v.pipe(Dollars, v.description('the fixed price, the rules’ default, or the usage ceiling')),
   price_atomic: Atomic,
+  pricing: PricingObject,
   currency: v.literal('USDC'),
   network: Network,
   status: v.picklist(['active', 'disabled']),
@@ -142,6 +179,7 @@ export function presentEndpoint(
     upstream_headers: maskHeaders(e.upstream_headers),
     price: toDollars(e.price_atomic),
     price_atomic: e.price_atomic.toString(),
+    pricing: presentPricing(pricingFromStored(e.pricing, e.price_atomic)),
     currency: 'USDC',
     network: deps.chain.network,
     status: e.status,
@@ -177,7 +215,9 @@ export const endpointRoutes: Route[] = [
     },
     async handler({ body, account, db, deps }) {
       const input = parseBody(CreateBody, body)
-      const priceAtomic = readPrice(input.price, deps)
+      const pricing = readPricingInput(input, deps)
+      if (pricing === undefined)
+        throw new ApiError('invalid_parameter', 'missing field price (or pricing)', 'price')
       const upstreamUrl = await readUpstreamUrl(input.upstream_url, deps)
       const row = await insertEndpoint(db, {
         id: newId('ep'),
@@ -186,7 +226,8 @@ export const endpointRoutes: Route[] = [
         description: input.description ?? null,
         upstreamUrl,
         upstreamHeaders: input.upstream_headers ?? {},
-        priceAtomic,
+        priceAtomic: headlinePrice(pricing),
+        pricing: pricingToStored(pricing),
         timeoutMs: input.timeout_ms ?? null,
         batchSettlement: input.batch_settlement ?? false,
       })
@@ -234,7 +275,11 @@ export const endpointRoutes: Route[] = [
       const { deps } = ctx
       const input = parseBody(UpdateBody, ctx.body)
       const changes: EndpointChanges = {}
-      if (input.price !== undefined) changes.priceAtomic = readPrice(input.price, deps)
+      const pricing = readPricingInput(input, deps)
+      if (pricing !== undefined) {
+        changes.priceAtomic = headlinePrice(pricing)
+        changes.pricing = pricingToStored(pricing)
+      }
       if (input.upstream_url !== undefined)
         changes.upstreamUrl = await readUpstreamUrl(input.upstream_url, deps)
       if (input.name !== undefined) changes.name = input.name

@@ -15,6 +15,7 @@ import { voucherCallsLost, voucherWrites } from '../../observability/metrics.ts'
 import type {
   CallFacts,
   ClaimOutcome,
+  NotOffered,
   Offer,
   OfferQuery,
   Payment,
@@ -82,8 +83,10 @@ class BatchSettlementScheme implements Scheme {
     private readonly batch: BatchDeps,
   ) {}
 
-  offer(q: OfferQuery): Offer | null {
+  offer(q: OfferQuery): Offer | NotOffered | null {
     if (!q.enabled.has(BATCH_SCHEME)) return null
+    // A channel's lease accepts increments of exactly the price; a measured charge is not one yet.
+    if (q.varies) return { notOffered: 'amount_varies' }
     const c = this.deps.chainInfo
     return {
       // tollgate's treasury is both the receiver and the receiver's authorizer.
@@ -230,6 +233,7 @@ class VoucherPayment implements Payment {
               feeAtomic: split.fee,
               upstreamStatus: served.status,
               method: facts.method,
+              receiptId: served.receiptId,
             },
     }
   }
