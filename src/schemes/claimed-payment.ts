@@ -105,8 +105,9 @@ export class ClaimedPayment implements Payment {
         unit: usage?.unit ?? null,
         usage: usage === null ? null : usageDocument(usage),
         ceilingAtomic: usage?.ceilingAtomic ?? null,
-        // A usage-priced call paid for more than its charge (a prepaid ceiling): the rest goes back.
-        refundAtomic: usage === null ? 0n : this.coversAtomic - call.chargeAtomic,
+        // A usage-priced call paid for more than its charge (a prepaid ceiling): the rest goes back. Only a
+        // transaction hash prepaid; an upto permit is settled for the charge, the rest is never taken.
+        refundAtomic: usage === null || this.init.kind !== 'tx' ? 0n : this.coversAtomic - call.chargeAtomic,
       },
       scheme: this.scheme,
       receiptId: call.receiptId,

@@ -22,9 +22,16 @@ const INPUT_PER_MILLION = 3
 const OUTPUT_PER_MILLION = 15
 const MAX_PRICE_ATOMIC = 500_000n
 
-/** An OpenAI-compatible upstream streaming `events` chunks, then the usage chunk it was asked for. */
-function startLlmUpstream(usage: { prompt_tokens: number; completion_tokens: number }) {
+/**
+ * An OpenAI-compatible upstream streaming 50 chunks, then the usage chunk it was asked for: `usage`, or
+ * `overUsage` on paths under /over (an answer whose tokens cost more than the ceiling).
+ */
+function startLlmUpstream(
+  usage: { prompt_tokens: number; completion_tokens: number },
+  overUsage: { prompt_tokens: number; completion_tokens: number },
+) {
   const server: Server = createServer((req, res) => {
+    const u = req.url?.includes('/over') ? overUsage : usage
     req.resume()
     req.on('end', () => {
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
@@ -36,9 +43,9 @@ function startLlmUpstream(usage: { prompt_tokens: number; completion_tokens: num
         }
         res.write(`data: ${JSON.stringify(chunk)}\n\n`)
       }
-      const total = usage.prompt_tokens + usage.completion_tokens
+      const total = u.prompt_tokens + u.completion_tokens
       res.write(
-        `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [], usage: { ...usage, total_tokens: total } })}\n\n`,
+        `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [], usage: { ...u, total_tokens: total } })}\n\n`,
       )
       res.end('data: [DONE]\n\n')
     })
@@ -54,6 +61,7 @@ function startLlmUpstream(usage: { prompt_tokens: number; completion_tokens: num
 let svc: TestService
 let upstream: Awaited<ReturnType<typeof startLlmUpstream>>
 let meteredUrl: string
+let overUrl: string
 let payer: Funded
 const USAGE = { prompt_tokens: 1_234, completion_tokens: 5_678 }
 const CHARGE = BigInt(USAGE.prompt_tokens * 3 + USAGE.completion_tokens * 15) // 88,872 base units
@@ -70,12 +78,13 @@ beforeAll(async () => {
       payouts: { interval_ms: 3_600_000 },
     },
   })
-  upstream = await startLlmUpstream(USAGE)
+  // 10,000 in + 100,000 out = 1,530,000 base units, three times the ceiling.
+  upstream = await startLlmUpstream(USAGE, { prompt_tokens: 10_000, completion_tokens: 100_000 })
   const merchant = await registerMerchant(svc)
   const ep = await svc.api('/api/v1/endpoints', {
     key: merchant.key,
     body: {
-      upstream_url: `${upstream.url}/v1/chat/completions`,
+      upstream_url: `${upstream.url}/v1`,
       pricing: {
         model: 'usage',
         unit: 'tokens',
@@ -86,7 +95,8 @@ beforeAll(async () => {
     },
   })
   expect(ep.status, ep.text).toBe(201)
-  meteredUrl = ep.body.metered_url
+  meteredUrl = `${ep.body.metered_url}/chat/completions`
+  overUrl = `${ep.body.metered_url}/over`
   payer = await approvedPayer()
 })
 afterAll(async () => {
@@ -94,9 +104,17 @@ afterAll(async () => {
   await upstream?.close()
 })
 
-function uptoFetch(p: Funded) {
-  const client = new x402Client().register('eip155:*', new UptoEvmScheme(p.account))
-  return wrapFetchWithPayment(fetch, client)
+/** The published client as a payer configures it: the test USDC is not a default asset, so it is allowed. */
+function uptoClient(p: Funded): x402Client {
+  const network = `eip155:${svc.chain.chainId}` as const
+  return x402Client.fromConfig({
+    schemes: [{ network, client: new UptoEvmScheme(p.account) }],
+    spendControls: { allowedAssets: [{ network, asset: svc.chain.usdc.address }] },
+  })
+}
+
+function uptoFetch(p: Funded, f: typeof fetch = fetch) {
+  return wrapFetchWithPayment(f, uptoClient(p))
 }
 
 const REQUEST = {
@@ -144,6 +162,24 @@ describe('x402 upto with the published client', () => {
     expect(report.differences).toEqual([])
   })
 
+  it('charges an answer whose tokens cost more than the ceiling exactly the signed maximum, never more', async () => {
+    const over = await approvedPayer()
+    const before = await usdcBalance(over.address)
+    const r = await uptoFetch(over)(overUrl, REQUEST)
+    expect(r.status).toBe(200)
+    await r.text()
+    await svc.flushCaptures()
+    const [call] = await svc.sql<{ amount_atomic: bigint; usage: { capped?: boolean } | null }[]>`
+      SELECT c.amount_atomic, c.usage FROM calls c JOIN claims k ON k.proof_key = c.proof_key
+      WHERE k.kind = 'upto' AND k.payer = ${over.address}`
+    expect(call!.amount_atomic).toBe(MAX_PRICE_ATOMIC)
+    expect(call!.usage).toMatchObject({ capped: true, source: 'measured' })
+    await svc.jobs.runNow(UPTO_SETTLEMENT_JOB)
+    expect(before - (await usdcBalance(over.address))).toBe(MAX_PRICE_ATOMIC)
+    const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
+    expect(report.differences).toEqual([])
+  })
+
   it('refuses the same upto payment again', async () => {
     // Capture the header the published client sends, then send it a second time by hand.
     let header: string | null = null
@@ -152,8 +188,7 @@ describe('x402 upto with the published client', () => {
       header ??= req.headers.get('payment-signature')
       return fetch(req)
     }
-    const client = new x402Client().register('eip155:*', new UptoEvmScheme(payer.account))
-    const first = await wrapFetchWithPayment(spy, client)(meteredUrl, REQUEST)
+    const first = await uptoFetch(payer, spy)(meteredUrl, REQUEST)
     expect(first.status).toBe(200)
     await first.text()
     expect(header).not.toBeNull()
