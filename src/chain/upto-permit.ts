@@ -14,6 +14,7 @@ import {
 import { readContract } from 'viem/actions'
 import { keccakBytes as keccak } from './keccak.ts'
 import { recoverSigner, writeHex, writeUint256 } from './recover-authorization.ts'
+import type { TokenReads } from './token-reads.ts'
 import { sameAddress } from './transfer.ts'
 
 /** Uniswap's Permit2, at the same address on every chain (CREATE2). */
@@ -272,6 +273,12 @@ export type UptoChainChecker = (
   permit: Pick<UptoPermit, 'from' | 'nonce' | 'amount'>,
 ) => Promise<UptoChainCheck>
 
+/**
+ * The reads a check needs: the token's balance and allowance (to Permit2), Permit2's nonce word. The hot
+ * path passes the chain's TokenReads (hand-encoded eth_calls, batched per event-loop turn, one HTTP request).
+ */
+export type UptoReads = Pick<TokenReads, 'balanceOf' | 'allowance' | 'nonceBitmap'>
+
 /** One payer's balance and Permit2 allowance read in flight, and what the checks that joined it accepted. */
 interface SharedFunds {
   funds: Promise<{ balance: bigint; allowance: bigint }>
@@ -286,22 +293,16 @@ interface SharedFunds {
  * same read, every one would pass, and the settlements past the balance would fail unpaid). A failed read
  * is `rpc_unavailable`.
  */
-export function createUptoChainChecker(client: Client, q: { usdc: Address }): UptoChainChecker {
+export function createUptoChainChecker(reads: UptoReads): UptoChainChecker {
   const shared = new Map<string, SharedFunds>()
   const join = (from: Address): SharedFunds => {
     const key = from.toLowerCase()
     const joined = shared.get(key)
     if (joined) return joined
     const read: SharedFunds = {
-      funds: Promise.all([
-        readContract(client, { address: q.usdc, abi: erc20Abi, functionName: 'balanceOf', args: [from] }),
-        readContract(client, {
-          address: q.usdc,
-          abi: erc20Abi,
-          functionName: 'allowance',
-          args: [from, PERMIT2_ADDRESS],
-        }),
-      ]).then(([balance, allowance]) => ({ balance, allowance })),
+      funds: Promise.all([reads.balanceOf(from), reads.allowance(from, PERMIT2_ADDRESS)]).then(
+        ([balance, allowance]) => ({ balance, allowance }),
+      ),
       accepted: 0n,
     }
     shared.set(key, read)
@@ -316,7 +317,9 @@ export function createUptoChainChecker(client: Client, q: { usdc: Address }): Up
     const read = join(permit.from)
     try {
       const [used, funds] = await Promise.all([
-        isPermit2NonceUsed(client, { owner: permit.from, nonce: permit.nonce }),
+        reads
+          .nonceBitmap(PERMIT2_ADDRESS, permit.from, permit.nonce >> 8n)
+          .then((word) => ((word >> (permit.nonce & 0xffn)) & 1n) === 1n),
         read.funds,
       ])
       if (used) return { ok: false, reason: 'proof_already_used' }
@@ -332,10 +335,27 @@ export function createUptoChainChecker(client: Client, q: { usdc: Address }): Up
   }
 }
 
-/** One check on its own (tests, tools): the chain's half of an upto permit. */
+/** One check on its own through viem (tests, tools): the chain's half of an upto permit. */
 export function checkUptoOnChain(
   client: Client,
   q: { usdc: Address; permit: Pick<UptoPermit, 'from' | 'nonce' | 'amount'> },
 ): Promise<UptoChainCheck> {
-  return createUptoChainChecker(client, { usdc: q.usdc })(q.permit)
+  return createUptoChainChecker({
+    balanceOf: (owner) =>
+      readContract(client, { address: q.usdc, abi: erc20Abi, functionName: 'balanceOf', args: [owner] }),
+    allowance: (owner, spender) =>
+      readContract(client, {
+        address: q.usdc,
+        abi: erc20Abi,
+        functionName: 'allowance',
+        args: [owner, spender],
+      }),
+    nonceBitmap: (permit2, owner, wordPos) =>
+      readContract(client, {
+        address: permit2,
+        abi: permit2Abi,
+        functionName: 'nonceBitmap',
+        args: [owner, wordPos],
+      }),
+  })(q.permit)
 }

@@ -22,6 +22,7 @@ import {
   x402UptoPermit2ProxyArtifact,
 } from '../../src/chain/contracts/artifacts.ts'
 import { quoteFees } from '../../src/chain/payouts.ts'
+import { createTokenReads } from '../../src/chain/token-reads.ts'
 import {
   checkUptoOnChain,
   createUptoChainChecker,
@@ -131,6 +132,13 @@ describe('x402 upto contracts on the dev chain', () => {
       ok: false,
       reason: 'proof_already_used',
     })
+    // The hot path's reads (hand-encoded eth_calls to the token and to Permit2) say the same.
+    const reads = createTokenReads({ rpcUrl, token: usdc, timeoutMs: 10_000 })
+    expect(await createUptoChainChecker(reads)(uptoPermitFromStored(stored))).toEqual({
+      ok: false,
+      reason: 'proof_already_used',
+    })
+    await reads.close()
     expect(await settle([{ permit: stored, amount: 1n }])).toEqual([{ status: 'failed' }])
     expect(await usdcBalance(payer.address)).toBe(before[0]! - 123_457n)
   })
@@ -256,7 +264,8 @@ describe('x402 upto contracts on the dev chain', () => {
 
   it('checks concurrent permits of one payer against what the wallet holds together', async () => {
     const payer = await approvedPayer(MAX * 2n)
-    const check = createUptoChainChecker(publicClient, { usdc })
+    const reads = createTokenReads({ rpcUrl, token: usdc, timeoutMs: 10_000 })
+    const check = createUptoChainChecker(reads)
     const results = await Promise.all(
       [1n, 2n, 3n].map((nonce) => check({ from: payer.address, nonce, amount: MAX })),
     )
@@ -264,6 +273,7 @@ describe('x402 upto contracts on the dev chain', () => {
     expect(results.filter((r) => !r.ok)).toEqual([{ ok: false, reason: 'insufficient_funds' }])
     // A check after those reads sees the chain afresh (nothing settled: all three fit one at a time).
     expect(await check({ from: payer.address, nonce: 4n, amount: MAX })).toEqual({ ok: true })
+    await reads.close()
   })
 
   it("the published facilitator verifies and settles the published client's permit on these contracts", async () => {

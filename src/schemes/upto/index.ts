@@ -90,7 +90,7 @@ class UptoScheme implements Scheme {
       retryWindowMs: deps.config.proxy.retry_window_ms,
       pendingReleases: new Map(),
     }
-    this.onChain = createUptoChainChecker(deps.chain.publicClient, { usdc: deps.chainInfo.usdcAddress })
+    this.onChain = createUptoChainChecker(deps.chain.tokenReads)
   }
 
   offer(q: OfferQuery): Offer | null {
