@@ -30,7 +30,8 @@ export const PaymentRequired = v.pipe(
         'why payment is (still) required: payment_required, invalid_proof, payment_pending, transaction_failed, ' +
           'no_transfer, wrong_asset, wrong_recipient, underpaid, proof_too_old, proof_already_used, wrong_network, ' +
           'invalid_signature, authorization_not_yet_valid, authorization_expired, insufficient_funds, unsupported_proof, ' +
-          'wrong_amount, requirements_mismatch, smart_wallet_not_deployed, simulation_failed, scheme_not_offered',
+          'wrong_amount, requirements_mismatch, smart_wallet_not_deployed, simulation_failed, scheme_not_offered, ' +
+          'permit2_allowance_required (x402 upto: the payer has not approved Permit2 for the maximum)',
       ),
     ),
     request_id: v.optional(v.pipe(v.string(), v.description('the x-request-id of this answer'))),
