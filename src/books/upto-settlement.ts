@@ -119,13 +119,22 @@ export async function failUptoSettlement(
   return rows.length === 1
 }
 
-/** The upto backlog the readiness check looks at: unsettled captured permits and the soonest deadline. */
+/**
+ * The upto backlog the readiness check and the intake throttle look at: unsettled captured permits, the
+ * oldest capture's age and the soonest deadline.
+ */
 export async function readUptoSettlementBacklog(
   db: Db,
-): Promise<{ count: number; soonestDeadlineS: number | null }> {
-  const [row] = await db<{ n: number; soonest: string | null }[]>`
-    SELECT count(*)::int AS n, min((authorization_payload->>'deadline')::numeric)::text AS soonest
+): Promise<{ count: number; oldestAgeS: number; soonestDeadlineS: number | null }> {
+  const [row] = await db<{ n: number; oldest_s: number; soonest: string | null }[]>`
+    SELECT count(*)::int AS n,
+           coalesce(extract(epoch FROM now() - min(captured_at)), 0)::float8 AS oldest_s,
+           min((authorization_payload->>'deadline')::numeric)::text AS soonest
     FROM claims
     WHERE kind = 'upto' AND status = 'captured' AND settled_at IS NULL AND settlement_error IS NULL`
-  return { count: row?.n ?? 0, soonestDeadlineS: row?.soonest ? Number(row.soonest) : null }
+  return {
+    count: row?.n ?? 0,
+    oldestAgeS: row?.oldest_s ?? 0,
+    soonestDeadlineS: row?.soonest ? Number(row.soonest) : null,
+  }
 }

@@ -74,7 +74,8 @@ beforeAll(async () => {
     treasury,
     overrides: {
       proxy: { allow_private_upstreams: true },
-      settlement: { interval_ms: 3_600_000 },
+      // Two unsettled permits engage the intake throttle (the last test); the jobs run by hand.
+      settlement: { interval_ms: 3_600_000, throttle_backlog_count: 2 },
       payouts: { interval_ms: 3_600_000 },
     },
   })
@@ -198,5 +199,27 @@ describe('x402 upto with the published client', () => {
     })
     expect(again.status).toBe(402)
     expect((await again.json()).error).toBe('proof_already_used')
+  })
+
+  it('answers 503 settlement_backlog to a new permit while the settlement backlog is past its limit', async () => {
+    // The replay test left one permit unsettled; a second engages the throttle (limit 2).
+    const paid = await uptoFetch(payer)(meteredUrl, REQUEST)
+    expect(paid.status).toBe(200)
+    await paid.text()
+    await svc.flushCaptures()
+    await svc.refreshSettlementThrottle()
+    const [before] = await svc.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM claims`
+    const refused = await uptoFetch(payer)(meteredUrl, REQUEST)
+    expect(refused.status).toBe(503)
+    expect(refused.headers.get('retry-after')).not.toBeNull()
+    expect((await refused.json()).error.code).toBe('settlement_backlog')
+    const [after] = await svc.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM claims`
+    expect(after!.n).toBe(before!.n)
+    // Settled, the backlog is gone and permits are taken again.
+    await svc.jobs.runNow(UPTO_SETTLEMENT_JOB)
+    await svc.refreshSettlementThrottle()
+    const again = await uptoFetch(payer)(meteredUrl, REQUEST)
+    expect(again.status).toBe(200)
+    await again.text()
   })
 })

@@ -15,6 +15,7 @@ import {
   verifyUptoPermit,
 } from '../../chain/upto-permit.ts'
 import { checkUptoContracts, hasUptoBatcher, uptoBatcherAddress } from '../../chain/upto-settle.ts'
+import { CORS_HEADERS } from '../../data-plane/cors.ts'
 import type { Proof } from '../../data-plane/proof.ts'
 import { exactAmountAccepted } from '../amounts.ts'
 import { ClaimedPayment, type ClaimedPaymentDeps } from '../claimed-payment.ts'
@@ -122,6 +123,15 @@ class UptoScheme implements Scheme {
 
   verify(proof: Proof, q: PayQuery): Verdict | Promise<Verdict> {
     if (proof.kind !== 'x402' || proof.version !== 2) return { ok: false, reason: 'invalid_proof' }
+    // The settlement backlog would outrun new permits' deadlines: refused before any work, as exact is.
+    const throttle = this.deps.settlementThrottle
+    if (throttle?.engaged) {
+      return {
+        ok: 'error',
+        code: 'settlement_backlog',
+        headers: ['retry-after', String(throttle.retryAfterS), ...CORS_HEADERS],
+      }
+    }
     const advertised = q.quote.challenge.accepts.find((a) => a.scheme === UPTO)
     if (advertised === undefined) return { ok: false, reason: 'scheme_not_offered' }
     const maxAtomic = this.acceptedMax(advertised, q.quote, proof.payload, q.nowMs)
