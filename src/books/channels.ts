@@ -1,4 +1,4 @@
-// x402 batch-settlement channels (issue 12): every statement that changes a channel's money state, a
+// x402 batch-settlement channels: every statement that changes a channel's money state, a
 // channel operation (deposit, refund) or the claims and revenue of the calls a voucher paid. Each
 // statement's WHERE states its precondition; a refused transition changes nothing.
 //
@@ -9,6 +9,7 @@
 // is booked when the leader's claim transaction moved the vouchers' USDC to the treasury (recordChannelClaims),
 // exactly as x402 'exact' calls are booked at settlement.
 import type { Sql, Tx } from '../db/sql.ts'
+import type { CapturePricing } from './claims.ts'
 import { bookCallRevenue } from './ledger.ts'
 
 type Db = Sql | Tx
@@ -223,7 +224,7 @@ export async function recordChannelClaims(
   })
 }
 
-// ---- Leases (issue 12, part 4): vouchers accepted in memory by one instance at a time ----------------
+// ---- Leases: vouchers accepted in memory by one instance at a time ----------------
 //
 // An instance takes a short lease on a channel (takeChannelLease: one conditional UPDATE), accepts its
 // vouchers in memory strictly increasing up to the lease's ceiling, and persists the highest accepted voucher
@@ -307,6 +308,8 @@ export interface VoucherCall {
     method: string
     /** The receipt id its answer carried. */
     receiptId?: string | null
+    /** How it was priced and what was measured (usage pricing). */
+    pricing?: CapturePricing
   } | null
 }
 
@@ -375,9 +378,13 @@ export async function writeChannelVouchers(
                            ${big(c.map((x) => x.call?.feeAtomic ?? 0n))}::bigint[],
                            ${c.map((x) => x.call?.upstreamStatus ?? 0)}::int[],
                            ${c.map((x) => x.call?.method ?? null)}::text[],
-                           ${c.map((x) => x.call?.receiptId ?? null)}::text[])
+                           ${c.map((x) => x.call?.receiptId ?? null)}::text[],
+                           ${c.map((x) => x.call?.pricing?.model ?? 'fixed')}::text[],
+                           ${c.map((x) => x.call?.pricing?.unit ?? null)}::text[],
+                           ${c.map((x) => (x.call?.pricing?.usage ? JSON.stringify(x.call.pricing.usage) : null))}::text[],
+                           ${c.map((x) => x.call?.pricing?.ceilingAtomic?.toString() ?? null)}::bigint[])
         AS t(channel_id, cum, endpoint_id, account_id, payer, amount, call_id, owner_wallet, owner_share, fee,
-             status, method, receipt_id)
+             status, method, receipt_id, pricing_model, usage_unit, usage, ceiling)
     ),
     ok AS (
       SELECT i.*, 'batch:' || i.channel_id || ':' || i.cum AS proof_key
@@ -397,9 +404,11 @@ export async function writeChannelVouchers(
     ),
     new_calls AS (
       INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
-                         fee_atomic, upstream_status, method, scheme, receipt_id)
+                         fee_atomic, upstream_status, method, scheme, receipt_id, pricing_model, usage_unit, usage,
+                         ceiling_atomic)
       SELECT ok.call_id, ok.proof_key, ok.endpoint_id, ok.account_id, ok.payer, ok.amount, ok.owner_share,
-             ok.fee, ok.status, ok.method, 'batch-settlement', ok.receipt_id
+             ok.fee, ok.status, ok.method, 'batch-settlement', ok.receipt_id, ok.pricing_model, ok.usage_unit,
+             ok.usage::jsonb, ok.ceiling
       FROM ok JOIN claimed USING (proof_key) WHERE ok.call_id IS NOT NULL
       ON CONFLICT (proof_key) DO NOTHING
       RETURNING 1

@@ -1,5 +1,5 @@
 // A payer using the published @x402/evm batch-settlement client with @x402/fetch, unpatched: it opens a
-// channel with one deposit and pays each call with a cumulative voucher (issue 12 tests).
+// channel with one deposit and pays each call with a cumulative voucher.
 import { x402Client } from '@x402/core/client'
 import { BatchSettlementEvmScheme } from '@x402/evm/batch-settlement/client'
 import { wrapFetchWithPayment } from '@x402/fetch'

@@ -12,6 +12,7 @@ import { v2Header } from '../../data-plane/challenge.ts'
 import type { Proof } from '../../data-plane/proof.ts'
 import { configDollars, splitOwnerShare } from '../../money.ts'
 import { voucherCallsLost, voucherWrites } from '../../observability/metrics.ts'
+import { usageDocument } from '../../pricing/model.ts'
 import type {
   CallFacts,
   ClaimOutcome,
@@ -250,6 +251,14 @@ class VoucherPayment implements Payment {
               upstreamStatus: served.status,
               method: facts.method,
               receiptId: served.receiptId,
+              pricing: {
+                model: served.pricingModel,
+                unit: served.usage?.unit ?? null,
+                usage: served.usage === null ? null : usageDocument(served.usage),
+                ceilingAtomic: served.usage?.ceilingAtomic ?? null,
+                // A channel is charged what was measured: nothing to refund.
+                refundAtomic: 0n,
+              },
             },
     }
   }
