@@ -38,7 +38,7 @@ export interface Funded {
 
 /** A new key with 10 ETH for gas and `usdcAtomic` of test USDC. */
 export async function fundedAccount(usdcAtomic = 1_000_000_000n): Promise<Funded> {
-  const { rpcUrl, publicClient, usdc } = chainClients()
+  const { publicClient, usdc } = chainClients()
   const privateKey = generatePrivateKey()
   const account = privateKeyToAccount(privateKey)
   await publicClient.request({
@@ -46,18 +46,33 @@ export async function fundedAccount(usdcAtomic = 1_000_000_000n): Promise<Funded
     params: [account.address, '0x8ac7230489e80000'] as never,
   })
   if (usdcAtomic > 0n) {
-    // eth_sendTransaction from the unlocked deployer with no nonce: the node assigns it, so concurrent mints
-    // (in one file or several) never collide. viem's writeContract would fill in a nonce it read itself.
-    const hash = (await publicClient.request({
-      method: 'eth_sendTransaction' as never,
-      params: [
-        {
-          from: DEPLOYER,
-          to: usdc,
-          data: encodeFunctionData({ abi: erc20, functionName: 'mint', args: [account.address, usdcAtomic] }),
-        },
-      ] as never,
-    })) as Hex
+    // eth_sendTransaction from the unlocked deployer with no nonce: the node assigns it. viem's writeContract
+    // would fill in a nonce it read itself. Concurrent mints (in one file or several) can still be given the
+    // same nonce by anvil ("replacement transaction underpriced", "nonce too low"): sent again, they pass.
+    const send = () =>
+      publicClient.request({
+        method: 'eth_sendTransaction' as never,
+        params: [
+          {
+            from: DEPLOYER,
+            to: usdc,
+            data: encodeFunctionData({
+              abi: erc20,
+              functionName: 'mint',
+              args: [account.address, usdcAtomic],
+            }),
+          },
+        ] as never,
+      }) as Promise<Hex>
+    let hash: Hex | null = null
+    for (let attempt = 0; hash === null; attempt++) {
+      try {
+        hash = await send()
+      } catch (err) {
+        if (attempt >= 4 || !/underpriced|nonce too low|already known/i.test(String(err))) throw err
+        await new Promise((r) => setTimeout(r, 20 * (attempt + 1)))
+      }
+    }
     await publicClient.waitForTransactionReceipt({ hash })
   }
   return { account, privateKey, address: account.address }
