@@ -1,7 +1,7 @@
 // The settlement room of x402 `upto`: a captured upto claim (its permit signed for a maximum) on its way to
 // the chain for its call's charge. Each statement states its precondition (a captured upto claim, not
 // settled, not failed); revenue is booked only in settleUptoClaims, in the same transaction that marks the
-// claim settled with what the chain moved (DESIGN §7b), so settled = booked is a fact reconcile can check.
+// claim settled with what the chain moved, so settled = booked is a fact reconcile can check.
 import type { StoredUptoPermit } from '../chain/upto-permit.ts'
 import type { Sql, Tx } from '../db/sql.ts'
 import { bookCallRevenue } from './ledger.ts'
