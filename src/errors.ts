@@ -124,6 +124,7 @@ export const PAYMENT_REQUIRED_REASONS = {
   smart_wallet_not_deployed: 'an ERC-6492 signature of a wallet not deployed yet',
   simulation_failed: "the settlement's dry run reverted",
   scheme_not_offered: 'a scheme tollgate has but not here (exact where the amount varies: usage pricing)',
+  permit2_allowance_required: 'x402 upto: the payer has not approved Permit2 for the maximum',
 } as const
 
 /** An expected failure of a request, thrown in the control plane and mapped to HTTP by its code. */

@@ -3,6 +3,7 @@ import { load, type Measured } from '../load.ts'
 import { paced } from '../paced.ts'
 import { type Context, settings, type TollgateKind } from './context.ts'
 import { inside, readCounters } from './inside.ts'
+import { runUpto, runUptoReference } from './upto.ts'
 import { runX402 } from './x402.ts'
 import { runX402Batch } from './x402-batch.ts'
 import { runX402Reference } from './x402-reference.ts'
@@ -143,6 +144,20 @@ export const scenarios: Scenario[] = [
         ratio_to_direct_sse: direct ? Math.round((m.rps / direct) * 1000) / 1000 : null,
       }
     },
+  },
+  {
+    // The same stream per token, each call paid by the published x402 upto client (a Permit2 permit for the
+    // ceiling, settled after the call for the charge measured on the stream).
+    name: 'upto',
+    tollgates: ['warm'],
+    run: (ctx) => runUpto(ctx, Number(process.env.BENCH_UPTO ?? 1_500)),
+  },
+  {
+    // The x402 reference's upto server on the same stream: reads it whole, declares the amount, settles it
+    // in-process before answering.
+    name: 'x402-reference-upto',
+    peer: 'x402-reference',
+    run: (ctx) => runUptoReference(ctx, Number(process.env.BENCH_UPTO ?? 1_500)),
   },
   direct('/1k', 'direct-1k'),
   paid('warm', '/1k', Math.round(settings.proofs * 0.6), 'paid-1k'),

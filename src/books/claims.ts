@@ -9,8 +9,8 @@ type Db = Sql | Tx
 
 export interface ClaimRequest {
   proofKey: string
-  /** batch: an x402 batch-settlement voucher increment (src/books/channels.ts). */
-  kind: 'tx' | 'eip3009' | 'batch'
+  /** batch: an x402 batch-settlement voucher increment (src/books/channels.ts); upto: a Permit2 upto permit. */
+  kind: 'tx' | 'eip3009' | 'batch' | 'upto'
   targetType: 'call' | 'payment'
   targetId: string
   accountId: string
@@ -234,8 +234,8 @@ export async function releaseClaim(db: Db, q: { proofKey: string; attempt: numbe
 }
 
 /** Claims whose window is over and whose last holder is gone (released, or lease run out: in doubt). */
-const EXPIRED = (db: Db, kind: 'tx' | 'eip3009') => db`
-  status = 'claimed' AND kind = ${kind} AND target_type = 'call' AND retry_until < now()
+const EXPIRED = (db: Db, kinds: Array<'tx' | 'eip3009' | 'upto'>) => db`
+  status = 'claimed' AND kind = ANY(${kinds}::text[]) AND target_type = 'call' AND retry_until < now()
   AND (lease_until IS NULL OR lease_until < now())`
 
 /**
@@ -246,7 +246,7 @@ export async function markRefundDue(db: Db, q: { proofKey?: string } = {}): Prom
   const rows = await db`
     WITH expired AS (
       UPDATE claims SET status = 'refund_due', lease_until = NULL
-      WHERE ${EXPIRED(db, 'tx')} ${q.proofKey === undefined ? db`` : db`AND proof_key = ${q.proofKey}`}
+      WHERE ${EXPIRED(db, ['tx'])} ${q.proofKey === undefined ? db`` : db`AND proof_key = ${q.proofKey}`}
       RETURNING proof_key, account_id, payer, amount_atomic
     )
     INSERT INTO ledger_entries (account_id, kind, wallet, amount_atomic, source_type, source_id)
@@ -256,11 +256,11 @@ export async function markRefundDue(db: Db, q: { proofKey?: string } = {}): Prom
   return expiryRefusal(db, q.proofKey)
 }
 
-/** An x402 authorization never captured by the end of its window: never settled, nothing to refund. */
+/** An x402 authorization or upto permit never captured by the end of its window: never settled, nothing to refund. */
 export async function voidClaim(db: Db, q: { proofKey?: string } = {}): Promise<Applied<{ n: number }>> {
   const rows = await db`
     UPDATE claims SET status = 'void', lease_until = NULL
-    WHERE ${EXPIRED(db, 'eip3009')} ${q.proofKey === undefined ? db`` : db`AND proof_key = ${q.proofKey}`}
+    WHERE ${EXPIRED(db, ['eip3009', 'upto'])} ${q.proofKey === undefined ? db`` : db`AND proof_key = ${q.proofKey}`}
     RETURNING 1`
   if (rows.length > 0 || q.proofKey === undefined) return { ok: true, n: rows.length }
   return expiryRefusal(db, q.proofKey)

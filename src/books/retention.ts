@@ -3,7 +3,8 @@
 // - transaction hash: the stored horizon (src/db/proof-horizons.ts). A claim goes only when its proof's block
 //   time is below a horizon every verifier has known for a while, and every verifier refuses proofs below
 //   the largest horizon ever announced (proof_too_old), whatever chain.max_proof_age_ms says today;
-// - EIP-3009 authorization: the same, by its validBefore (a settled one is also used on chain);
+// - EIP-3009 authorization and upto permit: the same, by its validBefore or deadline (a settled one is
+//   also used on chain);
 // - batch-settlement voucher: the channel's charged cumulative, which only grows (a voucher below it is
 //   refused as `below` without looking for its row). The row at the charged cumulative itself is never
 //   pruned: its absence would reopen that voucher (takeChannelLease's top_open).
@@ -55,7 +56,13 @@ export async function pruneClaims(sql: Sql, q: PruneClaims): Promise<{ claims: n
                AND k.settled_at < now() - ${q.voucherSettledMs} * interval '1 millisecond'
                AND split_part(k.proof_key, ':', 3)::numeric < (
                  SELECT c.charged_atomic FROM batch_channels c
-                 WHERE c.channel_id = split_part(k.proof_key, ':', 2))))
+                 WHERE c.channel_id = split_part(k.proof_key, ':', 2)))
+           -- An upto permit past its deadline is refused as expired (and a settled one is used on chain), by
+           -- the same stored horizon as an authorization's validBefore.
+           OR (k.kind = 'upto' AND k.claimed_at < now() - ${q.authOlderThanMs} * interval '1 millisecond'
+               AND (k.authorization_payload->>'deadline')::numeric < ${authCutS}
+               AND (k.status = 'void'
+                    OR (k.status = 'captured' AND (k.settled_at IS NOT NULL OR k.settlement_error IS NOT NULL)))))
         LIMIT ${q.batch})
       RETURNING proof_key, kind
     ),

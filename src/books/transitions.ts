@@ -85,7 +85,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: 'claimed',
     to: 'void',
     fn: 'voidClaim',
-    why: 'x402 authorization never captured: never settled, no money moved',
+    why: 'x402 authorization or upto permit never captured: never settled, no money moved',
   },
   // x402 settlement (src/books/settlement.ts): the claim stays 'captured' (its call was served); the
   // settlement columns move: settlement_tx recorded/forgotten, then settled_at (revenue booked) or
@@ -119,6 +119,38 @@ export const TRANSITIONS: readonly Transition[] = [
     to: 'captured',
     fn: 'failSettlement',
     why: 'x402 authorization expired unsent or reverted unused: settlement_error set, nothing booked',
+  },
+  // x402 upto settlement (src/books/upto-settlement.ts): as above, for the call's charge (at most the signed
+  // maximum); settled_atomic records what the chain moved, and the revenue is booked with it.
+  {
+    record: 'claim',
+    from: 'captured',
+    to: 'captured',
+    fn: 'recordUptoSettlementTx',
+    why: 'upto settlement signed for the charge: its hash recorded before broadcast',
+  },
+  {
+    record: 'claim',
+    from: 'captured',
+    to: 'captured',
+    fn: 'forgetUptoSettlementTx',
+    why: 'upto settlement not broadcast, or lost unmined while its permit is unspent: sign again',
+    // Only a captured claim gets a settlement_tx (recordUptoSettlementTx): its own hash, still unsettled, says so.
+    where: 'settlement_tx = ? AND settled_at IS NULL',
+  },
+  {
+    record: 'claim',
+    from: 'captured',
+    to: 'captured',
+    fn: 'settleUptoClaims',
+    why: 'upto permit settled on chain (or charged nothing): settled_atomic set and revenue booked in one transaction',
+  },
+  {
+    record: 'claim',
+    from: 'captured',
+    to: 'captured',
+    fn: 'failUptoSettlement',
+    why: 'upto permit expired unsent, reverted unspent or charged above its maximum: nothing booked',
   },
   // x402 batch-settlement (src/books/channels.ts): a voucher's call is written with its claim, already
   // captured (the instance holding the channel's lease accepted the voucher in memory and served the call);
@@ -228,7 +260,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: null,
     to: 'unpaid',
     fn: 'bookCallRevenue',
-    why: 'owner share + fee of a call (tx proofs at capture, x402 in settleAuthorizations, batch vouchers in recordChannelClaims)',
+    why: 'owner share + fee of a call (tx proofs at capture, x402 in settleAuthorizations and settleUptoClaims, batch vouchers in recordChannelClaims)',
   },
   { record: 'ledger_entry', from: null, to: 'unpaid', fn: 'markRefundDue', why: 'refund owed to a payer' },
   {

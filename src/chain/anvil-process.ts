@@ -202,11 +202,23 @@ function freePort(): Promise<number> {
  * or immutables whose storage starts empty, this is the same as deploying them there.
  */
 export async function anvilSetCode(rpcUrl: string, address: string, code: string): Promise<void> {
+  await anvilRequest(rpcUrl, 'anvil_setCode', [address, code])
+}
+
+/** Dev chain and tests only: one storage word of a contract installed by anvilSetCode (its constructor's work). */
+export async function anvilSetStorageAt(
+  rpcUrl: string,
+  q: { address: string; slot: string; value: string },
+): Promise<void> {
+  await anvilRequest(rpcUrl, 'anvil_setStorageAt', [q.address, q.slot, q.value])
+}
+
+async function anvilRequest(rpcUrl: string, method: string, params: string[]): Promise<void> {
   const res = await fetch(rpcUrl, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'anvil_setCode', params: [address, code] }),
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
   })
   const body = (await res.json()) as { error?: { message: string } }
-  if (body.error) throw new Error(`anvil_setCode ${address}: ${body.error.message}`)
+  if (body.error) throw new Error(`${method} ${params[0]}: ${body.error.message}`)
 }

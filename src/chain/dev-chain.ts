@@ -24,6 +24,7 @@ import { authorizationBatcherArtifact, testUsdcArtifact } from './contracts/arti
 import { type DevAccount, devAccount } from './dev-accounts.ts'
 import { ChainError } from './errors.ts'
 import { AUTHORIZATION_BATCHER_ADDRESS } from './settle-batch.ts'
+import { installUptoContracts } from './upto-settle.ts'
 
 export type { DevAccount } from './dev-accounts.ts'
 
@@ -120,6 +121,8 @@ export async function startDevChain(options: DevChainOptions): Promise<DevChain>
     const deployed = await getCode(wallet, { address: usdcAddress })
     // x402 batch-settlement: the project's own channel contracts at the addresses the client expects.
     await installBatchSettlement(anvil.rpcUrl)
+    // x402 upto: Permit2 and the upto proxy at their canonical addresses, the treasury's settlement batcher.
+    await installUptoContracts(anvil.rpcUrl, treasury.address)
     // x402 exact settlement, many authorizations per transaction, at its CREATE2 address.
     await anvilSetCode(
       anvil.rpcUrl,

@@ -96,7 +96,8 @@ export async function recoverSigner(digest: Uint8Array, signature: Hex): Promise
   }
 }
 
-function writeUint256(buf: Uint8Array, offset: number, value: bigint): void {
+/** Writes a uint256 big-endian at offset (the buffer starts zeroed). Throws when out of range. */
+export function writeUint256(buf: Uint8Array, offset: number, value: bigint): void {
   if (value < 0n || value >= 1n << 256n) throw new RangeError('uint256 out of range')
   let v = value
   for (let i = 31; i >= 0 && v > 0n; i--) {
@@ -105,7 +106,8 @@ function writeUint256(buf: Uint8Array, offset: number, value: bigint): void {
   }
 }
 
-function writeHex(buf: Uint8Array, offset: number, hex: string, bytes: number): void {
+/** Writes `bytes` bytes of 0x-hex at offset. Throws on malformed hex. */
+export function writeHex(buf: Uint8Array, offset: number, hex: string, bytes: number): void {
   if (hex.length !== 2 + bytes * 2 || !/^0x[0-9a-fA-F]*$/.test(hex))
     throw new TypeError('malformed hex field')
   buf.set(Buffer.from(hex.slice(2), 'hex'), offset)

@@ -11,6 +11,10 @@ import type { RpcRequestListener } from './client.ts'
 export interface TokenReads {
   authorizationUsed(authorizer: Address, nonce: Hex): Promise<boolean>
   balanceOf(owner: Address): Promise<bigint>
+  /** The token's ERC-20 allowance of `owner` to `spender` (x402 upto: to Permit2). */
+  allowance(owner: Address, spender: Address): Promise<bigint>
+  /** Permit2's unordered-nonce bitmap word `wordPos` of `owner` (x402 upto: is a nonce spent). */
+  nonceBitmap(permit2: Address, owner: Address, wordPos: bigint): Promise<bigint>
   close(): Promise<void>
 }
 
@@ -20,11 +24,15 @@ export class RpcReadError extends Error {
 
 const AUTHORIZATION_STATE = toFunctionSelector('authorizationState(address,bytes32)')
 const BALANCE_OF = toFunctionSelector('balanceOf(address)')
+const ALLOWANCE = toFunctionSelector('allowance(address,address)')
+const NONCE_BITMAP = toFunctionSelector('nonceBitmap(address,uint256)')
 const WORD = /^0x[0-9a-fA-F]{64}$/
 const ADDRESS = /^0x[0-9a-fA-F]{40}$/
 const BYTES32 = /^0x[0-9a-fA-F]{64}$/
 
 interface Pending {
+  /** The contract called, lower-case. */
+  to: string
   data: string
   resolve(word: string): void
   reject(err: Error): void
@@ -68,7 +76,7 @@ export function createTokenReads(o: {
     let body = '['
     for (let i = 0; i < batch.length; i++) {
       if (i > 0) body += ','
-      body += `{"jsonrpc":"2.0","id":${i},"method":"eth_call","params":[{"to":"${to}","data":"${batch[i]!.data}"},"latest"]}`
+      body += `{"jsonrpc":"2.0","id":${i},"method":"eth_call","params":[{"to":"${batch[i]!.to}","data":"${batch[i]!.data}"},"latest"]}`
     }
     body += ']'
     o.onRpcRequest?.(
@@ -101,9 +109,9 @@ export function createTokenReads(o: {
     }
   }
 
-  const call = (data: string): Promise<string> =>
+  const call = (data: string, target = to): Promise<string> =>
     new Promise<string>((resolve, reject) => {
-      queue.push({ data, resolve, reject })
+      queue.push({ to: target, data, resolve, reject })
       if (!scheduled) {
         scheduled = true
         setImmediate(flush)
@@ -120,6 +128,15 @@ export function createTokenReads(o: {
     },
     async balanceOf(owner) {
       return BigInt(await call(`${BALANCE_OF}${addressWord(owner)}`))
+    },
+    async allowance(owner, spender) {
+      return BigInt(await call(`${ALLOWANCE}${addressWord(owner)}${addressWord(spender)}`))
+    },
+    async nonceBitmap(permit2, owner, wordPos) {
+      if (wordPos < 0n || wordPos >= 1n << 256n) throw new RpcReadError(`not a uint256: ${wordPos}`)
+      const data = `${NONCE_BITMAP}${addressWord(owner)}${wordPos.toString(16).padStart(64, '0')}`
+      if (!ADDRESS.test(permit2)) throw new RpcReadError(`not an address: ${permit2}`)
+      return BigInt(await call(data, permit2.toLowerCase()))
     },
     close: () => pool.close(),
   }

@@ -3,7 +3,8 @@
 // the contract has no owner and holds nothing, so whoever deploys it, every tollgate on that chain finds it
 // by its code. Without it, settlement sends one transaction per authorization. Exit codes: 0 = there (now or
 // already), 1 = cannot be deployed here (no deterministic deployment proxy, or the deployment failed),
-// 2 = could not try (configuration, RPC).
+// 2 = could not try (configuration, RPC). With --upto: the treasury's UptoSettlementBatcher instead (x402
+// upto, many permits per transaction; one address per treasury, only the treasury may settle through it).
 import { parseArgs } from 'node:util'
 import { connectChain } from '../chain/connect.ts'
 import {
@@ -11,22 +12,25 @@ import {
   DETERMINISTIC_DEPLOYER,
   deployAuthorizationBatcher,
 } from '../chain/settle-batch.ts'
+import { deployUptoBatcher, uptoBatcherAddress } from '../chain/upto-settle.ts'
 import { ConfigError, loadConfig } from '../config/load.ts'
 import { envWithDevChain, readDevChainFile } from './dev-chain-file.ts'
 import { isMain } from './is-main.ts'
 
-const USAGE = `usage: npm run deploy:batcher
+const USAGE = `usage: npm run deploy:batcher [-- --upto]
 
 deploys the AuthorizationBatcher (x402 settlement, many authorizations per transaction) at its CREATE2 address
 from the treasury key, unless it is there already. Reads the configuration like npm start (NETWORK, RPC_URL,
 TREASURY_PRIVATE_KEY, …). exit 0 there (now or already), 1 cannot be deployed on this chain, 2 could not try
+  --upto  the treasury's UptoSettlementBatcher instead (x402 upto: the facilitator payers sign; restart
+          tollgate afterwards so its 402 names it)
 `
 
 async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
     args: argv,
     strict: true,
-    options: { help: { type: 'boolean', short: 'h' } },
+    options: { help: { type: 'boolean', short: 'h' }, upto: { type: 'boolean' } },
   })
   if (values.help) {
     process.stdout.write(USAGE)
@@ -36,8 +40,13 @@ async function main(argv: string[]): Promise<number> {
   const config = loadConfig({ env: envWithDevChain(running) })
   const chain = await connectChain(config)
   try {
-    const r = await deployAuthorizationBatcher(chain.publicClient, chain.walletClient)
-    const at = `AuthorizationBatcher ${AUTHORIZATION_BATCHER_ADDRESS} on chain ${chain.chainId}`
+    const treasury = chain.walletClient.account.address
+    const r = values.upto
+      ? await deployUptoBatcher(chain.publicClient, chain.walletClient, treasury)
+      : await deployAuthorizationBatcher(chain.publicClient, chain.walletClient)
+    const at = values.upto
+      ? `UptoSettlementBatcher ${uptoBatcherAddress(treasury)} (settler ${treasury}) on chain ${chain.chainId}`
+      : `AuthorizationBatcher ${AUTHORIZATION_BATCHER_ADDRESS} on chain ${chain.chainId}`
     switch (r.status) {
       case 'present':
         process.stdout.write(`${at}: already deployed\n`)
@@ -47,7 +56,7 @@ async function main(argv: string[]): Promise<number> {
         return 0
       case 'no_deployer':
         process.stderr.write(
-          `${at}: this chain has no deterministic deployment proxy at ${DETERMINISTIC_DEPLOYER}; settlement sends one transaction per authorization\n`,
+          `${at}: this chain has no deterministic deployment proxy at ${DETERMINISTIC_DEPLOYER}; settlement sends one transaction per ${values.upto ? 'permit' : 'authorization'}\n`,
         )
         return 1
       case 'failed':

@@ -1,7 +1,8 @@
-// The x402 intake throttle: while the settlement backlog is past its limits, new x402 payloads are answered
-// 503 settlement_backlog before anything is verified or claimed, so intake cannot outrun the validity
-// windows. A timer refreshes one flag from the database; the hot path only reads it (no await, no query).
+// The x402 intake throttle: while the settlement backlog (exact authorizations and upto permits: one
+// treasury settles both) is past its limits, new x402 payloads are answered 503 settlement_backlog before
+// anything is verified or claimed, so intake cannot outrun the validity windows. A timer refreshes one flag from the database; the hot path only reads it (no await, no query).
 import { readSettlementBacklog } from '../books/settlement.ts'
+import { readUptoSettlementBacklog } from '../books/upto-settlement.ts'
 import type { Sql } from '../db/sql.ts'
 import type { Logger } from '../observability/logger.ts'
 import { settlementThrottled } from '../observability/metrics.ts'
@@ -31,7 +32,8 @@ export function startSettlementThrottle(
     // Concurrent refreshes share one query.
     refreshing ??= (async () => {
       try {
-        const b = await readSettlementBacklog(sql)
+        const [exact, upto] = await Promise.all([readSettlementBacklog(sql), readUptoSettlementBacklog(sql)])
+        const b = { count: exact.count + upto.count, oldestAgeS: Math.max(exact.oldestAgeS, upto.oldestAgeS) }
         const next = b.count >= options.maxBacklogCount || b.oldestAgeS >= options.maxOldestS
         if (next !== engaged)
           options.logger.warn(next ? 'x402 intake throttled: settlement backlog' : 'x402 intake resumed', {

@@ -273,6 +273,14 @@ export const settlements = new client.Counter({
   registers: [registry],
 })
 
+/** outcome: settled, zero_charge, expired, reverted, over_maximum, not_our_facilitator, broadcast_failed, receipt_error, lost, unattempted. */
+export const uptoSettlements = new client.Counter({
+  name: 'tollgate_x402_upto_settlements_total',
+  help: 'x402 upto settlement outcomes per permit: settled (for the charge), zero_charge (nothing to send), expired, reverted, over_maximum (charge above the signed maximum: never sent), broadcast_failed, receipt_error, lost (unmined, re-signed), unattempted (re-signed).',
+  labelNames: ['outcome'] as const,
+  registers: [registry],
+})
+
 export const settlementThrottled = new client.Gauge({
   name: 'tollgate_x402_intake_throttled',
   help: '1 while new x402 payloads are refused with 503 settlement_backlog (backlog past its limits).',

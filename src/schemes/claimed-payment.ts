@@ -25,7 +25,7 @@ export interface ClaimedPaymentDeps {
 export interface ClaimedPaymentInit {
   scheme: string
   /** The claims table's kind. */
-  kind: 'tx' | 'eip3009'
+  kind: 'tx' | 'eip3009' | 'upto'
   proofKey: string
   payer: `0x${string}`
   coversAtomic: bigint
@@ -108,8 +108,9 @@ export class ClaimedPayment implements Payment {
         unit: usage?.unit ?? null,
         usage: usage === null ? null : usageDocument(usage),
         ceilingAtomic: usage?.ceilingAtomic ?? null,
-        // A usage-priced call paid for more than its charge (a prepaid ceiling): the rest goes back.
-        refundAtomic: usage === null ? 0n : this.coversAtomic - call.chargeAtomic,
+        // A usage-priced call paid for more than its charge (a prepaid ceiling): the rest goes back. Only a
+        // transaction hash prepaid; an upto permit is settled for the charge, the rest is never taken.
+        refundAtomic: usage === null || this.init.kind !== 'tx' ? 0n : this.coversAtomic - call.chargeAtomic,
       },
       scheme: this.scheme,
       receiptId: call.receiptId,

@@ -5,8 +5,9 @@ import { batchSettlementScheme } from './batch-settlement/index.ts'
 import { exactScheme } from './exact/index.ts'
 import type { SchemeFactory } from './scheme.ts'
 import { txHashScheme } from './tx-hash/index.ts'
+import { uptoScheme } from './upto/index.ts'
 
-const SCHEMES: SchemeFactory[] = [txHashScheme, batchSettlementScheme, exactScheme]
+const SCHEMES: SchemeFactory[] = [txHashScheme, batchSettlementScheme, uptoScheme, exactScheme]
 
 /** The registered schemes, in reading order. */
 export function registeredSchemes(): readonly SchemeFactory[] {

@@ -10,6 +10,7 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import type { Hex } from 'viem'
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
+import { hasUptoBatcher, uptoBatcherAddress } from '../../src/chain/upto-settle.ts'
 import { type DevChainFile, writeDevChainFile } from '../../src/cli/dev-chain-file.ts'
 import { chainClients, erc20, type Funded, fundedAccount } from '../helpers/accounts.ts'
 import { startTestService, type TestService } from '../helpers/service.ts'
@@ -150,5 +151,19 @@ describe('npm run deploy:batcher', () => {
     const r = await run('deploy-batcher', [], { TREASURY_PRIVATE_KEY: svc.treasury.privateKey })
     expect(r.out).toMatch(/AuthorizationBatcher 0x[0-9a-fA-F]{40} on chain \d+: already deployed/)
     expect(r.code).toBe(0)
+  })
+
+  it("--upto deploys the treasury's UptoSettlementBatcher at its CREATE2 address once", async () => {
+    writeDevChainFile(devChainFile(), FILE)
+    const treasury = await fundedAccount(0n)
+    const env = { TREASURY_PRIVATE_KEY: treasury.privateKey }
+    const first = await run('deploy-batcher', ['--upto'], env)
+    expect(first.out).toContain(`UptoSettlementBatcher ${uptoBatcherAddress(treasury.address)}`)
+    expect(first.out).toMatch(/: deployed in 0x[0-9a-f]{64}/)
+    expect(first.code).toBe(0)
+    expect(await hasUptoBatcher(chainClients().publicClient, treasury.address)).toBe(true)
+    const again = await run('deploy-batcher', ['--upto'], env)
+    expect(again.out).toMatch(/: already deployed/)
+    expect(again.code).toBe(0)
   })
 })

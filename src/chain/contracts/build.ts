@@ -36,6 +36,29 @@ const contracts = [
     artifact: 'authorization-batcher.artifact.json',
     runtime: true,
   },
+  // x402 upto on the dev chain: Permit2 and the upto proxy at their canonical addresses (anvil_setCode), and
+  // the batcher tollgate names as facilitator (CREATE2 on real networks, anvil_setCode on the dev chain).
+  {
+    dir: here,
+    source: 'Permit2.sol',
+    contractName: 'Permit2',
+    artifact: 'permit2.artifact.json',
+    runtime: true,
+  },
+  {
+    dir: here,
+    source: 'X402UptoPermit2Proxy.sol',
+    contractName: 'X402UptoPermit2Proxy',
+    artifact: 'x402-upto-permit2-proxy.artifact.json',
+    runtime: true,
+  },
+  {
+    dir: here,
+    source: 'UptoSettlementBatcher.sol',
+    contractName: 'UptoSettlementBatcher',
+    artifact: 'upto-settlement-batcher.artifact.json',
+    runtime: true,
+  },
   {
     dir: testContracts,
     source: 'Disperse.sol',

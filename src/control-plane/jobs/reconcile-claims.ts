@@ -18,6 +18,10 @@ export interface ClaimsCheck {
   revenue_mismatch: number
   /** An x402 call booked as revenue before its settlement was confirmed. */
   revenue_before_settlement: number
+  /** An upto call charged more than its payer signed. */
+  upto_charged_above_signed: number
+  /** An upto claim settled for another amount than its call was booked for (settled ≠ booked). */
+  upto_settled_not_booked: number
   /** A call whose prepaid ceiling's unused part (refund_atomic) is not exactly what its refund entries owe. */
   unused_refund_mismatch: number
   /** A batch-settlement channel charged past the voucher that covers it, or claimed past its charge. */
@@ -42,6 +46,7 @@ export async function checkClaims(sql: Sql, range: { from: Date; to: Date }): Pr
   >`
     WITH c AS (
       SELECT c.proof_key, c.kind, c.target_type, c.status, c.attempts, c.releases, c.captured_at, c.settled_at,
+             c.settled_atomic, (c.authorization_payload->>'amount') AS signed_max,
              k.id AS call_id, k.amount_atomic AS call_amount,
              (SELECT coalesce(sum(e.amount_atomic), 0) FROM ledger_entries e
                WHERE e.source_type = 'call' AND e.source_id = k.id AND e.kind IN ('owner_share', 'fee'))::bigint
@@ -71,7 +76,15 @@ export async function checkClaims(sql: Sql, range: { from: Date; to: Date }): Pr
         WHERE call_id IS NOT NULL AND (kind = 'tx' OR settled_at IS NOT NULL) AND revenue <> call_amount
       UNION ALL
       SELECT 'revenue_before_settlement', proof_key, revenue || ' booked' FROM c
-        WHERE call_id IS NOT NULL AND kind IN ('eip3009', 'batch') AND settled_at IS NULL AND revenue > 0
+        WHERE call_id IS NOT NULL AND kind IN ('eip3009', 'batch', 'upto') AND settled_at IS NULL AND revenue > 0
+      UNION ALL
+      SELECT 'upto_charged_above_signed', proof_key, call_amount || ' charged of ' || signed_max || ' signed' FROM c
+        WHERE kind = 'upto' AND call_id IS NOT NULL AND call_amount > signed_max::numeric
+      UNION ALL
+      SELECT 'upto_settled_not_booked', proof_key,
+             coalesce(settled_atomic::text, 'nothing') || ' settled of ' || call_amount || ' booked' FROM c
+        WHERE kind = 'upto' AND call_id IS NOT NULL AND settled_at IS NOT NULL
+          AND settled_atomic IS DISTINCT FROM call_amount
       UNION ALL
       SELECT 'unused_refund_mismatch', proof_key, refund_booked || ' booked of ' || call_refund FROM c
         WHERE call_id IS NOT NULL AND call_refund <> refund_booked
@@ -96,6 +109,8 @@ export async function checkClaims(sql: Sql, range: { from: Date; to: Date }): Pr
     refunds_of_captured: 0,
     revenue_mismatch: 0,
     revenue_before_settlement: 0,
+    upto_charged_above_signed: 0,
+    upto_settled_not_booked: 0,
     unused_refund_mismatch: 0,
     channel_charged_over_signed: 0,
     differences: [],
@@ -123,6 +138,8 @@ const MESSAGES: Record<Exclude<keyof ClaimsCheck, 'claims' | 'differences'>, str
   revenue_mismatch: 'owner share + fee differ from the call amount',
   revenue_before_settlement:
     'x402 call booked as revenue before its settlement (or its voucher claim) was confirmed',
+  upto_charged_above_signed: 'upto call charged more than its payer signed',
+  upto_settled_not_booked: 'upto permit settled on chain for another amount than its call was booked for',
   unused_refund_mismatch:
     'the unused part of its prepaid ceiling is not what its refund entries owe the payer',
   channel_charged_over_signed:

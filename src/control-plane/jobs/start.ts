@@ -13,6 +13,7 @@ import { createPayoutJobs } from './payout-batcher.ts'
 import { createRetentionJobs } from './retention.ts'
 import { type BackgroundModule, type JobDeps, type JobRunner, startJobs } from './runner.ts'
 import { createSettlementJobs } from './settlement-batcher.ts'
+import { createUptoSettlementJobs } from './upto-settlement.ts'
 import { createVoucherClaimerJobs } from './voucher-claimer.ts'
 import { createWebhookJobs } from './webhook-dispatcher.ts'
 
@@ -58,6 +59,8 @@ export async function startBackground(deps: {
     // Payouts and settlement take the treasury lock only around nonce assignment, signing and broadcasts.
     createPayoutJobs(jobDeps, { treasuryLock: treasurySends }),
     createSettlementJobs(jobDeps, { treasuryLock: treasurySends }),
+    // x402 upto: permits settled for their calls' charges, same lock.
+    createUptoSettlementJobs(jobDeps, { treasuryLock: treasurySends }),
     // x402 batch-settlement: channel deposits/refunds and batched voucher claims, same lock.
     createVoucherClaimerJobs(jobDeps, { treasuryLock: treasurySends }),
     createOperationalGauges(jobDeps),

@@ -1,0 +1,140 @@
+// The settlement room of x402 `upto`: a captured upto claim (its permit signed for a maximum) on its way to
+// the chain for its call's charge. Each statement states its precondition (a captured upto claim, not
+// settled, not failed); revenue is booked only in settleUptoClaims, in the same transaction that marks the
+// claim settled with what the chain moved, so settled = booked is a fact reconcile can check.
+import type { StoredUptoPermit } from '../chain/upto-permit.ts'
+import type { Sql, Tx } from '../db/sql.ts'
+import { bookCallRevenue } from './ledger.ts'
+
+type Db = Sql | Tx
+
+export interface UptoSettlementCandidate {
+  proof_key: string
+  authorization_payload: StoredUptoPermit
+  settlement_tx: string | null
+  /** The call's charge (what settlement takes), base units. */
+  charge_atomic: bigint
+}
+
+const CANDIDATE = (db: Db) => db`
+  SELECT k.proof_key, k.authorization_payload, k.settlement_tx, c.amount_atomic AS charge_atomic
+  FROM claims k JOIN calls c ON c.proof_key = k.proof_key`
+
+/** Upto settlements sent (hash recorded) whose outcome is not known yet. */
+export function listSentUptoSettlements(db: Db): Promise<UptoSettlementCandidate[]> {
+  return db<UptoSettlementCandidate[]>`
+    ${CANDIDATE(db)}
+    WHERE k.kind = 'upto' AND k.status = 'captured' AND k.settlement_tx IS NOT NULL
+      AND k.settled_at IS NULL AND k.settlement_error IS NULL`
+}
+
+/** Captured upto claims not sent yet, the soonest permit deadline first. */
+export function listDueUptoSettlements(db: Db, q: { limit: number }): Promise<UptoSettlementCandidate[]> {
+  return db<UptoSettlementCandidate[]>`
+    ${CANDIDATE(db)}
+    WHERE k.kind = 'upto' AND k.status = 'captured' AND k.settlement_tx IS NULL
+      AND k.settled_at IS NULL AND k.settlement_error IS NULL
+    ORDER BY (k.authorization_payload->>'deadline')::numeric, k.captured_at
+    LIMIT ${q.limit}`
+}
+
+/**
+ * Records the hashes of signed upto settlements before any is broadcast. Refuses (leaves out of the answer)
+ * a claim that moved meanwhile, already has a hash, or whose charge is above what its payer signed: such a
+ * transaction is never sent.
+ */
+export async function recordUptoSettlementTx(
+  db: Db,
+  txs: Array<{ proofKey: string; hash: string }>,
+): Promise<Set<string>> {
+  if (txs.length === 0) return new Set()
+  const rows = await db<{ proof_key: string }[]>`
+    UPDATE claims k SET settlement_tx = m.hash
+    FROM unnest(${txs.map((t) => t.proofKey)}::text[], ${txs.map((t) => t.hash)}::text[]) AS m(proof_key, hash),
+         calls c
+    WHERE k.proof_key = m.proof_key AND c.proof_key = k.proof_key AND k.kind = 'upto'
+      AND k.status = 'captured' AND k.settlement_tx IS NULL AND k.settled_at IS NULL
+      AND k.settlement_error IS NULL
+      AND c.amount_atomic > 0 AND c.amount_atomic <= (k.authorization_payload->>'amount')::numeric
+    RETURNING k.proof_key`
+  return new Set(rows.map((r) => r.proof_key))
+}
+
+/** A recorded upto settlement never broadcast or never mined while its permit is unspent: sign again. */
+export async function forgetUptoSettlementTx(
+  db: Db,
+  q: { proofKey: string; hash: string },
+): Promise<boolean> {
+  const rows = await db`
+    UPDATE claims SET settlement_tx = NULL
+    WHERE proof_key = ${q.proofKey} AND kind = 'upto' AND settlement_tx = ${q.hash} AND settled_at IS NULL
+      AND settlement_error IS NULL
+    RETURNING proof_key`
+  return rows.length === 1
+}
+
+/**
+ * The chain moved `settledAtomic` for each permit (0: a call charged nothing, nothing to send): mark the
+ * claims settled with that amount and book their calls' owner shares and fees, in one transaction. Only
+ * amounts within what the payer signed are accepted. Returns the proof keys settled; a claim not in a
+ * settleable state is left out, so nothing is booked twice.
+ */
+export function settleUptoClaims(
+  sql: Sql,
+  q: { settled: Array<{ proofKey: string; settledAtomic: bigint }> },
+): Promise<string[]> {
+  if (q.settled.length === 0) return Promise.resolve([])
+  return sql.begin(async (tx) => {
+    const rows = await tx<{ proof_key: string }[]>`
+      UPDATE claims k SET settled_at = now(), settled_atomic = m.amount
+      FROM unnest(${q.settled.map((s) => s.proofKey)}::text[],
+                  ${q.settled.map((s) => s.settledAtomic.toString())}::bigint[]) AS m(proof_key, amount)
+      WHERE k.proof_key = m.proof_key AND k.kind = 'upto' AND k.status = 'captured'
+        AND k.settled_at IS NULL AND k.settlement_error IS NULL
+        AND m.amount <= (k.authorization_payload->>'amount')::numeric
+      RETURNING k.proof_key`
+    const settled = rows.map((r) => r.proof_key)
+    if (settled.length > 0) await bookCallRevenue(tx, { proofKeys: settled })
+    return settled
+  }) as Promise<string[]>
+}
+
+/**
+ * Why an upto permit can no longer be settled: its deadline passed, its transaction failed with it unspent,
+ * its call was booked above what the payer signed (never sent: the proxy would refuse it anyway), or it
+ * names a facilitator that is not this treasury's (only that account may settle it).
+ */
+export type UptoSettlementFailure = 'expired' | 'reverted' | 'over_maximum' | 'not_our_facilitator'
+
+/** The permit can no longer be collected: the served call stays unpaid and nothing is booked for it. */
+export async function failUptoSettlement(
+  db: Db,
+  q: { proofKey: string; reason: UptoSettlementFailure },
+): Promise<boolean> {
+  const rows = await db`
+    UPDATE claims SET settlement_error = ${q.reason}
+    WHERE proof_key = ${q.proofKey} AND kind = 'upto' AND status = 'captured'
+      AND settled_at IS NULL AND settlement_error IS NULL
+    RETURNING proof_key`
+  return rows.length === 1
+}
+
+/**
+ * The upto backlog the readiness check and the intake throttle look at: unsettled captured permits, the
+ * oldest capture's age and the soonest deadline.
+ */
+export async function readUptoSettlementBacklog(
+  db: Db,
+): Promise<{ count: number; oldestAgeS: number; soonestDeadlineS: number | null }> {
+  const [row] = await db<{ n: number; oldest_s: number; soonest: string | null }[]>`
+    SELECT count(*)::int AS n,
+           coalesce(extract(epoch FROM now() - min(captured_at)), 0)::float8 AS oldest_s,
+           min((authorization_payload->>'deadline')::numeric)::text AS soonest
+    FROM claims
+    WHERE kind = 'upto' AND status = 'captured' AND settled_at IS NULL AND settlement_error IS NULL`
+  return {
+    count: row?.n ?? 0,
+    oldestAgeS: row?.oldest_s ?? 0,
+    soonestDeadlineS: row?.soonest ? Number(row.soonest) : null,
+  }
+}

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: MIT
+// Settles many x402 `upto` permits in one transaction. The upto proxy lets only the witness's facilitator
+// settle, for an amount it chooses up to the signed maximum, so this contract is the facilitator tollgate
+// offers in its 402: payers sign it into their witness, and it lets only its settler (tollgate's treasury)
+// choose amounts — anyone else could charge a payer the whole maximum. Deployed through the deterministic
+// deployer (salt 0, the settler as constructor argument): one address per settler on every chain. The
+// settler sits in storage, not in an immutable, so the dev chain installs the runtime code with
+// anvil_setCode and writes slot 0.
+pragma solidity ^0.8.24;
+
+import {Permit2} from './Permit2.sol';
+import {X402UptoPermit2Proxy} from './X402UptoPermit2Proxy.sol';
+
+contract UptoSettlementBatcher {
+  X402UptoPermit2Proxy public constant PROXY = X402UptoPermit2Proxy(0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002);
+
+  struct Item {
+    Permit2.PermitTransferFrom permit;
+    uint256 amount;
+    address owner;
+    X402UptoPermit2Proxy.Witness witness;
+    bytes signature;
+  }
+
+  /// Gas left before an item is attempted: an item that fails with this much failed on its own.
+  uint256 public constant ITEM_GAS = 250_000;
+
+  address public settler;
+
+  /// One per permit that moved money, for the settlement job and reconcile: who paid, which nonce, how much.
+  event UptoSettled(address indexed owner, uint256 indexed nonce, uint256 amount);
+  /// `attempted` items were tried in order; later ones were not (gas ran short) and are left for another batch.
+  event BatchSettled(uint256 attempted, uint256 succeeded);
+
+  error NotSettler();
+
+  constructor(address settler_) {
+    settler = settler_;
+  }
+
+  function settle(Item[] calldata items) external {
+    if (msg.sender != settler) revert NotSettler();
+    uint256 i;
+    uint256 succeeded;
+    for (; i < items.length; ++i) {
+      if (gasleft() < ITEM_GAS) break;
+      Item calldata it = items[i];
+      // A revert is caught: one bad permit (spent nonce, moved funds, expired) never sinks the batch.
+      try PROXY.settle(it.permit, it.amount, it.owner, it.witness, it.signature) {
+        ++succeeded;
+        emit UptoSettled(it.owner, it.permit.nonce, it.amount);
+      } catch {}
+    }
+    emit BatchSettled(i, succeeded);
+  }
+}

@@ -1,0 +1,270 @@
+// Settling x402 `upto` permits for what a call was charged (never above what the payer signed). The
+// facilitator a permit names is the only account the upto proxy lets settle it: tollgate offers its
+// UptoSettlementBatcher (one transaction for many permits; CREATE2 through the deterministic deployer, one
+// address per settler), or, on a chain without it, the treasury itself (one transaction per permit). Signed
+// locally so the hash is recorded before anything is broadcast, as the other settlement paths do.
+import {
+  type Account,
+  type Address,
+  type Chain,
+  type Client,
+  concat,
+  domainSeparator,
+  encodeAbiParameters,
+  encodeFunctionData,
+  getContractAddress,
+  type Hash,
+  type Hex,
+  type PrivateKeyAccount,
+  padHex,
+  parseAbi,
+  parseEventLogs,
+  type TransactionReceipt,
+  type Transport,
+  type WalletClient,
+  zeroHash,
+} from 'viem'
+import { getCode, readContract, waitForTransactionReceipt } from 'viem/actions'
+import { anvilSetCode, anvilSetStorageAt } from './anvil-process.ts'
+import {
+  permit2Artifact,
+  uptoSettlementBatcherArtifact,
+  x402UptoPermit2ProxyArtifact,
+} from './contracts/artifacts.ts'
+import { keccakHex } from './keccak.ts'
+import type { FeeQuote } from './payouts.ts'
+import { DETERMINISTIC_DEPLOYER } from './settle-batch.ts'
+import { sameAddress } from './transfer.ts'
+import { PERMIT2_ADDRESS, type StoredUptoPermit, UPTO_PROXY_ADDRESS } from './upto-permit.ts'
+
+/** A permit and the amount it settles for: the call's charge, 0 < amount ≤ permit.amount. */
+export interface UptoSettlementItem {
+  permit: StoredUptoPermit
+  amount: bigint
+}
+
+/** The batcher's creation code for one settler: its address, hence the facilitator payers sign, follows. */
+function batcherInitCode(settler: Address): Hex {
+  return concat([
+    uptoSettlementBatcherArtifact.bytecode,
+    encodeAbiParameters([{ type: 'address' }], [settler]),
+  ])
+}
+
+export function uptoBatcherAddress(settler: Address): Address {
+  return getContractAddress({
+    opcode: 'CREATE2',
+    from: DETERMINISTIC_DEPLOYER,
+    salt: zeroHash,
+    bytecode: batcherInitCode(settler),
+  })
+}
+
+/**
+ * Dev chain: Permit2 and the upto proxy at their canonical addresses and the batcher at the settler's, as a
+ * CREATE2 deployment would leave them (the batcher's constructor only writes the settler to slot 0).
+ */
+export async function installUptoContracts(rpcUrl: string, settler: Address): Promise<void> {
+  const batcher = uptoBatcherAddress(settler)
+  await anvilSetCode(rpcUrl, PERMIT2_ADDRESS, permit2Artifact.deployedBytecode)
+  await anvilSetCode(rpcUrl, UPTO_PROXY_ADDRESS, x402UptoPermit2ProxyArtifact.deployedBytecode)
+  await anvilSetCode(rpcUrl, batcher, uptoSettlementBatcherArtifact.deployedBytecode)
+  await anvilSetStorageAt(rpcUrl, { address: batcher, slot: zeroHash, value: padHex(settler, { size: 32 }) })
+}
+
+const batcherAbi = parseAbi(['function settler() view returns (address)'])
+
+/** True when this build's batcher for `settler` is on chain (its code, and its settler in storage). */
+export async function hasUptoBatcher(client: Client, settler: Address): Promise<boolean> {
+  const address = uptoBatcherAddress(settler)
+  const code = await getCode(client, { address })
+  if (code?.toLowerCase() !== uptoSettlementBatcherArtifact.deployedBytecode.toLowerCase()) return false
+  const stored = await readContract(client, { address, abi: batcherAbi, functionName: 'settler' })
+  return sameAddress(stored, settler)
+}
+
+/** Real networks: deploys the settler's batcher at its CREATE2 address, unless it is there already. */
+export async function deployUptoBatcher(
+  publicClient: Client,
+  wallet: WalletClient<Transport, Chain | undefined, Account>,
+  settler: Address,
+): Promise<{ status: 'present' | 'deployed' | 'no_deployer' | 'failed'; tx?: Hash }> {
+  if (await hasUptoBatcher(publicClient, settler)) return { status: 'present' }
+  const deployer = await getCode(publicClient, { address: DETERMINISTIC_DEPLOYER })
+  if (!deployer || deployer === '0x') return { status: 'no_deployer' }
+  const tx = await wallet.sendTransaction({
+    to: DETERMINISTIC_DEPLOYER,
+    data: concat([zeroHash, batcherInitCode(settler)]),
+    chain: wallet.chain ?? null,
+  })
+  const receipt = await waitForTransactionReceipt(publicClient, { hash: tx })
+  const ok = receipt.status === 'success' && (await hasUptoBatcher(publicClient, settler))
+  return { status: ok ? 'deployed' : 'failed', tx }
+}
+
+function settleArgs(it: UptoSettlementItem) {
+  const p = it.permit
+  return {
+    permit: {
+      permitted: { token: p.token, amount: BigInt(p.amount) },
+      nonce: BigInt(p.nonce),
+      deadline: BigInt(p.deadline),
+    },
+    amount: it.amount,
+    owner: p.from,
+    witness: { to: p.to, facilitator: p.facilitator, validAfter: BigInt(p.validAfter) },
+    signature: p.signature,
+  }
+}
+
+/**
+ * Gas of a batch: a batch of four on the dev chain used 273,801 (two settled, two refused by Permit2), so
+ * 150k per permit plus 300k for the batch leaves room for cold storage; the contract attempts an item only
+ * with ITEM_GAS (250k) left, which the 300k covers. Only the gas used is paid.
+ */
+export function uptoBatchGas(items: number): bigint {
+  return 300_000n + 150_000n * BigInt(items)
+}
+
+/** Gas of one permit settled by the treasury through the proxy. */
+export const UPTO_DIRECT_GAS = 200_000n
+
+/**
+ * Signs one settlement transaction: through the batcher when the permits name it as facilitator, else one
+ * permit straight to the proxy (the treasury is its facilitator). Every item must name `facilitator`.
+ */
+export async function signUptoSettlement(
+  account: PrivateKeyAccount,
+  p: { chainId: number; items: UptoSettlementItem[]; nonce: number; fees: FeeQuote },
+): Promise<{ rawTx: Hex; hash: Hash }> {
+  const first = p.items[0]
+  if (!first) throw new RangeError('no upto permit to settle')
+  const facilitator = first.permit.facilitator
+  if (!p.items.every((it) => sameAddress(it.permit.facilitator, facilitator)))
+    throw new RangeError('upto permits of one transaction must name the same facilitator')
+  for (const it of p.items) {
+    if (it.amount <= 0n || it.amount > BigInt(it.permit.amount))
+      throw new RangeError(`upto settlement amount ${it.amount} outside (0, ${it.permit.amount}]`)
+  }
+  const direct = sameAddress(facilitator, account.address)
+  if (direct && p.items.length !== 1)
+    throw new RangeError('the treasury settles one upto permit per transaction')
+  const data = direct
+    ? encodeFunctionData({
+        abi: x402UptoPermit2ProxyArtifact.abi,
+        functionName: 'settle',
+        args: ((a) => [a.permit, a.amount, a.owner, a.witness, a.signature] as const)(settleArgs(first)),
+      })
+    : encodeFunctionData({
+        abi: uptoSettlementBatcherArtifact.abi,
+        functionName: 'settle',
+        args: [p.items.map(settleArgs)],
+      })
+  const rawTx = await account.signTransaction({
+    type: 'eip1559',
+    chainId: p.chainId,
+    to: direct ? UPTO_PROXY_ADDRESS : facilitator,
+    data,
+    nonce: p.nonce,
+    gas: direct ? UPTO_DIRECT_GAS : uptoBatchGas(p.items.length),
+    maxFeePerGas: p.fees.maxFeePerGas,
+    maxPriorityFeePerGas: p.fees.maxPriorityFeePerGas,
+    value: 0n,
+  })
+  return { rawTx, hash: keccakHex(rawTx) }
+}
+
+const outcomeEvents = parseAbi([
+  'event UptoSettled(address indexed owner, uint256 indexed nonce, uint256 amount)',
+  'event BatchSettled(uint256 attempted, uint256 succeeded)',
+  'event Transfer(address indexed from, address indexed to, uint256 value)',
+])
+
+export type UptoOutcome =
+  | { status: 'settled'; amount: bigint }
+  | { status: 'failed' }
+  | { status: 'unattempted' }
+
+/**
+ * What a mined settlement transaction did to each permit, in order. Through the batcher: its UptoSettled log
+ * names the permit and the amount moved (the payer's nonce is not enough: the payer may spend or invalidate
+ * it elsewhere without paying us). Direct: the transaction succeeded and the token logged the transfer.
+ * A batch that reverted as a whole, or ran short of gas before an item, left those items unattempted.
+ */
+export function uptoSettlementOutcomes(
+  receipt: Pick<TransactionReceipt, 'status' | 'logs' | 'to'>,
+  q: { items: UptoSettlementItem[] },
+): UptoOutcome[] {
+  const first = q.items[0]
+  if (!first) return []
+  const batch = receipt.to !== null && sameAddress(receipt.to, first.permit.facilitator)
+  if (receipt.status !== 'success')
+    return q.items.map(() => (batch ? { status: 'unattempted' } : { status: 'failed' }))
+  const logs = parseEventLogs({ abi: outcomeEvents, logs: receipt.logs })
+  if (!batch) {
+    const p = first.permit
+    const moved = logs.some(
+      (l) =>
+        l.eventName === 'Transfer' &&
+        sameAddress(l.address, p.token) &&
+        sameAddress(l.args.from, p.from) &&
+        sameAddress(l.args.to, p.to) &&
+        l.args.value === first.amount,
+    )
+    return [moved ? { status: 'settled', amount: first.amount } : { status: 'failed' }]
+  }
+  const settled = new Map<string, bigint>()
+  let attempted = 0
+  for (const l of logs) {
+    if (!sameAddress(l.address, first.permit.facilitator)) continue
+    if (l.eventName === 'UptoSettled')
+      settled.set(`${l.args.owner.toLowerCase()}:${l.args.nonce}`, l.args.amount)
+    else if (l.eventName === 'BatchSettled') attempted = Number(l.args.attempted)
+  }
+  return q.items.map((it, i) => {
+    const amount = settled.get(`${it.permit.from.toLowerCase()}:${it.permit.nonce}`)
+    if (amount !== undefined) return { status: 'settled', amount }
+    return i < attempted ? { status: 'failed' } : { status: 'unattempted' }
+  })
+}
+
+export type UptoContractsCheck = { ok: true } | { ok: false; reason: string }
+
+const WITNESS_TYPE_STRING =
+  'Witness witness)TokenPermissions(address token,uint256 amount)Witness(address to,address facilitator,uint256 validAfter)'
+const proxyReadAbi = parseAbi([
+  'function PERMIT2() view returns (address)',
+  'function WITNESS_TYPE_STRING() view returns (string)',
+])
+
+/**
+ * Start-up check of Permit2 and the upto proxy at their canonical addresses: Permit2's domain separator is
+ * the one tollgate verifies signatures against, and the proxy names that Permit2 and signs the witness type
+ * the published client signs. Contracts that answer otherwise would let tollgate serve permits that can
+ * never be settled. Three eth_calls.
+ */
+export async function checkUptoContracts(
+  client: Client,
+  q: { chainId: number },
+): Promise<UptoContractsCheck> {
+  const separator = await readContract(client, {
+    address: PERMIT2_ADDRESS,
+    abi: parseAbi(['function DOMAIN_SEPARATOR() view returns (bytes32)']),
+    functionName: 'DOMAIN_SEPARATOR',
+  }).catch(() => null)
+  const expected = domainSeparator({
+    domain: { name: 'Permit2', chainId: q.chainId, verifyingContract: PERMIT2_ADDRESS },
+  })
+  if (separator !== expected) return { ok: false, reason: `Permit2 at ${PERMIT2_ADDRESS} has another domain` }
+  const [permit2, witness] = await Promise.all([
+    readContract(client, { address: UPTO_PROXY_ADDRESS, abi: proxyReadAbi, functionName: 'PERMIT2' }),
+    readContract(client, {
+      address: UPTO_PROXY_ADDRESS,
+      abi: proxyReadAbi,
+      functionName: 'WITNESS_TYPE_STRING',
+    }),
+  ]).catch(() => [null, null] as const)
+  if (permit2 === null || !sameAddress(permit2, PERMIT2_ADDRESS) || witness !== WITNESS_TYPE_STRING)
+    return { ok: false, reason: `no x402 upto proxy for this Permit2 at ${UPTO_PROXY_ADDRESS}` }
+  return { ok: true }
+}

@@ -1,0 +1,215 @@
+// x402 `upto` on EVM: the payer signs a Permit2 witness transfer for the ceiling the 402 offers, naming the
+// x402 upto proxy as spender and tollgate's facilitator (its UptoSettlementBatcher, or the treasury on a
+// chain without one) in the witness. Verified locally and on chain (src/chain/upto-permit.ts), its
+// (payer, Permit2 nonce) claimed before the call, captured for the call's charge (at most the signed
+// ceiling), and settled for that charge after the call by the upto settlement job. Offered where the amount
+// varies (usage pricing): a fixed price has `exact`.
+import type { Address } from 'viem'
+import { getAddress } from 'viem'
+import {
+  createUptoChainChecker,
+  storedUptoPermit,
+  type UptoChainChecker,
+  type UptoFailure,
+  uptoProofKey,
+  verifyUptoPermit,
+} from '../../chain/upto-permit.ts'
+import { checkUptoContracts, hasUptoBatcher, uptoBatcherAddress } from '../../chain/upto-settle.ts'
+import { CORS_HEADERS } from '../../data-plane/cors.ts'
+import type { Proof } from '../../data-plane/proof.ts'
+import { exactAmountAccepted } from '../amounts.ts'
+import { ClaimedPayment, type ClaimedPaymentDeps } from '../claimed-payment.ts'
+import type {
+  Offer,
+  OfferQuery,
+  PayQuery,
+  Quote,
+  Requirement,
+  Scheme,
+  SchemeDeps,
+  Verdict,
+} from '../scheme.ts'
+import { parseUptoPayload } from './permit-payload.ts'
+
+export const UPTO = 'upto'
+
+/** null (logged) when the chain lacks Permit2 and the upto proxy as the published client expects them. */
+export async function uptoScheme(deps: SchemeDeps): Promise<Scheme | null> {
+  const { chain, chainInfo, logger } = deps
+  let facilitator: Address
+  try {
+    const checked = await checkUptoContracts(chain.publicClient, { chainId: chainInfo.chainId })
+    if (!checked.ok) {
+      logger.warn('x402 upto is not offered: its contracts failed the start-up check', {
+        reason: checked.reason,
+      })
+      return null
+    }
+    // The batcher settles many permits per transaction; without it the treasury settles them one by one.
+    const batched = await hasUptoBatcher(chain.publicClient, chainInfo.treasury)
+    facilitator = batched ? uptoBatcherAddress(chainInfo.treasury) : getAddress(chainInfo.treasury)
+  } catch (err) {
+    logger.warn('x402 upto is not offered: the chain could not be read at start-up', { err })
+    return null
+  }
+  return new UptoScheme(deps, facilitator)
+}
+
+/** Local refusals as wire reasons: the permit signs other terms than this 402's. */
+const WIRE_REASON: Record<UptoFailure, string> = {
+  invalid_signature: 'invalid_signature',
+  wrong_recipient: 'wrong_recipient',
+  wrong_asset: 'wrong_asset',
+  wrong_spender: 'requirements_mismatch',
+  wrong_facilitator: 'requirements_mismatch',
+  max_amount_mismatch: 'wrong_amount',
+  authorization_not_yet_valid: 'authorization_not_yet_valid',
+  authorization_expired: 'authorization_expired',
+}
+
+const PENDING_MESSAGE =
+  'the permit is verified and its nonce claimed; tollgate settles it on chain for the charge, at most the signed maximum'
+const NOT_CHARGED_MESSAGE =
+  'the upstream failed: nothing was charged, and the same payment may be retried within the retry window'
+
+class UptoScheme implements Scheme {
+  readonly name = UPTO
+  private readonly claimed: ClaimedPaymentDeps
+  private readonly onChain: UptoChainChecker
+
+  constructor(
+    private readonly deps: SchemeDeps,
+    /** The facilitator payers sign into their witness: the only account the proxy lets settle. */
+    readonly facilitator: Address,
+  ) {
+    this.claimed = {
+      sql: deps.sql,
+      books: deps.books,
+      usedProofs: deps.usedProofs,
+      logger: deps.logger,
+      ownerShareBps: deps.config.fees.owner_share_bps,
+      retryWindowMs: deps.config.proxy.retry_window_ms,
+      pendingReleases: new Map(),
+    }
+    this.onChain = createUptoChainChecker(deps.chain.tokenReads)
+  }
+
+  offer(q: OfferQuery): Offer | null {
+    // A fixed price is paid by `exact`; upto is for a charge known only after the call.
+    if (!q.varies) return null
+    const c = this.deps.chainInfo
+    return {
+      v2: {
+        scheme: UPTO,
+        network: c.caip2,
+        amount: q.amountAtomic.toString(),
+        asset: c.usdcAddress,
+        payTo: c.treasury,
+        maxTimeoutSeconds: q.maxTimeoutSeconds,
+        extra: {
+          name: c.usdcName,
+          version: c.usdcVersion,
+          assetTransferMethod: 'permit2',
+          facilitatorAddress: this.facilitator,
+        },
+      },
+    }
+  }
+
+  reads(proof: Proof): boolean {
+    if (proof.kind !== 'x402') return false
+    return (proof.payload as { accepted?: { scheme?: unknown } }).accepted?.scheme === UPTO
+  }
+
+  verify(proof: Proof, q: PayQuery): Verdict | Promise<Verdict> {
+    if (proof.kind !== 'x402' || proof.version !== 2) return { ok: false, reason: 'invalid_proof' }
+    // The settlement backlog would outrun new permits' deadlines: refused before any work, as exact is.
+    const throttle = this.deps.settlementThrottle
+    if (throttle?.engaged) {
+      return {
+        ok: 'error',
+        code: 'settlement_backlog',
+        headers: ['retry-after', String(throttle.retryAfterS), ...CORS_HEADERS],
+      }
+    }
+    const advertised = q.quote.challenge.accepts.find((a) => a.scheme === UPTO)
+    if (advertised === undefined) return { ok: false, reason: 'scheme_not_offered' }
+    const maxAtomic = this.acceptedMax(advertised, q.quote, proof.payload, q.nowMs)
+    if (maxAtomic === null) return { ok: false, reason: 'requirements_mismatch' }
+    const parsed = parseUptoPayload(proof.payload)
+    if (!parsed.ok) return { ok: false, reason: 'invalid_proof' }
+    const c = this.deps.chainInfo
+    return verifyUptoPermit({
+      chainId: c.chainId,
+      permit: parsed.permit,
+      signature: parsed.signature,
+      usdc: c.usdcAddress,
+      treasury: c.treasury,
+      facilitators: [this.facilitator],
+      maxAmount: maxAtomic,
+      nowSeconds: BigInt(Math.floor(q.nowMs / 1000)),
+    }).then(async (local): Promise<Verdict> => {
+      if (!local.ok) return { ok: false, reason: WIRE_REASON[local.reason] }
+      const proofKey = uptoProofKey(parsed.permit)
+      if (this.deps.usedProofs.has(proofKey)) return { ok: false, reason: 'proof_already_used' }
+      const onChain = await this.onChain(parsed.permit)
+      if (!onChain.ok) {
+        if (onChain.reason !== 'rpc_unavailable') return { ok: false, reason: onChain.reason }
+        return {
+          ok: 'unavailable',
+          message: 'the chain could not be reached to verify the payment; retry shortly',
+          reason: 'rpc_unavailable',
+        }
+      }
+      const payer = getAddress(parsed.permit.from)
+      return {
+        ok: true,
+        payment: new ClaimedPayment(this.claimed, {
+          scheme: UPTO,
+          kind: 'upto',
+          proofAtMs: null,
+          proofKey,
+          payer,
+          // The charge is capped here: never above what the payer signed.
+          coversAtomic: parsed.permit.amount,
+          transaction: null,
+          authorization: storedUptoPermit(parsed.permit, parsed.signature),
+          endpointId: q.endpoint.id,
+          accountId: q.endpoint.accountId,
+          leaseMs: q.endpoint.timeoutMs + 5_000,
+          receipt: (served) => this.receipt(payer, served),
+        }),
+      }
+    })
+  }
+
+  /**
+   * The ceiling the payload's `accepted` pays, when its terms are ours (as the reference server compares
+   * them: every core field, and our `extra` contained in its own); the ceiling quoted within quote_ttl_ms
+   * still holds. null: other terms.
+   */
+  private acceptedMax(advertised: Requirement, quote: Quote, payload: unknown, nowMs: number): bigint | null {
+    const accepted = (payload as { accepted?: unknown } | null)?.accepted
+    if (accepted === null || typeof accepted !== 'object' || Array.isArray(accepted)) return null
+    const a = accepted as Record<string, unknown>
+    for (const key of ['scheme', 'network', 'asset', 'payTo', 'maxTimeoutSeconds'] as const)
+      if (a[key] !== advertised[key]) return null
+    const extra = a.extra as Record<string, unknown> | null | undefined
+    if (extra === null || typeof extra !== 'object') return null
+    const facilitator = extra.facilitatorAddress
+    if (typeof facilitator !== 'string' || facilitator.toLowerCase() !== this.facilitator.toLowerCase())
+      return null
+    if (typeof a.amount !== 'string' || !/^\d{1,78}$/.test(a.amount)) return null
+    const amount = BigInt(a.amount)
+    return exactAmountAccepted(quote, amount, nowMs) ? amount : null
+  }
+
+  /** x402 v2 PAYMENT-RESPONSE: settled after the call, so pending (never success without a transaction). */
+  private receipt(payer: Address, served: boolean): [string, string] {
+    const reason = served ? 'settlement_pending' : 'upstream_failed'
+    const message = served ? PENDING_MESSAGE : NOT_CHARGED_MESSAGE
+    const network = this.deps.chainInfo.caip2
+    const json = `{"success":false,"errorReason":"${reason}","errorMessage":"${message}","transaction":"","network":"${network}","payer":"${payer}"}`
+    return ['payment-response', Buffer.from(json).toString('base64')]
+  }
+}

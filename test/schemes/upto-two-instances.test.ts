@@ -1,0 +1,106 @@
+// Two tollgate instances on one PostgreSQL database, one token-priced endpoint paid by x402 upto: of 20
+// concurrent requests carrying one permit (the published client's) over both instances, exactly one streams
+// and is charged; the permit is settled once, for that charge, whichever instance's job runs.
+import { x402Client, x402HTTPClient } from '@x402/core/client'
+import { UptoEvmScheme } from '@x402/evm/upto/client'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { installUptoContracts } from '../../src/chain/upto-settle.ts'
+import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
+import { UPTO_SETTLEMENT_JOB } from '../../src/control-plane/jobs/upto-settlement.ts'
+import { chainClients, type Funded, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
+import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
+import { type OpenAiUpstream, startOpenAiUpstream } from '../helpers/openai-upstream.ts'
+import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
+import { approvedPayer } from '../helpers/upto-payer.ts'
+
+const BODY = JSON.stringify({ model: 'gpt', stream: true })
+
+describe.runIf(usingServer)('x402 upto over two instances on one database', () => {
+  let a: TestService
+  let b: TestService
+  let upstream: OpenAiUpstream
+  let payer: Funded
+  let url: (s: TestService) => string
+
+  beforeAll(async () => {
+    const databaseUrl = await freshDatabaseUrl()
+    const treasury = await fundedAccount(0n)
+    await installUptoContracts(chainClients().rpcUrl, treasury.address)
+    const overrides = { settlement: { interval_ms: 3_600_000 } }
+    a = await startTestService({ databaseUrl, treasury, overrides })
+    b = await startTestService({ databaseUrl, treasury, overrides })
+    upstream = await startOpenAiUpstream({ events: 50 })
+    payer = await approvedPayer()
+    const merchant = await registerMerchant(a)
+    const ep = await a.api('/api/v1/endpoints', {
+      key: merchant.key,
+      body: {
+        upstream_url: `${upstream.url}/v1/chat/completions`,
+        pricing: {
+          model: 'usage',
+          unit: 'tokens',
+          max_price: 0.05,
+          input_price_per_million: 2,
+          cached_input_price_per_million: 1,
+          output_price_per_million: 10,
+        },
+      },
+    })
+    url = (s) => `${s.url}/m/${ep.body.id}`
+  })
+  afterAll(async () => {
+    await a?.stop()
+    await b?.stop()
+    await upstream?.close()
+  })
+
+  /** One payment header of the published upto client, for the 402 instance `s` answers. */
+  async function permitHeader(s: TestService): Promise<Record<string, string>> {
+    const network = `eip155:${s.chain.chainId}` as const
+    const client = new x402HTTPClient(
+      x402Client.fromConfig({
+        schemes: [{ network, client: new UptoEvmScheme(payer.account) }],
+        spendControls: { allowedAssets: [{ network, asset: s.chain.usdc.address }] },
+      }),
+    )
+    const r = await fetch(url(s), {
+      method: 'POST',
+      body: BODY,
+      headers: { 'content-type': 'application/json' },
+    })
+    expect(r.status).toBe(402)
+    const required = client.getPaymentRequiredResponse((name) => r.headers.get(name), await r.json())
+    return client.encodePaymentSignatureHeader(await client.createPaymentPayload(required))
+  }
+
+  it('streams and charges exactly one of 20 concurrent requests carrying one permit, settled once', async () => {
+    const header = await permitHeader(a)
+    const before = upstream.bodies.length
+    const balanceBefore = await usdcBalance(payer.address)
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        fetch(url(i % 2 === 0 ? a : b), {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', ...header },
+          body: BODY,
+        }).then(async (r) => ({ status: r.status, text: await r.text() })),
+      ),
+    )
+    expect(answers.filter((x) => x.status === 200)).toHaveLength(1)
+    expect(upstream.bodies.length - before).toBe(1)
+    await a.flushCaptures()
+    await b.flushCaptures()
+    const calls = await a.sql<{ amount_atomic: bigint }[]>`
+      SELECT c.amount_atomic FROM calls c JOIN claims k ON k.proof_key = c.proof_key
+      WHERE k.kind = 'upto' AND k.payer = ${payer.address}`
+    expect(calls).toHaveLength(1)
+    const charge = calls[0]!.amount_atomic
+    expect(charge).toBeGreaterThan(0n)
+    // Both instances run the job: the claim's precondition lets the permit be sent and booked once.
+    await Promise.all([a.jobs.runNow(UPTO_SETTLEMENT_JOB), b.jobs.runNow(UPTO_SETTLEMENT_JOB)])
+    await a.jobs.runNow(UPTO_SETTLEMENT_JOB)
+    expect(balanceBefore - (await usdcBalance(payer.address))).toBe(charge)
+    const report = await reconcile({ sql: a.sql, chain: a.chain, config: a.config })
+    expect(report.differences).toEqual([])
+  })
+})

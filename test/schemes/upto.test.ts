@@ -1,0 +1,225 @@
+// x402 `upto` end to end with the published client, unchanged (x402Client + UptoEvmScheme + @x402/fetch):
+// a token-priced SSE endpoint offers upto for its ceiling; the client signs a Permit2 permit for it; the
+// call is charged exactly the tokens tollgate measured on the stream (to the base unit), never above the
+// signed maximum; the same payment again is refused; the settlement job moves exactly the charge on chain,
+// and reconcile finds charged ≤ signed and settled = booked.
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { x402Client } from '@x402/core/client'
+import { UptoEvmScheme } from '@x402/evm/upto/client'
+import { wrapFetchWithPayment } from '@x402/fetch'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { installUptoContracts, uptoBatcherAddress } from '../../src/chain/upto-settle.ts'
+import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
+import { UPTO_SETTLEMENT_JOB } from '../../src/control-plane/jobs/upto-settlement.ts'
+import { chainClients, type Funded, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
+import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
+import { approvedPayer } from '../helpers/upto-payer.ts'
+
+const { rpcUrl } = chainClients()
+// 3 and 15 USDC per million tokens: 3 and 15 base units per token, so the charge is exact in base units.
+const INPUT_PER_MILLION = 3
+const OUTPUT_PER_MILLION = 15
+const MAX_PRICE_ATOMIC = 500_000n
+
+/**
+ * An OpenAI-compatible upstream streaming 50 chunks, then the usage chunk it was asked for: `usage`, or
+ * `overUsage` on paths under /over (an answer whose tokens cost more than the ceiling).
+ */
+function startLlmUpstream(
+  usage: { prompt_tokens: number; completion_tokens: number },
+  overUsage: { prompt_tokens: number; completion_tokens: number },
+) {
+  const server: Server = createServer((req, res) => {
+    const u = req.url?.includes('/over') ? overUsage : usage
+    req.resume()
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
+      for (let i = 0; i < 50; i++) {
+        const chunk = {
+          id: 'c1',
+          object: 'chat.completion.chunk',
+          choices: [{ index: 0, delta: { content: `t${i} ` } }],
+        }
+        res.write(`data: ${JSON.stringify(chunk)}\n\n`)
+      }
+      const total = u.prompt_tokens + u.completion_tokens
+      res.write(
+        `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [], usage: { ...u, total_tokens: total } })}\n\n`,
+      )
+      res.end('data: [DONE]\n\n')
+    })
+  })
+  return new Promise<{ url: string; close(): Promise<void> }>((resolve) => {
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as AddressInfo
+      resolve({ url: `http://127.0.0.1:${port}`, close: () => new Promise((r) => server.close(() => r())) })
+    })
+  })
+}
+
+let svc: TestService
+let upstream: Awaited<ReturnType<typeof startLlmUpstream>>
+let meteredUrl: string
+let overUrl: string
+let payer: Funded
+const USAGE = { prompt_tokens: 1_234, completion_tokens: 5_678 }
+const CHARGE = BigInt(USAGE.prompt_tokens * 3 + USAGE.completion_tokens * 15) // 88,872 base units
+
+beforeAll(async () => {
+  // The treasury's batcher is on chain before the service starts: it offers it as the facilitator.
+  const treasury = await fundedAccount(0n)
+  await installUptoContracts(rpcUrl, treasury.address)
+  svc = await startTestService({
+    treasury,
+    overrides: {
+      proxy: { allow_private_upstreams: true },
+      // Two unsettled permits engage the intake throttle (the last test); the jobs run by hand.
+      settlement: { interval_ms: 3_600_000, throttle_backlog_count: 2 },
+      payouts: { interval_ms: 3_600_000 },
+    },
+  })
+  // 10,000 in + 100,000 out = 1,530,000 base units, three times the ceiling.
+  upstream = await startLlmUpstream(USAGE, { prompt_tokens: 10_000, completion_tokens: 100_000 })
+  const merchant = await registerMerchant(svc)
+  const ep = await svc.api('/api/v1/endpoints', {
+    key: merchant.key,
+    body: {
+      upstream_url: `${upstream.url}/v1`,
+      pricing: {
+        model: 'usage',
+        unit: 'tokens',
+        max_price: Number(MAX_PRICE_ATOMIC) / 1e6,
+        input_price_per_million: INPUT_PER_MILLION,
+        output_price_per_million: OUTPUT_PER_MILLION,
+      },
+    },
+  })
+  expect(ep.status, ep.text).toBe(201)
+  meteredUrl = `${ep.body.metered_url}/chat/completions`
+  overUrl = `${ep.body.metered_url}/over`
+  payer = await approvedPayer()
+})
+afterAll(async () => {
+  await svc?.stop()
+  await upstream?.close()
+})
+
+/** The published client as a payer configures it: the test USDC is not a default asset, so it is allowed. */
+function uptoClient(p: Funded): x402Client {
+  const network = `eip155:${svc.chain.chainId}` as const
+  return x402Client.fromConfig({
+    schemes: [{ network, client: new UptoEvmScheme(p.account) }],
+    spendControls: { allowedAssets: [{ network, asset: svc.chain.usdc.address }] },
+  })
+}
+
+function uptoFetch(p: Funded, f: typeof fetch = fetch) {
+  return wrapFetchWithPayment(f, uptoClient(p))
+}
+
+const REQUEST = {
+  method: 'POST',
+  headers: { 'content-type': 'application/json' },
+  body: JSON.stringify({ model: 'm', stream: true, stream_options: { include_usage: true }, messages: [] }),
+}
+
+describe('x402 upto with the published client', () => {
+  it('offers upto for the ceiling, naming our batcher as facilitator; never exact', async () => {
+    const r = await fetch(meteredUrl, REQUEST)
+    expect(r.status).toBe(402)
+    const required = JSON.parse(Buffer.from(r.headers.get('payment-required')!, 'base64').toString())
+    const upto = required.accepts.find((a: { scheme: string }) => a.scheme === 'upto')
+    expect(upto).toMatchObject({
+      amount: MAX_PRICE_ATOMIC.toString(),
+      payTo: svc.treasury.address,
+      extra: { assetTransferMethod: 'permit2', facilitatorAddress: uptoBatcherAddress(svc.treasury.address) },
+    })
+    expect(required.accepts.some((a: { scheme: string }) => a.scheme === 'exact')).toBe(false)
+  })
+
+  it('pays a token-priced SSE call and is charged exactly the tokens measured, settled for that on chain', async () => {
+    const before = await usdcBalance(payer.address)
+    const r = await uptoFetch(payer)(meteredUrl, REQUEST)
+    expect(r.status).toBe(200)
+    const text = await r.text()
+    expect(text).toContain('t49 ')
+    await svc.flushCaptures()
+    const [call] = await svc.sql<
+      { amount_atomic: bigint; proof_key: string; ceiling_atomic: bigint | null }[]
+    >`
+      SELECT c.amount_atomic, c.proof_key, c.ceiling_atomic FROM calls c JOIN claims k ON k.proof_key = c.proof_key
+      WHERE k.kind = 'upto' AND k.payer = ${payer.address}`
+    expect(call!.amount_atomic).toBe(CHARGE)
+    expect(BigInt(call!.amount_atomic)).toBeLessThanOrEqual(MAX_PRICE_ATOMIC)
+    // Nothing moved yet: upto settles after the call, for the charge.
+    expect(await usdcBalance(payer.address)).toBe(before)
+    await svc.jobs.runNow(UPTO_SETTLEMENT_JOB)
+    expect(before - (await usdcBalance(payer.address))).toBe(CHARGE)
+    const [claim] = await svc.sql<{ settled_atomic: string }[]>`
+      SELECT settled_atomic::text FROM claims WHERE proof_key = ${call!.proof_key}`
+    expect(claim!.settled_atomic).toBe(CHARGE.toString())
+    const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
+    expect(report.differences).toEqual([])
+  })
+
+  it('charges an answer whose tokens cost more than the ceiling exactly the signed maximum, never more', async () => {
+    const over = await approvedPayer()
+    const before = await usdcBalance(over.address)
+    const r = await uptoFetch(over)(overUrl, REQUEST)
+    expect(r.status).toBe(200)
+    await r.text()
+    await svc.flushCaptures()
+    const [call] = await svc.sql<{ amount_atomic: bigint; usage: { capped?: boolean } | null }[]>`
+      SELECT c.amount_atomic, c.usage FROM calls c JOIN claims k ON k.proof_key = c.proof_key
+      WHERE k.kind = 'upto' AND k.payer = ${over.address}`
+    expect(call!.amount_atomic).toBe(MAX_PRICE_ATOMIC)
+    expect(call!.usage).toMatchObject({ capped: true, source: 'measured' })
+    await svc.jobs.runNow(UPTO_SETTLEMENT_JOB)
+    expect(before - (await usdcBalance(over.address))).toBe(MAX_PRICE_ATOMIC)
+    const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
+    expect(report.differences).toEqual([])
+  })
+
+  it('refuses the same upto payment again', async () => {
+    // Capture the header the published client sends, then send it a second time by hand.
+    let header: string | null = null
+    const spy: typeof fetch = async (input, init) => {
+      const req = new Request(input as string | URL | Request, init)
+      header ??= req.headers.get('payment-signature')
+      return fetch(req)
+    }
+    const first = await uptoFetch(payer, spy)(meteredUrl, REQUEST)
+    expect(first.status).toBe(200)
+    await first.text()
+    expect(header).not.toBeNull()
+    const again = await fetch(meteredUrl, {
+      ...REQUEST,
+      headers: { ...REQUEST.headers, 'payment-signature': header! },
+    })
+    expect(again.status).toBe(402)
+    expect((await again.json()).error).toBe('proof_already_used')
+  })
+
+  it('answers 503 settlement_backlog to a new permit while the settlement backlog is past its limit', async () => {
+    // The replay test left one permit unsettled; a second engages the throttle (limit 2).
+    const paid = await uptoFetch(payer)(meteredUrl, REQUEST)
+    expect(paid.status).toBe(200)
+    await paid.text()
+    await svc.flushCaptures()
+    await svc.refreshSettlementThrottle()
+    const [before] = await svc.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM claims`
+    const refused = await uptoFetch(payer)(meteredUrl, REQUEST)
+    expect(refused.status).toBe(503)
+    expect(refused.headers.get('retry-after')).not.toBeNull()
+    expect((await refused.json()).error.code).toBe('settlement_backlog')
+    const [after] = await svc.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM claims`
+    expect(after!.n).toBe(before!.n)
+    // Settled, the backlog is gone and permits are taken again.
+    await svc.jobs.runNow(UPTO_SETTLEMENT_JOB)
+    await svc.refreshSettlementThrottle()
+    const again = await uptoFetch(payer)(meteredUrl, REQUEST)
+    expect(again.status).toBe(200)
+    await again.text()
+  })
+})
