@@ -36,6 +36,8 @@ export interface PublicAppOptions {
   checkout?: UwsRoute
   /** GET /receipts/:receipt_id: a paid call's public receipt */
   receipts?: UwsRoute
+  /** GET /.well-known/x402.json and GET /discovery/resources: the public discovery listing */
+  discovery?: { wellKnown: UwsRoute; resources: UwsRoute }
   /** Hostile-input limits at the edge; none when absent (tests of other parts). */
   edge?: EdgeLimits
 }
@@ -115,6 +117,11 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
       '/receipts/:receipt_id',
       edge ? guarded(edge, 'receipts', options.receipts, null) : options.receipts,
     )
+  }
+  if (options.discovery) {
+    const d = options.discovery
+    app.get('/.well-known/x402.json', edge ? guarded(edge, 'discovery', d.wellKnown, null) : d.wellKnown)
+    app.get('/discovery/resources', edge ? guarded(edge, 'discovery', d.resources, null) : d.resources)
   }
   app.get('/', (res, req) => {
     res

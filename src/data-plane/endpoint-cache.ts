@@ -3,6 +3,7 @@
 import { LRUCache } from 'lru-cache'
 import { findLiveEndpoint, type LiveEndpointRow } from '../db/endpoints.ts'
 import type { Sql } from '../db/sql.ts'
+import { bazaarExtension, resourceMetadata } from '../discovery/listing.ts'
 import { presentPricing } from '../pricing/input.ts'
 import { pricingFromStored, ruleIndex, type UsagePricing } from '../pricing/model.ts'
 import type { Offers } from '../schemes/registry.ts'
@@ -75,6 +76,13 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
   const enabled = new Set<string>(row.batch_settlement ? ['batch-settlement'] : [])
   const pricing = pricingFromStored(row.pricing, row.price_atomic)
   const note = pricing.model === 'fixed' ? undefined : presentPricing(pricing)
+  // A listed endpoint tells catalogs how to call it in every 402 (built once, like the rest of the 402).
+  const listing = row.listed
+    ? {
+        resourceMetadata: resourceMetadata(row.discovery),
+        extensions: { bazaar: bazaarExtension(row.discovery) },
+      }
+    : {}
   // One 402 per price, built once: the schemes' offers for that amount.
   const quote = (amountAtomic: bigint, varies: boolean, floor: boolean): Quote => {
     const { offers, notOffered } = options.offers({
@@ -97,6 +105,7 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
         offers,
         notOffered,
         pricing: note,
+        ...listing,
       }),
     }
   }

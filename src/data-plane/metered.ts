@@ -32,6 +32,7 @@ import { cacheCounters } from './caches.ts'
 import { challengeBody, quoteExpiry, v2Header } from './challenge.ts'
 import { CORS_HEADERS, CORS_PAIRS } from './cors.ts'
 import { type EndpointCache, type LiveEndpoint, loadEndpoint, NOT_FOUND } from './endpoint-cache.ts'
+import type { ObservedCalls } from './observed-calls.ts'
 import { parseProof } from './proof.ts'
 import {
   type AbortState,
@@ -52,6 +53,8 @@ export interface MeteredDeps {
   schemes: SchemeRegistry
   dispatcher: UpstreamDispatcher
   logger: Logger
+  /** Counts what paid calls did, for the discovery listing (absent in tests of other parts). */
+  observed?: ObservedCalls
   settings: {
     quoteTtlMs: number
     maxBufferedBodyBytes: number
@@ -129,6 +132,9 @@ class MeteredCall implements ProxyHooks {
   /** The upstream's status once it answered below 500, while a usage-priced call's charge is measured. */
   servedStatus = 0
   captured = false
+  /** When the request went upstream, and when the upstream's head came back (0: never). */
+  forwardedMs = 0
+  headMs = 0
   /** Hostile input: the sub-path could leave the endpoint's base path. */
   escapingPath = false
   /** Tracing only (null when off): the call's span and its current step (verify, claim, upstream). */
@@ -289,6 +295,7 @@ class MeteredCall implements ProxyHooks {
     }
     this.receiptId = newId('rcpt')
     if (this.endpoint!.usage !== null) this.startMeter()
+    this.forwardedMs = performance.now()
     proxy(this.ctx.dispatcher, this.res, this.forward!, this.body!, this.endpoint!.target, this.abort, this)
   }
 
@@ -312,6 +319,7 @@ class MeteredCall implements ProxyHooks {
   onResponseHead(status: number, head: Buffer[]): Array<[string, string]> {
     const payment = this.payment!
     const meter = this.meter
+    this.headMs = performance.now()
     if (this.step !== null) this.step.setAttribute('http.response.status_code', status)
     if (meter !== null && status < 500) {
       // Usage pricing: charged when the answer ends, for what it measured.
@@ -402,6 +410,12 @@ class MeteredCall implements ProxyHooks {
     if (this.servedStatus !== 0) this.captureUsage(outcome)
     if (!this.captured && upstreamFailed(outcome)) payment.release()
     else if (!this.captured) payment.doubt(this.callFacts())
+    this.ctx.observed?.record({
+      endpointId: this.endpointId,
+      payer: payment.payer,
+      served: this.captured,
+      upstreamMs: this.headMs === 0 ? null : this.headMs - this.forwardedMs,
+    })
     let reason: string | undefined
     if (outcome.kind === 'upstream_error') {
       upstreamErrors.labels(outcome.code).inc()

@@ -32,8 +32,10 @@ import { SchemeRegistry } from '../schemes/registry.ts'
 import type { Started } from '../subsystem.ts'
 import { createEdgeLimits, createPublicApp, listen } from './app.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
+import { createDiscoveryRoutes } from './discovery.ts'
 import { createEndpointCache } from './endpoint-cache.ts'
 import { createMeteredRoute } from './metered.ts'
+import { ObservedCalls } from './observed-calls.ts'
 import { createUpstreamDispatcher } from './proxy.ts'
 import { createReceiptRoute } from './receipts.ts'
 import { startSettlementThrottle } from './settlement-throttle.ts'
@@ -113,11 +115,16 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     const watcher = await startTransferWatcher(deps, verified)
     stops.push(() => watcher.stop())
 
+    // What paid calls did, added to the hourly rows every few seconds (the listing's figures).
+    const observed = new ObservedCalls(db.sql, logger)
+    observed.start(5_000)
+    stops.push(() => observed.stop())
     const metered = createMeteredRoute({
       endpoints,
       schemes,
       dispatcher,
       logger,
+      observed,
       settings: {
         quoteTtlMs: config.proxy.quote_ttl_ms,
         maxBufferedBodyBytes: config.server.body_limit_bytes,
@@ -132,8 +139,17 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       settings: { ownerShareBps: config.fees.owner_share_bps },
     })
     const receipts = createReceiptRoute({ sql: db.sql, logger })
+    const discovery = createDiscoveryRoutes({
+      sql: db.sql,
+      endpoints,
+      logger,
+      publicUrl: deps.publicUrl,
+      networks: [chainInfo.network, chainInfo.x402Network, chainInfo.caip2],
+      cacheTtlMs: 5_000,
+    })
     const app = createPublicApp({
       receipts,
+      discovery,
       bodyLimitBytes: config.server.body_limit_bytes,
       apiHandler: deps.apiHandler(onEndpointChanged),
       logger,
@@ -152,6 +168,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       flushCaptures: async () => {
         await books.drain()
         await schemes.flush()
+        await observed.flush()
       },
       refreshSettlementThrottle: () => settlementThrottle.refresh(),
       stop,
