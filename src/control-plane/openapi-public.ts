@@ -114,8 +114,28 @@ export const Receipt = v.pipe(
       }),
     ),
     created_at: Timestamp,
+    delivered: v.pipe(
+      v.nullable(v.strictObject({ body_sha256: v.string(), body_bytes: v.number() })),
+      v.description(
+        'SHA-256 (hex) and length of the body as delivered; null when it was not delivered whole, or for a few seconds after the answer ended',
+      ),
+    ),
+    signed: v.pipe(
+      v.nullable(
+        v.strictObject({
+          kid: v.string(),
+          format: v.literal('eip712'),
+          domain: v.record(v.string(), v.unknown()),
+          payload: v.record(v.string(), v.unknown()),
+          signature: v.string(),
+        }),
+      ),
+      v.description(
+        'EIP-712 signature over the receipt (types at /.well-known/x402-receipt-keys.json); null without a signing key',
+      ),
+    ),
   }),
-  v.description('What a paid call measured and was charged; written when its answer ended.'),
+  v.description('What a paid call measured, delivered and was charged; written when its answer ended.'),
 )
 
 /** What tollgate measured of an endpoint's paid traffic (src/discovery/observed.ts). */
@@ -302,6 +322,20 @@ export function publicPaths(ref: (name: string) => Json): Json {
         security: [],
         responses: {
           '200': json('DiscoveryManifest', 'the manifest (advisory: the live 402 is authoritative)'),
+        },
+      },
+    },
+    '/.well-known/x402-receipt-keys.json': {
+      get: {
+        operationId: 'getReceiptKeys',
+        tags: ['metered'],
+        summary: 'The address that signs offers and receipts (EIP-712), and rotated-out ones still valid',
+        security: [],
+        responses: {
+          '200': {
+            description: '{format, current: {kid, address}, previous: [...], domains, call_receipt_types}',
+            content: { 'application/json': { schema: { type: 'object' } } },
+          },
         },
       },
     },

@@ -38,6 +38,8 @@ export interface PublicAppOptions {
   receipts?: UwsRoute
   /** GET /.well-known/x402.json and GET /discovery/resources: the public discovery listing */
   discovery?: { wellKnown: UwsRoute; resources: UwsRoute }
+  /** GET /.well-known/x402-receipt-keys.json: the public keys that sign offers and receipts */
+  receiptKeys?: UwsRoute
   /** Hostile-input limits at the edge; none when absent (tests of other parts). */
   edge?: EdgeLimits
 }
@@ -123,6 +125,7 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
     app.get('/.well-known/x402.json', edge ? guarded(edge, 'discovery', d.wellKnown, null) : d.wellKnown)
     app.get('/discovery/resources', edge ? guarded(edge, 'discovery', d.resources, null) : d.resources)
   }
+  if (options.receiptKeys) app.get('/.well-known/x402-receipt-keys.json', options.receiptKeys)
   app.get('/', (res, req) => {
     res
       .writeHeader('content-type', API_ERROR_HEADERS)

@@ -10,9 +10,12 @@ import type { Offers } from '../schemes/registry.ts'
 import type { OfferQuery, Quote } from '../schemes/scheme.ts'
 import { buildChallenge } from './challenge.ts'
 import type { UpstreamTarget } from './proxy.ts'
+import { OFFER_RECEIPT, type ReceiptSigner, signedOffers } from './receipt-signer.ts'
 
 export interface LiveEndpoint {
   id: string
+  /** {public url}/m/{id}: what its offers and receipts name. */
+  resourceUrl: string
   accountId: string
   ownerWallet: string
   active: boolean
@@ -37,6 +40,10 @@ export interface EndpointCacheOptions {
   allowPrivate: boolean
   /** x402 `maxTimeoutSeconds` in the 402 accepts (config x402.max_timeout_seconds). */
   maxTimeoutSeconds: number
+  /** Signs the 402's offers (x402 offer-receipt); absent: unsigned. */
+  signer?: ReceiptSigner
+  /** How long a signed offer holds (s); the cache reloads an endpoint well within it. */
+  offerValiditySeconds?: number
 }
 
 export function createEndpointCache(sql: Sql, options: EndpointCacheOptions) {
@@ -91,6 +98,12 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       maxTimeoutSeconds: options.maxTimeoutSeconds,
       enabled,
     })
+    const extensions: Record<string, unknown> = { ...listing.extensions }
+    if (options.signer) {
+      const accepts = offers.flatMap((o) => (o.v2 ? [o.v2] : []))
+      const validUntil = Math.floor(Date.now() / 1000) + (options.offerValiditySeconds ?? 300)
+      extensions[OFFER_RECEIPT] = signedOffers(options.signer, resourceUrl, accepts, validUntil)
+    }
     return {
       amountAtomic,
       // A price change keeps the last quoted price acceptable for a while (fixed prices only).
@@ -105,7 +118,8 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
         offers,
         notOffered,
         pricing: note,
-        ...listing,
+        resourceMetadata: listing.resourceMetadata,
+        extensions,
       }),
     }
   }
@@ -127,6 +141,7 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
   }
   return {
     id: row.id,
+    resourceUrl,
     accountId: row.account_id,
     ownerWallet: row.owner_wallet,
     active: row.status === 'active',

@@ -1,6 +1,7 @@
 // THE hot path, top to bottom: endpoint → proof → verify → claim → proxy → capture or release.
 // Everything read from the uWS request is read synchronously (it dies with the callback); onAborted is
 // attached before the first await; answers after an await are corked.
+import { createHash, type Hash } from 'node:crypto'
 import type { Span } from '@opentelemetry/api'
 import { ERRORS, type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
 import { newId } from '../ids.ts'
@@ -45,6 +46,7 @@ import {
   type RequestBody,
   type UpstreamDispatcher,
 } from './proxy.ts'
+import { type ReceiptSigner, withSignedReceipt } from './receipt-signer.ts'
 import type { HttpRequest, HttpResponse } from './uws.ts'
 
 export interface MeteredDeps {
@@ -55,6 +57,8 @@ export interface MeteredDeps {
   logger: Logger
   /** Counts what paid calls did, for the discovery listing (absent in tests of other parts). */
   observed?: ObservedCalls
+  /** Signs the receipt on a paid answer (x402 offer-receipt) and digests the body it delivers. */
+  receipts?: { signer: ReceiptSigner; network: string }
   settings: {
     quoteTtlMs: number
     maxBufferedBodyBytes: number
@@ -135,6 +139,9 @@ class MeteredCall implements ProxyHooks {
   /** When the request went upstream, and when the upstream's head came back (0: never). */
   forwardedMs = 0
   headMs = 0
+  /** SHA-256 of the body as delivered (after any change the meter made), for the signed final receipt. */
+  digest: Hash | null = null
+  bodyBytes = 0
   /** Hostile input: the sub-path could leave the endpoint's base path. */
   escapingPath = false
   /** Tracing only (null when off): the call's span and its current step (verify, claim, upstream). */
@@ -334,7 +341,18 @@ class MeteredCall implements ProxyHooks {
       if (captureSpan !== null) endSpan(captureSpan)
     }
     // tollgate answers CORS for metered URLs: the upstream's own allow-origin is dropped (proxy.ts).
-    const receipt = payment.receipt(status < 500)
+    let receipt = payment.receipt(status < 500)
+    const signing = this.ctx.receipts
+    if (signing !== undefined && status < 500) {
+      if (receipt !== null)
+        receipt = withSignedReceipt(receipt, signing.signer, {
+          resourceUrl: this.endpoint!.resourceUrl,
+          network: signing.network,
+          payer: payment.payer,
+          nowMs: Date.now(),
+        })
+      this.digest = createHash('sha256')
+    }
     const ids: Array<[string, string]> = [
       ['x-request-id', this.requestId],
       ['x-receipt-id', this.receiptId!],
@@ -347,11 +365,21 @@ class MeteredCall implements ProxyHooks {
 
   /** ProxyHooks: a body chunk on its way out (a usage meter reads it, and may take an event out). */
   onResponseData(chunk: Buffer): Buffer {
-    return this.meter === null ? chunk : this.meter.onData(chunk)
+    const out = this.meter === null ? chunk : this.meter.onData(chunk)
+    if (this.digest !== null) {
+      this.digest.update(out)
+      this.bodyBytes += out.length
+    }
+    return out
   }
 
   onResponseEnd(): Buffer | null {
-    return this.meter === null ? null : this.meter.onEnd()
+    const tail = this.meter === null ? null : this.meter.onEnd()
+    if (this.digest !== null && tail !== null) {
+      this.digest.update(tail)
+      this.bodyBytes += tail.length
+    }
+    return tail
   }
 
   capture(status: number, chargeAtomic: bigint, usage: UsageRecord | null): void {
@@ -416,6 +444,9 @@ class MeteredCall implements ProxyHooks {
       served: this.captured,
       upstreamMs: this.headMs === 0 ? null : this.headMs - this.forwardedMs,
     })
+    // Only an answer delivered whole has a digest to sign: a partial one says so on its receipt.
+    if (this.digest !== null && outcome.kind === 'responded')
+      this.ctx.observed?.delivered(this.receiptId!, this.digest.digest('hex'), this.bodyBytes)
     let reason: string | undefined
     if (outcome.kind === 'upstream_error') {
       upstreamErrors.labels(outcome.code).inc()

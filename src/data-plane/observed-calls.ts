@@ -2,7 +2,13 @@
 // and adds the counts to the database every few seconds: the hot path does a map look-up and a few
 // increments, the listing reads hourly rows. A crash loses at most one interval of counts (figures shown
 // to buyers, not money: the books are elsewhere).
-import { addObserved, type HourlyDelta, type PayerDelta, pruneObserved } from '../db/discovery.ts'
+import {
+  addObserved,
+  type Delivered,
+  type HourlyDelta,
+  type PayerDelta,
+  pruneObserved,
+} from '../db/discovery.ts'
 import type { Sql } from '../db/sql.ts'
 import { LATENCY_BUCKETS, latencyBucket } from '../discovery/observed.ts'
 import type { Logger } from '../observability/logger.ts'
@@ -24,6 +30,7 @@ export interface ObservedCall {
 export class ObservedCalls {
   private hours = new Map<string, HourlyDelta>()
   private payers = new Map<string, PayerDelta>()
+  private deliveries: Delivered[] = []
   private timer: NodeJS.Timeout | null = null
   private flushing: Promise<void> = Promise.resolve()
   private lastPruneMs = 0
@@ -62,6 +69,11 @@ export class ObservedCalls {
     else p.calls++
   }
 
+  /** What a paid answer delivered (its body's SHA-256 and length), shown on its signed final receipt. */
+  delivered(receiptId: string, bodySha256: string, bodyBytes: number): void {
+    this.deliveries.push({ receiptId, bodySha256, bodyBytes })
+  }
+
   start(intervalMs: number): void {
     this.timer = setInterval(() => void this.flush(), intervalMs)
     this.timer.unref()
@@ -74,13 +86,15 @@ export class ObservedCalls {
   }
 
   private async write(): Promise<void> {
-    if (this.hours.size === 0 && this.payers.size === 0) return
+    if (this.hours.size === 0 && this.payers.size === 0 && this.deliveries.length === 0) return
     const hours = [...this.hours.values()]
     const payers = [...this.payers.values()]
+    const delivered = this.deliveries
     this.hours = new Map()
     this.payers = new Map()
+    this.deliveries = []
     try {
-      await addObserved(this.sql, hours, payers)
+      await addObserved(this.sql, hours, payers, delivered)
       const nowMs = this.now()
       if (nowMs - this.lastPruneMs > HOUR_MS) {
         this.lastPruneMs = nowMs
@@ -90,6 +104,7 @@ export class ObservedCalls {
       this.logger.warn('observed call counts not written; kept for the next flush', { err })
       for (const h of hours) this.mergeHour(h)
       for (const p of payers) this.mergePayer(p)
+      this.deliveries.push(...delivered)
     }
   }
 

@@ -1,6 +1,7 @@
 // The data plane's start(deps): hot-path state (caches, the one verifier, the group-commit writers, the
 // upstream pool, the transfer watcher), the public uWS app on its port, and how to drain it all.
 
+import { keccak256, toHex } from 'viem'
 import { BatchWriter } from '../books/batch-writer.ts'
 import { createAuthorizationChainChecker } from '../chain/check-authorization.ts'
 import type { ChainContext } from '../chain/connect.ts'
@@ -37,7 +38,8 @@ import { createEndpointCache } from './endpoint-cache.ts'
 import { createMeteredRoute } from './metered.ts'
 import { ObservedCalls } from './observed-calls.ts'
 import { createUpstreamDispatcher } from './proxy.ts'
-import { createReceiptRoute } from './receipts.ts'
+import { ReceiptSigner } from './receipt-signer.ts'
+import { createReceiptKeysRoute, createReceiptRoute } from './receipts.ts'
 import { startSettlementThrottle } from './settlement-throttle.ts'
 import { Verifier } from './verifier.ts'
 import { workerEnv } from './workers.ts'
@@ -98,7 +100,10 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       settlementThrottle,
     })
     stops.push(() => schemes.stop())
+    const signer = receiptSigner(config)
     const endpoints = createEndpointCache(db.sql, {
+      signer,
+      offerValiditySeconds: Math.ceil(config.proxy.quote_ttl_ms / 1000),
       max: config.caches.endpoints_max,
       offers: (q) => schemes.offers(q),
       publicUrl: deps.publicUrl,
@@ -125,6 +130,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       dispatcher,
       logger,
       observed,
+      receipts: signer === undefined ? undefined : { signer, network: chainInfo.caip2 },
       settings: {
         quoteTtlMs: config.proxy.quote_ttl_ms,
         maxBufferedBodyBytes: config.server.body_limit_bytes,
@@ -138,7 +144,12 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       logger,
       settings: { ownerShareBps: config.fees.owner_share_bps },
     })
-    const receipts = createReceiptRoute({ sql: db.sql, logger })
+    const receipts = createReceiptRoute({
+      sql: db.sql,
+      logger,
+      signing:
+        signer === undefined ? undefined : { signer, network: chainInfo.caip2, publicUrl: deps.publicUrl },
+    })
     const discovery = createDiscoveryRoutes({
       sql: db.sql,
       endpoints,
@@ -150,6 +161,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     const app = createPublicApp({
       receipts,
       discovery,
+      receiptKeys: signer === undefined ? undefined : createReceiptKeysRoute(signer),
       bodyLimitBytes: config.server.body_limit_bytes,
       apiHandler: deps.apiHandler(onEndpointChanged),
       logger,
@@ -178,6 +190,20 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     throw err
   }
 }
+
+/**
+ * The key that signs offers and receipts: RECEIPT_SIGNING_KEY, or on the local dev chain a fixed, public dev
+ * key (like anvil's accounts: every instance and worker signs alike, and nobody should trust it). Elsewhere
+ * without a key, offers and receipts go unsigned.
+ */
+function receiptSigner(config: DataPlaneDeps['config']): ReceiptSigner | undefined {
+  const key =
+    config.secrets.receipt_signing_key ?? (config.chain.network === 'local' ? LOCAL_RECEIPT_KEY : null)
+  if (key === null) return undefined
+  return new ReceiptSigner({ privateKey: key, previous: config.secrets.receipt_previous_signers })
+}
+/** keccak256("tollgate local receipt key"): the local chain's dev signing key, public on purpose. */
+const LOCAL_RECEIPT_KEY = keccak256(toHex('tollgate local receipt key'))
 
 /**
  * Watches the treasury from where the last run stopped: each confirmed transfer pre-verifies its hash (a

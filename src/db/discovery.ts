@@ -61,9 +61,26 @@ export interface PayerDelta {
   calls: number
 }
 
+export interface Delivered {
+  receiptId: string
+  bodySha256: string
+  bodyBytes: number
+}
+
 /** Adds the deltas (every instance adds its own; nothing is read back). */
-export async function addObserved(sql: Sql, hours: HourlyDelta[], payers: PayerDelta[]): Promise<void> {
+export async function addObserved(
+  sql: Sql,
+  hours: HourlyDelta[],
+  payers: PayerDelta[],
+  delivered: Delivered[] = [],
+): Promise<void> {
   await sql.begin(async (tx) => {
+    for (const d of delivered) {
+      await tx`
+        INSERT INTO call_deliveries (receipt_id, body_sha256, body_bytes)
+        VALUES (${d.receiptId}, ${d.bodySha256}, ${d.bodyBytes})
+        ON CONFLICT (receipt_id) DO NOTHING`
+    }
     for (const h of hours) {
       await tx`
         INSERT INTO endpoint_hourly (endpoint_id, hour, paid_calls, succeeded, unserved, latency_buckets)
@@ -132,4 +149,14 @@ export async function readObserved(
 export async function pruneObserved(sql: Sql, before: Date): Promise<void> {
   await sql`DELETE FROM endpoint_hourly WHERE hour < ${before}`
   await sql`DELETE FROM endpoint_payer_days WHERE day < ${before.toISOString().slice(0, 10)}::date`
+}
+
+/** What a paid answer delivered, when it was delivered whole. */
+export async function findDelivery(
+  sql: Sql,
+  receiptId: string,
+): Promise<{ body_sha256: string; body_bytes: number } | null> {
+  const [row] = await sql<{ body_sha256: string; body_bytes: number }[]>`
+    SELECT body_sha256, body_bytes::int AS body_bytes FROM call_deliveries WHERE receipt_id = ${receiptId}`
+  return row ?? null
 }
