@@ -96,81 +96,9 @@ export function createDiscoveryRoutes(deps: DiscoveryDeps) {
     )
   }
 
-  /** The live 402's requirements of a listed endpoint (its GET price): advisory, the 402 is authoritative. */
-  const acceptsOf = async (id: string): Promise<Requirement[]> => {
-    const live = await loadEndpoint(deps.endpoints, id)
-    if (live === NOT_FOUND || !live.active) return []
-    return live.quoteFor('GET', '').challenge.accepts
-  }
-
-  const resources = async (query: URLSearchParams) => {
-    const f = readListQuery(query, deps.networks)
-    if (f === null) return { x402Version: 2, items: [], pagination: { limit: 0, offset: 0, total: 0 } }
-    const { rows, total } = await listListedEndpoints(deps.sql, f)
-    const since = new Date(now() - WINDOW_DAYS * DAY_MS)
-    const [observed, accepts] = await Promise.all([
-      readObserved(
-        deps.sql,
-        rows.map((r) => r.id),
-        since,
-      ),
-      Promise.all(rows.map((r) => acceptsOf(r.id))),
-    ])
-    const base = deps.publicUrl()
-    return {
-      x402Version: 2,
-      items: rows.map((r, i) => ({
-        resource: `${base}/m/${r.id}`,
-        type: 'http',
-        x402Version: 2,
-        accepts: accepts[i],
-        lastUpdated: r.updated_at.toISOString(),
-        description: describe(r),
-        mimeType: 'application/json',
-        ...resourceMetadata(r.discovery),
-        // What tollgate measured of this endpoint's paid traffic: catalogs list claims, this is evidence.
-        observed: presentObserved(observed.get(r.id), WINDOW_DAYS),
-      })),
-      pagination: { limit: f.limit, offset: f.offset, total },
-    }
-  }
-
-  const manifest = async () => {
-    const { rows } = await listListedEndpoints(deps.sql, {
-      tag: null,
-      minPriceAtomic: null,
-      maxPriceAtomic: null,
-      limit: MANIFEST_MAX,
-      offset: 0,
-    })
-    const accepts = await Promise.all(rows.map((r) => acceptsOf(r.id)))
-    const base = deps.publicUrl()
-    let last = 0
-    for (const r of rows) last = Math.max(last, r.updated_at.getTime())
-    return {
-      x402Version: 2,
-      lastUpdated: Math.floor((last || now()) / 1000),
-      items: rows.map((r, i) => {
-        const output = manifestOutput(r.discovery)
-        return {
-          resource: {
-            url: `${base}/m/${r.id}`,
-            description: describe(r),
-            mimeType: 'application/json',
-            ...resourceMetadata(r.discovery),
-          },
-          type: 'http',
-          accepts: accepts[i],
-          input: manifestInput(r.discovery),
-          ...(output === undefined ? {} : { output }),
-        }
-      }),
-    }
-  }
-
   return {
     wellKnown(res: HttpResponse, req: HttpRequest): void {
-      serve(res, req, 'manifest', manifest)
+      serve(res, req, 'manifest', () => manifest(deps, now()))
     },
     resources(res: HttpResponse, req: HttpRequest): void {
       const raw = req.getQuery() ?? ''
@@ -190,8 +118,82 @@ export function createDiscoveryRoutes(deps: DiscoveryDeps) {
         )
         return
       }
-      serve(res, req, `list?${raw}`, () => resources(query))
+      serve(res, req, `list?${raw}`, () => resources(deps, query, now()))
     },
+  }
+}
+
+/** The live 402's requirements of a listed endpoint (its GET price): advisory, the 402 is authoritative. */
+async function acceptsOf(deps: DiscoveryDeps, id: string): Promise<Requirement[]> {
+  const live = await loadEndpoint(deps.endpoints, id)
+  if (live === NOT_FOUND || !live.active) return []
+  return live.quoteFor('GET', '').challenge.accepts
+}
+
+/** One page of the list, each item with its 7-day figures. */
+async function resources(deps: DiscoveryDeps, query: URLSearchParams, nowMs: number) {
+  const f = readListQuery(query, deps.networks)
+  if (f === null) return { x402Version: 2, items: [], pagination: { limit: 0, offset: 0, total: 0 } }
+  const { rows, total } = await listListedEndpoints(deps.sql, f)
+  const since = new Date(nowMs - WINDOW_DAYS * DAY_MS)
+  const [observed, accepts] = await Promise.all([
+    readObserved(
+      deps.sql,
+      rows.map((r) => r.id),
+      since,
+    ),
+    Promise.all(rows.map((r) => acceptsOf(deps, r.id))),
+  ])
+  const base = deps.publicUrl()
+  return {
+    x402Version: 2,
+    items: rows.map((r, i) => ({
+      resource: `${base}/m/${r.id}`,
+      type: 'http',
+      x402Version: 2,
+      accepts: accepts[i],
+      lastUpdated: r.updated_at.toISOString(),
+      description: describe(r),
+      mimeType: 'application/json',
+      ...resourceMetadata(r.discovery),
+      // What tollgate measured of this endpoint's paid traffic: catalogs list claims, this is evidence.
+      observed: presentObserved(observed.get(r.id), WINDOW_DAYS),
+    })),
+    pagination: { limit: f.limit, offset: f.offset, total },
+  }
+}
+
+/** The per-origin manifest: every listed endpoint, its invocation contract lifted out of the bazaar envelope. */
+async function manifest(deps: DiscoveryDeps, nowMs: number) {
+  const { rows } = await listListedEndpoints(deps.sql, {
+    tag: null,
+    minPriceAtomic: null,
+    maxPriceAtomic: null,
+    limit: MANIFEST_MAX,
+    offset: 0,
+  })
+  const accepts = await Promise.all(rows.map((r) => acceptsOf(deps, r.id)))
+  const base = deps.publicUrl()
+  let last = 0
+  for (const r of rows) last = Math.max(last, r.updated_at.getTime())
+  return {
+    x402Version: 2,
+    lastUpdated: Math.floor((last || nowMs) / 1000),
+    items: rows.map((r, i) => {
+      const output = manifestOutput(r.discovery)
+      return {
+        resource: {
+          url: `${base}/m/${r.id}`,
+          description: describe(r),
+          mimeType: 'application/json',
+          ...resourceMetadata(r.discovery),
+        },
+        type: 'http',
+        accepts: accepts[i],
+        input: manifestInput(r.discovery),
+        ...(output === undefined ? {} : { output }),
+      }
+    }),
   }
 }
 

@@ -74,9 +74,10 @@ export class ObservedCalls {
     this.deliveries.push({ receiptId, bodySha256, bodyBytes })
   }
 
-  start(intervalMs: number): void {
+  start(intervalMs: number): this {
     this.timer = setInterval(() => void this.flush(), intervalMs)
     this.timer.unref()
+    return this
   }
 
   /** Adds what was counted since the last flush; counts that fail to write are kept for the next one. */

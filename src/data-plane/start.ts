@@ -34,7 +34,7 @@ import type { Started } from '../subsystem.ts'
 import { createEdgeLimits, createPublicApp, listen } from './app.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
 import { createDiscoveryRoutes } from './discovery.ts'
-import { createEndpointCache } from './endpoint-cache.ts'
+import { createEndpointCache, type EndpointCache, type EndpointCacheOptions } from './endpoint-cache.ts'
 import { createMeteredRoute } from './metered.ts'
 import { ObservedCalls } from './observed-calls.ts'
 import { createUpstreamDispatcher } from './proxy.ts'
@@ -101,16 +101,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     })
     stops.push(() => schemes.stop())
     const signer = receiptSigner(config)
-    const endpoints = createEndpointCache(db.sql, {
-      signer,
-      offerValiditySeconds: Math.ceil(config.proxy.quote_ttl_ms / 1000),
-      max: config.caches.endpoints_max,
-      offers: (q) => schemes.offers(q),
-      publicUrl: deps.publicUrl,
-      defaultTimeoutMs: config.proxy.upstream_timeout_ms,
-      allowPrivate: config.proxy.allow_private_upstreams,
-      maxTimeoutSeconds: config.x402.max_timeout_seconds,
-    })
+    const endpoints = createEndpointCache(db.sql, endpointCacheOptions(deps, schemes, signer))
     const onEndpointChanged = (id: string) => {
       endpoints.delete(id)
     }
@@ -119,10 +110,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     stops.push(() => dispatcher.close())
     const watcher = await startTransferWatcher(deps, verified)
     stops.push(() => watcher.stop())
-
-    // What paid calls did, added to the hourly rows every few seconds (the listing's figures).
-    const observed = new ObservedCalls(db.sql, logger)
-    observed.start(5_000)
+    const observed = new ObservedCalls(db.sql, logger).start(5_000)
     stops.push(() => observed.stop())
     const metered = createMeteredRoute({
       endpoints,
@@ -144,24 +132,9 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       logger,
       settings: { ownerShareBps: config.fees.owner_share_bps },
     })
-    const receipts = createReceiptRoute({
-      sql: db.sql,
-      logger,
-      signing:
-        signer === undefined ? undefined : { signer, network: chainInfo.caip2, publicUrl: deps.publicUrl },
-    })
-    const discovery = createDiscoveryRoutes({
-      sql: db.sql,
-      endpoints,
-      logger,
-      publicUrl: deps.publicUrl,
-      networks: [chainInfo.network, chainInfo.x402Network, chainInfo.caip2],
-      cacheTtlMs: 5_000,
-    })
+    const reads = publicReads(deps, endpoints, signer)
     const app = createPublicApp({
-      receipts,
-      discovery,
-      receiptKeys: signer === undefined ? undefined : createReceiptKeysRoute(signer),
+      ...reads,
       bodyLimitBytes: config.server.body_limit_bytes,
       apiHandler: deps.apiHandler(onEndpointChanged),
       logger,
@@ -188,6 +161,46 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
   } catch (err) {
     await stop()
     throw err
+  }
+}
+
+function endpointCacheOptions(
+  deps: DataPlaneDeps,
+  schemes: SchemeRegistry,
+  signer: ReceiptSigner | undefined,
+): EndpointCacheOptions {
+  const { config } = deps
+  return {
+    signer,
+    offerValiditySeconds: Math.ceil(config.proxy.quote_ttl_ms / 1000),
+    max: config.caches.endpoints_max,
+    offers: (q) => schemes.offers(q),
+    publicUrl: deps.publicUrl,
+    defaultTimeoutMs: config.proxy.upstream_timeout_ms,
+    allowPrivate: config.proxy.allow_private_upstreams,
+    maxTimeoutSeconds: config.x402.max_timeout_seconds,
+  }
+}
+
+/** The public read routes beside the paid path: receipts, their signing keys, the discovery listing. */
+function publicReads(deps: DataPlaneDeps, endpoints: EndpointCache, signer: ReceiptSigner | undefined) {
+  const { db, logger, chainInfo } = deps
+  return {
+    receipts: createReceiptRoute({
+      sql: db.sql,
+      logger,
+      signing:
+        signer === undefined ? undefined : { signer, network: chainInfo.caip2, publicUrl: deps.publicUrl },
+    }),
+    receiptKeys: signer === undefined ? undefined : createReceiptKeysRoute(signer),
+    discovery: createDiscoveryRoutes({
+      sql: db.sql,
+      endpoints,
+      logger,
+      publicUrl: deps.publicUrl,
+      networks: [chainInfo.network, chainInfo.x402Network, chainInfo.caip2],
+      cacheTtlMs: 5_000,
+    }),
   }
 }
 
