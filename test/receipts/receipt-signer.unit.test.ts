@@ -1,8 +1,12 @@
 // Our signed offers and receipts, checked by the published @x402/extensions offer-receipt code.
-import { verifyOfferSignatureEIP712, verifyReceiptSignatureEIP712 } from '@x402/extensions/offer-receipt'
+import {
+  hashReceiptTypedData,
+  verifyOfferSignatureEIP712,
+  verifyReceiptSignatureEIP712,
+} from '@x402/extensions/offer-receipt'
 import { recoverTypedDataAddress } from 'viem'
 import { describe, expect, it } from 'vitest'
-import { ReceiptSigner } from '../../src/data-plane/receipt-signer.ts'
+import { ReceiptSigner, receiptDigest } from '../../src/data-plane/receipt-signer.ts'
 
 const KEY = '0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d'
 
@@ -37,6 +41,18 @@ describe('receipt signer', () => {
       payload: { ...receipt.payload, payer: '0x2222222222222222222222222222222222222222' },
     }
     expect((await verifyReceiptSignatureEIP712(tampered)).signer).not.toBe(signer.address)
+  })
+
+  it('encodes the receipt digest as the published package hashes it', () => {
+    const payload = {
+      version: 1,
+      network: 'eip155:84532',
+      resourceUrl: 'https://api.example/m/ep_2?x=ü',
+      payer: '0x1111111111111111111111111111111111111111',
+      issuedAt: 1_800_000_123,
+      transaction: '0xabc',
+    }
+    expect(receiptDigest(payload)).toBe(hashReceiptTypedData(payload))
   })
 
   it('signs the final call receipt under its published domain and types', async () => {
