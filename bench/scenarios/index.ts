@@ -18,6 +18,16 @@ export interface Scenario {
 
 const base = () => ({ connections: settings.connections, durationS: settings.durationS })
 
+/** Tokens at $0.1 / $0.05 / $0.4 per million, ceiling $0.001 (one bench proof): ~$0.00014 per call. */
+const USAGE_SSE_PRICING = {
+  model: 'usage',
+  unit: 'tokens',
+  max_price: 0.001,
+  input_price_per_million: 0.1,
+  cached_input_price_per_million: 0.05,
+  output_price_per_million: 0.4,
+}
+
 function paid(kind: TollgateKind, path: string, proofs: number, name: string): Scenario {
   return {
     name,
@@ -77,7 +87,7 @@ export const scenarios: Scenario[] = [
     run: (ctx) => runX402(ctx, Number(process.env.BENCH_X402 ?? 1_500)),
   },
   {
-    // issue 12: pay once, call many — one channel per connection, cumulative vouchers signed before the load.
+    // Pay once, call many: one channel per connection, cumulative vouchers signed before the load.
     name: 'x402-batch',
     tollgates: ['warm'],
     run: async (ctx) => {
@@ -93,6 +103,46 @@ export const scenarios: Scenario[] = [
     name: 'x402-reference',
     peer: 'x402-reference',
     run: (ctx) => runX402Reference(ctx, Number(process.env.BENCH_X402 ?? 1_500)),
+  },
+  {
+    // The OpenAI-style stream called directly, asking for its usage as tollgate does on the client's behalf.
+    name: 'direct-sse',
+    run: (ctx) =>
+      load({
+        ...base(),
+        url: `${ctx.upstream.base}/v1/chat/completions`,
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'm', stream: true, stream_options: { include_usage: true } }),
+        expectStatus: 200,
+      }),
+  },
+  {
+    // The same stream priced per token through tollgate: usage asked for, read on the stream and taken out
+    // again; each call paid by a transaction hash as a prepaid ceiling (the rest refunded in the payout batch).
+    name: 'usage-sse',
+    tollgates: ['warm'],
+    proofs: Math.round(settings.proofs / 4),
+    run: async (ctx) => {
+      const t = ctx.tollgates.warm!
+      const url = await t.metered('/v1/chat/completions', { pricing: USAGE_SSE_PRICING })
+      const before = await readCounters(t.adminPort)
+      const m = await load({
+        ...base(),
+        url,
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'm', stream: true }),
+        perRequest: { header: 'x-payment', values: ctx.takeProofs(Math.round(settings.proofs / 4)) },
+        expectStatus: 200,
+      })
+      const direct = ctx.rps.get('direct-sse')
+      return {
+        ...m,
+        inside: inside(before, await readCounters(t.adminPort)),
+        ratio_to_direct_sse: direct ? Math.round((m.rps / direct) * 1000) / 1000 : null,
+      }
+    },
   },
   direct('/1k', 'direct-1k'),
   paid('warm', '/1k', Math.round(settings.proofs * 0.6), 'paid-1k'),

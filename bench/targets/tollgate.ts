@@ -11,7 +11,7 @@ export interface Tollgate extends Target {
   adminPort: number
   apiKey: string
   /** Metered URL of an endpoint on the upstream path ('/data', '/1k', '/256k'); batch: offers batch-settlement. */
-  metered(path: string, options?: { batch?: boolean }): Promise<string>
+  metered(path: string, options?: { batch?: boolean; pricing?: Record<string, unknown> }): Promise<string>
   post(path: string, body: unknown, key?: string): Promise<any>
   /**
    * VACUUM (ANALYZE) of its database (a server one; nothing on PGlite), between scenarios, as pgbench does
@@ -90,12 +90,13 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
     apiKey: reg.api_key,
     post,
     async metered(path, options) {
-      const key = `${options?.batch ? 'batch:' : ''}${path}`
+      const key = `${options?.batch ? 'batch:' : ''}${options?.pricing ? 'priced:' : ''}${path}`
       let url = endpoints.get(key)
       if (!url) {
+        const price = options?.pricing ? { pricing: options.pricing } : { price: '0.001' }
         const ep = await post(
           '/api/v1/endpoints',
-          { upstream_url: `${o.upstream}${path}`, price: '0.001', batch_settlement: options?.batch === true },
+          { upstream_url: `${o.upstream}${path}`, ...price, batch_settlement: options?.batch === true },
           reg.api_key,
         )
         url = ep.metered_url as string

@@ -6,7 +6,34 @@ import { createServer } from 'node:http'
 const small = Buffer.from(JSON.stringify({ ok: true, data: 'x'.repeat(64) }))
 const sized = (bytes: number) => Buffer.from(JSON.stringify({ data: 'x'.repeat(bytes - 11) }))
 const bodies: Record<string, Buffer> = { '/data': small, '/1k': sized(1024), '/256k': sized(256 * 1024) }
+// An OpenAI-style chat stream: 50 chunk events, then the usage chunk when the request asked for it.
+const SSE_EVENTS = 50
+const chunk = (usageNull: boolean) =>
+  `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: 'tok ' } }], ...(usageNull ? { usage: null } : {}) })}\n\n`
+const sseAsked = Buffer.from(chunk(true).repeat(SSE_EVENTS))
+const ssePlain = Buffer.from(chunk(false).repeat(SSE_EVENTS))
+const sseUsage = Buffer.from(
+  `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', choices: [], usage: { prompt_tokens: 1200, completion_tokens: 50, prompt_tokens_details: { cached_tokens: 200 } } })}\n\n`,
+)
+const sseDone = Buffer.from('data: [DONE]\n\n')
+
+function chatStream(req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse) {
+  const parts: Buffer[] = []
+  req.on('data', (c: Buffer) => parts.push(c))
+  req.on('end', () => {
+    const asked = Buffer.concat(parts).includes('"include_usage":true')
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
+    // Written in two halves, as a model streams: the events cross write boundaries.
+    const events = asked ? sseAsked : ssePlain
+    res.write(events.subarray(0, events.length >> 1))
+    res.write(events.subarray(events.length >> 1))
+    if (asked) res.write(sseUsage)
+    res.end(sseDone)
+  })
+}
+
 const server = createServer((req, res) => {
+  if (req.url === '/v1/chat/completions') return chatStream(req, res)
   const body = bodies[(req.url ?? '').split('?')[0]!] ?? small
   req.resume()
   req.on('end', () => {
