@@ -8,6 +8,11 @@ import {
   validateDiscoveryExtension,
   validateDiscoveryExtensionSpec,
 } from '@x402/extensions/bazaar'
+import {
+  type EIP712SignedReceipt,
+  extractReceiptFromResponse,
+  verifyReceiptSignatureEIP712,
+} from '@x402/extensions/offer-receipt'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
@@ -301,6 +306,18 @@ describe('discovery', () => {
       p99_upstream_ms: null,
       repeat_payers: 0,
     })
+  })
+
+  it('a paid answer carries a receipt signed by the published key (the local chain’s dev key)', async () => {
+    const hash = await payUsdc(payer, service.treasury.address, 10_000n)
+    const r = await fetch(`${service.url}/m/${ids.hidden}`, { headers: { 'x-payment': hash } })
+    expect(r.status).toBe(200)
+    const receipt = extractReceiptFromResponse(r) as EIP712SignedReceipt
+    const keys = await (await fetch(`${service.url}/.well-known/x402-receipt-keys.json`)).json()
+    const { signer, payload } = await verifyReceiptSignatureEIP712(receipt)
+    expect(signer).toBe(keys.current.address)
+    expect(payload).toMatchObject({ resourceUrl: `${service.url}/m/${ids.hidden}`, transaction: '' })
+    expect(payload.payer.toLowerCase()).toBe(payer.address.toLowerCase())
   })
 
   it('un-listing an endpoint takes it out of the listing and its 402', async () => {
