@@ -17,6 +17,7 @@ import { loadConfig } from '../../src/config/load.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { marksBehindNow, resetSnapshots } from '../../src/control-plane/jobs/reconcile-balances.ts'
 import { reconcileFromCheckpoint } from '../../src/control-plane/jobs/reconcile-checkpoint.ts'
+import { listListedEndpoints, readObserved } from '../../src/db/discovery.ts'
 import { accountBalance, lockPayableBatch, someWalletOwedAtLeast } from '../../src/db/ledger.ts'
 import { createSql, type Sql } from '../../src/db/sql.ts'
 import { recordFailedPayouts } from '../history/recent-payouts.ts'
@@ -358,6 +359,10 @@ async function measureAll(d: MeasureDeps, empty: Instance, history: Instance): P
       },
     ],
     ['payouts', d.samples, (i) => () => getJson(i, `/api/v1/payouts?limit=${PAYOUTS_PAGE}`)],
+    // The public listing's uncached read (the route keeps answers 5 s): listed endpoints and their hourly
+    // figures, which must not depend on how many calls are stored.
+    ['discovery-read', d.samples, (i) => () => discoveryRead(i)],
+    ['discovery-resources', d.samples, (i) => () => getJson(i, '/discovery/resources?limit=20')],
     ['payout-batcher', Math.max(5, d.samples / 10), (i) => () => batcherWork(i)],
   ]
   const cursors = new Map<Instance, string | null>()
@@ -456,6 +461,29 @@ async function measureAll(d: MeasureDeps, empty: Instance, history: Instance): P
 const BIG_TABLES = ['claims', 'calls', 'ledger_entries', 'events'] as const
 
 /** Sequential scans so far of the tables that grow with history (pg_stat_user_tables). */
+const listedOnce = new Map<Instance, Promise<unknown>>()
+/** Lists the instance's endpoint once, then reads a listing page as GET /discovery/resources does uncached. */
+async function discoveryRead(i: Instance): Promise<unknown> {
+  let listed = listedOnce.get(i)
+  if (listed === undefined) {
+    listed = i.sql`UPDATE endpoints SET listed = true WHERE id = ${i.endpointId}`.then(() => null)
+    listedOnce.set(i, listed)
+  }
+  await listed
+  const { rows } = await listListedEndpoints(i.sql, {
+    tag: null,
+    minPriceAtomic: null,
+    maxPriceAtomic: null,
+    limit: 20,
+    offset: 0,
+  })
+  return readObserved(
+    i.sql,
+    rows.map((r) => r.id),
+    new Date(Date.now() - 7 * 86_400_000),
+  )
+}
+
 async function seqScans(i: Instance): Promise<Map<string, number>> {
   const rows = await i.sql<{ relname: string; n: string }[]>`
     SELECT relname, seq_scan::text AS n FROM pg_stat_user_tables WHERE relname = ANY(${[...BIG_TABLES]}::text[])`

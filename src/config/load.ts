@@ -101,9 +101,27 @@ export function loadConfig(options: LoadOptions = {}): Config {
       'invalid configuration:\n  ADMIN_TOKEN: must be at least 24 characters (e.g. openssl rand -hex 24)',
     )
   }
+  const receiptKey = env.RECEIPT_SIGNING_KEY?.trim() || null
+  if (receiptKey !== null && !/^0x[0-9a-fA-F]{64}$/.test(receiptKey)) {
+    throw new ConfigError(
+      'invalid configuration:\n  RECEIPT_SIGNING_KEY: must be 0x followed by 64 hex digits',
+    )
+  }
+  const previousSigners = (env.RECEIPT_PREVIOUS_SIGNERS ?? '')
+    .split(',')
+    .map((a) => a.trim())
+    .filter((a) => a !== '')
+  const badSigner = previousSigners.find((a) => !/^0x[0-9a-fA-F]{40}$/.test(a))
+  if (badSigner !== undefined) {
+    throw new ConfigError(
+      `invalid configuration:\n  RECEIPT_PREVIOUS_SIGNERS: ${badSigner} is not an address (comma-separated 0x… addresses)`,
+    )
+  }
   const secrets = Object.freeze({
     treasury_private_key: key as `0x${string}` | null,
     admin_token: adminToken,
+    receipt_signing_key: receiptKey as `0x${string}` | null,
+    receipt_previous_signers: Object.freeze(previousSigners),
   })
   // Non-enumerable so that logging or serialising the config never prints the key.
   const config = { ...settings } as Config

@@ -268,6 +268,10 @@ export type Config = Readonly<
       treasury_private_key: `0x${string}` | null
       /** ADMIN_TOKEN: bearer token for the admin routes beyond /metrics, /healthz, /readyz; null = off. */
       admin_token: string | null
+      /** RECEIPT_SIGNING_KEY: signs x402 offers and receipts; null = unsigned (a dev key on the local chain). */
+      receipt_signing_key: `0x${string}` | null
+      /** RECEIPT_PREVIOUS_SIGNERS: addresses of rotated-out signing keys, still published for verification. */
+      receipt_previous_signers: readonly string[]
     }
   }
 >

@@ -60,6 +60,12 @@ export const PaymentRequired = v.pipe(
         ),
       ),
     ),
+    extensions: v.optional(
+      v.pipe(
+        v.record(v.string(), v.unknown()),
+        v.description('x402 extensions: `bazaar` (how to call it) when the owner lists the endpoint'),
+      ),
+    ),
     schemes_not_offered: v.optional(
       v.pipe(
         v.array(v.strictObject({ scheme: v.string(), reason: v.string() })),
@@ -111,12 +117,99 @@ export const Receipt = v.pipe(
       }),
     ),
     created_at: Timestamp,
+    delivered: v.pipe(
+      v.nullable(v.strictObject({ body_sha256: v.string(), body_bytes: v.number() })),
+      v.description(
+        'SHA-256 (hex) and length of the body as delivered; null when it was not delivered whole, or for a few seconds after the answer ended',
+      ),
+    ),
+    signed: v.pipe(
+      v.nullable(
+        v.strictObject({
+          kid: v.string(),
+          format: v.literal('eip712'),
+          domain: v.record(v.string(), v.unknown()),
+          payload: v.record(v.string(), v.unknown()),
+          signature: v.string(),
+        }),
+      ),
+      v.description(
+        'EIP-712 signature over the receipt (types at /.well-known/x402-receipt-keys.json); null without a signing key',
+      ),
+    ),
   }),
-  v.description('What a paid call measured and was charged; written when its answer ended.'),
+  v.description('What a paid call measured, delivered and was charged; written when its answer ended.'),
 )
 
+/** What tollgate measured of an endpoint's paid traffic (src/discovery/observed.ts). */
+const Observed = v.pipe(
+  v.strictObject({
+    window_days: v.number(),
+    paid_calls: v.number(),
+    success_rate: v.pipe(v.nullable(v.number()), v.description('served (upstream below 500) / paid calls')),
+    refund_rate: v.pipe(
+      v.nullable(v.number()),
+      v.description(
+        'not served (upstream failed, timed out, client left first) / paid calls: refunded or retried free',
+      ),
+    ),
+    p50_upstream_ms: v.pipe(
+      v.nullable(v.number()),
+      v.description('upper bound of the bucket holding the median'),
+    ),
+    p99_upstream_ms: v.nullable(v.number()),
+    repeat_payers: v.pipe(v.number(), v.description('payers with 2 or more paid calls in the window')),
+  }),
+  v.description('what paid traffic through tollgate observed, counted per hour'),
+)
+
+const ResourceMeta = {
+  description: v.string(),
+  mimeType: v.string(),
+  serviceName: v.optional(v.string()),
+  tags: v.optional(v.array(v.string())),
+  iconUrl: v.optional(v.string()),
+}
+
+/** GET /discovery/resources: the facilitator's list shape (x402 bazaar), plus `observed`. */
+export const DiscoveryResources = v.strictObject({
+  x402Version: v.literal(2),
+  items: v.array(
+    v.strictObject({
+      resource: v.string(),
+      type: v.literal('http'),
+      x402Version: v.literal(2),
+      accepts: v.array(v.record(v.string(), v.unknown())),
+      lastUpdated: Timestamp,
+      ...ResourceMeta,
+      observed: Observed,
+    }),
+  ),
+  pagination: v.strictObject({ limit: v.number(), offset: v.number(), total: v.number() }),
+})
+
+/** GET /.well-known/x402.json: the x402 per-origin discovery manifest (draft). */
+export const DiscoveryManifest = v.strictObject({
+  x402Version: v.literal(2),
+  lastUpdated: v.pipe(v.number(), v.description('unix seconds')),
+  items: v.array(
+    v.strictObject({
+      resource: v.strictObject({ url: v.string(), ...ResourceMeta }),
+      type: v.literal('http'),
+      accepts: v.array(v.record(v.string(), v.unknown())),
+      input: v.record(v.string(), v.unknown()),
+      output: v.optional(v.record(v.string(), v.unknown())),
+    }),
+  ),
+})
+
 export const PublicErrorBody = v.strictObject({
-  error: v.strictObject({ type: v.string(), code: v.string(), message: v.string() }),
+  error: v.strictObject({
+    type: v.string(),
+    code: v.string(),
+    message: v.string(),
+    param: v.optional(v.pipe(v.string(), v.description('the query parameter that was refused'))),
+  }),
   request_id: v.optional(v.string()),
   payment: v.optional(CheckoutStatus),
   refund: v.optional(
@@ -194,7 +287,61 @@ export function publicPaths(ref: (name: string) => Json): Json {
   })
   const html = { 'text/html': { schema: { type: 'string' } } }
   const receiptId = { name: 'receipt_id', in: 'path', required: true, schema: { type: 'string' } }
+  const query = (name: string, description: string, type = 'string') => ({
+    name,
+    in: 'query',
+    required: false,
+    description,
+    schema: { type },
+  })
   return {
+    '/discovery/resources': {
+      get: {
+        operationId: 'listDiscoveryResources',
+        tags: ['discovery'],
+        summary:
+          "Every merchant's listed endpoints with what paid traffic observed over 7 days; no key needed",
+        security: [],
+        parameters: [
+          query('limit', '1 to 100, default 20', 'integer'),
+          query('offset', 'default 0', 'integer'),
+          query('tag', 'only endpoints with this tag'),
+          query('network', 'x402 v1 name or CAIP-2 id; another network lists nothing'),
+          query('type', 'http (the only type listed)'),
+          query('min_price', 'dollars; on the headline price (fixed price, rules default, usage ceiling)'),
+          query('max_price', 'dollars'),
+        ],
+        responses: {
+          '200': json('DiscoveryResources', 'one page, with the total'),
+          '400': error('invalid_parameter: an unknown or malformed query parameter'),
+        },
+      },
+    },
+    '/.well-known/x402.json': {
+      get: {
+        operationId: 'getDiscoveryManifest',
+        tags: ['discovery'],
+        summary: "This host's listed endpoints, as the x402 per-origin discovery manifest; no key needed",
+        security: [],
+        responses: {
+          '200': json('DiscoveryManifest', 'the manifest (advisory: the live 402 is authoritative)'),
+        },
+      },
+    },
+    '/.well-known/x402-receipt-keys.json': {
+      get: {
+        operationId: 'getReceiptKeys',
+        tags: ['metered'],
+        summary: 'The address that signs offers and receipts (EIP-712), and rotated-out ones still valid',
+        security: [],
+        responses: {
+          '200': {
+            description: '{format, current: {kid, address}, previous: [...], domains, call_receipt_types}',
+            content: { 'application/json': { schema: { type: 'object' } } },
+          },
+        },
+      },
+    },
     '/receipts/{receipt_id}': {
       get: {
         operationId: 'getReceipt',

@@ -5,7 +5,15 @@ import { type ConversionConfig, toJsonSchema } from '@valibot/to-json-schema'
 import * as v from 'valibot'
 import { ERRORS } from '../errors.ts'
 import { ApiErrorBody, PageQuery } from './api-schemas.ts'
-import { CheckoutStatus, PaymentRequired, PublicErrorBody, publicPaths, Receipt } from './openapi-public.ts'
+import {
+  CheckoutStatus,
+  DiscoveryManifest,
+  DiscoveryResources,
+  PaymentRequired,
+  PublicErrorBody,
+  publicPaths,
+  Receipt,
+} from './openapi-public.ts'
 import type { Route } from './route.ts'
 import { AccountObject } from './routes/accounts.ts'
 import { CallObject } from './routes/calls.ts'
@@ -31,6 +39,8 @@ const COMPONENTS: Record<string, v.GenericSchema> = {
   PaymentRequired,
   CheckoutStatus,
   Receipt,
+  DiscoveryResources,
+  DiscoveryManifest,
   PublicError: PublicErrorBody,
 }
 

@@ -42,6 +42,10 @@ export interface PublicAppOptions {
   dashboard?: UwsRoute
   /** GET /receipts/:receipt_id: a paid call's public receipt */
   receipts?: UwsRoute
+  /** GET /.well-known/x402.json and GET /discovery/resources: the public discovery listing */
+  discovery?: { wellKnown: UwsRoute; resources: UwsRoute }
+  /** GET /.well-known/x402-receipt-keys.json: the public keys that sign offers and receipts */
+  receiptKeys?: UwsRoute
   /** Hostile-input limits at the edge; none when absent (tests of other parts). */
   edge?: EdgeLimits
 }
@@ -171,6 +175,18 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
       edge ? guarded(edge, 'receipts', options.receipts, null, 'always') : options.receipts,
     )
   }
+  if (options.discovery) {
+    const d = options.discovery
+    app.get(
+      '/.well-known/x402.json',
+      edge ? guarded(edge, 'discovery', d.wellKnown, null, 'always') : d.wellKnown,
+    )
+    app.get(
+      '/discovery/resources',
+      edge ? guarded(edge, 'discovery', d.resources, null, 'always') : d.resources,
+    )
+  }
+  if (options.receiptKeys) app.get('/.well-known/x402-receipt-keys.json', options.receiptKeys)
   app.get(
     '/',
     framed('other', (res, req) => {

@@ -57,6 +57,10 @@ export interface ChallengeInput {
   notOffered?: Array<{ scheme: string; reason: string }>
   /** How the endpoint prices a call, when it is not one fixed price (rules, usage). */
   pricing?: Record<string, unknown>
+  /** x402 v2 resource additions a catalog reads (serviceName, tags, iconUrl). */
+  resourceMetadata?: Record<string, unknown>
+  /** x402 extensions offered with the 402 (bazaar, …), keyed by name; in the v2 header and the body. */
+  extensions?: Record<string, unknown>
 }
 
 /** The 402 of one price: the schemes' offers assembled once, the reason and expiry added per answer. */
@@ -74,10 +78,18 @@ export function buildChallenge(input: ChallengeInput): Challenge {
   fields.accepts = v1.map(v1Order)
   if (input.pricing) fields.pricing = input.pricing
   if (input.notOffered && input.notOffered.length > 0) fields.schemes_not_offered = input.notOffered
-  const v2Rest = {
-    resource: { url: input.resourceUrl, description: input.description, mimeType: 'application/json' },
+  const hasExtensions = input.extensions !== undefined && Object.keys(input.extensions).length > 0
+  if (hasExtensions) fields.extensions = input.extensions
+  const v2Rest: Record<string, unknown> = {
+    resource: {
+      url: input.resourceUrl,
+      description: input.description,
+      mimeType: 'application/json',
+      ...input.resourceMetadata,
+    },
     accepts,
   }
+  if (hasExtensions) v2Rest.extensions = input.extensions
   return {
     rest: `,${JSON.stringify(fields).slice(1)}`,
     accepts,

@@ -3,15 +3,19 @@
 import { LRUCache } from 'lru-cache'
 import { findLiveEndpoint, type LiveEndpointRow } from '../db/endpoints.ts'
 import type { Sql } from '../db/sql.ts'
+import { bazaarExtension, resourceMetadata } from '../discovery/listing.ts'
 import { presentPricing } from '../pricing/input.ts'
 import { pricingFromStored, ruleIndex, type UsagePricing } from '../pricing/model.ts'
 import type { Offers } from '../schemes/registry.ts'
 import type { OfferQuery, Quote } from '../schemes/scheme.ts'
 import { buildChallenge } from './challenge.ts'
 import type { UpstreamTarget } from './proxy.ts'
+import { OFFER_RECEIPT, type ReceiptSigner, signedOffers } from './receipt-signer.ts'
 
 export interface LiveEndpoint {
   id: string
+  /** {public url}/m/{id}: what its offers and receipts name. */
+  resourceUrl: string
   accountId: string
   ownerWallet: string
   active: boolean
@@ -36,6 +40,10 @@ export interface EndpointCacheOptions {
   allowPrivate: boolean
   /** x402 `maxTimeoutSeconds` in the 402 accepts (config x402.max_timeout_seconds). */
   maxTimeoutSeconds: number
+  /** Signs the 402's offers (x402 offer-receipt); absent: unsigned. */
+  signer?: ReceiptSigner
+  /** How long a signed offer holds (s); the cache reloads an endpoint well within it. */
+  offerValiditySeconds?: number
 }
 
 export function createEndpointCache(sql: Sql, options: EndpointCacheOptions) {
@@ -75,6 +83,13 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
   const enabled = new Set<string>(row.batch_settlement ? ['batch-settlement'] : [])
   const pricing = pricingFromStored(row.pricing, row.price_atomic)
   const note = pricing.model === 'fixed' ? undefined : presentPricing(pricing)
+  // A listed endpoint tells catalogs how to call it in every 402 (built once, like the rest of the 402).
+  const listing = row.listed
+    ? {
+        resourceMetadata: resourceMetadata(row.discovery),
+        extensions: { bazaar: bazaarExtension(row.discovery) },
+      }
+    : {}
   // One 402 per price, built once: the schemes' offers for that amount.
   const quote = (amountAtomic: bigint, varies: boolean, floor: boolean): Quote => {
     const { offers, notOffered } = options.offers({
@@ -83,6 +98,12 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       maxTimeoutSeconds: options.maxTimeoutSeconds,
       enabled,
     })
+    const extensions: Record<string, unknown> = { ...listing.extensions }
+    if (options.signer) {
+      const accepts = offers.flatMap((o) => (o.v2 ? [o.v2] : []))
+      const validUntil = Math.floor(Date.now() / 1000) + (options.offerValiditySeconds ?? 300)
+      extensions[OFFER_RECEIPT] = signedOffers(options.signer, resourceUrl, accepts, validUntil)
+    }
     return {
       amountAtomic,
       // A price change keeps the last quoted price acceptable for a while (fixed prices only).
@@ -97,6 +118,8 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
         offers,
         notOffered,
         pricing: note,
+        resourceMetadata: listing.resourceMetadata,
+        extensions,
       }),
     }
   }
@@ -118,6 +141,7 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
   }
   return {
     id: row.id,
+    resourceUrl,
     accountId: row.account_id,
     ownerWallet: row.owner_wallet,
     active: row.status === 'active',

@@ -1,6 +1,7 @@
 // THE hot path, top to bottom: endpoint → proof → verify → claim → proxy → capture or release.
 // Everything read from the uWS request is read synchronously (it dies with the callback); onAborted is
 // attached before the first await; answers after an await are corked.
+import { createHash, type Hash } from 'node:crypto'
 import type { Span } from '@opentelemetry/api'
 import { ERRORS, type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
 import { newId } from '../ids.ts'
@@ -33,6 +34,7 @@ import { cacheCounters } from './caches.ts'
 import { challengeBody, quoteExpiry, v2Header } from './challenge.ts'
 import { CORS_HEADERS, CORS_PAIRS } from './cors.ts'
 import { type EndpointCache, type LiveEndpoint, loadEndpoint, NOT_FOUND } from './endpoint-cache.ts'
+import type { ObservedCalls } from './observed-calls.ts'
 import { parseProof } from './proof.ts'
 import {
   type AbortState,
@@ -45,6 +47,7 @@ import {
   type RequestBody,
   type UpstreamDispatcher,
 } from './proxy.ts'
+import { type ReceiptSigner, withSignedReceipt } from './receipt-signer.ts'
 import type { HttpRequest, HttpResponse } from './uws.ts'
 
 export interface MeteredDeps {
@@ -55,6 +58,10 @@ export interface MeteredDeps {
   schemes: SchemeRegistry
   dispatcher: UpstreamDispatcher
   logger: Logger
+  /** Counts what paid calls did, for the discovery listing (absent in tests of other parts). */
+  observed?: ObservedCalls
+  /** Signs the receipt on a paid answer (x402 offer-receipt) and digests the body it delivers. */
+  receipts?: { signer: ReceiptSigner; network: string }
   settings: {
     quoteTtlMs: number
     maxBufferedBodyBytes: number
@@ -132,6 +139,12 @@ class MeteredCall implements ProxyHooks {
   /** The upstream's status once it answered below 500, while a usage-priced call's charge is measured. */
   servedStatus = 0
   captured = false
+  /** When the request went upstream, and when the upstream's head came back (0: never). */
+  forwardedMs = 0
+  headMs = 0
+  /** SHA-256 of the body as delivered (after any change the meter made), for the signed final receipt. */
+  digest: Hash | null = null
+  bodyBytes = 0
   /** Hostile input: the sub-path could leave the endpoint's base path. */
   escapingPath = false
   /** The client's rate-limit key, read only when a proof came (its chain look-ups and refusals count). */
@@ -302,6 +315,7 @@ class MeteredCall implements ProxyHooks {
     }
     this.receiptId = newId('rcpt')
     if (this.endpoint!.usage !== null) this.startMeter()
+    this.forwardedMs = performance.now()
     proxy(this.ctx.dispatcher, this.res, this.forward!, this.body!, this.endpoint!.target, this.abort, this)
   }
 
@@ -325,6 +339,7 @@ class MeteredCall implements ProxyHooks {
   onResponseHead(status: number, head: Buffer[]): Array<[string, string]> {
     const payment = this.payment!
     const meter = this.meter
+    this.headMs = performance.now()
     if (this.step !== null) this.step.setAttribute('http.response.status_code', status)
     if (meter !== null && status < 500) {
       // Usage pricing: charged when the answer ends, for what it measured.
@@ -339,7 +354,18 @@ class MeteredCall implements ProxyHooks {
       if (captureSpan !== null) endSpan(captureSpan)
     }
     // tollgate answers CORS for metered URLs: the upstream's own allow-origin is dropped (proxy.ts).
-    const receipt = payment.receipt(status < 500)
+    let receipt = payment.receipt(status < 500)
+    const signing = this.ctx.receipts
+    if (signing !== undefined && status < 500) {
+      if (receipt !== null)
+        receipt = withSignedReceipt(receipt, signing.signer, {
+          resourceUrl: this.endpoint!.resourceUrl,
+          network: signing.network,
+          payer: payment.payer,
+          nowMs: Date.now(),
+        })
+      this.digest = createHash('sha256')
+    }
     const ids: Array<[string, string]> = [
       ['x-request-id', this.requestId],
       ['x-receipt-id', this.receiptId!],
@@ -352,11 +378,21 @@ class MeteredCall implements ProxyHooks {
 
   /** ProxyHooks: a body chunk on its way out (a usage meter reads it, and may take an event out). */
   onResponseData(chunk: Buffer): Buffer {
-    return this.meter === null ? chunk : this.meter.onData(chunk)
+    const out = this.meter === null ? chunk : this.meter.onData(chunk)
+    if (this.digest !== null) {
+      this.digest.update(out)
+      this.bodyBytes += out.length
+    }
+    return out
   }
 
   onResponseEnd(): Buffer | null {
-    return this.meter === null ? null : this.meter.onEnd()
+    const tail = this.meter === null ? null : this.meter.onEnd()
+    if (this.digest !== null && tail !== null) {
+      this.digest.update(tail)
+      this.bodyBytes += tail.length
+    }
+    return tail
   }
 
   capture(status: number, chargeAtomic: bigint, usage: UsageRecord | null): void {
@@ -415,6 +451,15 @@ class MeteredCall implements ProxyHooks {
     if (this.servedStatus !== 0) this.captureUsage(outcome)
     if (!this.captured && upstreamFailed(outcome)) payment.release()
     else if (!this.captured) payment.doubt(this.callFacts())
+    this.ctx.observed?.record({
+      endpointId: this.endpointId,
+      payer: payment.payer,
+      served: this.captured,
+      upstreamMs: this.headMs === 0 ? null : this.headMs - this.forwardedMs,
+    })
+    // Only an answer delivered whole has a digest to sign: a partial one says so on its receipt.
+    if (this.digest !== null && outcome.kind === 'responded')
+      this.ctx.observed?.delivered(this.receiptId!, this.digest.digest('hex'), this.bodyBytes)
     let reason: string | undefined
     if (outcome.kind === 'upstream_error') {
       upstreamErrors.labels(outcome.code).inc()

@@ -1,6 +1,7 @@
 // The data plane's start(deps): hot-path state (caches, the one verifier, the group-commit writers, the
 // upstream pool, the transfer watcher), the public uWS app on its port, and how to drain it all.
 
+import { keccak256, toHex } from 'viem'
 import { BatchWriter } from '../books/batch-writer.ts'
 import { createAuthorizationChainChecker } from '../chain/check-authorization.ts'
 import type { ChainContext } from '../chain/connect.ts'
@@ -31,10 +32,13 @@ import { SchemeRegistry } from '../schemes/registry.ts'
 import type { Started } from '../subsystem.ts'
 import { createEdgeLimits, createPublicApp, listen, type ProofEdge, proofEdge, type UwsRoute } from './app.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
-import { createEndpointCache } from './endpoint-cache.ts'
+import { createDiscoveryRoutes } from './discovery.ts'
+import { createEndpointCache, type EndpointCache, type EndpointCacheOptions } from './endpoint-cache.ts'
 import { createMeteredRoute } from './metered.ts'
+import { ObservedCalls } from './observed-calls.ts'
 import { type ProofHorizons, startProofHorizons } from './proof-horizons.ts'
-import { createReceiptRoute } from './receipts.ts'
+import { ReceiptSigner } from './receipt-signer.ts'
+import { createReceiptKeysRoute, createReceiptRoute } from './receipts.ts'
 import { startSettlementThrottle } from './settlement-throttle.ts'
 import { createUpstreamDispatcher } from './upstream-pool.ts'
 import { Verifier } from './verifier.ts'
@@ -107,20 +111,15 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       settlementThrottle,
     })
     stops.push(() => schemes.stop())
-    const endpoints = createEndpointCache(db.sql, {
-      max: config.caches.endpoints_max,
-      offers: (q) => schemes.offers(q),
-      publicUrl: deps.publicUrl,
-      defaultTimeoutMs: config.proxy.upstream_timeout_ms,
-      allowPrivate: config.proxy.allow_private_upstreams,
-      maxTimeoutSeconds: config.x402.max_timeout_seconds,
-    })
+    const signer = receiptSigner(config)
+    const endpoints = createEndpointCache(db.sql, endpointCacheOptions(deps, schemes, signer))
     const onEndpointChanged = await invalidateAcrossInstances(db, endpoints, stops)
     const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
     stops.push(() => dispatcher.close())
     const watcher = await startTransferWatcher(deps, verified)
     stops.push(() => watcher.stop())
-
+    const observed = new ObservedCalls(db.sql, logger).start(5_000)
+    stops.push(() => observed.stop())
     const edge = createEdgeLimits(config)
     const metered = createMeteredRoute({
       edge: proofEdge(edge, edge.unpaidMetered),
@@ -128,14 +127,17 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       schemes,
       dispatcher,
       logger,
+      observed,
+      receipts: signer === undefined ? undefined : { signer, network: chainInfo.caip2 },
       settings: {
         quoteTtlMs: config.proxy.quote_ttl_ms,
         maxBufferedBodyBytes: config.server.body_limit_bytes,
       },
     })
     const checkout = deps.checkoutRoute(verifier, proofEdge(edge, edge.checkout))
+    const reads = publicReads(deps, endpoints, signer)
     const app = createPublicApp({
-      receipts: createReceiptRoute({ sql: db.sql, logger }),
+      ...reads,
       bodyLimitBytes: config.server.body_limit_bytes,
       apiHandler: deps.apiHandler(onEndpointChanged),
       logger,
@@ -155,6 +157,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       flushCaptures: async () => {
         await books.drain()
         await schemes.flush()
+        await observed.flush()
       },
       refreshSettlementThrottle: () => settlementThrottle.refresh(),
       stop,
@@ -164,6 +167,60 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     throw err
   }
 }
+
+function endpointCacheOptions(
+  deps: DataPlaneDeps,
+  schemes: SchemeRegistry,
+  signer: ReceiptSigner | undefined,
+): EndpointCacheOptions {
+  const { config } = deps
+  return {
+    signer,
+    offerValiditySeconds: Math.ceil(config.proxy.quote_ttl_ms / 1000),
+    max: config.caches.endpoints_max,
+    offers: (q) => schemes.offers(q),
+    publicUrl: deps.publicUrl,
+    defaultTimeoutMs: config.proxy.upstream_timeout_ms,
+    allowPrivate: config.proxy.allow_private_upstreams,
+    maxTimeoutSeconds: config.x402.max_timeout_seconds,
+  }
+}
+
+/** The public read routes beside the paid path: receipts, their signing keys, the discovery listing. */
+function publicReads(deps: DataPlaneDeps, endpoints: EndpointCache, signer: ReceiptSigner | undefined) {
+  const { db, logger, chainInfo } = deps
+  return {
+    receipts: createReceiptRoute({
+      sql: db.sql,
+      logger,
+      signing:
+        signer === undefined ? undefined : { signer, network: chainInfo.caip2, publicUrl: deps.publicUrl },
+    }),
+    receiptKeys: signer === undefined ? undefined : createReceiptKeysRoute(signer),
+    discovery: createDiscoveryRoutes({
+      sql: db.sql,
+      endpoints,
+      logger,
+      publicUrl: deps.publicUrl,
+      networks: [chainInfo.network, chainInfo.x402Network, chainInfo.caip2],
+      cacheTtlMs: 5_000,
+    }),
+  }
+}
+
+/**
+ * The key that signs offers and receipts: RECEIPT_SIGNING_KEY, or on the local dev chain a fixed, public dev
+ * key (like anvil's accounts: every instance and worker signs alike, and nobody should trust it). Elsewhere
+ * without a key, offers and receipts go unsigned.
+ */
+function receiptSigner(config: DataPlaneDeps['config']): ReceiptSigner | undefined {
+  const key =
+    config.secrets.receipt_signing_key ?? (config.chain.network === 'local' ? LOCAL_RECEIPT_KEY : null)
+  if (key === null) return undefined
+  return new ReceiptSigner({ privateKey: key, previous: config.secrets.receipt_previous_signers })
+}
+/** keccak256("tollgate local receipt key"): the local chain's dev signing key, public on purpose. */
+const LOCAL_RECEIPT_KEY = keccak256(toHex('tollgate local receipt key'))
 
 /**
  * An endpoint change drops the cached copy here, in sibling workers (one parent relays it, and the API call

@@ -257,6 +257,20 @@ describe('real answers of every operation validate against it', () => {
     const receiptId = served.headers.get('x-receipt-id')
     expect((await call(receipt, `/receipts/${receiptId}`)).status).toBe(200)
     expect((await call(receipt, '/receipts/rcpt_unknown')).status).toBe(404)
+    const listed = await call(one, `/api/v1/endpoints/${ids.ep}`, {
+      key,
+      method: 'PATCH',
+      body: { listed: true, discovery: { service_name: 'Contract', tags: ['test'] } },
+    })
+    expect(listed.body.listed).toBe(true)
+    expect((await call(m, `/m/${ids.ep}`)).body.extensions.bazaar).toBeDefined()
+    await svc.flushCaptures()
+    const found = await call('/discovery/resources', '/discovery/resources?tag=test')
+    expect(found.body.items[0].observed.paid_calls).toBe(2)
+    await call('/discovery/resources', '/discovery/resources?limit=0')
+    expect((await call('/.well-known/x402.json', '/.well-known/x402.json')).body.items).toHaveLength(1)
+    const keys = '/.well-known/x402-receipt-keys.json'
+    expect((await call(keys, keys)).body.current.kid).toMatch(/^did:pkh:eip155:1:0x/)
     const calls = await call('/api/v1/calls', `/api/v1/calls?endpoint_id=${ids.ep}`, { key })
     expect(calls.body.data).toHaveLength(2)
     await call('/api/v1/calls', '/api/v1/calls?endpoint_id=nope', { key })

@@ -9,6 +9,7 @@ import {
   listEndpoints,
   updateEndpoint,
 } from '../../db/endpoints.ts'
+import { DiscoveryInput, type StoredDiscovery } from '../../discovery/listing.ts'
 import { ApiError } from '../../errors.ts'
 import { newId } from '../../ids.ts'
 import { configDollars, parseDollars, toDollars } from '../../money.ts'
@@ -76,6 +77,10 @@ const CreateBody = v.strictObject({
   timeout_ms: v.optional(TimeoutMs),
   /** x402 batch-settlement (pay once into a channel, call many): off unless the owner turns it on. */
   batch_settlement: v.optional(v.boolean('must be true or false')),
+  /** In the public discovery listing (/discovery/resources, /.well-known/x402.json) and the bazaar extension of its 402. */
+  listed: v.optional(v.boolean('must be true or false')),
+  /** What catalogs show and agents read to call it: service name, tags, icon, method, input and output JSON Schema. */
+  discovery: v.optional(v.nullable(DiscoveryInput)),
 })
 
 const UpdateBody = v.strictObject({
@@ -91,6 +96,10 @@ const UpdateBody = v.strictObject({
   active: v.optional(v.boolean('must be true or false')),
   /** x402 batch-settlement (pay once into a channel, call many): off unless the owner turns it on. */
   batch_settlement: v.optional(v.boolean('must be true or false')),
+  /** In the public discovery listing (/discovery/resources, /.well-known/x402.json) and the bazaar extension of its 402. */
+  listed: v.optional(v.boolean('must be true or false')),
+  /** What catalogs show and agents read to call it: service name, tags, icon, method, input and output JSON Schema. */
+  discovery: v.optional(v.nullable(DiscoveryInput)),
 })
 
 function readPrice(raw: unknown, deps: ControlPlaneDeps): bigint {
@@ -121,6 +130,12 @@ function readPricingInput(
     if (err instanceof PricingError) throw new ApiError('invalid_parameter', err.message, err.param)
     throw err
   }
+}
+
+/** Stored without absent keys, so the listing shows only what the owner declared. */
+function storedDiscovery(d: DiscoveryInput | null | undefined): StoredDiscovery | null {
+  if (d === null || d === undefined) return null
+  return Object.fromEntries(Object.entries(d).filter(([, x]) => x !== undefined)) as StoredDiscovery
 }
 
 async function readUpstreamUrl(raw: string, deps: ControlPlaneDeps): Promise<string> {
@@ -158,6 +173,13 @@ export const EndpointObject = v.strictObject({
   active: v.boolean(),
   timeout_ms: v.number(),
   batch_settlement: v.boolean(),
+  listed: v.boolean(),
+  discovery: v.pipe(
+    v.nullable(v.record(v.string(), v.unknown())),
+    v.description(
+      'what the owner declared for discovery (service_name, tags, icon_url, method, body_type, input_schema, input_example, output_schema, output_example)',
+    ),
+  ),
   metered_url: v.pipe(v.string(), v.description('{host}/m/{endpoint_id}: callers pay per call here')),
   created_at: Timestamp,
   updated_at: Timestamp,
@@ -183,6 +205,8 @@ export function presentEndpoint(
     active: e.status === 'active',
     timeout_ms: e.timeout_ms ?? deps.config.proxy.upstream_timeout_ms,
     batch_settlement: e.batch_settlement,
+    listed: e.listed,
+    discovery: (e.discovery as Record<string, unknown> | null) ?? null,
     metered_url: `${deps.publicUrl()}/m/${e.id}`,
     created_at: e.created_at.toISOString(),
     updated_at: e.updated_at.toISOString(),
@@ -227,6 +251,8 @@ export const endpointRoutes: Route[] = [
         pricing: pricingToStored(pricing),
         timeoutMs: input.timeout_ms ?? null,
         batchSettlement: input.batch_settlement ?? false,
+        listed: input.listed ?? false,
+        discovery: storedDiscovery(input.discovery),
       })
       return { status: 201, body: presentEndpoint(row, deps) }
     },
@@ -264,7 +290,8 @@ export const endpointRoutes: Route[] = [
     path: '/endpoints/:id',
     auth: true,
     doc: {
-      summary: 'Change price, target, headers, name, timeout or status (active / disabled)',
+      summary:
+        'Change price, target, headers, name, timeout, status (active / disabled), listing or discovery fields',
       body: UpdateBody,
       response: { status: 200, schema: EndpointObject },
     },
@@ -284,6 +311,8 @@ export const endpointRoutes: Route[] = [
       if (input.upstream_headers !== undefined) changes.upstreamHeaders = input.upstream_headers
       if (input.timeout_ms !== undefined) changes.timeoutMs = input.timeout_ms
       if (input.batch_settlement !== undefined) changes.batchSettlement = input.batch_settlement
+      if (input.listed !== undefined) changes.listed = input.listed
+      if (input.discovery !== undefined) changes.discovery = storedDiscovery(input.discovery)
       if (input.status !== undefined) changes.status = input.status
       if (input.active !== undefined) changes.status = input.active ? 'active' : 'disabled'
       const updated = await deps.sql.begin(async (tx) => {

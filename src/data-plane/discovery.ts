@@ -1,0 +1,242 @@
+// The public discovery routes: GET /.well-known/x402.json (this host's listed endpoints, as the x402 draft's
+// per-origin manifest) and GET /discovery/resources (all listed endpoints, in the facilitator's list shape,
+// each with what paid traffic observed over 7 days). Both read listed endpoints and hourly rows, never the
+// call history, and keep each answer for a few seconds: a crawler costs one query per distinct URL per TTL.
+import { type ListedEndpointRow, listListedEndpoints, readObserved } from '../db/discovery.ts'
+import type { Sql } from '../db/sql.ts'
+import { manifestInput, manifestOutput, resourceMetadata } from '../discovery/listing.ts'
+import { presentObserved } from '../discovery/observed.ts'
+import { type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
+import { parseDollars } from '../money.ts'
+import type { Logger } from '../observability/logger.ts'
+import { requestIdFrom } from '../request-id.ts'
+import type { Requirement } from '../schemes/scheme.ts'
+import { CORS_HEADERS } from './cors.ts'
+import { type EndpointCache, loadEndpoint, NOT_FOUND } from './endpoint-cache.ts'
+import type { HttpRequest, HttpResponse } from './uws.ts'
+
+const WINDOW_DAYS = 7
+const DAY_MS = 86_400_000
+const MAX_LIMIT = 100
+/** The manifest lists at most this many endpoints (the paginated list has them all). */
+const MANIFEST_MAX = 1000
+
+export interface DiscoveryDeps {
+  sql: Sql
+  endpoints: EndpointCache
+  logger: Logger
+  publicUrl(): string
+  /** This instance's network, by its x402 v1 name, its CAIP-2 id and tollgate's name: the network filter. */
+  networks: readonly string[]
+  cacheTtlMs: number
+  now?: () => number
+}
+
+class BadQuery extends Error {
+  constructor(
+    readonly param: string,
+    message: string,
+  ) {
+    super(message)
+  }
+}
+
+interface Answer {
+  body: string
+  atMs: number
+}
+
+export function createDiscoveryRoutes(deps: DiscoveryDeps) {
+  const now = deps.now ?? Date.now
+  const cache = new Map<string, Answer>()
+  const cached = (key: string, build: () => Promise<unknown>) => {
+    const hit = cache.get(key)
+    if (hit !== undefined && now() - hit.atMs < deps.cacheTtlMs) return Promise.resolve(hit.body)
+    return build().then((value) => {
+      const body = JSON.stringify(value)
+      // Bounded: distinct query strings beyond this evict the oldest answers.
+      if (cache.size >= 256) cache.delete(cache.keys().next().value!)
+      cache.set(key, { body, atMs: now() })
+      return body
+    })
+  }
+
+  const serve = (res: HttpResponse, req: HttpRequest, key: string, build: () => Promise<unknown>) => {
+    const requestId = requestIdFrom(req.getHeader('x-request-id'))
+    let aborted = false
+    res.onAborted(() => {
+      aborted = true
+    })
+    const fail = (code: ErrorCode, details: ErrorDetails) =>
+      res.cork(() => writeError(res, code, requestId, details, CORS_HEADERS))
+    let pending: Promise<string>
+    try {
+      pending = cached(key, build)
+    } catch (err) {
+      if (err instanceof BadQuery)
+        return fail('invalid_parameter', { message: err.message, param: err.param })
+      throw err
+    }
+    pending.then(
+      (body) => {
+        if (aborted) return
+        res.cork(() => {
+          res.writeStatus('200 OK').writeHeader('content-type', 'application/json; charset=utf-8')
+          res.writeHeader('x-request-id', requestId)
+          res.writeHeader('access-control-allow-origin', '*')
+          res.writeHeader('cache-control', `public, max-age=${Math.floor(deps.cacheTtlMs / 1000)}`)
+          res.end(body)
+        })
+      },
+      (err) => {
+        deps.logger.error('discovery read failed', { request_id: requestId, err })
+        if (!aborted)
+          fail('verification_unavailable', { message: 'the listing could not be read; retry shortly' })
+      },
+    )
+  }
+
+  return {
+    wellKnown(res: HttpResponse, req: HttpRequest): void {
+      serve(res, req, 'manifest', () => manifest(deps, now()))
+    },
+    resources(res: HttpResponse, req: HttpRequest): void {
+      const raw = req.getQuery() ?? ''
+      const query = new URLSearchParams(raw)
+      // Checked before the cache: a bad query is a 400 however often it is asked.
+      try {
+        readListQuery(query, deps.networks)
+      } catch (err) {
+        if (!(err instanceof BadQuery)) throw err
+        const requestId = requestIdFrom(req.getHeader('x-request-id'))
+        writeError(
+          res,
+          'invalid_parameter',
+          requestId,
+          { message: err.message, param: err.param },
+          CORS_HEADERS,
+        )
+        return
+      }
+      serve(res, req, `list?${raw}`, () => resources(deps, query, now()))
+    },
+  }
+}
+
+/** The live 402's requirements of a listed endpoint (its GET price): advisory, the 402 is authoritative. */
+async function acceptsOf(deps: DiscoveryDeps, id: string): Promise<Requirement[]> {
+  const live = await loadEndpoint(deps.endpoints, id)
+  if (live === NOT_FOUND || !live.active) return []
+  return live.quoteFor('GET', '').challenge.accepts
+}
+
+/** One page of the list, each item with its 7-day figures. */
+async function resources(deps: DiscoveryDeps, query: URLSearchParams, nowMs: number) {
+  const f = readListQuery(query, deps.networks)
+  if (f === null) return { x402Version: 2, items: [], pagination: { limit: 0, offset: 0, total: 0 } }
+  const { rows, total } = await listListedEndpoints(deps.sql, f)
+  const since = new Date(nowMs - WINDOW_DAYS * DAY_MS)
+  const [observed, accepts] = await Promise.all([
+    readObserved(
+      deps.sql,
+      rows.map((r) => r.id),
+      since,
+    ),
+    Promise.all(rows.map((r) => acceptsOf(deps, r.id))),
+  ])
+  const base = deps.publicUrl()
+  return {
+    x402Version: 2,
+    items: rows.map((r, i) => ({
+      resource: `${base}/m/${r.id}`,
+      type: 'http',
+      x402Version: 2,
+      accepts: accepts[i],
+      lastUpdated: r.updated_at.toISOString(),
+      description: describe(r),
+      mimeType: 'application/json',
+      ...resourceMetadata(r.discovery),
+      // What tollgate measured of this endpoint's paid traffic: catalogs list claims, this is evidence.
+      observed: presentObserved(observed.get(r.id), WINDOW_DAYS),
+    })),
+    pagination: { limit: f.limit, offset: f.offset, total },
+  }
+}
+
+/** The per-origin manifest: every listed endpoint, its invocation contract lifted out of the bazaar envelope. */
+async function manifest(deps: DiscoveryDeps, nowMs: number) {
+  const { rows } = await listListedEndpoints(deps.sql, {
+    tag: null,
+    minPriceAtomic: null,
+    maxPriceAtomic: null,
+    limit: MANIFEST_MAX,
+    offset: 0,
+  })
+  const accepts = await Promise.all(rows.map((r) => acceptsOf(deps, r.id)))
+  const base = deps.publicUrl()
+  let last = 0
+  for (const r of rows) last = Math.max(last, r.updated_at.getTime())
+  return {
+    x402Version: 2,
+    lastUpdated: Math.floor((last || nowMs) / 1000),
+    items: rows.map((r, i) => {
+      const output = manifestOutput(r.discovery)
+      return {
+        resource: {
+          url: `${base}/m/${r.id}`,
+          description: describe(r),
+          mimeType: 'application/json',
+          ...resourceMetadata(r.discovery),
+        },
+        type: 'http',
+        accepts: accepts[i],
+        input: manifestInput(r.discovery),
+        ...(output === undefined ? {} : { output }),
+      }
+    }),
+  }
+}
+
+function describe(r: ListedEndpointRow): string {
+  return r.description ?? r.name ?? `Metered API ${r.id}`
+}
+
+/** The list's filters; null when nothing can match (another network, another type). */
+function readListQuery(q: URLSearchParams, networks: readonly string[]) {
+  for (const key of q.keys()) {
+    if (!['limit', 'offset', 'tag', 'network', 'type', 'min_price', 'max_price'].includes(key))
+      throw new BadQuery(
+        key,
+        `unknown parameter ${key} (known: limit, offset, tag, network, type, min_price, max_price)`,
+      )
+  }
+  const limit = intParam(q, 'limit', 20, 1, MAX_LIMIT)
+  const offset = intParam(q, 'offset', 0, 0, 1_000_000)
+  const tag = q.get('tag')
+  if (tag !== null && (tag.length === 0 || tag.length > 32))
+    throw new BadQuery('tag', 'tag must be 1 to 32 characters')
+  const minPriceAtomic = priceParam(q, 'min_price')
+  const maxPriceAtomic = priceParam(q, 'max_price')
+  if (minPriceAtomic !== null && maxPriceAtomic !== null && minPriceAtomic > maxPriceAtomic)
+    throw new BadQuery('min_price', 'min_price must not be above max_price')
+  const network = q.get('network')
+  const type = q.get('type')
+  if ((network !== null && !networks.includes(network)) || (type !== null && type !== 'http')) return null
+  return { limit, offset, tag, minPriceAtomic, maxPriceAtomic }
+}
+
+function intParam(q: URLSearchParams, name: string, fallback: number, min: number, max: number): number {
+  const raw = q.get(name)
+  if (raw === null) return fallback
+  if (!/^\d{1,9}$/.test(raw) || Number(raw) < min || Number(raw) > max)
+    throw new BadQuery(name, `${name} must be an integer from ${min} to ${max}`)
+  return Number(raw)
+}
+
+function priceParam(q: URLSearchParams, name: string): bigint | null {
+  const raw = q.get(name)
+  if (raw === null) return null
+  const parsed = parseDollars(raw)
+  if (!parsed.ok) throw new BadQuery(name, `${name} ${parsed.reason}`)
+  return parsed.atomic
+}
