@@ -83,6 +83,22 @@ export function loadConfig(options: LoadOptions = {}): Config {
       `invalid configuration:\n  TREASURY_PRIVATE_KEY: required on network ${settings.chain.network} (or TREASURY_PRIVATE_KEY_FILE naming a file that holds it)`,
     )
   }
+  const settlerKey = env.SETTLER_PRIVATE_KEY?.trim() || null
+  if (settlerKey !== null && !/^0x[0-9a-fA-F]{64}$/.test(settlerKey)) {
+    throw new ConfigError(
+      'invalid configuration:\n  SETTLER_PRIVATE_KEY: must be 0x followed by 64 hex digits',
+    )
+  }
+  if (settings.settlement.before_answer.enabled && settlerKey === null) {
+    throw new ConfigError(
+      'invalid configuration:\n  settlement.before_answer.enabled: needs SETTLER_PRIVATE_KEY (an account with gas, not the treasury)',
+    )
+  }
+  if (settlerKey !== null && key !== null && settlerKey.toLowerCase() === key.toLowerCase()) {
+    throw new ConfigError(
+      'invalid configuration:\n  SETTLER_PRIVATE_KEY: must not be the treasury key (their nonces would collide)',
+    )
+  }
   const adminToken = env.ADMIN_TOKEN?.trim() || null
   if (adminToken !== null && adminToken.length < 24) {
     throw new ConfigError(
@@ -91,6 +107,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
   }
   const secrets = Object.freeze({
     treasury_private_key: key as `0x${string}` | null,
+    settler_private_key: settlerKey as `0x${string}` | null,
     admin_token: adminToken,
   })
   // Non-enumerable so that logging or serialising the config never prints the key.

@@ -125,6 +125,18 @@ export const ConfigSchema = v.strictObject({
     throttle_retry_after_s: PositiveInt,
     /** How often the throttle flag is refreshed from the database. */
     throttle_check_ms: PositiveInt,
+    /**
+     * Settle an `exact` authorization before the answer's head is sent, so its receipt names the mined
+     * transaction that carries it (what published x402 clients read as paid). Authorizations arriving within
+     * window_ms share one transaction, sent from the settler key (SETTLER_PRIVATE_KEY, never the treasury's:
+     * its nonces are this process's alone); the answer waits at most wait_ms for the receipt, then says
+     * settlement_pending with the transaction hash. Off: settled after the call, in the leader's batches.
+     */
+    before_answer: v.strictObject({
+      enabled: v.boolean(),
+      window_ms: v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(1000)),
+      wait_ms: PositiveInt,
+    }),
   }),
   x402: v.strictObject({
     /** maxTimeoutSeconds in the 402 accepts: how long a client's authorization stays valid (validBefore). */
@@ -215,6 +227,8 @@ export type Config = Readonly<
   Settings & {
     secrets: {
       treasury_private_key: `0x${string}` | null
+      /** Sends settle-before-answer transactions (gas only; the money goes to the treasury). */
+      settler_private_key: `0x${string}` | null
       /** ADMIN_TOKEN: bearer token for the admin routes beyond /metrics, /healthz, /readyz; null = off. */
       admin_token: string | null
     }

@@ -309,7 +309,7 @@ class MeteredCall implements ProxyHooks {
   }
 
   /** ProxyHooks: the upstream's status is known, nothing is written yet. */
-  onResponseHead(status: number, head: Buffer[]): Array<[string, string]> {
+  onResponseHead(status: number, head: Buffer[]): Array<[string, string]> | Promise<Array<[string, string]>> {
     const payment = this.payment!
     const meter = this.meter
     if (this.step !== null) this.step.setAttribute('http.response.status_code', status)
@@ -325,8 +325,15 @@ class MeteredCall implements ProxyHooks {
       this.capture(status, payment.coversAtomic, null)
       if (captureSpan !== null) endSpan(captureSpan)
     }
+    // A scheme that settles before the answer holds the head until its receipt names the transaction.
+    const settling = this.captured ? (payment.settleBeforeAnswer?.() ?? null) : null
+    if (settling !== null) return settling.then((receipt) => this.answerHeaders(receipt))
+    return this.answerHeaders(payment.receipt(status < 500))
+  }
+
+  /** The headers tollgate adds to a paid answer. */
+  answerHeaders(receipt: [string, string] | null): Array<[string, string]> {
     // tollgate answers CORS for metered URLs: the upstream's own allow-origin is dropped (proxy.ts).
-    const receipt = payment.receipt(status < 500)
     const ids: Array<[string, string]> = [
       ['x-request-id', this.requestId],
       ['x-receipt-id', this.receiptId!],

@@ -63,8 +63,13 @@ export type ProxyOutcome =
 
 export interface ProxyHooks {
   /** Called once, synchronously, when the upstream's head arrives, before anything is written to the
-   * client (`head`: the raw [name, value, …] list). Returns extra headers to add (the receipt). */
-  onResponseHead(status: number, head: Buffer[]): Array<[string, string]> | undefined
+   * client (`head`: the raw [name, value, …] list). Returns extra headers to add (the receipt); a promise
+   * holds the head (and pauses the upstream) until it resolves: a receipt settled before the answer. It must
+   * not reject. */
+  onResponseHead(
+    status: number,
+    head: Buffer[],
+  ): Array<[string, string]> | undefined | Promise<Array<[string, string]>>
   /** Each body chunk on its way to the client: returns what to send (a usage meter may take out an event).
    * Only a chunked answer may be changed: a sized one must come back as it went in. */
   onResponseData?(chunk: Buffer): Buffer
@@ -419,8 +424,21 @@ class Forward implements Dispatcher.DispatchHandler {
     // Cannot happen once abort() ran (undici stops calling), but res would be dead: never touch it.
     if (this.#done) return false
     this.#resumeUpstream = resume
-    this.#extra = this.#hooks.onResponseHead(status, head)
+    const extra = this.#hooks.onResponseHead(status, head)
     this.#status = status
+    if (extra instanceof Promise) {
+      // Nothing is written until the extra headers are known; the upstream waits (false pauses it).
+      extra.then((headers) => {
+        if (this.#done) return
+        this.#extra = headers
+        this.#head = head
+        headsDue.push(this)
+        if (headsDue.length === 1) queueMicrotask(writeDueHeads)
+        resume()
+      })
+      return false
+    }
+    this.#extra = extra
     this.#head = head
     // The head is written with the first body bytes (or the end) when they come in the same read, which
     // they usually do: one cork, one send() to the client instead of two. Otherwise (a stream whose body

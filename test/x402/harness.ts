@@ -68,6 +68,7 @@ export async function startBaseSepoliaService(
   rpcUrl: string,
   overrides?: DeepPartial<Settings>,
   logLevel: 'error' | 'warn' | 'info' = 'warn',
+  env: Record<string, string> = {},
 ): Promise<Service> {
   const databaseUrl = await freshDatabaseUrl()
   const config = loadConfig({
@@ -78,6 +79,7 @@ export async function startBaseSepoliaService(
       USDC_ADDRESS: chain.usdcAddress,
       TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
       ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}),
+      ...env,
     },
     overrides: { database: { data_dir: 'memory://' }, ...(overrides as object) } as never,
   })
