@@ -142,9 +142,10 @@ class ExactScheme implements Scheme {
 
 function settleBeforeAnswer(deps: SchemeDeps): SettleBeforeAnswer | null {
   const { config, logger } = deps
-  const o = config.settlement.before_answer
-  const key = config.secrets.settler_private_key
-  if (!o.enabled || key === null) return null
+  // Off unless configured (a scheme built from a partial config, as in unit tests, settles after).
+  const o = config.settlement?.before_answer
+  const key = config.secrets?.settler_private_key ?? null
+  if (o === undefined || !o.enabled || key === null) return null
   // One settler key, one nonce counter: several data-plane processes would assign the same nonces.
   if (config.server.workers !== 1) {
     logger.warn(

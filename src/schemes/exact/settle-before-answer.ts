@@ -8,7 +8,7 @@
 //
 // The transactions are sent from the settler key, not the treasury: this process assigns its nonces alone
 // (one settler key per process), while the treasury's nonces belong to the leader's payouts and settlements.
-import type { Hash, Hex, PrivateKeyAccount } from 'viem'
+import type { Hash, Hex, PrivateKeyAccount, TransactionReceipt } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import { forgetSettlementTx, recordSettlementTx } from '../../books/settlement.ts'
 import type { ChainContext } from '../../chain/connect.ts'
@@ -21,6 +21,9 @@ import type { Logger } from '../../observability/logger.ts'
 
 /** Gas for one transferWithAuthorization sent alone (as the settlement job allows). */
 const SETTLEMENT_GAS = 150_000n
+
+/** How long a fee quote is reused (a block or so: quoteFees already adds headroom over the base fee). */
+const FEES_TTL_MS = 1_000
 
 /**
  * What happened to one authorization before its answer:
@@ -63,6 +66,10 @@ export class SettleBeforeAnswer {
   /** Signing, recording and broadcasting of one batch at a time: nonces in order, no gap. */
   private sending: Promise<unknown> = Promise.resolve()
   private batcher: boolean | null = null
+  /** A batch is being written, signed or sent. */
+  private forming = false
+  /** Fees quoted for the last batch, reused for FEES_TTL_MS: one RPC less per batch. */
+  private fees: { quote: FeeQuote; atMs: number } | null = null
   private readonly inFlight = new Set<Promise<void>>()
 
   constructor(private readonly o: SettleBeforeAnswerOptions) {
@@ -94,19 +101,24 @@ export class SettleBeforeAnswer {
 
   /** Waits for the batches in flight (shutdown). */
   async stop(): Promise<void> {
-    if (this.timer !== null) {
-      clearTimeout(this.timer)
+    while (this.queue.length > 0 || this.inFlight.size > 0) {
+      if (this.timer !== null) clearTimeout(this.timer)
       this.flush()
+      await Promise.all([...this.inFlight])
     }
-    await Promise.all([...this.inFlight])
   }
 
   private flush(): void {
     this.timer = null
+    // One batch is formed at a time: while it is written, signed and sent, the next one gathers (group
+    // commit), so a busy chain or database makes batches larger rather than the queue longer.
+    if (this.forming) return
     const items = this.queue
     this.queue = []
     if (items.length === 0) return
-    const run = this.run(items).catch((err) => {
+    this.forming = true
+    const run = this.run(items, () => this.formed()).catch((err) => {
+      this.formed()
       this.o.logger.warn('settle before answer failed; the settlement job settles these later', { err })
       for (const it of items) it.resolve(UNSENT)
     })
@@ -114,7 +126,14 @@ export class SettleBeforeAnswer {
     run.finally(() => this.inFlight.delete(run))
   }
 
-  private async run(items: Item[]): Promise<void> {
+  /** The batch in the making is sent (or given up): the next one may go. */
+  private formed(): void {
+    if (!this.forming) return
+    this.forming = false
+    if (this.queue.length > 0 && this.timer === null) this.timer = setTimeout(() => this.flush(), 0)
+  }
+
+  private async run(items: Item[], formed: () => void): Promise<void> {
     // The claim must be captured before a transaction is recorded on it (the books' precondition).
     // A capture not committed within wait_ms (database trouble) is left to the settlement job.
     const written = await Promise.all(items.map((it) => within(it.written, this.o.waitMs, false)))
@@ -122,11 +141,12 @@ export class SettleBeforeAnswer {
       if (!written[i]) it.resolve(UNSENT)
       return written[i]
     })
-    if (ready.length === 0) return
+    if (ready.length === 0) return formed()
     const per = (await this.hasBatcher()) ? this.o.perTransaction : 1
     const groups: Item[][] = []
     for (let i = 0; i < ready.length; i += per) groups.push(ready.slice(i, i + per))
     const sent = await this.exclusive(() => this.send(groups))
+    formed()
     await Promise.all(sent.map((s) => this.awaitReceipt(s.items, s.hash)))
   }
 
@@ -140,7 +160,7 @@ export class SettleBeforeAnswer {
   private async send(groups: Item[][]): Promise<Array<{ items: Item[]; hash: Hash }>> {
     const client = this.o.chain.publicClient
     const [fees, nonce] = await Promise.all([
-      quoteFees(client),
+      this.quote(),
       this.nonce ?? pendingNonce(client, this.account.address),
     ])
     const signed = await Promise.all(groups.map((items, i) => this.sign(items, nonce + i, fees)))
@@ -206,14 +226,8 @@ export class SettleBeforeAnswer {
   }
 
   private async awaitReceipt(items: Item[], hash: Hash): Promise<void> {
-    let receipt: Awaited<ReturnType<ChainContext['publicClient']['waitForTransactionReceipt']>>
-    try {
-      receipt = await this.o.chain.publicClient.waitForTransactionReceipt({
-        hash,
-        timeout: this.o.waitMs,
-        pollingInterval: Math.max(20, Math.min(250, Math.floor(this.o.waitMs / 10))),
-      })
-    } catch {
+    const receipt = await this.receiptWithin(hash)
+    if (receipt === null) {
       // Not mined within wait_ms: the answer says so, with the transaction that carries the authorization.
       for (const it of items) it.resolve({ state: 'sent', transaction: hash })
       return
@@ -227,6 +241,30 @@ export class SettleBeforeAnswer {
     for (const [i, it] of items.entries()) {
       it.resolve(outcomes[i] === 'used' ? { state: 'settled', transaction: hash } : UNSENT)
     }
+  }
+
+  /**
+   * The receipt, asked at once and then at growing intervals (5 ms up to 100 ms) until wait_ms: a chain that
+   * mines at once (or a pre-confirmation RPC) answers the first ask; a 2 s block is not polled 400 times.
+   * A failed ask counts as not mined yet.
+   */
+  private async receiptWithin(hash: Hash): Promise<TransactionReceipt | null> {
+    const until = performance.now() + this.o.waitMs
+    for (let delayMs = 5; ; delayMs = Math.min(100, delayMs * 2)) {
+      const receipt = await this.o.chain.publicClient.getTransactionReceipt({ hash }).catch(() => null)
+      if (receipt !== null) return receipt
+      const left = until - performance.now()
+      if (left <= 0) return null
+      await new Promise((r) => setTimeout(r, Math.min(delayMs, left)))
+    }
+  }
+
+  private async quote(): Promise<FeeQuote> {
+    const now = performance.now()
+    if (this.fees !== null && now - this.fees.atMs < FEES_TTL_MS) return this.fees.quote
+    const quote = await quoteFees(this.o.chain.publicClient)
+    this.fees = { quote, atMs: now }
+    return quote
   }
 
   private async hasBatcher(): Promise<boolean> {
