@@ -152,6 +152,16 @@ export const ConfigSchema = v.strictObject({
     batch_lease_ms: v.pipe(PositiveInt, v.minValue(100)),
     batch_flush_ms: PositiveInt,
     batch_reserve: Dollars,
+    /**
+     * The `payment-identifier` extension: answers to paid calls that carry an identifier are kept for ttl_ms
+     * (in the database, so any instance replays them), each up to max_answer_bytes of body, all together up
+     * to max_total_bytes; an answer over either bound is not kept, and a retry is told so.
+     */
+    paid_answers: v.strictObject({
+      ttl_ms: PositiveInt,
+      max_answer_bytes: PositiveInt,
+      max_total_bytes: PositiveInt,
+    }),
   }),
   webhooks: v.strictObject({
     retry_schedule_ms: v.array(Ms),

@@ -2,6 +2,7 @@
 // header, built once per endpoint version; only the reason and the quote's expiry vary per answer (the v2
 // header carries the reason too: one encoded header per reason, built the first time that reason is used).
 import type { Offer, Requirement } from '../schemes/scheme.ts'
+import { PAYMENT_IDENTIFIER } from './paid-answers.ts'
 
 export interface ChallengeChain {
   network: string
@@ -57,6 +58,8 @@ export function buildChallenge(input: ChallengeInput): Challenge {
   const v2Rest = {
     resource: { url: input.resourceUrl, description: input.description, mimeType: 'application/json' },
     accepts,
+    // A client may name its payment (payment-identifier): a retry after a lost answer gets the answer again.
+    extensions: { [PAYMENT_IDENTIFIER]: PAYMENT_IDENTIFIER_DECLARATION },
   }
   return {
     rest: `,${JSON.stringify(fields).slice(1)}`,
@@ -110,4 +113,18 @@ export function quoteExpiry(ttlMs: number, nowMs = Date.now()): string {
     isoCacheValue = new Date(second * 1000 + ttlMs).toISOString()
   }
   return isoCacheValue
+}
+
+/** The payment-identifier extension as @x402/extensions declares it (optional for the client). */
+const PAYMENT_IDENTIFIER_DECLARATION = {
+  info: { required: false },
+  schema: {
+    $schema: 'https://json-schema.org/draft/2020-12/schema',
+    type: 'object',
+    properties: {
+      required: { type: 'boolean' },
+      id: { type: 'string', minLength: 16, maxLength: 128, pattern: '^[a-zA-Z0-9_-]+$' },
+    },
+    required: ['required'],
+  },
 }

@@ -1,6 +1,7 @@
 // THE hot path, top to bottom: endpoint → proof → verify → claim → proxy → capture or release.
 // Everything read from the uWS request is read synchronously (it dies with the callback); onAborted is
 // attached before the first await; answers after an await are corked.
+import { STATUS_CODES } from 'node:http'
 import type { Span } from '@opentelemetry/api'
 import { ERRORS, type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
 import { newId } from '../ids.ts'
@@ -32,7 +33,8 @@ import { cacheCounters } from './caches.ts'
 import { challengeBody, quoteExpiry, v2Header } from './challenge.ts'
 import { CORS_HEADERS, CORS_PAIRS } from './cors.ts'
 import { type EndpointCache, type LiveEndpoint, loadEndpoint, NOT_FOUND } from './endpoint-cache.ts'
-import { parseProof } from './proof.ts'
+import { AnswerRecorder, type PaidAnswers, paymentIdentifier, type Reservation } from './paid-answers.ts'
+import { type Proof, parseProof } from './proof.ts'
 import {
   type AbortState,
   createRequestBody,
@@ -52,6 +54,8 @@ export interface MeteredDeps {
   schemes: SchemeRegistry
   dispatcher: UpstreamDispatcher
   logger: Logger
+  /** The `payment-identifier` extension's kept answers; absent: the extension is not read. */
+  paidAnswers?: PaidAnswers
   settings: {
     quoteTtlMs: number
     maxBufferedBodyBytes: number
@@ -131,6 +135,15 @@ class MeteredCall implements ProxyHooks {
   captured = false
   /** Hostile input: the sub-path could leave the endpoint's base path. */
   escapingPath = false
+  /** payment-identifier: the id and payment this call reserved (null: none, or no longer held). */
+  paidId: { id: string; digest: string } | null = null
+  /** payment-identifier: the answer as it streams, kept for a retry; and read on if the client leaves. */
+  recorder: AnswerRecorder | null = null
+  keepsAnswer = false
+  /** The answer's end went through the hooks (a sized answer ended by the proxy's tryEnd does not). */
+  answerEnded = false
+  headStatus = 0
+  rawHead: Buffer[] | null = null
   /** Tracing only (null when off): the call's span and its current step (verify, claim, upstream). */
   span: Span | null = null
   step: Span | null = null
@@ -211,10 +224,60 @@ class MeteredCall implements ProxyHooks {
     this.quote = quote
     if (!this.paymentHeader) return this.respond402('payment_required')
     // The scheme that reads the payment verifies it against this request's price (src/schemes/).
+    const proof = parseProof(this.paymentHeader)
+    // payment-identifier: only a v2 payload that carries one costs the reservation's query.
+    const pid = this.ctx.paidAnswers === undefined ? null : paymentIdentifier(proof)
+    if (pid !== null) {
+      this.ctx.paidAnswers!.reserve({ ...pid, endpointId: entry.id }).then(
+        (r) => this.withReservation(r, pid, proof),
+        (err) =>
+          this.respondUnavailable(
+            'the payment identifier could not be looked up; retry shortly',
+            'paid_answer_lookup_failed',
+            err,
+          ),
+      )
+      return
+    }
+    this.verifyProof(proof)
+  }
+
+  /** payment-identifier: the id is this payment's now, or it holds an answer, or another payment. */
+  withReservation(r: Reservation, pid: { id: string; digest: string }, proof: Proof): void {
+    if (r.kind === 'go') this.paidId = pid
+    if (this.abort.aborted) {
+      this.releaseReservation()
+      return this.finishAborted()
+    }
+    switch (r.kind) {
+      case 'go':
+        this.recorder = new AnswerRecorder(this.ctx.paidAnswers!.settings.maxAnswerBytes)
+        this.keepsAnswer = true
+        return this.verifyProof(proof)
+      case 'replay':
+        return this.respondReplay(r.answer.status ?? 200, r.answer.headers ?? [], r.answer.body)
+      case 'conflict':
+        return this.respondError('idempotency_key_reused', {
+          message: 'this payment-identifier was used with another payment (or another endpoint)',
+        })
+      case 'in_progress':
+        return this.respondError('payment_in_progress', undefined, RETRY_AFTER_1)
+      case 'not_kept':
+        return this.respondError('invalid_state', {
+          message:
+            r.why === 'too_large'
+              ? 'this payment was used once and its answer was over the size kept for retries: it is not sent again, and not charged again'
+              : 'this payment was used once and its answer did not complete: it is not sent again, and not charged again',
+        })
+    }
+  }
+
+  verifyProof(proof: Proof): void {
+    const entry = this.endpoint!
     if (this.span !== null) this.step = startChildSpan(this.span, 'verify')
-    const verdict = this.ctx.schemes.verify(parseProof(this.paymentHeader), {
+    const verdict = this.ctx.schemes.verify(proof, {
       endpoint: { id: entry.id, accountId: entry.accountId, timeoutMs: entry.target.timeoutMs },
-      quote,
+      quote: this.quote!,
       nowMs: Date.now(),
     })
     if (verdict instanceof Promise) verdict.then((v) => this.withVerdict(v))
@@ -311,6 +374,8 @@ class MeteredCall implements ProxyHooks {
   /** ProxyHooks: the upstream's status is known, nothing is written yet. */
   onResponseHead(status: number, head: Buffer[]): Array<[string, string]> | Promise<Array<[string, string]>> {
     const payment = this.payment!
+    this.headStatus = status
+    if (this.recorder !== null) this.rawHead = head
     const meter = this.meter
     if (this.step !== null) this.step.setAttribute('http.response.status_code', status)
     if (meter !== null && status < 500) {
@@ -341,16 +406,23 @@ class MeteredCall implements ProxyHooks {
       EXPOSE,
     ]
     if (receipt !== null) ids.unshift(receipt)
+    // Kept with the answer: the upstream's content headers and the receipt (a replay gets its own request id).
+    this.recorder?.head(this.headStatus, this.rawHead!, receipt === null ? [] : [receipt])
     return ids
   }
 
   /** ProxyHooks: a body chunk on its way out (a usage meter reads it, and may take an event out). */
   onResponseData(chunk: Buffer): Buffer {
-    return this.meter === null ? chunk : this.meter.onData(chunk)
+    const out = this.meter === null ? chunk : this.meter.onData(chunk)
+    this.recorder?.data(out)
+    return out
   }
 
   onResponseEnd(): Buffer | null {
-    return this.meter === null ? null : this.meter.onEnd()
+    this.answerEnded = true
+    const held = this.meter === null ? null : this.meter.onEnd()
+    if (held !== null) this.recorder?.data(held)
+    return held
   }
 
   capture(status: number, chargeAtomic: bigint, usage: UsageRecord | null): void {
@@ -399,6 +471,41 @@ class MeteredCall implements ProxyHooks {
     }
   }
 
+  /** payment-identifier: the whole answer of a served call is kept; otherwise the id says why not. */
+  keepAnswer(outcome: ProxyOutcome, released: boolean): void {
+    const id = this.paidId!.id
+    this.paidId = null
+    const store = this.ctx.paidAnswers!
+    if (released) return store.close(id, 'released')
+    const complete = outcome.kind === 'responded' || (outcome.kind === 'client_aborted' && this.answerEnded)
+    if (!this.captured || !complete) return store.close(id, 'lost')
+    const r = this.recorder!
+    store.store(id, r.status, r.headers, r.body())
+  }
+
+  /** A reservation this request made but will not use (refused, failed, or the client left first). */
+  releaseReservation(): void {
+    if (this.paidId === null) return
+    this.ctx.paidAnswers!.close(this.paidId.id, 'released')
+    this.paidId = null
+  }
+
+  /** payment-identifier: the answer kept from the first time this payment was served. */
+  respondReplay(status: number, headers: Array<[string, string]>, body: Buffer | null): void {
+    this.body?.release()
+    this.finish(status, 'paid_answer_replayed')
+    const res = this.res
+    res.cork(() => {
+      res.writeStatus(`${status} ${STATUS_CODES[status] ?? ''}`)
+      res.writeHeader('x-request-id', this.requestId)
+      res.writeHeader('payment-identifier-replayed', 'true')
+      for (const [name, value] of headers) res.writeHeader(name, value)
+      res.writeHeader(ACAO[0], ACAO[1])
+      res.writeHeader(EXPOSE[0], EXPOSE[1])
+      res.end(body ?? '')
+    })
+  }
+
   /** ProxyHooks: the final outcome, exactly once. */
   onDone(outcome: ProxyOutcome): void {
     // A proof serves at most once: it is released for a retry only when the upstream certainly did not serve
@@ -407,8 +514,10 @@ class MeteredCall implements ProxyHooks {
     // end of its window rather than served again. What a call in doubt costs is its scheme's to say (Payment.doubt).
     const payment = this.payment!
     if (this.servedStatus !== 0) this.captureUsage(outcome)
-    if (!this.captured && upstreamFailed(outcome)) payment.release()
+    const released = !this.captured && upstreamFailed(outcome)
+    if (released) payment.release()
     else if (!this.captured) payment.doubt(this.callFacts())
+    if (this.paidId !== null) this.keepAnswer(outcome, released)
     let reason: string | undefined
     if (outcome.kind === 'upstream_error') {
       upstreamErrors.labels(outcome.code).inc()
@@ -429,6 +538,8 @@ class MeteredCall implements ProxyHooks {
    * every 5xx (tollgate's own or the upstream's) with the request id, endpoint id and reason.
    */
   finish(status: number, reason?: string, err?: unknown): void {
+    // Answered without forwarding (refused, failed): the identifier is free for the payment's retry.
+    if (this.paidId !== null) this.releaseReservation()
     observe(status, this.startedMs)
     const span = this.span
     if (span !== null) endSpan(span, status, reason)
@@ -458,6 +569,7 @@ class MeteredCall implements ProxyHooks {
 
   /** The client left before an answer: only the span needs closing (the proxy reports its own aborts). */
   finishAborted(): void {
+    if (this.paidId !== null) this.releaseReservation()
     if (this.span !== null) endSpan(this.span, 499, 'client_aborted')
   }
 

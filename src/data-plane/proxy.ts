@@ -77,6 +77,11 @@ export interface ProxyHooks {
   onResponseEnd?(): Buffer | null
   /** Called exactly once with the final outcome. */
   onDone(outcome: ProxyOutcome): void
+  /**
+   * True: when the client leaves after its request was sent whole, the upstream's answer is still read to
+   * its end through the hooks (kept for a retry), and onDone reports client_aborted once it ended.
+   */
+  readonly keepsAnswer?: boolean
 }
 
 /** Set up by the caller with res.onAborted before its first await; proxy() fills in onAbort. */
@@ -376,6 +381,8 @@ class Forward implements Dispatcher.DispatchHandler {
   #bytes = 0
   /** The outcome is reported; after a client abort res is dead and must not be touched. */
   #done = false
+  /** The client left while the answer is kept (hooks.keepsAnswer): read on, write nothing. */
+  #clientGone = false
   /** res was ended by tryEnd; only the upstream's completion is awaited. */
   #ended = false
   #flowing = true
@@ -402,7 +409,13 @@ class Forward implements Dispatcher.DispatchHandler {
 
   /** Wired to the caller's res.onAborted. */
   readonly onClientAbort = (): void => {
-    if (this.#done) return
+    if (this.#done || this.#clientGone) return
+    if (this.#hooks.keepsAnswer === true && this.#body.complete) {
+      // res is dead from here on; the upstream goes on (resumed if backpressure paused it) into the hooks.
+      this.#clientGone = true
+      this.#resumeUpstream?.()
+      return
+    }
     this.#done = true
     this.#body.fail()
     // Abort rather than leave the dispatch paused: a paused one holds its pooled socket forever. The
@@ -430,6 +443,7 @@ class Forward implements Dispatcher.DispatchHandler {
       // Nothing is written until the extra headers are known; the upstream waits (false pauses it).
       extra.then((headers) => {
         if (this.#done) return
+        if (this.#clientGone) return resume()
         this.#extra = headers
         this.#head = head
         headsDue.push(this)
@@ -439,6 +453,7 @@ class Forward implements Dispatcher.DispatchHandler {
       return false
     }
     this.#extra = extra
+    if (this.#clientGone) return true
     this.#head = head
     // The head is written with the first body bytes (or the end) when they come in the same read, which
     // they usually do: one cork, one send() to the client instead of two. Otherwise (a stream whose body
@@ -450,7 +465,7 @@ class Forward implements Dispatcher.DispatchHandler {
 
   /** Writes the head now if it is still waiting (from the microtask, under its own cork). */
   writeHeadIfDue(): void {
-    if (this.#head === null || this.#done) return
+    if (this.#head === null || this.#done || this.#clientGone) return
     corked = this
     this.#res.cork(corkedHead)
   }
@@ -474,6 +489,10 @@ class Forward implements Dispatcher.DispatchHandler {
 
   onData(chunk: Buffer): boolean {
     const hooks = this.#hooks
+    if (this.#clientGone) {
+      hooks.onResponseData?.(chunk)
+      return true
+    }
     this.#chunk = hooks.onResponseData === undefined ? chunk : hooks.onResponseData(chunk)
     corked = this
     this.#res.cork(corkedData)
@@ -534,6 +553,11 @@ class Forward implements Dispatcher.DispatchHandler {
 
   onComplete(): void {
     if (this.#done) return
+    if (this.#clientGone) {
+      this.#hooks.onResponseEnd?.()
+      this.#settle({ kind: 'client_aborted', status: this.#status === 0 ? null : this.#status })
+      return
+    }
     if (!this.#ended) {
       corked = this
       this.#res.cork(corkedEnd)
@@ -557,6 +581,15 @@ class Forward implements Dispatcher.DispatchHandler {
   onError(err: Error): void {
     // Already reported: the client left and this is the abort coming back.
     if (this.#done) return
+    if (this.#clientGone) {
+      this.#body.release()
+      this.#settle({
+        kind: 'upstream_error',
+        code: classify(err),
+        status: this.#status === 0 ? null : this.#status,
+      })
+      return
+    }
     if (this.#ended) {
       this.#settle({ kind: 'responded', status: this.#status, bytes: this.#bytes })
       return

@@ -34,6 +34,7 @@ import { createEdgeLimits, createPublicApp, listen } from './app.ts'
 import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
 import { createEndpointCache } from './endpoint-cache.ts'
 import { createMeteredRoute } from './metered.ts'
+import { PaidAnswers } from './paid-answers.ts'
 import { createUpstreamDispatcher } from './proxy.ts'
 import { createReceiptRoute } from './receipts.ts'
 import { startSettlementThrottle } from './settlement-throttle.ts'
@@ -118,6 +119,11 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       schemes,
       dispatcher,
       logger,
+      paidAnswers: new PaidAnswers(db.sql, logger, {
+        ttlMs: config.x402.paid_answers.ttl_ms,
+        maxAnswerBytes: config.x402.paid_answers.max_answer_bytes,
+        maxTotalBytes: config.x402.paid_answers.max_total_bytes,
+      }),
       settings: {
         quoteTtlMs: config.proxy.quote_ttl_ms,
         maxBufferedBodyBytes: config.server.body_limit_bytes,
