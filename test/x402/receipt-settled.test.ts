@@ -21,7 +21,7 @@ import {
   parseEventLogs,
   publicActions,
 } from 'viem'
-import { privateKeyToAccount } from 'viem/accounts'
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { baseSepolia } from 'viem/chains'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { withPaymentInterceptor } from 'x402-axios'
@@ -190,5 +190,53 @@ describe('a served exact call is settled before its answer', () => {
       expect(await carriesAuthorizationOf(tx as Hex, privateKeyToAccount(keys[i]!).address)).toBe(true)
     // The test chain has no AuthorizationBatcher unless deployed: then one transaction each, still honest.
     expect(new Set(txs).size).toBeLessThanOrEqual(3)
+  })
+})
+
+describe('when the settler cannot send, the receipt says pending and the batch settles it', () => {
+  it('a settler without gas: no transaction named, settled afterwards by the treasury, charged once', async () => {
+    // A fresh key holds no ETH: its broadcast is refused (insufficient funds).
+    const broke = await startBaseSepoliaService(
+      chain,
+      chain.rpcUrl,
+      { settlement: { before_answer: { enabled: true, window_ms: 3, wait_ms: 200 } } } as never,
+      'error',
+      { SETTLER_PRIVATE_KEY: generatePrivateKey() },
+    )
+    try {
+      const reg = await callApi(broke.url, '/api/v1/register', {
+        body: { wallet_address: chain.payers[4]!.address, business_name: 'broke settler Co' },
+      })
+      const ep = await callApi(broke.url, '/api/v1/endpoints', {
+        key: reg.body.api_key,
+        body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
+      })
+      const key = chain.payers[3]!.privateKey
+      const payer = privateKeyToAccount(key).address
+      const before = await balanceOf(payer)
+      const client = v2Client(key)
+      const r = await wrapFetchWithPayment(fetch, client)(ep.body.metered_url)
+      expect(r.status).toBe(200)
+      const receipt = decodePaymentResponseHeader(r.headers.get('payment-response')!)
+      // Nothing untrue: not settled, no transaction.
+      expect(receipt).toMatchObject({ success: false, errorReason: 'settlement_pending', transaction: '' })
+      expect((await new x402HTTPClient(client).processResponse(r)).paymentStatus).toBe('settle_failed')
+      // The leader's batch takes it once it is older than the settle-before-answer window.
+      await broke.flushCaptures()
+      await expect
+        .poll(
+          async () => {
+            await broke.jobs.runNow('x402-settlement')
+            return balanceOf(payer)
+          },
+          { timeout: 15_000, interval: 300 },
+        )
+        .toBe(before - PRICE_ATOMIC)
+      const [claim] = await broke.sql<{ settled: boolean }[]>`
+        SELECT settled_at IS NOT NULL AS settled FROM claims WHERE lower(payer) = ${payer.toLowerCase()}`
+      expect(claim).toEqual({ settled: true })
+    } finally {
+      await broke.stop()
+    }
   })
 })
