@@ -1,4 +1,4 @@
-// x402 batch-settlement channels (issue 12): every statement that changes a channel's money state, a
+// x402 batch-settlement channels: every statement that changes a channel's money state, a
 // channel operation (deposit, refund) or the claims and revenue of the calls a voucher paid. Each
 // statement's WHERE states its precondition; a refused transition changes nothing.
 //
@@ -9,6 +9,7 @@
 // is booked when the leader's claim transaction moved the vouchers' USDC to the treasury (recordChannelClaims),
 // exactly as x402 'exact' calls are booked at settlement.
 import type { Sql, Tx } from '../db/sql.ts'
+import type { CapturePricing } from './claims.ts'
 import { bookCallRevenue } from './ledger.ts'
 
 type Db = Sql | Tx
@@ -223,7 +224,7 @@ export async function recordChannelClaims(
   })
 }
 
-// ---- Leases (issue 12, part 4): vouchers accepted in memory by one instance at a time ----------------
+// ---- Leases: vouchers accepted in memory by one instance at a time ----------------
 //
 // An instance takes a short lease on a channel (takeChannelLease: one conditional UPDATE), accepts its
 // vouchers in memory strictly increasing up to the lease's ceiling, and persists the highest accepted voucher
@@ -280,7 +281,11 @@ export async function takeChannelLease(
 export interface VoucherMark {
   channelId: string
   epoch: bigint
+  /** The charged cumulative. */
   cumulative: bigint
+  /** The voucher that covers it (its maxClaimableAmount) and its signature: above `cumulative` when calls
+   * are charged less than their voucher's increment (usage pricing); absent: `cumulative`. */
+  signedMax?: bigint
   signature: string
   release: boolean
 }
@@ -303,6 +308,8 @@ export interface VoucherCall {
     method: string
     /** The receipt id its answer carried. */
     receiptId?: string | null
+    /** How it was priced and what was measured (usage pricing). */
+    pricing?: CapturePricing
   } | null
 }
 
@@ -342,14 +349,14 @@ export async function writeChannelVouchers(
     WITH m AS (
       SELECT * FROM unnest(${m.map((x) => x.channelId)}::text[], ${big(m.map((x) => x.epoch))}::bigint[],
                            ${big(m.map((x) => x.cumulative))}::bigint[], ${m.map((x) => x.signature)}::text[],
-                           ${m.map((x) => (x.release ? 1 : 0))}::int[])
-        AS t(id, epoch, cum, sig, release)
+                           ${m.map((x) => (x.release ? 1 : 0))}::int[], ${big(m.map((x) => x.signedMax ?? x.cumulative))}::bigint[])
+        AS t(id, epoch, cum, sig, release, signed)
     ),
     marked AS (
       UPDATE batch_channels c SET
         charged_atomic = GREATEST(c.charged_atomic, m.cum),
-        signature = CASE WHEN m.cum > c.signed_max_atomic THEN m.sig ELSE c.signature END,
-        signed_max_atomic = GREATEST(c.signed_max_atomic, m.cum),
+        signature = CASE WHEN m.signed > c.signed_max_atomic THEN m.sig ELSE c.signature END,
+        signed_max_atomic = GREATEST(c.signed_max_atomic, m.signed),
         lease_holder = CASE WHEN m.release = 1 THEN NULL ELSE c.lease_holder END,
         lease_until = CASE WHEN m.release = 1 THEN NULL ELSE now() + ${q.ttlMs} * interval '1 millisecond' END,
         lease_wanted = CASE WHEN m.release = 1 THEN false ELSE c.lease_wanted END,
@@ -357,7 +364,7 @@ export async function writeChannelVouchers(
         updated_at = now()
       FROM m
       WHERE c.channel_id = m.id AND c.lease_holder = ${q.holder} AND c.lease_epoch = m.epoch
-        AND m.cum <= c.lease_ceiling_atomic AND m.cum <= c.balance_atomic
+        AND m.signed <= c.lease_ceiling_atomic AND m.signed <= c.balance_atomic AND m.cum <= m.signed
       RETURNING c.channel_id, c.charged_atomic, c.balance_atomic, c.claimed_atomic, c.lease_ceiling_atomic,
         c.lease_wanted
     ),
@@ -371,9 +378,13 @@ export async function writeChannelVouchers(
                            ${big(c.map((x) => x.call?.feeAtomic ?? 0n))}::bigint[],
                            ${c.map((x) => x.call?.upstreamStatus ?? 0)}::int[],
                            ${c.map((x) => x.call?.method ?? null)}::text[],
-                           ${c.map((x) => x.call?.receiptId ?? null)}::text[])
+                           ${c.map((x) => x.call?.receiptId ?? null)}::text[],
+                           ${c.map((x) => x.call?.pricing?.model ?? 'fixed')}::text[],
+                           ${c.map((x) => x.call?.pricing?.unit ?? null)}::text[],
+                           ${c.map((x) => (x.call?.pricing?.usage ? JSON.stringify(x.call.pricing.usage) : null))}::text[],
+                           ${c.map((x) => x.call?.pricing?.ceilingAtomic?.toString() ?? null)}::bigint[])
         AS t(channel_id, cum, endpoint_id, account_id, payer, amount, call_id, owner_wallet, owner_share, fee,
-             status, method, receipt_id)
+             status, method, receipt_id, pricing_model, usage_unit, usage, ceiling)
     ),
     ok AS (
       SELECT i.*, 'batch:' || i.channel_id || ':' || i.cum AS proof_key
@@ -393,9 +404,11 @@ export async function writeChannelVouchers(
     ),
     new_calls AS (
       INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
-                         fee_atomic, upstream_status, method, scheme, receipt_id)
+                         fee_atomic, upstream_status, method, scheme, receipt_id, pricing_model, usage_unit, usage,
+                         ceiling_atomic)
       SELECT ok.call_id, ok.proof_key, ok.endpoint_id, ok.account_id, ok.payer, ok.amount, ok.owner_share,
-             ok.fee, ok.status, ok.method, 'batch-settlement', ok.receipt_id
+             ok.fee, ok.status, ok.method, 'batch-settlement', ok.receipt_id, ok.pricing_model, ok.usage_unit,
+             ok.usage::jsonb, ok.ceiling
       FROM ok JOIN claimed USING (proof_key) WHERE ok.call_id IS NOT NULL
       ON CONFLICT (proof_key) DO NOTHING
       RETURNING 1
