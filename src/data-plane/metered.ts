@@ -135,6 +135,8 @@ class MeteredCall implements ProxyHooks {
   captured = false
   /** Hostile input: the sub-path could leave the endpoint's base path. */
   escapingPath = false
+  /** payment-identifier: the id and payment digest the payload carries (null: none). */
+  pidCandidate: { id: string; digest: string } | null = null
   /** payment-identifier: the id and payment this call reserved (null: none, or no longer held). */
   paidId: { id: string; digest: string } | null = null
   /** payment-identifier: the answer as it streams, kept for a retry; and read on if the client leaves. */
@@ -225,35 +227,66 @@ class MeteredCall implements ProxyHooks {
     if (!this.paymentHeader) return this.respond402('payment_required')
     // The scheme that reads the payment verifies it against this request's price (src/schemes/).
     const proof = parseProof(this.paymentHeader)
-    // payment-identifier: only a v2 payload that carries one costs the reservation's query.
-    const pid = this.ctx.paidAnswers === undefined ? null : paymentIdentifier(proof)
-    if (pid !== null) {
-      this.ctx.paidAnswers!.reserve({ ...pid, endpointId: entry.id }).then(
-        (r) => this.withReservation(r, pid, proof),
-        (err) =>
-          this.respondUnavailable(
-            'the payment identifier could not be looked up; retry shortly',
-            'paid_answer_lookup_failed',
-            err,
-          ),
-      )
-      return
-    }
+    // payment-identifier: read here (no query); the database is asked only once the payment verified, or
+    // when it is refused as already used (a retry): an unpaid request never writes.
+    this.pidCandidate = this.ctx.paidAnswers === undefined ? null : paymentIdentifier(proof)
     this.verifyProof(proof)
   }
 
-  /** payment-identifier: the id is this payment's now, or it holds an answer, or another payment. */
-  withReservation(r: Reservation, pid: { id: string; digest: string }, proof: Proof): void {
-    if (r.kind === 'go') this.paidId = pid
-    if (this.abort.aborted) {
-      this.releaseReservation()
-      return this.finishAborted()
-    }
+  /** payment-identifier, a verified payment: the id becomes its own before the claim, or it is taken. */
+  reserveThenClaim(payment: Payment): void {
+    const pid = this.pidCandidate!
+    this.ctx.paidAnswers!.reserve({ ...pid, endpointId: this.endpoint!.id }).then(
+      (r) => {
+        if (r.kind === 'go') {
+          this.paidId = pid
+          this.recorder = new AnswerRecorder(this.ctx.paidAnswers!.settings.maxAnswerBytes)
+          this.keepsAnswer = true
+          if (this.abort.aborted) {
+            payment.drop()
+            return this.finishAborted()
+          }
+          return this.claim(payment)
+        }
+        // Not claimed: the payment stays what it was (the kept answer, or another payment, holds the id).
+        payment.drop()
+        if (this.abort.aborted) return this.finishAborted()
+        this.withReservation(r)
+      },
+      (err) => {
+        payment.drop()
+        this.respondUnavailable(
+          'the payment identifier could not be recorded; retry shortly',
+          'paid_answer_failed',
+          err,
+        )
+      },
+    )
+  }
+
+  /** payment-identifier, a payment refused as already used: the retry of a call whose answer was kept? */
+  replayOrRefuse(verdict: Extract<Verdict, { ok: false }>): void {
+    const pid = this.pidCandidate!
+    this.ctx.paidAnswers!.lookup({ ...pid, endpointId: this.endpoint!.id }).then(
+      (r) => {
+        if (this.abort.aborted) return this.finishAborted()
+        if (r === null) return this.respond402(verdict.reason, verdict.retryAfterMs, verdict.requiredHeader)
+        this.withReservation(r)
+      },
+      (err) =>
+        this.respondUnavailable(
+          'the payment identifier could not be looked up; retry shortly',
+          'paid_answer_failed',
+          err,
+        ),
+    )
+  }
+
+  /** payment-identifier: what the id holds, answered (never 'go' here). */
+  withReservation(r: Reservation): void {
     switch (r.kind) {
       case 'go':
-        this.recorder = new AnswerRecorder(this.ctx.paidAnswers!.settings.maxAnswerBytes)
-        this.keepsAnswer = true
-        return this.verifyProof(proof)
+        return this.respondError('invalid_state')
       case 'replay':
         return this.respondReplay(r.answer.status ?? 200, r.answer.headers ?? [], r.answer.body)
       case 'conflict':
@@ -293,6 +326,8 @@ class MeteredCall implements ProxyHooks {
     }
     switch (verdict.ok) {
       case false:
+        if (this.pidCandidate !== null && verdict.reason === 'proof_already_used')
+          return this.replayOrRefuse(verdict)
         return this.respond402(verdict.reason, verdict.retryAfterMs, verdict.requiredHeader)
       case 'unavailable':
         return this.respondUnavailable(verdict.message, verdict.reason, verdict.err)
@@ -303,6 +338,11 @@ class MeteredCall implements ProxyHooks {
     }
     const payment = verdict.payment
     this.payment = payment
+    if (this.pidCandidate !== null) return this.reserveThenClaim(payment)
+    this.claim(payment)
+  }
+
+  claim(payment: Payment): void {
     if (this.span !== null) this.step = startChildSpan(this.span, 'claim')
     const claimed = payment.claim()
     if (typeof claimed === 'string') return this.withClaim(claimed)

@@ -188,6 +188,18 @@ describe('payment-identifier: paid once, delivered twice, charged once', () => {
     expect(upstream.count()).toBe(calls)
   })
 
+  it('a payment that does not verify writes nothing under its identifier', async () => {
+    const id = generatePaymentId()
+    const header = await signed(slowUrl, chain.payers[3]!.privateKey, id)
+    const payload = JSON.parse(Buffer.from(header, 'base64').toString())
+    // Another payer's nonce under the same signature: the signature no longer recovers the payer.
+    payload.payload.authorization.nonce = `0x${'11'.repeat(32)}`
+    const forged = Buffer.from(JSON.stringify(payload)).toString('base64')
+    const r = await fetch(slowUrl, { headers: { 'PAYMENT-SIGNATURE': forged } })
+    expect(r.status).toBe(402)
+    expect(await paidAnswerState(id)).toBeNull()
+  })
+
   it('without the extension nothing changes: a replayed payment is refused as before', async () => {
     const key = chain.payers[3]!.privateKey
     const header = await signed(slowUrl, key)
