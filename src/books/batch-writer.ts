@@ -92,7 +92,9 @@ export class BatchWriter {
   capture(c: Capture): void {
     this.captures.push(c)
     this.options.onQueue?.(this.captures.length + this.writing)
-    if (this.captures.length >= this.options.batchMax && this.inFlight < this.options.concurrency) {
+    // A capture someone waits for (settle before answer) is written now, not after flushIntervalMs.
+    const urgent = c.onWritten !== undefined || this.captures.length >= this.options.batchMax
+    if (urgent && this.inFlight < this.options.concurrency) {
       this.flush()
       return
     }
@@ -181,6 +183,7 @@ export class BatchWriter {
       for (let i = 0; i < rows.length; i++) this.settle(rows[i]!, result.claims[i]!)
       this.failures = 0
       this.retryAtMs = 0
+      for (const c of captures) c.onWritten?.(result.captured.has(c.proofKey))
       if (result.captured.size < captures.length) {
         this.options.onNotApplied?.(captures.filter((c) => !result.captured.has(c.proofKey)))
       }

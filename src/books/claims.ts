@@ -50,6 +50,9 @@ export interface Capture {
   /** The scheme that paid, and the receipt id the answer carried. */
   scheme?: string | null
   receiptId?: string | null
+  /** Told once this capture's write committed (applied: the claim moved to captured), for a settlement
+   * that must find the claim captured before it records its transaction. Not written to the database. */
+  onWritten?: (applied: boolean) => void
 }
 
 export interface CapturePricing {

@@ -36,12 +36,20 @@ export function listSentSettlements(db: Db): Promise<SettlementCandidate[]> {
  * Captured authorizations not sent yet, the soonest to expire first: a backlog is worked down in the order
  * its windows close, so a late one never waits behind one that has minutes left.
  */
-export function listDueSettlements(db: Db, q: { limit: number }): Promise<SettlementCandidate[]> {
+export function listDueSettlements(
+  db: Db,
+  q: { limit: number; capturedBeforeMs?: number },
+): Promise<SettlementCandidate[]> {
+  // capturedBeforeMs: claims captured more recently are left to the settle-before-answer path, which
+  // records its transaction on them within that time (else they would go out in the treasury's batch and
+  // their answers could not name a transaction).
+  const gapMs = q.capturedBeforeMs ?? 0
   return db<SettlementCandidate[]>`
     SELECT proof_key, authorization_payload, settlement_tx FROM (
       SELECT proof_key, authorization_payload, settlement_tx, captured_at FROM claims
       WHERE kind = 'eip3009' AND status = 'captured' AND settlement_tx IS NULL
         AND settled_at IS NULL AND settlement_error IS NULL
+        AND captured_at <= now() - ${gapMs} * interval '1 millisecond'
       UNION ALL
       -- Checkout authorizations (each its own partial index: one status list would use neither).
       SELECT proof_key, authorization_payload, settlement_tx, claimed_at FROM claims

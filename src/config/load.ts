@@ -75,16 +75,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
       'invalid configuration:\n  server.threads: must be 1 (this uWebSockets.js build cannot share a port between threads); run several tollgate processes behind a load balancer on one PostgreSQL server instead',
     )
   }
-  // With a synchronous standby, PostgreSQL reports a COMMIT whose wait for the standby was cancelled (by
-  // statement_timeout) as a success, committed on the primary only. A claim must therefore give up on the
-  // client side first: a claim that wins after its call gave up is released, never served, so a claim the
-  // standby may not hold is never acted on.
-  const statementMs = settings.database.statement_timeout_ms
-  if (statementMs > 0 && (settings.claims.timeout_ms === 0 || settings.claims.timeout_ms >= statementMs)) {
-    throw new ConfigError(
-      `invalid configuration:\n  claims.timeout_ms: must be above 0 and below database.statement_timeout_ms (${statementMs}) while that is set, so that a claim whose commit the database cut short is never served`,
-    )
-  }
+  refuseClaimDeadlineAfterStatementTimeout(settings)
   const { key, source } = treasuryKey(env)
   if (key !== null && !/^0x[0-9a-fA-F]{64}$/.test(key)) {
     // Never echo the value: it is a secret.
@@ -93,6 +84,22 @@ export function loadConfig(options: LoadOptions = {}): Config {
   if (key === null && settings.chain.network !== 'local') {
     throw new ConfigError(
       `invalid configuration:\n  TREASURY_PRIVATE_KEY: required on network ${settings.chain.network} (or TREASURY_PRIVATE_KEY_FILE naming a file that holds it)`,
+    )
+  }
+  const settlerKey = env.SETTLER_PRIVATE_KEY?.trim() || null
+  if (settlerKey !== null && !/^0x[0-9a-fA-F]{64}$/.test(settlerKey)) {
+    throw new ConfigError(
+      'invalid configuration:\n  SETTLER_PRIVATE_KEY: must be 0x followed by 64 hex digits',
+    )
+  }
+  if (settings.settlement.before_answer.enabled && settlerKey === null) {
+    throw new ConfigError(
+      'invalid configuration:\n  settlement.before_answer.enabled: needs SETTLER_PRIVATE_KEY (an account with gas, not the treasury)',
+    )
+  }
+  if (settlerKey !== null && key !== null && settlerKey.toLowerCase() === key.toLowerCase()) {
+    throw new ConfigError(
+      'invalid configuration:\n  SETTLER_PRIVATE_KEY: must not be the treasury key (their nonces would collide)',
     )
   }
   const adminToken = env.ADMIN_TOKEN?.trim() || null
@@ -119,6 +126,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
   }
   const secrets = Object.freeze({
     treasury_private_key: key as `0x${string}` | null,
+    settler_private_key: settlerKey as `0x${string}` | null,
     admin_token: adminToken,
     receipt_signing_key: receiptKey as `0x${string}` | null,
     receipt_previous_signers: Object.freeze(previousSigners),
@@ -221,4 +229,22 @@ export function publicBaseUrl(config: Config, listeningPort: number): string {
   if (config.server.public_url) return config.server.public_url.replace(/\/+$/, '')
   const host = config.server.host === '0.0.0.0' ? '127.0.0.1' : config.server.host
   return `http://${host}:${listeningPort}`
+}
+
+/**
+ * With a synchronous standby, PostgreSQL reports a COMMIT whose wait for the standby was cancelled (by
+ * statement_timeout) as a success, committed on the primary only. A claim must therefore give up on the
+ * client side first: a claim that wins after its call gave up is released, never served, so a claim the
+ * standby may not hold is never acted on.
+ */
+function refuseClaimDeadlineAfterStatementTimeout(settings: {
+  database: { statement_timeout_ms: number }
+  claims: { timeout_ms: number }
+}): void {
+  const statementMs = settings.database.statement_timeout_ms
+  if (statementMs > 0 && (settings.claims.timeout_ms === 0 || settings.claims.timeout_ms >= statementMs)) {
+    throw new ConfigError(
+      `invalid configuration:\n  claims.timeout_ms: must be above 0 and below database.statement_timeout_ms (${statementMs}) while that is set, so that a claim whose commit the database cut short is never served`,
+    )
+  }
 }

@@ -165,6 +165,18 @@ export const ConfigSchema = v.strictObject({
     throttle_retry_after_s: PositiveInt,
     /** How often the throttle flag is refreshed from the database. */
     throttle_check_ms: PositiveInt,
+    /**
+     * Settle an `exact` authorization before the answer's head is sent, so its receipt names the mined
+     * transaction that carries it (what published x402 clients read as paid). Authorizations arriving within
+     * window_ms share one transaction, sent from the settler key (SETTLER_PRIVATE_KEY, never the treasury's:
+     * its nonces are this process's alone); the answer waits at most wait_ms for the receipt, then says
+     * settlement_pending with the transaction hash. Off: settled after the call, in the leader's batches.
+     */
+    before_answer: v.strictObject({
+      enabled: v.boolean(),
+      window_ms: v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(1000)),
+      wait_ms: PositiveInt,
+    }),
   }),
   x402: v.strictObject({
     /** maxTimeoutSeconds in the 402 accepts: how long a client's authorization stays valid (validBefore). */
@@ -180,6 +192,16 @@ export const ConfigSchema = v.strictObject({
     batch_lease_ms: v.pipe(PositiveInt, v.minValue(100)),
     batch_flush_ms: PositiveInt,
     batch_reserve: Dollars,
+    /**
+     * The `payment-identifier` extension: answers to paid calls that carry an identifier are kept for ttl_ms
+     * (in the database, so any instance replays them), each up to max_answer_bytes of body, all together up
+     * to max_total_bytes; an answer over either bound is not kept, and a retry is told so.
+     */
+    paid_answers: v.strictObject({
+      ttl_ms: PositiveInt,
+      max_answer_bytes: PositiveInt,
+      max_total_bytes: PositiveInt,
+    }),
   }),
   webhooks: v.strictObject({
     retry_schedule_ms: v.array(Ms),
@@ -266,6 +288,8 @@ export type Config = Readonly<
   Settings & {
     secrets: {
       treasury_private_key: `0x${string}` | null
+      /** Sends settle-before-answer transactions (gas only; the money goes to the treasury). */
+      settler_private_key: `0x${string}` | null
       /** ADMIN_TOKEN: bearer token for the admin routes beyond /metrics, /healthz, /readyz; null = off. */
       admin_token: string | null
       /** RECEIPT_SIGNING_KEY: signs x402 offers and receipts; null = unsigned (a dev key on the local chain). */

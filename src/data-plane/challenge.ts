@@ -1,6 +1,7 @@
 // The 402 payment requirement: body (seed fields + x402 v1 `accepts`) and the x402 v2 PAYMENT-REQUIRED
 // header, built once per endpoint version; only the reason and the quote's expiry vary per answer (the v2
 // header carries the reason too: one encoded header per reason, built the first time that reason is used).
+import { PAYMENT_IDENTIFIER } from './paid-answers.ts'
 
 /** A scheme's part of a 402: any of the three places an offer can appear. */
 export interface Offer {
@@ -88,8 +89,9 @@ export function buildChallenge(input: ChallengeInput): Challenge {
       ...input.resourceMetadata,
     },
     accepts,
+    // A client may name its payment (payment-identifier): a retry after a lost answer gets the answer again.
+    extensions: { ...input.extensions, [PAYMENT_IDENTIFIER]: PAYMENT_IDENTIFIER_DECLARATION },
   }
-  if (hasExtensions) v2Rest.extensions = input.extensions
   return {
     rest: `,${JSON.stringify(fields).slice(1)}`,
     accepts,
@@ -142,4 +144,18 @@ export function quoteExpiry(ttlMs: number, nowMs = Date.now()): string {
     isoCacheValue = new Date(second * 1000 + ttlMs).toISOString()
   }
   return isoCacheValue
+}
+
+/** The payment-identifier extension as @x402/extensions declares it (optional for the client). */
+const PAYMENT_IDENTIFIER_DECLARATION = {
+  info: { required: false },
+  schema: {
+    $schema: 'https://json-schema.org/draft/2020-12/schema',
+    type: 'object',
+    properties: {
+      required: { type: 'boolean' },
+      id: { type: 'string', minLength: 16, maxLength: 128, pattern: '^[a-zA-Z0-9_-]+$' },
+    },
+    required: ['required'],
+  },
 }

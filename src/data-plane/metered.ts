@@ -2,6 +2,7 @@
 // Everything read from the uWS request is read synchronously (it dies with the callback); onAborted is
 // attached before the first await; answers after an await are corked.
 import { createHash, type Hash } from 'node:crypto'
+import { STATUS_CODES } from 'node:http'
 import type { Span } from '@opentelemetry/api'
 import { ERRORS, type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
 import { newId } from '../ids.ts'
@@ -35,7 +36,8 @@ import { challengeBody, quoteExpiry, v2Header } from './challenge.ts'
 import { CORS_HEADERS, CORS_PAIRS } from './cors.ts'
 import { type EndpointCache, type LiveEndpoint, loadEndpoint, NOT_FOUND } from './endpoint-cache.ts'
 import type { ObservedCalls } from './observed-calls.ts'
-import { parseProof } from './proof.ts'
+import { AnswerRecorder, type PaidAnswers, paymentIdentifier, type Reservation } from './paid-answers.ts'
+import { type Proof, parseProof } from './proof.ts'
 import {
   type AbortState,
   createRequestBody,
@@ -62,6 +64,8 @@ export interface MeteredDeps {
   observed?: ObservedCalls
   /** Signs the receipt on a paid answer (x402 offer-receipt) and digests the body it delivers. */
   receipts?: { signer: ReceiptSigner; network: string }
+  /** The `payment-identifier` extension's kept answers; absent: the extension is not read. */
+  paidAnswers?: PaidAnswers
   settings: {
     quoteTtlMs: number
     maxBufferedBodyBytes: number
@@ -149,6 +153,17 @@ class MeteredCall implements ProxyHooks {
   escapingPath = false
   /** The client's rate-limit key, read only when a proof came (its chain look-ups and refusals count). */
   client = ''
+  /** payment-identifier: the id and payment digest the payload carries (null: none). */
+  pidCandidate: { id: string; digest: string } | null = null
+  /** payment-identifier: the id and payment this call reserved (null: none, or no longer held). */
+  paidId: { id: string; digest: string } | null = null
+  /** payment-identifier: the answer as it streams, kept for a retry; and read on if the client leaves. */
+  recorder: AnswerRecorder | null = null
+  keepsAnswer = false
+  /** The answer's end went through the hooks (a sized answer ended by the proxy's tryEnd does not). */
+  answerEnded = false
+  headStatus = 0
+  rawHead: Buffer[] | null = null
   /** Tracing only (null when off): the call's span and its current step (verify, claim, upstream). */
   span: Span | null = null
   step: Span | null = null
@@ -232,10 +247,91 @@ class MeteredCall implements ProxyHooks {
     this.quote = quote
     if (!this.paymentHeader) return this.respond402('payment_required')
     // The scheme that reads the payment verifies it against this request's price (src/schemes/).
+    const proof = parseProof(this.paymentHeader)
+    // payment-identifier: read here (no query); the database is asked only once the payment verified, or
+    // when it is refused as already used (a retry): an unpaid request never writes.
+    this.pidCandidate = this.ctx.paidAnswers === undefined ? null : paymentIdentifier(proof)
+    this.verifyProof(proof)
+  }
+
+  /** payment-identifier, a verified payment: the id becomes its own before the claim, or it is taken. */
+  reserveThenClaim(payment: Payment): void {
+    const pid = this.pidCandidate!
+    this.ctx.paidAnswers!.reserve({ ...pid, endpointId: this.endpoint!.id }).then(
+      (r) => {
+        if (r.kind === 'go') {
+          this.paidId = pid
+          this.recorder = new AnswerRecorder(this.ctx.paidAnswers!.settings.maxAnswerBytes)
+          this.keepsAnswer = true
+          if (this.abort.aborted) {
+            payment.drop()
+            return this.finishAborted()
+          }
+          return this.claim(payment)
+        }
+        // Not claimed: the payment stays what it was (the kept answer, or another payment, holds the id).
+        payment.drop()
+        if (this.abort.aborted) return this.finishAborted()
+        this.withReservation(r)
+      },
+      (err) => {
+        payment.drop()
+        this.respondUnavailable(
+          'the payment identifier could not be recorded; retry shortly',
+          'paid_answer_failed',
+          err,
+        )
+      },
+    )
+  }
+
+  /** payment-identifier, a payment refused as already used: the retry of a call whose answer was kept? */
+  replayOrRefuse(verdict: Extract<Verdict, { ok: false }>): void {
+    const pid = this.pidCandidate!
+    this.ctx.paidAnswers!.lookup({ ...pid, endpointId: this.endpoint!.id }).then(
+      (r) => {
+        if (this.abort.aborted) return this.finishAborted()
+        if (r === null) return this.respond402(verdict.reason, verdict.retryAfterMs, verdict.requiredHeader)
+        this.withReservation(r)
+      },
+      (err) =>
+        this.respondUnavailable(
+          'the payment identifier could not be looked up; retry shortly',
+          'paid_answer_failed',
+          err,
+        ),
+    )
+  }
+
+  /** payment-identifier: what the id holds, answered (never 'go' here). */
+  withReservation(r: Reservation): void {
+    switch (r.kind) {
+      case 'go':
+        return this.respondError('invalid_state')
+      case 'replay':
+        return this.respondReplay(r.answer.status ?? 200, r.answer.headers ?? [], r.answer.body)
+      case 'conflict':
+        return this.respondError('idempotency_key_reused', {
+          message: 'this payment-identifier was used with another payment (or another endpoint)',
+        })
+      case 'in_progress':
+        return this.respondError('payment_in_progress', undefined, RETRY_AFTER_1)
+      case 'not_kept':
+        return this.respondError('invalid_state', {
+          message:
+            r.why === 'too_large'
+              ? 'this payment was used once and its answer was over the size kept for retries: it is not sent again, and not charged again'
+              : 'this payment was used once and its answer did not complete: it is not sent again, and not charged again',
+        })
+    }
+  }
+
+  verifyProof(proof: Proof): void {
+    const entry = this.endpoint!
     if (this.span !== null) this.step = startChildSpan(this.span, 'verify')
-    const verdict = this.ctx.schemes.verify(parseProof(this.paymentHeader), {
+    const verdict = this.ctx.schemes.verify(proof, {
       endpoint: { id: entry.id, accountId: entry.accountId, timeoutMs: entry.target.timeoutMs },
-      quote,
+      quote: this.quote!,
       nowMs: Date.now(),
       client: this.client,
     })
@@ -252,6 +348,8 @@ class MeteredCall implements ProxyHooks {
     }
     switch (verdict.ok) {
       case false:
+        if (this.pidCandidate !== null && verdict.reason === 'proof_already_used')
+          return this.replayOrRefuse(verdict)
         return this.respond402(verdict.reason, verdict.retryAfterMs, verdict.requiredHeader)
       case 'unavailable':
         return this.respondUnavailable(verdict.message, verdict.reason, verdict.err)
@@ -266,6 +364,11 @@ class MeteredCall implements ProxyHooks {
     }
     const payment = verdict.payment
     this.payment = payment
+    if (this.pidCandidate !== null) return this.reserveThenClaim(payment)
+    this.claim(payment)
+  }
+
+  claim(payment: Payment): void {
     if (this.span !== null) this.step = startChildSpan(this.span, 'claim')
     const claimed = payment.claim()
     if (typeof claimed === 'string') return this.withClaim(claimed)
@@ -336,8 +439,10 @@ class MeteredCall implements ProxyHooks {
   }
 
   /** ProxyHooks: the upstream's status is known, nothing is written yet. */
-  onResponseHead(status: number, head: Buffer[]): Array<[string, string]> {
+  onResponseHead(status: number, head: Buffer[]): Array<[string, string]> | Promise<Array<[string, string]>> {
     const payment = this.payment!
+    this.headStatus = status
+    if (this.recorder !== null) this.rawHead = head
     const meter = this.meter
     this.headMs = performance.now()
     if (this.step !== null) this.step.setAttribute('http.response.status_code', status)
@@ -353,15 +458,23 @@ class MeteredCall implements ProxyHooks {
       this.capture(status, payment.coversAtomic, null)
       if (captureSpan !== null) endSpan(captureSpan)
     }
+    // A scheme that settles before the answer holds the head until its receipt names the transaction.
+    const settling = this.captured ? (payment.settleBeforeAnswer?.() ?? null) : null
+    if (settling !== null) return settling.then((receipt) => this.answerHeaders(receipt))
+    return this.answerHeaders(payment.receipt(status < 500))
+  }
+
+  /** The headers tollgate adds to a paid answer. */
+  answerHeaders(receipt: [string, string] | null): Array<[string, string]> {
     // tollgate answers CORS for metered URLs: the upstream's own allow-origin is dropped (proxy.ts).
-    let receipt = payment.receipt(status < 500)
+    let signed = receipt
     const signing = this.ctx.receipts
-    if (signing !== undefined && status < 500) {
-      if (receipt !== null)
-        receipt = withSignedReceipt(receipt, signing.signer, {
+    if (signing !== undefined && this.headStatus < 500) {
+      if (signed !== null)
+        signed = withSignedReceipt(signed, signing.signer, {
           resourceUrl: this.endpoint!.resourceUrl,
           network: signing.network,
-          payer: payment.payer,
+          payer: this.payment!.payer,
           nowMs: Date.now(),
         })
       this.digest = createHash('sha256')
@@ -372,7 +485,9 @@ class MeteredCall implements ProxyHooks {
       ACAO,
       EXPOSE,
     ]
-    if (receipt !== null) ids.unshift(receipt)
+    if (signed !== null) ids.unshift(signed)
+    // Kept with the answer: the upstream's content headers and the receipt (a replay gets its own request id).
+    this.recorder?.head(this.headStatus, this.rawHead!, signed === null ? [] : [signed])
     return ids
   }
 
@@ -383,14 +498,19 @@ class MeteredCall implements ProxyHooks {
       this.digest.update(out)
       this.bodyBytes += out.length
     }
+    this.recorder?.data(out)
     return out
   }
 
   onResponseEnd(): Buffer | null {
+    this.answerEnded = true
     const tail = this.meter === null ? null : this.meter.onEnd()
-    if (this.digest !== null && tail !== null) {
-      this.digest.update(tail)
-      this.bodyBytes += tail.length
+    if (tail !== null) {
+      if (this.digest !== null) {
+        this.digest.update(tail)
+        this.bodyBytes += tail.length
+      }
+      this.recorder?.data(tail)
     }
     return tail
   }
@@ -441,6 +561,41 @@ class MeteredCall implements ProxyHooks {
     }
   }
 
+  /** payment-identifier: the whole answer of a served call is kept; otherwise the id says why not. */
+  keepAnswer(outcome: ProxyOutcome, released: boolean): void {
+    const id = this.paidId!.id
+    this.paidId = null
+    const store = this.ctx.paidAnswers!
+    if (released) return store.close(id, 'released')
+    const complete = outcome.kind === 'responded' || (outcome.kind === 'client_aborted' && this.answerEnded)
+    if (!this.captured || !complete) return store.close(id, 'lost')
+    const r = this.recorder!
+    store.store(id, r.status, r.headers, r.body())
+  }
+
+  /** A reservation this request made but will not use (refused, failed, or the client left first). */
+  releaseReservation(): void {
+    if (this.paidId === null) return
+    this.ctx.paidAnswers!.close(this.paidId.id, 'released')
+    this.paidId = null
+  }
+
+  /** payment-identifier: the answer kept from the first time this payment was served. */
+  respondReplay(status: number, headers: Array<[string, string]>, body: Buffer | null): void {
+    this.body?.release()
+    this.finish(status, 'paid_answer_replayed')
+    const res = this.res
+    res.cork(() => {
+      res.writeStatus(`${status} ${STATUS_CODES[status] ?? ''}`)
+      res.writeHeader('x-request-id', this.requestId)
+      res.writeHeader('payment-identifier-replayed', 'true')
+      for (const [name, value] of headers) res.writeHeader(name, value)
+      res.writeHeader(ACAO[0], ACAO[1])
+      res.writeHeader(EXPOSE[0], EXPOSE[1])
+      res.end(body ?? '')
+    })
+  }
+
   /** ProxyHooks: the final outcome, exactly once. */
   onDone(outcome: ProxyOutcome): void {
     // A proof serves at most once: it is released for a retry only when the upstream certainly did not serve
@@ -449,7 +604,8 @@ class MeteredCall implements ProxyHooks {
     // end of its window rather than served again. What a call in doubt costs is its scheme's to say (Payment.doubt).
     const payment = this.payment!
     if (this.servedStatus !== 0) this.captureUsage(outcome)
-    if (!this.captured && upstreamFailed(outcome)) payment.release()
+    const released = !this.captured && upstreamFailed(outcome)
+    if (released) payment.release()
     else if (!this.captured) payment.doubt(this.callFacts())
     this.ctx.observed?.record({
       endpointId: this.endpointId,
@@ -460,6 +616,7 @@ class MeteredCall implements ProxyHooks {
     // Only an answer delivered whole has a digest to sign: a partial one says so on its receipt.
     if (this.digest !== null && outcome.kind === 'responded')
       this.ctx.observed?.delivered(this.receiptId!, this.digest.digest('hex'), this.bodyBytes)
+    if (this.paidId !== null) this.keepAnswer(outcome, released)
     let reason: string | undefined
     if (outcome.kind === 'upstream_error') {
       upstreamErrors.labels(outcome.code).inc()
@@ -480,6 +637,8 @@ class MeteredCall implements ProxyHooks {
    * every 5xx (tollgate's own or the upstream's) with the request id, endpoint id and reason.
    */
   finish(status: number, reason?: string, err?: unknown): void {
+    // Answered without forwarding (refused, failed): the identifier is free for the payment's retry.
+    if (this.paidId !== null) this.releaseReservation()
     observe(status, this.startedMs)
     const span = this.span
     if (span !== null) endSpan(span, status, reason)
@@ -509,6 +668,7 @@ class MeteredCall implements ProxyHooks {
 
   /** The client left before an answer: only the span needs closing (the proxy reports its own aborts). */
   finishAborted(): void {
+    if (this.paidId !== null) this.releaseReservation()
     if (this.span !== null) endSpan(this.span, 499, 'client_aborted')
   }
 

@@ -63,8 +63,13 @@ export type ProxyOutcome =
 
 export interface ProxyHooks {
   /** Called once, synchronously, when the upstream's head arrives, before anything is written to the
-   * client (`head`: the raw [name, value, …] list). Returns extra headers to add (the receipt). */
-  onResponseHead(status: number, head: Buffer[]): Array<[string, string]> | undefined
+   * client (`head`: the raw [name, value, …] list). Returns extra headers to add (the receipt); a promise
+   * holds the head (and pauses the upstream) until it resolves: a receipt settled before the answer. It must
+   * not reject. */
+  onResponseHead(
+    status: number,
+    head: Buffer[],
+  ): Array<[string, string]> | undefined | Promise<Array<[string, string]>>
   /** Each body chunk on its way to the client: returns what to send (a usage meter may take out an event).
    * Only a chunked answer may be changed: a sized one must come back as it went in. */
   onResponseData?(chunk: Buffer): Buffer
@@ -72,6 +77,11 @@ export interface ProxyHooks {
   onResponseEnd?(): Buffer | null
   /** Called exactly once with the final outcome. */
   onDone(outcome: ProxyOutcome): void
+  /**
+   * True: when the client leaves after its request was sent whole, the upstream's answer is still read to
+   * its end through the hooks (kept for a retry), and onDone reports client_aborted once it ended.
+   */
+  readonly keepsAnswer?: boolean
 }
 
 /** Set up by the caller with res.onAborted before its first await; proxy() fills in onAbort. */
@@ -424,6 +434,8 @@ class Forward implements Dispatcher.DispatchHandler {
   #bytes = 0
   /** The outcome is reported; after a client abort res is dead and must not be touched. */
   #done = false
+  /** The client left while the answer is kept (hooks.keepsAnswer): read on, write nothing. */
+  #clientGone = false
   /** res was ended by tryEnd; only the upstream's completion is awaited. */
   #ended = false
   #flowing = true
@@ -450,7 +462,13 @@ class Forward implements Dispatcher.DispatchHandler {
 
   /** Wired to the caller's res.onAborted. */
   readonly onClientAbort = (): void => {
-    if (this.#done) return
+    if (this.#done || this.#clientGone) return
+    if (this.#hooks.keepsAnswer === true && this.#body.complete) {
+      // res is dead from here on; the upstream goes on (resumed if backpressure paused it) into the hooks.
+      this.#clientGone = true
+      this.#resumeUpstream?.()
+      return
+    }
     this.#done = true
     this.#body.fail()
     // Abort rather than leave the dispatch paused: a paused one holds its pooled socket forever. The
@@ -472,8 +490,23 @@ class Forward implements Dispatcher.DispatchHandler {
     // Cannot happen once abort() ran (undici stops calling), but res would be dead: never touch it.
     if (this.#done) return false
     this.#resumeUpstream = resume
-    this.#extra = this.#hooks.onResponseHead(status, head)
+    const extra = this.#hooks.onResponseHead(status, head)
     this.#status = status
+    if (extra instanceof Promise) {
+      // Nothing is written until the extra headers are known; the upstream waits (false pauses it).
+      extra.then((headers) => {
+        if (this.#done) return
+        if (this.#clientGone) return resume()
+        this.#extra = headers
+        this.#head = head
+        headsDue.push(this)
+        if (headsDue.length === 1) queueMicrotask(writeDueHeads)
+        resume()
+      })
+      return false
+    }
+    this.#extra = extra
+    if (this.#clientGone) return true
     this.#head = head
     // The head is written with the first body bytes (or the end) when they come in the same read, which
     // they usually do: one cork, one send() to the client instead of two. Otherwise (a stream whose body
@@ -485,7 +518,7 @@ class Forward implements Dispatcher.DispatchHandler {
 
   /** Writes the head now if it is still waiting (from the microtask, under its own cork). */
   writeHeadIfDue(): void {
-    if (this.#head === null || this.#done) return
+    if (this.#head === null || this.#done || this.#clientGone) return
     corked = this
     this.#res.cork(corkedHead)
   }
@@ -509,6 +542,10 @@ class Forward implements Dispatcher.DispatchHandler {
 
   onData(chunk: Buffer): boolean {
     const hooks = this.#hooks
+    if (this.#clientGone) {
+      hooks.onResponseData?.(chunk)
+      return true
+    }
     this.#chunk = hooks.onResponseData === undefined ? chunk : hooks.onResponseData(chunk)
     corked = this
     this.#res.cork(corkedData)
@@ -569,6 +606,11 @@ class Forward implements Dispatcher.DispatchHandler {
 
   onComplete(): void {
     if (this.#done) return
+    if (this.#clientGone) {
+      this.#hooks.onResponseEnd?.()
+      this.#settle({ kind: 'client_aborted', status: this.#status === 0 ? null : this.#status })
+      return
+    }
     if (!this.#ended) {
       corked = this
       this.#res.cork(corkedEnd)
@@ -592,6 +634,15 @@ class Forward implements Dispatcher.DispatchHandler {
   onError(err: Error): void {
     // Already reported: the client left and this is the abort coming back.
     if (this.#done) return
+    if (this.#clientGone) {
+      this.#body.release()
+      this.#settle({
+        kind: 'upstream_error',
+        code: classify(err),
+        status: this.#status === 0 ? null : this.#status,
+      })
+      return
+    }
     if (this.#ended) {
       this.#settle({ kind: 'responded', status: this.#status, bytes: this.#bytes })
       return

@@ -36,6 +36,7 @@ import { createDiscoveryRoutes } from './discovery.ts'
 import { createEndpointCache, type EndpointCache, type EndpointCacheOptions } from './endpoint-cache.ts'
 import { createMeteredRoute } from './metered.ts'
 import { ObservedCalls } from './observed-calls.ts'
+import { PaidAnswers } from './paid-answers.ts'
 import { type ProofHorizons, startProofHorizons } from './proof-horizons.ts'
 import { ReceiptSigner } from './receipt-signer.ts'
 import { createReceiptKeysRoute, createReceiptRoute } from './receipts.ts'
@@ -129,6 +130,11 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       logger,
       observed,
       receipts: signer === undefined ? undefined : { signer, network: chainInfo.caip2 },
+      paidAnswers: new PaidAnswers(db.sql, logger, {
+        ttlMs: config.x402.paid_answers.ttl_ms,
+        maxAnswerBytes: config.x402.paid_answers.max_answer_bytes,
+        maxTotalBytes: config.x402.paid_answers.max_total_bytes,
+      }),
       settings: {
         quoteTtlMs: config.proxy.quote_ttl_ms,
         maxBufferedBodyBytes: config.server.body_limit_bytes,

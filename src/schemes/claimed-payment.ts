@@ -38,6 +38,8 @@ export interface ClaimedPaymentInit {
   accountId: string
   leaseMs: number
   receipt(served: boolean): [string, string]
+  /** Settles before the answer (its scheme is configured so): the receipt once that is done. */
+  settleEarly?: (written: Promise<boolean>) => Promise<[string, string]>
 }
 
 export class ClaimedPayment implements Payment {
@@ -48,6 +50,8 @@ export class ClaimedPayment implements Payment {
   readonly transaction: string | null
   /** The claim attempt this request holds (its release names it). */
   attempt = 0
+  /** Resolves when the capture is committed, when someone waits for it (settle before answer). */
+  private written: Promise<boolean> | null = null
 
   constructor(
     private readonly deps: ClaimedPaymentDeps,
@@ -91,7 +95,14 @@ export class ClaimedPayment implements Payment {
   capture(call: ServedCall): void {
     const split = splitOwnerShare(call.chargeAtomic, this.deps.ownerShareBps)
     const usage = call.usage
+    let onWritten: ((applied: boolean) => void) | undefined
+    if (this.init.settleEarly !== undefined) {
+      this.written = new Promise<boolean>((resolve) => {
+        onWritten = resolve
+      })
+    }
     this.deps.books.capture({
+      onWritten,
       callId: call.callId,
       proofKey: this.proofKey,
       endpointId: call.endpointId,
@@ -139,6 +150,11 @@ export class ClaimedPayment implements Payment {
 
   receipt(served: boolean): [string, string] {
     return this.init.receipt(served)
+  }
+
+  settleBeforeAnswer(): Promise<[string, string]> | null {
+    if (this.init.settleEarly === undefined || this.written === null) return null
+    return this.init.settleEarly(this.written)
   }
 }
 

@@ -134,6 +134,12 @@ export interface Payment {
   doubt(call: CallFacts): void
   /** The receipt header this answer carries; `served`: the upstream answered below 500. */
   receipt(served: boolean): [string, string] | null
+  /**
+   * Only for schemes that settle before the answer (when configured): called after capture(), it settles
+   * the payment and resolves with the receipt header naming its transaction; the head waits for it. Never
+   * rejects. Absent, or null: receipt() is the answer's.
+   */
+  settleBeforeAnswer?(): Promise<[string, string]> | null
 }
 
 /** A way to pay. Adding one is a folder under src/schemes/ and one line in src/schemes/index.ts. */

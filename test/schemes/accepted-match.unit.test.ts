@@ -85,6 +85,8 @@ describe('v2Header', () => {
       error: 'underpaid',
       resource: { url: 'http://127.0.0.1/m/ep_1', description: 'd', mimeType: 'application/json' },
       accepts: [ours],
+      // Every v2 402 declares the payment-identifier extension (optional for the client).
+      extensions: { 'payment-identifier': expect.objectContaining({ info: { required: false } }) },
     })
     expect(v2Header(challenge, 'underpaid')).toBe(v2Header(challenge, 'underpaid'))
     expect(challenge.v2Headers.size).toBe(1)

@@ -68,6 +68,7 @@ export async function startBaseSepoliaService(
   rpcUrl: string,
   overrides?: DeepPartial<Settings>,
   logLevel: 'error' | 'warn' | 'info' = 'warn',
+  env: Record<string, string> = {},
 ): Promise<Service> {
   const databaseUrl = await freshDatabaseUrl()
   const config = loadConfig({
@@ -78,6 +79,7 @@ export async function startBaseSepoliaService(
       USDC_ADDRESS: chain.usdcAddress,
       TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
       ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}),
+      ...env,
     },
     overrides: { database: { data_dir: 'memory://' }, ...(overrides as object) } as never,
   })
@@ -91,12 +93,14 @@ export async function startX402Setup(
     /** Put something (a proxy) in front of the chain's RPC; gets the chain's URL, returns the one to use. */
     rpcUrlFor?: (chainRpcUrl: string) => Promise<string>
     logLevel?: 'error' | 'warn' | 'info'
+    /** Extra environment for the service's configuration (e.g. SETTLER_PRIVATE_KEY). */
+    env?: Record<string, string>
   } = {},
 ): Promise<X402Setup> {
   const chain = await startTestChain({ chainId: 84532 })
   const upstream = await startUpstream()
   const rpcUrl = options.rpcUrlFor ? await options.rpcUrlFor(chain.rpcUrl) : chain.rpcUrl
-  const svc = await startBaseSepoliaService(chain, rpcUrl, options.overrides, options.logLevel)
+  const svc = await startBaseSepoliaService(chain, rpcUrl, options.overrides, options.logLevel, options.env)
   const ownerWallet = chain.payers[4]!.address
   const reg = await callApi(svc.url, '/api/v1/register', {
     body: { wallet_address: ownerWallet, business_name: 'x402 settle Co' },

@@ -111,9 +111,15 @@ export async function settleAuthorizations(
 ): Promise<number> {
   await resolveSent(deps)
   const per = await perTransaction()
+  // Fresh captures are the settle-before-answer path's while their answers may still wait for them.
+  const early = deps.config.settlement.before_answer
+  const capturedBeforeMs = early.enabled ? early.window_ms + 2 * early.wait_ms : 0
   let sent = 0
   for (;;) {
-    const due = await listDueSettlements(deps.sql, { limit: deps.config.settlement.batch_max })
+    const due = await listDueSettlements(deps.sql, {
+      limit: deps.config.settlement.batch_max,
+      capturedBeforeMs,
+    })
     if (due.length === 0) break
     const r = await settleStep(deps, lock, due, per)
     sent += r.sent

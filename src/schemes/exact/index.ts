@@ -14,6 +14,7 @@ import { refusal } from '../verdicts.ts'
 import { matchAccepted } from './accepted-match.ts'
 import { EXACT, exactOffer } from './offer.ts'
 import { paymentReceipt } from './receipt.ts'
+import { SettleBeforeAnswer } from './settle-before-answer.ts'
 
 export function exactScheme(deps: SchemeDeps): Scheme {
   return new ExactScheme(deps)
@@ -23,6 +24,8 @@ class ExactScheme implements Scheme {
   readonly name = EXACT
   private readonly claimed: ClaimedPaymentDeps
   private readonly networks: { network: string; caip2: string }
+  /** Settles authorizations before their answers (settlement.before_answer); null: after, in batches. */
+  private readonly early: SettleBeforeAnswer | null
 
   constructor(private readonly deps: SchemeDeps) {
     this.claimed = {
@@ -35,6 +38,11 @@ class ExactScheme implements Scheme {
       pendingReleases: new Map(),
     }
     this.networks = { network: deps.chainInfo.x402Network, caip2: deps.chainInfo.caip2 }
+    this.early = settleBeforeAnswer(deps)
+  }
+
+  stop(): Promise<void> {
+    return this.early?.stop() ?? Promise.resolve()
   }
 
   offer(q: OfferQuery): Offer | NotOffered {
@@ -80,6 +88,9 @@ class ExactScheme implements Scheme {
     // The spent-proof check needs the verifier's key (chain, token, payer, nonce).
     if (this.deps.usedProofs.has(result.proofKey)) return { ok: false, reason: 'proof_already_used' }
     const networks = this.networks
+    const early = this.early
+    const authorization = result.authorization
+    const proofKey = result.proofKey
     return {
       ok: true,
       payment: new ClaimedPayment(this.claimed, {
@@ -95,7 +106,40 @@ class ExactScheme implements Scheme {
         accountId: q.endpoint.accountId,
         leaseMs: q.endpoint.timeoutMs + 5_000,
         receipt: (served) => paymentReceipt(result, served, networks),
+        settleEarly:
+          early === null
+            ? undefined
+            : (written) =>
+                early
+                  .settle(proofKey, authorization, written)
+                  .then((outcome) => paymentReceipt(result, true, networks, outcome)),
       }),
     }
   }
+}
+
+function settleBeforeAnswer(deps: SchemeDeps): SettleBeforeAnswer | null {
+  const { config, logger } = deps
+  // Off unless configured (a scheme built from a partial config, as in unit tests, settles after).
+  const o = config.settlement?.before_answer
+  const key = config.secrets?.settler_private_key ?? null
+  if (o === undefined || !o.enabled || key === null) return null
+  // One settler key, one nonce counter: several data-plane processes would assign the same nonces.
+  if (config.server.workers !== 1) {
+    logger.warn(
+      'settlement.before_answer needs server.workers = 1 (one settler key per process); settling after the call',
+    )
+    return null
+  }
+  const settler = new SettleBeforeAnswer({
+    sql: deps.sql,
+    chain: deps.chain,
+    logger,
+    settlerKey: key,
+    windowMs: o.window_ms,
+    waitMs: o.wait_ms,
+    perTransaction: config.settlement.per_transaction,
+  })
+  logger.info('x402 exact: settled before the answer', { settler: settler.address, window_ms: o.window_ms })
+  return settler
 }

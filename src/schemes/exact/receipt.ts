@@ -4,7 +4,12 @@
 // settled after the call, in a batch: its receipt says so with @x402/core's own non-terminal reason
 // `settlement_pending` (success false, transaction ""), never `success: true` without a transaction, which
 // @x402/core reads as "settled" (x402HTTPClient.parsePaymentResult).
+// Settled before the answer (settlement.before_answer): `success: true` only once the transaction is mined
+// and the token logged this authorization used in it, with that transaction's hash, as the reference
+// facilitator's settle answers; sent but not mined within the wait, `settlement_pending` WITH the hash (the
+// meaning @x402/core gives that reason: a broadcast transaction, still pending).
 import type { VerifyResult } from '../../data-plane/verifier.ts'
+import type { EarlySettlement } from './settle-before-answer.ts'
 
 type Paid = Extract<VerifyResult, { ok: true; kind: 'eip3009' }>
 
@@ -21,7 +26,13 @@ const NOT_CHARGED_MESSAGE =
   'the upstream failed: nothing was charged, and the same payment may be retried within the retry window'
 
 /** [header name, base64 JSON]; `served`: the upstream answered below 500 and the call is captured. */
-export function paymentReceipt(paid: Paid, served: boolean, networks: ReceiptNetworks): [string, string] {
+export function paymentReceipt(
+  paid: Paid,
+  served: boolean,
+  networks: ReceiptNetworks,
+  early: EarlySettlement | null = null,
+): [string, string] {
+  if (served && early !== null && early.state !== 'unsent') return earlyReceipt(paid, networks, early)
   if (paid.x402Version === 1) {
     // An x402 v1 authorization has no transaction until it is settled (after the call): "" then.
     const json = `{"success":${served},"transaction":"","network":"${networks.network}","payer":"${paid.payer}"}`
@@ -31,4 +42,22 @@ export function paymentReceipt(paid: Paid, served: boolean, networks: ReceiptNet
   const message = served ? PENDING_MESSAGE : NOT_CHARGED_MESSAGE
   const json = `{"success":false,"errorReason":"${reason}","errorMessage":"${message}","transaction":"","network":"${networks.caip2}","payer":"${paid.payer}","amount":"${paid.valueAtomic}"}`
   return ['payment-response', Buffer.from(json).toString('base64')]
+}
+
+const SENT_MESSAGE =
+  'the authorization is in the named transaction, broadcast before this answer and not yet mined'
+
+function earlyReceipt(
+  paid: Paid,
+  networks: ReceiptNetworks,
+  early: Exclude<EarlySettlement, { state: 'unsent' }>,
+): [string, string] {
+  const v1 = paid.x402Version === 1
+  const network = v1 ? networks.network : networks.caip2
+  const tail = `"transaction":"${early.transaction}","network":"${network}","payer":"${paid.payer}"${v1 ? '' : `,"amount":"${paid.valueAtomic}"`}`
+  const json =
+    early.state === 'settled'
+      ? `{"success":true,${tail}}`
+      : `{"success":false,"errorReason":"settlement_pending","errorMessage":"${SENT_MESSAGE}",${tail}}`
+  return [v1 ? 'x-payment-response' : 'payment-response', Buffer.from(json).toString('base64')]
 }

@@ -1,0 +1,153 @@
+// The x402 `payment-identifier` extension on the hot path. A v2 payment may carry a client-chosen id
+// (extensions["payment-identifier"].info.id, as @x402/extensions appends it); such a call's answer is kept
+// (status, headers, body, bounded) so that a retry with the same id and the same payment, after the first
+// answer was lost, gets it again instead of "proof already used": paid once, delivered twice, charged once.
+// The same id with another payment is refused (409). Requests without an id never reach this file.
+import { createHash } from 'node:crypto'
+import {
+  closePaidAnswer,
+  type PaidAnswer,
+  readPaidAnswer,
+  reservePaidAnswer,
+  storePaidAnswer,
+} from '../db/paid-answers.ts'
+import type { Sql } from '../db/sql.ts'
+import type { Logger } from '../observability/logger.ts'
+import type { Proof } from './proof.ts'
+
+export const PAYMENT_IDENTIFIER = 'payment-identifier'
+const ID_PATTERN = /^[A-Za-z0-9_-]{16,128}$/
+
+/** The id a v2 payload carries and the digest of the payment it names; null when it carries none. */
+export function paymentIdentifier(proof: Proof): { id: string; digest: string } | null {
+  if (proof.kind !== 'x402' || proof.version !== 2) return null
+  const p = proof.payload as { extensions?: Record<string, { info?: { id?: unknown } }>; payload?: unknown }
+  const id = p.extensions?.[PAYMENT_IDENTIFIER]?.info?.id
+  if (typeof id !== 'string' || !ID_PATTERN.test(id)) return null
+  // "The same payment": the scheme payload itself (signature and authorization), not the echoed terms.
+  const digest = createHash('sha256')
+    .update(JSON.stringify(p.payload ?? null))
+    .digest('hex')
+  return { id, digest }
+}
+
+export interface PaidAnswerSettings {
+  ttlMs: number
+  maxAnswerBytes: number
+  maxTotalBytes: number
+}
+
+/** What a request with an identifier is to do before its payment is verified. */
+export type Reservation =
+  | { kind: 'go' }
+  | { kind: 'replay'; answer: PaidAnswer }
+  | { kind: 'conflict' }
+  | { kind: 'in_progress' }
+  | { kind: 'not_kept'; why: 'too_large' | 'lost' }
+
+export class PaidAnswers {
+  constructor(
+    private readonly sql: Sql,
+    private readonly logger: Logger,
+    readonly settings: PaidAnswerSettings,
+  ) {}
+
+  async reserve(q: { id: string; digest: string; endpointId: string }): Promise<Reservation> {
+    const r = await reservePaidAnswer(this.sql, {
+      paymentId: q.id,
+      digest: q.digest,
+      endpointId: q.endpointId,
+      ttlMs: this.settings.ttlMs,
+    })
+    return r.reserved ? { kind: 'go' } : decide(r.answer, q)
+  }
+
+  /** A retry whose payment was found spent after all: what the id holds now, if anything. */
+  async lookup(q: { id: string; digest: string; endpointId: string }): Promise<Reservation | null> {
+    const answer = await readPaidAnswer(this.sql, q.id)
+    return answer === null ? null : decide(answer, q)
+  }
+
+  /** Fire and forget: the answer is already on its way; a failure only means a retry is not served again. */
+  store(id: string, status: number, headers: Array<[string, string]>, body: Buffer | null): void {
+    const p =
+      body === null
+        ? closePaidAnswer(this.sql, { paymentId: id, outcome: 'not_stored', status })
+        : storePaidAnswer(this.sql, {
+            paymentId: id,
+            status,
+            headers,
+            body,
+            maxTotalBytes: this.settings.maxTotalBytes,
+          })
+    p.catch((err) => this.logger.warn('paid answer not kept', { err }))
+  }
+
+  close(id: string, outcome: 'released' | 'lost'): void {
+    closePaidAnswer(this.sql, { paymentId: id, outcome }).catch((err) =>
+      this.logger.warn('paid answer reservation not closed', { err }),
+    )
+  }
+}
+
+function decide(a: PaidAnswer, q: { digest: string; endpointId: string }): Reservation {
+  if (a.payment_digest !== q.digest || a.endpoint_id !== q.endpointId) return { kind: 'conflict' }
+  switch (a.state) {
+    case 'stored':
+      return { kind: 'replay', answer: a }
+    case 'pending':
+      return { kind: 'in_progress' }
+    case 'not_stored':
+      return { kind: 'not_kept', why: 'too_large' }
+    case 'lost':
+      return { kind: 'not_kept', why: 'lost' }
+  }
+}
+
+/**
+ * Collects an answer's body up to the bound while it streams past; null once it went over (not kept).
+ * Headers are the upstream's relayed ones plus tollgate's, as the client got them.
+ */
+export class AnswerRecorder {
+  private chunks: Buffer[] = []
+  private bytes = 0
+  private over = false
+  status = 0
+  headers: Array<[string, string]> = []
+
+  constructor(private readonly maxBytes: number) {}
+
+  head(status: number, raw: Buffer[], extra: Array<[string, string]>): void {
+    this.status = status
+    for (let i = 0; i + 1 < raw.length; i += 2) {
+      const name = raw[i]!.toString('latin1').toLowerCase()
+      if (KEPT_HEADERS.has(name)) this.headers.push([name, raw[i + 1]!.toString('latin1')])
+    }
+    for (const h of extra) this.headers.push(h)
+  }
+
+  data(chunk: Buffer): void {
+    if (this.over) return
+    this.bytes += chunk.length
+    if (this.bytes > this.maxBytes) {
+      this.over = true
+      this.chunks = []
+      return
+    }
+    // Copied: the proxy may reuse the buffer it handed over.
+    this.chunks.push(Buffer.from(chunk))
+  }
+
+  body(): Buffer | null {
+    return this.over ? null : Buffer.concat(this.chunks)
+  }
+}
+
+/** Headers worth replaying (the content's own); framing and per-connection headers are set again. */
+const KEPT_HEADERS = new Set([
+  'content-type',
+  'content-encoding',
+  'content-language',
+  'cache-control',
+  'etag',
+])
