@@ -303,6 +303,8 @@ export interface VoucherCall {
     method: string
     /** The receipt id its answer carried. */
     receiptId?: string | null
+    /** The MCP tool a paid `tools/call` named. */
+    tool?: string | null
   } | null
 }
 
@@ -371,9 +373,10 @@ export async function writeChannelVouchers(
                            ${big(c.map((x) => x.call?.feeAtomic ?? 0n))}::bigint[],
                            ${c.map((x) => x.call?.upstreamStatus ?? 0)}::int[],
                            ${c.map((x) => x.call?.method ?? null)}::text[],
-                           ${c.map((x) => x.call?.receiptId ?? null)}::text[])
+                           ${c.map((x) => x.call?.receiptId ?? null)}::text[],
+                           ${c.map((x) => x.call?.tool ?? null)}::text[])
         AS t(channel_id, cum, endpoint_id, account_id, payer, amount, call_id, owner_wallet, owner_share, fee,
-             status, method, receipt_id)
+             status, method, receipt_id, tool)
     ),
     ok AS (
       SELECT i.*, 'batch:' || i.channel_id || ':' || i.cum AS proof_key
@@ -393,9 +396,9 @@ export async function writeChannelVouchers(
     ),
     new_calls AS (
       INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
-                         fee_atomic, upstream_status, method, scheme, receipt_id)
+                         fee_atomic, upstream_status, method, scheme, receipt_id, tool)
       SELECT ok.call_id, ok.proof_key, ok.endpoint_id, ok.account_id, ok.payer, ok.amount, ok.owner_share,
-             ok.fee, ok.status, ok.method, 'batch-settlement', ok.receipt_id
+             ok.fee, ok.status, ok.method, 'batch-settlement', ok.receipt_id, ok.tool
       FROM ok JOIN claimed USING (proof_key) WHERE ok.call_id IS NOT NULL
       ON CONFLICT (proof_key) DO NOTHING
       RETURNING 1

@@ -10,6 +10,8 @@ import {
   capturedAtomic,
   httpDuration,
   httpRequests,
+  mcpToolCalls,
+  mcpToolRevenueAtomic,
   paymentRequired,
   statusClass,
   upstreamErrors,
@@ -23,8 +25,9 @@ import {
   traceparentOf,
   tracing,
 } from '../observability/tracing.ts'
+import type { BodyPrice, BodyPricing } from '../pricing/body-price.ts'
 import { asksForStreamUsage, type Ending, UsageMeter, withStreamUsage } from '../pricing/meter.ts'
-import type { UsageRecord } from '../pricing/model.ts'
+import type { UsagePricing, UsageRecord } from '../pricing/model.ts'
 import { requestIdFrom } from '../request-id.ts'
 import type { SchemeRegistry } from '../schemes/registry.ts'
 import type { CallFacts, ClaimOutcome, Payment, Quote, Verdict } from '../schemes/scheme.ts'
@@ -126,6 +129,14 @@ class MeteredCall implements ProxyHooks {
   receiptId: string | null = null
   /** Usage pricing: measures the answer as it streams past (null for fixed prices). */
   meter: UsageMeter | null = null
+  /** How this request is priced: the endpoint's, or what its body asked for (an MCP tool). */
+  usage: UsagePricing | null = null
+  pricingModel: 'fixed' | 'rules' | 'usage' = 'fixed'
+  /** What a body-priced call bought (a tool name) for its call row, and its metric label; else null. */
+  label: string | null = null
+  metricLabel: string | null = null
+  /** The endpoint as the cache held it when the request came in (undefined: not cached). */
+  readonly cached: LiveEndpoint | typeof NOT_FOUND | undefined
   /** The upstream's status once it answered below 500, while a usage-priced call's charge is measured. */
   servedStatus = 0
   captured = false
@@ -150,13 +161,17 @@ class MeteredCall implements ProxyHooks {
     this.requestId = requestIdFrom(req.getHeader('x-request-id'))
     this.method = req.getCaseSensitiveMethod().toUpperCase()
     this.subPath = req.getUrl().slice(3 + this.endpointId.length)
+    const cached = ctx.endpoints.get(this.endpointId)
+    this.cached = cached
     if (tracing.on) {
       this.span = startRequestSpan('metered call', req.getHeader('traceparent'), {
         'tollgate.endpoint_id': this.endpointId,
         'tollgate.request_id': this.requestId,
       })
     }
-    if (this.paymentHeader) {
+    // A paid request is forwarded; so may be an unpaid one whose price is read from its body (an MCP
+    // method that is free), and one to an endpoint not cached yet (the request dies with this callback).
+    if (this.paymentHeader || cached === undefined || (cached !== NOT_FOUND && cached.bodyPricing !== null)) {
       const query = req.getQuery()
       const headers: Array<[string, string]> = []
       req.forEach((k, v) => {
@@ -182,7 +197,7 @@ class MeteredCall implements ProxyHooks {
   start(): void {
     // --- hostile input: nothing is looked up, verified or claimed for an escaping path.
     if (this.escapingPath) return this.respondError('invalid_path')
-    const cached = this.ctx.endpoints.get(this.endpointId)
+    const cached = this.cached
     if (cached !== undefined) {
       cacheCounters.endpointHit.inc()
       this.withEndpoint(cached)
@@ -207,7 +222,40 @@ class MeteredCall implements ProxyHooks {
         message: `no active metered endpoint ${this.endpointId}`,
       })
     this.endpoint = entry
-    const quote = entry.quoteFor(this.method, this.subPath)
+    if (entry.bodyPricing !== null) return this.priceByBody(entry.bodyPricing)
+    this.usage = entry.usage
+    this.pricingModel = entry.pricingModel
+    this.withQuote(entry.quoteFor(this.method, this.subPath))
+  }
+
+  /** The price is in the body (an MCP endpoint): read it whole, bounded, before a 402 or a forward. */
+  priceByBody(pricing: BodyPricing): void {
+    // Not read: the endpoint became body-priced after this request was taken (a change landed between).
+    if (this.body === null) return this.respondUnavailable('the endpoint changed; retry', 'endpoint_changed')
+    this.body.whole(pricing.maxBytes).then((whole) => {
+      if (this.abort.aborted) return this.finishAborted()
+      if (whole === 'too_large')
+        return this.respondError('body_too_large', {
+          message: `the JSON-RPC body is larger than ${pricing.maxBytes} bytes`,
+        })
+      const price = pricing.price(this.method, whole)
+      if (price.ok === 'free') return this.forwardUnpaid()
+      if (price.ok === 'refused') return this.respondRefused(price)
+      this.usage = price.usage
+      this.pricingModel = price.model
+      this.label = price.label
+      this.metricLabel = price.metricLabel
+      this.withQuote(price.quote)
+    })
+  }
+
+  /** Free by the endpoint's own terms (a protocol method, a free tool): forwarded as is, nothing booked. */
+  forwardUnpaid(): void {
+    proxy(this.ctx.dispatcher, this.res, this.forward!, this.body!, this.endpoint!.target, this.abort, this)
+  }
+
+  withQuote(quote: Quote): void {
+    const entry = this.endpoint!
     this.quote = quote
     if (!this.paymentHeader) return this.respond402('payment_required')
     // The scheme that reads the payment verifies it against this request's price (src/schemes/).
@@ -288,7 +336,7 @@ class MeteredCall implements ProxyHooks {
       this.forward!.traceparent = traceparentOf(this.step)
     }
     this.receiptId = newId('rcpt')
-    if (this.endpoint!.usage !== null) this.startMeter()
+    if (this.usage !== null) this.startMeter()
     proxy(this.ctx.dispatcher, this.res, this.forward!, this.body!, this.endpoint!.target, this.abort, this)
   }
 
@@ -298,7 +346,7 @@ class MeteredCall implements ProxyHooks {
    */
   startMeter(): void {
     const endpoint = this.endpoint!
-    const usage = endpoint.usage!
+    const usage = this.usage!
     const forward = this.forward!
     let injected = false
     if (usage.unit === 'tokens' && asksForStreamUsage(endpoint.target.basePath + forward.pathAndQuery)) {
@@ -310,9 +358,10 @@ class MeteredCall implements ProxyHooks {
 
   /** ProxyHooks: the upstream's status is known, nothing is written yet. */
   onResponseHead(status: number, head: Buffer[]): Array<[string, string]> {
-    const payment = this.payment!
+    const payment = this.payment
     const meter = this.meter
     if (this.step !== null) this.step.setAttribute('http.response.status_code', status)
+    if (payment === null) return [['x-request-id', this.requestId], ACAO, EXPOSE]
     if (meter !== null && status < 500) {
       // Usage pricing: charged when the answer ends, for what it measured.
       meter.onHead(head)
@@ -353,12 +402,17 @@ class MeteredCall implements ProxyHooks {
       callId: newId('call'),
       status,
       chargeAtomic,
-      pricingModel: this.endpoint!.pricingModel,
+      pricingModel: this.pricingModel,
       usage,
       receiptId: this.receiptId,
+      tool: this.label,
     })
     callsCaptured.inc()
     capturedAtomic.inc(Number(chargeAtomic))
+    if (this.metricLabel !== null) {
+      mcpToolCalls.labels(this.metricLabel).inc()
+      mcpToolRevenueAtomic.labels(this.metricLabel).inc(Number(chargeAtomic))
+    }
   }
 
   /**
@@ -398,10 +452,12 @@ class MeteredCall implements ProxyHooks {
     // it (it could not be reached, or answered 5xx; see upstreamFailed). A client that left while the upstream was working may
     // have been served: that claim stays held, is in doubt once its lease runs out, and is refunded at the
     // end of its window rather than served again. What a call in doubt costs is its scheme's to say (Payment.doubt).
-    const payment = this.payment!
-    if (this.servedStatus !== 0) this.captureUsage(outcome)
-    if (!this.captured && upstreamFailed(outcome)) payment.release()
-    else if (!this.captured) payment.doubt(this.callFacts())
+    const payment = this.payment
+    if (payment !== null) {
+      if (this.servedStatus !== 0) this.captureUsage(outcome)
+      if (!this.captured && upstreamFailed(outcome)) payment.release()
+      else if (!this.captured) payment.doubt(this.callFacts())
+    }
     let reason: string | undefined
     if (outcome.kind === 'upstream_error') {
       upstreamErrors.labels(outcome.code).inc()
@@ -492,6 +548,20 @@ class MeteredCall implements ProxyHooks {
       res.writeHeader('x-request-id', this.requestId)
       for (const [name, value] of answer.headers) res.writeHeader(name, value)
       res.end(answer.body)
+    })
+  }
+
+  /** The endpoint refused the body before anything was forwarded (an MCP body that is not JSON-RPC). */
+  respondRefused(refusal: Extract<BodyPrice, { ok: 'refused' }>): void {
+    this.body?.release()
+    this.finish(Number.parseInt(refusal.status, 10), 'invalid_body')
+    const res = this.res
+    const requestId = this.requestId
+    res.cork(() => {
+      res.writeStatus(refusal.status).writeHeader('content-type', refusal.contentType)
+      res.writeHeader('x-request-id', requestId)
+      res.writeHeader('access-control-allow-origin', '*')
+      res.end(refusal.body)
     })
   }
 

@@ -1,4 +1,5 @@
 // Queries on metered endpoints.
+import type { StoredMcp } from '../mcp/config.ts'
 import type { StoredPricing } from '../pricing/model.ts'
 import { afterCursor } from './cursor.ts'
 import type { Sql, Tx } from './sql.ts'
@@ -18,6 +19,8 @@ export interface EndpointRow {
   batch_settlement: boolean
   /** null: one fixed price (price_atomic). */
   pricing: StoredPricing | null
+  /** An MCP endpoint's per-tool prices; null for an HTTP endpoint. */
+  mcp: StoredMcp | null
   status: 'active' | 'disabled'
   version: number
   created_at: Date
@@ -25,7 +28,7 @@ export interface EndpointRow {
 }
 
 const COLUMNS =
-  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, batch_settlement, pricing, status, version, created_at, updated_at'
+  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, batch_settlement, pricing, mcp, status, version, created_at, updated_at'
 
 /** The channel that tells every instance an endpoint changed (payload: its id). */
 export const ENDPOINT_CHANGED_CHANNEL = 'tollgate_endpoint_changed'
@@ -43,15 +46,17 @@ export async function insertEndpoint(
     timeoutMs: number | null
     batchSettlement?: boolean
     pricing?: StoredPricing | null
+    mcp?: StoredMcp | null
   },
 ): Promise<EndpointRow> {
   const pricing = e.pricing ? db.json(e.pricing as never) : null
+  const mcp = e.mcp ? db.json(e.mcp as never) : null
   const [row] = await db<EndpointRow[]>`
     INSERT INTO endpoints (id, account_id, name, description, upstream_url, upstream_headers, price_atomic, timeout_ms,
-                           batch_settlement, pricing)
+                           batch_settlement, pricing, mcp)
     VALUES (${e.id}, ${e.accountId}, ${e.name}, ${e.description}, ${e.upstreamUrl},
             ${db.json(e.upstreamHeaders)}, ${e.priceAtomic}, ${e.timeoutMs}, ${e.batchSettlement ?? false},
-            ${pricing})
+            ${pricing}, ${mcp})
     RETURNING ${db.unsafe(COLUMNS)}`
   return row!
 }
@@ -76,7 +81,7 @@ export interface LiveEndpointRow extends EndpointRow {
 export async function findLiveEndpoint(db: Sql | Tx, id: string): Promise<LiveEndpointRow | null> {
   const [row] = await db<LiveEndpointRow[]>`
     SELECT e.id, e.account_id, e.name, e.description, e.upstream_url, e.upstream_headers, e.price_atomic,
-           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.batch_settlement, e.pricing, e.status,
+           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.batch_settlement, e.pricing, e.mcp, e.status,
            e.version, e.created_at,
            e.updated_at, a.wallet_address AS owner_wallet
     FROM endpoints e JOIN accounts a ON a.id = e.account_id
@@ -107,6 +112,8 @@ export interface EndpointChanges {
   batchSettlement?: boolean
   /** Replaces the pricing (null: one fixed price); the caller sets priceAtomic to its headline price. */
   pricing?: StoredPricing | null
+  /** Replaces the MCP document (null: an HTTP endpoint again). */
+  mcp?: StoredMcp | null
 }
 
 /**
@@ -129,6 +136,7 @@ export async function updateEndpoint(
   if (changes.batchSettlement !== undefined) set.batch_settlement = changes.batchSettlement
   if (changes.pricing !== undefined)
     set.pricing = changes.pricing === null ? null : db.json(changes.pricing as never)
+  if (changes.mcp !== undefined) set.mcp = changes.mcp === null ? null : db.json(changes.mcp as never)
   if (changes.priceAtomic !== undefined && changes.priceAtomic !== current.price_atomic) {
     set.price_atomic = changes.priceAtomic
     const floorStillHolds =

@@ -234,6 +234,7 @@ class VoucherPayment implements Payment {
               upstreamStatus: served.status,
               method: facts.method,
               receiptId: served.receiptId,
+              tool: served.tool ?? null,
             },
     }
   }

@@ -1,0 +1,71 @@
+// An MCP endpoint's price for one request, read from its JSON-RPC body: protocol methods and free tools
+// pass free; a `tools/call` pays its tool's price, or the default (a tool the merchant did not name);
+// anything else is answered with its JSON-RPC error and nothing is forwarded.
+import type { BodyPrice, BodyPricing } from '../pricing/body-price.ts'
+import { headlinePrice, type Pricing } from '../pricing/model.ts'
+import type { Quote } from '../schemes/scheme.ts'
+import type { McpPricing } from './config.ts'
+import { errorResponse, MCP_BODY_MAX_BYTES, readMcpRequest } from './json-rpc.ts'
+
+const FREE: BodyPrice = { ok: 'free' }
+const JSON_TYPE = 'application/json'
+
+/**
+ * @param quote the 402 of one price, built once per tool here (not per request): `tool` names it in the
+ * challenge's description; null for the default price.
+ */
+export function mcpBodyPricing(
+  mcp: McpPricing,
+  quote: (amountAtomic: bigint, varies: boolean, tool: string | null) => Quote,
+): BodyPricing {
+  const priced = new Map<string, BodyPrice>()
+  for (const [name, p] of mcp.tools)
+    priced.set(name, pricedAt(p, quote(headlinePrice(p), p.model === 'usage', name), name))
+  const defaultQuote = quote(mcp.defaultAtomic, false, null)
+  const byDefault = new Map<string, BodyPrice>()
+  return {
+    maxBytes: MCP_BODY_MAX_BYTES,
+    price(method, body) {
+      // GET opens the server's SSE stream, DELETE ends a session: no JSON-RPC call to price.
+      if (method !== 'POST') return FREE
+      const req = readMcpRequest(body)
+      if (req.kind === 'protocol') return FREE
+      if (req.kind === 'invalid')
+        return {
+          ok: 'refused',
+          status: '400 Bad Request',
+          contentType: JSON_TYPE,
+          body: errorResponse(req.code, req.message, req.id),
+        }
+      const known = priced.get(req.name)
+      if (known !== undefined) return known
+      if (mcp.freeTools.has(req.name) || mcp.unknownToolsFree) return FREE
+      // A tool the merchant did not name costs the default; its name goes on the call row as given
+      // (the metrics fold it into "other"). The map is bounded by what is kept: names are 1 line each.
+      let p = byDefault.get(req.name)
+      if (p === undefined) {
+        p = {
+          ok: 'priced',
+          quote: defaultQuote,
+          usage: null,
+          model: 'fixed',
+          label: req.name.slice(0, 128),
+          metricLabel: 'other',
+        }
+        if (byDefault.size < 1000) byDefault.set(req.name, p)
+      }
+      return p
+    },
+  }
+}
+
+function pricedAt(p: Pricing, quote: Quote, name: string): BodyPrice {
+  return {
+    ok: 'priced',
+    quote,
+    usage: p.model === 'usage' ? p : null,
+    model: p.model === 'usage' ? 'usage' : 'fixed',
+    label: name,
+    metricLabel: name,
+  }
+}

@@ -1,0 +1,28 @@
+// Prices that depend on what the request says, not only where it goes (an MCP `tools/call` names its tool
+// in the JSON-RPC body): the endpoint reads the whole body, bounded, before it answers 402 or forwards.
+import type { Quote } from '../schemes/scheme.ts'
+import type { UsagePricing } from './model.ts'
+
+export type BodyPrice =
+  /** Forwarded without payment (a protocol method, a free tool). */
+  | { ok: 'free' }
+  /**
+   * Paid at this quote. `label` names what was bought on the call row (a tool name); `metricLabel` is the
+   * label of the revenue metric, from a bounded set (names the merchant configured, else "other").
+   */
+  | {
+      ok: 'priced'
+      quote: Quote
+      usage: UsagePricing | null
+      model: 'fixed' | 'usage'
+      label: string
+      metricLabel: string
+    }
+  /** Refused before anything is forwarded: the status line and body to answer (e.g. a JSON-RPC error). */
+  | { ok: 'refused'; status: string; contentType: string; body: string }
+
+export interface BodyPricing {
+  /** The most of a body read to price it; a longer one is refused with 413 and nothing forwarded. */
+  maxBytes: number
+  price(method: string, body: Buffer | null): BodyPrice
+}
