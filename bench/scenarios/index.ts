@@ -87,7 +87,7 @@ export const scenarios: Scenario[] = [
     run: (ctx) => runX402(ctx, Number(process.env.BENCH_X402 ?? 1_500)),
   },
   {
-    // issue 12: pay once, call many — one channel per connection, cumulative vouchers signed before the load.
+    // Pay once, call many: one channel per connection, cumulative vouchers signed before the load.
     name: 'x402-batch',
     tollgates: ['warm'],
     run: async (ctx) => {

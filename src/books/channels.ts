@@ -1,4 +1,4 @@
-// x402 batch-settlement channels (issue 12): every statement that changes a channel's money state, a
+// x402 batch-settlement channels: every statement that changes a channel's money state, a
 // channel operation (deposit, refund) or the claims and revenue of the calls a voucher paid. Each
 // statement's WHERE states its precondition; a refused transition changes nothing.
 //
@@ -223,7 +223,7 @@ export async function recordChannelClaims(
   })
 }
 
-// ---- Leases (issue 12, part 4): vouchers accepted in memory by one instance at a time ----------------
+// ---- Leases: vouchers accepted in memory by one instance at a time ----------------
 //
 // An instance takes a short lease on a channel (takeChannelLease: one conditional UPDATE), accepts its
 // vouchers in memory strictly increasing up to the lease's ceiling, and persists the highest accepted voucher
@@ -280,7 +280,11 @@ export async function takeChannelLease(
 export interface VoucherMark {
   channelId: string
   epoch: bigint
+  /** The charged cumulative. */
   cumulative: bigint
+  /** The voucher that covers it (its maxClaimableAmount) and its signature: above `cumulative` when calls
+   * are charged less than their voucher's increment (usage pricing); absent: `cumulative`. */
+  signedMax?: bigint
   signature: string
   release: boolean
 }
@@ -344,14 +348,14 @@ export async function writeChannelVouchers(
     WITH m AS (
       SELECT * FROM unnest(${m.map((x) => x.channelId)}::text[], ${big(m.map((x) => x.epoch))}::bigint[],
                            ${big(m.map((x) => x.cumulative))}::bigint[], ${m.map((x) => x.signature)}::text[],
-                           ${m.map((x) => (x.release ? 1 : 0))}::int[])
-        AS t(id, epoch, cum, sig, release)
+                           ${m.map((x) => (x.release ? 1 : 0))}::int[], ${big(m.map((x) => x.signedMax ?? x.cumulative))}::bigint[])
+        AS t(id, epoch, cum, sig, release, signed)
     ),
     marked AS (
       UPDATE batch_channels c SET
         charged_atomic = GREATEST(c.charged_atomic, m.cum),
-        signature = CASE WHEN m.cum > c.signed_max_atomic THEN m.sig ELSE c.signature END,
-        signed_max_atomic = GREATEST(c.signed_max_atomic, m.cum),
+        signature = CASE WHEN m.signed > c.signed_max_atomic THEN m.sig ELSE c.signature END,
+        signed_max_atomic = GREATEST(c.signed_max_atomic, m.signed),
         lease_holder = CASE WHEN m.release = 1 THEN NULL ELSE c.lease_holder END,
         lease_until = CASE WHEN m.release = 1 THEN NULL ELSE now() + ${q.ttlMs} * interval '1 millisecond' END,
         lease_wanted = CASE WHEN m.release = 1 THEN false ELSE c.lease_wanted END,
@@ -359,7 +363,7 @@ export async function writeChannelVouchers(
         updated_at = now()
       FROM m
       WHERE c.channel_id = m.id AND c.lease_holder = ${q.holder} AND c.lease_epoch = m.epoch
-        AND m.cum <= c.lease_ceiling_atomic AND m.cum <= c.balance_atomic
+        AND m.signed <= c.lease_ceiling_atomic AND m.signed <= c.balance_atomic AND m.cum <= m.signed
       RETURNING c.channel_id, c.charged_atomic, c.balance_atomic, c.claimed_atomic, c.lease_ceiling_atomic,
         c.lease_wanted
     ),

@@ -32,7 +32,7 @@ export function unusedCeilingRefunds(db: Db, calls: PendingQuery<Row[]>): Pendin
 
 /**
  * Books the revenue (owner share + fee) of captured calls that have none yet. Used by the settlement room
- * for x402 calls (DESIGN §7b: revenue only once the authorization settled); transaction-hash calls are booked
+ * for x402 calls (revenue only once the authorization settled: an unsettled one never paid); transaction-hash calls are booked
  * inside their capture. Idempotent: a call already booked is skipped. Returns how many calls were booked.
  */
 export async function bookCallRevenue(db: Db, q: { proofKeys: string[] }): Promise<number> {

@@ -69,13 +69,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     const verified = createVerifiedTransferCache(config.caches)
     const usedProofs = createUsedProofCache(config.caches)
     // New x402 payloads are refused (503) while the settlement backlog would outrun their validity windows.
-    const settlementThrottle = startSettlementThrottle(db.sql, {
-      maxBacklogCount: config.settlement.throttle_backlog_count,
-      maxOldestS: config.settlement.throttle_oldest_s,
-      retryAfterS: config.settlement.throttle_retry_after_s,
-      checkMs: config.settlement.throttle_check_ms,
-      logger,
-    })
+    const settlementThrottle = startThrottle(db, config, logger)
     stops.push(async () => settlementThrottle.stop())
     const verifier = createVerifier(config, chain, verified)
     const books = createBooksWriter(db, config, logger)
@@ -131,9 +125,8 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       logger,
       settings: { ownerShareBps: config.fees.owner_share_bps },
     })
-    const receipts = createReceiptRoute({ sql: db.sql, logger })
     const app = createPublicApp({
-      receipts,
+      receipts: createReceiptRoute({ sql: db.sql, logger }),
       bodyLimitBytes: config.server.body_limit_bytes,
       apiHandler: deps.apiHandler(onEndpointChanged),
       logger,
@@ -251,6 +244,16 @@ function createVerifier(
         end()
       }
     },
+  })
+}
+
+function startThrottle(db: Database, config: Config, logger: Logger) {
+  return startSettlementThrottle(db.sql, {
+    maxBacklogCount: config.settlement.throttle_backlog_count,
+    maxOldestS: config.settlement.throttle_oldest_s,
+    retryAfterS: config.settlement.throttle_retry_after_s,
+    checkMs: config.settlement.throttle_check_ms,
+    logger,
   })
 }
 

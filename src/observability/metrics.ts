@@ -118,7 +118,7 @@ export const captureBatchSize = new client.Histogram({
   registers: [registry],
 })
 
-/** issue 12: batch-settlement voucher writes (leases: one statement for many channels and calls). */
+/** batch-settlement voucher writes (leases: one statement for many channels and calls). */
 export const voucherWrites = new client.Counter({
   name: 'tollgate_batch_voucher_writes_total',
   help: 'Group-committed voucher writes (highest voucher per leased channel + the calls served), by outcome.',
@@ -278,7 +278,7 @@ export const payoutsOpen = new client.Gauge({
   registers: [registry],
 })
 
-// ---- x402 settlement (issue 9). The backlog gauges are the sampled ones below (ops-gauges.ts). -----------
+// ---- x402 settlement. The backlog gauges are the sampled ones below (ops-gauges.ts). -----------
 /** outcome: settled, expired, reverted, broadcast_failed, receipt_error, lost. */
 export const settlements = new client.Counter({
   name: 'tollgate_x402_settlements_total',
@@ -301,7 +301,7 @@ export const settlementBatchSize = new client.Histogram({
   registers: [registry],
 })
 
-// ---- Operations (issue 13): values sampled when Prometheus scrapes, for deploy/alerts.yml. ----------------
+// ---- Operations: values sampled when Prometheus scrapes, for deploy/alerts.yml. ----------------
 // They describe shared state (the database, the chain), so every instance reports the same values: alert
 // rules take max() across instances, and a parent's sum over its workers takes their max (aggregator).
 // Samplers are registered by the modules that can read the value and run before every read of the registry,

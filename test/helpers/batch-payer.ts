@@ -1,5 +1,5 @@
 // A payer using the published @x402/evm batch-settlement client with @x402/fetch, unpatched: it opens a
-// channel with one deposit and pays each call with a cumulative voucher (issue 12 tests).
+// channel with one deposit and pays each call with a cumulative voucher.
 import { x402Client } from '@x402/core/client'
 import { BatchSettlementEvmScheme } from '@x402/evm/batch-settlement/client'
 import { wrapFetchWithPayment } from '@x402/fetch'
@@ -25,7 +25,8 @@ export function batchPayer(who: Funded, q: { caip2: `eip155:${number}`; depositM
   // Keeps every payment header sent, for the replay tests.
   const sent: string[] = []
   const recording = (input: string | URL | Request, init?: RequestInit) => {
-    const h = new Request(input, init).headers.get('payment-signature')
+    // Read without constructing a Request from it: that would use up a POST body before it is sent.
+    const h = (input instanceof Request ? input.headers : new Headers(init?.headers)).get('payment-signature')
     if (h) sent.push(h)
     return fetch(input, init)
   }

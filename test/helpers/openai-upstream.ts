@@ -77,7 +77,13 @@ function answer(_req: IncomingMessage, res: ServerResponse, body: Record<string,
       JSON.stringify({
         id: 'chatcmpl-1',
         object: 'chat.completion',
-        choices: [{ index: 0, message: { role: 'assistant', content: 'hello '.repeat(events) } }],
+        // max_tokens sets the answer's length (tests that need answers of different sizes).
+        choices: [
+          {
+            index: 0,
+            message: { role: 'assistant', content: 'hello '.repeat(Number(body.max_tokens ?? events)) },
+          },
+        ],
         ...(usage === undefined ? {} : { usage }),
       }),
     )

@@ -20,6 +20,8 @@ export interface ClaimsCheck {
   revenue_before_settlement: number
   /** A call whose prepaid ceiling's unused part (refund_atomic) is not exactly what its refund entries owe. */
   unused_refund_mismatch: number
+  /** A batch-settlement channel charged past the voucher that covers it, or claimed past its charge. */
+  channel_charged_over_signed: number
   differences: string[]
 }
 
@@ -73,6 +75,12 @@ export async function checkClaims(sql: Sql, range: { from: Date; to: Date }): Pr
       UNION ALL
       SELECT 'unused_refund_mismatch', proof_key, refund_booked || ' booked of ' || call_refund FROM c
         WHERE call_id IS NOT NULL AND call_refund <> refund_booked
+      UNION ALL
+      -- Variable charges: a channel is charged at most what its payer signed, and claimed at most its charge.
+      SELECT 'channel_charged_over_signed', b.channel_id,
+             b.charged_atomic || ' charged, ' || b.signed_max_atomic || ' signed, ' || b.claimed_atomic || ' claimed'
+        FROM batch_channels b
+        WHERE b.charged_atomic > b.signed_max_atomic OR b.claimed_atomic > b.charged_atomic
     )
     SELECT rule, count(*)::int AS n,
            (array_agg(proof_key ORDER BY proof_key))[1:${NAMED}] AS named,
@@ -89,6 +97,7 @@ export async function checkClaims(sql: Sql, range: { from: Date; to: Date }): Pr
     revenue_mismatch: 0,
     revenue_before_settlement: 0,
     unused_refund_mismatch: 0,
+    channel_charged_over_signed: 0,
     differences: [],
   }
   for (const r of rows) {
@@ -116,4 +125,6 @@ const MESSAGES: Record<Exclude<keyof ClaimsCheck, 'claims' | 'differences'>, str
     'x402 call booked as revenue before its settlement (or its voucher claim) was confirmed',
   unused_refund_mismatch:
     'the unused part of its prepaid ceiling is not what its refund entries owe the payer',
+  channel_charged_over_signed:
+    '(a channel) is charged past the voucher its payer signed, or claimed past its charge',
 }

@@ -373,7 +373,7 @@ async function checkOutflow(
 
 /**
  * Owner shares + fees = captured, for the calls of the range whose revenue is due: every transaction-hash
- * call, and an x402 call once its settlement is confirmed (before that it is not revenue, DESIGN §7b).
+ * call, and an x402 call once its settlement is confirmed (before that it is not revenue: it may never be paid).
  */
 async function checkSplit(sql: Sql, b: Bounds): Promise<Checked<ReconcileReport['split']>> {
   const [split] = await sql<{ calls: number; captured: bigint; owner: bigint; fee: bigint }[]>`

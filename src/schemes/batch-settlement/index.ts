@@ -15,7 +15,6 @@ import { voucherCallsLost, voucherWrites } from '../../observability/metrics.ts'
 import type {
   CallFacts,
   ClaimOutcome,
-  NotOffered,
   Offer,
   OfferQuery,
   Payment,
@@ -83,10 +82,8 @@ class BatchSettlementScheme implements Scheme {
     private readonly batch: BatchDeps,
   ) {}
 
-  offer(q: OfferQuery): Offer | NotOffered | null {
+  offer(q: OfferQuery): Offer | null {
     if (!q.enabled.has(BATCH_SCHEME)) return null
-    // A channel's lease accepts increments of exactly the price; a measured charge is not one yet.
-    if (q.varies) return { notOffered: 'amount_varies' }
     const c = this.deps.chainInfo
     return {
       // tollgate's treasury is both the receiver and the receiver's authorizer.
@@ -120,7 +117,8 @@ class BatchSettlementScheme implements Scheme {
       return { ok: false, reason: 'requirements_mismatch' }
     const payment = parseBatchPayment(proof.payload)
     if (payment === 'invalid' || payment === null) return { ok: false, reason: BATCH_ERR.payload }
-    return decideBatch(this.batch, payment, q.quote.amountAtomic).then(
+    const varies = q.quote.varies
+    return decideBatch(this.batch, payment, q.quote.amountAtomic, varies).then(
       (outcome) => this.verdict(outcome, q),
       (err): Verdict => ({
         ok: 'unavailable',
@@ -133,7 +131,7 @@ class BatchSettlementScheme implements Scheme {
 
   private verdict(outcome: BatchOutcome, q: PayQuery): Verdict {
     if (outcome.ok === true)
-      return { ok: true, payment: new VoucherPayment(this.batch.leases, this.deps, outcome) }
+      return { ok: true, payment: new VoucherPayment(this.batch.leases, this.deps, outcome, q.quote.varies) }
     if (outcome.ok === false) {
       // The scheme's corrective 402 carries the channel's state: the client resyncs from it.
       const header = batchRequiredHeader(
@@ -180,6 +178,8 @@ class VoucherPayment implements Payment {
     private readonly leases: VoucherLeases,
     private readonly deps: SchemeDeps,
     private readonly paid: BatchVerified,
+    /** The voucher covers a ceiling; the call is charged its measured amount (usage pricing). */
+    private readonly varies: boolean,
   ) {
     this.proofKey = paid.proofKey
     this.payer = paid.payer
@@ -196,6 +196,12 @@ class VoucherPayment implements Payment {
   }
 
   capture(call: ServedCall): void {
+    if (this.varies) {
+      this.leases.settledFor(this.paid.lease, call.chargeAtomic, true, (cumulative) =>
+        this.voucherCall(call, call, cumulative),
+      )
+      return
+    }
     this.leases.served(this.paid.lease, this.paid.cumulative, this.voucherCall(call, call))
   }
 
@@ -205,6 +211,12 @@ class VoucherPayment implements Payment {
 
   /** Its call is written as in doubt (no status) by the lease: the voucher is never served again. */
   doubt(call: CallFacts): void {
+    if (this.varies) {
+      this.leases.settledFor(this.paid.lease, 0n, false, (cumulative) =>
+        this.voucherCall(call, null, cumulative),
+      )
+      return
+    }
     this.leases.doubt(this.paid.lease, this.paid.cumulative, this.voucherCall(call, null))
   }
 
@@ -212,13 +224,17 @@ class VoucherPayment implements Payment {
     return served ? ['payment-response', this.paid.receipt] : null
   }
 
-  private voucherCall(facts: CallFacts, served: ServedCall | null): VoucherCall {
+  private voucherCall(
+    facts: CallFacts,
+    served: ServedCall | null,
+    cumulative = this.paid.cumulative,
+  ): VoucherCall {
     const paid = this.paid
     const amount = served?.chargeAtomic ?? paid.valueAtomic
     const split = splitOwnerShare(amount, this.deps.config.fees.owner_share_bps)
     return {
       channelId: paid.channelId,
-      cumulative: paid.cumulative,
+      cumulative,
       endpointId: facts.endpointId,
       accountId: facts.accountId,
       payer: paid.payer,

@@ -38,9 +38,14 @@ type Top = 'flight' | 'captured' | 'released' | 'doubt' | 'open'
 export interface Lease {
   readonly channelId: string
   epoch: bigint
-  /** Highest accepted cumulative (memory) and its voucher signature. */
+  /** Highest charged cumulative (memory), and the voucher that covers it: signedMax and its signature
+   * (signedMax = charged at a fixed price; above it when a call was charged less than its increment). */
   charged: bigint
+  signedMax: bigint
   signature: string | null
+  /** Usage pricing: the voucher of the call in flight, whose charge is known only when its answer ends;
+   * nothing else is accepted on the channel meanwhile (the next voucher builds on that charge). */
+  pending: { max: bigint; signature: string } | null
   ceiling: bigint
   balance: bigint
   claimed: bigint
@@ -125,9 +130,12 @@ export class VoucherLeases {
   async accept(q: {
     channelId: string
     cumulative: bigint
+    /** The increment the voucher must add: the price, or the ceiling when the charge varies. */
     price: bigint
     signature: string
     refresh?: boolean
+    /** The charge is measured after the call (settledFor tells it). */
+    varies?: boolean
   }): Promise<LeaseDecision> {
     let refresh = q.refresh === true
     for (let attempt = 0; attempt < 3; attempt++) {
@@ -156,14 +164,26 @@ export class VoucherLeases {
   }
 
   /** The once-only step, synchronous: nothing else runs between the check and the move. */
-  private decide(lease: Lease, q: { cumulative: bigint; price: bigint; signature: string }): LeaseDecision {
+  private decide(
+    lease: Lease,
+    q: { cumulative: bigint; price: bigint; signature: string; varies?: boolean },
+  ): LeaseDecision {
     const now = performance.now()
     if (lease.balance === 0n) return { ok: false, reason: 'not_found' }
+    if (lease.pending !== null) return { ok: false, reason: 'in_flight' }
     if (q.cumulative === lease.charged + q.price) {
       if (q.cumulative > lease.balance) return { ok: false, reason: 'exceeds_balance', view: viewOf(lease) }
       // Renewing did not give room (the write failed or the lease is ending): never past the reservation.
       if (q.cumulative > lease.ceiling || now >= lease.deadlineMs) return { ok: false, reason: 'busy' }
+      if (q.varies === true) {
+        // Charged when the answer ends (settledFor); the top call's state is left as it is until then.
+        lease.pending = { max: q.cumulative, signature: q.signature }
+        lease.inFlight++
+        lease.lastUseMs = now
+        return { ok: true, lease }
+      }
       lease.charged = q.cumulative
+      lease.signedMax = q.cumulative
       lease.signature = q.signature
       return this.start(lease, now)
     }
@@ -198,7 +218,41 @@ export class VoucherLeases {
   /** Not served (the upstream failed, or the client left before forwarding): the voucher may be retried. */
   released(lease: Lease, cumulative: bigint): void {
     lease.inFlight--
+    if (lease.pending !== null) {
+      // Usage pricing: nothing was charged; the same voucher is the next one again.
+      lease.pending = null
+      return
+    }
     if (lease.charged === cumulative && lease.top === 'flight') lease.top = 'released'
+  }
+
+  /**
+   * Usage pricing: the call in flight ended, charged `chargeAtomic` (at most its voucher's increment): the
+   * channel's charged cumulative moves by the charge, covered by that voucher (signedMax). `row` builds its
+   * call at the new cumulative; a call charged nothing writes no call (its key would be the last one's).
+   * In doubt (`served` false), the whole increment is charged: it is never served again.
+   */
+  settledFor(
+    lease: Lease,
+    chargeAtomic: bigint,
+    served: boolean,
+    row: (cumulative: bigint) => VoucherCall,
+  ): bigint {
+    const pending = lease.pending!
+    lease.pending = null
+    lease.inFlight--
+    const charged = served ? lease.charged + chargeAtomic : pending.max
+    lease.signedMax = pending.max
+    lease.signature = pending.signature
+    this.dirty.add(lease)
+    if (charged === lease.charged) {
+      this.schedule()
+      return charged
+    }
+    lease.charged = charged
+    lease.top = served ? 'captured' : 'doubt'
+    this.queue(lease, row(charged))
+    return charged
   }
 
   /** Forwarded, outcome unknown (head timeout, client gone mid-call): never served again. */
@@ -330,6 +384,7 @@ export class VoucherLeases {
         channelId: lease.channelId,
         epoch: lease.epoch,
         cumulative: lease.charged,
+        signedMax: lease.signedMax,
         signature: lease.signature ?? '',
         release,
       })
@@ -396,7 +451,9 @@ function leaseFrom(row: ChannelLease, deadlineMs: number): Lease {
     channelId: row.channel_id,
     epoch: row.lease_epoch,
     charged: row.charged_atomic,
+    signedMax: row.signed_max_atomic,
     signature: row.signature,
+    pending: null,
     ceiling: row.lease_ceiling_atomic,
     balance: row.balance_atomic,
     claimed: row.claimed_atomic,
@@ -417,8 +474,8 @@ function viewOf(lease: Lease): ChannelView {
     balance_atomic: lease.balance,
     charged_atomic: lease.charged,
     claimed_atomic: lease.claimed,
-    // The highest accepted voucher is the one shown: its own signature proves the charged cumulative.
-    signed_max_atomic: lease.charged,
+    // The highest accepted voucher is the one shown: its own signature covers the charged cumulative.
+    signed_max_atomic: lease.signedMax,
     signature: lease.signature,
   }
 }

@@ -210,8 +210,17 @@ async function checkVoucher(deps: BatchDeps, p: BatchPayment): Promise<string | 
 /** Half the secp256k1 order: the contract refuses the high-s twin of a signature. */
 const HALF_N = 0x7fffffffffffffffffffffffffffffff5d576e7357a4501ddfe92f46681b20a0n
 
-/** Decides one batch-settlement payment for an endpoint at `price`. */
-export async function decideBatch(deps: BatchDeps, p: BatchPayment, price: bigint): Promise<BatchOutcome> {
+/**
+ * Decides one batch-settlement payment for an endpoint at `price`. `varies`: the price is a ceiling and the
+ * call is charged what it measured when its answer ends; its receipt then says nothing is charged yet (the
+ * client's next voucher is corrected by the scheme's 402, which carries the charged cumulative).
+ */
+export async function decideBatch(
+  deps: BatchDeps,
+  p: BatchPayment,
+  price: bigint,
+  varies = false,
+): Promise<BatchOutcome> {
   const bad = await checkVoucher(deps, p)
   if (bad) return { ok: false, reason: bad }
   const channelId = p.payload.voucher.channelId.toLowerCase()
@@ -229,6 +238,7 @@ export async function decideBatch(deps: BatchDeps, p: BatchPayment, price: bigin
     signature: payload.voucher.signature,
     // A deposit just confirmed: the lease's balance is read again.
     refresh: payload.type === 'deposit',
+    varies,
   })
   if (!decision.ok) return refusal(decision.reason, decision.view)
   const channel = payload.channelConfig as ChannelConfig
@@ -242,8 +252,8 @@ export async function decideBatch(deps: BatchDeps, p: BatchPayment, price: bigin
     receipt: receiptHeader(deps, {
       payer: channel.payer,
       channelId,
-      chargedAmount: price,
-      charged: cumulative,
+      chargedAmount: varies ? 0n : price,
+      charged: varies ? cumulative - price : cumulative,
     }),
     lease: decision.lease,
     channelId,
