@@ -25,7 +25,7 @@ import {
   traceparentOf,
   tracing,
 } from '../observability/tracing.ts'
-import type { BodyPrice, BodyPricing } from '../pricing/body-price.ts'
+import type { AnswerRewriter, BodyAnswer, BodyPrice, BodyPricing } from '../pricing/body-price.ts'
 import { asksForStreamUsage, type Ending, UsageMeter, withStreamUsage } from '../pricing/meter.ts'
 import type { UsagePricing, UsageRecord } from '../pricing/model.ts'
 import { requestIdFrom } from '../request-id.ts'
@@ -112,7 +112,8 @@ class MeteredCall implements ProxyHooks {
   readonly startedMs = performance.now()
   readonly abort: AbortState = { aborted: false, onAbort: null }
   readonly endpointId: string
-  readonly paymentHeader: string
+  /** The payment header, or a payment the body carried (the x402 MCP transport's params._meta). */
+  paymentHeader: string
   /** The caller's x-request-id when sane, else a new one: on every answer and every log line. */
   readonly requestId: string
   /** Only a paid request needs the rest of the request; the 402 path reads nothing more. */
@@ -135,6 +136,11 @@ class MeteredCall implements ProxyHooks {
   /** What a body-priced call bought (a tool name) for its call row, and its metric label; else null. */
   label: string | null = null
   metricLabel: string | null = null
+  /** The body's own way to refuse (an in-band PaymentRequired) instead of HTTP 402; and its receipt. */
+  paymentRequired: ((paymentRequiredJson: string) => BodyAnswer) | null = null
+  receiptInAnswer: ((settlementJson: string) => AnswerRewriter) | null = null
+  rewriter: AnswerRewriter | null = null
+  resizes = false
   /** The endpoint as the cache held it when the request came in (undefined: not cached). */
   readonly cached: LiveEndpoint | typeof NOT_FOUND | undefined
   /** The upstream's status once it answered below 500, while a usage-priced call's charge is measured. */
@@ -245,6 +251,11 @@ class MeteredCall implements ProxyHooks {
       this.pricingModel = price.model
       this.label = price.label
       this.metricLabel = price.metricLabel
+      this.paymentRequired = price.paymentRequired
+      if (!this.paymentHeader && price.payment !== null) {
+        this.paymentHeader = price.payment
+        this.receiptInAnswer = price.receiptInAnswer
+      }
       this.withQuote(price.quote)
     })
   }
@@ -376,6 +387,12 @@ class MeteredCall implements ProxyHooks {
     }
     // tollgate answers CORS for metered URLs: the upstream's own allow-origin is dropped (proxy.ts).
     const receipt = payment.receipt(status < 500)
+    if (this.receiptInAnswer !== null && receipt !== null && status < 500) {
+      // Paid in the body: the receipt goes back in the body too (x402 MCP transport).
+      this.rewriter = this.receiptInAnswer(Buffer.from(receipt[1], 'base64').toString('utf8'))
+      this.rewriter.onHead(head)
+      this.resizes = true
+    }
     const ids: Array<[string, string]> = [
       ['x-request-id', this.requestId],
       ['x-receipt-id', this.receiptId!],
@@ -388,11 +405,18 @@ class MeteredCall implements ProxyHooks {
 
   /** ProxyHooks: a body chunk on its way out (a usage meter reads it, and may take an event out). */
   onResponseData(chunk: Buffer): Buffer {
-    return this.meter === null ? chunk : this.meter.onData(chunk)
+    const out = this.meter === null ? chunk : this.meter.onData(chunk)
+    return this.rewriter === null ? out : this.rewriter.onData(out)
   }
 
   onResponseEnd(): Buffer | null {
-    return this.meter === null ? null : this.meter.onEnd()
+    const held = this.meter === null ? null : this.meter.onEnd()
+    const rewriter = this.rewriter
+    if (rewriter === null) return held
+    const last = held === null ? null : rewriter.onData(held)
+    const rest = rewriter.onEnd()
+    if (last === null || last.length === 0) return rest
+    return rest === null ? last : Buffer.concat([last, rest])
   }
 
   capture(status: number, chargeAtomic: bigint, usage: UsageRecord | null): void {
@@ -516,6 +540,12 @@ class MeteredCall implements ProxyHooks {
   }
 
   respond402(reason: string, retryAfterMs?: number, requiredHeader?: string): void {
+    if (this.paymentRequired !== null) {
+      // Answered in-band (x402 MCP transport): the PaymentRequired the v2 header would carry, in the body.
+      count402(reason)
+      const required = `{"x402Version":2,"error":"${reason}"${this.quote!.challenge.v2Rest}`
+      return this.respondRefused({ ok: 'refused', ...this.paymentRequired(required) }, reason)
+    }
     // A body we will not forward may have paused the client's socket: let it go.
     this.body?.release()
     count402(reason)
@@ -552,9 +582,9 @@ class MeteredCall implements ProxyHooks {
   }
 
   /** The endpoint refused the body before anything was forwarded (an MCP body that is not JSON-RPC). */
-  respondRefused(refusal: Extract<BodyPrice, { ok: 'refused' }>): void {
+  respondRefused(refusal: Extract<BodyPrice, { ok: 'refused' }>, reason = 'invalid_body'): void {
     this.body?.release()
-    this.finish(Number.parseInt(refusal.status, 10), 'invalid_body')
+    this.finish(Number.parseInt(refusal.status, 10), reason)
     const res = this.res
     const requestId = this.requestId
     res.cork(() => {

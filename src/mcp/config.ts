@@ -38,12 +38,15 @@ export const McpInput = v.pipe(
       ),
     ),
     unknown_tools_free: v.optional(v.boolean('must be true or false')),
+    in_band: v.optional(v.boolean('must be true or false')),
   }),
   v.description(
     'kind "mcp" only. tools: tool name → price or pricing (model fixed or usage) for `tools/call`; ' +
       'default_price: what a `tools/call` of any other tool costs (0 not allowed: use free_tools); ' +
       'free_tools: tools called without payment; unknown_tools_free: a tool named in neither passes ' +
-      'free instead of costing default_price. Protocol methods (initialize, ping, tools/list, ' +
+      'free instead of costing default_price. in_band: an unpaid tools/call is answered as the x402 MCP ' +
+      'transport says (a tool result with isError and the PaymentRequired) instead of HTTP 402; a payment ' +
+      'in params._meta["x402/payment"] is read either way. Protocol methods (initialize, ping, tools/list, ' +
       'notifications/*, …) are always free.',
   ),
 )
@@ -55,6 +58,7 @@ export interface StoredMcp {
   default_atomic: string
   free_tools: string[]
   unknown_tools_free: boolean
+  in_band?: boolean
 }
 
 /** An MCP endpoint's prices as the hot path uses them. */
@@ -63,6 +67,8 @@ export interface McpPricing {
   defaultAtomic: bigint
   freeTools: Set<string>
   unknownToolsFree: boolean
+  /** Unpaid tools/call answered in-band (x402 MCP transport) rather than with HTTP 402. */
+  inBand: boolean
 }
 
 /** Reads a valid shape into base units; errors name the field (`mcp.tools.search.max_price`). */
@@ -94,7 +100,13 @@ export function readMcp(input: McpInput, maxPriceAtomic: bigint): McpPricing {
       'mcp.default_price must be above 0 (set unknown_tools_free to let unlisted tools through)',
       'mcp.default_price',
     )
-  return { tools, defaultAtomic, freeTools, unknownToolsFree: input.unknown_tools_free ?? false }
+  return {
+    tools,
+    defaultAtomic,
+    freeTools,
+    unknownToolsFree: input.unknown_tools_free ?? false,
+    inBand: input.in_band ?? false,
+  }
 }
 
 function readToolPrice(raw: unknown, param: string, maxPriceAtomic: bigint): Pricing {
@@ -135,6 +147,7 @@ export function mcpToStored(m: McpPricing): StoredMcp {
     default_atomic: m.defaultAtomic.toString(),
     free_tools: [...m.freeTools],
     unknown_tools_free: m.unknownToolsFree,
+    in_band: m.inBand,
   }
 }
 
@@ -153,6 +166,7 @@ export function mcpFromStored(s: StoredMcp): McpPricing {
     defaultAtomic: BigInt(s.default_atomic),
     freeTools: new Set(s.free_tools),
     unknownToolsFree: s.unknown_tools_free,
+    inBand: s.in_band ?? false,
   }
 }
 
@@ -166,6 +180,7 @@ export function presentMcp(m: McpPricing): Record<string, unknown> {
     default_price: toDollars(m.defaultAtomic),
     free_tools: [...m.freeTools],
     unknown_tools_free: m.unknownToolsFree,
+    in_band: m.inBand,
   }
 }
 

@@ -6,7 +6,8 @@ export const MCP_BODY_MAX_BYTES = 1024 * 1024
 
 export type McpRequest =
   | { kind: 'protocol' }
-  | { kind: 'tool_call'; name: string; id: string | number | null }
+  /** `payment`: the x402 PaymentPayload in params._meta["x402/payment"] (x402 MCP transport), if any. */
+  | { kind: 'tool_call'; name: string; id: string | number | null; payment: object | null }
   | { kind: 'invalid'; code: number; message: string; id: string | number | null }
 
 export const PARSE_ERROR = -32700
@@ -63,7 +64,15 @@ function readMessage(m: unknown): McpRequest {
       message: 'Invalid params: tools/call needs params.name',
       id,
     }
-  return { kind: 'tool_call', name, id }
+  const meta = (params as Record<string, unknown>)._meta
+  const payment =
+    typeof meta === 'object' && meta !== null ? (meta as Record<string, unknown>)['x402/payment'] : undefined
+  return {
+    kind: 'tool_call',
+    name,
+    id,
+    payment: typeof payment === 'object' && payment !== null ? payment : null,
+  }
 }
 
 /** A JSON-RPC error response as text. */

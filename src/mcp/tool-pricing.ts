@@ -5,6 +5,7 @@ import type { BodyPrice, BodyPricing } from '../pricing/body-price.ts'
 import { headlinePrice, type Pricing } from '../pricing/model.ts'
 import type { Quote } from '../schemes/scheme.ts'
 import type { McpPricing } from './config.ts'
+import { paymentRequiredResult, ReceiptRewriter } from './in-band.ts'
 import { errorResponse, MCP_BODY_MAX_BYTES, readMcpRequest } from './json-rpc.ts'
 
 const FREE: BodyPrice = { ok: 'free' }
@@ -38,7 +39,7 @@ export function mcpBodyPricing(
           body: errorResponse(req.code, req.message, req.id),
         }
       const known = priced.get(req.name)
-      if (known !== undefined) return known
+      if (known !== undefined) return inBand(known, req.id, req.payment)
       if (mcp.freeTools.has(req.name) || mcp.unknownToolsFree) return FREE
       // A tool the merchant did not name costs the default; its name goes on the call row as given
       // (the metrics fold it into "other"). The map is bounded by what is kept: names are 1 line each.
@@ -51,11 +52,29 @@ export function mcpBodyPricing(
           model: 'fixed',
           label: req.name.slice(0, 128),
           metricLabel: 'other',
+          payment: null,
+          paymentRequired: null,
+          receiptInAnswer: null,
         }
         if (byDefault.size < 1000) byDefault.set(req.name, p)
       }
-      return p
+      return inBand(p, req.id, req.payment)
     },
+  }
+
+  /**
+   * The x402 MCP transport: a payment in params._meta is read like a payment header, its receipt goes into
+   * the result's _meta, and refusals are answered in-band when the endpoint says so or the call paid in-band.
+   */
+  function inBand(p: BodyPrice, id: string | number | null, payment: object | null): BodyPrice {
+    if (p.ok !== 'priced' || (payment === null && !mcp.inBand)) return p
+    return {
+      ...p,
+      payment: payment === null ? null : Buffer.from(JSON.stringify(payment)).toString('base64'),
+      paymentRequired: (required) => paymentRequiredResult(id, required),
+      receiptInAnswer:
+        payment === null ? null : (settlement) => new ReceiptRewriter(id, JSON.parse(settlement)),
+    }
   }
 }
 
@@ -67,5 +86,8 @@ function pricedAt(p: Pricing, quote: Quote, name: string): BodyPrice {
     model: p.model === 'usage' ? 'usage' : 'fixed',
     label: name,
     metricLabel: name,
+    payment: null,
+    paymentRequired: null,
+    receiptInAnswer: null,
   }
 }

@@ -17,9 +17,29 @@ export type BodyPrice =
       model: 'fixed' | 'usage'
       label: string
       metricLabel: string
+      /** A payment carried in the body, as a payment header would carry it; null: read the headers. */
+      payment: string | null
+      /** Answers this request's refusals itself (given the x402 v2 PaymentRequired JSON); null: HTTP 402. */
+      paymentRequired: ((paymentRequiredJson: string) => BodyAnswer) | null
+      /** Puts the payment's receipt into the answer (given the settlement JSON); null: headers only. */
+      receiptInAnswer: ((settlementJson: string) => AnswerRewriter) | null
     }
   /** Refused before anything is forwarded: the status line and body to answer (e.g. a JSON-RPC error). */
-  | { ok: 'refused'; status: string; contentType: string; body: string }
+  | ({ ok: 'refused' } & BodyAnswer)
+
+export interface BodyAnswer {
+  status: string
+  contentType: string
+  body: string
+}
+
+/** Rewrites an answer on its way out (its length changes: it is sent unsized). */
+export interface AnswerRewriter {
+  /** The upstream's head (content-type). */
+  onHead(head: Buffer[]): void
+  onData(chunk: Buffer): Buffer
+  onEnd(): Buffer | null
+}
 
 export interface BodyPricing {
   /** The most of a body read to price it; a longer one is refused with 413 and nothing forwarded. */
