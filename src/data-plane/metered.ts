@@ -245,7 +245,10 @@ class MeteredCall implements ProxyHooks {
           message: `the JSON-RPC body is larger than ${pricing.maxBytes} bytes`,
         })
       const price = pricing.price(this.method, whole)
-      if (price.ok === 'free') return this.forwardUnpaid()
+      if (price.ok === 'free') {
+        if (price.rewriter !== undefined) this.rewriter = price.rewriter()
+        return this.forwardUnpaid()
+      }
       if (price.ok === 'refused') return this.respondRefused(price)
       this.usage = price.usage
       this.pricingModel = price.model
@@ -372,7 +375,13 @@ class MeteredCall implements ProxyHooks {
     const payment = this.payment
     const meter = this.meter
     if (this.step !== null) this.step.setAttribute('http.response.status_code', status)
-    if (payment === null) return [['x-request-id', this.requestId], ACAO, EXPOSE]
+    if (payment === null) {
+      if (this.rewriter !== null) {
+        this.rewriter.onHead(head)
+        this.resizes = true
+      }
+      return [['x-request-id', this.requestId], ACAO, EXPOSE]
+    }
     if (meter !== null && status < 500) {
       // Usage pricing: charged when the answer ends, for what it measured.
       meter.onHead(head)

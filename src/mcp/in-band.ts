@@ -30,7 +30,15 @@ export function paymentRequiredResult(id: string | number | null, paymentRequire
 }
 
 /** Adds `_meta["x402/payment-response"]` to the result answering request `id`, in JSON or SSE. */
-export class ReceiptRewriter implements AnswerRewriter {
+export function receiptRewriter(id: string | number | null, settlement: unknown): ResultRewriter {
+  return new ResultRewriter(id, (result) => {
+    const meta = (typeof result._meta === 'object' && result._meta !== null ? result._meta : {}) as object
+    result._meta = { ...meta, 'x402/payment-response': settlement }
+  })
+}
+
+/** Changes the result answering request `id` on its way out, in a JSON or an SSE answer. */
+export class ResultRewriter implements AnswerRewriter {
   private sse = false
   private decoder = new StringDecoder('utf8')
   private held = ''
@@ -38,7 +46,7 @@ export class ReceiptRewriter implements AnswerRewriter {
 
   constructor(
     private readonly id: string | number | null,
-    private readonly settlement: unknown,
+    private readonly edit: (result: Record<string, unknown>) => void,
   ) {}
 
   onHead(head: Buffer[]): void {
@@ -76,7 +84,7 @@ export class ReceiptRewriter implements AnswerRewriter {
     return Buffer.from(this.withReceipt(rest, false) ?? rest)
   }
 
-  /** The message with the receipt in its result's _meta, or null when it is not the call's result. */
+  /** The message with its result changed, or null when it is not the answer to the call. */
   private withReceipt(text: string, sse = true): string | null {
     let msg: Record<string, unknown>
     try {
@@ -87,8 +95,7 @@ export class ReceiptRewriter implements AnswerRewriter {
     if (typeof msg !== 'object' || msg === null || msg.id !== this.id) return null
     const result = msg.result as Record<string, unknown> | undefined
     if (typeof result !== 'object' || result === null) return null
-    const meta = (typeof result._meta === 'object' && result._meta !== null ? result._meta : {}) as object
-    result._meta = { ...meta, 'x402/payment-response': this.settlement }
+    this.edit(result)
     return sse ? `data: ${JSON.stringify(msg)}` : JSON.stringify(msg)
   }
 }

@@ -6,6 +6,8 @@ export const MCP_BODY_MAX_BYTES = 1024 * 1024
 
 export type McpRequest =
   | { kind: 'protocol' }
+  /** tools/list alone (not in a batch): its answer is annotated with each tool's price. */
+  | { kind: 'tools_list'; id: string | number | null }
   /** `payment`: the x402 PaymentPayload in params._meta["x402/payment"] (x402 MCP transport), if any. */
   | { kind: 'tool_call'; name: string; id: string | number | null; payment: object | null }
   | { kind: 'invalid'; code: number; message: string; id: string | number | null }
@@ -53,6 +55,7 @@ function readMessage(m: unknown): McpRequest {
     if (msg.id !== undefined && ('result' in msg || 'error' in msg)) return { kind: 'protocol' }
     return { kind: 'invalid', code: INVALID_REQUEST, message: 'Invalid Request: no method', id }
   }
+  if (msg.method === 'tools/list') return { kind: 'tools_list', id }
   if (msg.method !== 'tools/call') return { kind: 'protocol' }
   const params = msg.params
   const name =

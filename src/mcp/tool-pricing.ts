@@ -1,11 +1,14 @@
 // An MCP endpoint's price for one request, read from its JSON-RPC body: protocol methods and free tools
 // pass free; a `tools/call` pays its tool's price, or the default (a tool the merchant did not name);
 // anything else is answered with its JSON-RPC error and nothing is forwarded.
+
+import { toDollars } from '../money.ts'
 import type { BodyPrice, BodyPricing } from '../pricing/body-price.ts'
+import { presentPricing } from '../pricing/input.ts'
 import { headlinePrice, type Pricing } from '../pricing/model.ts'
 import type { Quote } from '../schemes/scheme.ts'
 import type { McpPricing } from './config.ts'
-import { paymentRequiredResult, ReceiptRewriter } from './in-band.ts'
+import { paymentRequiredResult, ResultRewriter, receiptRewriter } from './in-band.ts'
 import { errorResponse, MCP_BODY_MAX_BYTES, readMcpRequest } from './json-rpc.ts'
 
 const FREE: BodyPrice = { ok: 'free' }
@@ -24,6 +27,21 @@ export function mcpBodyPricing(
     priced.set(name, pricedAt(p, quote(headlinePrice(p), p.model === 'usage', name), name))
   const defaultQuote = quote(mcp.defaultAtomic, false, null)
   const byDefault = new Map<string, BodyPrice>()
+  const notes = new Map<string, object>()
+  for (const [name, p] of mcp.tools) notes.set(name, priceNote(p))
+  for (const name of mcp.freeTools) notes.set(name, { free: true })
+  const otherNote = mcp.unknownToolsFree
+    ? { free: true }
+    : priceNote({ model: 'fixed', priceAtomic: mcp.defaultAtomic })
+  /** Each listed tool's price in its _meta["tollgate/price"]; the server's schema is left as it is. */
+  const annotate = (result: Record<string, unknown>) => {
+    if (!Array.isArray(result.tools)) return
+    for (const tool of result.tools as Array<Record<string, unknown>>) {
+      if (typeof tool !== 'object' || tool === null || typeof tool.name !== 'string') continue
+      const meta = typeof tool._meta === 'object' && tool._meta !== null ? tool._meta : {}
+      tool._meta = { ...meta, 'tollgate/price': notes.get(tool.name) ?? otherNote }
+    }
+  }
   return {
     maxBytes: MCP_BODY_MAX_BYTES,
     price(method, body) {
@@ -31,6 +49,8 @@ export function mcpBodyPricing(
       if (method !== 'POST') return FREE
       const req = readMcpRequest(body)
       if (req.kind === 'protocol') return FREE
+      if (req.kind === 'tools_list')
+        return { ok: 'free', rewriter: () => new ResultRewriter(req.id, annotate) }
       if (req.kind === 'invalid')
         return {
           ok: 'refused',
@@ -72,10 +92,16 @@ export function mcpBodyPricing(
       ...p,
       payment: payment === null ? null : Buffer.from(JSON.stringify(payment)).toString('base64'),
       paymentRequired: (required) => paymentRequiredResult(id, required),
-      receiptInAnswer:
-        payment === null ? null : (settlement) => new ReceiptRewriter(id, JSON.parse(settlement)),
+      receiptInAnswer: payment === null ? null : (settlement) => receiptRewriter(id, JSON.parse(settlement)),
     }
   }
+}
+
+/** A tool's price as tools/list shows it (dollars, and base units for the fixed price or the ceiling). */
+function priceNote(p: Pricing): object {
+  if (p.model === 'fixed')
+    return { free: false, price: toDollars(p.priceAtomic), amount_atomic: p.priceAtomic.toString() }
+  return { free: false, ...presentPricing(p), amount_atomic: headlinePrice(p).toString() }
 }
 
 function pricedAt(p: Pricing, quote: Quote, name: string): BodyPrice {

@@ -4,8 +4,8 @@ import type { Quote } from '../schemes/scheme.ts'
 import type { UsagePricing } from './model.ts'
 
 export type BodyPrice =
-  /** Forwarded without payment (a protocol method, a free tool). */
-  | { ok: 'free' }
+  /** Forwarded without payment (a protocol method, a free tool); `rewriter` changes its answer. */
+  | { ok: 'free'; rewriter?: () => AnswerRewriter }
   /**
    * Paid at this quote. `label` names what was bought on the call row (a tool name); `metricLabel` is the
    * label of the revenue metric, from a bounded set (names the merchant configured, else "other").

@@ -121,6 +121,20 @@ describe.each([
 
     const tools = await client.listTools()
     expect(tools.tools.map((t) => t.name).sort()).toEqual(['echo', 'report', 'weather'])
+    // Each tool's price in its _meta, its schema as the server gave it.
+    const byName = Object.fromEntries(tools.tools.map((t) => [t.name, t]))
+    expect(byName.echo!._meta).toEqual({ 'tollgate/price': { free: true } })
+    expect(byName.weather!._meta).toEqual({
+      'tollgate/price': { free: false, price: 0.01, amount_atomic: '10000' },
+    })
+    expect(byName.report!._meta?.['tollgate/price']).toMatchObject({
+      free: false,
+      model: 'usage',
+      unit: 'response_bytes',
+      max_price: 0.05,
+      amount_atomic: '50000',
+    })
+    expect(byName.weather!.inputSchema).toMatchObject({ properties: { city: { type: 'string' } } })
     const echo = await client.callTool({ name: 'echo', arguments: { text: 'hi' } })
     expect(echo.content).toEqual([{ type: 'text', text: 'hi' }])
     expect(paid).toHaveLength(0)
