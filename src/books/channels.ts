@@ -9,6 +9,7 @@
 // is booked when the leader's claim transaction moved the vouchers' USDC to the treasury (recordChannelClaims),
 // exactly as x402 'exact' calls are booked at settlement.
 import type { Sql, Tx } from '../db/sql.ts'
+import type { CapturePricing } from './claims.ts'
 import { bookCallRevenue } from './ledger.ts'
 
 type Db = Sql | Tx
@@ -309,6 +310,8 @@ export interface VoucherCall {
     receiptId?: string | null
     /** The MCP tool a paid `tools/call` named. */
     tool?: string | null
+    /** How it was priced and what was measured (usage pricing). */
+    pricing?: CapturePricing
   } | null
 }
 
@@ -378,9 +381,13 @@ export async function writeChannelVouchers(
                            ${c.map((x) => x.call?.upstreamStatus ?? 0)}::int[],
                            ${c.map((x) => x.call?.method ?? null)}::text[],
                            ${c.map((x) => x.call?.receiptId ?? null)}::text[],
+                           ${c.map((x) => x.call?.pricing?.model ?? 'fixed')}::text[],
+                           ${c.map((x) => x.call?.pricing?.unit ?? null)}::text[],
+                           ${c.map((x) => (x.call?.pricing?.usage ? JSON.stringify(x.call.pricing.usage) : null))}::text[],
+                           ${c.map((x) => x.call?.pricing?.ceilingAtomic?.toString() ?? null)}::bigint[],
                            ${c.map((x) => x.call?.tool ?? null)}::text[])
         AS t(channel_id, cum, endpoint_id, account_id, payer, amount, call_id, owner_wallet, owner_share, fee,
-             status, method, receipt_id, tool)
+             status, method, receipt_id, pricing_model, usage_unit, usage, ceiling, tool)
     ),
     ok AS (
       SELECT i.*, 'batch:' || i.channel_id || ':' || i.cum AS proof_key
@@ -400,9 +407,11 @@ export async function writeChannelVouchers(
     ),
     new_calls AS (
       INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
-                         fee_atomic, upstream_status, method, scheme, receipt_id, tool)
+                         fee_atomic, upstream_status, method, scheme, receipt_id, pricing_model, usage_unit, usage,
+                         ceiling_atomic, tool)
       SELECT ok.call_id, ok.proof_key, ok.endpoint_id, ok.account_id, ok.payer, ok.amount, ok.owner_share,
-             ok.fee, ok.status, ok.method, 'batch-settlement', ok.receipt_id, ok.tool
+             ok.fee, ok.status, ok.method, 'batch-settlement', ok.receipt_id, ok.pricing_model, ok.usage_unit,
+             ok.usage::jsonb, ok.ceiling, ok.tool
       FROM ok JOIN claimed USING (proof_key) WHERE ok.call_id IS NOT NULL
       ON CONFLICT (proof_key) DO NOTHING
       RETURNING 1

@@ -237,8 +237,9 @@ class MeteredCall implements ProxyHooks {
   /** The price is in the body (an MCP endpoint): read it whole, bounded, before a 402 or a forward. */
   priceByBody(pricing: BodyPricing): void {
     // Not read: the endpoint became body-priced after this request was taken (a change landed between).
-    if (this.body === null) return this.respondUnavailable('the endpoint changed; retry', 'endpoint_changed')
-    this.body.whole(pricing.maxBytes).then((whole) => {
+    const body = this.body
+    if (body === null) return this.respondUnavailable('the endpoint changed; retry', 'endpoint_changed')
+    body.whole(pricing.maxBytes).then((whole) => {
       if (this.abort.aborted) return this.finishAborted()
       if (whole === 'too_large')
         return this.respondError('body_too_large', {
@@ -259,6 +260,10 @@ class MeteredCall implements ProxyHooks {
         this.paymentHeader = price.payment
         this.receiptInAnswer = price.receiptInAnswer
       }
+      const forwardBody = price.forwardBody
+      // The payment read from the body is not forwarded (the MCP server has no use for it).
+      if (forwardBody !== null && body.rewrite(() => forwardBody))
+        setContentLength(this.forward!.headers, body.length)
       this.withQuote(price.quote)
     })
   }

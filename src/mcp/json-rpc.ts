@@ -78,6 +78,14 @@ function readMessage(m: unknown): McpRequest {
   }
 }
 
+/** The request without its in-band payment: the MCP server has no use for a signed authorization. */
+export function withoutPayment(body: Buffer): Buffer {
+  const msg = JSON.parse(body.toString('utf8'))
+  delete msg.params._meta['x402/payment']
+  if (Object.keys(msg.params._meta).length === 0) delete msg.params._meta
+  return Buffer.from(JSON.stringify(msg))
+}
+
 /** A JSON-RPC error response as text. */
 export function errorResponse(code: number, message: string, id: string | number | null): string {
   return JSON.stringify({ jsonrpc: '2.0', id, error: { code, message } })

@@ -9,7 +9,7 @@ import { headlinePrice, type Pricing } from '../pricing/model.ts'
 import type { Quote } from '../schemes/scheme.ts'
 import type { McpPricing } from './config.ts'
 import { paymentRequiredResult, ResultRewriter, receiptRewriter } from './in-band.ts'
-import { errorResponse, MCP_BODY_MAX_BYTES, readMcpRequest } from './json-rpc.ts'
+import { errorResponse, MCP_BODY_MAX_BYTES, readMcpRequest, withoutPayment } from './json-rpc.ts'
 
 const FREE: BodyPrice = { ok: 'free' }
 const JSON_TYPE = 'application/json'
@@ -59,7 +59,7 @@ export function mcpBodyPricing(
           body: errorResponse(req.code, req.message, req.id),
         }
       const known = priced.get(req.name)
-      if (known !== undefined) return inBand(known, req.id, req.payment)
+      if (known !== undefined) return inBand(known, req.id, req.payment, body)
       if (mcp.freeTools.has(req.name) || mcp.unknownToolsFree) return FREE
       // A tool the merchant did not name costs the default; its name goes on the call row as given
       // (the metrics fold it into "other"). The map is bounded by what is kept: names are 1 line each.
@@ -73,12 +73,13 @@ export function mcpBodyPricing(
           label: req.name.slice(0, 128),
           metricLabel: 'other',
           payment: null,
+          forwardBody: null,
           paymentRequired: null,
           receiptInAnswer: null,
         }
         if (byDefault.size < 1000) byDefault.set(req.name, p)
       }
-      return inBand(p, req.id, req.payment)
+      return inBand(p, req.id, req.payment, body)
     },
   }
 
@@ -86,11 +87,17 @@ export function mcpBodyPricing(
    * The x402 MCP transport: a payment in params._meta is read like a payment header, its receipt goes into
    * the result's _meta, and refusals are answered in-band when the endpoint says so or the call paid in-band.
    */
-  function inBand(p: BodyPrice, id: string | number | null, payment: object | null): BodyPrice {
+  function inBand(
+    p: BodyPrice,
+    id: string | number | null,
+    payment: object | null,
+    body: Buffer | null,
+  ): BodyPrice {
     if (p.ok !== 'priced' || (payment === null && !mcp.inBand)) return p
     return {
       ...p,
       payment: payment === null ? null : Buffer.from(JSON.stringify(payment)).toString('base64'),
+      forwardBody: payment === null || body === null ? null : withoutPayment(body),
       paymentRequired: (required) => paymentRequiredResult(id, required),
       receiptInAnswer: payment === null ? null : (settlement) => receiptRewriter(id, JSON.parse(settlement)),
     }
@@ -113,6 +120,7 @@ function pricedAt(p: Pricing, quote: Quote, name: string): BodyPrice {
     label: name,
     metricLabel: name,
     payment: null,
+    forwardBody: null,
     paymentRequired: null,
     receiptInAnswer: null,
   }

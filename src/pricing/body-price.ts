@@ -19,6 +19,8 @@ export type BodyPrice =
       metricLabel: string
       /** A payment carried in the body, as a payment header would carry it; null: read the headers. */
       payment: string | null
+      /** The body to forward instead (the payment taken out of it); null: as received. */
+      forwardBody: Buffer | null
       /** Answers this request's refusals itself (given the x402 v2 PaymentRequired JSON); null: HTTP 402. */
       paymentRequired: ((paymentRequiredJson: string) => BodyAnswer) | null
       /** Puts the payment's receipt into the answer (given the settlement JSON); null: headers only. */

@@ -17,6 +17,8 @@ export interface McpUpstream {
   sessionsSeen: Set<string>
   /** Every JSON-RPC method the server was sent. */
   methods: string[]
+  /** Every JSON-RPC message the server was sent. */
+  messages: unknown[]
   close(): Promise<void>
 }
 
@@ -65,12 +67,15 @@ export async function startMcpUpstream(options: { json?: boolean } = {}): Promis
   const served = new Map<string, number>()
   const sessionsSeen = new Set<string>()
   const methods: string[] = []
+  const messages: unknown[] = []
   const transports = new Map<string, StreamableHTTPServerTransport>()
   const http = createServer((req, res) => {
     void (async () => {
       const body = await readJson(req)
-      for (const m of Array.isArray(body) ? body : [body])
+      for (const m of Array.isArray(body) ? body : [body]) {
+        messages.push(m)
         if (m && typeof m === 'object' && 'method' in m) methods.push(String(m.method))
+      }
       const sid = req.headers['mcp-session-id']
       let transport = typeof sid === 'string' ? transports.get(sid) : undefined
       if (typeof sid === 'string') sessionsSeen.add(sid)
@@ -97,6 +102,7 @@ export async function startMcpUpstream(options: { json?: boolean } = {}): Promis
     served,
     sessionsSeen,
     methods,
+    messages,
     async close() {
       for (const t of transports.values()) await t.close().catch(() => {})
       http.closeAllConnections()

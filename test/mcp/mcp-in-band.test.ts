@@ -104,6 +104,11 @@ describe.each([
       errorReason: 'settlement_pending',
     })
     expect(upstream.served.get('weather')).toBe(1)
+    // The server got the call without the signed authorization.
+    const forwarded = upstream.messages.filter(
+      (m) => (m as { method?: string } | undefined)?.method === 'tools/call',
+    ) as Array<{ params: Record<string, unknown> }>
+    expect(forwarded.at(-1)!.params).toEqual({ name: 'weather', arguments: { city: 'Lyon' } })
 
     const replay = await client.callTool({
       name: 'weather',

@@ -57,6 +57,8 @@ describe('batch-settlement on a usage-priced endpoint', () => {
       )?.value ?? 0
     const correctedBefore = await corrections()
     let expected = 0n
+    let lastReceipt = ''
+    let lastBytes = 0
     for (let i = 0; i < CALLS; i++) {
       const r = await pay(ep.body.metered_url, {
         method: 'POST',
@@ -64,7 +66,9 @@ describe('batch-settlement on a usage-priced endpoint', () => {
         body: JSON.stringify({ model: 'gpt', max_tokens: 1 + ((i * 7) % 40) }),
       })
       if (r.status !== 200) throw new Error(`call ${i}: ${r.status} ${await r.text()}`)
-      expected += BigInt((await r.arrayBuffer()).byteLength)
+      lastReceipt = r.headers.get('x-receipt-id')!
+      lastBytes = (await r.arrayBuffer()).byteLength
+      expected += BigInt(lastBytes)
     }
     // Every answer's receipt is written before its charge is known: the next voucher is put right once.
     expect((await corrections()) - correctedBefore).toBe(CALLS - 1)
@@ -72,7 +76,14 @@ describe('batch-settlement on a usage-priced endpoint', () => {
     const [books] = await svc.sql<{ n: number; sum: bigint; ceilings: bigint }[]>`
       SELECT count(*)::int AS n, sum(amount_atomic)::bigint AS sum, sum(ceiling_atomic)::bigint AS ceilings
       FROM calls WHERE endpoint_id = ${ep.body.id}`
-    expect(books).toMatchObject({ n: CALLS, sum: expected })
+    expect(books).toMatchObject({ n: CALLS, sum: expected, ceilings: CEILING * BigInt(CALLS) })
+    const receipt = await (await fetch(`${svc.url}/receipts/${lastReceipt}`)).json()
+    expect(receipt).toMatchObject({
+      scheme: 'batch-settlement',
+      pricing_model: 'usage',
+      amount_atomic: String(lastBytes),
+      usage: { unit: 'response_bytes', quantities: { bytes: lastBytes }, ceiling_atomic: '10000' },
+    })
 
     await svc.jobs.runNow('batch-claims')
     const [channel] = await svc.sql<{ channel_id: `0x${string}`; charged_atomic: bigint }[]>`

@@ -12,6 +12,7 @@ import { v2Header } from '../../data-plane/challenge.ts'
 import type { Proof } from '../../data-plane/proof.ts'
 import { configDollars, splitOwnerShare } from '../../money.ts'
 import { voucherCallsLost, voucherWrites } from '../../observability/metrics.ts'
+import { usageDocument } from '../../pricing/model.ts'
 import type {
   CallFacts,
   ClaimOutcome,
@@ -251,6 +252,14 @@ class VoucherPayment implements Payment {
               method: facts.method,
               receiptId: served.receiptId,
               tool: served.tool ?? null,
+              pricing: {
+                model: served.pricingModel,
+                unit: served.usage?.unit ?? null,
+                usage: served.usage === null ? null : usageDocument(served.usage),
+                ceilingAtomic: served.usage?.ceilingAtomic ?? null,
+                // A channel is charged what was measured: nothing to refund.
+                refundAtomic: 0n,
+              },
             },
     }
   }
