@@ -29,6 +29,18 @@ const USAGE_SSE_PRICING = {
   output_price_per_million: 0.4,
 }
 
+/** One MCP tools/call, as the SDK client sends it once a session is open (stateless server: no session). */
+const MCP_CALL = {
+  method: 'POST',
+  headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+  body: JSON.stringify({
+    jsonrpc: '2.0',
+    id: 1,
+    method: 'tools/call',
+    params: { name: 'weather', arguments: { city: 'Lyon' } },
+  }),
+}
+
 function paid(kind: TollgateKind, path: string, proofs: number, name: string): Scenario {
   return {
     name,
@@ -158,6 +170,36 @@ export const scenarios: Scenario[] = [
     name: 'x402-reference-upto',
     peer: 'x402-reference',
     run: (ctx) => runUptoReference(ctx, Number(process.env.BENCH_UPTO ?? 1_500)),
+  },
+  {
+    // The published MCP SDK server called directly: one tools/call per request.
+    name: 'direct-mcp',
+    run: (ctx) => load({ ...base(), url: `${ctx.upstream.base}/mcp`, ...MCP_CALL, expectStatus: 200 }),
+  },
+  {
+    // The same tools/call through an MCP endpoint: the JSON-RPC body read, the tool priced by name
+    // ($0.001, one bench proof), paid by a transaction hash.
+    name: 'mcp-tool-call',
+    tollgates: ['warm'],
+    proofs: Math.round(settings.proofs / 4),
+    run: async (ctx) => {
+      const t = ctx.tollgates.warm!
+      const url = await t.metered('/mcp', { mcp: { tools: { weather: 0.001 }, default_price: 0.001 } })
+      const before = await readCounters(t.adminPort)
+      const m = await load({
+        ...base(),
+        url,
+        ...MCP_CALL,
+        perRequest: { header: 'x-payment', values: ctx.takeProofs(Math.round(settings.proofs / 4)) },
+        expectStatus: 200,
+      })
+      const direct = ctx.rps.get('direct-mcp')
+      return {
+        ...m,
+        inside: inside(before, await readCounters(t.adminPort)),
+        ratio_to_direct_mcp: direct ? Math.round((m.rps / direct) * 1000) / 1000 : null,
+      }
+    },
   },
   direct('/1k', 'direct-1k'),
   paid('warm', '/1k', Math.round(settings.proofs * 0.6), 'paid-1k'),

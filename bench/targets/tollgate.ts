@@ -11,7 +11,10 @@ export interface Tollgate extends Target {
   adminPort: number
   apiKey: string
   /** Metered URL of an endpoint on the upstream path ('/data', '/1k', '/256k'); batch: offers batch-settlement. */
-  metered(path: string, options?: { batch?: boolean; pricing?: Record<string, unknown> }): Promise<string>
+  metered(
+    path: string,
+    options?: { batch?: boolean; pricing?: Record<string, unknown>; mcp?: Record<string, unknown> },
+  ): Promise<string>
   post(path: string, body: unknown, key?: string): Promise<any>
   /**
    * VACUUM (ANALYZE) of its database (a server one; nothing on PGlite), between scenarios, as pgbench does
@@ -90,10 +93,14 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
     apiKey: reg.api_key,
     post,
     async metered(path, options) {
-      const key = `${options?.batch ? 'batch:' : ''}${options?.pricing ? 'priced:' : ''}${path}`
+      const key = `${options?.batch ? 'batch:' : ''}${options?.pricing ? 'priced:' : ''}${options?.mcp ? 'mcp:' : ''}${path}`
       let url = endpoints.get(key)
       if (!url) {
-        const price = options?.pricing ? { pricing: options.pricing } : { price: '0.001' }
+        const price = options?.mcp
+          ? { kind: 'mcp', mcp: options.mcp }
+          : options?.pricing
+            ? { pricing: options.pricing }
+            : { price: '0.001' }
         const ep = await post(
           '/api/v1/endpoints',
           { upstream_url: `${o.upstream}${path}`, ...price, batch_settlement: options?.batch === true },

@@ -2,6 +2,9 @@
 // /1k, /256k), in its own process so it never shares an event loop with the proxy or the load generator.
 // Prints its port, exits after MAX_MS.
 import { createServer } from 'node:http'
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
+import { z } from 'zod'
 
 const small = Buffer.from(JSON.stringify({ ok: true, data: 'x'.repeat(64) }))
 const sized = (bytes: number) => Buffer.from(JSON.stringify({ data: 'x'.repeat(bytes - 11) }))
@@ -32,8 +35,34 @@ function chatStream(req: import('node:http').IncomingMessage, res: import('node:
   })
 }
 
+/**
+ * An MCP server of the published SDK, stateless (a server and transport per request, as the SDK's stateless
+ * example does), answering JSON: one tool, `weather`.
+ */
+function mcp(req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse) {
+  const parts: Buffer[] = []
+  req.on('data', (c: Buffer) => parts.push(c))
+  req.on('end', async () => {
+    const server = new McpServer({ name: 'bench-mcp', version: '1.0.0' })
+    server.registerTool('weather', { inputSchema: { city: z.string() } }, async ({ city }) => ({
+      content: [{ type: 'text', text: `sunny in ${city}` }],
+    }))
+    const transport = new StreamableHTTPServerTransport({
+      sessionIdGenerator: undefined,
+      enableJsonResponse: true,
+    })
+    res.on('close', () => {
+      void transport.close()
+      void server.close()
+    })
+    await server.connect(transport)
+    await transport.handleRequest(req, res, JSON.parse(Buffer.concat(parts).toString('utf8')))
+  })
+}
+
 const server = createServer((req, res) => {
   if (req.url === '/v1/chat/completions') return chatStream(req, res)
+  if (req.url === '/mcp') return mcp(req, res)
   const body = bodies[(req.url ?? '').split('?')[0]!] ?? small
   req.resume()
   req.on('end', () => {

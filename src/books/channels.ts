@@ -308,6 +308,8 @@ export interface VoucherCall {
     method: string
     /** The receipt id its answer carried. */
     receiptId?: string | null
+    /** The MCP tool a paid `tools/call` named. */
+    tool?: string | null
     /** How it was priced and what was measured (usage pricing). */
     pricing?: CapturePricing
   } | null
@@ -382,9 +384,10 @@ export async function writeChannelVouchers(
                            ${c.map((x) => x.call?.pricing?.model ?? 'fixed')}::text[],
                            ${c.map((x) => x.call?.pricing?.unit ?? null)}::text[],
                            ${c.map((x) => (x.call?.pricing?.usage ? JSON.stringify(x.call.pricing.usage) : null))}::text[],
-                           ${c.map((x) => x.call?.pricing?.ceilingAtomic?.toString() ?? null)}::bigint[])
+                           ${c.map((x) => x.call?.pricing?.ceilingAtomic?.toString() ?? null)}::bigint[],
+                           ${c.map((x) => x.call?.tool ?? null)}::text[])
         AS t(channel_id, cum, endpoint_id, account_id, payer, amount, call_id, owner_wallet, owner_share, fee,
-             status, method, receipt_id, pricing_model, usage_unit, usage, ceiling)
+             status, method, receipt_id, pricing_model, usage_unit, usage, ceiling, tool)
     ),
     ok AS (
       SELECT i.*, 'batch:' || i.channel_id || ':' || i.cum AS proof_key
@@ -405,10 +408,10 @@ export async function writeChannelVouchers(
     new_calls AS (
       INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
                          fee_atomic, upstream_status, method, scheme, receipt_id, pricing_model, usage_unit, usage,
-                         ceiling_atomic)
+                         ceiling_atomic, tool)
       SELECT ok.call_id, ok.proof_key, ok.endpoint_id, ok.account_id, ok.payer, ok.amount, ok.owner_share,
              ok.fee, ok.status, ok.method, 'batch-settlement', ok.receipt_id, ok.pricing_model, ok.usage_unit,
-             ok.usage::jsonb, ok.ceiling
+             ok.usage::jsonb, ok.ceiling, ok.tool
       FROM ok JOIN claimed USING (proof_key) WHERE ok.call_id IS NOT NULL
       ON CONFLICT (proof_key) DO NOTHING
       RETURNING 1

@@ -53,6 +53,8 @@ export interface Capture {
   /** Told once this capture's write committed (applied: the claim moved to captured), for a settlement
    * that must find the claim captured before it records its transaction. Not written to the database. */
   onWritten?: (applied: boolean) => void
+  /** The MCP tool a paid `tools/call` named. */
+  tool?: string | null
 }
 
 export interface CapturePricing {
@@ -93,7 +95,8 @@ export async function claimAndCapture(
       SELECT * FROM json_to_recordset(${capturesDoc}::text::json)
         AS t(call_id text, proof_key text, endpoint_id text, account_id text, owner_wallet text, payer text,
              amount bigint, owner_share bigint, fee bigint, status int, method text, pricing_model text,
-             usage_unit text, usage jsonb, ceiling bigint, refund bigint, scheme text, receipt_id text)
+             usage_unit text, usage jsonb, ceiling bigint, refund bigint, scheme text, receipt_id text,
+             tool text)
     ),
     captured AS (
       UPDATE claims k SET status = 'captured', captured_at = now(), lease_until = NULL
@@ -103,10 +106,10 @@ export async function claimAndCapture(
     new_calls AS (
       INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
                          fee_atomic, upstream_status, method, pricing_model, usage_unit, usage, ceiling_atomic,
-                         refund_atomic, scheme, receipt_id)
+                         refund_atomic, scheme, receipt_id, tool)
       SELECT i.call_id, i.proof_key, i.endpoint_id, i.account_id, i.payer, i.amount, i.owner_share, i.fee,
              i.status, i.method, i.pricing_model, i.usage_unit, i.usage, i.ceiling, i.refund, i.scheme,
-             i.receipt_id
+             i.receipt_id, i.tool
       FROM cap i JOIN captured USING (proof_key)
       ON CONFLICT (proof_key) DO NOTHING
       RETURNING id
@@ -187,6 +190,7 @@ function capturesJson(c: Capture[]): string {
       refund: (x.pricing?.refundAtomic ?? 0n).toString(),
       scheme: x.scheme ?? null,
       receipt_id: x.receiptId ?? null,
+      tool: x.tool ?? null,
     })),
   )
 }

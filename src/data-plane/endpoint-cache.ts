@@ -4,6 +4,9 @@ import { LRUCache } from 'lru-cache'
 import { findLiveEndpoint, type LiveEndpointRow } from '../db/endpoints.ts'
 import type { Sql } from '../db/sql.ts'
 import { bazaarExtension, resourceMetadata } from '../discovery/listing.ts'
+import { mcpFromStored } from '../mcp/config.ts'
+import { mcpBodyPricing } from '../mcp/tool-pricing.ts'
+import type { BodyPricing } from '../pricing/body-price.ts'
 import { presentPricing } from '../pricing/input.ts'
 import { pricingFromStored, ruleIndex, type UsagePricing } from '../pricing/model.ts'
 import type { Offers } from '../schemes/registry.ts'
@@ -25,6 +28,8 @@ export interface LiveEndpoint {
   /** Usage pricing: the call's charge is measured on its answer (src/pricing/meter.ts); null otherwise. */
   usage: UsagePricing | null
   pricingModel: 'fixed' | 'rules' | 'usage'
+  /** The price depends on the request body (an MCP endpoint: the tool a `tools/call` names); else null. */
+  bodyPricing: BodyPricing | null
 }
 
 /** Cached for unknown ids too (briefly), so random ids cannot hammer the database. */
@@ -91,7 +96,7 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       }
     : {}
   // One 402 per price, built once: the schemes' offers for that amount.
-  const quote = (amountAtomic: bigint, varies: boolean, floor: boolean): Quote => {
+  const quote = (amountAtomic: bigint, varies: boolean, floor: boolean, what = description): Quote => {
     const { offers, notOffered } = options.offers({
       amountAtomic,
       varies,
@@ -112,7 +117,7 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       varies,
       challenge: buildChallenge({
         resourceUrl,
-        description,
+        description: what,
         idField: 'endpoint_id',
         id: row.id,
         offers,
@@ -158,5 +163,11 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
     quoteFor,
     usage: pricing.model === 'usage' ? pricing : null,
     pricingModel: pricing.model,
+    bodyPricing:
+      row.mcp === null
+        ? null
+        : mcpBodyPricing(mcpFromStored(row.mcp), (amount, varies, tool) =>
+            quote(amount, varies, false, tool === null ? description : `${description} · tool ${tool}`),
+          ),
   }
 }

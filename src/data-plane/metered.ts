@@ -12,6 +12,8 @@ import {
   capturedAtomic,
   httpDuration,
   httpRequests,
+  mcpToolCalls,
+  mcpToolRevenueAtomic,
   paymentRequired,
   statusClass,
   upstreamErrors,
@@ -25,8 +27,9 @@ import {
   traceparentOf,
   tracing,
 } from '../observability/tracing.ts'
+import type { AnswerRewriter, BodyAnswer, BodyPrice, BodyPricing } from '../pricing/body-price.ts'
 import { asksForStreamUsage, type Ending, UsageMeter, withStreamUsage } from '../pricing/meter.ts'
-import type { UsageRecord } from '../pricing/model.ts'
+import type { UsagePricing, UsageRecord } from '../pricing/model.ts'
 import { requestIdFrom } from '../request-id.ts'
 import type { SchemeRegistry } from '../schemes/registry.ts'
 import type { CallFacts, ClaimOutcome, Payment, Quote, Verdict } from '../schemes/scheme.ts'
@@ -123,7 +126,8 @@ class MeteredCall implements ProxyHooks {
   readonly startedMs = performance.now()
   readonly abort: AbortState = { aborted: false, onAbort: null }
   readonly endpointId: string
-  readonly paymentHeader: string
+  /** The payment header, or a payment the body carried (the x402 MCP transport's params._meta). */
+  paymentHeader: string
   /** The caller's x-request-id when sane, else a new one: on every answer and every log line. */
   readonly requestId: string
   /** Only a paid request needs the rest of the request; the 402 path reads nothing more. */
@@ -140,6 +144,19 @@ class MeteredCall implements ProxyHooks {
   receiptId: string | null = null
   /** Usage pricing: measures the answer as it streams past (null for fixed prices). */
   meter: UsageMeter | null = null
+  /** How this request is priced: the endpoint's, or what its body asked for (an MCP tool). */
+  usage: UsagePricing | null = null
+  pricingModel: 'fixed' | 'rules' | 'usage' = 'fixed'
+  /** What a body-priced call bought (a tool name) for its call row, and its metric label; else null. */
+  label: string | null = null
+  metricLabel: string | null = null
+  /** The body's own way to refuse (an in-band PaymentRequired) instead of HTTP 402; and its receipt. */
+  paymentRequired: ((paymentRequiredJson: string) => BodyAnswer) | null = null
+  receiptInAnswer: ((settlementJson: string) => AnswerRewriter) | null = null
+  rewriter: AnswerRewriter | null = null
+  resizes = false
+  /** The endpoint as the cache held it when the request came in (undefined: not cached). */
+  readonly cached: LiveEndpoint | typeof NOT_FOUND | undefined
   /** The upstream's status once it answered below 500, while a usage-priced call's charge is measured. */
   servedStatus = 0
   captured = false
@@ -183,13 +200,18 @@ class MeteredCall implements ProxyHooks {
     this.requestId = requestIdFrom(req.getHeader('x-request-id'))
     this.method = req.getCaseSensitiveMethod().toUpperCase()
     this.subPath = req.getUrl().slice(3 + this.endpointId.length)
+    const cached = ctx.endpoints.get(this.endpointId)
+    this.cached = cached
     if (tracing.on) {
       this.span = startRequestSpan('metered call', req.getHeader('traceparent'), {
         'tollgate.endpoint_id': this.endpointId,
         'tollgate.request_id': this.requestId,
       })
     }
-    if (this.paymentHeader) {
+    // A paid request is forwarded; so may be an unpaid one whose price is read from its body (an MCP
+    // method that is free, or a payment carried in the body), and one to an endpoint not cached yet (the
+    // request dies with this callback).
+    if (this.paymentHeader || cached === undefined || (cached !== NOT_FOUND && cached.bodyPricing !== null)) {
       if (ctx.edge !== undefined) this.client = ctx.edge.clientKey(res, req)
       const query = req.getQuery()
       const headers: Array<[string, string]> = []
@@ -216,7 +238,7 @@ class MeteredCall implements ProxyHooks {
   start(): void {
     // --- hostile input: nothing is looked up, verified or claimed for an escaping path.
     if (this.escapingPath) return this.respondError('invalid_path')
-    const cached = this.ctx.endpoints.get(this.endpointId)
+    const cached = this.cached
     if (cached !== undefined) {
       cacheCounters.endpointHit.inc()
       this.withEndpoint(cached)
@@ -243,7 +265,53 @@ class MeteredCall implements ProxyHooks {
       })
     }
     this.endpoint = entry
-    const quote = entry.quoteFor(this.method, this.subPath)
+    if (entry.bodyPricing !== null) return this.priceByBody(entry.bodyPricing)
+    this.usage = entry.usage
+    this.pricingModel = entry.pricingModel
+    this.withQuote(entry.quoteFor(this.method, this.subPath))
+  }
+
+  /** The price is in the body (an MCP endpoint): read it whole, bounded, before a 402 or a forward. */
+  priceByBody(pricing: BodyPricing): void {
+    // Not read: the endpoint became body-priced after this request was taken (a change landed between).
+    const body = this.body
+    if (body === null) return this.respondUnavailable('the endpoint changed; retry', 'endpoint_changed')
+    body.whole(pricing.maxBytes).then((whole) => {
+      if (this.abort.aborted) return this.finishAborted()
+      if (whole === 'too_large')
+        return this.respondError('body_too_large', {
+          message: `the JSON-RPC body is larger than ${pricing.maxBytes} bytes`,
+        })
+      const price = pricing.price(this.method, whole)
+      if (price.ok === 'free') {
+        if (price.rewriter !== undefined) this.rewriter = price.rewriter()
+        return this.forwardUnpaid()
+      }
+      if (price.ok === 'refused') return this.respondRefused(price)
+      this.usage = price.usage
+      this.pricingModel = price.model
+      this.label = price.label
+      this.metricLabel = price.metricLabel
+      this.paymentRequired = price.paymentRequired
+      if (!this.paymentHeader && price.payment !== null) {
+        this.paymentHeader = price.payment
+        this.receiptInAnswer = price.receiptInAnswer
+      }
+      const forwardBody = price.forwardBody
+      // The payment read from the body is not forwarded (the MCP server has no use for it).
+      if (forwardBody !== null && body.rewrite(() => forwardBody))
+        setContentLength(this.forward!.headers, body.length)
+      this.withQuote(price.quote)
+    })
+  }
+
+  /** Free by the endpoint's own terms (a protocol method, a free tool): forwarded as is, nothing booked. */
+  forwardUnpaid(): void {
+    proxy(this.ctx.dispatcher, this.res, this.forward!, this.body!, this.endpoint!.target, this.abort, this)
+  }
+
+  withQuote(quote: Quote): void {
+    const entry = this.endpoint!
     this.quote = quote
     if (!this.paymentHeader) return this.respond402('payment_required')
     // The scheme that reads the payment verifies it against this request's price (src/schemes/).
@@ -417,7 +485,7 @@ class MeteredCall implements ProxyHooks {
       this.forward!.traceparent = traceparentOf(this.step)
     }
     this.receiptId = newId('rcpt')
-    if (this.endpoint!.usage !== null) this.startMeter()
+    if (this.usage !== null) this.startMeter()
     this.forwardedMs = performance.now()
     proxy(this.ctx.dispatcher, this.res, this.forward!, this.body!, this.endpoint!.target, this.abort, this)
   }
@@ -428,7 +496,7 @@ class MeteredCall implements ProxyHooks {
    */
   startMeter(): void {
     const endpoint = this.endpoint!
-    const usage = endpoint.usage!
+    const usage = this.usage!
     const forward = this.forward!
     let injected = false
     if (usage.unit === 'tokens' && asksForStreamUsage(endpoint.target.basePath + forward.pathAndQuery)) {
@@ -440,12 +508,19 @@ class MeteredCall implements ProxyHooks {
 
   /** ProxyHooks: the upstream's status is known, nothing is written yet. */
   onResponseHead(status: number, head: Buffer[]): Array<[string, string]> | Promise<Array<[string, string]>> {
-    const payment = this.payment!
+    const payment = this.payment
     this.headStatus = status
-    if (this.recorder !== null) this.rawHead = head
+    this.rawHead = head
     const meter = this.meter
     this.headMs = performance.now()
     if (this.step !== null) this.step.setAttribute('http.response.status_code', status)
+    if (payment === null) {
+      if (this.rewriter !== null) {
+        this.rewriter.onHead(head)
+        this.resizes = true
+      }
+      return [['x-request-id', this.requestId], ACAO, EXPOSE]
+    }
     if (meter !== null && status < 500) {
       // Usage pricing: charged when the answer ends, for what it measured.
       meter.onHead(head)
@@ -479,6 +554,12 @@ class MeteredCall implements ProxyHooks {
         })
       this.digest = createHash('sha256')
     }
+    if (this.receiptInAnswer !== null && signed !== null && this.headStatus < 500) {
+      // Paid in the body: the receipt goes back in the body too (x402 MCP transport).
+      this.rewriter = this.receiptInAnswer(Buffer.from(signed[1], 'base64').toString('utf8'))
+      this.rewriter.onHead(this.rawHead!)
+      this.resizes = true
+    }
     const ids: Array<[string, string]> = [
       ['x-request-id', this.requestId],
       ['x-receipt-id', this.receiptId!],
@@ -493,26 +574,35 @@ class MeteredCall implements ProxyHooks {
 
   /** ProxyHooks: a body chunk on its way out (a usage meter reads it, and may take an event out). */
   onResponseData(chunk: Buffer): Buffer {
-    const out = this.meter === null ? chunk : this.meter.onData(chunk)
-    if (this.digest !== null) {
-      this.digest.update(out)
-      this.bodyBytes += out.length
-    }
-    this.recorder?.data(out)
+    const metered = this.meter === null ? chunk : this.meter.onData(chunk)
+    // The receipt's digest and a kept answer read the bytes as delivered (after any rewrite).
+    const out = this.rewriter === null ? metered : this.rewriter.onData(metered)
+    this.delivered(out)
     return out
   }
 
   onResponseEnd(): Buffer | null {
     this.answerEnded = true
-    const tail = this.meter === null ? null : this.meter.onEnd()
-    if (tail !== null) {
-      if (this.digest !== null) {
-        this.digest.update(tail)
-        this.bodyBytes += tail.length
-      }
-      this.recorder?.data(tail)
+    const held = this.meter === null ? null : this.meter.onEnd()
+    const rewriter = this.rewriter
+    let tail = held
+    if (rewriter !== null) {
+      const last = held === null ? null : rewriter.onData(held)
+      const rest = rewriter.onEnd()
+      if (last === null || last.length === 0) tail = rest
+      else tail = rest === null ? last : Buffer.concat([last, rest])
     }
+    if (tail !== null) this.delivered(tail)
     return tail
+  }
+
+  /** Bytes on their way to the client: digested for the signed receipt, kept for a payment-identifier retry. */
+  delivered(bytes: Buffer): void {
+    if (this.digest !== null) {
+      this.digest.update(bytes)
+      this.bodyBytes += bytes.length
+    }
+    this.recorder?.data(bytes)
   }
 
   capture(status: number, chargeAtomic: bigint, usage: UsageRecord | null): void {
@@ -522,12 +612,17 @@ class MeteredCall implements ProxyHooks {
       callId: newId('call'),
       status,
       chargeAtomic,
-      pricingModel: this.endpoint!.pricingModel,
+      pricingModel: this.pricingModel,
       usage,
       receiptId: this.receiptId,
+      tool: this.label,
     })
     callsCaptured.inc()
     capturedAtomic.inc(Number(chargeAtomic))
+    if (this.metricLabel !== null) {
+      mcpToolCalls.labels(this.metricLabel).inc()
+      mcpToolRevenueAtomic.labels(this.metricLabel).inc(Number(chargeAtomic))
+    }
   }
 
   /**
@@ -602,21 +697,23 @@ class MeteredCall implements ProxyHooks {
     // it (it could not be reached, or answered 5xx; see upstreamFailed). A client that left while the upstream was working may
     // have been served: that claim stays held, is in doubt once its lease runs out, and is refunded at the
     // end of its window rather than served again. What a call in doubt costs is its scheme's to say (Payment.doubt).
-    const payment = this.payment!
-    if (this.servedStatus !== 0) this.captureUsage(outcome)
-    const released = !this.captured && upstreamFailed(outcome)
-    if (released) payment.release()
-    else if (!this.captured) payment.doubt(this.callFacts())
-    this.ctx.observed?.record({
-      endpointId: this.endpointId,
-      payer: payment.payer,
-      served: this.captured,
-      upstreamMs: this.headMs === 0 ? null : this.headMs - this.forwardedMs,
-    })
-    // Only an answer delivered whole has a digest to sign: a partial one says so on its receipt.
-    if (this.digest !== null && outcome.kind === 'responded')
-      this.ctx.observed?.delivered(this.receiptId!, this.digest.digest('hex'), this.bodyBytes)
-    if (this.paidId !== null) this.keepAnswer(outcome, released)
+    const payment = this.payment
+    if (payment !== null) {
+      if (this.servedStatus !== 0) this.captureUsage(outcome)
+      const released = !this.captured && upstreamFailed(outcome)
+      if (released) payment.release()
+      else if (!this.captured) payment.doubt(this.callFacts())
+      this.ctx.observed?.record({
+        endpointId: this.endpointId,
+        payer: payment.payer,
+        served: this.captured,
+        upstreamMs: this.headMs === 0 ? null : this.headMs - this.forwardedMs,
+      })
+      // Only an answer delivered whole has a digest to sign: a partial one says so on its receipt.
+      if (this.digest !== null && outcome.kind === 'responded')
+        this.ctx.observed?.delivered(this.receiptId!, this.digest.digest('hex'), this.bodyBytes)
+      if (this.paidId !== null) this.keepAnswer(outcome, released)
+    }
     let reason: string | undefined
     if (outcome.kind === 'upstream_error') {
       upstreamErrors.labels(outcome.code).inc()
@@ -678,6 +775,12 @@ class MeteredCall implements ProxyHooks {
   }
 
   respond402(reason: string, retryAfterMs?: number, requiredHeader?: string): void {
+    if (this.paymentRequired !== null) {
+      // Answered in-band (x402 MCP transport): the PaymentRequired the v2 header would carry, in the body.
+      count402(reason)
+      const required = `{"x402Version":2,"error":"${reason}"${this.quote!.challenge.v2Rest}`
+      return this.respondRefused({ ok: 'refused', ...this.paymentRequired(required) }, reason)
+    }
     // A body we will not forward may have paused the client's socket: let it go.
     this.body?.release()
     // A proof that did not pay counts against its client's unpaid limit (one without a proof already did).
@@ -712,6 +815,20 @@ class MeteredCall implements ProxyHooks {
       res.writeHeader('x-request-id', this.requestId)
       for (const [name, value] of answer.headers) res.writeHeader(name, value)
       res.end(answer.body)
+    })
+  }
+
+  /** The endpoint refused the body before anything was forwarded (an MCP body that is not JSON-RPC). */
+  respondRefused(refusal: Extract<BodyPrice, { ok: 'refused' }>, reason = 'invalid_body'): void {
+    this.body?.release()
+    this.finish(Number.parseInt(refusal.status, 10), reason)
+    const res = this.res
+    const requestId = this.requestId
+    res.cork(() => {
+      res.writeStatus(refusal.status).writeHeader('content-type', refusal.contentType)
+      res.writeHeader('x-request-id', requestId)
+      res.writeHeader('access-control-allow-origin', '*')
+      res.end(refusal.body)
     })
   }
 

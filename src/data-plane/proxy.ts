@@ -73,6 +73,8 @@ export interface ProxyHooks {
   /** Each body chunk on its way to the client: returns what to send (a usage meter may take out an event).
    * Only a chunked answer may be changed: a sized one must come back as it went in. */
   onResponseData?(chunk: Buffer): Buffer
+  /** Set by onResponseHead when onResponseData changes the answer's length: it is sent unsized. */
+  resizes?: boolean
   /** The body ended: anything still held back by onResponseData, sent before the end. */
   onResponseEnd?(): Buffer | null
   /** Called exactly once with the final outcome. */
@@ -536,7 +538,7 @@ class Forward implements Dispatcher.DispatchHandler {
       // endWithoutBody(length) leaves this uWS build's response pending forever: write it as a header.
       if (length >= 0 && status !== 204) res.writeHeader('content-length', String(length))
     } else {
-      this.#total = length
+      this.#total = this.#hooks.resizes === true ? -1 : length
     }
   }
 

@@ -22,6 +22,9 @@ export class RequestBody implements AsyncIterableIterator<Buffer> {
   #detached = false
   #failure: Error | null = null
   #resolve: ((result: IteratorResult<Buffer>) => void) | null = null
+  /** whole(): waits for the last byte, refusing past its bound instead of pausing the client. */
+  #wholeWaiter: ((whole: Buffer | null | 'too_large') => void) | null = null
+  #wholeMaxBytes = 0
   #reject: ((err: Error) => void) | null = null
 
   constructor(res: HttpResponse, maxBufferedBytes: number) {
@@ -48,7 +51,14 @@ export class RequestBody implements AsyncIterableIterator<Buffer> {
       } else {
         this.#chunks.push(copy)
         this.#bufferedBytes += copy.length
-        if (!this.#paused && this.#bufferedBytes > this.#maxBufferedBytes) {
+        if (this.#wholeWaiter !== null) {
+          if (this.#bufferedBytes > this.#wholeMaxBytes) {
+            const done = this.#wholeWaiter
+            this.#wholeWaiter = null
+            done('too_large')
+            return
+          }
+        } else if (!this.#paused && this.#bufferedBytes > this.#maxBufferedBytes) {
           this.#paused = true
           this.#res.pause()
         }
@@ -56,6 +66,11 @@ export class RequestBody implements AsyncIterableIterator<Buffer> {
     }
     if (isLast) {
       this.#complete = true
+      const whole = this.#wholeWaiter
+      if (whole !== null) {
+        this.#wholeWaiter = null
+        whole(this.#peekAll())
+      }
       const resolve = this.#resolve
       if (resolve !== null) {
         this.#resolve = this.#reject = null
@@ -78,6 +93,27 @@ export class RequestBody implements AsyncIterableIterator<Buffer> {
     this.#chunks = [next]
     this.#bufferedBytes = next.length
     return true
+  }
+
+  /**
+   * Waits for the whole body (a price that depends on it), up to maxBytes: past that, 'too_large' (the
+   * caller refuses it and releases the rest). The body stays buffered for proxy(); null when empty.
+   */
+  whole(maxBytes: number): Promise<Buffer | null | 'too_large'> {
+    if (this.#bufferedBytes > maxBytes) return Promise.resolve('too_large')
+    if (this.#complete || this.#detached) return Promise.resolve(this.#peekAll())
+    this.#wholeMaxBytes = maxBytes
+    // A client paused under the usual buffering bound would never send the rest: read on to maxBytes.
+    this.#resumeClient()
+    return new Promise((resolve) => {
+      this.#wholeWaiter = resolve
+    })
+  }
+
+  #peekAll(): Buffer | null {
+    if (this.#chunks.length === 0) return null
+    if (this.#chunks.length > 1) this.#chunks = [Buffer.concat(this.#chunks)]
+    return this.#chunks[0]!
   }
 
   /** The whole body once complete, as one buffer (no copy when it came in one chunk), or null if empty. */
@@ -145,6 +181,11 @@ export class RequestBody implements AsyncIterableIterator<Buffer> {
 
   #detach(): void {
     this.#detached = true
+    const whole = this.#wholeWaiter
+    if (whole !== null) {
+      this.#wholeWaiter = null
+      whole(null)
+    }
     this.#chunks = []
     this.#bufferedBytes = 0
   }

@@ -13,6 +13,8 @@ export interface CallRow {
   fee_atomic: bigint
   upstream_status: number
   method: string
+  /** The MCP tool a paid `tools/call` named; null for HTTP calls. */
+  tool: string | null
   created_at: Date
 }
 
@@ -27,17 +29,19 @@ export async function listCalls(
     status?: { from: number; to: number } | null
     createdGte?: Date | null
     createdLt?: Date | null
+    tool?: string | null
   },
 ): Promise<CallRow[]> {
   return db<CallRow[]>`
     SELECT id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic, fee_atomic,
-           upstream_status, method, created_at
+           upstream_status, method, tool, created_at
     FROM calls
     WHERE account_id = ${q.accountId}
     ${q.endpointId ? db`AND endpoint_id = ${q.endpointId}` : db``}
     ${q.status ? db`AND upstream_status >= ${q.status.from} AND upstream_status < ${q.status.to}` : db``}
     ${q.createdGte ? db`AND created_at >= ${q.createdGte}` : db``}
     ${q.createdLt ? db`AND created_at < ${q.createdLt}` : db``}
+    ${q.tool ? db`AND tool = ${q.tool}` : db``}
     ${afterCursor(db, 'calls', q.startingAfter, q.accountId)}
     ORDER BY created_at DESC, id DESC
     LIMIT ${q.limit}`
@@ -62,7 +66,7 @@ export interface ReceiptRow extends CallRow {
 export async function findReceipt(db: Sql | Tx, receiptId: string): Promise<ReceiptRow | null> {
   const [row] = await db<ReceiptRow[]>`
     SELECT id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic, fee_atomic,
-           upstream_status, method, created_at, receipt_id, scheme, pricing_model, usage_unit, usage,
+           upstream_status, method, tool, created_at, receipt_id, scheme, pricing_model, usage_unit, usage,
            ceiling_atomic, refund_atomic
     FROM calls WHERE receipt_id = ${receiptId}`
   return row ?? null

@@ -197,6 +197,20 @@ export const usageCapped = new client.Counter({
   registers: [registry],
 })
 
+export const mcpToolRevenueAtomic = new client.Counter({
+  name: 'tollgate_mcp_tool_revenue_atomic_total',
+  help: 'USDC base units captured from paid MCP tools/call, by tool (names merchants configured; any other tool is "other").',
+  labelNames: ['tool'],
+  registers: [registry],
+})
+
+export const mcpToolCalls = new client.Counter({
+  name: 'tollgate_mcp_tool_calls_total',
+  help: 'Paid MCP tools/call captured, by tool (names merchants configured; any other tool is "other").',
+  labelNames: ['tool'],
+  registers: [registry],
+})
+
 export const payoutBatches = new client.Counter({
   name: 'tollgate_payouts_batches_total',
   help: 'Payout batches run, by outcome.',

@@ -125,6 +125,7 @@ export class ClaimedPayment implements Payment {
       },
       scheme: this.scheme,
       receiptId: call.receiptId,
+      tool: call.tool ?? null,
     })
     this.deps.usedProofs.set(this.proofKey, true)
   }

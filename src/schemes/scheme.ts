@@ -105,6 +105,8 @@ export interface ServedCall extends CallFacts {
   usage: UsageRecord | null
   /** The receipt id the answer carried. */
   receiptId: string | null
+  /** What a body-priced call bought (the MCP tool a `tools/call` named); null otherwise. */
+  tool?: string | null
 }
 
 /**

@@ -19,6 +19,7 @@ export const CallObject = v.strictObject({
   fee_atomic: Atomic,
   upstream_status: v.number(),
   method: v.string(),
+  tool: v.pipe(v.nullable(v.string()), v.description('the MCP tool a paid tools/call named; null otherwise')),
   created_at: Timestamp,
 })
 
@@ -35,6 +36,7 @@ export function presentCall(c: CallRow): v.InferOutput<typeof CallObject> {
     fee_atomic: c.fee_atomic.toString(),
     upstream_status: c.upstream_status,
     method: c.method,
+    tool: c.tool ?? null,
     created_at: c.created_at.toISOString(),
   }
 }
@@ -49,6 +51,7 @@ export const callRoutes: Route[] = [
       list: true,
       query: {
         endpoint_id: v.optional(v.string()),
+        tool: v.optional(v.string()),
         upstream_status: v.optional(
           v.pipe(v.string(), v.description('a status class (2xx, 3xx, 4xx) or one status, e.g. 404')),
         ),
@@ -63,12 +66,17 @@ export const callRoutes: Route[] = [
       if (endpointId !== null && !/^ep_[0-9A-Za-z]+$/.test(endpointId)) {
         throw new ApiError('invalid_parameter', 'endpoint_id: must be an endpoint id', 'endpoint_id')
       }
+      const tool = query.get('tool')
+      if (tool !== null && !/^[A-Za-z0-9_./-]{1,128}$/.test(tool)) {
+        throw new ApiError('invalid_parameter', 'tool: must be an MCP tool name', 'tool')
+      }
       const rows = await listCalls(db, {
         accountId: account.id,
         endpointId,
         status: readStatusFilter(query.get('upstream_status')),
         createdGte: readTime(query, 'created_gte'),
         createdLt: readTime(query, 'created_lt'),
+        tool,
         limit: page.limit + 1,
         startingAfter: page.startingAfter,
       })

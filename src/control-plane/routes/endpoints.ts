@@ -12,6 +12,15 @@ import {
 import { DiscoveryInput, type StoredDiscovery } from '../../discovery/listing.ts'
 import { ApiError } from '../../errors.ts'
 import { newId } from '../../ids.ts'
+import {
+  McpInput,
+  McpObject,
+  type McpPricing,
+  mcpFromStored,
+  mcpToStored,
+  presentMcp,
+  readMcp,
+} from '../../mcp/config.ts'
 import { configDollars, parseDollars, toDollars } from '../../money.ts'
 import {
   PricingError,
@@ -66,8 +75,18 @@ const TimeoutMs = v.nullable(
 const OptionalText = (max: number) =>
   v.optional(v.nullable(v.pipe(v.string('must be a string'), v.maxLength(max))))
 
+const Kind = v.pipe(
+  v.picklist(['http', 'mcp'], 'must be "http" or "mcp"'),
+  v.description(
+    'http (default): priced by price or pricing. mcp: a Streamable HTTP MCP server; `tools/call` is ' +
+      'priced per tool by `mcp`, protocol methods pass free',
+  ),
+)
+
 const CreateBody = v.strictObject({
   upstream_url: v.pipe(v.string('must be a string'), v.maxLength(2048)),
+  kind: v.optional(Kind),
+  mcp: v.optional(McpInput),
   /** One fixed price per call; the same as pricing {"model":"fixed"}. One of price and pricing is required. */
   price: v.optional(Price),
   pricing: v.optional(PricingInput),
@@ -85,6 +104,8 @@ const CreateBody = v.strictObject({
 
 const UpdateBody = v.strictObject({
   upstream_url: v.optional(v.pipe(v.string('must be a string'), v.maxLength(2048))),
+  /** kind mcp only: replaces the per-tool prices. */
+  mcp: v.optional(McpInput),
   /** A fixed price alone turns the pricing back to fixed. */
   price: v.optional(Price),
   pricing: v.optional(PricingInput),
@@ -138,6 +159,16 @@ function storedDiscovery(d: DiscoveryInput | null | undefined): StoredDiscovery 
   return Object.fromEntries(Object.entries(d).filter(([, x]) => x !== undefined)) as StoredDiscovery
 }
 
+/** `mcp` read into base units, with errors naming the field. */
+function readMcpInput(input: McpInput, deps: ControlPlaneDeps): McpPricing {
+  try {
+    return readMcp(input, configDollars(deps.config.proxy.max_price))
+  } catch (err) {
+    if (err instanceof PricingError) throw new ApiError('invalid_parameter', err.message, err.param)
+    throw err
+  }
+}
+
 async function readUpstreamUrl(raw: string, deps: ControlPlaneDeps): Promise<string> {
   const checked = await checkTargetUrl(raw, { allowPrivate: deps.config.proxy.allow_private_upstreams })
   if (!checked.ok) {
@@ -160,6 +191,8 @@ export const EndpointObject = v.strictObject({
   name: v.nullable(v.string()),
   description: v.nullable(v.string()),
   upstream_url: v.string(),
+  kind: v.picklist(['http', 'mcp']),
+  mcp: McpObject,
   upstream_headers: v.pipe(
     v.record(v.string(), v.string()),
     v.description('values masked: only the last 4 characters are shown'),
@@ -195,6 +228,8 @@ export function presentEndpoint(
     name: e.name,
     description: e.description,
     upstream_url: e.upstream_url,
+    kind: e.mcp === null ? 'http' : 'mcp',
+    mcp: e.mcp === null ? null : presentMcp(mcpFromStored(e.mcp)),
     upstream_headers: maskHeaders(e.upstream_headers),
     price: toDollars(e.price_atomic),
     price_atomic: e.price_atomic.toString(),
@@ -236,7 +271,29 @@ export const endpointRoutes: Route[] = [
     },
     async handler({ body, account, db, deps }) {
       const input = parseBody(CreateBody, body)
-      const pricing = readPricingInput(input, deps)
+      let mcp: McpPricing | null = null
+      let pricing: Pricing | undefined
+      if (input.kind === 'mcp') {
+        if (input.price !== undefined || input.pricing !== undefined)
+          throw new ApiError(
+            'invalid_parameter',
+            'kind mcp is priced per tool: set mcp.tools and mcp.default_price, not price or pricing',
+            input.price !== undefined ? 'price' : 'pricing',
+          )
+        if (input.mcp === undefined)
+          throw new ApiError(
+            'invalid_parameter',
+            'missing field mcp (kind mcp needs mcp.default_price)',
+            'mcp',
+          )
+        mcp = readMcpInput(input.mcp, deps)
+        // The headline price of an MCP endpoint is what an unlisted tool costs.
+        pricing = { model: 'fixed', priceAtomic: mcp.defaultAtomic }
+      } else {
+        if (input.mcp !== undefined)
+          throw new ApiError('invalid_parameter', 'mcp goes with kind "mcp" only', 'mcp')
+        pricing = readPricingInput(input, deps)
+      }
       if (pricing === undefined)
         throw new ApiError('invalid_parameter', 'missing field price (or pricing)', 'price')
       const upstreamUrl = await readUpstreamUrl(input.upstream_url, deps)
@@ -249,6 +306,7 @@ export const endpointRoutes: Route[] = [
         upstreamHeaders: input.upstream_headers ?? {},
         priceAtomic: headlinePrice(pricing),
         pricing: pricingToStored(pricing),
+        mcp: mcp === null ? null : mcpToStored(mcp),
         timeoutMs: input.timeout_ms ?? null,
         batchSettlement: input.batch_settlement ?? false,
         listed: input.listed ?? false,
@@ -315,8 +373,21 @@ export const endpointRoutes: Route[] = [
       if (input.discovery !== undefined) changes.discovery = storedDiscovery(input.discovery)
       if (input.status !== undefined) changes.status = input.status
       if (input.active !== undefined) changes.status = input.active ? 'active' : 'disabled'
+      const mcp = input.mcp === undefined ? undefined : readMcpInput(input.mcp, deps)
       const updated = await deps.sql.begin(async (tx) => {
         const current = await ownedOr404({ db: tx, account: ctx.account }, ctx.params.id!)
+        if (current.mcp !== null && pricing !== undefined)
+          throw new ApiError(
+            'invalid_parameter',
+            'an MCP endpoint is priced per tool: change mcp, not price or pricing',
+            input.price !== undefined ? 'price' : 'pricing',
+          )
+        if (current.mcp === null && mcp !== undefined)
+          throw new ApiError('invalid_parameter', 'mcp goes with kind "mcp" endpoints only', 'mcp')
+        if (mcp !== undefined) {
+          changes.mcp = mcpToStored(mcp)
+          changes.priceAtomic = mcp.defaultAtomic
+        }
         return updateEndpoint(tx, current, changes, deps.config.proxy.quote_ttl_ms)
       })
       await deps.onEndpointChanged(ctx.params.id!)

@@ -251,6 +251,7 @@ class VoucherPayment implements Payment {
               upstreamStatus: served.status,
               method: facts.method,
               receiptId: served.receiptId,
+              tool: served.tool ?? null,
               pricing: {
                 model: served.pricingModel,
                 unit: served.usage?.unit ?? null,

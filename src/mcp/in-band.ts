@@ -1,0 +1,103 @@
+// The x402 MCP transport (coinbase/x402 specs/transports-v2/mcp.md, read at commit 457c163): an unpaid
+// tools/call is answered with a tool result `isError: true` holding the PaymentRequired (structuredContent,
+// and `{"x402/error":{code:402,…}}` in content[0].text); a paid one gets the settlement in its result's
+// `_meta["x402/payment-response"]`, written into the server's JSON or SSE answer on its way out.
+import { StringDecoder } from 'node:string_decoder'
+import type { AnswerRewriter, BodyAnswer } from '../pricing/body-price.ts'
+
+/** The most of a plain JSON answer held to add the receipt; a longer one passes unchanged. */
+const JSON_HOLD_MAX_CHARS = 4 * 1024 * 1024
+
+export function paymentRequiredResult(id: string | number | null, paymentRequiredJson: string): BodyAnswer {
+  const required = JSON.parse(paymentRequiredJson) as { error?: string }
+  const wrapped = {
+    'x402/error': { code: 402, message: required.error ?? 'payment_required', data: required },
+  }
+  return {
+    // A JSON-RPC answer: the HTTP exchange itself succeeded.
+    status: '200 OK',
+    contentType: 'application/json',
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id,
+      result: {
+        isError: true,
+        structuredContent: required,
+        content: [{ type: 'text', text: JSON.stringify(wrapped) }],
+      },
+    }),
+  }
+}
+
+/** Adds `_meta["x402/payment-response"]` to the result answering request `id`, in JSON or SSE. */
+export function receiptRewriter(id: string | number | null, settlement: unknown): ResultRewriter {
+  return new ResultRewriter(id, (result) => {
+    const meta = (typeof result._meta === 'object' && result._meta !== null ? result._meta : {}) as object
+    result._meta = { ...meta, 'x402/payment-response': settlement }
+  })
+}
+
+/** Changes the result answering request `id` on its way out, in a JSON or an SSE answer. */
+export class ResultRewriter implements AnswerRewriter {
+  private sse = false
+  private decoder = new StringDecoder('utf8')
+  private held = ''
+  private overflow = false
+
+  constructor(
+    private readonly id: string | number | null,
+    private readonly edit: (result: Record<string, unknown>) => void,
+  ) {}
+
+  onHead(head: Buffer[]): void {
+    for (let i = 0; i < head.length; i += 2)
+      if (head[i]!.toString('latin1').toLowerCase() === 'content-type')
+        this.sse = head[i + 1]!.toString('latin1').toLowerCase().includes('text/event-stream')
+  }
+
+  onData(chunk: Buffer): Buffer {
+    if (this.overflow) return chunk
+    this.held += this.decoder.write(chunk)
+    if (!this.sse) {
+      if (this.held.length <= JSON_HOLD_MAX_CHARS) return EMPTY
+      this.overflow = true
+      const all = Buffer.from(this.held)
+      this.held = ''
+      return all
+    }
+    // SSE: pass every complete event on (the one answering the call with the receipt), hold the rest.
+    const end = Math.max(this.held.lastIndexOf('\n\n'), this.held.lastIndexOf('\r\n\r\n'))
+    if (end < 0) return EMPTY
+    const cut = this.held[end] === '\r' ? end + 4 : end + 2
+    const done = this.held.slice(0, cut)
+    this.held = this.held.slice(cut)
+    return Buffer.from(
+      done.replace(/^data: ?(.*)$/gm, (line, data: string) => this.withReceipt(data) ?? line),
+    )
+  }
+
+  onEnd(): Buffer | null {
+    const rest = this.held + this.decoder.end()
+    this.held = ''
+    if (this.overflow || rest.length === 0) return rest.length === 0 ? null : Buffer.from(rest)
+    if (this.sse) return Buffer.from(rest)
+    return Buffer.from(this.withReceipt(rest, false) ?? rest)
+  }
+
+  /** The message with its result changed, or null when it is not the answer to the call. */
+  private withReceipt(text: string, sse = true): string | null {
+    let msg: Record<string, unknown>
+    try {
+      msg = JSON.parse(text)
+    } catch {
+      return null
+    }
+    if (typeof msg !== 'object' || msg === null || msg.id !== this.id) return null
+    const result = msg.result as Record<string, unknown> | undefined
+    if (typeof result !== 'object' || result === null) return null
+    this.edit(result)
+    return sse ? `data: ${JSON.stringify(msg)}` : JSON.stringify(msg)
+  }
+}
+
+const EMPTY = Buffer.alloc(0)

@@ -1,0 +1,92 @@
+// What an MCP JSON-RPC request asks for, read from its body once: a protocol method (free), a `tools/call`
+// of a named tool, or something that is not a JSON-RPC request (refused with the JSON-RPC error for it).
+
+/** The most of a JSON-RPC body read: tool arguments larger than this are refused with 413. */
+export const MCP_BODY_MAX_BYTES = 1024 * 1024
+
+export type McpRequest =
+  | { kind: 'protocol' }
+  /** tools/list alone (not in a batch): its answer is annotated with each tool's price. */
+  | { kind: 'tools_list'; id: string | number | null }
+  /** `payment`: the x402 PaymentPayload in params._meta["x402/payment"] (x402 MCP transport), if any. */
+  | { kind: 'tool_call'; name: string; id: string | number | null; payment: object | null }
+  | { kind: 'invalid'; code: number; message: string; id: string | number | null }
+
+export const PARSE_ERROR = -32700
+export const INVALID_REQUEST = -32600
+export const INVALID_PARAMS = -32602
+
+/** Reads one JSON-RPC body (a message, or a batch of them). */
+export function readMcpRequest(body: Buffer | null): McpRequest {
+  let doc: unknown
+  try {
+    doc = JSON.parse(body === null ? '' : body.toString('utf8'))
+  } catch {
+    return { kind: 'invalid', code: PARSE_ERROR, message: 'Parse error: the body is not JSON', id: null }
+  }
+  if (!Array.isArray(doc)) return readMessage(doc)
+  // Batches (JSON-RPC 2.0; MCP 2025-03-26): protocol messages pass together; a priced call must come alone,
+  // so that one payment pays for one call and its receipt names one tool.
+  if (doc.length === 0)
+    return { kind: 'invalid', code: INVALID_REQUEST, message: 'Invalid Request: empty batch', id: null }
+  for (const m of doc) {
+    const one = readMessage(m)
+    if (one.kind === 'invalid') return one
+    if (one.kind === 'tool_call')
+      return {
+        kind: 'invalid',
+        code: INVALID_REQUEST,
+        message: 'Invalid Request: tools/call is priced per call here; send it alone, not in a batch',
+        id: null,
+      }
+  }
+  return { kind: 'protocol' }
+}
+
+function readMessage(m: unknown): McpRequest {
+  if (typeof m !== 'object' || m === null || Array.isArray(m))
+    return { kind: 'invalid', code: INVALID_REQUEST, message: 'Invalid Request: not an object', id: null }
+  const msg = m as Record<string, unknown>
+  const id = typeof msg.id === 'string' || typeof msg.id === 'number' ? msg.id : null
+  if (msg.jsonrpc !== '2.0')
+    return { kind: 'invalid', code: INVALID_REQUEST, message: 'Invalid Request: jsonrpc must be "2.0"', id }
+  if (typeof msg.method !== 'string') {
+    // A client's answer to a server request (sampling, elicitation) carries result or error, no method.
+    if (msg.id !== undefined && ('result' in msg || 'error' in msg)) return { kind: 'protocol' }
+    return { kind: 'invalid', code: INVALID_REQUEST, message: 'Invalid Request: no method', id }
+  }
+  if (msg.method === 'tools/list') return { kind: 'tools_list', id }
+  if (msg.method !== 'tools/call') return { kind: 'protocol' }
+  const params = msg.params
+  const name =
+    typeof params === 'object' && params !== null ? (params as Record<string, unknown>).name : undefined
+  if (typeof name !== 'string')
+    return {
+      kind: 'invalid',
+      code: INVALID_PARAMS,
+      message: 'Invalid params: tools/call needs params.name',
+      id,
+    }
+  const meta = (params as Record<string, unknown>)._meta
+  const payment =
+    typeof meta === 'object' && meta !== null ? (meta as Record<string, unknown>)['x402/payment'] : undefined
+  return {
+    kind: 'tool_call',
+    name,
+    id,
+    payment: typeof payment === 'object' && payment !== null ? payment : null,
+  }
+}
+
+/** The request without its in-band payment: the MCP server has no use for a signed authorization. */
+export function withoutPayment(body: Buffer): Buffer {
+  const msg = JSON.parse(body.toString('utf8'))
+  delete msg.params._meta['x402/payment']
+  if (Object.keys(msg.params._meta).length === 0) delete msg.params._meta
+  return Buffer.from(JSON.stringify(msg))
+}
+
+/** A JSON-RPC error response as text. */
+export function errorResponse(code: number, message: string, id: string | number | null): string {
+  return JSON.stringify({ jsonrpc: '2.0', id, error: { code, message } })
+}

@@ -1,0 +1,127 @@
+// An MCP endpoint's price for one request, read from its JSON-RPC body: protocol methods and free tools
+// pass free; a `tools/call` pays its tool's price, or the default (a tool the merchant did not name);
+// anything else is answered with its JSON-RPC error and nothing is forwarded.
+
+import { toDollars } from '../money.ts'
+import type { BodyPrice, BodyPricing } from '../pricing/body-price.ts'
+import { presentPricing } from '../pricing/input.ts'
+import { headlinePrice, type Pricing } from '../pricing/model.ts'
+import type { Quote } from '../schemes/scheme.ts'
+import type { McpPricing } from './config.ts'
+import { paymentRequiredResult, ResultRewriter, receiptRewriter } from './in-band.ts'
+import { errorResponse, MCP_BODY_MAX_BYTES, readMcpRequest, withoutPayment } from './json-rpc.ts'
+
+const FREE: BodyPrice = { ok: 'free' }
+const JSON_TYPE = 'application/json'
+
+/**
+ * @param quote the 402 of one price, built once per tool here (not per request): `tool` names it in the
+ * challenge's description; null for the default price.
+ */
+export function mcpBodyPricing(
+  mcp: McpPricing,
+  quote: (amountAtomic: bigint, varies: boolean, tool: string | null) => Quote,
+): BodyPricing {
+  const priced = new Map<string, BodyPrice>()
+  for (const [name, p] of mcp.tools)
+    priced.set(name, pricedAt(p, quote(headlinePrice(p), p.model === 'usage', name), name))
+  const defaultQuote = quote(mcp.defaultAtomic, false, null)
+  const byDefault = new Map<string, BodyPrice>()
+  const notes = new Map<string, object>()
+  for (const [name, p] of mcp.tools) notes.set(name, priceNote(p))
+  for (const name of mcp.freeTools) notes.set(name, { free: true })
+  const otherNote = mcp.unknownToolsFree
+    ? { free: true }
+    : priceNote({ model: 'fixed', priceAtomic: mcp.defaultAtomic })
+  /** Each listed tool's price in its _meta["tollgate/price"]; the server's schema is left as it is. */
+  const annotate = (result: Record<string, unknown>) => {
+    if (!Array.isArray(result.tools)) return
+    for (const tool of result.tools as Array<Record<string, unknown>>) {
+      if (typeof tool !== 'object' || tool === null || typeof tool.name !== 'string') continue
+      const meta = typeof tool._meta === 'object' && tool._meta !== null ? tool._meta : {}
+      tool._meta = { ...meta, 'tollgate/price': notes.get(tool.name) ?? otherNote }
+    }
+  }
+  return {
+    maxBytes: MCP_BODY_MAX_BYTES,
+    price(method, body) {
+      // GET opens the server's SSE stream, DELETE ends a session: no JSON-RPC call to price.
+      if (method !== 'POST') return FREE
+      const req = readMcpRequest(body)
+      if (req.kind === 'protocol') return FREE
+      if (req.kind === 'tools_list')
+        return { ok: 'free', rewriter: () => new ResultRewriter(req.id, annotate) }
+      if (req.kind === 'invalid')
+        return {
+          ok: 'refused',
+          status: '400 Bad Request',
+          contentType: JSON_TYPE,
+          body: errorResponse(req.code, req.message, req.id),
+        }
+      const known = priced.get(req.name)
+      if (known !== undefined) return inBand(known, req.id, req.payment, body)
+      if (mcp.freeTools.has(req.name) || mcp.unknownToolsFree) return FREE
+      // A tool the merchant did not name costs the default; its name goes on the call row as given
+      // (the metrics fold it into "other"). The map is bounded by what is kept: names are 1 line each.
+      let p = byDefault.get(req.name)
+      if (p === undefined) {
+        p = {
+          ok: 'priced',
+          quote: defaultQuote,
+          usage: null,
+          model: 'fixed',
+          label: req.name.slice(0, 128),
+          metricLabel: 'other',
+          payment: null,
+          forwardBody: null,
+          paymentRequired: null,
+          receiptInAnswer: null,
+        }
+        if (byDefault.size < 1000) byDefault.set(req.name, p)
+      }
+      return inBand(p, req.id, req.payment, body)
+    },
+  }
+
+  /**
+   * The x402 MCP transport: a payment in params._meta is read like a payment header, its receipt goes into
+   * the result's _meta, and refusals are answered in-band when the endpoint says so or the call paid in-band.
+   */
+  function inBand(
+    p: BodyPrice,
+    id: string | number | null,
+    payment: object | null,
+    body: Buffer | null,
+  ): BodyPrice {
+    if (p.ok !== 'priced' || (payment === null && !mcp.inBand)) return p
+    return {
+      ...p,
+      payment: payment === null ? null : Buffer.from(JSON.stringify(payment)).toString('base64'),
+      forwardBody: payment === null || body === null ? null : withoutPayment(body),
+      paymentRequired: (required) => paymentRequiredResult(id, required),
+      receiptInAnswer: payment === null ? null : (settlement) => receiptRewriter(id, JSON.parse(settlement)),
+    }
+  }
+}
+
+/** A tool's price as tools/list shows it (dollars, and base units for the fixed price or the ceiling). */
+function priceNote(p: Pricing): object {
+  if (p.model === 'fixed')
+    return { free: false, price: toDollars(p.priceAtomic), amount_atomic: p.priceAtomic.toString() }
+  return { free: false, ...presentPricing(p), amount_atomic: headlinePrice(p).toString() }
+}
+
+function pricedAt(p: Pricing, quote: Quote, name: string): BodyPrice {
+  return {
+    ok: 'priced',
+    quote,
+    usage: p.model === 'usage' ? p : null,
+    model: p.model === 'usage' ? 'usage' : 'fixed',
+    label: name,
+    metricLabel: name,
+    payment: null,
+    forwardBody: null,
+    paymentRequired: null,
+    receiptInAnswer: null,
+  }
+}
