@@ -271,7 +271,7 @@
 
   const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']
   const UNITS = { tokens: 'Tokens', response_bytes: 'Response bytes', duration_ms: 'Duration' }
-  // The rates each unit reads (the API says which it requires); tokens may fall back to per-MB.
+  // The rates each unit reads (the API says which it requires).
   const UNIT_FIELDS = {
     tokens: [
       'input_price_per_million',
@@ -415,11 +415,15 @@
       for (const [k, g] of Object.entries(groups)) g.hidden = k !== model.value
       for (const [k, input] of Object.entries(rates))
         input.parentElement.hidden = !UNIT_FIELDS[unit.value].includes(k)
+      // Tokens read a per-MB price only to charge an answer without usage by its size.
+      if (unit.value === 'tokens')
+        rates.price_per_mb.parentElement.hidden = onMissing.value !== 'response_bytes'
       onMissing.parentElement.hidden = unit.value !== 'tokens'
       if (model.value === 'rules' && rulesBody.children.length === 0) addRule()
     }
     model.addEventListener('change', show)
     unit.addEventListener('change', show)
+    onMissing.addEventListener('change', show)
     root.replaceChildren(
       h(
         'fieldset',
