@@ -76,6 +76,8 @@
       super(body?.error?.message || `request failed (${status})`)
       this.status = status
       this.code = body?.error?.code
+      // The field at fault as the API names it; `pricing.rules[2].price` read as `pricing.rules.2.price`.
+      this.param = body?.error?.param?.replace(/\[(\d+)\]/g, '.$1')
     }
   }
 
@@ -265,7 +267,235 @@
     )
   }
 
-  // Endpoints: create, edit price, disable / enable.
+  // Endpoints: create, edit pricing (fixed, rules or usage), disable / enable.
+
+  const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']
+  const UNITS = { tokens: 'Tokens', response_bytes: 'Response bytes', duration_ms: 'Duration' }
+  // The rates each unit reads (the API says which it requires).
+  const UNIT_FIELDS = {
+    tokens: [
+      'input_price_per_million',
+      'output_price_per_million',
+      'cached_input_price_per_million',
+      'price_per_mb',
+    ],
+    response_bytes: ['price_per_mb'],
+    duration_ms: ['price_per_second'],
+  }
+  const RATE_LABELS = {
+    input_price_per_million: 'Input, per million tokens (USDC)',
+    output_price_per_million: 'Output, per million tokens (USDC)',
+    cached_input_price_per_million: 'Cached input, per million tokens (USDC)',
+    price_per_mb: 'Per MB (USDC)',
+    price_per_second: 'Per second (USDC)',
+  }
+
+  /** A labelled field; `param` is the API's name for it, so an error naming that field can point at it. */
+  function field(id, text, control, param, cls) {
+    control.id = id
+    if (param) control.dataset.param = param
+    return h('div', { class: `field ${cls || ''}` }, h('label', { for: id, text }), control)
+  }
+  const amountInput = (placeholder) => h('input', { inputmode: 'decimal', autocomplete: 'off', placeholder })
+  function select(options, value) {
+    const s = h('select', {}, ...Object.entries(options).map(([v, t]) => h('option', { value: v, text: t })))
+    if (value !== undefined) s.value = value
+    return s
+  }
+
+  /**
+   * The pricing fields of one form: the model, then the fields of that model. read() gives the API's
+   * `pricing` object as typed (amounts stay decimal strings: the API parses and bounds them, so the page
+   * holds no second copy of its rules); fill() shows an endpoint's pricing.
+   */
+  function pricingEditor(root, prefix) {
+    const model = select({
+      fixed: 'Fixed price per call',
+      rules: 'By method and path',
+      usage: 'By usage (metered)',
+    })
+    const price = amountInput('0.01')
+    const defaultPrice = amountInput('0.01')
+    const unit = select(UNITS)
+    const maxPrice = amountInput('0.05')
+    const onMissing = select({
+      max_price: 'Charge the ceiling',
+      response_bytes: 'Charge per MB delivered',
+      nothing: 'Charge nothing',
+    })
+    const rates = Object.fromEntries(Object.keys(RATE_LABELS).map((k) => [k, amountInput('0')]))
+    const rulesBody = h('div', { class: 'rules' })
+    const addButton = h('button', {
+      type: 'button',
+      class: 'small',
+      text: 'Add rule',
+      onclick: () => addRule().path.focus(),
+    })
+
+    const groups = {
+      fixed: h(
+        'div',
+        { class: 'form-row' },
+        field(`${prefix}-price`, 'Price (USDC)', price, 'pricing.price', 'narrow'),
+      ),
+      rules: h(
+        'div',
+        { class: 'form-row' },
+        h('p', {
+          class: 'muted full',
+          text: 'The first rule whose method and path prefix match a request sets its price.',
+        }),
+        h('div', { class: 'full' }, rulesBody),
+        addButton,
+        field(`${prefix}-default`, 'Default price (USDC)', defaultPrice, 'pricing.default_price', 'narrow'),
+      ),
+      usage: h(
+        'div',
+        { class: 'form-row' },
+        field(`${prefix}-unit`, 'Unit', unit, 'pricing.unit', 'narrow'),
+        field(`${prefix}-max`, 'Ceiling per call (USDC)', maxPrice, 'pricing.max_price', 'narrow'),
+        ...Object.entries(rates).map(([k, input]) =>
+          field(`${prefix}-${k}`, RATE_LABELS[k], input, `pricing.${k}`, 'narrow'),
+        ),
+        field(`${prefix}-missing`, 'When the answer has no usage', onMissing, 'pricing.on_missing_usage'),
+      ),
+    }
+
+    function addRule(rule) {
+      const n = rulesBody.children.length + 1
+      const i = n - 1
+      const method = select(
+        { '': 'Any', ...Object.fromEntries(METHODS.map((m) => [m, m])) },
+        rule?.method || '',
+      )
+      const path = h('input', { autocomplete: 'off', placeholder: '/v1/' })
+      path.value = rule?.path_prefix ?? ''
+      const rulePrice = amountInput('0.01')
+      rulePrice.value = rule?.price === undefined ? '' : String(rule.price)
+      const row = h(
+        'fieldset',
+        { class: 'rule form-row' },
+        h('legend', { text: `Rule ${n}` }),
+        field(`${prefix}-rule${n}-method`, `Rule ${n} method`, method, `pricing.rules.${i}.method`, 'narrow'),
+        field(`${prefix}-rule${n}-path`, `Rule ${n} path prefix`, path, `pricing.rules.${i}.path_prefix`),
+        field(
+          `${prefix}-rule${n}-price`,
+          `Rule ${n} price (USDC)`,
+          rulePrice,
+          `pricing.rules.${i}.price`,
+          'narrow',
+        ),
+        h('button', {
+          type: 'button',
+          class: 'small',
+          text: 'Remove',
+          'aria-label': `Remove rule ${n}`,
+          onclick: () => {
+            // Renumbered, so the labels and the API's field names stay in step.
+            const rules = readRules().filter((_, j) => j !== i)
+            rulesBody.replaceChildren()
+            for (const r of rules) addRule(r)
+            if (rules.length === 0) addRule()
+            addButton.focus()
+          },
+        }),
+      )
+      row.ruleFields = { method, path, price: rulePrice }
+      rulesBody.append(row)
+      return row.ruleFields
+    }
+    const readRules = () =>
+      [...rulesBody.children].map(({ ruleFields: r }) => ({
+        method: r.method.value || null,
+        path_prefix: r.path.value.trim(),
+        price: r.price.value.trim(),
+      }))
+
+    function show() {
+      for (const [k, g] of Object.entries(groups)) g.hidden = k !== model.value
+      for (const [k, input] of Object.entries(rates))
+        input.parentElement.hidden = !UNIT_FIELDS[unit.value].includes(k)
+      // Tokens read a per-MB price only to charge an answer without usage by its size.
+      if (unit.value === 'tokens')
+        rates.price_per_mb.parentElement.hidden = onMissing.value !== 'response_bytes'
+      onMissing.parentElement.hidden = unit.value !== 'tokens'
+      if (model.value === 'rules' && rulesBody.children.length === 0) addRule()
+    }
+    model.addEventListener('change', show)
+    unit.addEventListener('change', show)
+    onMissing.addEventListener('change', show)
+    root.replaceChildren(
+      h(
+        'fieldset',
+        { class: 'pricing' },
+        h('legend', { text: 'Pricing' }),
+        h('div', { class: 'form-row' }, field(`${prefix}-model`, 'Pricing model', model, 'pricing.model')),
+        groups.fixed,
+        groups.rules,
+        groups.usage,
+      ),
+    )
+
+    const str = (x) => (x === undefined || x === null ? '' : String(x))
+    return {
+      read() {
+        if (model.value === 'fixed') return { model: 'fixed', price: price.value.trim() }
+        if (model.value === 'rules')
+          return { model: 'rules', rules: readRules(), default_price: defaultPrice.value.trim() }
+        const out = { model: 'usage', unit: unit.value, max_price: maxPrice.value.trim() }
+        // Only the unit's rates are sent, and an empty one is left out: the API names a missing required one.
+        for (const [k, input] of Object.entries(rates))
+          if (!input.parentElement.hidden && input.value.trim()) out[k] = input.value.trim()
+        if (unit.value === 'tokens') out.on_missing_usage = onMissing.value
+        return out
+      },
+      fill(p) {
+        const pricing = p || { model: 'fixed' }
+        model.value = pricing.model
+        price.value = pricing.model === 'fixed' ? str(pricing.price) : ''
+        rulesBody.replaceChildren()
+        for (const r of pricing.model === 'rules' ? pricing.rules : []) addRule(r)
+        defaultPrice.value = str(pricing.default_price)
+        unit.value = pricing.unit || 'tokens'
+        maxPrice.value = str(pricing.max_price)
+        for (const [k, input] of Object.entries(rates)) input.value = str(pricing[k])
+        onMissing.value = pricing.on_missing_usage || 'max_price'
+        show()
+      },
+    }
+  }
+
+  /** Shows the API's refusal beside a form and marks the field it names; null clears it. */
+  function formError(form, errorEl, err) {
+    for (const el of form.querySelectorAll('[aria-invalid]')) {
+      el.removeAttribute('aria-invalid')
+      el.removeAttribute('aria-describedby')
+    }
+    errorEl.hidden = !err
+    errorEl.textContent = err ? err.message : ''
+    if (!err) return
+    const at =
+      err.param && [...form.querySelectorAll('[data-param]')].find((el) => el.dataset.param === err.param)
+    if (at) {
+      at.setAttribute('aria-invalid', 'true')
+      at.setAttribute('aria-describedby', errorEl.id)
+      if (!at.closest('[hidden]')) at.focus()
+    }
+  }
+
+  /** "fixed · $0.50", "rules · 2 rules · default $0.10", "usage · Tokens · up to $0.05". */
+  function pricingSummary(e) {
+    const p = e.pricing || { model: 'fixed', price: e.price }
+    if (p.model === 'rules')
+      return `rules · ${p.rules.length} ${p.rules.length === 1 ? 'rule' : 'rules'} · default ${usd(p.default_price)}`
+    if (p.model === 'usage') return `usage · ${UNITS[p.unit] || p.unit} · up to ${usd(p.max_price)}`
+    return `fixed · ${usd(p.price ?? e.price)}`
+  }
+
+  const createPricing = pricingEditor($('ep-pricing'), 'ep')
+  createPricing.fill({ model: 'fixed' })
+  const editPricing = pricingEditor($('price-pricing'), 'edit')
+
   async function loadEndpoints() {
     const list = await endpointNames()
     const body = $('endpoints-body')
@@ -294,7 +524,7 @@
               }),
             ),
           ),
-          td('Price', usd(e.price), 'num'),
+          td('Pricing', pricingSummary(e)),
           td('Status', statusBadge(e.status)),
           td(
             'Actions',
@@ -304,8 +534,8 @@
               h('button', {
                 type: 'button',
                 class: 'small',
-                text: 'Edit price',
-                'aria-label': `Edit price of ${label}`,
+                text: 'Edit pricing',
+                'aria-label': `Edit pricing of ${label}`,
                 onclick: () => editPrice(e),
               }),
               h('button', {
@@ -332,37 +562,53 @@
   $('endpoint-form').addEventListener('submit', (e) => {
     e.preventDefault()
     const form = e.target
-    act(form.querySelector('button'), async () => {
-      const body = { upstream_url: $('ep-upstream').value.trim(), price: $('ep-price').value.trim() }
+    act(form.querySelector('button[type=submit]'), async () => {
+      const body = { upstream_url: $('ep-upstream').value.trim(), pricing: createPricing.read() }
       const name = $('ep-name').value.trim()
       if (name) body.name = name
-      const created = await api('/endpoints', { method: 'POST', body, idempotent: true })
+      let created
+      try {
+        created = await api('/endpoints', { method: 'POST', body, idempotent: true })
+      } catch (err) {
+        formError(form, $('ep-error'), err)
+        throw err
+      }
+      formError(form, $('ep-error'), null)
       form.reset()
+      createPricing.fill({ model: 'fixed' })
       await loadEndpoints()
       flash(`Endpoint ${created.name || created.id} created: ${created.metered_url}`)
     })
   })
 
+  // The dialog stays open on a refusal, with the API's message beside the fields; it closes once saved.
   let editing = null
   function editPrice(endpoint) {
     editing = endpoint
     $('price-endpoint').textContent = endpoint.name || endpoint.id
-    $('price-value').value = String(endpoint.price)
+    editPricing.fill(endpoint.pricing || { model: 'fixed', price: endpoint.price })
+    formError($('price-form'), $('price-error'), null)
     $('price-dialog').showModal()
   }
-  $('price-dialog').addEventListener('close', () => {
-    const dialog = $('price-dialog')
-    if (dialog.returnValue !== 'save' || !editing) return
+  $('price-form').addEventListener('submit', (e) => {
+    e.preventDefault()
     const endpoint = editing
-    editing = null
-    act(null, async () => {
-      await api(`/endpoints/${endpoint.id}`, {
-        method: 'PATCH',
-        body: { price: $('price-value').value.trim() },
-      })
+    if (!endpoint) return
+    const form = e.currentTarget
+    act(form.querySelector('button[type=submit]'), async () => {
+      try {
+        await api(`/endpoints/${endpoint.id}`, { method: 'PATCH', body: { pricing: editPricing.read() } })
+      } catch (err) {
+        formError(form, $('price-error'), err)
+        throw err
+      }
+      $('price-dialog').close('save')
       await loadEndpoints()
-      flash(`Price of ${endpoint.name || endpoint.id} saved`)
+      flash(`Pricing of ${endpoint.name || endpoint.id} saved`)
     })
+  })
+  $('price-dialog').addEventListener('close', () => {
+    editing = null
   })
 
   // Calls: filtered by endpoint, upstream status and UTC dates; keyset pages.
