@@ -2,7 +2,8 @@
 // PostgreSQL restarted twice (the SIGKILL, RPC and upstream rounds run in `npm run chaos`). The processes
 // must survive the restarts, answer 503 only while the database is down (at once: no client times out), and
 // recover within a grace of its return; no proof is served twice (replayed on both instances afterwards) and
-// nobody is charged for a call not served.
+// nobody is charged for a call not served. A quarter of the calls are usage-priced token streams, paid at
+// the ceiling and charged what they streamed, the rest refunded once.
 import { existsSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
 import { READY_TIMEOUT_MS } from '../../src/observability/admin.ts'
@@ -55,7 +56,22 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos (bounded)', () => {
       // A database restart loses no capture: captures of served calls wait in memory and are written
       // once it is back (only a killed process may lose the ones it held, and none is killed here).
       expect(round.servedNotCaptured + round.servedNotCapturedKilledInFlight, context).toBe(0)
+      // Usage-priced calls (a prepaid ceiling, tokens read from a stream a restart lands in the middle of):
+      // every one served, received whole by its client, charged exactly the usage it received (never above
+      // the ceiling), and the rest of the ceiling refunded by exactly one ledger entry.
+      expect(round.usageServed, context).toBe(round.usageProofs)
+      expect(round.usageCompleted, context).toBe(round.usageServed)
+      expect(round.usageServedUnpaid, context).toBe(0)
+      expect(round.usageOverCeiling, context).toBe(0)
+      expect(round.usageChargeMismatch, context).toBe(0)
+      expect(round.usageRefundMismatch, context).toBe(0)
+      expect(round.usageCharged + round.usageRefunded, context).toBe(1_000n * BigInt(round.usageProofs))
     }
+    // The restarts landed mid-stream: at least one stream in all ran across a restart and was charged right.
+    expect(
+      result.rounds.reduce((n, r) => n + r.usageMidStream, 0),
+      context,
+    ).toBeGreaterThan(0)
     expect(result.replayServedAgain, context).toBe(0)
     // A proof refused with a 402 during the load and served on replay is no double serve, but that 402 was
     // not final: say so loudly (the harness prints each such proof's attempts and claim).

@@ -3,7 +3,9 @@
 // each, transfers mined before the load) go through both instances with clients that retry on 5xx, 409
 // and network errors, while one fault is injected per round. Afterwards every proof is replayed on both
 // instances and each round is judged from the upstream's counts and the database (claims, calls, ledger),
-// plus `npm run reconcile`'s exit code.
+// plus `npm run reconcile`'s exit code. Every fourth proof pays a usage-priced call instead (tokens read from
+// an OpenAI-style stream long enough for a fault to land mid-stream, the proof a prepaid ceiling): its
+// charge is checked against the usage the client received, and its unused ceiling against the refunds booked.
 import { spawn } from 'node:child_process'
 import { join } from 'node:path'
 import postgres from 'postgres'
@@ -15,11 +17,23 @@ import { createSql } from '../../src/db/sql.ts'
 import { postJson } from '../helpers/api.ts'
 import { type ChildService, freePort, pidAlive, startChildService } from '../helpers/child-service.ts'
 import { type RpcProxy, startRpcProxy } from '../helpers/rpc-proxy.ts'
-import { type CountingUpstream, startCountingUpstream } from './counting-upstream.ts'
+import { type CountingUpstream, STREAM_PROMPT_TOKENS, startCountingUpstream } from './counting-upstream.ts'
 import { type PgCluster, startPgCluster } from './pg-cluster.ts'
 
 const ROOT = join(import.meta.dirname, '..', '..')
 const PRICE_ATOMIC = 1_000n // $0.001
+/**
+ * The usage-priced endpoint: $1 / M input and $10 / M output tokens (1 and 10 base units a token), a ceiling
+ * of the proofs' value. Its streams have 20 to 60 output tokens: 300 to 700 base units, the rest refunded.
+ */
+const USAGE_PRICING = {
+  model: 'usage',
+  unit: 'tokens',
+  max_price: 0.001,
+  input_price_per_million: 1,
+  output_price_per_million: 10,
+}
+const usageCharge = (prompt: number, completion: number) => BigInt(prompt + completion * 10)
 
 export type FaultName = 'kill' | 'pg-restart' | 'rpc' | 'upstream'
 
@@ -76,6 +90,23 @@ export interface RoundResult {
   balanceDrift: number
   crashed: number
   faultMs: number
+  /** Usage-priced proofs of the round, served by the upstream, and whose client received the whole stream. */
+  usageProofs: number
+  usageServed: number
+  usageCompleted: number
+  /** Completed streams in flight when the fault was injected (started before it, ended after). */
+  usageMidStream: number
+  /** Served by the upstream, no call row or a zero charge (a kill in flight aside): served unpaid. */
+  usageServedUnpaid: number
+  /** Call rows charged above their ceiling, or with a ceiling other than the proof's value. */
+  usageOverCeiling: number
+  /** Completed streams whose call row's charge or output tokens differ from the usage the client received. */
+  usageChargeMismatch: number
+  /** Usage call rows whose refund entries are not exactly one of ceiling − charge (none when that is 0). */
+  usageRefundMismatch: number
+  /** Base units charged and refunded on the round's usage calls. */
+  usageCharged: bigint
+  usageRefunded: bigint
 }
 
 export interface ChaosResult {
@@ -109,6 +140,10 @@ interface ProofState {
   done: 'served' | 'refused' | 'gave_up' | null
   /** What each attempt saw, e.g. 'a:200', 'b:409', 'a:net' (load) and 'replay a:402': printed for a suspect. */
   trail: string[]
+  /** Output tokens asked of the token stream: a usage-priced proof; 0 for a fixed-price one. */
+  events: number
+  /** What the client of a usage-priced proof received in full: the usage chunk, and when the stream ran. */
+  received: { prompt: number; completion: number; from: number; to: number } | null
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
@@ -213,7 +248,14 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       { upstream_url: `${upstream.url}/work`, price: 0.001 },
       reg.api_key as string,
     )
+    const usageEndpoint = await api(
+      '/api/v1/endpoints',
+      { upstream_url: `${upstream.url}/v1/chat/completions`, pricing: USAGE_PRICING },
+      reg.api_key as string,
+    )
     const endpointId = endpoint.id as string
+    const usageEndpointId = usageEndpoint.id as string
+    if (!usageEndpointId) throw new Error(`usage endpoint: ${JSON.stringify(usageEndpoint)}`)
 
     const hashes = await makeProofs({
       rpcUrl: chain.rpcUrl,
@@ -236,7 +278,10 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       killedInFlight: false,
       done: null,
       trail: [],
+      events: i % 4 === 3 ? 20 + ((i * 7) % 41) : 0,
+      received: null,
     }))
+    const ids = { fixed: endpointId, usage: usageEndpointId }
 
     const db = postgres(cluster.url, { max: 2, onnotice: () => {} })
     cleanups.push(() => db.end({ timeout: 1 }))
@@ -251,7 +296,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       const roundStart = Date.now()
       const load = drive(mine, {
         instances,
-        endpointId,
+        ids,
         concurrency: options.concurrency,
         spreadMs: options.roundMs,
         stats,
@@ -276,6 +321,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       const outsideWindow = (from: number, to: number) =>
         to < window.from - WINDOW_LEAD_MS || from > window.to + RECOVERY_GRACE_MS
       const outside = stats.s503.filter((t) => outsideWindow(t, t)).length
+      const usageMine = mine.filter((p) => p.events > 0)
       const after503 = stats.s503.filter((t) => t > window.to).map((t) => t - window.to)
       rounds.push({
         fault,
@@ -304,6 +350,18 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
         balanceDrift: balances.drifted,
         crashed: roundCrashes,
         faultMs: window.to - window.from,
+        usageProofs: usageMine.length,
+        usageServed: 0,
+        usageCompleted: usageMine.filter((p) => p.received).length,
+        usageMidStream: usageMine.filter(
+          (p) => p.received && p.received.from < window.from && p.received.to > window.from,
+        ).length,
+        usageServedUnpaid: 0,
+        usageOverCeiling: 0,
+        usageChargeMismatch: 0,
+        usageRefundMismatch: 0,
+        usageCharged: 0n,
+        usageRefunded: 0n,
       })
       log(
         `round ${r + 1} done in ${Math.round((Date.now() - roundStart) / 1000)} s, reconcile exit ${reconcileExit}`,
@@ -312,7 +370,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
 
     // Every proof once more on both instances: a spent proof must never be served again.
     const servedBefore = new Map(upstream.served)
-    await replayAll(proofs, instances, endpointId, options.concurrency)
+    await replayAll(proofs, instances, ids, options.concurrency)
     // A fixed wait on purpose, for a negative: a replay that reached an upstream late is still counted.
     await sleep(2_000)
     let replayServedAgain = 0
@@ -326,8 +384,11 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     await explainSuspects(db, proofs, upstream, servedBefore, log)
 
     await judge(db, proofs, upstream, rounds)
+    await judgeUsage(db, proofs, upstream, rounds)
     const ok =
-      rounds.every((r) => r.servedTwice === 0 && r.chargedNotServed === 0 && answeredInTime(r)) &&
+      rounds.every(
+        (r) => r.servedTwice === 0 && r.chargedNotServed === 0 && answeredInTime(r) && usageSound(r),
+      ) &&
       crashed === 0 &&
       replayServedAgain === 0
     for (const inst of instances)
@@ -346,6 +407,66 @@ export function answeredInTime(r: RoundResult): boolean {
   return (
     r.status503Outside === 0 && r.networkOutside === 0 && (r.fault !== 'pg-restart' || r.clientTimeouts === 0)
   )
+}
+
+/** The usage-priced calls of a round: none served unpaid, none above its ceiling, charged as measured, refunded once. */
+export function usageSound(r: RoundResult): boolean {
+  return (
+    r.usageServedUnpaid === 0 &&
+    r.usageOverCeiling === 0 &&
+    r.usageChargeMismatch === 0 &&
+    r.usageRefundMismatch === 0
+  )
+}
+
+/**
+ * One paid call of a proof: a GET of the fixed-price endpoint, or for a usage-priced proof a streamed chat
+ * completion (usage asked for, so the client sees the usage chunk it is charged by). A usage client's
+ * answer counts as received only with its usage chunk and [DONE].
+ */
+async function paidCall(
+  url: string,
+  p: ProofState,
+  ids: { fixed: string; usage: string },
+): Promise<{ status: number; retryAfter: string | null; text: string }> {
+  const signal = AbortSignal.timeout(CLIENT_TIMEOUT_MS)
+  if (p.events === 0) {
+    const res = await fetch(`${url}/m/${ids.fixed}/work?p=${p.hash}`, {
+      headers: { 'x-payment': p.hash },
+      signal,
+    })
+    return { status: res.status, retryAfter: res.headers.get('retry-after'), text: await res.text() }
+  }
+  const from = Date.now()
+  const res = await fetch(`${url}/m/${ids.usage}?p=${p.hash}&n=${p.events}`, {
+    method: 'POST',
+    headers: { 'x-payment': p.hash, 'content-type': 'application/json' },
+    body: JSON.stringify({
+      model: 'chaos',
+      stream: true,
+      stream_options: { include_usage: true },
+      messages: [{ role: 'user', content: 'count' }],
+    }),
+    signal,
+  })
+  const text = await res.text()
+  if (res.status < 300 && text.includes('data: [DONE]')) {
+    for (const event of text.split('\n\n')) {
+      const data = event.startsWith('data: ') ? event.slice(6) : ''
+      if (!data.startsWith('{')) continue
+      const usage = (JSON.parse(data) as { usage?: { prompt_tokens: number; completion_tokens: number } })
+        .usage
+      if (usage) {
+        p.received = {
+          prompt: usage.prompt_tokens,
+          completion: usage.completion_tokens,
+          from,
+          to: Date.now(),
+        }
+      }
+    }
+  }
+  return { status: res.status, retryAfter: res.headers.get('retry-after'), text }
 }
 
 /**
@@ -419,7 +540,7 @@ async function drive(
   proofs: ProofState[],
   ctx: {
     instances: Instance[]
-    endpointId: string
+    ids: { fixed: string; usage: string }
     concurrency: number
     spreadMs: number
     stats: LoadStats
@@ -446,17 +567,14 @@ async function drive(
         const generation = inst.generation
         const sentAt = Date.now()
         try {
-          const res = await fetch(`${inst.child.url}/m/${ctx.endpointId}/work?p=${p.hash}`, {
-            headers: { 'x-payment': p.hash },
-            signal: AbortSignal.timeout(CLIENT_TIMEOUT_MS),
-          })
-          const text = await res.text()
+          const res = await paidCall(inst.child.url, p, ctx.ids)
+          const text = res.text
           p.trail.push(`${inst.name}:${res.status}@${Date.now() - t0}`)
           if (res.status < 300) p.done = 'served'
           else if (res.status === 402) p.done = 'refused'
           else if (res.status === 503) {
             ctx.stats.s503.push(Date.now())
-            if (!res.headers.get('retry-after')) ctx.stats.noRetryAfter++
+            if (!res.retryAfter) ctx.stats.noRetryAfter++
           } else if (res.status < 500 && res.status !== 409) {
             throw new Error(`unexpected ${res.status}: ${text.slice(0, 200)}`)
           }
@@ -526,7 +644,7 @@ async function probeLoop(
 async function replayAll(
   proofs: ProofState[],
   instances: Instance[],
-  endpointId: string,
+  ids: { fixed: string; usage: string },
   concurrency: number,
 ): Promise<void> {
   let next = 0
@@ -535,13 +653,12 @@ async function replayAll(
       const p = proofs[next++]
       if (!p) return
       for (const inst of instances) {
-        await fetch(`${inst.child.url}/m/${endpointId}/work?p=${p.hash}`, {
-          headers: { 'x-payment': p.hash },
-          signal: AbortSignal.timeout(6_000),
-        })
-          .then((r) => {
-            p.trail.push(`replay ${inst.name}:${r.status}`)
-            return r.text()
+        // What the load's client received stays as it was: a replay must not rewrite it.
+        const received = p.received
+        await paidCall(inst.child.url, p, ids)
+          .then((r) => p.trail.push(`replay ${inst.name}:${r.status}`))
+          .finally(() => {
+            p.received = received
           })
           .catch(() => p.trail.push(`replay ${inst.name}:net`))
       }
@@ -578,6 +695,71 @@ async function judge(
     }
     if (served === 0 && captured > 0) round.capturedNotServed++
     if (served === 0 && charged.has(key)) round.chargedNotServed++
+  }
+}
+
+/** The usage columns, from the call rows and their refund entries against what the clients received. */
+async function judgeUsage(
+  db: postgres.Sql,
+  proofs: ProofState[],
+  upstream: CountingUpstream,
+  rounds: RoundResult[],
+): Promise<void> {
+  const rows = await db<
+    {
+      proof_key: string
+      amount_atomic: string
+      ceiling_atomic: string | null
+      refund_atomic: string
+      output_tokens: number | null
+      refunds: number
+      refunded: string
+    }[]
+  >`
+    SELECT c.proof_key, c.amount_atomic::text, c.ceiling_atomic::text, c.refund_atomic::text,
+           (c.usage -> 'quantities' ->> 'output_tokens')::int AS output_tokens,
+           count(l.id)::int AS refunds, coalesce(sum(l.amount_atomic), 0)::text AS refunded
+    FROM calls c
+    LEFT JOIN ledger_entries l ON l.source_type = 'call' AND l.source_id = c.id AND l.kind = 'refund'
+    WHERE c.pricing_model = 'usage'
+    GROUP BY c.id`
+  const byKey = new Map<string, (typeof rows)[number][]>()
+  for (const row of rows) byKey.set(row.proof_key, [...(byKey.get(row.proof_key) ?? []), row])
+  for (const p of proofs) {
+    if (p.events === 0) continue
+    const round = rounds[p.round]!
+    const calls = byKey.get(`tx:${p.hash.toLowerCase()}`) ?? []
+    const served = upstream.served.get(p.hash) ?? 0
+    if (served > 0) round.usageServed++
+    const charged = calls.reduce((n, c) => n + BigInt(c.amount_atomic), 0n)
+    if (served > 0 && charged === 0n && !p.killedInFlight) round.usageServedUnpaid++
+    for (const c of calls) {
+      const amount = BigInt(c.amount_atomic)
+      const refund = BigInt(c.refund_atomic)
+      round.usageCharged += amount
+      round.usageRefunded += BigInt(c.refunded)
+      if (c.ceiling_atomic !== String(PRICE_ATOMIC) || amount > PRICE_ATOMIC) round.usageOverCeiling++
+      if (
+        refund !== PRICE_ATOMIC - amount ||
+        BigInt(c.refunded) !== refund ||
+        c.refunds !== (refund > 0n ? 1 : 0)
+      )
+        round.usageRefundMismatch++
+    }
+    const got = p.received
+    if (got) {
+      const c = calls[0]
+      if (
+        !c ||
+        calls.length !== 1 ||
+        got.prompt !== STREAM_PROMPT_TOKENS ||
+        got.completion !== p.events ||
+        c?.output_tokens !== got.completion ||
+        BigInt(c.amount_atomic) !== usageCharge(got.prompt, got.completion)
+      ) {
+        round.usageChargeMismatch++
+      }
+    }
   }
 }
 
@@ -662,6 +844,15 @@ const COLUMNS: Array<[string, (r: RoundResult) => string | number | null]> = [
   ['reconcile exit', (r) => r.reconcileExit],
   ['balance drift', (r) => `${r.balanceDrift} of ${r.balancesChecked}`],
   ['crashed', (r) => r.crashed],
+  [
+    'usage served / whole / mid-fault',
+    (r) => `${r.usageServed} of ${r.usageProofs} / ${r.usageCompleted} / ${r.usageMidStream}`,
+  ],
+  ['usage unpaid', (r) => r.usageServedUnpaid],
+  ['usage > ceiling', (r) => r.usageOverCeiling],
+  ['usage charge ≠ measured', (r) => r.usageChargeMismatch],
+  ['usage refund ≠ once', (r) => r.usageRefundMismatch],
+  ['usage charged / refunded', (r) => `${r.usageCharged} / ${r.usageRefunded}`],
 ]
 
 function sum(result: ChaosResult, f: (r: RoundResult) => number): number {
@@ -683,6 +874,6 @@ export function formatTable(result: ChaosResult): string {
     `instances crashed: ${result.crashed}`,
     result.ok
       ? 'OK'
-      : 'FAILED: served twice, charged-not-served, a crashed instance, or a 503 / network error / client timeout outside the fault window',
+      : 'FAILED: served twice, charged-not-served, a usage call unpaid / above its ceiling / charged other than measured / not refunded once, a crashed instance, or a 503 / network error / client timeout outside the fault window',
   ].join('\n')
 }
