@@ -50,8 +50,14 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('failover to a streaming stand
     }
   })
 
-  it('synchronous replication: promote the standby under paid load, nothing served twice', async () => {
+  it('synchronous replication: promote the standby under paid load, nothing served twice', async ({
+    onTestFailed,
+  }) => {
     const lines: string[] = []
+    // A run cut short by the timeout never reaches the assertions that carry the log: print it then too.
+    onTestFailed(() => {
+      process.stderr.write(`\n${lines.join('\n')}\n`)
+    })
     const result = await runFailover({
       mode: 'sync-on',
       steadyProofs: 100,

@@ -75,6 +75,8 @@ interface ProofState {
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+/** How long a client keeps retrying one proof. */
+const RETRY_WINDOW_MS = 45_000
 
 interface Rig {
   primary: PgCluster
@@ -177,7 +179,10 @@ async function startRig(
 }
 
 export async function runFailover(options: FailoverOptions): Promise<FailoverResult> {
-  const { log, mode } = options
+  const { mode } = options
+  // Each line says when, from the start: a run that overstays its timeout shows which step it was in.
+  const began = Date.now()
+  const log = (line: string) => options.log(`+${((Date.now() - began) / 1000).toFixed(1)} s ${line}`)
   const cleanups: Array<() => Promise<unknown>> = []
   // Set before the cleanups stop the instances: their exits then are not crashes.
   let stopping = false
@@ -187,6 +192,7 @@ export async function runFailover(options: FailoverOptions): Promise<FailoverRes
       cleanups,
       () => stopping,
     )
+    log(`[${mode}] rig ready`)
     const { primary, standby, chain, upstream, spawn, a, endpointId, hashes } = rig
     const proofs: ProofState[] = hashes.map((hash) => ({ hash, done: null }))
     const steady = proofs.slice(0, options.steadyProofs)
@@ -227,12 +233,21 @@ export async function runFailover(options: FailoverOptions): Promise<FailoverRes
       log(`[${mode}]   standby promoted in ${window.promoteMs} ms, old primary stopped (immediate)`)
     })()
     await Promise.all([load, fault])
+    log(`[${mode}] failover round done`)
     const firstAfter = stats.servedAt.filter((t) => t >= window.stopped).sort((x, y) => x - y)[0]
     const outageMs = firstAfter === undefined ? -1 : firstAfter - window.from
     // Captures are batched: give them time to land before the books are read.
     await sleep(2_000)
 
-    const books = await import('postgres').then((m) => m.default(standby.url, { max: 1, onnotice: () => {} }))
+    const books = await import('postgres').then((m) =>
+      m.default(standby.url, {
+        max: 1,
+        onnotice: () => {},
+        // Reads only, on the new primary: bounded all the same, a stuck read fails instead of hanging.
+        connect_timeout: 10,
+        connection: { statement_timeout: 30_000 },
+      }),
+    )
     cleanups.push(() => books.end({ timeout: 1 }))
     // What the new primary remembers before anything is offered again.
     const claims = new Map(
@@ -252,6 +267,7 @@ export async function runFailover(options: FailoverOptions): Promise<FailoverRes
       latencies: [],
       once: true,
     })
+    log(`[${mode}] replay done`)
     // A fixed wait on purpose, for a negative: a replay that reached the upstream late is still counted.
     await sleep(1_000)
 
@@ -290,6 +306,7 @@ export async function runFailover(options: FailoverOptions): Promise<FailoverRes
       balanceDrift: 0,
       crashed: rig.crashed(),
     }
+    log(`[${mode}] reconcile exit ${result.reconcileExit}`)
     const balances = await balancesAgainstEntries(standby.url)
     result.balancesChecked = balances.checked
     result.balanceDrift = balances.drifted
@@ -333,6 +350,16 @@ async function drive(
 ): Promise<void> {
   const t0 = Date.now()
   const gapMs = ctx.spreadMs / Math.max(1, proofs.length)
+  // The phase is bounded, not only each proof: with one retry window per proof, an instance that died
+  // (or stopped answering) kept every client retrying proof after proof, 45 s each, for up to
+  // proofs / concurrency × 45 s (over 18 minutes for the failover round), far past the test's timeout: it
+  // hung instead of failing with its log. Once the instance has exited, or no proof has ended (served or
+  // refused) for a whole retry window, what is left gives up at once; a slow instance still progresses.
+  let lastEnded = t0
+  let gone = false
+  inst.exited.then(() => {
+    gone = true
+  })
   let next = 0
   const client = async () => {
     for (;;) {
@@ -341,9 +368,10 @@ async function drive(
       if (!p) return
       const due = t0 + k * gapMs
       if (due > Date.now()) await sleep(due - Date.now())
-      const deadline = Date.now() + 45_000
+      const deadline = Date.now() + RETRY_WINDOW_MS
       while (p.done === null) {
-        if (Date.now() > deadline) {
+        const now = Date.now()
+        if (gone || now > deadline || now - lastEnded > RETRY_WINDOW_MS) {
           p.done = 'gave_up'
           break
         }
@@ -367,6 +395,7 @@ async function drive(
           ctx.stats.network++
         }
         if (ctx.once && p.done === null) p.done = 'refused'
+        if (p.done !== null) lastEnded = Date.now()
         // A retrying client's back-off, as agents do.
         if (p.done === null) await sleep(150 + Math.random() * 150)
       }
