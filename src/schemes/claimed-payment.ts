@@ -9,7 +9,7 @@ import { splitOwnerShare } from '../money.ts'
 import type { Logger } from '../observability/logger.ts'
 import { claimReleases } from '../observability/metrics.ts'
 import { usageDocument } from '../pricing/model.ts'
-import type { CallFacts, ClaimOutcome, Payment, ServedCall } from './scheme.ts'
+import type { CallFacts, ClaimOutcome, Payment, SchemeDeps, ServedCall } from './scheme.ts'
 
 export interface ClaimedPaymentDeps {
   sql: Sql
@@ -20,6 +20,19 @@ export interface ClaimedPaymentDeps {
   retryWindowMs: number
   /** Releases still being written, by proof: a quick retry waits for its own release (per process). */
   pendingReleases: Map<string, Promise<void>>
+}
+
+/** What a scheme's claimed payments share, from the registry's deps (each scheme its own pending releases). */
+export function claimedPaymentDeps(deps: SchemeDeps): ClaimedPaymentDeps {
+  return {
+    sql: deps.sql,
+    books: deps.books,
+    usedProofs: deps.usedProofs,
+    logger: deps.logger,
+    ownerShareBps: deps.config.fees.owner_share_bps,
+    retryWindowMs: deps.config.proxy.retry_window_ms,
+    pendingReleases: new Map(),
+  }
 }
 
 export interface ClaimedPaymentInit {

@@ -8,7 +8,7 @@ import { CORS_HEADERS } from '../../data-plane/cors.ts'
 import type { Proof } from '../../data-plane/proof.ts'
 import type { VerifyResult } from '../../data-plane/verifier.ts'
 import { exactAmountAccepted, minimumAccepted } from '../amounts.ts'
-import { ClaimedPayment, type ClaimedPaymentDeps } from '../claimed-payment.ts'
+import { ClaimedPayment, type ClaimedPaymentDeps, claimedPaymentDeps } from '../claimed-payment.ts'
 import type { NotOffered, Offer, OfferQuery, PayQuery, Scheme, SchemeDeps, Verdict } from '../scheme.ts'
 import { refusal } from '../verdicts.ts'
 import { matchAccepted } from './accepted-match.ts'
@@ -28,15 +28,7 @@ class ExactScheme implements Scheme {
   private readonly early: SettleBeforeAnswer | null
 
   constructor(private readonly deps: SchemeDeps) {
-    this.claimed = {
-      sql: deps.sql,
-      books: deps.books,
-      usedProofs: deps.usedProofs,
-      logger: deps.logger,
-      ownerShareBps: deps.config.fees.owner_share_bps,
-      retryWindowMs: deps.config.proxy.retry_window_ms,
-      pendingReleases: new Map(),
-    }
+    this.claimed = claimedPaymentDeps(deps)
     this.networks = { network: deps.chainInfo.x402Network, caip2: deps.chainInfo.caip2 }
     this.early = settleBeforeAnswer(deps)
   }

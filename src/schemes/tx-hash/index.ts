@@ -6,7 +6,7 @@ import type { Proof } from '../../data-plane/proof.ts'
 import type { VerifyResult } from '../../data-plane/verifier.ts'
 import { toDollars } from '../../money.ts'
 import { minimumAccepted } from '../amounts.ts'
-import { ClaimedPayment, type ClaimedPaymentDeps } from '../claimed-payment.ts'
+import { ClaimedPayment, type ClaimedPaymentDeps, claimedPaymentDeps } from '../claimed-payment.ts'
 import type { Offer, OfferQuery, PayQuery, Scheme, SchemeDeps, Verdict } from '../scheme.ts'
 import { refusal } from '../verdicts.ts'
 
@@ -21,15 +21,7 @@ class TxHashScheme implements Scheme {
   private readonly claimed: ClaimedPaymentDeps
 
   constructor(private readonly deps: SchemeDeps) {
-    this.claimed = {
-      sql: deps.sql,
-      books: deps.books,
-      usedProofs: deps.usedProofs,
-      logger: deps.logger,
-      ownerShareBps: deps.config.fees.owner_share_bps,
-      retryWindowMs: deps.config.proxy.retry_window_ms,
-      pendingReleases: new Map(),
-    }
+    this.claimed = claimedPaymentDeps(deps)
   }
 
   offer(q: OfferQuery): Offer {

@@ -18,7 +18,7 @@ import { checkUptoContracts, hasUptoBatcher, uptoBatcherAddress } from '../../ch
 import { CORS_HEADERS } from '../../data-plane/cors.ts'
 import type { Proof } from '../../data-plane/proof.ts'
 import { exactAmountAccepted } from '../amounts.ts'
-import { ClaimedPayment, type ClaimedPaymentDeps } from '../claimed-payment.ts'
+import { ClaimedPayment, type ClaimedPaymentDeps, claimedPaymentDeps } from '../claimed-payment.ts'
 import type {
   Offer,
   OfferQuery,
@@ -82,15 +82,7 @@ class UptoScheme implements Scheme {
     /** The facilitator payers sign into their witness: the only account the proxy lets settle. */
     readonly facilitator: Address,
   ) {
-    this.claimed = {
-      sql: deps.sql,
-      books: deps.books,
-      usedProofs: deps.usedProofs,
-      logger: deps.logger,
-      ownerShareBps: deps.config.fees.owner_share_bps,
-      retryWindowMs: deps.config.proxy.retry_window_ms,
-      pendingReleases: new Map(),
-    }
+    this.claimed = claimedPaymentDeps(deps)
     this.onChain = createUptoChainChecker(deps.chain.tokenReads)
   }
 
