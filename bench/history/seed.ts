@@ -201,9 +201,15 @@ async function seedClaimsAndCalls(db: Db, t: SeedTarget, c: Chunk) {
   // Zero-padded ids: the primary key is filled in order, at its right edge, like the proof keys.
   await db`
     INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
-                       fee_atomic, upstream_status, method, created_at)
+                       fee_atomic, upstream_status, method, created_at, receipt_id)
     SELECT 'call_hist' || lpad(i::text, 10, '0'), 'tx:0x' || lpad(to_hex(i), 64, '0'), ${t.endpointId},
-           ${t.accountId}, ${t.payer}, ${PRICE}::bigint, ${OWNER}::bigint, ${FEE}::bigint, 200, 'GET', ${at}
+           ${t.accountId}, ${t.payer}, ${PRICE}::bigint, ${OWNER}::bigint, ${FEE}::bigint, 200, 'GET', ${at},
+           'rcpt_hist' || lpad(i::text, 10, '0')
+    FROM generate_series(${c.lo}::bigint, ${c.hi}::bigint) i`
+  // Every paid answer leaves what it delivered for its signed receipt, as the live path writes it.
+  await db`
+    INSERT INTO call_deliveries (receipt_id, body_sha256, body_bytes, created_at)
+    SELECT 'rcpt_hist' || lpad(i::text, 10, '0'), md5(i::text) || md5((i + 1)::text), 17, ${at}
     FROM generate_series(${c.lo}::bigint, ${c.hi}::bigint) i`
 }
 

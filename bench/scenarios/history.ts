@@ -20,6 +20,7 @@ import { reconcileFromCheckpoint } from '../../src/control-plane/jobs/reconcile-
 import { listListedEndpoints, readObserved } from '../../src/db/discovery.ts'
 import { accountBalance, lockPayableBatch, someWalletOwedAtLeast } from '../../src/db/ledger.ts'
 import { createSql, type Sql } from '../../src/db/sql.ts'
+import { LATENCY_BUCKETS } from '../../src/discovery/observed.ts'
 import { recordFailedPayouts } from '../history/recent-payouts.ts'
 import { seedHistory } from '../history/seed.ts'
 import {
@@ -51,6 +52,8 @@ export interface HistoryResult {
   p50_ms: number
   p99_ms: number
   ratio_to_empty: number | null
+  /** The tail beside the median: p99 on the history ÷ p99 on the empty database. */
+  p99_ratio_to_empty: number | null
   empty_p50_ms: number
   empty_p99_ms: number
   note?: string
@@ -155,7 +158,15 @@ export async function runHistoryBench(argv: string[]): Promise<void> {
       })
     }
     const deps = { chain, rows, proofs, samples }
-    const results = await measureAll(deps, empty, history)
+    // Sized as seeded, before the measurements add their own calls.
+    const storage = await storageScenario(history, rows)
+    log(
+      `history: ${storage.storage_bytes_per_million_calls.toLocaleString('en')} bytes per million calls online`,
+    )
+    const results: Array<HistoryResult | StorageResult> = [
+      storage,
+      ...(await measureAll(deps, empty, history)),
+    ]
     const file = join(
       ROOT,
       'bench',
@@ -172,7 +183,9 @@ export async function runHistoryBench(argv: string[]): Promise<void> {
       seed_reused: seeded !== null,
     })
     writeFileSync(file, `${JSON.stringify({ machine: meta, scenarios: results }, null, 2)}\n`)
-    log(`\n${table(results)}\n\nresults: ${file}`)
+    log(
+      `\n${table(results.filter((r): r is HistoryResult => r.name !== 'history-storage'))}\n\nresults: ${file}`,
+    )
   } finally {
     for (const i of instances) await i.stop()
     await chain.stop()
@@ -392,6 +405,7 @@ async function measureAll(d: MeasureDeps, empty: Instance, history: Instance): P
       p50_ms: h.p50,
       p99_ms: h.p99,
       ratio_to_empty: e.p50 > 0 ? Math.round((h.p50 / e.p50) * 100) / 100 : null,
+      p99_ratio_to_empty: e.p99 > 0 ? Math.round((h.p99 / e.p99) * 100) / 100 : null,
       empty_p50_ms: e.p50,
       empty_p99_ms: e.p99,
       ...(h.note ? { note: h.note } : {}),
@@ -466,7 +480,10 @@ const listedOnce = new Map<Instance, Promise<unknown>>()
 async function discoveryRead(i: Instance): Promise<unknown> {
   let listed = listedOnce.get(i)
   if (listed === undefined) {
-    listed = i.sql`UPDATE endpoints SET listed = true WHERE id = ${i.endpointId}`.then(() => null)
+    listed = (async () => {
+      await i.sql`UPDATE endpoints SET listed = true WHERE id = ${i.endpointId}`
+      await seedObserved(i)
+    })()
     listedOnce.set(i, listed)
   }
   await listed
@@ -482,6 +499,59 @@ async function discoveryRead(i: Instance): Promise<unknown> {
     rows.map((r) => r.id),
     new Date(Date.now() - 7 * 86_400_000),
   )
+}
+
+/**
+ * The same 8 days of observed traffic on both databases (the listing keeps 8 days whatever the history):
+ * every hour's counters, and 1,000 distinct payers a day, each with a few calls. The read then differs
+ * between the two only by what else is stored, which is what the comparison is about.
+ */
+async function seedObserved(i: Instance): Promise<void> {
+  const buckets = `{${new Array(LATENCY_BUCKETS)
+    .fill(0)
+    .map((_, k) => (k === 3 ? 2_000 : k === 6 ? 40 : 0))
+    .join(',')}}`
+  await i.sql`
+    INSERT INTO endpoint_hourly (endpoint_id, hour, paid_calls, succeeded, unserved, latency_buckets)
+    SELECT ${i.endpointId}, date_trunc('hour', now()) - h * interval '1 hour', 2040, 2030, 10, ${buckets}::bigint[]
+    FROM generate_series(0, 8 * 24 - 1) h
+    ON CONFLICT DO NOTHING`
+  await i.sql`
+    INSERT INTO endpoint_payer_days (endpoint_id, day, payer, calls)
+    SELECT ${i.endpointId}, (now() - d * interval '1 day')::date,
+           '0x' || lpad(to_hex(p), 40, '0'), 1 + (p % 5)
+    FROM generate_series(0, 7) d, generate_series(1, 1000) p
+    ON CONFLICT DO NOTHING`
+  await i.sql`ANALYZE endpoint_hourly`
+  await i.sql`ANALYZE endpoint_payer_days`
+}
+
+export interface StorageResult {
+  name: 'history-storage'
+  rows: number
+  calls: number
+  /** Every table of the schema, indexes and TOAST included (pg_total_relation_size), per million paid calls. */
+  storage_bytes_per_million_calls: number
+  /** The same per table, largest first. */
+  tables: Record<string, number>
+}
+
+/** What the history costs on disk: all online tables, indexes included, per million of its paid calls. */
+async function storageScenario(i: Instance, rows: number): Promise<StorageResult> {
+  const calls = Math.floor(rows / 2)
+  const sizes = await i.sql<{ relname: string; bytes: string }[]>`
+    SELECT c.relname, pg_total_relation_size(c.oid)::text AS bytes
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.relkind IN ('r', 'p') AND n.nspname = current_schema()
+    ORDER BY pg_total_relation_size(c.oid) DESC`
+  const perMillion = (bytes: number) => Math.round((bytes * 1_000_000) / calls)
+  const tables: Record<string, number> = {}
+  let total = 0
+  for (const r of sizes) {
+    total += Number(r.bytes)
+    tables[r.relname] = perMillion(Number(r.bytes))
+  }
+  return { name: 'history-storage', rows, calls, storage_bytes_per_million_calls: perMillion(total), tables }
 }
 
 async function seqScans(i: Instance): Promise<Map<string, number>> {
@@ -570,11 +640,11 @@ async function paidLoad(i: Instance, d: MeasureDeps): Promise<{ p50: number; p99
 
 function table(results: HistoryResult[]): string {
   return [
-    '| scenario | rows | p50 ms | p99 ms | empty p50 ms | empty p99 ms | ratio to empty (p50) |',
-    '|---|---|---|---|---|---|---|',
+    '| scenario | rows | p50 ms | p99 ms | empty p50 ms | empty p99 ms | ratio to empty (p50) | (p99) |',
+    '|---|---|---|---|---|---|---|---|',
     ...results.map(
       (r) =>
-        `| ${r.name} | ${r.rows} | ${r.p50_ms} | ${r.p99_ms} | ${r.empty_p50_ms} | ${r.empty_p99_ms} | ${r.ratio_to_empty ?? '–'} |${r.note ? ` ${r.note}` : ''}`,
+        `| ${r.name} | ${r.rows} | ${r.p50_ms} | ${r.p99_ms} | ${r.empty_p50_ms} | ${r.empty_p99_ms} | ${r.ratio_to_empty ?? '–'} | ${r.p99_ratio_to_empty ?? '–'} |${r.note ? ` ${r.note}` : ''}`,
     ),
   ].join('\n')
 }
