@@ -17,7 +17,9 @@ options:
   -h, --help
 `
 
-const WORDS = 'tollgate measured this answer on its way to you and charged for the words it carried'.split(' ')
+const WORDS = 'tollgate measured this answer on its way to you and charged for the words it carried'.split(
+  ' ',
+)
 const MAX_WORDS = 100_000
 
 interface ChatRequest {

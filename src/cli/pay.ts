@@ -107,7 +107,10 @@ export async function transferUsdc(
   payer: { rpcUrl: string; key: Hex },
   q: { asset: Hex; recipient: Hex; atomic: bigint },
 ): Promise<Hex> {
-  const wallet = createWalletClient({ account: privateKeyToAccount(payer.key), transport: http(payer.rpcUrl) })
+  const wallet = createWalletClient({
+    account: privateKeyToAccount(payer.key),
+    transport: http(payer.rpcUrl),
+  })
   const hash = await wallet.writeContract({
     address: q.asset,
     abi: transferAbi,

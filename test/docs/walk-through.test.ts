@@ -172,7 +172,10 @@ describe('README walk-through', () => {
     // The stream's end as the client asked for it: no usage chunk, no "usage": null, then [DONE].
     expect(lines, context).toContain('data: [DONE]')
     expect(out, context).toMatch(/^data: \{.*"finish_reason":"stop"/m)
-    expect(lines.filter((l) => l.startsWith('data: ') && l.includes('"usage"')), context).toEqual([])
+    expect(
+      lines.filter((l) => l.startsWith('data: ') && l.includes('"usage"')),
+      context,
+    ).toEqual([])
     // 4 prompt words at $2 per million (2 base units each), 1,000 words at $10 per million (10 each).
     expect(out, context).toMatch(/input_tokens: 4,/)
     expect(out, context).toMatch(/output_tokens: 1000\b/)
