@@ -12,7 +12,6 @@ const ROWS: Array<[string, string]> = [
   ['x402-reference', '**peer:** x402 reference (`@x402/express` + in-process facilitator), paid'],
   ['challenge', 'tollgate 402 path (no proof)'],
   ['paid-warm', 'tollgate paid, pre-verified proofs (built, 1 process)'],
-  ['paid-warm-tsx', 'same on tsx instead of the build'],
   ['workers-2', 'same with `server.workers: 2`'],
   ['paid-cold', 'tollgate paid, cold verification (RPC per proof)'],
   ['x402', 'tollgate x402, fresh EIP-3009 authorization per call'],

@@ -47,15 +47,9 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
   }
   const [target, amountArg] = positionals
   if (!target || positionals.length > 2) throw new UsageError('give a URL or a recipient address')
-  const file = readDevChainFile()
-  const rpcUrl = values['rpc-url'] ?? env.RPC_URL ?? file?.rpc_url
-  if (!rpcUrl) {
-    throw new Error(
-      `no RPC URL: start the service with npm start (it writes ${devChainFilePath(env)}), or set RPC_URL`,
-    )
-  }
+  const payer = devPayer(env, { rpcUrl: values['rpc-url'], key: values.key })
   let recipient: string
-  let asset = values.usdc ?? env.USDC_ADDRESS ?? file?.usdc_address
+  let asset = values.usdc ?? env.USDC_ADDRESS ?? payer.usdc
   let atomic: bigint
   if (/^https?:\/\//.test(target)) {
     const r = await fetch(target, { headers: { accept: 'application/json' } }).catch((err: unknown) => {
@@ -84,19 +78,51 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     recipient = target
     atomic = parsed.atomic
   }
-  const key = (values.key ?? env.PAYER_KEY ?? file?.payer?.private_key ?? devAccount(1).privateKey) as Hex
-  const wallet = createWalletClient({ account: privateKeyToAccount(key), transport: http(rpcUrl) })
-  const hash = await wallet.writeContract({
-    address: asset as Hex,
-    abi: transferAbi,
-    functionName: 'transfer',
-    args: [recipient as Hex, atomic],
-    chain: null,
-  })
-  const receipt = await createPublicClient({ transport: http(rpcUrl) }).waitForTransactionReceipt({ hash })
-  if (receipt.status !== 'success') throw new Error(`transfer ${hash} reverted`)
+  const hash = await transferUsdc(payer, { asset: asset as Hex, recipient: recipient as Hex, atomic })
   process.stdout.write(`${hash}\n`)
   return 0
+}
+
+/**
+ * The payer: RPC URL and key from the options, else the environment, else .data/dev-chain.json (written by
+ * npm start on the local chain: the funded demo payer), and the USDC address that file names.
+ */
+export function devPayer(
+  env: NodeJS.ProcessEnv,
+  given: { rpcUrl?: string | undefined; key?: string | undefined } = {},
+): { rpcUrl: string; key: Hex; usdc: string | undefined } {
+  const file = readDevChainFile()
+  const rpcUrl = given.rpcUrl ?? env.RPC_URL ?? file?.rpc_url
+  if (!rpcUrl) {
+    throw new Error(
+      `no RPC URL: start the service with npm start (it writes ${devChainFilePath(env)}), or set RPC_URL`,
+    )
+  }
+  const key = (given.key ?? env.PAYER_KEY ?? file?.payer?.private_key ?? devAccount(1).privateKey) as Hex
+  return { rpcUrl, key, usdc: file?.usdc_address }
+}
+
+/** One USDC transfer from the payer's key, waited for until mined; its hash (what x-payment carries). */
+export async function transferUsdc(
+  payer: { rpcUrl: string; key: Hex },
+  q: { asset: Hex; recipient: Hex; atomic: bigint },
+): Promise<Hex> {
+  const wallet = createWalletClient({
+    account: privateKeyToAccount(payer.key),
+    transport: http(payer.rpcUrl),
+  })
+  const hash = await wallet.writeContract({
+    address: q.asset,
+    abi: transferAbi,
+    functionName: 'transfer',
+    args: [q.recipient, q.atomic],
+    chain: null,
+  })
+  const receipt = await createPublicClient({ transport: http(payer.rpcUrl) }).waitForTransactionReceipt({
+    hash,
+  })
+  if (receipt.status !== 'success') throw new Error(`transfer ${hash} reverted`)
+  return hash
 }
 
 if (isMain(import.meta.url)) {

@@ -16,6 +16,21 @@ export const Atomic = v.pipe(
 export const Address = v.pipe(v.string(), v.regex(/^0x[0-9a-fA-F]{40}$/))
 export const TxHash = v.pipe(v.string(), v.regex(/^0x[0-9a-fA-F]{64}$/))
 export const Network = v.picklist(['local', 'base', 'base-sepolia'])
+export const PricingModel = v.picklist(['fixed', 'rules', 'usage'])
+
+/** What a usage-priced call measured and charged (GET /calls and the public receipt); null otherwise. */
+export const CallUsage = v.nullable(
+  v.strictObject({
+    unit: v.picklist(['response_bytes', 'duration_ms', 'tokens']),
+    quantities: v.record(v.string(), v.number()),
+    charge_atomic: Atomic,
+    ceiling_atomic: v.nullable(Atomic),
+    refunded_atomic: v.pipe(Atomic, v.description('the unused part of a prepaid ceiling, paid back')),
+    source: v.picklist(['measured', 'fallback']),
+    fallback: v.nullable(v.picklist(['missing', 'malformed', 'client_aborted'])),
+    capped: v.pipe(v.boolean(), v.description('the measured charge was above the ceiling')),
+  }),
+)
 
 /** Cursor-paginated list: newest first; pass the last id as starting_after for the next page. */
 export function listOf<S extends v.GenericSchema>(item: S) {

@@ -4,7 +4,7 @@
 
 import * as v from 'valibot'
 import { PAYMENT_REQUIRED_REASONS } from '../errors.ts'
-import { Address, Atomic, Dollars, Network, Timestamp } from './api-schemas.ts'
+import { Address, Atomic, CallUsage, Dollars, Network, PricingModel, Timestamp } from './api-schemas.ts'
 import { PaymentObject } from './routes/payments.ts'
 
 const _PaymentStatus = v.picklist(['pending', 'paid', 'expired', 'canceled'])
@@ -103,19 +103,8 @@ export const Receipt = v.pipe(
     upstream_status: v.number(),
     amount: Dollars,
     amount_atomic: Atomic,
-    pricing_model: v.picklist(['fixed', 'rules', 'usage']),
-    usage: v.nullable(
-      v.strictObject({
-        unit: v.picklist(['response_bytes', 'duration_ms', 'tokens']),
-        quantities: v.record(v.string(), v.number()),
-        charge_atomic: Atomic,
-        ceiling_atomic: v.nullable(Atomic),
-        refunded_atomic: v.pipe(Atomic, v.description('the unused part of a prepaid ceiling, paid back')),
-        source: v.picklist(['measured', 'fallback']),
-        fallback: v.nullable(v.picklist(['missing', 'malformed', 'client_aborted'])),
-        capped: v.pipe(v.boolean(), v.description('the measured charge was above the ceiling')),
-      }),
-    ),
+    pricing_model: PricingModel,
+    usage: CallUsage,
     created_at: Timestamp,
     delivered: v.pipe(
       v.nullable(v.strictObject({ body_sha256: v.string(), body_bytes: v.number() })),

@@ -2,7 +2,7 @@
 // only to the payer in the answer's x-receipt-id). Written with the call once its answer ended: until then,
 // and for an unknown id, 404. Shows what was measured and charged, never the owner's share or keys.
 import type { ReceiptRow } from '../db/calls.ts'
-import { findReceipt } from '../db/calls.ts'
+import { findReceipt, usageView } from '../db/calls.ts'
 import { findDelivery } from '../db/discovery.ts'
 import type { Sql } from '../db/sql.ts'
 import { writeError } from '../errors.ts'
@@ -87,19 +87,7 @@ export function presentReceipt(r: ReceiptRow) {
     amount: toDollars(r.amount_atomic),
     amount_atomic: r.amount_atomic.toString(),
     pricing_model: r.pricing_model,
-    usage:
-      r.usage === null
-        ? null
-        : {
-            unit: r.usage_unit,
-            quantities: r.usage.quantities,
-            charge_atomic: r.amount_atomic.toString(),
-            ceiling_atomic: r.ceiling_atomic?.toString() ?? null,
-            refunded_atomic: r.refund_atomic.toString(),
-            source: r.usage.source,
-            fallback: r.usage.fallback,
-            capped: r.usage.capped,
-          },
+    usage: usageView(r),
     created_at: r.created_at.toISOString(),
   }
 }

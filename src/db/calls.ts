@@ -16,6 +16,18 @@ export interface CallRow {
   /** The MCP tool a paid `tools/call` named; null for HTTP calls. */
   tool: string | null
   created_at: Date
+  pricing_model: string
+  usage_unit: string | null
+  usage: {
+    quantities: Record<string, number>
+    source: string
+    fallback: string | null
+    capped: boolean
+  } | null
+  /** The prepaid ceiling of a usage price; null for a fixed or rules price. */
+  ceiling_atomic: bigint | null
+  /** The unused part of the prepaid ceiling, paid back to the payer. */
+  refund_atomic: bigint
 }
 
 export async function listCalls(
@@ -34,7 +46,8 @@ export async function listCalls(
 ): Promise<CallRow[]> {
   return db<CallRow[]>`
     SELECT id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic, fee_atomic,
-           upstream_status, method, tool, created_at
+           upstream_status, method, tool, created_at, pricing_model, usage_unit, usage, ceiling_atomic,
+           refund_atomic
     FROM calls
     WHERE account_id = ${q.accountId}
     ${q.endpointId ? db`AND endpoint_id = ${q.endpointId}` : db``}
@@ -51,16 +64,24 @@ export async function listCalls(
 export interface ReceiptRow extends CallRow {
   receipt_id: string
   scheme: string | null
-  pricing_model: string
-  usage_unit: string | null
-  usage: {
-    quantities: Record<string, number>
-    source: string
-    fallback: string | null
-    capped: boolean
-  } | null
-  ceiling_atomic: bigint | null
-  refund_atomic: bigint
+}
+
+/**
+ * What a usage-priced call measured, as the management API (GET /calls) and the public receipt both show
+ * it: one shape in both places. Null for a fixed or rules price.
+ */
+export function usageView(c: CallRow) {
+  if (c.usage === null) return null
+  return {
+    unit: c.usage_unit,
+    quantities: c.usage.quantities,
+    charge_atomic: c.amount_atomic.toString(),
+    ceiling_atomic: c.ceiling_atomic?.toString() ?? null,
+    refunded_atomic: c.refund_atomic.toString(),
+    source: c.usage.source,
+    fallback: c.usage.fallback,
+    capped: c.usage.capped,
+  }
 }
 
 export async function findReceipt(db: Sql | Tx, receiptId: string): Promise<ReceiptRow | null> {

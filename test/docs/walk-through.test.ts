@@ -1,8 +1,10 @@
 // The README's five-minute walk-through, run as written: its terminal-1 block starts the service (npm ci
 // aside: node_modules is linked), its terminal-2 block runs in bash, and what the README says to look for is
-// what comes out. In a temporary copy of the repository, so the service's .data/ and dist/ never land in the
-// checkout; free ports in PORT, DEMO_PORT and ADMIN_PORT (the README's own way to move off taken ports).
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
+// what comes out. Then the two sections that go on in terminal 2 (usage-based pricing, paid MCP tools), each
+// after the walk-through's own lines that define json, HOST, API and AUTH (a fresh merchant each). In a
+// temporary copy of the repository, so the service's .data/ and dist/ never land in the checkout; free ports
+// in PORT, DEMO_PORT, ADMIN_PORT, DEMO_LLM_PORT and DEMO_MCP_PORT (the README's own way to move off taken ports).
+import { type ChildProcess, spawn } from 'node:child_process'
 import { cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -12,12 +14,51 @@ import { waitFor } from '../helpers/wait-for.ts'
 
 const ROOT = join(import.meta.dirname, '../..')
 
-/** The sh blocks of the README's walk-through section, in order. */
-function walkThroughBlocks(): string[] {
-  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8')
-  const start = readme.indexOf('## Five-minute walk-through')
-  const section = readme.slice(start, readme.indexOf('\n## ', start + 1))
+const README = readFileSync(join(ROOT, 'README.md'), 'utf8')
+
+/** The sh blocks of a section of the README, in order. */
+function shBlocks(heading: string): string[] {
+  const start = README.indexOf(`\n${heading}\n`)
+  if (start < 0) throw new Error(`README has no section ${heading}`)
+  const section = README.slice(start, README.indexOf('\n## ', start + 1))
   return [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!)
+}
+
+/**
+ * bash -c script in its own process group, so what it leaves running in the background (demo servers: npm,
+ * tsx and node under them) is stopped with it by that one id, whatever npm does with signals.
+ */
+function runBash(
+  script: string,
+  timeoutMs: number,
+): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn('bash', ['-c', script], { cwd: app, env, detached: true })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (b) => {
+      stdout += b
+    })
+    child.stderr.on('data', (b) => {
+      stderr += b
+    })
+    const stopGroup = () => {
+      try {
+        process.kill(-child.pid!, 'SIGTERM')
+      } catch {}
+    }
+    const timer = setTimeout(() => {
+      stderr += `\n(killed after ${timeoutMs} ms)`
+      stopGroup()
+    }, timeoutMs)
+    // Not 'close': a background job holding the pipes open would keep it from coming.
+    child.on('exit', (status) => {
+      clearTimeout(timer)
+      stopGroup()
+      // The pipes' last bytes, after the exit.
+      setTimeout(() => resolve({ status, stdout, stderr }), 200)
+    })
+  })
 }
 
 function freePort(): Promise<number> {
@@ -29,7 +70,12 @@ function freePort(): Promise<number> {
   })
 }
 
-const blocks = walkThroughBlocks()
+const blocks = shBlocks('## Five-minute walk-through')
+/** The walk-through's terminal-2 lines a following section needs: json(), HOST/API, a merchant's KEY, AUTH. */
+const prelude = blocks[1]!
+  .split('\n')
+  .filter((l) => /^(json\(\)|HOST=|KEY=|AUTH=)/.test(l))
+  .join('\n')
 const app = mkdtempSync(join(tmpdir(), 'tollgate-walk-'))
 let service: ChildProcess | null = null
 let serviceLog = ''
@@ -39,13 +85,21 @@ beforeAll(async () => {
   for (const f of ['package.json', 'tsconfig.json', 'tsconfig.build.json', 'src', 'config', 'scripts'])
     cpSync(join(ROOT, f), join(app, f), { recursive: true })
   symlinkSync(join(ROOT, 'node_modules'), join(app, 'node_modules'), 'dir')
-  const [port, demo, admin] = [await freePort(), await freePort(), await freePort()]
+  const [port, demo, admin, llm, mcp] = [
+    await freePort(),
+    await freePort(),
+    await freePort(),
+    await freePort(),
+    await freePort(),
+  ]
   env = {
     PATH: process.env.PATH,
     HOME: process.env.HOME,
     PORT: `${port}`,
     DEMO_PORT: `${demo}`,
     ADMIN_PORT: `${admin}`,
+    DEMO_LLM_PORT: `${llm}`,
+    DEMO_MCP_PORT: `${mcp}`,
   }
   // Terminal 1, as written; `npm ci` is what the linked node_modules stands for.
   const terminal1 = blocks[0]!
@@ -83,15 +137,16 @@ afterAll(async () => {
 })
 
 describe('README walk-through', () => {
-  it('runs as written and shows what the README says to look for', () => {
+  it('runs as written and shows what the README says to look for', async () => {
     // Terminal 2, as written; the demo server it starts in the background is stopped at its end.
-    const script = `${blocks[1]}\nkill $(jobs -p) 2>/dev/null; true\n`
-    const r = spawnSync('bash', ['-c', script], { cwd: app, env, encoding: 'utf8', timeout: 150_000 })
+    const r = await runBash(`${blocks[1]}\nkill $(jobs -p) 2>/dev/null; true\n`, 150_000)
     const out = r.stdout
     const context = `stdout:\n${out}\nstderr:\n${r.stderr}\nservice:\n${serviceLog.slice(-3000)}`
     expect(r.status, context).toBe(0)
     const lines = out.split('\n')
     expect(lines, context).toContain('payment_required')
+    // The listed endpoint, as /discovery/resources shows it: its metered URL.
+    expect(out, context).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/m\/ep_\w+$/m)
     expect(lines, context).toContain('{"hello":"world"}')
     expect(lines, context).toContain('proof_already_used')
     expect(lines, context).toContain('9500')
@@ -104,4 +159,43 @@ describe('README walk-through', () => {
     expect(out, context).toMatch(/^(confirmed|submitted|pending) 1\.4345 USDC 0x[0-9a-f]{64}$/m)
     expect(out, context).toContain('OK: no difference')
   }, 160_000)
+
+  it('usage-based pricing: the stream is sold per token, charged what it used, the rest refunded', async () => {
+    expect(prelude.split('\n')).toHaveLength(4)
+    const [section] = shBlocks('## Usage-based pricing')
+    const r = await runBash(`${prelude}\n${section}`, 55_000)
+    const out = r.stdout
+    const context = `stdout:\n${out}\nstderr:\n${r.stderr}\nservice:\n${serviceLog.slice(-3000)}`
+    expect(r.status, context).toBe(0)
+    const lines = out.split('\n')
+    expect(lines, context).toContain('demo')
+    // The stream's end as the client asked for it: no usage chunk, no "usage": null, then [DONE].
+    expect(lines, context).toContain('data: [DONE]')
+    expect(out, context).toMatch(/^data: \{.*"finish_reason":"stop"/m)
+    expect(
+      lines.filter((l) => l.startsWith('data: ') && l.includes('"usage"')),
+      context,
+    ).toEqual([])
+    // 4 prompt words at $2 per million (2 base units each), 1,000 words at $10 per million (10 each).
+    expect(out, context).toMatch(/input_tokens: 4,/)
+    expect(out, context).toMatch(/output_tokens: 1000\b/)
+    expect(out, context).toContain("charge_atomic: '10008'")
+    expect(out, context).toContain("ceiling_atomic: '50000'")
+    expect(out, context).toContain("refunded_atomic: '39992'")
+    expect(out, context).toContain("source: 'measured'")
+  }, 60_000)
+
+  it('paid MCP tools: the SDK client lists free, pays the priced tool, the call is booked by tool', async () => {
+    const [section] = shBlocks('## Paid MCP tools')
+    const r = await runBash(`${prelude}\n${section}`, 55_000)
+    const out = r.stdout
+    const context = `stdout:\n${out}\nstderr:\n${r.stderr}\nservice:\n${serviceLog.slice(-3000)}`
+    expect(r.status, context).toBe(0)
+    expect(out, context).toMatch(/^echo\s+free$/m)
+    expect(out, context).toMatch(/^weather\s+\$0\.01 a call$/m)
+    // One payment, of the tool's price, before its answer.
+    expect(out.match(/^paid /gm), context).toHaveLength(1)
+    expect(out, context).toMatch(/^paid 10000 base units: 0x[0-9a-f]{64}\nweather: Lyon: .+ °C$/m)
+    expect(out.split('\n'), context).toContain('weather 10000')
+  }, 60_000)
 })

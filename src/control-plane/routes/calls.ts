@@ -1,9 +1,10 @@
-// GET /calls: an owner's captured metered calls, newest first, filtered by endpoint, upstream status, time.
+// GET /calls: an owner's captured metered calls, newest first, filtered by endpoint, upstream status, time,
+// tool; a usage-priced call shows what was measured, charged and refunded of its ceiling.
 import * as v from 'valibot'
-import { type CallRow, listCalls } from '../../db/calls.ts'
+import { type CallRow, listCalls, usageView } from '../../db/calls.ts'
 import { ApiError } from '../../errors.ts'
 import { toDollars } from '../../money.ts'
-import { Atomic, Dollars, listOf, Timestamp } from '../api-schemas.ts'
+import { Atomic, CallUsage, Dollars, listOf, PricingModel, Timestamp } from '../api-schemas.ts'
 import { listResponse, readPage } from '../pagination.ts'
 import type { Route } from '../route.ts'
 
@@ -20,6 +21,8 @@ export const CallObject = v.strictObject({
   upstream_status: v.number(),
   method: v.string(),
   tool: v.pipe(v.nullable(v.string()), v.description('the MCP tool a paid tools/call named; null otherwise')),
+  pricing_model: PricingModel,
+  usage: CallUsage,
   created_at: Timestamp,
 })
 
@@ -37,6 +40,8 @@ export function presentCall(c: CallRow): v.InferOutput<typeof CallObject> {
     upstream_status: c.upstream_status,
     method: c.method,
     tool: c.tool ?? null,
+    pricing_model: c.pricing_model as v.InferOutput<typeof PricingModel>,
+    usage: usageView(c) as v.InferOutput<typeof CallUsage>,
     created_at: c.created_at.toISOString(),
   }
 }
