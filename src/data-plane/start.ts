@@ -37,10 +37,13 @@ import { createEndpointCache, type EndpointCache, type EndpointCacheOptions } fr
 import { createMeteredRoute } from './metered.ts'
 import { ObservedCalls } from './observed-calls.ts'
 import { PaidAnswers } from './paid-answers.ts'
+import { createPassPurchaseRoute } from './pass-purchase.ts'
+import { PassUses } from './pass-uses.ts'
 import { type ProofHorizons, startProofHorizons } from './proof-horizons.ts'
 import { ReceiptSigner } from './receipt-signer.ts'
 import { createReceiptKeysRoute, createReceiptRoute } from './receipts.ts'
 import { startSettlementThrottle } from './settlement-throttle.ts'
+import { SignIn } from './sign-in.ts'
 import { createUpstreamDispatcher } from './upstream-pool.ts'
 import { Verifier } from './verifier.ts'
 import { startEndpointRelay, workerEnv } from './workers.ts'
@@ -113,7 +116,9 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     })
     stops.push(() => schemes.stop())
     const signer = receiptSigner(config)
-    const endpoints = createEndpointCache(db.sql, endpointCacheOptions(deps, schemes, signer))
+    // Passes: the sign-in a pass endpoint's 402 declares and checks (the published default age, 5 minutes).
+    const signIn = new SignIn({ publicUrl: deps.publicUrl, caip2: chainInfo.caip2, maxAgeMs: SIGN_IN_MAX_AGE_MS })
+    const endpoints = createEndpointCache(db.sql, { ...endpointCacheOptions(deps, schemes, signer), signIn })
     const onEndpointChanged = await invalidateAcrossInstances(db, endpoints, stops)
     const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
     stops.push(() => dispatcher.close())
@@ -130,6 +135,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       logger,
       observed,
       receipts: signer === undefined ? undefined : { signer, network: chainInfo.caip2 },
+      passes: new PassUses(db.sql, signIn, logger, { settleForMs: 120_000 }),
       paidAnswers: new PaidAnswers(db.sql, logger, {
         ttlMs: config.x402.paid_answers.ttl_ms,
         maxAnswerBytes: config.x402.paid_answers.max_answer_bytes,
@@ -140,6 +146,14 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
         maxBufferedBodyBytes: config.server.body_limit_bytes,
       },
     })
+    const pass = createPassPurchaseRoute({
+      sql: db.sql,
+      endpoints,
+      schemes,
+      logger,
+      edge: proofEdge(edge, edge.unpaidMetered),
+      settings: { quoteTtlMs: config.proxy.quote_ttl_ms, openWaitMs: 5_000 },
+    })
     const checkout = deps.checkoutRoute(verifier, proofEdge(edge, edge.checkout))
     const reads = publicReads(deps, endpoints, signer)
     const app = createPublicApp({
@@ -149,6 +163,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       logger,
       dashboard: deps.dashboardRoute(),
       metered,
+      pass,
       checkout,
       edge,
     })
@@ -225,6 +240,9 @@ function receiptSigner(config: DataPlaneDeps['config']): ReceiptSigner | undefin
   if (key === null) return undefined
   return new ReceiptSigner({ privateKey: key, previous: config.secrets.receipt_previous_signers })
 }
+/** How old a sign-in message may be: the published helpers' default (5 minutes), and its 402's expiry. */
+const SIGN_IN_MAX_AGE_MS = 5 * 60_000
+
 /** keccak256("tollgate local receipt key"): the local chain's dev signing key, public on purpose. */
 const LOCAL_RECEIPT_KEY = keccak256(toHex('tollgate local receipt key'))
 
