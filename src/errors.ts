@@ -133,7 +133,8 @@ export const PAYMENT_REQUIRED_REASONS = {
   scheme_not_offered: 'a scheme tollgate has but not here (exact where the amount varies: usage pricing)',
   permit2_allowance_required: 'x402 upto: the payer has not approved Permit2 for the maximum',
   // A signed-in call on a pass (docs/passes.md); the invalid_siwx_* codes are the sign-in-with-x spec's.
-  no_live_pass: 'signed in, but the wallet holds no pass with uses and time left here (none bought, used up, expired)',
+  no_live_pass:
+    'signed in, but the wallet holds no pass with uses and time left here (none bought, used up, expired)',
   invalid_siwx_header: 'SIGN-IN-WITH-X is not base64 JSON of a sign-in payload',
   invalid_siwx_chain_id: 'the sign-in names another chain than the payment network',
   invalid_siwx_nonce: 'the sign-in nonce is malformed, or was used before (a sign-in serves once)',
@@ -146,7 +147,7 @@ export const PAYMENT_REQUIRED_REASONS = {
   invalid_siwx_expired: 'expirationTime is past',
   invalid_siwx_not_before: 'notBefore is not a timestamp',
   invalid_siwx_not_yet_valid: 'notBefore is in the future',
-  invalid_siwx_signature: 'the signature is not the address\'s over the EIP-4361 message',
+  invalid_siwx_signature: "the signature is not the address's over the EIP-4361 message",
   invalid_siwx_malformed_signature: 'the signature cannot be decoded',
   invalid_siwx_unsupported_chain: 'a chain namespace other than eip155',
   invalid_siwx_verifier_error: 'the signature could not be checked',

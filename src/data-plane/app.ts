@@ -362,7 +362,9 @@ function guarded(
       const header =
         proofs === 'always'
           ? ''
-          : req.getHeader('x-payment') || req.getHeader('payment-signature') || req.getHeader('sign-in-with-x')
+          : req.getHeader('x-payment') ||
+            req.getHeader('payment-signature') ||
+            req.getHeader('sign-in-with-x')
       const client = edge.clientKey(res, req)
       const decision = header !== '' && proofs === 'when_refused' ? limit.check(client) : limit.take(client)
       if (!decision.ok)

@@ -9,8 +9,8 @@ import { mcpBodyPricing } from '../mcp/tool-pricing.ts'
 import type { BodyPricing } from '../pricing/body-price.ts'
 import { presentPricing } from '../pricing/input.ts'
 import { pricingFromStored, ruleIndex, type UsagePricing } from '../pricing/model.ts'
-import type { Offers } from '../schemes/registry.ts'
 import { type Pass, passFromStored, presentPass } from '../pricing/pass.ts'
+import type { Offers } from '../schemes/registry.ts'
 import type { OfferQuery, Quote } from '../schemes/scheme.ts'
 import { buildChallenge, type Challenge, v2Header } from './challenge.ts'
 import type { UpstreamTarget } from './proxy.ts'
@@ -117,27 +117,19 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
         extensions: { bazaar: bazaarExtension(row.discovery) },
       }
     : {}
-  const signIn = options.signIn
-  const passTerms = row.pass === null || signIn === undefined ? null : passFromStored(row.pass)
-  const purchaseUrl = `${options.publicUrl()}/pass/${row.id}`
-  // A pass endpoint's 402 says where the pass is sold and what it holds.
-  const passOffer = passTerms === null ? {} : { [PASS_OFFER]: { info: presentPass(passTerms, purchaseUrl) } }
+  const sold = passSold(row, options)
   // One 402 per price, built once: the schemes' offers for that amount.
-  const quote = (
-    amountAtomic: bigint,
-    varies: boolean,
-    floor: boolean,
-    what = description,
-    resource = resourceUrl,
-    schemes = enabled,
-  ): Quote => {
+  // `at`: where it is paid (the metered URL, or the pass's purchase URL) and the opt-in schemes offered there.
+  const here: { resource: string; schemes: ReadonlySet<string> } = { resource: resourceUrl, schemes: enabled }
+  const quote = (amountAtomic: bigint, varies: boolean, floor: boolean, what = description, at = here) => {
+    const { resource, schemes } = at
     const { offers, notOffered } = options.offers({
       amountAtomic,
       varies,
       maxTimeoutSeconds: options.maxTimeoutSeconds,
       enabled: schemes,
     })
-    const extensions: Record<string, unknown> = { ...listing.extensions, ...passOffer }
+    const extensions: Record<string, unknown> = { ...listing.extensions, ...sold?.offer }
     if (options.signer) {
       const accepts = offers.flatMap((o) => (o.v2 ? [o.v2] : []))
       const validUntil = Math.floor(Date.now() / 1000) + (options.offerValiditySeconds ?? 300)
@@ -197,22 +189,45 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
     quoteFor,
     usage: pricing.model === 'usage' ? pricing : null,
     pricingModel: pricing.model,
+    // Paid once, by a payment captured whole: the opt-in channel scheme (vouchers per call) is not offered.
     pass:
-      passTerms === null || signIn === undefined
-        ? null
-        : {
-            terms: passTerms,
-            purchaseUrl,
-            // Paid once, by a payment captured whole: the opt-in channel scheme (vouchers per call) is not offered.
-            quote: quote(passTerms.priceAtomic, false, false, `${description} · pass`, purchaseUrl, NO_OPT_IN),
-            v2Header: (challenge, reason) => signInHeader(signIn, challenge, reason, resourceUrl),
-          },
+      sold && livePass(sold, resourceUrl, quote(sold.terms.priceAtomic, false, false, sold.what, sold.at)),
     bodyPricing:
       row.mcp === null
         ? null
         : mcpBodyPricing(mcpFromStored(row.mcp), (amount, varies, tool) =>
             quote(amount, varies, false, tool === null ? description : `${description} · tool ${tool}`),
           ),
+  }
+}
+
+/** The pass an endpoint sells (null: none, or this process does not sell passes) and its 402 offer. */
+function passSold(row: LiveEndpointRow, options: EndpointCacheOptions) {
+  const signIn = options.signIn
+  if (row.pass === null || signIn === undefined) return null
+  const terms = passFromStored(row.pass)
+  const purchaseUrl = `${options.publicUrl()}/pass/${row.id}`
+  // A pass endpoint's 402 says where the pass is sold and what it holds.
+  return {
+    terms,
+    purchaseUrl,
+    signIn,
+    offer: { [PASS_OFFER]: { info: presentPass(terms, purchaseUrl) } },
+    what: `${row.description ?? row.name ?? `Metered API ${row.id}`} · pass`,
+    at: { resource: purchaseUrl, schemes: NO_OPT_IN },
+  }
+}
+
+function livePass(
+  sold: NonNullable<ReturnType<typeof passSold>>,
+  resourceUrl: string,
+  quote: Quote,
+): LivePass {
+  return {
+    terms: sold.terms,
+    purchaseUrl: sold.purchaseUrl,
+    quote,
+    v2Header: (challenge, reason) => signInHeader(sold.signIn, challenge, reason, resourceUrl),
   }
 }
 

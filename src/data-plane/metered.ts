@@ -39,8 +39,8 @@ import { challengeBody, quoteExpiry, v2Header } from './challenge.ts'
 import { CORS_HEADERS, CORS_PAIRS } from './cors.ts'
 import { type EndpointCache, type LiveEndpoint, loadEndpoint, NOT_FOUND } from './endpoint-cache.ts'
 import type { ObservedCalls } from './observed-calls.ts'
-import type { PassUses } from './pass-uses.ts'
 import { AnswerRecorder, type PaidAnswers, paymentIdentifier, type Reservation } from './paid-answers.ts'
+import type { PassUses } from './pass-uses.ts'
 import { type Proof, parseProof } from './proof.ts'
 import {
   type AbortState,

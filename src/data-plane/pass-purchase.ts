@@ -4,10 +4,11 @@
 // scheme), the payment is claimed and captured as a call (method PASS: owner share and fee booked like any
 // served call), and once that capture is written the pass is opened from it (src/books/passes.ts). The
 // answer is the pass; a retry with the same payment gets the same pass and is not charged again.
-import { ERRORS, type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
-import { newId } from '../ids.ts'
+
 import { openPass, type PassRow } from '../books/passes.ts'
 import type { Sql } from '../db/sql.ts'
+import { ERRORS, type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
+import { newId } from '../ids.ts'
 import type { Logger } from '../observability/logger.ts'
 import { httpRequests, passesBought } from '../observability/metrics.ts'
 import { requestIdFrom } from '../request-id.ts'
@@ -16,7 +17,13 @@ import type { ClaimOutcome, Payment, Verdict } from '../schemes/scheme.ts'
 import type { ProofEdge } from './app.ts'
 import { challengeBody, quoteExpiry, v2Header } from './challenge.ts'
 import { CORS_HEADERS, EXPOSED_HEADERS } from './cors.ts'
-import { type EndpointCache, type LiveEndpoint, type LivePass, loadEndpoint, NOT_FOUND } from './endpoint-cache.ts'
+import {
+  type EndpointCache,
+  type LiveEndpoint,
+  type LivePass,
+  loadEndpoint,
+  NOT_FOUND,
+} from './endpoint-cache.ts'
 import { parseProof } from './proof.ts'
 import type { HttpRequest, HttpResponse } from './uws.ts'
 
@@ -77,14 +84,17 @@ class PassPurchase {
     if (cached !== undefined) return this.withEndpoint(cached)
     loadEndpoint(this.ctx.endpoints, this.endpointId).then(
       (entry) => this.withEndpoint(entry),
-      (err) => this.respondError('verification_unavailable', { message: 'retry shortly' }, RETRY_AFTER_1, err),
+      (err) =>
+        this.respondError('verification_unavailable', { message: 'retry shortly' }, RETRY_AFTER_1, err),
     )
   }
 
   withEndpoint(entry: LiveEndpoint | typeof NOT_FOUND): void {
     if (this.aborted) return
     if (entry === NOT_FOUND || !entry.active)
-      return this.respondError('endpoint_not_found', { message: `no active metered endpoint ${this.endpointId}` })
+      return this.respondError('endpoint_not_found', {
+        message: `no active metered endpoint ${this.endpointId}`,
+      })
     if (entry.pass === null)
       return this.respondError('pass_not_offered', { message: `endpoint ${entry.id} sells no pass` })
     this.endpoint = entry
@@ -109,9 +119,18 @@ class PassPurchase {
       case false:
         return this.respond402(verdict.reason, verdict.requiredHeader)
       case 'unavailable':
-        return this.respondError('verification_unavailable', { message: verdict.message }, RETRY_AFTER_1, verdict.err)
+        return this.respondError(
+          'verification_unavailable',
+          { message: verdict.message },
+          RETRY_AFTER_1,
+          verdict.err,
+        )
       case 'error':
-        return this.respondError(verdict.code, verdict.message ? { message: verdict.message } : undefined, verdict.headers)
+        return this.respondError(
+          verdict.code,
+          verdict.message ? { message: verdict.message } : undefined,
+          verdict.headers,
+        )
       case 'answered':
         return this.respondError('invalid_state', { message: 'this payment cannot buy a pass' })
     }
@@ -132,7 +151,10 @@ class PassPurchase {
   withClaim(payment: Payment, outcome: ClaimOutcome): void {
     if (outcome === 'busy') return this.respondError('payment_in_progress', undefined, RETRY_AFTER_1)
     // Used before: by this purchase (a retry whose answer was lost: the same pass) or by anything else.
-    if (outcome === 'used') return this.open(payment, false)
+    if (outcome === 'used') {
+      void this.open(payment, false)
+      return
+    }
     // Won: whether or not the client is still there, the purchase goes through (a retry gets the pass).
     const endpoint = this.endpoint!
     payment.capture({
@@ -148,7 +170,7 @@ class PassPurchase {
       usage: null,
       receiptId: null,
     })
-    this.open(payment, true)
+    void this.open(payment, true)
   }
 
   /** Opens the pass from the purchase's capture once it is written (captures are group-committed). */

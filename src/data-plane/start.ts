@@ -116,8 +116,8 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     })
     stops.push(() => schemes.stop())
     const signer = receiptSigner(config)
-    // Passes: the sign-in a pass endpoint's 402 declares and checks (the published default age, 5 minutes).
-    const signIn = new SignIn({ publicUrl: deps.publicUrl, caip2: chainInfo.caip2, maxAgeMs: SIGN_IN_MAX_AGE_MS })
+    // Passes: the sign-in a pass endpoint's 402 declares and checks.
+    const signIn = passSignIn(deps)
     const endpoints = createEndpointCache(db.sql, { ...endpointCacheOptions(deps, schemes, signer), signIn })
     const onEndpointChanged = await invalidateAcrossInstances(db, endpoints, stops)
     const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
@@ -127,32 +127,14 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     const observed = new ObservedCalls(db.sql, logger).start(5_000)
     stops.push(() => observed.stop())
     const edge = createEdgeLimits(config)
-    const metered = createMeteredRoute({
-      edge: proofEdge(edge, edge.unpaidMetered),
+    const { metered, pass } = paidRoutes(deps, {
       endpoints,
       schemes,
       dispatcher,
-      logger,
       observed,
-      receipts: signer === undefined ? undefined : { signer, network: chainInfo.caip2 },
-      passes: new PassUses(db.sql, signIn, logger, { settleForMs: 120_000 }),
-      paidAnswers: new PaidAnswers(db.sql, logger, {
-        ttlMs: config.x402.paid_answers.ttl_ms,
-        maxAnswerBytes: config.x402.paid_answers.max_answer_bytes,
-        maxTotalBytes: config.x402.paid_answers.max_total_bytes,
-      }),
-      settings: {
-        quoteTtlMs: config.proxy.quote_ttl_ms,
-        maxBufferedBodyBytes: config.server.body_limit_bytes,
-      },
-    })
-    const pass = createPassPurchaseRoute({
-      sql: db.sql,
-      endpoints,
-      schemes,
-      logger,
-      edge: proofEdge(edge, edge.unpaidMetered),
-      settings: { quoteTtlMs: config.proxy.quote_ttl_ms, openWaitMs: 5_000 },
+      signer,
+      signIn,
+      edge,
     })
     const checkout = deps.checkoutRoute(verifier, proofEdge(edge, edge.checkout))
     const reads = publicReads(deps, endpoints, signer)
@@ -187,6 +169,56 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     await stop()
     throw err
   }
+}
+
+/** The sign-in of passes: bound to the public URL and the payment network, the published default age. */
+function passSignIn(deps: DataPlaneDeps): SignIn {
+  return new SignIn({ publicUrl: deps.publicUrl, caip2: deps.chainInfo.caip2, maxAgeMs: SIGN_IN_MAX_AGE_MS })
+}
+
+/** The paid routes: /m/* (the hot path) and /pass/* (buying a pass), over the same endpoints and schemes. */
+function paidRoutes(
+  deps: DataPlaneDeps,
+  p: {
+    endpoints: EndpointCache
+    schemes: SchemeRegistry
+    dispatcher: ReturnType<typeof createUpstreamDispatcher>
+    observed: ObservedCalls
+    signer: ReceiptSigner | undefined
+    signIn: SignIn
+    edge: ReturnType<typeof createEdgeLimits>
+  },
+) {
+  const { config, db, logger, chainInfo } = deps
+  const { endpoints, schemes, signer, edge } = p
+  const metered = createMeteredRoute({
+    edge: proofEdge(edge, edge.unpaidMetered),
+    endpoints,
+    schemes,
+    dispatcher: p.dispatcher,
+    logger,
+    observed: p.observed,
+    receipts: signer === undefined ? undefined : { signer, network: chainInfo.caip2 },
+    passes: new PassUses(db.sql, p.signIn, logger, { settleForMs: 120_000 }),
+    paidAnswers: new PaidAnswers(db.sql, logger, {
+      ttlMs: config.x402.paid_answers.ttl_ms,
+      maxAnswerBytes: config.x402.paid_answers.max_answer_bytes,
+      maxTotalBytes: config.x402.paid_answers.max_total_bytes,
+    }),
+    settings: {
+      quoteTtlMs: config.proxy.quote_ttl_ms,
+      maxBufferedBodyBytes: config.server.body_limit_bytes,
+    },
+  })
+  const pass = createPassPurchaseRoute({
+    sql: db.sql,
+    endpoints,
+    schemes,
+    logger,
+    edge: proofEdge(edge, edge.unpaidMetered),
+    settings: { quoteTtlMs: config.proxy.quote_ttl_ms, openWaitMs: 5_000 },
+  })
+  return { metered, pass }
 }
 
 function endpointCacheOptions(

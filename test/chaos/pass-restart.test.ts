@@ -6,8 +6,8 @@
 // pass exactly N times (never more: a use is drawn once; never fewer: a draw lost with its answer is
 // given back), the books must say the same, and `npm run reconcile` must exit 0.
 import { existsSync } from 'node:fs'
-import { wrapFetchWithSIWx } from '@x402/extensions/sign-in-with-x'
 import { decodePaymentRequiredHeader } from '@x402/core/http'
+import { wrapFetchWithSIWx } from '@x402/extensions/sign-in-with-x'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { makeProofs } from '../../bench/proofs.ts'
@@ -125,16 +125,16 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('passes across a PostgreSQL cr
     }
 
     const load = Promise.all(
-      Array.from({ length: BUYERS * CLIENTS_PER_BUYER }, (_, k) =>
-        drain(k % BUYERS, k, Date.now() + 60_000),
-      ),
+      Array.from({ length: BUYERS * CLIENTS_PER_BUYER }, (_, k) => drain(k % BUYERS, k, Date.now() + 60_000)),
     )
     // Two crash-restarts while the buyers are calling.
     await sleep(300)
     for (let round = 0; round < 2; round++) {
       const at = Date.now()
       await cluster.restart('immediate', 500)
-      log(`crash-restart ${round + 1}: down and up again in ${Date.now() - at} ms; served so far ${counts.ok}`)
+      log(
+        `crash-restart ${round + 1}: down and up again in ${Date.now() - at} ms; served so far ${counts.ok}`,
+      )
       await sleep(700)
     }
     await load
@@ -156,13 +156,14 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('passes across a PostgreSQL cr
         FROM passes p LEFT JOIN pass_draws d ON d.pass_id = p.id
         WHERE p.endpoint_id = ${id} GROUP BY p.id`
       log(`books: ${JSON.stringify(passes)}`)
-      expect(passes.map((p) => [p.uses_left, p.drawn])).toEqual(
-        Array.from({ length: BUYERS }, () => [0, N]),
-      )
+      expect(passes.map((p) => [p.uses_left, p.drawn])).toEqual(Array.from({ length: BUYERS }, () => [0, N]))
       const [calls] = await sql<{ n: number; owner: string }[]>`
         SELECT count(*)::int AS n, sum(owner_share_atomic)::text AS owner FROM calls
         WHERE endpoint_id = ${id} AND method = 'PASS'`
-      expect(calls).toEqual({ n: BUYERS, owner: String((PASS_PRICE_ATOMIC * 9500n * BigInt(BUYERS)) / 10_000n) })
+      expect(calls).toEqual({
+        n: BUYERS,
+        owner: String((PASS_PRICE_ATOMIC * 9500n * BigInt(BUYERS)) / 10_000n),
+      })
     } finally {
       await sql.end({ timeout: 1 })
     }

@@ -438,7 +438,8 @@ export const endpointRoutes: Route[] = [
           changes.priceAtomic = mcp.defaultAtomic
         }
         // The pass as it will be, against the pricing as it will be.
-        const passAfter = pass !== undefined ? pass : current.pass === null ? null : passFromStored(current.pass)
+        const passAfter =
+          pass !== undefined ? pass : current.pass === null ? null : passFromStored(current.pass)
         const modelAfter = pricing?.model ?? pricingFromStored(current.pricing, current.price_atomic).model
         assertPassable(passAfter, modelAfter, current.mcp === null ? 'http' : 'mcp')
         return updateEndpoint(tx, current, changes, deps.config.proxy.quote_ttl_ms)
