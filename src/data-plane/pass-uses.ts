@@ -19,6 +19,7 @@ const outcome = {
   replayed: passDraws.labels('replayed'),
   none: passDraws.labels('none'),
   unknown: passDraws.labels('unknown'),
+  recovered: passDraws.labels('recovered'),
 }
 
 export interface PassUsesOptions {
@@ -86,7 +87,8 @@ export class PassUses {
   private settleUnknown(nonce: string, token: string): void {
     this.retry('settle a pass draw lost in flight', async () => {
       const own = await findOwnDraw(this.sql, { nonce, token })
-      if (own.kind === 'mine' && own.passId !== null) await giveBackPassUse(this.sql, { nonce })
+      if (own.kind === 'mine' && own.passId !== null && (await giveBackPassUse(this.sql, { nonce })))
+        outcome.recovered.inc()
       return true
     })
   }

@@ -161,7 +161,8 @@ export const passDraws = new client.Counter({
   name: 'tollgate_pass_draws_total',
   help:
     'Signed-in calls on a pass, by outcome: drawn, given_back (not served), refused (sign-in refused), ' +
-    'replayed (sign-in nonce used before), none (no live pass), unknown (the draw failed in flight).',
+    'replayed (sign-in nonce used before), none (no live pass), unknown (the draw failed in flight), ' +
+    'recovered (a draw lost in flight had committed: its use given back).',
   labelNames: ['outcome'] as const,
   registers: [registry],
 })

@@ -143,6 +143,16 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('passes across a PostgreSQL cr
     await Promise.all(Array.from({ length: BUYERS }, (_, i) => drain(i, i, Date.now() + 20_000)))
     log(`load done: ${JSON.stringify(counts)}`)
 
+    // What the draws did, as each instance counted them (drawn, given_back, unknown: lost in flight, …).
+    for (const inst of instances) {
+      const text = await (await fetch(`${inst.adminUrl}/metrics`)).text()
+      log(
+        `${inst.url}: ${text
+          .split('\n')
+          .filter((l) => l.startsWith('tollgate_pass_draws_total'))
+          .join(' · ')}`,
+      )
+    }
     const served = Array.from({ length: BUYERS }, (_, i) => upstream.served.get(`buyer${i}`) ?? 0)
     log(`upstream served per pass: ${served.join(', ')} (each bought ${N})`)
     expect(served).toEqual(Array.from({ length: BUYERS }, () => N))
