@@ -51,6 +51,13 @@ export const ERRORS = {
   service_unavailable: e(503, 'api_error', 'a dependency is unavailable; retry shortly'),
   // Metered calls (/m/*)
   endpoint_not_found: e(404, INVALID, 'no active metered endpoint'),
+  // Passes (/pass/*)
+  pass_not_offered: e(404, INVALID, 'this endpoint sells no pass'),
+  pass_opening: e(
+    503,
+    'api_error',
+    'the pass was paid and is being opened; retry shortly with the same payment (it is not charged again)',
+  ),
   payment_in_progress: e(
     409,
     INVALID,
@@ -125,6 +132,25 @@ export const PAYMENT_REQUIRED_REASONS = {
   simulation_failed: "the settlement's dry run reverted",
   scheme_not_offered: 'a scheme tollgate has but not here (exact where the amount varies: usage pricing)',
   permit2_allowance_required: 'x402 upto: the payer has not approved Permit2 for the maximum',
+  // A signed-in call on a pass (docs/passes.md); the invalid_siwx_* codes are the sign-in-with-x spec's.
+  no_live_pass:
+    'signed in, but the wallet holds no pass with uses and time left here (none bought, used up, expired)',
+  invalid_siwx_header: 'SIGN-IN-WITH-X is not base64 JSON of a sign-in payload',
+  invalid_siwx_chain_id: 'the sign-in names another chain than the payment network',
+  invalid_siwx_nonce: 'the sign-in nonce is malformed, or was used before (a sign-in serves once)',
+  invalid_siwx_uri_mismatch: "the sign-in's uri is not this origin and endpoint",
+  invalid_siwx_domain_mismatch: "the sign-in's domain is not the configured public host",
+  invalid_siwx_issued_at: 'issuedAt is not a timestamp',
+  invalid_siwx_issued_at_too_old: 'issuedAt is more than 5 minutes old',
+  invalid_siwx_issued_at_in_future: 'issuedAt is in the future',
+  invalid_siwx_expiration_time: 'expirationTime is not a timestamp',
+  invalid_siwx_expired: 'expirationTime is past',
+  invalid_siwx_not_before: 'notBefore is not a timestamp',
+  invalid_siwx_not_yet_valid: 'notBefore is in the future',
+  invalid_siwx_signature: "the signature is not the address's over the EIP-4361 message",
+  invalid_siwx_malformed_signature: 'the signature cannot be decoded',
+  invalid_siwx_unsupported_chain: 'a chain namespace other than eip155',
+  invalid_siwx_verifier_error: 'the signature could not be checked',
 } as const
 
 /** An expected failure of a request, thrown in the control plane and mapped to HTTP by its code. */

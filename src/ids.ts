@@ -15,6 +15,7 @@ export type IdPrefix =
   | 'clm'
   | 're'
   | 'rcpt'
+  | 'pass'
 
 const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
 

@@ -16,6 +16,7 @@ export type MoneyRecord =
   | 'channel'
   | 'channel_op'
   | 'refund'
+  | 'pass'
 
 export interface Transition {
   record: MoneyRecord
@@ -462,6 +463,31 @@ export const TRANSITIONS: readonly Transition[] = [
     fn: 'confirmRefund',
     why: 'cooperative refund mined: balance shrinks, never below charged',
     where: '>= c.charged_atomic',
+  },
+  // pass (src/books/passes.ts): bought by a captured call (its money is that call's), then drawn one use
+  // per signed-in call. Its state is its uses and time left.
+  {
+    record: 'pass',
+    from: null,
+    to: 'open',
+    fn: 'openPass',
+    why: 'its purchase captured (claim captured, PASS call row): the pass the payer signs in to use',
+  },
+  {
+    record: 'pass',
+    from: 'open',
+    to: 'open',
+    fn: 'drawPassUse',
+    why: 'a signed-in call, before the upstream: one use fewer, never below zero nor past its time',
+    where: '(uses_left > 0 OR uses_left IS NULL) AND expires_at > now()',
+  },
+  {
+    record: 'pass',
+    from: 'open',
+    to: 'open',
+    fn: 'giveBackPassUse',
+    why: 'the upstream certainly did not serve the call (unreachable, 5xx) or it was never forwarded',
+    where: 'given_back = false',
   },
   // channel op: a deposit or refund transaction the leader sends.
   { record: 'channel_op', from: null, to: 'pending', fn: 'requestChannelOp', why: 'deposit queued' },

@@ -63,7 +63,10 @@ export const PaymentRequired = v.pipe(
     extensions: v.optional(
       v.pipe(
         v.record(v.string(), v.unknown()),
-        v.description('x402 extensions: `bazaar` (how to call it) when the owner lists the endpoint'),
+        v.description(
+          'x402 extensions: `bazaar` (how to call it) when the owner lists the endpoint; `tollgate-pass` ' +
+            '(the pass it sells: price, calls, duration_s, purchase_url) when it sells one (docs/passes.md)',
+        ),
       ),
     ),
     schemes_not_offered: v.optional(

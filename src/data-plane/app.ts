@@ -36,6 +36,8 @@ export interface PublicAppOptions {
   logger?: Logger
   /** ANY /m/:endpoint_id and /m/:endpoint_id/* */
   metered?: UwsRoute
+  /** /pass/:endpoint_id: buying an endpoint's pass (pass-purchase.ts) */
+  pass?: UwsRoute
   /** /pay/:payment_id (page, status, agent payment) */
   checkout?: UwsRoute
   /** /dashboard and its assets (static; the page acts through /api/v1) */
@@ -161,6 +163,13 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
       : options.metered
     app.any('/m/:endpoint_id', metered)
     app.any('/m/:endpoint_id/*', metered)
+  }
+  if (options.pass) {
+    app.options('/pass/:endpoint_id', framed('pass', preflight))
+    app.any(
+      '/pass/:endpoint_id',
+      edge ? guarded(edge, 'pass', options.pass, edge.unpaidMetered, 'when_refused') : options.pass,
+    )
   }
   if (options.checkout) {
     const checkout = edge
@@ -349,8 +358,13 @@ function guarded(
       )
     }
     if (limit !== null) {
+      // A pass holder's sign-in is a payment too (read last: an unpaid request reads one header more).
       const header =
-        proofs === 'always' ? '' : req.getHeader('x-payment') || req.getHeader('payment-signature')
+        proofs === 'always'
+          ? ''
+          : req.getHeader('x-payment') ||
+            req.getHeader('payment-signature') ||
+            req.getHeader('sign-in-with-x')
       const client = edge.clientKey(res, req)
       const decision = header !== '' && proofs === 'when_refused' ? limit.check(client) : limit.take(client)
       if (!decision.ok)

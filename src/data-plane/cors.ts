@@ -5,7 +5,7 @@ import type { HttpRequest, HttpResponse } from './uws.ts'
 
 /** What a browser script may read besides the CORS-safelisted headers. */
 export const EXPOSED_HEADERS =
-  'PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE, X-Request-Id, Retry-After, RateLimit, RateLimit-Policy'
+  'PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE, X-Pass-Uses-Left, X-Request-Id, Retry-After, RateLimit, RateLimit-Policy'
 
 /** Flat [name, value, …] as writeError takes them. */
 export const CORS_HEADERS: readonly string[] = [
@@ -21,9 +21,10 @@ export const CORS_PAIRS: ReadonlyArray<[string, string]> = [
 ]
 
 // Sent when the preflight names no headers. x402 clients send their payment in X-PAYMENT (v1) or
-// PAYMENT-SIGNATURE (v2); @x402/fetch also sets Access-Control-Expose-Headers on its own request.
+// PAYMENT-SIGNATURE (v2), a pass holder its sign-in in SIGN-IN-WITH-X; @x402/fetch also sets
+// Access-Control-Expose-Headers on its own request.
 const DEFAULT_ALLOWED_HEADERS =
-  'X-PAYMENT, PAYMENT-SIGNATURE, Content-Type, Authorization, X-Request-Id, Access-Control-Expose-Headers'
+  'X-PAYMENT, PAYMENT-SIGNATURE, SIGN-IN-WITH-X, Content-Type, Authorization, X-Request-Id, Access-Control-Expose-Headers'
 const ALLOWED_METHODS = 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS'
 // A header list as browsers send it: tokens separated by commas (RFC 9110); anything else is not echoed.
 const HEADER_LIST = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+(?:\s*,\s*[!#$%&'*+.^_`|~0-9A-Za-z-]+)*$/

@@ -9,11 +9,29 @@ import { mcpBodyPricing } from '../mcp/tool-pricing.ts'
 import type { BodyPricing } from '../pricing/body-price.ts'
 import { presentPricing } from '../pricing/input.ts'
 import { pricingFromStored, ruleIndex, type UsagePricing } from '../pricing/model.ts'
+import { type Pass, passFromStored, presentPass } from '../pricing/pass.ts'
 import type { Offers } from '../schemes/registry.ts'
 import type { OfferQuery, Quote } from '../schemes/scheme.ts'
-import { buildChallenge } from './challenge.ts'
+import { buildChallenge, type Challenge, v2Header } from './challenge.ts'
 import type { UpstreamTarget } from './proxy.ts'
 import { OFFER_RECEIPT, type ReceiptSigner, signedOffers } from './receipt-signer.ts'
+import { SIGN_IN_HEADER, type SignIn } from './sign-in.ts'
+
+/** The pass an endpoint sells, compiled: its purchase 402, and the per-call 402's sign-in challenge. */
+export interface LivePass {
+  terms: Pass
+  /** {public url}/pass/{id}: where the pass is bought. */
+  purchaseUrl: string
+  /** The pass price with its 402 (resource: the purchase URL), paid with any scheme the endpoint takes. */
+  quote: Quote
+  /** A per-call 402's PAYMENT-REQUIRED header with a fresh sign-in-with-x challenge (one per answer). */
+  v2Header(challenge: Challenge, reason: string): string
+}
+
+const NO_OPT_IN: ReadonlySet<string> = new Set()
+
+/** The pass offer a pass endpoint's 402 carries (x402 extension `tollgate-pass`, in the body and the header). */
+export const PASS_OFFER = 'tollgate-pass'
 
 export interface LiveEndpoint {
   id: string
@@ -30,6 +48,8 @@ export interface LiveEndpoint {
   pricingModel: 'fixed' | 'rules' | 'usage'
   /** The price depends on the request body (an MCP endpoint: the tool a `tools/call` names); else null. */
   bodyPricing: BodyPricing | null
+  /** The pass it sells; null: none (its 402 is the static one, and a sign-in header is not read). */
+  pass: LivePass | null
 }
 
 /** Cached for unknown ids too (briefly), so random ids cannot hammer the database. */
@@ -49,6 +69,8 @@ export interface EndpointCacheOptions {
   signer?: ReceiptSigner
   /** How long a signed offer holds (s); the cache reloads an endpoint well within it. */
   offerValiditySeconds?: number
+  /** sign-in-with-x for passes; absent: passes are not sold by this process (tests of other parts). */
+  signIn?: SignIn
 }
 
 export function createEndpointCache(sql: Sql, options: EndpointCacheOptions) {
@@ -95,19 +117,23 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
         extensions: { bazaar: bazaarExtension(row.discovery) },
       }
     : {}
+  const sold = passSold(row, options)
   // One 402 per price, built once: the schemes' offers for that amount.
-  const quote = (amountAtomic: bigint, varies: boolean, floor: boolean, what = description): Quote => {
+  // `at`: where it is paid (the metered URL, or the pass's purchase URL) and the opt-in schemes offered there.
+  const here: { resource: string; schemes: ReadonlySet<string> } = { resource: resourceUrl, schemes: enabled }
+  const quote = (amountAtomic: bigint, varies: boolean, floor: boolean, what = description, at = here) => {
+    const { resource, schemes } = at
     const { offers, notOffered } = options.offers({
       amountAtomic,
       varies,
       maxTimeoutSeconds: options.maxTimeoutSeconds,
-      enabled,
+      enabled: schemes,
     })
-    const extensions: Record<string, unknown> = { ...listing.extensions }
+    const extensions: Record<string, unknown> = { ...listing.extensions, ...sold?.offer }
     if (options.signer) {
       const accepts = offers.flatMap((o) => (o.v2 ? [o.v2] : []))
       const validUntil = Math.floor(Date.now() / 1000) + (options.offerValiditySeconds ?? 300)
-      extensions[OFFER_RECEIPT] = signedOffers(options.signer, resourceUrl, accepts, validUntil)
+      extensions[OFFER_RECEIPT] = signedOffers(options.signer, resource, accepts, validUntil)
     }
     return {
       amountAtomic,
@@ -116,7 +142,7 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       floorUntilMs: floor ? (row.quote_floor_until?.getTime() ?? 0) : 0,
       varies,
       challenge: buildChallenge({
-        resourceUrl,
+        resourceUrl: resource,
         description: what,
         idField: 'endpoint_id',
         id: row.id,
@@ -163,6 +189,9 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
     quoteFor,
     usage: pricing.model === 'usage' ? pricing : null,
     pricingModel: pricing.model,
+    // Paid once, by a payment captured whole: the opt-in channel scheme (vouchers per call) is not offered.
+    pass:
+      sold && livePass(sold, resourceUrl, quote(sold.terms.priceAtomic, false, false, sold.what, sold.at)),
     bodyPricing:
       row.mcp === null
         ? null
@@ -170,4 +199,49 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
             quote(amount, varies, false, tool === null ? description : `${description} · tool ${tool}`),
           ),
   }
+}
+
+/** The pass an endpoint sells (null: none, or this process does not sell passes) and its 402 offer. */
+function passSold(row: LiveEndpointRow, options: EndpointCacheOptions) {
+  const signIn = options.signIn
+  if (row.pass === null || signIn === undefined) return null
+  const terms = passFromStored(row.pass)
+  const purchaseUrl = `${options.publicUrl()}/pass/${row.id}`
+  // A pass endpoint's 402 says where the pass is sold and what it holds.
+  return {
+    terms,
+    purchaseUrl,
+    signIn,
+    offer: { [PASS_OFFER]: { info: presentPass(terms, purchaseUrl) } },
+    what: `${row.description ?? row.name ?? `Metered API ${row.id}`} · pass`,
+    at: { resource: purchaseUrl, schemes: NO_OPT_IN },
+  }
+}
+
+function livePass(
+  sold: NonNullable<ReturnType<typeof passSold>>,
+  resourceUrl: string,
+  quote: Quote,
+): LivePass {
+  return {
+    terms: sold.terms,
+    purchaseUrl: sold.purchaseUrl,
+    quote,
+    v2Header: (challenge, reason) => signInHeader(sold.signIn, challenge, reason, resourceUrl),
+  }
+}
+
+/**
+ * The PAYMENT-REQUIRED header of one 402 of a pass endpoint: the precomputed requirement with the
+ * sign-in-with-x challenge added to its extensions, fresh for this answer (its nonce is single-use). Only
+ * pass endpoints pay this per answer; every other 402 reuses its encoded header. The precomputed text ends
+ * with its `extensions` object, which always holds payment-identifier: `}}` closes it and the whole.
+ */
+function signInHeader(signIn: SignIn, challenge: Challenge, reason: string, resourceUrl: string): string {
+  const rest = challenge.v2Rest
+  if (!rest.endsWith('}}')) return v2Header(challenge, reason)
+  const text =
+    `{"x402Version":2,"error":"${reason}"${rest.slice(0, -2)},` +
+    `"${SIGN_IN_HEADER}":${signIn.challengeJson(resourceUrl, Date.now())}}}`
+  return Buffer.from(text).toString('base64')
 }

@@ -40,6 +40,7 @@ import { CORS_HEADERS, CORS_PAIRS } from './cors.ts'
 import { type EndpointCache, type LiveEndpoint, loadEndpoint, NOT_FOUND } from './endpoint-cache.ts'
 import type { ObservedCalls } from './observed-calls.ts'
 import { AnswerRecorder, type PaidAnswers, paymentIdentifier, type Reservation } from './paid-answers.ts'
+import type { PassUses } from './pass-uses.ts'
 import { type Proof, parseProof } from './proof.ts'
 import {
   type AbortState,
@@ -69,6 +70,8 @@ export interface MeteredDeps {
   receipts?: { signer: ReceiptSigner; network: string }
   /** The `payment-identifier` extension's kept answers; absent: the extension is not read. */
   paidAnswers?: PaidAnswers
+  /** Passes: a signed-in call (sign-in-with-x) draws one use; absent: passes are not honoured. */
+  passes?: PassUses
   settings: {
     quoteTtlMs: number
     maxBufferedBodyBytes: number
@@ -128,6 +131,8 @@ class MeteredCall implements ProxyHooks {
   readonly endpointId: string
   /** The payment header, or a payment the body carried (the x402 MCP transport's params._meta). */
   paymentHeader: string
+  /** SIGN-IN-WITH-X, read only for an endpoint that sells a pass (or is not cached yet); else ''. */
+  readonly signIn: string
   /** The caller's x-request-id when sane, else a new one: on every answer and every log line. */
   readonly requestId: string
   /** Only a paid request needs the rest of the request; the 402 path reads nothing more. */
@@ -202,6 +207,11 @@ class MeteredCall implements ProxyHooks {
     this.subPath = req.getUrl().slice(3 + this.endpointId.length)
     const cached = ctx.endpoints.get(this.endpointId)
     this.cached = cached
+    // Only an endpoint that sells a pass reads the sign-in header: every other call pays nothing for it.
+    this.signIn =
+      ctx.passes !== undefined && (cached === undefined || (cached !== NOT_FOUND && cached.pass !== null))
+        ? req.getHeader('sign-in-with-x')
+        : ''
     if (tracing.on) {
       this.span = startRequestSpan('metered call', req.getHeader('traceparent'), {
         'tollgate.endpoint_id': this.endpointId,
@@ -211,7 +221,12 @@ class MeteredCall implements ProxyHooks {
     // A paid request is forwarded; so may be an unpaid one whose price is read from its body (an MCP
     // method that is free, or a payment carried in the body), and one to an endpoint not cached yet (the
     // request dies with this callback).
-    if (this.paymentHeader || cached === undefined || (cached !== NOT_FOUND && cached.bodyPricing !== null)) {
+    if (
+      this.paymentHeader ||
+      this.signIn ||
+      cached === undefined ||
+      (cached !== NOT_FOUND && cached.bodyPricing !== null)
+    ) {
       if (ctx.edge !== undefined) this.client = ctx.edge.clientKey(res, req)
       const query = req.getQuery()
       const headers: Array<[string, string]> = []
@@ -313,13 +328,27 @@ class MeteredCall implements ProxyHooks {
   withQuote(quote: Quote): void {
     const entry = this.endpoint!
     this.quote = quote
-    if (!this.paymentHeader) return this.respond402('payment_required')
+    if (!this.paymentHeader) {
+      // A pass holder signed in: one use of the pass pays this call (a payment header, if any, wins).
+      if (this.signIn && entry.pass !== null) return this.usePass()
+      return this.respond402('payment_required')
+    }
     // The scheme that reads the payment verifies it against this request's price (src/schemes/).
     const proof = parseProof(this.paymentHeader)
     // payment-identifier: read here (no query); the database is asked only once the payment verified, or
     // when it is refused as already used (a retry): an unpaid request never writes.
     this.pidCandidate = this.ctx.paidAnswers === undefined ? null : paymentIdentifier(proof)
     this.verifyProof(proof)
+  }
+
+  /** The sign-in checked and one use drawn (pass-uses.ts): then the way of any verified payment. */
+  usePass(): void {
+    const entry = this.endpoint!
+    if (this.span !== null) this.step = startChildSpan(this.span, 'verify')
+    this.ctx.passes!.use(this.signIn, { id: entry.id, resourceUrl: entry.resourceUrl }).then(
+      (v) => this.withVerdict(v),
+      (err) => this.respondUnavailable('the sign-in could not be checked; retry shortly', 'pass_failed', err),
+    )
   }
 
   /** payment-identifier, a verified payment: the id becomes its own before the claim, or it is taken. */
@@ -783,8 +812,9 @@ class MeteredCall implements ProxyHooks {
     }
     // A body we will not forward may have paused the client's socket: let it go.
     this.body?.release()
-    // A proof that did not pay counts against its client's unpaid limit (one without a proof already did).
-    if (this.paymentHeader) this.ctx.edge?.proofRefused(this.client)
+    // A proof (or sign-in) that did not pay counts against its client's unpaid limit (one without a proof
+    // already did).
+    if (this.paymentHeader || this.signIn) this.ctx.edge?.proofRefused(this.client)
     count402(reason)
     this.finish(402, reason)
     const challenge = this.quote!.challenge
@@ -798,7 +828,12 @@ class MeteredCall implements ProxyHooks {
       res.writeHeader('cache-control', 'no-store')
       res.writeHeader('access-control-allow-origin', '*')
       res.writeHeader('access-control-expose-headers', EXPOSE[1])
-      res.writeHeader('payment-required', requiredHeader ?? v2Header(challenge, reason))
+      const pass = this.endpoint!.pass
+      // A pass endpoint's 402 carries a fresh sign-in challenge (its nonce is single-use): built per answer.
+      res.writeHeader(
+        'payment-required',
+        requiredHeader ?? (pass === null ? v2Header(challenge, reason) : pass.v2Header(challenge, reason)),
+      )
       if (retryAfterMs !== undefined)
         res.writeHeader('retry-after', String(Math.max(1, Math.ceil(retryAfterMs / 1000))))
       res.end(text)

@@ -111,6 +111,8 @@ const REQUEST_DROP = new Set([
   'expect',
   'x-payment',
   'payment-signature',
+  // A pass holder's sign-in is tollgate's credential, not the upstream's.
+  'sign-in-with-x',
   'x-forwarded-for',
   'x-forwarded-proto',
   'x-forwarded-host',

@@ -37,10 +37,13 @@ import { createEndpointCache, type EndpointCache, type EndpointCacheOptions } fr
 import { createMeteredRoute } from './metered.ts'
 import { ObservedCalls } from './observed-calls.ts'
 import { PaidAnswers } from './paid-answers.ts'
+import { createPassPurchaseRoute } from './pass-purchase.ts'
+import { PassUses } from './pass-uses.ts'
 import { type ProofHorizons, startProofHorizons } from './proof-horizons.ts'
 import { ReceiptSigner } from './receipt-signer.ts'
 import { createReceiptKeysRoute, createReceiptRoute } from './receipts.ts'
 import { startSettlementThrottle } from './settlement-throttle.ts'
+import { SignIn } from './sign-in.ts'
 import { createUpstreamDispatcher } from './upstream-pool.ts'
 import { Verifier } from './verifier.ts'
 import { startEndpointRelay, workerEnv } from './workers.ts'
@@ -113,7 +116,9 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     })
     stops.push(() => schemes.stop())
     const signer = receiptSigner(config)
-    const endpoints = createEndpointCache(db.sql, endpointCacheOptions(deps, schemes, signer))
+    // Passes: the sign-in a pass endpoint's 402 declares and checks.
+    const signIn = passSignIn(deps)
+    const endpoints = createEndpointCache(db.sql, { ...endpointCacheOptions(deps, schemes, signer), signIn })
     const onEndpointChanged = await invalidateAcrossInstances(db, endpoints, stops)
     const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
     stops.push(() => dispatcher.close())
@@ -122,23 +127,14 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     const observed = new ObservedCalls(db.sql, logger).start(5_000)
     stops.push(() => observed.stop())
     const edge = createEdgeLimits(config)
-    const metered = createMeteredRoute({
-      edge: proofEdge(edge, edge.unpaidMetered),
+    const { metered, pass } = paidRoutes(deps, {
       endpoints,
       schemes,
       dispatcher,
-      logger,
       observed,
-      receipts: signer === undefined ? undefined : { signer, network: chainInfo.caip2 },
-      paidAnswers: new PaidAnswers(db.sql, logger, {
-        ttlMs: config.x402.paid_answers.ttl_ms,
-        maxAnswerBytes: config.x402.paid_answers.max_answer_bytes,
-        maxTotalBytes: config.x402.paid_answers.max_total_bytes,
-      }),
-      settings: {
-        quoteTtlMs: config.proxy.quote_ttl_ms,
-        maxBufferedBodyBytes: config.server.body_limit_bytes,
-      },
+      signer,
+      signIn,
+      edge,
     })
     const checkout = deps.checkoutRoute(verifier, proofEdge(edge, edge.checkout))
     const reads = publicReads(deps, endpoints, signer)
@@ -149,6 +145,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       logger,
       dashboard: deps.dashboardRoute(),
       metered,
+      pass,
       checkout,
       edge,
     })
@@ -172,6 +169,56 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     await stop()
     throw err
   }
+}
+
+/** The sign-in of passes: bound to the public URL and the payment network, the published default age. */
+function passSignIn(deps: DataPlaneDeps): SignIn {
+  return new SignIn({ publicUrl: deps.publicUrl, caip2: deps.chainInfo.caip2, maxAgeMs: SIGN_IN_MAX_AGE_MS })
+}
+
+/** The paid routes: /m/* (the hot path) and /pass/* (buying a pass), over the same endpoints and schemes. */
+function paidRoutes(
+  deps: DataPlaneDeps,
+  p: {
+    endpoints: EndpointCache
+    schemes: SchemeRegistry
+    dispatcher: ReturnType<typeof createUpstreamDispatcher>
+    observed: ObservedCalls
+    signer: ReceiptSigner | undefined
+    signIn: SignIn
+    edge: ReturnType<typeof createEdgeLimits>
+  },
+) {
+  const { config, db, logger, chainInfo } = deps
+  const { endpoints, schemes, signer, edge } = p
+  const metered = createMeteredRoute({
+    edge: proofEdge(edge, edge.unpaidMetered),
+    endpoints,
+    schemes,
+    dispatcher: p.dispatcher,
+    logger,
+    observed: p.observed,
+    receipts: signer === undefined ? undefined : { signer, network: chainInfo.caip2 },
+    passes: new PassUses(db.sql, p.signIn, logger, { settleForMs: 120_000 }),
+    paidAnswers: new PaidAnswers(db.sql, logger, {
+      ttlMs: config.x402.paid_answers.ttl_ms,
+      maxAnswerBytes: config.x402.paid_answers.max_answer_bytes,
+      maxTotalBytes: config.x402.paid_answers.max_total_bytes,
+    }),
+    settings: {
+      quoteTtlMs: config.proxy.quote_ttl_ms,
+      maxBufferedBodyBytes: config.server.body_limit_bytes,
+    },
+  })
+  const pass = createPassPurchaseRoute({
+    sql: db.sql,
+    endpoints,
+    schemes,
+    logger,
+    edge: proofEdge(edge, edge.unpaidMetered),
+    settings: { quoteTtlMs: config.proxy.quote_ttl_ms, openWaitMs: 5_000 },
+  })
+  return { metered, pass }
 }
 
 function endpointCacheOptions(
@@ -225,6 +272,9 @@ function receiptSigner(config: DataPlaneDeps['config']): ReceiptSigner | undefin
   if (key === null) return undefined
   return new ReceiptSigner({ privateKey: key, previous: config.secrets.receipt_previous_signers })
 }
+/** How old a sign-in message may be: the published helpers' default (5 minutes), and its 402's expiry. */
+const SIGN_IN_MAX_AGE_MS = 5 * 60_000
+
 /** keccak256("tollgate local receipt key"): the local chain's dev signing key, public on purpose. */
 const LOCAL_RECEIPT_KEY = keccak256(toHex('tollgate local receipt key'))
 

@@ -2,6 +2,7 @@
 import type { StoredDiscovery } from '../discovery/listing.ts'
 import type { StoredMcp } from '../mcp/config.ts'
 import type { StoredPricing } from '../pricing/model.ts'
+import type { StoredPass } from '../pricing/pass.ts'
 import { afterCursor } from './cursor.ts'
 import type { Sql, Tx } from './sql.ts'
 
@@ -25,6 +26,8 @@ export interface EndpointRow {
   discovery: StoredDiscovery | null
   /** An MCP endpoint's per-tool prices; null for an HTTP endpoint. */
   mcp: StoredMcp | null
+  /** The pass it sells (N calls, T seconds, or both, at a price); null: none. */
+  pass: StoredPass | null
   status: 'active' | 'disabled'
   version: number
   created_at: Date
@@ -32,7 +35,7 @@ export interface EndpointRow {
 }
 
 const COLUMNS =
-  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, batch_settlement, pricing, listed, discovery, mcp, status, version, created_at, updated_at'
+  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, batch_settlement, pricing, listed, discovery, mcp, pass, status, version, created_at, updated_at'
 
 /** The channel that tells every instance an endpoint changed (payload: its id). */
 export const ENDPOINT_CHANGED_CHANNEL = 'tollgate_endpoint_changed'
@@ -53,17 +56,19 @@ export async function insertEndpoint(
     listed?: boolean
     discovery?: StoredDiscovery | null
     mcp?: StoredMcp | null
+    pass?: StoredPass | null
   },
 ): Promise<EndpointRow> {
   const pricing = e.pricing ? db.json(e.pricing as never) : null
   const discovery = e.discovery ? db.json(e.discovery as never) : null
   const mcp = e.mcp ? db.json(e.mcp as never) : null
+  const pass = e.pass ? db.json(e.pass as never) : null
   const [row] = await db<EndpointRow[]>`
     INSERT INTO endpoints (id, account_id, name, description, upstream_url, upstream_headers, price_atomic, timeout_ms,
-                           batch_settlement, pricing, listed, discovery, mcp)
+                           batch_settlement, pricing, listed, discovery, mcp, pass)
     VALUES (${e.id}, ${e.accountId}, ${e.name}, ${e.description}, ${e.upstreamUrl},
             ${db.json(e.upstreamHeaders)}, ${e.priceAtomic}, ${e.timeoutMs}, ${e.batchSettlement ?? false},
-            ${pricing}, ${e.listed ?? false}, ${discovery}, ${mcp})
+            ${pricing}, ${e.listed ?? false}, ${discovery}, ${mcp}, ${pass})
     RETURNING ${db.unsafe(COLUMNS)}`
   return row!
 }
@@ -88,7 +93,7 @@ export interface LiveEndpointRow extends EndpointRow {
 export async function findLiveEndpoint(db: Sql | Tx, id: string): Promise<LiveEndpointRow | null> {
   const [row] = await db<LiveEndpointRow[]>`
     SELECT e.id, e.account_id, e.name, e.description, e.upstream_url, e.upstream_headers, e.price_atomic,
-           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.batch_settlement, e.pricing, e.listed, e.discovery, e.mcp, e.status,
+           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.batch_settlement, e.pricing, e.listed, e.discovery, e.mcp, e.pass, e.status,
            e.version, e.created_at,
            e.updated_at, a.wallet_address AS owner_wallet
     FROM endpoints e JOIN accounts a ON a.id = e.account_id
@@ -124,6 +129,8 @@ export interface EndpointChanges {
   discovery?: StoredDiscovery | null
   /** Replaces the MCP document (null: an HTTP endpoint again). */
   mcp?: StoredMcp | null
+  /** Replaces the pass it sells (null: none; passes already bought stay valid). */
+  pass?: StoredPass | null
 }
 
 /**
@@ -150,6 +157,7 @@ export async function updateEndpoint(
   if (changes.pricing !== undefined)
     set.pricing = changes.pricing === null ? null : db.json(changes.pricing as never)
   if (changes.mcp !== undefined) set.mcp = changes.mcp === null ? null : db.json(changes.mcp as never)
+  if (changes.pass !== undefined) set.pass = changes.pass === null ? null : db.json(changes.pass as never)
   if (changes.priceAtomic !== undefined && changes.priceAtomic !== current.price_atomic) {
     set.price_atomic = changes.priceAtomic
     const floorStillHolds =

@@ -48,3 +48,15 @@ export async function pruneEvents(sql: Sql, q: { olderThanMs: number; batch: num
     RETURNING 1`
   return rows.length
 }
+
+/**
+ * Sign-in nonces (passes) whose messages are too old to be accepted anyway: a replay of one is refused by
+ * its issuedAt before its nonce is looked for.
+ */
+export async function pruneSignInNonces(sql: Sql, q: { batch: number }): Promise<number> {
+  const rows = await sql`
+    DELETE FROM sign_in_nonces WHERE nonce IN (
+      SELECT nonce FROM sign_in_nonces WHERE expires_at < now() LIMIT ${q.batch})
+    RETURNING 1`
+  return rows.length
+}

@@ -157,6 +157,22 @@ export const captureRetries = new client.Counter({
   registers: [registry],
 })
 
+export const passDraws = new client.Counter({
+  name: 'tollgate_pass_draws_total',
+  help:
+    'Signed-in calls on a pass, by outcome: drawn, given_back (not served), refused (sign-in refused), ' +
+    'replayed (sign-in nonce used before), none (no live pass), unknown (the draw failed in flight), ' +
+    'recovered (a draw lost in flight had committed: its use given back).',
+  labelNames: ['outcome'] as const,
+  registers: [registry],
+})
+
+export const passesBought = new client.Counter({
+  name: 'tollgate_passes_bought_total',
+  help: 'Passes opened from a captured purchase.',
+  registers: [registry],
+})
+
 export const claimReleases = new client.Counter({
   name: 'tollgate_claims_released_total',
   help: 'Claims released for a retry after a failed upstream attempt, by result (released/refused/failed).',

@@ -23,6 +23,8 @@ const MONEY_TABLES = [
   'batch_channels',
   'batch_channel_ops',
   'batch_claims',
+  // Passes: bought with a captured call, drawn per signed-in call (src/books/passes.ts).
+  'passes',
 ]
 
 /** Files allowed to write money tables outside src/books/: none left (payments and settlement moved in). */

@@ -79,7 +79,7 @@ describe('the transition table', () => {
     expect(missing).toEqual([])
   })
 
-  it('covers payments, checkout figures, inflows and channels beside claims, calls, entries, payouts', () => {
+  it('covers payments, checkout figures, inflows, channels and passes beside claims, calls, entries, payouts', () => {
     expect(new Set(TRANSITIONS.map((t) => t.record))).toEqual(
       new Set([
         'claim',
@@ -92,6 +92,7 @@ describe('the transition table', () => {
         'unmatched_inflow',
         'channel',
         'channel_op',
+        'pass',
       ]),
     )
   })

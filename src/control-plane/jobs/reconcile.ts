@@ -17,6 +17,7 @@ import type { Config } from '../../config/schema.ts'
 import type { Sql } from '../../db/sql.ts'
 import { type BalancesCheck, type BalancesScope, checkBalances } from './reconcile-balances.ts'
 import { type ClaimsCheck, checkClaims } from './reconcile-claims.ts'
+import { checkPasses, type PassesCheck } from './reconcile-passes.ts'
 import { checkRefunds, type RefundsCheck } from './reconcile-refunds.ts'
 
 export interface ReconcileDeps {
@@ -88,6 +89,8 @@ export interface ReconcileReport {
   claims: ClaimsCheck
   /** Merchants' refunds against their entries, their payouts and what their payments or calls booked. */
   refunds: RefundsCheck
+  /** Passes against their purchases and their draws. */
+  passes: PassesCheck
   balances: BalancesCheck
   /** Set by a checkpointed run (`npm run reconcile`): what it covered and whether it moved the checkpoint. */
   checkpoint?: { mode: 'full' | 'incremental'; since: string | null; saved: boolean }
@@ -149,6 +152,7 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
   const linked = await checkLinkedEntries(sql, bounds)
   const claims = await checkClaims(sql, { from, to })
   const refunds = await checkRefunds(sql, { from, to })
+  const passes = await checkPasses(sql, { from, to })
   const balances =
     range.balances === false
       ? NO_BALANCES
@@ -163,6 +167,7 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
     ...linked.differences,
     ...claims.differences,
     ...refunds.differences,
+    ...passes.differences,
     ...balances.differences,
   ]
 
@@ -182,6 +187,7 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
     payout_entries: linked.section,
     claims,
     refunds,
+    passes,
     balances,
     differences,
   }

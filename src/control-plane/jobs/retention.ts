@@ -6,7 +6,12 @@
 // kept: they are the owner's history.
 import { pruneClaims } from '../../books/retention.ts'
 import { advanceHorizon, horizonPropagationMs } from '../../db/proof-horizons.ts'
-import { pruneEvents, pruneIdempotencyKeys, pruneWebhookDeliveries } from '../../db/retention.ts'
+import {
+  pruneEvents,
+  pruneIdempotencyKeys,
+  pruneSignInNonces,
+  pruneWebhookDeliveries,
+} from '../../db/retention.ts'
 import type { BackgroundModule, JobDeps } from './runner.ts'
 
 export interface Pruned {
@@ -15,6 +20,7 @@ export interface Pruned {
   events: number
   claims: number
   unmatched_inflows: number
+  sign_in_nonces: number
 }
 
 /** Repeats a batched delete while it comes back full, at most `max` times. */
@@ -89,6 +95,7 @@ export async function pruneHistory(
     }),
     // (Read after the claims above: an object literal's values are evaluated in order.)
     unmatched_inflows: unmatchedInflows,
+    sign_in_nonces: await drain(r.max_batches, batch, () => pruneSignInNonces(sql, { batch })),
   }
 }
 

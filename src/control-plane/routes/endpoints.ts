@@ -30,6 +30,16 @@ import {
   readPricing,
 } from '../../pricing/input.ts'
 import { headlinePrice, type Pricing, pricingFromStored, pricingToStored } from '../../pricing/model.ts'
+import {
+  type Pass,
+  PassError,
+  PassInput,
+  PassObject,
+  passFromStored,
+  passToStored,
+  presentPass,
+  readPass,
+} from '../../pricing/pass.ts'
 import { checkTargetUrl } from '../../ssrf.ts'
 import { Atomic, DeletedObject, Dollars, listOf, Network, Timestamp } from '../api-schemas.ts'
 import type { ControlPlaneDeps } from '../deps.ts'
@@ -50,6 +60,7 @@ const RESERVED_HEADERS = new Set([
   'trailer',
   'x-payment',
   'payment-signature',
+  'sign-in-with-x',
   'x-forwarded-for',
   'x-forwarded-host',
   'x-forwarded-proto',
@@ -100,6 +111,8 @@ const CreateBody = v.strictObject({
   listed: v.optional(v.boolean('must be true or false')),
   /** What catalogs show and agents read to call it: service name, tags, icon, method, input and output JSON Schema. */
   discovery: v.optional(v.nullable(DiscoveryInput)),
+  /** A pass (N calls, T seconds, or both, at a price): pay once, then sign in with the wallet. */
+  pass: v.optional(v.nullable(PassInput)),
 })
 
 const UpdateBody = v.strictObject({
@@ -121,6 +134,8 @@ const UpdateBody = v.strictObject({
   listed: v.optional(v.boolean('must be true or false')),
   /** What catalogs show and agents read to call it: service name, tags, icon, method, input and output JSON Schema. */
   discovery: v.optional(v.nullable(DiscoveryInput)),
+  /** A pass (N calls, T seconds, or both, at a price); null stops selling it (passes bought stay valid). */
+  pass: v.optional(v.nullable(PassInput)),
 })
 
 function readPrice(raw: unknown, deps: ControlPlaneDeps): bigint {
@@ -169,6 +184,33 @@ function readMcpInput(input: McpInput, deps: ControlPlaneDeps): McpPricing {
   }
 }
 
+/** `pass` read into base units (null: none), with errors naming the field. */
+function readPassInput(input: PassInput | null, deps: ControlPlaneDeps): Pass | null {
+  if (input === null) return null
+  try {
+    return readPass(input, configDollars(deps.config.proxy.max_price))
+  } catch (err) {
+    if (err instanceof PassError) throw new ApiError('invalid_parameter', err.message, err.param)
+    throw err
+  }
+}
+
+/**
+ * A pass draws one use per call, whatever the call costs: an endpoint whose charge is measured per call
+ * (usage) or per tool (mcp) cannot sell one.
+ */
+function assertPassable(pass: Pass | null, pricingModel: string, kind: 'http' | 'mcp'): void {
+  if (pass === null) return
+  if (kind === 'mcp')
+    throw new ApiError('invalid_parameter', 'a pass is sold by HTTP endpoints only, not kind mcp', 'pass')
+  if (pricingModel === 'usage')
+    throw new ApiError(
+      'invalid_parameter',
+      'a pass is sold by fixed- or rules-priced endpoints only: a usage-priced call is charged what it measures',
+      'pass',
+    )
+}
+
 async function readUpstreamUrl(raw: string, deps: ControlPlaneDeps): Promise<string> {
   const checked = await checkTargetUrl(raw, { allowPrivate: deps.config.proxy.allow_private_upstreams })
   if (!checked.ok) {
@@ -213,6 +255,7 @@ export const EndpointObject = v.strictObject({
       'what the owner declared for discovery (service_name, tags, icon_url, method, body_type, input_schema, input_example, output_schema, output_example)',
     ),
   ),
+  pass: PassObject,
   metered_url: v.pipe(v.string(), v.description('{host}/m/{endpoint_id}: callers pay per call here')),
   created_at: Timestamp,
   updated_at: Timestamp,
@@ -242,6 +285,7 @@ export function presentEndpoint(
     batch_settlement: e.batch_settlement,
     listed: e.listed,
     discovery: (e.discovery as Record<string, unknown> | null) ?? null,
+    pass: e.pass === null ? null : presentPass(passFromStored(e.pass), `${deps.publicUrl()}/pass/${e.id}`),
     metered_url: `${deps.publicUrl()}/m/${e.id}`,
     created_at: e.created_at.toISOString(),
     updated_at: e.updated_at.toISOString(),
@@ -296,6 +340,8 @@ export const endpointRoutes: Route[] = [
       }
       if (pricing === undefined)
         throw new ApiError('invalid_parameter', 'missing field price (or pricing)', 'price')
+      const pass = readPassInput(input.pass ?? null, deps)
+      assertPassable(pass, pricing.model, input.kind ?? 'http')
       const upstreamUrl = await readUpstreamUrl(input.upstream_url, deps)
       const row = await insertEndpoint(db, {
         id: newId('ep'),
@@ -311,6 +357,7 @@ export const endpointRoutes: Route[] = [
         batchSettlement: input.batch_settlement ?? false,
         listed: input.listed ?? false,
         discovery: storedDiscovery(input.discovery),
+        pass: pass === null ? null : passToStored(pass),
       })
       return { status: 201, body: presentEndpoint(row, deps) }
     },
@@ -349,7 +396,7 @@ export const endpointRoutes: Route[] = [
     auth: true,
     doc: {
       summary:
-        'Change price, target, headers, name, timeout, status (active / disabled), listing or discovery fields',
+        'Change price, target, headers, name, timeout, status (active / disabled), listing, discovery fields or the pass',
       body: UpdateBody,
       response: { status: 200, schema: EndpointObject },
     },
@@ -373,6 +420,8 @@ export const endpointRoutes: Route[] = [
       if (input.discovery !== undefined) changes.discovery = storedDiscovery(input.discovery)
       if (input.status !== undefined) changes.status = input.status
       if (input.active !== undefined) changes.status = input.active ? 'active' : 'disabled'
+      const pass = input.pass === undefined ? undefined : readPassInput(input.pass, deps)
+      if (pass !== undefined) changes.pass = pass === null ? null : passToStored(pass)
       const mcp = input.mcp === undefined ? undefined : readMcpInput(input.mcp, deps)
       const updated = await deps.sql.begin(async (tx) => {
         const current = await ownedOr404({ db: tx, account: ctx.account }, ctx.params.id!)
@@ -388,6 +437,11 @@ export const endpointRoutes: Route[] = [
           changes.mcp = mcpToStored(mcp)
           changes.priceAtomic = mcp.defaultAtomic
         }
+        // The pass as it will be, against the pricing as it will be.
+        const passAfter =
+          pass !== undefined ? pass : current.pass === null ? null : passFromStored(current.pass)
+        const modelAfter = pricing?.model ?? pricingFromStored(current.pricing, current.price_atomic).model
+        assertPassable(passAfter, modelAfter, current.mcp === null ? 'http' : 'mcp')
         return updateEndpoint(tx, current, changes, deps.config.proxy.quote_ttl_ms)
       })
       await deps.onEndpointChanged(ctx.params.id!)

@@ -1,0 +1,149 @@
+// Passes ("pay once, access many"): a pass is opened from its purchase's captured claim (the money is that
+// call's: owner share and fee booked by captureClaim like any served call), then drawn one use per
+// signed-in call and given a use back when the upstream certainly did not serve it. The use count lives
+// only here, in PostgreSQL: every instance draws with one UPDATE whose precondition is in its SQL, so N
+// uses are served exactly N times however many instances draw at once.
+import type { Sql, Tx } from '../db/sql.ts'
+
+type Db = Sql | Tx
+
+/** What the purchase bought: a count of calls, a duration, or both (the endpoint's terms when it was paid). */
+export interface PassTerms {
+  calls: number | null
+  durationS: number | null
+}
+
+export interface PassRow {
+  id: string
+  proof_key: string
+  call_id: string
+  endpoint_id: string
+  payer: string
+  price_atomic: bigint
+  calls_total: number | null
+  uses_left: number | null
+  expires_at: Date
+  created_at: Date
+}
+
+const PASS_COLUMNS =
+  'id, proof_key, call_id, endpoint_id, payer, price_atomic, calls_total, uses_left, expires_at, created_at'
+
+/**
+ * openPass: pass ∅ → open, from a purchase already captured (claim 'captured', its call row the PASS call
+ * of this endpoint). Idempotent: a retry of the same purchase gets the same pass (proof_key is unique).
+ * Returns the pass, or null when the purchase is not captured (nothing opened).
+ */
+export async function openPass(
+  db: Db,
+  p: { id: string; proofKey: string; endpointId: string; terms: PassTerms },
+): Promise<PassRow | null> {
+  const { calls, durationS } = p.terms
+  // The duration runs from the purchase's capture, so a retried open does not lengthen it.
+  await db`
+    INSERT INTO passes (id, proof_key, call_id, endpoint_id, account_id, payer, price_atomic, calls_total,
+                        uses_left, expires_at)
+    SELECT ${p.id}, c.proof_key, k.id, k.endpoint_id, k.account_id, lower(k.payer), k.amount_atomic,
+           ${calls}::int, ${calls}::int,
+           CASE WHEN ${durationS}::int IS NULL THEN 'infinity'::timestamptz
+                ELSE k.created_at + make_interval(secs => ${durationS}::int) END
+    FROM claims c JOIN calls k ON k.proof_key = c.proof_key
+    WHERE c.proof_key = ${p.proofKey} AND c.status = 'captured'
+      AND k.method = 'PASS' AND k.endpoint_id = ${p.endpointId}
+    ON CONFLICT (proof_key) DO NOTHING`
+  return findPassByProof(db, p.proofKey)
+}
+
+export async function findPassByProof(db: Db, proofKey: string): Promise<PassRow | null> {
+  const [row] = await db<PassRow[]>`
+    SELECT ${db.unsafe(PASS_COLUMNS)} FROM passes WHERE proof_key = ${proofKey}`
+  return row ?? null
+}
+
+/**
+ * replayed: this sign-in message (its nonce) was used before, on any instance: nothing drawn.
+ * none: the wallet holds no pass with a use and time left on this endpoint (never bought, used up, expired).
+ */
+export type Draw =
+  | { ok: true; passId: string; usesLeft: number | null }
+  | { ok: false; reason: 'replayed' | 'none' }
+
+export interface DrawRequest {
+  endpointId: string
+  /** Lower-case 0x address that signed in. */
+  payer: string
+  nonce: string
+  /** Random, this request's own: tells its statement from another request's with the same nonce. */
+  token: string
+  nonceExpiresAt: Date
+}
+
+/**
+ * drawPassUse: pass open → open, one use fewer. Precondition in its SQL: uses left (or a pass of time
+ * only) and not expired, re-checked by PostgreSQL on the row it locks, so concurrent draws on any number of
+ * instances never take more than the pass holds. The sign-in nonce is recorded in the same statement (a
+ * message is used once, drawn or not; a second insert of it waits for the first to commit, then finds it),
+ * and the draw by its nonce (pass_draws).
+ */
+export async function drawPassUse(db: Db, q: DrawRequest): Promise<Draw> {
+  const [row] = await db<{ fresh: number; id: string | null; uses_left: number | null }[]>`
+    WITH fresh AS (
+      INSERT INTO sign_in_nonces (nonce, token, expires_at) VALUES (${q.nonce}, ${q.token}, ${q.nonceExpiresAt})
+      ON CONFLICT (nonce) DO NOTHING
+      RETURNING nonce
+    ), pick AS (
+      SELECT id FROM passes
+      WHERE endpoint_id = ${q.endpointId} AND payer = ${q.payer}
+        AND (uses_left > 0 OR uses_left IS NULL) AND expires_at > now()
+      ORDER BY expires_at, id
+      LIMIT 1
+    ), drawn AS (
+      UPDATE passes SET uses_left = uses_left - 1
+      FROM pick
+      WHERE passes.id = pick.id AND EXISTS (SELECT 1 FROM fresh)
+        AND (uses_left > 0 OR uses_left IS NULL) AND expires_at > now()
+      RETURNING passes.id, passes.uses_left
+    ), recorded AS (
+      INSERT INTO pass_draws (nonce, pass_id) SELECT ${q.nonce}, id FROM drawn
+    )
+    SELECT (SELECT count(*) FROM fresh)::int AS fresh, drawn.id, drawn.uses_left
+    FROM (SELECT 1) AS one LEFT JOIN drawn ON true`
+  if (row === undefined || row.fresh === 0) return { ok: false, reason: 'replayed' }
+  if (row.id === null) return { ok: false, reason: 'none' }
+  return { ok: true, passId: row.id, usesLeft: row.uses_left }
+}
+
+/**
+ * After a draw statement failed in flight: did this request's own statement commit (its token on the
+ * nonce), and did it draw? absent: it did not commit (the draw may be tried again).
+ */
+export async function findOwnDraw(
+  db: Db,
+  q: { nonce: string; token: string },
+): Promise<{ kind: 'absent' } | { kind: 'other' } | { kind: 'mine'; passId: string | null }> {
+  const [row] = await db<{ token: string; pass_id: string | null }[]>`
+    SELECT n.token, d.pass_id FROM sign_in_nonces n LEFT JOIN pass_draws d ON d.nonce = n.nonce
+    WHERE n.nonce = ${q.nonce}`
+  if (row === undefined) return { kind: 'absent' }
+  if (row.token !== q.token) return { kind: 'other' }
+  return { kind: 'mine', passId: row.pass_id }
+}
+
+/**
+ * giveBackPassUse: pass open → open, one use more, for a call the upstream certainly did not serve
+ * (unreachable, 5xx) or that was never forwarded. Precondition in its SQL: the draw not given back yet
+ * (once per draw) and the count below what was bought. A pass of time only has nothing to give back.
+ */
+export async function giveBackPassUse(db: Db, q: { nonce: string }): Promise<boolean> {
+  const rows = await db`
+    WITH back AS (
+      UPDATE pass_draws SET given_back = true
+      WHERE nonce = ${q.nonce} AND given_back = false
+      RETURNING pass_id
+    )
+    UPDATE passes SET uses_left = uses_left + 1
+    FROM back
+    WHERE passes.id = back.pass_id AND uses_left < calls_total
+    RETURNING passes.id`
+  return rows.length === 1
+}

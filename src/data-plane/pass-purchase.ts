@@ -1,0 +1,272 @@
+// ANY /pass/:endpoint_id: buying an endpoint's pass. Without a payment, a 402 at the pass price offering
+// every scheme the endpoint takes (its own resource URL, so any published client pays it unchanged); with
+// one, the scheme that reads it verifies it (src/schemes/, through the registry: nothing here names a
+// scheme), the payment is claimed and captured as a call (method PASS: owner share and fee booked like any
+// served call), and once that capture is written the pass is opened from it (src/books/passes.ts). The
+// answer is the pass; a retry with the same payment gets the same pass and is not charged again.
+
+import { openPass, type PassRow } from '../books/passes.ts'
+import type { Sql } from '../db/sql.ts'
+import { ERRORS, type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
+import { newId } from '../ids.ts'
+import type { Logger } from '../observability/logger.ts'
+import { httpRequests, passesBought } from '../observability/metrics.ts'
+import { requestIdFrom } from '../request-id.ts'
+import type { SchemeRegistry } from '../schemes/registry.ts'
+import type { ClaimOutcome, Payment, Verdict } from '../schemes/scheme.ts'
+import type { ProofEdge } from './app.ts'
+import { challengeBody, quoteExpiry, v2Header } from './challenge.ts'
+import { CORS_HEADERS, EXPOSED_HEADERS } from './cors.ts'
+import {
+  type EndpointCache,
+  type LiveEndpoint,
+  type LivePass,
+  loadEndpoint,
+  NOT_FOUND,
+} from './endpoint-cache.ts'
+import { parseProof } from './proof.ts'
+import type { HttpRequest, HttpResponse } from './uws.ts'
+
+export interface PassPurchaseDeps {
+  sql: Sql
+  endpoints: EndpointCache
+  schemes: SchemeRegistry
+  logger: Logger
+  edge?: ProofEdge
+  settings: {
+    quoteTtlMs: number
+    /** How long the purchase waits for its capture to be written before answering pass_opening. */
+    openWaitMs: number
+  }
+}
+
+const JSON_TYPE = 'application/json; charset=utf-8'
+const RETRY_AFTER_1 = ['retry-after', '1', ...CORS_HEADERS]
+const count = {
+  '2xx': httpRequests.labels('pass', '2xx'),
+  '4xx': httpRequests.labels('pass', '4xx'),
+  '5xx': httpRequests.labels('pass', '5xx'),
+}
+
+export function createPassPurchaseRoute(deps: PassPurchaseDeps) {
+  return function passPurchase(res: HttpResponse, req: HttpRequest): void {
+    new PassPurchase(deps, res, req).start()
+  }
+}
+
+class PassPurchase {
+  aborted = false
+  readonly endpointId: string
+  readonly paymentHeader: string
+  readonly requestId: string
+  readonly client: string
+  endpoint: LiveEndpoint | null = null
+  pass: LivePass | null = null
+
+  constructor(
+    readonly ctx: PassPurchaseDeps,
+    readonly res: HttpResponse,
+    req: HttpRequest,
+  ) {
+    res.onAborted(() => {
+      this.aborted = true
+    })
+    // Nothing of the body is used: read and dropped, so the client's upload completes.
+    res.onData(() => {})
+    this.endpointId = req.getParameter(0) ?? ''
+    this.paymentHeader = req.getHeader('x-payment') || req.getHeader('payment-signature')
+    this.requestId = requestIdFrom(req.getHeader('x-request-id'))
+    this.client = this.paymentHeader && ctx.edge !== undefined ? ctx.edge.clientKey(res, req) : ''
+  }
+
+  start(): void {
+    const cached = this.ctx.endpoints.get(this.endpointId)
+    if (cached !== undefined) return this.withEndpoint(cached)
+    loadEndpoint(this.ctx.endpoints, this.endpointId).then(
+      (entry) => this.withEndpoint(entry),
+      (err) =>
+        this.respondError('verification_unavailable', { message: 'retry shortly' }, RETRY_AFTER_1, err),
+    )
+  }
+
+  withEndpoint(entry: LiveEndpoint | typeof NOT_FOUND): void {
+    if (this.aborted) return
+    if (entry === NOT_FOUND || !entry.active)
+      return this.respondError('endpoint_not_found', {
+        message: `no active metered endpoint ${this.endpointId}`,
+      })
+    if (entry.pass === null)
+      return this.respondError('pass_not_offered', { message: `endpoint ${entry.id} sells no pass` })
+    this.endpoint = entry
+    this.pass = entry.pass
+    if (!this.paymentHeader) return this.respond402('payment_required')
+    const verdict = this.ctx.schemes.verify(parseProof(this.paymentHeader), {
+      endpoint: { id: entry.id, accountId: entry.accountId, timeoutMs: entry.target.timeoutMs },
+      quote: entry.pass.quote,
+      nowMs: Date.now(),
+      client: this.client,
+    })
+    if (verdict instanceof Promise) verdict.then((v) => this.withVerdict(v))
+    else this.withVerdict(verdict)
+  }
+
+  withVerdict(verdict: Verdict): void {
+    if (this.aborted) {
+      if (verdict.ok === true) verdict.payment.drop()
+      return
+    }
+    switch (verdict.ok) {
+      case false:
+        return this.respond402(verdict.reason, verdict.requiredHeader)
+      case 'unavailable':
+        return this.respondError(
+          'verification_unavailable',
+          { message: verdict.message },
+          RETRY_AFTER_1,
+          verdict.err,
+        )
+      case 'error':
+        return this.respondError(
+          verdict.code,
+          verdict.message ? { message: verdict.message } : undefined,
+          verdict.headers,
+        )
+      case 'answered':
+        return this.respondError('invalid_state', { message: 'this payment cannot buy a pass' })
+    }
+    const payment = verdict.payment
+    const claimed = payment.claim()
+    const go = (outcome: ClaimOutcome) => this.withClaim(payment, outcome)
+    if (typeof claimed === 'string') return go(claimed)
+    claimed.then(go, (err) =>
+      this.respondError(
+        'verification_unavailable',
+        { message: 'the payment could not be recorded; retry shortly with the same payment' },
+        RETRY_AFTER_1,
+        err,
+      ),
+    )
+  }
+
+  withClaim(payment: Payment, outcome: ClaimOutcome): void {
+    if (outcome === 'busy') return this.respondError('payment_in_progress', undefined, RETRY_AFTER_1)
+    // Used before: by this purchase (a retry whose answer was lost: the same pass) or by anything else.
+    if (outcome === 'used') {
+      void this.open(payment, false)
+      return
+    }
+    // Won: whether or not the client is still there, the purchase goes through (a retry gets the pass).
+    const endpoint = this.endpoint!
+    payment.capture({
+      endpointId: endpoint.id,
+      accountId: endpoint.accountId,
+      ownerWallet: endpoint.ownerWallet,
+      method: 'PASS',
+      callId: newId('call'),
+      status: 200,
+      // The whole payment is captured, as for a call (a transfer above the price pays the owner its share).
+      chargeAtomic: payment.coversAtomic,
+      pricingModel: 'fixed',
+      usage: null,
+      receiptId: null,
+    })
+    void this.open(payment, true)
+  }
+
+  /** Opens the pass from the purchase's capture once it is written (captures are group-committed). */
+  async open(payment: Payment, fresh: boolean): Promise<void> {
+    const endpoint = this.endpoint!
+    const terms = { calls: this.pass!.terms.calls, durationS: this.pass!.terms.durationS }
+    const deadline = Date.now() + (fresh ? this.ctx.settings.openWaitMs : 0)
+    let pass: PassRow | null = null
+    try {
+      for (let delayMs = 5; ; delayMs = Math.min(delayMs * 2, 200)) {
+        pass = await openPass(this.ctx.sql, {
+          id: newId('pass'),
+          proofKey: payment.proofKey,
+          endpointId: endpoint.id,
+          terms,
+        })
+        if (pass !== null || Date.now() >= deadline) break
+        await new Promise((r) => setTimeout(r, delayMs))
+      }
+    } catch (err) {
+      return this.respondError('pass_opening', undefined, RETRY_AFTER_1, err)
+    }
+    if (pass === null) {
+      if (fresh) return this.respondError('pass_opening', undefined, RETRY_AFTER_1)
+      // A payment spent on something else never opens a pass.
+      return this.respond402('proof_already_used')
+    }
+    if (fresh) passesBought.inc()
+    const settling = fresh ? (payment.settleBeforeAnswer?.() ?? null) : null
+    const receipt = settling === null ? payment.receipt(true) : await settling
+    this.respondPass(pass, fresh ? receipt : null)
+  }
+
+  respondPass(pass: PassRow, receipt: [string, string] | null): void {
+    if (this.aborted) return
+    count['2xx'].inc()
+    const endpoint = this.endpoint!
+    const body = JSON.stringify(presentPassRow(pass, endpoint.resourceUrl))
+    const res = this.res
+    res.cork(() => {
+      res.writeStatus(receipt === null ? '200 OK' : '201 Created').writeHeader('content-type', JSON_TYPE)
+      res.writeHeader('x-request-id', this.requestId)
+      res.writeHeader('cache-control', 'no-store')
+      res.writeHeader('access-control-allow-origin', '*')
+      res.writeHeader('access-control-expose-headers', EXPOSED_HEADERS)
+      if (receipt !== null) res.writeHeader(receipt[0], receipt[1])
+      res.end(body)
+    })
+  }
+
+  respond402(reason: string, requiredHeader?: string): void {
+    if (this.aborted) return
+    if (this.paymentHeader) this.ctx.edge?.proofRefused(this.client)
+    count['4xx'].inc()
+    const challenge = this.pass!.quote.challenge
+    const text = challengeBody(challenge, reason, quoteExpiry(this.ctx.settings.quoteTtlMs), this.requestId)
+    const res = this.res
+    res.cork(() => {
+      res.writeStatus('402 Payment Required').writeHeader('content-type', JSON_TYPE)
+      res.writeHeader('x-request-id', this.requestId)
+      res.writeHeader('cache-control', 'no-store')
+      res.writeHeader('access-control-allow-origin', '*')
+      res.writeHeader('access-control-expose-headers', EXPOSED_HEADERS)
+      res.writeHeader('payment-required', requiredHeader ?? v2Header(challenge, reason))
+      res.end(text)
+    })
+  }
+
+  respondError(code: ErrorCode, details?: ErrorDetails, headers?: readonly string[], err?: unknown): void {
+    const status = ERRORS[code].status
+    if (status >= 500)
+      this.ctx.logger.error('pass purchase failed', {
+        request_id: this.requestId,
+        endpoint_id: this.endpointId,
+        code,
+        err,
+      })
+    if (this.aborted) return
+    count[status >= 500 ? '5xx' : '4xx'].inc()
+    const res = this.res
+    res.cork(() => writeError(res, code, this.requestId, details, headers ?? CORS_HEADERS))
+  }
+}
+
+/** The pass as its buyer sees it. */
+export function presentPassRow(p: PassRow, meteredUrl: string) {
+  return {
+    object: 'pass',
+    id: p.id,
+    endpoint_id: p.endpoint_id,
+    metered_url: meteredUrl,
+    payer: p.payer,
+    price_atomic: p.price_atomic.toString(),
+    calls: p.calls_total,
+    uses_left: p.uses_left,
+    expires_at: Number.isFinite(p.expires_at.getTime()) ? p.expires_at.toISOString() : null,
+    created_at: p.created_at.toISOString(),
+  }
+}

@@ -1,0 +1,151 @@
+// A signed-in call on a pass: the SIGN-IN-WITH-X header checked (sign-in.ts), one use drawn in PostgreSQL
+// (src/books/passes.ts), and handed to the hot path as a Payment, so it goes the way every paid call goes:
+// forwarded, then captured (nothing to book: the purchase was the money), released (the use is given
+// back: the upstream certainly did not serve it) or in doubt (the use stays drawn: never served twice).
+import { randomBytes } from 'node:crypto'
+import { drawPassUse, findOwnDraw, giveBackPassUse } from '../books/passes.ts'
+import type { Sql } from '../db/sql.ts'
+import type { Logger } from '../observability/logger.ts'
+import { passDraws } from '../observability/metrics.ts'
+import type { CallFacts, ClaimOutcome, Payment, ServedCall, Verdict } from '../schemes/scheme.ts'
+import type { SignIn } from './sign-in.ts'
+
+export const PASS_SCHEME = 'pass'
+
+const outcome = {
+  drawn: passDraws.labels('drawn'),
+  givenBack: passDraws.labels('given_back'),
+  refused: passDraws.labels('refused'),
+  replayed: passDraws.labels('replayed'),
+  none: passDraws.labels('none'),
+  unknown: passDraws.labels('unknown'),
+  recovered: passDraws.labels('recovered'),
+}
+
+export interface PassUsesOptions {
+  /** How long a draw or a give-back that failed in flight is retried in the background. */
+  settleForMs: number
+}
+
+export class PassUses {
+  constructor(
+    private readonly sql: Sql,
+    private readonly signIn: SignIn,
+    private readonly logger: Logger,
+    private readonly options: PassUsesOptions,
+  ) {}
+
+  /** Checks the sign-in and draws one use of the signer's pass on this endpoint: a Verdict, as a scheme's. */
+  async use(header: string, endpoint: { id: string; resourceUrl: string }): Promise<Verdict> {
+    const signedIn = await this.signIn.verify(header, endpoint.resourceUrl)
+    if (!signedIn.ok) {
+      outcome.refused.inc()
+      return { ok: false, reason: signedIn.reason }
+    }
+    const request = {
+      endpointId: endpoint.id,
+      payer: signedIn.payer,
+      nonce: signedIn.nonce,
+      token: randomBytes(12).toString('hex'),
+      nonceExpiresAt: signedIn.nonceExpiresAt,
+    }
+    let draw: Awaited<ReturnType<typeof drawPassUse>>
+    try {
+      draw = await drawPassUse(this.sql, request)
+    } catch (err) {
+      // The statement may have committed before its answer was lost: find out once the database answers,
+      // and give the use back if it did (nobody was served with it).
+      outcome.unknown.inc()
+      this.settleUnknown(request.nonce, request.token)
+      return {
+        ok: 'unavailable',
+        message: 'the pass could not be read; retry shortly (sign in again)',
+        reason: 'pass_draw_failed',
+        err,
+      }
+    }
+    if (!draw.ok) {
+      if (draw.reason === 'replayed') {
+        outcome.replayed.inc()
+        // The spec's code for a nonce used before: a sign-in message serves once.
+        return { ok: false, reason: 'invalid_siwx_nonce' }
+      }
+      outcome.none.inc()
+      return { ok: false, reason: 'no_live_pass' }
+    }
+    outcome.drawn.inc()
+    return { ok: true, payment: new PassUse(this, signedIn.payer, request.nonce, draw.usesLeft) }
+  }
+
+  /** Gives a drawn use back (the call was not served), retrying while the database does not answer. */
+  giveBack(nonce: string): void {
+    outcome.givenBack.inc()
+    this.retry('give a pass use back', () => giveBackPassUse(this.sql, { nonce }).then(() => true))
+  }
+
+  /** A draw whose answer was lost: if it committed, its use goes back. */
+  private settleUnknown(nonce: string, token: string): void {
+    this.retry('settle a pass draw lost in flight', async () => {
+      const own = await findOwnDraw(this.sql, { nonce, token })
+      if (own.kind === 'mine' && own.passId !== null && (await giveBackPassUse(this.sql, { nonce })))
+        outcome.recovered.inc()
+      return true
+    })
+  }
+
+  private retry(what: string, attempt: () => Promise<boolean>): void {
+    const deadline = Date.now() + this.options.settleForMs
+    const run = (delayMs: number): void => {
+      attempt().catch((err) => {
+        if (Date.now() + delayMs > deadline) {
+          // A use lost to the payer (never to the merchant): said, not retried for ever.
+          this.logger.error(`could not ${what}; one pass use is lost`, { err })
+          return
+        }
+        setTimeout(() => run(Math.min(delayMs * 2, 2_000)), delayMs).unref()
+      })
+    }
+    run(100)
+  }
+}
+
+/** One drawn use, held by one request. */
+class PassUse implements Payment {
+  readonly scheme = PASS_SCHEME
+  readonly proofKey: string
+  /** The purchase paid for it: the call itself moves no money. */
+  readonly coversAtomic = 0n
+  readonly transaction = null
+
+  constructor(
+    private readonly uses: PassUses,
+    readonly payer: `0x${string}`,
+    private readonly nonce: string,
+    private readonly usesLeft: number | null,
+  ) {
+    this.proofKey = `siwx:${nonce}`
+  }
+
+  /** Drawn already, in the verdict: the draw is the claim. */
+  claim(): ClaimOutcome {
+    return 'won'
+  }
+
+  drop(): void {
+    this.uses.giveBack(this.nonce)
+  }
+
+  capture(_call: ServedCall): void {}
+
+  release(): void {
+    this.uses.giveBack(this.nonce)
+  }
+
+  /** Forwarded, outcome unknown: the use stays drawn. */
+  doubt(_call: CallFacts): void {}
+
+  receipt(served: boolean): [string, string] | null {
+    if (!served) return null
+    return ['x-pass-uses-left', this.usesLeft === null ? 'unlimited' : String(this.usesLeft)]
+  }
+}
