@@ -204,6 +204,15 @@ export const scenarios: Scenario[] = [
   direct('/1k', 'direct-1k'),
   paid('warm', '/1k', Math.round(settings.proofs * 0.6), 'paid-1k'),
   direct('/256k', 'direct-256k'),
+  {
+    // The same 256 KB answers relayed by nginx (no payment work): paid-256k's peer for CPU per byte relayed.
+    name: 'nginx-256k',
+    peer: 'nginx',
+    run: async (ctx) =>
+      ctx.nginx
+        ? load({ ...base(), url: `${ctx.nginx.base}/256k`, expectStatus: 200 })
+        : { skipped: 'nginx not found (/usr/sbin/nginx): apt-get install -y nginx-light' },
+  },
   paid('warm', '/256k', Math.round(settings.proofs / 5), 'paid-256k'),
   {
     name: 'half-load-direct',

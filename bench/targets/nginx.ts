@@ -43,6 +43,10 @@ http {
       proxy_pass http://origin;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
+      # Answers up to 512 KB (nginx-256k's) relayed from memory: the default 8 x 4 KB spools the rest of a
+      # large answer to a temporary file, work tollgate (which never spools) does not do.
+      proxy_buffers 8 64k;
+      proxy_busy_buffers_size 128k;
     }
   }
 }

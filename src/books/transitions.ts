@@ -398,8 +398,15 @@ export const TRANSITIONS: readonly Transition[] = [
     record: 'checkout_figure',
     from: null,
     to: 'open',
+    fn: 'createPayment',
+    why: 'reserved at creation, in the statement that inserts its payment',
+  },
+  {
+    record: 'checkout_figure',
+    from: null,
+    to: 'open',
     fn: 'reserveFigure',
-    why: 'reserved at creation, or for a top-up',
+    why: 'reserved for a top-up of an underpaid payment',
   },
   {
     record: 'checkout_figure',

@@ -99,6 +99,22 @@ describe('figures', () => {
     expect(c.amount_requested_atomic).toBe(a.amount_requested_atomic)
   })
 
+  it('the one figure of a price left free is found, however high it is', async () => {
+    const anchor = await create(14)
+    // Every figure of 14 USDC but 14.004321 taken (the lowest window and random looks find none free).
+    await svc.sql`
+      INSERT INTO checkout_amounts (amount_atomic, payment_id)
+      SELECT 14000000 + o, ${anchor.id} FROM generate_series(1, ${Number(MAX_FIGURE_OFFSET_ATOMIC)}) o
+      WHERE o <> 4321
+      ON CONFLICT (amount_atomic) DO NOTHING`
+    expect((await create(14)).amount_requested_atomic).toBe('14004321')
+    const r = await svc.api('/api/v1/payments', {
+      key: merchant.key,
+      body: { amount: 14, description: 'full' },
+    })
+    expect(r.status).toBe(503)
+  })
+
   it('when every figure of a price is taken, creation is refused with 503 and nothing is written', async () => {
     const anchor = await create(13)
     // Take every other figure of 13 USDC for the anchor payment (as 9,998 other open payments would).

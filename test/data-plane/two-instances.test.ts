@@ -44,6 +44,28 @@ describe.runIf(usingServer)('two instances on one database', () => {
     expect(upstream.count() - before).toBe(1)
   })
 
+  it('payments of one price created on both instances at once each get their own figure', async () => {
+    // 120 at once, half on each instance: more than the lowest window holds, so later creations look at
+    // random windows too, and both instances reserve from the same figures.
+    const created = await Promise.all(
+      Array.from({ length: 120 }, (_, i) =>
+        (i % 2 ? a : b).api('/api/v1/payments', { key, body: { amount: 7, description: `both ${i}` } }),
+      ),
+    )
+    expect(created.map((r) => r.status)).toEqual(Array(120).fill(201))
+    const figures = created.map((r) => BigInt(r.body.amount_requested_atomic))
+    expect(new Set(figures).size).toBe(120)
+    for (const f of figures) {
+      expect(f).toBeGreaterThan(7_000_000n)
+      expect(f).toBeLessThanOrEqual(7_009_999n)
+    }
+    // Each figure is bound to its own payment in the database, which asks for that figure.
+    const rows = await a.sql<{ n: number }[]>`
+      SELECT count(*)::int AS n FROM checkout_amounts c JOIN payments p ON p.id = c.payment_id
+      WHERE p.amount_atomic = 7000000 AND p.amount_requested_atomic = c.amount_atomic AND c.held_until IS NULL`
+    expect(rows[0]!.n).toBe(120)
+  })
+
   it('a price change or a delete on one instance takes effect on the other within a second', async () => {
     const ep = (
       await a.api('/api/v1/endpoints', { key, body: { upstream_url: `${upstream.url}/echo`, price: 0.01 } })
