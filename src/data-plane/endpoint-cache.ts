@@ -4,7 +4,9 @@ import { LRUCache } from 'lru-cache'
 import { findLiveEndpoint, type LiveEndpointRow } from '../db/endpoints.ts'
 import type { Sql } from '../db/sql.ts'
 import { bazaarExtension, resourceMetadata } from '../discovery/listing.ts'
+import { mcpBazaarExtension } from '../discovery/mcp-tool.ts'
 import { mcpFromStored } from '../mcp/config.ts'
+import { OPEN_SCHEMA } from '../mcp/tool-catalog.ts'
 import { mcpBodyPricing } from '../mcp/tool-pricing.ts'
 import type { BodyPricing } from '../pricing/body-price.ts'
 import { presentPricing } from '../pricing/input.ts'
@@ -14,6 +16,7 @@ import type { OfferQuery, Quote } from '../schemes/scheme.ts'
 import { buildChallenge } from './challenge.ts'
 import type { UpstreamTarget } from './proxy.ts'
 import { OFFER_RECEIPT, type ReceiptSigner, signedOffers } from './receipt-signer.ts'
+import type { ToolCatalogs } from './tool-catalogs.ts'
 
 export interface LiveEndpoint {
   id: string
@@ -49,6 +52,8 @@ export interface EndpointCacheOptions {
   signer?: ReceiptSigner
   /** How long a signed offer holds (s); the cache reloads an endpoint well within it. */
   offerValiditySeconds?: number
+  /** Keeps the tools a listed MCP endpoint's server lists (discovery); absent: not kept. */
+  toolCatalogs?: Pick<ToolCatalogs, 'seen'>
 }
 
 export function createEndpointCache(sql: Sql, options: EndpointCacheOptions) {
@@ -88,22 +93,25 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
   const enabled = new Set<string>(row.batch_settlement ? ['batch-settlement'] : [])
   const pricing = pricingFromStored(row.pricing, row.price_atomic)
   const note = pricing.model === 'fixed' ? undefined : presentPricing(pricing)
-  // A listed endpoint tells catalogs how to call it in every 402 (built once, like the rest of the 402).
-  const listing = row.listed
-    ? {
-        resourceMetadata: resourceMetadata(row.discovery),
-        extensions: { bazaar: bazaarExtension(row.discovery) },
-      }
-    : {}
+  // A listed endpoint tells catalogs how to call it in every 402 (built once, like the rest of the 402); a
+  // listed MCP endpoint describes the tool each 402 prices instead.
+  const metadata = row.listed ? resourceMetadata(row.discovery) : undefined
+  const httpBazaar = row.listed && row.mcp === null ? bazaarExtension(row.discovery) : undefined
   // One 402 per price, built once: the schemes' offers for that amount.
-  const quote = (amountAtomic: bigint, varies: boolean, floor: boolean, what = description): Quote => {
+  const quote = (
+    amountAtomic: bigint,
+    varies: boolean,
+    floor: boolean,
+    what = description,
+    bazaar = httpBazaar,
+  ): Quote => {
     const { offers, notOffered } = options.offers({
       amountAtomic,
       varies,
       maxTimeoutSeconds: options.maxTimeoutSeconds,
       enabled,
     })
-    const extensions: Record<string, unknown> = { ...listing.extensions }
+    const extensions: Record<string, unknown> = bazaar === undefined ? {} : { bazaar }
     if (options.signer) {
       const accepts = offers.flatMap((o) => (o.v2 ? [o.v2] : []))
       const validUntil = Math.floor(Date.now() / 1000) + (options.offerValiditySeconds ?? 300)
@@ -123,7 +131,7 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
         offers,
         notOffered,
         pricing: note,
-        resourceMetadata: listing.resourceMetadata,
+        resourceMetadata: metadata,
         extensions,
       }),
     }
@@ -163,11 +171,46 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
     quoteFor,
     usage: pricing.model === 'usage' ? pricing : null,
     pricingModel: pricing.model,
-    bodyPricing:
-      row.mcp === null
-        ? null
-        : mcpBodyPricing(mcpFromStored(row.mcp), (amount, varies, tool) =>
-            quote(amount, varies, false, tool === null ? description : `${description} · tool ${tool}`),
-          ),
+    bodyPricing: row.mcp === null ? null : compileMcp(row, options, quote, description),
   }
+}
+
+/** An MCP endpoint's per-tool 402s; listed, each describes its tool as the server listed it (or as named). */
+function compileMcp(
+  row: LiveEndpointRow,
+  options: EndpointCacheOptions,
+  quote: (
+    amountAtomic: bigint,
+    varies: boolean,
+    floor: boolean,
+    what: string,
+    bazaar: Record<string, unknown> | undefined,
+  ) => Quote,
+  description: string,
+): BodyPricing {
+  const catalog = row.listed ? (row.mcp_catalog ?? null) : null
+  const byName = new Map((catalog ?? []).map((t) => [t.name, t]))
+  const seen = options.toolCatalogs
+  return mcpBodyPricing(
+    mcpFromStored(row.mcp!),
+    (amount, varies, tool) => {
+      if (tool === null) return quote(amount, varies, false, description, undefined)
+      const listed = byName.get(tool)
+      const bazaar = row.listed
+        ? mcpBazaarExtension({
+            name: tool,
+            ...(listed?.description === undefined ? {} : { description: listed.description }),
+            inputSchema: listed?.input_schema ?? OPEN_SCHEMA,
+          })
+        : undefined
+      return quote(amount, varies, false, `${description} · tool ${tool}`, bazaar)
+    },
+    {
+      catalog,
+      onToolsListed:
+        row.listed && seen !== undefined
+          ? (tools, complete) => seen.seen(row.id, catalog, tools, complete)
+          : null,
+    },
+  )
 }

@@ -41,6 +41,7 @@ import { type ProofHorizons, startProofHorizons } from './proof-horizons.ts'
 import { ReceiptSigner } from './receipt-signer.ts'
 import { createReceiptKeysRoute, createReceiptRoute } from './receipts.ts'
 import { startSettlementThrottle } from './settlement-throttle.ts'
+import { ToolCatalogs } from './tool-catalogs.ts'
 import { createUpstreamDispatcher } from './upstream-pool.ts'
 import { Verifier } from './verifier.ts'
 import { startEndpointRelay, workerEnv } from './workers.ts'
@@ -113,8 +114,15 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     })
     stops.push(() => schemes.stop())
     const signer = receiptSigner(config)
-    const endpoints = createEndpointCache(db.sql, endpointCacheOptions(deps, schemes, signer))
+    // A kept tool catalog changes the endpoint: bound once the invalidation exists (it needs the cache).
+    let changed: (id: string) => unknown = () => {}
+    const toolCatalogs = new ToolCatalogs(db.sql, logger, (id) => changed(id))
+    const endpoints = createEndpointCache(db.sql, {
+      ...endpointCacheOptions(deps, schemes, signer),
+      toolCatalogs,
+    })
     const onEndpointChanged = await invalidateAcrossInstances(db, endpoints, stops)
+    changed = onEndpointChanged
     const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
     stops.push(() => dispatcher.close())
     const watcher = await startTransferWatcher(deps, verified)

@@ -10,22 +10,46 @@ import type { Quote } from '../schemes/scheme.ts'
 import type { McpPricing } from './config.ts'
 import { paymentRequiredResult, ResultRewriter, receiptRewriter } from './in-band.ts'
 import { errorResponse, MCP_BODY_MAX_BYTES, readMcpRequest, withoutPayment } from './json-rpc.ts'
+import { type CatalogTool, readCatalog } from './tool-catalog.ts'
 
 const FREE: BodyPrice = { ok: 'free' }
 const JSON_TYPE = 'application/json'
 
+/** What the endpoint knows of the server's tools, for discovery (src/mcp/tool-catalog.ts). */
+export interface McpCatalogOptions {
+  /** The tools the server last listed (null: none seen yet). */
+  catalog: readonly CatalogTool[] | null
+  /** Given each tools/list answer's tools (complete: the whole list, not a page); null: not kept. */
+  onToolsListed: ((tools: CatalogTool[], complete: boolean) => void) | null
+}
+
 /**
  * @param quote the 402 of one price, built once per tool here (not per request): `tool` names it in the
- * challenge's description; null for the default price.
+ * challenge's description (and describes it to catalogs); null for the default price of unknown tools.
  */
 export function mcpBodyPricing(
   mcp: McpPricing,
   quote: (amountAtomic: bigint, varies: boolean, tool: string | null) => Quote,
+  options: McpCatalogOptions = { catalog: null, onToolsListed: null },
 ): BodyPricing {
   const priced = new Map<string, BodyPrice>()
   for (const [name, p] of mcp.tools)
     priced.set(name, pricedAt(p, quote(headlinePrice(p), p.model === 'usage', name), name))
   const defaultQuote = quote(mcp.defaultAtomic, false, null)
+  // Tools the server listed: a call of one at the default price gets a 402 that names it, and its paid calls
+  // are counted under its name for discovery. Anything else a client names is "other" there.
+  const listedNames = new Set((options.catalog ?? []).map((t) => t.name))
+  const listedQuotes = new Map<string, Quote>()
+  /** The default price's 402 for this tool: its own when the server listed it (built once), else shared. */
+  const defaultQuoteOf = (name: string): Quote => {
+    if (!listedNames.has(name)) return defaultQuote
+    let q = listedQuotes.get(name)
+    if (q === undefined) {
+      q = quote(mcp.defaultAtomic, false, name)
+      listedQuotes.set(name, q)
+    }
+    return q
+  }
   const byDefault = new Map<string, BodyPrice>()
   const notes = new Map<string, object>()
   for (const [name, p] of mcp.tools) notes.set(name, priceNote(p))
@@ -33,9 +57,12 @@ export function mcpBodyPricing(
   const otherNote = mcp.unknownToolsFree
     ? { free: true }
     : priceNote({ model: 'fixed', priceAtomic: mcp.defaultAtomic })
+  const onToolsListed = options.onToolsListed
   /** Each listed tool's price in its _meta["tollgate/price"]; the server's schema is left as it is. */
-  const annotate = (result: Record<string, unknown>) => {
+  const annotate = (result: Record<string, unknown>, paged: boolean) => {
     if (!Array.isArray(result.tools)) return
+    // Read before the prices are added: the catalog keeps the server's words only.
+    if (onToolsListed !== null) onToolsListed(readCatalog(result), !paged && result.nextCursor === undefined)
     for (const tool of result.tools as Array<Record<string, unknown>>) {
       if (typeof tool !== 'object' || tool === null || typeof tool.name !== 'string') continue
       const meta = typeof tool._meta === 'object' && tool._meta !== null ? tool._meta : {}
@@ -44,13 +71,22 @@ export function mcpBodyPricing(
   }
   return {
     maxBytes: MCP_BODY_MAX_BYTES,
+    quoteOf(tool) {
+      const known = priced.get(tool)
+      if (known !== undefined) return known.ok === 'priced' ? known.quote : null
+      if (mcp.freeTools.has(tool) || mcp.unknownToolsFree) return null
+      return defaultQuoteOf(tool)
+    },
     price(method, body) {
       // GET opens the server's SSE stream, DELETE ends a session: no JSON-RPC call to price.
       if (method !== 'POST') return FREE
       const req = readMcpRequest(body)
       if (req.kind === 'protocol') return FREE
       if (req.kind === 'tools_list')
-        return { ok: 'free', rewriter: () => new ResultRewriter(req.id, annotate) }
+        return {
+          ok: 'free',
+          rewriter: () => new ResultRewriter(req.id, (result) => annotate(result, req.paged)),
+        }
       if (req.kind === 'invalid')
         return {
           ok: 'refused',
@@ -67,11 +103,12 @@ export function mcpBodyPricing(
       if (p === undefined) {
         p = {
           ok: 'priced',
-          quote: defaultQuote,
+          quote: defaultQuoteOf(req.name),
           usage: null,
           model: 'fixed',
           label: req.name.slice(0, 128),
           metricLabel: 'other',
+          observedLabel: listedNames.has(req.name) ? req.name : 'other',
           payment: null,
           forwardBody: null,
           paymentRequired: null,
@@ -119,6 +156,7 @@ function pricedAt(p: Pricing, quote: Quote, name: string): BodyPrice {
     model: p.model === 'usage' ? 'usage' : 'fixed',
     label: name,
     metricLabel: name,
+    observedLabel: name,
     payment: null,
     forwardBody: null,
     paymentRequired: null,
