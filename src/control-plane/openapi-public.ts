@@ -193,7 +193,9 @@ export const DiscoveryResources = v.strictObject({
           toolName: v.pipe(v.string(), v.description('the tool a `tools/call` names')),
           extensions: v.pipe(
             v.strictObject({ bazaar: v.record(v.string(), v.unknown()) }),
-            v.description('bazaar: the MCP tool as its 402 describes it (info.input: toolName, inputSchema, …)'),
+            v.description(
+              'bazaar: the MCP tool as its 402 describes it (info.input: toolName, inputSchema, …)',
+            ),
           ),
         }),
         v.description('one paid tool of a listed MCP endpoint; observed counts that tool alone'),

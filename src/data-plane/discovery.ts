@@ -2,7 +2,12 @@
 // per-origin manifest) and GET /discovery/resources (all listed endpoints, in the facilitator's list shape,
 // each with what paid traffic observed over 7 days). A listed MCP endpoint is one item per paid tool. Both read listed endpoints and hourly rows, never the
 // call history, and keep each answer for a few seconds: a crawler costs one query per distinct URL per TTL.
-import { type ListedEndpointRow, listListedEndpoints, readObserved, readToolObserved } from '../db/discovery.ts'
+import {
+  type ListedEndpointRow,
+  listListedEndpoints,
+  readObserved,
+  readToolObserved,
+} from '../db/discovery.ts'
 import type { Sql } from '../db/sql.ts'
 import { manifestInput, manifestOutput, resourceMetadata } from '../discovery/listing.ts'
 import { type McpToolListing, mcpBazaarExtension, mcpManifestInput } from '../discovery/mcp-tool.ts'
@@ -264,7 +269,10 @@ function readListQuery(q: URLSearchParams, networks: readonly string[]) {
     throw new BadQuery('min_price', 'min_price must not be above max_price')
   const network = q.get('network')
   const type = q.get('type')
-  if ((network !== null && !networks.includes(network)) || (type !== null && type !== 'http' && type !== 'mcp'))
+  if (
+    (network !== null && !networks.includes(network)) ||
+    (type !== null && type !== 'http' && type !== 'mcp')
+  )
     return null
   return { limit, offset, tag, minPriceAtomic, maxPriceAtomic, type: type as 'http' | 'mcp' | null }
 }

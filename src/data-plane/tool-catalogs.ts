@@ -24,14 +24,20 @@ export class ToolCatalogs {
   ) {}
 
   /** A tools/list answer of the endpoint passed through (stored: what it was compiled with). */
-  seen(endpointId: string, stored: readonly CatalogTool[] | null, listed: CatalogTool[], complete: boolean): void {
+  seen(
+    endpointId: string,
+    stored: readonly CatalogTool[] | null,
+    listed: CatalogTool[],
+    complete: boolean,
+  ): void {
     const next = nextCatalog(stored, listed, complete)
     if (sameCatalog(stored, next)) return
     const nowMs = this.now()
     const last = this.lastWriteMs.get(endpointId)
     if (last !== undefined && nowMs - last < this.minIntervalMs) return
     this.lastWriteMs.delete(endpointId)
-    if (this.lastWriteMs.size >= REMEMBERED_MAX) this.lastWriteMs.delete(this.lastWriteMs.keys().next().value!)
+    if (this.lastWriteMs.size >= REMEMBERED_MAX)
+      this.lastWriteMs.delete(this.lastWriteMs.keys().next().value!)
     this.lastWriteMs.set(endpointId, nowMs)
     saveToolCatalog(this.sql, endpointId, next).then(
       () => this.onChanged(endpointId),

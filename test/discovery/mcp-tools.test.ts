@@ -60,7 +60,12 @@ async function toolCall402(id: string, tool: string) {
   const r = await fetch(`${svc.url}/m/${id}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: tool, arguments: {} } }),
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'tools/call',
+      params: { name: tool, arguments: {} },
+    }),
   })
   expect(r.status).toBe(402)
   return decodePaymentRequiredHeader(r.headers.get('payment-required')!)
@@ -193,7 +198,9 @@ describe('paid MCP tools in discovery', () => {
       resourceUrl: `${svc.url}/m/${ids.listed}`,
       toolName: 'weather',
       serviceName: 'Acme MCP',
-      discoveryInfo: { input: { type: 'mcp', toolName: 'weather', inputSchema: server.weather!.inputSchema } },
+      discoveryInfo: {
+        input: { type: 'mcp', toolName: 'weather', inputSchema: server.weather!.inputSchema },
+      },
     })
     // The report's 402 describes the report, not the weather.
     const reportRequired = await toolCall402(ids.listed!, 'report')

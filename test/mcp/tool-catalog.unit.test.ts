@@ -31,11 +31,17 @@ describe('readCatalog', () => {
   })
 
   it('bounds what it keeps: long descriptions cut, large or foreign schemas opened, at most 200 tools', () => {
-    const [long] = readCatalog({ tools: [{ name: 'long', description: 'd'.repeat(5_000), inputSchema: schema }] })
+    const [long] = readCatalog({
+      tools: [{ name: 'long', description: 'd'.repeat(5_000), inputSchema: schema }],
+    })
     expect(long!.description).toHaveLength(2_048)
     const big = { type: 'object', properties: { x: { type: 'string', description: 'x'.repeat(20_000) } } }
     const foreign = { type: 'object', properties: { x: { $ref: 'https://evil.example/s.json' } } }
-    const local = { type: 'object', $defs: { a: { type: 'string' } }, properties: { x: { $ref: '#/$defs/a' } } }
+    const local = {
+      type: 'object',
+      $defs: { a: { type: 'string' } },
+      properties: { x: { $ref: '#/$defs/a' } },
+    }
     expect(
       readCatalog({
         tools: [
@@ -62,7 +68,11 @@ describe('nextCatalog and sameCatalog', () => {
   })
 
   it('compares what the tools say, not the order of their keys (jsonb reorders them)', () => {
-    const reordered = { input_schema: { required: ['city'], properties: { city: { type: 'string' } }, type: 'object' }, description: 'B', name: 'b' }
+    const reordered = {
+      input_schema: { required: ['city'], properties: { city: { type: 'string' } }, type: 'object' },
+      description: 'B',
+      name: 'b',
+    }
     expect(sameCatalog([a, b], [a, reordered])).toBe(true)
     expect(sameCatalog([a, b], [a, { ...b, description: 'other' }])).toBe(false)
     expect(sameCatalog([a, b], [b, a])).toBe(false)
