@@ -375,6 +375,10 @@ function createBooksWriter(db: Database, config: Config, logger: Logger): BatchW
       if (waiting > 0) captureRetries.inc()
       logger.error('claim/capture batch failed; its captures are queued again and retried', { err, waiting })
     },
+    onUnacknowledgedReleased: (released, checked) => {
+      if (released > 0)
+        logger.warn('claims written without an answer were released for a retry', { released, checked })
+    },
     onNotApplied: (c) =>
       logger.warn('captures found their claims no longer open (already written)', { count: c.length }),
   })

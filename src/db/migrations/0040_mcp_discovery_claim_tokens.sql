@@ -31,3 +31,9 @@ CREATE TABLE tool_payer_days (
   calls       bigint NOT NULL,
   PRIMARY KEY (endpoint_id, tool, day, payer)
 );
+
+-- Not MCP: the one statement that wrote a claim (or took it over), named by a token the batch writer gives
+-- it. A claim statement that fails without an answer may have committed; its request was answered 503 and
+-- forwarded nothing, so the writer releases that attempt by its token once the database answers again
+-- (releaseUnacknowledgedClaims) instead of leaving the proof held by nobody until its window ends.
+ALTER TABLE claims ADD COLUMN attempt_token text;
