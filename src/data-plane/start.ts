@@ -114,15 +114,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     })
     stops.push(() => schemes.stop())
     const signer = receiptSigner(config)
-    // A kept tool catalog changes the endpoint: bound once the invalidation exists (it needs the cache).
-    let changed: (id: string) => unknown = () => {}
-    const toolCatalogs = new ToolCatalogs(db.sql, logger, (id) => changed(id))
-    const endpoints = createEndpointCache(db.sql, {
-      ...endpointCacheOptions(deps, schemes, signer),
-      toolCatalogs,
-    })
-    const onEndpointChanged = await invalidateAcrossInstances(db, endpoints, stops)
-    changed = onEndpointChanged
+    const { endpoints, onEndpointChanged } = await startEndpointCache(deps, schemes, signer, stops)
     const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
     stops.push(() => dispatcher.close())
     const watcher = await startTransferWatcher(deps, verified)
@@ -180,6 +172,25 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     await stop()
     throw err
   }
+}
+
+/** The endpoint cache, invalidated across workers and instances (an API change, a kept MCP tool catalog). */
+async function startEndpointCache(
+  deps: DataPlaneDeps,
+  schemes: SchemeRegistry,
+  signer: ReceiptSigner | undefined,
+  stops: Array<() => Promise<void> | void>,
+) {
+  // A kept tool catalog changes the endpoint: bound once the invalidation exists (it needs the cache).
+  let changed: (id: string) => unknown = () => {}
+  const toolCatalogs = new ToolCatalogs(deps.db.sql, deps.logger, (id) => changed(id))
+  const endpoints = createEndpointCache(deps.db.sql, {
+    ...endpointCacheOptions(deps, schemes, signer),
+    toolCatalogs,
+  })
+  const onEndpointChanged = await invalidateAcrossInstances(deps.db, endpoints, stops)
+  changed = onEndpointChanged
+  return { endpoints, onEndpointChanged }
 }
 
 function endpointCacheOptions(

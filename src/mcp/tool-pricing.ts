@@ -51,24 +51,7 @@ export function mcpBodyPricing(
     return q
   }
   const byDefault = new Map<string, BodyPrice>()
-  const notes = new Map<string, object>()
-  for (const [name, p] of mcp.tools) notes.set(name, priceNote(p))
-  for (const name of mcp.freeTools) notes.set(name, { free: true })
-  const otherNote = mcp.unknownToolsFree
-    ? { free: true }
-    : priceNote({ model: 'fixed', priceAtomic: mcp.defaultAtomic })
-  const onToolsListed = options.onToolsListed
-  /** Each listed tool's price in its _meta["tollgate/price"]; the server's schema is left as it is. */
-  const annotate = (result: Record<string, unknown>, paged: boolean) => {
-    if (!Array.isArray(result.tools)) return
-    // Read before the prices are added: the catalog keeps the server's words only.
-    if (onToolsListed !== null) onToolsListed(readCatalog(result), !paged && result.nextCursor === undefined)
-    for (const tool of result.tools as Array<Record<string, unknown>>) {
-      if (typeof tool !== 'object' || tool === null || typeof tool.name !== 'string') continue
-      const meta = typeof tool._meta === 'object' && tool._meta !== null ? tool._meta : {}
-      tool._meta = { ...meta, 'tollgate/price': notes.get(tool.name) ?? otherNote }
-    }
-  }
+  const annotate = toolsListAnnotator(mcp, options.onToolsListed)
   return {
     maxBytes: MCP_BODY_MAX_BYTES,
     quoteOf(tool) {
@@ -137,6 +120,32 @@ export function mcpBodyPricing(
       forwardBody: payment === null || body === null ? null : withoutPayment(body),
       paymentRequired: (required) => paymentRequiredResult(id, required),
       receiptInAnswer: payment === null ? null : (settlement) => receiptRewriter(id, JSON.parse(settlement)),
+    }
+  }
+}
+
+/**
+ * What a tools/list answer becomes: each tool's price in its _meta["tollgate/price"] (the server's schema is
+ * left as it is), after the server's own words were handed to the catalog (discovery) when it is kept.
+ */
+function toolsListAnnotator(
+  mcp: McpPricing,
+  onToolsListed: McpCatalogOptions['onToolsListed'],
+): (result: Record<string, unknown>, paged: boolean) => void {
+  const notes = new Map<string, object>()
+  for (const [name, p] of mcp.tools) notes.set(name, priceNote(p))
+  for (const name of mcp.freeTools) notes.set(name, { free: true })
+  const otherNote = mcp.unknownToolsFree
+    ? { free: true }
+    : priceNote({ model: 'fixed', priceAtomic: mcp.defaultAtomic })
+  return (result, paged) => {
+    if (!Array.isArray(result.tools)) return
+    // Read before the prices are added: the catalog keeps the server's words only.
+    if (onToolsListed !== null) onToolsListed(readCatalog(result), !paged && result.nextCursor === undefined)
+    for (const tool of result.tools as Array<Record<string, unknown>>) {
+      if (typeof tool !== 'object' || tool === null || typeof tool.name !== 'string') continue
+      const meta = typeof tool._meta === 'object' && tool._meta !== null ? tool._meta : {}
+      tool._meta = { ...meta, 'tollgate/price': notes.get(tool.name) ?? otherNote }
     }
   }
 }
