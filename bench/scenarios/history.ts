@@ -491,6 +491,7 @@ async function discoveryRead(i: Instance): Promise<unknown> {
     tag: null,
     minPriceAtomic: null,
     maxPriceAtomic: null,
+    type: null,
     limit: 20,
     offset: 0,
   })

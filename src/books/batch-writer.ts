@@ -6,9 +6,25 @@
 // A claim waits at most claimTimeoutMs: behind a batch stuck on a frozen or locked database, the request
 // is answered 503 (ClaimTimeoutError) instead of waiting with it. A claim abandoned before it was sent is
 // never written; one abandoned in flight that then wins is released at once (nothing was forwarded), so
-// the payer may present the same proof again.
+// the payer may present the same proof again. So is one whose statement failed without an answer (the
+// connection lost around the commit) but had committed: found by its attempt token once the database
+// answers again.
+import { randomBytes } from 'node:crypto'
 import type { Sql } from '../db/sql.ts'
-import { type Capture, type ClaimRequest, type ClaimResult, claimAndCapture, releaseClaim } from './claims.ts'
+import {
+  type Capture,
+  type ClaimRequest,
+  type ClaimResult,
+  claimAndCapture,
+  releaseClaim,
+  releaseUnacknowledgedClaims,
+} from './claims.ts'
+
+/** Attempt tokens: this process's random prefix and a counter (unique without a random read per claim). */
+const TOKEN_PREFIX = randomBytes(6).toString('hex')
+let tokenCounter = 0
+/** Unanswered claim statements remembered for release; past it the oldest is forgotten (in doubt, refunded). */
+const UNACKNOWLEDGED_MAX = 10_000
 
 interface PendingClaim {
   req: ClaimRequest
@@ -51,6 +67,8 @@ export interface BatchWriterOptions {
   onQueue?(waiting: number): void
   /** Captures whose claim was no longer 'claimed' (already captured by an earlier, unacknowledged write). */
   onNotApplied?(captures: Capture[]): void
+  /** Claims of failed statements that had committed all the same, released now (`released` of `checked`). */
+  onUnacknowledgedReleased?(released: number, checked: number): void
 }
 
 export class BatchWriter {
@@ -62,6 +80,10 @@ export class BatchWriter {
   private failures = 0
   private timer: NodeJS.Timeout | null = null
   private idle: Array<() => void> = []
+  /** Attempts whose claim statement failed without an answer: released once the database answers. */
+  private unacknowledged: Array<{ proofKey: string; token: string }> = []
+  private releasing = false
+  private releaseFailures = 0
 
   constructor(
     private readonly sql: Sql,
@@ -112,13 +134,20 @@ export class BatchWriter {
    */
   async drain(timeoutMs = Number.POSITIVE_INFINITY): Promise<number> {
     const deadline = Date.now() + timeoutMs
-    while (this.captures.length > 0 || this.inFlight > 0 || this.claims.length > 0) {
+    while (
+      this.captures.length > 0 ||
+      this.inFlight > 0 ||
+      this.claims.length > 0 ||
+      this.unacknowledged.length > 0 ||
+      this.releasing
+    ) {
       if (Date.now() >= deadline) return this.pendingCaptures
       if (this.inFlight === 0) {
         // Retry now rather than after the backoff: we are stopping.
         this.retryAtMs = 0
         this.flush()
       }
+      if (!this.releasing) this.releaseUnacknowledged()
       await new Promise<void>((r) => {
         this.idle.push(r)
         if (Number.isFinite(deadline))
@@ -175,6 +204,7 @@ export class BatchWriter {
       else if (seen.has(p.req.proofKey)) this.settle(p, { outcome: 'busy' })
       else {
         seen.add(p.req.proofKey)
+        p.req.attemptToken = `${TOKEN_PREFIX}${(tokenCounter++).toString(36)}`
         rows.push(p)
       }
     }
@@ -191,6 +221,13 @@ export class BatchWriter {
       for (const p of rows) {
         if (p.timer) clearTimeout(p.timer)
         p.reject(err)
+        // Answered 503, forwarded nothing; but the statement may have committed before its answer was lost.
+        this.unacknowledged.push({ proofKey: p.req.proofKey, token: p.req.attemptToken! })
+      }
+      if (rows.length > 0) {
+        if (this.unacknowledged.length > UNACKNOWLEDGED_MAX)
+          this.unacknowledged.splice(0, this.unacknowledged.length - UNACKNOWLEDGED_MAX)
+        this.retryReleases()
       }
       if (captures.length > 0) {
         // Back to the front, in order: retried (with backoff) until written. Idempotent: a capture applies
@@ -203,6 +240,37 @@ export class BatchWriter {
       }
       this.options.onError?.(err, captures.length)
     }
+  }
+
+  /**
+   * Releases the attempts of failed claim statements that committed all the same (a retry of the proof can
+   * then win at once); retried with backoff while the database is away.
+   */
+  private releaseUnacknowledged(): void {
+    if (this.releasing || this.unacknowledged.length === 0) return
+    this.releasing = true
+    const batch = this.unacknowledged.splice(0, this.options.batchMax)
+    releaseUnacknowledgedClaims(this.sql, batch).then(
+      (released) => {
+        this.releasing = false
+        this.releaseFailures = 0
+        this.options.onUnacknowledgedReleased?.(released, batch.length)
+        this.releaseUnacknowledged()
+        for (const wake of this.idle.splice(0)) wake()
+      },
+      () => {
+        this.releasing = false
+        this.unacknowledged.unshift(...batch)
+        this.releaseFailures++
+        this.retryReleases()
+      },
+    )
+  }
+
+  private retryReleases(): void {
+    const min = this.options.retryMinMs ?? 100
+    const max = this.options.retryMaxMs ?? 5_000
+    setTimeout(() => this.releaseUnacknowledged(), Math.min(max, min * 2 ** this.releaseFailures)).unref()
   }
 
   /** A claim's outcome to its request; one abandoned meanwhile and won is released (never forwarded). */

@@ -24,6 +24,11 @@ export interface ClaimRequest {
   authorization: object | null
   /** A transaction's block time (ms): the prune compares it with the stored horizon (chain clock). */
   proofAtMs?: number | null
+  /**
+   * Names this one claim statement (the batch writer sets it): a claim whose write failed without an answer
+   * may still have committed, and is found again by it (releaseUnacknowledgedClaims).
+   */
+  attemptToken?: string
 }
 
 /**
@@ -124,15 +129,17 @@ export async function claimAndCapture(
     ),
     won AS (
       INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                          retry_until, lease_until, authorization_payload, proof_at)
+                          retry_until, lease_until, authorization_payload, proof_at, attempt_token)
       SELECT proof_key, kind, target_type, target_id, account_id, payer, amount, 'claimed',
              now() + retry_ms * interval '1 millisecond', now() + lease_ms * interval '1 millisecond',
-             "authorization", to_timestamp(proof_at_ms / 1000.0)
+             "authorization", to_timestamp(proof_at_ms / 1000.0), attempt_token
       FROM json_to_recordset(${claimsDoc}::text::json)
         AS t(proof_key text, kind text, target_type text, target_id text, account_id text, payer text,
-             amount bigint, retry_ms bigint, lease_ms bigint, "authorization" jsonb, proof_at_ms bigint)
+             amount bigint, retry_ms bigint, lease_ms bigint, "authorization" jsonb, proof_at_ms bigint,
+             attempt_token text)
       ON CONFLICT (proof_key) DO UPDATE
-        SET lease_until = EXCLUDED.lease_until, attempts = claims.attempts + 1
+        SET lease_until = EXCLUDED.lease_until, attempts = claims.attempts + 1,
+            attempt_token = EXCLUDED.attempt_token
         WHERE claims.status = 'claimed' AND claims.target_id = EXCLUDED.target_id
           AND claims.retry_until > now() AND claims.releases = claims.attempts
       RETURNING proof_key, attempts
@@ -209,6 +216,7 @@ function claimsJson(r: ClaimRequest[]): string {
       lease_ms: x.leaseMs,
       authorization: x.authorization,
       proof_at_ms: x.proofAtMs ?? null,
+      attempt_token: x.attemptToken ?? null,
     })),
   )
 }
@@ -238,6 +246,28 @@ export async function releaseClaim(db: Db, q: { proofKey: string; attempt: numbe
   if (rows.length > 0) return { ok: true }
   const refused = await refusal(db, q.proofKey)
   return refused.status === 'claimed' ? { ...refused, reason: 'not_held' } : refused
+}
+
+/**
+ * Claim statements that failed without an answer (the connection went down around the commit): their
+ * requests were answered 503 and forwarded nothing, but a write may have committed all the same, leaving the
+ * proof held by nobody until its lease ran out, then in doubt (refused, refunded at the end of its window).
+ * Each attempt that did commit is released here, as releaseClaim would have; one that did not, or was taken
+ * over since (another token), is left alone. Returns how many were released.
+ */
+export async function releaseUnacknowledgedClaims(
+  db: Db,
+  attempts: ReadonlyArray<{ proofKey: string; token: string }>,
+): Promise<number> {
+  if (attempts.length === 0) return 0
+  const rows = await db`
+    UPDATE claims k SET lease_until = NULL, releases = k.releases + 1
+    FROM unnest(${attempts.map((a) => a.proofKey)}::text[], ${attempts.map((a) => a.token)}::text[])
+      AS t(key, token)
+    WHERE k.proof_key = t.key AND k.attempt_token = t.token AND k.status = 'claimed'
+      AND k.releases = k.attempts - 1
+    RETURNING 1`
+  return rows.length
 }
 
 /** Claims whose window is over and whose last holder is gone (released, or lease run out: in doubt). */

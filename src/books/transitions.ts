@@ -56,6 +56,13 @@ export const TRANSITIONS: readonly Transition[] = [
     record: 'claim',
     from: 'claimed',
     to: 'claimed',
+    fn: 'releaseUnacknowledgedClaims',
+    why: 'its claim statement failed unanswered (503, nothing forwarded) yet committed: freed for a retry',
+  },
+  {
+    record: 'claim',
+    from: 'claimed',
+    to: 'claimed',
     fn: 'claimProof',
     why: 'retry: taken over only after a release, never because a lease ran out',
   },

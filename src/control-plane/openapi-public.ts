@@ -163,19 +163,36 @@ const ResourceMeta = {
   iconUrl: v.optional(v.string()),
 }
 
+const ListedItem = {
+  resource: v.string(),
+  x402Version: v.literal(2),
+  accepts: v.array(v.record(v.string(), v.unknown())),
+  lastUpdated: Timestamp,
+  ...ResourceMeta,
+  observed: Observed,
+}
+
 /** GET /discovery/resources: the facilitator's list shape (x402 bazaar), plus `observed`. */
 export const DiscoveryResources = v.strictObject({
   x402Version: v.literal(2),
   items: v.array(
-    v.strictObject({
-      resource: v.string(),
-      type: v.literal('http'),
-      x402Version: v.literal(2),
-      accepts: v.array(v.record(v.string(), v.unknown())),
-      lastUpdated: Timestamp,
-      ...ResourceMeta,
-      observed: Observed,
-    }),
+    v.union([
+      v.strictObject({ ...ListedItem, type: v.literal('http') }),
+      v.pipe(
+        v.strictObject({
+          ...ListedItem,
+          type: v.literal('mcp'),
+          toolName: v.pipe(v.string(), v.description('the tool a `tools/call` names')),
+          extensions: v.pipe(
+            v.strictObject({ bazaar: v.record(v.string(), v.unknown()) }),
+            v.description(
+              'bazaar: the MCP tool as its 402 describes it (info.input: toolName, inputSchema, …)',
+            ),
+          ),
+        }),
+        v.description('one paid tool of a listed MCP endpoint; observed counts that tool alone'),
+      ),
+    ]),
   ),
   pagination: v.strictObject({ limit: v.number(), offset: v.number(), total: v.number() }),
 })
@@ -187,9 +204,12 @@ export const DiscoveryManifest = v.strictObject({
   items: v.array(
     v.strictObject({
       resource: v.strictObject({ url: v.string(), ...ResourceMeta }),
-      type: v.literal('http'),
+      type: v.picklist(['http', 'mcp']),
       accepts: v.array(v.record(v.string(), v.unknown())),
-      input: v.record(v.string(), v.unknown()),
+      input: v.pipe(
+        v.record(v.string(), v.unknown()),
+        v.description('http: method, queryParams | bodyType + body; mcp: toolName, inputSchema, transport'),
+      ),
       output: v.optional(v.record(v.string(), v.unknown())),
     }),
   ),
@@ -292,15 +312,18 @@ export function publicPaths(ref: (name: string) => Json): Json {
         operationId: 'listDiscoveryResources',
         tags: ['discovery'],
         summary:
-          "Every merchant's listed endpoints with what paid traffic observed over 7 days; no key needed",
+          "Every merchant's listed endpoints (an MCP endpoint: each paid tool) with what paid traffic observed over 7 days; no key needed",
         security: [],
         parameters: [
           query('limit', '1 to 100, default 20', 'integer'),
           query('offset', 'default 0', 'integer'),
           query('tag', 'only endpoints with this tag'),
           query('network', 'x402 v1 name or CAIP-2 id; another network lists nothing'),
-          query('type', 'http (the only type listed)'),
-          query('min_price', 'dollars; on the headline price (fixed price, rules default, usage ceiling)'),
+          query('type', 'http (endpoints) or mcp (paid MCP tools, one item each)'),
+          query(
+            'min_price',
+            "dollars; on the headline price (fixed price, rules default, usage ceiling; an MCP tool's own)",
+          ),
           query('max_price', 'dollars'),
         ],
         responses: {

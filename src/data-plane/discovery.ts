@@ -1,12 +1,19 @@
 // The public discovery routes: GET /.well-known/x402.json (this host's listed endpoints, as the x402 draft's
 // per-origin manifest) and GET /discovery/resources (all listed endpoints, in the facilitator's list shape,
-// each with what paid traffic observed over 7 days). Both read listed endpoints and hourly rows, never the
+// each with what paid traffic observed over 7 days). A listed MCP endpoint is one item per paid tool. Both read listed endpoints and hourly rows, never the
 // call history, and keep each answer for a few seconds: a crawler costs one query per distinct URL per TTL.
-import { type ListedEndpointRow, listListedEndpoints, readObserved } from '../db/discovery.ts'
+import {
+  type ListedEndpointRow,
+  listListedEndpoints,
+  readObserved,
+  readToolObserved,
+} from '../db/discovery.ts'
 import type { Sql } from '../db/sql.ts'
 import { manifestInput, manifestOutput, resourceMetadata } from '../discovery/listing.ts'
+import { type McpToolListing, mcpBazaarExtension, mcpManifestInput } from '../discovery/mcp-tool.ts'
 import { presentObserved } from '../discovery/observed.ts'
 import { type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
+import { OPEN_SCHEMA } from '../mcp/tool-catalog.ts'
 import { parseDollars } from '../money.ts'
 import type { Logger } from '../observability/logger.ts'
 import { requestIdFrom } from '../request-id.ts'
@@ -123,42 +130,77 @@ export function createDiscoveryRoutes(deps: DiscoveryDeps) {
   }
 }
 
-/** The live 402's requirements of a listed endpoint (its GET price): advisory, the 402 is authoritative. */
-async function acceptsOf(deps: DiscoveryDeps, id: string): Promise<Requirement[]> {
-  const live = await loadEndpoint(deps.endpoints, id)
+/**
+ * The live 402's requirements of a listed endpoint (its GET price) or of one paid tool of it: advisory, the
+ * 402 is authoritative.
+ */
+async function acceptsOf(deps: DiscoveryDeps, r: ListedEndpointRow): Promise<Requirement[]> {
+  const live = await loadEndpoint(deps.endpoints, r.id)
   if (live === NOT_FOUND || !live.active) return []
-  return live.quoteFor('GET', '').challenge.accepts
+  if (r.tool === null) return live.quoteFor('GET', '').challenge.accepts
+  return live.bodyPricing?.quoteOf(r.tool)?.challenge.accepts ?? []
 }
 
-/** One page of the list, each item with its 7-day figures. */
+/** A paid MCP tool as the server listed it; a tool it has not listed yet takes any object of arguments. */
+function toolOf(r: ListedEndpointRow): McpToolListing {
+  const entry = r.tool_entry
+  return {
+    name: r.tool!,
+    ...(entry?.description === undefined ? {} : { description: entry.description }),
+    inputSchema: entry?.input_schema ?? OPEN_SCHEMA,
+  }
+}
+
+/** An MCP tool's item changes with its endpoint and with what its server last listed. */
+function lastUpdated(r: ListedEndpointRow): Date {
+  const seen = r.tool === null ? null : r.catalog_seen_at
+  return seen !== null && seen > r.updated_at ? seen : r.updated_at
+}
+
+/** One page of the list, each item with its 7-day figures (an MCP tool's own, counted per tool). */
 async function resources(deps: DiscoveryDeps, query: URLSearchParams, nowMs: number) {
   const f = readListQuery(query, deps.networks)
   if (f === null) return { x402Version: 2, items: [], pagination: { limit: 0, offset: 0, total: 0 } }
   const { rows, total } = await listListedEndpoints(deps.sql, f)
   const since = new Date(nowMs - WINDOW_DAYS * DAY_MS)
-  const [observed, accepts] = await Promise.all([
+  const [observed, toolObserved, accepts] = await Promise.all([
     readObserved(
       deps.sql,
-      rows.map((r) => r.id),
+      rows.filter((r) => r.tool === null).map((r) => r.id),
       since,
     ),
-    Promise.all(rows.map((r) => acceptsOf(deps, r.id))),
+    readToolObserved(
+      deps.sql,
+      rows.flatMap((r) => (r.tool === null ? [] : [{ endpointId: r.id, tool: r.tool }])),
+      since,
+    ),
+    Promise.all(rows.map((r) => acceptsOf(deps, r))),
   ])
   const base = deps.publicUrl()
   return {
     x402Version: 2,
-    items: rows.map((r, i) => ({
-      resource: `${base}/m/${r.id}`,
-      type: 'http',
-      x402Version: 2,
-      accepts: accepts[i],
-      lastUpdated: r.updated_at.toISOString(),
-      description: describe(r),
-      mimeType: 'application/json',
-      ...resourceMetadata(r.discovery),
-      // What tollgate measured of this endpoint's paid traffic: catalogs list claims, this is evidence.
-      observed: presentObserved(observed.get(r.id), WINDOW_DAYS),
-    })),
+    items: rows.map((r, i) => {
+      const common = {
+        resource: `${base}/m/${r.id}`,
+        type: r.tool === null ? 'http' : 'mcp',
+        x402Version: 2,
+        accepts: accepts[i],
+        lastUpdated: lastUpdated(r).toISOString(),
+        description: describe(r),
+        mimeType: 'application/json',
+        ...resourceMetadata(r.discovery),
+      }
+      // What tollgate measured of this endpoint's (or tool's) paid traffic: catalogs list claims, this is evidence.
+      if (r.tool === null) return { ...common, observed: presentObserved(observed.get(r.id), WINDOW_DAYS) }
+      // An MCP tool: one resource URL serves many tools, so a catalog tells them apart by tool name, and the
+      // bazaar extension its 402 carries says how to call it.
+      return {
+        ...common,
+        toolName: r.tool,
+        extensions: { bazaar: mcpBazaarExtension(toolOf(r)) },
+        observed: presentObserved(toolObserved.get(`${r.id}|${r.tool}`), WINDOW_DAYS),
+      }
+    }),
     pagination: { limit: f.limit, offset: f.offset, total },
   }
 }
@@ -169,25 +211,29 @@ async function manifest(deps: DiscoveryDeps, nowMs: number) {
     tag: null,
     minPriceAtomic: null,
     maxPriceAtomic: null,
+    type: null,
     limit: MANIFEST_MAX,
     offset: 0,
   })
-  const accepts = await Promise.all(rows.map((r) => acceptsOf(deps, r.id)))
+  const accepts = await Promise.all(rows.map((r) => acceptsOf(deps, r)))
   const base = deps.publicUrl()
   let last = 0
-  for (const r of rows) last = Math.max(last, r.updated_at.getTime())
+  for (const r of rows) last = Math.max(last, lastUpdated(r).getTime())
   return {
     x402Version: 2,
     lastUpdated: Math.floor((last || nowMs) / 1000),
     items: rows.map((r, i) => {
+      const resource = {
+        url: `${base}/m/${r.id}`,
+        description: describe(r),
+        mimeType: 'application/json',
+        ...resourceMetadata(r.discovery),
+      }
+      if (r.tool !== null)
+        return { resource, type: 'mcp', accepts: accepts[i], input: mcpManifestInput(toolOf(r)) }
       const output = manifestOutput(r.discovery)
       return {
-        resource: {
-          url: `${base}/m/${r.id}`,
-          description: describe(r),
-          mimeType: 'application/json',
-          ...resourceMetadata(r.discovery),
-        },
+        resource,
         type: 'http',
         accepts: accepts[i],
         input: manifestInput(r.discovery),
@@ -198,7 +244,9 @@ async function manifest(deps: DiscoveryDeps, nowMs: number) {
 }
 
 function describe(r: ListedEndpointRow): string {
-  return r.description ?? r.name ?? `Metered API ${r.id}`
+  const endpoint = r.description ?? r.name ?? `Metered API ${r.id}`
+  if (r.tool === null) return endpoint
+  return r.tool_entry?.description ?? `${endpoint} · tool ${r.tool}`
 }
 
 /** The list's filters; null when nothing can match (another network, another type). */
@@ -221,8 +269,12 @@ function readListQuery(q: URLSearchParams, networks: readonly string[]) {
     throw new BadQuery('min_price', 'min_price must not be above max_price')
   const network = q.get('network')
   const type = q.get('type')
-  if ((network !== null && !networks.includes(network)) || (type !== null && type !== 'http')) return null
-  return { limit, offset, tag, minPriceAtomic, maxPriceAtomic }
+  if (
+    (network !== null && !networks.includes(network)) ||
+    (type !== null && type !== 'http' && type !== 'mcp')
+  )
+    return null
+  return { limit, offset, tag, minPriceAtomic, maxPriceAtomic, type: type as 'http' | 'mcp' | null }
 }
 
 function intParam(q: URLSearchParams, name: string, fallback: number, min: number, max: number): number {

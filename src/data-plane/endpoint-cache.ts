@@ -4,7 +4,9 @@ import { LRUCache } from 'lru-cache'
 import { findLiveEndpoint, type LiveEndpointRow } from '../db/endpoints.ts'
 import type { Sql } from '../db/sql.ts'
 import { bazaarExtension, resourceMetadata } from '../discovery/listing.ts'
+import { mcpBazaarExtension } from '../discovery/mcp-tool.ts'
 import { mcpFromStored } from '../mcp/config.ts'
+import { OPEN_SCHEMA } from '../mcp/tool-catalog.ts'
 import { mcpBodyPricing } from '../mcp/tool-pricing.ts'
 import type { BodyPricing } from '../pricing/body-price.ts'
 import { presentPricing } from '../pricing/input.ts'
@@ -32,6 +34,8 @@ const NO_OPT_IN: ReadonlySet<string> = new Set()
 
 /** The pass offer a pass endpoint's 402 carries (x402 extension `tollgate-pass`, in the body and the header). */
 export const PASS_OFFER = 'tollgate-pass'
+
+import type { ToolCatalogs } from './tool-catalogs.ts'
 
 export interface LiveEndpoint {
   id: string
@@ -71,6 +75,8 @@ export interface EndpointCacheOptions {
   offerValiditySeconds?: number
   /** sign-in-with-x for passes; absent: passes are not sold by this process (tests of other parts). */
   signIn?: SignIn
+  /** Keeps the tools a listed MCP endpoint's server lists (discovery); absent: not kept. */
+  toolCatalogs?: Pick<ToolCatalogs, 'seen'>
 }
 
 export function createEndpointCache(sql: Sql, options: EndpointCacheOptions) {
@@ -110,18 +116,22 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
   const enabled = new Set<string>(row.batch_settlement ? ['batch-settlement'] : [])
   const pricing = pricingFromStored(row.pricing, row.price_atomic)
   const note = pricing.model === 'fixed' ? undefined : presentPricing(pricing)
-  // A listed endpoint tells catalogs how to call it in every 402 (built once, like the rest of the 402).
-  const listing = row.listed
-    ? {
-        resourceMetadata: resourceMetadata(row.discovery),
-        extensions: { bazaar: bazaarExtension(row.discovery) },
-      }
-    : {}
+  // A listed endpoint tells catalogs how to call it in every 402 (built once, like the rest of the 402); a
+  // listed MCP endpoint describes the tool each 402 prices instead.
+  const metadata = row.listed ? resourceMetadata(row.discovery) : undefined
+  const httpBazaar = row.listed && row.mcp === null ? bazaarExtension(row.discovery) : undefined
   const sold = passSold(row, options)
   // One 402 per price, built once: the schemes' offers for that amount.
   // `at`: where it is paid (the metered URL, or the pass's purchase URL) and the opt-in schemes offered there.
   const here: { resource: string; schemes: ReadonlySet<string> } = { resource: resourceUrl, schemes: enabled }
-  const quote = (amountAtomic: bigint, varies: boolean, floor: boolean, what = description, at = here) => {
+  const quote = (
+    amountAtomic: bigint,
+    varies: boolean,
+    floor: boolean,
+    what = description,
+    bazaar = httpBazaar,
+    at = here,
+  ): Quote => {
     const { resource, schemes } = at
     const { offers, notOffered } = options.offers({
       amountAtomic,
@@ -129,7 +139,10 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       maxTimeoutSeconds: options.maxTimeoutSeconds,
       enabled: schemes,
     })
-    const extensions: Record<string, unknown> = { ...listing.extensions, ...sold?.offer }
+    const extensions: Record<string, unknown> = {
+      ...(bazaar === undefined ? {} : { bazaar }),
+      ...sold?.offer,
+    }
     if (options.signer) {
       const accepts = offers.flatMap((o) => (o.v2 ? [o.v2] : []))
       const validUntil = Math.floor(Date.now() / 1000) + (options.offerValiditySeconds ?? 300)
@@ -149,7 +162,7 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
         offers,
         notOffered,
         pricing: note,
-        resourceMetadata: listing.resourceMetadata,
+        resourceMetadata: metadata,
         extensions,
       }),
     }
@@ -191,14 +204,54 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
     pricingModel: pricing.model,
     // Paid once, by a payment captured whole: the opt-in channel scheme (vouchers per call) is not offered.
     pass:
-      sold && livePass(sold, resourceUrl, quote(sold.terms.priceAtomic, false, false, sold.what, sold.at)),
-    bodyPricing:
-      row.mcp === null
-        ? null
-        : mcpBodyPricing(mcpFromStored(row.mcp), (amount, varies, tool) =>
-            quote(amount, varies, false, tool === null ? description : `${description} · tool ${tool}`),
-          ),
+      sold &&
+      livePass(
+        sold,
+        resourceUrl,
+        quote(sold.terms.priceAtomic, false, false, sold.what, httpBazaar, sold.at),
+      ),
+    bodyPricing: row.mcp === null ? null : compileMcp(row, options, quote, description),
   }
+}
+
+/** An MCP endpoint's per-tool 402s; listed, each describes its tool as the server listed it (or as named). */
+function compileMcp(
+  row: LiveEndpointRow,
+  options: EndpointCacheOptions,
+  quote: (
+    amountAtomic: bigint,
+    varies: boolean,
+    floor: boolean,
+    what: string,
+    bazaar: Record<string, unknown> | undefined,
+  ) => Quote,
+  description: string,
+): BodyPricing {
+  const catalog = row.listed ? (row.mcp_catalog ?? null) : null
+  const byName = new Map((catalog ?? []).map((t) => [t.name, t]))
+  const seen = options.toolCatalogs
+  return mcpBodyPricing(
+    mcpFromStored(row.mcp!),
+    (amount, varies, tool) => {
+      if (tool === null) return quote(amount, varies, false, description, undefined)
+      const listed = byName.get(tool)
+      const bazaar = row.listed
+        ? mcpBazaarExtension({
+            name: tool,
+            ...(listed?.description === undefined ? {} : { description: listed.description }),
+            inputSchema: listed?.input_schema ?? OPEN_SCHEMA,
+          })
+        : undefined
+      return quote(amount, varies, false, `${description} · tool ${tool}`, bazaar)
+    },
+    {
+      catalog,
+      onToolsListed:
+        row.listed && seen !== undefined
+          ? (tools, complete) => seen.seen(row.id, catalog, tools, complete)
+          : null,
+    },
+  )
 }
 
 /** The pass an endpoint sells (null: none, or this process does not sell passes) and its 402 offer. */

@@ -155,6 +155,8 @@ class MeteredCall implements ProxyHooks {
   /** What a body-priced call bought (a tool name) for its call row, and its metric label; else null. */
   label: string | null = null
   metricLabel: string | null = null
+  /** The tool discovery counts a body-priced call under (bounded like metricLabel); else null. */
+  observedLabel: string | null = null
   /** The body's own way to refuse (an in-band PaymentRequired) instead of HTTP 402; and its receipt. */
   paymentRequired: ((paymentRequiredJson: string) => BodyAnswer) | null = null
   receiptInAnswer: ((settlementJson: string) => AnswerRewriter) | null = null
@@ -307,6 +309,7 @@ class MeteredCall implements ProxyHooks {
       this.pricingModel = price.model
       this.label = price.label
       this.metricLabel = price.metricLabel
+      this.observedLabel = price.observedLabel
       this.paymentRequired = price.paymentRequired
       if (!this.paymentHeader && price.payment !== null) {
         this.paymentHeader = price.payment
@@ -734,6 +737,7 @@ class MeteredCall implements ProxyHooks {
       else if (!this.captured) payment.doubt(this.callFacts())
       this.ctx.observed?.record({
         endpointId: this.endpointId,
+        tool: this.observedLabel,
         payer: payment.payer,
         served: this.captured,
         upstreamMs: this.headMs === 0 ? null : this.headMs - this.forwardedMs,

@@ -1,7 +1,7 @@
-// Counts what paid calls did (served or not, upstream latency, who paid) in memory per endpoint per hour,
-// and adds the counts to the database every few seconds: the hot path does a map look-up and a few
-// increments, the listing reads hourly rows. A crash loses at most one interval of counts (figures shown
-// to buyers, not money: the books are elsewhere).
+// Counts what paid calls did (served or not, upstream latency, who paid) in memory per endpoint (and per MCP
+// tool) per hour, and adds the counts to the database every few seconds: the hot path does a map look-up and
+// a few increments (twice for an MCP tool), the listing reads hourly rows. A crash loses at most one
+// interval of counts (figures shown to buyers, not money: the books are elsewhere).
 import {
   addObserved,
   type Delivered,
@@ -20,6 +20,8 @@ const KEEP_MS = 8 * DAY_MS
 
 export interface ObservedCall {
   endpointId: string
+  /** An MCP tool (a bounded name, or "other"): counted for the tool too; null for a plain endpoint. */
+  tool: string | null
   payer: string
   /** The upstream answered below 500 and the call was charged. */
   served: boolean
@@ -44,11 +46,20 @@ export class ObservedCalls {
   record(call: ObservedCall): void {
     const nowMs = this.now()
     const hourMs = nowMs - (nowMs % HOUR_MS)
-    const key = `${call.endpointId}|${hourMs}`
+    const day = new Date(nowMs - (nowMs % DAY_MS)).toISOString().slice(0, 10)
+    const payer = call.payer.toLowerCase()
+    this.count(call, null, hourMs, day, payer)
+    // An MCP tool's calls count for the endpoint and for the tool (its own discovery item).
+    if (call.tool !== null) this.count(call, call.tool, hourMs, day, payer)
+  }
+
+  private count(call: ObservedCall, tool: string | null, hourMs: number, day: string, payer: string): void {
+    const key = `${call.endpointId}|${tool ?? ''}|${hourMs}`
     let h = this.hours.get(key)
     if (h === undefined) {
       h = {
         endpointId: call.endpointId,
+        tool,
         hour: new Date(hourMs),
         paidCalls: 0,
         succeeded: 0,
@@ -61,11 +72,9 @@ export class ObservedCalls {
     if (call.served) h.succeeded++
     else h.unserved++
     if (call.upstreamMs !== null) h.latencyBuckets[latencyBucket(call.upstreamMs)]!++
-    const day = new Date(nowMs - (nowMs % DAY_MS)).toISOString().slice(0, 10)
-    const payer = call.payer.toLowerCase()
-    const pkey = `${call.endpointId}|${day}|${payer}`
+    const pkey = `${call.endpointId}|${tool ?? ''}|${day}|${payer}`
     const p = this.payers.get(pkey)
-    if (p === undefined) this.payers.set(pkey, { endpointId: call.endpointId, day, payer, calls: 1 })
+    if (p === undefined) this.payers.set(pkey, { endpointId: call.endpointId, tool, day, payer, calls: 1 })
     else p.calls++
   }
 
@@ -110,7 +119,7 @@ export class ObservedCalls {
   }
 
   private mergeHour(h: HourlyDelta): void {
-    const key = `${h.endpointId}|${h.hour.getTime()}`
+    const key = `${h.endpointId}|${h.tool ?? ''}|${h.hour.getTime()}`
     const cur = this.hours.get(key)
     if (cur === undefined) return void this.hours.set(key, h)
     cur.paidCalls += h.paidCalls
@@ -120,7 +129,7 @@ export class ObservedCalls {
   }
 
   private mergePayer(p: PayerDelta): void {
-    const key = `${p.endpointId}|${p.day}|${p.payer}`
+    const key = `${p.endpointId}|${p.tool ?? ''}|${p.day}|${p.payer}`
     const cur = this.payers.get(key)
     if (cur === undefined) this.payers.set(key, p)
     else cur.calls += p.calls

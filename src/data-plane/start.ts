@@ -44,6 +44,7 @@ import { ReceiptSigner } from './receipt-signer.ts'
 import { createReceiptKeysRoute, createReceiptRoute } from './receipts.ts'
 import { startSettlementThrottle } from './settlement-throttle.ts'
 import { SignIn } from './sign-in.ts'
+import { ToolCatalogs } from './tool-catalogs.ts'
 import { createUpstreamDispatcher } from './upstream-pool.ts'
 import { Verifier } from './verifier.ts'
 import { startEndpointRelay, workerEnv } from './workers.ts'
@@ -118,8 +119,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     const signer = receiptSigner(config)
     // Passes: the sign-in a pass endpoint's 402 declares and checks.
     const signIn = passSignIn(deps)
-    const endpoints = createEndpointCache(db.sql, { ...endpointCacheOptions(deps, schemes, signer), signIn })
-    const onEndpointChanged = await invalidateAcrossInstances(db, endpoints, stops)
+    const { endpoints, onEndpointChanged } = await startEndpointCache(deps, schemes, signer, signIn, stops)
     const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
     stops.push(() => dispatcher.close())
     const watcher = await startTransferWatcher(deps, verified)
@@ -219,6 +219,27 @@ function paidRoutes(
     settings: { quoteTtlMs: config.proxy.quote_ttl_ms, openWaitMs: 5_000 },
   })
   return { metered, pass }
+}
+
+/** The endpoint cache, invalidated across workers and instances (an API change, a kept MCP tool catalog). */
+async function startEndpointCache(
+  deps: DataPlaneDeps,
+  schemes: SchemeRegistry,
+  signer: ReceiptSigner | undefined,
+  signIn: SignIn,
+  stops: Array<() => Promise<void> | void>,
+) {
+  // A kept tool catalog changes the endpoint: bound once the invalidation exists (it needs the cache).
+  let changed: (id: string) => unknown = () => {}
+  const toolCatalogs = new ToolCatalogs(deps.db.sql, deps.logger, (id) => changed(id))
+  const endpoints = createEndpointCache(deps.db.sql, {
+    ...endpointCacheOptions(deps, schemes, signer),
+    toolCatalogs,
+    signIn,
+  })
+  const onEndpointChanged = await invalidateAcrossInstances(deps.db, endpoints, stops)
+  changed = onEndpointChanged
+  return { endpoints, onEndpointChanged }
 }
 
 function endpointCacheOptions(
@@ -416,6 +437,10 @@ function createBooksWriter(db: Database, config: Config, logger: Logger): BatchW
     onError: (err, waiting) => {
       if (waiting > 0) captureRetries.inc()
       logger.error('claim/capture batch failed; its captures are queued again and retried', { err, waiting })
+    },
+    onUnacknowledgedReleased: (released, checked) => {
+      if (released > 0)
+        logger.warn('claims written without an answer were released for a retry', { released, checked })
     },
     onNotApplied: (c) =>
       logger.warn('captures found their claims no longer open (already written)', { count: c.length }),

@@ -1,8 +1,12 @@
-// Queries of the public discovery listing: listed endpoints, and the hourly figures paid traffic left.
+// Queries of the public discovery listing: listed endpoints and their paid MCP tools, the tools MCP servers
+// listed, and the hourly figures paid traffic left.
 import type { StoredDiscovery } from '../discovery/listing.ts'
 import type { ObservedRow } from '../discovery/observed.ts'
+import type { CatalogTool } from '../mcp/tool-catalog.ts'
+import { ENDPOINT_CHANGED_CHANNEL } from './endpoints.ts'
 import type { Sql } from './sql.ts'
 
+/** One item of the listing: a listed endpoint (tool null), or one paid tool of a listed MCP endpoint. */
 export interface ListedEndpointRow {
   id: string
   name: string | null
@@ -12,22 +16,56 @@ export interface ListedEndpointRow {
   batch_settlement: boolean
   discovery: StoredDiscovery | null
   updated_at: Date
+  /** The paid MCP tool this item is (null: the endpoint itself, kind http). */
+  tool: string | null
+  /** The tool as its server last listed it (null: not listed by the server yet). */
+  tool_entry: CatalogTool | null
+  /** When the server's tools/list was last kept (null: never). */
+  catalog_seen_at: Date | null
 }
 
 export interface ListedFilter {
   tag: string | null
   minPriceAtomic: bigint | null
   maxPriceAtomic: bigint | null
+  /** http: endpoints only; mcp: paid MCP tools only; null: both. */
+  type: 'http' | 'mcp' | null
   limit: number
   offset: number
 }
 
-// The headline price (fixed price, rules' default, usage ceiling) is what the price range filters on.
-const LISTED_WHERE = (sql: Sql, f: ListedFilter) => sql`
-  WHERE listed AND deleted_at IS NULL AND status = 'active'
-  ${f.tag === null ? sql`` : sql`AND discovery->'tags' @> ${sql.json([f.tag])}`}
-  ${f.minPriceAtomic === null ? sql`` : sql`AND price_atomic >= ${f.minPriceAtomic}`}
-  ${f.maxPriceAtomic === null ? sql`` : sql`AND price_atomic <= ${f.maxPriceAtomic}`}`
+/**
+ * The listing's items, in SQL so that paging stays in the database: a listed endpoint of kind http is one
+ * item; one of kind mcp is one item per paid tool, the tools it prices (mcp.tools) and the tools its server
+ * listed that cost the default price (neither free nor free as unknown). An MCP endpoint with no paid tool
+ * lists nothing. The price filters read the item's headline price: the endpoint's (fixed price, rules'
+ * default, usage ceiling), or the tool's (its fixed price, its usage ceiling, or the default price).
+ */
+const ITEMS = (sql: Sql, f: ListedFilter) => sql`
+  SELECT e.id, e.name, e.description, e.price_atomic, e.pricing, e.batch_settlement, e.discovery, e.updated_at,
+         e.created_at, t.tool,
+         CASE WHEN t.tool IS NULL THEN e.price_atomic
+              ELSE coalesce(e.mcp->'tools'->t.tool->>'price_atomic', e.mcp->'tools'->t.tool->>'max_atomic',
+                            e.mcp->>'default_atomic')::bigint END AS item_price
+  FROM endpoints e
+  CROSS JOIN LATERAL (
+    SELECT NULL::text AS tool WHERE e.mcp IS NULL
+    UNION
+    SELECT k FROM jsonb_object_keys(e.mcp->'tools') k
+    UNION
+    SELECT c->>'name' FROM mcp_tool_catalogs mc, jsonb_array_elements(mc.tools) c
+    WHERE e.mcp IS NOT NULL AND mc.endpoint_id = e.id
+      AND NOT coalesce((e.mcp->>'unknown_tools_free')::boolean, false)
+      AND NOT coalesce(e.mcp->'free_tools', '[]'::jsonb) ? (c->>'name')
+  ) t
+  WHERE e.listed AND e.deleted_at IS NULL AND e.status = 'active'
+  ${f.tag === null ? sql`` : sql`AND e.discovery->'tags' @> ${sql.json([f.tag])}`}
+  ${f.type === null ? sql`` : f.type === 'http' ? sql`AND e.mcp IS NULL` : sql`AND e.mcp IS NOT NULL`}`
+
+const PRICED = (sql: Sql, f: ListedFilter) => sql`
+  WHERE true
+  ${f.minPriceAtomic === null ? sql`` : sql`AND item_price >= ${f.minPriceAtomic}`}
+  ${f.maxPriceAtomic === null ? sql`` : sql`AND item_price <= ${f.maxPriceAtomic}`}`
 
 export async function listListedEndpoints(
   sql: Sql,
@@ -35,18 +73,45 @@ export async function listListedEndpoints(
 ): Promise<{ rows: ListedEndpointRow[]; total: number }> {
   const [rows, [count]] = await Promise.all([
     sql<ListedEndpointRow[]>`
-      SELECT id, name, description, price_atomic, pricing, batch_settlement, discovery, updated_at
-      FROM endpoints ${LISTED_WHERE(sql, f)}
-      ORDER BY created_at, id
+      SELECT i.id, i.name, i.description, i.price_atomic, i.pricing, i.batch_settlement, i.discovery,
+             i.updated_at, i.tool, mc.seen_at AS catalog_seen_at,
+             (SELECT c FROM jsonb_array_elements(mc.tools) c WHERE c->>'name' = i.tool LIMIT 1) AS tool_entry
+      FROM (${ITEMS(sql, f)}) i
+      LEFT JOIN mcp_tool_catalogs mc ON i.tool IS NOT NULL AND mc.endpoint_id = i.id
+      ${PRICED(sql, f)}
+      ORDER BY i.created_at, i.id, i.tool NULLS FIRST
       LIMIT ${f.limit} OFFSET ${f.offset}`,
-    sql<{ n: number }[]>`SELECT count(*)::int AS n FROM endpoints ${LISTED_WHERE(sql, f)}`,
+    sql<{ n: number }[]>`SELECT count(*)::int AS n FROM (${ITEMS(sql, f)}) i ${PRICED(sql, f)}`,
   ])
   return { rows, total: count!.n }
+}
+
+/** The tools an MCP server listed, as kept for discovery (src/mcp/tool-catalog.ts). */
+export async function findToolCatalog(sql: Sql, endpointId: string): Promise<CatalogTool[] | null> {
+  const [row] = await sql<{ tools: CatalogTool[] }[]>`
+    SELECT tools FROM mcp_tool_catalogs WHERE endpoint_id = ${endpointId}`
+  return row?.tools ?? null
+}
+
+/**
+ * Keeps what a server's tools/list said, and tells every instance the endpoint changed (its 402s describe
+ * each tool with it).
+ */
+export async function saveToolCatalog(sql: Sql, endpointId: string, tools: CatalogTool[]): Promise<void> {
+  await sql.begin(async (tx) => {
+    await tx`
+      INSERT INTO mcp_tool_catalogs (endpoint_id, tools, seen_at)
+      VALUES (${endpointId}, ${tx.json(tools as never)}, now())
+      ON CONFLICT (endpoint_id) DO UPDATE SET tools = excluded.tools, seen_at = excluded.seen_at`
+    await tx`SELECT pg_notify(${ENDPOINT_CHANGED_CHANNEL}, ${endpointId})`
+  })
 }
 
 /** One instance's counts since its last flush, added to the hour they fell in. */
 export interface HourlyDelta {
   endpointId: string
+  /** An MCP tool's own counts (tool_hourly); null: the endpoint's (endpoint_hourly). */
+  tool: string | null
   hour: Date
   paidCalls: number
   succeeded: number
@@ -56,6 +121,7 @@ export interface HourlyDelta {
 
 export interface PayerDelta {
   endpointId: string
+  tool: string | null
   day: string
   payer: string
   calls: number
@@ -82,6 +148,21 @@ export async function addObserved(
         ON CONFLICT (receipt_id) DO NOTHING`
     }
     for (const h of hours) {
+      if (h.tool !== null) {
+        await tx`
+          INSERT INTO tool_hourly (endpoint_id, tool, hour, paid_calls, succeeded, unserved, latency_buckets)
+          VALUES (${h.endpointId}, ${h.tool}, ${h.hour}, ${h.paidCalls}, ${h.succeeded}, ${h.unserved},
+                  ${h.latencyBuckets}::bigint[])
+          ON CONFLICT (endpoint_id, tool, hour) DO UPDATE SET
+            paid_calls = tool_hourly.paid_calls + excluded.paid_calls,
+            succeeded = tool_hourly.succeeded + excluded.succeeded,
+            unserved = tool_hourly.unserved + excluded.unserved,
+            latency_buckets = ARRAY(
+              SELECT coalesce(a, 0) + coalesce(b, 0)
+              FROM unnest(tool_hourly.latency_buckets, excluded.latency_buckets) WITH ORDINALITY AS t(a, b, i)
+              ORDER BY i)`
+        continue
+      }
       await tx`
         INSERT INTO endpoint_hourly (endpoint_id, hour, paid_calls, succeeded, unserved, latency_buckets)
         VALUES (${h.endpointId}, ${h.hour}, ${h.paidCalls}, ${h.succeeded}, ${h.unserved},
@@ -96,6 +177,13 @@ export async function addObserved(
             ORDER BY i)`
     }
     for (const p of payers) {
+      if (p.tool !== null) {
+        await tx`
+          INSERT INTO tool_payer_days (endpoint_id, tool, day, payer, calls)
+          VALUES (${p.endpointId}, ${p.tool}, ${p.day}, ${p.payer}, ${p.calls})
+          ON CONFLICT (endpoint_id, tool, day, payer) DO UPDATE SET calls = tool_payer_days.calls + excluded.calls`
+        continue
+      }
       await tx`
         INSERT INTO endpoint_payer_days (endpoint_id, day, payer, calls)
         VALUES (${p.endpointId}, ${p.day}, ${p.payer}, ${p.calls})
@@ -145,10 +233,61 @@ export async function readObserved(
   return out
 }
 
+/**
+ * The window's figures of the given MCP tools (endpoint id and tool name), keyed `endpoint|tool`: as
+ * readObserved, from the tools' own hourly rows.
+ */
+export async function readToolObserved(
+  sql: Sql,
+  tools: Array<{ endpointId: string; tool: string }>,
+  since: Date,
+): Promise<Map<string, ObservedRow>> {
+  const out = new Map<string, ObservedRow>()
+  if (tools.length === 0) return out
+  const ids = tools.map((t) => t.endpointId)
+  const names = tools.map((t) => t.tool)
+  const hours = await sql<
+    { endpoint_id: string; tool: string; paid: string; ok: string; unserved: string; buckets: string[] }[]
+  >`
+    SELECT h.endpoint_id, h.tool, sum(h.paid_calls)::text AS paid, sum(h.succeeded)::text AS ok,
+           sum(h.unserved)::text AS unserved,
+           ARRAY(SELECT sum(x)::text FROM tool_hourly h2, unnest(h2.latency_buckets) WITH ORDINALITY AS u(x, i)
+                 WHERE h2.endpoint_id = h.endpoint_id AND h2.tool = h.tool AND h2.hour >= ${since}
+                 GROUP BY i ORDER BY i) AS buckets
+    FROM tool_hourly h
+    JOIN unnest(${ids}::text[], ${names}::text[]) AS w(endpoint_id, tool)
+      ON w.endpoint_id = h.endpoint_id AND w.tool = h.tool
+    WHERE h.hour >= ${since}
+    GROUP BY h.endpoint_id, h.tool`
+  const repeat = await sql<{ endpoint_id: string; tool: string; n: number }[]>`
+    SELECT endpoint_id, tool, count(*)::int AS n FROM (
+      SELECT d.endpoint_id, d.tool, d.payer FROM tool_payer_days d
+      JOIN unnest(${ids}::text[], ${names}::text[]) AS w(endpoint_id, tool)
+        ON w.endpoint_id = d.endpoint_id AND w.tool = d.tool
+      WHERE d.day >= ${since.toISOString().slice(0, 10)}::date
+      GROUP BY d.endpoint_id, d.tool, d.payer HAVING sum(d.calls) >= 2) r
+    GROUP BY endpoint_id, tool`
+  const repeatBy = new Map(repeat.map((r) => [`${r.endpoint_id}|${r.tool}`, r.n]))
+  for (const h of hours) {
+    const key = `${h.endpoint_id}|${h.tool}`
+    out.set(key, {
+      paid_calls: Number(h.paid),
+      succeeded: Number(h.ok),
+      unserved: Number(h.unserved),
+      latency_buckets: h.buckets.map(Number),
+      repeat_payers: repeatBy.get(key) ?? 0,
+    })
+  }
+  return out
+}
+
 /** Hourly and daily rows older than the window serve no listing; retention drops them. */
 export async function pruneObserved(sql: Sql, before: Date): Promise<void> {
+  const day = before.toISOString().slice(0, 10)
   await sql`DELETE FROM endpoint_hourly WHERE hour < ${before}`
-  await sql`DELETE FROM endpoint_payer_days WHERE day < ${before.toISOString().slice(0, 10)}::date`
+  await sql`DELETE FROM endpoint_payer_days WHERE day < ${day}::date`
+  await sql`DELETE FROM tool_hourly WHERE hour < ${before}`
+  await sql`DELETE FROM tool_payer_days WHERE day < ${day}::date`
 }
 
 /** What a paid answer delivered, when it was delivered whole. */

@@ -1,6 +1,7 @@
 // Queries on metered endpoints.
 import type { StoredDiscovery } from '../discovery/listing.ts'
 import type { StoredMcp } from '../mcp/config.ts'
+import type { CatalogTool } from '../mcp/tool-catalog.ts'
 import type { StoredPricing } from '../pricing/model.ts'
 import type { StoredPass } from '../pricing/pass.ts'
 import { afterCursor } from './cursor.ts'
@@ -88,6 +89,8 @@ export async function findOwnedEndpoint(
 /** The endpoint as the data plane needs it, with the owner's payout wallet; null if unknown or deleted. */
 export interface LiveEndpointRow extends EndpointRow {
   owner_wallet: string
+  /** A listed MCP endpoint: the tools its server last listed (null: none kept, or not listed). */
+  mcp_catalog?: CatalogTool[] | null
 }
 
 export async function findLiveEndpoint(db: Sql | Tx, id: string): Promise<LiveEndpointRow | null> {
@@ -95,7 +98,9 @@ export async function findLiveEndpoint(db: Sql | Tx, id: string): Promise<LiveEn
     SELECT e.id, e.account_id, e.name, e.description, e.upstream_url, e.upstream_headers, e.price_atomic,
            e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.batch_settlement, e.pricing, e.listed, e.discovery, e.mcp, e.pass, e.status,
            e.version, e.created_at,
-           e.updated_at, a.wallet_address AS owner_wallet
+           e.updated_at, a.wallet_address AS owner_wallet,
+           CASE WHEN e.listed AND e.mcp IS NOT NULL
+                THEN (SELECT tools FROM mcp_tool_catalogs WHERE endpoint_id = e.id) END AS mcp_catalog
     FROM endpoints e JOIN accounts a ON a.id = e.account_id
     WHERE e.id = ${id} AND e.deleted_at IS NULL`
   return row ?? null

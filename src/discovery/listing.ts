@@ -95,7 +95,7 @@ export const DiscoveryInput = v.pipe(
 )
 export type DiscoveryInput = v.InferOutput<typeof DiscoveryInput>
 
-function hasExternalRef(node: unknown): boolean {
+export function hasExternalRef(node: unknown): boolean {
   if (Array.isArray(node)) return node.some(hasExternalRef)
   if (node === null || typeof node !== 'object') return false
   for (const [k, val] of Object.entries(node)) {

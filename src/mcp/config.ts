@@ -13,7 +13,7 @@ import {
 } from '../pricing/model.ts'
 
 /** Tool names in the MCP specification: 1–128 characters of A-Z a-z 0-9 _ - . / */
-const TOOL_NAME = /^[A-Za-z0-9_./-]{1,128}$/
+export const TOOL_NAME = /^[A-Za-z0-9_./-]{1,128}$/
 export const TOOLS_MAX = 200
 
 const Amount = v.union([v.number(), v.string()], 'must be a number or decimal string')

@@ -6,8 +6,11 @@ export const MCP_BODY_MAX_BYTES = 1024 * 1024
 
 export type McpRequest =
   | { kind: 'protocol' }
-  /** tools/list alone (not in a batch): its answer is annotated with each tool's price. */
-  | { kind: 'tools_list'; id: string | number | null }
+  /**
+   * tools/list alone (not in a batch): its answer is annotated with each tool's price. `paged`: it asked for a
+   * page after the first (params.cursor), so its answer is not the whole list.
+   */
+  | { kind: 'tools_list'; id: string | number | null; paged: boolean }
   /** `payment`: the x402 PaymentPayload in params._meta["x402/payment"] (x402 MCP transport), if any. */
   | { kind: 'tool_call'; name: string; id: string | number | null; payment: object | null }
   | { kind: 'invalid'; code: number; message: string; id: string | number | null }
@@ -55,7 +58,11 @@ function readMessage(m: unknown): McpRequest {
     if (msg.id !== undefined && ('result' in msg || 'error' in msg)) return { kind: 'protocol' }
     return { kind: 'invalid', code: INVALID_REQUEST, message: 'Invalid Request: no method', id }
   }
-  if (msg.method === 'tools/list') return { kind: 'tools_list', id }
+  if (msg.method === 'tools/list') {
+    const p = msg.params
+    const paged = typeof p === 'object' && p !== null && (p as Record<string, unknown>).cursor !== undefined
+    return { kind: 'tools_list', id, paged }
+  }
   if (msg.method !== 'tools/call') return { kind: 'protocol' }
   const params = msg.params
   const name =

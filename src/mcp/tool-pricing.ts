@@ -10,47 +10,66 @@ import type { Quote } from '../schemes/scheme.ts'
 import type { McpPricing } from './config.ts'
 import { paymentRequiredResult, ResultRewriter, receiptRewriter } from './in-band.ts'
 import { errorResponse, MCP_BODY_MAX_BYTES, readMcpRequest, withoutPayment } from './json-rpc.ts'
+import { type CatalogTool, readCatalog } from './tool-catalog.ts'
 
 const FREE: BodyPrice = { ok: 'free' }
 const JSON_TYPE = 'application/json'
 
+/** What the endpoint knows of the server's tools, for discovery (src/mcp/tool-catalog.ts). */
+export interface McpCatalogOptions {
+  /** The tools the server last listed (null: none seen yet). */
+  catalog: readonly CatalogTool[] | null
+  /** Given each tools/list answer's tools (complete: the whole list, not a page); null: not kept. */
+  onToolsListed: ((tools: CatalogTool[], complete: boolean) => void) | null
+}
+
 /**
  * @param quote the 402 of one price, built once per tool here (not per request): `tool` names it in the
- * challenge's description; null for the default price.
+ * challenge's description (and describes it to catalogs); null for the default price of unknown tools.
  */
 export function mcpBodyPricing(
   mcp: McpPricing,
   quote: (amountAtomic: bigint, varies: boolean, tool: string | null) => Quote,
+  options: McpCatalogOptions = { catalog: null, onToolsListed: null },
 ): BodyPricing {
   const priced = new Map<string, BodyPrice>()
   for (const [name, p] of mcp.tools)
     priced.set(name, pricedAt(p, quote(headlinePrice(p), p.model === 'usage', name), name))
   const defaultQuote = quote(mcp.defaultAtomic, false, null)
-  const byDefault = new Map<string, BodyPrice>()
-  const notes = new Map<string, object>()
-  for (const [name, p] of mcp.tools) notes.set(name, priceNote(p))
-  for (const name of mcp.freeTools) notes.set(name, { free: true })
-  const otherNote = mcp.unknownToolsFree
-    ? { free: true }
-    : priceNote({ model: 'fixed', priceAtomic: mcp.defaultAtomic })
-  /** Each listed tool's price in its _meta["tollgate/price"]; the server's schema is left as it is. */
-  const annotate = (result: Record<string, unknown>) => {
-    if (!Array.isArray(result.tools)) return
-    for (const tool of result.tools as Array<Record<string, unknown>>) {
-      if (typeof tool !== 'object' || tool === null || typeof tool.name !== 'string') continue
-      const meta = typeof tool._meta === 'object' && tool._meta !== null ? tool._meta : {}
-      tool._meta = { ...meta, 'tollgate/price': notes.get(tool.name) ?? otherNote }
+  // Tools the server listed: a call of one at the default price gets a 402 that names it, and its paid calls
+  // are counted under its name for discovery. Anything else a client names is "other" there.
+  const listedNames = new Set((options.catalog ?? []).map((t) => t.name))
+  const listedQuotes = new Map<string, Quote>()
+  /** The default price's 402 for this tool: its own when the server listed it (built once), else shared. */
+  const defaultQuoteOf = (name: string): Quote => {
+    if (!listedNames.has(name)) return defaultQuote
+    let q = listedQuotes.get(name)
+    if (q === undefined) {
+      q = quote(mcp.defaultAtomic, false, name)
+      listedQuotes.set(name, q)
     }
+    return q
   }
+  const byDefault = new Map<string, BodyPrice>()
+  const annotate = toolsListAnnotator(mcp, options.onToolsListed)
   return {
     maxBytes: MCP_BODY_MAX_BYTES,
+    quoteOf(tool) {
+      const known = priced.get(tool)
+      if (known !== undefined) return known.ok === 'priced' ? known.quote : null
+      if (mcp.freeTools.has(tool) || mcp.unknownToolsFree) return null
+      return defaultQuoteOf(tool)
+    },
     price(method, body) {
       // GET opens the server's SSE stream, DELETE ends a session: no JSON-RPC call to price.
       if (method !== 'POST') return FREE
       const req = readMcpRequest(body)
       if (req.kind === 'protocol') return FREE
       if (req.kind === 'tools_list')
-        return { ok: 'free', rewriter: () => new ResultRewriter(req.id, annotate) }
+        return {
+          ok: 'free',
+          rewriter: () => new ResultRewriter(req.id, (result) => annotate(result, req.paged)),
+        }
       if (req.kind === 'invalid')
         return {
           ok: 'refused',
@@ -67,11 +86,12 @@ export function mcpBodyPricing(
       if (p === undefined) {
         p = {
           ok: 'priced',
-          quote: defaultQuote,
+          quote: defaultQuoteOf(req.name),
           usage: null,
           model: 'fixed',
           label: req.name.slice(0, 128),
           metricLabel: 'other',
+          observedLabel: listedNames.has(req.name) ? req.name : 'other',
           payment: null,
           forwardBody: null,
           paymentRequired: null,
@@ -104,6 +124,32 @@ export function mcpBodyPricing(
   }
 }
 
+/**
+ * What a tools/list answer becomes: each tool's price in its _meta["tollgate/price"] (the server's schema is
+ * left as it is), after the server's own words were handed to the catalog (discovery) when it is kept.
+ */
+function toolsListAnnotator(
+  mcp: McpPricing,
+  onToolsListed: McpCatalogOptions['onToolsListed'],
+): (result: Record<string, unknown>, paged: boolean) => void {
+  const notes = new Map<string, object>()
+  for (const [name, p] of mcp.tools) notes.set(name, priceNote(p))
+  for (const name of mcp.freeTools) notes.set(name, { free: true })
+  const otherNote = mcp.unknownToolsFree
+    ? { free: true }
+    : priceNote({ model: 'fixed', priceAtomic: mcp.defaultAtomic })
+  return (result, paged) => {
+    if (!Array.isArray(result.tools)) return
+    // Read before the prices are added: the catalog keeps the server's words only.
+    if (onToolsListed !== null) onToolsListed(readCatalog(result), !paged && result.nextCursor === undefined)
+    for (const tool of result.tools as Array<Record<string, unknown>>) {
+      if (typeof tool !== 'object' || tool === null || typeof tool.name !== 'string') continue
+      const meta = typeof tool._meta === 'object' && tool._meta !== null ? tool._meta : {}
+      tool._meta = { ...meta, 'tollgate/price': notes.get(tool.name) ?? otherNote }
+    }
+  }
+}
+
 /** A tool's price as tools/list shows it (dollars, and base units for the fixed price or the ceiling). */
 function priceNote(p: Pricing): object {
   if (p.model === 'fixed')
@@ -119,6 +165,7 @@ function pricedAt(p: Pricing, quote: Quote, name: string): BodyPrice {
     model: p.model === 'usage' ? 'usage' : 'fixed',
     label: name,
     metricLabel: name,
+    observedLabel: name,
     payment: null,
     forwardBody: null,
     paymentRequired: null,

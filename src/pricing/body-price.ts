@@ -17,6 +17,8 @@ export type BodyPrice =
       model: 'fixed' | 'usage'
       label: string
       metricLabel: string
+      /** What discovery counts the call under (a tool the merchant priced or the server listed, else "other"). */
+      observedLabel: string
       /** A payment carried in the body, as a payment header would carry it; null: read the headers. */
       payment: string | null
       /** The body to forward instead (the payment taken out of it); null: as received. */
@@ -47,4 +49,6 @@ export interface BodyPricing {
   /** The most of a body read to price it; a longer one is refused with 413 and nothing forwarded. */
   maxBytes: number
   price(method: string, body: Buffer | null): BodyPrice
+  /** The quote a call of this tool pays (null: it passes free), for the discovery listing. */
+  quoteOf(tool: string): Quote | null
 }

@@ -33,7 +33,11 @@ describe('readMcpRequest', () => {
     expect(readMcpRequest(body({ jsonrpc: '2.0', id: 3, method: 'tools/list' }))).toEqual({
       kind: 'tools_list',
       id: 3,
+      paged: false,
     })
+    expect(
+      readMcpRequest(body({ jsonrpc: '2.0', id: 3, method: 'tools/list', params: { cursor: 'p2' } })),
+    ).toEqual({ kind: 'tools_list', id: 3, paged: true })
     expect(
       readMcpRequest(body({ jsonrpc: '2.0', id: 'a', method: 'tools/call', params: { name: 'w' } })),
     ).toEqual({ kind: 'tool_call', name: 'w', id: 'a', payment: null })

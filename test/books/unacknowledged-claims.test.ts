@@ -1,0 +1,102 @@
+// A claim statement that committed but whose answer was lost (the connection dropped between the commit
+// and the reply): its request was answered 503 and forwarded nothing, so the batch writer releases that
+// attempt by its token once the database answers again, and the payer's retry of the same proof wins at once
+// instead of meeting `payment_in_progress` until the lease runs out and then `proof_already_used` (the proof
+// held by nobody, refunded only at the end of its window). Found by the MCP chaos run (PostgreSQL
+// crash-restarted under load). A real PostgreSQL server behind a proxy that loses the one answer.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { BatchWriter } from '../../src/books/batch-writer.ts'
+import { type ClaimRequest, releaseUnacknowledgedClaims } from '../../src/books/claims.ts'
+import { migrate } from '../../src/db/migrate.ts'
+import { createSql, type Sql } from '../../src/db/sql.ts'
+import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
+import { type PgAnswerCut, startPgAnswerCut } from '../helpers/pg-answer-cut.ts'
+import { waitFor } from '../helpers/wait-for.ts'
+
+const ACCOUNT = 'acct_unacknowledged'
+
+function request(proofKey: string): ClaimRequest {
+  return {
+    proofKey,
+    kind: 'tx',
+    targetType: 'call',
+    targetId: 'ep_1',
+    accountId: ACCOUNT,
+    payer: '0x2222222222222222222222222222222222222222',
+    amountAtomic: 10_000n,
+    retryWindowMs: 600_000,
+    leaseMs: 30_000,
+    authorization: null,
+  }
+}
+
+describe.runIf(usingServer)('a claim written without an answer', () => {
+  let direct: Sql
+  let viaProxy: Sql
+  let proxy: PgAnswerCut
+  let released = 0
+
+  beforeAll(async () => {
+    const url = (await freshDatabaseUrl())!
+    direct = createSql(url, { max: 1 })
+    await migrate(direct)
+    await direct`INSERT INTO accounts (id, wallet_address, business_name, mode)
+      VALUES (${ACCOUNT}, '0x1111111111111111111111111111111111111111', 'B', 'test')`
+    proxy = await startPgAnswerCut(url)
+    viaProxy = createSql(proxy.url, { max: 1 })
+  })
+  afterAll(async () => {
+    await viaProxy?.end({ timeout: 1 })
+    await direct?.end({ timeout: 1 })
+    await proxy?.close()
+  })
+
+  const claimRow = async (key: string) =>
+    (
+      await direct<{ status: string; attempts: number; releases: number }[]>`
+        SELECT status, attempts, releases FROM claims WHERE proof_key = ${key}`
+    )[0]
+
+  it('is released once the database answers, and the retry of the proof wins', async () => {
+    const writer = new BatchWriter(viaProxy, {
+      batchMax: 10,
+      concurrency: 1,
+      flushIntervalMs: 5,
+      retryMinMs: 20,
+      onUnacknowledgedReleased: (n) => {
+        released += n
+      },
+    })
+    // The connection is open and idle: the cut lands on the claim's own statement.
+    await viaProxy`SELECT 1`
+    const key = `tx:0x${'ab'.repeat(32)}`
+    const cut = proxy.cutNextAnswer()
+    const first = await writer.claim(request(key)).then(
+      () => null,
+      (err: unknown) => err,
+    )
+    await cut
+    // The request saw a failure (answered 503 upstream of here), yet the claim committed and is held.
+    expect(first).toBeInstanceOf(Error)
+    // The release may already have landed: it needs only the database back, which it never left.
+    await waitFor(() => released === 1, { what: 'the unanswered claim released', timeoutMs: 10_000 })
+    expect(await claimRow(key)).toEqual({ status: 'claimed', attempts: 1, releases: 1 })
+    // The payer's retry takes the proof over at once.
+    expect(await writer.claim(request(key))).toEqual({ outcome: 'won', attempt: 2 })
+    await writer.drain()
+  })
+
+  it('leaves alone a claim taken over since, and one that was never written', async () => {
+    const key = `tx:0x${'cd'.repeat(32)}`
+    await direct`INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic,
+                                     status, retry_until, lease_until, attempts, releases, attempt_token)
+      VALUES (${key}, 'tx', 'call', 'ep_1', ${ACCOUNT}, '0x22', 10000, 'claimed', now() + interval '10 minutes',
+              now() + interval '30 seconds', 2, 1, 'later-attempt')`
+    const n = await releaseUnacknowledgedClaims(direct, [
+      { proofKey: key, token: 'earlier-attempt' },
+      { proofKey: 'tx:never-written', token: 'earlier-attempt' },
+    ])
+    expect(n).toBe(0)
+    expect(await claimRow(key)).toEqual({ status: 'claimed', attempts: 2, releases: 1 })
+  })
+})
