@@ -49,7 +49,7 @@ export function createVoucherClaimerJobs(
       },
       {
         name: 'batch-claims',
-        intervalMs: options.claimIntervalMs ?? 60_000,
+        intervalMs: options.claimIntervalMs ?? deps.config.x402.batch_claim_interval_ms,
         run: () => claimVouchers(deps, lock),
       },
     ],
