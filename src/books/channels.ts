@@ -250,14 +250,22 @@ export interface ChannelLease {
  * Takes the channel's lease when it is free (no holder, ours, or run out) and no refund is open: a new
  * epoch, the lease until now() + ttl, the ceiling at charged + reserve (at most the balance). Otherwise
  * marks it wanted, so that its holder lets it go once its calls are written. null: no such channel.
+ *
+ * A lease that ran out while the server was down is not taken until the server has answered for a ttl:
+ * its holder could not renew it, not because it died, and still holds the calls it served meanwhile (in
+ * memory, written at its next flush). Taken at once, its late write is fenced and those calls are never
+ * paid; the next holder, knowing nothing of the voucher they used, may even accept it again.
  */
 export async function takeChannelLease(
   db: Db,
   q: { channelId: string; holder: string; ttlMs: number; reserve: bigint },
 ): Promise<ChannelLease | null> {
   // Every SET expression reads the row as locked (read committed re-evaluates against the latest version):
-  // two instances asking at once cannot both find it free.
-  const free = db`(c.lease_holder IS NULL OR c.lease_holder = ${q.holder} OR c.lease_until < now())
+  // two instances asking at once cannot both find it free. "Up for a ttl" is the oldest client session's
+  // age (an InitPlan, read once per statement), not pg_postmaster_start_time(): after a crash the server
+  // replays and syncs before it answers (3 s on a loaded 2-core machine), which would eat the whole grace.
+  // Sessions of other roles show no backend_start (ignored by min); none at all: no grace.
+  const free = db`(c.lease_holder IS NULL OR c.lease_holder = ${q.holder} OR (c.lease_until < now() AND (SELECT coalesce(min(backend_start), '-infinity') FROM pg_stat_activity WHERE backend_type = 'client backend') < now() - ${q.ttlMs} * interval '1 millisecond'))
       AND NOT EXISTS (SELECT 1 FROM batch_channel_ops o
                       WHERE o.channel_id = c.channel_id AND o.kind = 'refund' AND o.status IN ('pending', 'sent'))`
   const [row] = await db<ChannelLease[]>`

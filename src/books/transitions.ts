@@ -452,7 +452,8 @@ export const TRANSITIONS: readonly Transition[] = [
     to: 'open',
     fn: 'takeChannelLease',
     why: 'an instance leases the channel to accept vouchers in memory up to a ceiling',
-    where: 'c.lease_holder IS NULL OR c.lease_holder = ? OR c.lease_until < now()',
+    where:
+      "c.lease_holder IS NULL OR c.lease_holder = ? OR (c.lease_until < now() AND (SELECT coalesce(min(backend_start), '-infinity') FROM pg_stat_activity WHERE backend_type = 'client backend') < now() - ? * interval '1 millisecond')",
   },
   {
     record: 'channel',

@@ -192,6 +192,9 @@ export const ConfigSchema = v.strictObject({
     batch_lease_ms: v.pipe(PositiveInt, v.minValue(100)),
     batch_flush_ms: PositiveInt,
     batch_reserve: Dollars,
+    /** How often the leader claims served vouchers on chain (one transaction for every channel with calls);
+     * far below the 900 s withdraw delay, so vouchers are claimed before a withdrawal can finish. */
+    batch_claim_interval_ms: v.pipe(PositiveInt, v.minValue(100), v.maxValue(600_000)),
     /**
      * The `payment-identifier` extension: answers to paid calls that carry an identifier are kept for ttl_ms
      * (in the database, so any instance replays them), each up to max_answer_bytes of body, all together up

@@ -121,7 +121,8 @@ describe('channel leases', () => {
     const id = await channel(10n)
     const a = (await lease(id, 'a', 1))!
     await new Promise((r) => setTimeout(r, 20))
-    const b = (await lease(id, 'b'))!
+    // Instances share one ttl (x402.batch_lease_ms); b's is also how long the server must have been up.
+    const b = (await lease(id, 'b', 1))!
     expect(b).toMatchObject({ won: true, lease_epoch: a.lease_epoch + 1n })
     const late = await writeChannelVouchers(sql, {
       holder: 'a',

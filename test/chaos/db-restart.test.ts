@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startLeadership } from '../../src/control-plane/jobs/leader.ts'
 import { createSql, SessionClosedError, type Sql } from '../../src/db/sql.ts'
 import { isDatabaseUnavailable } from '../../src/db/unavailable.ts'
+import { whenAvailable } from '../../src/db/when-available.ts'
 import { createLogger } from '../../src/observability/logger.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 import { type PgCluster, startPgCluster } from './pg-cluster.ts'
@@ -75,6 +76,32 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('database client across a Post
     const again = await sql.reserve()
     expect(await again`SELECT 1 AS one`).toEqual([{ one: 1 }])
     again.release()
+  })
+
+  it('a transaction retried by whenAvailable lands once the server is back, after a crash', async () => {
+    const write = () =>
+      sql.begin(async (tx) => {
+        await tx`INSERT INTO t VALUES (3)`
+      })
+    await cluster.stop('immediate')
+    // Refused while the server is down: without the retry, the record would be dropped here.
+    expect(
+      isDatabaseUnavailable(
+        await write().then(
+          () => null,
+          (err: unknown) => err,
+        ),
+      ),
+    ).toBe(true)
+    const retried = whenAvailable(write, { timeoutMs: 30_000 })
+    // Down for a second more under the retry: the outage is the fault under test.
+    await sleep(1_000)
+    await cluster.start()
+    await retried
+    const rows = await sql<{ n: number }[]>`SELECT n FROM t WHERE n = 3`
+    expect(rows).toHaveLength(1)
+    // Not the database being away: thrown at once, not retried.
+    await expect(whenAvailable(() => sql`SELECT nope`, { timeoutMs: 30_000 })).rejects.toThrow(/nope/)
   })
 
   it('the leader steps down when its session dies and competes again on a fresh one', async () => {

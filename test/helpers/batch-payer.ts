@@ -3,11 +3,19 @@
 import { x402Client } from '@x402/core/client'
 import { BatchSettlementEvmScheme } from '@x402/evm/batch-settlement/client'
 import { wrapFetchWithPayment } from '@x402/fetch'
-import { createPublicClient, http } from 'viem'
+import { type Address, createPublicClient, http } from 'viem'
 import { chainClients, type Funded } from './accounts.ts'
 
-export function batchPayer(who: Funded, q: { caip2: `eip155:${number}`; depositMultiplier: number }) {
-  const { rpcUrl, usdc } = chainClients()
+export function batchPayer(
+  who: Funded,
+  q: {
+    caip2: `eip155:${number}`
+    depositMultiplier: number
+    /** A chain of the test's own (the chaos runs start theirs); by default the global setup's. */
+    chain?: { rpcUrl: string; usdc: Address }
+  },
+) {
+  const { rpcUrl, usdc } = q.chain ?? chainClients()
   const publicClient = createPublicClient({ transport: http(rpcUrl) })
   const signer = {
     address: who.address,

@@ -110,6 +110,8 @@ interface Bounds {
   to: Date
   fromBlock: bigint
   toBlock: bigint
+  /** The last block whose transfers were read: the chain as it was when the books were read after it. */
+  scannedBlock: bigint
 }
 
 export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {}): Promise<ReconcileReport> {
@@ -126,7 +128,7 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
   const inflowFromBlock =
     fromMs === null ? 0n : await firstBlockAtOrAfter(client, fromMs - config.chain.max_proof_age_ms, latest)
   const toBlock = toMs === null ? latest : await lastBlockBefore(client, toMs, latest)
-  const bounds: Bounds = { from, to, fromBlock, toBlock }
+  const bounds: Bounds = { from, to, fromBlock, toBlock, scannedBlock: latest }
 
   const chunk = BigInt(config.payouts.reconcile_block_chunk)
   const [inflows, outflows] = await Promise.all([
@@ -364,11 +366,15 @@ async function checkOutflow(
   }
   for (const p of payouts) {
     if (p.status === 'confirmed' && !outByHash.has(p.tx_hash) && p.confirmed_at && p.confirmed_at >= b.from) {
-      // Mined before the scanned blocks? Ask for its receipt before calling it a difference.
+      // Mined before the scanned blocks, or after them (confirmed by the batcher between the chain read
+      // and the books read: the next run sees its transfer)? Ask for its receipt before calling it a
+      // difference.
       const receipt = await chain.publicClient
         .getTransactionReceipt({ hash: p.tx_hash as Hash })
         .catch(() => null)
-      if (receipt?.status !== 'success' || receipt.blockNumber >= b.fromBlock) {
+      const scanned =
+        receipt !== null && receipt.blockNumber >= b.fromBlock && receipt.blockNumber <= b.scannedBlock
+      if (receipt?.status !== 'success' || scanned) {
         differences.push(`payout ${p.id} is confirmed but no transfer ${p.tx_hash} is on chain`)
       }
     }

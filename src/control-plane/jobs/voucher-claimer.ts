@@ -28,6 +28,7 @@ import {
   claimAndSettleCalldata,
   type VoucherClaim,
 } from '../../chain/batch-channel.ts'
+import { whenAvailable } from '../../db/when-available.ts'
 import { type BackgroundModule, type JobDeps, type TreasuryLock, unlocked } from './runner.ts'
 
 /** Channels per claim transaction (calldata grows ~0.6 kB per channel). */
@@ -48,7 +49,7 @@ export function createVoucherClaimerJobs(
       },
       {
         name: 'batch-claims',
-        intervalMs: options.claimIntervalMs ?? 60_000,
+        intervalMs: options.claimIntervalMs ?? deps.config.x402.batch_claim_interval_ms,
         run: () => claimVouchers(deps, lock),
       },
     ],
@@ -193,11 +194,20 @@ export async function claimVouchers(deps: JobDeps, lock: TreasuryLock = unlocked
       deps.logger.error('batch voucher claim reverted; retried next run', { tx: sent.hash })
       return txs
     }
-    await recordChannelClaims(deps.sql, {
-      claimId: `claim_${randomUUID()}`,
-      hash: sent.hash,
-      entries: due.map((c) => ({ channelId: c.channel_id, totalClaimed: BigInt(c.captured_max) })),
-    })
+    // The claim moved the money: its record is retried while the database is away (a restart). Dropped,
+    // the next run would claim these channels again and book the settlement to that later transaction,
+    // whose inflow holds only what was new (reconcile: inflow chain ≠ books); with nothing new, the
+    // simulation would refuse the claim for ever. It is idempotent (its id, and each update's condition).
+    const claimId = `claim_${randomUUID()}`
+    await whenAvailable(
+      () =>
+        recordChannelClaims(deps.sql, {
+          claimId,
+          hash: sent.hash,
+          entries: due.map((c) => ({ channelId: c.channel_id, totalClaimed: BigInt(c.captured_max) })),
+        }),
+      { timeoutMs: deps.config.settlement.confirm_timeout_ms },
+    )
     if (due.length < CLAIM_MAX) return txs
   }
 }

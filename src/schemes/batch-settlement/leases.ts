@@ -142,6 +142,8 @@ export class VoucherLeases {
       let lease = this.leases.get(q.channelId)
       if (lease !== undefined && lease.state === 'releasing') {
         await this.writing
+        // Its release failed and is retried: held or not is unknown until it lands (see flush).
+        if (lease.state === 'releasing') return { ok: false, reason: 'busy' }
         lease = undefined
       }
       if (lease === undefined || lease.state !== 'live') {
@@ -274,6 +276,11 @@ export class VoucherLeases {
    */
   async letGo(channelId: string): Promise<'ok' | 'busy' | 'not_found'> {
     let lease = this.leases.get(channelId)
+    if (lease?.state === 'releasing') {
+      // Already being let go: done once its write lands (taken anew meanwhile, that write would be fenced).
+      await this.flushNow()
+      return (lease.state as Lease['state']) === 'gone' ? 'ok' : 'busy'
+    }
     if (lease === undefined || lease.state !== 'live') {
       const got = await this.acquire(channelId)
       if (got === 'not_found' || got === 'busy') return got
@@ -368,6 +375,12 @@ export class VoucherLeases {
     const inThisWrite = new Map<Lease, number>()
     for (const c of calls) inThisWrite.set(c.lease, (inThisWrite.get(c.lease) ?? 0) + 1)
     for (const lease of this.leases.values()) {
+      if (lease.state === 'releasing') {
+        // A release whose write failed: the same mark again (its calls are back in the queue).
+        marks.push(markOf(lease, true))
+        marked.push(lease)
+        continue
+      }
       if (lease.state !== 'live') continue
       const idle = now - lease.lastUseMs >= this.options.idleMs
       // Let go only when every call served under it is written by this very statement (after the mark) or
@@ -380,14 +393,7 @@ export class VoucherLeases {
       const renew = lease.inFlight > 0 && now >= lease.deadlineMs - this.options.leaseMs / 2
       if (!release && !renew && !this.dirty.has(lease)) continue
       if (release) lease.state = 'releasing'
-      marks.push({
-        channelId: lease.channelId,
-        epoch: lease.epoch,
-        cumulative: lease.charged,
-        signedMax: lease.signedMax,
-        signature: lease.signature ?? '',
-        release,
-      })
+      marks.push(markOf(lease, release))
       marked.push(lease)
     }
     if (marks.length === 0 && calls.length === 0) return Promise.resolve()
@@ -426,9 +432,12 @@ export class VoucherLeases {
         if (lost > 0) this.options.onLost?.(lost)
       },
       (err) => {
-        // Nothing was written: the calls go back to the front, the marks stay dirty, the leases stay held.
+        // Nothing was written, or all of it (a commit whose answer was lost with the connection, as a
+        // database restart does): the calls go back to the front, the marks stay dirty. A lease being let go
+        // stays 'releasing' and accepts nothing: if the release did commit, another instance may hold the
+        // channel already, and a voucher accepted here would be served and then fenced (never paid). Its
+        // write is retried as it was, which is idempotent either way.
         this.calls.unshift(...calls)
-        for (const lease of marked) if (lease.state === 'releasing') lease.state = 'live'
         this.failures = Math.min(this.failures + 1, 10)
         this.options.onError?.(err)
       },
@@ -465,6 +474,17 @@ function leaseFrom(row: ChannelLease, deadlineMs: number): Lease {
     wanted: false,
     releaseNow: false,
     state: 'live',
+  }
+}
+
+function markOf(lease: Lease, release: boolean): VoucherMark {
+  return {
+    channelId: lease.channelId,
+    epoch: lease.epoch,
+    cumulative: lease.charged,
+    signedMax: lease.signedMax,
+    signature: lease.signature ?? '',
+    release,
   }
 }
 
