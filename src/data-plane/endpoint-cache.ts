@@ -30,6 +30,8 @@ export interface LiveEndpoint {
   pricingModel: 'fixed' | 'rules' | 'usage'
   /** The price depends on the request body (an MCP endpoint: the tool a `tools/call` names); else null. */
   bodyPricing: BodyPricing | null
+  /** Its x402 `exact` payments are settled before the answer (its own choice, or the process default). */
+  settleBeforeAnswer: boolean
 }
 
 /** Cached for unknown ids too (briefly), so random ids cannot hammer the database. */
@@ -49,6 +51,8 @@ export interface EndpointCacheOptions {
   signer?: ReceiptSigner
   /** How long a signed offer holds (s); the cache reloads an endpoint well within it. */
   offerValiditySeconds?: number
+  /** What an endpoint that made no x402_settlement choice gets (settlement.before_answer.enabled). */
+  settleBeforeAnswerByDefault?: boolean
 }
 
 export function createEndpointCache(sql: Sql, options: EndpointCacheOptions) {
@@ -163,6 +167,10 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
     quoteFor,
     usage: pricing.model === 'usage' ? pricing : null,
     pricingModel: pricing.model,
+    settleBeforeAnswer:
+      row.x402_settlement === null
+        ? (options.settleBeforeAnswerByDefault ?? false)
+        : row.x402_settlement === 'before_answer',
     bodyPricing:
       row.mcp === null
         ? null

@@ -5,6 +5,9 @@ import type { StoredPricing } from '../pricing/model.ts'
 import { afterCursor } from './cursor.ts'
 import type { Sql, Tx } from './sql.ts'
 
+/** before_answer: the answer's head waits for the mined settlement; after: settled in the leader's batches. */
+export type X402Settlement = 'before_answer' | 'after'
+
 export interface EndpointRow {
   id: string
   account_id: string
@@ -25,6 +28,8 @@ export interface EndpointRow {
   discovery: StoredDiscovery | null
   /** An MCP endpoint's per-tool prices; null for an HTTP endpoint. */
   mcp: StoredMcp | null
+  /** When an x402 `exact` authorization is settled; null: the process default (settlement.before_answer). */
+  x402_settlement: X402Settlement | null
   status: 'active' | 'disabled'
   version: number
   created_at: Date
@@ -32,7 +37,7 @@ export interface EndpointRow {
 }
 
 const COLUMNS =
-  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, batch_settlement, pricing, listed, discovery, mcp, status, version, created_at, updated_at'
+  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, batch_settlement, pricing, listed, discovery, mcp, x402_settlement, status, version, created_at, updated_at'
 
 /** The channel that tells every instance an endpoint changed (payload: its id). */
 export const ENDPOINT_CHANGED_CHANNEL = 'tollgate_endpoint_changed'
@@ -53,6 +58,7 @@ export async function insertEndpoint(
     listed?: boolean
     discovery?: StoredDiscovery | null
     mcp?: StoredMcp | null
+    x402Settlement?: X402Settlement | null
   },
 ): Promise<EndpointRow> {
   const pricing = e.pricing ? db.json(e.pricing as never) : null
@@ -60,10 +66,10 @@ export async function insertEndpoint(
   const mcp = e.mcp ? db.json(e.mcp as never) : null
   const [row] = await db<EndpointRow[]>`
     INSERT INTO endpoints (id, account_id, name, description, upstream_url, upstream_headers, price_atomic, timeout_ms,
-                           batch_settlement, pricing, listed, discovery, mcp)
+                           batch_settlement, pricing, listed, discovery, mcp, x402_settlement)
     VALUES (${e.id}, ${e.accountId}, ${e.name}, ${e.description}, ${e.upstreamUrl},
             ${db.json(e.upstreamHeaders)}, ${e.priceAtomic}, ${e.timeoutMs}, ${e.batchSettlement ?? false},
-            ${pricing}, ${e.listed ?? false}, ${discovery}, ${mcp})
+            ${pricing}, ${e.listed ?? false}, ${discovery}, ${mcp}, ${e.x402Settlement ?? null})
     RETURNING ${db.unsafe(COLUMNS)}`
   return row!
 }
@@ -88,7 +94,7 @@ export interface LiveEndpointRow extends EndpointRow {
 export async function findLiveEndpoint(db: Sql | Tx, id: string): Promise<LiveEndpointRow | null> {
   const [row] = await db<LiveEndpointRow[]>`
     SELECT e.id, e.account_id, e.name, e.description, e.upstream_url, e.upstream_headers, e.price_atomic,
-           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.batch_settlement, e.pricing, e.listed, e.discovery, e.mcp, e.status,
+           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.batch_settlement, e.pricing, e.listed, e.discovery, e.mcp, e.x402_settlement, e.status,
            e.version, e.created_at,
            e.updated_at, a.wallet_address AS owner_wallet
     FROM endpoints e JOIN accounts a ON a.id = e.account_id
@@ -124,6 +130,8 @@ export interface EndpointChanges {
   discovery?: StoredDiscovery | null
   /** Replaces the MCP document (null: an HTTP endpoint again). */
   mcp?: StoredMcp | null
+  /** null: back to the process default. */
+  x402Settlement?: X402Settlement | null
 }
 
 /**
@@ -149,6 +157,7 @@ export async function updateEndpoint(
     set.discovery = changes.discovery === null ? null : db.json(changes.discovery as never)
   if (changes.pricing !== undefined)
     set.pricing = changes.pricing === null ? null : db.json(changes.pricing as never)
+  if (changes.x402Settlement !== undefined) set.x402_settlement = changes.x402Settlement
   if (changes.mcp !== undefined) set.mcp = changes.mcp === null ? null : db.json(changes.mcp as never)
   if (changes.priceAtomic !== undefined && changes.priceAtomic !== current.price_atomic) {
     set.price_atomic = changes.priceAtomic

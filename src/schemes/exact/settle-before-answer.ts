@@ -1,16 +1,18 @@
 // Settles `exact` authorizations before their answers' heads are sent, in micro-batches: the authorizations
-// of calls served within window_ms share one transaction (through the AuthorizationBatcher when the chain
-// has it), so the receipt can name the mined transaction that carries the payer's authorization. Order per
-// batch: the captures are committed, the transaction is signed, its hash recorded on the claims (a crash
-// after the broadcast leaves a hash the leader's settlement job looks up, never an authorization sent
-// blind), broadcast, then its receipt awaited for at most wait_ms. The leader's job books the revenue when
-// it finds the recorded transaction mined, exactly as for its own batches.
+// of calls served together share one transaction (through the AuthorizationBatcher when the chain has it), so
+// the receipt can name the mined transaction that carries the payer's authorization. Per call: its capture is
+// committed (each call waits for its own, beside the group being sent); then it joins the next group. Per
+// group, one at a time: the transaction is signed, its hash recorded on the claims (a crash after the
+// broadcast leaves a hash the leader's settlement job looks up, never an authorization sent blind), and
+// broadcast; its receipt is then awaited (at most wait_ms) while the next group is sent. Once the answers
+// are out, the authorizations the receipt shows used are marked settled and their revenue booked (the
+// transition the leader's job uses, which finds them done; what this path missed, the job settles).
 //
 // The transactions are sent from the settler key, not the treasury: this process assigns its nonces alone
 // (one settler key per process), while the treasury's nonces belong to the leader's payouts and settlements.
 import type { Hash, Hex, PrivateKeyAccount, TransactionReceipt } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
-import { forgetSettlementTx, recordSettlementTx } from '../../books/settlement.ts'
+import { forgetSettlementTx, recordSettlementTx, settleAuthorizations } from '../../books/settlement.ts'
 import type { ChainContext } from '../../chain/connect.ts'
 import { broadcast, type FeeQuote, pendingNonce, quoteFees } from '../../chain/payouts.ts'
 import type { StoredAuthorization } from '../../chain/settle.ts'
@@ -18,6 +20,7 @@ import { signSettlement } from '../../chain/settle.ts'
 import { hasAuthorizationBatcher, settlementOutcomes, signSettlementBatch } from '../../chain/settle-batch.ts'
 import type { Sql } from '../../db/sql.ts'
 import type { Logger } from '../../observability/logger.ts'
+import { earlySettlementBatchSize, earlySettlementPhase } from '../../observability/metrics.ts'
 
 /** Gas for one transferWithAuthorization sent alone (as the settlement job allows). */
 const SETTLEMENT_GAS = 150_000n
@@ -41,8 +44,8 @@ const UNSENT: EarlySettlement = { state: 'unsent' }
 interface Item {
   proofKey: string
   authorization: StoredAuthorization
-  /** Resolves once the capture is committed (true: the claim is captured). */
-  written: Promise<boolean>
+  /** When its capture committed (performance.now()): it waits from then for its group's turn. */
+  readyAtMs: number
   resolve(outcome: EarlySettlement): void
 }
 
@@ -59,18 +62,26 @@ export interface SettleBeforeAnswerOptions {
 
 export class SettleBeforeAnswer {
   private readonly account: PrivateKeyAccount
-  private queue: Item[] = []
+  /** Authorizations whose captures are committed, waiting for the next group to be sent. */
+  private ready: Item[] = []
   private timer: NodeJS.Timeout | null = null
   /** The settler's next nonce: read from the chain once, then counted here (this process alone sends). */
   private nonce: number | null = null
-  /** Signing, recording and broadcasting of one batch at a time: nonces in order, no gap. */
-  private sending: Promise<unknown> = Promise.resolve()
   private batcher: boolean | null = null
-  /** A batch is being written, signed or sent. */
-  private forming = false
+  /** A group is being signed, recorded and broadcast: one at a time (nonces in order, no gap). */
+  private sending = false
+  /** Captures still being awaited (stop() waits for them). */
+  private capturing = 0
   /** Fees quoted for the last batch, reused for FEES_TTL_MS: one RPC less per batch. */
   private fees: { quote: FeeQuote; atMs: number } | null = null
-  private readonly inFlight = new Set<Promise<void>>()
+  /** Groups being sent and receipts being awaited. */
+  private readonly inFlight = new Set<Promise<unknown>>()
+  private readonly phase = {
+    capture: earlySettlementPhase.labels('capture'),
+    queue: earlySettlementPhase.labels('queue'),
+    send: earlySettlementPhase.labels('send'),
+    receipt: earlySettlementPhase.labels('receipt'),
+  }
 
   constructor(private readonly o: SettleBeforeAnswerOptions) {
     this.account = privateKeyToAccount(o.settlerKey)
@@ -86,74 +97,96 @@ export class SettleBeforeAnswer {
     authorization: StoredAuthorization,
     written: Promise<boolean>,
   ): Promise<EarlySettlement> {
+    const servedMs = performance.now()
     return new Promise((resolve) => {
       // The answer never waits on a stuck database or RPC past this: it goes out saying pending (true: the
       // settlement job settles whatever this batch did not). A later outcome is ignored (settled once).
       const deadline = setTimeout(() => resolve(UNSENT), this.o.windowMs + 2 * this.o.waitMs)
-      const done = (outcome: EarlySettlement) => {
-        clearTimeout(deadline)
-        resolve(outcome)
+      const item: Item = {
+        proofKey,
+        authorization,
+        readyAtMs: 0,
+        resolve: (outcome) => {
+          clearTimeout(deadline)
+          resolve(outcome)
+        },
       }
-      this.queue.push({ proofKey, authorization, written, resolve: done })
-      this.timer ??= setTimeout(() => this.flush(), this.o.windowMs)
+      // The claim must be captured before a transaction is recorded on it (the books' precondition). Each
+      // call waits for its own capture, beside the group being sent; once committed it joins the next group.
+      // A capture not committed within wait_ms (database trouble) is left to the settlement job.
+      this.capturing++
+      within(written, this.o.waitMs, false).then((ok) => {
+        this.capturing--
+        if (!ok) return item.resolve(UNSENT)
+        item.readyAtMs = performance.now()
+        this.phase.capture.observe((item.readyAtMs - servedMs) / 1000)
+        this.ready.push(item)
+        this.schedule()
+      })
     })
   }
 
-  /** Waits for the batches in flight (shutdown). */
+  /** Waits for the calls and transactions in flight (shutdown). */
   async stop(): Promise<void> {
-    while (this.queue.length > 0 || this.inFlight.size > 0) {
-      if (this.timer !== null) clearTimeout(this.timer)
+    while (this.capturing > 0 || this.ready.length > 0 || this.inFlight.size > 0) {
       this.flush()
-      await Promise.all([...this.inFlight])
+      await Promise.race([Promise.all([...this.inFlight]), new Promise((r) => setTimeout(r, 5))])
     }
   }
 
+  /**
+   * Idle: the first ready call waits window_ms for the calls served beside it (one transaction for them
+   * all). Busy: the next group gathers while this one is sent and goes the moment it is (group commit:
+   * under load the groups grow, not the wait).
+   */
+  private schedule(): void {
+    if (this.sending || this.timer !== null) return
+    this.timer = setTimeout(() => this.flush(), this.o.windowMs)
+  }
+
   private flush(): void {
-    this.timer = null
-    // One batch is formed at a time: while it is written, signed and sent, the next one gathers (group
-    // commit), so a busy chain or database makes batches larger rather than the queue longer.
-    if (this.forming) return
-    const items = this.queue
-    this.queue = []
-    if (items.length === 0) return
-    this.forming = true
-    const run = this.run(items, () => this.formed()).catch((err) => {
-      this.formed()
-      this.o.logger.warn('settle before answer failed; the settlement job settles these later', { err })
-      for (const it of items) it.resolve(UNSENT)
-    })
-    this.inFlight.add(run)
-    run.finally(() => this.inFlight.delete(run))
+    if (this.timer !== null) {
+      clearTimeout(this.timer)
+      this.timer = null
+    }
+    if (this.sending || this.ready.length === 0) return
+    const items = this.ready
+    this.ready = []
+    this.sending = true
+    const sent = this.sendGroup(items)
+      .catch((err) => {
+        this.o.logger.warn('settle before answer failed; the settlement job settles these later', { err })
+        for (const it of items) it.resolve(UNSENT)
+        return []
+      })
+      .finally(() => {
+        this.sending = false
+        if (this.ready.length > 0) this.flush()
+      })
+    // The receipts are awaited beside the next group's sending: only the nonces need an order.
+    const receipts = sent.then((groups) =>
+      Promise.all(groups.map((g) => this.awaitReceipt(g.items, g.hash, g.sentMs))),
+    )
+    this.track(sent)
+    this.track(receipts)
   }
 
-  /** The batch in the making is sent (or given up): the next one may go. */
-  private formed(): void {
-    if (!this.forming) return
-    this.forming = false
-    if (this.queue.length > 0 && this.timer === null) this.timer = setTimeout(() => this.flush(), 0)
+  private track(p: Promise<unknown>): void {
+    this.inFlight.add(p)
+    p.finally(() => this.inFlight.delete(p))
   }
 
-  private async run(items: Item[], formed: () => void): Promise<void> {
-    // The claim must be captured before a transaction is recorded on it (the books' precondition).
-    // A capture not committed within wait_ms (database trouble) is left to the settlement job.
-    const written = await Promise.all(items.map((it) => within(it.written, this.o.waitMs, false)))
-    const ready = items.filter((it, i) => {
-      if (!written[i]) it.resolve(UNSENT)
-      return written[i]
-    })
-    if (ready.length === 0) return formed()
+  private async sendGroup(items: Item[]): Promise<Array<{ items: Item[]; hash: Hash; sentMs: number }>> {
+    const startMs = performance.now()
+    for (const it of items) this.phase.queue.observe((startMs - it.readyAtMs) / 1000)
+    earlySettlementBatchSize.observe(items.length)
     const per = (await this.hasBatcher()) ? this.o.perTransaction : 1
     const groups: Item[][] = []
-    for (let i = 0; i < ready.length; i += per) groups.push(ready.slice(i, i + per))
-    const sent = await this.exclusive(() => this.send(groups))
-    formed()
-    await Promise.all(sent.map((s) => this.awaitReceipt(s.items, s.hash)))
-  }
-
-  private exclusive<T>(fn: () => Promise<T>): Promise<T> {
-    const next = this.sending.then(fn, fn)
-    this.sending = next.catch(() => {})
-    return next
+    for (let i = 0; i < items.length; i += per) groups.push(items.slice(i, i + per))
+    const sent = await this.send(groups)
+    const sentMs = performance.now()
+    this.phase.send.observe((sentMs - startMs) / 1000)
+    return sent.map((s) => ({ ...s, sentMs }))
   }
 
   /** Signs, records, broadcasts in nonce order; returns what is on its way. */
@@ -166,7 +199,9 @@ export class SettleBeforeAnswer {
     const signed = await Promise.all(groups.map((items, i) => this.sign(items, nonce + i, fees)))
     const recorded = await recordSettlementTx(
       this.o.sql,
-      signed.flatMap((s) => s.items.map((it) => ({ proofKey: it.proofKey, hash: s.hash }))),
+      signed.flatMap((s) =>
+        s.items.map((it, index) => ({ proofKey: it.proofKey, hash: s.hash, index, count: s.items.length })),
+      ),
     )
     const out: Array<{ items: Item[]; hash: Hash }> = []
     let next = nonce
@@ -225,8 +260,9 @@ export class SettleBeforeAnswer {
     return signed.then((s) => ({ items, ...s }))
   }
 
-  private async awaitReceipt(items: Item[], hash: Hash): Promise<void> {
+  private async awaitReceipt(items: Item[], hash: Hash, sentMs: number): Promise<void> {
     const receipt = await this.receiptWithin(hash)
+    this.phase.receipt.observe((performance.now() - sentMs) / 1000)
     if (receipt === null) {
       // Not mined within wait_ms: the answer says so, with the transaction that carries the authorization.
       for (const it of items) it.resolve({ state: 'sent', transaction: hash })
@@ -238,9 +274,18 @@ export class SettleBeforeAnswer {
     })
     // Only an authorization the token logged as used in this transaction is called settled; any other
     // outcome is left to the settlement job (which reads the same receipt) and the receipt says pending.
+    const used: string[] = []
     for (const [i, it] of items.entries()) {
+      if (outcomes[i] === 'used') used.push(it.proofKey)
       it.resolve(outcomes[i] === 'used' ? { state: 'settled', transaction: hash } : UNSENT)
     }
+    // Booked now, after the answers went out (the same transition as the job's; whoever comes second
+    // changes nothing): the call's receipt URL shows it settled, with its block, from the first read.
+    if (used.length === 0) return
+    const blocks = new Map(used.map((k) => [k, receipt.blockNumber]))
+    await settleAuthorizations(this.o.sql, { proofKeys: used, blocks }).catch((err) =>
+      this.o.logger.warn('settle before answer: marking settled failed; the settlement job will', { err }),
+    )
   }
 
   /**
