@@ -56,6 +56,11 @@ class ExactScheme implements Scheme {
     return this.early?.stop() ?? Promise.resolve()
   }
 
+  /** The captures the settler holds are written (they wait a few ms for their group). */
+  flush(): Promise<void> {
+    return this.early?.stop() ?? Promise.resolve()
+  }
+
   offer(q: OfferQuery): Offer | NotOffered {
     // An authorization moves exactly its value: it cannot be settled for a charge measured afterwards.
     if (q.varies) return { notOffered: 'amount_varies' }
@@ -101,7 +106,6 @@ class ExactScheme implements Scheme {
     const networks = this.networks
     const early = q.endpoint.settleBeforeAnswer === true ? this.earlyOrWarn() : null
     const authorization = result.authorization
-    const proofKey = result.proofKey
     return {
       ok: true,
       payment: new ClaimedPayment(this.claimed, {
@@ -120,9 +124,9 @@ class ExactScheme implements Scheme {
         settleEarly:
           early === null
             ? undefined
-            : (written) =>
+            : (capture) =>
                 early
-                  .settle(proofKey, authorization, written)
+                  .settle(capture, authorization)
                   .then((outcome) => paymentReceipt(result, true, networks, outcome)),
       }),
     }
@@ -143,6 +147,7 @@ function settleBeforeAnswer(deps: SchemeDeps): SettleBeforeAnswer | null {
   }
   const settler = new SettleBeforeAnswer({
     sql: deps.sql,
+    books: deps.books,
     chain: deps.chain,
     logger,
     settlerKey: key,

@@ -1,18 +1,23 @@
 // Settles `exact` authorizations before their answers' heads are sent, in micro-batches: the authorizations
 // of calls served together share one transaction (through the AuthorizationBatcher when the chain has it), so
-// the receipt can name the mined transaction that carries the payer's authorization. Per call: its capture is
-// committed (each call waits for its own, beside the group being sent); then it joins the next group. Per
-// group, one at a time: the transaction is signed, its hash recorded on the claims (a crash after the
-// broadcast leaves a hash the leader's settlement job looks up, never an authorization sent blind), and
-// broadcast; its receipt is then awaited (at most wait_ms) while the next group is sent. Once the answers
-// are out, the authorizations the receipt shows used are marked settled and their revenue booked (the
-// transition the leader's job uses, which finds them done; what this path missed, the job settles).
+// the receipt can name the mined transaction that carries the payer's authorization.
+//
+// A served call hands its capture here instead of to the batch writer. Per group, one at a time: the
+// transaction is signed; the group's captures are written (group-committed with the claims, as any capture),
+// each carrying that transaction's hash and its place in it, so the hash is recorded in the capture's own
+// commit, before the broadcast (a crash after the broadcast leaves a hash the leader's settlement job looks
+// up, never an authorization sent blind); then it is broadcast, and its receipt awaited (at most wait_ms)
+// while the next group is signed and written. One database commit per call on the way, not two. Once the
+// answers are out, the authorizations the receipt shows used are marked settled and their revenue booked
+// (the transition the leader's job uses, which finds them done; what this path missed, the job settles).
 //
 // The transactions are sent from the settler key, not the treasury: this process assigns its nonces alone
 // (one settler key per process), while the treasury's nonces belong to the leader's payouts and settlements.
 import type { Hash, Hex, PrivateKeyAccount, TransactionReceipt } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
-import { forgetSettlementTx, recordSettlementTx, settleAuthorizations } from '../../books/settlement.ts'
+import type { BatchWriter } from '../../books/batch-writer.ts'
+import type { Capture } from '../../books/claims.ts'
+import { forgetSettlementTx, settleAuthorizations } from '../../books/settlement.ts'
 import type { ChainContext } from '../../chain/connect.ts'
 import { broadcast, type FeeQuote, pendingNonce, quoteFees } from '../../chain/payouts.ts'
 import type { StoredAuthorization } from '../../chain/settle.ts'
@@ -42,15 +47,25 @@ export type EarlySettlement =
 const UNSENT: EarlySettlement = { state: 'unsent' }
 
 interface Item {
-  proofKey: string
+  /** The served call's capture: this path writes it, whatever happens to the settlement. */
+  capture: Capture
   authorization: StoredAuthorization
-  /** When its capture committed (performance.now()): it waits from then for its group's turn. */
+  /** When it was handed over (performance.now()): it waits from then for its group's turn. */
   readyAtMs: number
   resolve(outcome: EarlySettlement): void
 }
 
+/** One transaction signed for a group: its authorizations in the order it carries them. */
+interface Signed {
+  items: Item[]
+  rawTx: Hex
+  hash: Hash
+}
+
 export interface SettleBeforeAnswerOptions {
   sql: Sql
+  /** The claims/captures writer: the captures go through it, with their settlement's hash. */
+  books: BatchWriter
   chain: ChainContext
   logger: Logger
   settlerKey: Hex
@@ -62,23 +77,21 @@ export interface SettleBeforeAnswerOptions {
 
 export class SettleBeforeAnswer {
   private readonly account: PrivateKeyAccount
-  /** Authorizations whose captures are committed, waiting for the next group to be sent. */
+  /** Served calls waiting for the next group. */
   private ready: Item[] = []
   private timer: NodeJS.Timeout | null = null
   /** The settler's next nonce: read from the chain once, then counted here (this process alone sends). */
   private nonce: number | null = null
   private batcher: boolean | null = null
-  /** A group is being signed, recorded and broadcast: one at a time (nonces in order, no gap). */
+  /** A group is being signed, written and broadcast: one at a time (nonces in order, no gap). */
   private sending = false
-  /** Captures still being awaited (stop() waits for them). */
-  private capturing = 0
   /** Fees quoted for the last batch, reused for FEES_TTL_MS: one RPC less per batch. */
   private fees: { quote: FeeQuote; atMs: number } | null = null
   /** Groups being sent and receipts being awaited. */
   private readonly inFlight = new Set<Promise<unknown>>()
   private readonly phase = {
-    capture: earlySettlementPhase.labels('capture'),
     queue: earlySettlementPhase.labels('queue'),
+    capture: earlySettlementPhase.labels('capture'),
     send: earlySettlementPhase.labels('send'),
     receipt: earlySettlementPhase.labels('receipt'),
   }
@@ -91,53 +104,40 @@ export class SettleBeforeAnswer {
     return this.account.address
   }
 
-  /** Settles one served call's authorization; never rejects (a failure is `unsent`, logged). */
-  settle(
-    proofKey: string,
-    authorization: StoredAuthorization,
-    written: Promise<boolean>,
-  ): Promise<EarlySettlement> {
-    const servedMs = performance.now()
+  /**
+   * Writes a served call's capture and settles its authorization; never rejects (a failure is `unsent`,
+   * logged). The capture is written in every case (with no hash when no transaction could be signed).
+   */
+  settle(capture: Capture, authorization: StoredAuthorization): Promise<EarlySettlement> {
     return new Promise((resolve) => {
       // The answer never waits on a stuck database or RPC past this: it goes out saying pending (true: the
       // settlement job settles whatever this batch did not). A later outcome is ignored (settled once).
       const deadline = setTimeout(() => resolve(UNSENT), this.o.windowMs + 2 * this.o.waitMs)
-      const item: Item = {
-        proofKey,
+      this.ready.push({
+        capture,
         authorization,
-        readyAtMs: 0,
+        readyAtMs: performance.now(),
         resolve: (outcome) => {
           clearTimeout(deadline)
           resolve(outcome)
         },
-      }
-      // The claim must be captured before a transaction is recorded on it (the books' precondition). Each
-      // call waits for its own capture, beside the group being sent; once committed it joins the next group.
-      // A capture not committed within wait_ms (database trouble) is left to the settlement job.
-      this.capturing++
-      within(written, this.o.waitMs, false).then((ok) => {
-        this.capturing--
-        if (!ok) return item.resolve(UNSENT)
-        item.readyAtMs = performance.now()
-        this.phase.capture.observe((item.readyAtMs - servedMs) / 1000)
-        this.ready.push(item)
-        this.schedule()
       })
+      this.schedule()
     })
   }
 
-  /** Waits for the calls and transactions in flight (shutdown). */
+  /** Waits until the calls handed over are written and their transactions sent (shutdown, flush). */
   async stop(): Promise<void> {
-    while (this.capturing > 0 || this.ready.length > 0 || this.inFlight.size > 0) {
+    while (this.ready.length > 0 || this.inFlight.size > 0) {
       this.flush()
       await Promise.race([Promise.all([...this.inFlight]), new Promise((r) => setTimeout(r, 5))])
     }
   }
 
   /**
-   * Idle: the first ready call waits window_ms for the calls served beside it (one transaction for them
-   * all). Busy: the next group gathers while this one is sent and goes the moment it is (group commit:
-   * under load the groups grow, not the wait).
+   * Idle: the first call waits window_ms for the calls served beside it (one transaction for them all).
+   * Busy: the next group gathers while this one is sent and goes the moment it is (group commit: under
+   * load the groups grow, not the wait).
    */
   private schedule(): void {
     if (this.sending || this.timer !== null) return
@@ -176,39 +176,87 @@ export class SettleBeforeAnswer {
     p.finally(() => this.inFlight.delete(p))
   }
 
+  /** Signs, writes the captures with the hash, broadcasts in nonce order; returns what is on its way. */
   private async sendGroup(items: Item[]): Promise<Array<{ items: Item[]; hash: Hash; sentMs: number }>> {
     const startMs = performance.now()
     for (const it of items) this.phase.queue.observe((startMs - it.readyAtMs) / 1000)
     earlySettlementBatchSize.observe(items.length)
-    const per = (await this.hasBatcher()) ? this.o.perTransaction : 1
-    const groups: Item[][] = []
-    for (let i = 0; i < items.length; i += per) groups.push(items.slice(i, i + per))
-    const sent = await this.send(groups)
+    let signed: Signed[] | null = null
+    let nonce = 0
+    try {
+      const per = (await this.hasBatcher()) ? this.o.perTransaction : 1
+      const groups: Item[][] = []
+      for (let i = 0; i < items.length; i += per) groups.push(items.slice(i, i + per))
+      const client = this.o.chain.publicClient
+      const [fees, next] = await Promise.all([
+        this.quote(),
+        this.nonce ?? pendingNonce(client, this.account.address),
+      ])
+      nonce = next
+      signed = await Promise.all(groups.map((g, i) => this.sign(g, nonce + i, fees)))
+    } catch (err) {
+      // Nothing signed: the captures are written all the same, without a hash (the job settles them).
+      this.o.logger.warn('settle before answer: could not sign; the settlement job settles these later', {
+        err,
+      })
+    }
+    const captureMs = performance.now()
+    const recorded = await this.writeCaptures(items, signed)
+    this.phase.capture.observe((performance.now() - captureMs) / 1000)
+    if (signed === null) {
+      for (const it of items) it.resolve(UNSENT)
+      return []
+    }
+    const out = await this.broadcastInOrder(signed, nonce, recorded)
     const sentMs = performance.now()
     this.phase.send.observe((sentMs - startMs) / 1000)
-    return sent.map((s) => ({ ...s, sentMs }))
+    return out.map((s) => ({ ...s, sentMs }))
   }
 
-  /** Signs, records, broadcasts in nonce order; returns what is on its way. */
-  private async send(groups: Item[][]): Promise<Array<{ items: Item[]; hash: Hash }>> {
+  /**
+   * Hands the captures to the batch writer, each with its transaction's hash and place (if signed), and
+   * waits for their commit, at most wait_ms. Returns the proof keys whose capture committed with the hash.
+   */
+  private async writeCaptures(items: Item[], signed: Signed[] | null): Promise<Set<string>> {
+    const places = new Map<Item, Capture['settlement']>()
+    for (const s of signed ?? []) {
+      for (const [index, it] of s.items.entries())
+        places.set(it, { hash: s.hash, index, count: s.items.length })
+    }
+    const writes: Array<Promise<boolean>> = []
+    for (const it of items) {
+      const settlement = places.get(it) ?? null
+      writes.push(
+        within(
+          new Promise<boolean>((resolve) =>
+            this.o.books.capture({ ...it.capture, settlement, onWritten: resolve }),
+          ),
+          this.o.waitMs,
+          false,
+        ),
+      )
+    }
+    const applied = await Promise.all(writes)
+    const recorded = new Set<string>()
+    for (const [i, it] of items.entries()) if (applied[i]) recorded.add(it.capture.proofKey)
+    return recorded
+  }
+
+  /**
+   * Broadcasts in nonce order. A transaction with a capture that did not commit in time (or found its claim
+   * no longer claimed) is not sent, nor any later nonce (no gap); their recorded hashes are forgotten (a
+   * capture committing later with one is found unmined by the leader's job, and signed again from there).
+   */
+  private async broadcastInOrder(
+    signed: Signed[],
+    nonce: number,
+    recorded: Set<string>,
+  ): Promise<Array<{ items: Item[]; hash: Hash }>> {
     const client = this.o.chain.publicClient
-    const [fees, nonce] = await Promise.all([
-      this.quote(),
-      this.nonce ?? pendingNonce(client, this.account.address),
-    ])
-    const signed = await Promise.all(groups.map((items, i) => this.sign(items, nonce + i, fees)))
-    const recorded = await recordSettlementTx(
-      this.o.sql,
-      signed.flatMap((s) =>
-        s.items.map((it, index) => ({ proofKey: it.proofKey, hash: s.hash, index, count: s.items.length })),
-      ),
-    )
     const out: Array<{ items: Item[]; hash: Hash }> = []
     let next = nonce
     for (const [i, s] of signed.entries()) {
-      // A claim the leader's job recorded first (it got there between our capture and our record): that
-      // transaction is not sent, nor any later nonce (no gap); the rest is the job's to settle.
-      const whole = s.items.every((it) => recorded.has(it.proofKey))
+      const whole = s.items.every((it) => recorded.has(it.capture.proofKey))
       const r = whole ? await broadcast(client, s.rawTx) : null
       if (r !== null && (r.ok || r.reason === 'already_known')) {
         out.push(s)
@@ -226,8 +274,8 @@ export class SettleBeforeAnswer {
       }
       for (const rest of signed.slice(i)) {
         for (const it of rest.items) {
-          if (recorded.has(it.proofKey))
-            await forgetSettlementTx(this.o.sql, { proofKey: it.proofKey, hash: rest.hash })
+          const proofKey = it.capture.proofKey
+          if (recorded.has(proofKey)) await forgetSettlementTx(this.o.sql, { proofKey, hash: rest.hash })
           it.resolve(UNSENT)
         }
       }
@@ -276,7 +324,7 @@ export class SettleBeforeAnswer {
     // outcome is left to the settlement job (which reads the same receipt) and the receipt says pending.
     const used: string[] = []
     for (const [i, it] of items.entries()) {
-      if (outcomes[i] === 'used') used.push(it.proofKey)
+      if (outcomes[i] === 'used') used.push(it.capture.proofKey)
       it.resolve(outcomes[i] === 'used' ? { state: 'settled', transaction: hash } : UNSENT)
     }
     // Booked now, after the answers went out (the same transition as the job's; whoever comes second
