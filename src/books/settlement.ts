@@ -21,14 +21,19 @@ export interface SettlementCandidate {
   settlement_tx: string | null
 }
 
-/** Authorizations whose settlement was sent (hash recorded) and whose outcome is not known yet. */
-export function listSentSettlements(db: Db): Promise<SettlementCandidate[]> {
-  return db<SettlementCandidate[]>`
-    SELECT proof_key, authorization_payload, settlement_tx FROM claims
+/**
+ * Authorizations whose settlement was sent (hash recorded) and whose outcome is not known yet, with how long
+ * ago the hash could have been recorded (a hash recorded moments ago may not be broadcast yet).
+ */
+export function listSentSettlements(db: Db): Promise<Array<SettlementCandidate & { age_ms: number }>> {
+  return db<Array<SettlementCandidate & { age_ms: number }>>`
+    SELECT proof_key, authorization_payload, settlement_tx,
+           (extract(epoch FROM now() - captured_at) * 1000)::float8 AS age_ms FROM claims
     WHERE kind = 'eip3009' AND status = 'captured' AND settlement_tx IS NOT NULL
       AND settled_at IS NULL AND settlement_error IS NULL
     UNION ALL
-    SELECT proof_key, authorization_payload, settlement_tx FROM claims
+    SELECT proof_key, authorization_payload, settlement_tx,
+           (extract(epoch FROM now() - claimed_at) * 1000)::float8 FROM claims
     WHERE status = 'settling' AND settlement_tx IS NOT NULL`
 }
 

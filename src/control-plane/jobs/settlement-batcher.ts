@@ -110,14 +110,14 @@ export async function settleAuthorizations(
   lock: TreasuryLock,
   perTransaction: () => Promise<number>,
 ): Promise<number> {
-  await resolveSent(deps)
-  const per = await perTransaction()
   // Fresh captures of endpoints that settle before the answer are that path's while their answers may still
   // wait for them (where the path exists: a settler key).
   const early = deps.config.settlement.before_answer
   const capturedBeforeMs =
     settleBeforeAnswerUnavailable(deps.config) === null ? early.window_ms + 2 * early.wait_ms : 0
   const defaultSettlement = early.enabled ? 'before_answer' : 'after'
+  await resolveSent(deps, capturedBeforeMs)
+  const per = await perTransaction()
   let sent = 0
   for (;;) {
     const due = await listDueSettlements(deps.sql, {
@@ -142,10 +142,14 @@ interface SignedSettlement {
 }
 
 /** Settlements already sent, grouped by transaction: final, lost, or still on their way. */
-async function resolveSent(deps: JobDeps): Promise<void> {
+async function resolveSent(deps: JobDeps, freshMs: number): Promise<void> {
   const { sql, chain, logger } = deps
   const byHash = new Map<Hash, SettlementCandidate[]>()
+  // The settle-before-answer path records a hash with the capture and broadcasts right after: a hash that
+  // young and unknown to the node is not lost yet (its outcome is looked up on a later run).
+  const young = new Set<Hash>()
   for (const c of await listSentSettlements(sql)) {
+    if (c.age_ms < freshMs) young.add(c.settlement_tx as Hash)
     const hash = c.settlement_tx as Hash
     const items = byHash.get(hash)
     if (items) items.push(c)
@@ -159,6 +163,7 @@ async function resolveSent(deps: JobDeps): Promise<void> {
       continue
     }
     // Still waiting in the node's pool: leave it, a second transaction for it would only revert.
+    if (young.has(hash)) continue
     const pending = await nullIfNotFound(chain.publicClient.getTransaction({ hash }))
     if (pending) continue
     // Never mined and unknown to the node: what is used anyway (anyone may submit an authorization; the

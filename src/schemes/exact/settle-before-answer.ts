@@ -33,6 +33,9 @@ const SETTLEMENT_GAS = 150_000n
 /** How long a fee quote is reused (a block or so: quoteFees already adds headroom over the base fee). */
 const FEES_TTL_MS = 1_000
 
+/** Settled authorizations are booked together at most this often (one database transaction each time). */
+const MARK_EVERY_MS = 200
+
 /**
  * What happened to one authorization before its answer:
  * - settled: mined in `transaction`, and the token logged this authorization used there;
@@ -87,8 +90,11 @@ export class SettleBeforeAnswer {
   private sending = false
   /** Fees quoted for the last batch, reused for FEES_TTL_MS: one RPC less per batch. */
   private fees: { quote: FeeQuote; atMs: number } | null = null
-  /** Groups being sent and receipts being awaited. */
+  /** Groups being sent, receipts being awaited, settlements being booked. */
   private readonly inFlight = new Set<Promise<unknown>>()
+  /** Authorizations the chain used in our transactions, with the block, not booked yet. */
+  private mined = new Map<string, bigint>()
+  private marking: Promise<void> | null = null
   private readonly phase = {
     queue: earlySettlementPhase.labels('queue'),
     capture: earlySettlementPhase.labels('capture'),
@@ -327,13 +333,27 @@ export class SettleBeforeAnswer {
       if (outcomes[i] === 'used') used.push(it.capture.proofKey)
       it.resolve(outcomes[i] === 'used' ? { state: 'settled', transaction: hash } : UNSENT)
     }
-    // Booked now, after the answers went out (the same transition as the job's; whoever comes second
-    // changes nothing): the call's receipt URL shows it settled, with its block, from the first read.
-    if (used.length === 0) return
-    const blocks = new Map(used.map((k) => [k, receipt.blockNumber]))
-    await settleAuthorizations(this.o.sql, { proofKeys: used, blocks }).catch((err) =>
-      this.o.logger.warn('settle before answer: marking settled failed; the settlement job will', { err }),
-    )
+    for (const k of used) this.mined.set(k, receipt.blockNumber)
+    if (used.length > 0) this.markSoon()
+  }
+
+  /**
+   * Books what the receipts showed used, after the answers went out (the same transition as the job's;
+   * whoever comes second changes nothing), the receipts of MARK_EVERY_MS in one transaction: the receipt URL
+   * shows the calls settled, with their block, within that, at a few commits a second whatever the load.
+   */
+  private markSoon(): void {
+    if (this.marking !== null) return
+    this.marking = new Promise<void>((resolve) => setTimeout(resolve, MARK_EVERY_MS)).then(async () => {
+      const blocks = this.mined
+      this.mined = new Map()
+      await settleAuthorizations(this.o.sql, { proofKeys: [...blocks.keys()], blocks }).catch((err) =>
+        this.o.logger.warn('settle before answer: marking settled failed; the settlement job will', { err }),
+      )
+      this.marking = null
+      if (this.mined.size > 0) this.markSoon()
+    })
+    this.track(this.marking)
   }
 
   /**
