@@ -141,11 +141,14 @@ beforeAll(async () => {
   upstream = await startUpstream()
   reader = createPublicClient({ chain: baseSepolia, transport: http(chain.rpcUrl) }) as never
   // The service default stays "after"; anvil's account 8 (ETH for gas, no payer, not the treasury) settles
-  // for the endpoints that ask.
+  // for the endpoints that ask. The leader's settlement job runs only when a test asks (runNow): what the
+  // receipt URL shows before it is then certain.
   svc = await startBaseSepoliaService(
     chain,
     chain.rpcUrl,
-    { settlement: { before_answer: { enabled: false, window_ms: 3, wait_ms: 2_000 } } } as never,
+    {
+      settlement: { interval_ms: 3_600_000, before_answer: { enabled: false, window_ms: 3, wait_ms: 2_000 } },
+    } as never,
     'warn',
     { SETTLER_PRIVATE_KEY: devAccount(8).privateKey },
   )
