@@ -14,7 +14,6 @@
 // The transactions are sent from the settler key, not the treasury: this process assigns its nonces alone
 // (one settler key per process), while the treasury's nonces belong to the leader's payouts and settlements.
 import type { Hash, Hex, PrivateKeyAccount, TransactionReceipt } from 'viem'
-import { privateKeyToAccount } from 'viem/accounts'
 import type { BatchWriter } from '../../books/batch-writer.ts'
 import type { Capture } from '../../books/claims.ts'
 import { forgetSettlementTx, settleAuthorizations } from '../../books/settlement.ts'
@@ -23,6 +22,7 @@ import { broadcast, type FeeQuote, pendingNonce, quoteFees } from '../../chain/p
 import type { StoredAuthorization } from '../../chain/settle.ts'
 import { signSettlement } from '../../chain/settle.ts'
 import { hasAuthorizationBatcher, settlementOutcomes, signSettlementBatch } from '../../chain/settle-batch.ts'
+import { signingAccount } from '../../chain/signing-account.ts'
 import type { Sql } from '../../db/sql.ts'
 import type { Logger } from '../../observability/logger.ts'
 import { earlySettlementBatchSize, earlySettlementPhase } from '../../observability/metrics.ts'
@@ -103,7 +103,8 @@ export class SettleBeforeAnswer {
   }
 
   constructor(private readonly o: SettleBeforeAnswerOptions) {
-    this.account = privateKeyToAccount(o.settlerKey)
+    // libsecp256k1 when its native binary loads (as the treasury's): a signature per group on the answers' path.
+    this.account = signingAccount(o.settlerKey)
   }
 
   get address(): Hex {
