@@ -44,6 +44,11 @@ export const ERRORS = {
   idempotency_key_reused: e(409, 'idempotency_error', 'this Idempotency-Key was used with another request'),
   idempotency_key_in_use: e(409, 'idempotency_error', 'the first request with this key is still running'),
   invalid_state: e(409, INVALID, 'the object is not in a state that allows this'),
+  settle_before_answer_unavailable: e(
+    409,
+    INVALID,
+    'this service cannot settle x402 payments before the answer (no settler key configured)',
+  ),
   body_too_large: e(413, INVALID, 'the body is too large'),
   unsupported_media_type: e(415, INVALID, 'send the body as JSON with Content-Type: application/json'),
   rate_limited: e(429, 'rate_limit_error', 'too many requests; retry after the Retry-After delay'),

@@ -56,8 +56,13 @@ export interface Capture {
   scheme?: string | null
   receiptId?: string | null
   /** Told once this capture's write committed (applied: the claim moved to captured), for a settlement
-   * that must find the claim captured before it records its transaction. Not written to the database. */
+   * that must find the claim captured before it broadcasts its transaction. Not written to the database. */
   onWritten?: (applied: boolean) => void
+  /**
+   * Settled before the answer: the signed settlement transaction that carries this authorization, and its
+   * place in it, recorded in the capture's own commit (before the broadcast, as recordSettlementTx would).
+   */
+  settlement?: { hash: string; index: number; count: number } | null
   /** The MCP tool a paid `tools/call` named. */
   tool?: string | null
 }
@@ -101,10 +106,13 @@ export async function claimAndCapture(
         AS t(call_id text, proof_key text, endpoint_id text, account_id text, owner_wallet text, payer text,
              amount bigint, owner_share bigint, fee bigint, status int, method text, pricing_model text,
              usage_unit text, usage jsonb, ceiling bigint, refund bigint, scheme text, receipt_id text,
-             tool text)
+             tool text, settlement_tx text, settlement_index int, settlement_count int)
     ),
     captured AS (
-      UPDATE claims k SET status = 'captured', captured_at = now(), lease_until = NULL
+      -- A claimed claim has no settlement_tx: a capture settled before the answer brings its own.
+      UPDATE claims k SET status = 'captured', captured_at = now(), lease_until = NULL,
+                          settlement_tx = i.settlement_tx, settlement_index = i.settlement_index,
+                          settlement_count = i.settlement_count
       FROM cap i WHERE k.proof_key = i.proof_key AND k.status = 'claimed'
       RETURNING k.proof_key, k.kind
     ),
@@ -198,6 +206,9 @@ function capturesJson(c: Capture[]): string {
       scheme: x.scheme ?? null,
       receipt_id: x.receiptId ?? null,
       tool: x.tool ?? null,
+      settlement_tx: x.settlement?.hash ?? null,
+      settlement_index: x.settlement?.index ?? null,
+      settlement_count: x.settlement?.count ?? null,
     })),
   )
 }

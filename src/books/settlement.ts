@@ -21,14 +21,19 @@ export interface SettlementCandidate {
   settlement_tx: string | null
 }
 
-/** Authorizations whose settlement was sent (hash recorded) and whose outcome is not known yet. */
-export function listSentSettlements(db: Db): Promise<SettlementCandidate[]> {
-  return db<SettlementCandidate[]>`
-    SELECT proof_key, authorization_payload, settlement_tx FROM claims
+/**
+ * Authorizations whose settlement was sent (hash recorded) and whose outcome is not known yet, with how long
+ * ago the hash could have been recorded (a hash recorded moments ago may not be broadcast yet).
+ */
+export function listSentSettlements(db: Db): Promise<Array<SettlementCandidate & { age_ms: number }>> {
+  return db<Array<SettlementCandidate & { age_ms: number }>>`
+    SELECT proof_key, authorization_payload, settlement_tx,
+           (extract(epoch FROM now() - captured_at) * 1000)::float8 AS age_ms FROM claims
     WHERE kind = 'eip3009' AND status = 'captured' AND settlement_tx IS NOT NULL
       AND settled_at IS NULL AND settlement_error IS NULL
     UNION ALL
-    SELECT proof_key, authorization_payload, settlement_tx FROM claims
+    SELECT proof_key, authorization_payload, settlement_tx,
+           (extract(epoch FROM now() - claimed_at) * 1000)::float8 FROM claims
     WHERE status = 'settling' AND settlement_tx IS NOT NULL`
 }
 
@@ -38,18 +43,22 @@ export function listSentSettlements(db: Db): Promise<SettlementCandidate[]> {
  */
 export function listDueSettlements(
   db: Db,
-  q: { limit: number; capturedBeforeMs?: number },
+  q: { limit: number; capturedBeforeMs?: number; defaultSettlement?: 'before_answer' | 'after' },
 ): Promise<SettlementCandidate[]> {
-  // capturedBeforeMs: claims captured more recently are left to the settle-before-answer path, which
-  // records its transaction on them within that time (else they would go out in the treasury's batch and
-  // their answers could not name a transaction).
+  // capturedBeforeMs: claims of endpoints that settle before the answer (their own choice, or
+  // defaultSettlement when they made none), captured more recently, are left to the settle-before-answer
+  // path, which records its transaction on them within that time (else they would go out in the treasury's
+  // batch and their answers could not name a transaction). Other endpoints' claims are due at once.
   const gapMs = q.capturedBeforeMs ?? 0
+  const byDefault = q.defaultSettlement ?? 'after'
   return db<SettlementCandidate[]>`
     SELECT proof_key, authorization_payload, settlement_tx FROM (
       SELECT proof_key, authorization_payload, settlement_tx, captured_at FROM claims
       WHERE kind = 'eip3009' AND status = 'captured' AND settlement_tx IS NULL
         AND settled_at IS NULL AND settlement_error IS NULL
-        AND captured_at <= now() - ${gapMs} * interval '1 millisecond'
+        AND (captured_at <= now() - ${gapMs} * interval '1 millisecond' OR NOT EXISTS (
+          SELECT 1 FROM endpoints e WHERE e.id = claims.target_id
+            AND coalesce(e.x402_settlement, ${byDefault}) = 'before_answer'))
       UNION ALL
       -- Checkout authorizations (each its own partial index: one status list would use neither).
       SELECT proof_key, authorization_payload, settlement_tx, claimed_at FROM claims
@@ -66,12 +75,14 @@ export function listDueSettlements(
  */
 export async function recordSettlementTx(
   db: Db,
-  txs: Array<{ proofKey: string; hash: string }>,
+  txs: Array<{ proofKey: string; hash: string; index: number; count: number }>,
 ): Promise<Set<string>> {
   if (txs.length === 0) return new Set()
+  // index / count: the authorization's place in its transaction (0 of 1 when sent alone), for its receipt.
   const rows = await db<{ proof_key: string }[]>`
-    UPDATE claims c SET settlement_tx = m.hash
-    FROM unnest(${txs.map((t) => t.proofKey)}::text[], ${txs.map((t) => t.hash)}::text[]) AS m(proof_key, hash)
+    UPDATE claims c SET settlement_tx = m.hash, settlement_index = m.i, settlement_count = m.n
+    FROM unnest(${txs.map((t) => t.proofKey)}::text[], ${txs.map((t) => t.hash)}::text[],
+                ${txs.map((t) => t.index)}::int[], ${txs.map((t) => t.count)}::int[]) AS m(proof_key, hash, i, n)
     WHERE c.proof_key = m.proof_key AND c.kind = 'eip3009' AND c.status IN ('captured', 'settling')
       AND c.settlement_tx IS NULL AND c.settled_at IS NULL AND c.settlement_error IS NULL
     RETURNING c.proof_key`
@@ -81,7 +92,7 @@ export async function recordSettlementTx(
 /** A recorded settlement that was never broadcast or never mined (and its authorization is unused): sign again. */
 export async function forgetSettlementTx(db: Db, q: { proofKey: string; hash: string }): Promise<boolean> {
   const rows = await db`
-    UPDATE claims SET settlement_tx = NULL
+    UPDATE claims SET settlement_tx = NULL, settlement_index = NULL, settlement_count = NULL
     WHERE proof_key = ${q.proofKey} AND settlement_tx = ${q.hash} AND settled_at IS NULL
       AND settlement_error IS NULL
     RETURNING proof_key`
@@ -96,7 +107,12 @@ export async function forgetSettlementTx(db: Db, q: { proofKey: string; hash: st
  */
 export function settleAuthorizations(
   sql: Sql,
-  q: { proofKeys: string[]; payments?: { ownerShareBps: number; view: PaymentView } },
+  q: {
+    proofKeys: string[]
+    /** The block that mined each one's settlement, by proof key (absent: found used some other way). */
+    blocks?: ReadonlyMap<string, bigint>
+    payments?: { ownerShareBps: number; view: PaymentView }
+  },
 ): Promise<string[]> {
   if (q.proofKeys.length === 0) return Promise.resolve([])
   return sql.begin(async (tx) => {
@@ -107,11 +123,13 @@ export function settleAuthorizations(
       WHERE proof_key = ANY(${q.proofKeys}::text[]) AND status = 'settling' ORDER BY target_id`
     if (targets.length > 0)
       await tx`SELECT id FROM payments WHERE id = ANY(${targets.map((t) => t.target_id)}::text[]) ORDER BY id FOR UPDATE`
+    const blocks = q.proofKeys.map((k) => q.blocks?.get(k)?.toString() ?? null)
     const rows = await tx<{ proof_key: string; status: string }[]>`
-      UPDATE claims SET settled_at = now()
-      WHERE proof_key = ANY(${q.proofKeys}::text[]) AND kind = 'eip3009' AND status IN ('captured', 'settling')
-        AND settled_at IS NULL AND settlement_error IS NULL
-      RETURNING proof_key, status`
+      UPDATE claims c SET settled_at = now(), settlement_block = m.block
+      FROM unnest(${q.proofKeys}::text[], ${blocks}::bigint[]) AS m(proof_key, block)
+      WHERE c.proof_key = m.proof_key AND c.kind = 'eip3009' AND c.status IN ('captured', 'settling')
+        AND c.settled_at IS NULL AND c.settlement_error IS NULL
+      RETURNING c.proof_key, c.status`
     const settled = rows.map((r) => r.proof_key)
     const calls = rows.filter((r) => r.status === 'captured').map((r) => r.proof_key)
     if (calls.length > 0) await bookCallRevenue(tx, { proofKeys: calls })

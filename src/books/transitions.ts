@@ -71,7 +71,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: 'claimed',
     to: 'captured',
     fn: 'captureClaim',
-    why: 'upstream answered < 500',
+    why: 'upstream answered < 500 (settled before the answer: with its settlement hash, before the broadcast)',
     writesCall: true,
   },
   {

@@ -108,6 +108,36 @@ export const Receipt = v.pipe(
     amount_atomic: Atomic,
     pricing_model: PricingModel,
     usage: CallUsage,
+    settlement: v.pipe(
+      v.strictObject({
+        status: v.pipe(
+          v.picklist(['pending', 'sent', 'settled', 'failed']),
+          v.description(
+            'pending: not sent yet (settled after the answer, in a batch); sent: a transaction carries it, not known mined; settled: used on chain; failed: expired unsent or reverted (the call stays unpaid)',
+          ),
+        ),
+        transaction: v.pipe(
+          v.nullable(v.string()),
+          v.description('the transaction that carries the payment (a transaction-hash payment: its own)'),
+        ),
+        block_number: v.pipe(
+          v.nullable(v.number()),
+          v.description('the block that mined it, once settled (null when it was used some other way)'),
+        ),
+        confirmations: v.pipe(
+          v.nullable(v.number()),
+          v.description('blocks from that block to the chain head at this read, inclusive'),
+        ),
+        batch: v.pipe(
+          v.nullable(v.strictObject({ transaction: v.string(), index: v.number(), count: v.number() })),
+          v.description(
+            'the payment’s place in its transaction: index (from 0) among the count of authorizations it carries (1: alone)',
+          ),
+        ),
+        error: v.pipe(v.nullable(v.string()), v.description('why it failed: expired, reverted')),
+      }),
+      v.description('Where the payment’s settlement on chain stands at this read.'),
+    ),
     created_at: Timestamp,
     delivered: v.pipe(
       v.nullable(v.strictObject({ body_sha256: v.string(), body_bytes: v.number() })),
@@ -130,7 +160,9 @@ export const Receipt = v.pipe(
       ),
     ),
   }),
-  v.description('What a paid call measured, delivered and was charged; written when its answer ended.'),
+  v.description(
+    'What a paid call measured, delivered and was charged, and where its settlement stands; written when its answer ended.',
+  ),
 )
 
 /** What tollgate measured of an endpoint's paid traffic (src/discovery/observed.ts). */

@@ -54,6 +54,8 @@ export interface LiveEndpoint {
   bodyPricing: BodyPricing | null
   /** The pass it sells; null: none (its 402 is the static one, and a sign-in header is not read). */
   pass: LivePass | null
+  /** Its x402 `exact` payments are settled before the answer (its own choice, or the process default). */
+  settleBeforeAnswer: boolean
 }
 
 /** Cached for unknown ids too (briefly), so random ids cannot hammer the database. */
@@ -77,6 +79,8 @@ export interface EndpointCacheOptions {
   signIn?: SignIn
   /** Keeps the tools a listed MCP endpoint's server lists (discovery); absent: not kept. */
   toolCatalogs?: Pick<ToolCatalogs, 'seen'>
+  /** What an endpoint that made no x402_settlement choice gets (settlement.before_answer.enabled). */
+  settleBeforeAnswerByDefault?: boolean
 }
 
 export function createEndpointCache(sql: Sql, options: EndpointCacheOptions) {
@@ -167,22 +171,7 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       }),
     }
   }
-  let quoteFor: LiveEndpoint['quoteFor']
-  if (pricing.model === 'rules') {
-    const rules = pricing.rules
-    const quotes = rules.map((r) => quote(r.priceAtomic, false, false))
-    const fallback = quote(pricing.defaultAtomic, false, false)
-    quoteFor = (method, subPath) => {
-      const i = ruleIndex(rules, method, subPath)
-      return i < 0 ? fallback : quotes[i]!
-    }
-  } else {
-    const only =
-      pricing.model === 'usage'
-        ? quote(pricing.maxAtomic, true, false)
-        : quote(pricing.priceAtomic, false, true)
-    quoteFor = () => only
-  }
+  const quoteFor = quotesFor(pricing, quote)
   return {
     id: row.id,
     resourceUrl,
@@ -210,6 +199,10 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
         resourceUrl,
         quote(sold.terms.priceAtomic, false, false, sold.what, httpBazaar, sold.at),
       ),
+    settleBeforeAnswer:
+      row.x402_settlement === null
+        ? (options.settleBeforeAnswerByDefault ?? false)
+        : row.x402_settlement === 'before_answer',
     bodyPricing: row.mcp === null ? null : compileMcp(row, options, quote, description),
   }
 }
@@ -297,4 +290,25 @@ function signInHeader(signIn: SignIn, challenge: Challenge, reason: string, reso
     `{"x402Version":2,"error":"${reason}"${rest.slice(0, -2)},` +
     `"${SIGN_IN_HEADER}":${signIn.challengeJson(resourceUrl, Date.now())}}}`
   return Buffer.from(text).toString('base64')
+}
+
+/** The 402 of each price the model states, built once: a rule's by its method and path, else the one price. */
+function quotesFor(
+  pricing: ReturnType<typeof pricingFromStored>,
+  quote: (amountAtomic: bigint, varies: boolean, floor: boolean) => Quote,
+): LiveEndpoint['quoteFor'] {
+  if (pricing.model === 'rules') {
+    const rules = pricing.rules
+    const quotes = rules.map((r) => quote(r.priceAtomic, false, false))
+    const fallback = quote(pricing.defaultAtomic, false, false)
+    return (method, subPath) => {
+      const i = ruleIndex(rules, method, subPath)
+      return i < 0 ? fallback : quotes[i]!
+    }
+  }
+  const only =
+    pricing.model === 'usage'
+      ? quote(pricing.maxAtomic, true, false)
+      : quote(pricing.priceAtomic, false, true)
+  return () => only
 }

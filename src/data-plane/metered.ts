@@ -430,7 +430,12 @@ class MeteredCall implements ProxyHooks {
     const entry = this.endpoint!
     if (this.span !== null) this.step = startChildSpan(this.span, 'verify')
     const verdict = this.ctx.schemes.verify(proof, {
-      endpoint: { id: entry.id, accountId: entry.accountId, timeoutMs: entry.target.timeoutMs },
+      endpoint: {
+        id: entry.id,
+        accountId: entry.accountId,
+        timeoutMs: entry.target.timeoutMs,
+        settleBeforeAnswer: entry.settleBeforeAnswer,
+      },
       quote: this.quote!,
       nowMs: Date.now(),
       client: this.client,

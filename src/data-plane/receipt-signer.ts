@@ -39,6 +39,7 @@ const CALL_RECEIPT_TYPES = {
     { name: 'bodySha256', type: 'string' },
     { name: 'bodyBytes', type: 'uint256' },
     { name: 'usage', type: 'string' },
+    { name: 'settlementTx', type: 'string' },
     { name: 'issuedAt', type: 'uint256' },
   ],
 } as const
@@ -76,6 +77,8 @@ export interface CallReceiptPayload {
   bodyBytes: number
   /** The measured usage as JSON text ('' for fixed and rules prices). */
   usage: string
+  /** The transaction that used the payment on chain, once it did; '' before. */
+  settlementTx: string
   issuedAt: number
 }
 
@@ -246,8 +249,9 @@ export function withSignedReceipt(
     resourceUrl: facts.resourceUrl,
     payer: facts.payer,
     issuedAt: Math.floor(facts.nowMs / 1000),
-    // Settlement comes later (batched): the hash is on the receipt URL once known, not signed here.
-    transaction: '',
+    // Settled before this answer: the mined transaction is signed with it. Settled later (batched) or only
+    // sent: '' here, and the receipt URL shows the transaction once the chain used the payment.
+    transaction: body.success === true && typeof body.transaction === 'string' ? body.transaction : '',
   })
   const extensions = {
     ...(body.extensions as Record<string, unknown> | undefined),

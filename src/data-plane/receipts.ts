@@ -1,6 +1,7 @@
 // GET /receipts/:receipt_id: a paid call's receipt, public (the id is unguessable: 107 random bits, given
 // only to the payer in the answer's x-receipt-id). Written with the call once its answer ended: until then,
-// and for an unknown id, 404. Shows what was measured and charged, never the owner's share or keys.
+// and for an unknown id, 404. Shows what was measured and charged, never the owner's share or keys, and where
+// the payment's settlement stands: its transaction, block and confirmations, its place in a batch.
 import type { ReceiptRow } from '../db/calls.ts'
 import { findReceipt, usageView } from '../db/calls.ts'
 import { findDelivery } from '../db/discovery.ts'
@@ -18,6 +19,8 @@ const RECEIPT_ID = /^rcpt_[0-9A-Za-z]{18}$/
 export interface ReceiptRouteDeps {
   sql: Sql
   logger: Logger
+  /** The chain's head block (cached briefly by the client): a settlement's confirmations are counted from it. */
+  headBlock?: () => Promise<bigint>
   /** Signs the final receipt (what was delivered and charged); absent: unsigned. */
   signing?: { signer: ReceiptSigner; network: string; publicUrl(): string }
 }
@@ -45,35 +48,58 @@ export function createReceiptRoute(deps: ReceiptRouteDeps) {
       missing()
       return
     }
-    Promise.all([findReceipt(deps.sql, id), findDelivery(deps.sql, id)]).then(
-      ([row, delivery]) => {
-        if (aborted) return
-        if (row === null) {
-          missing()
-          return
-        }
-        const body = JSON.stringify(withDelivery(presentReceipt(row), row, delivery, deps.signing))
-        res.cork(() => {
-          res.writeStatus('200 OK').writeHeader('content-type', 'application/json; charset=utf-8')
-          res.writeHeader('x-request-id', requestId)
-          res.writeHeader('access-control-allow-origin', '*')
-          // Final once written: a receipt never changes.
-          res.writeHeader('cache-control', 'public, max-age=86400, immutable')
-          res.end(body)
-        })
-      },
-      (err) => {
-        deps.logger.error('receipt lookup failed', { request_id: requestId, err })
-        if (aborted) return
-        res.cork(() =>
-          writeError(res, 'verification_unavailable', requestId, { message: 'retry shortly' }, CORS_HEADERS),
-        )
-      },
-    )
+    Promise.all([findReceipt(deps.sql, id), findDelivery(deps.sql, id)])
+      .then(async ([row, delivery]) => {
+        if (row === null) return null
+        // The head only when there is a block to count from; a failed read shows no count, not an error.
+        const head =
+          row.settlement_block !== null && row.settled_at !== null && deps.headBlock !== undefined
+            ? await deps.headBlock().catch(() => null)
+            : null
+        return { row, delivery, head }
+      })
+      .then(
+        (found) => {
+          if (aborted) return
+          if (found === null) {
+            missing()
+            return
+          }
+          const { row, delivery, head } = found
+          const receipt = withDelivery(presentReceipt(row, head), row, delivery, deps.signing)
+          const body = JSON.stringify(receipt)
+          res.cork(() => {
+            res.writeStatus('200 OK').writeHeader('content-type', 'application/json; charset=utf-8')
+            res.writeHeader('x-request-id', requestId)
+            res.writeHeader('access-control-allow-origin', '*')
+            // It changes until the delivery is recorded (only digested where receipts are signed) and the
+            // settlement is final (settled or failed), and the confirmations keep counting after: cached
+            // briefly once final, revalidated before that.
+            const final =
+              (receipt.delivered !== null || deps.signing === undefined) &&
+              (receipt.settlement.status === 'settled' || receipt.settlement.status === 'failed')
+            res.writeHeader('cache-control', final ? 'public, max-age=60' : 'no-cache')
+            res.end(body)
+          })
+        },
+        (err) => {
+          deps.logger.error('receipt lookup failed', { request_id: requestId, err })
+          if (aborted) return
+          res.cork(() =>
+            writeError(
+              res,
+              'verification_unavailable',
+              requestId,
+              { message: 'retry shortly' },
+              CORS_HEADERS,
+            ),
+          )
+        },
+      )
   }
 }
 
-export function presentReceipt(r: ReceiptRow) {
+export function presentReceipt(r: ReceiptRow, head: bigint | null = null) {
   return {
     id: r.receipt_id,
     object: 'receipt',
@@ -88,7 +114,50 @@ export function presentReceipt(r: ReceiptRow) {
     amount_atomic: r.amount_atomic.toString(),
     pricing_model: r.pricing_model,
     usage: usageView(r),
+    settlement: presentSettlement(r, head),
     created_at: r.created_at.toISOString(),
+  }
+}
+
+/**
+ * Where the payment's settlement stands. A transaction-hash payment was settled by the payer's own
+ * transaction. Others: pending (not sent yet), sent (a transaction carries it, not known mined), settled
+ * (used on chain), failed (never to be: expired unsent, or reverted). block_number is the block of the
+ * transaction that used it (null when it was found used some other way); confirmations are counted from the
+ * chain's head at this read. batch: the authorization's place among those its transaction carries.
+ */
+function presentSettlement(r: ReceiptRow, head: bigint | null) {
+  if (r.claim_kind === 'tx') {
+    const transaction = r.proof_key.startsWith('tx:') ? r.proof_key.slice(3) : null
+    return {
+      status: 'settled' as const,
+      transaction,
+      block_number: null,
+      confirmations: null,
+      batch: null,
+      error: null,
+    }
+  }
+  const status =
+    r.settlement_error !== null
+      ? ('failed' as const)
+      : r.settled_at !== null
+        ? ('settled' as const)
+        : r.settlement_tx !== null
+          ? ('sent' as const)
+          : ('pending' as const)
+  const block = status === 'settled' ? r.settlement_block : null
+  return {
+    status,
+    transaction: r.settlement_tx,
+    block_number: block === null ? null : Number(block),
+    // Mined is one confirmation: a head cached from before that block still counts it.
+    confirmations: block === null || head === null ? null : head < block ? 1 : Number(head - block + 1n),
+    batch:
+      r.settlement_tx === null || r.settlement_index === null || r.settlement_count === null
+        ? null
+        : { transaction: r.settlement_tx, index: r.settlement_index, count: r.settlement_count },
+    error: r.settlement_error,
   }
 }
 
@@ -116,6 +185,8 @@ function withDelivery(
     bodySha256: delivery?.body_sha256 ?? '',
     bodyBytes: delivery?.body_bytes ?? 0,
     usage: receipt.usage === null ? '' : JSON.stringify(receipt.usage),
+    // Signed once the chain used the payment ('' before): the signature attests where it settled.
+    settlementTx: receipt.settlement.status === 'settled' ? (receipt.settlement.transaction ?? '') : '',
     // The call's time, not the read's: the same receipt signs the same bytes on every read.
     issuedAt: Math.floor(row.created_at.getTime() / 1000),
   })

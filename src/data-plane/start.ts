@@ -257,6 +257,7 @@ function endpointCacheOptions(
     defaultTimeoutMs: config.proxy.upstream_timeout_ms,
     allowPrivate: config.proxy.allow_private_upstreams,
     maxTimeoutSeconds: config.x402.max_timeout_seconds,
+    settleBeforeAnswerByDefault: config.settlement.before_answer.enabled,
   }
 }
 
@@ -267,6 +268,8 @@ function publicReads(deps: DataPlaneDeps, endpoints: EndpointCache, signer: Rece
     receipts: createReceiptRoute({
       sql: db.sql,
       logger,
+      // Cached a second by the client and shared by concurrent reads: one RPC per second at most.
+      headBlock: () => deps.chain.publicClient.getBlockNumber({ cacheTime: 1_000 }),
       signing:
         signer === undefined ? undefined : { signer, network: chainInfo.caip2, publicUrl: deps.publicUrl },
     }),

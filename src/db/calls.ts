@@ -64,6 +64,14 @@ export async function listCalls(
 export interface ReceiptRow extends CallRow {
   receipt_id: string
   scheme: string | null
+  /** The claim's kind ('tx', 'eip3009', 'batch', 'upto') and its settlement so far. */
+  claim_kind: string
+  settlement_tx: string | null
+  settled_at: Date | null
+  settlement_error: string | null
+  settlement_block: bigint | null
+  settlement_index: number | null
+  settlement_count: number | null
 }
 
 /**
@@ -85,10 +93,14 @@ export function usageView(c: CallRow) {
 }
 
 export async function findReceipt(db: Sql | Tx, receiptId: string): Promise<ReceiptRow | null> {
+  // The claim rides along (one statement): the receipt shows where the payment's settlement stands.
   const [row] = await db<ReceiptRow[]>`
-    SELECT id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic, fee_atomic,
-           upstream_status, method, tool, created_at, receipt_id, scheme, pricing_model, usage_unit, usage,
-           ceiling_atomic, refund_atomic
-    FROM calls WHERE receipt_id = ${receiptId}`
+    SELECT c.id, c.proof_key, c.endpoint_id, c.account_id, c.payer, c.amount_atomic, c.owner_share_atomic,
+           c.fee_atomic, c.upstream_status, c.method, c.tool, c.created_at, c.receipt_id, c.scheme,
+           c.pricing_model, c.usage_unit, c.usage, c.ceiling_atomic, c.refund_atomic,
+           k.kind AS claim_kind, k.settlement_tx, k.settled_at, k.settlement_error, k.settlement_block,
+           k.settlement_index, k.settlement_count
+    FROM calls c JOIN claims k ON k.proof_key = c.proof_key
+    WHERE c.receipt_id = ${receiptId}`
   return row ?? null
 }

@@ -7,6 +7,9 @@ import type { StoredPass } from '../pricing/pass.ts'
 import { afterCursor } from './cursor.ts'
 import type { Sql, Tx } from './sql.ts'
 
+/** before_answer: the answer's head waits for the mined settlement; after: settled in the leader's batches. */
+export type X402Settlement = 'before_answer' | 'after'
+
 export interface EndpointRow {
   id: string
   account_id: string
@@ -29,6 +32,8 @@ export interface EndpointRow {
   mcp: StoredMcp | null
   /** The pass it sells (N calls, T seconds, or both, at a price); null: none. */
   pass: StoredPass | null
+  /** When an x402 `exact` authorization is settled; null: the process default (settlement.before_answer). */
+  x402_settlement: X402Settlement | null
   status: 'active' | 'disabled'
   version: number
   created_at: Date
@@ -36,7 +41,7 @@ export interface EndpointRow {
 }
 
 const COLUMNS =
-  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, batch_settlement, pricing, listed, discovery, mcp, pass, status, version, created_at, updated_at'
+  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, batch_settlement, pricing, listed, discovery, mcp, pass, x402_settlement, status, version, created_at, updated_at'
 
 /** The channel that tells every instance an endpoint changed (payload: its id). */
 export const ENDPOINT_CHANGED_CHANNEL = 'tollgate_endpoint_changed'
@@ -58,6 +63,7 @@ export async function insertEndpoint(
     discovery?: StoredDiscovery | null
     mcp?: StoredMcp | null
     pass?: StoredPass | null
+    x402Settlement?: X402Settlement | null
   },
 ): Promise<EndpointRow> {
   const pricing = e.pricing ? db.json(e.pricing as never) : null
@@ -66,10 +72,10 @@ export async function insertEndpoint(
   const pass = e.pass ? db.json(e.pass as never) : null
   const [row] = await db<EndpointRow[]>`
     INSERT INTO endpoints (id, account_id, name, description, upstream_url, upstream_headers, price_atomic, timeout_ms,
-                           batch_settlement, pricing, listed, discovery, mcp, pass)
+                           batch_settlement, pricing, listed, discovery, mcp, pass, x402_settlement)
     VALUES (${e.id}, ${e.accountId}, ${e.name}, ${e.description}, ${e.upstreamUrl},
             ${db.json(e.upstreamHeaders)}, ${e.priceAtomic}, ${e.timeoutMs}, ${e.batchSettlement ?? false},
-            ${pricing}, ${e.listed ?? false}, ${discovery}, ${mcp}, ${pass})
+            ${pricing}, ${e.listed ?? false}, ${discovery}, ${mcp}, ${pass}, ${e.x402Settlement ?? null})
     RETURNING ${db.unsafe(COLUMNS)}`
   return row!
 }
@@ -96,7 +102,7 @@ export interface LiveEndpointRow extends EndpointRow {
 export async function findLiveEndpoint(db: Sql | Tx, id: string): Promise<LiveEndpointRow | null> {
   const [row] = await db<LiveEndpointRow[]>`
     SELECT e.id, e.account_id, e.name, e.description, e.upstream_url, e.upstream_headers, e.price_atomic,
-           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.batch_settlement, e.pricing, e.listed, e.discovery, e.mcp, e.pass, e.status,
+           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.batch_settlement, e.pricing, e.listed, e.discovery, e.mcp, e.pass, e.x402_settlement, e.status,
            e.version, e.created_at,
            e.updated_at, a.wallet_address AS owner_wallet,
            CASE WHEN e.listed AND e.mcp IS NOT NULL
@@ -136,6 +142,8 @@ export interface EndpointChanges {
   mcp?: StoredMcp | null
   /** Replaces the pass it sells (null: none; passes already bought stay valid). */
   pass?: StoredPass | null
+  /** null: back to the process default. */
+  x402Settlement?: X402Settlement | null
 }
 
 /**
@@ -161,6 +169,7 @@ export async function updateEndpoint(
     set.discovery = changes.discovery === null ? null : db.json(changes.discovery as never)
   if (changes.pricing !== undefined)
     set.pricing = changes.pricing === null ? null : db.json(changes.pricing as never)
+  if (changes.x402Settlement !== undefined) set.x402_settlement = changes.x402Settlement
   if (changes.mcp !== undefined) set.mcp = changes.mcp === null ? null : db.json(changes.mcp as never)
   if (changes.pass !== undefined) set.pass = changes.pass === null ? null : db.json(changes.pass as never)
   if (changes.priceAtomic !== undefined && changes.priceAtomic !== current.price_atomic) {

@@ -325,6 +325,26 @@ export const settlementBatchSize = new client.Histogram({
   registers: [registry],
 })
 
+/**
+ * Settle before the answer, where an answer's wait goes. phase: capture (served → its capture committed),
+ * queue (committed → its transaction's turn to be signed), send (sign, record the hash, broadcast; per
+ * transaction group), receipt (broadcast → receipt read; per transaction). Observed per call for the first two.
+ */
+export const earlySettlementPhase = new client.Histogram({
+  name: 'tollgate_x402_settle_before_answer_phase_seconds',
+  help: 'Settle-before-answer time by phase: capture, queue (per call), send, receipt (per transaction group).',
+  labelNames: ['phase'] as const,
+  buckets: LATENCY_BUCKETS,
+  registers: [registry],
+})
+
+export const earlySettlementBatchSize = new client.Histogram({
+  name: 'tollgate_x402_settle_before_answer_batch_size',
+  help: 'Authorizations signed, recorded and broadcast together by the settle-before-answer path.',
+  buckets: [1, 2, 5, 10, 25, 50, 100, 200],
+  registers: [registry],
+})
+
 // ---- Operations: values sampled when Prometheus scrapes, for deploy/alerts.yml. ----------------
 // They describe shared state (the database, the chain), so every instance reports the same values: alert
 // rules take max() across instances, and a parent's sum over its workers takes their max (aggregator).

@@ -3,7 +3,7 @@
 // in doubt otherwise (refunded or voided at the end of its window by the expiry job). The SQL is src/books/.
 import type { LRUCache } from 'lru-cache'
 import type { BatchWriter } from '../books/batch-writer.ts'
-import { releaseClaim } from '../books/claims.ts'
+import { type Capture, releaseClaim } from '../books/claims.ts'
 import type { Sql } from '../db/sql.ts'
 import { splitOwnerShare } from '../money.ts'
 import type { Logger } from '../observability/logger.ts'
@@ -51,8 +51,11 @@ export interface ClaimedPaymentInit {
   accountId: string
   leaseMs: number
   receipt(served: boolean): [string, string]
-  /** Settles before the answer (its scheme is configured so): the receipt once that is done. */
-  settleEarly?: (written: Promise<boolean>) => Promise<[string, string]>
+  /**
+   * Settles before the answer (its endpoint asks so): takes the capture, writes it with the settlement
+   * transaction that carries it, and resolves with the receipt once that is done.
+   */
+  settleEarly?: (capture: Capture) => Promise<[string, string]>
 }
 
 export class ClaimedPayment implements Payment {
@@ -63,8 +66,8 @@ export class ClaimedPayment implements Payment {
   readonly transaction: string | null
   /** The claim attempt this request holds (its release names it). */
   attempt = 0
-  /** Resolves when the capture is committed, when someone waits for it (settle before answer). */
-  private written: Promise<boolean> | null = null
+  /** The receipt once settled before the answer (set by capture() when its endpoint asks for it). */
+  private settling: Promise<[string, string]> | null = null
 
   constructor(
     private readonly deps: ClaimedPaymentDeps,
@@ -108,14 +111,7 @@ export class ClaimedPayment implements Payment {
   capture(call: ServedCall): void {
     const split = splitOwnerShare(call.chargeAtomic, this.deps.ownerShareBps)
     const usage = call.usage
-    let onWritten: ((applied: boolean) => void) | undefined
-    if (this.init.settleEarly !== undefined) {
-      this.written = new Promise<boolean>((resolve) => {
-        onWritten = resolve
-      })
-    }
-    this.deps.books.capture({
-      onWritten,
+    const capture: Capture = {
       callId: call.callId,
       proofKey: this.proofKey,
       endpointId: call.endpointId,
@@ -139,7 +135,11 @@ export class ClaimedPayment implements Payment {
       scheme: this.scheme,
       receiptId: call.receiptId,
       tool: call.tool ?? null,
-    })
+    }
+    // Settled before the answer: the settler writes the capture itself, in any case, with the hash of the
+    // transaction that carries the authorization when it signed one.
+    if (this.init.settleEarly !== undefined) this.settling = this.init.settleEarly(capture)
+    else this.deps.books.capture(capture)
     this.deps.usedProofs.set(this.proofKey, true)
   }
 
@@ -167,8 +167,7 @@ export class ClaimedPayment implements Payment {
   }
 
   settleBeforeAnswer(): Promise<[string, string]> | null {
-    if (this.init.settleEarly === undefined || this.written === null) return null
-    return this.init.settleEarly(this.written)
+    return this.settling
   }
 }
 

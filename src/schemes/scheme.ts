@@ -64,7 +64,13 @@ export interface Quote {
 
 /** What the payment must cover for this request. */
 export interface PayQuery {
-  endpoint: { id: string; accountId: string; timeoutMs: number }
+  endpoint: {
+    id: string
+    accountId: string
+    timeoutMs: number
+    /** The endpoint asks for its payment to be settled before the answer (schemes that can, do). */
+    settleBeforeAnswer?: boolean
+  }
   quote: Quote
   nowMs: number
   /** The client's rate-limit key ('' when limits are off): bounds its chain look-ups in flight. */

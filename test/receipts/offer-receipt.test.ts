@@ -3,7 +3,7 @@
 // /receipts/:id signed over what the call delivered (body SHA-256) and was charged.
 import { createHash } from 'node:crypto'
 import { x402Client } from '@x402/core/client'
-import { decodePaymentRequiredHeader } from '@x402/core/http'
+import { decodePaymentRequiredHeader, decodePaymentResponseHeader } from '@x402/core/http'
 import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import {
   decodeSignedOffers,
@@ -20,6 +20,7 @@ import { wrapFetchWithPayment } from '@x402/fetch'
 import { recoverTypedDataAddress } from 'viem'
 import { privateKeyToAccount, privateKeyToAddress } from 'viem/accounts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { devAccount } from '../../src/chain/dev-accounts.ts'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { loadConfig } from '../../src/config/load.ts'
 import { createLogger } from '../../src/observability/logger.ts'
@@ -38,6 +39,7 @@ describe('offer-receipt', () => {
   let svc: Service
   let upstream: Upstream
   let meteredUrl: string
+  let settledUrl: string
 
   beforeAll(async () => {
     chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
@@ -52,6 +54,8 @@ describe('offer-receipt', () => {
         TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
         RECEIPT_SIGNING_KEY: SIGNING_KEY,
         RECEIPT_PREVIOUS_SIGNERS: OLD_SIGNER,
+        // Lets an endpoint settle before the answer (anvil's account 8: gas, no payer, not the treasury).
+        SETTLER_PRIVATE_KEY: devAccount(8).privateKey,
         ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}),
       },
       overrides: { database: { data_dir: 'memory://' }, proxy: { allow_private_upstreams: true } } as never,
@@ -65,6 +69,11 @@ describe('offer-receipt', () => {
       body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
     })
     meteredUrl = ep.body.metered_url
+    const early = await callApi(svc.url, '/api/v1/endpoints', {
+      key: reg.body.api_key,
+      body: { upstream_url: `${upstream.url}/echo`, price: 0.01, x402_settlement: 'before_answer' },
+    })
+    settledUrl = early.body.metered_url
   })
   afterAll(async () => {
     await svc?.stop()
@@ -153,5 +162,52 @@ describe('offer-receipt', () => {
       upstreamStatus: 200,
     })
     expect(await verify({ ...message, bodySha256: '00'.repeat(32) })).not.toBe(keys.current.address)
+  })
+
+  it('settled before the answer: both signed receipts name the mined transaction and still verify', async () => {
+    const payer = privateKeyToAccount(chain.payers[1]!.privateKey)
+    const client = new x402Client()
+    registerExactEvmScheme(client, { signer: payer as never })
+    const paid = await wrapFetchWithPayment(fetch, client)(settledUrl)
+    expect(paid.status).toBe(200)
+    await paid.arrayBuffer()
+    const settlement = decodePaymentResponseHeader(paid.headers.get('payment-response')!)
+    expect(settlement.success).toBe(true)
+    expect(settlement.transaction).toMatch(/^0x[0-9a-f]{64}$/)
+    // The offer-receipt receipt, verified by the published code, signs the transaction the answer names.
+    const receipt = extractReceiptFromResponse(paid) as EIP712SignedReceipt
+    const { signer, payload } = await verifyReceiptSignatureEIP712(receipt)
+    expect(signer).toBe(privateKeyToAddress(SIGNING_KEY))
+    expect(payload.transaction).toBe(settlement.transaction)
+    const forged = { ...receipt, payload: { ...receipt.payload, transaction: `0x${'00'.repeat(32)}` } }
+    expect((await verifyReceiptSignatureEIP712(forged)).signer).not.toBe(privateKeyToAddress(SIGNING_KEY))
+
+    // The final receipt signs it too, once the receipt URL shows it settled.
+    await svc.flushCaptures()
+    const url = `${svc.url}/receipts/${paid.headers.get('x-receipt-id')}`
+    await expect
+      .poll(async () => (await (await fetch(url)).json()).settlement.status, { timeout: 5_000, interval: 50 })
+      .toBe('settled')
+    const final = await (await fetch(url)).json()
+    expect(final.settlement.transaction).toBe(settlement.transaction)
+    const keys = await (await fetch(`${svc.url}/.well-known/x402-receipt-keys.json`)).json()
+    const p = final.signed.payload
+    expect(p.settlementTx).toBe(settlement.transaction)
+    const message = {
+      ...p,
+      upstreamStatus: BigInt(p.upstreamStatus),
+      bodyBytes: BigInt(p.bodyBytes),
+      issuedAt: BigInt(p.issuedAt),
+    }
+    const verify = (m: typeof message) =>
+      recoverTypedDataAddress({
+        domain: keys.domains.call_receipt,
+        types: keys.call_receipt_types,
+        primaryType: 'CallReceipt',
+        message: m,
+        signature: final.signed.signature,
+      })
+    expect(await verify(message)).toBe(keys.current.address)
+    expect(await verify({ ...message, settlementTx: `0x${'00'.repeat(32)}` })).not.toBe(keys.current.address)
   })
 })

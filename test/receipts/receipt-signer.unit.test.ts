@@ -67,6 +67,7 @@ describe('receipt signer', () => {
       bodySha256: 'ab'.repeat(32),
       bodyBytes: 12,
       usage: '',
+      settlementTx: `0x${'cd'.repeat(32)}`,
       issuedAt: 1_800_000_000,
     })
     const keys = signer.publicKeys()
@@ -81,6 +82,14 @@ describe('receipt signer', () => {
       await recoverTypedDataAddress({
         ...args,
         message: { ...message, amountAtomic: '1' },
+        signature: r.signature,
+      }),
+    ).not.toBe(signer.address)
+    // The settlement transaction is signed too: another one does not recover the signer.
+    expect(
+      await recoverTypedDataAddress({
+        ...args,
+        message: { ...message, settlementTx: `0x${'ef'.repeat(32)}` },
         signature: r.signature,
       }),
     ).not.toBe(signer.address)

@@ -1,8 +1,10 @@
-// Settled before the answer (settlement.before_answer): what the four published clients read is "paid",
-// with the hash of a mined transaction that carries the payer's authorization. The x402 end-to-end suite's
-// pass rule is applied to what each reports: success true, a non-empty transaction, no errorReason.
+// Per endpoint, in one service: an endpoint set to settle before the answer gives the four published clients
+// a receipt they read as paid, with the hash of a mined transaction that carries the payer's authorization;
+// an endpoint left to settle after keeps the honest pending receipt. The x402 end-to-end suite's pass rule is
+// applied to what each client reports: success true, a non-empty transaction, no errorReason. The receipt
+// URL (/receipts/:id) shows the settlement: transaction, block, confirmations, the call's place in its batch.
 // @x402/fetch and @x402/axios (v2, PAYMENT-RESPONSE) and x402-fetch and x402-axios (v1, X-PAYMENT-RESPONSE),
-// all unchanged, against a private anvil announced as base-sepolia.
+// all unchanged, against a private anvil announced as base-sepolia (AuthorizationBatcher present).
 
 import { wrapAxiosWithPayment } from '@x402/axios'
 import { x402Client, x402HTTPClient } from '@x402/core/client'
@@ -46,23 +48,37 @@ let chain: DevChain
 let svc: Service
 let upstream: Awaited<ReturnType<typeof startUpstream>>
 let reader: ReturnType<typeof createPublicClient>
+let apiKey: string
+/** Set to before_answer. */
 let meteredUrl: string
+/** No choice made: the service default, settle after. */
+let afterUrl: string
 
 /** The x402 e2e suite's rule for a paid call: success, a non-empty transaction, no errorReason. */
 function passesE2eRule(r: { success?: boolean; transaction?: string; errorReason?: string }): boolean {
   return r.success === true && typeof r.transaction === 'string' && r.transaction.length > 0 && !r.errorReason
 }
 
-/** The transaction is mined, succeeded, and the token logged this payer's authorization used in it. */
-async function carriesAuthorizationOf(tx: Hex, payer: Address): Promise<boolean> {
+/**
+ * The transaction is mined and succeeded, and the token logged this payer's authorization used in it: its
+ * place among the authorizations the transaction used (index of the payer's AuthorizationUsed log, count);
+ * null when it does not carry it.
+ */
+async function placeOf(
+  tx: Hex,
+  payer: Address,
+): Promise<{ index: number; count: number; block: bigint } | null> {
   const receipt = await reader.getTransactionReceipt({ hash: tx })
-  if (receipt.status !== 'success') return false
-  const logs = parseEventLogs({ abi: usdc, logs: receipt.logs, eventName: 'AuthorizationUsed' })
-  return logs.some(
-    (l) =>
-      l.address.toLowerCase() === chain.usdcAddress.toLowerCase() &&
-      l.args.authorizer.toLowerCase() === payer.toLowerCase(),
+  if (receipt.status !== 'success') return null
+  const used = parseEventLogs({ abi: usdc, logs: receipt.logs, eventName: 'AuthorizationUsed' }).filter(
+    (l) => l.address.toLowerCase() === chain.usdcAddress.toLowerCase(),
   )
+  const index = used.findIndex((l) => l.args.authorizer.toLowerCase() === payer.toLowerCase())
+  return index < 0 ? null : { index, count: used.length, block: receipt.blockNumber }
+}
+
+async function carriesAuthorizationOf(tx: Hex, payer: Address): Promise<boolean> {
+  return (await placeOf(tx, payer)) !== null
 }
 
 function balanceOf(owner: Address): Promise<bigint> {
@@ -72,6 +88,38 @@ function balanceOf(owner: Address): Promise<bigint> {
     functionName: 'balanceOf',
     args: [owner],
   })
+}
+
+async function receiptAt(id: string | null | undefined) {
+  const r = await fetch(`${svc.url}/receipts/${id}`)
+  return { status: r.status, cacheControl: r.headers.get('cache-control'), body: await r.json() }
+}
+
+/**
+ * The receipt URL shows the settlement the answer named: settled, in that transaction, at its block, with
+ * confirmations counted to the head, and the call's place in the transaction as the chain logged it. The
+ * answer goes out before the settlement is booked (just after): read until it is.
+ */
+async function expectReceiptUrlShowsSettlement(receiptId: string | null, tx: Hex, payer: Address) {
+  expect(receiptId).toMatch(/^rcpt_/)
+  const place = await placeOf(tx, payer)
+  expect(place).not.toBeNull()
+  await expect
+    .poll(async () => (await receiptAt(receiptId)).body.settlement?.status, { timeout: 5_000, interval: 50 })
+    .toBe('settled')
+  const { status, body } = await receiptAt(receiptId)
+  expect(status).toBe(200)
+  const head = await reader.getBlockNumber({ cacheTime: 0 })
+  expect(body.settlement).toMatchObject({
+    status: 'settled',
+    transaction: tx,
+    block_number: Number(place!.block),
+    batch: { transaction: tx, index: place!.index, count: place!.count },
+    error: null,
+  })
+  expect(body.settlement.confirmations).toBeGreaterThanOrEqual(1)
+  expect(body.settlement.confirmations).toBeLessThanOrEqual(Number(head - place!.block + 1n))
+  return body
 }
 
 function v2Client(key: Hex) {
@@ -92,11 +140,15 @@ beforeAll(async () => {
   chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
   upstream = await startUpstream()
   reader = createPublicClient({ chain: baseSepolia, transport: http(chain.rpcUrl) }) as never
-  // anvil's account 8: funded with ETH for gas, no payer, not the treasury.
+  // The service default stays "after"; anvil's account 8 (ETH for gas, no payer, not the treasury) settles
+  // for the endpoints that ask. The leader's settlement job runs only when a test asks (runNow): what the
+  // receipt URL shows before it is then certain.
   svc = await startBaseSepoliaService(
     chain,
     chain.rpcUrl,
-    { settlement: { before_answer: { enabled: true, window_ms: 3, wait_ms: 5_000 } } } as never,
+    {
+      settlement: { interval_ms: 3_600_000, before_answer: { enabled: false, window_ms: 3, wait_ms: 2_000 } },
+    } as never,
     'warn',
     { SETTLER_PRIVATE_KEY: devAccount(8).privateKey },
   )
@@ -104,12 +156,20 @@ beforeAll(async () => {
     body: { wallet_address: chain.payers[4]!.address, business_name: 'receipts Co' },
   })
   expect(reg.status).toBe(201)
+  apiKey = reg.body.api_key
   const ep = await callApi(svc.url, '/api/v1/endpoints', {
-    key: reg.body.api_key,
-    body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
+    key: apiKey,
+    body: { upstream_url: `${upstream.url}/echo`, price: 0.01, x402_settlement: 'before_answer' },
   })
   expect(ep.status).toBe(201)
+  expect(ep.body.x402_settlement).toBe('before_answer')
   meteredUrl = ep.body.metered_url
+  const after = await callApi(svc.url, '/api/v1/endpoints', {
+    key: apiKey,
+    body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
+  })
+  expect(after.body.x402_settlement).toBe('after')
+  afterUrl = after.body.metered_url
 }, 60_000)
 
 afterAll(async () => {
@@ -118,7 +178,7 @@ afterAll(async () => {
   await chain?.stop()
 })
 
-describe('a served exact call is settled before its answer', () => {
+describe('an endpoint set to before_answer: a served exact call is settled before its answer', () => {
   it('@x402/fetch: parsePaymentResult reads settled, with the mined transaction carrying the authorization', async () => {
     const key = chain.payers[0]!.privateKey
     const payer = privateKeyToAccount(key).address
@@ -134,24 +194,41 @@ describe('a served exact call is settled before its answer', () => {
     expect(await carriesAuthorizationOf(receipt.transaction as Hex, payer)).toBe(true)
     // The money moved before the answer, exactly once.
     expect(await balanceOf(payer)).toBe(before - PRICE_ATOMIC)
-    // The leader's job finds the recorded transaction mined and books it: settled, nothing sent again.
+    const shown = await expectReceiptUrlShowsSettlement(
+      r.headers.get('x-receipt-id'),
+      receipt.transaction as Hex,
+      payer,
+    )
+    expect(shown.payer.toLowerCase()).toBe(payer.toLowerCase())
+    // Booked once: the leader's job finds it settled and sends nothing again.
     await svc.jobs.runNow('x402-settlement')
-    const [claim] = await svc.sql<{ settlement_tx: string; settled: boolean }[]>`
-      SELECT settlement_tx, settled_at IS NOT NULL AS settled FROM claims WHERE payer = ${payer.toLowerCase()} OR payer = ${payer}`
-    expect(claim).toEqual({ settlement_tx: receipt.transaction, settled: true })
+    const [claim] = await svc.sql<{ settlement_tx: string; settled: boolean; entries: number }[]>`
+      SELECT k.settlement_tx, k.settled_at IS NOT NULL AS settled,
+             (SELECT count(*) FROM ledger_entries l JOIN calls c ON c.id = l.source_id
+               WHERE l.source_type = 'call' AND c.proof_key = k.proof_key)::int AS entries
+      FROM claims k WHERE lower(k.payer) = ${payer.toLowerCase()}`
+    expect(claim).toEqual({ settlement_tx: receipt.transaction, settled: true, entries: 2 })
     expect(await balanceOf(payer)).toBe(before - PRICE_ATOMIC)
   })
 
-  it('@x402/axios: the e2e pass rule holds', async () => {
+  it('@x402/axios: parsePaymentResult reads settled and the e2e pass rule holds', async () => {
     const key = chain.payers[1]!.privateKey
     const payer = privateKeyToAccount(key).address
     // @x402/axios (2.11 installed) carries its own @x402/core: the same class, another declaration.
-    const api = wrapAxiosWithPayment(axios.create(), v2Client(key) as never)
+    const client = v2Client(key)
+    const api = wrapAxiosWithPayment(axios.create(), client as never)
     const r = await api.get(meteredUrl)
     expect(r.status).toBe(200)
+    const result = new x402HTTPClient(client).parsePaymentResult({
+      status: r.status,
+      getHeader: (name) => r.headers[name.toLowerCase()],
+      body: r.data,
+    })
+    expect(result.paymentStatus).toBe('settled')
     const receipt = decodePaymentResponseHeader(r.headers['payment-response'])
     expect(passesE2eRule(receipt)).toBe(true)
     expect(await carriesAuthorizationOf(receipt.transaction as Hex, payer)).toBe(true)
+    await expectReceiptUrlShowsSettlement(r.headers['x-receipt-id'], receipt.transaction as Hex, payer)
   })
 
   it('x402-fetch (v1): the e2e pass rule holds on X-PAYMENT-RESPONSE', async () => {
@@ -164,6 +241,7 @@ describe('a served exact call is settled before its answer', () => {
     expect(passesE2eRule(receipt)).toBe(true)
     expect(receipt).toMatchObject({ network: 'base-sepolia', payer })
     expect(await carriesAuthorizationOf(receipt.transaction as Hex, payer)).toBe(true)
+    await expectReceiptUrlShowsSettlement(r.headers.get('x-receipt-id'), receipt.transaction as Hex, payer)
   })
 
   it('x402-axios (v1): the e2e pass rule holds on X-PAYMENT-RESPONSE', async () => {
@@ -175,27 +253,69 @@ describe('a served exact call is settled before its answer', () => {
     const receipt = decodeXPaymentResponse(r.headers['x-payment-response'])
     expect(passesE2eRule(receipt)).toBe(true)
     expect(await carriesAuthorizationOf(receipt.transaction as Hex, payer)).toBe(true)
+    await expectReceiptUrlShowsSettlement(r.headers['x-receipt-id'], receipt.transaction as Hex, payer)
   })
 
-  it('calls within one window share one transaction, each receipt naming it', async () => {
+  it('calls served together share one transaction, each receipt URL showing its place in it', async () => {
     const keys = [chain.payers[0]!.privateKey, chain.payers[1]!.privateKey, chain.payers[2]!.privateKey]
     const answers = await Promise.all(keys.map((k) => wrapFetchWithPayment(fetch, v2Client(k))(meteredUrl)))
     const txs = answers.map((r) => {
       expect(r.status).toBe(200)
       const receipt = decodePaymentResponseHeader(r.headers.get('payment-response')!)
       expect(passesE2eRule(receipt)).toBe(true)
-      return receipt.transaction
+      return receipt.transaction as Hex
     })
-    for (const [i, tx] of txs.entries())
-      expect(await carriesAuthorizationOf(tx as Hex, privateKeyToAccount(keys[i]!).address)).toBe(true)
-    // The test chain has no AuthorizationBatcher unless deployed: then one transaction each, still honest.
-    expect(new Set(txs).size).toBeLessThanOrEqual(3)
+    const places = []
+    for (const [i, tx] of txs.entries()) {
+      const payer = privateKeyToAccount(keys[i]!).address
+      const shown = await expectReceiptUrlShowsSettlement(answers[i]!.headers.get('x-receipt-id'), tx, payer)
+      places.push(shown.settlement.batch)
+    }
+    // However the three were grouped, no two hold the same place in the same transaction.
+    expect(new Set(places.map((p) => `${p.transaction}:${p.index}`)).size).toBe(3)
+    for (const p of places) expect(p.index).toBeLessThan(p.count)
+  })
+})
+
+describe('an endpoint left to settle after, in the same service', () => {
+  it('keeps the honest pending receipt, then its receipt URL shows the batch that settled it', async () => {
+    const key = chain.payers[0]!.privateKey
+    const payer = privateKeyToAccount(key).address
+    const client = v2Client(key)
+    const r = await wrapFetchWithPayment(fetch, client)(afterUrl)
+    expect(r.status).toBe(200)
+    const receipt = decodePaymentResponseHeader(r.headers.get('payment-response')!)
+    expect(receipt).toMatchObject({ success: false, errorReason: 'settlement_pending', transaction: '' })
+    expect(passesE2eRule(receipt)).toBe(false)
+    expect((await new x402HTTPClient(client).processResponse(r)).paymentStatus).toBe('settle_failed')
+    const id = r.headers.get('x-receipt-id')
+    await svc.flushCaptures()
+    const pending = await receiptAt(id)
+    expect(pending.body.settlement).toEqual({
+      status: 'pending',
+      transaction: null,
+      block_number: null,
+      confirmations: null,
+      batch: null,
+      error: null,
+    })
+    // Not final: a cache must ask again.
+    expect(pending.cacheControl).toBe('no-cache')
+    // The leader's batch takes it at once (only before_answer endpoints' fresh captures are left alone).
+    await svc.jobs.runNow('x402-settlement')
+    const [claim] = await svc.sql<{ settlement_tx: string }[]>`
+      SELECT settlement_tx FROM claims WHERE proof_key = (SELECT proof_key FROM calls WHERE receipt_id = ${id})`
+    expect(claim!.settlement_tx).toMatch(/^0x[0-9a-f]{64}$/)
+    const shown = await expectReceiptUrlShowsSettlement(id, claim!.settlement_tx as Hex, payer)
+    expect((await receiptAt(id)).cacheControl).toBe('public, max-age=60')
+    expect(shown.settlement.batch.count).toBeGreaterThanOrEqual(1)
   })
 })
 
 describe('when the settler cannot send, the receipt says pending and the batch settles it', () => {
   it('a settler without gas: no transaction named, settled afterwards by the treasury, charged once', async () => {
-    // A fresh key holds no ETH: its broadcast is refused (insufficient funds).
+    // A fresh key holds no ETH: its broadcast is refused (insufficient funds). Here the service default is
+    // before_answer: endpoints that make no choice settle before the answer.
     const broke = await startBaseSepoliaService(
       chain,
       chain.rpcUrl,
@@ -211,6 +331,7 @@ describe('when the settler cannot send, the receipt says pending and the batch s
         key: reg.body.api_key,
         body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
       })
+      expect(ep.body.x402_settlement).toBe('before_answer')
       const key = chain.payers[3]!.privateKey
       const payer = privateKeyToAccount(key).address
       const before = await balanceOf(payer)

@@ -1,6 +1,7 @@
 // Measurement: what settling before the answer costs against settling after. Run:
 //   npx tsx test/x402/receipts-load.ts <after|before> [saturatedS] [pacedS] [connections]
-// (DATABASE_URL for a PostgreSQL server, else embedded PGlite). One service on a private anvil (automine,
+// (DATABASE_URL for a PostgreSQL server, else embedded PGlite; `before` sets settlement.before_answer.enabled,
+// the default of every endpoint that does not choose). One service on a private anvil (automine,
 // AuthorizationBatcher present) per run: a closed-loop run at `connections` gives calls/s, then an open-loop
 // run at half that rate gives the latency (bench/paced.ts: measured from when each request was due). Every
 // request carries a fresh authorization signed beforehand by the published `x402` client. At the end: the
@@ -10,7 +11,52 @@
 import { load } from '../../bench/load.ts'
 import { paced } from '../../bench/paced.ts'
 import { devAccount } from '../../src/chain/dev-accounts.ts'
+import { registry } from '../../src/observability/metrics.ts'
 import { startX402Setup, waitForDrain } from './harness.ts'
+
+// Where the paced run's time went, from the service's own histograms (same process): settle-before-answer's
+// phases (absent in builds without them) and the claim/capture writes it waits behind.
+const PROFILED = [
+  'tollgate_x402_settle_before_answer_phase_seconds',
+  'tollgate_x402_settle_before_answer_batch_size',
+  'tollgate_books_write_duration_seconds',
+]
+
+function resetProfile(): void {
+  for (const name of PROFILED)
+    (registry.getSingleMetric(name) as { reset?: () => void } | undefined)?.reset?.()
+}
+
+/** Per label set: count, mean and the bucket bound holding the median (ms for durations). */
+async function profile(): Promise<Record<string, unknown>> {
+  const out: Record<string, unknown> = {}
+  for (const name of PROFILED) {
+    const metric = registry.getSingleMetric(name)
+    if (metric === undefined) continue
+    const { values } = await metric.get()
+    const groups = new Map<string, { count: number; sum: number; buckets: Array<[number, number]> }>()
+    for (const v of values as Array<(typeof values)[number] & { metricName?: string }>) {
+      const labels = v.labels as Record<string, string | number>
+      const key = String(labels.phase ?? 'all')
+      const g = groups.get(key) ?? { count: 0, sum: 0, buckets: [] }
+      if (v.metricName?.endsWith('_count')) g.count = v.value
+      else if (v.metricName?.endsWith('_sum')) g.sum = v.value
+      else if (labels.le !== undefined && labels.le !== '+Inf') g.buckets.push([Number(labels.le), v.value])
+      groups.set(key, g)
+    }
+    const unit = name.endsWith('_seconds') ? 1000 : 1
+    for (const [key, g] of groups) {
+      if (g.count === 0) continue
+      const median = g.buckets.find(([, c]) => c >= g.count / 2)?.[0] ?? null
+      out[`${name.replace('tollgate_', '')}${key === 'all' ? '' : `{${key}}`}`] = {
+        count: g.count,
+        mean: +((g.sum / g.count) * unit).toFixed(2),
+        median_at_most: median === null ? null : median * unit,
+      }
+    }
+  }
+  return out
+}
 
 const mode = process.argv[2] === 'before' ? 'before' : 'after'
 const saturatedS = Number(process.argv[3] ?? 5)
@@ -52,6 +98,7 @@ try {
   })
   const rate = Math.max(1, Math.floor(saturated.rps / 2))
   const pacedHeaders = await sign(Math.ceil(rate * pacedS))
+  resetProfile()
   const half = await paced({
     url: setup.meteredUrl,
     rate,
@@ -61,6 +108,7 @@ try {
     perRequest: { header: 'x-payment', values: pacedHeaders },
     expectStatus: 200,
   })
+  const pacedProfile = await profile()
   const drain = await waitForDrain(setup, 300_000)
   const [t1, s1] = await nonces()
   const after = await Promise.all(payers.map((p) => setup.balanceOf(p)))
@@ -96,6 +144,7 @@ try {
         settled: s.settled,
         transactions: { treasury: t1 - t0, settler: s1 - s0 },
         transactions_per_call: +(transactions / Math.max(1, s.captured)).toFixed(4),
+        half_load_profile: pacedProfile,
         checks,
         reconcile_differences: differences,
       },

@@ -27,6 +27,7 @@ import {
   settlementOutcomes,
   signSettlementBatch,
 } from '../../chain/settle-batch.ts'
+import { settleBeforeAnswerUnavailable } from '../../config/settle-before-answer.ts'
 import { settlementBatchSize, settlements } from '../../observability/metrics.ts'
 import { faultPoint } from './fault-point.ts'
 import { type BackgroundModule, type JobDeps, type TreasuryLock, unlocked } from './runner.ts'
@@ -109,16 +110,20 @@ export async function settleAuthorizations(
   lock: TreasuryLock,
   perTransaction: () => Promise<number>,
 ): Promise<number> {
-  await resolveSent(deps)
-  const per = await perTransaction()
-  // Fresh captures are the settle-before-answer path's while their answers may still wait for them.
+  // Fresh captures of endpoints that settle before the answer are that path's while their answers may still
+  // wait for them (where the path exists: a settler key).
   const early = deps.config.settlement.before_answer
-  const capturedBeforeMs = early.enabled ? early.window_ms + 2 * early.wait_ms : 0
+  const capturedBeforeMs =
+    settleBeforeAnswerUnavailable(deps.config) === null ? early.window_ms + 2 * early.wait_ms : 0
+  const defaultSettlement = early.enabled ? 'before_answer' : 'after'
+  await resolveSent(deps, capturedBeforeMs)
+  const per = await perTransaction()
   let sent = 0
   for (;;) {
     const due = await listDueSettlements(deps.sql, {
       limit: deps.config.settlement.batch_max,
       capturedBeforeMs,
+      defaultSettlement,
     })
     if (due.length === 0) break
     const r = await settleStep(deps, lock, due, per)
@@ -137,10 +142,14 @@ interface SignedSettlement {
 }
 
 /** Settlements already sent, grouped by transaction: final, lost, or still on their way. */
-async function resolveSent(deps: JobDeps): Promise<void> {
+async function resolveSent(deps: JobDeps, freshMs: number): Promise<void> {
   const { sql, chain, logger } = deps
   const byHash = new Map<Hash, SettlementCandidate[]>()
+  // The settle-before-answer path records a hash with the capture and broadcasts right after: a hash that
+  // young and unknown to the node is not lost yet (its outcome is looked up on a later run).
+  const young = new Set<Hash>()
   for (const c of await listSentSettlements(sql)) {
+    if (c.age_ms < freshMs) young.add(c.settlement_tx as Hash)
     const hash = c.settlement_tx as Hash
     const items = byHash.get(hash)
     if (items) items.push(c)
@@ -154,14 +163,15 @@ async function resolveSent(deps: JobDeps): Promise<void> {
       continue
     }
     // Still waiting in the node's pool: leave it, a second transaction for it would only revert.
+    if (young.has(hash)) continue
     const pending = await nullIfNotFound(chain.publicClient.getTransaction({ hash }))
     if (pending) continue
     // Never mined and unknown to the node: what is used anyway (anyone may submit an authorization; the
     // money arrived all the same) is settled, the rest forgotten and signed again.
-    const used: string[] = []
+    const used: Settled[] = []
     for (const c of items) {
       if (await isUsed(deps, c)) {
-        used.push(c.proof_key)
+        used.push([c.proof_key, null])
         continue
       }
       logger.warn('x402 settlement lost before mining; signing again', { proof_key: c.proof_key, tx: hash })
@@ -216,7 +226,9 @@ async function settleStep(
     )
     const recorded = await recordSettlementTx(
       deps.sql,
-      signed.flatMap((s) => s.items.map((c) => ({ proofKey: c.proof_key, hash: s.hash }))),
+      signed.flatMap((s) =>
+        s.items.map((c, index) => ({ proofKey: c.proof_key, hash: s.hash, index, count: s.items.length })),
+      ),
     )
     faultPoint('settlement:after_record')
     return broadcastInOrder(deps, signed, recorded)
@@ -309,7 +321,7 @@ function coalesced<T>(flush: (items: T[]) => Promise<void>): (items: T[]) => Pro
  */
 async function awaitOutcomes(deps: JobDeps, inFlight: SignedSettlement[]) {
   const { chain, config, logger } = deps
-  const settleSoon = coalesced((keys: string[]) => settled(deps, keys))
+  const settleSoon = coalesced((done: Settled[]) => settled(deps, done))
   await Promise.all(
     inFlight.map(async (s) => {
       let receipt: TransactionReceipt
@@ -335,22 +347,25 @@ async function awaitOutcomes(deps: JobDeps, inFlight: SignedSettlement[]) {
  * Reads a mined transaction's outcome for each of its authorizations. Failed and unattempted ones ask the
  * chain whether they are used anyway (the payer or an earlier transaction of ours took it: money arrived);
  * otherwise a failed one fails its settlement and an unattempted one is forgotten, to be signed again.
- * Returns the proof keys to mark settled.
+ * Returns the proof keys to mark settled, with the block when this transaction used them.
  */
 async function applyOutcomes(
   deps: JobDeps,
   s: Pick<SignedSettlement, 'items' | 'hash'>,
   receipt: TransactionReceipt,
-): Promise<string[]> {
+): Promise<Settled[]> {
   const outcomes = settlementOutcomes(receipt, {
     usdc: deps.chain.usdc.address,
     authorizations: s.items.map((c) => c.authorization_payload),
   })
-  const used: string[] = []
+  const used: Settled[] = []
   for (const [i, c] of s.items.entries()) {
     const o = outcomes[i]
-    if (o === 'used' || (await isUsed(deps, c))) {
-      used.push(c.proof_key)
+    if (o === 'used') {
+      used.push([c.proof_key, receipt.blockNumber])
+    } else if (await isUsed(deps, c)) {
+      // Used, but not by this transaction (the payer, or an earlier one of ours): no block to show.
+      used.push([c.proof_key, null])
     } else if (o === 'failed') {
       await fail(deps, c, s.hash, 'reverted')
     } else {
@@ -376,8 +391,14 @@ async function isUsed({ chain }: JobDeps, c: SettlementCandidate): Promise<boole
   })
 }
 
-async function settled(deps: JobDeps, proofKeys: string[]): Promise<void> {
-  if (proofKeys.length === 0) return
+/** A proof key to mark settled, and the block of the transaction that used it (null: used another way). */
+type Settled = [proofKey: string, block: bigint | null]
+
+async function settled(deps: JobDeps, done: Settled[]): Promise<void> {
+  if (done.length === 0) return
+  const proofKeys = done.map(([k]) => k)
+  const blocks = new Map<string, bigint>()
+  for (const [k, b] of done) if (b !== null) blocks.set(k, b)
   const { sql, config, chain } = deps
   // A checkout's authorization is applied to its payment in the same transaction (src/books/payments.ts).
   const payments = {
@@ -390,8 +411,8 @@ async function settled(deps: JobDeps, proofKeys: string[]): Promise<void> {
       usdcAddress: chain.usdc.address,
     },
   }
-  const done = await markSettled(sql, { proofKeys, payments })
-  if (done.length > 0) settlements.labels('settled').inc(done.length)
+  const marked = await markSettled(sql, { proofKeys, blocks, payments })
+  if (marked.length > 0) settlements.labels('settled').inc(marked.length)
 }
 
 async function fail(

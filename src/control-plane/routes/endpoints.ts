@@ -1,5 +1,6 @@
 // /endpoints: the metered endpoints an owner sells, with their upstream target, price and injected headers.
 import * as v from 'valibot'
+import { settleBeforeAnswerUnavailable } from '../../config/settle-before-answer.ts'
 import {
   deleteEndpoint,
   type EndpointChanges,
@@ -8,6 +9,7 @@ import {
   insertEndpoint,
   listEndpoints,
   updateEndpoint,
+  type X402Settlement,
 } from '../../db/endpoints.ts'
 import { DiscoveryInput, type StoredDiscovery } from '../../discovery/listing.ts'
 import { ApiError } from '../../errors.ts'
@@ -94,6 +96,16 @@ const Kind = v.pipe(
   ),
 )
 
+const Settlement = v.pipe(
+  v.nullable(v.picklist(['before_answer', 'after'], 'must be "before_answer", "after" or null')),
+  v.description(
+    'when an x402 `exact` payment is settled on chain. before_answer: the answer waits until the ' +
+      'settlement is mined and its receipt names that transaction (what the published x402 clients read as ' +
+      'settled; costs the chain’s block time per call). after: settled in batches after the answer, whose ' +
+      'receipt says settlement_pending. null or absent: the service default (settlement.before_answer.enabled)',
+  ),
+)
+
 const CreateBody = v.strictObject({
   upstream_url: v.pipe(v.string('must be a string'), v.maxLength(2048)),
   kind: v.optional(Kind),
@@ -107,6 +119,7 @@ const CreateBody = v.strictObject({
   timeout_ms: v.optional(TimeoutMs),
   /** x402 batch-settlement (pay once into a channel, call many): off unless the owner turns it on. */
   batch_settlement: v.optional(v.boolean('must be true or false')),
+  x402_settlement: v.optional(Settlement),
   /** In the public discovery listing (/discovery/resources, /.well-known/x402.json) and the bazaar extension of its 402. */
   listed: v.optional(v.boolean('must be true or false')),
   /** What catalogs show and agents read to call it: service name, tags, icon, method, input and output JSON Schema. */
@@ -130,6 +143,7 @@ const UpdateBody = v.strictObject({
   active: v.optional(v.boolean('must be true or false')),
   /** x402 batch-settlement (pay once into a channel, call many): off unless the owner turns it on. */
   batch_settlement: v.optional(v.boolean('must be true or false')),
+  x402_settlement: v.optional(Settlement),
   /** In the public discovery listing (/discovery/resources, /.well-known/x402.json) and the bazaar extension of its 402. */
   listed: v.optional(v.boolean('must be true or false')),
   /** What catalogs show and agents read to call it: service name, tags, icon, method, input and output JSON Schema. */
@@ -248,6 +262,12 @@ export const EndpointObject = v.strictObject({
   active: v.boolean(),
   timeout_ms: v.number(),
   batch_settlement: v.boolean(),
+  x402_settlement: v.pipe(
+    v.picklist(['before_answer', 'after']),
+    v.description(
+      'when its x402 `exact` payments are settled: the endpoint’s own choice, or the service default when it made none',
+    ),
+  ),
   listed: v.boolean(),
   discovery: v.pipe(
     v.nullable(v.record(v.string(), v.unknown())),
@@ -283,6 +303,7 @@ export function presentEndpoint(
     active: e.status === 'active',
     timeout_ms: e.timeout_ms ?? deps.config.proxy.upstream_timeout_ms,
     batch_settlement: e.batch_settlement,
+    x402_settlement: e.x402_settlement ?? defaultSettlement(deps),
     listed: e.listed,
     discovery: (e.discovery as Record<string, unknown> | null) ?? null,
     pass: e.pass === null ? null : presentPass(passFromStored(e.pass), `${deps.publicUrl()}/pass/${e.id}`),
@@ -290,6 +311,30 @@ export function presentEndpoint(
     created_at: e.created_at.toISOString(),
     updated_at: e.updated_at.toISOString(),
   }
+}
+
+/** What an endpoint that made no choice gets: the service's configured default. */
+function defaultSettlement(deps: ControlPlaneDeps): X402Settlement {
+  return deps.config.settlement.before_answer.enabled ? 'before_answer' : 'after'
+}
+
+/**
+ * The endpoint's choice, refused when it asks to settle before the answer and this service cannot (no
+ * settler key): accepting it would promise receipts that name a mined transaction and never deliver them.
+ */
+function readSettlement(
+  raw: X402Settlement | null | undefined,
+  deps: ControlPlaneDeps,
+): X402Settlement | null | undefined {
+  if (raw !== 'before_answer') return raw
+  const why = settleBeforeAnswerUnavailable(deps.config)
+  if (why !== null)
+    throw new ApiError(
+      'settle_before_answer_unavailable',
+      `x402_settlement "before_answer" cannot be honoured here: ${why}`,
+      'x402_settlement',
+    )
+  return raw
 }
 
 async function ownedOr404(
@@ -355,6 +400,7 @@ export const endpointRoutes: Route[] = [
         mcp: mcp === null ? null : mcpToStored(mcp),
         timeoutMs: input.timeout_ms ?? null,
         batchSettlement: input.batch_settlement ?? false,
+        x402Settlement: readSettlement(input.x402_settlement, deps) ?? null,
         listed: input.listed ?? false,
         discovery: storedDiscovery(input.discovery),
         pass: pass === null ? null : passToStored(pass),
@@ -396,7 +442,7 @@ export const endpointRoutes: Route[] = [
     auth: true,
     doc: {
       summary:
-        'Change price, target, headers, name, timeout, status (active / disabled), listing, discovery fields or the pass',
+        'Change price, target, headers, name, timeout, status (active / disabled), listing, discovery fields, the pass or when x402 payments are settled',
       body: UpdateBody,
       response: { status: 200, schema: EndpointObject },
     },
@@ -416,6 +462,8 @@ export const endpointRoutes: Route[] = [
       if (input.upstream_headers !== undefined) changes.upstreamHeaders = input.upstream_headers
       if (input.timeout_ms !== undefined) changes.timeoutMs = input.timeout_ms
       if (input.batch_settlement !== undefined) changes.batchSettlement = input.batch_settlement
+      const settlement = readSettlement(input.x402_settlement, deps)
+      if (settlement !== undefined) changes.x402Settlement = settlement
       if (input.listed !== undefined) changes.listed = input.listed
       if (input.discovery !== undefined) changes.discovery = storedDiscovery(input.discovery)
       if (input.status !== undefined) changes.status = input.status

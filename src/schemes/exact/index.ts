@@ -4,6 +4,7 @@
 // offered where the amount varies (usage pricing): the 402 says so. Registered last: it reads every x402
 // payload no other scheme reads, and refuses the ones it cannot pay with the reason the client expects.
 
+import { settleBeforeAnswerUnavailable } from '../../config/settle-before-answer.ts'
 import { CORS_HEADERS } from '../../data-plane/cors.ts'
 import type { Proof } from '../../data-plane/proof.ts'
 import type { VerifyResult } from '../../data-plane/verifier.ts'
@@ -24,8 +25,12 @@ class ExactScheme implements Scheme {
   readonly name = EXACT
   private readonly claimed: ClaimedPaymentDeps
   private readonly networks: { network: string; caip2: string }
-  /** Settles authorizations before their answers (settlement.before_answer); null: after, in batches. */
+  /**
+   * Settles the authorizations of endpoints that ask for it before their answers; null where this process
+   * cannot (no settler key, or several workers): those are settled after, and their receipts say so.
+   */
   private readonly early: SettleBeforeAnswer | null
+  private warnedUnavailable = false
 
   constructor(private readonly deps: SchemeDeps) {
     this.claimed = claimedPaymentDeps(deps)
@@ -33,7 +38,26 @@ class ExactScheme implements Scheme {
     this.early = settleBeforeAnswer(deps)
   }
 
+  /**
+   * The settle-before-answer path, or null (said once): an endpoint set to before_answer on an instance
+   * without it (another instance accepted the setting) is settled after, with the honest pending receipt.
+   */
+  private earlyOrWarn(): SettleBeforeAnswer | null {
+    if (this.early === null && !this.warnedUnavailable) {
+      this.warnedUnavailable = true
+      this.deps.logger.warn(
+        'an endpoint asks to settle before the answer but this instance cannot; its calls settle after, and their receipts say settlement_pending',
+      )
+    }
+    return this.early
+  }
+
   stop(): Promise<void> {
+    return this.early?.stop() ?? Promise.resolve()
+  }
+
+  /** The captures the settler holds are written (they wait a few ms for their group). */
+  flush(): Promise<void> {
     return this.early?.stop() ?? Promise.resolve()
   }
 
@@ -80,9 +104,8 @@ class ExactScheme implements Scheme {
     // The spent-proof check needs the verifier's key (chain, token, payer, nonce).
     if (this.deps.usedProofs.has(result.proofKey)) return { ok: false, reason: 'proof_already_used' }
     const networks = this.networks
-    const early = this.early
+    const early = q.endpoint.settleBeforeAnswer === true ? this.earlyOrWarn() : null
     const authorization = result.authorization
-    const proofKey = result.proofKey
     return {
       ok: true,
       payment: new ClaimedPayment(this.claimed, {
@@ -101,9 +124,9 @@ class ExactScheme implements Scheme {
         settleEarly:
           early === null
             ? undefined
-            : (written) =>
+            : (capture) =>
                 early
-                  .settle(proofKey, authorization, written)
+                  .settle(capture, authorization)
                   .then((outcome) => paymentReceipt(result, true, networks, outcome)),
       }),
     }
@@ -112,19 +135,19 @@ class ExactScheme implements Scheme {
 
 function settleBeforeAnswer(deps: SchemeDeps): SettleBeforeAnswer | null {
   const { config, logger } = deps
-  // Off unless configured (a scheme built from a partial config, as in unit tests, settles after).
+  // A scheme built from a partial config (unit tests) settles after.
   const o = config.settlement?.before_answer
   const key = config.secrets?.settler_private_key ?? null
-  if (o === undefined || !o.enabled || key === null) return null
+  if (o === undefined || key === null) return null
   // One settler key, one nonce counter: several data-plane processes would assign the same nonces.
-  if (config.server.workers !== 1) {
-    logger.warn(
-      'settlement.before_answer needs server.workers = 1 (one settler key per process); settling after the call',
-    )
+  const why = settleBeforeAnswerUnavailable(config)
+  if (why !== null) {
+    logger.warn(`x402 exact cannot settle before the answer: ${why}; every endpoint settles after the call`)
     return null
   }
   const settler = new SettleBeforeAnswer({
     sql: deps.sql,
+    books: deps.books,
     chain: deps.chain,
     logger,
     settlerKey: key,
@@ -132,6 +155,10 @@ function settleBeforeAnswer(deps: SchemeDeps): SettleBeforeAnswer | null {
     waitMs: o.wait_ms,
     perTransaction: config.settlement.per_transaction,
   })
-  logger.info('x402 exact: settled before the answer', { settler: settler.address, window_ms: o.window_ms })
+  logger.info('x402 exact: endpoints may settle before the answer', {
+    settler: settler.address,
+    by_default: o.enabled,
+    window_ms: o.window_ms,
+  })
   return settler
 }

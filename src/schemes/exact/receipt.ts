@@ -4,8 +4,8 @@
 // settled after the call, in a batch: its receipt says so with @x402/core's own non-terminal reason
 // `settlement_pending` (success false, transaction ""), never `success: true` without a transaction, which
 // @x402/core reads as "settled" (x402HTTPClient.parsePaymentResult).
-// Settled before the answer (settlement.before_answer): `success: true` only once the transaction is mined
-// and the token logged this authorization used in it, with that transaction's hash, as the reference
+// Settled before the answer (the endpoint's x402_settlement): `success: true` only once the transaction is
+// mined and the token logged this authorization used in it, with that transaction's hash, as the reference
 // facilitator's settle answers; sent but not mined within the wait, `settlement_pending` WITH the hash (the
 // meaning @x402/core gives that reason: a broadcast transaction, still pending).
 import type { VerifyResult } from '../../data-plane/verifier.ts'

@@ -1,29 +1,40 @@
 // Settles `exact` authorizations before their answers' heads are sent, in micro-batches: the authorizations
-// of calls served within window_ms share one transaction (through the AuthorizationBatcher when the chain
-// has it), so the receipt can name the mined transaction that carries the payer's authorization. Order per
-// batch: the captures are committed, the transaction is signed, its hash recorded on the claims (a crash
-// after the broadcast leaves a hash the leader's settlement job looks up, never an authorization sent
-// blind), broadcast, then its receipt awaited for at most wait_ms. The leader's job books the revenue when
-// it finds the recorded transaction mined, exactly as for its own batches.
+// of calls served together share one transaction (through the AuthorizationBatcher when the chain has it), so
+// the receipt can name the mined transaction that carries the payer's authorization.
+//
+// A served call hands its capture here instead of to the batch writer. Per group, one at a time: the
+// transaction is signed; the group's captures are written (group-committed with the claims, as any capture),
+// each carrying that transaction's hash and its place in it, so the hash is recorded in the capture's own
+// commit, before the broadcast (a crash after the broadcast leaves a hash the leader's settlement job looks
+// up, never an authorization sent blind); then it is broadcast, and its receipt awaited (at most wait_ms)
+// while the next group is signed and written. One database commit per call on the way, not two. Once the
+// answers are out, the authorizations the receipt shows used are marked settled and their revenue booked
+// (the transition the leader's job uses, which finds them done; what this path missed, the job settles).
 //
 // The transactions are sent from the settler key, not the treasury: this process assigns its nonces alone
 // (one settler key per process), while the treasury's nonces belong to the leader's payouts and settlements.
 import type { Hash, Hex, PrivateKeyAccount, TransactionReceipt } from 'viem'
-import { privateKeyToAccount } from 'viem/accounts'
-import { forgetSettlementTx, recordSettlementTx } from '../../books/settlement.ts'
+import type { BatchWriter } from '../../books/batch-writer.ts'
+import type { Capture } from '../../books/claims.ts'
+import { forgetSettlementTx, settleAuthorizations } from '../../books/settlement.ts'
 import type { ChainContext } from '../../chain/connect.ts'
 import { broadcast, type FeeQuote, pendingNonce, quoteFees } from '../../chain/payouts.ts'
 import type { StoredAuthorization } from '../../chain/settle.ts'
 import { signSettlement } from '../../chain/settle.ts'
 import { hasAuthorizationBatcher, settlementOutcomes, signSettlementBatch } from '../../chain/settle-batch.ts'
+import { signingAccount } from '../../chain/signing-account.ts'
 import type { Sql } from '../../db/sql.ts'
 import type { Logger } from '../../observability/logger.ts'
+import { earlySettlementBatchSize, earlySettlementPhase } from '../../observability/metrics.ts'
 
 /** Gas for one transferWithAuthorization sent alone (as the settlement job allows). */
 const SETTLEMENT_GAS = 150_000n
 
 /** How long a fee quote is reused (a block or so: quoteFees already adds headroom over the base fee). */
 const FEES_TTL_MS = 1_000
+
+/** Settled authorizations are booked together at most this often (one database transaction each time). */
+const MARK_EVERY_MS = 200
 
 /**
  * What happened to one authorization before its answer:
@@ -39,15 +50,25 @@ export type EarlySettlement =
 const UNSENT: EarlySettlement = { state: 'unsent' }
 
 interface Item {
-  proofKey: string
+  /** The served call's capture: this path writes it, whatever happens to the settlement. */
+  capture: Capture
   authorization: StoredAuthorization
-  /** Resolves once the capture is committed (true: the claim is captured). */
-  written: Promise<boolean>
+  /** When it was handed over (performance.now()): it waits from then for its group's turn. */
+  readyAtMs: number
   resolve(outcome: EarlySettlement): void
+}
+
+/** One transaction signed for a group: its authorizations in the order it carries them. */
+interface Signed {
+  items: Item[]
+  rawTx: Hex
+  hash: Hash
 }
 
 export interface SettleBeforeAnswerOptions {
   sql: Sql
+  /** The claims/captures writer: the captures go through it, with their settlement's hash. */
+  books: BatchWriter
   chain: ChainContext
   logger: Logger
   settlerKey: Hex
@@ -59,121 +80,190 @@ export interface SettleBeforeAnswerOptions {
 
 export class SettleBeforeAnswer {
   private readonly account: PrivateKeyAccount
-  private queue: Item[] = []
+  /** Served calls waiting for the next group. */
+  private ready: Item[] = []
   private timer: NodeJS.Timeout | null = null
   /** The settler's next nonce: read from the chain once, then counted here (this process alone sends). */
   private nonce: number | null = null
-  /** Signing, recording and broadcasting of one batch at a time: nonces in order, no gap. */
-  private sending: Promise<unknown> = Promise.resolve()
   private batcher: boolean | null = null
-  /** A batch is being written, signed or sent. */
-  private forming = false
+  /** A group is being signed, written and broadcast: one at a time (nonces in order, no gap). */
+  private sending = false
   /** Fees quoted for the last batch, reused for FEES_TTL_MS: one RPC less per batch. */
   private fees: { quote: FeeQuote; atMs: number } | null = null
-  private readonly inFlight = new Set<Promise<void>>()
+  /** Groups being sent, receipts being awaited, settlements being booked. */
+  private readonly inFlight = new Set<Promise<unknown>>()
+  /** Authorizations the chain used in our transactions, with the block, not booked yet. */
+  private mined = new Map<string, bigint>()
+  private marking: Promise<void> | null = null
+  private readonly phase = {
+    queue: earlySettlementPhase.labels('queue'),
+    capture: earlySettlementPhase.labels('capture'),
+    send: earlySettlementPhase.labels('send'),
+    receipt: earlySettlementPhase.labels('receipt'),
+  }
 
   constructor(private readonly o: SettleBeforeAnswerOptions) {
-    this.account = privateKeyToAccount(o.settlerKey)
+    // libsecp256k1 when its native binary loads (as the treasury's): a signature per group on the answers' path.
+    this.account = signingAccount(o.settlerKey)
   }
 
   get address(): Hex {
     return this.account.address
   }
 
-  /** Settles one served call's authorization; never rejects (a failure is `unsent`, logged). */
-  settle(
-    proofKey: string,
-    authorization: StoredAuthorization,
-    written: Promise<boolean>,
-  ): Promise<EarlySettlement> {
+  /**
+   * Writes a served call's capture and settles its authorization; never rejects (a failure is `unsent`,
+   * logged). The capture is written in every case (with no hash when no transaction could be signed).
+   */
+  settle(capture: Capture, authorization: StoredAuthorization): Promise<EarlySettlement> {
     return new Promise((resolve) => {
       // The answer never waits on a stuck database or RPC past this: it goes out saying pending (true: the
       // settlement job settles whatever this batch did not). A later outcome is ignored (settled once).
       const deadline = setTimeout(() => resolve(UNSENT), this.o.windowMs + 2 * this.o.waitMs)
-      const done = (outcome: EarlySettlement) => {
-        clearTimeout(deadline)
-        resolve(outcome)
-      }
-      this.queue.push({ proofKey, authorization, written, resolve: done })
-      this.timer ??= setTimeout(() => this.flush(), this.o.windowMs)
+      this.ready.push({
+        capture,
+        authorization,
+        readyAtMs: performance.now(),
+        resolve: (outcome) => {
+          clearTimeout(deadline)
+          resolve(outcome)
+        },
+      })
+      this.schedule()
     })
   }
 
-  /** Waits for the batches in flight (shutdown). */
+  /** Waits until the calls handed over are written and their transactions sent (shutdown, flush). */
   async stop(): Promise<void> {
-    while (this.queue.length > 0 || this.inFlight.size > 0) {
-      if (this.timer !== null) clearTimeout(this.timer)
+    while (this.ready.length > 0 || this.inFlight.size > 0) {
       this.flush()
-      await Promise.all([...this.inFlight])
+      await Promise.race([Promise.all([...this.inFlight]), new Promise((r) => setTimeout(r, 5))])
     }
   }
 
+  /**
+   * Idle: the first call waits window_ms for the calls served beside it (one transaction for them all).
+   * Busy: the next group gathers while this one is sent and goes the moment it is (group commit: under
+   * load the groups grow, not the wait).
+   */
+  private schedule(): void {
+    if (this.sending || this.timer !== null) return
+    this.timer = setTimeout(() => this.flush(), this.o.windowMs)
+  }
+
   private flush(): void {
-    this.timer = null
-    // One batch is formed at a time: while it is written, signed and sent, the next one gathers (group
-    // commit), so a busy chain or database makes batches larger rather than the queue longer.
-    if (this.forming) return
-    const items = this.queue
-    this.queue = []
-    if (items.length === 0) return
-    this.forming = true
-    const run = this.run(items, () => this.formed()).catch((err) => {
-      this.formed()
-      this.o.logger.warn('settle before answer failed; the settlement job settles these later', { err })
-      for (const it of items) it.resolve(UNSENT)
-    })
-    this.inFlight.add(run)
-    run.finally(() => this.inFlight.delete(run))
-  }
-
-  /** The batch in the making is sent (or given up): the next one may go. */
-  private formed(): void {
-    if (!this.forming) return
-    this.forming = false
-    if (this.queue.length > 0 && this.timer === null) this.timer = setTimeout(() => this.flush(), 0)
-  }
-
-  private async run(items: Item[], formed: () => void): Promise<void> {
-    // The claim must be captured before a transaction is recorded on it (the books' precondition).
-    // A capture not committed within wait_ms (database trouble) is left to the settlement job.
-    const written = await Promise.all(items.map((it) => within(it.written, this.o.waitMs, false)))
-    const ready = items.filter((it, i) => {
-      if (!written[i]) it.resolve(UNSENT)
-      return written[i]
-    })
-    if (ready.length === 0) return formed()
-    const per = (await this.hasBatcher()) ? this.o.perTransaction : 1
-    const groups: Item[][] = []
-    for (let i = 0; i < ready.length; i += per) groups.push(ready.slice(i, i + per))
-    const sent = await this.exclusive(() => this.send(groups))
-    formed()
-    await Promise.all(sent.map((s) => this.awaitReceipt(s.items, s.hash)))
-  }
-
-  private exclusive<T>(fn: () => Promise<T>): Promise<T> {
-    const next = this.sending.then(fn, fn)
-    this.sending = next.catch(() => {})
-    return next
-  }
-
-  /** Signs, records, broadcasts in nonce order; returns what is on its way. */
-  private async send(groups: Item[][]): Promise<Array<{ items: Item[]; hash: Hash }>> {
-    const client = this.o.chain.publicClient
-    const [fees, nonce] = await Promise.all([
-      this.quote(),
-      this.nonce ?? pendingNonce(client, this.account.address),
-    ])
-    const signed = await Promise.all(groups.map((items, i) => this.sign(items, nonce + i, fees)))
-    const recorded = await recordSettlementTx(
-      this.o.sql,
-      signed.flatMap((s) => s.items.map((it) => ({ proofKey: it.proofKey, hash: s.hash }))),
+    if (this.timer !== null) {
+      clearTimeout(this.timer)
+      this.timer = null
+    }
+    if (this.sending || this.ready.length === 0) return
+    const items = this.ready
+    this.ready = []
+    this.sending = true
+    const sent = this.sendGroup(items)
+      .catch((err) => {
+        this.o.logger.warn('settle before answer failed; the settlement job settles these later', { err })
+        for (const it of items) it.resolve(UNSENT)
+        return []
+      })
+      .finally(() => {
+        this.sending = false
+        if (this.ready.length > 0) this.flush()
+      })
+    // The receipts are awaited beside the next group's sending: only the nonces need an order.
+    const receipts = sent.then((groups) =>
+      Promise.all(groups.map((g) => this.awaitReceipt(g.items, g.hash, g.sentMs))),
     )
+    this.track(sent)
+    this.track(receipts)
+  }
+
+  private track(p: Promise<unknown>): void {
+    this.inFlight.add(p)
+    p.finally(() => this.inFlight.delete(p))
+  }
+
+  /** Signs, writes the captures with the hash, broadcasts in nonce order; returns what is on its way. */
+  private async sendGroup(items: Item[]): Promise<Array<{ items: Item[]; hash: Hash; sentMs: number }>> {
+    const startMs = performance.now()
+    for (const it of items) this.phase.queue.observe((startMs - it.readyAtMs) / 1000)
+    earlySettlementBatchSize.observe(items.length)
+    let signed: Signed[] | null = null
+    let nonce = 0
+    try {
+      const per = (await this.hasBatcher()) ? this.o.perTransaction : 1
+      const groups: Item[][] = []
+      for (let i = 0; i < items.length; i += per) groups.push(items.slice(i, i + per))
+      const client = this.o.chain.publicClient
+      const [fees, next] = await Promise.all([
+        this.quote(),
+        this.nonce ?? pendingNonce(client, this.account.address),
+      ])
+      nonce = next
+      signed = await Promise.all(groups.map((g, i) => this.sign(g, nonce + i, fees)))
+    } catch (err) {
+      // Nothing signed: the captures are written all the same, without a hash (the job settles them).
+      this.o.logger.warn('settle before answer: could not sign; the settlement job settles these later', {
+        err,
+      })
+    }
+    const captureMs = performance.now()
+    const recorded = await this.writeCaptures(items, signed)
+    this.phase.capture.observe((performance.now() - captureMs) / 1000)
+    if (signed === null) {
+      for (const it of items) it.resolve(UNSENT)
+      return []
+    }
+    const out = await this.broadcastInOrder(signed, nonce, recorded)
+    const sentMs = performance.now()
+    this.phase.send.observe((sentMs - startMs) / 1000)
+    return out.map((s) => ({ ...s, sentMs }))
+  }
+
+  /**
+   * Hands the captures to the batch writer, each with its transaction's hash and place (if signed), and
+   * waits for their commit, at most wait_ms. Returns the proof keys whose capture committed with the hash.
+   */
+  private async writeCaptures(items: Item[], signed: Signed[] | null): Promise<Set<string>> {
+    const places = new Map<Item, Capture['settlement']>()
+    for (const s of signed ?? []) {
+      for (const [index, it] of s.items.entries())
+        places.set(it, { hash: s.hash, index, count: s.items.length })
+    }
+    const writes: Array<Promise<boolean>> = []
+    for (const it of items) {
+      const settlement = places.get(it) ?? null
+      writes.push(
+        within(
+          new Promise<boolean>((resolve) =>
+            this.o.books.capture({ ...it.capture, settlement, onWritten: resolve }),
+          ),
+          this.o.waitMs,
+          false,
+        ),
+      )
+    }
+    const applied = await Promise.all(writes)
+    const recorded = new Set<string>()
+    for (const [i, it] of items.entries()) if (applied[i]) recorded.add(it.capture.proofKey)
+    return recorded
+  }
+
+  /**
+   * Broadcasts in nonce order. A transaction with a capture that did not commit in time (or found its claim
+   * no longer claimed) is not sent, nor any later nonce (no gap); their recorded hashes are forgotten (a
+   * capture committing later with one is found unmined by the leader's job, and signed again from there).
+   */
+  private async broadcastInOrder(
+    signed: Signed[],
+    nonce: number,
+    recorded: Set<string>,
+  ): Promise<Array<{ items: Item[]; hash: Hash }>> {
+    const client = this.o.chain.publicClient
     const out: Array<{ items: Item[]; hash: Hash }> = []
     let next = nonce
     for (const [i, s] of signed.entries()) {
-      // A claim the leader's job recorded first (it got there between our capture and our record): that
-      // transaction is not sent, nor any later nonce (no gap); the rest is the job's to settle.
-      const whole = s.items.every((it) => recorded.has(it.proofKey))
+      const whole = s.items.every((it) => recorded.has(it.capture.proofKey))
       const r = whole ? await broadcast(client, s.rawTx) : null
       if (r !== null && (r.ok || r.reason === 'already_known')) {
         out.push(s)
@@ -191,8 +281,8 @@ export class SettleBeforeAnswer {
       }
       for (const rest of signed.slice(i)) {
         for (const it of rest.items) {
-          if (recorded.has(it.proofKey))
-            await forgetSettlementTx(this.o.sql, { proofKey: it.proofKey, hash: rest.hash })
+          const proofKey = it.capture.proofKey
+          if (recorded.has(proofKey)) await forgetSettlementTx(this.o.sql, { proofKey, hash: rest.hash })
           it.resolve(UNSENT)
         }
       }
@@ -225,8 +315,9 @@ export class SettleBeforeAnswer {
     return signed.then((s) => ({ items, ...s }))
   }
 
-  private async awaitReceipt(items: Item[], hash: Hash): Promise<void> {
+  private async awaitReceipt(items: Item[], hash: Hash, sentMs: number): Promise<void> {
     const receipt = await this.receiptWithin(hash)
+    this.phase.receipt.observe((performance.now() - sentMs) / 1000)
     if (receipt === null) {
       // Not mined within wait_ms: the answer says so, with the transaction that carries the authorization.
       for (const it of items) it.resolve({ state: 'sent', transaction: hash })
@@ -238,9 +329,32 @@ export class SettleBeforeAnswer {
     })
     // Only an authorization the token logged as used in this transaction is called settled; any other
     // outcome is left to the settlement job (which reads the same receipt) and the receipt says pending.
+    const used: string[] = []
     for (const [i, it] of items.entries()) {
+      if (outcomes[i] === 'used') used.push(it.capture.proofKey)
       it.resolve(outcomes[i] === 'used' ? { state: 'settled', transaction: hash } : UNSENT)
     }
+    for (const k of used) this.mined.set(k, receipt.blockNumber)
+    if (used.length > 0) this.markSoon()
+  }
+
+  /**
+   * Books what the receipts showed used, after the answers went out (the same transition as the job's;
+   * whoever comes second changes nothing), the receipts of MARK_EVERY_MS in one transaction: the receipt URL
+   * shows the calls settled, with their block, within that, at a few commits a second whatever the load.
+   */
+  private markSoon(): void {
+    if (this.marking !== null) return
+    this.marking = new Promise<void>((resolve) => setTimeout(resolve, MARK_EVERY_MS)).then(async () => {
+      const blocks = this.mined
+      this.mined = new Map()
+      await settleAuthorizations(this.o.sql, { proofKeys: [...blocks.keys()], blocks }).catch((err) =>
+        this.o.logger.warn('settle before answer: marking settled failed; the settlement job will', { err }),
+      )
+      this.marking = null
+      if (this.mined.size > 0) this.markSoon()
+    })
+    this.track(this.marking)
   }
 
   /**
