@@ -26,6 +26,9 @@ beforeAll(async () => {
       // A fast horizon refresh: a horizon may be deleted below 1.2 s after it was announced.
       retention: { interval_ms: HOUR, claims_margin_ms: 0, batch_rows: 2, horizon_refresh_ms: 100 },
       payouts: { interval_ms: HOUR, threshold_check_interval_ms: HOUR },
+      // The settlement job would mark the seeded unsettled, expired authorization `expired` (then prunable)
+      // whenever its interval happens to fall inside the retention case: this file tests retention alone.
+      settlement: { interval_ms: HOUR },
     },
   })
   upstream = await startUpstream()
