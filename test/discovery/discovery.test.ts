@@ -316,7 +316,8 @@ describe('discovery', () => {
     const keys = await (await fetch(`${service.url}/.well-known/x402-receipt-keys.json`)).json()
     const { signer, payload } = await verifyReceiptSignatureEIP712(receipt)
     expect(signer).toBe(keys.current.address)
-    expect(payload).toMatchObject({ resourceUrl: `${service.url}/m/${ids.hidden}`, transaction: '' })
+    // A transaction-hash payment is its own settlement: the signed receipt names that transaction.
+    expect(payload).toMatchObject({ resourceUrl: `${service.url}/m/${ids.hidden}`, transaction: hash })
     expect(payload.payer.toLowerCase()).toBe(payer.address.toLowerCase())
   })
 
