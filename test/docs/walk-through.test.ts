@@ -61,13 +61,25 @@ function runBash(
   })
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number }
-      s.close(() => resolve(port))
+/**
+ * A free port below Linux's ephemeral range (32768+): the demo servers bind theirs minutes after this is
+ * chosen, and a port the OS hands out to another test's listener on port 0 meanwhile would be taken.
+ */
+const chosenPorts = new Set<number>()
+async function freePort(): Promise<number> {
+  for (;;) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000)
+    if (chosenPorts.has(port)) continue
+    const free = await new Promise<boolean>((resolve) => {
+      const s = createServer()
+        .once('error', () => resolve(false))
+        .listen(port, '127.0.0.1', () => s.close(() => resolve(true)))
     })
-  })
+    if (free) {
+      chosenPorts.add(port)
+      return port
+    }
+  }
 }
 
 const blocks = shBlocks('## Five-minute walk-through')
