@@ -111,6 +111,9 @@ export function settleAuthorizations(
     proofKeys: string[]
     /** The block that mined each one's settlement, by proof key (absent: found used some other way). */
     blocks?: ReadonlyMap<string, bigint>
+    /** Used by another transaction than the one recorded (found by its AuthorizationUsed log): that one is
+     * named instead, with its place, so the claim points at the transfer that carried its money. */
+    usedBy?: ReadonlyMap<string, { tx: string; block: bigint; index: number; count: number }>
     payments?: { ownerShareBps: number; view: PaymentView }
   },
 ): Promise<string[]> {
@@ -123,10 +126,17 @@ export function settleAuthorizations(
       WHERE proof_key = ANY(${q.proofKeys}::text[]) AND status = 'settling' ORDER BY target_id`
     if (targets.length > 0)
       await tx`SELECT id FROM payments WHERE id = ANY(${targets.map((t) => t.target_id)}::text[]) ORDER BY id FOR UPDATE`
-    const blocks = q.proofKeys.map((k) => q.blocks?.get(k)?.toString() ?? null)
+    const blocks = q.proofKeys.map((k) => (q.usedBy?.get(k)?.block ?? q.blocks?.get(k))?.toString() ?? null)
+    const txs = q.proofKeys.map((k) => q.usedBy?.get(k)?.tx ?? null)
+    const places = q.proofKeys.map((k) => q.usedBy?.get(k)?.index ?? null)
+    const counts = q.proofKeys.map((k) => q.usedBy?.get(k)?.count ?? null)
     const rows = await tx<{ proof_key: string; status: string }[]>`
-      UPDATE claims c SET settled_at = now(), settlement_block = m.block
-      FROM unnest(${q.proofKeys}::text[], ${blocks}::bigint[]) AS m(proof_key, block)
+      UPDATE claims c SET settled_at = now(), settlement_block = m.block,
+        settlement_tx = coalesce(m.tx, c.settlement_tx),
+        settlement_index = CASE WHEN m.tx IS NULL THEN c.settlement_index ELSE m.i END,
+        settlement_count = CASE WHEN m.tx IS NULL THEN c.settlement_count ELSE m.n END
+      FROM unnest(${q.proofKeys}::text[], ${blocks}::bigint[], ${txs}::text[], ${places}::int[],
+                  ${counts}::int[]) AS m(proof_key, block, tx, i, n)
       WHERE c.proof_key = m.proof_key AND c.kind = 'eip3009' AND c.status IN ('captured', 'settling')
         AND c.settled_at IS NULL AND c.settlement_error IS NULL
       RETURNING c.proof_key, c.status`

@@ -119,7 +119,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: 'captured',
     to: 'captured',
     fn: 'settleAuthorizations',
-    why: 'x402 authorization used on chain: settled_at set and revenue booked in one transaction',
+    why: 'x402 authorization used on chain: settled_at set and revenue booked in one transaction, naming the transaction that used it',
   },
   {
     record: 'claim',

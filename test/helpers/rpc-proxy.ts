@@ -5,6 +5,7 @@
 //   refuse       stops listening: new connections get ECONNREFUSED, open ones are reset
 //   blackhole    accepts and never answers, until the client gives up
 // refuseBroadcasts answers eth_sendRawTransaction 503 while reads pass (a provider rejecting transactions);
+// loseBroadcastAnswers forwards it and answers 503 all the same (the node took it, the answer was lost);
 // failMethods answers 503 to any request carrying one of those methods (one kind of look-up failing);
 // stripLogTimestamps answers as nodes that leave blockTimestamp off logs do.
 // Plain node, no vitest import: the chaos runner uses it outside vitest too.
@@ -20,6 +21,8 @@ export interface RpcProxy {
   readonly requests: number
   /** While true, requests carrying eth_sendRawTransaction are answered 503; everything else passes. */
   refuseBroadcasts: boolean
+  /** Broadcasts reach the node, and their answers are lost (503). */
+  loseBroadcastAnswers: boolean
   /** Requests carrying any of these JSON-RPC methods are answered 503; the rest pass. */
   failMethods: string[]
   /** Requests refused by refuseBroadcasts. */
@@ -42,6 +45,7 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
   let port = 0
   const state = {
     refuseBroadcasts: false,
+    loseBroadcastAnswers: false,
     failMethods: [] as string[],
     stripLogTimestamps: false,
     bodies: null as string[] | null,
@@ -58,6 +62,13 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
     if (state.refuseBroadcasts && body.includes('eth_sendRawTransaction')) {
       refused++
       return void res.writeHead(503).end('broadcasts refused')
+    }
+    if (state.loseBroadcastAnswers && body.includes('eth_sendRawTransaction')) {
+      refused++
+      await fetch(targetUrl, { method: 'POST', headers: { 'content-type': 'application/json' }, body })
+        .then((r) => r.text())
+        .catch(() => undefined)
+      return void res.writeHead(503).end('answer lost')
     }
     if (state.failMethods.some((m) => body.includes(`"${m}"`))) {
       refused++
@@ -109,6 +120,12 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
     },
     set refuseBroadcasts(on: boolean) {
       state.refuseBroadcasts = on
+    },
+    get loseBroadcastAnswers() {
+      return state.loseBroadcastAnswers
+    },
+    set loseBroadcastAnswers(on: boolean) {
+      state.loseBroadcastAnswers = on
     },
     get failMethods() {
       return state.failMethods

@@ -73,6 +73,42 @@ describe('x402 settlement under faults', () => {
     }
   })
 
+  it('a broadcast whose answer was lost: the books name the transaction that carried the money', async () => {
+    const signed = await setup.sign(3)
+    for (const s of signed) expect((await setup.pay(s.header)).status).toBe(200)
+    await setup.svc.flushCaptures()
+    const keys = (
+      await setup.svc.sql<{ proof_key: string }[]>`
+        SELECT proof_key FROM claims WHERE kind = 'eip3009' AND settled_at IS NULL AND settlement_error IS NULL`
+    ).map((r) => r.proof_key)
+    expect(keys).toHaveLength(3)
+
+    // The node takes the transactions and mines them; the settler only sees errors and forgets its hashes.
+    gate.loseBroadcastAnswers = true
+    await setup.svc.jobs.runNow('x402-settlement')
+    gate.loseBroadcastAnswers = false
+    for (const { header } of signed) {
+      const a = authorizationOf(header)
+      expect(await setup.authorizationUsed(a.from, a.nonce)).toBe(true)
+    }
+    // The next run signs them again; that transaction finds them used and books them settled.
+    await setup.svc.jobs.runNow('x402-settlement')
+    await setup.svc.jobs.runNow('x402-settlement')
+    const rows = await setup.svc.sql<{ proof_key: string; settlement_tx: string; settled: boolean }[]>`
+      SELECT proof_key, settlement_tx, settled_at IS NOT NULL AS settled FROM claims
+      WHERE proof_key = ANY(${keys}::text[])`
+    for (const r of rows) {
+      expect(r.settled).toBe(true)
+      // The recorded transaction is the one that moved the money, not the one that found it gone.
+      const receipt = await setup.svc.chain.publicClient.getTransactionReceipt({
+        hash: r.settlement_tx as Hex,
+      })
+      expect(receipt.status).toBe('success')
+    }
+    const differences = await setup.reconcileDifferences()
+    expect(differences.filter((d) => keys.some((k) => d.includes(k)) || d.startsWith('inflow'))).toEqual([])
+  })
+
   it('an authorization that expires unsettled leaves nothing booked, and is counted', async () => {
     const requirements = await setup.requirements()
     const payer = setup.chain.payers[1]!

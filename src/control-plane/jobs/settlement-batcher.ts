@@ -17,6 +17,7 @@ import {
   type SettlementFailure,
 } from '../../books/settlement.ts'
 import { readAuthorizationState } from '../../chain/authorization.ts'
+import { type AuthorizationUse, findAuthorizationUse } from '../../chain/authorization-use.ts'
 import { nullIfNotFound } from '../../chain/not-found.ts'
 import type { FeeQuote } from '../../chain/payouts.ts'
 import { broadcast, pendingNonce, quoteFees } from '../../chain/payouts.ts'
@@ -171,7 +172,7 @@ async function resolveSent(deps: JobDeps, freshMs: number): Promise<void> {
     const used: Settled[] = []
     for (const c of items) {
       if (await isUsed(deps, c)) {
-        used.push([c.proof_key, null])
+        used.push(await usedElsewhere(deps, c))
         continue
       }
       logger.warn('x402 settlement lost before mining; signing again', { proof_key: c.proof_key, tx: hash })
@@ -364,8 +365,8 @@ async function applyOutcomes(
     if (o === 'used') {
       used.push([c.proof_key, receipt.blockNumber])
     } else if (await isUsed(deps, c)) {
-      // Used, but not by this transaction (the payer, or an earlier one of ours): no block to show.
-      used.push([c.proof_key, null])
+      // Used, but not by this transaction (the payer, or an earlier one of ours): that one is named.
+      used.push(await usedElsewhere(deps, c))
     } else if (o === 'failed') {
       await fail(deps, c, s.hash, 'reverted')
     } else {
@@ -391,14 +392,42 @@ async function isUsed({ chain }: JobDeps, c: SettlementCandidate): Promise<boole
   })
 }
 
-/** A proof key to mark settled, and the block of the transaction that used it (null: used another way). */
-type Settled = [proofKey: string, block: bigint | null]
+/**
+ * A proof key to mark settled, and the block of the transaction that used it; or, used by another
+ * transaction than the recorded one, that transaction (null: not found, the recorded hash stays).
+ */
+type Settled = [proofKey: string, block: bigint] | [proofKey: string, null, AuthorizationUse | null]
+
+/** How far back a used authorization's transaction is looked for, in reconcile's log chunks. */
+const USE_LOOKBACK_CHUNKS = 20
+
+async function usedElsewhere({ chain, config, logger }: JobDeps, c: SettlementCandidate): Promise<Settled> {
+  const use = await findAuthorizationUse(chain.publicClient, {
+    usdc: chain.usdc.address,
+    authorizer: c.authorization_payload.from,
+    nonce: c.authorization_payload.nonce,
+    chunk: BigInt(config.payouts.reconcile_block_chunk),
+    maxChunks: USE_LOOKBACK_CHUNKS,
+  })
+  if (use === null) {
+    logger.warn('x402 authorization used on chain, its transaction not found; the recorded hash stays', {
+      proof_key: c.proof_key,
+      tx: c.settlement_tx,
+    })
+  }
+  return [c.proof_key, null, use]
+}
 
 async function settled(deps: JobDeps, done: Settled[]): Promise<void> {
   if (done.length === 0) return
   const proofKeys = done.map(([k]) => k)
   const blocks = new Map<string, bigint>()
-  for (const [k, b] of done) if (b !== null) blocks.set(k, b)
+  const usedBy = new Map<string, { tx: string; block: bigint; index: number; count: number }>()
+  for (const d of done) {
+    if (d[1] !== null) blocks.set(d[0], d[1])
+    else if (d[2])
+      usedBy.set(d[0], { tx: d[2].hash, block: d[2].blockNumber, index: d[2].index, count: d[2].count })
+  }
   const { sql, config, chain } = deps
   // A checkout's authorization is applied to its payment in the same transaction (src/books/payments.ts).
   const payments = {
@@ -411,7 +440,7 @@ async function settled(deps: JobDeps, done: Settled[]): Promise<void> {
       usdcAddress: chain.usdc.address,
     },
   }
-  const marked = await markSettled(sql, { proofKeys, blocks, payments })
+  const marked = await markSettled(sql, { proofKeys, blocks, usedBy, payments })
   if (marked.length > 0) settlements.labels('settled').inc(marked.length)
 }
 
