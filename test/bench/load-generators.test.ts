@@ -2,7 +2,7 @@
 // figures the README's claims rest on must mean what they say.
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { availableParallelism } from 'node:os'
+import { availableParallelism, loadavg } from 'node:os'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { machineBusy } from '../../bench/cpu.ts'
 import { load } from '../../bench/load.ts'
@@ -35,6 +35,18 @@ beforeAll(async () => {
 
 afterAll(() => new Promise<void>((r) => server.close(() => r())))
 
+/**
+ * The timing figures (evenness, warm-up, req/s, a spinning core) hold on a machine this process mostly has
+ * to itself, as in CI and a bench run. With other suites keeping every core queued (load average past three
+ * runnable processes per core) this process is descheduled for whole windows, and they say nothing about
+ * the generators: those checks are left out and said so; what was sent and counted is checked regardless.
+ */
+function timingMeaningful(): boolean {
+  const ok = loadavg()[0]! <= availableParallelism() * 3
+  if (!ok) console.warn(`load average ${loadavg()[0]!.toFixed(1)}: timing checks left out`)
+  return ok
+}
+
 describe('paced (open loop, the half-load runs)', () => {
   it('sends at the asked rate, evenly, each proof once, and counts a stall for every request it delayed', async () => {
     seen.length = 0
@@ -62,8 +74,10 @@ describe('paced (open loop, the half-load runs)', () => {
     // machine loaded by other suites stalls this process too, so a few more windows may catch up; a
     // second's quota sent at once (the old bug) puts ~200 in one window.
     const counts = [...windows.values()]
-    expect(Math.max(...counts)).toBeLessThan(100)
-    expect(counts.filter((n) => n > 30).length).toBeLessThanOrEqual(4)
+    if (timingMeaningful()) {
+      expect(Math.max(...counts)).toBeLessThan(100)
+      expect(counts.filter((n) => n > 30).length).toBeLessThanOrEqual(4)
+    }
     // Latency from when each request was due: the stall makes ≥ 1 % of them ≥ 100 ms late.
     expect(m.p99_ms).toBeGreaterThanOrEqual(100)
     // This process sent 400 requests on loopback meanwhile: the machine was busy, however lightly.
@@ -84,7 +98,7 @@ describe('paced (open loop, the half-load runs)', () => {
     expect(seen.length).toBe(300)
     expect(m.requests).toBe(300)
     // The slow first 0.7 s were all warm-up.
-    expect(m.max_ms).toBeLessThan(150)
+    if (timingMeaningful()) expect(m.max_ms).toBeLessThan(150)
     // A wrong expected status counts as an error.
     const wrong = await paced({
       url: `${base}/fast`,
@@ -111,7 +125,7 @@ describe('load (autocannon, closed loop)', () => {
     expect(m.requests).toBe(500)
     expect(new Set(seen.map((s) => s.proof)).size).toBe(500)
     // 500 answers from a local server take well under a second: req/s is not rounded down to whole seconds.
-    expect(m.rps).toBeGreaterThan(500)
+    if (timingMeaningful()) expect(m.rps).toBeGreaterThan(500)
     expect(m.machine_cpu_pct).toBeGreaterThan(0)
   }, 15_000)
 })
@@ -122,9 +136,10 @@ describe('machineBusy', () => {
     const until = performance.now() + 600
     while (performance.now() < until) Math.sqrt(Math.random())
     // One of the machine's cores spun for the whole window (less what the scheduler took for others).
-    expect(meter.stopPct(performance.now())).toBeGreaterThanOrEqual(
-      Math.floor((100 / availableParallelism()) * 0.8),
-    )
+    const pct = meter.stopPct(performance.now())
+    if (timingMeaningful())
+      expect(pct).toBeGreaterThanOrEqual(Math.floor((100 / availableParallelism()) * 0.8))
+    else expect(pct).toBeGreaterThan(0)
   })
 })
 
