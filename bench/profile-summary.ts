@@ -2,6 +2,7 @@
 // the functions with the most self time in a V8 CPU profile (node --cpu-prof; the bench writes one for the
 // warm tollgate when BENCH_PROFILE_DIR is set).
 //   --busiest S   only the S seconds with the fewest idle samples (the load, not start-up or quiet time)
+//   --after S     leave out the first S seconds (start-up: loading modules can be busier than the load)
 //   --inclusive   time spent in each function and what it called, instead of self time
 //   --folded F    writes the sampled stacks in the folded format flame graph tools read ("a;b;c count")
 import { readFileSync, writeFileSync } from 'node:fs'
@@ -18,6 +19,7 @@ const { values, positionals } = parseArgs({
   options: {
     busiest: { type: 'string' },
     inclusive: { type: 'boolean', default: false },
+    after: { type: 'string' },
     folded: { type: 'string' },
   },
 })
@@ -55,7 +57,7 @@ for (const d of profile.timeDeltas) {
 }
 const { from, to } = values.busiest
   ? busiestWindow(Number(values.busiest) * 1e6)
-  : { from: 0, to: Number.POSITIVE_INFINITY }
+  : { from: Number(values.after ?? 0) * 1e6, to: Number.POSITIVE_INFINITY }
 const samples: Array<{ node: number; us: number }> = []
 for (let i = 0; i < profile.samples.length; i++) {
   if (at[i]! < from || at[i]! > to) continue
@@ -116,7 +118,7 @@ function busiestWindow(lengthUs: number): { from: number; to: number } {
   const width = Math.max(1, Math.round(lengthUs / step))
   let best = 0
   let bestSum = -1
-  for (let b = 0; b + width <= buckets.length; b++) {
+  for (let b = Math.floor((Number(values.after ?? 0) * 1e6) / step); b + width <= buckets.length; b++) {
     let sum = 0
     for (let k = b; k < b + width; k++) sum += buckets[k] ?? 0
     if (sum > bestSum) [best, bestSum] = [b, sum]

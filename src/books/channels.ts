@@ -279,10 +279,19 @@ export async function takeChannelLease(
     WHERE c.channel_id = ${q.channelId}
     RETURNING c.lease_holder = ${q.holder} AND NOT c.lease_wanted AS won, c.channel_id, c.lease_epoch,
       c.balance_atomic, c.charged_atomic, c.signed_max_atomic, c.signature, c.claimed_atomic,
-      c.lease_ceiling_atomic,
-      NOT EXISTS (SELECT 1 FROM claims k WHERE k.proof_key = 'batch:' || c.channel_id || ':' || c.charged_atomic)
-        AS top_open`
-  return row ?? null
+      c.lease_ceiling_atomic, false AS top_open`
+  if (!row?.won) return row ?? null
+  // Whether the top voucher's call was written, asked in a statement of its own. Asked in the UPDATE, it
+  // was wrong exactly when it mattered: an UPDATE that waited for the last holder's release re-reads the
+  // channel row as that release left it (charged moved up to the top voucher), but its other reads keep
+  // the snapshot taken before that commit, without the call row written with it. The top voucher then
+  // looked open, and its call, already served, was served again. The lease is ours now: nobody writes
+  // calls on this channel any more, so a fresh snapshot is the truth.
+  const [top] = await db<{ open: boolean }[]>`
+    SELECT NOT EXISTS (SELECT 1 FROM claims WHERE proof_key = ${`batch:${row.channel_id}:${row.charged_atomic}`})
+      AS open`
+  row.top_open = top!.open
+  return row
 }
 
 /** The highest voucher a holder accepted on a channel; `release` lets the lease go in the same write. */

@@ -12,7 +12,7 @@ import {
 } from '../../src/books/channels.ts'
 import { expireUncapturedClaims } from '../../src/control-plane/jobs/claim-expiry.ts'
 import type { Sql } from '../../src/db/sql.ts'
-import { migratedDatabase } from '../helpers/database.ts'
+import { migratedDatabase, usingServer } from '../helpers/database.ts'
 
 let sql: Sql
 let db: Awaited<ReturnType<typeof migratedDatabase>> | undefined
@@ -21,7 +21,7 @@ const PRICE = 1000n
 const SIG = `0x${'ab'.repeat(65)}`
 
 beforeAll(async () => {
-  db = await migratedDatabase({ max: 2 })
+  db = await migratedDatabase({ max: 3 })
   sql = db.sql
   await sql`INSERT INTO accounts (id, wallet_address, business_name, mode)
             VALUES (${ACCOUNT}, '0x1111111111111111111111111111111111111111', 'B', 'test')`
@@ -194,5 +194,45 @@ describe('channel leases', () => {
     const [refunds] = await sql<{ n: number }[]>`
       SELECT count(*)::int AS n FROM ledger_entries WHERE kind = 'refund' AND source_id LIKE ${`batch:${id}:%`}`
     expect(refunds!.n).toBe(0)
+  })
+})
+
+describe.runIf(usingServer)('a lease taken while the last holder lets go', () => {
+  it("sees the call that holder's release wrote: its voucher is not open to be served again", async () => {
+    const id = await channel(10n)
+    const a = (await lease(id, 'a'))!
+    // a's release, with the call its voucher paid, committed only once b's take waits on the row.
+    let commit!: () => void
+    const held = new Promise<void>((r) => {
+      commit = r
+    })
+    let written!: () => void
+    const inTransaction = new Promise<void>((r) => {
+      written = r
+    })
+    const releasing = sql.begin(async (tx) => {
+      await writeChannelVouchers(tx as unknown as Sql, {
+        holder: 'a',
+        ttlMs: 60_000,
+        reserve: 3n * PRICE,
+        marks: [{ channelId: id, epoch: a.lease_epoch, cumulative: PRICE, signature: SIG, release: true }],
+        calls: [served(id, 1n)],
+      })
+      written()
+      await held
+    })
+    await inTransaction
+    const taking = lease(id, 'b')
+    for (let i = 0; i < 200; i++) {
+      const [w] = await sql<{ n: number }[]>`
+        SELECT count(*)::int AS n FROM pg_stat_activity
+        WHERE datname = current_database() AND wait_event_type = 'Lock'`
+      if (w!.n > 0) break
+      await new Promise((r) => setTimeout(r, 10))
+    }
+    commit()
+    await releasing
+    // b's statement read the row as a left it (charged 1 call); the call row a wrote beside it must count.
+    expect(await taking).toMatchObject({ won: true, charged_atomic: PRICE, top_open: false })
   })
 })
