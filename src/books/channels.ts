@@ -152,6 +152,9 @@ export async function requestRefundOp(
     WHERE c.channel_id = ${q.channelId} AND c.charged_atomic = ${q.cumulative}
       AND (c.lease_holder IS NULL OR c.lease_until < now())
       AND c.balance_atomic - c.charged_atomic >= ${q.amount}
+    -- Locks the channel: a lease being taken meanwhile is waited for, and the lease test above is made
+    -- again on the row it left (taken: no refund).
+    FOR UPDATE OF c
     ON CONFLICT (id) DO NOTHING
     RETURNING *`
   return row ?? (await findChannelOp(db, q.id))
@@ -287,10 +290,20 @@ export async function takeChannelLease(
   // the snapshot taken before that commit, without the call row written with it. The top voucher then
   // looked open, and its call, already served, was served again. The lease is ours now: nobody writes
   // calls on this channel any more, so a fresh snapshot is the truth.
-  const [top] = await db<{ open: boolean }[]>`
+  // The same holds for a refund queued while this UPDATE waited on the row (the refund locks it): its op
+  // is seen here, and the lease is given back before anything is accepted under it.
+  const [now] = await db<{ open: boolean; refunding: boolean }[]>`
     SELECT NOT EXISTS (SELECT 1 FROM claims WHERE proof_key = ${`batch:${row.channel_id}:${row.charged_atomic}`})
-      AS open`
-  row.top_open = top!.open
+      AS open,
+      EXISTS (SELECT 1 FROM batch_channel_ops o WHERE o.channel_id = ${row.channel_id} AND o.kind = 'refund'
+              AND o.status IN ('pending', 'sent')) AS refunding`
+  if (now!.refunding) {
+    await db`
+      UPDATE batch_channels SET lease_holder = NULL, lease_until = NULL
+      WHERE channel_id = ${row.channel_id} AND lease_holder = ${q.holder} AND lease_epoch = ${row.lease_epoch}`
+    return { ...row, won: false }
+  }
+  row.top_open = now!.open
   return row
 }
 

@@ -451,7 +451,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: 'open',
     to: 'open',
     fn: 'takeChannelLease',
-    why: 'an instance leases the channel to accept vouchers in memory up to a ceiling',
+    why: 'an instance leases the channel to accept vouchers in memory up to a ceiling (given back at once if a refund was queued meanwhile)',
     where:
       "c.lease_holder IS NULL OR c.lease_holder = ? OR (c.lease_until < now() AND (SELECT coalesce(min(backend_start), '-infinity') FROM pg_stat_activity WHERE backend_type = 'client backend') < now() - ? * interval '1 millisecond')",
   },

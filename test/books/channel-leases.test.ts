@@ -235,4 +235,36 @@ describe.runIf(usingServer)('a lease taken while the last holder lets go', () =>
     // b's statement read the row as a left it (charged 1 call); the call row a wrote beside it must count.
     expect(await taking).toMatchObject({ won: true, charged_atomic: PRICE, top_open: false })
   })
+
+  it('a lease asked for while a refund is being queued is not granted', async () => {
+    const id = await channel(10n)
+    let commit!: () => void
+    const held = new Promise<void>((r) => {
+      commit = r
+    })
+    let queued!: () => void
+    const inTransaction = new Promise<void>((r) => {
+      queued = r
+    })
+    const refunding = sql.begin(async (tx) => {
+      const op = await requestRefundOp(tx as unknown as Sql, {
+        id: `ref_${id}`,
+        channelId: id,
+        cumulative: 0n,
+        amount: 10n * PRICE,
+      })
+      expect(op).not.toBeNull()
+      queued()
+      await held
+    })
+    await inTransaction
+    const taking = lease(id, 'b')
+    await new Promise((r) => setTimeout(r, 100))
+    commit()
+    await refunding
+    expect(await taking).toMatchObject({ won: false })
+    const [c] = await sql<{ lease_holder: string | null }[]>`
+      SELECT lease_holder FROM batch_channels WHERE channel_id = ${id}`
+    expect(c!.lease_holder).toBeNull()
+  })
 })
