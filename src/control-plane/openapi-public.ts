@@ -93,6 +93,25 @@ export const CheckoutStatus = v.strictObject({
 })
 
 /** A paid call's public receipt (src/data-plane/receipts.ts). */
+/** A pass bought at /pass/{endpoint_id}: its uses and its end, drawn on by signing in (passes.md). */
+export const Pass = v.pipe(
+  v.strictObject({
+    object: v.literal('pass'),
+    id: v.string(),
+    endpoint_id: v.string(),
+    metered_url: v.string(),
+    payer: Address,
+    price_atomic: Atomic,
+    calls: v.pipe(v.nullable(v.number()), v.description('uses bought; null: unlimited until expires_at')),
+    uses_left: v.pipe(v.nullable(v.number()), v.description('null: unlimited until expires_at')),
+    expires_at: v.pipe(v.nullable(Timestamp), v.description('null: no time limit')),
+    created_at: Timestamp,
+  }),
+  v.description(
+    'A pass: N calls or T seconds of an endpoint, paid once, used by signing in with the paying wallet',
+  ),
+)
+
 export const Receipt = v.pipe(
   v.strictObject({
     id: v.string(),
@@ -403,6 +422,30 @@ export function publicPaths(ref: (name: string) => Json): Json {
       },
     },
     '/m/{endpoint_id}': { get: metered('get'), post: metered('post') },
+    '/pass/{endpoint_id}': {
+      post: {
+        operationId: 'buyPass',
+        tags: ['metered'],
+        summary:
+          "Buy an endpoint's pass with any way the endpoint takes (any method; a client's retry of a paid purchase is not charged again)",
+        description:
+          'Without a payment: 402 with the pass price as the requirement. Paid: 201 with the pass and the payment receipt; ' +
+          'the same payment again buys no second pass: 200 with the same pass, or 402 proof_already_used. Calls on the pass are made to /m/{endpoint_id} with a ' +
+          'SIGN-IN-WITH-X header of the paying wallet.',
+        security: [],
+        parameters: [endpointId, ...proofHeaders],
+        responses: {
+          '200': json('Pass', 'the pass this payment bought earlier'),
+          '201': json('Pass', 'bought now', {
+            'payment-response': { description: 'x402 receipt, base64 JSON', schema: { type: 'string' } },
+          }),
+          '402': required402,
+          '404': error('endpoint_not_found / pass_not_offered'),
+          '409': error('payment_in_progress: another request is using this proof now (Retry-After)'),
+          '503': error('pass_opening (paid, retry with the same payment) / verification_unavailable'),
+        },
+      },
+    },
     '/pay/{payment_id}': {
       get: {
         operationId: 'getCheckout',

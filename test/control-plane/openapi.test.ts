@@ -273,6 +273,21 @@ describe('real answers of every operation validate against it', () => {
     expect((await call(keys, keys)).body.current.kid).toMatch(/^did:pkh:eip155:1:0x/)
     const calls = await call('/api/v1/calls', `/api/v1/calls?endpoint_id=${ids.ep}`, { key })
     expect(calls.body.data).toHaveLength(2)
+    // A pass of that endpoint, bought with a transaction hash; the same hash again buys no second one.
+    await call(one, `/api/v1/endpoints/${ids.ep}`, {
+      key,
+      method: 'PATCH',
+      body: { pass: { price: 0.05, calls: 3 } },
+    })
+    const passPath = '/pass/{endpoint_id}'
+    expect((await call(passPath, `/pass/${ids.ep}`, { method: 'POST' })).status).toBe(402)
+    expect((await call(passPath, '/pass/ep_missing', { method: 'POST' })).status).toBe(404)
+    const tx3 = await pay(50_000n)
+    const bought = await call(passPath, `/pass/${ids.ep}`, { method: 'POST', headers: { 'x-payment': tx3 } })
+    expect(bought.status).toBe(201)
+    expect(bought.body).toMatchObject({ object: 'pass', uses_left: 3 })
+    const again = await call(passPath, `/pass/${ids.ep}`, { method: 'POST', headers: { 'x-payment': tx3 } })
+    expect([200, 402]).toContain(again.status)
     await call('/api/v1/calls', '/api/v1/calls?endpoint_id=nope', { key })
   })
 
