@@ -195,6 +195,51 @@ export async function claimableChannels(
     LIMIT ${q.limit}`
 }
 
+/** A channel claim transaction signed and not known final: looked up before anything new is claimed. */
+export interface SentChannelClaim {
+  id: string
+  tx_hash: string
+  raw_tx: string
+  nonce: bigint
+  entries: Array<{ channel_id: string; total_claimed: string }>
+}
+
+/**
+ * Records a signed claim transaction before its broadcast (nothing moves in the books yet; recordChannelClaims
+ * books it once its receipt says it succeeded, failChannelClaim drops it when it never will).
+ */
+export async function recordChannelClaimSent(
+  db: Db,
+  q: {
+    claimId: string
+    hash: string
+    rawTx: string
+    nonce: number
+    entries: Array<{ channelId: string; totalClaimed: bigint }>
+  },
+): Promise<void> {
+  const total = q.entries.reduce((s, e) => s + e.totalClaimed, 0n)
+  const entries = q.entries.map((e) => ({
+    channel_id: e.channelId,
+    total_claimed: e.totalClaimed.toString(),
+  }))
+  await db`
+    INSERT INTO batch_claims (id, tx_hash, status, entries, total_atomic, raw_tx, nonce)
+    VALUES (${q.claimId}, ${q.hash}, 'sent', ${db.json(entries as never)}, ${total}, ${q.rawTx}, ${q.nonce})`
+}
+
+export function listSentChannelClaims(db: Db): Promise<SentChannelClaim[]> {
+  return db<SentChannelClaim[]>`
+    SELECT id, tx_hash, raw_tx, nonce, entries FROM batch_claims WHERE status = 'sent' ORDER BY created_at`
+}
+
+/** sent → failed: reverted, or never mined and its nonce taken by another transaction. Books nothing. */
+export async function failChannelClaim(db: Db, q: { claimId: string }): Promise<boolean> {
+  const rows =
+    await db`UPDATE batch_claims SET status = 'failed' WHERE id = ${q.claimId} AND status = 'sent' RETURNING id`
+  return rows.length === 1
+}
+
 /**
  * A claim transaction succeeded: each channel's claimed total moves up to what it claimed, the calls it
  * covers are marked settled by it, and their revenue is booked — one database transaction, so a call's
@@ -208,10 +253,11 @@ export async function recordChannelClaims(
   const totals = q.entries.map((e) => e.totalClaimed.toString())
   const total = q.entries.reduce((s, e) => s + e.totalClaimed, 0n)
   return sql.begin(async (tx) => {
+    // sent → done (recorded before its broadcast), or done at once.
     await tx`
       INSERT INTO batch_claims (id, tx_hash, status, entries, total_atomic)
       VALUES (${q.claimId}, ${q.hash}, 'done', ${tx.json(q.entries.map((e) => ({ channel_id: e.channelId, total_claimed: e.totalClaimed.toString() })) as never)}, ${total})
-      ON CONFLICT (id) DO NOTHING`
+      ON CONFLICT (id) DO UPDATE SET status = 'done' WHERE batch_claims.status = 'sent'`
     await tx`
       UPDATE batch_channels c SET claimed_atomic = t.total, updated_at = now()
       FROM unnest(${ids}::text[], ${totals}::bigint[]) AS t(id, total)

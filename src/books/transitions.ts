@@ -15,6 +15,7 @@ export type MoneyRecord =
   | 'unmatched_inflow'
   | 'channel'
   | 'channel_op'
+  | 'channel_claim'
   | 'refund'
   | 'pass'
 
@@ -518,6 +519,28 @@ export const TRANSITIONS: readonly Transition[] = [
   { record: 'channel_op', from: 'sent', to: 'failed', fn: 'failChannelOp', why: 'reverted' },
   { record: 'channel_op', from: 'sent', to: 'done', fn: 'confirmDeposit', why: 'deposit mined' },
   { record: 'channel_op', from: 'sent', to: 'done', fn: 'confirmRefund', why: 'refund mined' },
+  // channel claim: one transaction claiming many channels' vouchers, recorded signed before its broadcast.
+  {
+    record: 'channel_claim',
+    from: null,
+    to: 'sent',
+    fn: 'recordChannelClaimSent',
+    why: 'signed, recorded before broadcast (a lost answer or a crash leaves a hash to look up)',
+  },
+  {
+    record: 'channel_claim',
+    from: 'sent',
+    to: 'done',
+    fn: 'recordChannelClaims',
+    why: 'mined and succeeded: the vouchers it covered settled and booked in the same transaction',
+  },
+  {
+    record: 'channel_claim',
+    from: 'sent',
+    to: 'failed',
+    fn: 'failChannelClaim',
+    why: 'reverted, or its nonce went to another transaction',
+  },
 ]
 
 /** The states a transition function may start from (its SQL precondition says the same). */

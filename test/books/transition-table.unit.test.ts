@@ -92,6 +92,7 @@ describe('the transition table', () => {
         'unmatched_inflow',
         'channel',
         'channel_op',
+        'channel_claim',
         'pass',
       ]),
     )

@@ -33,11 +33,15 @@ async function usdcOf(address: `0x${string}`): Promise<bigint> {
   return publicClient.readContract({ address: usdc, abi: erc20, functionName: 'balanceOf', args: [address] })
 }
 
-async function depositTxCount(from: bigint): Promise<number> {
+/** Deposit transactions of one payer since `from` (other test files deposit on the shared chain too). */
+async function depositTxCount(from: bigint, who: `0x${string}`): Promise<number> {
   const logs = await publicClient.getLogs({ address: BATCH_SETTLEMENT_ADDRESS, fromBlock: from })
-  // Deposited(bytes32,address,address,uint128) is the contract's first event topic in a deposit.
+  // Deposited(bytes32 indexed channelId, address indexed payer, address collector, uint128 amount).
+  const payerTopic = `0x${who.slice(2).toLowerCase().padStart(64, '0')}`
   return new Set(
-    logs.filter((l) => l.topics.length === 3 && l.data.length === 2 + 128).map((l) => l.transactionHash),
+    logs
+      .filter((l) => l.topics.length === 3 && l.data.length === 2 + 128 && l.topics[2] === payerTopic)
+      .map((l) => l.transactionHash),
   ).size
 }
 
@@ -101,7 +105,7 @@ describe('pay once, call many', () => {
       `batch-settlement: ${CALLS} paid calls in ${Math.round(ms)} ms (${Math.round((CALLS * 1000) / ms)}/s)\n`,
     )
     expect(upstream.count() - forwardedBefore).toBe(CALLS)
-    expect(await depositTxCount(startBlock)).toBe(1)
+    expect(await depositTxCount(startBlock, payer.address)).toBe(1)
     const deposit = PRICE * BigInt(DEPOSIT_MULTIPLIER)
     expect(payerBefore - (await usdcOf(payer.address))).toBe(deposit)
 

@@ -7,17 +7,20 @@
 // (900 s, the scheme's minimum) is far longer than that period: vouchers are claimed before any withdrawal
 // can be finalized, which is how the scheme's withdrawals are honoured.
 import { randomUUID } from 'node:crypto'
-import { type Address, getAddress, type Hash, type Hex, parseEventLogs } from 'viem'
+import { type Address, getAddress, type Hash, type Hex, keccak256, parseEventLogs } from 'viem'
 import {
   type ChannelOp,
   type ClaimableChannel,
   claimableChannels,
   confirmDeposit,
   confirmRefund,
+  failChannelClaim,
   failChannelOp,
   findChannel,
+  listSentChannelClaims,
   markChannelOpSent,
   openChannelOps,
+  recordChannelClaimSent,
   recordChannelClaims,
 } from '../../books/channels.ts'
 import {
@@ -28,6 +31,8 @@ import {
   claimAndSettleCalldata,
   type VoucherClaim,
 } from '../../chain/batch-channel.ts'
+import { nullIfNotFound } from '../../chain/not-found.ts'
+import { broadcast, pendingNonce, quoteFees } from '../../chain/payouts.ts'
 import { whenAvailable } from '../../db/when-available.ts'
 import { type BackgroundModule, type JobDeps, type TreasuryLock, unlocked } from './runner.ts'
 
@@ -175,13 +180,18 @@ async function resolveOp(deps: JobDeps, op: ChannelOp): Promise<void> {
 /** Claims every channel with served, unclaimed calls: one transaction per CLAIM_MAX channels. */
 export async function claimVouchers(deps: JobDeps, lock: TreasuryLock = unlocked): Promise<number> {
   const { chain } = deps
+  // A claim sent earlier (by this process, or one that died after its broadcast) is settled first: a new
+  // claim of the same vouchers would be refused by the contract, or book them to the wrong transaction.
+  if (!(await resolveSentClaims(deps, lock))) return 0
   let txs = 0
   for (;;) {
     const due = await claimableChannels(deps.sql, { limit: CLAIM_MAX })
     if (due.length === 0) return txs
     const treasury: Address = getAddress(chain.treasury)
     const data = claimAndSettleCalldata(due.map(toClaim), treasury, getAddress(chain.usdc.address))
-    const sent = await send(deps, lock, data)
+    const claimId = `claim_${randomUUID()}`
+    const entries = due.map((c) => ({ channelId: c.channel_id, totalClaimed: BigInt(c.captured_max) }))
+    const sent = await sendClaim(deps, lock, { claimId, data, entries })
     if ('error' in sent) {
       deps.logger.error('batch voucher claim refused by simulation; retried next run', {
         err: sent.error.slice(0, 300),
@@ -189,25 +199,128 @@ export async function claimVouchers(deps: JobDeps, lock: TreasuryLock = unlocked
       return txs
     }
     txs++
+    // Not mined in time, or the RPC failed: the claim stays 'sent' and the next run looks it up.
     const receipt = await receiptOf(deps, sent.hash)
     if (receipt.status !== 'success') {
+      await failChannelClaim(deps.sql, { claimId })
       deps.logger.error('batch voucher claim reverted; retried next run', { tx: sent.hash })
       return txs
     }
-    // The claim moved the money: its record is retried while the database is away (a restart). Dropped,
-    // the next run would claim these channels again and book the settlement to that later transaction,
-    // whose inflow holds only what was new (reconcile: inflow chain ≠ books); with nothing new, the
-    // simulation would refuse the claim for ever. It is idempotent (its id, and each update's condition).
-    const claimId = `claim_${randomUUID()}`
-    await whenAvailable(
-      () =>
-        recordChannelClaims(deps.sql, {
-          claimId,
-          hash: sent.hash,
-          entries: due.map((c) => ({ channelId: c.channel_id, totalClaimed: BigInt(c.captured_max) })),
-        }),
-      { timeoutMs: deps.config.settlement.confirm_timeout_ms },
-    )
+    await recordClaimed(deps, { claimId, hash: sent.hash, entries })
     if (due.length < CLAIM_MAX) return txs
   }
+}
+
+/**
+ * The claim moved the money: its record is retried while the database is away (a restart). Dropped, the
+ * claim would stay 'sent' until the next run found its receipt; it is idempotent (sent → done once, and
+ * each update's condition).
+ */
+function recordClaimed(
+  deps: JobDeps,
+  q: { claimId: string; hash: string; entries: Array<{ channelId: string; totalClaimed: bigint }> },
+): Promise<number> {
+  return whenAvailable(() => recordChannelClaims(deps.sql, q), {
+    timeoutMs: deps.config.settlement.confirm_timeout_ms,
+  })
+}
+
+/**
+ * Simulates, signs locally, records the signed claim ('sent') and only then broadcasts, under the treasury
+ * lock. A broadcast whose answer was lost or refused leaves the claim 'sent': the next run finds it mined,
+ * waiting, or never sent (then sent again with the same bytes).
+ */
+async function sendClaim(
+  deps: JobDeps,
+  lock: TreasuryLock,
+  q: { claimId: string; data: Hex; entries: Array<{ channelId: string; totalClaimed: bigint }> },
+): Promise<{ hash: Hash } | { error: string }> {
+  const { chain } = deps
+  const account = chain.walletClient.account
+  return lock(async () => {
+    let gas: bigint
+    try {
+      // The simulation: a claim the contract would refuse is never signed.
+      gas = await chain.publicClient.estimateGas({
+        account: account.address,
+        to: BATCH_SETTLEMENT_ADDRESS,
+        data: q.data,
+      })
+    } catch (err) {
+      return { error: err instanceof Error ? err.message : String(err) }
+    }
+    const [fees, nonce] = await Promise.all([
+      quoteFees(chain.publicClient),
+      pendingNonce(chain.publicClient, account.address),
+    ])
+    const rawTx = await account.signTransaction({
+      type: 'eip1559',
+      chainId: chain.chainId,
+      to: BATCH_SETTLEMENT_ADDRESS,
+      data: q.data,
+      nonce,
+      gas: (gas * 13n) / 10n,
+      maxFeePerGas: fees.maxFeePerGas,
+      maxPriorityFeePerGas: fees.maxPriorityFeePerGas,
+      value: 0n,
+    })
+    const hash = keccak256(rawTx)
+    await recordChannelClaimSent(deps.sql, { claimId: q.claimId, hash, rawTx, nonce, entries: q.entries })
+    const r = await broadcast(chain.publicClient, rawTx)
+    if (!r.ok && r.reason !== 'already_known') {
+      deps.logger.warn('batch voucher claim broadcast failed; looked up next run', {
+        tx: hash,
+        reason: r.reason,
+        message: r.message.slice(0, 160),
+      })
+    }
+    return { hash }
+  })
+}
+
+/**
+ * Resolves the claims recorded 'sent': mined (booked, or failed if it reverted), still waiting in the
+ * node's pool, lost with its nonce taken by another transaction (failed: nothing moved), or unknown to the
+ * node with its nonce still free (broadcast again, the same bytes). true when none is left open.
+ */
+async function resolveSentClaims(deps: JobDeps, lock: TreasuryLock): Promise<boolean> {
+  const { chain } = deps
+  const client = chain.publicClient
+  let open = false
+  for (const c of await listSentChannelClaims(deps.sql)) {
+    const hash = c.tx_hash as Hash
+    // A failed look-up throws (the run ends, the next one asks again): unknown is not "lost".
+    const receipt = await nullIfNotFound(client.getTransactionReceipt({ hash }))
+    const entries = c.entries.map((e) => ({ channelId: e.channel_id, totalClaimed: BigInt(e.total_claimed) }))
+    if (receipt?.status === 'success') {
+      await recordClaimed(deps, { claimId: c.id, hash, entries })
+      continue
+    }
+    if (receipt) {
+      await failChannelClaim(deps.sql, { claimId: c.id })
+      deps.logger.error('batch voucher claim reverted; retried next run', { tx: hash })
+      continue
+    }
+    if (await nullIfNotFound(client.getTransaction({ hash }))) {
+      open = true
+      continue
+    }
+    const used = await client.getTransactionCount({
+      address: chain.walletClient.account.address,
+      blockTag: 'latest',
+    })
+    if (BigInt(used) > BigInt(c.nonce)) {
+      await failChannelClaim(deps.sql, { claimId: c.id })
+      deps.logger.warn(
+        'batch voucher claim never mined, its nonce used by another transaction; claimed again',
+        {
+          tx: hash,
+        },
+      )
+      continue
+    }
+    open = true
+    await lock(() => broadcast(client, c.raw_tx as Hex))
+  }
+  return !open
 }
