@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type ClaimRequest, claimAndCapture, claimProof, releaseClaim } from '../../src/books/claims.ts'
 import { failSettlement } from '../../src/books/settlement.ts'
 import type { Sql } from '../../src/db/sql.ts'
-import { migratedDatabase } from '../helpers/database.ts'
+import { migratedDatabase, usingServer } from '../helpers/database.ts'
 
 let sql: Sql
 let db: Awaited<ReturnType<typeof migratedDatabase>> | undefined
@@ -13,7 +13,8 @@ const ACCOUNT = 'acct_reserve'
 let n = 0
 
 beforeAll(async () => {
-  db = await migratedDatabase({ max: 1 })
+  // Several connections: the concurrent case below sends its claims on different sessions.
+  db = await migratedDatabase({ max: 4 })
   sql = db.sql
   await sql`INSERT INTO accounts (id, wallet_address, business_name, mode)
     VALUES (${ACCOUNT}, '0x1111111111111111111111111111111111111111', 'B', 'test')`
@@ -129,5 +130,20 @@ describe('x402 exact reservation', () => {
     await sql`UPDATE claims SET status = 'captured', captured_at = now() WHERE proof_key = ${b.proofKey}`
     expect(await failSettlement(sql, { proofKey: b.proofKey, reason: 'reverted' })).toBe(true)
     expect(await outcome(auth(p, 10_000n, { balanceAtomic: 10_000n, block: 200n }))).toBe('won')
+  })
+})
+
+describe.runIf(usingServer)('x402 exact reservation, concurrent sessions', () => {
+  it('claims of one payer racing on separate connections never take more than its balance', async () => {
+    const read = { balanceAtomic: 10_000n, block: 100n }
+    let won = 0
+    for (let round = 0; round < 20; round++) {
+      const p = payerAddress()
+      const results = await Promise.all(Array.from({ length: 4 }, () => outcome(auth(p, 10_000n, read))))
+      expect(results.filter((r) => r === 'won').length).toBeLessThanOrEqual(1)
+      won += results.filter((r) => r === 'won').length
+    }
+    // Each payer's one authorization it can pay went through (a refusal here is never spurious).
+    expect(won).toBe(20)
   })
 })
