@@ -21,23 +21,24 @@ CREATE INDEX claims_eip3009_settled_block ON claims (lower(payer), settlement_bl
 CREATE FUNCTION eip3009_reserved(payer_l text, since_block bigint) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-  held bigint;
-  landed bigint;
-  unknown bigint;
+  reserved bigint;
 BEGIN
   PERFORM pg_advisory_xact_lock(3009, hashtext(payer_l));
   IF since_block IS NULL THEN
     RETURN NULL;
   END IF;
-  SELECT coalesce(sum(amount_atomic), 0) INTO held FROM claims
-  WHERE lower(payer) = payer_l AND kind = 'eip3009' AND settled_at IS NULL AND settlement_error IS NULL
-    AND status IN ('claimed', 'captured', 'settling')
-    AND NOT (status = 'claimed' AND lease_until IS NULL AND releases = attempts);
-  SELECT coalesce(sum(amount_atomic), 0) INTO landed FROM claims
-  WHERE lower(payer) = payer_l AND kind = 'eip3009' AND settled_at IS NOT NULL
-    AND settlement_block > since_block;
-  SELECT coalesce(sum(amount_atomic), 0) INTO unknown FROM claims
-  WHERE lower(payer) = payer_l AND kind = 'eip3009' AND settled_at IS NOT NULL
-    AND settlement_block IS NULL AND settled_at > now() - interval '2 minutes';
-  RETURN held + landed + unknown;
+  -- One query (one snapshot, taken now that the lock is held), each sum on its own partial index.
+  SELECT
+    (SELECT coalesce(sum(amount_atomic), 0) FROM claims
+     WHERE lower(payer) = payer_l AND kind = 'eip3009' AND settled_at IS NULL AND settlement_error IS NULL
+       AND status IN ('claimed', 'captured', 'settling')
+       AND NOT (status = 'claimed' AND lease_until IS NULL AND releases = attempts))
+    + (SELECT coalesce(sum(amount_atomic), 0) FROM claims
+       WHERE lower(payer) = payer_l AND kind = 'eip3009' AND settled_at IS NOT NULL
+         AND settlement_block > since_block)
+    + (SELECT coalesce(sum(amount_atomic), 0) FROM claims
+       WHERE lower(payer) = payer_l AND kind = 'eip3009' AND settled_at IS NOT NULL
+         AND settlement_block IS NULL AND settled_at > now() - interval '2 minutes')
+  INTO reserved;
+  RETURN reserved;
 END $$;
