@@ -14,6 +14,9 @@ export interface Inside {
   /** Mean time of a verification's chain look-up (cold transactions, x402 authorizations), and how many. */
   rpc_lookups: number
   rpc_mean_ms: number
+  /** JSON-RPC calls sent to the node in the run (each call of a batch counted): eth_call, all methods. */
+  rpc_eth_calls: number
+  rpc_calls: number
   /** Mean time of one claim/capture statement, and the share of them that took over 10 ms. */
   write_mean_ms: number
   writes_over_10ms_pct: number
@@ -74,6 +77,8 @@ export function inside(before: Counters, after: Counters): Inside {
       d('tollgate_chain_rpc_duration_seconds_count'),
       1000,
     ),
+    rpc_eth_calls: d('tollgate_rpc_calls_total', 'method="eth_call"'),
+    rpc_calls: d('tollgate_rpc_calls_total'),
     write_mean_ms: mean(d('tollgate_books_write_duration_seconds_sum'), writeCount, 1000),
     writes_over_10ms_pct: mean(
       writeCount - d('tollgate_books_write_duration_seconds_bucket', 'le="0.01"'),

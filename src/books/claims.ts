@@ -29,6 +29,12 @@ export interface ClaimRequest {
    * may still have committed, and is found again by it (releaseUnacknowledgedClaims).
    */
   attemptToken?: string
+  /**
+   * x402 exact: the payer's balance as last read and the block it was read at. The claim wins only if the
+   * balance covers it on top of what the payer's other authorizations still hold (claimAndCapture).
+   * Absent: no funds check here (checkout), but the claim still takes the payer's lock.
+   */
+  reserve?: { balanceAtomic: bigint; block: bigint } | null
 }
 
 /**
@@ -36,7 +42,11 @@ export interface ClaimRequest {
  * its release. busy: another request holds it right now (lease live) — it may come free. used: it paid for
  * something else, was captured, is in doubt (lease ran out without a release), or its window is over.
  */
-export type ClaimResult = { outcome: 'won'; attempt: number } | { outcome: 'busy' } | { outcome: 'used' }
+export type ClaimResult =
+  | { outcome: 'won'; attempt: number }
+  | { outcome: 'busy' }
+  | { outcome: 'used' }
+  | { outcome: 'insufficient_funds' }
 
 export interface Capture {
   callId: string
@@ -91,6 +101,9 @@ export interface BooksBatchResult {
  * A conflicting claim is taken over only when it is uncaptured, on the same target, inside its window, and
  * every earlier attempt was released (releases = attempts). An expired lease alone never frees a proof.
  * A capture applies only to a claim still 'claimed'; x402 captures book no revenue (settlement does).
+ * An x402 exact claim also reserves its amount against the payer's balance read (see `payers` below).
+ *
+ * One piece: it is one SQL statement, one commit per batch; cut up, the text would be split, not the work.
  */
 export async function claimAndCapture(
   db: Db,
@@ -100,7 +113,7 @@ export async function claimAndCapture(
   const c = batch.captures
   const capturesDoc = capturesJson(c)
   const claimsDoc = claimsJson(r)
-  const rows = await db<{ what: 'claim' | 'capture'; proof_key: string; attempts: number }[]>`
+  const rows = await db<{ what: 'claim' | 'capture' | 'short'; proof_key: string; attempts: number }[]>`
     WITH cap AS (
       SELECT * FROM json_to_recordset(${capturesDoc}::text::json)
         AS t(call_id text, proof_key text, endpoint_id text, account_id text, owner_wallet text, payer text,
@@ -135,34 +148,76 @@ export async function claimAndCapture(
       ${unusedCeilingRefunds(db, db`(SELECT i.* FROM cap i JOIN captured k USING (proof_key) WHERE k.kind = 'tx' AND i.refund > 0)`)}
       RETURNING 1
     ),
+    req AS MATERIALIZED (
+      SELECT * FROM json_to_recordset(${claimsDoc}::text::json)
+        AS t(i int, proof_key text, kind text, target_type text, target_id text, account_id text, payer text,
+             amount bigint, retry_ms bigint, lease_ms bigint, "authorization" jsonb, proof_at_ms bigint,
+             attempt_token text, balance bigint, balance_block bigint)
+    ),
+    -- x402 exact, the reservation: an authorization is claimed only if
+    --   balance (as read at balance_block) - eip3009_reserved(payer, balance_block) - earlier ones of this
+    --   statement >= its amount
+    -- where eip3009_reserved (migration 0045) sums the payer's authorizations not yet settled plus those
+    -- settled in a block after the read, on every instance. Why that is never an over-serve:
+    -- * Across instances: eip3009_reserved takes the payer's advisory lock, then sums with a fresh snapshot;
+    --   every claim of an authorization takes that lock here and holds it to its commit, so a concurrent
+    --   claim of the payer is either committed (in the sum) or waits for ours (and then sees ours).
+    -- * Settlement: settleAuthorizations moves a row from unsettled to settled-at-block in one commit, so
+    --   any snapshot counts it once, as unsettled or, while its block is after the read, as landed; once
+    --   its block is at or before the read, the balance itself shows the transfer. A failed or expired
+    --   settlement (settlement_error) or a voided claim leaves the sum: that money never moves.
+    -- * Counted twice (a false refusal, never an over-serve): a settlement mined at or before the read but
+    --   not booked yet, or one whose block is unknown (counted for two minutes). Both end within seconds
+    --   of the batcher's next run; the payer retries.
+    -- The locks are taken in hashtext order, all of them before the first row below is written (the window
+    -- sum reads every row of "payers" first), so two batches never wait on each other crosswise.
+    payers AS MATERIALIZED (
+      SELECT payer_l, eip3009_reserved(payer_l, since) AS reserved FROM (
+        SELECT lower(payer) AS payer_l, min(balance_block) AS since FROM req WHERE kind = 'eip3009'
+        GROUP BY lower(payer) ORDER BY hashtext(lower(payer)), lower(payer) OFFSET 0
+      ) p
+    ),
+    checked AS MATERIALIZED (
+      SELECT r.*, (r.kind <> 'eip3009' OR r.balance IS NULL
+                   OR sum(r.amount) OVER (PARTITION BY r.kind, lower(r.payer) ORDER BY r.i) <= r.balance - p.reserved
+                  ) AS funded
+      FROM req r LEFT JOIN payers p ON r.kind = 'eip3009' AND p.payer_l = lower(r.payer)
+    ),
     won AS (
       INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
                           retry_until, lease_until, authorization_payload, proof_at, attempt_token)
       SELECT proof_key, kind, target_type, target_id, account_id, payer, amount, 'claimed',
              now() + retry_ms * interval '1 millisecond', now() + lease_ms * interval '1 millisecond',
              "authorization", to_timestamp(proof_at_ms / 1000.0), attempt_token
-      FROM json_to_recordset(${claimsDoc}::text::json)
-        AS t(proof_key text, kind text, target_type text, target_id text, account_id text, payer text,
-             amount bigint, retry_ms bigint, lease_ms bigint, "authorization" jsonb, proof_at_ms bigint,
-             attempt_token text)
+      FROM checked WHERE funded
       ON CONFLICT (proof_key) DO UPDATE
         SET lease_until = EXCLUDED.lease_until, attempts = claims.attempts + 1,
             attempt_token = EXCLUDED.attempt_token
         WHERE claims.status = 'claimed' AND claims.target_id = EXCLUDED.target_id
           AND claims.retry_until > now() AND claims.releases = claims.attempts
       RETURNING proof_key, attempts
+    ),
+    -- Refused for funds, and not spent or held by anyone (those answer used or busy, as without funds).
+    short AS (
+      SELECT c.proof_key FROM checked c WHERE NOT c.funded AND NOT EXISTS (
+        SELECT 1 FROM claims k WHERE k.proof_key = c.proof_key
+          AND NOT (k.status = 'claimed' AND k.lease_until IS NULL AND k.releases = k.attempts))
     )
     SELECT 'claim' AS what, proof_key, attempts FROM won
     UNION ALL
-    SELECT 'capture', proof_key, 0 FROM captured`
+    SELECT 'capture', proof_key, 0 FROM captured
+    UNION ALL
+    SELECT 'short', proof_key, 0 FROM short`
   // (new_calls and revenue run although nothing reads them: PostgreSQL always completes a modifying CTE.)
   const won = new Map<string, number>()
   const captured = new Set<string>()
+  const short = new Set<string>()
   for (const row of rows) {
     if (row.what === 'claim') won.set(row.proof_key, row.attempts)
     else if (row.what === 'capture') captured.add(row.proof_key)
+    else short.add(row.proof_key)
   }
-  const lost = r.filter((x) => !won.has(x.proofKey))
+  const lost = r.filter((x) => !won.has(x.proofKey) && !short.has(x.proofKey))
   // Rare (replays and races): one more round trip to tell a proof held right now from a spent one.
   const busy = new Set<string>()
   if (lost.length > 0) {
@@ -177,6 +232,7 @@ export async function claimAndCapture(
   const claims: ClaimResult[] = r.map((x) => {
     const attempt = won.get(x.proofKey)
     if (attempt !== undefined) return { outcome: 'won', attempt }
+    if (short.has(x.proofKey)) return { outcome: 'insufficient_funds' }
     return { outcome: busy.has(x.proofKey) ? 'busy' : 'used' }
   })
   return { claims, captured }
@@ -215,7 +271,8 @@ function capturesJson(c: Capture[]): string {
 
 function claimsJson(r: ClaimRequest[]): string {
   return JSON.stringify(
-    r.map((x) => ({
+    r.map((x, i) => ({
+      i,
       proof_key: x.proofKey,
       kind: x.kind,
       target_type: x.targetType,
@@ -228,6 +285,8 @@ function claimsJson(r: ClaimRequest[]): string {
       authorization: x.authorization,
       proof_at_ms: x.proofAtMs ?? null,
       attempt_token: x.attemptToken ?? null,
+      balance: x.reserve?.balanceAtomic.toString() ?? null,
+      balance_block: x.reserve?.block.toString() ?? null,
     })),
   )
 }

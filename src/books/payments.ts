@@ -446,6 +446,9 @@ export async function holdPaymentAuthorization(
     if (payment.status !== 'pending') return { kind: 'closed', payment }
     const due = priceDue(payment)
     if (proof.valueAtomic < due) return { kind: 'underpaid', payment, dueAtomic: due }
+    // The payer's reservation lock (migration 0045): a metered claim of the same payer summing its unsettled
+    // authorizations on another connection waits for this row, or sees it committed.
+    await tx`SELECT pg_advisory_xact_lock(3009, hashtext(lower(${proof.payer})))`
     const claimed = await tx`
       INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
                           authorization_payload)

@@ -44,7 +44,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: null,
     to: 'claimed',
     fn: 'claimProof',
-    why: 'verified proof, before the upstream',
+    why: 'verified proof, before the upstream (x402 exact: only if the payer balance covers it on top of its unsettled authorizations)',
   },
   {
     record: 'claim',

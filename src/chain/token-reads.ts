@@ -11,6 +11,8 @@ import type { RpcRequestListener } from './client.ts'
 export interface TokenReads {
   authorizationUsed(authorizer: Address, nonce: Hex): Promise<boolean>
   balanceOf(owner: Address): Promise<bigint>
+  /** The chain's head (eth_blockNumber), in the same JSON-RPC batch as the reads queued beside it. */
+  blockNumber(): Promise<bigint>
   /** The token's ERC-20 allowance of `owner` to `spender` (x402 upto: to Permit2). */
   allowance(owner: Address, spender: Address): Promise<bigint>
   /** Permit2's unordered-nonce bitmap word `wordPos` of `owner` (x402 upto: is a nonce spent). */
@@ -29,10 +31,11 @@ const NONCE_BITMAP = toFunctionSelector('nonceBitmap(address,uint256)')
 const WORD = /^0x[0-9a-fA-F]{64}$/
 const ADDRESS = /^0x[0-9a-fA-F]{40}$/
 const BYTES32 = /^0x[0-9a-fA-F]{64}$/
+const QUANTITY = /^0x[0-9a-fA-F]{1,64}$/
 
 interface Pending {
-  /** The contract called, lower-case. */
-  to: string
+  /** null: eth_blockNumber. */
+  to: string | null
   data: string
   resolve(word: string): void
   reject(err: Error): void
@@ -76,13 +79,15 @@ export function createTokenReads(o: {
     let body = '['
     for (let i = 0; i < batch.length; i++) {
       if (i > 0) body += ','
-      body += `{"jsonrpc":"2.0","id":${i},"method":"eth_call","params":[{"to":"${batch[i]!.to}","data":"${batch[i]!.data}"},"latest"]}`
+      const p = batch[i]!
+      body +=
+        p.to === null
+          ? `{"jsonrpc":"2.0","id":${i},"method":"eth_blockNumber","params":[]}`
+          : `{"jsonrpc":"2.0","id":${i},"method":"eth_call","params":[{"to":"${p.to}","data":"${p.data}"},"latest"]}`
     }
     body += ']'
-    o.onRpcRequest?.(
-      batch.length === 1 ? 'eth_call' : 'batch',
-      batch.map(() => 'eth_call'),
-    )
+    const methods = batch.map((p) => (p.to === null ? 'eth_blockNumber' : 'eth_call'))
+    o.onRpcRequest?.(batch.length === 1 ? methods[0]! : 'batch', methods)
     const res = await pool.request({
       method: 'POST',
       path,
@@ -101,7 +106,8 @@ export function createTokenReads(o: {
       const p = typeof a?.id === 'number' ? batch[a.id] : undefined
       if (!p || answered[a.id as number]) continue
       answered[a.id as number] = true
-      if (typeof a.result === 'string' && WORD.test(a.result)) p.resolve(a.result)
+      if (typeof a.result === 'string' && (p.to === null ? QUANTITY : WORD).test(a.result))
+        p.resolve(a.result)
       else p.reject(new RpcReadError(a.error?.message ?? 'RPC answered no 32-byte word'))
     }
     for (let i = 0; i < batch.length; i++) {
@@ -109,7 +115,7 @@ export function createTokenReads(o: {
     }
   }
 
-  const call = (data: string, target = to): Promise<string> =>
+  const call = (data: string, target: string | null = to): Promise<string> =>
     new Promise<string>((resolve, reject) => {
       queue.push({ to: target, data, resolve, reject })
       if (!scheduled) {
@@ -128,6 +134,9 @@ export function createTokenReads(o: {
     },
     async balanceOf(owner) {
       return BigInt(await call(`${BALANCE_OF}${addressWord(owner)}`))
+    },
+    async blockNumber() {
+      return BigInt(await call('', null))
     },
     async allowance(owner, spender) {
       return BigInt(await call(`${ALLOWANCE}${addressWord(owner)}${addressWord(spender)}`))

@@ -185,6 +185,12 @@ export const ConfigSchema = v.strictObject({
      * least this many dollars; null (default): never. Costs one RPC round trip on those calls. */
     simulate_min_price: v.nullable(Dollars),
     /**
+     * x402 exact: how long a payer's balance read is reused for its next authorizations (0: read every
+     * time). Safe at any value below two minutes: the claim counts every authorization settled after the
+     * block the read was made at (src/books/claims.ts); a longer reuse only delays seeing a top-up.
+     */
+    balance_ttl_ms: v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(60_000)),
+    /**
      * batch-settlement vouchers: an instance leases a channel for batch_lease_ms and accepts its
      * vouchers in memory up to batch_reserve dollars past the last persisted one, persisting every
      * batch_flush_ms. A crash costs at most batch_reserve per channel (the gateway's, never the payer's).

@@ -500,6 +500,10 @@ class MeteredCall implements ProxyHooks {
       if (this.abort.aborted) return this.finishAborted()
       return this.respond402('proof_already_used')
     }
+    if (outcome === 'insufficient_funds') {
+      if (this.abort.aborted) return this.finishAborted()
+      return this.respond402('insufficient_funds')
+    }
     if (outcome === 'busy') {
       // In flight in another request right now. Not a 402: a client must not pay again for it.
       if (this.abort.aborted) return this.finishAborted()

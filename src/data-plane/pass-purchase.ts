@@ -150,6 +150,7 @@ class PassPurchase {
 
   withClaim(payment: Payment, outcome: ClaimOutcome): void {
     if (outcome === 'busy') return this.respondError('payment_in_progress', undefined, RETRY_AFTER_1)
+    if (outcome === 'insufficient_funds') return this.respond402('insufficient_funds')
     // Used before: by this purchase (a retry whose answer was lost: the same pass) or by anything else.
     if (outcome === 'used') {
       void this.open(payment, false)

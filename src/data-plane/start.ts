@@ -356,7 +356,9 @@ function createVerifier(
   now: (() => number) | undefined,
 ): Verifier {
   // One per process: the checks of one payer share its balance read (see check-authorization.ts).
-  const checkOnChain = createAuthorizationChainChecker(chain.tokenReads)
+  const checkOnChain = createAuthorizationChainChecker(chain.tokenReads, {
+    balanceTtlMs: config.x402.balance_ttl_ms,
+  })
   return new Verifier({
     ...(now ? { now } : {}),
     verified,
@@ -379,6 +381,7 @@ function createVerifier(
         end()
       }
     },
+    forgetBalance: (payer) => checkOnChain.forget(payer),
     verifySmartWallet: (q) =>
       verifySmartWalletAuthorization(chain.publicClient, { usdc: chain.usdc, chainId: chain.chainId, ...q }),
     simulate: (q) =>

@@ -5,7 +5,7 @@
 import { LRUCache } from 'lru-cache'
 import type { AuthorizationFailure, TransferAuthorization } from '../chain/authorization.ts'
 import { verifyTransferAuthorization } from '../chain/authorization.ts'
-import type { AuthorizationChainCheck } from '../chain/check-authorization.ts'
+import type { AuthorizationChainCheck, BalanceRead } from '../chain/check-authorization.ts'
 import { storedAuthorization } from '../chain/settle.ts'
 import type { SimulationCheck } from '../chain/simulate-authorization.ts'
 import type { SmartWalletCheck } from '../chain/verify-smart-wallet.ts'
@@ -53,6 +53,8 @@ export type VerifyResult =
       transaction: null
       /** Kept with the claim: the settlement batcher submits it. */
       authorization: SignedAuthorization
+      /** The payer's balance as read (or reused), for the claim's reservation; null where none was read. */
+      balance: BalanceRead | null
     }
   | { ok: false; reason: VerifyFailure; retryAfterMs?: number; detail?: string }
 
@@ -85,6 +87,8 @@ export interface VerifierOptions {
     nonce: `0x${string}`
     value: bigint
   }): Promise<AuthorizationChainCheck>
+  /** Drops a payer's reused balance read (its claim was refused for funds). */
+  forgetBalance?(payer: `0x${string}`): void
   /** The wallet's own check (EIP-1271 / ERC-6492), asked only when ecrecover does not give `from`. */
   verifySmartWallet?(q: {
     authorization: TransferAuthorization
@@ -151,6 +155,11 @@ export class Verifier {
    * A value when the answer is known now (cache hit, bad header); a promise when the chain must be asked.
    * `client` (its rate-limit key): a new chain look-up takes one of its slots until it settles.
    */
+  /** The payer's next authorization reads its balance again (a top-up since shows). */
+  forgetBalance(payer: `0x${string}`): void {
+    this.options.forgetBalance?.(payer)
+  }
+
   verify(proof: Proof, client = ''): VerifyResult | Promise<VerifyResult> {
     if (proof.kind === 'invalid') return { ok: false, reason: 'invalid_proof', detail: proof.detail }
     if (proof.kind === 'x402') return this.verifyAuthorization(proof.payload, client)
@@ -283,6 +292,7 @@ export class Verifier {
       valueAtomic: a.value,
       transaction: null,
       authorization: storedAuthorization(a, signature),
+      balance: onChain.balance,
     }
     return verified
   }

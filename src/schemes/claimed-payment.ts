@@ -50,6 +50,10 @@ export interface ClaimedPaymentInit {
   endpointId: string
   accountId: string
   leaseMs: number
+  /** x402 exact: the payer's balance read; the claim reserves against it (src/books/claims.ts). */
+  reserve?: { balanceAtomic: bigint; block: bigint } | null
+  /** The claim was refused for funds. */
+  onInsufficientFunds?: () => void
   receipt(served: boolean): [string, string]
   /**
    * Settles before the answer (its endpoint asks so): takes the capture, writes it with the settlement
@@ -98,9 +102,11 @@ export class ClaimedPayment implements Payment {
         leaseMs: i.leaseMs,
         authorization: i.authorization,
         proofAtMs: i.proofAtMs,
+        reserve: i.reserve ?? null,
       })
       .then((result) => {
         if (result.outcome === 'used') this.deps.usedProofs.set(this.proofKey, true)
+        if (result.outcome === 'insufficient_funds') i.onInsufficientFunds?.()
         if (result.outcome === 'won') this.attempt = result.attempt
         return result.outcome
       })

@@ -89,7 +89,8 @@ export type Verdict =
   /** The scheme answered the request itself (nothing forwarded), e.g. a channel refund. */
   | { ok: 'answered'; status: string; headers: Array<[string, string]>; body: string; reason: string }
 
-export type ClaimOutcome = 'won' | 'busy' | 'used'
+/** insufficient_funds: x402 exact, the payer's balance does not cover it on top of its unsettled authorizations. */
+export type ClaimOutcome = 'won' | 'busy' | 'used' | 'insufficient_funds'
 
 /** The facts of a call, for its row in the books. */
 export interface CallFacts {

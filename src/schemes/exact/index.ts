@@ -120,6 +120,11 @@ class ExactScheme implements Scheme {
         endpointId: q.endpoint.id,
         accountId: q.endpoint.accountId,
         leaseMs: q.endpoint.timeoutMs + 5_000,
+        reserve:
+          result.balance === null
+            ? null
+            : { balanceAtomic: result.balance.atomic, block: result.balance.block },
+        onInsufficientFunds: () => this.deps.verifier.forgetBalance(result.payer),
         receipt: (served) => paymentReceipt(result, served, networks),
         settleEarly:
           early === null

@@ -1,0 +1,163 @@
+// The chaos round of x402 `exact` with a tight balance: a payer holding 4 prices pays call after call through
+// two instances on one PostgreSQL server, restarted between calls (fast, then a crash). The reservation lives
+// in the database (src/books/claims.ts), not in an instance's memory: across the restarts the payer is served
+// exactly 4 calls, the rest refused insufficient_funds; every served call settles, the wallet is emptied
+// exactly, reconcile exits 0. Paid by the published v2 client (@x402/evm exact).
+import { existsSync } from 'node:fs'
+import { x402Client } from '@x402/core/client'
+import { decodePaymentRequiredHeader } from '@x402/core/http'
+import { registerExactEvmScheme } from '@x402/evm/exact/client'
+import postgres from 'postgres'
+import { createPublicClient, createWalletClient, http, parseAbi } from 'viem'
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
+import { describe, expect, it } from 'vitest'
+import { startDevChain } from '../../src/chain/dev-chain.ts'
+import { postJson } from '../helpers/api.ts'
+import { startChildService } from '../helpers/child-service.ts'
+import { startUpstream } from '../helpers/upstream.ts'
+import { waitFor } from '../helpers/wait-for.ts'
+import { runReconcile } from './harness.ts'
+import { startPgCluster } from './pg-cluster.ts'
+
+const PRICE_ATOMIC = 10_000n
+const HELD = 4n
+const CALLS = 10
+const usdcAbi = parseAbi([
+  'function transfer(address to, uint256 value) returns (bool)',
+  'function balanceOf(address) view returns (uint256)',
+])
+
+describe.runIf(existsSync('/usr/lib/postgresql'))(
+  'chaos: x402 exact with a tight balance through restarts',
+  () => {
+    it('PostgreSQL restarted between calls: served exactly what the wallet holds, all settled', async () => {
+      const lines: string[] = []
+      const log = (l: string) => lines.push(l)
+      const cleanups: Array<() => Promise<unknown>> = []
+      try {
+        const [cluster, chain, upstream] = await Promise.all([
+          startPgCluster(),
+          startDevChain({ payers: 1, payerFunding: 1_000_000_000n }),
+          startUpstream(),
+        ])
+        cleanups.push(
+          () => cluster.destroy(),
+          () => chain.stop(),
+          () => upstream.close(),
+        )
+        const settings = {
+          proxy: { allow_private_upstreams: true },
+          chain: { poll_interval_ms: 200, rpc_timeout_ms: 2_000 },
+          settlement: { interval_ms: 500, receipt_poll_ms: 100 },
+          x402: { balance_ttl_ms: 30_000 },
+          log: { level: 'warn' },
+        }
+        const start = () =>
+          startChildService({
+            databaseUrl: cluster.url,
+            treasuryKey: chain.treasury.privateKey,
+            rpcUrl: chain.rpcUrl,
+            usdcAddress: chain.usdcAddress,
+            settings,
+          })
+        const instances = await Promise.all([start(), start()])
+        cleanups.push(async () => {
+          for (const c of instances) await c.kill('SIGTERM')
+        })
+        const reg = await postJson(instances[0]!.url, '/api/v1/register', {
+          wallet_address: privateKeyToAccount(generatePrivateKey()).address,
+          business_name: 'Exact Chaos Co',
+        })
+        const ep = await postJson(
+          instances[0]!.url,
+          '/api/v1/endpoints',
+          { upstream_url: `${upstream.url}/echo`, price: Number(PRICE_ATOMIC) / 1e6 },
+          reg.api_key as string,
+        )
+        const urls = instances.map((c) => `${c.url}/m/${ep.id}`)
+
+        // A fresh payer holding exactly HELD prices.
+        const payer = privateKeyToAccount(generatePrivateKey())
+        const funder = createWalletClient({
+          account: privateKeyToAccount(chain.payers[0]!.privateKey),
+          transport: http(chain.rpcUrl),
+        })
+        const reader = createPublicClient({ transport: http(chain.rpcUrl) })
+        await reader.waitForTransactionReceipt({
+          hash: await funder.writeContract({
+            address: chain.usdcAddress,
+            abi: usdcAbi,
+            functionName: 'transfer',
+            args: [payer.address, HELD * PRICE_ATOMIC],
+            chain: null,
+          }),
+        })
+        const client = new x402Client()
+        registerExactEvmScheme(client, { signer: payer as never })
+        // The dev chain's token is not one the published client knows by address.
+        client.setSpendControls(false)
+
+        const statuses: number[] = []
+        let retried = 0
+        for (let i = 0; i < CALLS; i++) {
+          if (i === 2) await cluster.restart('fast')
+          if (i === 5) await cluster.restart('immediate')
+          const url = urls[i % 2]!
+          const required = decodePaymentRequiredHeader((await fetch(url)).headers.get('payment-required')!)
+          const payload = await client.createPaymentPayload(required as never)
+          const header = Buffer.from(JSON.stringify(payload)).toString('base64')
+          // A restart costs a 503 and a retry with the same authorization, never the call.
+          let status = 503
+          const deadline = Date.now() + 30_000
+          while (status === 503 && Date.now() < deadline) {
+            const r = await fetch(url, { headers: { 'PAYMENT-SIGNATURE': header } }).catch(() => null)
+            status = r?.status ?? 503
+            if (r) await r.arrayBuffer()
+            if (status === 503) {
+              retried++
+              await new Promise((s) => setTimeout(s, 200))
+            }
+          }
+          statuses.push(status)
+          log(`call ${i} on ${i % 2 === 0 ? 'a' : 'b'}: ${status}`)
+        }
+        const context = lines.join('\n')
+        expect(
+          statuses.filter((s) => s === 200),
+          context,
+        ).toHaveLength(Number(HELD))
+        expect(
+          statuses.filter((s) => s === 402),
+          context,
+        ).toHaveLength(CALLS - Number(HELD))
+        expect(upstream.count(), context).toBe(Number(HELD))
+        log(`503s retried: ${retried}`)
+
+        const db = postgres(cluster.url, { max: 1, onnotice: () => {} })
+        cleanups.push(() => db.end())
+        await waitFor(
+          async () => {
+            const [row] = await db<{ n: number }[]>`
+            SELECT count(*)::int AS n FROM claims WHERE kind = 'eip3009' AND status = 'captured'
+              AND settled_at IS NULL AND settlement_error IS NULL`
+            return row!.n === 0
+          },
+          { timeoutMs: 60_000, intervalMs: 250, what: 'every served authorization settled' },
+        )
+        const [failed] = await db<{ n: number }[]>`
+        SELECT count(*)::int AS n FROM claims WHERE kind = 'eip3009' AND settlement_error IS NOT NULL`
+        expect(failed!.n, context).toBe(0)
+        const left = await reader.readContract({
+          address: chain.usdcAddress,
+          abi: usdcAbi,
+          functionName: 'balanceOf',
+          args: [payer.address],
+        })
+        expect(left, context).toBe(0n)
+        expect(await runReconcile(cluster.url, chain, log), lines.join('\n')).toBe(0)
+      } finally {
+        for (const c of cleanups.reverse()) await c().catch(() => {})
+      }
+    }, 240_000)
+  },
+)
