@@ -80,8 +80,8 @@ export interface DrawRequest {
 
 /**
  * drawPassUse: pass open → open, one use fewer. Precondition in its SQL: uses left (or a pass of time
- * only) and not expired, re-checked by PostgreSQL on the row it locks, so concurrent draws on any number of
- * instances never take more than the pass holds. The sign-in nonce is recorded in the same statement (a
+ * only) and not expired, checked on the row as locked, so concurrent draws on any number of instances never
+ * take more than the pass holds, and a draw that waited for another's last use takes the next pass. The sign-in nonce is recorded in the same statement (a
  * message is used once, drawn or not; a second insert of it waits for the first to commit, then finds it),
  * and the draw by its nonce (pass_draws).
  */
@@ -92,11 +92,17 @@ export async function drawPassUse(db: Db, q: DrawRequest): Promise<Draw> {
       ON CONFLICT (nonce) DO NOTHING
       RETURNING nonce
     ), pick AS (
+      -- Locked as it is picked. Picked by a plain read, the pass whose last use a concurrent draw was
+      -- taking (committed while the UPDATE below waited on it) kept its use in this statement's snapshot:
+      -- the UPDATE then re-read it drawn out and drew nothing, and a wallet holding another pass with uses
+      -- was refused, its sign-in message spent. Locking, a row that no longer qualifies once its lock is
+      -- had is passed over and the next one taken (LIMIT reads above the lock).
       SELECT id FROM passes
       WHERE endpoint_id = ${q.endpointId} AND payer = ${q.payer}
         AND (uses_left > 0 OR uses_left IS NULL) AND expires_at > now()
       ORDER BY expires_at, id
       LIMIT 1
+      FOR NO KEY UPDATE
     ), drawn AS (
       UPDATE passes SET uses_left = uses_left - 1
       FROM pick

@@ -493,7 +493,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: 'open',
     to: 'open',
     fn: 'drawPassUse',
-    why: 'a signed-in call, before the upstream: one use fewer, never below zero nor past its time',
+    why: 'a signed-in call, before the upstream: one use fewer, never below zero nor past its time (the pass picked under its lock)',
     where: '(uses_left > 0 OR uses_left IS NULL) AND expires_at > now()',
   },
   {
