@@ -1,7 +1,8 @@
-// Pass draws under concurrency: a wallet's uses are drawn exactly, a sign-in message is used once, and a
-// draw that lost the pass it picked to a concurrent draw takes the wallet's next pass instead of refusing.
+// Pass draws under concurrency: a wallet's uses are drawn exactly, a sign-in message is used once, a draw
+// that lost the pass it picked to a concurrent draw takes the wallet's next pass instead of refusing, and
+// the look for a draw whose answer was lost waits for that draw's statement if it is still running.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type DrawRequest, drawPassUse } from '../../src/books/passes.ts'
+import { type DrawRequest, drawPassUse, findOwnDraw, giveBackPassUse } from '../../src/books/passes.ts'
 import type { Sql } from '../../src/db/sql.ts'
 import { migratedDatabase, usingServer } from '../helpers/database.ts'
 
@@ -60,6 +61,18 @@ describe('pass draws', () => {
     expect(await drawPassUse(sql, draw('ep_nonce', 'once'))).toMatchObject({ ok: true })
     expect(await drawPassUse(sql, draw('ep_nonce', 'once'))).toEqual({ ok: false, reason: 'replayed' })
   })
+
+  it('a draw looked for after its answer was lost: found when it committed, fenced when it did not', async () => {
+    const p = await pass('ep_lost', 2, null)
+    const committed = draw('ep_lost', 'lost_1')
+    await drawPassUse(sql, committed)
+    expect(await findOwnDraw(sql, committed)).toEqual({ kind: 'mine', passId: p })
+    const never = draw('ep_lost', 'lost_2')
+    expect(await findOwnDraw(sql, never)).toEqual({ kind: 'absent' })
+    // Arriving late, that draw finds its message spent: it takes nothing.
+    expect(await drawPassUse(sql, never)).toEqual({ ok: false, reason: 'replayed' })
+    expect(await usesLeft(p)).toBe(1)
+  })
 })
 
 describe.runIf(usingServer)('a draw that waited for another draw of the same pass', () => {
@@ -101,5 +114,42 @@ describe.runIf(usingServer)('a draw that waited for another draw of the same pas
     expect(await taking).toMatchObject({ ok: true, passId: later, usesLeft: 2 })
     expect(await usesLeft(soon)).toBe(0)
     expect(await usesLeft(later)).toBe(2)
+  })
+
+  it('the look for a draw whose answer was lost waits for its statement, then gives its use back', async () => {
+    const p = await pass('ep_flight', 2, null)
+    const request = draw('ep_flight', 'flight_1')
+    // The draw's statement still running on the server (its client gave up on the answer): committed only
+    // once the look waits on its nonce.
+    let commit!: () => void
+    const held = new Promise<void>((r) => {
+      commit = r
+    })
+    let drawn!: () => void
+    const inTransaction = new Promise<void>((r) => {
+      drawn = r
+    })
+    const drawing = sql.begin(async (tx) => {
+      expect(await drawPassUse(tx as unknown as Sql, request)).toMatchObject({ ok: true, passId: p })
+      drawn()
+      await held
+    })
+    await inTransaction
+    const looking = findOwnDraw(sql, request)
+    let waited = false
+    for (let i = 0; i < 100 && !waited; i++) {
+      const [w] = await sql<{ n: number }[]>`
+        SELECT count(*)::int AS n FROM pg_stat_activity
+        WHERE datname = current_database() AND wait_event_type = 'Lock'`
+      waited = w!.n > 0
+      if (!waited) await new Promise((r) => setTimeout(r, 10))
+    }
+    commit()
+    await drawing
+    // Read as absent, the use drawn by the statement that committed meanwhile was never given back.
+    expect(await looking).toEqual({ kind: 'mine', passId: p })
+    expect(waited).toBe(true)
+    expect(await giveBackPassUse(sql, { nonce: request.nonce })).toBe(true)
+    expect(await usesLeft(p)).toBe(2)
   })
 })
