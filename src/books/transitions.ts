@@ -181,6 +181,13 @@ export const TRANSITIONS: readonly Transition[] = [
   },
   {
     record: 'claim',
+    from: 'captured',
+    to: 'captured',
+    fn: 'settleCoveredChannelCalls',
+    why: 'batch voucher call written after the claim that covered it: settled by that claim and booked',
+  },
+  {
+    record: 'claim',
     from: null,
     to: 'applied',
     fn: 'applyPaymentProof',
@@ -268,7 +275,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: null,
     to: 'unpaid',
     fn: 'bookCallRevenue',
-    why: 'owner share + fee of a call (tx proofs at capture, x402 in settleAuthorizations and settleUptoClaims, batch vouchers in recordChannelClaims)',
+    why: 'owner share + fee of a call (tx proofs at capture, x402 in settleAuthorizations and settleUptoClaims, batch vouchers in recordChannelClaims and settleCoveredChannelCalls)',
   },
   { record: 'ledger_entry', from: null, to: 'unpaid', fn: 'markRefundDue', why: 'refund owed to a payer' },
   {

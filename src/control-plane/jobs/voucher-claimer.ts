@@ -19,6 +19,7 @@ import {
   markChannelOpSent,
   openChannelOps,
   recordChannelClaims,
+  settleCoveredChannelCalls,
 } from '../../books/channels.ts'
 import {
   BATCH_SETTLEMENT_ADDRESS,
@@ -176,6 +177,11 @@ async function resolveOp(deps: JobDeps, op: ChannelOp): Promise<void> {
 export async function claimVouchers(deps: JobDeps, lock: TreasuryLock = unlocked): Promise<number> {
   const { chain } = deps
   let txs = 0
+  // Calls written after the claim that covered them (served out of order): settled by that claim, before
+  // anything new is claimed.
+  const late = await settleCoveredChannelCalls(deps.sql, { limit: 1000 })
+  if (late > 0)
+    deps.logger.info('batch voucher calls settled by the claim that covered them', { calls: late })
   for (;;) {
     const due = await claimableChannels(deps.sql, { limit: CLAIM_MAX })
     if (due.length === 0) return txs
