@@ -258,19 +258,65 @@ export async function recordChannelClaims(
       INSERT INTO batch_claims (id, tx_hash, status, entries, total_atomic)
       VALUES (${q.claimId}, ${q.hash}, 'done', ${tx.json(q.entries.map((e) => ({ channel_id: e.channelId, total_claimed: e.totalClaimed.toString() })) as never)}, ${total})
       ON CONFLICT (id) DO UPDATE SET status = 'done' WHERE batch_claims.status = 'sent'`
+    // What each channel had claimed before this transaction (its row locked until the commit): this claim's
+    // transaction moved only what lies above it, so only the calls above it are settled by this hash. A
+    // call at or under it that is still unsettled was written after the claim that covered it, and is
+    // settled by that claim (settleCoveredChannelCalls).
+    const before = await tx<{ channel_id: string; claimed_atomic: bigint }[]>`
+      SELECT channel_id, claimed_atomic FROM batch_channels WHERE channel_id = ANY(${ids}::text[])
+      ORDER BY channel_id FOR UPDATE`
+    const was = new Map(before.map((b) => [b.channel_id, b.claimed_atomic.toString()]))
+    const froms = ids.map((id, i) => was.get(id) ?? totals[i]!)
     await tx`
       UPDATE batch_channels c SET claimed_atomic = t.total, updated_at = now()
       FROM unnest(${ids}::text[], ${totals}::bigint[]) AS t(id, total)
       WHERE c.channel_id = t.id AND t.total > c.claimed_atomic AND t.total <= c.charged_atomic`
     const settled = await tx<{ proof_key: string }[]>`
       UPDATE claims k SET settlement_tx = ${q.hash}, settled_at = now()
-      FROM unnest(${ids}::text[], ${totals}::bigint[]) AS t(id, total)
+      FROM unnest(${ids}::text[], ${froms}::bigint[], ${totals}::bigint[]) AS t(id, from_total, total)
       WHERE k.kind = 'batch' AND k.status = 'captured' AND k.settled_at IS NULL
         AND split_part(k.proof_key, ':', 2) = t.id
+        AND split_part(k.proof_key, ':', 3)::bigint > t.from_total
         AND split_part(k.proof_key, ':', 3)::bigint <= t.total
       RETURNING k.proof_key`
     return bookCallRevenue(tx, { proofKeys: settled.map((s) => s.proof_key) })
   })
+}
+
+/**
+ * Calls written after the claim transaction that covered them. A holder serves several vouchers of a
+ * channel at once and writes each call when its answer ends, so the call of voucher X can land after the
+ * call of X+1 was written and claimed: claimableChannels' highest captured cumulative jumped over X, and
+ * recordChannelClaims did not find X (not written yet, or committed after that statement's snapshot).
+ * Its USDC reached the treasury with that claim all the same, and no later claim would take it (nothing
+ * above the claimed total is new): each such call is settled by the first claim transaction whose total
+ * covers it, and booked, in one transaction. Returns the calls booked.
+ */
+export async function settleCoveredChannelCalls(sql: Sql, q: { limit: number }): Promise<number> {
+  return sql.begin(async (tx) => {
+    // settled_at IS NULL is made again on each claim row as locked: a call settled meanwhile is left out.
+    const settled = await tx<{ proof_key: string }[]>`
+      UPDATE claims k SET settlement_tx = cover.tx_hash, settled_at = now()
+      FROM (
+        SELECT u.proof_key,
+               (SELECT b.tx_hash FROM batch_claims b CROSS JOIN LATERAL jsonb_array_elements(b.entries) e
+                WHERE b.status = 'done' AND e->>'channel_id' = u.channel_id
+                  AND (e->>'total_claimed')::numeric >= u.cum
+                ORDER BY (e->>'total_claimed')::numeric, b.created_at
+                LIMIT 1) AS tx_hash
+        FROM (
+          SELECT w.proof_key, c.channel_id, split_part(w.proof_key, ':', 3)::bigint AS cum
+          FROM claims w JOIN batch_channels c ON c.channel_id = split_part(w.proof_key, ':', 2)
+          WHERE w.kind = 'batch' AND w.status = 'captured' AND w.settled_at IS NULL
+            AND split_part(w.proof_key, ':', 3)::bigint <= c.claimed_atomic
+          LIMIT ${q.limit}
+        ) u
+      ) cover
+      WHERE k.proof_key = cover.proof_key AND cover.tx_hash IS NOT NULL
+        AND k.kind = 'batch' AND k.status = 'captured' AND k.settled_at IS NULL
+      RETURNING k.proof_key`
+    return bookCallRevenue(tx, { proofKeys: settled.map((s) => s.proof_key) })
+  }) as Promise<number>
 }
 
 // ---- Leases: vouchers accepted in memory by one instance at a time ----------------

@@ -80,8 +80,8 @@ export interface DrawRequest {
 
 /**
  * drawPassUse: pass open → open, one use fewer. Precondition in its SQL: uses left (or a pass of time
- * only) and not expired, re-checked by PostgreSQL on the row it locks, so concurrent draws on any number of
- * instances never take more than the pass holds. The sign-in nonce is recorded in the same statement (a
+ * only) and not expired, checked on the row as locked, so concurrent draws on any number of instances never
+ * take more than the pass holds, and a draw that waited for another's last use takes the next pass. The sign-in nonce is recorded in the same statement (a
  * message is used once, drawn or not; a second insert of it waits for the first to commit, then finds it),
  * and the draw by its nonce (pass_draws).
  */
@@ -92,11 +92,17 @@ export async function drawPassUse(db: Db, q: DrawRequest): Promise<Draw> {
       ON CONFLICT (nonce) DO NOTHING
       RETURNING nonce
     ), pick AS (
+      -- Locked as it is picked. Picked by a plain read, the pass whose last use a concurrent draw was
+      -- taking (committed while the UPDATE below waited on it) kept its use in this statement's snapshot:
+      -- the UPDATE then re-read it drawn out and drew nothing, and a wallet holding another pass with uses
+      -- was refused, its sign-in message spent. Locking, a row that no longer qualifies once its lock is
+      -- had is passed over and the next one taken (LIMIT reads above the lock).
       SELECT id FROM passes
       WHERE endpoint_id = ${q.endpointId} AND payer = ${q.payer}
         AND (uses_left > 0 OR uses_left IS NULL) AND expires_at > now()
       ORDER BY expires_at, id
       LIMIT 1
+      FOR NO KEY UPDATE
     ), drawn AS (
       UPDATE passes SET uses_left = uses_left - 1
       FROM pick
@@ -115,15 +121,27 @@ export async function drawPassUse(db: Db, q: DrawRequest): Promise<Draw> {
 
 /**
  * After a draw statement failed in flight: did this request's own statement commit (its token on the
- * nonce), and did it draw? absent: it did not commit (the draw may be tried again).
+ * nonce), and did it draw? absent: it did not, and now never will (the message is spent here first).
+ *
+ * The nonce is inserted before it is read, not just read: a statement whose client gave up on its answer
+ * may still be running on the server and commit after a plain read found nothing, its use then drawn for
+ * nobody and never given back. The insert waits for that statement's own insert of the nonce to commit or
+ * roll back; the read after it, a statement of its own, sees the outcome.
  */
 export async function findOwnDraw(
   db: Db,
-  q: { nonce: string; token: string },
+  q: { nonce: string; token: string; nonceExpiresAt: Date },
 ): Promise<{ kind: 'absent' } | { kind: 'other' } | { kind: 'mine'; passId: string | null }> {
+  // The fence's token is empty: a request's token is never (random hex), so no request takes it for its own.
+  const fenced = await db`
+    INSERT INTO sign_in_nonces (nonce, token, expires_at) VALUES (${q.nonce}, '', ${q.nonceExpiresAt})
+    ON CONFLICT (nonce) DO NOTHING
+    RETURNING 1`
+  if (fenced.length > 0) return { kind: 'absent' }
   const [row] = await db<{ token: string; pass_id: string | null }[]>`
     SELECT n.token, d.pass_id FROM sign_in_nonces n LEFT JOIN pass_draws d ON d.nonce = n.nonce
     WHERE n.nonce = ${q.nonce}`
+  // Gone between the two statements (pruned past its expiry): nothing of it is left to give back.
   if (row === undefined) return { kind: 'absent' }
   if (row.token !== q.token) return { kind: 'other' }
   return { kind: 'mine', passId: row.pass_id }

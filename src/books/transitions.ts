@@ -182,6 +182,13 @@ export const TRANSITIONS: readonly Transition[] = [
   },
   {
     record: 'claim',
+    from: 'captured',
+    to: 'captured',
+    fn: 'settleCoveredChannelCalls',
+    why: 'batch voucher call written after the claim that covered it: settled by that claim and booked',
+  },
+  {
+    record: 'claim',
     from: null,
     to: 'applied',
     fn: 'applyPaymentProof',
@@ -269,7 +276,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: null,
     to: 'unpaid',
     fn: 'bookCallRevenue',
-    why: 'owner share + fee of a call (tx proofs at capture, x402 in settleAuthorizations and settleUptoClaims, batch vouchers in recordChannelClaims)',
+    why: 'owner share + fee of a call (tx proofs at capture, x402 in settleAuthorizations and settleUptoClaims, batch vouchers in recordChannelClaims and settleCoveredChannelCalls)',
   },
   { record: 'ledger_entry', from: null, to: 'unpaid', fn: 'markRefundDue', why: 'refund owed to a payer' },
   {
@@ -494,7 +501,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: 'open',
     to: 'open',
     fn: 'drawPassUse',
-    why: 'a signed-in call, before the upstream: one use fewer, never below zero nor past its time',
+    why: 'a signed-in call, before the upstream: one use fewer, never below zero nor past its time (the pass picked under its lock)',
     where: '(uses_left > 0 OR uses_left IS NULL) AND expires_at > now()',
   },
   {

@@ -56,7 +56,7 @@ export class PassUses {
       // The statement may have committed before its answer was lost: find out once the database answers,
       // and give the use back if it did (nobody was served with it).
       outcome.unknown.inc()
-      this.settleUnknown(request.nonce, request.token)
+      this.settleUnknown(request)
       return {
         ok: 'unavailable',
         message: 'the pass could not be read; retry shortly (sign in again)',
@@ -84,10 +84,10 @@ export class PassUses {
   }
 
   /** A draw whose answer was lost: if it committed, its use goes back. */
-  private settleUnknown(nonce: string, token: string): void {
+  private settleUnknown(q: { nonce: string; token: string; nonceExpiresAt: Date }): void {
     this.retry('settle a pass draw lost in flight', async () => {
-      const own = await findOwnDraw(this.sql, { nonce, token })
-      if (own.kind === 'mine' && own.passId !== null && (await giveBackPassUse(this.sql, { nonce })))
+      const own = await findOwnDraw(this.sql, q)
+      if (own.kind === 'mine' && own.passId !== null && (await giveBackPassUse(this.sql, { nonce: q.nonce })))
         outcome.recovered.inc()
       return true
     })

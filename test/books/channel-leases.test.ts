@@ -4,8 +4,11 @@
 // batch claims alone (a voucher's call is neither refunded nor voided: it is paid by the channel's claim).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {
+  claimableChannels,
+  recordChannelClaims,
   requestChannelOp,
   requestRefundOp,
+  settleCoveredChannelCalls,
   takeChannelLease,
   type VoucherCall,
   writeChannelVouchers,
@@ -194,6 +197,62 @@ describe('channel leases', () => {
     const [refunds] = await sql<{ n: number }[]>`
       SELECT count(*)::int AS n FROM ledger_entries WHERE kind = 'refund' AND source_id LIKE ${`batch:${id}:%`}`
     expect(refunds!.n).toBe(0)
+  })
+})
+
+describe('a call written after the claim that covered it', () => {
+  it('is settled by that claim and booked; a later claim does not take it', async () => {
+    const id = await channel(10n)
+    const a = (await lease(id, 'a'))!
+    const write = (marks: number, calls: VoucherCall[]) =>
+      writeChannelVouchers(sql, {
+        holder: 'a',
+        ttlMs: 60_000,
+        reserve: 3n * PRICE,
+        marks: marks
+          ? [
+              {
+                channelId: id,
+                epoch: a.lease_epoch,
+                cumulative: BigInt(marks) * PRICE,
+                signature: SIG,
+                release: false,
+              },
+            ]
+          : [],
+        calls,
+      })
+    const claim = async (claimId: string) => {
+      const [due] = await claimableChannels(sql, { limit: 1, channelId: id })
+      await recordChannelClaims(sql, {
+        claimId,
+        hash: `0x${claimId}`,
+        entries: [{ channelId: id, totalClaimed: BigInt(due!.captured_max) }],
+      })
+    }
+    // Vouchers 1 and 2 accepted at once; call 2 answers first, is written and claimed (up to 2).
+    await write(2, [served(id, 2n)])
+    await claim('c1')
+    // Call 1 answers now: its USDC went with c1, and no claim is due for it (nothing above 2 is new).
+    await write(0, [served(id, 1n)])
+    expect(await claimableChannels(sql, { limit: 1, channelId: id })).toEqual([])
+    // Call 3 is served and claimed by c2 meanwhile: c2 moved only what lay above 2.
+    await write(3, [served(id, 3n)])
+    await claim('c2')
+    expect(await settleCoveredChannelCalls(sql, { limit: 100 })).toBe(1)
+    const rows = await sql<{ cum: string; settlement_tx: string | null; booked: number }[]>`
+      SELECT split_part(k.proof_key, ':', 3) AS cum, k.settlement_tx,
+             (SELECT count(*)::int FROM ledger_entries e JOIN calls c ON e.source_type = 'call' AND e.source_id = c.id
+              WHERE c.proof_key = k.proof_key) AS booked
+      FROM claims k WHERE k.kind = 'batch' AND split_part(k.proof_key, ':', 2) = ${id}
+      ORDER BY split_part(k.proof_key, ':', 3)::bigint`
+    expect(rows).toEqual([
+      { cum: `${PRICE}`, settlement_tx: '0xc1', booked: 2 },
+      { cum: `${2n * PRICE}`, settlement_tx: '0xc1', booked: 2 },
+      { cum: `${3n * PRICE}`, settlement_tx: '0xc2', booked: 2 },
+    ])
+    // Once: nothing is left for a second run.
+    expect(await settleCoveredChannelCalls(sql, { limit: 100 })).toBe(0)
   })
 })
 

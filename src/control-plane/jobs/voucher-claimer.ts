@@ -22,6 +22,7 @@ import {
   openChannelOps,
   recordChannelClaimSent,
   recordChannelClaims,
+  settleCoveredChannelCalls,
 } from '../../books/channels.ts'
 import {
   BATCH_SETTLEMENT_ADDRESS,
@@ -184,6 +185,11 @@ export async function claimVouchers(deps: JobDeps, lock: TreasuryLock = unlocked
   // claim of the same vouchers would be refused by the contract, or book them to the wrong transaction.
   if (!(await resolveSentClaims(deps, lock))) return 0
   let txs = 0
+  // Calls written after the claim that covered them (served out of order): settled by that claim, before
+  // anything new is claimed.
+  const late = await settleCoveredChannelCalls(deps.sql, { limit: 1000 })
+  if (late > 0)
+    deps.logger.info('batch voucher calls settled by the claim that covered them', { calls: late })
   for (;;) {
     const due = await claimableChannels(deps.sql, { limit: CLAIM_MAX })
     if (due.length === 0) return txs

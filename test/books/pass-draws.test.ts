@@ -1,0 +1,155 @@
+// Pass draws under concurrency: a wallet's uses are drawn exactly, a sign-in message is used once, a draw
+// that lost the pass it picked to a concurrent draw takes the wallet's next pass instead of refusing, and
+// the look for a draw whose answer was lost waits for that draw's statement if it is still running.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { type DrawRequest, drawPassUse, findOwnDraw, giveBackPassUse } from '../../src/books/passes.ts'
+import type { Sql } from '../../src/db/sql.ts'
+import { migratedDatabase, usingServer } from '../helpers/database.ts'
+
+let sql: Sql
+let db: Awaited<ReturnType<typeof migratedDatabase>> | undefined
+const PAYER = '0x2222222222222222222222222222222222222222'
+
+beforeAll(async () => {
+  db = await migratedDatabase({ max: 3 })
+  sql = db.sql
+})
+afterAll(async () => {
+  await db?.stop()
+})
+
+let n = 0
+/** A pass of `uses` calls on `endpoint`, expiring in `hours` (null: never). */
+async function pass(endpoint: string, uses: number, hours: number | null): Promise<string> {
+  const id = `pass_${++n}`
+  await sql`
+    INSERT INTO passes (id, proof_key, call_id, endpoint_id, account_id, payer, price_atomic, calls_total,
+                        uses_left, expires_at)
+    VALUES (${id}, ${`tx:${id}`}, ${`call_${id}`}, ${endpoint}, 'acct_passes', ${PAYER}, 1000, ${uses}, ${uses},
+            ${hours === null ? sql`'infinity'::timestamptz` : sql`now() + ${hours} * interval '1 hour'`})`
+  return id
+}
+
+function draw(endpoint: string, nonce: string): DrawRequest {
+  return {
+    endpointId: endpoint,
+    payer: PAYER,
+    nonce,
+    token: `tok_${nonce}`,
+    nonceExpiresAt: new Date(Date.now() + 60_000),
+  }
+}
+
+async function usesLeft(id: string): Promise<number | null> {
+  const [row] = await sql<{ uses_left: number | null }[]>`SELECT uses_left FROM passes WHERE id = ${id}`
+  return row!.uses_left
+}
+
+describe('pass draws', () => {
+  it('draws the soonest-expiring pass first, then the next, and never past their uses', async () => {
+    const soon = await pass('ep_seq', 1, 1)
+    const later = await pass('ep_seq', 1, null)
+    expect(await drawPassUse(sql, draw('ep_seq', 'seq_1'))).toMatchObject({ ok: true, passId: soon })
+    expect(await drawPassUse(sql, draw('ep_seq', 'seq_2'))).toMatchObject({ ok: true, passId: later })
+    expect(await drawPassUse(sql, draw('ep_seq', 'seq_3'))).toEqual({ ok: false, reason: 'none' })
+    expect(await usesLeft(soon)).toBe(0)
+    expect(await usesLeft(later)).toBe(0)
+  })
+
+  it('a sign-in message is used once', async () => {
+    await pass('ep_nonce', 5, null)
+    expect(await drawPassUse(sql, draw('ep_nonce', 'once'))).toMatchObject({ ok: true })
+    expect(await drawPassUse(sql, draw('ep_nonce', 'once'))).toEqual({ ok: false, reason: 'replayed' })
+  })
+
+  it('a draw looked for after its answer was lost: found when it committed, fenced when it did not', async () => {
+    const p = await pass('ep_lost', 2, null)
+    const committed = draw('ep_lost', 'lost_1')
+    await drawPassUse(sql, committed)
+    expect(await findOwnDraw(sql, committed)).toEqual({ kind: 'mine', passId: p })
+    const never = draw('ep_lost', 'lost_2')
+    expect(await findOwnDraw(sql, never)).toEqual({ kind: 'absent' })
+    // Arriving late, that draw finds its message spent: it takes nothing.
+    expect(await drawPassUse(sql, never)).toEqual({ ok: false, reason: 'replayed' })
+    expect(await usesLeft(p)).toBe(1)
+  })
+})
+
+describe.runIf(usingServer)('a draw that waited for another draw of the same pass', () => {
+  it("takes the wallet's next pass when the other draw took the last use", async () => {
+    const soon = await pass('ep_race', 1, 1)
+    const later = await pass('ep_race', 3, null)
+    // a's draw of soon's last use, committed only once b's draw waits on soon's row.
+    let commit!: () => void
+    const held = new Promise<void>((r) => {
+      commit = r
+    })
+    let drawn!: () => void
+    const inTransaction = new Promise<void>((r) => {
+      drawn = r
+    })
+    const drawing = sql.begin(async (tx) => {
+      expect(await drawPassUse(tx as unknown as Sql, draw('ep_race', 'race_a'))).toMatchObject({
+        ok: true,
+        passId: soon,
+      })
+      drawn()
+      await held
+    })
+    await inTransaction
+    const taking = drawPassUse(sql, draw('ep_race', 'race_b'))
+    let waited = false
+    for (let i = 0; i < 200 && !waited; i++) {
+      const [w] = await sql<{ n: number }[]>`
+        SELECT count(*)::int AS n FROM pg_stat_activity
+        WHERE datname = current_database() AND wait_event_type = 'Lock'`
+      waited = w!.n > 0
+      if (!waited) await new Promise((r) => setTimeout(r, 10))
+    }
+    expect(waited).toBe(true)
+    commit()
+    await drawing
+    // b picked soon in its snapshot (one use left); a took that use while b waited. b holds a pass with
+    // three uses: it must draw one of them, not be refused with its sign-in message spent.
+    expect(await taking).toMatchObject({ ok: true, passId: later, usesLeft: 2 })
+    expect(await usesLeft(soon)).toBe(0)
+    expect(await usesLeft(later)).toBe(2)
+  })
+
+  it('the look for a draw whose answer was lost waits for its statement, then gives its use back', async () => {
+    const p = await pass('ep_flight', 2, null)
+    const request = draw('ep_flight', 'flight_1')
+    // The draw's statement still running on the server (its client gave up on the answer): committed only
+    // once the look waits on its nonce.
+    let commit!: () => void
+    const held = new Promise<void>((r) => {
+      commit = r
+    })
+    let drawn!: () => void
+    const inTransaction = new Promise<void>((r) => {
+      drawn = r
+    })
+    const drawing = sql.begin(async (tx) => {
+      expect(await drawPassUse(tx as unknown as Sql, request)).toMatchObject({ ok: true, passId: p })
+      drawn()
+      await held
+    })
+    await inTransaction
+    const looking = findOwnDraw(sql, request)
+    let waited = false
+    for (let i = 0; i < 100 && !waited; i++) {
+      const [w] = await sql<{ n: number }[]>`
+        SELECT count(*)::int AS n FROM pg_stat_activity
+        WHERE datname = current_database() AND wait_event_type = 'Lock'`
+      waited = w!.n > 0
+      if (!waited) await new Promise((r) => setTimeout(r, 10))
+    }
+    commit()
+    await drawing
+    // Read as absent, the use drawn by the statement that committed meanwhile was never given back.
+    expect(await looking).toEqual({ kind: 'mine', passId: p })
+    expect(waited).toBe(true)
+    expect(await giveBackPassUse(sql, { nonce: request.nonce })).toBe(true)
+    expect(await usesLeft(p)).toBe(2)
+  })
+})
