@@ -73,9 +73,13 @@ export async function exportPartition(
   const hash = createHash('sha256')
   const rows = meter(null)
   const out = meter(hash)
-  // Column order stated, so a later column added to the table cannot shift a restored line.
-  const source = await sql`COPY (SELECT ${sql(columns)} FROM ${sql(q.name)}) TO STDOUT`.readable()
-  await pipeline(source, rows.t, createGzip({ level: 6 }), out.t, createWriteStream(`${path}.part`))
+  await pipeline(
+    copyLines(sql, q.name, columns),
+    rows.t,
+    createGzip({ level: 6 }),
+    out.t,
+    createWriteStream(`${path}.part`),
+  )
   const fd = await open(`${path}.part`, 'r+')
   await fd.sync()
   await fd.close()
@@ -90,6 +94,30 @@ export async function exportPartition(
     throw new Error(`${path}: ${check.rows} rows read back, ${q.expectRows} in ${q.name}`)
   }
   return { table: q.table, month: q.month, file, rows: check.rows, bytes: check.bytes, sha256, columns }
+}
+
+/** Rows read per round trip while a partition is exported. */
+const EXPORT_BATCH = 10_000
+
+/**
+ * The rows of `name` as COPY text-format lines (tab-separated, \N for null, backslash, tab, newline and
+ * carriage return escaped), so `\copy <table> (<columns>) FROM …` restores them. Built in SQL and read by
+ * a cursor rather than streamed by COPY … TO STDOUT: the driver (postgres 3.4.9) leaves its connection
+ * hanging after a large COPY stream consumed through a slower pipe (gzip), and the next query never runs.
+ * Column order stated, so a column added to the table later cannot shift a restored line.
+ */
+async function* copyLines(sql: Sql, name: string, columns: string[]): AsyncGenerator<Buffer> {
+  const field = (c: string) =>
+    `coalesce(replace(replace(replace(replace(${quoteIdent(c)}::text, '\\', '\\\\'), E'\t', '\\t'), E'\n', '\\n'), E'\r', '\\r'), '\\N')`
+  const line = columns.map(field).join(" || E'\\t' || ")
+  const cursor = sql.unsafe(`SELECT ${line} || E'\\n' AS line FROM ${quoteIdent(name)}`).cursor(EXPORT_BATCH)
+  for await (const batch of cursor as AsyncIterable<Array<{ line: string }>>) {
+    yield Buffer.from(batch.map((r) => r.line).join(''))
+  }
+}
+
+function quoteIdent(name: string): string {
+  return `"${name.replaceAll('"', '""')}"`
 }
 
 /** A file's sha256 and size, and the number of lines of its gunzipped content. */
