@@ -94,13 +94,14 @@ export async function runHistoryRetentionBench(argv: string[]): Promise<void> {
   const name = `tollgate_bench_retention_${process.pid}`
   await recreateDatabase(server, name)
   const intake = createSql(databaseUrl(server, name), { max: 2, applicationName: 'bench-retention-intake' })
-  const jobs = createSql(databaseUrl(server, name), { max: 2, applicationName: 'bench-retention-jobs' })
+  const jobs = createSql(databaseUrl(server, name), { max: 3, applicationName: 'bench-retention-jobs' })
+  let stop = false
   const out = mkdtempSync(join(tmpdir(), 'tollgate-bench-archive-'))
   const config = loadConfig({
     env: { NODE_ENV: 'test' },
     overrides: {
       chain: { max_proof_age_ms: 10_000 },
-      retention: { claims_margin_ms: 0, batch_rows: 10_000 },
+      retention: { claims_margin_ms: 0, batch_rows: 10_000, max_batches: 1 },
     },
   })
   try {
@@ -111,17 +112,29 @@ export async function runHistoryRetentionBench(argv: string[]): Promise<void> {
     let written = 0
     let pruned = 0
     let archived = 0
-    let stop = false
+    // Two loops, as the leader runs the retention and history-archive jobs: neither waits for the other.
+    const pruning = (async () => {
+      while (!stop) {
+        // One batch a call (max_batches 1), so the rate shows as it goes; again at once while batches are full.
+        const p = await pruneHistory({ sql: jobs, config }, { propagationMs: 0 }).catch((err: Error) => {
+          log(`prune: ${err.stack}`)
+          return { claims: 0 }
+        })
+        pruned += p.claims
+        if (p.claims < config.retention.batch_rows) await new Promise((r) => setTimeout(r, 500))
+      }
+    })()
     const retention = (async () => {
       while (!stop) {
-        const p = await pruneHistory({ sql: jobs, config }, { propagationMs: 0 })
-        pruned += p.claims
         const now = simNow()
-        await ensurePartitions(jobs, { nowMs: now })
+        await ensurePartitions(jobs, { nowMs: now }).catch((err: Error) => log(`partitions: ${err.stack}`))
         const done = await archiveMonths(jobs, {
           before: addMonths(monthOf(now), -1),
           outDir: out,
           nowMs: now,
+        }).catch((err: Error) => {
+          log(`archive: ${err.stack}`)
+          return []
         })
         archived += done.flatMap((d) => d.files).reduce((s, f) => s + f.rows, 0)
         await new Promise((r) => setTimeout(r, 500))
@@ -152,6 +165,7 @@ export async function runHistoryRetentionBench(argv: string[]): Promise<void> {
     }
     stop = true
     await retention
+    await pruning
     const elapsed = (Date.now() - startMs) / 1000
     log(
       JSON.stringify({
@@ -166,6 +180,7 @@ export async function runHistoryRetentionBench(argv: string[]): Promise<void> {
       }),
     )
   } finally {
+    stop = true
     await intake.end({ timeout: 5 })
     await jobs.end({ timeout: 5 })
     await dropDatabase(server, name)
