@@ -27,6 +27,7 @@ import {
 import type { Context, TollgateKind } from './scenarios/context.ts'
 import { settings } from './scenarios/context.ts'
 import { runHistoryBench } from './scenarios/history.ts'
+import { runHistoryRetentionBench } from './scenarios/history-retention.ts'
 import { type Scenario, scenarios } from './scenarios/index.ts'
 import { runSoak } from './scenarios/soak.ts'
 import { startBareUws } from './targets/bare-uws.ts'
@@ -47,6 +48,8 @@ const HELP = `usage: npm run bench [-- <scenario>… | soak | recover | history 
   recover            EIP-3009 recoveries and treasury signatures per CPU second
   history [--rows N] [--ci] [--keep] [--reseed]
                      reads, jobs and the paid path on a seeded history (PostgreSQL server)
+  history-retention [--rate 10000] [--seconds 90] [--month-seconds 15]
+                     table sizes while SQL intake at that rate runs beside retention and archiving
   --readme [file]    the README's table from the newest full run (or file); --write puts it in README.md
 
 scenarios: ${scenarios.map((s) => s.name).join(', ')}
@@ -73,6 +76,7 @@ async function main() {
     return
   }
   if (args[0] === 'history') return runHistoryBench(args.slice(1))
+  if (args[0] === 'history-retention') return runHistoryRetentionBench(args.slice(1))
   const soakOnly = args[0] === 'soak'
   // The full run ends with the 60 s soak; `-- soak` runs it alone.
   const withSoak = soakOnly || args.length === 0 || args[0] === 'all'

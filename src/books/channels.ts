@@ -534,8 +534,9 @@ export async function writeChannelVouchers(
       SELECT ok.call_id, ok.proof_key, ok.endpoint_id, ok.account_id, ok.payer, ok.amount, ok.owner_share,
              ok.fee, ok.status, ok.method, 'batch-settlement', ok.receipt_id, ok.pricing_model, ok.usage_unit,
              ok.usage::jsonb, ok.ceiling, ok.tool
+      -- One call per voucher: claimed returns only the claims this statement inserted (calls.proof_key is
+      -- not a unique key of the month-partitioned calls; migration 0041).
       FROM ok JOIN claimed USING (proof_key) WHERE ok.call_id IS NOT NULL
-      ON CONFLICT (proof_key) DO NOTHING
       RETURNING 1
     )
     SELECT 'mark' AS what, channel_id, charged_atomic, balance_atomic, claimed_atomic, lease_ceiling_atomic,

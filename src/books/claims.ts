@@ -136,8 +136,9 @@ export async function claimAndCapture(
       SELECT i.call_id, i.proof_key, i.endpoint_id, i.account_id, i.payer, i.amount, i.owner_share, i.fee,
              i.status, i.method, i.pricing_model, i.usage_unit, i.usage, i.ceiling, i.refund, i.scheme,
              i.receipt_id, i.tool
+      -- One call per proof: captured returns a claim only on its one move claimed → captured (calls is
+      -- partitioned by month, so proof_key cannot be a unique key of its own; migration 0041).
       FROM cap i JOIN captured USING (proof_key)
-      ON CONFLICT (proof_key) DO NOTHING
       RETURNING id
     ),
     revenue AS (

@@ -330,6 +330,14 @@ export const TRANSITIONS: readonly Transition[] = [
     fn: 'failRefunds',
     why: "a failed refund reversed: the payer's part inside its failed payout, debit and fee back to unpaid",
   },
+  {
+    record: 'ledger_entry',
+    from: 'in_payout',
+    to: 'archived',
+    fn: 'archiveLedgerMonth',
+    why: 'a closed month archived to a file: its entries carried forward as sums (archived_ledger_sums), its partition dropped',
+    where: "e.kind <> 'fee' AND p.status IS DISTINCT FROM 'confirmed'",
+  },
   // payout: recorded with its nonce and signed bytes before broadcast.
   { record: 'payout', from: null, to: 'pending', fn: 'recordPayouts', why: 'recorded before broadcast' },
   {

@@ -244,6 +244,19 @@ export const ConfigSchema = v.strictObject({
     /** Rows deleted per statement, and statements per table per run (a run never holds locks for long). */
     batch_rows: PositiveInt,
     max_batches: PositiveInt,
+    /**
+     * Month partitions of calls, ledger entries and call deliveries (migration 0041): the leader creates the
+     * current and next two months every partitions_interval_ms, and moves rows that fell into the default
+     * partition into their month.
+     */
+    partitions_interval_ms: PositiveInt,
+    /**
+     * Retention by partitions: months older than this many whole months before the current one are
+     * archived (a gzip file per partition, src/books/archive.ts) and dropped whole. 0 = off (keep all).
+     */
+    archive_after_months: v.pipe(v.number(), v.integer(), v.minValue(0)),
+    /** Where the archive files go (relative to the working directory). */
+    archive_dir: v.pipe(v.string(), v.minLength(1)),
   }),
   // --- Hostile input and the admin port ---
   /** The admin port's own address: loopback unless deliberately exposed. Its token is ADMIN_TOKEN. */

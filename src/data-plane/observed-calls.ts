@@ -80,7 +80,7 @@ export class ObservedCalls {
 
   /** What a paid answer delivered (its body's SHA-256 and length), shown on its signed final receipt. */
   delivered(receiptId: string, bodySha256: string, bodyBytes: number): void {
-    this.deliveries.push({ receiptId, bodySha256, bodyBytes })
+    this.deliveries.push({ receiptId, bodySha256, bodyBytes, deliveredAt: new Date() })
   }
 
   start(intervalMs: number): this {

@@ -131,6 +131,11 @@ export interface Delivered {
   receiptId: string
   bodySha256: string
   bodyBytes: number
+  /**
+   * When the answer was delivered, taken once in memory: a retried flush writes the same (receipt, time)
+   * into the same month partition, where ON CONFLICT finds it (migration 0041).
+   */
+  deliveredAt: Date
 }
 
 /** Adds the deltas (every instance adds its own; nothing is read back). */
@@ -143,9 +148,9 @@ export async function addObserved(
   await sql.begin(async (tx) => {
     for (const d of delivered) {
       await tx`
-        INSERT INTO call_deliveries (receipt_id, body_sha256, body_bytes)
-        VALUES (${d.receiptId}, ${d.bodySha256}, ${d.bodyBytes})
-        ON CONFLICT (receipt_id) DO NOTHING`
+        INSERT INTO call_deliveries (receipt_id, body_sha256, body_bytes, created_at)
+        VALUES (${d.receiptId}, ${d.bodySha256}, ${d.bodyBytes}, ${d.deliveredAt})
+        ON CONFLICT (receipt_id, created_at) DO NOTHING`
     }
     for (const h of hours) {
       if (h.tool !== null) {

@@ -300,7 +300,11 @@ export async function resetSnapshots(sql: Sql, to: BalanceMarks): Promise<void> 
                                                    AND p.confirmed_at < ${to.confirmedBefore}), 0),
              coalesce(sum(e.amount_atomic) FILTER (WHERE e.kind = 'refund' AND p.status = 'confirmed'
                                                    AND p.confirmed_at < ${to.confirmedBefore}), 0)
-      FROM ledger_entries e LEFT JOIN payouts p ON p.id = e.payout_id
+      -- Archived months count as their carried sums (all older than any mark: id 0).
+      FROM (SELECT id, account_id, kind, amount_atomic, payout_id FROM ledger_entries
+            UNION ALL
+            SELECT 0, account_id, kind, amount_atomic, payout_id FROM archived_ledger_sums) e
+      LEFT JOIN payouts p ON p.id = e.payout_id
       WHERE e.account_id IS NOT NULL
       GROUP BY e.account_id`
   })

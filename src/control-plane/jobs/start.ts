@@ -8,6 +8,7 @@ import type { Started } from '../../subsystem.ts'
 import { expireUncapturedClaims } from './claim-expiry.ts'
 import { startLeadership } from './leader.ts'
 import { createOperationalGauges } from './ops-gauges.ts'
+import { createPartitionJobs } from './partitions.ts'
 import { createPaymentJobs } from './payment-expiry.ts'
 import { createPayoutJobs } from './payout-batcher.ts'
 import { createRetentionJobs } from './retention.ts'
@@ -65,6 +66,7 @@ export async function startBackground(deps: {
     createVoucherClaimerJobs(jobDeps, { treasuryLock: treasurySends }),
     createOperationalGauges(jobDeps),
     createRetentionJobs(jobDeps),
+    createPartitionJobs(jobDeps),
   ]
   const enabled = config.jobs.enabled && deps.runJobs !== false
   const jobs = startJobs(enabled ? modules.flatMap((m) => m.jobs) : [], {
