@@ -722,7 +722,7 @@ async function judgeUsage(
     FROM calls c
     LEFT JOIN ledger_entries l ON l.source_type = 'call' AND l.source_id = c.id AND l.kind = 'refund'
     WHERE c.pricing_model = 'usage'
-    GROUP BY c.id`
+    GROUP BY c.id, c.created_at`
   const byKey = new Map<string, (typeof rows)[number][]>()
   for (const row of rows) byKey.set(row.proof_key, [...(byKey.get(row.proof_key) ?? []), row])
   for (const p of proofs) {
