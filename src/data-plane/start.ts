@@ -423,9 +423,9 @@ function startThrottle(db: Database, config: Config, logger: Logger) {
 function createBooksWriter(db: Database, config: Config, logger: Logger): BatchWriter {
   // One write in flight: while it runs, the next batch fills (group commit). Measured on a PostgreSQL
   // server: 22k claims/s at p50 0.9 ms with one in flight, 10.6k/s at p50 2.2 ms with five. Claims and
-  // captures share each statement (one commit per batch) on the main pool, with synchronous commit:
+  // captures share each statement (one commit per batch) on the books pool, with synchronous commit:
   // a capture is durable once written, and retried until it is.
-  return new BatchWriter(db.sql, {
+  return new BatchWriter(db.books, {
     batchMax: config.claims.batch_max,
     concurrency: 1,
     flushIntervalMs: config.claims.capture_flush_ms,

@@ -9,11 +9,18 @@ import { createSql, type Sql } from './sql.ts'
 
 export interface Database extends Started {
   sql: Sql
-  /** Pool for writes that may be lost in a crash (captures); the main pool on the embedded database. */
+  /**
+   * The books writer's own connections (claims and captures of the hot path): its statement is never
+   * queued behind another subsystem's query on a shared connection. The main pool on the embedded database.
+   */
+  books: Sql
   url: string
   /** The embedded single-session database: one connection, no LISTEN, always the job leader. */
   embedded: boolean
 }
+
+/** Connections of the books writer's own pool (on a server). */
+export const BOOKS_POOL_MAX = 2
 
 export async function startDatabase(deps: {
   config: Config
@@ -45,11 +52,27 @@ export async function startDatabase(deps: {
       statementTimeoutMs: embedded ? 0 : deps.config.database.statement_timeout_ms,
     })
     stops.push(() => sql.end({ timeout: 5 }))
-    dbPoolSize.set(poolMax)
+    // The driver pipelines a query on a busy connection once none is open or closed (postgres 3.4.9,
+    // index.js handler): on one shared pool a claim could wait behind a job's slow read, as after a
+    // database restart, when every connection reconnects at once and the jobs' first runs read a cold
+    // cache, and every paid call of the process waits with it (one books write in flight). Two
+    // connections: the batch in flight, and the releases and lookups beside it.
+    const books = embedded
+      ? sql
+      : createSql(url, {
+          max: BOOKS_POOL_MAX,
+          sessions: 0,
+          applicationName: 'tollgate-books',
+          connectTimeoutMs: deps.config.database.connect_timeout_ms,
+          statementTimeoutMs: deps.config.database.statement_timeout_ms,
+        })
+    if (books !== sql) stops.push(() => books.end({ timeout: 5 }))
+    dbPoolSize.set(poolMax + (books === sql ? 0 : BOOKS_POOL_MAX))
     const migrated = await migrate(sql)
     if (migrated.applied.length) deps.logger.info('migrations applied', { applied: migrated.applied })
     return {
       sql,
+      books,
       url,
       embedded,
       stop,

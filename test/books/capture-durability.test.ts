@@ -22,13 +22,13 @@ let received = 0
 
 const gauge = async (m: typeof captureQueue | typeof captureRetries) => (await m.get()).values[0]?.value ?? 0
 
-/** The database refuses new connections and the service's pooled ones are cut (the leader's advisory-lock
+/** The database refuses new connections and the service's pooled ones (main and books writer) are cut (the leader's advisory-lock
  * session and LISTEN sessions are left alone: they are not what writes captures). */
 async function databaseDown(): Promise<void> {
   await admin.unsafe(`ALTER DATABASE ${database} WITH ALLOW_CONNECTIONS false`)
   await admin`
     SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a
-    WHERE a.datname = ${database} AND a.pid <> pg_backend_pid() AND a.application_name = 'tollgate'
+    WHERE a.datname = ${database} AND a.pid <> pg_backend_pid() AND a.application_name IN ('tollgate', 'tollgate-books')
       AND a.query NOT ILIKE 'listen%'
       AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory')`
 }

@@ -7,6 +7,7 @@
 // an OpenAI-style stream long enough for a fault to land mid-stream, the proof a prepaid ceiling): its
 // charge is checked against the usage the client received, and its unused ceiling against the refunds booked.
 import { spawn } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import postgres from 'postgres'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
@@ -156,8 +157,8 @@ const WINDOW_LEAD_MS = 500
 export const RECOVERY_GRACE_MS = 2_000
 
 interface LoadStats {
-  /** When each 503 was answered. */
-  s503: number[]
+  /** Each 503: when it was answered, by which instance, to what (paid call or API probe), and its error code. */
+  s503: Array<{ at: number; who: string; code: string }>
   /** Each network error: when its attempt started and ended, and whether the client timed out. */
   network: Array<{ from: number; to: number; timeout: boolean }>
   noRetryAfter: number
@@ -320,9 +321,24 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       const balances = await balancesAgainstEntries(cluster.url)
       const outsideWindow = (from: number, to: number) =>
         to < window.from - WINDOW_LEAD_MS || from > window.to + RECOVERY_GRACE_MS
-      const outside = stats.s503.filter((t) => outsideWindow(t, t)).length
+      const outside503 = stats.s503.filter((s) => outsideWindow(s.at, s.at))
+      const outside = outside503.length
+      // What answered 503 outside the window, and why: the code names the dependency that was not back.
+      for (const s of outside503)
+        log(`   503 outside the window: ${s.who} ${s.code} at ${s.at - window.to} ms after the fault`)
+      if (outside503.length > 0) {
+        for (const inst of instances) {
+          for (const line of errorLinesBetween(inst.child.output(), window.to, window.to + 10_000))
+            log(`   ${inst.name} log: ${line}`)
+        }
+        for (const line of serverLogBetween(cluster.dir, window.to - 1_000, window.to + 10_000))
+          log(`   postgres log: ${line}`)
+      } else if (process.env.CHAOS_PG_LOG === '1') {
+        for (const line of serverLogBetween(cluster.dir, window.to - 1_000, window.to + 10_000))
+          log(`   postgres log: ${line}`)
+      }
       const usageMine = mine.filter((p) => p.events > 0)
-      const after503 = stats.s503.filter((t) => t > window.to).map((t) => t - window.to)
+      const after503 = stats.s503.filter((s) => s.at > window.to).map((s) => s.at - window.to)
       rounds.push({
         fault,
         proofs: mine.length,
@@ -573,7 +589,7 @@ async function drive(
           if (res.status < 300) p.done = 'served'
           else if (res.status === 402) p.done = 'refused'
           else if (res.status === 503) {
-            ctx.stats.s503.push(Date.now())
+            ctx.stats.s503.push({ at: Date.now(), who: `${inst.name} paid`, code: errorCode(text) })
             if (!res.retryAfter) ctx.stats.noRetryAfter++
           } else if (res.status < 500 && res.status !== 409) {
             throw new Error(`unexpected ${res.status}: ${text.slice(0, 200)}`)
@@ -591,6 +607,46 @@ async function drive(
     }
   }
   await Promise.all(Array.from({ length: ctx.concurrency }, worker))
+}
+
+/** An instance's error log lines (pino JSON) logged between two times, at most 20, shortened. */
+function errorLinesBetween(output: string, from: number, to: number): string[] {
+  const lines: string[] = []
+  for (const line of output.split('\n')) {
+    if (!line.startsWith('{')) continue
+    try {
+      const entry = JSON.parse(line) as { time?: number | string }
+      const at = typeof entry.time === 'string' ? Date.parse(entry.time) : entry.time
+      if (at !== undefined && at >= from && at <= to) lines.push(line.slice(0, 600))
+    } catch {}
+  }
+  return lines.slice(0, 20)
+}
+
+/** PostgreSQL's server.log lines (prefix '%m [%p] ', UTC) logged between two times, at most 40, shortened. */
+function serverLogBetween(dir: string, from: number, to: number): string[] {
+  let text = ''
+  try {
+    text = readFileSync(join(dir, 'server.log'), 'utf8')
+  } catch {
+    return []
+  }
+  const lines: string[] = []
+  for (const line of text.split('\n')) {
+    const at = Date.parse(line.slice(0, 23).replace(' ', 'T') + 'Z')
+    if (at >= from && at <= to) lines.push(line.slice(0, 400))
+  }
+  return lines.slice(0, 40)
+}
+
+/** The error code of a JSON error body (`{"error":{"code":…}}`), or what the body starts with. */
+function errorCode(text: string): string {
+  try {
+    const body = JSON.parse(text) as { error?: { code?: string; message?: string } }
+    return `${body.error?.code ?? '?'}: ${body.error?.message ?? ''}`
+  } catch {
+    return text.slice(0, 80)
+  }
 }
 
 async function readyz(inst: Instance, failed?: Set<string>, stats?: LoadStats): Promise<number> {
@@ -626,15 +682,16 @@ async function probeLoop(
         headers: { authorization: `Bearer ${apiKey}` },
         signal: AbortSignal.timeout(12_000),
       }).then(
-        (r) => r.text().then(() => r),
+        (r) =>
+          r.text().then((text) => ({ status: r.status, retryAfter: r.headers.get('retry-after'), text })),
         () => null,
       ),
     ])
     if (ready === 503) probing.readyRed = true
     if (api?.status === 500) probing.api500++
     if (api?.status === 503) {
-      stats.s503.push(Date.now())
-      if (!api.headers.get('retry-after')) stats.noRetryAfter++
+      stats.s503.push({ at: Date.now(), who: `${inst.name} api`, code: errorCode(api.text) })
+      if (!api.retryAfter) stats.noRetryAfter++
     }
     // The probe's sampling period.
     await sleep(300)

@@ -70,6 +70,10 @@ export async function startPgCluster(): Promise<PgCluster> {
     `-c unix_socket_directories=${dir}`,
     '-c max_connections=200',
     '-c shared_buffers=32MB',
+    // For the reader of a failed round: a statement slower than a second, and a lock waited on for as long
+    // (deadlock_timeout), are in server.log with their times (the harness prints those near a fault).
+    '-c log_lock_waits=on',
+    '-c log_min_duration_statement=1000',
   ].join(' ')
   const log = join(dir, 'server.log')
   const start = async () => {
