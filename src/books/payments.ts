@@ -174,8 +174,8 @@ export async function createPayment(
   const low = p.amountAtomic + 1n
   const high = p.amountAtomic + MAX_FIGURE_OFFSET_ATOMIC
   for (let look = 0; look <= RANDOM_LOOKS + 1; look++) {
-    // The figure's row refers to the payment inserted beside it: the foreign key is checked at the end of
-    // the statement, when both exist.
+    // The figure's row and the timeline's first line refer to the payment inserted beside them, in this one
+    // statement (no foreign key: migration 0052 says why).
     const [row] = await db<PaymentRow[]>`
       WITH figure AS (
         INSERT INTO checkout_amounts (amount_atomic, payment_id)
