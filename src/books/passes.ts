@@ -165,3 +165,19 @@ export async function giveBackPassUse(db: Db, q: { nonce: string }): Promise<boo
     RETURNING passes.id`
   return rows.length === 1
 }
+
+/**
+ * A drawn use's call was served: its receipt (id, upstream status, method, time) is written on the draw, once.
+ * No money moves (the purchase was the money) and the count does not change: a record, not a transition.
+ */
+export async function recordPassDrawServed(
+  db: Db,
+  q: { nonce: string; receiptId: string; upstreamStatus: number; method: string },
+): Promise<boolean> {
+  const rows = await db`
+    UPDATE pass_draws SET receipt_id = ${q.receiptId}, upstream_status = ${q.upstreamStatus},
+                          method = ${q.method}, served_at = now()
+    WHERE nonce = ${q.nonce} AND given_back = false AND receipt_id IS NULL
+    RETURNING 1`
+  return rows.length === 1
+}

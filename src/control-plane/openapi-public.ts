@@ -117,7 +117,16 @@ export const Receipt = v.pipe(
     id: v.string(),
     object: v.literal('receipt'),
     status: v.literal('final'),
-    call_id: v.string(),
+    call_id: v.pipe(
+      v.nullable(v.string()),
+      v.description('the paid call; null for a signed-in call on a pass'),
+    ),
+    pass: v.pipe(
+      v.nullable(v.strictObject({ id: v.string(), purchase_call_id: v.string() })),
+      v.description(
+        'a signed-in call on a pass: the pass it used, and the purchase call whose payment (the settlement below) paid for every use; amount is then 0',
+      ),
+    ),
     endpoint_id: v.string(),
     payer: v.string(),
     scheme: v.nullable(v.string()),

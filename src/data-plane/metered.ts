@@ -601,12 +601,12 @@ class MeteredCall implements ProxyHooks {
       this.rewriter.onHead(this.rawHead!)
       this.resizes = true
     }
-    const ids: Array<[string, string]> = [
-      ['x-request-id', this.requestId],
-      ['x-receipt-id', this.receiptId!],
-      ACAO,
-      EXPOSE,
-    ]
+    // A receipt id only for an answer that can have a receipt: a 5xx is never captured (the payment is
+    // released), so its id would answer 404 for good.
+    const ids: Array<[string, string]> =
+      this.headStatus < 500
+        ? [['x-request-id', this.requestId], ['x-receipt-id', this.receiptId!], ACAO, EXPOSE]
+        : [['x-request-id', this.requestId], ACAO, EXPOSE]
     if (signed !== null) ids.unshift(signed)
     // Kept with the answer: the upstream's content headers and the receipt (a replay gets its own request id).
     this.recorder?.head(this.headStatus, this.rawHead!, signed === null ? [] : [signed])

@@ -3,7 +3,7 @@
 // forwarded, then captured (nothing to book: the purchase was the money), released (the use is given
 // back: the upstream certainly did not serve it) or in doubt (the use stays drawn: never served twice).
 import { randomBytes } from 'node:crypto'
-import { drawPassUse, findOwnDraw, giveBackPassUse } from '../books/passes.ts'
+import { drawPassUse, findOwnDraw, giveBackPassUse, recordPassDrawServed } from '../books/passes.ts'
 import type { Sql } from '../db/sql.ts'
 import type { Logger } from '../observability/logger.ts'
 import { passDraws } from '../observability/metrics.ts'
@@ -83,6 +83,26 @@ export class PassUses {
     this.retry('give a pass use back', () => giveBackPassUse(this.sql, { nonce }).then(() => true))
   }
 
+  /**
+   * A drawn use's call was served: its receipt (the x-receipt-id the answer carried) is written on the draw,
+   * after the answer (off the request's path), retried while the database does not answer.
+   */
+  served(nonce: string, call: ServedCall): void {
+    const receiptId = call.receiptId
+    if (receiptId === null) return
+    this.retry(
+      "record a pass call's receipt",
+      () =>
+        recordPassDrawServed(this.sql, {
+          nonce,
+          receiptId,
+          upstreamStatus: call.status,
+          method: call.method,
+        }),
+      'its receipt id will answer 404',
+    )
+  }
+
   /** A draw whose answer was lost: if it committed, its use goes back. */
   private settleUnknown(q: { nonce: string; token: string; nonceExpiresAt: Date }): void {
     this.retry('settle a pass draw lost in flight', async () => {
@@ -93,13 +113,14 @@ export class PassUses {
     })
   }
 
-  private retry(what: string, attempt: () => Promise<boolean>): void {
+  /** Runs `attempt` until it answers or settleForMs passes; then logs what `lost` says is lost. */
+  private retry(what: string, attempt: () => Promise<boolean>, lost = 'one pass use is lost'): void {
     const deadline = Date.now() + this.options.settleForMs
     const run = (delayMs: number): void => {
       attempt().catch((err) => {
         if (Date.now() + delayMs > deadline) {
-          // A use lost to the payer (never to the merchant): said, not retried for ever.
-          this.logger.error(`could not ${what}; one pass use is lost`, { err })
+          // A use (or a receipt) lost to the payer, never money to the merchant: said, not retried for ever.
+          this.logger.error(`could not ${what}; ${lost}`, { err })
           return
         }
         setTimeout(() => run(Math.min(delayMs * 2, 2_000)), delayMs).unref()
@@ -135,7 +156,9 @@ class PassUse implements Payment {
     this.uses.giveBack(this.nonce)
   }
 
-  capture(_call: ServedCall): void {}
+  capture(call: ServedCall): void {
+    this.uses.served(this.nonce, call)
+  }
 
   release(): void {
     this.uses.giveBack(this.nonce)

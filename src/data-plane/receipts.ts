@@ -104,7 +104,9 @@ export function presentReceipt(r: ReceiptRow, head: bigint | null = null) {
     id: r.receipt_id,
     object: 'receipt',
     status: 'final',
-    call_id: r.id,
+    // A pass use has no call of its own: its pass, and the purchase call that paid for every use of it.
+    call_id: r.pass_id === null ? r.id : null,
+    pass: r.pass_id === null ? null : { id: r.pass_id, purchase_call_id: r.id },
     endpoint_id: r.endpoint_id,
     payer: r.payer,
     scheme: r.scheme,

@@ -64,6 +64,8 @@ export async function listCalls(
 export interface ReceiptRow extends CallRow {
   receipt_id: string
   scheme: string | null
+  /** A signed-in call on a pass: the pass it drew on (`id` is then the pass's purchase call). */
+  pass_id: string | null
   /** The claim's kind ('tx', 'eip3009', 'batch', 'upto') and its settlement so far. */
   claim_kind: string
   settlement_tx: string | null
@@ -93,14 +95,25 @@ export function usageView(c: CallRow) {
 }
 
 export async function findReceipt(db: Sql | Tx, receiptId: string): Promise<ReceiptRow | null> {
-  // The claim rides along (one statement): the receipt shows where the payment's settlement stands.
+  // The claim rides along (one statement): the receipt shows where the payment's settlement stands. A
+  // signed-in call on a pass has no call row: its receipt is its draw, and the money behind it is the pass's
+  // purchase (its claim's settlement), the call itself charged nothing.
   const [row] = await db<ReceiptRow[]>`
     SELECT c.id, c.proof_key, c.endpoint_id, c.account_id, c.payer, c.amount_atomic, c.owner_share_atomic,
            c.fee_atomic, c.upstream_status, c.method, c.tool, c.created_at, c.receipt_id, c.scheme,
-           c.pricing_model, c.usage_unit, c.usage, c.ceiling_atomic, c.refund_atomic,
+           c.pricing_model, c.usage_unit, c.usage, c.ceiling_atomic, c.refund_atomic, NULL::text AS pass_id,
            k.kind AS claim_kind, k.settlement_tx, k.settled_at, k.settlement_error, k.settlement_block,
            k.settlement_index, k.settlement_count
     FROM calls c JOIN claims k ON k.proof_key = c.proof_key
-    WHERE c.receipt_id = ${receiptId}`
+    WHERE c.receipt_id = ${receiptId}
+    UNION ALL
+    SELECT p.call_id, p.proof_key, p.endpoint_id, p.account_id, p.payer, 0::bigint, 0::bigint, 0::bigint,
+           d.upstream_status, d.method, NULL, d.served_at, d.receipt_id, 'pass', 'fixed', NULL, NULL, NULL,
+           0::bigint, p.id,
+           k.kind, k.settlement_tx, k.settled_at, k.settlement_error, k.settlement_block,
+           k.settlement_index, k.settlement_count
+    FROM pass_draws d JOIN passes p ON p.id = d.pass_id JOIN claims k ON k.proof_key = p.proof_key
+    WHERE d.receipt_id = ${receiptId}
+    LIMIT 1`
   return row ?? null
 }

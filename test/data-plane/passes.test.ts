@@ -96,6 +96,7 @@ async function signedCall(url: string, header: string) {
     status: r.status,
     reason: required === null ? null : decodePaymentRequiredHeader(required).error,
     usesLeft: r.headers.get('x-pass-uses-left'),
+    receiptId: r.headers.get('x-receipt-id'),
     body: await r.text(),
   }
 }
@@ -317,6 +318,32 @@ describe('a pass of 5 calls, bought with the published x402 client, used by sign
     const served = await signedCall(ep.meteredUrl, first.header)
     expect(served).toMatchObject({ status: 200, usesLeft: '4' })
     expect(JSON.parse(served.body)).toMatchObject({ method: 'GET', path: '/echo' })
+    // Its x-receipt-id has a receipt behind it: the draw, charged nothing, and the pass's purchase (whose
+    // settlement paid for every use) beside it.
+    const [pass] = await svc.sql<{ id: string; call_id: string }[]>`
+      SELECT id, call_id FROM passes WHERE endpoint_id = ${ep.id} AND payer = ${buyer().toLowerCase()}`
+    let receipt: Record<string, any> = {}
+    await waitFor(
+      async () => {
+        const r = await fetch(`${svc.url}/receipts/${served.receiptId}`)
+        receipt = (await r.json()) as Record<string, any>
+        return r.status === 200
+      },
+      { timeoutMs: 5_000, what: "the pass call's receipt" },
+    )
+    expect(receipt).toMatchObject({
+      id: served.receiptId,
+      object: 'receipt',
+      call_id: null,
+      pass: { id: pass!.id, purchase_call_id: pass!.call_id },
+      endpoint_id: ep.id,
+      payer: buyer().toLowerCase(),
+      scheme: 'pass',
+      method: 'GET',
+      upstream_status: 200,
+      amount_atomic: '0',
+    })
+    expect(['pending', 'sent', 'settled']).toContain(receipt.settlement.status)
     // The sign-in is tollgate's credential: the upstream never sees it.
     expect(upstream.last()!.headers['sign-in-with-x']).toBeUndefined()
     expect(await signedCall(ep.meteredUrl, first.header)).toMatchObject({
@@ -388,6 +415,8 @@ describe('what a pass does not cover', () => {
     for (let i = 0; i < 2; i++) {
       const r = await signedCall(ep.meteredUrl, (await signedHeader(ep.meteredUrl, key)).header)
       expect(r.status).toBe(503)
+      // Not served: no receipt id promised.
+      expect(r.receiptId).toBeNull()
     }
     await waitFor(async () => (await usesLeft(ep.id, chain.payers[3]!.address))[0] === 2, {
       timeoutMs: 2_000,
