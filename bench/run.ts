@@ -30,6 +30,7 @@ import { runHistoryBench } from './scenarios/history.ts'
 import { runHistoryRetentionBench } from './scenarios/history-retention.ts'
 import { type Scenario, scenarios } from './scenarios/index.ts'
 import { runSoak } from './scenarios/soak.ts'
+import { startBareRelay } from './targets/bare-relay.ts'
 import { startBareUws } from './targets/bare-uws.ts'
 import { startNginx } from './targets/nginx.ts'
 import { ROOT } from './targets/processes.ts'
@@ -53,7 +54,7 @@ const HELP = `usage: npm run bench [-- <scenario>… | soak | recover | history 
   --readme [file]    the README's table from the newest full run (or file); --write puts it in README.md
 
 scenarios: ${scenarios.map((s) => s.name).join(', ')}
-environment: BENCH_DATABASE_URL, BENCH_CONNECTIONS (32), BENCH_DURATION_S (5), BENCH_PROOFS, BENCH_TRACING,
+environment: BENCH_DATABASE_URL, BENCH_CONNECTIONS (32), BENCH_DURATION_S (5), BENCH_PROOFS, BENCH_TRACING, BENCH_NODE_FLAGS,
   BENCH_PROFILE_DIR, BENCH_LABEL (names the results file <date>-<label>.json, e.g. x402-before-<commit>)
 `
 
@@ -134,7 +135,14 @@ async function main() {
     )
     process.stdout.write(`results: ${file}\n`)
   } finally {
-    for (const t of [...Object.values(ctx.tollgates), ctx.nginx, ctx.bare, ctx.x402Reference, ctx.upstream])
+    for (const t of [
+      ...Object.values(ctx.tollgates),
+      ctx.nginx,
+      ctx.bare,
+      ctx.relay,
+      ctx.x402Reference,
+      ctx.upstream,
+    ])
       await t?.stop()
     await chain.stop()
     rmSync(dir, { recursive: true, force: true })
@@ -196,6 +204,7 @@ async function startTargets(
     chain,
     upstream,
     bare: null,
+    relay: null,
     nginx: null,
     x402Reference: null,
     tollgates: {},
@@ -210,6 +219,13 @@ async function startTargets(
   if (chosen.some((s) => s.peer === 'nginx')) {
     ctx.nginx = await startNginx({ dir, upstream: upstream.base, workers: 1 })
     if (!ctx.nginx) process.stdout.write('bench: nginx not found; the nginx scenario is skipped\n')
+  }
+  if (chosen.some((s) => s.peer === 'bare-relay')) {
+    ctx.relay = await startBareRelay({
+      upstream: upstream.base,
+      maxMs: HARD_LIMIT_MS,
+      profileDir: process.env.BENCH_PROFILE_DIR,
+    })
   }
   if (chosen.some((s) => s.peer === 'x402-reference')) {
     ctx.x402Reference = await startX402Reference({ chain, upstream: upstream.base, maxMs: HARD_LIMIT_MS })
@@ -315,7 +331,14 @@ function backgroundPids(ctx: Context): number[] {
  * when a server is used (bench/targets/tollgate.ts names them tollgate_bench_<kind>_<bench pid>).
  */
 function cpuGroups(ctx: Context, s: Scenario): Record<string, () => number[]> {
-  const peer = s.peer === 'nginx' ? ctx.nginx : s.peer === 'x402-reference' ? ctx.x402Reference : null
+  const peer =
+    s.peer === 'nginx'
+      ? ctx.nginx
+      : s.peer === 'x402-reference'
+        ? ctx.x402Reference
+        : s.peer === 'bare-relay'
+          ? ctx.relay
+          : null
   const proxies =
     s.peer === 'bare-uws' ? [ctx.bare] : peer ? [peer] : (s.tollgates ?? []).map((k) => ctx.tollgates[k])
   const pidsOf = (ts: ({ pid: number | null } | null | undefined)[]) =>

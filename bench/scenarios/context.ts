@@ -17,6 +17,8 @@ export interface Context {
   chain: DevChain
   upstream: Target
   bare: Target | null
+  /** tollgate's proxy() alone in a bare uWS app (no payment work), when a scenario needs it. */
+  relay: Target | null
   nginx: Target | null
   /** The x402 reference middleware (Express + in-process facilitator), when a scenario needs it. */
   x402Reference: Target | null

@@ -12,7 +12,7 @@ export interface Scenario {
   name: string
   /** Tollgate instances it needs; peers are named by `peer`. */
   tollgates?: TollgateKind[]
-  peer?: 'bare-uws' | 'nginx' | 'x402-reference'
+  peer?: 'bare-uws' | 'bare-relay' | 'nginx' | 'x402-reference'
   proofs?: number
   run(ctx: Context): Promise<Measured | { skipped: string }>
 }
@@ -86,6 +86,12 @@ export const scenarios: Scenario[] = [
       ctx.nginx
         ? load({ ...base(), url: `${ctx.nginx.base}/data`, expectStatus: 200 })
         : { skipped: 'nginx not found (/usr/sbin/nginx): apt-get install -y nginx-light' },
+  },
+  {
+    // tollgate's relay alone (proxy() in a bare uWS app, no payment work): a free proxied call, nginx's peer.
+    name: 'relay',
+    peer: 'bare-relay',
+    run: (ctx) => load({ ...base(), url: `${ctx.relay!.base}/data`, expectStatus: 200 }),
   },
   paid('warm', '/data', settings.proofs, 'paid-warm'),
   {
@@ -212,6 +218,12 @@ export const scenarios: Scenario[] = [
       ctx.nginx
         ? load({ ...base(), url: `${ctx.nginx.base}/256k`, expectStatus: 200 })
         : { skipped: 'nginx not found (/usr/sbin/nginx): apt-get install -y nginx-light' },
+  },
+  {
+    // The same 256 KB answers through tollgate's relay alone: nginx-256k's peer without the paid call's work.
+    name: 'relay-256k',
+    peer: 'bare-relay',
+    run: (ctx) => load({ ...base(), url: `${ctx.relay!.base}/256k`, expectStatus: 200 }),
   },
   paid('warm', '/256k', Math.round(settings.proofs / 5), 'paid-256k'),
   {

@@ -69,7 +69,7 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
     TOLLGATE_CONFIG: configFile,
     ...(databaseUrl ? { DATABASE_URL: databaseUrl.url } : {}),
     ...(o.otlpEndpoint ? { OTEL_EXPORTER_OTLP_ENDPOINT: o.otlpEndpoint } : {}),
-    ...(o.profileDir ? { BENCH_NODE_ARGS: `--cpu-prof --cpu-prof-dir=${o.profileDir}` } : {}),
+    ...nodeArgs(o.profileDir),
   }
   const start = o.runtime === 'built' ? startNode : startTs
   const child = await start(
@@ -125,6 +125,18 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
       await databaseUrl?.drop()
     },
   }
+}
+
+/**
+ * The node flags of a measured process: a CPU profile when asked, and BENCH_NODE_FLAGS (say, V8 heap
+ * settings to compare in alternating runs).
+ */
+export function nodeArgs(profileDir: string | undefined): { BENCH_NODE_ARGS?: string } {
+  const flags = [
+    ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : []),
+    ...(process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean),
+  ]
+  return flags.length ? { BENCH_NODE_ARGS: flags.join(' ') } : {}
 }
 
 /** A fresh database on BENCH_DATABASE_URL's server for one instance, dropped after; null → embedded PGlite. */
