@@ -167,8 +167,9 @@ export async function giveBackPassUse(db: Db, q: { nonce: string }): Promise<boo
 }
 
 /**
- * A drawn use's call was served: its receipt (id, upstream status, method, time) is written on the draw, once.
- * No money moves (the purchase was the money) and the count does not change: a record, not a transition.
+ * recordPassDrawServed: pass open → open. A drawn use's call was served: its receipt (id, upstream status,
+ * method, time) is written on the draw, once. No money moves (the purchase was the money) and the count does
+ * not change. Precondition in its SQL: the draw not given back and no receipt written yet.
  */
 export async function recordPassDrawServed(
   db: Db,

@@ -520,6 +520,14 @@ export const TRANSITIONS: readonly Transition[] = [
     why: 'the upstream certainly did not serve the call (unreachable, 5xx) or it was never forwarded',
     where: 'given_back = false',
   },
+  {
+    record: 'pass',
+    from: 'open',
+    to: 'open',
+    fn: 'recordPassDrawServed',
+    why: "a drawn use's call was served: its receipt is written on the draw (no use and no money moves)",
+    where: 'given_back = false AND receipt_id IS NULL',
+  },
   // channel op: a deposit or refund transaction the leader sends.
   { record: 'channel_op', from: null, to: 'pending', fn: 'requestChannelOp', why: 'deposit queued' },
   {
