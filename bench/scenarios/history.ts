@@ -1,7 +1,7 @@
 // `npm run bench -- history [--rows N] [--ci]`: the reads, jobs and paid path on a database with a history
-// (default 50 M rows = 25 M paid calls, whose entries a per-call ledger would have had; --ci 200 k; the
-// revenue booked per capture batch of --calls-per-batch calls, 10, or 0: per call) against the same on an empty database, in one
-// run, both on a PostgreSQL server (BENCH_DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres).
+// (default 50 M rows = 25 M paid calls, whose entries a per-call ledger would have had; --ci 200 k; their
+// revenue booked per capture batch of --calls-per-batch calls, 10, or 0: per call) against the same on an
+// empty database, in one run, both on a PostgreSQL server (BENCH_DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres).
 // Two tollgate processes (jobs off, so nothing moves under the measurements), one per database; the reads
 // that the service caches (GET /account keeps a balance 2 s) are also timed at the query itself.
 // Results: bench/results/<date>-history-<N>-rows.json, scenarios `history-<what>` with rows, p50_ms, p99_ms, ratio_to_empty.

@@ -1,6 +1,7 @@
 // Claims and calls: a proof is claimed before the upstream is called, captured (with its call row, and for a
-// transaction hash its revenue, booked per capture batch) when the upstream answered, released when the upstream failed, and refunded
-// (tx) or voided (x402) when its window ends uncaptured. Each function's SQL states its precondition.
+// transaction hash its revenue, booked per capture batch) when the upstream answered, released when the
+// upstream failed, and refunded (tx) or voided (x402) when its window ends uncaptured. Each function's SQL
+// states its precondition.
 import type { Sql, Tx } from '../db/sql.ts'
 import { batchRevenueEntries, unusedCeilingRefunds } from './ledger.ts'
 import type { Applied, Refusal } from './transitions.ts'
