@@ -47,7 +47,7 @@ const HELP = `usage: npm run bench [-- <scenario>… | soak | recover | history 
   <scenario>…        those scenarios (plus direct); writes bench/results/<date>-partial-<names>.json
   soak               the 60 s soak alone, on an instance of its own
   recover            EIP-3009 recoveries and treasury signatures per CPU second
-  history [--rows N] [--ci] [--keep] [--reseed]
+  history [--rows N] [--ci] [--keep] [--reseed] [--calls-per-batch N]
                      reads, jobs and the paid path on a seeded history (PostgreSQL server)
   history-retention [--rate 10000] [--seconds 90] [--month-seconds 15]
                      table sizes while SQL intake at that rate runs beside retention and archiving

@@ -1,6 +1,9 @@
 // Seeds a tollgate database with a history of paid calls by SQL that leaves the state the write paths leave
 // (captured tx claims, their calls, owner share + fee entries, confirmed payouts with their payout_accounts
 // and payout.sent events, the running balances), in chunks of generate_series so memory stays bounded.
+// The entries are booked as the capture statement books them (migration 0050): one owner share and one fee
+// per capture batch of `callsPerBatch` calls, the calls sharing their batch's time and naming it; with
+// callsPerBatch 0, a pair per call as before 0050 (x402 calls are still booked so).
 // One busy account (the issue's case: its every balance read used to sum all its entries).
 //
 // Fast enough for 50 M entries on two cores: the secondary indexes of the three big tables are dropped for
@@ -27,6 +30,8 @@ const CHUNK = 1_000_000
 const PRICE = 1_000
 const OWNER = 950
 const FEE = 50
+/** Calls per capture batch when the caller does not say: a busy service's group commit (a divisor of PER_PAYOUT). */
+const DEFAULT_CALLS_PER_BATCH = 10
 /** The tables whose secondary indexes are dropped during the load (their rows are 99.99 % of the seed). */
 const BIG_TABLES = ['claims', 'calls', 'ledger_entries']
 
@@ -41,8 +46,11 @@ const SESSION = {
 }
 
 type Db = postgres.Sql
-/** Calls lo..hi of `calls`, the history ending at `end` (ISO time); the first `payouts` × PER_PAYOUT are paid. */
-type Chunk = { lo: number; hi: number; calls: number; payouts: number; end: string }
+/**
+ * Calls lo..hi of `calls`, the history ending at `end` (ISO time); the first `payouts` × PER_PAYOUT are paid.
+ * perBatch: calls per capture batch (0: entries per call).
+ */
+type Chunk = { lo: number; hi: number; calls: number; payouts: number; end: string; perBatch: number }
 
 /**
  * Seeds `entries` ledger entries (entries / 2 paid calls) spread over the year before yesterday. `url` is the
@@ -52,9 +60,14 @@ type Chunk = { lo: number; hi: number; calls: number; payouts: number; end: stri
 export async function seedHistory(
   url: string,
   t: SeedTarget,
-  o: { entries: number; log(line: string): void },
+  o: { entries: number; callsPerBatch?: number; log(line: string): void },
 ): Promise<{ seconds: number }> {
   const calls = Math.floor(o.entries / 2)
+  const perBatch = o.callsPerBatch ?? DEFAULT_CALLS_PER_BATCH
+  // A batch never straddles a chunk or a payout (both are whole multiples of it).
+  if (perBatch < 0 || (perBatch > 0 && PER_PAYOUT % perBatch !== 0)) {
+    throw new Error(`callsPerBatch ${perBatch}: must divide ${PER_PAYOUT} (or be 0: entries per call)`)
+  }
   const payouts = Math.floor(calls / PER_PAYOUT)
   const started = performance.now()
   const elapsed = () => `${Math.round((performance.now() - started) / 1000)} s`
@@ -76,8 +89,8 @@ export async function seedHistory(
     await Promise.all([
       (async () => {
         for (const c of chunks) {
-          await seedPayouts(a, t, { ...c, calls, payouts, end })
-          await seedClaimsAndCalls(a, t, { ...c, calls, payouts, end })
+          await seedPayouts(a, t, { ...c, calls, payouts, end, perBatch })
+          await seedClaimsAndCalls(a, t, { ...c, calls, payouts, end, perBatch })
           o.log(
             `history: ${c.hi.toLocaleString('en')} of ${calls.toLocaleString('en')} claims and calls (${elapsed()})`,
           )
@@ -85,9 +98,9 @@ export async function seedHistory(
       })(),
       (async () => {
         for (const c of chunks) {
-          await seedEntries(b, t, { ...c, calls, payouts, end })
+          await seedEntries(b, t, { ...c, calls, payouts, end, perBatch })
           o.log(
-            `history: ${(2 * c.hi).toLocaleString('en')} of ${(2 * calls).toLocaleString('en')} entries (${elapsed()})`,
+            `history: entries of ${c.hi.toLocaleString('en')} of ${calls.toLocaleString('en')} calls (${elapsed()})`,
           )
         }
       })(),
@@ -164,6 +177,19 @@ function callTime(db: Db, c: { calls: number; end: string }) {
   return db`(${c.end}::timestamptz - interval '365 days' * (1 - i::float8 / ${c.calls}::float8))`
 }
 
+/** The capture batch of call i (0: none, booked per call), numbered from 1. */
+function batchOf(db: Db, c: { perBatch: number }) {
+  return c.perBatch === 0 ? db`NULL::bigint` : db`((i - 1) / ${c.perBatch}::bigint + 1)`
+}
+
+/** Call i is written at this time: its batch's (that of the batch's last call), or its own when per call. */
+function writtenTime(db: Db, c: { calls: number; end: string; perBatch: number }) {
+  if (c.perBatch === 0) return callTime(db, c)
+  return db`(${c.end}::timestamptz - interval '365 days'
+             * (1 - least(((i - 1) / ${c.perBatch}::bigint + 1) * ${c.perBatch}::bigint, ${c.calls}::bigint)::float8
+                    / ${c.calls}::float8))`
+}
+
 /** The confirmed payouts whose last call falls in this chunk, their payout_accounts and payout.sent events. */
 async function seedPayouts(db: Db, t: SeedTarget, c: Chunk) {
   await db`
@@ -171,7 +197,8 @@ async function seedPayouts(db: Db, t: SeedTarget, c: Chunk) {
       INSERT INTO payouts (id, wallet, amount_atomic, kind, status, treasury, nonce, tx_hash, entries_count,
                            attempts, created_at, submitted_at, confirmed_at)
       SELECT 'po_hist' || b, ${t.wallet}, ${OWNER * PER_PAYOUT}::bigint, 'payout', 'confirmed', ${t.treasury},
-             1000000000 + b, '0x' || lpad(to_hex(b), 64, 'e'), ${PER_PAYOUT}::int, 1, ts, ts, ts
+             1000000000 + b, '0x' || lpad(to_hex(b), 64, 'e'),
+             ${c.perBatch === 0 ? PER_PAYOUT : PER_PAYOUT / c.perBatch}::int, 1, ts, ts, ts
       FROM (SELECT b, ${c.end}::timestamptz
                       - interval '365 days' * (1 - ((b + 1) * ${PER_PAYOUT}::int)::float8 / ${c.calls}::float8) AS ts
             FROM generate_series(0, ${c.payouts}::int - 1) b) s
@@ -198,13 +225,14 @@ async function seedClaimsAndCalls(db: Db, t: SeedTarget, c: Chunk) {
     SELECT 'tx:0x' || lpad(to_hex(i), 64, '0'), 'tx', 'call', ${t.endpointId}, ${t.accountId}, ${t.payer},
            ${PRICE}::bigint, 'captured', ${at} + interval '10 minutes', 1, 0, ${at}, ${at}
     FROM generate_series(${c.lo}::bigint, ${c.hi}::bigint) i`
+  const written = writtenTime(db, c)
   // Zero-padded ids: the primary key is filled in order, at its right edge, like the proof keys.
   await db`
     INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
-                       fee_atomic, upstream_status, method, created_at, receipt_id)
+                       fee_atomic, upstream_status, method, created_at, receipt_id, ledger_batch_id)
     SELECT 'call_hist' || lpad(i::text, 10, '0'), 'tx:0x' || lpad(to_hex(i), 64, '0'), ${t.endpointId},
-           ${t.accountId}, ${t.payer}, ${PRICE}::bigint, ${OWNER}::bigint, ${FEE}::bigint, 200, 'GET', ${at},
-           'rcpt_hist' || lpad(i::text, 10, '0')
+           ${t.accountId}, ${t.payer}, ${PRICE}::bigint, ${OWNER}::bigint, ${FEE}::bigint, 200, 'GET',
+           ${written}, 'rcpt_hist' || lpad(i::text, 10, '0'), ${batchOf(db, c)}
     FROM generate_series(${c.lo}::bigint, ${c.hi}::bigint) i`
   // Every paid answer leaves what it delivered for its signed receipt, as the live path writes it.
   await db`
@@ -213,8 +241,28 @@ async function seedClaimsAndCalls(db: Db, t: SeedTarget, c: Chunk) {
     FROM generate_series(${c.lo}::bigint, ${c.hi}::bigint) i`
 }
 
-/** Each call's owner share (linked to its payout if paid) and fee, next to each other as a capture writes them. */
+/**
+ * Each batch's owner share (linked to its payout if paid) and fee, next to each other as a capture writes
+ * them, at the batch's time; with perBatch 0, each call's.
+ */
 async function seedEntries(db: Db, t: SeedTarget, c: Chunk) {
+  if (c.perBatch > 0) {
+    // Batch j holds calls (j - 1) × perBatch + 1 .. j × perBatch; i below is its last call.
+    const at = callTime(db, c)
+    await db`
+      INSERT INTO ledger_entries (account_id, kind, wallet, amount_atomic, source_type, source_id, payout_id,
+                                  created_at)
+      SELECT ${t.accountId}, k.kind, k.wallet, k.amount * (i - (j - 1) * ${c.perBatch}::bigint), 'capture_batch',
+             j::text, k.payout_id, ${at}
+      FROM generate_series((${c.lo}::bigint - 1) / ${c.perBatch}::bigint + 1,
+                           (${c.hi}::bigint - 1) / ${c.perBatch}::bigint + 1) j
+      CROSS JOIN LATERAL (SELECT least(j * ${c.perBatch}::bigint, ${c.calls}::bigint) AS i) last
+      CROSS JOIN LATERAL (VALUES
+        ('owner_share', ${t.wallet}::text, ${OWNER}::bigint,
+         CASE WHEN (i - 1) / ${PER_PAYOUT}::bigint < ${c.payouts}::bigint THEN 'po_hist' || ((i - 1) / ${PER_PAYOUT}::bigint) END),
+        ('fee', NULL, ${FEE}::bigint, NULL)) k(kind, wallet, amount, payout_id)`
+    return
+  }
   const at = callTime(db, c)
   await db`
     INSERT INTO ledger_entries (account_id, kind, wallet, amount_atomic, source_type, source_id, payout_id,

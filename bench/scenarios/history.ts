@@ -1,6 +1,7 @@
 // `npm run bench -- history [--rows N] [--ci]`: the reads, jobs and paid path on a database with a history
-// (default 50 M ledger entries = 25 M paid calls; --ci 200 k) against the same on an empty database, in one
-// run, both on a PostgreSQL server (BENCH_DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres).
+// (default 50 M rows = 25 M paid calls, whose entries a per-call ledger would have had; --ci 200 k; their
+// revenue booked per capture batch of --calls-per-batch calls, 10, or 0: per call) against the same on an
+// empty database, in one run, both on a PostgreSQL server (BENCH_DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres).
 // Two tollgate processes (jobs off, so nothing moves under the measurements), one per database; the reads
 // that the service caches (GET /account keeps a balance 2 s) are also timed at the query itself.
 // Results: bench/results/<date>-history-<N>-rows.json, scenarios `history-<what>` with rows, p50_ms, p99_ms, ratio_to_empty.
@@ -85,8 +86,11 @@ export async function runHistoryBench(argv: string[]): Promise<void> {
       samples: { type: 'string' },
       keep: { type: 'boolean' },
       reseed: { type: 'boolean' },
+      'calls-per-batch': { type: 'string' },
     },
   })
+  const callsPerBatch =
+    values['calls-per-batch'] === undefined ? undefined : Number(values['calls-per-batch'])
   const rows = Number(values.rows ?? (values.ci ? 200_000 : 50_000_000))
   const proofs = Number(values.proofs ?? (values.ci ? 400 : 2_000))
   const samples = Number(values.samples ?? (values.ci ? 50 : 200))
@@ -135,7 +139,8 @@ export async function runHistoryBench(argv: string[]): Promise<void> {
     const [empty] = instances as [Instance]
     let seedSeconds = seeded?.seed_seconds ?? null
     if (!seeded) {
-      log(`history: seeding ${rows.toLocaleString('en')} ledger entries into ${historyDb}`)
+      // A reused seed keeps the layout it was seeded with: --reseed after changing --calls-per-batch.
+      log(`history: seeding ${(rows / 2).toLocaleString('en')} paid calls into ${historyDb}`)
       const target = {
         accountId: history.accountId,
         wallet: chain.payers[0]!.address,
@@ -146,7 +151,7 @@ export async function runHistoryBench(argv: string[]): Promise<void> {
       // With the service stopped: its once-a-second settlement backlog read would scan the claims table while
       // the seed has its indexes down.
       seedSeconds = await history.stoppedDuring(
-        async () => (await seedHistory(history.dbUrl, target, { entries: rows, log })).seconds,
+        async () => (await seedHistory(history.dbUrl, target, { entries: rows, callsPerBatch, log })).seconds,
       )
       await recordSeeded(history.dbUrl, {
         entries: rows,

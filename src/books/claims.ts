@@ -1,8 +1,9 @@
 // Claims and calls: a proof is claimed before the upstream is called, captured (with its call row, and for a
-// transaction hash its revenue) when the upstream answered, released when the upstream failed, and refunded
-// (tx) or voided (x402) when its window ends uncaptured. Each function's SQL states its precondition.
+// transaction hash its revenue, booked per capture batch) when the upstream answered, released when the
+// upstream failed, and refunded (tx) or voided (x402) when its window ends uncaptured. Each function's SQL
+// states its precondition.
 import type { Sql, Tx } from '../db/sql.ts'
-import { revenueEntries, unusedCeilingRefunds } from './ledger.ts'
+import { batchRevenueEntries, unusedCeilingRefunds } from './ledger.ts'
 import type { Applied, Refusal } from './transitions.ts'
 
 type Db = Sql | Tx
@@ -100,7 +101,9 @@ export interface BooksBatchResult {
  *
  * A conflicting claim is taken over only when it is uncaptured, on the same target, inside its window, and
  * every earlier attempt was released (releases = attempts). An expired lease alone never frees a proof.
- * A capture applies only to a claim still 'claimed'; x402 captures book no revenue (settlement does).
+ * A capture applies only to a claim still 'claimed'. The transaction-hash captures that apply are booked
+ * as one owner share and one fee entry per account for the whole statement, each call naming the batch
+ * (calls.ledger_batch_id, migration 0050); x402 captures book no revenue (settlement does, per call).
  * An x402 exact claim also reserves its amount against the payer's balance read (see `payers` below).
  *
  * One piece: it is one SQL statement, one commit per batch; cut up, the text would be split, not the work.
@@ -129,20 +132,28 @@ export async function claimAndCapture(
       FROM cap i WHERE k.proof_key = i.proof_key AND k.status = 'claimed'
       RETURNING k.proof_key, k.kind
     ),
+    -- The number of this statement's revenue entries (migration 0050), taken only if a transaction-hash
+    -- capture applied: read through a scalar subquery below, a CTE is evaluated at most once.
+    ledger_batch AS MATERIALIZED (SELECT nextval('ledger_batch_ids') AS id),
     new_calls AS (
       INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
                          fee_atomic, upstream_status, method, pricing_model, usage_unit, usage, ceiling_atomic,
-                         refund_atomic, scheme, receipt_id, tool)
+                         refund_atomic, scheme, receipt_id, tool, ledger_batch_id)
       SELECT i.call_id, i.proof_key, i.endpoint_id, i.account_id, i.payer, i.amount, i.owner_share, i.fee,
              i.status, i.method, i.pricing_model, i.usage_unit, i.usage, i.ceiling, i.refund, i.scheme,
-             i.receipt_id, i.tool
+             i.receipt_id, i.tool,
+             -- Booked by this statement's batch entries (below); x402 revenue waits for its settlement.
+             CASE WHEN k.kind = 'tx' THEN (SELECT id FROM ledger_batch) END
       -- One call per proof: captured returns a claim only on its one move claimed → captured (calls is
       -- partitioned by month, so proof_key cannot be a unique key of its own; migration 0041).
-      FROM cap i JOIN captured USING (proof_key)
+      FROM cap i JOIN captured k USING (proof_key)
       RETURNING id
     ),
     revenue AS (
-      ${revenueEntries(db, db`(SELECT i.* FROM cap i JOIN captured k USING (proof_key) WHERE k.kind = 'tx')`)}
+      ${batchRevenueEntries(db, {
+        calls: db`(SELECT i.* FROM cap i JOIN captured k USING (proof_key) WHERE k.kind = 'tx')`,
+        batchId: db`(SELECT id FROM ledger_batch)`,
+      })}
       RETURNING 1
     ),
     unused AS (

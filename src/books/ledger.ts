@@ -1,14 +1,14 @@
-// Ledger entries: appended (revenue of a call, refunds), and linked to / unlinked from the payout that pays
-// them. Nothing else ever changes an entry.
+// Ledger entries: appended (revenue of a capture batch or of a call, refunds), and linked to / unlinked from
+// the payout that pays them. Nothing else ever changes an entry.
 import type { PendingQuery, Row } from 'postgres'
 import type { Sql, Tx } from '../db/sql.ts'
 
 type Db = Sql | Tx
 
 /**
- * The owner share and fee entries of calls. `calls` is a relation (a CTE name or subquery) with the columns
- * call_id, account_id, owner_wallet, owner_share, fee: the capture statement passes its freshly captured
- * calls, bookCallRevenue the stored ones. One definition, so both book exactly the same entries.
+ * The owner share and fee entries of calls, one pair per call (source 'call'). `calls` is a relation (a CTE
+ * name or subquery) with the columns call_id, account_id, owner_wallet, owner_share, fee: bookCallRevenue
+ * passes the stored x402 calls whose settlement it books.
  */
 export function revenueEntries(db: Db, calls: PendingQuery<Row[]>): PendingQuery<Row[]> {
   return db`
@@ -16,6 +16,27 @@ export function revenueEntries(db: Db, calls: PendingQuery<Row[]>): PendingQuery
     SELECT r.account_id, 'owner_share', r.owner_wallet, r.owner_share, 'call', r.call_id FROM ${calls} r
     UNION ALL
     SELECT r.account_id, 'fee', NULL, r.fee, 'call', r.call_id FROM ${calls} r`
+}
+
+/**
+ * The owner share and fee entries of a capture batch (migration 0050): one owner share per account and
+ * owner wallet, one fee per account, each the sum over the batch's calls, source 'capture_batch' and
+ * source_id `batchId` (the number the calls carry in ledger_batch_id). `calls` has the columns account_id,
+ * owner_wallet, owner_share, fee. Zero sums are booked too, so every account of a batch has both its
+ * entries and reconcile can ask for exactly them.
+ */
+export function batchRevenueEntries(
+  db: Db,
+  q: { calls: PendingQuery<Row[]>; batchId: PendingQuery<Row[]> },
+): PendingQuery<Row[]> {
+  return db`
+    INSERT INTO ledger_entries (account_id, kind, wallet, amount_atomic, source_type, source_id)
+    SELECT r.account_id, 'owner_share', r.owner_wallet, sum(r.owner_share)::bigint, 'capture_batch',
+           ${q.batchId}::text
+    FROM ${q.calls} r GROUP BY r.account_id, r.owner_wallet
+    UNION ALL
+    SELECT r.account_id, 'fee', NULL, sum(r.fee)::bigint, 'capture_batch', ${q.batchId}::text
+    FROM ${q.calls} r GROUP BY r.account_id`
 }
 
 /**
@@ -31,9 +52,10 @@ export function unusedCeilingRefunds(db: Db, calls: PendingQuery<Row[]>): Pendin
 }
 
 /**
- * Books the revenue (owner share + fee) of captured calls that have none yet. Used by the settlement room
- * for x402 calls (revenue only once the authorization settled); transaction-hash calls are booked
- * inside their capture. Idempotent: a call already booked is skipped. Returns how many calls were booked.
+ * Books the revenue (owner share + fee) of captured calls that have none yet, one pair of entries per call.
+ * Used by the settlement room for x402 calls (revenue only once the authorization settled);
+ * transaction-hash calls are booked inside their capture, by its batch entries. Idempotent: a call already
+ * booked (by entries of its own or by a capture batch) is skipped. Returns how many calls were booked.
  */
 export async function bookCallRevenue(db: Db, q: { proofKeys: string[] }): Promise<number> {
   if (q.proofKeys.length === 0) return 0
@@ -42,7 +64,7 @@ export async function bookCallRevenue(db: Db, q: { proofKeys: string[] }): Promi
       SELECT k.id AS call_id, k.account_id, a.wallet_address AS owner_wallet,
              k.owner_share_atomic AS owner_share, k.fee_atomic AS fee
       FROM calls k JOIN accounts a ON a.id = k.account_id
-      WHERE k.proof_key = ANY(${q.proofKeys}::text[])
+      WHERE k.proof_key = ANY(${q.proofKeys}::text[]) AND k.ledger_batch_id IS NULL
         AND NOT EXISTS (SELECT 1 FROM ledger_entries e
                         WHERE e.source_type = 'call' AND e.source_id = k.id AND e.kind <> 'refund')
     ),

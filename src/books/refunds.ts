@@ -8,8 +8,9 @@
 //   refund   pending → paid       confirmRefunds  its refund entry is in the payout being confirmed
 //   refund   pending → failed     failRefunds     its refund entry is in the payout being failed
 //
-// Rules (docs/refunds.md): refundable = what the payment or call booked (owner share + fee) less what its
-// refunds not failed already took. The merchant's part is its owner share in the same proportion (rounded
+// Rules (docs/refunds.md): refundable = what the payment or call booked (owner share + fee; a call booked by
+// its capture batch booked its own owner_share_atomic and fee_atomic) less what its refunds not failed
+// already took. The merchant's part is its owner share in the same proportion (rounded
 // so that a full refund takes back exactly the owner share booked); the rest is the service's fee, given
 // back. The merchant's part comes only from its UNPAID balance: money already paid out (or in a payout on
 // its way) is never clawed back, so a refund it cannot cover is refused.
@@ -64,11 +65,18 @@ export async function createRefund(
     if (source.blocked) return { kind: 'not_refundable', detail: source.blocked } as const
     const sourceType = source.paymentId ? 'payment' : 'call'
     const sourceId = (source.paymentId ?? source.callId)!
+    // A call booked by its capture batch (ledger_batch_id, migration 0050) booked exactly its own owner
+    // share and fee (reconcile checks each batch entry against its calls); any other source by entries of
+    // its own.
     const [booked] = await tx<{ captured: bigint; owner: bigint }[]>`
-      SELECT coalesce(sum(amount_atomic), 0)::bigint AS captured,
-             coalesce(sum(amount_atomic) FILTER (WHERE kind = 'owner_share'), 0)::bigint AS owner
-      FROM ledger_entries
-      WHERE source_type = ${sourceType} AND source_id = ${sourceId} AND kind IN ('owner_share', 'fee')`
+      SELECT coalesce(sum(e.amount), 0)::bigint AS captured,
+             coalesce(sum(e.amount) FILTER (WHERE e.kind = 'owner_share'), 0)::bigint AS owner
+      FROM (SELECT kind, amount_atomic AS amount FROM ledger_entries
+            WHERE source_type = ${sourceType} AND source_id = ${sourceId} AND kind IN ('owner_share', 'fee')
+            UNION ALL
+            SELECT x.kind, x.amount FROM calls k
+            CROSS JOIN LATERAL (VALUES ('owner_share', k.owner_share_atomic), ('fee', k.fee_atomic)) x(kind, amount)
+            WHERE ${sourceType}::text = 'call' AND k.id = ${sourceId} AND k.ledger_batch_id IS NOT NULL) e`
     const captured = booked!.captured
     if (captured === 0n) {
       return {

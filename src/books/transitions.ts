@@ -72,7 +72,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: 'claimed',
     to: 'captured',
     fn: 'captureClaim',
-    why: 'upstream answered < 500 (settled before the answer: with its settlement hash, before the broadcast)',
+    why: 'upstream answered < 500 (settled before the answer: with its settlement hash, before the broadcast); written by the capture batch statement (claimAndCapture) with its call row and, for a transaction hash, its share of the batch revenue entries',
     writesCall: true,
   },
   {
@@ -262,7 +262,13 @@ export const TRANSITIONS: readonly Transition[] = [
     }),
   ),
   // call: written once with its claim's capture, never updated.
-  { record: 'call', from: null, to: 'written', fn: 'captureClaim', why: 'the served call' },
+  {
+    record: 'call',
+    from: null,
+    to: 'written',
+    fn: 'captureClaim',
+    why: 'the served call; a transaction-hash call names the capture batch that booked it (ledger_batch_id)',
+  },
   {
     record: 'call',
     from: null,
@@ -275,8 +281,15 @@ export const TRANSITIONS: readonly Transition[] = [
     record: 'ledger_entry',
     from: null,
     to: 'unpaid',
+    fn: 'claimAndCapture',
+    why: "owner share + fee of a capture batch's transaction-hash calls: one entry per account and kind (owner share: per owner wallet), the sum of the calls that name the batch (migration 0050)",
+  },
+  {
+    record: 'ledger_entry',
+    from: null,
+    to: 'unpaid',
     fn: 'bookCallRevenue',
-    why: 'owner share + fee of a call (tx proofs at capture, x402 in settleAuthorizations and settleUptoClaims, batch vouchers in recordChannelClaims and settleCoveredChannelCalls)',
+    why: 'owner share + fee of one x402 call once settled (settleAuthorizations, settleUptoClaims; batch vouchers in recordChannelClaims and settleCoveredChannelCalls)',
   },
   { record: 'ledger_entry', from: null, to: 'unpaid', fn: 'markRefundDue', why: 'refund owed to a payer' },
   {

@@ -98,7 +98,9 @@ describe.runIf(usingServer)('captures across a database outage', () => {
     const calls = await svc.sql`SELECT upstream_status FROM calls WHERE proof_key = ${`tx:${hash}`}`
     expect(calls).toEqual([{ upstream_status: 200 }])
     const entries = await svc.sql`
-      SELECT e.kind FROM ledger_entries e JOIN calls k ON k.id = e.source_id
+      SELECT e.kind FROM ledger_entries e
+      JOIN calls k ON e.source_type = 'capture_batch' AND e.source_id = k.ledger_batch_id::text
+        AND e.account_id = k.account_id
       WHERE k.proof_key = ${`tx:${hash}`} ORDER BY e.kind`
     expect(entries.map((e) => e.kind)).toEqual(['fee', 'owner_share'])
     await waitFor(async () => (await gauge(captureQueue)) === 0, {

@@ -77,8 +77,12 @@ async function claimRow() {
 async function counts() {
   const [row] = await sql<{ calls: number; entries: number }[]>`
     SELECT (SELECT count(*) FROM calls WHERE proof_key = ${key})::int AS calls,
+           -- Its own entries, or those of the capture batch that booked it (alone in it here).
            (SELECT count(*) FROM ledger_entries e
-              WHERE e.source_id = ${key} OR e.source_id IN (SELECT id FROM calls WHERE proof_key = ${key}))::int AS entries`
+              WHERE e.source_id = ${key} OR e.source_id IN (SELECT id FROM calls WHERE proof_key = ${key})
+                 OR (e.source_type = 'capture_batch' AND (e.source_id, e.account_id) IN
+                       (SELECT ledger_batch_id::text, account_id FROM calls WHERE proof_key = ${key})))::int
+             AS entries`
   return row
 }
 /** The clock, injected: the claim's window and lease as if that much time had passed. */
@@ -235,7 +239,9 @@ describe('payouts and their entries', () => {
     await claimProof(sql, request())
     await captureClaim(sql, capture())
     const [entry] = await sql<{ id: bigint }[]>`
-      SELECT e.id FROM ledger_entries e JOIN calls k ON k.id = e.source_id
+      SELECT e.id FROM ledger_entries e
+      JOIN calls k ON e.source_type = 'capture_batch' AND e.source_id = k.ledger_batch_id::text
+        AND e.account_id = k.account_id
       WHERE k.proof_key = ${key} AND e.kind = 'owner_share'`
     const a = await payout('pending')
     const b = await payout('pending')

@@ -277,8 +277,13 @@ export async function runFailover(options: FailoverOptions): Promise<FailoverRes
     const charged = new Set(
       (
         await books<{ proof_key: string }[]>`
-          SELECT DISTINCT c.proof_key FROM ledger_entries l
+          SELECT c.proof_key FROM ledger_entries l
           JOIN calls c ON l.source_type = 'call' AND l.source_id = c.id
+          WHERE l.kind = 'owner_share'
+          UNION
+          SELECT c.proof_key FROM ledger_entries l
+          JOIN calls c ON l.source_type = 'capture_batch' AND l.source_id = c.ledger_batch_id::text
+            AND l.account_id = c.account_id
           WHERE l.kind = 'owner_share'`
       ).map((r) => r.proof_key),
     )

@@ -734,9 +734,15 @@ async function judge(
   const calls = await db<{ proof_key: string; n: number }[]>`
     SELECT proof_key, count(*)::int AS n FROM calls GROUP BY proof_key`
   const callCount = new Map(calls.map((c) => [c.proof_key, c.n]))
+  // Charged: an owner share of its own, or (migration 0050) in the capture batch that booked it.
   const owner = await db<{ proof_key: string }[]>`
-    SELECT DISTINCT c.proof_key FROM ledger_entries l
+    SELECT c.proof_key FROM ledger_entries l
     JOIN calls c ON l.source_type = 'call' AND l.source_id = c.id
+    WHERE l.kind = 'owner_share'
+    UNION
+    SELECT c.proof_key FROM ledger_entries l
+    JOIN calls c ON l.source_type = 'capture_batch' AND l.source_id = c.ledger_batch_id::text
+      AND l.account_id = c.account_id
     WHERE l.kind = 'owner_share'`
   const charged = new Set(owner.map((o) => o.proof_key))
   for (const p of proofs) {

@@ -510,8 +510,15 @@ async function judge(db: postgres.Sql, tasks: Task[], server: CountingMcpServer)
     }[]
   >`
     SELECT c.proof_key, c.tool, c.amount_atomic::text, c.refund_atomic::text, c.ceiling_atomic::text,
-           (SELECT sum(l.amount_atomic)::text FROM ledger_entries l
-            WHERE l.source_type = 'call' AND l.source_id = c.id AND l.kind = 'owner_share') AS owner_share
+           -- Its own owner share entry, or (migration 0050) its part of its capture batch's, which reconcile
+           -- holds to the sum of the batch's calls.
+           coalesce(
+             (SELECT sum(l.amount_atomic) FROM ledger_entries l
+              WHERE l.source_type = 'call' AND l.source_id = c.id AND l.kind = 'owner_share'),
+             (SELECT c.owner_share_atomic WHERE EXISTS (
+                SELECT 1 FROM ledger_entries l WHERE l.source_type = 'capture_batch'
+                  AND l.source_id = c.ledger_batch_id::text AND l.account_id = c.account_id
+                  AND l.kind = 'owner_share')))::text AS owner_share
     FROM calls c`
   const byKey = new Map<string, Array<(typeof rows)[number]>>()
   for (const r of rows) byKey.set(r.proof_key, [...(byKey.get(r.proof_key) ?? []), r])

@@ -154,7 +154,13 @@ describe('archive', () => {
     const at = new Date(monthBounds(old).from.getTime() + 3 * 86_400_000)
     // Two months back: the migration made no partition that old, so the rows move into the default one.
     await svc.sql`UPDATE calls SET created_at = ${at} WHERE id = ANY(${ids})`
-    await svc.sql`UPDATE ledger_entries SET created_at = ${at} WHERE source_type = 'call' AND source_id = ANY(${ids})`
+    // Their entries with them: the exact call's own, and the capture batches of the two tx calls (each
+    // captured alone: the calls were made one after the other), which share their calls' created_at.
+    await svc.sql`
+      UPDATE ledger_entries SET created_at = ${at}
+      WHERE (source_type = 'call' AND source_id = ANY(${ids}))
+         OR (source_type = 'capture_batch'
+             AND source_id IN (SELECT ledger_batch_id::text FROM calls WHERE id = ANY(${ids})))`
     expect(await svc.sql`SELECT 1 FROM calls_default`).toHaveLength(3)
     await svc.jobs.runNow('partitions')
     expect(await svc.sql`SELECT 1 FROM calls_default`).toHaveLength(0)

@@ -90,7 +90,9 @@ describe('retention horizon across a restart', () => {
     // Booked once: one call, one owner share.
     expect(await second.sql`SELECT 1 FROM calls WHERE proof_key = ${key}`).toHaveLength(1)
     const shares = await second.sql`
-      SELECT 1 FROM ledger_entries l JOIN calls c ON l.source_type = 'call' AND l.source_id = c.id
+      SELECT 1 FROM ledger_entries l
+      JOIN calls c ON l.source_type = 'capture_batch' AND l.source_id = c.ledger_batch_id::text
+        AND l.account_id = c.account_id
       WHERE c.proof_key = ${key} AND l.kind = 'owner_share'`
     expect(shares).toHaveLength(1)
     // The restart with the longer age did not lower the stored horizon.

@@ -346,11 +346,15 @@ describe('upstream failures and retry', () => {
     expect(hits).toBe(1)
 
     // Owner share: floor(12345 × 9500 / 10000) = 11727, the fee the remaining 618.
-    const [call] =
-      await svc.sql`SELECT id, owner_share_atomic, fee_atomic FROM calls WHERE proof_key = ${`tx:${hash}`}`
+    const [call] = await svc.sql`
+      SELECT id, owner_share_atomic, fee_atomic, ledger_batch_id::text AS batch FROM calls
+      WHERE proof_key = ${`tx:${hash}`}`
     expect(call).toMatchObject({ owner_share_atomic: 11_727n, fee_atomic: 618n })
-    const entries =
-      await svc.sql`SELECT kind, wallet, amount_atomic FROM ledger_entries WHERE source_id = ${call!.id} ORDER BY kind`
+    // Booked by its capture batch (it was flushed alone: the batch holds this one call of the account).
+    const entries = await svc.sql`
+      SELECT kind, wallet, amount_atomic FROM ledger_entries
+      WHERE source_type = 'capture_batch' AND source_id = ${call!.batch} AND account_id = ${merchant.account.id}
+      ORDER BY kind`
     expect(entries).toEqual([
       { kind: 'fee', wallet: null, amount_atomic: 618n },
       { kind: 'owner_share', wallet: merchant.wallet, amount_atomic: 11_727n },

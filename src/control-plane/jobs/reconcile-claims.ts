@@ -48,8 +48,11 @@ export async function checkClaims(sql: Sql, range: { from: Date; to: Date }): Pr
       SELECT c.proof_key, c.kind, c.target_type, c.status, c.attempts, c.releases, c.captured_at, c.settled_at,
              c.settled_atomic, (c.authorization_payload->>'amount') AS signed_max,
              k.id AS call_id, k.amount_atomic AS call_amount,
-             (SELECT coalesce(sum(e.amount_atomic), 0) FROM ledger_entries e
-               WHERE e.source_type = 'call' AND e.source_id = k.id AND e.kind IN ('owner_share', 'fee'))::bigint
+             -- Booked by entries of its own, and (migration 0050) by its capture batch: its own owner share
+             -- and fee, which the batches check holds to the batch's entries. Both at once is booked twice.
+             ((SELECT coalesce(sum(e.amount_atomic), 0) FROM ledger_entries e
+                WHERE e.source_type = 'call' AND e.source_id = k.id AND e.kind IN ('owner_share', 'fee'))
+              + CASE WHEN k.ledger_batch_id IS NOT NULL THEN k.owner_share_atomic + k.fee_atomic ELSE 0 END)::bigint
                AS revenue,
              EXISTS (SELECT 1 FROM ledger_entries e
                WHERE e.kind = 'refund' AND e.source_type = 'claim' AND e.source_id = c.proof_key) AS refunded,

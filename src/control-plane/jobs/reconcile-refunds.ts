@@ -45,9 +45,12 @@ export async function checkRefunds(sql: Sql, range: { from: Date; to: Date }): P
     ),
     sources AS (
       SELECT coalesce(r.payment_id, r.call_id) AS source, sum(r.amount_atomic)::bigint AS refunded,
-             (SELECT coalesce(sum(e.amount_atomic), 0) FROM ledger_entries e
-               WHERE e.source_type = CASE WHEN r.payment_id IS NOT NULL THEN 'payment' ELSE 'call' END
-                 AND e.source_id = coalesce(r.payment_id, r.call_id) AND e.kind IN ('owner_share', 'fee'))::bigint
+             ((SELECT coalesce(sum(e.amount_atomic), 0) FROM ledger_entries e
+                WHERE e.source_type = CASE WHEN r.payment_id IS NOT NULL THEN 'payment' ELSE 'call' END
+                  AND e.source_id = coalesce(r.payment_id, r.call_id) AND e.kind IN ('owner_share', 'fee'))
+              -- A call booked by its capture batch (migration 0050) booked its own owner share and fee.
+              + coalesce((SELECT k.owner_share_atomic + k.fee_atomic FROM calls k
+                          WHERE k.id = r.call_id AND k.ledger_batch_id IS NOT NULL), 0))::bigint
                AS booked
       FROM refunds r
       WHERE r.status <> 'failed'

@@ -3,6 +3,8 @@
 //            = captured calls + applied payments + refunds booked + uncaptured (still in their retry window)
 //   outflow: USDC the treasury sent = confirmed payout rows (same hash, recipient and amount)
 //   split:   owner shares + fees = captured, for the calls captured in the range
+//   batches: each capture batch's owner share and fee entries = the sums of the calls that name the batch,
+//            per account, to the base unit
 //   entries: confirmed payouts = the ledger entries linked to them
 //   claims:  one call per captured claim and none for uncaptured ones; no claim re-won without a release;
 //            refunds only for claims never captured; revenue booked for every due call and none before it
@@ -17,6 +19,7 @@ import { transferEvent } from '../../chain/usdc.ts'
 import type { Config } from '../../config/schema.ts'
 import type { Sql } from '../../db/sql.ts'
 import { type BalancesCheck, type BalancesScope, checkBalances } from './reconcile-balances.ts'
+import { type BatchesCheck, checkBatches } from './reconcile-batches.ts'
 import { type ClaimsCheck, checkClaims } from './reconcile-claims.ts'
 import { checkPasses, type PassesCheck } from './reconcile-passes.ts'
 import { checkRefunds, type RefundsCheck } from './reconcile-refunds.ts'
@@ -86,6 +89,8 @@ export interface ReconcileReport {
     linked_entries_atomic: Atomic
     difference_atomic: Atomic
   }
+  /** Capture batches: each batch's entries against the calls it booked (migration 0050). */
+  batches: BatchesCheck
   /** Claims against calls, refunds and revenue, by the transition table (src/books/transitions.ts). */
   claims: ClaimsCheck
   /** Merchants' refunds against their entries, their payouts and what their payments or calls booked. */
@@ -158,6 +163,7 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
   const kept = await archivedThrough(sql)
   const keptFrom = kept !== null && kept > from ? kept : from
   const claims = await checkClaims(sql, { from: keptFrom, to })
+  const batches = await checkBatches(sql, { from: keptFrom, to })
   const refunds = await checkRefunds(sql, { from: keptFrom, to })
   const passes = await checkPasses(sql, { from: keptFrom, to })
   const balances =
@@ -172,6 +178,7 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
     ...outflow.differences,
     ...split.differences,
     ...linked.differences,
+    ...batches.differences,
     ...claims.differences,
     ...refunds.differences,
     ...passes.differences,
@@ -192,6 +199,7 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
     outflow: outflow.section,
     split: split.section,
     payout_entries: linked.section,
+    batches,
     claims,
     refunds,
     passes,
@@ -400,6 +408,8 @@ async function checkOutflow(
 /**
  * Owner shares + fees = captured, for the calls of the range whose revenue is due: every transaction-hash
  * call, and an x402 call once its settlement is confirmed (before that it is not revenue: it may never be paid).
+ * A call booked by a capture batch counts its own owner share and fee (the batches check holds each batch's
+ * entries to the sum of its calls); any other call, the entries of its own.
  */
 async function checkSplit(sql: Sql, b: Bounds): Promise<Checked<ReconcileReport['split']>> {
   const [split] = await sql<{ calls: number; captured: bigint; owner: bigint; fee: bigint }[]>`
@@ -408,9 +418,14 @@ async function checkSplit(sql: Sql, b: Bounds): Promise<Checked<ReconcileReport[
     FROM calls c
     JOIN claims k ON k.proof_key = c.proof_key AND (k.kind = 'tx' OR k.settled_at IS NOT NULL)
     LEFT JOIN LATERAL (
-      SELECT sum(e.amount_atomic) FILTER (WHERE e.kind = 'owner_share') AS owner,
-             sum(e.amount_atomic) FILTER (WHERE e.kind = 'fee') AS fee
-      FROM ledger_entries e WHERE e.source_type = 'call' AND e.source_id = c.id
+      SELECT sum(x.amount) FILTER (WHERE x.kind = 'owner_share') AS owner,
+             sum(x.amount) FILTER (WHERE x.kind = 'fee') AS fee
+      FROM (SELECT e.kind, e.amount_atomic AS amount FROM ledger_entries e
+            WHERE e.source_type = 'call' AND e.source_id = c.id AND e.kind IN ('owner_share', 'fee')
+            UNION ALL
+            SELECT v.kind, v.amount FROM (VALUES ('owner_share', c.owner_share_atomic), ('fee', c.fee_atomic))
+              AS v(kind, amount)
+            WHERE c.ledger_batch_id IS NOT NULL) x
     ) s ON true
     WHERE c.created_at >= ${b.from} AND c.created_at < ${b.to}`
   const difference = split!.captured - split!.owner - split!.fee
