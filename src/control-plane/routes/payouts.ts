@@ -36,7 +36,12 @@ export const PayoutObject = v.strictObject({
   transaction: v.nullable(TxHash),
   nonce: v.number(),
   block_number: v.nullable(v.number()),
-  entries_count: v.number(),
+  entries_count: v.pipe(
+    v.number(),
+    v.description(
+      'ledger entries the payout pays: an owner share and a fee per account per capture batch (not per call), a refund each',
+    ),
+  ),
   attempts: v.number(),
   failure_reason: v.nullable(v.string()),
   created_at: Timestamp,
