@@ -306,7 +306,7 @@ function receiptSigner(config: DataPlaneDeps['config']): ReceiptSigner | undefin
 }
 /** How old a sign-in message may be: the published helpers' default (5 minutes), and its 402's expiry. */
 const SIGN_IN_MAX_AGE_MS = 5 * 60_000
-/** A contract wallet's sign-in waits at most this for the chain's answer; then 503, retried by the client. */
+/** A contract wallet's sign-in waits at most this for the chain's answer; then 503 verification_unavailable. */
 const SIGN_IN_CHAIN_TIMEOUT_MS = 3_000
 
 /** keccak256("tollgate local receipt key"): the local chain's dev signing key, public on purpose. */
