@@ -242,22 +242,32 @@ export async function failChannelClaim(db: Db, q: { claimId: string }): Promise<
 
 /**
  * A claim transaction succeeded: each channel's claimed total moves up to what it claimed, the calls it
- * covers are marked settled by it, and their revenue is booked — one database transaction, so a call's
- * revenue exists exactly when its voucher's USDC reached the treasury. Returns the calls booked.
+ * covers are marked settled by it (at its block, at their channel's place among the vouchers it carries),
+ * and their revenue is booked — one database transaction, so a call's revenue exists exactly when its
+ * voucher's USDC reached the treasury. Returns the calls booked.
  */
 export async function recordChannelClaims(
   sql: Sql,
-  q: { claimId: string; hash: string; entries: Array<{ channelId: string; totalClaimed: bigint }> },
+  q: {
+    claimId: string
+    hash: string
+    /** The block that mined it (its receipt's). */
+    block: bigint
+    /** In the transaction's order: a call's receipt names its channel's place among them. */
+    entries: Array<{ channelId: string; totalClaimed: bigint }>
+  },
 ): Promise<number> {
   const ids = q.entries.map((e) => e.channelId)
   const totals = q.entries.map((e) => e.totalClaimed.toString())
+  const places = q.entries.map((_, i) => i)
   const total = q.entries.reduce((s, e) => s + e.totalClaimed, 0n)
   return sql.begin(async (tx) => {
     // sent → done (recorded before its broadcast), or done at once.
     await tx`
-      INSERT INTO batch_claims (id, tx_hash, status, entries, total_atomic)
-      VALUES (${q.claimId}, ${q.hash}, 'done', ${tx.json(q.entries.map((e) => ({ channel_id: e.channelId, total_claimed: e.totalClaimed.toString() })) as never)}, ${total})
-      ON CONFLICT (id) DO UPDATE SET status = 'done' WHERE batch_claims.status = 'sent'`
+      INSERT INTO batch_claims (id, tx_hash, status, entries, total_atomic, block_number)
+      VALUES (${q.claimId}, ${q.hash}, 'done', ${tx.json(q.entries.map((e) => ({ channel_id: e.channelId, total_claimed: e.totalClaimed.toString() })) as never)}, ${total}, ${q.block})
+      ON CONFLICT (id) DO UPDATE SET status = 'done', block_number = EXCLUDED.block_number
+      WHERE batch_claims.status = 'sent'`
     // What each channel had claimed before this transaction (its row locked until the commit): this claim's
     // transaction moved only what lies above it, so only the calls above it are settled by this hash. A
     // call at or under it that is still unsettled was written after the claim that covered it, and is
@@ -272,8 +282,10 @@ export async function recordChannelClaims(
       FROM unnest(${ids}::text[], ${totals}::bigint[]) AS t(id, total)
       WHERE c.channel_id = t.id AND t.total > c.claimed_atomic AND t.total <= c.charged_atomic`
     const settled = await tx<{ proof_key: string }[]>`
-      UPDATE claims k SET settlement_tx = ${q.hash}, settled_at = now()
-      FROM unnest(${ids}::text[], ${froms}::bigint[], ${totals}::bigint[]) AS t(id, from_total, total)
+      UPDATE claims k SET settlement_tx = ${q.hash}, settled_at = now(), settlement_block = ${q.block},
+        settlement_index = t.i, settlement_count = ${q.entries.length}::int
+      FROM unnest(${ids}::text[], ${froms}::bigint[], ${totals}::bigint[], ${places}::int[])
+        AS t(id, from_total, total, i)
       WHERE k.kind = 'batch' AND k.status = 'captured' AND k.settled_at IS NULL
         AND split_part(k.proof_key, ':', 2) = t.id
         AND split_part(k.proof_key, ':', 3)::bigint > t.from_total
@@ -295,15 +307,21 @@ export async function recordChannelClaims(
 export async function settleCoveredChannelCalls(sql: Sql, q: { limit: number }): Promise<number> {
   return sql.begin(async (tx) => {
     // settled_at IS NULL is made again on each claim row as locked: a call settled meanwhile is left out.
+    // It gets the covering claim's block (null for a claim done before its block was recorded) and its
+    // channel's place among the vouchers that transaction carries, as the calls settled with it did.
     const settled = await tx<{ proof_key: string }[]>`
-      UPDATE claims k SET settlement_tx = cover.tx_hash, settled_at = now()
+      UPDATE claims k SET settlement_tx = cover.hit->>'tx_hash', settled_at = now(),
+        settlement_block = (cover.hit->>'block_number')::bigint, settlement_index = (cover.hit->>'i')::int,
+        settlement_count = (cover.hit->>'n')::int
       FROM (
         SELECT u.proof_key,
-               (SELECT b.tx_hash FROM batch_claims b CROSS JOIN LATERAL jsonb_array_elements(b.entries) e
-                WHERE b.status = 'done' AND e->>'channel_id' = u.channel_id
-                  AND (e->>'total_claimed')::numeric >= u.cum
-                ORDER BY (e->>'total_claimed')::numeric, b.created_at
-                LIMIT 1) AS tx_hash
+               (SELECT jsonb_build_object('tx_hash', b.tx_hash, 'block_number', b.block_number,
+                                          'i', e.i - 1, 'n', jsonb_array_length(b.entries))
+                FROM batch_claims b CROSS JOIN LATERAL jsonb_array_elements(b.entries) WITH ORDINALITY e(v, i)
+                WHERE b.status = 'done' AND e.v->>'channel_id' = u.channel_id
+                  AND (e.v->>'total_claimed')::numeric >= u.cum
+                ORDER BY (e.v->>'total_claimed')::numeric, b.created_at
+                LIMIT 1) AS hit
         FROM (
           SELECT w.proof_key, c.channel_id, split_part(w.proof_key, ':', 3)::bigint AS cum
           FROM claims w JOIN batch_channels c ON c.channel_id = split_part(w.proof_key, ':', 2)
@@ -312,7 +330,7 @@ export async function settleCoveredChannelCalls(sql: Sql, q: { limit: number }):
           LIMIT ${q.limit}
         ) u
       ) cover
-      WHERE k.proof_key = cover.proof_key AND cover.tx_hash IS NOT NULL
+      WHERE k.proof_key = cover.proof_key AND cover.hit IS NOT NULL
         AND k.kind = 'batch' AND k.status = 'captured' AND k.settled_at IS NULL
       RETURNING k.proof_key`
     return bookCallRevenue(tx, { proofKeys: settled.map((s) => s.proof_key) })

@@ -136,7 +136,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: 'captured',
     to: 'captured',
     fn: 'recordUptoSettlementTx',
-    why: 'upto settlement signed for the charge: its hash recorded before broadcast',
+    why: 'upto settlement signed for the charge: its hash and the permit’s place in it recorded before broadcast',
   },
   {
     record: 'claim',
@@ -152,7 +152,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: 'captured',
     to: 'captured',
     fn: 'settleUptoClaims',
-    why: 'upto permit settled on chain (or charged nothing): settled_atomic set and revenue booked in one transaction',
+    why: 'upto permit settled on chain (or charged nothing): settled_atomic and the block set, revenue booked in one transaction',
   },
   {
     record: 'claim',
@@ -178,7 +178,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: 'captured',
     to: 'captured',
     fn: 'recordChannelClaims',
-    why: 'batch voucher claimed on chain: settled_at set and revenue booked in one transaction',
+    why: 'batch voucher claimed on chain: settled_at, the block and its channel’s place set, revenue booked in one transaction',
   },
   {
     record: 'claim',

@@ -39,18 +39,20 @@ export function listDueUptoSettlements(db: Db, q: { limit: number }): Promise<Up
 }
 
 /**
- * Records the hashes of signed upto settlements before any is broadcast. Refuses (leaves out of the answer)
- * a claim that moved meanwhile, already has a hash, or whose charge is above what its payer signed: such a
- * transaction is never sent.
+ * Records the hashes of signed upto settlements before any is broadcast, each with the permit's place in its
+ * transaction (index among the count it carries; 0 of 1 when sent alone), for its receipt. Refuses (leaves
+ * out of the answer) a claim that moved meanwhile, already has a hash, or whose charge is above what its
+ * payer signed: such a transaction is never sent.
  */
 export async function recordUptoSettlementTx(
   db: Db,
-  txs: Array<{ proofKey: string; hash: string }>,
+  txs: Array<{ proofKey: string; hash: string; index: number; count: number }>,
 ): Promise<Set<string>> {
   if (txs.length === 0) return new Set()
   const rows = await db<{ proof_key: string }[]>`
-    UPDATE claims k SET settlement_tx = m.hash
-    FROM unnest(${txs.map((t) => t.proofKey)}::text[], ${txs.map((t) => t.hash)}::text[]) AS m(proof_key, hash),
+    UPDATE claims k SET settlement_tx = m.hash, settlement_index = m.i, settlement_count = m.n
+    FROM unnest(${txs.map((t) => t.proofKey)}::text[], ${txs.map((t) => t.hash)}::text[],
+                ${txs.map((t) => t.index)}::int[], ${txs.map((t) => t.count)}::int[]) AS m(proof_key, hash, i, n),
          calls c
     WHERE k.proof_key = m.proof_key AND c.proof_key = k.proof_key AND k.kind = 'upto'
       AND k.status = 'captured' AND k.settlement_tx IS NULL AND k.settled_at IS NULL
@@ -66,7 +68,7 @@ export async function forgetUptoSettlementTx(
   q: { proofKey: string; hash: string },
 ): Promise<boolean> {
   const rows = await db`
-    UPDATE claims SET settlement_tx = NULL
+    UPDATE claims SET settlement_tx = NULL, settlement_index = NULL, settlement_count = NULL
     WHERE proof_key = ${q.proofKey} AND kind = 'upto' AND settlement_tx = ${q.hash} AND settled_at IS NULL
       AND settlement_error IS NULL
     RETURNING proof_key`
@@ -75,20 +77,22 @@ export async function forgetUptoSettlementTx(
 
 /**
  * The chain moved `settledAtomic` for each permit (0: a call charged nothing, nothing to send): mark the
- * claims settled with that amount and book their calls' owner shares and fees, in one transaction. Only
- * amounts within what the payer signed are accepted. Returns the proof keys settled; a claim not in a
- * settleable state is left out, so nothing is booked twice.
+ * claims settled with that amount, and the block that mined it (absent for a zero charge: no transaction),
+ * and book their calls' owner shares and fees, in one transaction. Only amounts within what the payer
+ * signed are accepted. Returns the proof keys settled; a claim not in a settleable state is left out, so
+ * nothing is booked twice.
  */
 export function settleUptoClaims(
   sql: Sql,
-  q: { settled: Array<{ proofKey: string; settledAtomic: bigint }> },
+  q: { settled: Array<{ proofKey: string; settledAtomic: bigint; block?: bigint }> },
 ): Promise<string[]> {
   if (q.settled.length === 0) return Promise.resolve([])
   return sql.begin(async (tx) => {
     const rows = await tx<{ proof_key: string }[]>`
-      UPDATE claims k SET settled_at = now(), settled_atomic = m.amount
+      UPDATE claims k SET settled_at = now(), settled_atomic = m.amount, settlement_block = m.block
       FROM unnest(${q.settled.map((s) => s.proofKey)}::text[],
-                  ${q.settled.map((s) => s.settledAtomic.toString())}::bigint[]) AS m(proof_key, amount)
+                  ${q.settled.map((s) => s.settledAtomic.toString())}::bigint[],
+                  ${q.settled.map((s) => s.block?.toString() ?? null)}::bigint[]) AS m(proof_key, amount, block)
       WHERE k.proof_key = m.proof_key AND k.kind = 'upto' AND k.status = 'captured'
         AND k.settled_at IS NULL AND k.settlement_error IS NULL
         AND m.amount <= (k.authorization_payload->>'amount')::numeric

@@ -150,7 +150,9 @@ export const Receipt = v.pipe(
         ),
         block_number: v.pipe(
           v.nullable(v.number()),
-          v.description('the block that mined it, once settled (null when it was used some other way)'),
+          v.description(
+            'the block that mined it, once settled: the exact authorization’s or upto permit’s settlement, or the batch-settlement claim transaction covering the voucher (null when it was used some other way, an upto call charged 0, or a transaction-hash payment)',
+          ),
         ),
         confirmations: v.pipe(
           v.nullable(v.number()),
@@ -159,7 +161,7 @@ export const Receipt = v.pipe(
         batch: v.pipe(
           v.nullable(v.strictObject({ transaction: v.string(), index: v.number(), count: v.number() })),
           v.description(
-            'the payment’s place in its transaction: index (from 0) among the count of authorizations it carries (1: alone)',
+            'the payment’s place in its transaction: index (from 0) among the count of items it carries (1: alone); items are exact authorizations, upto permits, or, for batch-settlement, channel vouchers (one per channel: every call the claim covers on a channel shows its channel’s place)',
           ),
         ),
         error: v.pipe(v.nullable(v.string()), v.description('why it failed: expired, reverted')),

@@ -38,6 +38,12 @@ export class PassUses {
   /** Checks the sign-in and draws one use of the signer's pass on this endpoint: a Verdict, as a scheme's. */
   async use(header: string, endpoint: { id: string; resourceUrl: string }): Promise<Verdict> {
     const signedIn = await this.signIn.verify(header, endpoint.resourceUrl)
+    if (signedIn.ok === 'unavailable')
+      return {
+        ok: 'unavailable',
+        message: 'the wallet could not be asked on chain; retry shortly (sign in again)',
+        reason: signedIn.reason,
+      }
     if (!signedIn.ok) {
       outcome.refused.inc()
       return { ok: false, reason: signedIn.reason }

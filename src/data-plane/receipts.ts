@@ -126,7 +126,8 @@ export function presentReceipt(r: ReceiptRow, head: bigint | null = null) {
  * transaction. Others: pending (not sent yet), sent (a transaction carries it, not known mined), settled
  * (used on chain), failed (never to be: expired unsent, or reverted). block_number is the block of the
  * transaction that used it (null when it was found used some other way); confirmations are counted from the
- * chain's head at this read. batch: the authorization's place among those its transaction carries.
+ * chain's head at this read. batch: the payment's place among the items its transaction carries (exact
+ * authorizations, upto permits, or a channel claim's vouchers: one per channel, shared by the calls it pays).
  */
 function presentSettlement(r: ReceiptRow, head: bigint | null) {
   if (r.claim_kind === 'tx') {

@@ -2,8 +2,10 @@
 // endpoint's 402 declares (fresh nonce, issuedAt and expiry per answer, bound to the configured public
 // origin and the endpoint's resource URI), and the check of the SIGN-IN-WITH-X header a returning buyer
 // sends, with the published server helpers of @x402/extensions: fields (domain, URI origin, issuedAt age,
-// expiry, notBefore), then the signature (EOA, EIP-191 recovery, no RPC). Nonce uniqueness is the draw's
-// (src/books/passes.ts records it in the same statement, on any instance).
+// expiry, notBefore), then the signature: an EOA's by EIP-191 recovery, without RPC; otherwise, given a
+// wallet check, by the wallet on chain (ERC-1271 contract wallets, ERC-6492 wallets not deployed yet), as the
+// published verifier does with a viem verifyMessage. Nonce uniqueness is the draw's (src/books/passes.ts
+// records it in the same statement, on any instance).
 import { randomBytes } from 'node:crypto'
 import {
   buildSIWxSchema,
@@ -25,12 +27,23 @@ export interface SignInOptions {
   caip2: string
   /** How old a message's issuedAt may be (the published default: 5 minutes). */
   maxAgeMs: number
+  /**
+   * The signature as the claimed wallet judges it, on chain (one read, bounded in time; it throws when the
+   * chain does not answer). Asked only when recovery does not give the claimed address. Absent: EOAs only.
+   */
+  verifyWallet?: (q: {
+    address: `0x${string}`
+    message: string
+    signature: `0x${string}`
+  }) => Promise<boolean>
 }
 
 /** A sign-in that checked out: who signed, and the nonce the draw records until the message is too old. */
 export type SignInResult =
   | { ok: true; payer: `0x${string}`; nonce: string; nonceExpiresAt: Date }
   | { ok: false; reason: string }
+  /** The wallet could not be asked (the chain did not answer in time): the same sign-in may be retried. */
+  | { ok: 'unavailable'; reason: 'invalid_siwx_verifier_error'; message: string }
 
 const SCHEMA_JSON = JSON.stringify(buildSIWxSchema())
 const NONCE = /^[0-9a-fA-F]{32}$/
@@ -79,7 +92,7 @@ export class SignIn {
     // The message names this endpoint (the 402's uri): one signed for another endpoint is not this one's.
     if (payload.uri !== resourceUrl && !payload.uri.startsWith(`${resourceUrl}/`))
       return { ok: false, reason: 'invalid_siwx_uri_mismatch' }
-    const payer = await signerOf(payload)
+    const payer = await signerOf(payload, this.options.verifyWallet)
     if (typeof payer !== 'string') return payer
     const issuedAtMs = Date.parse(payload.issuedAt)
     return {
@@ -93,13 +106,18 @@ export class SignIn {
 }
 
 /**
- * The EOA that signed the message, or the refusal. A 65-byte signature is recovered through libsecp256k1
+ * The wallet that signed the message, or the refusal. A 65-byte signature is recovered through libsecp256k1
  * (src/chain/) over the EIP-4361 text built here as the published formatter builds it; only when that does
  * not give the claimed address is the published formatter itself (a tenth of the speed: it re-parses its
- * own output) asked for the text, so a difference in formatting costs time, never a wrong answer. Other
- * signatures go to the published verifier.
+ * own output) asked for the text, so a difference in formatting costs time, never a wrong answer. An EOA
+ * (almost every buyer) is settled there, without RPC. Anything else, a contract wallet's signature or a
+ * wrong one, goes to the published verifier, with the wallet check when there is one (else it recovers
+ * only, as before): a refused signature then costs one chain read.
  */
-async function signerOf(payload: SIWxPayload): Promise<`0x${string}` | { ok: false; reason: string }> {
+async function signerOf(
+  payload: SIWxPayload,
+  verifyWallet: SignInOptions['verifyWallet'],
+): Promise<`0x${string}` | Exclude<SignInResult, { ok: true }>> {
   const claimed = payload.address.toLowerCase()
   if (payload.signature.length === 132 && claimed.length === 42) {
     if ((await recoverEip191(eip4361(payload), payload.signature)) === claimed)
@@ -111,11 +129,17 @@ async function signerOf(payload: SIWxPayload): Promise<`0x${string}` | { ok: fal
       return { ok: false, reason: 'invalid_siwx_signature' }
     }
     if ((await recoverEip191(published, payload.signature)) === claimed) return claimed as `0x${string}`
-    return { ok: false, reason: 'invalid_siwx_signature' }
+    if (verifyWallet === undefined) return { ok: false, reason: 'invalid_siwx_signature' }
   }
-  const verified = await verifySIWxSignature(payload)
-  if (!verified.isValid) return { ok: false, reason: verified.invalidReason }
-  return verified.payer.toLowerCase() as `0x${string}`
+  const verified = await verifySIWxSignature(
+    payload,
+    verifyWallet === undefined ? undefined : { evmVerifier: verifyWallet },
+  )
+  if (verified.isValid) return verified.payer.toLowerCase() as `0x${string}`
+  // The published verifier's code for a check that threw: with the wallet check, the chain did not answer.
+  if (verified.invalidReason === 'invalid_siwx_verifier_error' && verifyWallet !== undefined)
+    return { ok: 'unavailable', reason: verified.invalidReason, message: verified.invalidMessage }
+  return { ok: false, reason: verified.invalidReason }
 }
 
 /** EIP-191 personal-message recovery: keccak("\x19Ethereum Signed Message:\n" + byte length + message). */

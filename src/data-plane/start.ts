@@ -10,6 +10,7 @@ import { simulateTransferAuthorization } from '../chain/simulate-authorization.t
 import type { TreasuryTransfer } from '../chain/transfer.ts'
 import { verifySmartWalletAuthorization } from '../chain/verify-smart-wallet.ts'
 import { verifyTransfer } from '../chain/verify-transfer.ts'
+import { verifyWalletMessage } from '../chain/verify-wallet-message.ts'
 import { type TransferWatcher, watchTreasuryTransfers } from '../chain/watcher.ts'
 import type { Config } from '../config/schema.ts'
 import { listenForEndpointChanges } from '../db/notify.ts'
@@ -173,7 +174,14 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
 
 /** The sign-in of passes: bound to the public URL and the payment network, the published default age. */
 function passSignIn(deps: DataPlaneDeps): SignIn {
-  return new SignIn({ publicUrl: deps.publicUrl, caip2: deps.chainInfo.caip2, maxAgeMs: SIGN_IN_MAX_AGE_MS })
+  return new SignIn({
+    publicUrl: deps.publicUrl,
+    caip2: deps.chainInfo.caip2,
+    maxAgeMs: SIGN_IN_MAX_AGE_MS,
+    // Contract wallets (ERC-1271, ERC-6492) sign in too: asked on chain, only when recovery fails.
+    verifyWallet: (q) =>
+      verifyWalletMessage(deps.chain.publicClient, { ...q, timeoutMs: SIGN_IN_CHAIN_TIMEOUT_MS }),
+  })
 }
 
 /** The paid routes: /m/* (the hot path) and /pass/* (buying a pass), over the same endpoints and schemes. */
@@ -298,6 +306,8 @@ function receiptSigner(config: DataPlaneDeps['config']): ReceiptSigner | undefin
 }
 /** How old a sign-in message may be: the published helpers' default (5 minutes), and its 402's expiry. */
 const SIGN_IN_MAX_AGE_MS = 5 * 60_000
+/** A contract wallet's sign-in waits at most this for the chain's answer; then 503 verification_unavailable. */
+const SIGN_IN_CHAIN_TIMEOUT_MS = 3_000
 
 /** keccak256("tollgate local receipt key"): the local chain's dev signing key, public on purpose. */
 const LOCAL_RECEIPT_KEY = keccak256(toHex('tollgate local receipt key'))

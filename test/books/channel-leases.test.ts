@@ -222,34 +222,51 @@ describe('a call written after the claim that covered it', () => {
           : [],
         calls,
       })
-    const claim = async (claimId: string) => {
+    // c1 carries another channel's voucher first: this channel's is the second of two.
+    const claim = async (claimId: string, block: bigint, others: string[] = []) => {
       const [due] = await claimableChannels(sql, { limit: 1, channelId: id })
       await recordChannelClaims(sql, {
         claimId,
         hash: `0x${claimId}`,
-        entries: [{ channelId: id, totalClaimed: BigInt(due!.captured_max) }],
+        block,
+        entries: [
+          ...others.map((channelId) => ({ channelId, totalClaimed: PRICE })),
+          { channelId: id, totalClaimed: BigInt(due!.captured_max) },
+        ],
       })
     }
     // Vouchers 1 and 2 accepted at once; call 2 answers first, is written and claimed (up to 2).
     await write(2, [served(id, 2n)])
-    await claim('c1')
+    await claim('c1', 100n, ['0xnot-a-channel-of-this-test'])
     // Call 1 answers now: its USDC went with c1, and no claim is due for it (nothing above 2 is new).
     await write(0, [served(id, 1n)])
     expect(await claimableChannels(sql, { limit: 1, channelId: id })).toEqual([])
     // Call 3 is served and claimed by c2 meanwhile: c2 moved only what lay above 2.
     await write(3, [served(id, 3n)])
-    await claim('c2')
+    await claim('c2', 101n)
     expect(await settleCoveredChannelCalls(sql, { limit: 100 })).toBe(1)
-    const rows = await sql<{ cum: string; settlement_tx: string | null; booked: number }[]>`
-      SELECT split_part(k.proof_key, ':', 3) AS cum, k.settlement_tx,
+    // Each receipt's settlement: the claim transaction, its block, the channel's place among its vouchers
+    // (the late call too: it was carried by c1).
+    const rows = await sql<
+      {
+        cum: string
+        settlement_tx: string | null
+        block: string | null
+        i: number | null
+        n: number | null
+        booked: number
+      }[]
+    >`
+      SELECT split_part(k.proof_key, ':', 3) AS cum, k.settlement_tx, k.settlement_block::text AS block,
+             k.settlement_index AS i, k.settlement_count AS n,
              (SELECT count(*)::int FROM ledger_entries e JOIN calls c ON e.source_type = 'call' AND e.source_id = c.id
               WHERE c.proof_key = k.proof_key) AS booked
       FROM claims k WHERE k.kind = 'batch' AND split_part(k.proof_key, ':', 2) = ${id}
       ORDER BY split_part(k.proof_key, ':', 3)::bigint`
     expect(rows).toEqual([
-      { cum: `${PRICE}`, settlement_tx: '0xc1', booked: 2 },
-      { cum: `${2n * PRICE}`, settlement_tx: '0xc1', booked: 2 },
-      { cum: `${3n * PRICE}`, settlement_tx: '0xc2', booked: 2 },
+      { cum: `${PRICE}`, settlement_tx: '0xc1', block: '100', i: 1, n: 2, booked: 2 },
+      { cum: `${2n * PRICE}`, settlement_tx: '0xc1', block: '100', i: 1, n: 2, booked: 2 },
+      { cum: `${3n * PRICE}`, settlement_tx: '0xc2', block: '101', i: 0, n: 1, booked: 2 },
     ])
     // Once: nothing is left for a second run.
     expect(await settleCoveredChannelCalls(sql, { limit: 100 })).toBe(0)

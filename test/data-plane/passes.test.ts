@@ -27,6 +27,7 @@ import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { createLogger } from '../../src/observability/logger.ts'
 import type { Service } from '../../src/service.ts'
 import { startService } from '../../src/service.ts'
+import { testSmartWalletArtifact } from '../chain/contracts/smart-wallet.ts'
 import { startTestChain } from '../helpers/anvil.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
 import { callApi } from '../helpers/service.ts'
@@ -78,14 +79,22 @@ async function challenge(url: string) {
   return { required, siwx, body: (await r.json()) as Record<string, any> }
 }
 
-/** A SIGN-IN-WITH-X header signed by the published helper for a fresh 402 of `url`. */
-async function signedHeader(url: string, key: Hex, alter?: (info: Record<string, any>) => void) {
+/**
+ * A SIGN-IN-WITH-X header signed by the published helper for a fresh 402 of `url`, by a key or by any
+ * signer the helper takes (a contract wallet's address with its owner's signMessage).
+ */
+async function signedHeader(
+  url: string,
+  key: Hex | Parameters<typeof createSIWxPayload>[1],
+  alter?: (info: Record<string, any>) => void,
+) {
   const { siwx } = await challenge(url)
   const info: Record<string, any> = { ...siwx.info, chainId: NETWORK, type: 'eip191' }
   alter?.(info)
   // The helper checks the challenge is bound to the URL it came from: an altered domain names its own.
   const from = info.domain === siwx.info.domain ? url : `http://${info.domain}/`
-  const payload = await createSIWxPayload(info as never, privateKeyToAccount(key), from)
+  const signer = typeof key === 'string' ? privateKeyToAccount(key) : key
+  const payload = await createSIWxPayload(info as never, signer, from)
   return { payload, header: encodeSIWxHeader(payload) }
 }
 
@@ -470,6 +479,70 @@ describe('what a pass does not cover', () => {
     const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
     expect(report.passes).toMatchObject({ without_purchase: 0, count_mismatch: 0 })
     expect(report.differences).toEqual([])
+  })
+})
+
+describe('an ERC-1271 contract wallet', () => {
+  it('buys a pass and signs in with its owner key, asked on chain; a stranger signing for it is refused', async () => {
+    const owner = privateKeyToAccount(generatePrivateKey())
+    const funder = createWalletClient({
+      account: privateKeyToAccount(chain.payers[1]!.privateKey),
+      chain: baseSepolia as Chain,
+      transport: http(chain.rpcUrl),
+    }).extend(publicActions)
+    const deployed = await funder.waitForTransactionReceipt({
+      hash: await funder.deployContract({
+        abi: testSmartWalletArtifact.abi,
+        bytecode: testSmartWalletArtifact.bytecode,
+        args: [owner.address],
+      }),
+    })
+    const wallet = deployed.contractAddress!
+    await funder.waitForTransactionReceipt({
+      hash: await funder.writeContract({
+        address: chain.usdcAddress,
+        abi: transferAbi,
+        functionName: 'transfer',
+        args: [wallet, 1_000_000n],
+      }),
+    })
+    const ep = await createPassEndpoint({ price: 0.05, calls: 3 })
+    // Bought by the published client: the wallet's address pays, its owner's key signs (the token asks
+    // the wallet's isValidSignature at settlement; tollgate asks it at verification).
+    const client = new x402Client()
+    registerExactEvmScheme(client, {
+      signer: { address: wallet, signTypedData: (m: never) => owner.signTypedData(m) } as never,
+    })
+    const bought = await wrapFetchWithPayment(fetch, client)(ep.purchaseUrl, { method: 'POST' })
+    expect(bought.status, await bought.clone().text()).toBe(201)
+    expect(await usesLeft(ep.id, wallet)).toEqual([3])
+
+    // Signed in by the published helper as the wallet, the owner's key signing the EIP-4361 message:
+    // no key recovers the wallet's address, the wallet itself says yes on chain.
+    const asWallet = {
+      address: wallet,
+      signMessage: ({ message }: { message: string }) => owner.signMessage({ message }),
+    }
+    const before = upstream.count()
+    const { header } = await signedHeader(ep.meteredUrl, asWallet as never)
+    const served = await signedCall(ep.meteredUrl, header)
+    expect(served, served.body).toMatchObject({ status: 200, usesLeft: '2' })
+    expect(served.receiptId).toMatch(/^rcpt_/)
+    expect(upstream.count()).toBe(before + 1)
+    expect(await usesLeft(ep.id, wallet)).toEqual([2])
+
+    // A stranger's key signing for the wallet: the wallet says no; nothing is drawn or forwarded.
+    const stranger = privateKeyToAccount(generatePrivateKey())
+    const forged = await signedHeader(ep.meteredUrl, {
+      address: wallet,
+      signMessage: ({ message }: { message: string }) => stranger.signMessage({ message }),
+    } as never)
+    expect(await signedCall(ep.meteredUrl, forged.header)).toMatchObject({
+      status: 402,
+      reason: 'invalid_siwx_signature',
+    })
+    expect(upstream.count()).toBe(before + 1)
+    expect(await usesLeft(ep.id, wallet)).toEqual([2])
   })
 })
 

@@ -1,15 +1,18 @@
 // The sign-in check of passes against the published sign-in-with-x code: the EIP-4361 text tollgate builds
 // for its fast recovery is the published formatter's, line for line, in every shape a payload takes; and a
 // message signed by the published client helper verifies, while another address, chain, origin or endpoint
-// does not.
+// does not. A signature no key recovers to the address goes to the wallet check (contract wallets), whose
+// chain read is bounded in time: a node that does not answer is a 503 to retry, not a refusal.
 import {
   createSIWxPayload,
   encodeSIWxHeader,
   formatSIWEMessage,
   type SIWxPayload,
 } from '@x402/extensions/sign-in-with-x'
+import { createClient, custom } from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { describe, expect, it } from 'vitest'
+import { ChainReadTimeout, verifyWalletMessage } from '../../src/chain/verify-wallet-message.ts'
 import { eip4361, SignIn } from '../../src/data-plane/sign-in.ts'
 
 const ORIGIN = 'http://127.0.0.1:8080'
@@ -56,5 +59,41 @@ describe('sign-in for passes', () => {
     expect(await refused({ ...payload, domain: 'evil.example' })).toBe('invalid_siwx_domain_mismatch')
     expect(await refused(payload, `${ORIGIN}/m/ep_2`)).toBe('invalid_siwx_uri_mismatch')
     expect(await refused({ ...payload, signature: '0x1234' })).toBe('invalid_siwx_signature')
+  })
+
+  it('asks the wallet only when recovery fails; a chain that does not answer in time is unavailable', async () => {
+    const asked: string[] = []
+    // A node that never answers: the wallet check gives up after its bound.
+    const silent = createClient({ transport: custom({ request: () => new Promise(() => {}) }) })
+    const bounded = new SignIn({
+      publicUrl: () => ORIGIN,
+      caip2: 'eip155:84532',
+      maxAgeMs: 300_000,
+      verifyWallet: (q) => {
+        asked.push(q.address)
+        return verifyWalletMessage(silent, { ...q, timeoutMs: 50 })
+      },
+    })
+    const payload = await signed(challenge())
+    // An EOA's own signature: recovered, the chain is not asked.
+    expect(await bounded.verify(encodeSIWxHeader(payload), RESOURCE)).toMatchObject({ ok: true })
+    expect(asked).toEqual([])
+    // Claimed by another address (a contract wallet, perhaps): asked, and the silence is a 503.
+    const other = privateKeyToAccount(generatePrivateKey()).address
+    const started = performance.now()
+    expect(await bounded.verify(encodeSIWxHeader({ ...payload, address: other }), RESOURCE)).toMatchObject({
+      ok: 'unavailable',
+      reason: 'invalid_siwx_verifier_error',
+    })
+    expect(performance.now() - started).toBeLessThan(2_000)
+    expect(asked).toEqual([other])
+    await expect(
+      verifyWalletMessage(silent, {
+        address: other,
+        message: 'm',
+        signature: payload.signature as never,
+        timeoutMs: 20,
+      }),
+    ).rejects.toBeInstanceOf(ChainReadTimeout)
   })
 })

@@ -1,10 +1,11 @@
 // batch-settlement channels on a usage-priced endpoint, with the published @x402/evm client unchanged: each
 // voucher covers the ceiling, the call is charged what tollgate measured, and the client's next voucher is
 // put right by the scheme's "out of sync" 402 (the charged cumulative and the voucher that covers it). 100
-// calls of different sizes: the channel settles on chain for exactly their sum.
-import { createPublicClient, http } from 'viem'
+// calls of different sizes: the channel settles on chain for exactly their sum. The receipt URL of a call
+// shows the claim transaction that settled it, that transaction's block and its channel's place in it.
+import { createPublicClient, http, parseEventLogs } from 'viem'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { readChannel } from '../../src/chain/batch-channel.ts'
+import { batchSettlementAbi, readChannel } from '../../src/chain/batch-channel.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { paymentRequired } from '../../src/observability/metrics.ts'
 import { chainClients, type Funded, fundedAccount } from '../helpers/accounts.ts'
@@ -89,9 +90,33 @@ describe('batch-settlement on a usage-priced endpoint', () => {
       usage: { unit: 'response_bytes', quantities: { bytes: lastBytes }, ceiling_atomic: '10000' },
     })
 
+    expect(receipt.settlement).toMatchObject({ status: 'pending', transaction: null, block_number: null })
+
     await svc.jobs.runNow('batch-claims')
     const [channel] = await svc.sql<{ channel_id: `0x${string}`; charged_atomic: bigint }[]>`
       SELECT channel_id, charged_atomic FROM batch_channels WHERE payer = ${payer.address}`
+    // Settled by the claim transaction that carried this channel's voucher: its block as mined, and the
+    // channel's place among the vouchers it claims, as its Claimed logs list them.
+    const [claimTx] = await svc.sql<{ tx_hash: `0x${string}` }[]>`
+      SELECT tx_hash FROM batch_claims WHERE status = 'done' AND entries @> ${svc.sql.json([{ channel_id: channel!.channel_id }] as never)}`
+    const mined = await publicClient.getTransactionReceipt({ hash: claimTx!.tx_hash })
+    const claimed = parseEventLogs({ abi: batchSettlementAbi, eventName: 'Claimed', logs: mined.logs })
+    const index = claimed.findIndex(
+      (l) => (l.args as { channelId: string }).channelId.toLowerCase() === channel!.channel_id.toLowerCase(),
+    )
+    expect(index).toBeGreaterThanOrEqual(0)
+    const settledReceipt = await fetch(`${svc.url}/receipts/${lastReceipt}`)
+    const { settlement } = await settledReceipt.json()
+    const head = await publicClient.getBlockNumber({ cacheTime: 0 })
+    expect(settlement).toMatchObject({
+      status: 'settled',
+      transaction: claimTx!.tx_hash,
+      block_number: Number(mined.blockNumber),
+      batch: { transaction: claimTx!.tx_hash, index, count: claimed.length },
+      error: null,
+    })
+    expect(settlement.confirmations).toBeGreaterThanOrEqual(1)
+    expect(settlement.confirmations).toBeLessThanOrEqual(Number(head - mined.blockNumber + 1n))
     expect(channel!.charged_atomic).toBe(expected)
     const onChain = await readChannel(publicClient, channel!.channel_id)
     expect(onChain.totalClaimed).toBe(expected)

@@ -2,12 +2,14 @@
 // a token-priced SSE endpoint offers upto for its ceiling; the client signs a Permit2 permit for it; the
 // call is charged exactly the tokens tollgate measured on the stream (to the base unit), never above the
 // signed maximum; the same payment again is refused; the settlement job moves exactly the charge on chain,
-// and reconcile finds charged ≤ signed and settled = booked.
+// and reconcile finds charged ≤ signed and settled = booked. The receipt URL shows the settling transaction,
+// its mined block, confirmations to the head, and each permit's place among those the transaction carries.
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { x402Client } from '@x402/core/client'
 import { UptoEvmScheme } from '@x402/evm/upto/client'
 import { wrapFetchWithPayment } from '@x402/fetch'
+import { type Hash, parseAbi, parseEventLogs } from 'viem'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { installUptoContracts, uptoBatcherAddress } from '../../src/chain/upto-settle.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
@@ -16,7 +18,7 @@ import { chainClients, type Funded, fundedAccount, usdcBalance } from '../helper
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { approvedPayer } from '../helpers/upto-payer.ts'
 
-const { rpcUrl } = chainClients()
+const { rpcUrl, publicClient } = chainClients()
 // 3 and 15 USDC per million tokens: 3 and 15 base units per token, so the charge is exact in base units.
 const INPUT_PER_MILLION = 3
 const OUTPUT_PER_MILLION = 15
@@ -124,6 +126,42 @@ const REQUEST = {
   body: JSON.stringify({ model: 'm', stream: true, stream_options: { include_usage: true }, messages: [] }),
 }
 
+const UPTO_SETTLED = parseAbi([
+  'event UptoSettled(address indexed owner, uint256 indexed nonce, uint256 amount)',
+])
+
+/**
+ * The receipt URL after the settlement job: settled in the transaction the claim names, at the block the
+ * chain mined it in, with confirmations up to the head, and at the place the batcher logged the permit
+ * among the transaction's permits (its UptoSettled logs come in the order the calldata carries them).
+ */
+async function expectSettledReceipt(receiptId: string | null) {
+  expect(receiptId).toMatch(/^rcpt_/)
+  const r = await fetch(`${svc.url}/receipts/${receiptId}`)
+  expect(r.status).toBe(200)
+  const { settlement } = await r.json()
+  const [claim] = await svc.sql<{ settlement_tx: Hash; nonce: string; payer: string }[]>`
+    SELECT k.settlement_tx, k.authorization_payload->>'nonce' AS nonce, k.payer
+    FROM calls c JOIN claims k ON k.proof_key = c.proof_key WHERE c.receipt_id = ${receiptId}`
+  const mined = await publicClient.getTransactionReceipt({ hash: claim!.settlement_tx })
+  const logged = parseEventLogs({ abi: UPTO_SETTLED, logs: mined.logs })
+  const index = logged.findIndex(
+    (l) => l.args.owner.toLowerCase() === claim!.payer.toLowerCase() && l.args.nonce === BigInt(claim!.nonce),
+  )
+  expect(index).toBeGreaterThanOrEqual(0)
+  const head = await publicClient.getBlockNumber({ cacheTime: 0 })
+  expect(settlement).toMatchObject({
+    status: 'settled',
+    transaction: claim!.settlement_tx,
+    block_number: Number(mined.blockNumber),
+    batch: { transaction: claim!.settlement_tx, index, count: logged.length },
+    error: null,
+  })
+  expect(settlement.confirmations).toBeGreaterThanOrEqual(1)
+  expect(settlement.confirmations).toBeLessThanOrEqual(Number(head - mined.blockNumber + 1n))
+  return settlement as { transaction: string; block_number: number; batch: { index: number; count: number } }
+}
+
 describe('x402 upto with the published client', () => {
   it('offers upto for the ceiling, naming our batcher as facilitator; never exact', async () => {
     const r = await fetch(meteredUrl, REQUEST)
@@ -145,6 +183,17 @@ describe('x402 upto with the published client', () => {
     const text = await r.text()
     expect(text).toContain('t49 ')
     await svc.flushCaptures()
+    // Served, not settled yet: the receipt says so, with no transaction, block or place.
+    const receiptId = r.headers.get('x-receipt-id')
+    const pending = await (await fetch(`${svc.url}/receipts/${receiptId}`)).json()
+    expect(pending.settlement).toEqual({
+      status: 'pending',
+      transaction: null,
+      block_number: null,
+      confirmations: null,
+      batch: null,
+      error: null,
+    })
     const [call] = await svc.sql<
       { amount_atomic: bigint; proof_key: string; ceiling_atomic: bigint | null }[]
     >`
@@ -159,6 +208,9 @@ describe('x402 upto with the published client', () => {
     const [claim] = await svc.sql<{ settled_atomic: string }[]>`
       SELECT settled_atomic::text FROM claims WHERE proof_key = ${call!.proof_key}`
     expect(claim!.settled_atomic).toBe(CHARGE.toString())
+    // Alone in its transaction: the first of one.
+    const shown = await expectSettledReceipt(receiptId)
+    expect(shown.batch).toMatchObject({ index: 0, count: 1 })
     const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
     expect(report.differences).toEqual([])
   })
@@ -181,6 +233,9 @@ describe('x402 upto with the published client', () => {
     expect(report.differences).toEqual([])
   })
 
+  // The replay test's call, left unsettled for the backlog test.
+  let unsettledReceipt: string | null = null
+
   it('refuses the same upto payment again', async () => {
     // Capture the header the published client sends, then send it a second time by hand.
     let header: string | null = null
@@ -192,6 +247,7 @@ describe('x402 upto with the published client', () => {
     const first = await uptoFetch(payer, spy)(meteredUrl, REQUEST)
     expect(first.status).toBe(200)
     await first.text()
+    unsettledReceipt = first.headers.get('x-receipt-id')
     expect(header).not.toBeNull()
     const again = await fetch(meteredUrl, {
       ...REQUEST,
@@ -201,7 +257,7 @@ describe('x402 upto with the published client', () => {
     expect((await again.json()).error).toBe('proof_already_used')
   })
 
-  it('answers 503 settlement_backlog to a new permit while the settlement backlog is past its limit', async () => {
+  it('answers 503 settlement_backlog to a new permit while the settlement backlog is past its limit; both settle in one transaction', async () => {
     // The replay test left one permit unsettled; a second engages the throttle (limit 2).
     const paid = await uptoFetch(payer)(meteredUrl, REQUEST)
     expect(paid.status).toBe(200)
@@ -215,8 +271,15 @@ describe('x402 upto with the published client', () => {
     expect((await refused.json()).error.code).toBe('settlement_backlog')
     const [after] = await svc.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM claims`
     expect(after!.n).toBe(before!.n)
-    // Settled, the backlog is gone and permits are taken again.
+    // Settled, the backlog is gone and permits are taken again. The two permits went in one batcher
+    // transaction: each receipt shows it, its block, and a distinct place of the two.
     await svc.jobs.runNow(UPTO_SETTLEMENT_JOB)
+    const a = await expectSettledReceipt(unsettledReceipt)
+    const b = await expectSettledReceipt(paid.headers.get('x-receipt-id'))
+    expect(b.transaction).toBe(a.transaction)
+    expect(b.block_number).toBe(a.block_number)
+    expect([a.batch.index, b.batch.index].sort()).toEqual([0, 1])
+    expect(a.batch.count).toBe(2)
     await svc.refreshSettlementThrottle()
     const again = await uptoFetch(payer)(meteredUrl, REQUEST)
     expect(again.status).toBe(200)

@@ -146,7 +146,10 @@ async function settleStep(
     )
     const recorded = await recordUptoSettlementTx(
       deps.sql,
-      signed.flatMap((s) => s.items.map((c) => ({ proofKey: c.proof_key, hash: s.hash }))),
+      // Each permit's place in its transaction, as the batcher's calldata carries them: for its receipt.
+      signed.flatMap((s) =>
+        s.items.map((c, index) => ({ proofKey: c.proof_key, hash: s.hash, index, count: s.items.length })),
+      ),
     )
     return broadcastInOrder(deps, signed, recorded)
   })
@@ -259,10 +262,11 @@ async function applyOutcomes(
   const outcomes: UptoOutcome[] = uptoSettlementOutcomes(receipt, {
     items: s.items.map((c) => ({ permit: c.authorization_payload, amount: BigInt(c.charge_atomic) })),
   })
-  const settled: Array<{ proofKey: string; settledAtomic: bigint }> = []
+  const settled: Array<{ proofKey: string; settledAtomic: bigint; block: bigint }> = []
   for (const [i, c] of s.items.entries()) {
     const o = outcomes[i]!
-    if (o.status === 'settled') settled.push({ proofKey: c.proof_key, settledAtomic: o.amount })
+    if (o.status === 'settled')
+      settled.push({ proofKey: c.proof_key, settledAtomic: o.amount, block: receipt.blockNumber })
     else if (o.status === 'failed') await fail(deps, c, s.hash, 'reverted')
     else {
       uptoSettlements.labels('unattempted').inc()

@@ -162,6 +162,7 @@ async function resolveOp(deps: JobDeps, op: ChannelOp): Promise<void> {
     await recordChannelClaims(deps.sql, {
       claimId: `claim_${randomUUID()}`,
       hash,
+      block: receipt.blockNumber,
       entries: claimed.map((l) => ({
         channelId: l.args.channelId.toLowerCase(),
         totalClaimed: l.args.totalClaimed,
@@ -212,7 +213,7 @@ export async function claimVouchers(deps: JobDeps, lock: TreasuryLock = unlocked
       deps.logger.error('batch voucher claim reverted; retried next run', { tx: sent.hash })
       return txs
     }
-    await recordClaimed(deps, { claimId, hash: sent.hash, entries })
+    await recordClaimed(deps, { claimId, hash: sent.hash, block: receipt.blockNumber, entries })
     if (due.length < CLAIM_MAX) return txs
   }
 }
@@ -224,7 +225,12 @@ export async function claimVouchers(deps: JobDeps, lock: TreasuryLock = unlocked
  */
 function recordClaimed(
   deps: JobDeps,
-  q: { claimId: string; hash: string; entries: Array<{ channelId: string; totalClaimed: bigint }> },
+  q: {
+    claimId: string
+    hash: string
+    block: bigint
+    entries: Array<{ channelId: string; totalClaimed: bigint }>
+  },
 ): Promise<number> {
   return whenAvailable(() => recordChannelClaims(deps.sql, q), {
     timeoutMs: deps.config.settlement.confirm_timeout_ms,
@@ -299,7 +305,7 @@ async function resolveSentClaims(deps: JobDeps, lock: TreasuryLock): Promise<boo
     const receipt = await nullIfNotFound(client.getTransactionReceipt({ hash }))
     const entries = c.entries.map((e) => ({ channelId: e.channel_id, totalClaimed: BigInt(e.total_claimed) }))
     if (receipt?.status === 'success') {
-      await recordClaimed(deps, { claimId: c.id, hash, entries })
+      await recordClaimed(deps, { claimId: c.id, hash, block: receipt.blockNumber, entries })
       continue
     }
     if (receipt) {
