@@ -11,6 +11,7 @@ import { paymentRequired } from '../../src/observability/metrics.ts'
 import { chainClients, type Funded, fundedAccount } from '../helpers/accounts.ts'
 import { batchPayer } from '../helpers/batch-payer.ts'
 import { type OpenAiUpstream, startOpenAiUpstream } from '../helpers/openai-upstream.ts'
+import { expectSettledAt } from '../helpers/receipts.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 
 const CALLS = 100
@@ -107,16 +108,13 @@ describe('batch-settlement on a usage-priced endpoint', () => {
     expect(index).toBeGreaterThanOrEqual(0)
     const settledReceipt = await fetch(`${svc.url}/receipts/${lastReceipt}`)
     const { settlement } = await settledReceipt.json()
-    const head = await publicClient.getBlockNumber({ cacheTime: 0 })
-    expect(settlement).toMatchObject({
-      status: 'settled',
+    await expectSettledAt(settlement, {
       transaction: claimTx!.tx_hash,
-      block_number: Number(mined.blockNumber),
-      batch: { transaction: claimTx!.tx_hash, index, count: claimed.length },
-      error: null,
+      block: mined.blockNumber,
+      index,
+      count: claimed.length,
+      chain: publicClient,
     })
-    expect(settlement.confirmations).toBeGreaterThanOrEqual(1)
-    expect(settlement.confirmations).toBeLessThanOrEqual(Number(head - mined.blockNumber + 1n))
     expect(channel!.charged_atomic).toBe(expected)
     const onChain = await readChannel(publicClient, channel!.channel_id)
     expect(onChain.totalClaimed).toBe(expected)

@@ -15,6 +15,7 @@ import { installUptoContracts, uptoBatcherAddress } from '../../src/chain/upto-s
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { UPTO_SETTLEMENT_JOB } from '../../src/control-plane/jobs/upto-settlement.ts'
 import { chainClients, type Funded, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
+import { expectSettledAt, PENDING_SETTLEMENT } from '../helpers/receipts.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { approvedPayer } from '../helpers/upto-payer.ts'
 
@@ -149,16 +150,13 @@ async function expectSettledReceipt(receiptId: string | null) {
     (l) => l.args.owner.toLowerCase() === claim!.payer.toLowerCase() && l.args.nonce === BigInt(claim!.nonce),
   )
   expect(index).toBeGreaterThanOrEqual(0)
-  const head = await publicClient.getBlockNumber({ cacheTime: 0 })
-  expect(settlement).toMatchObject({
-    status: 'settled',
+  await expectSettledAt(settlement, {
     transaction: claim!.settlement_tx,
-    block_number: Number(mined.blockNumber),
-    batch: { transaction: claim!.settlement_tx, index, count: logged.length },
-    error: null,
+    block: mined.blockNumber,
+    index,
+    count: logged.length,
+    chain: publicClient,
   })
-  expect(settlement.confirmations).toBeGreaterThanOrEqual(1)
-  expect(settlement.confirmations).toBeLessThanOrEqual(Number(head - mined.blockNumber + 1n))
   return settlement as { transaction: string; block_number: number; batch: { index: number; count: number } }
 }
 
@@ -186,14 +184,7 @@ describe('x402 upto with the published client', () => {
     // Served, not settled yet: the receipt says so, with no transaction, block or place.
     const receiptId = r.headers.get('x-receipt-id')
     const pending = await (await fetch(`${svc.url}/receipts/${receiptId}`)).json()
-    expect(pending.settlement).toEqual({
-      status: 'pending',
-      transaction: null,
-      block_number: null,
-      confirmations: null,
-      batch: null,
-      error: null,
-    })
+    expect(pending.settlement).toEqual(PENDING_SETTLEMENT)
     const [call] = await svc.sql<
       { amount_atomic: bigint; proof_key: string; ceiling_atomic: bigint | null }[]
     >`

@@ -32,6 +32,7 @@ import { devAccount } from '../../src/chain/dev-accounts.ts'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import type { Service } from '../../src/service.ts'
 import { startTestChain } from '../helpers/anvil.ts'
+import { expectSettledAt, PENDING_SETTLEMENT } from '../helpers/receipts.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
 import { startBaseSepoliaService } from './harness.ts'
@@ -109,16 +110,13 @@ async function expectReceiptUrlShowsSettlement(receiptId: string | null, tx: Hex
     .toBe('settled')
   const { status, body } = await receiptAt(receiptId)
   expect(status).toBe(200)
-  const head = await reader.getBlockNumber({ cacheTime: 0 })
-  expect(body.settlement).toMatchObject({
-    status: 'settled',
+  await expectSettledAt(body.settlement, {
     transaction: tx,
-    block_number: Number(place!.block),
-    batch: { transaction: tx, index: place!.index, count: place!.count },
-    error: null,
+    block: place!.block,
+    index: place!.index,
+    count: place!.count,
+    chain: reader,
   })
-  expect(body.settlement.confirmations).toBeGreaterThanOrEqual(1)
-  expect(body.settlement.confirmations).toBeLessThanOrEqual(Number(head - place!.block + 1n))
   return body
 }
 
@@ -291,14 +289,7 @@ describe('an endpoint left to settle after, in the same service', () => {
     const id = r.headers.get('x-receipt-id')
     await svc.flushCaptures()
     const pending = await receiptAt(id)
-    expect(pending.body.settlement).toEqual({
-      status: 'pending',
-      transaction: null,
-      block_number: null,
-      confirmations: null,
-      batch: null,
-      error: null,
-    })
+    expect(pending.body.settlement).toEqual(PENDING_SETTLEMENT)
     // Not final: a cache must ask again.
     expect(pending.cacheControl).toBe('no-cache')
     // The leader's batch takes it at once (only before_answer endpoints' fresh captures are left alone).
