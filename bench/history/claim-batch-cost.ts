@@ -43,6 +43,7 @@ function claim(): ClaimRequest {
   return {
     proofKey: `tx:0x${serial.toString(16).padStart(64, '0')}`,
     kind: 'tx',
+    proofAtMs: Date.now(),
     targetType: 'call',
     targetId: `call_${serial}`,
     accountId: 'acct_1',

@@ -221,9 +221,9 @@ async function seedClaimsAndCalls(db: Db, t: SeedTarget, c: Chunk) {
   const at = callTime(db, c)
   await db`
     INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                        retry_until, attempts, releases, claimed_at, captured_at)
+                        retry_until, attempts, releases, claimed_at, captured_at, proof_at, horizon_at)
     SELECT 'tx:0x' || lpad(to_hex(i), 64, '0'), 'tx', 'call', ${t.endpointId}, ${t.accountId}, ${t.payer},
-           ${PRICE}::bigint, 'captured', ${at} + interval '10 minutes', 1, 0, ${at}, ${at}
+           ${PRICE}::bigint, 'captured', ${at} + interval '10 minutes', 1, 0, ${at}, ${at}, ${at}, ${at}
     FROM generate_series(${c.lo}::bigint, ${c.hi}::bigint) i`
   const written = writtenTime(db, c)
   // Zero-padded ids: the primary key is filled in order, at its right edge, like the proof keys.

@@ -54,9 +54,10 @@ try {
     )
     const tag = `${triggers ? 'on' : 'off'}_${Date.now()}`
     await sql`
-      INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status, retry_until)
+      INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status, retry_until,
+                          proof_at, horizon_at)
       SELECT 'tx:' || ${tag} || '_' || i, 'tx', 'call', 'ep_hot', 'acct_hot', '0xpayer', 10000, 'claimed',
-             now() + interval '1 hour'
+             now() + interval '1 hour', now(), now()
       FROM generate_series(1, ${W * B * N}) i`
     const lat: number[] = []
     const t0 = performance.now()

@@ -2,12 +2,13 @@
 // history stay flat at a sustained paid-call rate? For a bounded time, SQL writes `rate` paid calls a second
 // (a captured tx claim, its call, owner share + fee entries paid by a confirmed payout, a delivery record),
 // dated on a simulated clock on which a month passes every --month-seconds, while retention runs beside it as
-// the leader would: claims pruned below the stored horizon (chain.max_proof_age_ms 10 s here, batches of
-// retention.batch_rows), the partitions job, and archiving (files + drop) of every month before the
-// previous one. Prints, every 5 s, the size of each table and the rows written, pruned and archived per
+// the leader would: claims dropped a day at a time once the day is below the stored horizon
+// (chain.max_proof_age_ms 10 s here; the proofs' block times are on the simulated clock, and what is left
+// goes row by row in batches of retention.batch_rows), the partitions job (months of history, days of
+// claims), and archiving (files + drop) of every month before the previous one. Prints, every 5 s, the size of each table and the rows written, pruned and archived per
 // second. On a PostgreSQL server (BENCH_DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres), in
-// a database of its own, dropped after. Nothing is written under bench/results (the lead commits full runs).
-import { mkdtempSync, rmSync } from 'node:fs'
+// a database of its own, dropped after. A run of 600 s or more writes bench/results/<date>-history-retention.json.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
@@ -15,7 +16,7 @@ import { archiveMonths } from '../../src/books/archive.ts'
 import { loadConfig } from '../../src/config/load.ts'
 import { pruneHistory } from '../../src/control-plane/jobs/retention.ts'
 import { migrate } from '../../src/db/migrate.ts'
-import { addMonths, ensurePartitions, monthOf } from '../../src/db/partitions.ts'
+import { addMonths, ensureClaimPartitions, ensurePartitions, monthOf } from '../../src/db/partitions.ts'
 import { createSql, type Sql } from '../../src/db/sql.ts'
 import { databaseUrl, dropDatabase, recreateDatabase } from '../history/seeded-database.ts'
 
@@ -28,7 +29,10 @@ interface Sample {
   sim_month: string
   mb: Record<(typeof TABLES)[number], number>
   written_per_s: number
+  /** Claims deleted row by row (vouchers, the default partition), and day partitions dropped whole so far. */
   claims_pruned_per_s: number
+  claim_days_dropped: number
+  claims_rows: number
   rows_archived_per_s: number
 }
 
@@ -37,7 +41,7 @@ async function sizesMb(sql: Sql): Promise<Sample['mb']> {
     SELECT (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree('calls')) AS calls,
            (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree('ledger_entries')) AS ledger_entries,
            (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree('call_deliveries')) AS call_deliveries,
-           pg_total_relation_size('claims') AS claims`
+           (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree('claims')) AS claims`
   const mb = (k: string) => Math.round(Number(row![k]) / 2 ** 20)
   return {
     calls: mb('calls'),
@@ -59,8 +63,9 @@ async function writeSecond(
              VALUES (${q.payout}, '0xowner', ${q.n * 950}, 'confirmed', ${q.n}, now())`
     await tx`
       INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                          claimed_at, captured_at, proof_at)
-      SELECT 'tx:r' || g, 'tx', 'call', 'ep_r', 'acct_r', '0xpayer', 1000, 'captured', now(), now(), now()
+                          claimed_at, captured_at, proof_at, horizon_at)
+      SELECT 'tx:r' || g, 'tx', 'call', 'ep_r', 'acct_r', '0xpayer', 1000, 'captured', now(), now(), ${q.at},
+             claim_horizon_at('tx', ${q.at}, NULL)
       FROM generate_series(${lo}::bigint, ${hi}::bigint) g`
     await tx`
       INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
@@ -111,16 +116,20 @@ export async function runHistoryRetentionBench(argv: string[]): Promise<void> {
     const simNow = () => startMs + ((Date.now() - startMs) / 1000 / monthSeconds) * MONTH_MS
     let written = 0
     let pruned = 0
+    let daysDropped = 0
     let archived = 0
     // Two loops, as the leader runs the retention and history-archive jobs: neither waits for the other.
     const pruning = (async () => {
       while (!stop) {
         // One batch a call (max_batches 1), so the rate shows as it goes; again at once while batches are full.
-        const p = await pruneHistory({ sql: jobs, config }, { propagationMs: 0 }).catch((err: Error) => {
-          log(`prune: ${err.stack}`)
-          return { claims: 0 }
-        })
+        const p = await pruneHistory({ sql: jobs, config }, { propagationMs: 0, nowMs: simNow() }).catch(
+          (err: Error) => {
+            log(`prune: ${err.stack}`)
+            return { claims: 0, claim_days_dropped: [] }
+          },
+        )
         pruned += p.claims
+        daysDropped += p.claim_days_dropped.length
         if (p.claims < config.retention.batch_rows) await new Promise((r) => setTimeout(r, 500))
       }
     })()
@@ -128,6 +137,10 @@ export async function runHistoryRetentionBench(argv: string[]): Promise<void> {
       while (!stop) {
         const now = simNow()
         await ensurePartitions(jobs, { nowMs: now }).catch((err: Error) => log(`partitions: ${err.stack}`))
+        await ensureClaimPartitions(jobs, {
+          nowMs: now,
+          oldestMs: now - config.chain.max_proof_age_ms,
+        }).catch((err: Error) => log(`claim partitions: ${err.stack}`))
         const done = await archiveMonths(jobs, {
           before: addMonths(monthOf(now), -1),
           outDir: out,
@@ -154,6 +167,8 @@ export async function runHistoryRetentionBench(argv: string[]): Promise<void> {
           mb: await sizesMb(jobs),
           written_per_s: Math.round((written - last.written) / dt),
           claims_pruned_per_s: Math.round((pruned - last.pruned) / dt),
+          claim_days_dropped: daysDropped,
+          claims_rows: Number((await jobs<{ n: string }[]>`SELECT count(*) AS n FROM claims`)[0]!.n),
           rows_archived_per_s: Math.round((archived - last.archived) / dt),
         }
         samples.push(sample)
@@ -167,18 +182,31 @@ export async function runHistoryRetentionBench(argv: string[]): Promise<void> {
     await retention
     await pruning
     const elapsed = (Date.now() - startMs) / 1000
-    log(
-      JSON.stringify({
-        scenario: 'history-retention',
-        target_rate: rate,
-        written_per_s: Math.round(written / elapsed),
-        claims_pruned_per_s: Math.round(pruned / elapsed),
-        rows_archived_per_s: Math.round(archived / elapsed),
-        first_mb: samples[0]?.mb,
-        last_mb: samples.at(-1)?.mb,
-        max_mb: Object.fromEntries(TABLES.map((t) => [t, Math.max(...samples.map((x) => x.mb[t]))])),
-      }),
-    )
+    const summary = {
+      scenario: 'history-retention',
+      target_rate: rate,
+      written_per_s: Math.round(written / elapsed),
+      claims_pruned_per_s: Math.round(pruned / elapsed),
+      claim_days_dropped: daysDropped,
+      rows_archived_per_s: Math.round(archived / elapsed),
+      first_mb: samples[0]?.mb,
+      last_mb: samples.at(-1)?.mb,
+      max_mb: Object.fromEntries(TABLES.map((t) => [t, Math.max(...samples.map((x) => x.mb[t]))])),
+    }
+    log(JSON.stringify(summary))
+    // A run of at least the issue's ten minutes backs a claim: its samples are kept beside the full runs.
+    if (seconds >= 600) {
+      const file = join(
+        'bench',
+        'results',
+        `${new Date().toISOString().slice(0, 19).replaceAll(':', '-')}-history-retention.json`,
+      )
+      writeFileSync(
+        file,
+        `${JSON.stringify({ ...summary, month_seconds: monthSeconds, seconds, samples }, null, 2)}\n`,
+      )
+      log(`wrote ${file}`)
+    }
   } finally {
     stop = true
     await intake.end({ timeout: 5 })

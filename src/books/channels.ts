@@ -537,12 +537,12 @@ export async function writeChannelVouchers(
     ),
     claimed AS (
       INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                          retry_until, lease_until, captured_at)
+                          retry_until, lease_until, captured_at, horizon_at)
       SELECT proof_key, 'batch', 'call', endpoint_id, account_id, payer, amount,
              CASE WHEN call_id IS NULL THEN 'claimed' ELSE 'captured' END, now(), now(),
-             CASE WHEN call_id IS NULL THEN NULL ELSE now() END
+             CASE WHEN call_id IS NULL THEN NULL ELSE now() END, claim_horizon_at('batch', NULL, NULL)
       FROM ok
-      ON CONFLICT (proof_key) DO NOTHING
+      ON CONFLICT (proof_key, horizon_at) DO NOTHING
       RETURNING proof_key
     ),
     new_calls AS (

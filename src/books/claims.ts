@@ -23,8 +23,12 @@ export interface ClaimRequest {
   leaseMs: number
   /** An EIP-3009 authorization to settle later (x402 payments); null for a transaction hash. */
   authorization: object | null
-  /** A transaction's block time (ms): the prune compares it with the stored horizon (chain clock). */
-  proofAtMs?: number | null
+  /**
+   * A transaction's block time (ms), required for kind tx (null for the others): the prune compares it with
+   * the stored horizon (chain clock), and it is the claim's horizon_at, the day partition a replay meets it
+   * in (migration 0055; an authorization's or permit's comes from its signed validBefore or deadline).
+   */
+  proofAtMs: number | null
   /**
    * Names this one claim statement (the batch writer sets it): a claim whose write failed without an answer
    * may still have committed, and is found again by it (releaseUnacknowledgedClaims).
@@ -197,12 +201,13 @@ export async function claimAndCapture(
     ),
     won AS (
       INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                          retry_until, lease_until, authorization_payload, proof_at, attempt_token)
+                          retry_until, lease_until, authorization_payload, proof_at, attempt_token, horizon_at)
       SELECT proof_key, kind, target_type, target_id, account_id, payer, amount, 'claimed',
              now() + retry_ms * interval '1 millisecond', now() + lease_ms * interval '1 millisecond',
-             "authorization", to_timestamp(proof_at_ms / 1000.0), attempt_token
+             "authorization", to_timestamp(proof_at_ms / 1000.0), attempt_token,
+             claim_horizon_at(kind, to_timestamp(proof_at_ms / 1000.0), "authorization")
       FROM checked WHERE funded
-      ON CONFLICT (proof_key) DO UPDATE
+      ON CONFLICT (proof_key, horizon_at) DO UPDATE
         SET lease_until = EXCLUDED.lease_until, attempts = claims.attempts + 1,
             attempt_token = EXCLUDED.attempt_token
         WHERE claims.status = 'claimed' AND claims.target_id = EXCLUDED.target_id

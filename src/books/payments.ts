@@ -234,7 +234,13 @@ function proofData(proof: PaymentProof) {
  */
 export async function applyPaymentProof(
   sql: Sql,
-  q: { paymentId: string; proof: PaymentProof; ownerShareBps: number; view: PaymentView },
+  // The block time is the claim's horizon_at: a replay of the hash computes the same and meets this claim.
+  q: {
+    paymentId: string
+    proof: PaymentProof & { proofAtMs: number }
+    ownerShareBps: number
+    view: PaymentView
+  },
 ): Promise<ApplyOutcome> {
   const { proof } = q
   return (await sql.begin(async (tx) => {
@@ -246,11 +252,12 @@ export async function applyPaymentProof(
     const payable = payment.status === 'pending'
     const claimed = await tx`
       INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status, captured_at,
-                          proof_at)
-      VALUES (${proof.proofKey}, ${proof.kind}, 'payment', ${payment.id}, ${payment.account_id}, ${proof.payer},
-              ${proof.valueAtomic}, ${payable ? 'applied' : 'refund_due'}, ${payable ? tx`now()` : null},
-              ${proof.proofAtMs == null ? null : new Date(proof.proofAtMs)})
-      ON CONFLICT (proof_key) DO NOTHING RETURNING proof_key`
+                          proof_at, horizon_at)
+      SELECT ${proof.proofKey}, ${proof.kind}, 'payment', ${payment.id}, ${payment.account_id}, ${proof.payer},
+             ${proof.valueAtomic}, ${payable ? 'applied' : 'refund_due'}, ${payable ? tx`now()` : null}, p.at,
+             claim_horizon_at(${proof.kind}, p.at, NULL)
+      FROM (SELECT ${new Date(proof.proofAtMs)}::timestamptz AS at) p
+      ON CONFLICT (proof_key, horizon_at) DO NOTHING RETURNING proof_key`
     if (claimed.length === 0) return { kind: 'proof_already_used' }
     if (!payable) {
       const reason =
@@ -451,10 +458,11 @@ export async function holdPaymentAuthorization(
     await tx`SELECT pg_advisory_xact_lock(3009, hashtext(lower(${proof.payer})))`
     const claimed = await tx`
       INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                          authorization_payload)
-      VALUES (${proof.proofKey}, 'eip3009', 'payment', ${payment.id}, ${payment.account_id}, ${proof.payer},
-              ${proof.valueAtomic}, 'settling', ${tx.json(proof.authorization as never)})
-      ON CONFLICT (proof_key) DO NOTHING RETURNING proof_key`
+                          authorization_payload, horizon_at)
+      SELECT ${proof.proofKey}, 'eip3009', 'payment', ${payment.id}, ${payment.account_id}, ${proof.payer},
+             ${proof.valueAtomic}, 'settling', a.auth, claim_horizon_at('eip3009', NULL, a.auth)
+      FROM (SELECT ${tx.json(proof.authorization as never)}::jsonb AS auth) a
+      ON CONFLICT (proof_key, horizon_at) DO NOTHING RETURNING proof_key`
     if (claimed.length === 0) return { kind: 'proof_already_used' }
     await addTimeline(tx, payment.id, 'authorization_received', {
       payer: proof.payer,

@@ -12,6 +12,7 @@
 // void): one still owed a refund or a settlement stays whatever its age. An unmatched inflow goes with the
 // claim that resolved it (else it would look open again); one never claimed stays for the operator.
 // Calls, ledger entries and payouts are never pruned.
+import { claimDayPartitions } from '../db/partitions.ts'
 import type { Sql } from '../db/sql.ts'
 
 export interface PruneClaims {
@@ -73,4 +74,78 @@ export async function pruneClaims(sql: Sql, q: PruneClaims): Promise<{ claims: n
     )
     SELECT (SELECT count(*) FROM gone)::int AS claims, (SELECT count(*) FROM inflows)::int AS inflows`
   return { claims: row!.claims, inflows: row!.inflows }
+}
+
+/**
+ * dropClaimDays: claim (closed) → gone, a whole day at a time (migration 0055 partitions claims by the day
+ * of the proof's own time). A day partition goes once its last instant is below both stored, propagated
+ * horizons (every verifier already refuses every proof in it, whatever its kind) and none of its claims is
+ * still owed anything. Row by row, pruneClaims needs a statement per batch and falls behind above a few
+ * thousand calls a second; a dropped partition costs the same at any rate.
+ *
+ * Why nothing open is dropped, and why it stays so between the checks and the drop:
+ * - Checked before the lock, because no closed claim becomes open again but one: an `applied` proof of a
+ *   payment still pending may still be owed back (refundHeldProofs) if that payment expires. A payment
+ *   that is not pending never is again, so a check that finds none stays true.
+ * - Checked under the lock: the open states (`claimed`, `settling`, `refund_due`, and an authorization or
+ *   permit `captured` but neither settled nor failed), each a probe of a partial index. The lock is the
+ *   parent's, taken first (the order every claim statement takes them), and held only for those probes and
+ *   the catalog changes; a short lock timeout gives up rather than queue paid calls behind it.
+ * Closed claims are `captured` (a transaction; an authorization or permit once settled or failed for
+ * good), `refunded`, `applied` and `void`: the same closed states pruneClaims deletes.
+ * The unmatched inflows those transaction claims resolved go first (else they would look open again).
+ * Returns the partitions dropped; one that was refused is tried again next run.
+ */
+export async function dropClaimDays(
+  sql: Sql,
+  q: { txPrunableBeforeMs: number | null; authPrunableBeforeMs: number | null; lockTimeoutMs?: number },
+): Promise<{ dropped: string[]; held: string[]; inflows: number }> {
+  const dropped: string[] = []
+  const held: string[] = []
+  let inflows = 0
+  if (q.txPrunableBeforeMs === null || q.authPrunableBeforeMs === null) return { dropped, held, inflows }
+  const below = Math.min(q.txPrunableBeforeMs, q.authPrunableBeforeMs)
+  for (const part of await claimDayPartitions(sql)) {
+    if (part.endMs > below) break
+    const p = sql(part.name)
+    const [pending] = await sql<{ n: number }[]>`
+      SELECT count(*)::int AS n FROM ${p} k JOIN payments m ON m.id = k.target_id
+      WHERE k.status = 'applied' AND k.target_type = 'payment' AND m.status = 'pending'`
+    if (pending!.n > 0) {
+      held.push(part.name)
+      continue
+    }
+    const [gone] = await sql<{ n: number }[]>`
+      WITH gone AS (
+        DELETE FROM unmatched_inflows u USING ${p} k
+        WHERE k.kind = 'tx' AND k.status IN ('captured', 'refunded', 'applied', 'void')
+          AND k.proof_key = 'tx:' || u.tx_hash
+        RETURNING 1)
+      SELECT count(*)::int AS n FROM gone`
+    inflows += gone!.n
+    const done = await sql
+      .begin(async (tx) => {
+        await tx`SELECT set_config('lock_timeout', ${`${q.lockTimeoutMs ?? 200}ms`}, true)`
+        await tx`LOCK TABLE ONLY claims IN ACCESS EXCLUSIVE MODE`
+        const [open] = await tx<{ open: boolean }[]>`
+        SELECT EXISTS (SELECT 1 FROM ${p} WHERE status = 'claimed')
+            OR EXISTS (SELECT 1 FROM ${p} WHERE status = 'settling')
+            OR EXISTS (SELECT 1 FROM ${p} WHERE status = 'refund_due')
+            OR EXISTS (SELECT 1 FROM ${p} WHERE kind = 'eip3009' AND status = 'captured'
+                         AND settled_at IS NULL AND settlement_error IS NULL)
+            OR EXISTS (SELECT 1 FROM ${p} WHERE kind = 'upto' AND status = 'captured'
+                         AND settled_at IS NULL AND settlement_error IS NULL) AS open`
+        if (open!.open) return false
+        await tx`ALTER TABLE claims DETACH PARTITION ${p}`
+        await tx`DROP TABLE ${p}`
+        return true
+      })
+      // Not within the lock timeout (55P03): a long statement holds claims; next run.
+      .catch((err: { code?: string }) => {
+        if (err.code === '55P03') return false
+        throw err
+      })
+    ;(done ? dropped : held).push(part.name)
+  }
+  return { dropped, held, inflows }
 }

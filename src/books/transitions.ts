@@ -261,6 +261,16 @@ export const TRANSITIONS: readonly Transition[] = [
       why: 'older than the stored retention horizon every verifier refuses (a voucher: settled, below its channel total)',
     }),
   ),
+  // The same, a whole day of proofs at a time (migration 0055: claims partitioned by the proof's day).
+  ...(['captured', 'refunded', 'applied', 'void'] as const).map(
+    (from): Transition => ({
+      record: 'claim',
+      from,
+      to: 'pruned',
+      fn: 'dropClaimDays',
+      why: 'its whole day is below both stored horizons and nothing in the day is still owed',
+    }),
+  ),
   // call: written once with its claim's capture, never updated.
   {
     record: 'call',

@@ -72,3 +72,76 @@ export async function ensurePartitions(sql: Sql, q: { nowMs: number }): Promise<
   }
   return created
 }
+
+// ── claims, by the day of the proof's own time (migration 0055) ─────────────────────────────────────────
+
+/** Days of claims partitions made ahead of today (an authorization is valid minutes ahead; the days give the
+ * hourly job many chances to make each one before it is needed). A proof with no day made waits in
+ * claims_default, pruned row by row. */
+export const CLAIM_DAYS_AHEAD = 3
+const DAY_MS = 86_400_000
+
+/** 'YYYY-MM-DD' of a time, in UTC. */
+export function dayOf(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 10)
+}
+
+export interface ClaimDayPartition {
+  /** claims_dYYYYMMDD */
+  name: string
+  /** 'YYYY-MM-DD' */
+  day: string
+  /** The first instant after the day: every proof in the partition is older. */
+  endMs: number
+}
+
+/** The day partitions of claims, oldest first (the voucher and default partitions left out). */
+export async function claimDayPartitions(db: Sql | Tx): Promise<ClaimDayPartition[]> {
+  const rows = await db<{ name: string }[]>`
+    SELECT c.relname AS name FROM pg_inherits i
+    JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = 'claims'::regclass AND c.relname ~ '^claims_d[0-9]{8}$'
+    ORDER BY c.relname`
+  return rows.map(({ name }) => {
+    const day = `${name.slice(8, 12)}-${name.slice(12, 14)}-${name.slice(14, 16)}`
+    return { name, day, endMs: Date.parse(`${day}T00:00:00Z`) + DAY_MS }
+  })
+}
+
+/**
+ * Makes the claims partitions of the days from the one holding `oldestMs` (the oldest proof time still
+ * accepted: earlier days would only be dropped again) to CLAIM_DAYS_AHEAD after `nowMs`, moving any of their
+ * rows out of claims_default. Returns the partitions created. One transaction per day, under a short lock
+ * timeout (attaching locks the default partition): a day not made while paid calls hold the table is tried
+ * again next run rather than queueing every claim behind it.
+ */
+export async function ensureClaimPartitions(
+  sql: Sql,
+  q: { nowMs: number; oldestMs: number },
+): Promise<string[]> {
+  const created: string[] = []
+  const first = Date.parse(`${dayOf(q.oldestMs)}T00:00:00Z`)
+  for (let at = first; at <= q.nowMs + CLAIM_DAYS_AHEAD * DAY_MS; at += DAY_MS) {
+    const day = dayOf(at)
+    if (await claimsDayExists(sql, day)) continue
+    const made = await sql
+      .begin(async (tx) => {
+        await tx`SET LOCAL lock_timeout = '200ms'`
+        const [row] = await tx<{ made: boolean }[]>`SELECT claims_day_partition(${day}::date) AS made`
+        return row!.made
+      })
+      .catch((err: { code?: string }) => {
+        if (err.code === '55P03') return false
+        throw err
+      })
+    if (made) created.push(`claims_d${day.replaceAll('-', '')}`)
+  }
+  return created
+}
+
+async function claimsDayExists(sql: Sql, day: string): Promise<boolean> {
+  const [row] = await sql<
+    { ok: boolean }[]
+  >`SELECT to_regclass(${`claims_d${day.replaceAll('-', '')}`}) IS NOT NULL AS ok`
+  return row!.ok
+}

@@ -32,8 +32,9 @@ async function paidCall(amount: bigint, owner: bigint): Promise<string> {
   const id = newId('call')
   const proof = `tx:0x${id.padEnd(64, '0').slice(0, 64)}`
   await sql`
-    INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status, captured_at)
-    VALUES (${proof}, 'tx', 'call', 'ep_r', 'acct_r', ${PAYER}, ${amount}, 'captured', now())`
+    INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status, captured_at,
+                        proof_at, horizon_at)
+    VALUES (${proof}, 'tx', 'call', 'ep_r', 'acct_r', ${PAYER}, ${amount}, 'captured', now(), now(), now())`
   await sql`
     INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic, fee_atomic,
                        upstream_status, method)

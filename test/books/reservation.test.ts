@@ -43,7 +43,12 @@ function auth(
     amountAtomic,
     retryWindowMs: 600_000,
     leaseMs: 30_000,
-    authorization: { from: payer, value: amountAtomic.toString() },
+    authorization: {
+      from: payer,
+      value: amountAtomic.toString(),
+      validBefore: String(Math.floor(Date.now() / 1000) + 600),
+    },
+    proofAtMs: null,
     reserve,
   }
 }

@@ -32,9 +32,9 @@ afterAll(async () => {
 async function txClaim(key: string, q: { proofAt: Date | null; claimedAt: Date; status?: string }) {
   await sql`
     INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                        claimed_at, captured_at, proof_at)
+                        claimed_at, captured_at, proof_at, horizon_at)
     VALUES (${key}, 'tx', 'call', 'ep_h', 'acct_h', '0xpayer', 1000, ${q.status ?? 'captured'},
-            ${q.claimedAt}, ${q.claimedAt}, ${q.proofAt})`
+            ${q.claimedAt}, ${q.claimedAt}, ${q.proofAt}, coalesce(${q.proofAt}::timestamptz, ${q.claimedAt}::timestamptz))`
 }
 
 const left = async (prefix: string) =>
@@ -99,9 +99,9 @@ describe('retention by a stored horizon', () => {
     ] as const) {
       await sql`
         INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                            captured_at, settled_at)
+                            captured_at, settled_at, horizon_at)
         VALUES (${`batch:0xch:${cum}`}, 'batch', 'call', 'ep_h', 'acct_h', '0xpayer', 1000, ${status},
-                now(), ${settledAt})`
+                now(), ${settledAt}, 'infinity')`
     }
     await sql`
       INSERT INTO batch_channels (channel_id, config, payer, balance_atomic, charged_atomic, claimed_atomic)
@@ -109,9 +109,9 @@ describe('retention by a stored horizon', () => {
     // Served, not yet claimed on chain (unpaid); in doubt ('claimed'): both stay.
     await sql`
       INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                          captured_at)
-      VALUES ('batch:0xcu:1000', 'batch', 'call', 'ep_h', 'acct_h', '0xpayer', 1000, 'captured', now()),
-             ('batch:0xcu:2000', 'batch', 'call', 'ep_h', 'acct_h', '0xpayer', 1000, 'claimed', NULL)`
+                          captured_at, horizon_at)
+      VALUES ('batch:0xcu:1000', 'batch', 'call', 'ep_h', 'acct_h', '0xpayer', 1000, 'captured', now(), 'infinity'),
+             ('batch:0xcu:2000', 'batch', 'call', 'ep_h', 'acct_h', '0xpayer', 1000, 'claimed', NULL, 'infinity')`
     await pruneHistory({ sql, config }, { propagationMs: 0 })
     expect(await left('batch:')).toEqual(['batch:0xch:3000', 'batch:0xcu:1000', 'batch:0xcu:2000'])
   })

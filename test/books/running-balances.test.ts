@@ -62,9 +62,9 @@ async function x402Calls(owner: Owner, n: number): Promise<string[]> {
   const keys = Array.from({ length: n }, () => `auth:31337:usdc:0xpayer:${newId('call')}`)
   await svc.sql`
     INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                        retry_until, authorization_payload)
+                        retry_until, authorization_payload, horizon_at)
     SELECT k, 'eip3009', 'call', 'ep_x402', ${owner.accountId}, ${payers[0]!.address}, 20000, 'claimed',
-           now() + interval '10 minutes', '{}'::jsonb
+           now() + interval '10 minutes', '{}'::jsonb, now()
     FROM unnest(${keys}::text[]) AS t(k)`
   const captures: Capture[] = keys.map((k) => ({
     callId: newId('call'),
@@ -107,8 +107,9 @@ describe('running balances', () => {
     ])
     await svc.sql`
       INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                          retry_until)
-      SELECT k, 'tx', 'call', 'ep_seeded', ${owners[1]!.accountId}, payer, amt, 'claimed', now() - interval '1 second'
+                          retry_until, horizon_at)
+      SELECT k, 'tx', 'call', 'ep_seeded', ${owners[1]!.accountId}, payer, amt, 'claimed', now() - interval '1 second',
+             now()
       FROM unnest(${refundHashes.map((h) => `tx:${h.toLowerCase()}`)}::text[],
                   ${[payers[0]!.address, payers[1]!.address]}::text[], ${['70000', '90000']}::bigint[])
         AS t(k, payer, amt)`

@@ -33,6 +33,7 @@ afterAll(async () => {
 
 let n = 0
 let key = ''
+const BLOCK_AT_MS = Date.now() - 60_000
 beforeEach(() => {
   key = `tx:0x${(++n).toString(16).padStart(64, '0')}${Date.now()}`
 })
@@ -41,6 +42,8 @@ function request(o: Partial<ClaimRequest> = {}): ClaimRequest {
   return {
     proofKey: key,
     kind: 'tx',
+    // The proof's block time: the same for every presentation of one proof, as the chain says.
+    proofAtMs: BLOCK_AT_MS,
     targetType: 'call',
     targetId: 'ep_1',
     accountId: ACCOUNT,
@@ -119,7 +122,14 @@ describe('claim and capture', () => {
   })
 
   it('capture of a voided claim changes nothing and says why', async () => {
-    await claimProof(sql, request({ kind: 'eip3009' }))
+    await claimProof(
+      sql,
+      request({
+        kind: 'eip3009',
+        proofAtMs: null,
+        authorization: { validBefore: String(Math.floor(Date.now() / 1000) + 600) },
+      }),
+    )
     await age({ windowOver: true, leaseOver: true })
     expect(await voidClaim(sql, { proofKey: key })).toMatchObject({ ok: true, n: 1 })
     expect(await captureClaim(sql, capture())).toEqual({ ok: false, reason: 'wrong_state', status: 'void' })
@@ -127,7 +137,14 @@ describe('claim and capture', () => {
   })
 
   it('an x402 capture writes the call but books no revenue until settlement books it, once', async () => {
-    await claimProof(sql, request({ kind: 'eip3009' }))
+    await claimProof(
+      sql,
+      request({
+        kind: 'eip3009',
+        proofAtMs: null,
+        authorization: { validBefore: String(Math.floor(Date.now() / 1000) + 600) },
+      }),
+    )
     expect(await captureClaim(sql, capture())).toEqual({ ok: true })
     expect(await counts()).toEqual({ calls: 1, entries: 0 })
     expect(await bookCallRevenue(sql, { proofKeys: [key] })).toBe(1)

@@ -15,6 +15,8 @@ import { waitFor } from '../helpers/wait-for.ts'
 
 const ACCOUNT = 'acct_unacknowledged'
 
+const BLOCK_AT_MS = Date.now() - 60_000
+
 function request(proofKey: string): ClaimRequest {
   return {
     proofKey,
@@ -27,6 +29,8 @@ function request(proofKey: string): ClaimRequest {
     retryWindowMs: 600_000,
     leaseMs: 30_000,
     authorization: null,
+    // The proof's block time: the same for every presentation of one proof, as the chain says.
+    proofAtMs: BLOCK_AT_MS,
   }
 }
 
@@ -89,9 +93,9 @@ describe.runIf(usingServer)('a claim written without an answer', () => {
   it('leaves alone a claim taken over since, and one that was never written', async () => {
     const key = `tx:0x${'cd'.repeat(32)}`
     await direct`INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic,
-                                     status, retry_until, lease_until, attempts, releases, attempt_token)
+                                     status, retry_until, lease_until, attempts, releases, attempt_token, horizon_at)
       VALUES (${key}, 'tx', 'call', 'ep_1', ${ACCOUNT}, '0x22', 10000, 'claimed', now() + interval '10 minutes',
-              now() + interval '30 seconds', 2, 1, 'later-attempt')`
+              now() + interval '30 seconds', 2, 1, 'later-attempt', now())`
     const n = await releaseUnacknowledgedClaims(direct, [
       { proofKey: key, token: 'earlier-attempt' },
       { proofKey: 'tx:never-written', token: 'earlier-attempt' },

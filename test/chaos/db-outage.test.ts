@@ -13,6 +13,8 @@ import { isDatabaseUnavailable } from '../../src/db/unavailable.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 import { type PgCluster, startPgCluster } from './pg-cluster.ts'
 
+const BLOCK_AT_MS = Date.now() - 60_000
+
 function claimRequest(proofKey: string): ClaimRequest {
   return {
     proofKey,
@@ -25,7 +27,8 @@ function claimRequest(proofKey: string): ClaimRequest {
     retryWindowMs: 600_000,
     leaseMs: 30_000,
     authorization: null,
-    proofAtMs: Date.now(),
+    // The proof's block time: the same for every presentation of one proof, as the chain says.
+    proofAtMs: BLOCK_AT_MS,
   }
 }
 

@@ -272,6 +272,7 @@ describe('edge cases', () => {
       payer: payer.address,
       valueAtomic: 5_000_000n,
       transaction: hash,
+      proofAtMs: Date.now(),
     }
     const view = {
       publicUrl: svc.url,

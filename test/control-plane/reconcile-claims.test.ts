@@ -28,9 +28,9 @@ async function fabricate(o: {
 }) {
   await svc.sql`
     INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                        attempts, releases, retry_until, captured_at)
+                        attempts, releases, retry_until, captured_at, horizon_at)
     VALUES (${o.key}, 'eip3009', 'call', 'ep_x', 'acct_x', ${PAYER}, 1000, ${o.status}, ${o.attempts},
-            ${o.releases}, now() + interval '10 minutes', ${o.status === 'captured' ? new Date() : null})`
+            ${o.releases}, now() + interval '10 minutes', ${o.status === 'captured' ? new Date() : null}, now())`
   if (o.call) {
     await svc.sql`
       INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,

@@ -169,11 +169,11 @@ describe('retention', () => {
       await svc.sql`
         INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
                             retry_until, authorization_payload, claimed_at, captured_at, settled_at,
-                            settlement_error)
+                            settlement_error, horizon_at)
         VALUES (${`auth:retention:${suffix}`}, 'eip3009', 'call', 'ep_ret', ${merchant.account.id}, '0xpayer',
                 10000, ${status}, now() - interval '50 minutes', ${JSON.stringify({ validBefore: String(validBefore) })}::text::jsonb,
                 now() - interval '1 hour', now() - interval '1 hour',
-                ${settled ? new Date(Date.now() - 3_000_000) : null}, ${error})`
+                ${settled ? new Date(Date.now() - 3_000_000) : null}, ${error}, to_timestamp(${validBefore}))`
     }
     const kept = cases
       .filter((c) => !c[5])

@@ -45,6 +45,7 @@ async function servedCall(permit: StoredUptoPermit, charge: bigint): Promise<str
   const claimed = await claimProof(svc.sql, {
     proofKey,
     kind: 'upto',
+    proofAtMs: null,
     targetType: 'call',
     targetId: 'ep_upto',
     accountId: merchant.account.id,

@@ -36,9 +36,9 @@ describe('operational gauges', () => {
     await sql`INSERT INTO events (id, account_id, type, data, created_at)
       VALUES ('evt_ops_old', 'acct_ops', 'payment.received', '{}', now() - interval '1 hour')`
     await sql`INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic,
-        status, claimed_at, captured_at)
+        status, claimed_at, captured_at, horizon_at)
       VALUES ('auth:ops', 'eip3009', 'call', 'call_ops', 'acct_ops', '0x0000000000000000000000000000000000000001',
-        1000, 'captured', now() - interval '20 minutes', now() - interval '20 minutes')`
+        1000, 'captured', now() - interval '20 minutes', now() - interval '20 minutes', now())`
     await sql`INSERT INTO payouts (id, wallet, amount_atomic, status, created_at)
       VALUES ('po_ops', '0x0000000000000000000000000000000000000002', 5000, 'submitted', now() - interval '40 minutes')`
     await sql`INSERT INTO ledger_entries (account_id, kind, wallet, amount_atomic, source_type, source_id)

@@ -126,8 +126,8 @@ export async function captureCalls(
     const chunk = calls.slice(i, i + 1000)
     await sql`
       INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                          retry_until)
-      SELECT k, 'tx', 'call', 'ep_seeded', acct, payer, amt, 'claimed', now() + interval '10 minutes'
+                          retry_until, proof_at, horizon_at)
+      SELECT k, 'tx', 'call', 'ep_seeded', acct, payer, amt, 'claimed', now() + interval '10 minutes', now(), now()
       FROM unnest(${chunk.map((c) => `tx:${c.hash.toLowerCase()}`)}::text[],
                   ${chunk.map((c) => c.owner.accountId)}::text[], ${chunk.map((c) => c.payer)}::text[],
                   ${chunk.map((c) => c.amount.toString())}::bigint[]) AS t(k, acct, payer, amt)`

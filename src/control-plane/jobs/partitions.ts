@@ -1,10 +1,11 @@
 // The month partitions of the per-call history (migration 0041), on the leader: `partitions` makes the
-// current and next two months and moves rows that fell into a default partition into their month;
+// current and next two months and moves rows that fell into a default partition into their month, and the
+// day partitions of claims (migration 0055) from the oldest accepted proof to three days ahead;
 // `history-archive` (retention by partitions, retention.archive_after_months > 0) archives months older than
 // that to files and drops them whole (src/books/archive.ts), never row by row. A month whose money is still
 // open is left for a later run.
 import { ArchiveRefused, archiveMonths } from '../../books/archive.ts'
-import { addMonths, ensurePartitions, monthOf } from '../../db/partitions.ts'
+import { addMonths, ensureClaimPartitions, ensurePartitions, monthOf } from '../../db/partitions.ts'
 import type { BackgroundModule, JobDeps } from './runner.ts'
 
 export async function archiveOldMonths(
@@ -32,7 +33,12 @@ export function createPartitionJobs(deps: JobDeps, now: () => number = Date.now)
         name: 'partitions',
         intervalMs: interval,
         run: async () => {
-          const created = await ensurePartitions(deps.sql, { nowMs: now() })
+          const nowMs = now()
+          const created = await ensurePartitions(deps.sql, { nowMs })
+          // Claims by the day of their proof's time, from the oldest transaction still accepted.
+          const { chain, retention } = deps.config
+          const oldestMs = nowMs - chain.max_proof_age_ms - retention.claims_margin_ms
+          created.push(...(await ensureClaimPartitions(deps.sql, { nowMs, oldestMs })))
           if (created.length > 0) deps.logger.info('history partitions created', { created })
           return { created }
         },

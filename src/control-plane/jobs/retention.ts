@@ -4,7 +4,7 @@
 // unmatched inflows they resolved), settled voucher calls below their channel's charged total
 // (src/books/retention.ts says why each keeps a proof paying once). Calls, ledger entries and payouts are
 // kept: they are the owner's history.
-import { pruneClaims } from '../../books/retention.ts'
+import { dropClaimDays, pruneClaims } from '../../books/retention.ts'
 import { advanceHorizon, horizonPropagationMs } from '../../db/proof-horizons.ts'
 import {
   pruneEvents,
@@ -15,6 +15,9 @@ import {
 import type { BackgroundModule, JobDeps } from './runner.ts'
 
 export interface Pruned {
+  /** Day partitions of claims dropped whole, and those below the horizons kept for a claim still open. */
+  claim_days_dropped: string[]
+  claim_days_held: string[]
   idempotency_keys: number
   webhook_deliveries: number
   events: number
@@ -71,8 +74,16 @@ export async function pruneHistory(
     options.propagationMs ?? horizonPropagationMs(r.horizon_refresh_ms),
     options.nowMs ?? Date.now(),
   )
-  let unmatchedInflows = 0
+  // Whole days first: what is left below the horizons afterwards (vouchers, the default partition, a day held
+  // by a claim still open) goes row by row.
+  const days = await dropClaimDays(sql, {
+    txPrunableBeforeMs: horizons.tx,
+    authPrunableBeforeMs: horizons.auth,
+  })
+  let unmatchedInflows = days.inflows
   return {
+    claim_days_dropped: days.dropped,
+    claim_days_held: days.held,
     idempotency_keys: await drain(r.max_batches, batch, () => pruneIdempotencyKeys(sql, { batch })),
     // Deliveries before events: an event goes only once no delivery refers to it.
     webhook_deliveries: await drain(r.max_batches, batch, () =>
@@ -107,7 +118,8 @@ export function createRetentionJobs(deps: JobDeps): BackgroundModule {
         intervalMs: deps.config.retention.interval_ms,
         run: async () => {
           const pruned = await pruneHistory(deps)
-          if (Object.values(pruned).some((n) => n > 0)) deps.logger.info('history pruned', { ...pruned })
+          const any = Object.values(pruned).some((n) => (Array.isArray(n) ? n.length > 0 : n > 0))
+          if (any) deps.logger.info('history pruned', { ...pruned })
           return pruned
         },
       },
