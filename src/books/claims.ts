@@ -48,7 +48,8 @@ export interface ClaimRequest {
  * something else, was captured, is in doubt (lease ran out without a release), or its window is over.
  */
 export type ClaimResult =
-  | { outcome: 'won'; attempt: number }
+  /** horizonAt: the claim's partition key as PostgreSQL prints it, for its capture (Capture.horizonAt). */
+  | { outcome: 'won'; attempt: number; horizonAt: string }
   | { outcome: 'busy' }
   | { outcome: 'used' }
   | { outcome: 'insufficient_funds' }
@@ -80,6 +81,8 @@ export interface Capture {
   settlement?: { hash: string; index: number; count: number } | null
   /** The MCP tool a paid `tools/call` named. */
   tool?: string | null
+  /** The claim's horizon_at as its claim returned it: the capture then touches that day's partition only. */
+  horizonAt?: string | null
 }
 
 export interface CapturePricing {
@@ -120,20 +123,28 @@ export async function claimAndCapture(
   const c = batch.captures
   const capturesDoc = capturesJson(c)
   const claimsDoc = claimsJson(r)
-  const rows = await db<{ what: 'claim' | 'capture' | 'short'; proof_key: string; attempts: number }[]>`
+  const rows = await db<
+    { what: 'claim' | 'capture' | 'short'; proof_key: string; attempts: number; horizon_at: string | null }[]
+  >`
     WITH cap AS (
-      SELECT * FROM json_to_recordset(${capturesDoc}::text::json)
+      SELECT t.*,
+             -- The claim's day partition (migration 0055): the capture probes that one partition only. A
+             -- capture that does not know it (none the data plane makes) finds it by its proof key.
+             coalesce(t.known_horizon_at, (SELECT k.horizon_at FROM claims k WHERE k.proof_key = t.proof_key
+                                            AND k.status = 'claimed' LIMIT 1)) AS horizon_at
+      FROM json_to_recordset(${capturesDoc}::text::json)
         AS t(call_id text, proof_key text, endpoint_id text, account_id text, owner_wallet text, payer text,
              amount bigint, owner_share bigint, fee bigint, status int, method text, pricing_model text,
              usage_unit text, usage jsonb, ceiling bigint, refund bigint, scheme text, receipt_id text,
-             tool text, settlement_tx text, settlement_index int, settlement_count int)
+             tool text, settlement_tx text, settlement_index int, settlement_count int,
+             known_horizon_at timestamptz)
     ),
     captured AS (
       -- A claimed claim has no settlement_tx: a capture settled before the answer brings its own.
       UPDATE claims k SET status = 'captured', captured_at = now(), lease_until = NULL,
                           settlement_tx = i.settlement_tx, settlement_index = i.settlement_index,
                           settlement_count = i.settlement_count
-      FROM cap i WHERE k.proof_key = i.proof_key AND k.status = 'claimed'
+      FROM cap i WHERE k.proof_key = i.proof_key AND k.horizon_at = i.horizon_at AND k.status = 'claimed'
       RETURNING k.proof_key, k.kind
     ),
     -- The number of this statement's revenue entries (migration 0050), taken only if a transaction-hash
@@ -212,7 +223,7 @@ export async function claimAndCapture(
             attempt_token = EXCLUDED.attempt_token
         WHERE claims.status = 'claimed' AND claims.target_id = EXCLUDED.target_id
           AND claims.retry_until > now() AND claims.releases = claims.attempts
-      RETURNING proof_key, attempts
+      RETURNING proof_key, attempts, horizon_at
     ),
     -- Refused for funds, and not spent or held by anyone (those answer used or busy, as without funds).
     short AS (
@@ -220,17 +231,17 @@ export async function claimAndCapture(
         SELECT 1 FROM claims k WHERE k.proof_key = c.proof_key
           AND NOT (k.status = 'claimed' AND k.lease_until IS NULL AND k.releases = k.attempts))
     )
-    SELECT 'claim' AS what, proof_key, attempts FROM won
+    SELECT 'claim' AS what, proof_key, attempts, horizon_at::text FROM won
     UNION ALL
-    SELECT 'capture', proof_key, 0 FROM captured
+    SELECT 'capture', proof_key, 0, NULL FROM captured
     UNION ALL
-    SELECT 'short', proof_key, 0 FROM short`
+    SELECT 'short', proof_key, 0, NULL FROM short`
   // (new_calls and revenue run although nothing reads them: PostgreSQL always completes a modifying CTE.)
-  const won = new Map<string, number>()
+  const won = new Map<string, { attempt: number; horizonAt: string }>()
   const captured = new Set<string>()
   const short = new Set<string>()
   for (const row of rows) {
-    if (row.what === 'claim') won.set(row.proof_key, row.attempts)
+    if (row.what === 'claim') won.set(row.proof_key, { attempt: row.attempts, horizonAt: row.horizon_at! })
     else if (row.what === 'capture') captured.add(row.proof_key)
     else short.add(row.proof_key)
   }
@@ -248,7 +259,7 @@ export async function claimAndCapture(
   }
   const claims: ClaimResult[] = r.map((x) => {
     const attempt = won.get(x.proofKey)
-    if (attempt !== undefined) return { outcome: 'won', attempt }
+    if (attempt !== undefined) return { outcome: 'won', ...attempt }
     if (short.has(x.proofKey)) return { outcome: 'insufficient_funds' }
     return { outcome: busy.has(x.proofKey) ? 'busy' : 'used' }
   })
@@ -282,6 +293,7 @@ function capturesJson(c: Capture[]): string {
       settlement_tx: x.settlement?.hash ?? null,
       settlement_index: x.settlement?.index ?? null,
       settlement_count: x.settlement?.count ?? null,
+      known_horizon_at: x.horizonAt ?? null,
     })),
   )
 }

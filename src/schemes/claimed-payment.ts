@@ -70,6 +70,8 @@ export class ClaimedPayment implements Payment {
   readonly transaction: string | null
   /** The claim attempt this request holds (its release names it). */
   attempt = 0
+  /** The claim's partition key, as its claim returned it: the capture goes straight to that partition. */
+  private horizonAt: string | null = null
   /** The receipt once settled before the answer (set by capture() when its endpoint asks for it). */
   private settling: Promise<[string, string]> | null = null
 
@@ -107,7 +109,10 @@ export class ClaimedPayment implements Payment {
       .then((result) => {
         if (result.outcome === 'used') this.deps.usedProofs.set(this.proofKey, true)
         if (result.outcome === 'insufficient_funds') i.onInsufficientFunds?.()
-        if (result.outcome === 'won') this.attempt = result.attempt
+        if (result.outcome === 'won') {
+          this.attempt = result.attempt
+          this.horizonAt = result.horizonAt
+        }
         return result.outcome
       })
   }
@@ -141,6 +146,7 @@ export class ClaimedPayment implements Payment {
       scheme: this.scheme,
       receiptId: call.receiptId,
       tool: call.tool ?? null,
+      horizonAt: this.horizonAt,
     }
     // Settled before the answer: the settler writes the capture itself, in any case, with the hash of the
     // transaction that carries the authorization when it signed one.

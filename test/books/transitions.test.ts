@@ -111,13 +111,27 @@ describe('the transition table', () => {
 
 describe('claim and capture', () => {
   it('a claimed proof is captured once: call row and revenue once, the second capture is refused', async () => {
-    expect(await claimProof(sql, request())).toEqual({ outcome: 'won', attempt: 1 })
+    expect(await claimProof(sql, request())).toEqual({
+      outcome: 'won',
+      attempt: 1,
+      horizonAt: expect.any(String),
+    })
     expect(await captureClaim(sql, capture())).toEqual({ ok: true })
     expect(await captureClaim(sql, capture())).toEqual({
       ok: false,
       reason: 'wrong_state',
       status: 'captured',
     })
+    expect(await counts()).toEqual({ calls: 1, entries: 2 })
+  })
+
+  it("a capture naming its claim's partition key applies there; a wrong key applies nothing", async () => {
+    const won = await claimProof(sql, request())
+    if (won.outcome !== 'won') throw new Error(`claim: ${won.outcome}`)
+    const other = new Date(BLOCK_AT_MS - 86_400_000).toISOString()
+    expect(await captureClaim(sql, capture({ horizonAt: other }))).toMatchObject({ ok: false })
+    expect(await counts()).toEqual({ calls: 0, entries: 0 })
+    expect(await captureClaim(sql, capture({ horizonAt: won.horizonAt }))).toEqual({ ok: true })
     expect(await counts()).toEqual({ calls: 1, entries: 2 })
   })
 
@@ -167,7 +181,11 @@ describe('release and retry', () => {
       reason: 'not_held',
       status: 'claimed',
     })
-    expect(await claimProof(sql, request())).toEqual({ outcome: 'won', attempt: 2 })
+    expect(await claimProof(sql, request())).toEqual({
+      outcome: 'won',
+      attempt: 2,
+      horizonAt: expect.any(String),
+    })
     expect(await claimProof(sql, request())).toEqual({ outcome: 'busy' })
     expect(await claimRow()).toEqual({ status: 'claimed', attempts: 2, releases: 1 })
   })
