@@ -44,17 +44,28 @@ for (const perBatch of layouts) {
       },
       { entries: rows, callsPerBatch: perBatch, log: () => {} },
     )
-    const [s] = await sql<{ calls: string; ledger: string; entries: string; total: string }[]>`
+    const [s] = await sql<
+      { calls: string; ledger: string; claims: string; entries: string; total: string }[]
+    >`
       SELECT (SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('calls'))::text AS calls,
+             (SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('claims'))::text AS claims,
              (SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('ledger_entries'))::text AS ledger,
              (SELECT count(*) FROM ledger_entries)::text AS entries,
              (SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c
                WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace)::text AS total`
     const perCall = (bytes: string) => Math.round(Number(bytes) / calls)
+    // Every table (a partitioned one as the sum of its partitions) above 1 byte per call.
+    const tables = await sql<{ name: string; bytes: string }[]>`
+      SELECT coalesce(i.inhparent::regclass::text, c.relname) AS name, sum(pg_total_relation_size(c.oid))::text AS bytes
+      FROM pg_class c LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
+      WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace
+      GROUP BY 1 HAVING sum(pg_total_relation_size(c.oid)) > ${calls} ORDER BY 2 DESC`
     process.stdout.write(
       `${perBatch === 0 ? 'per call' : `batches of ${perBatch}`}: ${calls.toLocaleString('en')} calls, ` +
         `${Number(s!.entries).toLocaleString('en')} entries; bytes per call: calls ${perCall(s!.calls)}, ` +
-        `ledger_entries ${perCall(s!.ledger)}, all tables ${perCall(s!.total)} (as many MB per million calls)\n`,
+        `ledger_entries ${perCall(s!.ledger)}, all tables ${perCall(s!.total)} (as many MB per million calls); ` +
+        `of which claims ${perCall(s!.claims)}, which leave a day at a time once below the horizon\n` +
+        `  by table: ${tables.map((t) => `${t.name} ${perCall(t.bytes)}`).join(', ')}\n`,
     )
   } finally {
     await sql.end({ timeout: 5 })
