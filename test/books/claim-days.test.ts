@@ -4,10 +4,12 @@
 // proof keeps it), the inflows its claims resolved go with it, and vouchers and the default partition are
 // never dropped by day.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { claimAndCapture } from '../../src/books/claims.ts'
 import { dropClaimDays } from '../../src/books/retention.ts'
+import { migrate } from '../../src/db/migrate.ts'
 import { claimDayPartitions, dayOf, ensureClaimPartitions } from '../../src/db/partitions.ts'
-import type { Sql } from '../../src/db/sql.ts'
-import { migratedDatabase } from '../helpers/database.ts'
+import { createSql, type Sql } from '../../src/db/sql.ts'
+import { freshDatabaseUrl, migratedDatabase, usingServer } from '../helpers/database.ts'
 
 const DAY = 86_400_000
 let db: Awaited<ReturnType<typeof migratedDatabase>>
@@ -178,5 +180,119 @@ describe('claims by the day of their proof', () => {
     })
     expect(later.dropped).toEqual([dayName(openDay!), dayName(heldDay!), dayName(settlingDay!)])
     expect(later.held).toEqual([])
+  })
+})
+
+// Under intake: paid calls are claimed and captured in today's partition, on their own connections, while
+// the leader drops old days beside them. Nothing of the intake fails or waits on the drop for long, and
+// what is still owed stays.
+describe.runIf(usingServer)('claims by day, dropped under intake', () => {
+  it('drops closed days while claims are written; nothing open goes, no claim fails', async () => {
+    const url = (await freshDatabaseUrl())!
+    const intake = createSql(url, { max: 4 })
+    const jobs = createSql(url, { max: 1 })
+    try {
+      await migrate(jobs)
+      const now = Date.now()
+      const days = [12, 11, 10, 9, 8].map((d) => now - d * DAY)
+      for (const at of days) await jobs`SELECT claims_day_partition(${dayOf(at)}::date)`
+      // 2,000 closed claims a day, and one in-doubt claim on the last day.
+      for (const at of days) {
+        await jobs`
+          INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
+                              proof_at, captured_at, horizon_at)
+          SELECT 'tx:old' || ${at} || ':' || g, 'tx', 'call', 'ep_i', 'acct_i', '0xpayer', 1000, 'captured',
+                 ${new Date(at)}, now(), ${new Date(at)}
+          FROM generate_series(1, 2000) g`
+      }
+      const held = days.at(-1)!
+      await jobs`
+        INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
+                            proof_at, retry_until, horizon_at)
+        VALUES ('tx:in-doubt', 'tx', 'call', 'ep_i', 'acct_i', '0xpayer', 1000, 'claimed', ${new Date(held)},
+                now() + interval '10 minutes', ${new Date(held)})`
+
+      let stop = false
+      let written = 0
+      let slowest = 0
+      const errors: unknown[] = []
+      const writer = async (w: number) => {
+        for (let i = 0; !stop; i++) {
+          const keys = Array.from({ length: 20 }, (_, j) => `tx:new:${w}:${i}:${j}`)
+          const blockAt = now - 60_000
+          const t0 = performance.now()
+          try {
+            const claimed = await claimAndCapture(intake, {
+              claims: keys.map((proofKey) => ({
+                proofKey,
+                kind: 'tx' as const,
+                proofAtMs: blockAt,
+                targetType: 'call' as const,
+                targetId: 'ep_i',
+                accountId: 'acct_i',
+                payer: '0xpayer',
+                amountAtomic: 1000n,
+                retryWindowMs: 600_000,
+                leaseMs: 30_000,
+                authorization: null,
+              })),
+              captures: [],
+            })
+            await claimAndCapture(intake, {
+              claims: [],
+              captures: keys.map((proofKey, j) => ({
+                callId: `call_${w}_${i}_${j}`,
+                proofKey,
+                endpointId: 'ep_i',
+                accountId: 'acct_i',
+                ownerWallet: '0x1111111111111111111111111111111111111111',
+                payer: '0xpayer',
+                amountAtomic: 1000n,
+                ownerShareAtomic: 950n,
+                feeAtomic: 50n,
+                upstreamStatus: 200,
+                method: 'GET',
+                horizonAt: (claimed.claims[j] as { horizonAt?: string }).horizonAt ?? null,
+              })),
+            })
+            written += keys.length
+          } catch (err) {
+            errors.push(err)
+          }
+          slowest = Math.max(slowest, performance.now() - t0)
+        }
+      }
+      const writers = [0, 1, 2].map(writer)
+      const dropped: string[] = []
+      const heldDays: string[] = []
+      for (let round = 0; round < 5; round++) {
+        await new Promise((r) => setTimeout(r, 200))
+        const r = await dropClaimDays(jobs, {
+          txPrunableBeforeMs: now - 7 * DAY,
+          authPrunableBeforeMs: now - 7 * DAY,
+        })
+        dropped.push(...r.dropped)
+        heldDays.push(...r.held)
+      }
+      stop = true
+      await Promise.all(writers)
+
+      expect(errors).toEqual([])
+      expect(written).toBeGreaterThan(0)
+      expect(new Set(dropped)).toEqual(new Set(days.slice(0, 4).map(dayName)))
+      expect(heldDays).toContain(dayName(held))
+      // Every claim of the intake is there and captured, with its one call.
+      const [n] = await jobs<{ claims: number; captured: number; calls: number }[]>`
+        SELECT (SELECT count(*) FROM claims WHERE proof_key LIKE 'tx:new:%')::int AS claims,
+               (SELECT count(*) FROM claims WHERE proof_key LIKE 'tx:new:%' AND status = 'captured')::int AS captured,
+               (SELECT count(*) FROM calls WHERE proof_key LIKE 'tx:new:%')::int AS calls`
+      expect(n).toEqual({ claims: written, captured: written, calls: written })
+      expect(await jobs`SELECT 1 FROM claims WHERE proof_key = 'tx:in-doubt'`).toHaveLength(1)
+      // The drop waits for a lock at most its 200 ms timeout and holds it for catalog changes only.
+      expect(slowest).toBeLessThan(2_000)
+    } finally {
+      await intake.end({ timeout: 1 })
+      await jobs.end({ timeout: 1 })
+    }
   })
 })
