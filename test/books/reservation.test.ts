@@ -97,7 +97,11 @@ describe('x402 exact reservation', () => {
     const p = payerAddress()
     const read = { balanceAtomic: 10_000n, block: 100n }
     const first = auth(p, 10_000n, read)
-    expect(await claimProof(sql, first)).toEqual({ outcome: 'won', attempt: 1, horizonAt: expect.any(String) })
+    expect(await claimProof(sql, first)).toEqual({
+      outcome: 'won',
+      attempt: 1,
+      horizonAt: expect.any(String),
+    })
     expect(await outcome(auth(p, 10_000n, read))).toBe('insufficient_funds')
     expect((await releaseClaim(sql, { proofKey: first.proofKey, attempt: 1 })).ok).toBe(true)
     // Released: another authorization of the payer takes the money, and the retry is refused for funds.

@@ -86,7 +86,11 @@ describe.runIf(usingServer)('a claim written without an answer', () => {
     await waitFor(() => released === 1, { what: 'the unanswered claim released', timeoutMs: 10_000 })
     expect(await claimRow(key)).toEqual({ status: 'claimed', attempts: 1, releases: 1 })
     // The payer's retry takes the proof over at once.
-    expect(await writer.claim(request(key))).toEqual({ outcome: 'won', attempt: 2, horizonAt: expect.any(String) })
+    expect(await writer.claim(request(key))).toEqual({
+      outcome: 'won',
+      attempt: 2,
+      horizonAt: expect.any(String),
+    })
     await writer.drain()
   })
 
