@@ -38,12 +38,13 @@ function backendCpuUs(pid: number): number {
 }
 
 let serial = 0
+const BLOCK_AT_MS = Date.now() - 60_000
 function claim(): ClaimRequest {
   serial++
   return {
     proofKey: `tx:0x${serial.toString(16).padStart(64, '0')}`,
     kind: 'tx',
-    proofAtMs: Date.now(),
+    proofAtMs: BLOCK_AT_MS,
     targetType: 'call',
     targetId: `call_${serial}`,
     accountId: 'acct_1',
@@ -54,7 +55,7 @@ function claim(): ClaimRequest {
     authorization: null,
   }
 }
-function captureOf(c: ClaimRequest): Capture {
+function captureOf(c: ClaimRequest, horizonAt: string | null): Capture {
   return {
     callId: c.targetId,
     proofKey: c.proofKey,
@@ -67,6 +68,8 @@ function captureOf(c: ClaimRequest): Capture {
     feeAtomic: 500n,
     upstreamStatus: 200,
     method: 'GET',
+    // As the data plane does: the claim's day partition, so the capture probes that one.
+    horizonAt,
   }
 }
 
@@ -78,13 +81,16 @@ try {
   const pid = backend!.pid
   const out = []
   for (const size of sizes) {
-    let open: ClaimRequest[] = []
+    let open: Capture[] = []
     const run = async () => {
       const claims = Array.from({ length: size }, claim)
-      const r = await claimAndCapture(sql, { claims, captures: open.map(captureOf) })
-      if (r.claims.some((c) => c.outcome !== 'won') || r.captured.size !== open.length)
-        throw new Error('refused')
-      open = claims
+      const r = await claimAndCapture(sql, { claims, captures: open })
+      if (r.captured.size !== open.length) throw new Error('refused')
+      open = claims.map((c, i) => {
+        const won = r.claims[i]!
+        if (won.outcome !== 'won') throw new Error('refused')
+        return captureOf(c, won.horizonAt)
+      })
     }
     for (let i = 0; i < 20; i++) await run() // warm: plans cached, pages in memory
     const cpu0 = backendCpuUs(pid)

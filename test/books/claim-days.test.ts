@@ -86,14 +86,12 @@ describe('claims by the day of their proof', () => {
     const vb = String(Math.floor(ahead / 1000))
     expect(await claim({ key: 'auth:d-ahead', kind: 'eip3009', auth: { validBefore: vb } })).toBe(true)
     expect(await partitionOf('auth:d-ahead')).toEqual(['claims_default'])
-    const created = await ensureClaimPartitions(sql, { nowMs: ahead - 2 * DAY, oldestMs: ahead - 2 * DAY })
+    const created = await ensureClaimPartitions(sql, { nowMs: ahead - DAY, oldestMs: ahead - DAY })
     expect(created).toContain(dayName(ahead))
     expect(await partitionOf('auth:d-ahead')).toEqual([dayName(ahead)])
     expect(await claim({ key: 'auth:d-ahead', kind: 'eip3009', auth: { validBefore: vb } })).toBe(false)
     // Idempotent.
-    expect(await ensureClaimPartitions(sql, { nowMs: ahead - 2 * DAY, oldestMs: ahead - 2 * DAY })).toEqual(
-      [],
-    )
+    expect(await ensureClaimPartitions(sql, { nowMs: ahead - DAY, oldestMs: ahead - DAY })).toEqual([])
   })
 
   it('drops a day below both horizons whole, unless something in it is still owed', async () => {

@@ -1,6 +1,6 @@
 // The month partitions of the per-call history (migration 0041), on the leader: `partitions` makes the
 // current and next two months and moves rows that fell into a default partition into their month, and the
-// day partitions of claims (migration 0055) from the oldest accepted proof to three days ahead;
+// day partitions of claims (migration 0055) from the oldest accepted proof to one day ahead;
 // `history-archive` (retention by partitions, retention.archive_after_months > 0) archives months older than
 // that to files and drops them whole (src/books/archive.ts), never row by row. A month whose money is still
 // open is left for a later run.

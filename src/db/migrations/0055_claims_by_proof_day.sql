@@ -71,13 +71,14 @@ DO $$
 DECLARE
   d date;
 BEGIN
-  -- The days of the rows kept and the two before today (a week back at most: older proofs are below any horizon and wait in the
-  -- default partition for the row prune) and the three days ahead.
+  -- The days of the rows kept, and the two before today (a week back at most: older proofs are below any
+  -- horizon and wait in the default partition for the row prune), to tomorrow. Each partition a statement
+  -- on claims may touch costs it executor start-up, so the partitions job keeps one day ahead, not more.
   d := greatest(
     least(coalesce((SELECT min(horizon_at) FROM claims_unpartitioned WHERE horizon_at < 'infinity')::date,
                    current_date), current_date - 2),
     current_date - 7);
-  WHILE d <= current_date + 3 LOOP
+  WHILE d <= current_date + 1 LOOP
     PERFORM claims_day_partition(d);
     d := d + 1;
   END LOOP;
