@@ -4,6 +4,7 @@
 // created range, reconcile's ranged read of calls) touch only the partitions of their range.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { listCalls } from '../../src/db/calls.ts'
+import { addObserved } from '../../src/db/discovery.ts'
 import {
   addMonths,
   defaultPartitionRows,
@@ -85,14 +86,24 @@ describe('history partitions', () => {
     expect(later).toContain(`calls_${addMonths(current, 3).replace('-', '_')}`)
   })
 
-  it('a replayed delivery record of the same moment is a no-op (its key holds the time)', async () => {
+  it('a replayed flush of delivery records is a no-op (their key holds the time)', async () => {
     const at = new Date(now)
-    for (let i = 0; i < 2; i++) {
-      await sql`
-        INSERT INTO call_deliveries (receipt_id, body_sha256, body_bytes, created_at)
-        VALUES ('rcpt_twice', 'cd', 2, ${at}) ON CONFLICT (receipt_id, created_at) DO NOTHING`
-    }
-    expect(await sql`SELECT 1 FROM call_deliveries WHERE receipt_id = 'rcpt_twice'`).toHaveLength(1)
+    const delivered = ['rcpt_twice_a', 'rcpt_twice_b', 'rcpt_twice_c'].map((receiptId, i) => ({
+      receiptId,
+      bodySha256: `cd${i}`,
+      bodyBytes: 2 + i,
+      deliveredAt: at,
+    }))
+    // The flush whose commit was not acknowledged is sent again, whole, with the same times.
+    for (let i = 0; i < 2; i++) await addObserved(sql, [], [], delivered)
+    const rows = await sql<{ receipt_id: string; body_sha256: string; body_bytes: string }[]>`
+      SELECT receipt_id, body_sha256, body_bytes::text FROM call_deliveries WHERE receipt_id LIKE 'rcpt_twice_%'
+      ORDER BY receipt_id`
+    expect(rows.map((r) => [r.receipt_id, r.body_sha256, r.body_bytes])).toEqual([
+      ['rcpt_twice_a', 'cd0', '2'],
+      ['rcpt_twice_b', 'cd1', '3'],
+      ['rcpt_twice_c', 'cd2', '4'],
+    ])
   })
 
   it('ranged reads of calls prune to the partitions of their range (EXPLAIN)', async () => {
