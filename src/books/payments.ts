@@ -71,50 +71,29 @@ const RANDOM_WINDOW = 16
 const RANDOM_LOOKS = 6
 
 /**
- * Where to look for a free figure in [low, high], as SQL yielding at most one `figure`. Look 0: the lowest
- * window, and a random one in case it is full. Later looks (the one found was taken meanwhile by another
- * creation, or both windows were full): random windows only, so concurrent creations of one price do not all
- * go for the same next figure (32 at once did, one won each round, and the last ran out of looks: a 503
- * "too many open payments" with most figures free). The last look searches the whole range: none there
- * means none is free.
+ * Where to look for a free figure in [low, high], as SQL yielding one `figure`, null when the look found none
+ * free. Look 0: the lowest window, and a random one in case it is full (a free figure of the lowest window is
+ * below any of the random one's). Later looks (the one found was taken meanwhile by another creation, or both
+ * windows were full): random windows only, so concurrent creations of one price do not all go for the same
+ * next figure (32 at once did, one won each round, and the last ran out of looks: a 503 "too many open
+ * payments" with most figures free). The last look searches the whole range: none there means none is free.
+ * checkout_free_figure (migration 0056) walks the windows by the primary key, whatever the table held when
+ * the session first planned it.
  */
 function freeFigure(db: Sql | Tx, low: bigint, high: bigint, look: number) {
-  if (look > RANDOM_LOOKS) {
-    // The first figure in [low, high] not bound: `low` itself or one after a bound one.
-    return db`
-      SELECT c.figure FROM (
-        SELECT ${low}::bigint AS figure
-        UNION ALL
-        SELECT a.amount_atomic + 1 FROM checkout_amounts a
-        WHERE a.amount_atomic >= ${low} AND a.amount_atomic < ${high}
-          AND (a.held_until IS NULL OR a.held_until > now())
-      ) c
-      WHERE NOT EXISTS (
-        SELECT 1 FROM checkout_amounts b
-        WHERE b.amount_atomic = c.figure AND (b.held_until IS NULL OR b.held_until > now()))
-      ORDER BY c.figure LIMIT 1`
-  }
-  // The free figures of one window: its bound ones are read by one range scan of the primary key (at most
-  // `width` rows, hashed), not probed one by one, whatever plan a prepared statement settles on.
-  const window = (from: bigint, width: number) => {
+  if (look > RANDOM_LOOKS) return db`SELECT checkout_free_figure(${low}, ${high}, NULL, NULL) AS figure`
+  // [from, to] of a window of `width` figures, cut at `high`.
+  const window = (from: bigint, width: number): [bigint, bigint] => {
     const last = from + BigInt(width) - 1n
-    const to = last < high ? last : high
-    return db`
-      SELECT g.figure FROM generate_series(${from}::bigint, ${to}::bigint) g(figure)
-      WHERE g.figure NOT IN (
-        SELECT b.amount_atomic FROM checkout_amounts b
-        WHERE b.amount_atomic BETWEEN ${from} AND ${to} AND (b.held_until IS NULL OR b.held_until > now()))`
+    return [from, last < high ? last : high]
   }
   const random = () => {
     const starts = high - low - BigInt(RANDOM_WINDOW) + 2n
     return window(low + (starts > 1n ? BigInt(randomInt(Number(starts))) : 0n), RANDOM_WINDOW)
   }
-  // The lowest free figure of the union: the lowest window's own when it has one (the random window can hold
-  // none below it without overlapping it), else the random window's. A figure is free unless bound to a
-  // payment: open, or held and not past its hold.
-  return db`
-    SELECT w.figure FROM (${look === 0 ? window(low, LOW_WINDOW) : random()} UNION ALL ${random()}) w
-    ORDER BY w.figure LIMIT 1`
+  const [aFrom, aTo] = look === 0 ? window(low, LOW_WINDOW) : random()
+  const [bFrom, bTo] = random()
+  return db`SELECT checkout_free_figure(${aFrom}, ${aTo}, ${bFrom}, ${bTo}) AS figure`
 }
 
 /**
@@ -131,7 +110,7 @@ export async function reserveFigure(
   for (let look = 0; look <= RANDOM_LOOKS + 1; look++) {
     const [row] = await tx<{ amount_atomic: bigint }[]>`
       INSERT INTO checkout_amounts (amount_atomic, payment_id)
-      SELECT f.figure, ${q.paymentId} FROM (${freeFigure(tx, low, high, look)}) f
+      SELECT f.figure, ${q.paymentId} FROM (${freeFigure(tx, low, high, look)}) f WHERE f.figure IS NOT NULL
       ON CONFLICT (amount_atomic) DO UPDATE SET payment_id = EXCLUDED.payment_id, reserved_at = now(), held_until = NULL
         WHERE checkout_amounts.held_until IS NOT NULL AND checkout_amounts.held_until <= now()
       RETURNING amount_atomic`
@@ -179,7 +158,7 @@ export async function createPayment(
     const [row] = await db<PaymentRow[]>`
       WITH figure AS (
         INSERT INTO checkout_amounts (amount_atomic, payment_id)
-        SELECT f.figure, ${p.id} FROM (${freeFigure(db, low, high, look)}) f
+        SELECT f.figure, ${p.id} FROM (${freeFigure(db, low, high, look)}) f WHERE f.figure IS NOT NULL
         ON CONFLICT (amount_atomic) DO UPDATE SET payment_id = EXCLUDED.payment_id, reserved_at = now(), held_until = NULL
           WHERE checkout_amounts.held_until IS NOT NULL AND checkout_amounts.held_until <= now()
         RETURNING amount_atomic

@@ -99,6 +99,21 @@ describe('figures', () => {
     expect(c.amount_requested_atomic).toBe(a.amount_requested_atomic)
   })
 
+  it('a free figure among the lowest 32 is taken before any higher one, and a figure past its hold with it', async () => {
+    const anchor = await create(15)
+    // The lowest 32 figures of 15 USDC taken but 15.000017, and 15.000009 held past its hold.
+    await svc.sql`
+      INSERT INTO checkout_amounts (amount_atomic, payment_id)
+      SELECT 15000000 + o, ${anchor.id} FROM generate_series(2, 32) o WHERE o <> 17
+      ON CONFLICT (amount_atomic) DO NOTHING`
+    await svc.sql`
+      UPDATE checkout_amounts SET held_until = now() - interval '1 second' WHERE amount_atomic = 15000009`
+    expect((await create(15)).amount_requested_atomic).toBe('15000009')
+    expect((await create(15)).amount_requested_atomic).toBe('15000017')
+    const beyond = BigInt((await create(15)).amount_requested_atomic)
+    expect(beyond).toBeGreaterThan(15_000_032n)
+  })
+
   it('the one figure of a price left free is found, however high it is', async () => {
     const anchor = await create(14)
     // Every figure of 14 USDC but 14.004321 taken (the lowest window and random looks find none free).
