@@ -48,7 +48,11 @@ export async function pruneClaims(sql: Sql, q: PruneClaims): Promise<{ claims: n
           AND ((k.kind = 'tx' AND k.status IN ('captured', 'refunded', 'applied', 'void')
                AND k.claimed_at < now() - ${q.txOlderThanMs} * interval '1 millisecond'
                -- Rows from before proof_at was stored: their claim time (never earlier than the proof).
-               AND coalesce(k.proof_at, k.claimed_at) < ${txCut})
+               AND coalesce(k.proof_at, k.claimed_at) < ${txCut}
+               -- An applied proof of a payment still pending is owed back if that payment expires or is
+               -- canceled (refundHeldProofs finds it by this row), and a payment may stay pending 30 days.
+               AND NOT (k.status = 'applied' AND EXISTS (
+                 SELECT 1 FROM payments m WHERE m.id = k.target_id AND m.status = 'pending')))
            OR (k.kind = 'eip3009' AND k.claimed_at < now() - ${q.authOlderThanMs} * interval '1 millisecond'
                AND (k.authorization_payload->>'validBefore')::numeric < ${authCutS}
                AND (k.status IN ('refunded', 'applied', 'void')

@@ -128,4 +128,23 @@ describe('retention by a stored horizon', () => {
     expect(inflows.map((r) => r.tx_hash)).toEqual(['0xopen'])
     expect(await left('tx:0xresolved')).toEqual([])
   })
+
+  it('keeps an applied proof while its payment is pending: it is owed back if the payment expires', async () => {
+    const old = new Date(Date.now() - 10 * AGE_MS)
+    // A payment may stay pending 30 days; part of it was paid by a transaction long below the horizon.
+    await sql`INSERT INTO payments (id, account_id, amount_atomic, amount_requested_atomic, status, description,
+                                    expires_at)
+              VALUES ('pay_h', 'acct_h', 5000, 5000, 'pending', 'underpaid', now() + interval '20 days')`
+    await sql`
+      INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
+                          claimed_at, captured_at, proof_at, horizon_at)
+      VALUES ('tx:h-applied', 'tx', 'payment', 'pay_h', 'acct_h', '0xpayer', 1000, 'applied', ${old}, ${old},
+              ${old}, ${old})`
+    await pruneHistory({ sql, config }, { propagationMs: 0 })
+    expect(await left('tx:h-applied')).toEqual(['tx:h-applied'])
+    // Once the payment is over (paid, or expired and its proofs marked refund due), the row may go.
+    await sql`UPDATE payments SET status = 'paid' WHERE id = 'pay_h'`
+    await pruneHistory({ sql, config }, { propagationMs: 0 })
+    expect(await left('tx:h-applied')).toEqual([])
+  })
 })
