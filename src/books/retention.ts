@@ -12,6 +12,7 @@
 // void): one still owed a refund or a settlement stays whatever its age. An unmatched inflow goes with the
 // claim that resolved it (else it would look open again); one never claimed stays for the operator.
 // Calls, ledger entries and payouts are never pruned.
+import { underLockTimeout } from '../db/lock-timeout.ts'
 import { claimDayPartitions } from '../db/partitions.ts'
 import type { Sql } from '../db/sql.ts'
 
@@ -112,10 +113,10 @@ export async function dropClaimDays(
   for (const part of await claimDayPartitions(sql)) {
     if (part.endMs > below) break
     const p = sql(part.name)
-    const [pending] = await sql<{ n: number }[]>`
-      SELECT count(*)::int AS n FROM ${p} k JOIN payments m ON m.id = k.target_id
-      WHERE k.status = 'applied' AND k.target_type = 'payment' AND m.status = 'pending'`
-    if (pending!.n > 0) {
+    const [pending] = await sql<{ held: boolean }[]>`
+      SELECT EXISTS (SELECT 1 FROM ${p} k JOIN payments m ON m.id = k.target_id
+                     WHERE k.status = 'applied' AND k.target_type = 'payment' AND m.status = 'pending') AS held`
+    if (pending!.held) {
       held.push(part.name)
       continue
     }
@@ -127,11 +128,10 @@ export async function dropClaimDays(
         RETURNING 1)
       SELECT count(*)::int AS n FROM gone`
     inflows += gone!.n
-    const done = await sql
-      .begin(async (tx) => {
-        await tx`SELECT set_config('lock_timeout', ${`${q.lockTimeoutMs ?? 200}ms`}, true)`
-        await tx`LOCK TABLE ONLY claims IN ACCESS EXCLUSIVE MODE`
-        const [open] = await tx<{ open: boolean }[]>`
+    // Not had within the lock timeout (null): a long statement holds claims; next run.
+    const done = await underLockTimeout(sql, q.lockTimeoutMs ?? 200, async (tx) => {
+      await tx`LOCK TABLE ONLY claims IN ACCESS EXCLUSIVE MODE`
+      const [open] = await tx<{ open: boolean }[]>`
         SELECT EXISTS (SELECT 1 FROM ${p} WHERE status = 'claimed')
             OR EXISTS (SELECT 1 FROM ${p} WHERE status = 'settling')
             OR EXISTS (SELECT 1 FROM ${p} WHERE status = 'refund_due')
@@ -139,16 +139,11 @@ export async function dropClaimDays(
                          AND settled_at IS NULL AND settlement_error IS NULL)
             OR EXISTS (SELECT 1 FROM ${p} WHERE kind = 'upto' AND status = 'captured'
                          AND settled_at IS NULL AND settlement_error IS NULL) AS open`
-        if (open!.open) return false
-        await tx`ALTER TABLE claims DETACH PARTITION ${p}`
-        await tx`DROP TABLE ${p}`
-        return true
-      })
-      // Not within the lock timeout (55P03): a long statement holds claims; next run.
-      .catch((err: { code?: string }) => {
-        if (err.code === '55P03') return false
-        throw err
-      })
+      if (open!.open) return false
+      await tx`ALTER TABLE claims DETACH PARTITION ${p}`
+      await tx`DROP TABLE ${p}`
+      return true
+    })
     ;(done ? dropped : held).push(part.name)
   }
   return { dropped, held, inflows }

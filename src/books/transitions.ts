@@ -37,6 +37,17 @@ export interface Transition {
   writesCall?: true
 }
 
+/** claim (each closed state) → pruned, by `fn`. */
+function closedClaimPruned(fn: string, why: string): Transition[] {
+  return (['captured', 'refunded', 'applied', 'void'] as const).map((from) => ({
+    record: 'claim',
+    from,
+    to: 'pruned',
+    fn,
+    why,
+  }))
+}
+
 export const TRANSITIONS: readonly Transition[] = [
   // claim: one per proof, ever (its primary key is what makes a proof pay once).
   {
@@ -251,25 +262,15 @@ export const TRANSITIONS: readonly Transition[] = [
     fn: 'refundHeldProofs',
     why: 'its payment expired or was canceled before the authorization was sent: never settled',
   },
-  // Retention (src/books/retention.ts): a closed claim goes once its proof is too old to be accepted again.
-  ...(['captured', 'refunded', 'applied', 'void'] as const).map(
-    (from): Transition => ({
-      record: 'claim',
-      from,
-      to: 'pruned',
-      fn: 'pruneClaims',
-      why: 'older than the stored retention horizon every verifier refuses (a voucher: settled, below its channel total)',
-    }),
+  // Retention (src/books/retention.ts): a closed claim goes once its proof is too old to be accepted again,
+  // row by row or a whole day of proofs at a time (migration 0055: claims partitioned by the proof's day).
+  ...closedClaimPruned(
+    'pruneClaims',
+    'older than the stored retention horizon every verifier refuses (a voucher: settled, below its channel total)',
   ),
-  // The same, a whole day of proofs at a time (migration 0055: claims partitioned by the proof's day).
-  ...(['captured', 'refunded', 'applied', 'void'] as const).map(
-    (from): Transition => ({
-      record: 'claim',
-      from,
-      to: 'pruned',
-      fn: 'dropClaimDays',
-      why: 'its whole day is below both stored horizons and nothing in the day is still owed',
-    }),
+  ...closedClaimPruned(
+    'dropClaimDays',
+    'its whole day is below both stored horizons and nothing in the day is still owed',
   ),
   // call: written once with its claim's capture, never updated.
   {

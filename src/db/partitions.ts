@@ -1,5 +1,6 @@
 // The month partitions of the per-call history (migration 0041): which exist, and making the ones needed.
 // A partition holds one UTC month [first day, first day of the next month) of its table's created_at.
+import { underLockTimeout } from './lock-timeout.ts'
 import type { Sql, Tx } from './sql.ts'
 
 /** The tables partitioned by month on created_at. */
@@ -126,25 +127,12 @@ export async function ensureClaimPartitions(
   const first = Date.parse(`${dayOf(q.oldestMs)}T00:00:00Z`)
   for (let at = first; at <= q.nowMs + CLAIM_DAYS_AHEAD * DAY_MS; at += DAY_MS) {
     const day = dayOf(at)
-    if (await claimsDayExists(sql, day)) continue
-    const made = await sql
-      .begin(async (tx) => {
-        await tx`SET LOCAL lock_timeout = '200ms'`
-        const [row] = await tx<{ made: boolean }[]>`SELECT claims_day_partition(${day}::date) AS made`
-        return row!.made
-      })
-      .catch((err: { code?: string }) => {
-        if (err.code === '55P03') return false
-        throw err
-      })
+    // claims_day_partition answers false at once, without a lock, for a day that exists.
+    const made = await underLockTimeout(sql, 200, async (tx) => {
+      const [row] = await tx<{ made: boolean }[]>`SELECT claims_day_partition(${day}::date) AS made`
+      return row!.made
+    })
     if (made) created.push(`claims_d${day.replaceAll('-', '')}`)
   }
   return created
-}
-
-async function claimsDayExists(sql: Sql, day: string): Promise<boolean> {
-  const [row] = await sql<
-    { ok: boolean }[]
-  >`SELECT to_regclass(${`claims_d${day.replaceAll('-', '')}`}) IS NOT NULL AS ok`
-  return row!.ok
 }

@@ -185,6 +185,35 @@ describe('claims by the day of their proof', () => {
 // the leader drops old days beside them. Nothing of the intake fails or waits on the drop for long, and
 // what is still owed stays.
 describe.runIf(usingServer)('claims by day, dropped under intake', () => {
+  it('a drop that cannot have its lock in time gives up and holds the day, nothing changed', async () => {
+    const url = (await freshDatabaseUrl())!
+    const holder = createSql(url, { max: 1 })
+    const jobs = createSql(url, { max: 1 })
+    try {
+      await migrate(jobs)
+      const at = Date.now() - 12 * DAY
+      await jobs`SELECT claims_day_partition(${dayOf(at)}::date)`
+      const done = holder.begin(async (tx) => {
+        // A long statement on claims: the drop's ACCESS EXCLUSIVE lock cannot be had while it runs.
+        await tx`SELECT count(*) FROM claims`
+        await tx`SELECT pg_sleep(1)`
+      })
+      await new Promise((r) => setTimeout(r, 200))
+      const r = await dropClaimDays(jobs, {
+        txPrunableBeforeMs: Date.now() - 7 * DAY,
+        authPrunableBeforeMs: Date.now() - 7 * DAY,
+        lockTimeoutMs: 100,
+      })
+      expect(r.dropped).toEqual([])
+      expect(r.held).toContain(dayName(at))
+      await done
+      expect((await claimDayPartitions(jobs)).map((x) => x.name)).toContain(dayName(at))
+    } finally {
+      await holder.end({ timeout: 1 })
+      await jobs.end({ timeout: 1 })
+    }
+  })
+
   it('drops closed days while claims are written; nothing open goes, no claim fails', async () => {
     const url = (await freshDatabaseUrl())!
     const intake = createSql(url, { max: 4 })

@@ -56,6 +56,12 @@ function request(o: Partial<ClaimRequest> = {}): ClaimRequest {
   }
 }
 
+/** An x402 exact claim: its day is its authorization's validBefore (no block time). */
+function x402Request(): ClaimRequest {
+  const validBefore = String(Math.floor(Date.now() / 1000) + 600)
+  return request({ kind: 'eip3009', proofAtMs: null, authorization: { validBefore } })
+}
+
 function capture(o: Partial<Capture> = {}): Capture {
   return {
     callId: newId('call'),
@@ -136,14 +142,7 @@ describe('claim and capture', () => {
   })
 
   it('capture of a voided claim changes nothing and says why', async () => {
-    await claimProof(
-      sql,
-      request({
-        kind: 'eip3009',
-        proofAtMs: null,
-        authorization: { validBefore: String(Math.floor(Date.now() / 1000) + 600) },
-      }),
-    )
+    await claimProof(sql, x402Request())
     await age({ windowOver: true, leaseOver: true })
     expect(await voidClaim(sql, { proofKey: key })).toMatchObject({ ok: true, n: 1 })
     expect(await captureClaim(sql, capture())).toEqual({ ok: false, reason: 'wrong_state', status: 'void' })
@@ -151,14 +150,7 @@ describe('claim and capture', () => {
   })
 
   it('an x402 capture writes the call but books no revenue until settlement books it, once', async () => {
-    await claimProof(
-      sql,
-      request({
-        kind: 'eip3009',
-        proofAtMs: null,
-        authorization: { validBefore: String(Math.floor(Date.now() / 1000) + 600) },
-      }),
-    )
+    await claimProof(sql, x402Request())
     expect(await captureClaim(sql, capture())).toEqual({ ok: true })
     expect(await counts()).toEqual({ calls: 1, entries: 0 })
     expect(await bookCallRevenue(sql, { proofKeys: [key] })).toBe(1)

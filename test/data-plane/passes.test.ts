@@ -27,7 +27,7 @@ import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { createLogger } from '../../src/observability/logger.ts'
 import type { Service } from '../../src/service.ts'
 import { startService } from '../../src/service.ts'
-import { testSmartWalletArtifact } from '../chain/contracts/smart-wallet.ts'
+import { fundedSmartWallet } from '../chain/contracts/smart-wallet.ts'
 import { startTestChain } from '../helpers/anvil.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
 import { callApi } from '../helpers/service.ts'
@@ -484,27 +484,11 @@ describe('what a pass does not cover', () => {
 
 describe('an ERC-1271 contract wallet', () => {
   it('buys a pass and signs in with its owner key, asked on chain; a stranger signing for it is refused', async () => {
-    const owner = privateKeyToAccount(generatePrivateKey())
-    const funder = createWalletClient({
-      account: privateKeyToAccount(chain.payers[1]!.privateKey),
-      chain: baseSepolia as Chain,
-      transport: http(chain.rpcUrl),
-    }).extend(publicActions)
-    const deployed = await funder.waitForTransactionReceipt({
-      hash: await funder.deployContract({
-        abi: testSmartWalletArtifact.abi,
-        bytecode: testSmartWalletArtifact.bytecode,
-        args: [owner.address],
-      }),
-    })
-    const wallet = deployed.contractAddress!
-    await funder.waitForTransactionReceipt({
-      hash: await funder.writeContract({
-        address: chain.usdcAddress,
-        abi: transferAbi,
-        functionName: 'transfer',
-        args: [wallet, 1_000_000n],
-      }),
+    const { wallet, owner } = await fundedSmartWallet({
+      rpcUrl: chain.rpcUrl,
+      usdc: chain.usdcAddress,
+      funderKey: chain.payers[1]!.privateKey,
+      amountAtomic: 1_000_000n,
     })
     const ep = await createPassEndpoint({ price: 0.05, calls: 3 })
     // Bought by the published client: the wallet's address pays, its owner's key signs (the token asks

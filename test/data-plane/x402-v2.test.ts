@@ -26,7 +26,7 @@ import { createPaymentHeader } from 'x402/client'
 import { PaymentRequirementsSchema } from 'x402/types'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import type { Service } from '../../src/service.ts'
-import { testSmartWalletArtifact } from '../chain/contracts/smart-wallet.ts'
+import { fundedSmartWallet } from '../chain/contracts/smart-wallet.ts'
 import { startTestChain } from '../helpers/anvil.ts'
 import { type RpcProxy, startRpcProxy } from '../helpers/rpc-proxy.ts'
 import { callApi } from '../helpers/service.ts'
@@ -238,26 +238,12 @@ describe('x402 v2 from the published client (@x402/fetch + @x402/evm exact)', ()
 
 describe('an ERC-1271 smart-wallet payer', () => {
   it('pays through the published client and is settled by the token asking the wallet', async () => {
-    const owner = privateKeyToAccount(generatePrivateKey())
-    const funder = createWalletClient({
-      account: privateKeyToAccount(chain.payers[3]!.privateKey),
-      chain: baseSepolia as Chain,
-      transport: http(chain.rpcUrl),
-    }).extend(publicActions)
-    const deployHash = await funder.deployContract({
-      abi: testSmartWalletArtifact.abi,
-      bytecode: testSmartWalletArtifact.bytecode,
-      args: [owner.address],
+    const { wallet, owner } = await fundedSmartWallet({
+      rpcUrl: chain.rpcUrl,
+      usdc: chain.usdcAddress,
+      funderKey: chain.payers[3]!.privateKey,
+      amountAtomic: 1_000_000n,
     })
-    const deployed = await funder.waitForTransactionReceipt({ hash: deployHash })
-    const wallet = deployed.contractAddress!
-    const fund = await funder.writeContract({
-      address: chain.usdcAddress,
-      abi: usdcAbi,
-      functionName: 'transfer',
-      args: [wallet, 1_000_000n],
-    })
-    await funder.waitForTransactionReceipt({ hash: fund })
 
     // The wallet's address pays; its owner's key signs (what the wallet's isValidSignature accepts).
     const { fetch: pay } = v2Fetch({ address: wallet, signTypedData: (m) => owner.signTypedData(m) })
