@@ -110,7 +110,9 @@ export async function seedHistory(
     o.log(`history: vacuumed (${elapsed()})`)
     await onBoth(
       sessions,
-      indexes.map((i) => i.def),
+      // pg_get_indexdef names a partitioned table's index ON ONLY the parent: built so, it would be an
+      // invalid index on no partition. Without ONLY it is built on every partition, as the migrations did.
+      indexes.map((i) => i.def.replace(' ON ONLY ', ' ON ')),
       (db, def) => db.unsafe(def),
     )
     o.log(`history: ${indexes.length} indexes built (${elapsed()})`)
