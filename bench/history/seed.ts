@@ -231,15 +231,14 @@ async function seedClaimsAndCalls(db: Db, t: SeedTarget, c: Chunk) {
   // Zero-padded ids: the primary key is filled in order, at its right edge, like the proof keys.
   await db`
     INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
-                       fee_atomic, upstream_status, method, created_at, receipt_id, ledger_batch_id)
+                       fee_atomic, upstream_status, method, created_at, receipt_id, ledger_batch_id,
+                       body_sha256, body_bytes)
     SELECT 'call_hist' || lpad(i::text, 10, '0'), 'tx:0x' || lpad(to_hex(i), 64, '0'), ${t.endpointId},
            ${t.accountId}, ${t.payer}, ${PRICE}::bigint, ${OWNER}::bigint, ${FEE}::bigint, 200, 'GET',
-           ${written}, 'rcpt_hist' || lpad(i::text, 10, '0'), ${batchOf(db, c)}
-    FROM generate_series(${c.lo}::bigint, ${c.hi}::bigint) i`
-  // Every paid answer leaves what it delivered for its signed receipt, as the live path writes it.
-  await db`
-    INSERT INTO call_deliveries (receipt_id, body_sha256, body_bytes, created_at)
-    SELECT 'rcpt_hist' || lpad(i::text, 10, '0'), md5(i::text) || md5((i + 1)::text), 17, ${at}
+           ${written}, 'rcpt_hist' || lpad(i::text, 10, '0'), ${batchOf(db, c)},
+           -- What the answer delivered, for its signed receipt, on the call row as the live path writes it
+           -- for an answer that ended before its capture was sent (migration 0057).
+           decode(md5(i::text) || md5((i + 1)::text), 'hex'), 17
     FROM generate_series(${c.lo}::bigint, ${c.hi}::bigint) i`
 }
 

@@ -178,6 +178,8 @@ export class BatchWriter {
       clearTimeout(this.timer)
       this.timer = null
     }
+    // From here a delivery can no longer ride with these captures (Capture.delivery).
+    for (const c of captures) c.sent = true
     this.inFlight++
     this.writing += captures.length
     this.options.onBatch?.(claims.length, captures.length)

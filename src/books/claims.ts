@@ -83,6 +83,13 @@ export interface Capture {
   tool?: string | null
   /** The claim's horizon_at as its claim returned it: the capture then touches that day's partition only. */
   horizonAt?: string | null
+  /**
+   * What the answer delivered (hex SHA-256 of the body as sent, its length), when it ended before this
+   * capture was written: the call row carries it (migration 0057). Set only while `sent` is not.
+   */
+  delivery?: { bodySha256: string; bodyBytes: number } | null
+  /** Set by the batch writer when a statement took this capture: a delivery can no longer ride with it. */
+  sent?: boolean
 }
 
 export interface CapturePricing {
@@ -137,7 +144,7 @@ export async function claimAndCapture(
              amount bigint, owner_share bigint, fee bigint, status int, method text, pricing_model text,
              usage_unit text, usage jsonb, ceiling bigint, refund bigint, scheme text, receipt_id text,
              tool text, settlement_tx text, settlement_index int, settlement_count int,
-             known_horizon_at timestamptz)
+             known_horizon_at timestamptz, body_sha256 text, body_bytes bigint)
     ),
     captured AS (
       -- A claimed claim has no settlement_tx: a capture settled before the answer brings its own.
@@ -153,12 +160,13 @@ export async function claimAndCapture(
     new_calls AS (
       INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
                          fee_atomic, upstream_status, method, pricing_model, usage_unit, usage, ceiling_atomic,
-                         refund_atomic, scheme, receipt_id, tool, ledger_batch_id)
+                         refund_atomic, scheme, receipt_id, tool, ledger_batch_id, body_sha256, body_bytes)
       SELECT i.call_id, i.proof_key, i.endpoint_id, i.account_id, i.payer, i.amount, i.owner_share, i.fee,
              i.status, i.method, i.pricing_model, i.usage_unit, i.usage, i.ceiling, i.refund, i.scheme,
              i.receipt_id, i.tool,
              -- Booked by this statement's batch entries (below); x402 revenue waits for its settlement.
-             CASE WHEN k.kind = 'tx' THEN (SELECT id FROM ledger_batch) END
+             CASE WHEN k.kind = 'tx' THEN (SELECT id FROM ledger_batch) END,
+             decode(i.body_sha256, 'hex'), i.body_bytes
       -- One call per proof: captured returns a claim only on its one move claimed → captured (calls is
       -- partitioned by month, so proof_key cannot be a unique key of its own; migration 0041).
       FROM cap i JOIN captured k USING (proof_key)
@@ -294,6 +302,8 @@ function capturesJson(c: Capture[]): string {
       settlement_index: x.settlement?.index ?? null,
       settlement_count: x.settlement?.count ?? null,
       known_horizon_at: x.horizonAt ?? null,
+      body_sha256: x.delivery?.bodySha256 ?? null,
+      body_bytes: x.delivery?.bodyBytes ?? null,
     })),
   )
 }

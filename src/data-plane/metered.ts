@@ -10,6 +10,8 @@ import type { Logger } from '../observability/logger.ts'
 import {
   callsCaptured,
   capturedAtomic,
+  deliveriesApart,
+  deliveriesOnCall,
   httpDuration,
   httpRequests,
   mcpToolCalls,
@@ -752,8 +754,15 @@ class MeteredCall implements ProxyHooks {
         upstreamMs: this.headMs === 0 ? null : this.headMs - this.forwardedMs,
       })
       // Only an answer delivered whole has a digest to sign: a partial one says so on its receipt.
-      if (this.digest !== null && outcome.kind === 'responded')
-        this.ctx.observed?.delivered(this.receiptId!, this.digest.digest('hex'), this.bodyBytes)
+      if (this.digest !== null && outcome.kind === 'responded') {
+        const sha256 = this.digest.digest('hex')
+        // On the call row when its capture is still queued; else a record of its own, a few seconds later.
+        if (payment.deliver?.(sha256, this.bodyBytes) === true) deliveriesOnCall.inc()
+        else {
+          deliveriesApart.inc()
+          this.ctx.observed?.delivered(this.receiptId!, sha256, this.bodyBytes)
+        }
+      }
       if (this.paidId !== null) this.keepAnswer(outcome, released)
     }
     let reason: string | undefined

@@ -4,7 +4,6 @@
 // the payment's settlement stands: its transaction, block and confirmations, its place in a batch.
 import type { ReceiptRow } from '../db/calls.ts'
 import { findReceipt, usageView } from '../db/calls.ts'
-import { findDelivery } from '../db/discovery.ts'
 import type { Sql } from '../db/sql.ts'
 import { writeError } from '../errors.ts'
 import { toDollars } from '../money.ts'
@@ -48,9 +47,13 @@ export function createReceiptRoute(deps: ReceiptRouteDeps) {
       missing()
       return
     }
-    Promise.all([findReceipt(deps.sql, id), findDelivery(deps.sql, id)])
-      .then(async ([row, delivery]) => {
+    findReceipt(deps.sql, id)
+      .then(async (row) => {
         if (row === null) return null
+        const delivery =
+          row.body_sha256 === null || row.body_bytes === null
+            ? null
+            : { body_sha256: row.body_sha256, body_bytes: row.body_bytes }
         // The head only when there is a block to count from; a failed read shows no count, not an error.
         const head =
           row.settlement_block !== null && row.settled_at !== null && deps.headBlock !== undefined
@@ -130,7 +133,7 @@ export function presentReceipt(r: ReceiptRow, head: bigint | null = null) {
  * authorizations, upto permits, or a channel claim's vouchers: one per channel, shared by the calls it pays).
  */
 function presentSettlement(r: ReceiptRow, head: bigint | null) {
-  if (r.claim_kind === 'tx') {
+  if (r.claim_kind === 'tx' || (r.claim_kind === null && r.proof_key.startsWith('tx:'))) {
     const transaction = r.proof_key.startsWith('tx:') ? r.proof_key.slice(3) : null
     return {
       status: 'settled' as const,
@@ -139,6 +142,19 @@ function presentSettlement(r: ReceiptRow, head: bigint | null) {
       confirmations: null,
       batch: null,
       error: null,
+    }
+  }
+  if (r.claim_kind === null) {
+    // The claim left with its closed day: settled if its settlement booked the call, else never to be. Its
+    // transaction went with the claim.
+    const settled = r.settled_revenue
+    return {
+      status: settled ? ('settled' as const) : ('failed' as const),
+      transaction: null,
+      block_number: null,
+      confirmations: null,
+      batch: null,
+      error: settled ? null : 'not_settled',
     }
   }
   const status =

@@ -66,8 +66,16 @@ export interface ReceiptRow extends CallRow {
   scheme: string | null
   /** A signed-in call on a pass: the pass it drew on (`id` is then the pass's purchase call). */
   pass_id: string | null
-  /** The claim's kind ('tx', 'eip3009', 'batch', 'upto') and its settlement so far. */
-  claim_kind: string
+  /**
+   * The claim's kind ('tx', 'eip3009', 'batch', 'upto') and its settlement so far; null once the claim left
+   * with its day (retention drops a closed day a day past its proofs' horizon, while the call stays).
+   */
+  claim_kind: string | null
+  /** Revenue booked for this call itself (an x402 settlement books it per call): settled, where no claim is left. */
+  settled_revenue: boolean
+  /** What the answer delivered, from the call row or the record apart; null: not delivered whole (or not yet). */
+  body_sha256: string | null
+  body_bytes: number | null
   settlement_tx: string | null
   settled_at: Date | null
   settlement_error: string | null
@@ -95,24 +103,37 @@ export function usageView(c: CallRow) {
 }
 
 export async function findReceipt(db: Sql | Tx, receiptId: string): Promise<ReceiptRow | null> {
-  // The claim rides along (one statement): the receipt shows where the payment's settlement stands. A
-  // signed-in call on a pass has no call row: its receipt is its draw, and the money behind it is the pass's
-  // purchase (its claim's settlement), the call itself charged nothing.
+  // The claim rides along (one statement): the receipt shows where the payment's settlement stands. The
+  // call outlives its claim (a closed day of claims leaves a day past its horizon), so the claim is
+  // optional: without it, a transaction hash was settled by the payer's own transaction, and any other
+  // payment by whether its settlement booked the call's revenue (only a settlement does, per call).
+  // What the answer delivered is on the call row, or (a long answer, or one a scheme wrote apart) in its
+  // record apart. A signed-in call on a pass has no call row: its receipt is its draw, and the money behind
+  // it is the pass's purchase (its claim's settlement), the call itself charged nothing.
   const [row] = await db<ReceiptRow[]>`
     SELECT c.id, c.proof_key, c.endpoint_id, c.account_id, c.payer, c.amount_atomic, c.owner_share_atomic,
            c.fee_atomic, c.upstream_status, c.method, c.tool, c.created_at, c.receipt_id, c.scheme,
            c.pricing_model, c.usage_unit, c.usage, c.ceiling_atomic, c.refund_atomic, NULL::text AS pass_id,
            k.kind AS claim_kind, k.settlement_tx, k.settled_at, k.settlement_error, k.settlement_block,
-           k.settlement_index, k.settlement_count
-    FROM calls c JOIN claims k ON k.proof_key = c.proof_key
+           k.settlement_index, k.settlement_count,
+           k.kind IS NULL AND EXISTS (SELECT 1 FROM ledger_entries e
+                                      WHERE e.source_type = 'call' AND e.source_id = c.id) AS settled_revenue,
+           coalesce(encode(c.body_sha256, 'hex'), d.body_sha256) AS body_sha256,
+           coalesce(c.body_bytes, d.body_bytes)::int AS body_bytes
+    FROM calls c LEFT JOIN claims k ON k.proof_key = c.proof_key
+      LEFT JOIN call_deliveries d ON c.body_sha256 IS NULL AND d.receipt_id = c.receipt_id
     WHERE c.receipt_id = ${receiptId}
     UNION ALL
     SELECT p.call_id, p.proof_key, p.endpoint_id, p.account_id, p.payer, 0::bigint, 0::bigint, 0::bigint,
            d.upstream_status, d.method, NULL, d.served_at, d.receipt_id, 'pass', 'fixed', NULL, NULL, NULL,
            0::bigint, p.id,
            k.kind, k.settlement_tx, k.settled_at, k.settlement_error, k.settlement_block,
-           k.settlement_index, k.settlement_count
-    FROM pass_draws d JOIN passes p ON p.id = d.pass_id JOIN claims k ON k.proof_key = p.proof_key
+           k.settlement_index, k.settlement_count,
+           k.kind IS NULL AND EXISTS (SELECT 1 FROM ledger_entries e
+                                      WHERE e.source_type = 'call' AND e.source_id = p.call_id),
+           v.body_sha256, v.body_bytes::int
+    FROM pass_draws d JOIN passes p ON p.id = d.pass_id LEFT JOIN claims k ON k.proof_key = p.proof_key
+      LEFT JOIN call_deliveries v ON v.receipt_id = d.receipt_id
     WHERE d.receipt_id = ${receiptId}
     LIMIT 1`
   return row ?? null

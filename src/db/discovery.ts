@@ -299,13 +299,3 @@ export async function pruneObserved(sql: Sql, before: Date): Promise<void> {
   await sql`DELETE FROM tool_hourly WHERE hour < ${before}`
   await sql`DELETE FROM tool_payer_days WHERE day < ${day}::date`
 }
-
-/** What a paid answer delivered, when it was delivered whole. */
-export async function findDelivery(
-  sql: Sql,
-  receiptId: string,
-): Promise<{ body_sha256: string; body_bytes: number } | null> {
-  const [row] = await sql<{ body_sha256: string; body_bytes: number }[]>`
-    SELECT body_sha256, body_bytes::int AS body_bytes FROM call_deliveries WHERE receipt_id = ${receiptId}`
-  return row ?? null
-}

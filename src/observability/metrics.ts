@@ -201,6 +201,19 @@ export const callsCaptured = new client.Counter({
   registers: [registry],
 })
 
+/**
+ * Paid answers delivered whole, by where what they delivered was recorded: on the call row (its capture was
+ * still queued) or apart, a few seconds later (call_deliveries). Labels made once: counted per answer.
+ */
+export const paidDeliveries = new client.Counter({
+  name: 'tollgate_paid_deliveries_total',
+  help: 'Paid answers delivered whole, by where their digest was recorded (call row, or a record apart).',
+  labelNames: ['record'] as const,
+  registers: [registry],
+})
+export const deliveriesOnCall = paidDeliveries.labels('call_row')
+export const deliveriesApart = paidDeliveries.labels('apart')
+
 export const capturedAtomic = new client.Counter({
   name: 'tollgate_calls_captured_atomic_total',
   help: 'USDC base units captured from metered calls.',

@@ -74,6 +74,8 @@ export class ClaimedPayment implements Payment {
   private horizonAt: string | null = null
   /** The receipt once settled before the answer (set by capture() when its endpoint asks for it). */
   private settling: Promise<[string, string]> | null = null
+  /** The capture queued on the books' writer (not one a settler writes), until the answer's delivery. */
+  private queued: Capture | null = null
 
   constructor(
     private readonly deps: ClaimedPaymentDeps,
@@ -151,8 +153,20 @@ export class ClaimedPayment implements Payment {
     // Settled before the answer: the settler writes the capture itself, in any case, with the hash of the
     // transaction that carries the authorization when it signed one.
     if (this.init.settleEarly !== undefined) this.settling = this.init.settleEarly(capture)
-    else this.deps.books.capture(capture)
+    else {
+      this.queued = capture
+      this.deps.books.capture(capture)
+    }
     this.deps.usedProofs.set(this.proofKey, true)
+  }
+
+  deliver(bodySha256: string, bodyBytes: number): boolean {
+    const capture = this.queued
+    this.queued = null
+    // Single-threaded: the writer either took the capture already (sent) or will take it with this.
+    if (capture === null || capture.sent === true) return false
+    capture.delivery = { bodySha256, bodyBytes }
+    return true
   }
 
   release(): void {

@@ -149,6 +149,12 @@ export interface Payment {
    * rejects. Absent, or null: receipt() is the answer's.
    */
   settleBeforeAnswer?(): Promise<[string, string]> | null
+  /**
+   * After capture(), once the answer was delivered whole: puts what it delivered (hex SHA-256 of the body as
+   * sent, its length) on the call row, if the capture is not written yet. False (or absent): the caller
+   * records the delivery apart.
+   */
+  deliver?(bodySha256: string, bodyBytes: number): boolean
 }
 
 /** A way to pay. Adding one is a folder under src/schemes/ and one line in src/schemes/index.ts. */

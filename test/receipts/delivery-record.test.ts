@@ -1,0 +1,154 @@
+// Where a paid answer's delivery (its body's SHA-256 and length, which the signed final receipt attests) is
+// recorded: on the call row when the answer ended before its capture was written, in a record apart when
+// the capture went first (a streamed answer). And a receipt outlives its claim, which leaves with its day.
+import { createHash } from 'node:crypto'
+import { x402Client } from '@x402/core/client'
+import { registerExactEvmScheme } from '@x402/evm/exact/client'
+import { wrapFetchWithPayment } from '@x402/fetch'
+import { privateKeyToAccount } from 'viem/accounts'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { DevChain } from '../../src/chain/dev-chain.ts'
+import { loadConfig } from '../../src/config/load.ts'
+import { presentReceipt } from '../../src/data-plane/receipts.ts'
+import type { ReceiptRow } from '../../src/db/calls.ts'
+import { createLogger } from '../../src/observability/logger.ts'
+import { type Service, startService } from '../../src/service.ts'
+import { startTestChain } from '../helpers/anvil.ts'
+import { freshDatabaseUrl } from '../helpers/database.ts'
+import { callApi } from '../helpers/service.ts'
+import { startUpstream, type Upstream } from '../helpers/upstream.ts'
+import { waitFor } from '../helpers/wait-for.ts'
+
+const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
+const SIGNING_KEY = '0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba'
+
+describe('delivery record', () => {
+  let chain: DevChain
+  let svc: Service
+  let upstream: Upstream
+  let echoUrl: string
+  let sseUrl: string
+
+  beforeAll(async () => {
+    chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+    upstream = await startUpstream()
+    const databaseUrl = await freshDatabaseUrl()
+    const config = loadConfig({
+      env: {
+        NODE_ENV: 'test',
+        NETWORK: 'base-sepolia',
+        RPC_URL: chain.rpcUrl,
+        USDC_ADDRESS: chain.usdcAddress,
+        TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
+        RECEIPT_SIGNING_KEY: SIGNING_KEY,
+        ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}),
+      },
+      overrides: { database: { data_dir: 'memory://' }, proxy: { allow_private_upstreams: true } } as never,
+    })
+    svc = await startService(config, { logger: createLogger('warn') })
+    const reg = await callApi(svc.url, '/api/v1/register', {
+      body: { wallet_address: chain.payers[4]!.address, business_name: 'Delivered Co' },
+    })
+    const endpoint = async (path: string) =>
+      (
+        await callApi(svc.url, '/api/v1/endpoints', {
+          key: reg.body.api_key,
+          body: { upstream_url: `${upstream.url}${path}`, price: 0.01 },
+        })
+      ).body.metered_url as string
+    echoUrl = await endpoint('/echo')
+    sseUrl = await endpoint('/sse')
+  })
+  afterAll(async () => {
+    await svc?.stop()
+    await upstream?.close()
+    await chain?.stop()
+  })
+
+  const pay = async (url: string, payerIndex: number) => {
+    const client = new x402Client()
+    registerExactEvmScheme(client, {
+      signer: privateKeyToAccount(chain.payers[payerIndex]!.privateKey) as never,
+    })
+    const paid = await wrapFetchWithPayment(fetch, client)(url)
+    expect(paid.status).toBe(200)
+    const body = Buffer.from(await paid.arrayBuffer())
+    return {
+      receiptId: paid.headers.get('x-receipt-id')!,
+      delivered: { body_sha256: createHash('sha256').update(body).digest('hex'), body_bytes: body.length },
+    }
+  }
+  const receipt = async (id: string) => {
+    const r = await fetch(`${svc.url}/receipts/${id}`)
+    expect(r.status).toBe(200)
+    return r.json()
+  }
+  const stored = async (receiptId: string) => {
+    const [call] = await svc.sql<{ sha: string | null; bytes: string | null; apart: number }[]>`
+      SELECT encode(body_sha256, 'hex') AS sha, body_bytes::text AS bytes,
+             (SELECT count(*)::int FROM call_deliveries d WHERE d.receipt_id = c.receipt_id) AS apart
+      FROM calls c WHERE receipt_id = ${receiptId}`
+    return call!
+  }
+
+  it('a short answer: what it delivered rides on its call row, nothing is written apart', async () => {
+    const { receiptId, delivered } = await pay(`${echoUrl}?q=short`, 0)
+    await svc.flushCaptures()
+    expect((await receipt(receiptId)).delivered).toEqual(delivered)
+    expect(await stored(receiptId)).toEqual({
+      sha: delivered.body_sha256,
+      bytes: String(delivered.body_bytes),
+      apart: 0,
+    })
+  })
+
+  it('a streamed answer whose capture was written first: recorded apart, the same on its receipt', async () => {
+    const { receiptId, delivered } = await pay(sseUrl, 1)
+    // The capture (20 ms after the head) went long before the 400 ms stream ended; the record apart comes
+    // with the next discovery flush (every 5 s).
+    const final = await waitFor(
+      async () => {
+        const r = await receipt(receiptId)
+        return r.delivered === null ? null : r
+      },
+      { timeoutMs: 15_000, what: 'the delivery recorded apart' },
+    )
+    expect(final.delivered).toEqual(delivered)
+    expect(await stored(receiptId)).toEqual({ sha: null, bytes: null, apart: 1 })
+  })
+
+  it('a receipt outlives its claim: settled by the revenue its settlement booked', async () => {
+    const { receiptId, delivered } = await pay(`${echoUrl}?q=outlives`, 2)
+    await svc.flushCaptures()
+    await svc.jobs.runNow('x402-settlement')
+    const before = await receipt(receiptId)
+    expect(before.settlement.status).toBe('settled')
+    // What dropping the claim's closed day does to this one call: its claim is gone, the call stays.
+    const gone = await svc.sql`
+      DELETE FROM claims WHERE proof_key = (SELECT proof_key FROM calls WHERE receipt_id = ${receiptId})`
+    expect(gone.count).toBe(1)
+    const after = await receipt(receiptId)
+    expect(after).toMatchObject({
+      id: receiptId,
+      call_id: before.call_id,
+      amount_atomic: '10000',
+      delivered,
+      settlement: { status: 'settled', transaction: null, error: null },
+    })
+    expect(after.signed.payload.bodySha256).toBe(delivered.body_sha256)
+  })
+
+  it('without its claim, a transaction hash is settled by the transaction it names', () => {
+    const hash = `0x${'ab'.repeat(32)}`
+    const row = {
+      id: 'call_x',
+      proof_key: `tx:${hash}`,
+      claim_kind: null,
+      settled_revenue: false,
+      created_at: new Date(0),
+      amount_atomic: 1n,
+      usage: null,
+    } as unknown as ReceiptRow
+    expect(presentReceipt(row).settlement).toMatchObject({ status: 'settled', transaction: hash })
+  })
+})
