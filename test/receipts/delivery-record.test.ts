@@ -138,6 +138,32 @@ describe('delivery record', () => {
     expect(after.signed.payload.bodySha256).toBe(delivered.body_sha256)
   })
 
+  it('a call id shares its receipt id: found by the primary key; a call with its own receipt id still is', async () => {
+    const { receiptId } = await pay(`${echoUrl}?q=ids`, 3)
+    await svc.flushCaptures()
+    const found = await receipt(receiptId)
+    expect(found.call_id).toBe(`call_${receiptId.slice(5)}`)
+    // The receipt id's index holds only the calls whose ids differ from their receipt ids.
+    const [indexed] = await svc.sql<{ n: number }[]>`
+      SELECT count(*)::int AS n FROM calls WHERE receipt_id IS NOT NULL AND substr(receipt_id, 6) <> substr(id, 6)`
+    expect(indexed!.n).toBe(0)
+    // A call written before ids were shared: its receipt id is random of its own.
+    const legacyReceipt = 'rcpt_LEGACY000000000000'
+    await svc.sql`
+      INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
+                         fee_atomic, upstream_status, method, receipt_id, scheme)
+      SELECT 'call_OLDCALL00000000000', proof_key || ':legacy', endpoint_id, account_id, payer, amount_atomic,
+             owner_share_atomic, fee_atomic, upstream_status, method, ${legacyReceipt}, scheme
+      FROM calls WHERE id = ${found.call_id}`
+    const legacy = await receipt(legacyReceipt)
+    expect(legacy).toMatchObject({
+      id: legacyReceipt,
+      call_id: 'call_OLDCALL00000000000',
+      amount_atomic: '10000',
+    })
+    expect((await fetch(`${svc.url}/receipts/rcpt_OLDCALL00000000000`)).status).toBe(404)
+  })
+
   it('without its claim, a transaction hash is settled by the transaction it names', () => {
     const hash = `0x${'ab'.repeat(32)}`
     const row = {
