@@ -84,7 +84,7 @@ export function cpuMeter(groups: Record<string, () => number[]>) {
 }
 
 /** Cumulative idle and total ticks of all cores (/proc/stat's first line). */
-function machineTicks(): { idle: number; total: number } {
+export function machineTicks(): { idle: number; total: number } {
   const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number)
   return { idle: fields[3]! + fields[4]!, total: fields.reduce((a, b) => a + b, 0) }
 }
