@@ -5,6 +5,7 @@ import { createHash } from 'node:crypto'
 import { x402Client } from '@x402/core/client'
 import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import { wrapFetchWithPayment } from '@x402/fetch'
+import { createPublicClient, createWalletClient, erc20Abi, http } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
@@ -15,6 +16,7 @@ import { createLogger } from '../../src/observability/logger.ts'
 import { type Service, startService } from '../../src/service.ts'
 import { startTestChain } from '../helpers/anvil.ts'
 import { freshDatabaseUrl } from '../helpers/database.ts'
+import { startOpenAiUpstream } from '../helpers/openai-upstream.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 import { waitFor } from '../helpers/wait-for.ts'
@@ -28,9 +30,10 @@ describe('delivery record', () => {
   let upstream: Upstream
   let echoUrl: string
   let sseUrl: string
+  let apiKey: string
 
   beforeAll(async () => {
-    chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+    chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC, payers: 6 })
     upstream = await startUpstream()
     const databaseUrl = await freshDatabaseUrl()
     const config = loadConfig({
@@ -49,6 +52,7 @@ describe('delivery record', () => {
     const reg = await callApi(svc.url, '/api/v1/register', {
       body: { wallet_address: chain.payers[4]!.address, business_name: 'Delivered Co' },
     })
+    apiKey = reg.body.api_key
     const endpoint = async (path: string) =>
       (
         await callApi(svc.url, '/api/v1/endpoints', {
@@ -115,6 +119,52 @@ describe('delivery record', () => {
     )
     expect(final.delivered).toEqual(delivered)
     expect(await stored(receiptId)).toEqual({ sha: null, bytes: null, apart: 1 })
+  })
+
+  it('a token-priced stream is captured when it ends: what it delivered rides on its call row', async () => {
+    const openai = await startOpenAiUpstream({ events: 20 })
+    try {
+      const ep = await callApi(svc.url, '/api/v1/endpoints', {
+        key: apiKey,
+        body: {
+          upstream_url: `${openai.url}/v1/chat/completions`,
+          pricing: {
+            model: 'usage',
+            unit: 'tokens',
+            max_price: 0.05,
+            input_price_per_million: 2,
+            output_price_per_million: 10,
+          },
+        },
+      })
+      expect(ep.status).toBe(201)
+      // Paid by a transaction hash: a USDC transfer of the ceiling to the treasury, mined.
+      const payer = privateKeyToAccount(chain.payers[5]!.privateKey)
+      const wallet = createWalletClient({ account: payer, transport: http(chain.rpcUrl) })
+      const hash = await wallet.writeContract({
+        address: chain.usdcAddress,
+        abi: erc20Abi,
+        functionName: 'transfer',
+        args: [svc.chain.treasury, 50_000n],
+        chain: null,
+      })
+      await createPublicClient({ transport: http(chain.rpcUrl) }).waitForTransactionReceipt({ hash })
+      const r = await fetch(ep.body.metered_url, {
+        method: 'POST',
+        headers: { 'x-payment': hash, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'gpt', stream: true, messages: [] }),
+      })
+      expect(r.status).toBe(200)
+      const body = Buffer.from(await r.arrayBuffer())
+      await svc.flushCaptures()
+      expect(await stored(r.headers.get('x-receipt-id')!)).toEqual({
+        sha: createHash('sha256').update(body).digest('hex'),
+        bytes: String(body.length),
+        apart: 0,
+      })
+    } finally {
+      await openai.close()
+    }
   })
 
   it('a receipt outlives its claim: settled by the revenue its settlement booked', async () => {
