@@ -11,13 +11,27 @@ export interface SettlementThrottle {
   /** Read synchronously by the metered route for every x402 payload. */
   readonly engaged: boolean
   readonly retryAfterS: number
-  /** Reads the backlog now (tests, and the first value at start). */
+  /**
+   * Reads the backlog now (tests, and the first value at start): resolves once a read that began after this
+   * call has set the flag.
+   */
   refresh(): Promise<void>
   stop(): void
 }
 
+export interface Backlog {
+  count: number
+  oldestAgeS: number
+}
+
+/** Exact authorizations and upto permits not settled yet: one treasury settles both. */
+export async function readBacklog(sql: Sql): Promise<Backlog> {
+  const [exact, upto] = await Promise.all([readSettlementBacklog(sql), readUptoSettlementBacklog(sql)])
+  return { count: exact.count + upto.count, oldestAgeS: Math.max(exact.oldestAgeS, upto.oldestAgeS) }
+}
+
 export function startSettlementThrottle(
-  sql: Sql,
+  read: () => Promise<Backlog>,
   options: {
     maxBacklogCount: number
     maxOldestS: number
@@ -27,29 +41,39 @@ export function startSettlementThrottle(
   },
 ): SettlementThrottle {
   let engaged = false
-  let refreshing: Promise<void> | null = null
+  let reading: Promise<void> | null = null
+  let again: Promise<void> | null = null
+  const readOnce = async (): Promise<void> => {
+    try {
+      const b = await read()
+      const next = b.count >= options.maxBacklogCount || b.oldestAgeS >= options.maxOldestS
+      if (next !== engaged)
+        options.logger.warn(next ? 'x402 intake throttled: settlement backlog' : 'x402 intake resumed', {
+          backlog: b.count,
+          oldest_s: Math.round(b.oldestAgeS),
+        })
+      engaged = next
+      settlementThrottled.set(next ? 1 : 0)
+    } catch (err) {
+      // Unknown backlog: keep the last answer; the database being down is answered elsewhere.
+      options.logger.warn('x402 settlement backlog not read', { err })
+    }
+  }
   const refresh = (): Promise<void> => {
-    // Concurrent refreshes share one query.
-    refreshing ??= (async () => {
-      try {
-        const [exact, upto] = await Promise.all([readSettlementBacklog(sql), readUptoSettlementBacklog(sql)])
-        const b = { count: exact.count + upto.count, oldestAgeS: Math.max(exact.oldestAgeS, upto.oldestAgeS) }
-        const next = b.count >= options.maxBacklogCount || b.oldestAgeS >= options.maxOldestS
-        if (next !== engaged)
-          options.logger.warn(next ? 'x402 intake throttled: settlement backlog' : 'x402 intake resumed', {
-            backlog: b.count,
-            oldest_s: Math.round(b.oldestAgeS),
-          })
-        engaged = next
-        settlementThrottled.set(next ? 1 : 0)
-      } catch (err) {
-        // Unknown backlog: keep the last answer; the database being down is answered elsewhere.
-        options.logger.warn('x402 settlement backlog not read', { err })
-      } finally {
-        refreshing = null
-      }
-    })()
-    return refreshing
+    if (reading === null) {
+      reading = readOnce().finally(() => {
+        reading = null
+      })
+      return reading
+    }
+    // A read in flight may have taken its snapshot before what this caller wants counted (a settlement that
+    // just committed): it would leave the flag engaged for another tick. One more read after it, shared by
+    // every caller that asks meanwhile.
+    again ??= reading.then(() => {
+      again = null
+      return refresh()
+    })
+    return again
   }
   const timer = setInterval(() => void refresh(), options.checkMs)
   timer.unref()

@@ -43,7 +43,7 @@ import { PassUses } from './pass-uses.ts'
 import { type ProofHorizons, startProofHorizons } from './proof-horizons.ts'
 import { ReceiptSigner } from './receipt-signer.ts'
 import { createReceiptKeysRoute, createReceiptRoute } from './receipts.ts'
-import { startSettlementThrottle } from './settlement-throttle.ts'
+import { readBacklog, startSettlementThrottle } from './settlement-throttle.ts'
 import { SignIn } from './sign-in.ts'
 import { ToolCatalogs } from './tool-catalogs.ts'
 import { createUpstreamDispatcher } from './upstream-pool.ts'
@@ -421,7 +421,7 @@ function createVerifier(
 }
 
 function startThrottle(db: Database, config: Config, logger: Logger) {
-  return startSettlementThrottle(db.sql, {
+  return startSettlementThrottle(() => readBacklog(db.sql), {
     maxBacklogCount: config.settlement.throttle_backlog_count,
     maxOldestS: config.settlement.throttle_oldest_s,
     retryAfterS: config.settlement.throttle_retry_after_s,
