@@ -9,17 +9,15 @@ import { createPublicClient, createWalletClient, erc20Abi, http } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
-import { loadConfig } from '../../src/config/load.ts'
 import { presentReceipt } from '../../src/data-plane/receipts.ts'
 import type { ReceiptRow } from '../../src/db/calls.ts'
-import { createLogger } from '../../src/observability/logger.ts'
-import { type Service, startService } from '../../src/service.ts'
+import type { Service } from '../../src/service.ts'
 import { startTestChain } from '../helpers/anvil.ts'
-import { freshDatabaseUrl } from '../helpers/database.ts'
 import { startOpenAiUpstream } from '../helpers/openai-upstream.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 import { waitFor } from '../helpers/wait-for.ts'
+import { startBaseSepoliaService } from '../x402/harness.ts'
 
 const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const SIGNING_KEY = '0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba'
@@ -35,20 +33,15 @@ describe('delivery record', () => {
   beforeAll(async () => {
     chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC, payers: 6 })
     upstream = await startUpstream()
-    const databaseUrl = await freshDatabaseUrl()
-    const config = loadConfig({
-      env: {
-        NODE_ENV: 'test',
-        NETWORK: 'base-sepolia',
-        RPC_URL: chain.rpcUrl,
-        USDC_ADDRESS: chain.usdcAddress,
-        TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
+    svc = await startBaseSepoliaService(
+      chain,
+      chain.rpcUrl,
+      { proxy: { allow_private_upstreams: true } },
+      'warn',
+      {
         RECEIPT_SIGNING_KEY: SIGNING_KEY,
-        ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}),
       },
-      overrides: { database: { data_dir: 'memory://' }, proxy: { allow_private_upstreams: true } } as never,
-    })
-    svc = await startService(config, { logger: createLogger('warn') })
+    )
     const reg = await callApi(svc.url, '/api/v1/register', {
       body: { wallet_address: chain.payers[4]!.address, business_name: 'Delivered Co' },
     })
