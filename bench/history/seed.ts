@@ -223,19 +223,22 @@ async function seedClaimsAndCalls(db: Db, t: SeedTarget, c: Chunk) {
   const at = callTime(db, c)
   await db`
     INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                        retry_until, attempts, releases, claimed_at, captured_at, proof_at, horizon_at)
+                        retry_until, attempts, releases, claimed_at, captured_at, proof_at, horizon_at, call_id)
     SELECT 'tx:0x' || lpad(to_hex(i), 64, '0'), 'tx', 'call', ${t.endpointId}, ${t.accountId}, ${t.payer},
-           ${PRICE}::bigint, 'captured', ${at} + interval '10 minutes', 1, 0, ${at}, ${at}, ${at}, ${at}
+           ${PRICE}::bigint, 'captured', ${at} + interval '10 minutes', 1, 0, ${at}, ${at}, ${at}, ${at},
+           'call_hist' || lpad(i::text, 14, '0')
     FROM generate_series(${c.lo}::bigint, ${c.hi}::bigint) i`
   const written = writtenTime(db, c)
-  // Zero-padded ids: the primary key is filled in order, at its right edge, like the proof keys.
+  // Zero-padded ids as long as the live ones (call_ and 18 characters): the primary key is filled in order,
+  // at its right edge, like the proof keys. Each call's receipt id is the one derived from its id, stored as
+  // '' as the live path stores it (migration 0059).
   await db`
     INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
                        fee_atomic, upstream_status, method, created_at, receipt_id, ledger_batch_id,
                        body_sha256, body_bytes)
-    SELECT 'call_hist' || lpad(i::text, 10, '0'), 'tx:0x' || lpad(to_hex(i), 64, '0'), ${t.endpointId},
+    SELECT 'call_hist' || lpad(i::text, 14, '0'), 'tx:0x' || lpad(to_hex(i), 64, '0'), ${t.endpointId},
            ${t.accountId}, ${t.payer}, ${PRICE}::bigint, ${OWNER}::bigint, ${FEE}::bigint, 200, 'GET',
-           ${written}, 'rcpt_hist' || lpad(i::text, 10, '0'), ${batchOf(db, c)},
+           ${written}, '', ${batchOf(db, c)},
            -- What the answer delivered, for its signed receipt, on the call row as the live path writes it
            -- for an answer that ended before its capture was sent (migration 0057).
            decode(md5(i::text) || md5((i + 1)::text), 'hex'), 17
@@ -268,7 +271,7 @@ async function seedEntries(db: Db, t: SeedTarget, c: Chunk) {
   await db`
     INSERT INTO ledger_entries (account_id, kind, wallet, amount_atomic, source_type, source_id, payout_id,
                                 created_at)
-    SELECT ${t.accountId}, k.kind, k.wallet, k.amount, 'call', 'call_hist' || lpad(i::text, 10, '0'), k.payout_id, ${at}
+    SELECT ${t.accountId}, k.kind, k.wallet, k.amount, 'call', 'call_hist' || lpad(i::text, 14, '0'), k.payout_id, ${at}
     FROM generate_series(${c.lo}::bigint, ${c.hi}::bigint) i
     -- Lateral (it names i): for each call in turn, its two entries.
     CROSS JOIN LATERAL (VALUES

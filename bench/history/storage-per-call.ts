@@ -60,6 +60,27 @@ for (const perBatch of layouts) {
       FROM pg_class c LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
       WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace
       GROUP BY 1 HAVING sum(pg_total_relation_size(c.oid)) > ${calls} ORDER BY 2 DESC`
+    // Where a call row's bytes go: each column's average stored size, and each index of calls.
+    const columns = await sql<{ name: string; type: string }[]>`
+      SELECT attname AS name, format_type(atttypid, atttypmod) AS type FROM pg_attribute
+      WHERE attrelid = 'calls'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`
+    // (Column names come from the catalog, quoted.)
+    const [widths] = await sql<Record<string, string>[]>`
+      SELECT ${sql.unsafe(columns.map((c) => `avg(pg_column_size("${c.name}"))::numeric(8,1)::text AS "${c.name}"`).join(', '))}
+      FROM calls`
+    const [row] = await sql<
+      { row: string }[]
+    >`SELECT avg(pg_column_size(c.*))::numeric(8,1)::text AS row FROM calls c`
+    const indexes = await sql<{ name: string; bytes: string }[]>`
+      SELECT coalesce(pi.relname, ic.relname) AS name, sum(pg_relation_size(ic.oid))::text AS bytes
+      FROM pg_index x JOIN pg_class ic ON ic.oid = x.indexrelid
+      JOIN pg_partition_tree('calls') t ON t.relid = x.indrelid
+      LEFT JOIN pg_inherits i ON i.inhrelid = ic.oid LEFT JOIN pg_class pi ON pi.oid = i.inhparent
+      GROUP BY 1 ORDER BY 2 DESC`
+    process.stdout.write(
+      `  calls row ${row!.row} B (${columns.map((c) => `${c.name} ${c.type} ${widths![c.name] ?? 'null'}`).join(', ')})\n` +
+        `  calls indexes per call: ${indexes.map((i) => `${i.name} ${perCall(i.bytes)}`).join(', ')}\n`,
+    )
     process.stdout.write(
       `${perBatch === 0 ? 'per call' : `batches of ${perBatch}`}: ${calls.toLocaleString('en')} calls, ` +
         `${Number(s!.entries).toLocaleString('en')} entries; bytes per call: calls ${perCall(s!.calls)}, ` +

@@ -64,14 +64,14 @@ async function writeSecond(
              VALUES (${q.payout}, '0xowner', ${q.n * 950}, 'confirmed', ${q.n}, now())`
     await tx`
       INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                          claimed_at, captured_at, proof_at, horizon_at)
+                          claimed_at, captured_at, proof_at, horizon_at, call_id)
       SELECT 'tx:r' || g, 'tx', 'call', 'ep_r', 'acct_r', '0xpayer', 1000, 'captured', now(), now(), ${q.at},
-             claim_horizon_at('tx', ${q.at}, NULL)
+             claim_horizon_at('tx', ${q.at}, NULL), 'call_r' || g
       FROM generate_series(${lo}::bigint, ${hi}::bigint) g`
     await tx`
       INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
                          fee_atomic, upstream_status, method, receipt_id, created_at)
-      SELECT 'call_r' || g, 'tx:r' || g, 'ep_r', 'acct_r', '0xpayer', 1000, 950, 50, 200, 'GET', 'rcpt_r' || g, ${q.at}
+      SELECT 'call_r' || g, 'tx:r' || g, 'ep_r', 'acct_r', '0xpayer', 1000, 950, 50, 200, 'GET', '', ${q.at}
       FROM generate_series(${lo}::bigint, ${hi}::bigint) g`
     await tx`
       INSERT INTO ledger_entries (account_id, kind, wallet, amount_atomic, source_type, source_id, payout_id, created_at)

@@ -537,10 +537,10 @@ export async function writeChannelVouchers(
     ),
     claimed AS (
       INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                          retry_until, lease_until, captured_at, horizon_at)
+                          retry_until, lease_until, captured_at, horizon_at, call_id)
       SELECT proof_key, 'batch', 'call', endpoint_id, account_id, payer, amount,
              CASE WHEN call_id IS NULL THEN 'claimed' ELSE 'captured' END, now(), now(),
-             CASE WHEN call_id IS NULL THEN NULL ELSE now() END, claim_horizon_at('batch', NULL, NULL)
+             CASE WHEN call_id IS NULL THEN NULL ELSE now() END, claim_horizon_at('batch', NULL, NULL), call_id
       FROM ok
       ON CONFLICT (proof_key, horizon_at) DO NOTHING
       RETURNING proof_key
@@ -550,8 +550,8 @@ export async function writeChannelVouchers(
                          fee_atomic, upstream_status, method, scheme, receipt_id, pricing_model, usage_unit, usage,
                          ceiling_atomic, tool)
       SELECT ok.call_id, ok.proof_key, ok.endpoint_id, ok.account_id, ok.payer, ok.amount, ok.owner_share,
-             ok.fee, ok.status, ok.method, 'batch-settlement', ok.receipt_id, ok.pricing_model, ok.usage_unit,
-             ok.usage::jsonb, ok.ceiling, ok.tool
+             ok.fee, ok.status, ok.method, 'batch-settlement', call_receipt_stored(ok.call_id, ok.receipt_id),
+             ok.pricing_model, ok.usage_unit, ok.usage::jsonb, ok.ceiling, ok.tool
       -- One call per voucher: claimed returns only the claims this statement inserted (calls.proof_key is
       -- not a unique key of the month-partitioned calls; migration 0041).
       FROM ok JOIN claimed USING (proof_key) WHERE ok.call_id IS NOT NULL

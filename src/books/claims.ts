@@ -148,7 +148,8 @@ export async function claimAndCapture(
     ),
     captured AS (
       -- A claimed claim has no settlement_tx: a capture settled before the answer brings its own.
-      UPDATE claims k SET status = 'captured', captured_at = now(), lease_until = NULL,
+      -- The claim names its call: the way from a proof to its call (migration 0059).
+      UPDATE claims k SET status = 'captured', captured_at = now(), lease_until = NULL, call_id = i.call_id,
                           settlement_tx = i.settlement_tx, settlement_index = i.settlement_index,
                           settlement_count = i.settlement_count
       FROM cap i WHERE k.proof_key = i.proof_key AND k.horizon_at = i.horizon_at AND k.status = 'claimed'
@@ -163,7 +164,7 @@ export async function claimAndCapture(
                          refund_atomic, scheme, receipt_id, tool, ledger_batch_id, body_sha256, body_bytes)
       SELECT i.call_id, i.proof_key, i.endpoint_id, i.account_id, i.payer, i.amount, i.owner_share, i.fee,
              i.status, i.method, i.pricing_model, i.usage_unit, i.usage, i.ceiling, i.refund, i.scheme,
-             i.receipt_id, i.tool,
+             call_receipt_stored(i.call_id, i.receipt_id), i.tool,
              -- Booked by this statement's batch entries (below); x402 revenue waits for its settlement.
              CASE WHEN k.kind = 'tx' THEN (SELECT id FROM ledger_batch) END,
              decode(i.body_sha256, 'hex'), i.body_bytes

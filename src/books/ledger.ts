@@ -63,8 +63,9 @@ export async function bookCallRevenue(db: Db, q: { proofKeys: string[] }): Promi
     WITH due AS (
       SELECT k.id AS call_id, k.account_id, a.wallet_address AS owner_wallet,
              k.owner_share_atomic AS owner_share, k.fee_atomic AS fee
-      FROM calls k JOIN accounts a ON a.id = k.account_id
-      WHERE k.proof_key = ANY(${q.proofKeys}::text[]) AND k.ledger_batch_id IS NULL
+      -- From the proof to its call by the call its claim names (migration 0059).
+      FROM claims j JOIN calls k ON k.id = j.call_id JOIN accounts a ON a.id = k.account_id
+      WHERE j.proof_key = ANY(${q.proofKeys}::text[]) AND k.ledger_batch_id IS NULL
         AND NOT EXISTS (SELECT 1 FROM ledger_entries e
                         WHERE e.source_type = 'call' AND e.source_id = k.id AND e.kind <> 'refund')
     ),

@@ -47,7 +47,7 @@ export async function openPass(
            ${calls}::int, ${calls}::int,
            CASE WHEN ${durationS}::int IS NULL THEN 'infinity'::timestamptz
                 ELSE k.created_at + make_interval(secs => ${durationS}::int) END
-    FROM claims c JOIN calls k ON k.proof_key = c.proof_key
+    FROM claims c JOIN calls k ON k.id = c.call_id
     WHERE c.proof_key = ${p.proofKey} AND c.status = 'captured'
       AND k.method = 'PASS' AND k.endpoint_id = ${p.endpointId}
     ON CONFLICT (proof_key) DO NOTHING`

@@ -18,7 +18,7 @@ export interface UptoSettlementCandidate {
 
 const CANDIDATE = (db: Db) => db`
   SELECT k.proof_key, k.authorization_payload, k.settlement_tx, c.amount_atomic AS charge_atomic
-  FROM claims k JOIN calls c ON c.proof_key = k.proof_key`
+  FROM claims k JOIN calls c ON c.id = k.call_id`
 
 /** Upto settlements sent (hash recorded) whose outcome is not known yet. */
 export function listSentUptoSettlements(db: Db): Promise<UptoSettlementCandidate[]> {
@@ -54,7 +54,7 @@ export async function recordUptoSettlementTx(
     FROM unnest(${txs.map((t) => t.proofKey)}::text[], ${txs.map((t) => t.hash)}::text[],
                 ${txs.map((t) => t.index)}::int[], ${txs.map((t) => t.count)}::int[]) AS m(proof_key, hash, i, n),
          calls c
-    WHERE k.proof_key = m.proof_key AND c.proof_key = k.proof_key AND k.kind = 'upto'
+    WHERE k.proof_key = m.proof_key AND c.id = k.call_id AND k.kind = 'upto'
       AND k.status = 'captured' AND k.settlement_tx IS NULL AND k.settled_at IS NULL
       AND k.settlement_error IS NULL
       AND c.amount_atomic > 0 AND c.amount_atomic <= (k.authorization_payload->>'amount')::numeric

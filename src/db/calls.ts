@@ -111,15 +111,19 @@ export async function findReceipt(db: Sql | Tx, receiptId: string): Promise<Rece
   // record apart. A signed-in call on a pass has no call row: its receipt is its draw, and the money behind
   // it is the pass's purchase (its claim's settlement), the call itself charged nothing.
   const [row] = await db<ReceiptRow[]>`
-    -- By the primary key: a call's id shares its receipt id's random part (migration 0058); calls written
-    -- before that, or whose ids differ, by the receipt id's index (which holds only those).
+    -- By the primary key: a call's id shares its receipt id's random part (migration 0058), and such a
+    -- receipt id is stored as '' (migration 0059: call_receipt_id reads it). Calls written before, or whose
+    -- ids differ, by the receipt id's index, which holds only those (the same predicate, word for word).
     WITH c AS (
-      SELECT * FROM calls WHERE id = 'call_' || substr(${receiptId}, 6) AND receipt_id = ${receiptId}
+      SELECT * FROM calls
+      WHERE id = 'call_' || substr(${receiptId}, 6) AND call_receipt_id(id, receipt_id) = ${receiptId}
       UNION ALL
-      SELECT * FROM calls WHERE receipt_id = ${receiptId} AND substr(receipt_id, 6) <> substr(id, 6)
+      SELECT * FROM calls
+      WHERE receipt_id = ${receiptId} AND receipt_id <> '' AND substr(receipt_id, 6) <> substr(id, 6)
     )
     SELECT c.id, c.proof_key, c.endpoint_id, c.account_id, c.payer, c.amount_atomic, c.owner_share_atomic,
-           c.fee_atomic, c.upstream_status, c.method, c.tool, c.created_at, c.receipt_id, c.scheme,
+           c.fee_atomic, c.upstream_status, c.method, c.tool, c.created_at,
+           call_receipt_id(c.id, c.receipt_id) AS receipt_id, c.scheme,
            c.pricing_model, c.usage_unit, c.usage, c.ceiling_atomic, c.refund_atomic, NULL::text AS pass_id,
            k.kind AS claim_kind, k.settlement_tx, k.settled_at, k.settlement_error, k.settlement_block,
            k.settlement_index, k.settlement_count,
@@ -128,7 +132,7 @@ export async function findReceipt(db: Sql | Tx, receiptId: string): Promise<Rece
            coalesce(encode(c.body_sha256, 'hex'), d.body_sha256) AS body_sha256,
            coalesce(c.body_bytes, d.body_bytes)::int AS body_bytes
     FROM c LEFT JOIN claims k ON k.proof_key = c.proof_key
-      LEFT JOIN call_deliveries d ON c.body_sha256 IS NULL AND d.receipt_id = c.receipt_id
+      LEFT JOIN call_deliveries d ON c.body_sha256 IS NULL AND d.receipt_id = call_receipt_id(c.id, c.receipt_id)
     UNION ALL
     SELECT p.call_id, p.proof_key, p.endpoint_id, p.account_id, p.payer, 0::bigint, 0::bigint, 0::bigint,
            d.upstream_status, d.method, NULL, d.served_at, d.receipt_id, 'pass', 'fixed', NULL, NULL, NULL,

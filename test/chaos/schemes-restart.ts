@@ -669,7 +669,7 @@ interface CallRow {
 
 async function callRows(db: postgres.Sql, endpointId: string): Promise<CallRow[]> {
   return db<CallRow[]>`
-    SELECT receipt_id, proof_key, amount_atomic::text, ceiling_atomic::text,
+    SELECT call_receipt_id(id, receipt_id) AS receipt_id, proof_key, amount_atomic::text, ceiling_atomic::text,
            (usage -> 'quantities' ->> 'output_tokens')::int AS output_tokens,
            (usage -> 'quantities' ->> 'input_tokens')::int AS input_tokens
     FROM calls WHERE endpoint_id = ${endpointId}`
@@ -810,7 +810,7 @@ async function explain(db: postgres.Sql, calls: Call[], upstream: CountingUpstre
     const cut = c.outcome === 'served' && !c.whole
     if (n === 0 || (n === 1 && c.outcome === 'served' && !cut && c.receiptId === null)) continue
     const [row] = c.receiptId
-      ? await db`SELECT amount_atomic::text, usage FROM calls WHERE receipt_id = ${c.receiptId}`
+      ? await db`SELECT amount_atomic::text, usage FROM calls WHERE call_receipt_id(id, receipt_id) = ${c.receiptId}`
       : [null]
     if (n === 1 && c.outcome === 'served' && !cut && row) continue
     notes.push(

@@ -26,16 +26,20 @@ async function fabricate(o: {
   releases: number
   call: boolean
 }) {
+  const callId = `call_${o.key.slice(-8)}`
+  const captured = o.status === 'captured'
+  // A capture names the call it wrote on its claim; a call written without one is named by no claim.
   await svc.sql`
     INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                        attempts, releases, retry_until, captured_at, horizon_at)
+                        attempts, releases, retry_until, captured_at, horizon_at, call_id)
     VALUES (${o.key}, 'eip3009', 'call', 'ep_x', 'acct_x', ${PAYER}, 1000, ${o.status}, ${o.attempts},
-            ${o.releases}, now() + interval '10 minutes', ${o.status === 'captured' ? new Date() : null}, now())`
+            ${o.releases}, now() + interval '10 minutes', ${captured ? new Date() : null}, now(),
+            ${captured && o.call ? callId : null})`
   if (o.call) {
     await svc.sql`
       INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
                          fee_atomic, upstream_status, method)
-      VALUES (${`call_${o.key.slice(-8)}`}, ${o.key}, 'ep_x', 'acct_x', ${PAYER}, 1000, 950, 50, 200, 'GET')`
+      VALUES (${callId}, ${o.key}, 'ep_x', 'acct_x', ${PAYER}, 1000, 950, 50, 200, 'GET')`
   }
 }
 

@@ -63,7 +63,7 @@ async function callOf(hash: string) {
       scheme: string
     }[]
   >`SELECT amount_atomic, owner_share_atomic, refund_atomic, ceiling_atomic, pricing_model, usage_unit, usage,
-           receipt_id, scheme
+           call_receipt_id(id, receipt_id) AS receipt_id, scheme
     FROM calls WHERE proof_key = ${`tx:${hash.toLowerCase()}`}`
   return row
 }

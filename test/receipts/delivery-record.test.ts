@@ -83,8 +83,8 @@ describe('delivery record', () => {
   const stored = async (receiptId: string) => {
     const [call] = await svc.sql<{ sha: string | null; bytes: string | null; apart: number }[]>`
       SELECT encode(body_sha256, 'hex') AS sha, body_bytes::text AS bytes,
-             (SELECT count(*)::int FROM call_deliveries d WHERE d.receipt_id = c.receipt_id) AS apart
-      FROM calls c WHERE receipt_id = ${receiptId}`
+             (SELECT count(*)::int FROM call_deliveries d WHERE d.receipt_id = ${receiptId}) AS apart
+      FROM calls c WHERE id = ${`call_${receiptId.slice(5)}`}`
     return call!
   }
 
@@ -168,7 +168,7 @@ describe('delivery record', () => {
     expect(before.settlement.status).toBe('settled')
     // What dropping the claim's closed day does to this one call: its claim is gone, the call stays.
     const gone = await svc.sql`
-      DELETE FROM claims WHERE proof_key = (SELECT proof_key FROM calls WHERE receipt_id = ${receiptId})`
+      DELETE FROM claims WHERE proof_key = (SELECT proof_key FROM calls WHERE id = ${`call_${receiptId.slice(5)}`})`
     expect(gone.count).toBe(1)
     const after = await receipt(receiptId)
     expect(after).toMatchObject({
@@ -186,10 +186,14 @@ describe('delivery record', () => {
     await svc.flushCaptures()
     const found = await receipt(receiptId)
     expect(found.call_id).toBe(`call_${receiptId.slice(5)}`)
-    // The receipt id's index holds only the calls whose ids differ from their receipt ids.
-    const [indexed] = await svc.sql<{ n: number }[]>`
-      SELECT count(*)::int AS n FROM calls WHERE receipt_id IS NOT NULL AND substr(receipt_id, 6) <> substr(id, 6)`
-    expect(indexed!.n).toBe(0)
+    // A receipt id derived from its call's is stored as '', and the receipt id's index holds only the calls
+    // whose ids differ from their receipt ids: none of these.
+    const [stored] = await svc.sql<{ derived: number; indexed: number }[]>`
+      SELECT count(*) FILTER (WHERE receipt_id = '')::int AS derived,
+             count(*) FILTER (WHERE receipt_id <> '' AND substr(receipt_id, 6) <> substr(id, 6))::int AS indexed
+      FROM calls`
+    expect(stored!.derived).toBeGreaterThan(0)
+    expect(stored!.indexed).toBe(0)
     // A call written before ids were shared: its receipt id is random of its own.
     const legacyReceipt = 'rcpt_LEGACY000000000000'
     await svc.sql`
@@ -205,6 +209,17 @@ describe('delivery record', () => {
       amount_atomic: '10000',
     })
     expect((await fetch(`${svc.url}/receipts/rcpt_OLDCALL00000000000`)).status).toBe(404)
+    // A call written while the derived receipt id was still stored whole is found by its primary key.
+    await svc.sql`
+      INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
+                         fee_atomic, upstream_status, method, receipt_id, scheme)
+      SELECT 'call_WHOLE0000000000000', proof_key || ':whole', endpoint_id, account_id, payer, amount_atomic,
+             owner_share_atomic, fee_atomic, upstream_status, method, 'rcpt_WHOLE0000000000000', scheme
+      FROM calls WHERE id = ${found.call_id}`
+    expect(await receipt('rcpt_WHOLE0000000000000')).toMatchObject({
+      id: 'rcpt_WHOLE0000000000000',
+      call_id: 'call_WHOLE0000000000000',
+    })
   })
 
   it('without its claim, a transaction hash is settled by the transaction it names', () => {

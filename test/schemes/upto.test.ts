@@ -143,7 +143,7 @@ async function expectSettledReceipt(receiptId: string | null) {
   const { settlement } = await r.json()
   const [claim] = await svc.sql<{ settlement_tx: Hash; nonce: string; payer: string }[]>`
     SELECT k.settlement_tx, k.authorization_payload->>'nonce' AS nonce, k.payer
-    FROM calls c JOIN claims k ON k.proof_key = c.proof_key WHERE c.receipt_id = ${receiptId}`
+    FROM calls c JOIN claims k ON k.proof_key = c.proof_key WHERE c.id = ${`call_${receiptId!.slice(5)}`}`
   const mined = await publicClient.getTransactionReceipt({ hash: claim!.settlement_tx })
   const logged = parseEventLogs({ abi: UPTO_SETTLED, logs: mined.logs })
   const index = logged.findIndex(

@@ -295,7 +295,7 @@ describe('an endpoint left to settle after, in the same service', () => {
     // The leader's batch takes it at once (only before_answer endpoints' fresh captures are left alone).
     await svc.jobs.runNow('x402-settlement')
     const [claim] = await svc.sql<{ settlement_tx: string }[]>`
-      SELECT settlement_tx FROM claims WHERE proof_key = (SELECT proof_key FROM calls WHERE receipt_id = ${id})`
+      SELECT settlement_tx FROM claims WHERE proof_key = (SELECT proof_key FROM calls WHERE call_receipt_id(id, receipt_id) = ${id})`
     expect(claim!.settlement_tx).toMatch(/^0x[0-9a-f]{64}$/)
     const shown = await expectReceiptUrlShowsSettlement(id, claim!.settlement_tx as Hex, payer)
     expect((await receiptAt(id)).cacheControl).toBe('public, max-age=60')

@@ -1,6 +1,6 @@
 // Reconcile, the serving invariants: claims against calls, refunds and revenue, by the transition table.
 // Needs no chain: every check is a query that returns only the claims that break a rule (index-served by
-// the claims primary key and calls.proof_key), so a clean run reads counts, not history.
+// the claims and calls primary keys: a captured claim names its call), so a clean run reads counts, not history.
 import { claimCallExpectations } from '../../books/transitions.ts'
 import type { Sql } from '../../db/sql.ts'
 
@@ -59,21 +59,37 @@ export async function checkClaims(sql: Sql, range: { from: Date; to: Date }): Pr
              k.refund_atomic AS call_refund,
              (SELECT coalesce(sum(e.amount_atomic), 0) FROM ledger_entries e
                WHERE e.source_type = 'call' AND e.source_id = k.id AND e.kind = 'refund')::bigint AS refund_booked
-      FROM claims c LEFT JOIN calls k ON k.proof_key = c.proof_key
+      FROM claims c LEFT JOIN calls k ON k.id = c.call_id
       WHERE c.claimed_at >= ${range.from} AND c.claimed_at < ${range.to}
+    ),
+    -- The other way, the calls of the range (by their time) against their proofs' claims: a call whose claim
+    -- is in a state no capture reaches, or names another call, was written without the capture that pays
+    -- for it. (A call whose claim has left with its day is not checked: nothing is left to check it by.)
+    strays AS (
+      SELECT k.proof_key, c.status,
+             EXISTS (SELECT 1 FROM ledger_entries e
+               WHERE e.kind = 'refund' AND e.source_type = 'claim' AND e.source_id = c.proof_key) AS refunded
+      FROM calls k JOIN claims c ON c.proof_key = k.proof_key
+      WHERE k.created_at >= ${range.from} AND k.created_at < ${range.to}
+        AND (c.status = ANY(${none}::text[]) OR c.call_id IS DISTINCT FROM k.id)
     ),
     broken AS (
       SELECT 'captured_without_call' AS rule, proof_key, status AS detail FROM c
         WHERE status = ANY(${one}::text[]) AND call_id IS NULL
       UNION ALL
-      SELECT 'call_without_capture', proof_key, status FROM c
-        WHERE status = ANY(${none}::text[]) AND call_id IS NOT NULL
+      SELECT 'call_without_capture', proof_key, status FROM (
+        SELECT proof_key, status FROM c WHERE status = ANY(${none}::text[]) AND call_id IS NOT NULL
+        UNION
+        SELECT proof_key, status FROM strays) s
       UNION ALL
       SELECT 'rewon_without_release', proof_key, attempts || ' attempts, ' || releases || ' releases' FROM c
         WHERE attempts > releases + 1 OR releases > attempts
       UNION ALL
-      SELECT 'refunds_of_captured', proof_key, status FROM c
-        WHERE refunded AND (call_id IS NOT NULL OR (target_type = 'call' AND captured_at IS NOT NULL))
+      SELECT 'refunds_of_captured', proof_key, status FROM (
+        SELECT proof_key, status FROM c
+          WHERE refunded AND (call_id IS NOT NULL OR (target_type = 'call' AND captured_at IS NOT NULL))
+        UNION
+        SELECT proof_key, status FROM strays WHERE refunded) s
       UNION ALL
       SELECT 'revenue_mismatch', proof_key, revenue || ' booked of ' || call_amount FROM c
         WHERE call_id IS NOT NULL AND (kind = 'tx' OR settled_at IS NOT NULL) AND revenue <> call_amount

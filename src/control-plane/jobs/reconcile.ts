@@ -242,7 +242,7 @@ async function checkInflow(
   >`
     SELECT c.proof_key, c.kind, c.status, c.amount_atomic, c.settlement_tx, c.settlement_error,
            -- A prepaid ceiling's unused part is refunded from the call: charge + that refund = what came in.
-           (SELECT k.amount_atomic + k.refund_atomic FROM calls k WHERE k.proof_key = c.proof_key) AS call_amount,
+           (SELECT k.amount_atomic + k.refund_atomic FROM calls k WHERE k.id = c.call_id) AS call_amount,
            (SELECT coalesce(sum(e.amount_atomic), 0) FROM ledger_entries e
              WHERE e.kind = 'refund' AND e.source_type = 'claim' AND e.source_id = c.proof_key)::bigint AS refund_amount
     FROM claims c
