@@ -546,10 +546,10 @@ export async function writeChannelVouchers(
       RETURNING proof_key
     ),
     new_calls AS (
-      INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
+      INSERT INTO calls (id, proof, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
                          fee_atomic, upstream_status, method, scheme, receipt_id, pricing_model, usage_unit, usage,
                          ceiling_atomic, tool)
-      SELECT ok.call_id, ok.proof_key, ok.endpoint_id, ok.account_id, ok.payer, ok.amount, ok.owner_share,
+      SELECT ok.call_id, proof_packed(ok.proof_key), ok.endpoint_id, ok.account_id, ok.payer, ok.amount, ok.owner_share,
              ok.fee, ok.status, ok.method, 'batch-settlement', call_receipt_stored(ok.call_id, ok.receipt_id),
              ok.pricing_model, ok.usage_unit, ok.usage::jsonb, ok.ceiling, ok.tool
       -- One call per voucher: claimed returns only the claims this statement inserted (calls.proof_key is

@@ -45,7 +45,8 @@ export async function listCalls(
   },
 ): Promise<CallRow[]> {
   return db<CallRow[]>`
-    SELECT id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic, fee_atomic,
+    SELECT id, call_proof_key(proof_key, proof) AS proof_key, endpoint_id, account_id, payer, amount_atomic,
+           owner_share_atomic, fee_atomic,
            upstream_status, method, tool, created_at, pricing_model, usage_unit, usage, ceiling_atomic,
            refund_atomic
     FROM calls
@@ -121,7 +122,8 @@ export async function findReceipt(db: Sql | Tx, receiptId: string): Promise<Rece
       SELECT * FROM calls
       WHERE receipt_id = ${receiptId} AND receipt_id <> '' AND substr(receipt_id, 6) <> substr(id, 6)
     )
-    SELECT c.id, c.proof_key, c.endpoint_id, c.account_id, c.payer, c.amount_atomic, c.owner_share_atomic,
+    SELECT c.id, call_proof_key(c.proof_key, c.proof) AS proof_key, c.endpoint_id, c.account_id, c.payer,
+           c.amount_atomic, c.owner_share_atomic,
            c.fee_atomic, c.upstream_status, c.method, c.tool, c.created_at,
            call_receipt_id(c.id, c.receipt_id) AS receipt_id, c.scheme,
            c.pricing_model, c.usage_unit, c.usage, c.ceiling_atomic, c.refund_atomic, NULL::text AS pass_id,
@@ -131,7 +133,7 @@ export async function findReceipt(db: Sql | Tx, receiptId: string): Promise<Rece
                                       WHERE e.source_type = 'call' AND e.source_id = c.id) AS settled_revenue,
            coalesce(encode(c.body_sha256, 'hex'), d.body_sha256) AS body_sha256,
            coalesce(c.body_bytes, d.body_bytes)::int AS body_bytes
-    FROM c LEFT JOIN claims k ON k.proof_key = c.proof_key
+    FROM c LEFT JOIN claims k ON k.proof_key = call_proof_key(c.proof_key, c.proof)
       LEFT JOIN call_deliveries d ON c.body_sha256 IS NULL AND d.receipt_id = call_receipt_id(c.id, c.receipt_id)
     UNION ALL
     SELECT p.call_id, p.proof_key, p.endpoint_id, p.account_id, p.payer, 0::bigint, 0::bigint, 0::bigint,

@@ -95,13 +95,14 @@ describe.runIf(usingServer)('captures across a database outage', () => {
       },
       { what: 'the capture to land', timeoutMs: 30_000, intervalMs: 50, retryErrors: true },
     )
-    const calls = await svc.sql`SELECT upstream_status FROM calls WHERE proof_key = ${`tx:${hash}`}`
+    const calls =
+      await svc.sql`SELECT upstream_status FROM calls WHERE call_proof_key(proof_key, proof) = ${`tx:${hash}`}`
     expect(calls).toEqual([{ upstream_status: 200 }])
     const entries = await svc.sql`
       SELECT e.kind FROM ledger_entries e
       JOIN calls k ON e.source_type = 'capture_batch' AND e.source_id = k.ledger_batch_id::text
         AND e.account_id = k.account_id
-      WHERE k.proof_key = ${`tx:${hash}`} ORDER BY e.kind`
+      WHERE call_proof_key(k.proof_key, k.proof) = ${`tx:${hash}`} ORDER BY e.kind`
     expect(entries.map((e) => e.kind)).toEqual(['fee', 'owner_share'])
     await waitFor(async () => (await gauge(captureQueue)) === 0, {
       what: 'the queue to empty',

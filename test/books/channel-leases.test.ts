@@ -260,7 +260,7 @@ describe('a call written after the claim that covered it', () => {
       SELECT split_part(k.proof_key, ':', 3) AS cum, k.settlement_tx, k.settlement_block::text AS block,
              k.settlement_index AS i, k.settlement_count AS n,
              (SELECT count(*)::int FROM ledger_entries e JOIN calls c ON e.source_type = 'call' AND e.source_id = c.id
-              WHERE c.proof_key = k.proof_key) AS booked
+              WHERE call_proof_key(c.proof_key, c.proof) = k.proof_key) AS booked
       FROM claims k WHERE k.kind = 'batch' AND split_part(k.proof_key, ':', 2) = ${id}
       ORDER BY split_part(k.proof_key, ':', 3)::bigint`
     expect(rows).toEqual([

@@ -85,12 +85,12 @@ async function claimRow() {
 }
 async function counts() {
   const [row] = await sql<{ calls: number; entries: number }[]>`
-    SELECT (SELECT count(*) FROM calls WHERE proof_key = ${key})::int AS calls,
+    SELECT (SELECT count(*) FROM calls WHERE call_proof_key(proof_key, proof) = ${key})::int AS calls,
            -- Its own entries, or those of the capture batch that booked it (alone in it here).
            (SELECT count(*) FROM ledger_entries e
-              WHERE e.source_id = ${key} OR e.source_id IN (SELECT id FROM calls WHERE proof_key = ${key})
+              WHERE e.source_id = ${key} OR e.source_id IN (SELECT id FROM calls WHERE call_proof_key(proof_key, proof) = ${key})
                  OR (e.source_type = 'capture_batch' AND (e.source_id, e.account_id) IN
-                       (SELECT ledger_batch_id::text, account_id FROM calls WHERE proof_key = ${key})))::int
+                       (SELECT ledger_batch_id::text, account_id FROM calls WHERE call_proof_key(proof_key, proof) = ${key})))::int
              AS entries`
   return row
 }
@@ -269,7 +269,7 @@ describe('payouts and their entries', () => {
       SELECT e.id FROM ledger_entries e
       JOIN calls k ON e.source_type = 'capture_batch' AND e.source_id = k.ledger_batch_id::text
         AND e.account_id = k.account_id
-      WHERE k.proof_key = ${key} AND e.kind = 'owner_share'`
+      WHERE call_proof_key(k.proof_key, k.proof) = ${key} AND e.kind = 'owner_share'`
     const a = await payout('pending')
     const b = await payout('pending')
     const ids = `{${entry!.id}}`

@@ -272,16 +272,20 @@ export async function runFailover(options: FailoverOptions): Promise<FailoverRes
     await sleep(1_000)
 
     const calls = new Set(
-      (await books<{ proof_key: string }[]>`SELECT DISTINCT proof_key FROM calls`).map((r) => r.proof_key),
+      (
+        await books<
+          { proof_key: string }[]
+        >`SELECT DISTINCT call_proof_key(proof_key, proof) AS proof_key FROM calls`
+      ).map((r) => r.proof_key),
     )
     const charged = new Set(
       (
         await books<{ proof_key: string }[]>`
-          SELECT c.proof_key FROM ledger_entries l
+          SELECT call_proof_key(c.proof_key, c.proof) AS proof_key FROM ledger_entries l
           JOIN calls c ON l.source_type = 'call' AND l.source_id = c.id
           WHERE l.kind = 'owner_share'
           UNION
-          SELECT c.proof_key FROM ledger_entries l
+          SELECT call_proof_key(c.proof_key, c.proof) AS proof_key FROM ledger_entries l
           JOIN calls c ON l.source_type = 'capture_batch' AND l.source_id = c.ledger_batch_id::text
             AND l.account_id = c.account_id
           WHERE l.kind = 'owner_share'`

@@ -732,15 +732,15 @@ async function judge(
   rounds: RoundResult[],
 ): Promise<void> {
   const calls = await db<{ proof_key: string; n: number }[]>`
-    SELECT proof_key, count(*)::int AS n FROM calls GROUP BY proof_key`
+    SELECT call_proof_key(proof_key, proof) AS proof_key, count(*)::int AS n FROM calls GROUP BY 1`
   const callCount = new Map(calls.map((c) => [c.proof_key, c.n]))
   // Charged: an owner share of its own, or (migration 0050) in the capture batch that booked it.
   const owner = await db<{ proof_key: string }[]>`
-    SELECT c.proof_key FROM ledger_entries l
+    SELECT call_proof_key(c.proof_key, c.proof) AS proof_key FROM ledger_entries l
     JOIN calls c ON l.source_type = 'call' AND l.source_id = c.id
     WHERE l.kind = 'owner_share'
     UNION
-    SELECT c.proof_key FROM ledger_entries l
+    SELECT call_proof_key(c.proof_key, c.proof) AS proof_key FROM ledger_entries l
     JOIN calls c ON l.source_type = 'capture_batch' AND l.source_id = c.ledger_batch_id::text
       AND l.account_id = c.account_id
     WHERE l.kind = 'owner_share'`
@@ -779,7 +779,7 @@ async function judgeUsage(
       refunded: string
     }[]
   >`
-    SELECT c.proof_key, c.amount_atomic::text, c.ceiling_atomic::text, c.refund_atomic::text,
+    SELECT call_proof_key(c.proof_key, c.proof) AS proof_key, c.amount_atomic::text, c.ceiling_atomic::text, c.refund_atomic::text,
            (c.usage -> 'quantities' ->> 'output_tokens')::int AS output_tokens,
            count(l.id)::int AS refunds, coalesce(sum(l.amount_atomic), 0)::text AS refunded
     FROM calls c

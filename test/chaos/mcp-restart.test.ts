@@ -509,7 +509,7 @@ async function judge(db: postgres.Sql, tasks: Task[], server: CountingMcpServer)
       owner_share: string | null
     }[]
   >`
-    SELECT c.proof_key, c.tool, c.amount_atomic::text, c.refund_atomic::text, c.ceiling_atomic::text,
+    SELECT call_proof_key(c.proof_key, c.proof) AS proof_key, c.tool, c.amount_atomic::text, c.refund_atomic::text, c.ceiling_atomic::text,
            -- Its own owner share entry, or (migration 0050) its part of its capture batch's, which reconcile
            -- holds to the sum of the batch's calls.
            coalesce(

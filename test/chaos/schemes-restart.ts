@@ -376,7 +376,7 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
       >`
         SELECT
           (SELECT count(*)::int FROM calls WHERE endpoint_id = ${uptoEp.id}) AS upto_calls,
-          (SELECT count(*)::int FROM claims k JOIN calls c ON c.proof_key = k.proof_key
+          (SELECT count(*)::int FROM claims k JOIN calls c ON call_proof_key(c.proof_key, c.proof) = k.proof_key
             WHERE k.kind = 'upto' AND k.settled_at IS NULL) AS upto_open,
           (SELECT count(*)::int FROM calls WHERE endpoint_id = ${batchEp.id}) AS batch_calls,
           (SELECT count(*)::int FROM batch_channels
@@ -669,7 +669,8 @@ interface CallRow {
 
 async function callRows(db: postgres.Sql, endpointId: string): Promise<CallRow[]> {
   return db<CallRow[]>`
-    SELECT call_receipt_id(id, receipt_id) AS receipt_id, proof_key, amount_atomic::text, ceiling_atomic::text,
+    SELECT call_receipt_id(id, receipt_id) AS receipt_id, call_proof_key(proof_key, proof) AS proof_key,
+           amount_atomic::text, ceiling_atomic::text,
            (usage -> 'quantities' ->> 'output_tokens')::int AS output_tokens,
            (usage -> 'quantities' ->> 'input_tokens')::int AS input_tokens
     FROM calls WHERE endpoint_id = ${endpointId}`
@@ -738,7 +739,7 @@ async function judgeUpto(
   >`
     SELECT k.proof_key, k.amount_atomic::text AS signed, k.settled_atomic::text AS settled, k.settled_at,
            c.amount_atomic::text AS charge
-    FROM claims k LEFT JOIN calls c ON c.proof_key = k.proof_key WHERE k.kind = 'upto'`
+    FROM claims k LEFT JOIN calls c ON call_proof_key(c.proof_key, c.proof) = k.proof_key WHERE k.kind = 'upto'`
   for (const k of claims) {
     if (k.charge === null) {
       // A permit claimed, never served: nothing may leave the payer's wallet for it.

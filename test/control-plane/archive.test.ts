@@ -65,7 +65,9 @@ async function paidCall(url: string): Promise<{ hash: string; callId: string }> 
   const key = `tx:${hash.toLowerCase()}`
   const rows = await waitFor(
     async () => {
-      const r = await svc.sql<{ id: string }[]>`SELECT id FROM calls WHERE proof_key = ${key}`
+      const r = await svc.sql<
+        { id: string }[]
+      >`SELECT id FROM calls WHERE call_proof_key(proof_key, proof) = ${key}`
       return r.length === 1 ? r : null
     },
     { what: 'the capture', timeoutMs: 10_000 },

@@ -65,10 +65,14 @@ describe('retention horizon across a restart', () => {
     const hash = await payUsdc(payer, first.chain.treasury, 10_000n)
     const key = `tx:${hash.toLowerCase()}`
     expect((await fetch(ep.metered_url, { headers: { 'x-payment': hash } })).status).toBe(200)
-    await waitFor(async () => (await first.sql`SELECT 1 FROM calls WHERE proof_key = ${key}`).length === 1, {
-      timeoutMs: 10_000,
-      what: 'the capture',
-    })
+    await waitFor(
+      async () =>
+        (await first.sql`SELECT 1 FROM calls WHERE call_proof_key(proof_key, proof) = ${key}`).length === 1,
+      {
+        timeoutMs: 10_000,
+        what: 'the capture',
+      },
+    )
     // The claim is pruned once its proof is older than the short age (and that horizon has propagated).
     await waitFor(
       async () => {
@@ -88,12 +92,14 @@ describe('retention horizon across a restart', () => {
     expect((await replay.json()).error).toBe('proof_too_old')
     expect(upstream.count()).toBe(served)
     // Booked once: one call, one owner share.
-    expect(await second.sql`SELECT 1 FROM calls WHERE proof_key = ${key}`).toHaveLength(1)
+    expect(
+      await second.sql`SELECT 1 FROM calls WHERE call_proof_key(proof_key, proof) = ${key}`,
+    ).toHaveLength(1)
     const shares = await second.sql`
       SELECT 1 FROM ledger_entries l
       JOIN calls c ON l.source_type = 'capture_batch' AND l.source_id = c.ledger_batch_id::text
         AND l.account_id = c.account_id
-      WHERE c.proof_key = ${key} AND l.kind = 'owner_share'`
+      WHERE call_proof_key(c.proof_key, c.proof) = ${key} AND l.kind = 'owner_share'`
     expect(shares).toHaveLength(1)
     // The restart with the longer age did not lower the stored horizon.
     await second.jobs.runNow('retention')

@@ -124,7 +124,8 @@ describe('retention', () => {
     await untilDeadline(
       'the capture',
       10_000,
-      async () => (await svc.sql`SELECT 1 FROM calls WHERE proof_key = ${key}`).length === 1,
+      async () =>
+        (await svc.sql`SELECT 1 FROM calls WHERE call_proof_key(proof_key, proof) = ${key}`).length === 1,
     )
 
     // While its claim is young the job keeps it.
@@ -138,7 +139,7 @@ describe('retention', () => {
       return (await svc.sql`SELECT 1 FROM claims WHERE proof_key = ${key}`).length === 0
     })
     // The call is the owner's history: kept.
-    expect(await svc.sql`SELECT 1 FROM calls WHERE proof_key = ${key}`).toHaveLength(1)
+    expect(await svc.sql`SELECT 1 FROM calls WHERE call_proof_key(proof_key, proof) = ${key}`).toHaveLength(1)
 
     // Another paid call pushes the first proof out of the in-process spent-proof cache (it holds one).
     const other = await payUsdc(payer, svc.chain.treasury, 10_000n)
@@ -148,7 +149,7 @@ describe('retention', () => {
     expect(replay.status).toBe(402)
     expect((await replay.json()).error).toBe('proof_too_old')
     expect(await svc.sql`SELECT 1 FROM claims WHERE proof_key = ${key}`).toHaveLength(0)
-    expect(await svc.sql`SELECT 1 FROM calls WHERE proof_key = ${key}`).toHaveLength(1)
+    expect(await svc.sql`SELECT 1 FROM calls WHERE call_proof_key(proof_key, proof) = ${key}`).toHaveLength(1)
   }, 60_000)
 
   it('keeps an x402 claim while its authorization can still be presented, or while it is owed a settlement', async () => {

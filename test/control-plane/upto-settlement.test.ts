@@ -138,7 +138,7 @@ describe('x402 upto settlement', () => {
       SELECT coalesce(sum(e.amount_atomic) FILTER (WHERE e.kind = 'owner_share'), 0)::text AS owner,
              coalesce(sum(e.amount_atomic) FILTER (WHERE e.kind = 'fee'), 0)::text AS fee
       FROM ledger_entries e JOIN calls c ON e.source_type = 'call' AND e.source_id = c.id
-      WHERE c.proof_key = ANY(${keys}::text[])`
+      WHERE call_proof_key(c.proof_key, c.proof) = ANY(${keys}::text[])`
     const bps = svc.config.fees.owner_share_bps
     const owner = [123_457n, 0n, MAX, 1n].reduce((s, c) => s + splitOwnerShare(c, bps).owner, 0n)
     expect(BigInt(booked!.owner)).toBe(owner)

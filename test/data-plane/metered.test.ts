@@ -348,7 +348,7 @@ describe('upstream failures and retry', () => {
     // Owner share: floor(12345 × 9500 / 10000) = 11727, the fee the remaining 618.
     const [call] = await svc.sql`
       SELECT id, owner_share_atomic, fee_atomic, ledger_batch_id::text AS batch FROM calls
-      WHERE proof_key = ${`tx:${hash}`}`
+      WHERE call_proof_key(proof_key, proof) = ${`tx:${hash}`}`
     expect(call).toMatchObject({ owner_share_atomic: 11_727n, fee_atomic: 618n })
     // Booked by its capture batch (it was flushed alone: the batch holds this one call of the account).
     const entries = await svc.sql`

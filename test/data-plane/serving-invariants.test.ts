@@ -121,7 +121,8 @@ describe('a proof serves at most once', () => {
     const replay = await fetch(url, { headers: { 'x-payment': hash } })
     expect(replay.status).toBe(402)
     expect(served.get('/flaky')).toBe(2)
-    const calls = await svc.sql`SELECT upstream_status FROM calls WHERE proof_key = ${`tx:${hash}`}`
+    const calls =
+      await svc.sql`SELECT upstream_status FROM calls WHERE call_proof_key(proof_key, proof) = ${`tx:${hash}`}`
     expect(calls).toEqual([{ upstream_status: 200 }])
   })
 

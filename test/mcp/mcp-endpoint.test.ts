@@ -77,7 +77,7 @@ async function callRow(hash: string) {
   const [row] = await svc.sql<
     { amount_atomic: bigint; tool: string | null; pricing_model: string; refund_atomic: bigint }[]
   >`SELECT amount_atomic, tool, pricing_model, refund_atomic FROM calls
-    WHERE proof_key = ${`tx:${hash.toLowerCase()}`}`
+    WHERE call_proof_key(proof_key, proof) = ${`tx:${hash.toLowerCase()}`}`
   return row
 }
 

@@ -80,7 +80,7 @@ describe.runIf(usingServer)('an MCP endpoint over two instances on one database'
     expect(JSON.parse(replay.text).error).toBe('proof_already_used')
     expect(upstream.served.get('weather')).toBe(1)
     const rows = await a.sql<{ amount_atomic: bigint; tool: string }[]>`
-      SELECT amount_atomic, tool FROM calls WHERE proof_key = ${`tx:${hash.toLowerCase()}`}`
+      SELECT amount_atomic, tool FROM calls WHERE call_proof_key(proof_key, proof) = ${`tx:${hash.toLowerCase()}`}`
     expect(rows).toEqual([{ amount_atomic: 10_000n, tool: 'weather' }])
   })
 })

@@ -59,7 +59,7 @@ describe.runIf(usingServer)('usage pricing over two instances on one database', 
     const replay = await post(url(a), hash)
     expect([replay.status, (await replay.json()).error]).toEqual([402, 'proof_already_used'])
     const rows = await a.sql<{ amount_atomic: bigint; refund_atomic: bigint; receipt_id: string }[]>`
-      SELECT amount_atomic, refund_atomic, call_receipt_id(id, receipt_id) AS receipt_id FROM calls WHERE proof_key = ${`tx:${hash.toLowerCase()}`}`
+      SELECT amount_atomic, refund_atomic, call_receipt_id(id, receipt_id) AS receipt_id FROM calls WHERE call_proof_key(proof_key, proof) = ${`tx:${hash.toLowerCase()}`}`
     expect(rows).toHaveLength(1)
     expect(rows[0]).toMatchObject({ amount_atomic: 2_700n, refund_atomic: 47_300n })
     // The receipt is readable on either instance.
@@ -81,7 +81,7 @@ describe.runIf(usingServer)('usage pricing over two instances on one database', 
     await b.flushCaptures()
     const [row] = await a.sql<{ n: number; sum: bigint }[]>`
       SELECT count(*)::int AS n, sum(amount_atomic + refund_atomic)::bigint AS sum FROM calls
-      WHERE proof_key = ${`tx:${hash.toLowerCase()}`}`
+      WHERE call_proof_key(proof_key, proof) = ${`tx:${hash.toLowerCase()}`}`
     expect(row).toMatchObject({ n: 1, sum: 50_000n })
   })
 })

@@ -64,7 +64,7 @@ async function callOf(hash: string) {
     }[]
   >`SELECT amount_atomic, owner_share_atomic, refund_atomic, ceiling_atomic, pricing_model, usage_unit, usage,
            call_receipt_id(id, receipt_id) AS receipt_id, scheme
-    FROM calls WHERE proof_key = ${`tx:${hash.toLowerCase()}`}`
+    FROM calls WHERE call_proof_key(proof_key, proof) = ${`tx:${hash.toLowerCase()}`}`
   return row
 }
 

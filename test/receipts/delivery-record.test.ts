@@ -168,7 +168,7 @@ describe('delivery record', () => {
     expect(before.settlement.status).toBe('settled')
     // What dropping the claim's closed day does to this one call: its claim is gone, the call stays.
     const gone = await svc.sql`
-      DELETE FROM claims WHERE proof_key = (SELECT proof_key FROM calls WHERE id = ${`call_${receiptId.slice(5)}`})`
+      DELETE FROM claims WHERE proof_key = (SELECT call_proof_key(proof_key, proof) FROM calls WHERE id = ${`call_${receiptId.slice(5)}`})`
     expect(gone.count).toBe(1)
     const after = await receipt(receiptId)
     expect(after).toMatchObject({
@@ -199,7 +199,7 @@ describe('delivery record', () => {
     await svc.sql`
       INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
                          fee_atomic, upstream_status, method, receipt_id, scheme)
-      SELECT 'call_OLDCALL00000000000', proof_key || ':legacy', endpoint_id, account_id, payer, amount_atomic,
+      SELECT 'call_OLDCALL00000000000', call_proof_key(proof_key, proof) || ':legacy', endpoint_id, account_id, payer, amount_atomic,
              owner_share_atomic, fee_atomic, upstream_status, method, ${legacyReceipt}, scheme
       FROM calls WHERE id = ${found.call_id}`
     const legacy = await receipt(legacyReceipt)
@@ -213,7 +213,7 @@ describe('delivery record', () => {
     await svc.sql`
       INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
                          fee_atomic, upstream_status, method, receipt_id, scheme)
-      SELECT 'call_WHOLE0000000000000', proof_key || ':whole', endpoint_id, account_id, payer, amount_atomic,
+      SELECT 'call_WHOLE0000000000000', call_proof_key(proof_key, proof) || ':whole', endpoint_id, account_id, payer, amount_atomic,
              owner_share_atomic, fee_atomic, upstream_status, method, 'rcpt_WHOLE0000000000000', scheme
       FROM calls WHERE id = ${found.call_id}`
     expect(await receipt('rcpt_WHOLE0000000000000')).toMatchObject({

@@ -61,7 +61,9 @@ describe.runIf(usingServer)('refunds when the payout batcher is killed', () => {
         payers,
         calls: 4,
       })
-      const ids = await sql<{ id: string; proof_key: string }[]>`SELECT id, proof_key FROM calls`
+      const ids = await sql<
+        { id: string; proof_key: string }[]
+      >`SELECT id, call_proof_key(proof_key, proof) AS proof_key FROM calls`
       const callId = (i: number) => ids.find((r) => r.proof_key === `tx:${calls[i]!.hash.toLowerCase()}`)!.id
       const full = await createRefund(sql, {
         id: newId('re'),

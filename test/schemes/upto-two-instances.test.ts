@@ -91,7 +91,7 @@ describe.runIf(usingServer)('x402 upto over two instances on one database', () =
     await a.flushCaptures()
     await b.flushCaptures()
     const calls = await a.sql<{ amount_atomic: bigint }[]>`
-      SELECT c.amount_atomic FROM calls c JOIN claims k ON k.proof_key = c.proof_key
+      SELECT c.amount_atomic FROM calls c JOIN claims k ON k.proof_key = call_proof_key(c.proof_key, c.proof)
       WHERE k.kind = 'upto' AND k.payer = ${payer.address}`
     expect(calls).toHaveLength(1)
     const charge = calls[0]!.amount_atomic

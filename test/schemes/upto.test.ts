@@ -143,7 +143,7 @@ async function expectSettledReceipt(receiptId: string | null) {
   const { settlement } = await r.json()
   const [claim] = await svc.sql<{ settlement_tx: Hash; nonce: string; payer: string }[]>`
     SELECT k.settlement_tx, k.authorization_payload->>'nonce' AS nonce, k.payer
-    FROM calls c JOIN claims k ON k.proof_key = c.proof_key WHERE c.id = ${`call_${receiptId!.slice(5)}`}`
+    FROM calls c JOIN claims k ON k.proof_key = call_proof_key(c.proof_key, c.proof) WHERE c.id = ${`call_${receiptId!.slice(5)}`}`
   const mined = await publicClient.getTransactionReceipt({ hash: claim!.settlement_tx })
   const logged = parseEventLogs({ abi: UPTO_SETTLED, logs: mined.logs })
   const index = logged.findIndex(
@@ -188,7 +188,7 @@ describe('x402 upto with the published client', () => {
     const [call] = await svc.sql<
       { amount_atomic: bigint; proof_key: string; ceiling_atomic: bigint | null }[]
     >`
-      SELECT c.amount_atomic, c.proof_key, c.ceiling_atomic FROM calls c JOIN claims k ON k.proof_key = c.proof_key
+      SELECT c.amount_atomic, call_proof_key(c.proof_key, c.proof) AS proof_key, c.ceiling_atomic FROM calls c JOIN claims k ON k.proof_key = call_proof_key(c.proof_key, c.proof)
       WHERE k.kind = 'upto' AND k.payer = ${payer.address}`
     expect(call!.amount_atomic).toBe(CHARGE)
     expect(BigInt(call!.amount_atomic)).toBeLessThanOrEqual(MAX_PRICE_ATOMIC)
@@ -214,7 +214,7 @@ describe('x402 upto with the published client', () => {
     await r.text()
     await svc.flushCaptures()
     const [call] = await svc.sql<{ amount_atomic: bigint; usage: { capped?: boolean } | null }[]>`
-      SELECT c.amount_atomic, c.usage FROM calls c JOIN claims k ON k.proof_key = c.proof_key
+      SELECT c.amount_atomic, c.usage FROM calls c JOIN claims k ON k.proof_key = call_proof_key(c.proof_key, c.proof)
       WHERE k.kind = 'upto' AND k.payer = ${over.address}`
     expect(call!.amount_atomic).toBe(MAX_PRICE_ATOMIC)
     expect(call!.usage).toMatchObject({ capped: true, source: 'measured' })

@@ -198,7 +198,7 @@ export async function startX402Setup(
                coalesce(sum(e.amount_atomic) FILTER (WHERE e.kind = 'fee'), 0)::text AS fee,
                count(*) FILTER (WHERE k.settled_at IS NULL)::int AS unsettled
         FROM ledger_entries e JOIN calls c ON e.source_type = 'call' AND e.source_id = c.id
-        JOIN claims k ON k.proof_key = c.proof_key
+        JOIN claims k ON k.proof_key = call_proof_key(c.proof_key, c.proof)
         WHERE k.kind = 'eip3009'`
       return {
         ...c!,

@@ -203,7 +203,7 @@ describe('an endpoint set to before_answer: a served exact call is settled befor
     const [claim] = await svc.sql<{ settlement_tx: string; settled: boolean; entries: number }[]>`
       SELECT k.settlement_tx, k.settled_at IS NOT NULL AS settled,
              (SELECT count(*) FROM ledger_entries l JOIN calls c ON c.id = l.source_id
-               WHERE l.source_type = 'call' AND c.proof_key = k.proof_key)::int AS entries
+               WHERE l.source_type = 'call' AND call_proof_key(c.proof_key, c.proof) = k.proof_key)::int AS entries
       FROM claims k WHERE lower(k.payer) = ${payer.toLowerCase()}`
     expect(claim).toEqual({ settlement_tx: receipt.transaction, settled: true, entries: 2 })
     expect(await balanceOf(payer)).toBe(before - PRICE_ATOMIC)
@@ -295,7 +295,7 @@ describe('an endpoint left to settle after, in the same service', () => {
     // The leader's batch takes it at once (only before_answer endpoints' fresh captures are left alone).
     await svc.jobs.runNow('x402-settlement')
     const [claim] = await svc.sql<{ settlement_tx: string }[]>`
-      SELECT settlement_tx FROM claims WHERE proof_key = (SELECT proof_key FROM calls WHERE call_receipt_id(id, receipt_id) = ${id})`
+      SELECT settlement_tx FROM claims WHERE proof_key = (SELECT call_proof_key(proof_key, proof) FROM calls WHERE call_receipt_id(id, receipt_id) = ${id})`
     expect(claim!.settlement_tx).toMatch(/^0x[0-9a-f]{64}$/)
     const shown = await expectReceiptUrlShowsSettlement(id, claim!.settlement_tx as Hex, payer)
     expect((await receiptAt(id)).cacheControl).toBe('public, max-age=60')

@@ -416,7 +416,7 @@ async function checkSplit(sql: Sql, b: Bounds): Promise<Checked<ReconcileReport[
     SELECT count(*)::int AS calls, coalesce(sum(c.amount_atomic), 0)::bigint AS captured,
            coalesce(sum(s.owner), 0)::bigint AS owner, coalesce(sum(s.fee), 0)::bigint AS fee
     FROM calls c
-    JOIN claims k ON k.proof_key = c.proof_key AND (k.kind = 'tx' OR k.settled_at IS NOT NULL)
+    JOIN claims k ON k.proof_key = call_proof_key(c.proof_key, c.proof) AND (k.kind = 'tx' OR k.settled_at IS NOT NULL)
     LEFT JOIN LATERAL (
       SELECT sum(x.amount) FILTER (WHERE x.kind = 'owner_share') AS owner,
              sum(x.amount) FILTER (WHERE x.kind = 'fee') AS fee
