@@ -14,6 +14,8 @@ export interface LoadOptions {
   body?: string
   /** One header value per request (payment proofs); the run ends when they are used up or the time is. */
   perRequest?: { header: string; values: string[] }
+  /** Request bodies taken in turn, one per request, for as long as the run lasts (instead of `body`). */
+  bodies?: string[]
   /** The status a correct answer has; anything else counts as an error. */
   expectStatus: number
 }
@@ -108,6 +110,8 @@ export function loadRecorder(expectStatus: number) {
 export async function load(o: LoadOptions): Promise<Measured> {
   let next = 0
   const values = o.perRequest?.values
+  const bodies = o.bodies
+  let nextBody = 0
   let done: (err: Error | null, r: autocannon.Result) => void = () => {}
   const finished = new Promise<autocannon.Result>((resolve, reject) => {
     done = (err, r) => (err ? reject(err) : resolve(r))
@@ -133,7 +137,13 @@ export async function load(o: LoadOptions): Promise<Measured> {
               },
             ],
           }
-        : {}),
+        : bodies
+          ? {
+              requests: [
+                { setupRequest: (req: any) => ({ ...req, body: bodies[nextBody++ % bodies.length]! }) },
+              ],
+            }
+          : {}),
     },
     (err, r) => done(err, r),
   )
