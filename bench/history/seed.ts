@@ -231,13 +231,13 @@ async function seedClaimsAndCalls(db: Db, t: SeedTarget, c: Chunk) {
   const written = writtenTime(db, c)
   // Zero-padded ids as long as the live ones (call_ and 18 characters): the primary key is filled in order,
   // at its right edge, like the proof keys. Each call's receipt id is the one derived from its id, stored as
-  // '' as the live path stores it (migration 0059), and its proof packed (migration 0060).
+  // '' as the live path stores it (migration 0059), its proof and payer packed (migrations 0060, 0062).
   await db`
-    INSERT INTO calls (id, proof, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
+    INSERT INTO calls (id, proof, endpoint_id, account_id, payer_address, amount_atomic, owner_share_atomic,
                        fee_atomic, upstream_status, method, created_at, receipt_id, ledger_batch_id,
                        body_sha256, body_bytes)
     SELECT 'call_hist' || lpad(i::text, 14, '0'), proof_packed('tx:0x' || lpad(to_hex(i), 64, '0')), ${t.endpointId},
-           ${t.accountId}, ${t.payer}, ${PRICE}::bigint, ${OWNER}::bigint, ${FEE}::bigint, 200, 'GET',
+           ${t.accountId}, payer_packed(${t.payer}), ${PRICE}::bigint, ${OWNER}::bigint, ${FEE}::bigint, 200, 'GET',
            ${written}, '', ${batchOf(db, c)},
            -- What the answer delivered, for its signed receipt, on the call row as the live path writes it
            -- for an answer that ended before its capture was sent (migration 0057).

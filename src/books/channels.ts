@@ -546,11 +546,13 @@ export async function writeChannelVouchers(
       RETURNING proof_key
     ),
     new_calls AS (
-      INSERT INTO calls (id, proof, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
-                         fee_atomic, upstream_status, method, scheme, receipt_id, pricing_model, usage_unit, usage,
-                         ceiling_atomic, tool)
-      SELECT ok.call_id, proof_packed(ok.proof_key), ok.endpoint_id, ok.account_id, ok.payer, ok.amount, ok.owner_share,
-             ok.fee, ok.status, ok.method, 'batch-settlement', call_receipt_stored(ok.call_id, ok.receipt_id),
+      INSERT INTO calls (id, proof, endpoint_id, account_id, payer, payer_address, amount_atomic,
+                         owner_share_atomic, fee_atomic, upstream_status, method, scheme, receipt_id, pricing_model,
+                         usage_unit, usage, ceiling_atomic, tool)
+      SELECT ok.call_id, proof_packed(ok.proof_key), ok.endpoint_id, ok.account_id,
+             CASE WHEN payer_packed(ok.payer) IS NULL THEN ok.payer END, payer_packed(ok.payer), ok.amount,
+             ok.owner_share, ok.fee, ok.status, ok.method, 'batch-settlement',
+             call_receipt_stored(ok.call_id, ok.receipt_id),
              ok.pricing_model, ok.usage_unit, ok.usage::jsonb, ok.ceiling, ok.tool
       -- One call per voucher: claimed returns only the claims this statement inserted (calls.proof_key is
       -- not a unique key of the month-partitioned calls; migration 0041).

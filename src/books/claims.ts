@@ -159,10 +159,14 @@ export async function claimAndCapture(
     -- capture applied: read through a scalar subquery below, a CTE is evaluated at most once.
     ledger_batch AS MATERIALIZED (SELECT nextval('ledger_batch_ids') AS id),
     new_calls AS (
-      INSERT INTO calls (id, proof, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
-                         fee_atomic, upstream_status, method, pricing_model, usage_unit, usage, ceiling_atomic,
-                         refund_atomic, scheme, receipt_id, tool, ledger_batch_id, body_sha256, body_bytes)
-      SELECT i.call_id, proof_packed(i.proof_key), i.endpoint_id, i.account_id, i.payer, i.amount, i.owner_share, i.fee,
+      INSERT INTO calls (id, proof, endpoint_id, account_id, payer, payer_address, amount_atomic,
+                         owner_share_atomic, fee_atomic, upstream_status, method, pricing_model, usage_unit, usage,
+                         ceiling_atomic, refund_atomic, scheme, receipt_id, tool, ledger_batch_id, body_sha256,
+                         body_bytes)
+      SELECT i.call_id, proof_packed(i.proof_key), i.endpoint_id, i.account_id,
+             -- The payer as its address's bytes, or as text when it is not one (migration 0062).
+             CASE WHEN payer_packed(i.payer) IS NULL THEN i.payer END, payer_packed(i.payer),
+             i.amount, i.owner_share, i.fee,
              i.status, i.method, i.pricing_model, i.usage_unit, i.usage, i.ceiling, i.refund, i.scheme,
              call_receipt_stored(i.call_id, i.receipt_id), i.tool,
              -- Booked by this statement's batch entries (below); x402 revenue waits for its settlement.

@@ -43,8 +43,8 @@ export async function openPass(
   await db`
     INSERT INTO passes (id, proof_key, call_id, endpoint_id, account_id, payer, price_atomic, calls_total,
                         uses_left, expires_at)
-    SELECT ${p.id}, c.proof_key, k.id, k.endpoint_id, k.account_id, lower(k.payer), k.amount_atomic,
-           ${calls}::int, ${calls}::int,
+    SELECT ${p.id}, c.proof_key, k.id, k.endpoint_id, k.account_id, lower(call_payer(k.payer, k.payer_address)),
+           k.amount_atomic, ${calls}::int, ${calls}::int,
            CASE WHEN ${durationS}::int IS NULL THEN 'infinity'::timestamptz
                 ELSE k.created_at + make_interval(secs => ${durationS}::int) END
     FROM claims c JOIN calls k ON k.id = c.call_id

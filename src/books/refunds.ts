@@ -154,7 +154,8 @@ async function lockSource(tx: Tx, accountId: string, target: RefundTarget): Prom
   }
   // FOR UPDATE serialises refunds of one call; the call row itself is never changed.
   const [c] = await tx<{ id: string; payer: string }[]>`
-    SELECT id, payer FROM calls WHERE id = ${target.callId} AND account_id = ${accountId} FOR UPDATE`
+    SELECT id, call_payer(payer, payer_address) AS payer FROM calls
+    WHERE id = ${target.callId} AND account_id = ${accountId} FOR UPDATE`
   if (!c) return null
   return { paymentId: null, callId: c.id, payer: c.payer, blocked: null }
 }

@@ -1,4 +1,5 @@
 // Queries on metered calls (the captured ones).
+import { getAddress } from 'viem'
 import { afterCursor } from './cursor.ts'
 import type { Sql, Tx } from './sql.ts'
 
@@ -30,6 +31,20 @@ export interface CallRow {
   refund_atomic: bigint
 }
 
+/**
+ * A payer as the API shows it: an address in its EIP-55 checksummed form, whichever way its row stored it
+ * (its bytes since migration 0062, read back as lower-case hex, or its text as the payment gave it).
+ */
+export function shownPayer(payer: string): string {
+  return ADDRESS.test(payer) ? getAddress(payer) : payer
+}
+const ADDRESS = /^0x[0-9a-fA-F]{40}$/
+
+function withShownPayers<T extends { payer: string }>(rows: T[]): T[] {
+  for (const r of rows) r.payer = shownPayer(r.payer)
+  return rows
+}
+
 export async function listCalls(
   db: Sql | Tx,
   q: {
@@ -44,9 +59,9 @@ export async function listCalls(
     tool?: string | null
   },
 ): Promise<CallRow[]> {
-  return db<CallRow[]>`
-    SELECT id, call_proof_key(proof_key, proof) AS proof_key, endpoint_id, account_id, payer, amount_atomic,
-           owner_share_atomic, fee_atomic,
+  const rows = await db<CallRow[]>`
+    SELECT id, call_proof_key(proof_key, proof) AS proof_key, endpoint_id, account_id,
+           call_payer(payer, payer_address) AS payer, amount_atomic, owner_share_atomic, fee_atomic,
            upstream_status, method, tool, created_at, pricing_model, usage_unit, usage, ceiling_atomic,
            refund_atomic
     FROM calls
@@ -59,6 +74,7 @@ export async function listCalls(
     ${afterCursor(db, 'calls', q.startingAfter, q.accountId)}
     ORDER BY created_at DESC, id DESC
     LIMIT ${q.limit}`
+  return withShownPayers(rows)
 }
 
 /** A call as its public receipt shows it: by receipt id (unguessable), with its endpoint's name. */
@@ -122,8 +138,8 @@ export async function findReceipt(db: Sql | Tx, receiptId: string): Promise<Rece
       SELECT * FROM calls
       WHERE receipt_id = ${receiptId} AND receipt_id <> '' AND substr(receipt_id, 6) <> substr(id, 6)
     )
-    SELECT c.id, call_proof_key(c.proof_key, c.proof) AS proof_key, c.endpoint_id, c.account_id, c.payer,
-           c.amount_atomic, c.owner_share_atomic,
+    SELECT c.id, call_proof_key(c.proof_key, c.proof) AS proof_key, c.endpoint_id, c.account_id,
+           call_payer(c.payer, c.payer_address) AS payer, c.amount_atomic, c.owner_share_atomic,
            c.fee_atomic, c.upstream_status, c.method, c.tool, c.created_at,
            call_receipt_id(c.id, c.receipt_id) AS receipt_id, c.scheme,
            c.pricing_model, c.usage_unit, c.usage, c.ceiling_atomic, c.refund_atomic, NULL::text AS pass_id,
@@ -148,5 +164,5 @@ export async function findReceipt(db: Sql | Tx, receiptId: string): Promise<Rece
       LEFT JOIN call_deliveries v ON v.receipt_id = d.receipt_id
     WHERE d.receipt_id = ${receiptId}
     LIMIT 1`
-  return row ?? null
+  return row === undefined ? null : withShownPayers([row])[0]!
 }

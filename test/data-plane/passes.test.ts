@@ -17,7 +17,7 @@ import {
   wrapFetchWithSIWx,
 } from '@x402/extensions/sign-in-with-x'
 import { wrapFetchWithPayment } from '@x402/fetch'
-import { type Chain, createWalletClient, type Hex, http, parseAbi, publicActions } from 'viem'
+import { type Chain, createWalletClient, getAddress, type Hex, http, parseAbi, publicActions } from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { baseSepolia } from 'viem/chains'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -346,7 +346,8 @@ describe('a pass of 5 calls, bought with the published x402 client, used by sign
       call_id: null,
       pass: { id: pass!.id, purchase_call_id: pass!.call_id },
       endpoint_id: ep.id,
-      payer: buyer().toLowerCase(),
+      // The API shows a payer in its EIP-55 form, whichever way it was stored (the pass keeps it lower-case).
+      payer: getAddress(buyer()),
       scheme: 'pass',
       method: 'GET',
       upstream_status: 200,

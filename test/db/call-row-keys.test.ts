@@ -1,7 +1,8 @@
-// The call row's compact keys (migrations 0059 and 0060): a call's proof is stored packed and read back as
+// The call row's compact keys (migrations 0059, 0060, 0062): a call's proof and payer are stored packed and read back as
 // the same key text, whatever the key; a receipt id derived from its call id is stored as '' and read back
 // whole; rows written before either keep their text and read the same.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { shownPayer } from '../../src/db/calls.ts'
 import type { Sql } from '../../src/db/sql.ts'
 import { migratedDatabase } from '../helpers/database.ts'
 
@@ -57,6 +58,16 @@ describe('call row keys', () => {
         SELECT proof_key_of(proof_packed(${key})) AS back, get_byte(proof_packed(${key}), 0) AS tag`
       expect(r).toEqual({ back: key, tag: 0 })
     }
+  })
+
+  it('packs an address payer into its 20 bytes and keeps any other payer as text', async () => {
+    const address = '0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266'
+    const [r] = await sql<{ n: number; back: string; other: Buffer | null }[]>`
+      SELECT length(payer_packed(${address}))::int AS n,
+             call_payer(NULL, payer_packed(${address})) AS back, payer_packed('0xnot-an-address') AS other`
+    expect(r).toEqual({ n: 20, back: address.toLowerCase(), other: null })
+    expect(shownPayer(r!.back)).toBe(address)
+    expect(shownPayer('someone')).toBe('someone')
   })
 
   it('reads a call written either way, and each row holds one form of its proof', async () => {

@@ -199,7 +199,8 @@ describe('delivery record', () => {
     await svc.sql`
       INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
                          fee_atomic, upstream_status, method, receipt_id, scheme)
-      SELECT 'call_OLDCALL00000000000', call_proof_key(proof_key, proof) || ':legacy', endpoint_id, account_id, payer, amount_atomic,
+      SELECT 'call_OLDCALL00000000000', call_proof_key(proof_key, proof) || ':legacy', endpoint_id, account_id,
+             call_payer(payer, payer_address), amount_atomic,
              owner_share_atomic, fee_atomic, upstream_status, method, ${legacyReceipt}, scheme
       FROM calls WHERE id = ${found.call_id}`
     const legacy = await receipt(legacyReceipt)
@@ -213,7 +214,8 @@ describe('delivery record', () => {
     await svc.sql`
       INSERT INTO calls (id, proof_key, endpoint_id, account_id, payer, amount_atomic, owner_share_atomic,
                          fee_atomic, upstream_status, method, receipt_id, scheme)
-      SELECT 'call_WHOLE0000000000000', call_proof_key(proof_key, proof) || ':whole', endpoint_id, account_id, payer, amount_atomic,
+      SELECT 'call_WHOLE0000000000000', call_proof_key(proof_key, proof) || ':whole', endpoint_id, account_id,
+             call_payer(payer, payer_address), amount_atomic,
              owner_share_atomic, fee_atomic, upstream_status, method, 'rcpt_WHOLE0000000000000', scheme
       FROM calls WHERE id = ${found.call_id}`
     expect(await receipt('rcpt_WHOLE0000000000000')).toMatchObject({
