@@ -530,7 +530,7 @@ export async function writeChannelVouchers(
              status, method, receipt_id, pricing_model, usage_unit, usage, ceiling, tool)
     ),
     ok AS (
-      SELECT i.*, 'batch:' || i.channel_id || ':' || i.cum AS proof_key
+      SELECT i.*, 'batch:' || i.channel_id || ':' || i.cum AS proof_key, payer_packed(i.payer) AS payer_address
       FROM i JOIN batch_channels c ON c.channel_id = i.channel_id
       LEFT JOIN marked mk ON mk.channel_id = i.channel_id
       WHERE i.cum <= GREATEST(c.charged_atomic, coalesce(mk.charged_atomic, 0))
@@ -550,7 +550,7 @@ export async function writeChannelVouchers(
                          owner_share_atomic, fee_atomic, upstream_status, method, scheme, receipt_id, pricing_model,
                          usage_unit, usage, ceiling_atomic, tool)
       SELECT ok.call_id, proof_packed(ok.proof_key), ok.endpoint_id, ok.account_id,
-             CASE WHEN payer_packed(ok.payer) IS NULL THEN ok.payer END, payer_packed(ok.payer), ok.amount,
+             CASE WHEN ok.payer_address IS NULL THEN ok.payer END, ok.payer_address, ok.amount,
              ok.owner_share, ok.fee, ok.status, ok.method, 'batch-settlement',
              call_receipt_stored(ok.call_id, ok.receipt_id),
              ok.pricing_model, ok.usage_unit, ok.usage::jsonb, ok.ceiling, ok.tool

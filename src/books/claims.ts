@@ -138,7 +138,9 @@ export async function claimAndCapture(
              -- The claim's day partition (migration 0055): the capture probes that one partition only. A
              -- capture that does not know it (none the data plane makes) finds it by its proof key.
              coalesce(t.known_horizon_at, (SELECT k.horizon_at FROM claims k WHERE k.proof_key = t.proof_key
-                                            AND k.status = 'claimed' LIMIT 1)) AS horizon_at
+                                            AND k.status = 'claimed' LIMIT 1)) AS horizon_at,
+             -- The payer as its address's bytes, or as text when it is not one (migration 0062).
+             payer_packed(t.payer) AS payer_address
       FROM json_to_recordset(${capturesDoc}::text::json)
         AS t(call_id text, proof_key text, endpoint_id text, account_id text, owner_wallet text, payer text,
              amount bigint, owner_share bigint, fee bigint, status int, method text, pricing_model text,
@@ -164,9 +166,7 @@ export async function claimAndCapture(
                          ceiling_atomic, refund_atomic, scheme, receipt_id, tool, ledger_batch_id, body_sha256,
                          body_bytes)
       SELECT i.call_id, proof_packed(i.proof_key), i.endpoint_id, i.account_id,
-             -- The payer as its address's bytes, or as text when it is not one (migration 0062).
-             CASE WHEN payer_packed(i.payer) IS NULL THEN i.payer END, payer_packed(i.payer),
-             i.amount, i.owner_share, i.fee,
+             CASE WHEN i.payer_address IS NULL THEN i.payer END, i.payer_address, i.amount, i.owner_share, i.fee,
              i.status, i.method, i.pricing_model, i.usage_unit, i.usage, i.ceiling, i.refund, i.scheme,
              call_receipt_stored(i.call_id, i.receipt_id), i.tool,
              -- Booked by this statement's batch entries (below); x402 revenue waits for its settlement.

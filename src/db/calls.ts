@@ -31,18 +31,14 @@ export interface CallRow {
   refund_atomic: bigint
 }
 
+const ADDRESS = /^0x[0-9a-fA-F]{40}$/
+
 /**
  * A payer as the API shows it: an address in its EIP-55 checksummed form, whichever way its row stored it
  * (its bytes since migration 0062, read back as lower-case hex, or its text as the payment gave it).
  */
 export function shownPayer(payer: string): string {
   return ADDRESS.test(payer) ? getAddress(payer) : payer
-}
-const ADDRESS = /^0x[0-9a-fA-F]{40}$/
-
-function withShownPayers<T extends { payer: string }>(rows: T[]): T[] {
-  for (const r of rows) r.payer = shownPayer(r.payer)
-  return rows
 }
 
 export async function listCalls(
@@ -74,7 +70,8 @@ export async function listCalls(
     ${afterCursor(db, 'calls', q.startingAfter, q.accountId)}
     ORDER BY created_at DESC, id DESC
     LIMIT ${q.limit}`
-  return withShownPayers(rows)
+  for (const r of rows) r.payer = shownPayer(r.payer)
+  return rows
 }
 
 /** A call as its public receipt shows it: by receipt id (unguessable), with its endpoint's name. */
@@ -164,5 +161,7 @@ export async function findReceipt(db: Sql | Tx, receiptId: string): Promise<Rece
       LEFT JOIN call_deliveries v ON v.receipt_id = d.receipt_id
     WHERE d.receipt_id = ${receiptId}
     LIMIT 1`
-  return row === undefined ? null : withShownPayers([row])[0]!
+  if (row === undefined) return null
+  row.payer = shownPayer(row.payer)
+  return row
 }

@@ -1,6 +1,6 @@
-// The call row's compact keys (migrations 0059, 0060, 0062): a call's proof and payer are stored packed and read back as
-// the same key text, whatever the key; a receipt id derived from its call id is stored as '' and read back
-// whole; rows written before either keep their text and read the same.
+// The call row's compact keys (migrations 0059, 0060, 0062): a call's proof and payer are stored packed and
+// read back as the same text, whatever the key; a receipt id derived from its call id is stored as '' and
+// read back whole; rows written before keep their text and read the same.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { shownPayer } from '../../src/db/calls.ts'
 import type { Sql } from '../../src/db/sql.ts'
