@@ -137,13 +137,31 @@ beforeAll(async () => {
   )
 }, 180_000)
 
+/** Whether any process of the group led by `pgid` is still alive: signal 0 tests without sending. */
+function groupAlive(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
 afterAll(async () => {
-  if (service?.pid && service.exitCode === null) {
-    process.kill(-service.pid, 'SIGTERM')
-    await waitFor(() => service!.exitCode !== null || service!.signalCode !== null, {
-      what: 'the service to stop',
-      timeoutMs: 20_000,
-    }).catch(() => process.kill(-service!.pid!, 'SIGKILL'))
+  if (service?.pid) {
+    const pgid = service.pid
+    // The whole group, not only `sh`: sh exits on SIGTERM at once while node still closes its embedded
+    // database, writing into .data; removing the directory under it fails with ENOTEMPTY.
+    if (groupAlive(pgid)) process.kill(-pgid, 'SIGTERM')
+    await waitFor(() => !groupAlive(pgid), { what: 'the service group to stop', timeoutMs: 20_000 }).catch(
+      () => {
+        if (groupAlive(pgid)) process.kill(-pgid, 'SIGKILL')
+      },
+    )
+    await waitFor(() => !groupAlive(pgid), {
+      what: 'the killed service group to go',
+      timeoutMs: 5_000,
+    }).catch(() => {})
   }
   rmSync(app, { recursive: true, force: true })
 })
