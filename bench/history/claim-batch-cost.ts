@@ -3,7 +3,10 @@
 // load. Per statement: wall time and the PostgreSQL backend's CPU (from /proc), so the fixed part of a
 // statement and the part per call can be told apart, and this process's CPU (the driver's side).
 // Needs a PostgreSQL server on this machine.
-// usage: npx tsx bench/history/claim-batch-cost.ts [--rounds 400] [--sizes 1,2,4,8,16,32]
+// --stale takes the statistics while the tables are empty (a new day's partition, or an ANALYZE at a quiet
+// moment), as the prepared plans then see them; --keyed runs on a pool with keyed plans (src/db/sql.ts), as
+// the books pool does. Each size also reports the claims rows its statements read by sequential scans.
+// usage: npx tsx bench/history/claim-batch-cost.ts [--rounds 400] [--sizes 1,2,4,8,16,32] [--stale] [--keyed]
 import { readFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import { type Capture, type ClaimRequest, claimAndCapture } from '../../src/books/claims.ts'
@@ -16,6 +19,8 @@ const { values } = parseArgs({
     rounds: { type: 'string', default: '400' },
     sizes: { type: 'string', default: '1,2,4,8,16,32' },
     settings: { type: 'string', default: '' },
+    stale: { type: 'boolean', default: false },
+    keyed: { type: 'boolean', default: false },
     url: {
       type: 'string',
       default: process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
@@ -27,7 +32,7 @@ const sizes = values.sizes.split(',').map(Number)
 
 const name = `tollgate_claim_cost_${process.pid}`
 await recreateDatabase(values.url, name)
-const sql = createSql(databaseUrl(values.url, name), { max: 1 })
+const sql = createSql(databaseUrl(values.url, name), { max: 1, keyedPlans: values.keyed })
 const TICK_US = 1e6 / 100 // USER_HZ
 
 /** The backend's user+system CPU so far, µs (fields 14 and 15 of /proc/<pid>/stat). */
@@ -77,6 +82,14 @@ try {
   await migrate(sql)
   await sql`INSERT INTO accounts (id, wallet_address, business_name, mode) VALUES ('acct_1', '0xowner', 'Owner', 'test')`
   for (const s of values.settings.split(';').filter(Boolean)) await sql.unsafe(s)
+  if (values.stale) await sql`ANALYZE`
+  // Counted by the statistics collector, which reports a backend's counts when it goes idle (≤ 1 s late).
+  const seqRead = async () => {
+    await new Promise((r) => setTimeout(r, 1_100))
+    const [row] = await sql<{ n: string }[]>`
+      SELECT coalesce(sum(seq_tup_read), 0)::text AS n FROM pg_stat_user_tables WHERE relname LIKE 'claims%'`
+    return Number(row!.n)
+  }
   const [backend] = await sql<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`
   const pid = backend!.pid
   const out = []
@@ -93,6 +106,7 @@ try {
       })
     }
     for (let i = 0; i < 20; i++) await run() // warm: plans cached, pages in memory
+    const read0 = await seqRead()
     const cpu0 = backendCpuUs(pid)
     const own0 = process.cpuUsage()
     const t0 = performance.now()
@@ -100,6 +114,7 @@ try {
     const wallUs = ((performance.now() - t0) * 1000) / rounds
     const cpuUs = (backendCpuUs(pid) - cpu0) / rounds
     const own = process.cpuUsage(own0)
+    const read = (await seqRead()) - read0
     const nodeUs = (own.user + own.system) / rounds
     out.push({
       calls_per_statement: size,
@@ -108,9 +123,16 @@ try {
       db_cpu_us_per_call: Math.round(cpuUs / size),
       // This process: building the statement's parameters, the driver, the socket, reading the answer.
       statement_node_cpu_us: Math.round(nodeUs),
+      claims_rows_seq_read_per_statement: Math.round(read / rounds),
     })
   }
-  console.log(JSON.stringify({ settings: values.settings || null, rows: out }, null, 1))
+  console.log(
+    JSON.stringify(
+      { settings: values.settings || null, stale: values.stale, keyed: values.keyed, rows: out },
+      null,
+      1,
+    ),
+  )
 } finally {
   await sql.end()
   await dropDatabase(values.url, name)

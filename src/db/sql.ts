@@ -39,6 +39,12 @@ export interface SqlOptions {
   statementTimeoutMs?: number
   /** How long opening a connection may take (TCP, startup, auth) before it fails. Default 10 s. */
   connectTimeoutMs?: number
+  /**
+   * Plans of this pool reach rows by their keys only: sequential and bitmap scans off (a last resort the
+   * planner still takes where no index serves). For a pool whose every statement is a handful of rows
+   * found by key, whose prepared plans must not depend on what the statistics said when they were made.
+   */
+  keyedPlans?: boolean
 }
 
 /**
@@ -79,6 +85,7 @@ export function createSql(url: string, options: SqlOptions): Sql {
       application_name: options.applicationName ?? 'tollgate',
       ...(options.synchronousCommit ? { synchronous_commit: options.synchronousCommit } : {}),
       ...(options.statementTimeoutMs ? { statement_timeout: options.statementTimeoutMs } : {}),
+      ...(options.keyedPlans ? { enable_seqscan: 'off', enable_bitmapscan: 'off' } : {}),
     },
   }
   const pool = postgres(url, { ...settings, max: options.max }) as unknown as Sql
