@@ -51,13 +51,28 @@ describe('call row keys', () => {
       `upto:0x${hex(40, 'ab')}:01`,
       `batch:ch_1:1000`,
       'siwx:nonce-é-ü',
+      'odd\\key\\x41\\101',
       '',
     ]
     for (const key of others) {
-      const [r] = await sql<{ back: string; tag: number }[]>`
-        SELECT proof_key_of(proof_packed(${key})) AS back, get_byte(proof_packed(${key}), 0) AS tag`
-      expect(r).toEqual({ back: key, tag: 0 })
+      // Its bytes as UTF-8 (what convert_to gave before migration 0063), and the same text back.
+      const [r] = await sql<{ back: string; tag: number; utf8: boolean }[]>`
+        SELECT proof_key_of(proof_packed(${key})) AS back, get_byte(proof_packed(${key}), 0) AS tag,
+               proof_packed(${key}) = '\\x00'::bytea || convert_to(${key}, 'UTF8') AS utf8`
+      expect(r).toEqual({ back: key, tag: 0, utf8: true })
     }
+    const [none] = await sql<{ proof: Buffer | null; payer: Buffer | null }[]>`
+      SELECT proof_packed(NULL) AS proof, payer_packed(NULL) AS payer`
+    expect(none).toEqual({ proof: null, payer: null })
+  })
+
+  it('packs in place: the planner inlines both packings, no function call per row', async () => {
+    const plan = await sql<{ 'QUERY PLAN': string }[]>`
+      EXPLAIN (VERBOSE, COSTS OFF)
+      SELECT proof_packed(proof_key), payer_packed(payer) FROM claims`
+    const text = plan.map((r) => r['QUERY PLAN']).join('\n')
+    expect(text).not.toMatch(/proof_packed|payer_packed/)
+    expect(text).toMatch(/decode/)
   })
 
   it('packs an address payer into its 20 bytes and keeps any other payer as text', async () => {
