@@ -60,7 +60,7 @@ export async function startDatabase(deps: {
     // Keyed plans: the capture finds its claims in the day's partition, and a prepared plan keeps the way
     // it settled on first. Made while the partition looked empty (a new day, or statistics taken at a quiet
     // moment), that way was a sequential scan, reading the whole partition once per statement as it grew:
-    // PostgreSQL's CPU per call 158 µs growing to 242 over 11,000 claims, keyed 138-150 and flat
+    // PostgreSQL's CPU per call 142 µs growing to 238 over 11,000 claims, keyed 108-123 and flat
     // (bench/history/claim-batch-cost.ts --stale [--keyed]); a 15 s paid-warm run 440 µs against 220. Bitmap
     // scans off too: a bitmap scan of the unfinished claims' partial index visits the entry of every claim
     // captured since the last vacuum, where a plain index scan marks them dead as it passes.
