@@ -336,7 +336,10 @@ describe('proofs that race, fall short, overshoot or come late', () => {
 
   it('overpay: paid with the real amount_received, the surplus over the requested figure owed back', async () => {
     const p = await createPayment({ amount: 1.5, description: 'over' })
-    const hash = await payUsdc(payer, svc.chain.treasury, 2_000_001n)
+    // A round 2 USDC, which no figure of this file's payments is (each price's figures start one base unit
+    // above it): 2.000001 is the figure the canceled payment of 2 USDC above holds, and the watcher matched a
+    // transfer of it to that payment whenever it polled before this proof was presented (first claim wins).
+    const hash = await payUsdc(payer, svc.chain.treasury, 2_000_000n)
     const paid = await payWith(p.id, hash)
     expect([paid.status, paid.body]).toMatchObject([200, { status: 'paid' }])
     const after = await getPayment(p.id)
@@ -344,16 +347,16 @@ describe('proofs that race, fall short, overshoot or come late', () => {
       status: 'paid',
       amount: 1.5,
       amount_requested_atomic: '1500001',
-      amount_received: 2.000001,
-      amount_received_atomic: '2000001',
-      amount_surplus_atomic: '500000',
+      amount_received: 2,
+      amount_received_atomic: '2000000',
+      amount_surplus_atomic: '499999',
     })
-    expect(after.timeline.at(-2)).toMatchObject({ type: 'paid', amount_surplus_atomic: '500000' })
+    expect(after.timeline.at(-2)).toMatchObject({ type: 'paid', amount_surplus_atomic: '499999' })
     // 95% of the requested 1.500001 rounded down to the base unit; the fee is the rest; the surplus refunded.
     expect(await ledgerOf(p.id, [hash])).toEqual([
       { kind: 'fee', wallet: null, amount_atomic: 75_001n },
       { kind: 'owner_share', wallet: merchant.wallet, amount_atomic: 1_425_000n },
-      { kind: 'refund', wallet: payer.address, amount_atomic: 500_000n },
+      { kind: 'refund', wallet: payer.address, amount_atomic: 499_999n },
     ])
   })
 
