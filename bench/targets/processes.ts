@@ -23,14 +23,20 @@ export function freePort(): Promise<number> {
   })
 }
 
+/** Children still running: killed by one exit hook if the bench ends without stopping them. */
+const live = new Set<ChildProcess>()
+process.once('exit', () => {
+  for (const proc of live) proc.kill('SIGKILL')
+})
+
 function track(proc: ChildProcess): Child {
-  const onExit = () => proc.kill('SIGKILL')
-  process.once('exit', onExit)
+  live.add(proc)
+  proc.once('exit', () => live.delete(proc))
   return {
     proc,
     stop: () =>
       new Promise((resolve) => {
-        process.removeListener('exit', onExit)
+        live.delete(proc)
         if (proc.exitCode !== null || proc.signalCode !== null) return resolve()
         proc.once('exit', () => resolve())
         proc.kill('SIGTERM')

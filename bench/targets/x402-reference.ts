@@ -1,6 +1,7 @@
 // Target: the published x402 reference middleware (@x402/express on Express, its facilitator in-process,
 // settling on the bench's anvil) in front of the same upstream, in its own process.
 
+import { generatePrivateKey, privateKeyToAddress } from 'viem/accounts'
 import { devAccount } from '../../src/chain/dev-accounts.ts'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { startTs } from './processes.ts'
@@ -22,7 +23,10 @@ export async function startX402Reference(options: {
       CHAIN_ID: String(options.chain.chainId),
       USDC_ADDRESS: options.chain.usdcAddress,
       FACILITATOR_KEY: devAccount(FACILITATOR_ACCOUNT).privateKey,
-      PAY_TO: options.chain.treasury.address,
+      // An address of its own, not the treasury: every tollgate instance of the bench watches the treasury, and
+      // the reference's settlements (a transfer a call) sent there were matched, recorded as unmatched inflows
+      // and written by each of them, loading the machine (and PostgreSQL) while the reference was measured.
+      PAY_TO: privateKeyToAddress(generatePrivateKey()),
       UPSTREAM: options.upstream,
       MAX_MS: String(options.maxMs),
     },
