@@ -14,8 +14,9 @@ import {
   writeChannelVouchers,
 } from '../../src/books/channels.ts'
 import { expireUncapturedClaims } from '../../src/control-plane/jobs/claim-expiry.ts'
-import type { Sql } from '../../src/db/sql.ts'
-import { migratedDatabase, usingServer } from '../helpers/database.ts'
+import { migrate } from '../../src/db/migrate.ts'
+import { createSql, type Sql } from '../../src/db/sql.ts'
+import { freshDatabaseUrl, migratedDatabase, usingServer } from '../helpers/database.ts'
 
 let sql: Sql
 let db: Awaited<ReturnType<typeof migratedDatabase>> | undefined
@@ -270,6 +271,135 @@ describe('a call written after the claim that covered it', () => {
     ])
     // Once: nothing is left for a second run.
     expect(await settleCoveredChannelCalls(sql, { limit: 100 })).toBe(0)
+  })
+})
+
+describe.runIf(usingServer)('recording a claim', () => {
+  it('settles and books its calls before it locks its channels: voucher writes and leases are not held', async () => {
+    const id = await channel(10n)
+    const a = (await lease(id, 'a'))!
+    await writeChannelVouchers(sql, {
+      holder: 'a',
+      ttlMs: 60_000,
+      reserve: 3n * PRICE,
+      marks: [
+        { channelId: id, epoch: a.lease_epoch, cumulative: 3n * PRICE, signature: SIG, release: false },
+      ],
+      calls: [served(id, 1n), served(id, 2n), served(id, 3n)],
+    })
+    // The channel's row held by another transaction (a voucher write or a lease take in flight).
+    let commit!: () => void
+    const held = new Promise<void>((r) => {
+      commit = r
+    })
+    let locked!: () => void
+    const inTransaction = new Promise<void>((r) => {
+      locked = r
+    })
+    const holding = sql.begin(async (tx) => {
+      await tx`SELECT 1 FROM batch_channels WHERE channel_id = ${id} FOR UPDATE`
+      locked()
+      await held
+    })
+    await inTransaction
+    const recording = recordChannelClaims(sql, {
+      claimId: 'c_unheld',
+      hash: '0xc_unheld',
+      block: 200n,
+      entries: [{ channelId: id, totalClaimed: 3n * PRICE }],
+    })
+    // The recording waits on the channel's row only once its calls are settled and their revenue booked:
+    // its backend then holds the ledger's row-exclusive lock (it locked the channel first before, and
+    // waited there with nothing booked).
+    let booked = 0
+    for (let i = 0; i < 300 && booked === 0; i++) {
+      const [w] = await sql<{ n: number }[]>`
+        SELECT count(*)::int AS n FROM pg_locks waiting
+        JOIN pg_locks l ON l.pid = waiting.pid AND l.granted AND l.mode = 'RowExclusiveLock'
+        JOIN pg_class c ON c.oid = l.relation AND c.relname LIKE 'ledger_entries%'
+        WHERE NOT waiting.granted`
+      booked = w!.n
+      if (booked === 0) await new Promise((r) => setTimeout(r, 10))
+    }
+    commit()
+    await holding
+    expect(await recording).toBe(3)
+    expect(booked).toBeGreaterThan(0)
+    const [row] = await sql<{ claimed_atomic: bigint }[]>`
+      SELECT claimed_atomic FROM batch_channels WHERE channel_id = ${id}`
+    expect(row!.claimed_atomic).toBe(3n * PRICE)
+  })
+})
+
+describe.runIf(usingServer)('booking a large claim', () => {
+  it('reads each call once, whatever the statistics said when the tables were small', async () => {
+    // One connection: its statistics counts are the ones read back.
+    const one = createSql((await freshDatabaseUrl())!, { max: 1 })
+    try {
+      await migrate(one)
+      await one`INSERT INTO accounts (id, wallet_address, business_name, mode)
+                VALUES (${ACCOUNT}, '0x1111111111111111111111111111111111111111', 'B', 'test')`
+      const id = `0x${'c'.repeat(64)}`
+      const calls = 6_050n
+      await requestChannelOp(one, {
+        id: 'dep_large',
+        channelId: id,
+        config: {},
+        payer: '0x2222222222222222222222222222222222222222',
+        kind: 'deposit',
+        amount: calls * PRICE,
+        calldata: '0x',
+      })
+      await one`UPDATE batch_channel_ops SET status = 'done' WHERE id = 'dep_large'`
+      await one`UPDATE batch_channels SET balance_atomic = ${calls * PRICE} WHERE channel_id = ${id}`
+      const a = (await takeChannelLease(one, {
+        channelId: id,
+        holder: 'a',
+        ttlMs: 60_000,
+        reserve: calls * PRICE,
+      }))!
+      const write = (from: number, to: number) =>
+        writeChannelVouchers(one, {
+          holder: 'a',
+          ttlMs: 60_000,
+          reserve: calls * PRICE,
+          marks: [
+            {
+              channelId: id,
+              epoch: a.lease_epoch,
+              cumulative: BigInt(to) * PRICE,
+              signature: SIG,
+              release: false,
+            },
+          ],
+          calls: Array.from({ length: to - from }, (_, i) => served(id, BigInt(from + i + 1))),
+        })
+      // Statistics taken at 50 calls, then 6,000 more: the account's calls estimated at a handful.
+      await write(0, 50)
+      await one`ANALYZE`
+      for (let from = 50; from < Number(calls); from += 1_000) await write(from, from + 1_000)
+      const callsRead = async () => {
+        // This backend's counts are reported at the end of its next transaction.
+        await one`SELECT pg_stat_force_next_flush()`
+        const [row] = await one<{ n: string }[]>`
+          SELECT coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0)::text AS n
+          FROM pg_stat_user_tables WHERE relname LIKE 'calls%'`
+        return Number(row!.n)
+      }
+      const before = await callsRead()
+      const booked = await recordChannelClaims(one, {
+        claimId: 'c_large',
+        hash: '0xc_large',
+        block: 300n,
+        entries: [{ channelId: id, totalClaimed: calls * PRICE }],
+      })
+      const read = (await callsRead()) - before
+      expect(booked).toBe(Number(calls))
+      // One look-up per call booked (the plan of a join walked all of the account's calls for each slice).
+      expect(read).toBeLessThan(2 * Number(calls))
+    } finally {
+      await one.end()
+    }
   })
 })
 
