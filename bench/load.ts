@@ -43,6 +43,8 @@ export interface Measured {
   inside?: Inside
   /** x402 only: what became of its authorizations once the settlement backlog drained (target: none failed). */
   settlement?: SettlementOutcome
+  /** x402-batch only: channels left unclaimed (0 once drained) and how long the claims took after the load. */
+  claims?: { unclaimed_channels: number | null; drain_ms: number }
   /** Work to do once the load and its CPU measurement are over (not serialized). */
   afterLoad?: () => Promise<Partial<Measured>>
   /** Answers with another status than expected, by status; and requests with no answer (errors, timeouts). */

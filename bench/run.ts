@@ -292,7 +292,7 @@ async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioR
       .map(([k, v]) => `${k} ${v}`)
       .join(', ')
     process.stdout.write(
-      `  ${r.rps} req/s  p50 ${r.p50_ms} ms  p99 ${r.p99_ms} ms (${r.p99_us} µs)  errors ${r.errors}${r.wrong_status ? ` ${JSON.stringify(r.wrong_status)}` : ''}${r.no_answer ? ` no answer ${JSON.stringify(r.no_answer)}` : ''}  ratio ${r.ratio_to_direct}  load generator ${r.loadgen_cpu_pct} % CPU  machine ${r.machine_cpu_pct} % busy  CPU µs/request: ${cpu}${r.rpc_per_proof === undefined ? '' : `  rpc/proof ${r.rpc_per_proof} (calls ${r.rpc_calls_per_proof})`}${r.ratio_to_nginx === undefined ? '' : `  ×nginx ${r.ratio_to_nginx}  ×x402 ${r.ratio_to_x402}`}${r.inside ? `\n  inside: ${JSON.stringify(r.inside)}` : ''}${r.settlement ? `\n  settlement: ${JSON.stringify(r.settlement)}` : ''}\n`,
+      `  ${r.rps} req/s  p50 ${r.p50_ms} ms  p99 ${r.p99_ms} ms (${r.p99_us} µs)  errors ${r.errors}${r.wrong_status ? ` ${JSON.stringify(r.wrong_status)}` : ''}${r.no_answer ? ` no answer ${JSON.stringify(r.no_answer)}` : ''}  ratio ${r.ratio_to_direct}  load generator ${r.loadgen_cpu_pct} % CPU  machine ${r.machine_cpu_pct} % busy  CPU µs/request: ${cpu}${r.rpc_per_proof === undefined ? '' : `  rpc/proof ${r.rpc_per_proof} (calls ${r.rpc_calls_per_proof})`}${r.ratio_to_nginx === undefined ? '' : `  ×nginx ${r.ratio_to_nginx}  ×x402 ${r.ratio_to_x402}`}${r.inside ? `\n  inside: ${JSON.stringify(r.inside)}` : ''}${r.settlement ? `\n  settlement: ${JSON.stringify(r.settlement)}` : ''}${r.claims ? `\n  claims: ${JSON.stringify(r.claims)}` : ''}\n`,
     )
     results.push(r)
   }

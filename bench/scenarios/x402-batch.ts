@@ -93,11 +93,27 @@ export async function runX402Batch(ctx: Context, perChannel: number): Promise<Me
     `  signed ${channels} × ${perChannel} vouchers in ${Math.round(performance.now() - signing)} ms\n`,
   )
   // Answers other than 200 are in the result's wrong_status (printed with the scenario's line).
-  return loadSequences({
+  const measured = await loadSequences({
     url,
     durationS: settings.durationS,
     header: 'payment-signature',
     sequences,
     expectStatus: 200,
   })
+  return { ...measured, afterLoad: async () => ({ claims: await claimsDrained(ctx) }) }
+}
+
+/**
+ * Waits until every channel's charged vouchers are claimed on chain and their calls booked (the warm
+ * instance claims every second in the bench), so that work is not left to load the next scenario.
+ */
+async function claimsDrained(ctx: Context, timeoutMs = 90_000) {
+  const started = performance.now()
+  let unclaimed = await ctx.tollgates.warm!.unclaimedChannels()
+  while (unclaimed !== null && unclaimed > 0 && performance.now() - started < timeoutMs) {
+    // A polling period, not a wait for a condition that could be awaited.
+    await new Promise((r) => setTimeout(r, 200))
+    unclaimed = await ctx.tollgates.warm!.unclaimedChannels()
+  }
+  return { unclaimed_channels: unclaimed, drain_ms: Math.round(performance.now() - started) }
 }
