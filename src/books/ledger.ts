@@ -57,8 +57,13 @@ export function unusedCeilingRefunds(db: Db, calls: PendingQuery<Row[]>): Pendin
  * transaction-hash calls are booked inside their capture, by its batch entries. Idempotent: a call already
  * booked (by entries of its own or by a capture batch) is skipped. Returns how many calls were booked.
  */
-export async function bookCallRevenue(db: Db, q: { proofKeys: string[] }): Promise<number> {
+export async function bookCallRevenue(db: Tx, q: { proofKeys: string[] }): Promise<number> {
   if (q.proofKeys.length === 0) return 0
+  // Planned for the tables as they are now, at every execution: a generic plan kept by the connection since
+  // a partition was small (the day's claims, the vouchers' partition, a new month of calls) read it whole
+  // once per key. Measured in the bench's full run: the vouchers' partition scanned 2,000 times a statement,
+  // past the statement timeout, while the same statement planned afresh takes an index look-up per key.
+  await db`SET LOCAL plan_cache_mode = force_custom_plan`
   // Driven from the keys, one index look-up of its claim and of its call per key (each LATERAL is kept apart
   // by OFFSET 0, so the planner cannot join them the other way round). As a plain join, under statistics
   // taken while the tables were small (a new database, a new month's partition), the plan walked every call

@@ -153,8 +153,9 @@ describe('claim and capture', () => {
     await claimProof(sql, x402Request())
     expect(await captureClaim(sql, capture())).toEqual({ ok: true })
     expect(await counts()).toEqual({ calls: 1, entries: 0 })
-    expect(await bookCallRevenue(sql, { proofKeys: [key] })).toBe(1)
-    expect(await bookCallRevenue(sql, { proofKeys: [key] })).toBe(0)
+    const book = () => sql.begin((tx) => bookCallRevenue(tx, { proofKeys: [key] }))
+    expect(await book()).toBe(1)
+    expect(await book()).toBe(0)
     expect(await counts()).toEqual({ calls: 1, entries: 2 })
   })
 
