@@ -59,16 +59,13 @@ export function unusedCeilingRefunds(db: Db, calls: PendingQuery<Row[]>): Pendin
  */
 export async function bookCallRevenue(db: Tx, q: { proofKeys: string[] }): Promise<number> {
   if (q.proofKeys.length === 0) return 0
-  // Planned for the tables as they are now, at every execution: a generic plan kept by the connection since
-  // a partition was small (the day's claims, the vouchers' partition, a new month of calls) read it whole
-  // once per key. Measured in the bench's full run: the vouchers' partition scanned 2,000 times a statement,
-  // past the statement timeout, while the same statement planned afresh takes an index look-up per key.
+  // One index look-up of its claim and of its call per key, whatever the tables held when they were last
+  // analysed or first planned. Driven from the keys (each LATERAL kept apart by OFFSET 0): as a plain join on
+  // statistics of small tables, the plan walked every call of the account for each key found. Planned afresh
+  // at every execution: a generic plan the connection kept from when a partition was small (the day's
+  // claims, the vouchers', a new month of calls) scanned it whole once per key. Either ran a channel claim
+  // of 80,000 calls past the statement timeout on every retry, and the claim was never recorded.
   await db`SET LOCAL plan_cache_mode = force_custom_plan`
-  // Driven from the keys, one index look-up of its claim and of its call per key (each LATERAL is kept apart
-  // by OFFSET 0, so the planner cannot join them the other way round). As a plain join, under statistics
-  // taken while the tables were small (a new database, a new month's partition), the plan walked every call
-  // of the account and, for each, the whole list of claims found: 2,000 keys against 80,000 calls ran past
-  // the statement timeout on every retry, and a channel claim was never recorded.
   const [row] = await db<{ n: number }[]>`
     WITH due AS (
       SELECT k.id AS call_id, k.account_id, a.wallet_address AS owner_wallet,

@@ -36,9 +36,9 @@ afterAll(async () => {
 
 let n = 0
 /** A channel with `calls` calls' worth deposited and confirmed. */
-async function channel(calls: bigint): Promise<string> {
+async function channel(calls: bigint, db: Sql = sql): Promise<string> {
   const id = `0x${(++n).toString(16).padStart(64, '0')}`
-  await requestChannelOp(sql, {
+  await requestChannelOp(db, {
     id: `dep_${id}`,
     channelId: id,
     config: {},
@@ -47,9 +47,18 @@ async function channel(calls: bigint): Promise<string> {
     amount: calls * PRICE,
     calldata: '0x',
   })
-  await sql`UPDATE batch_channel_ops SET status = 'done' WHERE id = ${`dep_${id}`}`
-  await sql`UPDATE batch_channels SET balance_atomic = ${calls * PRICE} WHERE channel_id = ${id}`
+  await db`UPDATE batch_channel_ops SET status = 'done' WHERE id = ${`dep_${id}`}`
+  await db`UPDATE batch_channels SET balance_atomic = ${calls * PRICE} WHERE channel_id = ${id}`
   return id
+}
+
+/** A promise and the function that resolves it: one transaction holds until the test lets it go. */
+function signal(): { done: Promise<void>; fire: () => void } {
+  let fire!: () => void
+  const done = new Promise<void>((r) => {
+    fire = r
+  })
+  return { done, fire }
 }
 
 function served(channelId: string, calls: bigint): VoucherCall {
@@ -288,20 +297,14 @@ describe.runIf(usingServer)('recording a claim', () => {
       calls: [served(id, 1n), served(id, 2n), served(id, 3n)],
     })
     // The channel's row held by another transaction (a voucher write or a lease take in flight).
-    let commit!: () => void
-    const held = new Promise<void>((r) => {
-      commit = r
-    })
-    let locked!: () => void
-    const inTransaction = new Promise<void>((r) => {
-      locked = r
-    })
+    const held = signal()
+    const locked = signal()
     const holding = sql.begin(async (tx) => {
       await tx`SELECT 1 FROM batch_channels WHERE channel_id = ${id} FOR UPDATE`
-      locked()
-      await held
+      locked.fire()
+      await held.done
     })
-    await inTransaction
+    await locked.done
     const recording = recordChannelClaims(sql, {
       claimId: 'c_unheld',
       hash: '0xc_unheld',
@@ -321,7 +324,7 @@ describe.runIf(usingServer)('recording a claim', () => {
       booked = w!.n
       if (booked === 0) await new Promise((r) => setTimeout(r, 10))
     }
-    commit()
+    held.fire()
     await holding
     expect(await recording).toBe(3)
     expect(booked).toBeGreaterThan(0)
@@ -339,19 +342,8 @@ describe.runIf(usingServer)('booking a large claim', () => {
       await migrate(one)
       await one`INSERT INTO accounts (id, wallet_address, business_name, mode)
                 VALUES (${ACCOUNT}, '0x1111111111111111111111111111111111111111', 'B', 'test')`
-      const id = `0x${'c'.repeat(64)}`
       const calls = 6_050n
-      await requestChannelOp(one, {
-        id: 'dep_large',
-        channelId: id,
-        config: {},
-        payer: '0x2222222222222222222222222222222222222222',
-        kind: 'deposit',
-        amount: calls * PRICE,
-        calldata: '0x',
-      })
-      await one`UPDATE batch_channel_ops SET status = 'done' WHERE id = 'dep_large'`
-      await one`UPDATE batch_channels SET balance_atomic = ${calls * PRICE} WHERE channel_id = ${id}`
+      const id = await channel(calls, one)
       const a = (await takeChannelLease(one, {
         channelId: id,
         holder: 'a',
@@ -418,14 +410,8 @@ describe.runIf(usingServer)('a lease taken while the last holder lets go', () =>
     const id = await channel(10n)
     const a = (await lease(id, 'a'))!
     // a's release, with the call its voucher paid, committed only once b's take waits on the row.
-    let commit!: () => void
-    const held = new Promise<void>((r) => {
-      commit = r
-    })
-    let written!: () => void
-    const inTransaction = new Promise<void>((r) => {
-      written = r
-    })
+    const held = signal()
+    const written = signal()
     const releasing = sql.begin(async (tx) => {
       await writeChannelVouchers(tx as unknown as Sql, {
         holder: 'a',
@@ -434,10 +420,10 @@ describe.runIf(usingServer)('a lease taken while the last holder lets go', () =>
         marks: [{ channelId: id, epoch: a.lease_epoch, cumulative: PRICE, signature: SIG, release: true }],
         calls: [served(id, 1n)],
       })
-      written()
-      await held
+      written.fire()
+      await held.done
     })
-    await inTransaction
+    await written.done
     const taking = lease(id, 'b')
     for (let i = 0; i < 200; i++) {
       const [w] = await sql<{ n: number }[]>`
@@ -446,7 +432,7 @@ describe.runIf(usingServer)('a lease taken while the last holder lets go', () =>
       if (w!.n > 0) break
       await new Promise((r) => setTimeout(r, 10))
     }
-    commit()
+    held.fire()
     await releasing
     // b's statement read the row as a left it (charged 1 call); the call row a wrote beside it must count.
     expect(await taking).toMatchObject({ won: true, charged_atomic: PRICE, top_open: false })
@@ -454,14 +440,8 @@ describe.runIf(usingServer)('a lease taken while the last holder lets go', () =>
 
   it('a lease asked for while a refund is being queued is not granted', async () => {
     const id = await channel(10n)
-    let commit!: () => void
-    const held = new Promise<void>((r) => {
-      commit = r
-    })
-    let queued!: () => void
-    const inTransaction = new Promise<void>((r) => {
-      queued = r
-    })
+    const held = signal()
+    const queued = signal()
     const refunding = sql.begin(async (tx) => {
       const op = await requestRefundOp(tx as unknown as Sql, {
         id: `ref_${id}`,
@@ -470,13 +450,13 @@ describe.runIf(usingServer)('a lease taken while the last holder lets go', () =>
         amount: 10n * PRICE,
       })
       expect(op).not.toBeNull()
-      queued()
-      await held
+      queued.fire()
+      await held.done
     })
-    await inTransaction
+    await queued.done
     const taking = lease(id, 'b')
     await new Promise((r) => setTimeout(r, 100))
-    commit()
+    held.fire()
     await refunding
     expect(await taking).toMatchObject({ won: false })
     const [c] = await sql<{ lease_holder: string | null }[]>`
