@@ -77,6 +77,11 @@ export const ConfigSchema = v.strictObject({
     statement_timeout_ms: Ms,
     /** How long opening a database connection may take (a black-holed or frozen server) before it fails. */
     connect_timeout_ms: PositiveInt,
+    /**
+     * The embedded database has no autovacuum: the leader checks its tables this often and vacuums or
+     * analyzes those autovacuum's thresholds say are due (src/db/embedded-vacuum.ts). Unused on a server.
+     */
+    embedded_vacuum_interval_ms: PositiveInt,
   }),
   chain: v.strictObject({
     network: Network,

@@ -436,6 +436,14 @@ export const treasuryGasWei = new client.Gauge({
   registers: [registry],
 })
 
+/** kind: vacuum (VACUUM (ANALYZE)) | analyze. Only the embedded database, which has no autovacuum. */
+export const embeddedMaintenance = new client.Counter({
+  name: 'tollgate_embedded_maintenance_total',
+  help: 'Tables the embedded database job vacuumed or analyzed (where a server would have run autovacuum).',
+  labelNames: ['kind'] as const,
+  registers: [registry],
+})
+
 /** outcome: paid (completed the payment) | partial | refund_scheduled | proof_already_used | not_found. */
 export const checkoutPayments = new client.Counter({
   name: 'tollgate_checkout_payments_total',

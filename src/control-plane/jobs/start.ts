@@ -6,6 +6,7 @@ import type { Sql } from '../../db/sql.ts'
 import type { Logger } from '../../observability/logger.ts'
 import type { Started } from '../../subsystem.ts'
 import { expireUncapturedClaims } from './claim-expiry.ts'
+import { createEmbeddedVacuumJobs } from './embedded-vacuum.ts'
 import { startLeadership } from './leader.ts'
 import { createOperationalGauges } from './ops-gauges.ts'
 import { createPartitionJobs } from './partitions.ts'
@@ -67,6 +68,8 @@ export async function startBackground(deps: {
     createOperationalGauges(jobDeps),
     createRetentionJobs(jobDeps),
     createPartitionJobs(jobDeps),
+    // The embedded database has no autovacuum: its tables are vacuumed here (nothing on a server).
+    createEmbeddedVacuumJobs(jobDeps),
   ]
   const enabled = config.jobs.enabled && deps.runJobs !== false
   const jobs = startJobs(enabled ? modules.flatMap((m) => m.jobs) : [], {
