@@ -8,6 +8,10 @@ import {
 import { type EmbeddedDatabase, startEmbeddedDatabase } from '../../src/db/embedded.ts'
 import { migrate } from '../../src/db/migrate.ts'
 import { createSql, type Sql } from '../../src/db/sql.ts'
+import { fundedAccount, payUsdc } from '../helpers/accounts.ts'
+import { registerMerchant, startTestService } from '../helpers/service.ts'
+import { startUpstream } from '../helpers/upstream.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 
 let db: EmbeddedDatabase
 let sql: Sql
@@ -95,4 +99,49 @@ describe('embedded database maintenance', () => {
       'embedded-vacuum',
     ])
   })
+})
+
+describe('embedded database maintenance in the service', () => {
+  it('vacuums or analyzes the claims and calls partitions paid calls wrote', async () => {
+    const svc = await startTestService({ databaseUrl: null })
+    const upstream = await startUpstream()
+    try {
+      const merchant = await registerMerchant(svc)
+      const ep = await svc.api('/api/v1/endpoints', {
+        key: merchant.key,
+        body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
+      })
+      const payer = await fundedAccount(10_000_000n)
+      // 80 calls: each partition is past the analyze threshold (50 + 10 % of its rows changed) at least.
+      const hashes: string[] = []
+      for (let i = 0; i < 80; i++) hashes.push(await payUsdc(payer, svc.chain.treasury, 10_000n))
+      const answers = await Promise.all(
+        hashes.map((h) => fetch(ep.body.metered_url, { headers: { 'x-payment': h } })),
+      )
+      expect(answers.map((a) => a.status)).toEqual(hashes.map(() => 200))
+      await waitFor(
+        async () => {
+          const [r] = await svc.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM calls`
+          return r!.n === hashes.length
+        },
+        { what: 'the captures', timeoutMs: 15_000 },
+      )
+      const maintained = () => svc.sql<{ relname: string }[]>`
+        SELECT s.relname FROM pg_stat_user_tables s JOIN pg_inherits i ON i.inhrelid = s.relid
+         WHERE i.inhparent IN ('claims'::regclass, 'calls'::regclass) AND s.n_live_tup > 0
+           AND (s.last_vacuum IS NOT NULL OR s.last_analyze IS NOT NULL)`
+      expect(await maintained()).toEqual([])
+
+      await svc.jobs.runNow('embedded-vacuum')
+
+      // The day's claims partition and the month's calls partition, both with the service's rows.
+      const names = (await maintained()).map((r) => r.relname).sort()
+      expect(names).toHaveLength(2)
+      expect(names[0]).toMatch(/^calls_\d{4}_\d{2}$/)
+      expect(names[1]).toMatch(/^claims_d\d{8}$/)
+    } finally {
+      await svc.stop()
+      await upstream.close()
+    }
+  }, 120_000)
 })
