@@ -12,8 +12,6 @@ import type { Sql } from './sql.ts'
 export interface TableDue {
   /** Schema-qualified and quoted by the database (quote_ident), safe to splice into VACUUM. */
   relation: string
-  liveRows: number
-  deadRows: number
   /** VACUUM (ANALYZE) when true (dead rows, inserts or transaction age past the threshold), else ANALYZE. */
   vacuum: boolean
 }
@@ -26,41 +24,27 @@ export async function tablesDue(sql: Sql): Promise<TableDue[]> {
   // The one session's counts reach the shared statistics when it goes idle, at most once a second; a
   // database busy without pause would show counts that lag. Forced here, they are current at the read.
   await sql`SELECT pg_stat_force_next_flush()`
-  const rows = await sql<{ relation: string; live: bigint; dead: bigint; vacuum: boolean }[]>`
-    WITH s AS (
-      SELECT format('%I.%I', t.schemaname, t.relname) AS relation,
-             t.n_live_tup AS live, t.n_dead_tup AS dead,
-             t.n_ins_since_vacuum AS inserted, t.n_mod_since_analyze AS modified,
-             age(c.relfrozenxid) AS xid_age
-        FROM pg_stat_user_tables t JOIN pg_class c ON c.oid = t.relid
+  return sql<TableDue[]>`
+    SELECT relation, vacuum FROM (
+      SELECT format('%I.%I', t.schemaname, t.relname) AS relation, t.n_dead_tup AS dead,
+             (t.n_dead_tup > v_base + v_scale * t.n_live_tup
+               OR t.n_ins_since_vacuum > i_base + i_scale * t.n_live_tup
+               OR age(c.relfrozenxid) > freeze_age) AS vacuum,
+             t.n_mod_since_analyze > a_base + a_scale * t.n_live_tup AS analyze_due
+        FROM pg_stat_user_tables t JOIN pg_class c ON c.oid = t.relid,
+             (SELECT current_setting('autovacuum_vacuum_threshold')::float8 AS v_base,
+                     current_setting('autovacuum_vacuum_scale_factor')::float8 AS v_scale,
+                     current_setting('autovacuum_vacuum_insert_threshold')::float8 AS i_base,
+                     current_setting('autovacuum_vacuum_insert_scale_factor')::float8 AS i_scale,
+                     current_setting('autovacuum_analyze_threshold')::float8 AS a_base,
+                     current_setting('autovacuum_analyze_scale_factor')::float8 AS a_scale,
+                     current_setting('autovacuum_freeze_max_age')::float8 AS freeze_age) thresholds
        WHERE c.relkind = 'r'
          -- A table an operator took out of autovacuum stays out of this too.
          AND NOT coalesce('autovacuum_enabled=false' = ANY (c.reloptions), false)
-    ), thresholds AS (
-      SELECT current_setting('autovacuum_vacuum_threshold')::float8 AS v_base,
-             current_setting('autovacuum_vacuum_scale_factor')::float8 AS v_scale,
-             current_setting('autovacuum_vacuum_insert_threshold')::float8 AS i_base,
-             current_setting('autovacuum_vacuum_insert_scale_factor')::float8 AS i_scale,
-             current_setting('autovacuum_analyze_threshold')::float8 AS a_base,
-             current_setting('autovacuum_analyze_scale_factor')::float8 AS a_scale,
-             current_setting('autovacuum_freeze_max_age')::float8 AS freeze_age
-    )
-    SELECT relation, live, dead,
-           (dead > v_base + v_scale * live
-             OR inserted > i_base + i_scale * live
-             OR xid_age > freeze_age) AS vacuum
-      FROM s, thresholds
-     WHERE dead > v_base + v_scale * live
-        OR inserted > i_base + i_scale * live
-        OR xid_age > freeze_age
-        OR modified > a_base + a_scale * live
+    ) due
+     WHERE vacuum OR analyze_due
      ORDER BY dead DESC, relation`
-  return rows.map((r) => ({
-    relation: r.relation,
-    liveRows: Number(r.live),
-    deadRows: Number(r.dead),
-    vacuum: r.vacuum,
-  }))
 }
 
 /** Vacuums (and analyzes) or only analyzes one table; each its own statement, outside any transaction. */
