@@ -17,6 +17,8 @@ export interface Inside {
   /** JSON-RPC calls sent to the node in the run (each call of a batch counted): eth_call, all methods. */
   rpc_eth_calls: number
   rpc_calls: number
+  /** HTTP requests to the node that carried them (a batch is one). */
+  rpc_requests: number
   /** Mean time of one claim/capture statement, and the share of them that took over 10 ms. */
   write_mean_ms: number
   writes_over_10ms_pct: number
@@ -79,6 +81,7 @@ export function inside(before: Counters, after: Counters): Inside {
     ),
     rpc_eth_calls: d('tollgate_rpc_calls_total', 'method="eth_call"'),
     rpc_calls: d('tollgate_rpc_calls_total'),
+    rpc_requests: d('tollgate_rpc_requests_total'),
     write_mean_ms: mean(d('tollgate_books_write_duration_seconds_sum'), writeCount, 1000),
     writes_over_10ms_pct: mean(
       writeCount - d('tollgate_books_write_duration_seconds_bucket', 'le="0.01"'),

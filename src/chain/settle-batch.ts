@@ -13,10 +13,9 @@ import {
   type Hash,
   type Hex,
   type PrivateKeyAccount,
-  parseAbi,
-  parseEventLogs,
   type TransactionReceipt,
   type Transport,
+  toEventSelector,
   type WalletClient,
   zeroHash,
 } from 'viem'
@@ -96,10 +95,11 @@ export async function signSettlementBatch(
   return { rawTx, hash: keccakHex(rawTx) }
 }
 
-const outcomeEvents = parseAbi([
-  'event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce)',
-  'event BatchSettled(address indexed token, uint256 attempted, uint256 succeeded)',
-])
+const AUTHORIZATION_USED = toEventSelector('AuthorizationUsed(address,bytes32)')
+const BATCH_SETTLED = toEventSelector('BatchSettled(address,uint256,uint256)')
+/** An indexed address: 12 zero bytes, then the 20 of the address. */
+const ADDRESS_TOPIC = /^0x0{24}[0-9a-fA-F]{40}$/
+const WORD_TOPIC = /^0x[0-9a-fA-F]{64}$/
 
 /**
  * What a mined settlement transaction did to each of its authorizations, in order:
@@ -107,6 +107,10 @@ const outcomeEvents = parseAbi([
  * - `failed`: attempted and reverted (the caller asks the chain whether it is used anyway);
  * - `unattempted`: a batch that ran short of gas, or reverted as a whole: nothing happened to it.
  * A single transferWithAuthorization (no BatchSettled log) attempted its one authorization.
+ *
+ * The two events are read by hand, with the checks viem's strict decoding makes (topic count, an indexed
+ * address's zero padding, the data's length): a batch of 50 carries 100 logs, and viem's generic decoding
+ * of them was ~60 µs of the leader's CPU per settled authorization in the x402 bench profile.
  */
 export function settlementOutcomes(
   receipt: Pick<TransactionReceipt, 'status' | 'logs' | 'to'>,
@@ -114,18 +118,22 @@ export function settlementOutcomes(
 ): Array<'used' | 'failed' | 'unattempted'> {
   const batch = receipt.to?.toLowerCase() === AUTHORIZATION_BATCHER_ADDRESS.toLowerCase()
   if (receipt.status !== 'success') return q.authorizations.map(() => (batch ? 'unattempted' : 'failed'))
+  const usdc = q.usdc.toLowerCase()
+  const batcher = AUTHORIZATION_BATCHER_ADDRESS.toLowerCase()
   const used = new Set<string>()
   let attempted = batch ? 0 : q.authorizations.length
-  for (const log of parseEventLogs({ abi: outcomeEvents, logs: receipt.logs })) {
+  for (const log of receipt.logs) {
+    const [anyCase, first, second] = log.topics
+    const topic = anyCase?.toLowerCase()
     const from = log.address.toLowerCase()
-    if (log.eventName === 'AuthorizationUsed' && from === q.usdc.toLowerCase()) {
-      used.add(`${log.args.authorizer.toLowerCase()}:${log.args.nonce.toLowerCase()}`)
-    } else if (
-      log.eventName === 'BatchSettled' &&
-      batch &&
-      from === AUTHORIZATION_BATCHER_ADDRESS.toLowerCase()
-    ) {
-      attempted = Number(log.args.attempted)
+    if (topic === AUTHORIZATION_USED && from === usdc) {
+      if (log.topics.length !== 3 || log.data !== '0x') continue
+      if (!ADDRESS_TOPIC.test(first!) || !WORD_TOPIC.test(second!)) continue
+      used.add(`0x${first!.slice(26).toLowerCase()}:${second!.toLowerCase()}`)
+    } else if (topic === BATCH_SETTLED && batch && from === batcher) {
+      if (log.topics.length !== 2 || !ADDRESS_TOPIC.test(first!) || !/^0x[0-9a-fA-F]{128}$/.test(log.data))
+        continue
+      attempted = Number(BigInt(`0x${log.data.slice(2, 66)}`))
     }
   }
   return q.authorizations.map((a, i) => {
