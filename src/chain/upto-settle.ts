@@ -18,9 +18,9 @@ import {
   type PrivateKeyAccount,
   padHex,
   parseAbi,
-  parseEventLogs,
   type TransactionReceipt,
   type Transport,
+  toEventSelector,
   type WalletClient,
   zeroHash,
 } from 'viem'
@@ -32,6 +32,7 @@ import {
   x402UptoPermit2ProxyArtifact,
 } from './contracts/artifacts.ts'
 import { keccakHex } from './keccak.ts'
+import { dataWords, eventTopic, topicAddress, topicWord } from './log-words.ts'
 import type { FeeQuote } from './payouts.ts'
 import { DETERMINISTIC_DEPLOYER } from './settle-batch.ts'
 import { sameAddress } from './transfer.ts'
@@ -174,11 +175,9 @@ export async function signUptoSettlement(
   return { rawTx, hash: keccakHex(rawTx) }
 }
 
-const outcomeEvents = parseAbi([
-  'event UptoSettled(address indexed owner, uint256 indexed nonce, uint256 amount)',
-  'event BatchSettled(uint256 attempted, uint256 succeeded)',
-  'event Transfer(address indexed from, address indexed to, uint256 value)',
-])
+const UPTO_SETTLED = toEventSelector('UptoSettled(address,uint256,uint256)')
+const BATCH_SETTLED = toEventSelector('BatchSettled(uint256,uint256)')
+const TRANSFER = toEventSelector('Transfer(address,address,uint256)')
 
 export type UptoOutcome =
   | { status: 'settled'; amount: bigint }
@@ -200,26 +199,38 @@ export function uptoSettlementOutcomes(
   const batch = receipt.to !== null && sameAddress(receipt.to, first.permit.facilitator)
   if (receipt.status !== 'success')
     return q.items.map(() => (batch ? { status: 'unattempted' } : { status: 'failed' }))
-  const logs = parseEventLogs({ abi: outcomeEvents, logs: receipt.logs })
   if (!batch) {
+    // Read by hand (./log-words.ts), as the batcher's events below.
     const p = first.permit
-    const moved = logs.some(
-      (l) =>
-        l.eventName === 'Transfer' &&
-        sameAddress(l.address, p.token) &&
-        sameAddress(l.args.from, p.from) &&
-        sameAddress(l.args.to, p.to) &&
-        l.args.value === first.amount,
-    )
+    const moved = receipt.logs.some((l) => {
+      if (eventTopic(l.topics) !== TRANSFER || l.topics.length !== 3 || !sameAddress(l.address, p.token))
+        return false
+      const [from, to] = [topicAddress(l.topics[1]), topicAddress(l.topics[2])]
+      const value = dataWords(l.data, 1)?.[0]
+      return (
+        from !== null &&
+        to !== null &&
+        sameAddress(from, p.from) &&
+        sameAddress(to, p.to) &&
+        value === first.amount
+      )
+    })
     return [moved ? { status: 'settled', amount: first.amount } : { status: 'failed' }]
   }
   const settled = new Map<string, bigint>()
   let attempted = 0
-  for (const l of logs) {
+  for (const l of receipt.logs) {
     if (!sameAddress(l.address, first.permit.facilitator)) continue
-    if (l.eventName === 'UptoSettled')
-      settled.set(`${l.args.owner.toLowerCase()}:${l.args.nonce}`, l.args.amount)
-    else if (l.eventName === 'BatchSettled') attempted = Number(l.args.attempted)
+    const topic = eventTopic(l.topics)
+    if (topic === UPTO_SETTLED && l.topics.length === 3) {
+      const owner = topicAddress(l.topics[1])
+      const nonce = topicWord(l.topics[2])
+      const amount = dataWords(l.data, 1)?.[0]
+      if (owner !== null && nonce !== null && amount !== undefined) settled.set(`${owner}:${nonce}`, amount)
+    } else if (topic === BATCH_SETTLED && l.topics.length === 1) {
+      const words = dataWords(l.data, 2)
+      if (words !== null) attempted = Number(words[0])
+    }
   }
   return q.items.map((it, i) => {
     const amount = settled.get(`${it.permit.from.toLowerCase()}:${it.permit.nonce}`)

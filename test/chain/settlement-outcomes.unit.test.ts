@@ -1,8 +1,11 @@
-// settlementOutcomes reads a receipt's logs by hand: what it must take, and what it must refuse to take as
-// proof that money moved. The receipts of real batches on anvil are in authorization-batcher.test.ts.
+// settlementOutcomes and uptoSettlementOutcomes read a receipt's logs by hand: what it must take, and what it must refuse to take as
+// proof that money moved. The receipts of real settlements on anvil are in authorization-batcher.test.ts and
+// upto-permit.test.ts.
 import { type Address, encodeAbiParameters, type Hex, pad, toEventSelector } from 'viem'
 import { describe, expect, it } from 'vitest'
 import { AUTHORIZATION_BATCHER_ADDRESS, settlementOutcomes } from '../../src/chain/settle-batch.ts'
+import type { StoredUptoPermit } from '../../src/chain/upto-permit.ts'
+import { uptoSettlementOutcomes } from '../../src/chain/upto-settle.ts'
 
 const usdc: Address = '0x036cbd53842c5426634e7929541ec2318f3dcf7e'
 const otherToken: Address = '0x1111111111111111111111111111111111111111'
@@ -82,5 +85,53 @@ describe('settlementOutcomes', () => {
         authorizations,
       }),
     ).toEqual(['unattempted', 'unattempted', 'unattempted', 'unattempted'])
+  })
+})
+
+describe('uptoSettlementOutcomes', () => {
+  const facilitator: Address = '0x2222222222222222222222222222222222222222'
+  const permit = (nonce: bigint) =>
+    ({ from: payer, token: usdc, to: otherToken, facilitator, nonce: nonce.toString() }) as StoredUptoPermit
+  const items = [1n, 2n, 3n].map((n) => ({ permit: permit(n), amount: 500n }))
+  const uptoSettled = (nonce: bigint, amount: bigint, address: Address = facilitator): Log => ({
+    address,
+    topics: [
+      toEventSelector('UptoSettled(address,uint256,uint256)'),
+      pad(payer.toLowerCase() as Hex),
+      pad(`0x${nonce.toString(16)}`),
+    ],
+    data: encodeAbiParameters([{ type: 'uint256' }], [amount]),
+  })
+  const batchSettled = (attempted: bigint): Log => ({
+    address: facilitator,
+    topics: [toEventSelector('BatchSettled(uint256,uint256)')],
+    data: encodeAbiParameters([{ type: 'uint256' }, { type: 'uint256' }], [attempted, 0n]),
+  })
+
+  it('reads what each permit settled for, and only from its facilitator, in well-formed logs', () => {
+    const truncated = { ...uptoSettled(2n, 400n), data: '0x01' as Hex }
+    const logs = [uptoSettled(1n, 400n), truncated, uptoSettled(3n, 300n, otherToken), batchSettled(2n)]
+    expect(uptoSettlementOutcomes(receipt(logs, facilitator), { items })).toEqual([
+      { status: 'settled', amount: 400n },
+      { status: 'failed' },
+      { status: 'unattempted' },
+    ])
+  })
+
+  it('settled directly: only the token Transfer of the exact amount from the payer to the payee counts', () => {
+    const transfer = (value: bigint, to: Address = otherToken): Log => ({
+      address: usdc,
+      topics: [
+        toEventSelector('Transfer(address,address,uint256)'),
+        pad(payer.toLowerCase() as Hex),
+        pad(to),
+      ],
+      data: encodeAbiParameters([{ type: 'uint256' }], [value]),
+    })
+    const one = [{ permit: { ...permit(1n), facilitator: otherToken }, amount: 500n }]
+    const direct = (logs: Log[]) => uptoSettlementOutcomes(receipt(logs, usdc), { items: one })
+    expect(direct([transfer(500n)])).toEqual([{ status: 'settled', amount: 500n }])
+    expect(direct([transfer(499n)])).toEqual([{ status: 'failed' }])
+    expect(direct([transfer(500n, facilitator)])).toEqual([{ status: 'failed' }])
   })
 })
