@@ -24,6 +24,8 @@ export interface ClientOptions {
   retryCount?: number
   /** How often viem's own pollers (waitForTransactionReceipt) ask. Default 1000 ms. */
   pollingIntervalMs?: number
+  /** Calls per JSON-RPC batch, at most (chain.rpc_batch_max; viem's own default is 1,000). */
+  batchMax?: number
   /** Told of every HTTP request sent to the node (after batching), so it can be counted. */
   onRpcRequest?: RpcRequestListener
 }
@@ -55,7 +57,7 @@ export function createRpcTransport(options: ClientOptions): Transport {
     // over the body viem just serialized is cheaper than a Request object (onFetchRequest builds one).
     ...(listener ? { fetchFn: countingFetch(listener) } : {}),
     // Concurrent calls in one tick (receipt + head block, a verification burst) go out as one HTTP request.
-    batch: { wait: 0 },
+    batch: { wait: 0, ...(options.batchMax ? { batchSize: options.batchMax } : {}) },
     timeout: options.timeoutMs,
     retryCount: options.retryCount ?? 1,
     retryDelay: 100,

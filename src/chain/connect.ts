@@ -118,7 +118,12 @@ async function connect(
     )
   }
   const account = treasuryAccount(config, network, devChain)
-  const clientOptions = { rpcUrl, timeoutMs: config.chain.rpc_timeout_ms, onRpcRequest }
+  const clientOptions = {
+    rpcUrl,
+    timeoutMs: config.chain.rpc_timeout_ms,
+    batchMax: config.chain.rpc_batch_max,
+    onRpcRequest,
+  }
   const where = redactUrl(rpcUrl)
 
   let chainId: number
@@ -179,6 +184,7 @@ async function connect(
       rpcUrl,
       token: usdcAddress,
       timeoutMs: config.chain.rpc_timeout_ms,
+      batchMax: config.chain.rpc_batch_max,
       onRpcRequest,
     }),
     walletClient,

@@ -1,6 +1,7 @@
 // The token reads of an x402 verification (is this nonce used, what does this payer hold) for the hot path,
 // without viem's generic machinery: calldata built by concatenation, the reads of one event-loop turn sent
-// as one JSON-RPC batch over a keep-alive undici pool, the 32-byte answers decoded by hand. Same node and
+// as JSON-RPC batches of at most `batchMax` calls (hosted nodes refuse larger batches, whole) over a
+// keep-alive undici pool, the 32-byte answers decoded by hand. Same node and
 // same eth_calls as readContract; viem's path (ABI coding, batch scheduler, fetch, per-request timers) was
 // ~a quarter of the main thread's CPU per x402 call in the bench profile.
 import { Pool } from 'undici'
@@ -33,6 +34,9 @@ const ADDRESS = /^0x[0-9a-fA-F]{40}$/
 const BYTES32 = /^0x[0-9a-fA-F]{64}$/
 const QUANTITY = /^0x[0-9a-fA-F]{1,64}$/
 
+/** Public providers' common batch limit; a node that takes more can be given more (chain.rpc_batch_max). */
+export const DEFAULT_BATCH_MAX = 100
+
 interface Pending {
   /** null: eth_blockNumber. */
   to: string | null
@@ -51,6 +55,8 @@ export function createTokenReads(o: {
   rpcUrl: string
   token: Address
   timeoutMs: number
+  /** Calls per JSON-RPC batch, at most (chain.rpc_batch_max); a turn with more sends several. */
+  batchMax?: number
   onRpcRequest?: RpcRequestListener
 }): TokenReads {
   const url = new URL(o.rpcUrl)
@@ -65,14 +71,18 @@ export function createTokenReads(o: {
   let queue: Pending[] = []
   let scheduled = false
 
+  const batchMax = o.batchMax ?? DEFAULT_BATCH_MAX
   const flush = () => {
     scheduled = false
-    const batch = queue
+    const turn = queue
     queue = []
-    send(batch).catch((err: unknown) => {
-      const e = err instanceof Error ? err : new RpcReadError(String(err))
-      for (const p of batch) p.reject(e)
-    })
+    for (let i = 0; i < turn.length; i += batchMax) {
+      const batch = turn.length <= batchMax ? turn : turn.slice(i, i + batchMax)
+      send(batch).catch((err: unknown) => {
+        const e = err instanceof Error ? err : new RpcReadError(String(err))
+        for (const p of batch) p.reject(e)
+      })
+    }
   }
 
   const send = async (batch: Pending[]) => {

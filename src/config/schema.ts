@@ -92,6 +92,8 @@ export const ConfigSchema = v.strictObject({
     max_proof_age_ms: PositiveInt,
     poll_interval_ms: PositiveInt,
     rpc_timeout_ms: PositiveInt,
+    /** Calls per JSON-RPC batch request, at most: providers refuse a larger batch whole (100 is common). */
+    rpc_batch_max: v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(1000)),
     dev_payers: v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(100)),
     dev_payer_funding: Dollars,
   }),

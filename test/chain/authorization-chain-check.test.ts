@@ -128,6 +128,42 @@ describe('token reads', () => {
     await expect(reads('http://127.0.0.1:9').balanceOf(someone)).rejects.toThrow()
     await expect(reads().authorizationUsed(someone, '0x1234')).rejects.toThrow(/32-byte nonce/)
   })
+
+  it('a turn with more reads than a batch may carry goes out as several batches, each answered in full', async () => {
+    // A node like the hosted providers: a batch over its limit is refused whole (HTTP 413 here).
+    const LIMIT = 100
+    const node = await fakeNode((body) => {
+      const calls = JSON.parse(body) as Array<{ id: number; params: [{ data: string }] }>
+      if (calls.length > LIMIT) return [413, '{"error":"batch too large"}']
+      // Each balanceOf answered with the last byte of the address it asks about: a word per call, by id.
+      const answers = calls.map((c) => ({
+        jsonrpc: '2.0',
+        id: c.id,
+        result: `0x${c.params[0].data.slice(-2).padStart(64, '0')}`,
+      }))
+      return [200, JSON.stringify(answers)]
+    })
+    const r = createTokenReads({ rpcUrl: `http://127.0.0.1:${node.port}`, token: usdc, timeoutMs: 10_000 })
+    opened.push(r)
+    const owners = Array.from(
+      { length: 250 },
+      (_, i) => `0x${(i % 256).toString(16).padStart(40, '0')}` as Address,
+    )
+    const balances = await Promise.all(owners.map((o) => r.balanceOf(o)))
+    expect(balances).toEqual(owners.map((_, i) => BigInt(i % 256)))
+    expect(node.seen.map((s) => (JSON.parse(s.body) as unknown[]).length)).toEqual([100, 100, 50])
+
+    // The same turn against an uncapped reader is one batch, and the node refuses all of it.
+    const uncapped = createTokenReads({
+      rpcUrl: `http://127.0.0.1:${node.port}`,
+      token: usdc,
+      timeoutMs: 10_000,
+      batchMax: 1000,
+    })
+    opened.push(uncapped)
+    const refused = await Promise.allSettled(owners.map((o) => uncapped.balanceOf(o)))
+    expect(refused.every((x) => x.status === 'rejected')).toBe(true)
+  })
 })
 
 describe('x402 chain check', () => {
