@@ -27,7 +27,11 @@ export interface WatchOptions {
   fromBlock?: bigint
   /** Called after each range with the next block to scan, so the caller can persist it. */
   onProgress?(nextBlock: bigint): void | Promise<void>
-  /** Largest eth_getLogs range; public RPCs refuse wide ones. Default 1000. */
+  /**
+   * Largest eth_getLogs range; public RPCs refuse wide ones, and providers refuse a range whose logs are too
+   * many (at x402 volumes, thousands of treasury transfers a block). Default 1000. A refused range is halved
+   * for the next try, down to one block, and the span doubles back after each range that is read.
+   */
   maxBlockRange?: bigint
 }
 
@@ -45,6 +49,7 @@ export function watchTreasuryTransfers(client: Client, options: WatchOptions): T
   // The first block not yet scanned. Only confirmed blocks are ever scanned and the cursor only moves
   // past a range once all of it has been reported: no gap, no duplicate, across failed polls.
   let next: bigint | null = options.fromBlock ?? null
+  let span = maxRange
   let stopped = false
   let timer: NodeJS.Timeout | undefined
   let running: Promise<void> = Promise.resolve()
@@ -56,8 +61,17 @@ export function watchTreasuryTransfers(client: Client, options: WatchOptions): T
     let from = next ?? (safe < 0n ? 0n : safe)
     next = from
     while (!stopped && from <= safe) {
-      const to = from + maxRange - 1n < safe ? from + maxRange - 1n : safe
-      const logs = await transferLogs(client, options.usdc, options.treasury, from, to)
+      const to = from + span - 1n < safe ? from + span - 1n : safe
+      let logs: RawLog[]
+      try {
+        logs = await transferLogs(client, options.usdc, options.treasury, from, to)
+      } catch (err) {
+        // The poll fails as before (retried next poll, nothing skipped), with half the range: a node that is
+        // down costs one failed request a poll, a range too wide for the provider is narrowed until it fits.
+        span = span > 1n ? span / 2n : 1n
+        throw err
+      }
+      span = span * 2n < maxRange ? span * 2n : maxRange
       const transfers = await groupByTransaction(client, logs, timestamps)
       for (const transfer of transfers) {
         if (stopped) return

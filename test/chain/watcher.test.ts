@@ -185,6 +185,33 @@ describe('watchTreasuryTransfers', () => {
     }
   })
 
+  it('a range the provider refuses as too wide is narrowed until it fits: everything reported, once', async () => {
+    const proxy = await startRpcProxy(dev.rpcUrl)
+    try {
+      const narrow = createChainPublicClient(
+        chainDefinition('local', dev.chainId, proxy.url),
+        clientOptions(proxy.url),
+      )
+      // Paid while no watcher ran, between empty blocks: the first range asked for spans all of them.
+      const fromBlock = (await client.getBlockNumber({ cacheTime: 0 })) + 1n
+      const paid: Hash[] = []
+      for (let i = 0; i < 4; i++) {
+        paid.push(await pay(payers[3]!, dev.treasury.address, 20n + BigInt(i)))
+        await mine(dev.rpcUrl, 3)
+      }
+      proxy.maxLogRange = 2
+      const { seen, errors } = await watch({ fromBlock, maxBlockRange: 16n }, narrow)
+      await vi.waitFor(() => expect(seen).toHaveLength(4), { timeout: 5000, interval: 25 })
+      await settle()
+      expect(seen.map((t) => [t.hash, t.value])).toEqual(paid.map((h, i) => [h, 20n + BigInt(i)]))
+      // It was refused, and narrowed: 16 → 8 → 4 → 2 blocks.
+      expect(errors.length).toBeGreaterThanOrEqual(3)
+      expect(proxy.refused).toBe(errors.length)
+    } finally {
+      await proxy.close()
+    }
+  })
+
   it('stop() ends polling', async () => {
     const proxy = await startRpcProxy(dev.rpcUrl)
     try {

@@ -7,7 +7,8 @@
 // refuseBroadcasts answers eth_sendRawTransaction 503 while reads pass (a provider rejecting transactions);
 // loseBroadcastAnswers forwards it and answers 503 all the same (the node took it, the answer was lost);
 // failMethods answers 503 to any request carrying one of those methods (one kind of look-up failing);
-// stripLogTimestamps answers as nodes that leave blockTimestamp off logs do.
+// stripLogTimestamps answers as nodes that leave blockTimestamp off logs do; maxLogRange refuses an
+// eth_getLogs over more blocks than that with a JSON-RPC error, as hosted providers do.
 // Plain node, no vitest import: the chaos runner uses it outside vitest too.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 
@@ -29,6 +30,8 @@ export interface RpcProxy {
   readonly refused: number
   /** While true, `blockTimestamp` is removed from every log in the answers, as older nodes answer. */
   stripLogTimestamps: boolean
+  /** When set, an eth_getLogs spanning more blocks is answered with a JSON-RPC error (HTTP 200). */
+  maxLogRange: number | null
   /** When an array, the body of every request passed on is appended (tests look for the calls they mean). */
   bodies: string[] | null
   mode(): RpcProxyMode
@@ -48,6 +51,7 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
     loseBroadcastAnswers: false,
     failMethods: [] as string[],
     stripLogTimestamps: false,
+    maxLogRange: null as number | null,
     bodies: null as string[] | null,
   }
 
@@ -73,6 +77,11 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
     if (state.failMethods.some((m) => body.includes(`"${m}"`))) {
       refused++
       return void res.writeHead(503).end('method failing')
+    }
+    const tooWide = state.maxLogRange === null ? null : tooWideLogs(body, state.maxLogRange)
+    if (tooWide !== null) {
+      refused++
+      return void res.writeHead(200, { 'content-type': 'application/json' }).end(tooWide)
     }
     count(counts, body)
     state.bodies?.push(body)
@@ -136,6 +145,12 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
     get refused() {
       return refused
     },
+    get maxLogRange() {
+      return state.maxLogRange
+    },
+    set maxLogRange(blocks: number | null) {
+      state.maxLogRange = blocks
+    },
     get stripLogTimestamps() {
       return state.stripLogTimestamps
     },
@@ -177,4 +192,27 @@ function count(counts: Map<string, number>, body: string): void {
     const method = (call as { method?: unknown })?.method
     if (typeof method === 'string') counts.set(method, (counts.get(method) ?? 0) + 1)
   }
+}
+
+/**
+ * The error answer a provider gives a request carrying an eth_getLogs over more than `max` blocks (each call
+ * of it answered with the error, by its id), or null when the request asks for no such range.
+ */
+function tooWideLogs(body: string, max: number): string | null {
+  if (!body.includes('"eth_getLogs"')) return null
+  type Call = { id?: unknown; method?: string; params?: [{ fromBlock?: string; toBlock?: string }] }
+  const parsed = JSON.parse(body) as Call | Call[]
+  const calls = Array.isArray(parsed) ? parsed : [parsed]
+  const wide = calls.some((c) => {
+    const q = c.method === 'eth_getLogs' ? c.params?.[0] : undefined
+    if (!q?.fromBlock?.startsWith('0x') || !q.toBlock?.startsWith('0x')) return false
+    return Number(BigInt(q.toBlock) - BigInt(q.fromBlock)) + 1 > max
+  })
+  if (!wide) return null
+  const error = (c: Call) => ({
+    jsonrpc: '2.0',
+    id: c.id ?? null,
+    error: { code: -32005, message: `query exceeds max block range ${max}` },
+  })
+  return JSON.stringify(Array.isArray(parsed) ? parsed.map(error) : error(parsed))
 }
