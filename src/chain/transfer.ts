@@ -43,7 +43,7 @@ export function decodeTransferLog(log: Pick<Log, 'address' | 'topics' | 'data'>)
  * A mint (Transfer from the zero address) is no one's payment: it has no payer to credit or to refund
  * (USDC refuses transfers to the zero address, so a refund would fail forever).
  */
-export function isMint(transfer: TransferLog): boolean {
+export function isMint(transfer: Pick<TransferLog, 'from'>): boolean {
   return /^0x0{40}$/.test(transfer.from)
 }
 

@@ -2,9 +2,10 @@
 // (`confirmations` deep: a transfer in a block that may still be reorganised away is never reported), so
 // proofs are usually verified before their payer presents them and plain transfers can be matched to
 // payments. Chain I/O only; the caller stores.
-import { type Address, type Client, type Hash, type Hex, numberToHex, pad } from 'viem'
+import type { Address, Client } from 'viem'
 import { getBlock, getBlockNumber } from 'viem/actions'
-import { decodeTransferLog, isMint, TRANSFER_TOPIC, type TreasuryTransfer } from './transfer.ts'
+import { isMint, type TreasuryTransfer } from './transfer.ts'
+import { chainTransfers, type RawLog, rawTransferLogs } from './transfer-logs.ts'
 
 export interface WatchOptions {
   usdc: Address
@@ -64,7 +65,12 @@ export function watchTreasuryTransfers(client: Client, options: WatchOptions): T
       const to = from + span - 1n < safe ? from + span - 1n : safe
       let logs: RawLog[]
       try {
-        logs = await transferLogs(client, options.usdc, options.treasury, from, to)
+        logs = await rawTransferLogs(client, {
+          usdc: options.usdc,
+          to: options.treasury,
+          fromBlock: from,
+          toBlock: to,
+        })
       } catch (err) {
         // The poll fails as before (retried next poll, nothing skipped), with half the range: a node that is
         // down costs one failed request a poll, a range too wide for the provider is narrowed until it fits.
@@ -107,57 +113,17 @@ export function watchTreasuryTransfers(client: Client, options: WatchOptions): T
   }
 }
 
-/** A log as eth_getLogs answers it: the fields the watcher reads. */
-interface RawLog {
-  address: Address
-  topics: [] | [Hex, ...Hex[]]
-  data: Hex
-  blockNumber: Hex | null
-  transactionHash: Hash | null
-  removed?: boolean
-}
-
-/**
- * USDC Transfer logs to the treasury in blocks from..to, as the node sends them. Read without viem's
- * getLogs, which decodes every log against the ABI (~40 µs of CPU a log in the x402 bench profile, where
- * every settled authorization is a Transfer to the treasury) before decodeTransferLog decodes it again.
- */
-async function transferLogs(client: Client, usdc: Address, treasury: Address, from: bigint, to: bigint) {
-  const logs = (await client.request({
-    method: 'eth_getLogs',
-    params: [
-      {
-        address: usdc,
-        topics: [TRANSFER_TOPIC, null, pad(treasury.toLowerCase() as Hex)],
-        fromBlock: numberToHex(from),
-        toBlock: numberToHex(to),
-      },
-    ],
-  })) as RawLog[]
-  if (!Array.isArray(logs)) throw new Error('eth_getLogs answered something else than an array')
-  return logs
-}
-
 async function groupByTransaction(
   client: Client,
   logs: RawLog[],
   timestamps: Map<bigint, number>,
 ): Promise<TreasuryTransfer[]> {
   const byHash = new Map<string, Omit<TreasuryTransfer, 'timestampMs'>>()
-  for (const log of logs) {
-    if (log.removed || !log.transactionHash || log.blockNumber === null) continue
-    const decoded = decodeTransferLog(log)
-    if (!decoded || isMint(decoded)) continue
-    const seen = byHash.get(log.transactionHash)
-    if (seen) seen.value += decoded.value
-    else {
-      byHash.set(log.transactionHash, {
-        hash: log.transactionHash,
-        from: decoded.from,
-        value: decoded.value,
-        blockNumber: BigInt(log.blockNumber),
-      })
-    }
+  for (const t of chainTransfers(logs)) {
+    if (isMint(t)) continue
+    const seen = byHash.get(t.hash)
+    if (seen) seen.value += t.value
+    else byHash.set(t.hash, { hash: t.hash, from: t.from, value: t.value, blockNumber: t.blockNumber })
   }
   const blocks = [...new Set([...byHash.values()].map((t) => t.blockNumber))]
   // Concurrent, so the batching transport sends one request for all the blocks of a range.

@@ -12,10 +12,10 @@
 //            status, never more than its payment or call booked
 //   balances: the running balances (per account, per wallet) = the sums of their ledger entries
 // Any difference makes the report not ok (the CLI exits non-zero, the admin route answers 409).
-import { type Address, getAddress, type Hash } from 'viem'
+import { getAddress, type Hash } from 'viem'
 import { archivedThrough } from '../../books/archive.ts'
 import type { ChainContext } from '../../chain/connect.ts'
-import { transferEvent } from '../../chain/usdc.ts'
+import { type ChainTransfer, scanTransfers } from '../../chain/transfer-logs.ts'
 import type { Config } from '../../config/schema.ts'
 import type { Sql } from '../../db/sql.ts'
 import { type BalancesCheck, type BalancesScope, checkBalances } from './reconcile-balances.ts'
@@ -103,14 +103,6 @@ export interface ReconcileReport {
   differences: string[]
 }
 
-interface ChainTransfer {
-  hash: Hash
-  from: Address
-  to: Address
-  value: bigint
-  blockNumber: bigint
-}
-
 interface Bounds {
   from: Date
   to: Date
@@ -138,14 +130,14 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
 
   const chunk = BigInt(config.payouts.reconcile_block_chunk)
   const [inflows, outflows] = await Promise.all([
-    transferLogs(client, {
+    scanTransfers(client, {
       usdc: chain.usdc.address,
       to: chain.treasury,
       fromBlock: inflowFromBlock,
       toBlock: latest,
       chunk,
     }),
-    transferLogs(client, {
+    scanTransfers(client, {
       usdc: chain.usdc.address,
       from: chain.treasury,
       fromBlock,
@@ -470,34 +462,6 @@ async function checkLinkedEntries(sql: Sql, b: Bounds): Promise<Checked<Reconcil
 }
 
 type Client = ReconcileDeps['chain']['publicClient']
-
-async function transferLogs(
-  client: Client,
-  q: { usdc: Address; from?: Address; to?: Address; fromBlock: bigint; toBlock: bigint; chunk: bigint },
-): Promise<ChainTransfer[]> {
-  const out: ChainTransfer[] = []
-  for (let start = q.fromBlock; start <= q.toBlock; start += q.chunk) {
-    const end = start + q.chunk - 1n < q.toBlock ? start + q.chunk - 1n : q.toBlock
-    const logs = await client.getLogs({
-      address: q.usdc,
-      event: transferEvent,
-      args: q.from ? { from: q.from } : { to: q.to },
-      fromBlock: start,
-      toBlock: end,
-      strict: true,
-    })
-    for (const l of logs) {
-      out.push({
-        hash: l.transactionHash,
-        from: l.args.from,
-        to: l.args.to,
-        value: l.args.value,
-        blockNumber: l.blockNumber,
-      })
-    }
-  }
-  return out
-}
 
 /** Per transaction: the sum of its transfers (a settlement may carry several), first recipient, block. */
 function sumByHash(transfers: ChainTransfer[]): Map<string, ChainTransfer> {
