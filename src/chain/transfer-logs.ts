@@ -65,8 +65,9 @@ export function chainTransfers(logs: RawLog[]): ChainTransfer[] {
 
 /**
  * Every transfer of the range, read `chunk` blocks a request. A range the node refuses with a JSON-RPC error
- * (providers cap the blocks and the logs of one eth_getLogs) is asked again in halves, down to one block; a
- * node that does not answer (a timeout, an HTTP error) fails the scan at once.
+ * (providers cap the blocks and the logs of one eth_getLogs) is asked again in halves, down to one block, and
+ * the span doubles back after each chunk read; a node that does not answer (a timeout, an HTTP error) fails
+ * the scan at once.
  */
 export async function scanTransfers(
   client: Client,
@@ -86,6 +87,8 @@ export async function scanTransfers(
     }
     out.push(...chainTransfers(logs))
     start = end + 1n
+    // Back toward the full chunk: one dense stretch must not leave a day's scan at a block a request.
+    span = span * 2n < q.chunk ? span * 2n : q.chunk
   }
   return out
 }
