@@ -45,6 +45,37 @@ interface Pending {
   reject(err: Error): void
 }
 
+/** The JSON-RPC batch of the reads, each call's id its place in the batch. */
+function batchBody(batch: Pending[]): string {
+  let body = '['
+  for (let i = 0; i < batch.length; i++) {
+    if (i > 0) body += ','
+    const p = batch[i]!
+    body +=
+      p.to === null
+        ? `{"jsonrpc":"2.0","id":${i},"method":"eth_blockNumber","params":[]}`
+        : `{"jsonrpc":"2.0","id":${i},"method":"eth_call","params":[{"to":"${p.to}","data":"${p.data}"},"latest"]}`
+  }
+  return `${body}]`
+}
+
+/** Each read its answer by id: a word (a quantity for the head), or an error; a call left out is one too. */
+function deliver(batch: Pending[], answers: unknown): void {
+  if (!Array.isArray(answers))
+    throw new RpcReadError('RPC answered a batch with something else than an array')
+  const answered = new Array<boolean>(batch.length).fill(false)
+  for (const a of answers as Array<{ id?: unknown; result?: unknown; error?: { message?: string } }>) {
+    const p = typeof a?.id === 'number' ? batch[a.id] : undefined
+    if (!p || answered[a.id as number]) continue
+    answered[a.id as number] = true
+    if (typeof a.result === 'string' && (p.to === null ? QUANTITY : WORD).test(a.result)) p.resolve(a.result)
+    else p.reject(new RpcReadError(a.error?.message ?? 'RPC answered no 32-byte word'))
+  }
+  for (let i = 0; i < batch.length; i++) {
+    if (!answered[i]) batch[i]!.reject(new RpcReadError('RPC left a call of the batch unanswered'))
+  }
+}
+
 /** An ABI word: an address left-padded to 32 bytes. Inputs come from parsed payloads, checked again here. */
 function addressWord(a: string): string {
   if (!ADDRESS.test(a)) throw new RpcReadError(`not an address: ${a}`)
@@ -86,16 +117,7 @@ export function createTokenReads(o: {
   }
 
   const send = async (batch: Pending[]) => {
-    let body = '['
-    for (let i = 0; i < batch.length; i++) {
-      if (i > 0) body += ','
-      const p = batch[i]!
-      body +=
-        p.to === null
-          ? `{"jsonrpc":"2.0","id":${i},"method":"eth_blockNumber","params":[]}`
-          : `{"jsonrpc":"2.0","id":${i},"method":"eth_call","params":[{"to":"${p.to}","data":"${p.data}"},"latest"]}`
-    }
-    body += ']'
+    const body = batchBody(batch)
     const methods = batch.map((p) => (p.to === null ? 'eth_blockNumber' : 'eth_call'))
     o.onRpcRequest?.(batch.length === 1 ? methods[0]! : 'batch', methods)
     const res = await pool.request({
@@ -108,21 +130,7 @@ export function createTokenReads(o: {
     })
     const text = await res.body.text()
     if (res.statusCode !== 200) throw new RpcReadError(`RPC answered HTTP ${res.statusCode}`)
-    const answers = JSON.parse(text) as unknown
-    if (!Array.isArray(answers))
-      throw new RpcReadError('RPC answered a batch with something else than an array')
-    const answered = new Array<boolean>(batch.length).fill(false)
-    for (const a of answers as Array<{ id?: unknown; result?: unknown; error?: { message?: string } }>) {
-      const p = typeof a?.id === 'number' ? batch[a.id] : undefined
-      if (!p || answered[a.id as number]) continue
-      answered[a.id as number] = true
-      if (typeof a.result === 'string' && (p.to === null ? QUANTITY : WORD).test(a.result))
-        p.resolve(a.result)
-      else p.reject(new RpcReadError(a.error?.message ?? 'RPC answered no 32-byte word'))
-    }
-    for (let i = 0; i < batch.length; i++) {
-      if (!answered[i]) batch[i]!.reject(new RpcReadError('RPC left a call of the batch unanswered'))
-    }
+    deliver(batch, JSON.parse(text) as unknown)
   }
 
   const call = (data: string, target: string | null = to): Promise<string> =>
