@@ -64,11 +64,22 @@ export function chainTransfers(logs: RawLog[]): ChainTransfer[] {
 }
 
 /**
- * Every transfer of the range, read `chunk` blocks a request. A range the node refuses with a JSON-RPC error
- * (providers cap the blocks and the logs of one eth_getLogs) is asked again in halves, down to one block, and
- * the span doubles back after each chunk read; a node that does not answer (a timeout, an HTTP error) fails
- * the scan at once.
+ * The span to ask next after `err`: half of it when the node refused the range with a JSON-RPC error
+ * (providers cap the blocks and the logs of one eth_getLogs), down to one block; null when the error was
+ * not the node's answer (a timeout, an HTTP error: a smaller range would fail the same) or one block was
+ * refused already.
  */
+export function narrowerSpan(span: bigint, err: unknown): bigint | null {
+  if (span === 1n || !answeredWithError(err)) return null
+  return span / 2n
+}
+
+/** Back toward the full span after a range is read: one dense stretch must not leave the scan at a block a request. */
+export function widerSpan(span: bigint, max: bigint): bigint {
+  return span * 2n < max ? span * 2n : max
+}
+
+/** Every transfer of the range, read `chunk` blocks a request, narrowed where the node refuses the span. */
 export async function scanTransfers(
   client: Client,
   q: { usdc: Address; from?: Address; to?: Address; fromBlock: bigint; toBlock: bigint; chunk: bigint },
@@ -81,14 +92,14 @@ export async function scanTransfers(
     try {
       logs = await rawTransferLogs(client, { ...q, fromBlock: start, toBlock: end })
     } catch (err) {
-      if (span === 1n || !answeredWithError(err)) throw err
-      span /= 2n
+      const narrower = narrowerSpan(span, err)
+      if (narrower === null) throw err
+      span = narrower
       continue
     }
     out.push(...chainTransfers(logs))
     start = end + 1n
-    // Back toward the full chunk: one dense stretch must not leave a day's scan at a block a request.
-    span = span * 2n < q.chunk ? span * 2n : q.chunk
+    span = widerSpan(span, q.chunk)
   }
   return out
 }

@@ -5,7 +5,7 @@
 import type { Address, Client } from 'viem'
 import { getBlock, getBlockNumber } from 'viem/actions'
 import { isMint, type TreasuryTransfer } from './transfer.ts'
-import { chainTransfers, type RawLog, rawTransferLogs } from './transfer-logs.ts'
+import { chainTransfers, narrowerSpan, type RawLog, rawTransferLogs, widerSpan } from './transfer-logs.ts'
 
 export interface WatchOptions {
   usdc: Address
@@ -30,8 +30,9 @@ export interface WatchOptions {
   onProgress?(nextBlock: bigint): void | Promise<void>
   /**
    * Largest eth_getLogs range; public RPCs refuse wide ones, and providers refuse a range whose logs are too
-   * many (at x402 volumes, thousands of treasury transfers a block). Default 1000. A refused range is halved
-   * for the next try, down to one block, and the span doubles back after each range that is read.
+   * many (at x402 volumes, thousands of treasury transfers a block). Default 1000. A range the node refuses
+   * with a JSON-RPC error is halved for the next poll, down to one block; the span doubles back after each
+   * range that is read.
    */
   maxBlockRange?: bigint
 }
@@ -72,12 +73,12 @@ export function watchTreasuryTransfers(client: Client, options: WatchOptions): T
           toBlock: to,
         })
       } catch (err) {
-        // The poll fails as before (retried next poll, nothing skipped), with half the range: a node that is
-        // down costs one failed request a poll, a range too wide for the provider is narrowed until it fits.
-        span = span > 1n ? span / 2n : 1n
+        // The poll fails as before (retried next poll, nothing skipped); a range the provider refused is
+        // asked in half next time, while a node that is down keeps the span it had.
+        span = narrowerSpan(span, err) ?? span
         throw err
       }
-      span = span * 2n < maxRange ? span * 2n : maxRange
+      span = widerSpan(span, maxRange)
       const transfers = await groupByTransaction(client, logs, timestamps)
       for (const transfer of transfers) {
         if (stopped) return
