@@ -2,7 +2,8 @@
 // written to gzip files (src/db/archive-files.ts), checked by reading them back, then detached and dropped
 // whole. The books keep balancing: the month's ledger entries are carried forward as sums per account,
 // kind, wallet and payout (archived_ledger_sums, in the transaction that drops them), which the balances
-// recomputed for reconcile count in their place (migration 0041). Running balances are not touched:
+// recomputed for reconcile count in their place (migration 0041); its calls booked at settlement as sums
+// per settlement batch and account (archived_batch_calls, migration 0064), which the batches check counts. Running balances are not touched:
 // detaching a partition fires no trigger.
 //
 // Only a month whose money is settled may go: no claim of it still open (claimed, refund due, settling,
@@ -82,6 +83,23 @@ export async function archiveLedgerMonth(
     RETURNING account_id, kind, wallet, payout_id, entries::text, amount_atomic::text`
   await dropPartition(tx, { table: 'ledger_entries', partition: q.partition })
   return sums
+}
+
+/**
+ * archiveCallsMonth: calls → archived. The month's calls booked by a settlement batch (migration 0064) become
+ * sums per batch and account in archived_batch_calls, in the transaction that drops them: the batch's entries
+ * may sit in a later month still online (a call served on the 31st, settled on the 1st), and reconcile holds
+ * them to these sums and the batch's calls still online. Transaction-hash calls need none: a capture batch's
+ * calls and entries share their month.
+ */
+async function archiveCallsMonth(tx: Tx, q: { partition: string; month: string }): Promise<void> {
+  await tx`
+    INSERT INTO archived_batch_calls (month, batch_id, account_id, calls, owner_share_atomic, fee_atomic)
+    SELECT ${`${q.month}-01`}::date, c.ledger_batch_id, c.account_id, count(*), sum(c.owner_share_atomic),
+           sum(c.fee_atomic)
+    FROM ${tx(q.partition)} c WHERE c.ledger_batch_id < 0
+    GROUP BY c.ledger_batch_id, c.account_id`
+  await dropPartition(tx, { table: 'calls', partition: q.partition })
 }
 
 async function dropPartition(tx: Tx, q: { table: PartitionedTable; partition: string }): Promise<void> {
@@ -183,6 +201,7 @@ async function archiveMonth(
         INSERT INTO archived_months (table_name, month, rows, sha256, file)
         VALUES (${table}, ${`${q.month}-01`}::date, ${file.rows}, ${file.sha256}, ${join(q.dir, file.file)})`
       if (table === 'ledger_entries') await archiveLedgerMonth(tx, { partition: name, month: q.month })
+      else if (table === 'calls') await archiveCallsMonth(tx, { partition: name, month: q.month })
       else await dropPartition(tx, { table, partition: name })
     }
   })

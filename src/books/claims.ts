@@ -117,7 +117,7 @@ export interface BooksBatchResult {
  * every earlier attempt was released (releases = attempts). An expired lease alone never frees a proof.
  * A capture applies only to a claim still 'claimed'. The transaction-hash captures that apply are booked
  * as one owner share and one fee entry per account for the whole statement, each call naming the batch
- * (calls.ledger_batch_id, migration 0050); x402 captures book no revenue (settlement does, per call).
+ * (calls.ledger_batch_id, migration 0050); x402 captures book no revenue (their settlement does, per batch).
  * An x402 exact claim also reserves its amount against the payer's balance read (see `payers` below).
  *
  * One piece: it is one SQL statement, one commit per batch; cut up, the text would be split, not the work.
@@ -181,6 +181,7 @@ export async function claimAndCapture(
       ${batchRevenueEntries(db, {
         calls: db`(SELECT i.* FROM cap i JOIN captured k USING (proof_key) WHERE k.kind = 'tx')`,
         batchId: db`(SELECT id FROM ledger_batch)`,
+        source: 'capture_batch',
       })}
       RETURNING 1
     ),

@@ -5,37 +5,28 @@ import type { Sql, Tx } from '../db/sql.ts'
 
 type Db = Sql | Tx
 
-/**
- * The owner share and fee entries of calls, one pair per call (source 'call'). `calls` is a relation (a CTE
- * name or subquery) with the columns call_id, account_id, owner_wallet, owner_share, fee: bookCallRevenue
- * passes the stored x402 calls whose settlement it books.
- */
-export function revenueEntries(db: Db, calls: PendingQuery<Row[]>): PendingQuery<Row[]> {
-  return db`
-    INSERT INTO ledger_entries (account_id, kind, wallet, amount_atomic, source_type, source_id)
-    SELECT r.account_id, 'owner_share', r.owner_wallet, r.owner_share, 'call', r.call_id FROM ${calls} r
-    UNION ALL
-    SELECT r.account_id, 'fee', NULL, r.fee, 'call', r.call_id FROM ${calls} r`
-}
+/** Which statement booked a batch: a capture (transaction-hash calls), or a settlement (x402 calls). */
+export type BatchSource = 'capture_batch' | 'settlement_batch'
 
 /**
- * The owner share and fee entries of a capture batch (migration 0050): one owner share per account and
- * owner wallet, one fee per account, each the sum over the batch's calls, source 'capture_batch' and
- * source_id `batchId` (the number the calls carry in ledger_batch_id). `calls` has the columns account_id,
- * owner_wallet, owner_share, fee. Zero sums are booked too, so every account of a batch has both its
- * entries and reconcile can ask for exactly them.
+ * The owner share and fee entries of a batch of calls booked by one statement (migrations 0050, 0064): one
+ * owner share per account and owner wallet, one fee per account, each the sum over the batch's calls,
+ * source `source` and source_id `batchId` (the number the calls carry in ledger_batch_id: positive for a
+ * capture batch, negative for a settlement batch). `calls` has the columns account_id, owner_wallet,
+ * owner_share, fee. Zero sums are booked too, so every account of a batch has both its entries and
+ * reconcile can ask for exactly them.
  */
 export function batchRevenueEntries(
   db: Db,
-  q: { calls: PendingQuery<Row[]>; batchId: PendingQuery<Row[]> },
+  q: { calls: PendingQuery<Row[]>; batchId: PendingQuery<Row[]>; source: BatchSource },
 ): PendingQuery<Row[]> {
   return db`
     INSERT INTO ledger_entries (account_id, kind, wallet, amount_atomic, source_type, source_id)
-    SELECT r.account_id, 'owner_share', r.owner_wallet, sum(r.owner_share)::bigint, 'capture_batch',
+    SELECT r.account_id, 'owner_share', r.owner_wallet, sum(r.owner_share)::bigint, ${q.source}::text,
            ${q.batchId}::text
     FROM ${q.calls} r GROUP BY r.account_id, r.owner_wallet
     UNION ALL
-    SELECT r.account_id, 'fee', NULL, sum(r.fee)::bigint, 'capture_batch', ${q.batchId}::text
+    SELECT r.account_id, 'fee', NULL, sum(r.fee)::bigint, ${q.source}::text, ${q.batchId}::text
     FROM ${q.calls} r GROUP BY r.account_id`
 }
 
@@ -52,10 +43,12 @@ export function unusedCeilingRefunds(db: Db, calls: PendingQuery<Row[]>): Pendin
 }
 
 /**
- * Books the revenue (owner share + fee) of captured calls that have none yet, one pair of entries per call.
- * Used by the settlement room for x402 calls (revenue only once the authorization settled);
- * transaction-hash calls are booked inside their capture, by its batch entries. Idempotent: a call already
- * booked (by entries of its own or by a capture batch) is skipped. Returns how many calls were booked.
+ * Books the revenue (owner share + fee) of settled x402 calls that have none yet, as ONE settlement batch
+ * (migration 0064): each call is marked with the batch's number (negative), and the batch gets one owner
+ * share per account and owner wallet and one fee per account, the sums of the calls it marked. Used by the
+ * settlement room (revenue only once the authorization, permit or voucher settled); transaction-hash calls
+ * are booked inside their capture. Idempotent: a call already booked (by a batch, or by entries of its own
+ * before migration 0064) is skipped. Returns how many calls were booked.
  */
 export async function bookCallRevenue(db: Tx, q: { proofKeys: string[] }): Promise<number> {
   if (q.proofKeys.length === 0) return 0
@@ -67,20 +60,35 @@ export async function bookCallRevenue(db: Tx, q: { proofKeys: string[] }): Promi
   // of 80,000 calls past the statement timeout on every retry, and the claim was never recorded.
   await db`SET LOCAL plan_cache_mode = force_custom_plan`
   const [row] = await db<{ n: number }[]>`
-    WITH due AS (
-      SELECT k.id AS call_id, k.account_id, a.wallet_address AS owner_wallet,
-             k.owner_share_atomic AS owner_share, k.fee_atomic AS fee
+    WITH due AS MATERIALIZED (
+      SELECT k.id, k.created_at
       FROM unnest(${q.proofKeys}::text[]) AS p(proof_key)
       -- From the proof to its call by the call its claim names (migration 0059).
       CROSS JOIN LATERAL (SELECT j.call_id FROM claims j WHERE j.proof_key = p.proof_key OFFSET 0) j
-      CROSS JOIN LATERAL (SELECT * FROM calls c WHERE c.id = j.call_id OFFSET 0) k
-      JOIN accounts a ON a.id = k.account_id
+      CROSS JOIN LATERAL (SELECT c.id, c.created_at, c.ledger_batch_id FROM calls c
+                          WHERE c.id = j.call_id OFFSET 0) k
       WHERE k.ledger_batch_id IS NULL
         AND NOT EXISTS (SELECT 1 FROM ledger_entries e
                         WHERE e.source_type = 'call' AND e.source_id = k.id AND e.kind <> 'refund')
     ),
-    booked AS (${revenueEntries(db, db`due`)} RETURNING source_id)
-    SELECT count(DISTINCT source_id)::int AS n FROM booked`
+    -- The batch's number, taken only if a call is booked (a scalar subquery: evaluated at most once).
+    settlement_batch AS MATERIALIZED (SELECT -nextval('ledger_batch_ids') AS id),
+    -- The call row's one update: NULL → the batch. Its precondition is made again on the row as locked, so
+    -- a call booked meanwhile by another statement is left out of this batch's sums.
+    booked AS (
+      UPDATE calls c SET ledger_batch_id = (SELECT id FROM settlement_batch)
+      FROM due d WHERE c.id = d.id AND c.created_at = d.created_at AND c.ledger_batch_id IS NULL
+      RETURNING c.account_id, c.owner_share_atomic AS owner_share, c.fee_atomic AS fee
+    ),
+    revenue AS (
+      ${batchRevenueEntries(db, {
+        calls: db`(SELECT b.*, a.wallet_address AS owner_wallet FROM booked b JOIN accounts a ON a.id = b.account_id)`,
+        batchId: db`(SELECT id FROM settlement_batch)`,
+        source: 'settlement_batch',
+      })}
+      RETURNING 1
+    )
+    SELECT count(*)::int AS n FROM booked`
   return row?.n ?? 0
 }
 

@@ -272,7 +272,8 @@ export const TRANSITIONS: readonly Transition[] = [
     'dropClaimDays',
     'its whole day is below both stored horizons and nothing in the day is still owed',
   ),
-  // call: written once with its claim's capture, never updated.
+  // call: written once with its claim's capture; an x402 call is updated once more, when its settlement
+  // books it (ledger_batch_id NULL → its settlement batch), and never again.
   {
     record: 'call',
     from: null,
@@ -287,6 +288,14 @@ export const TRANSITIONS: readonly Transition[] = [
     fn: 'writeChannelVouchers',
     why: 'the served call of a batch voucher',
   },
+  {
+    record: 'call',
+    from: 'written',
+    to: 'booked',
+    fn: 'bookCallRevenue',
+    why: 'a settled x402 call names the settlement batch that booked it (ledger_batch_id, negative)',
+    where: 'c.ledger_batch_id IS NULL',
+  },
   // ledger entry: appended; only payout_id moves.
   {
     record: 'ledger_entry',
@@ -300,7 +309,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: null,
     to: 'unpaid',
     fn: 'bookCallRevenue',
-    why: 'owner share + fee of one x402 call once settled (settleAuthorizations, settleUptoClaims; batch vouchers in recordChannelClaims and settleCoveredChannelCalls)',
+    why: 'owner share + fee of the x402 calls one statement finds settled: one entry per account and kind (owner share: per owner wallet), the sum of the calls that name the settlement batch (settleAuthorizations, settleUptoClaims; batch vouchers in recordChannelClaims and settleCoveredChannelCalls)',
   },
   { record: 'ledger_entry', from: null, to: 'unpaid', fn: 'markRefundDue', why: 'refund owed to a payer' },
   {

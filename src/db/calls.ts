@@ -142,8 +142,10 @@ export async function findReceipt(db: Sql | Tx, receiptId: string): Promise<Rece
            c.pricing_model, c.usage_unit, c.usage, c.ceiling_atomic, c.refund_atomic, NULL::text AS pass_id,
            k.kind AS claim_kind, k.settlement_tx, k.settled_at, k.settlement_error, k.settlement_block,
            k.settlement_index, k.settlement_count,
-           k.kind IS NULL AND EXISTS (SELECT 1 FROM ledger_entries e
-                                      WHERE e.source_type = 'call' AND e.source_id = c.id) AS settled_revenue,
+           -- Booked by its settlement batch (migration 0064), or before it by entries of its own.
+           k.kind IS NULL AND (c.ledger_batch_id < 0
+                               OR EXISTS (SELECT 1 FROM ledger_entries e
+                                          WHERE e.source_type = 'call' AND e.source_id = c.id)) AS settled_revenue,
            coalesce(encode(c.body_sha256, 'hex'), d.body_sha256) AS body_sha256,
            coalesce(c.body_bytes, d.body_bytes)::int AS body_bytes
     FROM c LEFT JOIN claims k ON k.proof_key = call_proof_key(c.proof_key, c.proof)
@@ -154,8 +156,9 @@ export async function findReceipt(db: Sql | Tx, receiptId: string): Promise<Rece
            0::bigint, p.id,
            k.kind, k.settlement_tx, k.settled_at, k.settlement_error, k.settlement_block,
            k.settlement_index, k.settlement_count,
-           k.kind IS NULL AND EXISTS (SELECT 1 FROM ledger_entries e
-                                      WHERE e.source_type = 'call' AND e.source_id = p.call_id),
+           k.kind IS NULL AND (EXISTS (SELECT 1 FROM calls b WHERE b.id = p.call_id AND b.ledger_batch_id < 0)
+                               OR EXISTS (SELECT 1 FROM ledger_entries e
+                                          WHERE e.source_type = 'call' AND e.source_id = p.call_id)),
            v.body_sha256, v.body_bytes::int
     FROM pass_draws d JOIN passes p ON p.id = d.pass_id LEFT JOIN claims k ON k.proof_key = p.proof_key
       LEFT JOIN call_deliveries v ON v.receipt_id = d.receipt_id

@@ -269,7 +269,8 @@ describe('a call written after the claim that covered it', () => {
     >`
       SELECT split_part(k.proof_key, ':', 3) AS cum, k.settlement_tx, k.settlement_block::text AS block,
              k.settlement_index AS i, k.settlement_count AS n,
-             (SELECT count(*)::int FROM ledger_entries e JOIN calls c ON e.source_type = 'call' AND e.source_id = c.id
+             (SELECT count(*)::int FROM ledger_entries e JOIN calls c ON e.source_type = 'settlement_batch'
+                AND e.source_id = c.ledger_batch_id::text AND e.account_id = c.account_id
               WHERE call_proof_key(c.proof_key, c.proof) = k.proof_key) AS booked
       FROM claims k WHERE k.kind = 'batch' AND split_part(k.proof_key, ':', 2) = ${id}
       ORDER BY split_part(k.proof_key, ':', 3)::bigint`

@@ -86,10 +86,10 @@ async function claimRow() {
 async function counts() {
   const [row] = await sql<{ calls: number; entries: number }[]>`
     SELECT (SELECT count(*) FROM calls WHERE call_proof_key(proof_key, proof) = ${key})::int AS calls,
-           -- Its own entries, or those of the capture batch that booked it (alone in it here).
+           -- Its own entries, or those of the capture or settlement batch that booked it (alone in it here).
            (SELECT count(*) FROM ledger_entries e
               WHERE e.source_id = ${key} OR e.source_id IN (SELECT id FROM calls WHERE call_proof_key(proof_key, proof) = ${key})
-                 OR (e.source_type = 'capture_batch' AND (e.source_id, e.account_id) IN
+                 OR (e.source_type IN ('capture_batch', 'settlement_batch') AND (e.source_id, e.account_id) IN
                        (SELECT ledger_batch_id::text, account_id FROM calls WHERE call_proof_key(proof_key, proof) = ${key})))::int
              AS entries`
   return row

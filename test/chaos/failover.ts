@@ -286,7 +286,7 @@ export async function runFailover(options: FailoverOptions): Promise<FailoverRes
           WHERE l.kind = 'owner_share'
           UNION
           SELECT call_proof_key(c.proof_key, c.proof) AS proof_key FROM ledger_entries l
-          JOIN calls c ON l.source_type = 'capture_batch' AND l.source_id = c.ledger_batch_id::text
+          JOIN calls c ON l.source_type IN ('capture_batch', 'settlement_batch') AND l.source_id = c.ledger_batch_id::text
             AND l.account_id = c.account_id
           WHERE l.kind = 'owner_share'`
       ).map((r) => r.proof_key),

@@ -510,13 +510,13 @@ async function judge(db: postgres.Sql, tasks: Task[], server: CountingMcpServer)
     }[]
   >`
     SELECT call_proof_key(c.proof_key, c.proof) AS proof_key, c.tool, c.amount_atomic::text, c.refund_atomic::text, c.ceiling_atomic::text,
-           -- Its own owner share entry, or (migration 0050) its part of its capture batch's, which reconcile
-           -- holds to the sum of the batch's calls.
+           -- Its own owner share entry, or its part of its capture (migration 0050) or settlement (0064)
+           -- batch's, which reconcile holds to the sum of the batch's calls.
            coalesce(
              (SELECT sum(l.amount_atomic) FROM ledger_entries l
               WHERE l.source_type = 'call' AND l.source_id = c.id AND l.kind = 'owner_share'),
              (SELECT c.owner_share_atomic WHERE EXISTS (
-                SELECT 1 FROM ledger_entries l WHERE l.source_type = 'capture_batch'
+                SELECT 1 FROM ledger_entries l WHERE l.source_type IN ('capture_batch', 'settlement_batch')
                   AND l.source_id = c.ledger_batch_id::text AND l.account_id = c.account_id
                   AND l.kind = 'owner_share')))::text AS owner_share
     FROM calls c`

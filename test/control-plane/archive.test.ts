@@ -156,18 +156,18 @@ describe('archive', () => {
     const at = new Date(monthBounds(old).from.getTime() + 3 * 86_400_000)
     // Two months back: the migration made no partition that old, so the rows move into the default one.
     await svc.sql`UPDATE calls SET created_at = ${at} WHERE id = ANY(${ids})`
-    // Their entries with them: the exact call's own, and the capture batches of the two tx calls (each
-    // captured alone: the calls were made one after the other), which share their calls' created_at.
+    // The capture batches of the two tx calls (each alone in its batch: the calls were made one after the
+    // other) share their calls' created_at, so their entries go with them. The exact call's settlement batch
+    // stays in this month: a call served in one month and settled in the next.
     await svc.sql`
       UPDATE ledger_entries SET created_at = ${at}
-      WHERE (source_type = 'call' AND source_id = ANY(${ids}))
-         OR (source_type = 'capture_batch'
-             AND source_id IN (SELECT ledger_batch_id::text FROM calls WHERE id = ANY(${ids})))`
+      WHERE source_type = 'capture_batch'
+        AND source_id IN (SELECT ledger_batch_id::text FROM calls WHERE id = ANY(${ids}))`
     expect(await svc.sql`SELECT 1 FROM calls_default`).toHaveLength(3)
     await svc.jobs.runNow('partitions')
     expect(await svc.sql`SELECT 1 FROM calls_default`).toHaveLength(0)
     expect(await svc.sql`SELECT 1 FROM ${svc.sql(`calls_${oldSuffix}`)}`).toHaveLength(3)
-    expect(await svc.sql`SELECT 1 FROM ${svc.sql(`ledger_entries_${oldSuffix}`)}`).toHaveLength(6)
+    expect(await svc.sql`SELECT 1 FROM ${svc.sql(`ledger_entries_${oldSuffix}`)}`).toHaveLength(4)
     kept = await paidCall(ep.metered_url)
   }, 60_000)
 
@@ -204,7 +204,7 @@ describe('archive', () => {
     const month = done.find((d) => d.month === old)!
     expect(month.files.map((f) => [f.table, f.rows])).toEqual([
       ['calls', 3],
-      ['ledger_entries', 6],
+      ['ledger_entries', 4],
     ])
     expect((await monthPartitions(svc.sql, 'calls')).map((p) => p.month)).not.toContain(old)
     const manifest = JSON.parse(readFileSync(join(out, old, 'manifest.json'), 'utf8'))
@@ -213,7 +213,15 @@ describe('archive', () => {
         (s: bigint, r: { amount_atomic: string }) => s + BigInt(r.amount_atomic),
         0n,
       ),
-    ).toBe(30_000n)
+    ).toBe(20_000n)
+    // The exact call left with its month; its settlement batch, still online, keeps its calls' sums.
+    const [carried] = await svc.sql<{ batch: string; calls: string; total: string }[]>`
+      SELECT batch_id::text AS batch, calls::text, (owner_share_atomic + fee_atomic)::text AS total
+      FROM archived_batch_calls`
+    expect(carried).toMatchObject({ calls: '1', total: '10000' })
+    expect(
+      await svc.sql`SELECT 1 FROM ledger_entries WHERE source_type = 'settlement_batch' AND source_id = ${carried!.batch}`,
+    ).toHaveLength(2)
 
     // The other months still answer.
     const listed = await svc.api('/api/v1/calls', { key: merchant.key })
@@ -223,6 +231,12 @@ describe('archive', () => {
     const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
     expect(report.differences).toEqual([])
     expect(report.ok).toBe(true)
+    expect(report.batches.mismatched).toBe(0)
+    // The carried sums are what the batch is held to: one base unit off is a difference.
+    await svc.sql`UPDATE archived_batch_calls SET fee_atomic = fee_atomic + 1`
+    const off = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
+    expect(off.differences.join('\n')).toContain(`settlement batch ${carried!.batch} of account`)
+    await svc.sql`UPDATE archived_batch_calls SET fee_atomic = fee_atomic - 1`
 
     // Another paid call pushes the old proof out of the spent-proof cache; the replay is refused by age.
     await paidCall(ep.metered_url)

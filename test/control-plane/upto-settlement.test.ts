@@ -137,8 +137,10 @@ describe('x402 upto settlement', () => {
     const [booked] = await svc.sql<{ owner: string; fee: string }[]>`
       SELECT coalesce(sum(e.amount_atomic) FILTER (WHERE e.kind = 'owner_share'), 0)::text AS owner,
              coalesce(sum(e.amount_atomic) FILTER (WHERE e.kind = 'fee'), 0)::text AS fee
-      FROM ledger_entries e JOIN calls c ON e.source_type = 'call' AND e.source_id = c.id
-      WHERE call_proof_key(c.proof_key, c.proof) = ANY(${keys}::text[])`
+      FROM ledger_entries e
+      WHERE e.source_type = 'settlement_batch'
+        AND e.source_id IN (SELECT c.ledger_batch_id::text FROM calls c
+                            WHERE call_proof_key(c.proof_key, c.proof) = ANY(${keys}::text[]))`
     const bps = svc.config.fees.owner_share_bps
     const owner = [123_457n, 0n, MAX, 1n].reduce((s, c) => s + splitOwnerShare(c, bps).owner, 0n)
     expect(BigInt(booked!.owner)).toBe(owner)

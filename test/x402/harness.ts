@@ -193,13 +193,19 @@ export async function startX402Setup(
                count(*) FILTER (WHERE settlement_error = 'reverted')::int AS reverted,
                count(*) FILTER (WHERE settled_at IS NULL AND settlement_error IS NULL)::int AS backlog
         FROM claims WHERE kind = 'eip3009' AND status = 'captured'`
+      // Booked: the entries of the settlement batches the x402 calls name (reconcile holds each batch to
+      // the sum of its calls); booked too early: a call that names one while its claim is unsettled.
       const [l] = await svc.sql<{ owner: string; fee: string; unsettled: number }[]>`
+        WITH x AS (
+          SELECT c.ledger_batch_id, k.settled_at FROM calls c
+          JOIN claims k ON k.proof_key = call_proof_key(c.proof_key, c.proof)
+          WHERE k.kind = 'eip3009' AND c.ledger_batch_id IS NOT NULL
+        )
         SELECT coalesce(sum(e.amount_atomic) FILTER (WHERE e.kind = 'owner_share'), 0)::text AS owner,
                coalesce(sum(e.amount_atomic) FILTER (WHERE e.kind = 'fee'), 0)::text AS fee,
-               count(*) FILTER (WHERE k.settled_at IS NULL)::int AS unsettled
-        FROM ledger_entries e JOIN calls c ON e.source_type = 'call' AND e.source_id = c.id
-        JOIN claims k ON k.proof_key = call_proof_key(c.proof_key, c.proof)
-        WHERE k.kind = 'eip3009'`
+               (SELECT count(*) FROM x WHERE settled_at IS NULL)::int AS unsettled
+        FROM ledger_entries e
+        WHERE e.source_type = 'settlement_batch' AND e.source_id IN (SELECT ledger_batch_id::text FROM x)`
       return {
         ...c!,
         ownerShareAtomic: BigInt(l!.owner),

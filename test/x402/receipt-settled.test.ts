@@ -202,8 +202,10 @@ describe('an endpoint set to before_answer: a served exact call is settled befor
     await svc.jobs.runNow('x402-settlement')
     const [claim] = await svc.sql<{ settlement_tx: string; settled: boolean; entries: number }[]>`
       SELECT k.settlement_tx, k.settled_at IS NOT NULL AS settled,
-             (SELECT count(*) FROM ledger_entries l JOIN calls c ON c.id = l.source_id
-               WHERE l.source_type = 'call' AND call_proof_key(c.proof_key, c.proof) = k.proof_key)::int AS entries
+             -- The owner share and fee of the settlement batch that booked the call (alone in it here).
+             (SELECT count(*) FROM ledger_entries l JOIN calls c ON l.source_type = 'settlement_batch'
+                AND l.source_id = c.ledger_batch_id::text AND l.account_id = c.account_id
+               WHERE call_proof_key(c.proof_key, c.proof) = k.proof_key)::int AS entries
       FROM claims k WHERE lower(k.payer) = ${payer.toLowerCase()}`
     expect(claim).toEqual({ settlement_tx: receipt.transaction, settled: true, entries: 2 })
     expect(await balanceOf(payer)).toBe(before - PRICE_ATOMIC)

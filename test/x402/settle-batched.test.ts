@@ -1,6 +1,8 @@
 // x402 settlement through the AuthorizationBatcher: settlement.per_transaction authorizations per treasury
 // transaction, a payer who empties their wallet after being served fails only their own authorizations (the
-// rest of each batch settles), and a chain without the contract gets one transaction per authorization.
+// rest of each batch settles), and a chain without the contract gets one transaction per authorization. The
+// settled calls are booked per settlement statement: one owner share and one fee entry per batch, which
+// reconcile holds to the sum of the calls that name it.
 import { type Chain, createWalletClient, http, parseAbi } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import { baseSepolia } from 'viem/chains'
@@ -64,6 +66,47 @@ describe('x402 settlement in batches', () => {
     const share = (setup.priceAtomic * BigInt(setup.svc.config.fees.owner_share_bps)) / 10_000n
     expect(s.ownerShareAtomic).toBe(BigInt(120 - drainedCount) * share)
     expect(s.unsettledBookedEntries).toBe(0)
+    expect(await setup.reconcileDifferences()).toEqual([])
+  })
+
+  it('books the settled calls per settlement batch, each entry the sum of its calls, to the base unit', async () => {
+    const [shape] = await setup.svc.sql<
+      { booked: number; batches: number; entries: number; own_entries: number; unmarked_settled: number }[]
+    >`
+      SELECT (SELECT count(*) FROM calls WHERE ledger_batch_id < 0)::int AS booked,
+             (SELECT count(DISTINCT ledger_batch_id) FROM calls WHERE ledger_batch_id < 0)::int AS batches,
+             (SELECT count(*) FROM ledger_entries WHERE source_type = 'settlement_batch')::int AS entries,
+             (SELECT count(*) FROM ledger_entries WHERE source_type = 'call')::int AS own_entries,
+             (SELECT count(*) FROM calls c JOIN claims k ON k.call_id = c.id
+              WHERE k.settled_at IS NOT NULL AND c.ledger_batch_id IS NULL)::int AS unmarked_settled`
+    // One owner share and one fee per settlement statement (one merchant), not a pair per call.
+    expect(shape!.booked).toBeGreaterThan(60)
+    expect(shape!.entries).toBe(2 * shape!.batches)
+    expect(shape!.batches).toBeLessThan(shape!.booked / 10)
+    expect(shape!.own_entries).toBe(0)
+    expect(shape!.unmarked_settled).toBe(0)
+    const sums = await setup.svc.sql<{ entry: bigint; calls: bigint }[]>`
+      SELECT e.amount_atomic AS entry,
+             (SELECT sum(CASE WHEN e.kind = 'fee' THEN c.fee_atomic ELSE c.owner_share_atomic END)
+              FROM calls c WHERE c.ledger_batch_id::text = e.source_id AND c.account_id = e.account_id)::bigint
+               AS calls
+      FROM ledger_entries e WHERE e.source_type = 'settlement_batch'`
+    for (const x of sums) expect(x.entry).toBe(x.calls)
+
+    // A booked call's charge one base unit off, and a call naming a batch that booked nothing: both reported.
+    const [call] = await setup.svc.sql<{ id: string; batch: string }[]>`
+      SELECT id, ledger_batch_id::text AS batch FROM calls WHERE ledger_batch_id < 0 LIMIT 1`
+    await setup.svc.sql`
+      UPDATE calls SET amount_atomic = amount_atomic + 1, fee_atomic = fee_atomic + 1 WHERE id = ${call!.id}`
+    let differences = (await setup.reconcileDifferences()).join('\n')
+    expect(differences).toContain(`settlement batch ${call!.batch} of account`)
+    await setup.svc.sql`
+      UPDATE calls SET amount_atomic = amount_atomic - 1, fee_atomic = fee_atomic - 1 WHERE id = ${call!.id}`
+    await setup.svc.sql`UPDATE calls SET ledger_batch_id = -999999 WHERE id = ${call!.id}`
+    differences = (await setup.reconcileDifferences()).join('\n')
+    expect(differences).toContain('settlement batch -999999 of account')
+    expect(differences).toContain(`settlement batch ${call!.batch} of account`)
+    await setup.svc.sql`UPDATE calls SET ledger_batch_id = ${call!.batch}::bigint WHERE id = ${call!.id}`
     expect(await setup.reconcileDifferences()).toEqual([])
   })
 })

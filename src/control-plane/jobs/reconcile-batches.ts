@@ -1,9 +1,13 @@
-// Reconcile, the capture batches (migration 0050): a capture statement books its transaction-hash calls as one
-// owner share and one fee entry per account (source 'capture_batch'), and each call names its batch. Per
-// batch, account and kind, the sum of the calls' owner shares (fees) must equal the batch's owner share
-// (fee) entries, to the base unit; a batch with calls and no entries, or entries and no calls, is a
-// difference too. Calls and entries of one batch share created_at (one statement), so a time range holds a
-// batch whole or not at all: checking the range is exact.
+// Reconcile, the revenue batches: a capture statement books its transaction-hash calls as one owner share and
+// one fee entry per account (source 'capture_batch', migration 0050), a settlement statement its settled x402
+// calls the same way (source 'settlement_batch', migration 0064), and each call names its batch. Per batch,
+// account and kind, the sum of the calls' owner shares (fees) must equal the batch's owner share (fee)
+// entries, to the base unit; a batch with calls and no entries, or entries and no calls, is a difference too.
+// - A capture batch's calls and entries share created_at (one statement), so a time range holds it whole or
+//   not at all: checking the range is exact.
+// - A settlement batch's calls were written before its entries, so it is checked whole whenever its entries
+//   or any of its calls fall in the range: every call of it (calls_settlement_batch) with the sums of its
+//   calls whose month was archived (archived_batch_calls), against every entry of it.
 import type { Sql } from '../../db/sql.ts'
 
 export interface BatchesCheck {
@@ -26,11 +30,33 @@ export async function checkBatches(sql: Sql, range: { from: Date; to: Date }): P
   const [row] = await sql<
     { batches: number; entries: number; calls: number; mismatched: number; named: string[] | null }[]
   >`
-    WITH c AS (
-      SELECT ledger_batch_id::text AS batch, account_id, count(*)::int AS calls,
-             sum(owner_share_atomic)::bigint AS owner, sum(fee_atomic)::bigint AS fee
+    WITH in_range AS MATERIALIZED (
+      SELECT ledger_batch_id AS batch, account_id, count(*) AS calls, sum(owner_share_atomic) AS owner,
+             sum(fee_atomic) AS fee
       FROM calls
       WHERE ledger_batch_id IS NOT NULL AND created_at >= ${range.from} AND created_at < ${range.to}
+      GROUP BY 1, 2
+    ),
+    -- The settlement batches the range touches, by an entry or by a call.
+    settled AS MATERIALIZED (
+      SELECT source_id::bigint AS batch FROM ledger_entries
+      WHERE source_type = 'settlement_batch' AND created_at >= ${range.from} AND created_at < ${range.to}
+      UNION
+      SELECT batch FROM in_range WHERE batch < 0
+    ),
+    c AS (
+      SELECT batch::text AS batch, account_id, sum(calls)::int AS calls, sum(owner)::bigint AS owner,
+             sum(fee)::bigint AS fee
+      FROM (
+        SELECT * FROM in_range WHERE batch > 0
+        UNION ALL
+        SELECT ledger_batch_id, account_id, count(*), sum(owner_share_atomic), sum(fee_atomic)
+        FROM calls WHERE ledger_batch_id < 0 AND ledger_batch_id IN (SELECT batch FROM settled)
+        GROUP BY 1, 2
+        UNION ALL
+        SELECT batch_id, account_id, calls, owner_share_atomic, fee_atomic
+        FROM archived_batch_calls WHERE batch_id IN (SELECT batch FROM settled)
+      ) x
       GROUP BY 1, 2
     ),
     e AS (
@@ -39,8 +65,13 @@ export async function checkBatches(sql: Sql, range: { from: Date; to: Date }): P
              count(*) FILTER (WHERE kind = 'fee')::int AS fee_entries,
              coalesce(sum(amount_atomic) FILTER (WHERE kind = 'owner_share'), 0)::bigint AS owner,
              coalesce(sum(amount_atomic) FILTER (WHERE kind = 'fee'), 0)::bigint AS fee
-      FROM ledger_entries
-      WHERE source_type = 'capture_batch' AND created_at >= ${range.from} AND created_at < ${range.to}
+      FROM (
+        SELECT source_id, account_id, kind, amount_atomic FROM ledger_entries
+        WHERE source_type = 'capture_batch' AND created_at >= ${range.from} AND created_at < ${range.to}
+        UNION ALL
+        SELECT source_id, account_id, kind, amount_atomic FROM ledger_entries
+        WHERE source_type = 'settlement_batch' AND source_id IN (SELECT batch::text FROM settled)
+      ) x
       GROUP BY 1, 2
     ),
     j AS MATERIALIZED (
@@ -60,13 +91,14 @@ export async function checkBatches(sql: Sql, range: { from: Date; to: Date }): P
            (SELECT coalesce(sum(calls), 0)::int FROM j) AS calls,
            (SELECT count(*)::int FROM j WHERE mismatch) AS mismatched,
            (SELECT array_agg(
-                     'capture batch ' || batch || ' of account ' || account_id || ': calls owner share '
+                     CASE WHEN batch LIKE '-%' THEN 'settlement batch ' ELSE 'capture batch ' END
+                     || batch || ' of account ' || account_id || ': calls owner share '
                      || calls_owner || ' / fee ' || calls_fee || ' (' || calls || ' calls) ≠ entries '
                      || entries_owner || ' / ' || entries_fee || ' (' || entries || ' entries)')
             FROM (SELECT * FROM j WHERE mismatch ORDER BY batch, account_id LIMIT ${NAMED}) m) AS named`
   const r = row!
   const differences = [...(r.named ?? [])]
   if (r.mismatched > differences.length)
-    differences.push(`… and ${r.mismatched - differences.length} more capture batches`)
+    differences.push(`… and ${r.mismatched - differences.length} more revenue batches`)
   return { batches: r.batches, entries: r.entries, calls: r.calls, mismatched: r.mismatched, differences }
 }
