@@ -398,8 +398,10 @@ describe.runIf(usingServer)('booking a large claim', () => {
       })
       const read = (await callsRead()) - before
       expect(booked).toBe(Number(calls) - 30)
-      // One look-up per call booked (the plan of a join walked all of the account's calls for each slice).
-      expect(read).toBeLessThan(2 * Number(calls))
+      // Each call is read by its look-up and by its update; the planner may read a month this small whole
+      // for an update of 2,000 of its calls instead (cheaper than 2,000 probes): ~3 reads a call here. The
+      // plan of a join walked all of the account's calls for each key: ~calls² reads.
+      expect(read).toBeLessThan(4 * Number(calls))
     } finally {
       await one.end()
     }
