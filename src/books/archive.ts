@@ -3,8 +3,8 @@
 // whole. The books keep balancing: the month's ledger entries are carried forward as sums per account,
 // kind, wallet and payout (archived_ledger_sums, in the transaction that drops them), which the balances
 // recomputed for reconcile count in their place (migration 0041); its calls booked at settlement as sums
-// per settlement batch and account (archived_batch_calls, migration 0064), which the batches check counts. Running balances are not touched:
-// detaching a partition fires no trigger.
+// per settlement batch and account (archived_batch_calls, migration 0064), which the batches check counts.
+// Running balances are not touched: detaching a partition fires no trigger.
 //
 // Only a month whose money is settled may go: no claim of it still open (claimed, refund due, settling,
 // or an x402/upto/voucher call captured and not yet settled), no merchant refund pending, and every entry

@@ -83,7 +83,7 @@ export async function bookCallRevenue(db: Tx, q: { proofKeys: string[] }): Promi
     -- a call booked meanwhile by another statement is left out of this batch's sums.
     booked AS (
       UPDATE calls c SET ledger_batch_id = (SELECT id FROM settlement_batch)
-      -- The bounds travel as text: a timestamptz parameter would be sent at the driver's millisecond precision.
+      -- The bounds travel as text: the driver sends a timestamptz parameter to the millisecond only.
       WHERE c.id = ANY(${due.ids}::text[]) AND c.created_at >= ${due.since}::text::timestamptz
         AND c.created_at <= ${due.until}::text::timestamptz AND c.ledger_batch_id IS NULL
       RETURNING c.account_id, c.owner_share_atomic AS owner_share, c.fee_atomic AS fee
