@@ -55,7 +55,8 @@ const HELP = `usage: npm run bench [-- <scenario>… | soak | recover | history 
 
 scenarios: ${scenarios.map((s) => s.name).join(', ')}
 environment: BENCH_DATABASE_URL, BENCH_CONNECTIONS (32), BENCH_DURATION_S (5), BENCH_PROOFS, BENCH_TRACING, BENCH_NODE_FLAGS,
-  BENCH_PROFILE_DIR, BENCH_LABEL (names the results file <date>-<label>.json, e.g. x402-before-<commit>)
+  BENCH_PROFILE_DIR, BENCH_LABEL (names the results file <date>-<label>.json, e.g. x402-before-<commit>),
+  BENCH_X402 / BENCH_UPTO (1500 measured calls), BENCH_X402_WARM_UP (300 paid before each, unmeasured; 0: none)
 `
 
 async function main() {
@@ -269,6 +270,10 @@ async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioR
   }
   const results: ScenarioResult[] = []
   for (const s of chosen) {
+    if (s.warmUp) {
+      process.stdout.write(`bench: ${s.name}: warm-up run (not measured)\n`)
+      await s.warmUp(ctx)
+    }
     // What a scenario leaves behind (x402 settlements, payout batches, the watcher's parsing) must not load
     // the next one (measured: the upstream-only half-load run, after the x402 one, was charged 56 µs of this
     // run's PostgreSQL CPU per request, which only the settlements still draining could have used).

@@ -26,7 +26,9 @@ import {
 import { decodePayment } from 'x402/schemes'
 import { decodeXPaymentResponse } from 'x402/shared'
 import { type PaymentRequirements, PaymentRequirementsSchema } from 'x402/types'
+import { signTransferAuthorization } from '../../src/chain/authorization.ts'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
+import { settlementCalldata, storedAuthorization } from '../../src/chain/settle.ts'
 import { loadConfig } from '../../src/config/load.ts'
 import { createLogger } from '../../src/observability/logger.ts'
 import { type Service, startService } from '../../src/service.ts'
@@ -104,6 +106,33 @@ function balanceOf(owner: Address): Promise<bigint> {
   })
 }
 
+/** Claims released after they were won (tollgate_claims_released_total{result="released"}), from /metrics. */
+async function releasedClaims(): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${svc.adminPort}/metrics`)).text()
+  const line = text.split('\n').find((l) => l.startsWith('tollgate_claims_released_total{result="released"}'))
+  return line === undefined ? 0 : Number(line.split(' ').at(-1))
+}
+
+/** Uses `nonce` of the key's account on chain: an authorization of 1 unit to itself, submitted by itself. */
+async function useNonce(privateKey: Hex, nonce: Hex): Promise<void> {
+  const account = privateKeyToAccount(privateKey)
+  const { authorization, signature } = await signTransferAuthorization(account, {
+    usdc: { address: chain.usdcAddress, name: 'USD Coin', version: '2' },
+    chainId: chain.chainId,
+    to: account.address,
+    value: 1n,
+    validAfter: 0n,
+    validBefore: BigInt(Math.floor(Date.now() / 1000) + 600),
+    nonce,
+  })
+  const wallet = createWalletClient({ account, chain: baseSepolia as Chain, transport: http(chain.rpcUrl) })
+  const hash = await wallet.sendTransaction({
+    to: chain.usdcAddress,
+    data: settlementCalldata(storedAuthorization(authorization, signature)),
+  })
+  await publicClient.waitForTransactionReceipt({ hash })
+}
+
 function evmAuthorization(header: string) {
   const { payload } = decodePayment(header)
   if (!('authorization' in payload)) throw new Error('not an EVM exact payload')
@@ -124,7 +153,9 @@ beforeAll(async () => {
       TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
       ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}),
     },
-    overrides: { database: { data_dir: 'memory://' } },
+    // A payer's balance read is kept for the whole file: its later authorizations read only their nonce
+    // (the test of a nonce used on chain after the read depends on it).
+    overrides: { database: { data_dir: 'memory://' }, x402: { balance_ttl_ms: 60_000 } },
   })
   svc = await startService(config, { logger: createLogger('warn') })
   const reg = await callApi(svc.url, '/api/v1/register', {
@@ -242,6 +273,24 @@ describe('x402 exact payments from a standard client (x402 npm package)', () => 
     const header = await signPaymentHeader(wallet, requirements, unsigned)
     expect(evmAuthorization(header).validBefore).toBe(String(now - 60))
     await expectRefused(header, 'authorization_expired')
+  })
+
+  it("a nonce used on chain after the payer's balance was read is refused before any claim", async () => {
+    const payer = chain.payers[3]!
+    const first = await pay(await createPaymentHeader(signer(payer.privateKey), 1, await fetchRequirements()))
+    expect(first.status, first.text).toBe(200)
+    // The next authorization's nonce, used on chain by an authorization of its own (the payer paying itself)
+    // before it is presented. The payer's balance read is kept, so the nonce's read is the one chain read
+    // left, and it is never skipped: the settlement of this authorization would revert.
+    const header = await createPaymentHeader(signer(payer.privateKey), 1, await fetchRequirements())
+    await useNonce(payer.privateKey, evmAuthorization(header).nonce as Hex)
+    const released = await releasedClaims()
+    await expectRefused(header, 'proof_already_used')
+    // Refused by the read, not by a claim won and given back.
+    expect(await releasedClaims()).toBe(released)
+    // The payer's next authorization pays.
+    const next = await pay(await createPaymentHeader(signer(payer.privateKey), 1, await fetchRequirements()))
+    expect(next.status, next.text).toBe(200)
   })
 
   it('a payer without the funds is refused', async () => {
