@@ -8,7 +8,6 @@ import {
   type Chain,
   type Client,
   concat,
-  encodeFunctionData,
   getContractAddress,
   type Hash,
   type Hex,
@@ -25,6 +24,7 @@ import { keccakHex } from './keccak.ts'
 import { dataWords, eventTopic, topicAddress, topicWord } from './log-words.ts'
 import type { FeeQuote } from './payouts.ts'
 import type { StoredAuthorization } from './settle.ts'
+import { serializeSettlementTransaction, settleCalldata } from './settle-batch-encoding.ts'
 
 /** The deterministic deployment proxy (CREATE2 factory) present on anvil, Base and most EVM chains. */
 export const DETERMINISTIC_DEPLOYER: Address = '0x4e59b44847b379578588920ca78fbf26c0b4956c'
@@ -69,30 +69,21 @@ export async function signSettlementBatch(
     fees: FeeQuote
   },
 ): Promise<{ rawTx: Hex; hash: Hash }> {
-  const items = p.authorizations.map((a) => ({
-    from: a.from,
-    to: a.to,
-    value: BigInt(a.value),
-    validAfter: BigInt(a.validAfter),
-    validBefore: BigInt(a.validBefore),
-    nonce: a.nonce,
-    signature: a.signature,
-  }))
-  const rawTx = await account.signTransaction({
-    type: 'eip1559',
-    chainId: p.chainId,
-    to: AUTHORIZATION_BATCHER_ADDRESS,
-    data: encodeFunctionData({
-      abi: authorizationBatcherArtifact.abi,
-      functionName: 'settle',
-      args: [p.usdc, items],
-    }),
-    nonce: p.nonce,
-    gas: batchSettlementGas(items.length),
-    maxFeePerGas: p.fees.maxFeePerGas,
-    maxPriorityFeePerGas: p.fees.maxPriorityFeePerGas,
-    value: 0n,
-  })
+  const rawTx = await account.signTransaction(
+    {
+      type: 'eip1559',
+      chainId: p.chainId,
+      to: AUTHORIZATION_BATCHER_ADDRESS,
+      data: settleCalldata(p.usdc, p.authorizations),
+      nonce: p.nonce,
+      gas: batchSettlementGas(p.authorizations.length),
+      maxFeePerGas: p.fees.maxFeePerGas,
+      maxPriorityFeePerGas: p.fees.maxPriorityFeePerGas,
+      value: 0n,
+    },
+    // Serialized twice (to sign, then signed): by hand, as viem would (./settle-batch-encoding.ts).
+    { serializer: serializeSettlementTransaction },
+  )
   return { rawTx, hash: keccakHex(rawTx) }
 }
 

@@ -22,7 +22,9 @@ export function signingAccount(privateKey: Hex): PrivateKeyAccount {
       // Blob transactions sign their body without the sidecars: viem knows how, and the treasury sends none.
       if (transaction.type === 'eip4844') return account.signTransaction(transaction, options)
       const serializer = (options?.serializer ?? serializeTransaction) as SerializeTransactionFn
-      const digest = keccakBytes(hexToBytes(await serializer(transaction)))
+      // Buffer's native hex decoding: viem's hexToBytes took ~0.8 ms for a settlement batch's ~36 KB.
+      const unsigned = await serializer(transaction)
+      const digest = keccakBytes(Buffer.from(unsigned.slice(2), 'hex'))
       const { signature, recid } = lib.ecdsaSign(digest, key)
       return (await serializer(transaction, {
         r: bytesToHex(signature.subarray(0, 32)),
