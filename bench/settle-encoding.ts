@@ -1,13 +1,14 @@
 // CPU per signed settlement batch (src/chain/settle-batch.ts): the calldata of settle(token, items) and the
 // EIP-1559 transaction, by viem (encodeFunctionData, serializeTransaction) against by hand
-// (src/chain/settle-batch-encoding.ts), both signed by the treasury's native account. One core, in turn.
+// (src/chain/settle-batch-encoding.ts), both signed by the treasury's native account (which decodes the
+// unsigned transaction's hex by Buffer for its hash either way). One core, in turn.
 //   npx tsx bench/settle-encoding.ts [--items 100] [--rounds 300]
 import { randomBytes } from 'node:crypto'
 import { parseArgs } from 'node:util'
-import { bytesToHex, getAddress, type Hex } from 'viem'
+import { bytesToHex, getAddress, type Hex, serializeTransaction } from 'viem'
 import type { StoredAuthorization } from '../src/chain/settle.ts'
 import {
-  serializeSettlementTransaction,
+  serializeEip1559Transaction,
   settleCalldata,
   settleCalldataByViem,
 } from '../src/chain/settle-batch-encoding.ts'
@@ -44,8 +45,8 @@ async function sign(byHand: boolean, nonce: number): Promise<Hex> {
     value: 0n,
   }
   return byHand
-    ? account.signTransaction(tx, { serializer: serializeSettlementTransaction })
-    : account.signTransaction(tx)
+    ? account.signTransaction(tx, { serializer: serializeEip1559Transaction })
+    : account.signTransaction(tx, { serializer: serializeTransaction })
 }
 
 const results: Record<string, number[]> = { viem: [], hand: [] }

@@ -1,5 +1,6 @@
 // The AuthorizationBatcher's settle(token, items) calldata and the EIP-1559 transaction that carries it,
-// written by hand from their fixed shapes. In the x402 CPU profile (6,000 authorizations, the busiest 8 s of
+// written by hand from their fixed shapes (the RLP serves every EIP-1559 transaction the treasury's signing
+// account signs: ./signing-account.ts). In the x402 CPU profile (6,000 authorizations, the busiest 8 s of
 // the warm instance) viem's generic encodeFunctionData and its serializeTransaction, run twice per signed
 // batch (before and after the signature), took ~4 % of the instance's busy time: they walk the ABI and build
 // the ~35 KB of a batch of 100 through many small hex strings. Measured by `npx tsx bench/settle-encoding.ts`
@@ -123,7 +124,7 @@ function uint256(decimal: string): string | null {
  * (0x02 ‖ rlp([chainId, nonce, maxPriorityFeePerGas, maxFeePerGas, gas, to, value, data, [],
  * yParity, r, s])); every other transaction, and any field outside its shape, goes to viem's.
  */
-export function serializeSettlementTransaction(tx: TransactionSerializable, signature?: Signature): Hex {
+export function serializeEip1559Transaction(tx: TransactionSerializable, signature?: Signature): Hex {
   return serializeByHand(tx, signature) ?? serializeTransaction(tx, signature)
 }
 

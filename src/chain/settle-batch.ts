@@ -24,7 +24,7 @@ import { keccakHex } from './keccak.ts'
 import { dataWords, eventTopic, topicAddress, topicWord } from './log-words.ts'
 import type { FeeQuote } from './payouts.ts'
 import type { StoredAuthorization } from './settle.ts'
-import { serializeSettlementTransaction, settleCalldata } from './settle-batch-encoding.ts'
+import { settleCalldata } from './settle-batch-encoding.ts'
 
 /** The deterministic deployment proxy (CREATE2 factory) present on anvil, Base and most EVM chains. */
 export const DETERMINISTIC_DEPLOYER: Address = '0x4e59b44847b379578588920ca78fbf26c0b4956c'
@@ -69,21 +69,17 @@ export async function signSettlementBatch(
     fees: FeeQuote
   },
 ): Promise<{ rawTx: Hex; hash: Hash }> {
-  const rawTx = await account.signTransaction(
-    {
-      type: 'eip1559',
-      chainId: p.chainId,
-      to: AUTHORIZATION_BATCHER_ADDRESS,
-      data: settleCalldata(p.usdc, p.authorizations),
-      nonce: p.nonce,
-      gas: batchSettlementGas(p.authorizations.length),
-      maxFeePerGas: p.fees.maxFeePerGas,
-      maxPriorityFeePerGas: p.fees.maxPriorityFeePerGas,
-      value: 0n,
-    },
-    // Serialized twice (to sign, then signed): by hand, as viem would (./settle-batch-encoding.ts).
-    { serializer: serializeSettlementTransaction },
-  )
+  const rawTx = await account.signTransaction({
+    type: 'eip1559',
+    chainId: p.chainId,
+    to: AUTHORIZATION_BATCHER_ADDRESS,
+    data: settleCalldata(p.usdc, p.authorizations),
+    nonce: p.nonce,
+    gas: batchSettlementGas(p.authorizations.length),
+    maxFeePerGas: p.fees.maxFeePerGas,
+    maxPriorityFeePerGas: p.fees.maxPriorityFeePerGas,
+    value: 0n,
+  })
   return { rawTx, hash: keccakHex(rawTx) }
 }
 

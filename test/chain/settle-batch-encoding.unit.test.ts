@@ -15,7 +15,7 @@ import { privateKeyToAccount } from 'viem/accounts'
 import { describe, expect, it } from 'vitest'
 import type { StoredAuthorization } from '../../src/chain/settle.ts'
 import {
-  serializeSettlementTransaction,
+  serializeEip1559Transaction,
   settleCalldata,
   settleCalldataByViem,
 } from '../../src/chain/settle-batch-encoding.ts'
@@ -87,11 +87,11 @@ describe('the settlement transaction', () => {
         maxPriorityFeePerGas: BigInt(i),
         value: 0n,
       } satisfies TransactionSerializable
-      expect(serializeSettlementTransaction(tx)).toBe(serializeTransaction(tx))
+      expect(serializeEip1559Transaction(tx)).toBe(serializeTransaction(tx))
       const signature = { r: hex(32), s: hex(32), yParity: i % 2 }
-      expect(serializeSettlementTransaction(tx, signature)).toBe(serializeTransaction(tx, signature))
+      expect(serializeEip1559Transaction(tx, signature)).toBe(serializeTransaction(tx, signature))
       const ours = await signingAccount(key).signTransaction(tx, {
-        serializer: serializeSettlementTransaction,
+        serializer: serializeEip1559Transaction,
       })
       expect(ours).toBe(await privateKeyToAccount(key).signTransaction(tx))
       expect(await recoverTransactionAddress({ serializedTransaction: ours as never })).toBe(
@@ -105,7 +105,7 @@ describe('the settlement transaction', () => {
     const tx = { type: 'eip1559' as const, chainId: 8453, to: hex(20), data: '0x' as Hex, nonce: 0 }
     const r = `0x0000${hex(30).slice(2)}` as Hex
     const s = `0x00${hex(31).slice(2)}` as Hex
-    expect(serializeSettlementTransaction(tx, { r, s, yParity: 1 })).toBe(
+    expect(serializeEip1559Transaction(tx, { r, s, yParity: 1 })).toBe(
       serializeTransaction(tx, { r, s, yParity: 1 }),
     )
   })
@@ -119,15 +119,15 @@ describe('the settlement transaction', () => {
       gas: 21_000n,
       gasPrice: 7n,
     }
-    expect(serializeSettlementTransaction(legacy)).toBe(serializeTransaction(legacy))
+    expect(serializeEip1559Transaction(legacy)).toBe(serializeTransaction(legacy))
     const listed = {
       type: 'eip1559' as const,
       chainId: 8453,
       to: hex(20),
       accessList: [{ address: hex(20), storageKeys: [hex(32)] }],
     }
-    expect(serializeSettlementTransaction(listed)).toBe(serializeTransaction(listed))
+    expect(serializeEip1559Transaction(listed)).toBe(serializeTransaction(listed))
     const creation = { type: 'eip1559' as const, chainId: 8453, data: hex(40) }
-    expect(serializeSettlementTransaction(creation)).toBe(serializeTransaction(creation))
+    expect(serializeEip1559Transaction(creation)).toBe(serializeTransaction(creation))
   })
 })
