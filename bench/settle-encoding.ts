@@ -7,12 +7,9 @@ import { randomBytes } from 'node:crypto'
 import { parseArgs } from 'node:util'
 import { bytesToHex, getAddress, type Hex, serializeTransaction } from 'viem'
 import type { StoredAuthorization } from '../src/chain/settle.ts'
-import {
-  serializeEip1559Transaction,
-  settleCalldata,
-  settleCalldataByViem,
-} from '../src/chain/settle-batch-encoding.ts'
+import { settleCalldata, settleCalldataByViem } from '../src/chain/settle-batch-encoding.ts'
 import { signingAccount } from '../src/chain/signing-account.ts'
+import { serializeEip1559Transaction } from '../src/chain/transaction-rlp.ts'
 
 const { values } = parseArgs({
   options: { items: { type: 'string', default: '100' }, rounds: { type: 'string', default: '300' } },

@@ -7,7 +7,7 @@ import { bytesToHex, type Hex, hexToBytes, type SerializeTransactionFn } from 'v
 import { type PrivateKeyAccount, privateKeyToAccount } from 'viem/accounts'
 import { keccakBytes } from './keccak.ts'
 import { secp256k1 } from './secp256k1.ts'
-import { serializeEip1559Transaction } from './settle-batch-encoding.ts'
+import { serializeEip1559Transaction } from './transaction-rlp.ts'
 
 /** Which signer answers in this process. The package's own JS fallback (elliptic) is slower than viem's. */
 export const signingBackend: 'native' | 'viem' = secp256k1?.backend === 'native' ? 'native' : 'viem'

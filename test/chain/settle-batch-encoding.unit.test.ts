@@ -14,12 +14,9 @@ import {
 import { privateKeyToAccount } from 'viem/accounts'
 import { describe, expect, it } from 'vitest'
 import type { StoredAuthorization } from '../../src/chain/settle.ts'
-import {
-  serializeEip1559Transaction,
-  settleCalldata,
-  settleCalldataByViem,
-} from '../../src/chain/settle-batch-encoding.ts'
+import { settleCalldata, settleCalldataByViem } from '../../src/chain/settle-batch-encoding.ts'
 import { signingAccount } from '../../src/chain/signing-account.ts'
+import { serializeEip1559Transaction } from '../../src/chain/transaction-rlp.ts'
 
 const hex = (bytes: number): Hex => bytesToHex(randomBytes(bytes))
 const UINT256_MAX = (1n << 256n) - 1n
