@@ -15,11 +15,16 @@
 // What a crash costs, and whose it is: a holder that dies (SIGKILL, power) loses the calls it served whose
 // voucher was not yet persisted: at most the reservation (x402.batch_reserve: the holder never accepts past
 // the ceiling it was granted at its last write), and in practice one flush interval's worth of calls
-// (x402.batch_flush_ms). The next holder takes the channel once the lease ran out (x402.batch_lease_ms)
-// from the last persisted voucher; the payer's client is told the persisted cumulative by the scheme's
-// corrective 402 (with that voucher's own signature) and signs on from there. Those lost calls were served
-// and are never paid: the loss is the owner's/gateway's, never the payer's — a claim only ever submits a
-// voucher the payer signed, and the payer never pays more than the highest voucher tollgate persisted.
+// (x402.batch_flush_ms). A voucher is persisted only once its call is written or in the same statement: a
+// write made while a call is still upstream marks the channel at the cumulative that call was accepted on,
+// not above it (the voucher's signature covers the lower amount). Marked above it, a holder killed before
+// that call's row was written left a charged voucher with no call: the claim moved the payer's USDC for a
+// call the books never saw (chain ≠ books by one price). The next holder takes the channel once the lease
+// ran out (x402.batch_lease_ms) from the last persisted voucher; the payer's client is told the persisted
+// cumulative by the scheme's corrective 402 (with that voucher's own signature) and signs on from there.
+// Those lost calls were served and are never paid: the loss is the owner's/gateway's, never the payer's — a
+// claim only ever submits a voucher the payer signed, and the payer never pays more than the highest
+// voucher tollgate persisted.
 // (The one call in flight at the crash may be served again if its voucher is retried: also the gateway's.)
 import { performance } from 'node:perf_hooks'
 import {
@@ -53,6 +58,10 @@ export interface Lease {
   deadlineMs: number
   top: Top
   inFlight: number
+  /** Fixed-price vouchers whose call is still upstream, and the charged cumulative each was accepted on
+   * (parallel arrays, in acceptance order): a mark written meanwhile goes no higher than the lowest floor. */
+  flying: bigint[]
+  floors: bigint[]
   /** Calls queued for the writer and not yet written. */
   unwritten: number
   lastUseMs: number
@@ -184,26 +193,29 @@ export class VoucherLeases {
         lease.lastUseMs = now
         return { ok: true, lease }
       }
+      const floor = lease.charged
       lease.charged = q.cumulative
       lease.signedMax = q.cumulative
       lease.signature = q.signature
-      return this.start(lease, now)
+      return this.start(lease, now, q.cumulative, floor)
     }
     if (q.cumulative === lease.charged && q.cumulative > 0n) {
       // The same voucher again: a retry of a call that was not served (released, or lost with a crashed
       // holder) is served; one being served or served already is not.
       if (lease.top === 'released' || lease.top === 'open') {
         if (now >= lease.deadlineMs) return { ok: false, reason: 'busy' }
-        return this.start(lease, now)
+        return this.start(lease, now, q.cumulative, q.cumulative - q.price)
       }
       return { ok: false, reason: lease.top === 'flight' ? 'in_flight' : 'used' }
     }
     return { ok: false, reason: q.cumulative < lease.charged ? 'below' : 'mismatch', view: viewOf(lease) }
   }
 
-  private start(lease: Lease, now: number): LeaseDecision {
+  private start(lease: Lease, now: number, voucher: bigint, floor: bigint): LeaseDecision {
     lease.top = 'flight'
     lease.inFlight++
+    lease.flying.push(voucher)
+    lease.floors.push(floor)
     lease.lastUseMs = now
     this.dirty.add(lease)
     this.schedule()
@@ -213,6 +225,7 @@ export class VoucherLeases {
   /** The call paid by `cumulative` was served: its call row is written with the next flush. */
   served(lease: Lease, cumulative: bigint, row: VoucherCall): void {
     lease.inFlight--
+    landed(lease, cumulative)
     if (lease.charged === cumulative) lease.top = 'captured'
     this.queue(lease, row)
   }
@@ -225,6 +238,7 @@ export class VoucherLeases {
       lease.pending = null
       return
     }
+    landed(lease, cumulative)
     if (lease.charged === cumulative && lease.top === 'flight') lease.top = 'released'
   }
 
@@ -260,6 +274,7 @@ export class VoucherLeases {
   /** Forwarded, outcome unknown (head timeout, client gone mid-call): never served again. */
   doubt(lease: Lease, cumulative: bigint, row: VoucherCall): void {
     lease.inFlight--
+    landed(lease, cumulative)
     if (lease.charged === cumulative) lease.top = 'doubt'
     this.queue(lease, row)
   }
@@ -371,7 +386,14 @@ export class VoucherLeases {
     const now = performance.now()
     const marks: VoucherMark[] = []
     const marked: Lease[] = []
-    const calls = this.calls.splice(0)
+    // A call above its lease's mark waits for a later write (a call accepted before it is still upstream):
+    // the statement would refuse it, its voucher not yet persisted.
+    let calls = this.calls
+    this.calls = []
+    if (calls.some((c) => c.row.cumulative > markable(c.lease))) {
+      this.calls = calls.filter((c) => c.row.cumulative > markable(c.lease))
+      calls = calls.filter((c) => c.row.cumulative <= markable(c.lease))
+    }
     const inThisWrite = new Map<Lease, number>()
     for (const c of calls) inThisWrite.set(c.lease, (inThisWrite.get(c.lease) ?? 0) + 1)
     for (const lease of this.leases.values()) {
@@ -469,6 +491,8 @@ function leaseFrom(row: ChannelLease, deadlineMs: number): Lease {
     deadlineMs,
     top: row.top_open ? 'open' : 'captured',
     inFlight: 0,
+    flying: [],
+    floors: [],
     unwritten: 0,
     lastUseMs: performance.now(),
     wanted: false,
@@ -477,11 +501,27 @@ function leaseFrom(row: ChannelLease, deadlineMs: number): Lease {
   }
 }
 
+/** The highest cumulative a write may persist now: the charged one, or below the lowest call upstream. */
+function markable(lease: Lease): bigint {
+  if (lease.state !== 'live') return lease.charged
+  let upTo = lease.charged
+  for (const floor of lease.floors) if (floor < upTo) upTo = floor
+  return upTo
+}
+
+/** The call paid by `voucher` is back from the upstream (served, released or in doubt). */
+function landed(lease: Lease, voucher: bigint): void {
+  const i = lease.flying.indexOf(voucher)
+  if (i === -1) return
+  lease.flying.splice(i, 1)
+  lease.floors.splice(i, 1)
+}
+
 function markOf(lease: Lease, release: boolean): VoucherMark {
   return {
     channelId: lease.channelId,
     epoch: lease.epoch,
-    cumulative: lease.charged,
+    cumulative: markable(lease),
     signedMax: lease.signedMax,
     signature: lease.signature ?? '',
     release,
