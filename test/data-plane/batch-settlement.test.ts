@@ -193,8 +193,17 @@ describe('refused vouchers', () => {
     const accepted = required.accepts.find((a: { scheme: string }) => a.scheme === 'batch-settlement')
     const config = scheme.buildChannelConfig(accepted) as ChannelConfig
 
-    // The last paid request sent again, as is.
-    await refusedWith(ep.metered_url, sent.at(-1)!, 'proof_already_used')
+    // The last paid request sent again, as is: refused with the channel state, as the reference server does
+    // (its client sends a voucher again only when it never saw that call's answer, and resyncs from it).
+    const replayed = await refusedWith(
+      ep.metered_url,
+      sent.at(-1)!,
+      'invalid_batch_settlement_evm_cumulative_amount_mismatch',
+    )
+    const shown = JSON.parse(Buffer.from(replayed.headers.get('payment-required')!, 'base64').toString())
+    expect(
+      shown.accepts.find((a: { scheme: string }) => a.scheme === 'batch-settlement').extra.channelState,
+    ).toMatchObject({ chargedCumulativeAmount: (3n * PRICE).toString() })
     // Below what is charged (3 calls): the scheme's corrective reason, with the channel state to resync.
     const below = await refusedWith(
       ep.metered_url,

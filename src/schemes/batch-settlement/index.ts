@@ -10,6 +10,7 @@ import type { VoucherCall } from '../../books/channels.ts'
 import { BATCH_SCHEME, checkBatchContracts } from '../../chain/batch-channel.ts'
 import { v2Header } from '../../data-plane/challenge.ts'
 import type { Proof } from '../../data-plane/proof.ts'
+import { newId } from '../../ids.ts'
 import { configDollars, splitOwnerShare } from '../../money.ts'
 import { voucherCallsLost, voucherWrites } from '../../observability/metrics.ts'
 import { usageDocument } from '../../pricing/model.ts'
@@ -210,15 +211,29 @@ class VoucherPayment implements Payment {
     this.leases.released(this.paid.lease, this.paid.cumulative)
   }
 
-  /** Its call is written as in doubt (no status) by the lease: the voucher is never served again. */
+  /**
+   * Forwarded, outcome unknown: the voucher is never served again, so its whole increment stays charged (a
+   * cumulative voucher cannot be skipped: the channel's next one builds on it, and taken back, the same
+   * voucher would pay for the call again). The books carry it as what it is, a call charged with no upstream
+   * status (0). Without that row the claim moved the payer's USDC for a call the books never saw.
+   */
   doubt(call: CallFacts): void {
+    const inDoubt: ServedCall = {
+      ...call,
+      callId: newId('call'),
+      status: 0,
+      chargeAtomic: this.paid.valueAtomic,
+      pricingModel: this.varies ? 'usage' : 'fixed',
+      usage: null,
+      receiptId: null,
+    }
     if (this.varies) {
       this.leases.settledFor(this.paid.lease, 0n, false, (cumulative) =>
-        this.voucherCall(call, null, cumulative),
+        this.voucherCall(call, inDoubt, cumulative),
       )
       return
     }
-    this.leases.doubt(this.paid.lease, this.paid.cumulative, this.voucherCall(call, null))
+    this.leases.doubt(this.paid.lease, this.paid.cumulative, this.voucherCall(call, inDoubt))
   }
 
   receipt(served: boolean): [string, string] | null {

@@ -85,7 +85,7 @@ export type LeaseDecision =
   | { ok: true; lease: Lease }
   | {
       ok: false
-      reason: 'not_found' | 'busy' | 'exceeds_balance' | 'used' | 'in_flight' | 'below' | 'mismatch'
+      reason: 'not_found' | 'busy' | 'exceeds_balance' | 'in_flight' | 'below' | 'mismatch'
       view?: ChannelView
     }
 
@@ -201,12 +201,16 @@ export class VoucherLeases {
     }
     if (q.cumulative === lease.charged && q.cumulative > 0n) {
       // The same voucher again: a retry of a call that was not served (released, or lost with a crashed
-      // holder) is served; one being served or served already is not.
+      // holder) is served; one being served or served already is not. Served or in doubt, the payer's
+      // client is shown the channel (the scheme's corrective 402): it sent this voucher again because it
+      // never saw that call's answer (lost, or the upstream's head never came), and it signs on from the
+      // charged cumulative. Refused as a bare replay, the published client sent the same voucher forever.
       if (lease.top === 'released' || lease.top === 'open') {
         if (now >= lease.deadlineMs) return { ok: false, reason: 'busy' }
         return this.start(lease, now, q.cumulative, q.cumulative - q.price)
       }
-      return { ok: false, reason: lease.top === 'flight' ? 'in_flight' : 'used' }
+      if (lease.top === 'flight') return { ok: false, reason: 'in_flight' }
+      return { ok: false, reason: 'mismatch', view: viewOf(lease) }
     }
     return { ok: false, reason: q.cumulative < lease.charged ? 'below' : 'mismatch', view: viewOf(lease) }
   }

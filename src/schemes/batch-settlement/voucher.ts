@@ -266,7 +266,6 @@ const REFUSALS = {
   busy: BATCH_ERR.busy,
   in_flight: BATCH_ERR.busy,
   exceeds_balance: BATCH_ERR.exceedsBalance,
-  used: 'proof_already_used',
   below: BATCH_ERR.belowClaimed,
   mismatch: BATCH_ERR.mismatch,
 } as const
