@@ -214,7 +214,7 @@ describe('channel leases', () => {
 describe('a holder writing while a call is upstream', () => {
   // A holder killed after such a write and before its call's row landed left a voucher charged with no call:
   // the claim moved the payer's USDC for a call the books never saw (chain ≠ books by one price).
-  it('persists no voucher above that call until its row is written with it', async () => {
+  it('persists no voucher above that call until its row is written with it; one call at a time', async () => {
     const id = await channel(10n)
     const sig = (k: bigint) => `0x${k.toString(16).padStart(130, '0')}`
     const leases = new VoucherLeases(sql, {
@@ -232,31 +232,36 @@ describe('a holder writing while a call is upstream', () => {
                  (SELECT count(*)::int FROM claims WHERE proof_key LIKE ${`batch:${id}:%`}) AS calls
           FROM batch_channels WHERE channel_id = ${id}`
       )[0]!
-    try {
-      const accept = (k: bigint) =>
-        leases.accept({ channelId: id, cumulative: k * PRICE, price: PRICE, signature: sig(k) })
-      const first = await accept(1n)
-      if (!first.ok) throw new Error(first.reason)
-      leases.served(first.lease, PRICE, served(id, 1n))
-      // Voucher 2 is upstream, voucher 3 (accepted meanwhile) is served first.
-      const second = await accept(2n)
-      const third = await accept(3n)
-      if (!second.ok || !third.ok) throw new Error('refused')
-      leases.served(third.lease, 3n * PRICE, served(id, 3n))
-      await leases.flushNow()
-      // Marked at the cumulative voucher 2 was accepted on, under voucher 3's signature; call 3 waits.
-      expect(await persisted()).toEqual({ charged: PRICE, signed: 3n * PRICE, signature: sig(3n), calls: 1 })
-      leases.served(second.lease, 2n * PRICE, served(id, 2n))
-      await leases.flushNow()
-      expect(await persisted()).toEqual({
-        charged: 3n * PRICE,
-        signed: 3n * PRICE,
-        signature: sig(3n),
-        calls: 3,
-      })
-    } finally {
-      await leases.stop(1_000)
-    }
+    const accept = (k: bigint) =>
+      leases.accept({ channelId: id, cumulative: k * PRICE, price: PRICE, signature: sig(k) })
+    const first = await accept(1n)
+    if (!first.ok) throw new Error(first.reason)
+    leases.served(first.lease, PRICE, served(id, 1n))
+    const second = await accept(2n)
+    if (!second.ok) throw new Error(second.reason)
+    // Voucher 2's call is upstream: the next voucher waits (busy, as the reference server answers).
+    expect(await accept(3n)).toMatchObject({ ok: false, reason: 'in_flight' })
+    await leases.flushNow()
+    // Marked at the cumulative voucher 2 was accepted on, under voucher 2's signature (it covers it).
+    expect(await persisted()).toEqual({ charged: PRICE, signed: 2n * PRICE, signature: sig(2n), calls: 1 })
+    leases.served(second.lease, 2n * PRICE, served(id, 2n))
+    await leases.flushNow()
+    expect(await persisted()).toEqual({
+      charged: 2n * PRICE,
+      signed: 2n * PRICE,
+      signature: sig(2n),
+      calls: 2,
+    })
+    const third = await accept(3n)
+    if (!third.ok) throw new Error(third.reason)
+    leases.served(third.lease, 3n * PRICE, served(id, 3n))
+    await leases.stop(1_000)
+    expect(await persisted()).toEqual({
+      charged: 3n * PRICE,
+      signed: 3n * PRICE,
+      signature: sig(3n),
+      calls: 3,
+    })
     // What the next holder finds: every voucher under the charged cumulative has its call.
     const next = (await takeChannelLease(sql, { channelId: id, holder: 'next', ttlMs: 1, reserve: PRICE }))!
     expect(next).toMatchObject({ won: true, charged_atomic: 3n * PRICE, top_open: false })

@@ -181,7 +181,11 @@ export class VoucherLeases {
   ): LeaseDecision {
     const now = performance.now()
     if (lease.balance === 0n) return { ok: false, reason: 'not_found' }
-    if (lease.pending !== null) return { ok: false, reason: 'in_flight' }
+    // One call at a time per channel, as the reference server answers (busy): a call's voucher is then the
+    // channel's top when the call ends, so a call the upstream failed (5xx) is taken back and its voucher
+    // retried, and no later voucher builds on it. Two at once, a failed call below a later accepted voucher
+    // stayed charged with no call: the payer paid for it and the books never saw it (chain ≠ books).
+    if (lease.inFlight > 0) return { ok: false, reason: 'in_flight' }
     if (q.cumulative === lease.charged + q.price) {
       if (q.cumulative > lease.balance) return { ok: false, reason: 'exceeds_balance', view: viewOf(lease) }
       // Renewing did not give room (the write failed or the lease is ending): never past the reservation.
