@@ -53,16 +53,60 @@ describe('a channel call in doubt', () => {
     await svc.flushCaptures()
     await svc.jobs.runNow('batch-claims')
     const calls = await svc.sql<{ amount_atomic: bigint; upstream_status: number }[]>`
-      SELECT amount_atomic, upstream_status FROM calls ORDER BY created_at`
+      SELECT amount_atomic, upstream_status FROM calls WHERE endpoint_id = ${id} ORDER BY created_at`
     expect(calls.map((c) => c.upstream_status)).toEqual([200, 200, 0, 200, 200])
     expect(calls.every((c) => c.amount_atomic === PRICE)).toBe(true)
     const [channel] = await svc.sql<{ channel_id: `0x${string}`; charged_atomic: bigint }[]>`
-      SELECT channel_id, charged_atomic FROM batch_channels`
+      SELECT channel_id, charged_atomic FROM batch_channels WHERE payer = ${who.address}`
     expect(channel!.charged_atomic).toBe(5n * PRICE)
     expect((await readChannel(publicClient, channel!.channel_id)).totalClaimed).toBe(5n * PRICE)
     const [owed] = await svc.sql<{ owner: bigint }[]>`
-      SELECT coalesce(sum(amount_atomic), 0)::bigint AS owner FROM ledger_entries WHERE kind = 'owner_share'`
+      SELECT coalesce(sum(amount_atomic), 0)::bigint AS owner FROM ledger_entries
+      WHERE kind = 'owner_share' AND account_id = ${(owner.account as { id: string }).id}`
     expect(owed!.owner).toBe((5n * PRICE * 95n) / 100n)
+    const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
+    expect(report.differences).toEqual([])
+  }, 120_000)
+
+  it('priced by usage: charged its whole ceiling, the calls around it their measured bytes; books = chain', async () => {
+    const owner = await registerMerchant(svc)
+    const created = await svc.api('/api/v1/endpoints', {
+      key: owner.key,
+      body: {
+        upstream_url: upstream.url,
+        batch_settlement: true,
+        // $1 per MB: a call costs one base unit per byte of its answer, at most 10,000.
+        pricing: { model: 'usage', unit: 'response_bytes', max_price: 0.01, price_per_mb: 1 },
+      },
+    })
+    expect(created.status).toBe(201)
+    const id = (created.body as { id: string }).id
+    const caip2 = `eip155:${await publicClient.getChainId()}` as const
+    const who = await fundedAccount(100_000_000n)
+    const { fetch: pay } = batchPayer(who, { caip2, depositMultiplier: 20 })
+    const sent = upstream.count()
+    const statuses: number[] = []
+    for (const path of ['echo', 'slow?ms=1500', 'echo', 'echo']) {
+      const r = await pay(`${svc.url}/m/${id}/${path}`)
+      statuses.push(r.status)
+      await r.arrayBuffer()
+    }
+    expect(statuses).toEqual([200, 504, 200, 200])
+    expect(upstream.count() - sent).toBe(4)
+
+    await svc.flushCaptures()
+    await svc.jobs.runNow('batch-claims')
+    const calls = await svc.sql<{ amount_atomic: bigint; upstream_status: number }[]>`
+      SELECT amount_atomic, upstream_status FROM calls WHERE endpoint_id = ${id} ORDER BY created_at`
+    expect(calls.map((c) => c.upstream_status)).toEqual([200, 0, 200, 200])
+    expect(calls[1]!.amount_atomic).toBe(10_000n)
+    const measured = calls.filter((c) => c.upstream_status === 200).map((c) => c.amount_atomic)
+    expect(measured.every((a) => a > 0n && a < 10_000n)).toBe(true)
+    const total = calls.reduce((s, c) => s + c.amount_atomic, 0n)
+    const [channel] = await svc.sql<{ channel_id: `0x${string}`; charged_atomic: bigint }[]>`
+      SELECT channel_id, charged_atomic FROM batch_channels WHERE payer = ${who.address}`
+    expect(channel!.charged_atomic).toBe(total)
+    expect((await readChannel(publicClient, channel!.channel_id)).totalClaimed).toBe(total)
     const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
     expect(report.differences).toEqual([])
   }, 120_000)
