@@ -1,6 +1,7 @@
 // The upstream of the chaos runs: counts every response it serves per proof (the client puts the proof
 // in the query, since payment headers are never forwarded). 'ok' answers 200, 'fail' 500 (not counted:
-// a 5xx is not a served call), 'hang' never answers (the proxy times out; not counted either).
+// a 5xx is not a served call), 'hang' never answers (the proxy times out; not counted either); a request
+// with `hang=1` in its query hangs whatever the mode.
 // POST /v1/chat/completions is an OpenAI-style token stream for the usage-priced calls: `n` (query) content
 // events, one every STREAM_GAP_MS so a fault can land mid-stream, then the usage chunk (prompt
 // STREAM_PROMPT_TOKENS, completion n) and [DONE]; counted served when its head is sent, streamed when it ended.
@@ -32,7 +33,8 @@ export async function startCountingUpstream(): Promise<CountingUpstream> {
     const url = new URL(req.url ?? '/', 'http://x')
     const proof = url.searchParams.get('p') ?? ''
     req.resume()
-    if (mode === 'hang') {
+    // `hang=1`: this request alone is never answered (a call the proxy's head timeout puts in doubt).
+    if (mode === 'hang' || url.searchParams.get('hang') === '1') {
       hanging.add(res)
       res.on('close', () => hanging.delete(res))
       return

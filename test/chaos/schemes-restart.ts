@@ -5,7 +5,8 @@
 // streams from the chaos upstream (which counts what it served, per call) through two tollgate processes on
 // one private PostgreSQL server, alternating instances; PostgreSQL is restarted while streams are in flight.
 // Afterwards the leader settles (upto permits, channel claims) and every call is judged against what the
-// upstream served, the books and the chain.
+// upstream served, the books and the chain. One channel call in ten hangs upstream past the head timeout:
+// it is charged in doubt (a call row of status 0 at its voucher's ceiling) and its client pays on.
 import { writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -66,7 +67,9 @@ interface Call {
   kind: Kind
   /** Output tokens the upstream streams for it. */
   events: number
-  outcome: 'served' | 'refused' | 'gave_up' | null
+  outcome: 'served' | 'refused' | 'gave_up' | 'in_doubt' | null
+  /** The upstream never answers it: the proxy's head timeout puts it in doubt (batch only). */
+  hang: boolean
   /** The final 402's reason, for a refused call. */
   refused: string | null
   receiptId: string | null
@@ -93,6 +96,11 @@ export interface KindFigures {
   cut: number
   refused: number
   gaveUp: number
+  /** Calls the client saw time out upstream (504), and the call rows booked for them in doubt (status 0). */
+  inDoubt: number
+  doubtRows: number
+  /** Rows in doubt not charged their voucher's whole ceiling, or not as many as the calls in doubt. */
+  doubtMismatch: number
   /** Served with no call row, or a zero charge: served unpaid. */
   servedUnpaid: number
   /** Call rows with no call the upstream served. */
@@ -180,7 +188,8 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
     log(`cluster ${cluster.url}, anvil ${chain.rpcUrl}, upstream ${upstream.url}`)
 
     const settings = {
-      proxy: { allow_private_upstreams: true },
+      // A head that has not come in a second puts the call in doubt (the hanging channel calls).
+      proxy: { allow_private_upstreams: true, upstream_timeout_ms: 1_000 },
       chain: { poll_interval_ms: 200, rpc_timeout_ms: 2_000 },
       // The leader settles permits and claims channels while the load runs (restarts included), not only after.
       settlement: { interval_ms: 500, receipt_poll_ms: 100 },
@@ -297,6 +306,8 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
         // 15 to 45 output tokens, 40 ms apart: 0.6 to 1.8 s of stream, so a restart lands mid-stream.
         events: 15 + ((n * 7) % 31),
         outcome: null,
+        // One channel call in ten hangs upstream: charged in doubt, never served, the client pays on.
+        hang: kind === 'batch' && n % 10 === 5,
         refused: null,
         receiptId: null,
         whole: false,
@@ -312,7 +323,8 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
     const t0 = Date.now()
     const loadEnd = t0 + options.loadMs
     const stats = { upto503: 0, batch503: 0, uptoNet: 0, batchNet: 0 }
-    const url = (inst: Instance, c: Call) => `${inst.child.url}${paths[c.kind]}?p=${c.id}&n=${c.events}`
+    const url = (inst: Instance, c: Call, hang = c.hang) =>
+      `${inst.child.url}${paths[c.kind]}?p=${c.id}&n=${c.events}${hang ? '&hang=1' : ''}`
 
     const uptoWorker = async (w: number) => {
       while (Date.now() < loadEnd) {
@@ -352,11 +364,12 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
     // voucher never serves again. (A call that gave up may hold a permit never claimed: that one would.)
     const servedBefore = new Map(upstream.served)
     let replaySends = 0
-    for (const c of calls.filter((x) => x.outcome === 'served' || x.outcome === 'refused'))
+    // A call in doubt's vouchers too, to an upstream that answers: served, it would be counted.
+    for (const c of calls.filter((x) => x.outcome !== 'gave_up' && x.outcome !== null))
       for (const h of c.headers)
         for (const inst of instances) {
           replaySends++
-          await fetch(url(inst, c), { method: 'POST', headers: { ...h, ...JSON_HEADERS }, body: BODY })
+          await fetch(url(inst, c, false), { method: 'POST', headers: { ...h, ...JSON_HEADERS }, body: BODY })
             .then((r) => r.text())
             .catch(() => {})
         }
@@ -624,6 +637,7 @@ async function payBatch(
       const got = await readAnswer(res)
       c.trail.push(`ch${i} ${inst.name}:${got.status}${got.reason ? ` ${got.reason}` : ''}@${at - ctx.t0}`)
       if (got.status < 300) served(c, got, at)
+      else if (got.status === 504 && c.hang) c.outcome = 'in_doubt'
       else if (got.status === 402 && !BATCH_RETRY_REASONS.some((r) => got.reason?.includes(r))) {
         c.outcome = 'refused'
         c.refused = got.reason
@@ -648,6 +662,9 @@ function kindFigures(calls: Call[], upstream: CountingUpstream): KindFigures {
     cut: calls.filter((c) => c.outcome === 'served' && !c.whole).length,
     refused: calls.filter((c) => c.outcome === 'refused').length,
     gaveUp: calls.filter((c) => c.outcome === 'gave_up').length,
+    inDoubt: calls.filter((c) => c.outcome === 'in_doubt').length,
+    doubtRows: 0,
+    doubtMismatch: 0,
     servedUnpaid: 0,
     paidNotServed: 0,
     chargeMismatch: 0,
@@ -665,6 +682,7 @@ interface CallRow {
   ceiling_atomic: string | null
   output_tokens: number | null
   input_tokens: number | null
+  upstream_status: number
 }
 
 async function callRows(db: postgres.Sql, endpointId: string): Promise<CallRow[]> {
@@ -672,7 +690,7 @@ async function callRows(db: postgres.Sql, endpointId: string): Promise<CallRow[]
     SELECT call_receipt_id(id, receipt_id) AS receipt_id, call_proof_key(proof_key, proof) AS proof_key,
            amount_atomic::text, ceiling_atomic::text,
            (usage -> 'quantities' ->> 'output_tokens')::int AS output_tokens,
-           (usage -> 'quantities' ->> 'input_tokens')::int AS input_tokens
+           (usage -> 'quantities' ->> 'input_tokens')::int AS input_tokens, upstream_status
     FROM calls WHERE endpoint_id = ${endpointId}`
 }
 
@@ -683,9 +701,17 @@ async function callRows(db: postgres.Sql, endpointId: string): Promise<CallRow[]
 function judgeCalls(
   f: KindFigures,
   calls: Call[],
-  rows: CallRow[],
+  all: CallRow[],
   upstream: CountingUpstream,
 ): Map<string, CallRow> {
+  // Rows in doubt (status 0) stand for calls the upstream never answered: charged, not served.
+  const doubts = all.filter((r) => r.upstream_status === 0)
+  f.doubtRows = doubts.length
+  f.doubtMismatch =
+    Math.abs(doubts.length - f.inDoubt) +
+    doubts.filter((r) => BigInt(r.amount_atomic) !== CEILING_ATOMIC).length
+  for (const r of doubts) f.charged += BigInt(r.amount_atomic)
+  const rows = all.filter((r) => r.upstream_status !== 0)
   const byReceipt = new Map(rows.filter((r) => r.receipt_id).map((r) => [r.receipt_id!, r]))
   const servedIds = calls.filter((c) => (upstream.served.get(c.id) ?? 0) > 0)
   // A served call whose client never saw its receipt cannot be matched by it: the counts must still agree.
@@ -825,7 +851,8 @@ export function formatSchemes(r: SchemesChaosResult): string {
   const k = (name: string, f: KindFigures) =>
     `${name}: ${f.calls} calls, ${f.served} served (${f.whole} whole, ${f.cut} cut, ${f.acrossRestart} across a restart), ` +
     `served twice ${f.servedTwice}, served unpaid ${f.servedUnpaid}, paid not served ${f.paidNotServed}, ` +
-    `charge ≠ tokens ${f.chargeMismatch}, refused ${f.refused}, gave up ${f.gaveUp}, ${f.status503} 503s, ` +
+    `charge ≠ tokens ${f.chargeMismatch}, refused ${f.refused}, gave up ${f.gaveUp}, ` +
+    `in doubt ${f.inDoubt} (${f.doubtRows} booked, ${f.doubtMismatch} off), ${f.status503} 503s, ` +
     `${f.networkErrors} network errors, ${f.charged} base units charged`
   return [
     `restarts: ${r.restarts.map((x) => `${x.mode} at ${x.atMs} ms (${x.tookMs} ms, ${x.streamsInFlight} streams in flight)`).join('; ')}`,
