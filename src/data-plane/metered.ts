@@ -699,6 +699,7 @@ class MeteredCall implements ProxyHooks {
       accountId: endpoint.accountId,
       ownerWallet: endpoint.ownerWallet,
       method: this.method,
+      pricingModel: this.pricingModel,
     }
   }
 

@@ -98,6 +98,8 @@ export interface CallFacts {
   accountId: string
   ownerWallet: string
   method: string
+  /** How the endpoint priced it. */
+  pricingModel: 'fixed' | 'rules' | 'usage'
 }
 
 /** A call the upstream served (status below 500): booked for `chargeAtomic`. */
@@ -106,8 +108,6 @@ export interface ServedCall extends CallFacts {
   status: number
   /** What the call costs: the price, or the measured usage charge (never above what the payment covers). */
   chargeAtomic: bigint
-  /** How the endpoint priced it. */
-  pricingModel: 'fixed' | 'rules' | 'usage'
   /** The measured usage, for usage-priced endpoints; null for fixed prices. */
   usage: UsageRecord | null
   /** The receipt id the answer carried. */

@@ -223,7 +223,6 @@ class VoucherPayment implements Payment {
       callId: newId('call'),
       status: 0,
       chargeAtomic: this.paid.valueAtomic,
-      pricingModel: this.varies ? 'usage' : 'fixed',
       usage: null,
       receiptId: null,
     }

@@ -58,10 +58,10 @@ export interface Lease {
   deadlineMs: number
   top: Top
   inFlight: number
-  /** Fixed-price vouchers whose call is still upstream, and the charged cumulative each was accepted on
-   * (parallel arrays, in acceptance order): a mark written meanwhile goes no higher than the lowest floor. */
-  flying: bigint[]
-  floors: bigint[]
+  /** The charged cumulative the fixed-price call upstream was accepted on (one call at a time per channel):
+   * a mark written meanwhile goes no higher. null: no such call (a usage-priced one moves charged only when
+   * it ends). */
+  floor: bigint | null
   /** Calls queued for the writer and not yet written. */
   unwritten: number
   lastUseMs: number
@@ -201,7 +201,7 @@ export class VoucherLeases {
       lease.charged = q.cumulative
       lease.signedMax = q.cumulative
       lease.signature = q.signature
-      return this.start(lease, now, q.cumulative, floor)
+      return this.start(lease, now, floor)
     }
     if (q.cumulative === lease.charged && q.cumulative > 0n) {
       // The same voucher again: a retry of a call that was not served (released, or lost with a crashed
@@ -211,7 +211,7 @@ export class VoucherLeases {
       // charged cumulative. Refused as a bare replay, the published client sent the same voucher forever.
       if (lease.top === 'released' || lease.top === 'open') {
         if (now >= lease.deadlineMs) return { ok: false, reason: 'busy' }
-        return this.start(lease, now, q.cumulative, q.cumulative - q.price)
+        return this.start(lease, now, q.cumulative - q.price)
       }
       if (lease.top === 'flight') return { ok: false, reason: 'in_flight' }
       return { ok: false, reason: 'mismatch', view: viewOf(lease) }
@@ -219,11 +219,10 @@ export class VoucherLeases {
     return { ok: false, reason: q.cumulative < lease.charged ? 'below' : 'mismatch', view: viewOf(lease) }
   }
 
-  private start(lease: Lease, now: number, voucher: bigint, floor: bigint): LeaseDecision {
+  private start(lease: Lease, now: number, floor: bigint): LeaseDecision {
     lease.top = 'flight'
     lease.inFlight++
-    lease.flying.push(voucher)
-    lease.floors.push(floor)
+    lease.floor = floor
     lease.lastUseMs = now
     this.dirty.add(lease)
     this.schedule()
@@ -233,7 +232,7 @@ export class VoucherLeases {
   /** The call paid by `cumulative` was served: its call row is written with the next flush. */
   served(lease: Lease, cumulative: bigint, row: VoucherCall): void {
     lease.inFlight--
-    landed(lease, cumulative)
+    lease.floor = null
     if (lease.charged === cumulative) lease.top = 'captured'
     this.queue(lease, row)
   }
@@ -246,7 +245,7 @@ export class VoucherLeases {
       lease.pending = null
       return
     }
-    landed(lease, cumulative)
+    lease.floor = null
     if (lease.charged === cumulative && lease.top === 'flight') lease.top = 'released'
   }
 
@@ -282,7 +281,7 @@ export class VoucherLeases {
   /** Forwarded, outcome unknown (head timeout, client gone mid-call): never served again. */
   doubt(lease: Lease, cumulative: bigint, row: VoucherCall): void {
     lease.inFlight--
-    landed(lease, cumulative)
+    lease.floor = null
     if (lease.charged === cumulative) lease.top = 'doubt'
     this.queue(lease, row)
   }
@@ -394,14 +393,7 @@ export class VoucherLeases {
     const now = performance.now()
     const marks: VoucherMark[] = []
     const marked: Lease[] = []
-    // A call above its lease's mark waits for a later write (a call accepted before it is still upstream):
-    // the statement would refuse it, its voucher not yet persisted.
-    let calls = this.calls
-    this.calls = []
-    if (calls.some((c) => c.row.cumulative > markable(c.lease))) {
-      this.calls = calls.filter((c) => c.row.cumulative > markable(c.lease))
-      calls = calls.filter((c) => c.row.cumulative <= markable(c.lease))
-    }
+    const calls = this.calls.splice(0)
     const inThisWrite = new Map<Lease, number>()
     for (const c of calls) inThisWrite.set(c.lease, (inThisWrite.get(c.lease) ?? 0) + 1)
     for (const lease of this.leases.values()) {
@@ -499,8 +491,7 @@ function leaseFrom(row: ChannelLease, deadlineMs: number): Lease {
     deadlineMs,
     top: row.top_open ? 'open' : 'captured',
     inFlight: 0,
-    flying: [],
-    floors: [],
+    floor: null,
     unwritten: 0,
     lastUseMs: performance.now(),
     wanted: false,
@@ -509,27 +500,12 @@ function leaseFrom(row: ChannelLease, deadlineMs: number): Lease {
   }
 }
 
-/** The highest cumulative a write may persist now: the charged one, or below the lowest call upstream. */
-function markable(lease: Lease): bigint {
-  if (lease.state !== 'live') return lease.charged
-  let upTo = lease.charged
-  for (const floor of lease.floors) if (floor < upTo) upTo = floor
-  return upTo
-}
-
-/** The call paid by `voucher` is back from the upstream (served, released or in doubt). */
-function landed(lease: Lease, voucher: bigint): void {
-  const i = lease.flying.indexOf(voucher)
-  if (i === -1) return
-  lease.flying.splice(i, 1)
-  lease.floors.splice(i, 1)
-}
-
 function markOf(lease: Lease, release: boolean): VoucherMark {
   return {
     channelId: lease.channelId,
     epoch: lease.epoch,
-    cumulative: markable(lease),
+    // Not above the call upstream: its row is not written yet.
+    cumulative: lease.floor ?? lease.charged,
     signedMax: lease.signedMax,
     signature: lease.signature ?? '',
     release,
