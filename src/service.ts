@@ -11,6 +11,7 @@ import type { Config } from './config/schema.ts'
 import { createApiHandler } from './control-plane/handler.ts'
 import type { JobRunner } from './control-plane/jobs/runner.ts'
 import { startBackground } from './control-plane/jobs/start.ts'
+import { createKeyCache } from './control-plane/key-cache.ts'
 import { createDashboardRoute } from './dashboard/route.ts'
 import { type DataPlaneDeps, startDataPlane } from './data-plane/start.ts'
 import { assertNativeUws } from './data-plane/uws.ts'
@@ -153,7 +154,15 @@ function handedOver(deps: {
   const { config, sql, chainInfo, logger, publicUrl } = deps
   return {
     apiHandler: (onEndpointChanged) =>
-      createApiHandler({ config, sql, chain: chainInfo, logger, publicUrl, onEndpointChanged }),
+      createApiHandler({
+        config,
+        sql,
+        chain: chainInfo,
+        logger,
+        publicUrl,
+        onEndpointChanged,
+        keys: createKeyCache({ max: config.caches.api_keys_max, ttlMs: config.caches.api_keys_ttl_ms }),
+      }),
     checkoutRoute: (verifier, edge) =>
       createCheckoutRoute({
         sql,

@@ -116,6 +116,9 @@ export const ConfigSchema = v.strictObject({
     endpoints_max: PositiveInt,
     verified_transfers_max: PositiveInt,
     claimed_proofs_max: PositiveInt,
+    /** API keys remembered as valid, and for how long (0: every request reads its key). */
+    api_keys_max: PositiveInt,
+    api_keys_ttl_ms: Ms,
   }),
   claims: v.strictObject({
     batch_max: PositiveInt,

@@ -5,8 +5,13 @@ import { findAccountByKeyHash } from '../db/accounts.ts'
 import type { Sql } from '../db/sql.ts'
 import { ApiError } from '../errors.ts'
 import { API_KEY_FORMAT, hashApiKey } from '../ids.ts'
+import type { KeyCache } from './key-cache.ts'
 
-export async function authenticate(sql: Sql, authorization: string | undefined): Promise<AccountRow> {
+export async function authenticate(
+  sql: Sql,
+  keys: KeyCache,
+  authorization: string | undefined,
+): Promise<AccountRow> {
   if (!authorization) {
     throw new ApiError('missing_api_key', 'send your API key as Authorization: Bearer sk_…', undefined, {
       'www-authenticate': 'Bearer',
@@ -15,7 +20,12 @@ export async function authenticate(sql: Sql, authorization: string | undefined):
   const m = /^Bearer\s+(\S+)\s*$/i.exec(authorization)
   // Never echo the presented key back: it may be a real secret sent to the wrong place.
   if (!m || !API_KEY_FORMAT.test(m[1]!)) throw new ApiError('invalid_api_key', 'the API key is not valid')
-  const account = await findAccountByKeyHash(sql, hashApiKey(m[1]!))
-  if (!account) throw new ApiError('invalid_api_key', 'the API key is not valid')
-  return account
+  const keyHash = hashApiKey(m[1]!)
+  const cacheKey = keyHash.toString('base64')
+  const cached = keys.get(cacheKey)
+  if (cached) return cached
+  const found = await findAccountByKeyHash(sql, keyHash)
+  if (!found) throw new ApiError('invalid_api_key', 'the API key is not valid')
+  keys.set(cacheKey, found.account, found.expiresInMs)
+  return found.account
 }

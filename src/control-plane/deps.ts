@@ -3,6 +3,7 @@ import type { ChainInfo } from '../chain/info.ts'
 import type { Config } from '../config/schema.ts'
 import type { Sql } from '../db/sql.ts'
 import type { Logger } from '../observability/logger.ts'
+import type { KeyCache } from './key-cache.ts'
 
 export interface ControlPlaneDeps {
   config: Config
@@ -16,4 +17,6 @@ export interface ControlPlaneDeps {
    * it); the database NOTIFY tells other instances.
    */
   onEndpointChanged(id: string): Promise<void> | undefined
+  /** API keys recently found valid (key-cache.ts says how stale one may be). */
+  keys: KeyCache
 }

@@ -131,7 +131,7 @@ export function createApiHandler(deps: ControlPlaneDeps, extraRoutes: Route[] = 
 
   async function run(route: Route, req: ApiRequest, params: Record<string, string>): Promise<RouteResult> {
     const body = parseJsonBody(req)
-    const account = route.auth ? await authenticateRequest(deps.sql, req) : undefined
+    const account = route.auth ? await authenticateRequest(deps.sql, deps.keys, req) : undefined
     if (account) authenticated.add(req)
     const ctx: RouteContext = {
       req,

@@ -10,6 +10,7 @@ import type { Sql } from '../db/sql.ts'
 import { ApiError } from '../errors.ts'
 import type { ApiRequest } from '../http-exchange.ts'
 import { authenticate } from './auth.ts'
+import type { KeyCache } from './key-cache.ts'
 
 /** `__Secure-`: a browser accepts it only with Secure, so no plain-http page can plant one. */
 export const SESSION_COOKIE = '__Secure-tollgate_session'
@@ -86,8 +87,8 @@ export async function requireSession(sql: Sql, req: ApiRequest): Promise<Session
  * The credential of an authenticated route: an API key when Authorization is sent (as before), else a
  * dashboard session cookie with its CSRF token; neither → missing_api_key.
  */
-export async function authenticateRequest(sql: Sql, req: ApiRequest): Promise<AccountRow> {
+export async function authenticateRequest(sql: Sql, keys: KeyCache, req: ApiRequest): Promise<AccountRow> {
   if (req.headers.authorization === undefined && readSessionToken(req.headers.cookie) !== null)
     return (await requireSession(sql, req)).account
-  return authenticate(sql, req.headers.authorization)
+  return authenticate(sql, keys, req.headers.authorization)
 }

@@ -27,13 +27,19 @@ export async function insertApiKey(
   await db`INSERT INTO api_keys (id, account_id, key_hash, hint) VALUES (${k.id}, ${k.accountId}, ${k.keyHash}, ${k.hint})`
 }
 
-/** The account whose live (unexpired) key has this hash. */
-export async function findAccountByKeyHash(db: Sql | Tx, keyHash: Buffer): Promise<AccountRow | null> {
-  const [row] = await db<AccountRow[]>`
-    SELECT a.id, a.wallet_address, a.business_name, a.mode, a.created_at
+/** The account whose live (unexpired) key has this hash, and how long that key stays live (null: no end). */
+export async function findAccountByKeyHash(
+  db: Sql | Tx,
+  keyHash: Buffer,
+): Promise<{ account: AccountRow; expiresInMs: number | null } | null> {
+  const [row] = await db<(AccountRow & { expires_in_ms: number | null })[]>`
+    SELECT a.id, a.wallet_address, a.business_name, a.mode, a.created_at,
+           (extract(epoch FROM k.expires_at - now()) * 1000)::float8 AS expires_in_ms
     FROM api_keys k JOIN accounts a ON a.id = k.account_id
     WHERE k.key_hash = ${keyHash} AND (k.expires_at IS NULL OR k.expires_at > now())`
-  return row ?? null
+  if (!row) return null
+  const { expires_in_ms, ...account } = row
+  return { account, expiresInMs: expires_in_ms }
 }
 
 /** Every other current key of the account expires after graceMs (0 → now). Returns that time. */

@@ -162,6 +162,27 @@ describe('register and account', () => {
     expect((await svc.api('/api/v1/account', { key: rolled.body.api_key })).status).toBe(200)
   })
 
+  it('a key remembered as valid still stops at the end of its grace period', async () => {
+    // A TTL far longer than the grace: only the key's own expiry, as the database counted it, ends the entry.
+    const long = await startTestService({ overrides: { caches: { api_keys_ttl_ms: 60_000 } } })
+    try {
+      const m = await registerMerchant(long)
+      expect((await long.api('/api/v1/account', { key: m.key })).status).toBe(200)
+      const rolled = await long.api('/api/v1/account/api-keys/roll', {
+        key: m.key,
+        body: { grace_period_ms: 1_000 },
+      })
+      expect(rolled.status).toBe(201)
+      expect((await long.api('/api/v1/account', { key: m.key })).status).toBe(200)
+      const graceEnds = Date.parse(rolled.body.previous_keys_expire_at)
+      await new Promise((r) => setTimeout(r, Math.max(0, graceEnds - Date.now()) + 50))
+      expect((await long.api('/api/v1/account', { key: m.key })).status).toBe(401)
+      expect((await long.api('/api/v1/account', { key: rolled.body.api_key })).status).toBe(200)
+    } finally {
+      await long.stop()
+    }
+  })
+
   it('answers unknown routes and methods with JSON', async () => {
     const r = await svc.api('/api/v1/nope', { key })
     expect(r.status).toBe(404)

@@ -66,6 +66,24 @@ describe.runIf(usingServer)('two instances on one database', () => {
     expect(rows[0]!.n).toBe(120)
   })
 
+  it("a key rolled on one instance stops on the other within the key cache's TTL", async () => {
+    const m = await registerMerchant(a)
+    // Both instances remember the key as valid.
+    expect((await a.api('/api/v1/account', { key: m.key })).status).toBe(200)
+    expect((await b.api('/api/v1/account', { key: m.key })).status).toBe(200)
+    const rolled = await a.api('/api/v1/account/api-keys/roll', { key: m.key, method: 'POST' })
+    expect(rolled.status).toBe(201)
+    const rolledAt = Date.now()
+    expect((await a.api('/api/v1/account', { key: m.key })).status).toBe(401)
+    await waitFor(async () => (await b.api('/api/v1/account', { key: m.key })).status === 401, {
+      timeoutMs: 2_000,
+      what: 'the rolled key refused on the other instance',
+    })
+    // caches.api_keys_ttl_ms is 250: the entry b made before the roll ends by then (plus a request's time).
+    expect(Date.now() - rolledAt).toBeLessThan(250 + 400)
+    expect((await b.api('/api/v1/account', { key: rolled.body.api_key })).status).toBe(200)
+  })
+
   it('a price change or a delete on one instance takes effect on the other within a second', async () => {
     const ep = (
       await a.api('/api/v1/endpoints', { key, body: { upstream_url: `${upstream.url}/echo`, price: 0.01 } })

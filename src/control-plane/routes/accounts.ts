@@ -165,6 +165,8 @@ export const accountRoutes: Route[] = [
         })
         return expireOtherKeys(tx, account.id, keyId, graceMs)
       })
+      // Here at once; other processes' entries end within the cache's TTL (key-cache.ts).
+      deps.keys.forgetAccount(account.id)
       return {
         status: 201,
         body: {
