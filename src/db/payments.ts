@@ -100,9 +100,25 @@ export async function listPayments(
     LIMIT ${q.limit}`
 }
 
+/** The `created` line's data, from the payment row (p): the price and the figure asked for. */
+export const CREATED_LINE_DATA = `jsonb_build_object(
+  'amount_atomic', p.amount_atomic::text, 'amount_requested_atomic', p.amount_requested_atomic::text)`
+
+/**
+ * The payment's timeline, oldest first. Its first line, `created`, is read from the payment row unless one
+ * is stored: a creation does not store it, a top-up stores it before it changes the figure (books/payments.ts).
+ */
 export async function paymentTimeline(db: Sql | Tx, paymentId: string): Promise<TimelineRow[]> {
   return db<TimelineRow[]>`
-    SELECT type, data, created_at FROM payment_timeline WHERE payment_id = ${paymentId} ORDER BY id`
+    SELECT type, data, created_at FROM (
+      SELECT 0::bigint AS n, 'created' AS type, ${db.unsafe(CREATED_LINE_DATA)} AS data, p.created_at
+      FROM payments p
+      WHERE p.id = ${paymentId}
+        AND NOT EXISTS (SELECT 1 FROM payment_timeline t WHERE t.payment_id = p.id AND t.type = 'created')
+      UNION ALL
+      SELECT CASE WHEN type = 'created' THEN 0 ELSE id END, type, data, created_at
+      FROM payment_timeline WHERE payment_id = ${paymentId}
+    ) lines ORDER BY n`
 }
 
 /** Which payment a figure is bound to now (open, or closed within its hold): the watcher's match. */

@@ -89,7 +89,17 @@ describe('the seed sample, end to end', () => {
 
     const read = await getPayment(p.id)
     expect(read).toMatchObject({ id: p.id, status: 'pending', amount_atomic: '100000000' })
-    expect(read.timeline.map((t: any) => t.type)).toEqual(['created'])
+    expect(read.timeline).toEqual([
+      {
+        type: 'created',
+        created_at: p.created_at,
+        amount_atomic: '100000000',
+        amount_requested_atomic: p.amount_requested_atomic,
+      },
+    ])
+    // The first line is the payment row itself: a creation stores no timeline line.
+    const stored = await svc.sql`SELECT 1 FROM payment_timeline WHERE payment_id = ${p.id}`
+    expect(stored).toHaveLength(0)
 
     // An agent asks the payment URL for JSON: the same 402 requirement as a metered call.
     const challenge = await fetch(p.payment_url, { headers: { accept: 'application/json' } })
@@ -327,6 +337,15 @@ describe('proofs that race, fall short, overshoot or come late', () => {
       'paid',
     ])
     expect(after.timeline.slice(1, 3).map((t: any) => t.transaction)).toEqual([h1, h2])
+    // The top-up reserved a figure of its own; the created line, stored just before, shows the first one.
+    const created = await svc.sql`SELECT 1 FROM payment_timeline WHERE payment_id = ${p.id} AND type = 'created'`
+    expect(created).toHaveLength(1)
+    expect(after.timeline[0]).toEqual({
+      type: 'created',
+      created_at: p.created_at,
+      amount_atomic: '10000000',
+      amount_requested_atomic: p.amount_requested_atomic,
+    })
     expect(await ledgerOf(p.id)).toEqual([
       { kind: 'fee', wallet: null, amount_atomic: 500_000n },
       { kind: 'owner_share', wallet: merchant.wallet, amount_atomic: 9_500_000n },
