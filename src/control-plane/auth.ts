@@ -24,8 +24,9 @@ export async function authenticate(
   const cacheKey = keyHash.toString('base64')
   const cached = keys.get(cacheKey)
   if (cached) return cached
+  const readAt = keys.generation
   const found = await findAccountByKeyHash(sql, keyHash)
   if (!found) throw new ApiError('invalid_api_key', 'the API key is not valid')
-  keys.set(cacheKey, found.account, found.expiresInMs)
+  keys.set(cacheKey, found.account, found.expiresInMs, readAt)
   return found.account
 }

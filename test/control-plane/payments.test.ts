@@ -9,7 +9,13 @@ let merchant: Awaited<ReturnType<typeof registerMerchant>>
 async function createPayment(body: Record<string, unknown>, key = merchant.key) {
   const r = await svc.api('/api/v1/payments', { key, body })
   if (r.status !== 201) throw new Error(`create payment: ${r.status} ${r.text}`)
-  return r.body as { id: string; payment_url: string; amount_atomic: string }
+  return r.body as {
+    id: string
+    payment_url: string
+    amount_atomic: string
+    amount_requested_atomic: string
+    created_at: string
+  }
 }
 
 /** What an agent does: POST /pay/:id with the transaction hash. */
@@ -338,7 +344,8 @@ describe('proofs that race, fall short, overshoot or come late', () => {
     ])
     expect(after.timeline.slice(1, 3).map((t: any) => t.transaction)).toEqual([h1, h2])
     // The top-up reserved a figure of its own; the created line, stored just before, shows the first one.
-    const created = await svc.sql`SELECT 1 FROM payment_timeline WHERE payment_id = ${p.id} AND type = 'created'`
+    const created =
+      await svc.sql`SELECT 1 FROM payment_timeline WHERE payment_id = ${p.id} AND type = 'created'`
     expect(created).toHaveLength(1)
     expect(after.timeline[0]).toEqual({
       type: 'created',
