@@ -1,6 +1,8 @@
 // Wiring only: database → chain → public app (data plane + control-plane API) → background jobs → admin port.
 // Each subsystem starts with start(deps) and returns how to stop it, check it and mount its admin routes.
 // main.ts runs this from the command line (once per worker process); tests run it in-process.
+
+import { PaymentCreator } from './books/payment-creations.ts'
 import type { ChainContext } from './chain/connect.ts'
 import { type ChainInfo, describeChain } from './chain/info.ts'
 import { startChain } from './chain/start.ts'
@@ -162,6 +164,10 @@ function handedOver(deps: {
         publicUrl,
         onEndpointChanged,
         keys: createKeyCache({ max: config.caches.api_keys_max, ttlMs: config.caches.api_keys_ttl_ms }),
+        paymentCreator: new PaymentCreator(sql, {
+          batchMax: config.payments.create_batch_max,
+          concurrency: config.payments.create_concurrency,
+        }),
       }),
     checkoutRoute: (verifier, edge) =>
       createCheckoutRoute({

@@ -70,6 +70,11 @@ const LOW_WINDOW = 32
 const RANDOM_WINDOW = 16
 /** Looks at random places before the whole range is searched (which only a nearly full price needs). */
 const RANDOM_LOOKS = 6
+/** Looks a creation makes, the last one over the whole range: none free after it, the price is full. */
+export const FIGURE_LOOKS = RANDOM_LOOKS + 2
+
+/** Two windows [aFrom, aTo] and [bFrom, bTo] of figures to look in; b is null in the last look. */
+type FigureWindows = [bigint, bigint, bigint | null, bigint | null]
 
 /**
  * Where to look for a free figure in [low, high], as SQL yielding one `figure`, null when the look found none
@@ -82,7 +87,13 @@ const RANDOM_LOOKS = 6
  * the session first planned it.
  */
 function freeFigure(db: Sql | Tx, low: bigint, high: bigint, look: number) {
-  if (look > RANDOM_LOOKS) return db`SELECT checkout_free_figure(${low}, ${high}, NULL, NULL) AS figure`
+  const [aFrom, aTo, bFrom, bTo] = figureWindows(low, high, look)
+  return db`SELECT checkout_free_figure(${aFrom}, ${aTo}, ${bFrom}, ${bTo}) AS figure`
+}
+
+/** Where look number `look` at [low, high] looks (freeFigure says why there). */
+function figureWindows(low: bigint, high: bigint, look: number): FigureWindows {
+  if (look > RANDOM_LOOKS) return [low, high, null, null]
   // [from, to] of a window of `width` figures, cut at `high`.
   const window = (from: bigint, width: number): [bigint, bigint] => {
     const last = from + BigInt(width) - 1n
@@ -94,7 +105,7 @@ function freeFigure(db: Sql | Tx, low: bigint, high: bigint, look: number) {
   }
   const [aFrom, aTo] = look === 0 ? window(low, LOW_WINDOW) : random()
   const [bFrom, bTo] = random()
-  return db`SELECT checkout_free_figure(${aFrom}, ${aTo}, ${bFrom}, ${bTo}) AS figure`
+  return [aFrom, aTo, bFrom, bTo]
 }
 
 /**
@@ -108,7 +119,7 @@ export async function reserveFigure(
 ): Promise<bigint | null> {
   const low = q.baseAtomic + q.firstOffsetAtomic
   const high = q.baseAtomic + MAX_FIGURE_OFFSET_ATOMIC
-  for (let look = 0; look <= RANDOM_LOOKS + 1; look++) {
+  for (let look = 0; look < FIGURE_LOOKS; look++) {
     const [row] = await tx<{ amount_atomic: bigint }[]>`
       INSERT INTO checkout_amounts (amount_atomic, payment_id)
       SELECT f.figure, ${q.paymentId} FROM (${freeFigure(tx, low, high, look)}) f WHERE f.figure IS NOT NULL
@@ -156,7 +167,7 @@ export async function createPayment(
   // metered call's price, a customer who rounded) is never taken for a payment's.
   const low = p.amountAtomic + 1n
   const high = p.amountAtomic + MAX_FIGURE_OFFSET_ATOMIC
-  for (let look = 0; look <= RANDOM_LOOKS + 1; look++) {
+  for (let look = 0; look < FIGURE_LOOKS; look++) {
     // The figure's row refers to the payment inserted beside it, in this one statement (no foreign key:
     // migration 0052 says why).
     const [row] = await db<PaymentRow[]>`
@@ -179,6 +190,69 @@ export async function createPayment(
     if (row) return { kind: 'created', payment: row }
   }
   return { kind: 'figures_exhausted' }
+}
+
+/** A payment to create, as createPayment takes it. */
+export type NewPayment = Parameters<typeof createPayment>[1]
+
+/**
+ * ∅ → pending for several payments in one statement and one commit, each with its figure (checkout_figure
+ * ∅ → open), as createPayment does for one; `look` is each one's look number (figureWindows). Returns the
+ * payments created; one not among them found no free figure in its look, or lost it to another creation of
+ * this statement or a concurrent one, and makes its next look. Two of one statement never take one figure:
+ * each figure goes to the first of them that found it (an upsert may not touch a row twice in a statement).
+ */
+export async function createPaymentsTogether(
+  db: Sql,
+  batch: ReadonlyArray<{ payment: NewPayment; look: number }>,
+): Promise<PaymentRow[]> {
+  const rows = batch.map(({ payment: p, look }, i) => {
+    const [aFrom, aTo, bFrom, bTo] = figureWindows(
+      p.amountAtomic + 1n,
+      p.amountAtomic + MAX_FIGURE_OFFSET_ATOMIC,
+      look,
+    )
+    return {
+      i,
+      id: p.id,
+      account_id: p.accountId,
+      amount: String(p.amountAtomic),
+      description: p.description,
+      metadata: p.metadata,
+      success_url: p.successUrl,
+      cancel_url: p.cancelUrl,
+      logo_url: p.logoUrl,
+      expires_in_ms: p.expiresInMs,
+      a_from: String(aFrom),
+      a_to: String(aTo),
+      b_from: bFrom === null ? null : String(bFrom),
+      b_to: bTo === null ? null : String(bTo),
+    }
+  })
+  return db<PaymentRow[]>`
+    WITH req AS MATERIALIZED (
+      SELECT t.*, checkout_free_figure(t.a_from, t.a_to, t.b_from, t.b_to) AS figure
+      FROM json_to_recordset(${JSON.stringify(rows)}::text::json)
+        AS t(i int, id text, account_id text, amount bigint, description text, metadata jsonb, success_url text,
+             cancel_url text, logo_url text, expires_in_ms bigint, a_from bigint, a_to bigint, b_from bigint,
+             b_to bigint)
+    ),
+    chosen AS MATERIALIZED (
+      SELECT DISTINCT ON (figure) * FROM req WHERE figure IS NOT NULL ORDER BY figure, i
+    ),
+    figure AS (
+      INSERT INTO checkout_amounts (amount_atomic, payment_id)
+      SELECT figure, id FROM chosen
+      ON CONFLICT (amount_atomic) DO UPDATE SET payment_id = EXCLUDED.payment_id, reserved_at = now(), held_until = NULL
+        WHERE checkout_amounts.held_until IS NOT NULL AND checkout_amounts.held_until <= now()
+      RETURNING amount_atomic, payment_id
+    )
+    INSERT INTO payments (id, account_id, amount_atomic, amount_requested_atomic, description, metadata, status,
+                          success_url, cancel_url, logo_url, expires_at)
+    SELECT c.id, c.account_id, c.amount, f.amount_atomic, c.description, coalesce(c.metadata, '{}'), 'pending',
+           c.success_url, c.cancel_url, c.logo_url, now() + c.expires_in_ms * interval '1 millisecond'
+    FROM figure f JOIN chosen c ON c.id = f.payment_id
+    RETURNING ${db.unsafe(PAYMENT_COLUMNS)}`
 }
 
 // ── proofs ───────────────────────────────────────────────────────────────────────────────────────────

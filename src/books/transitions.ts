@@ -416,6 +416,13 @@ export const TRANSITIONS: readonly Transition[] = [
   },
   {
     record: 'payment',
+    from: null,
+    to: 'pending',
+    fn: 'createPaymentsTogether',
+    why: 'created with its figure reserved, beside others requested at once (one commit)',
+  },
+  {
+    record: 'payment',
     from: 'pending',
     to: 'pending',
     fn: 'applyPaymentProof',
@@ -456,6 +463,13 @@ export const TRANSITIONS: readonly Transition[] = [
     to: 'open',
     fn: 'createPayment',
     why: 'reserved at creation, in the statement that inserts its payment',
+  },
+  {
+    record: 'checkout_figure',
+    from: null,
+    to: 'open',
+    fn: 'createPaymentsTogether',
+    why: 'reserved at creation, in the statement that inserts its payment (and others)',
   },
   {
     record: 'checkout_figure',

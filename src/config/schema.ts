@@ -132,6 +132,9 @@ export const ConfigSchema = v.strictObject({
   payments: v.strictObject({
     max_amount: Dollars,
     default_expires_in_ms: PositiveInt,
+    /** Creations written in one statement and commit, at most, and such statements in flight at once. */
+    create_batch_max: PositiveInt,
+    create_concurrency: PositiveInt,
   }),
   payouts: v.strictObject({
     interval_ms: PositiveInt,

@@ -1,4 +1,5 @@
 // What the control plane is given by main.ts. Plain values, so it is easy to build in tests.
+import type { PaymentCreator } from '../books/payment-creations.ts'
 import type { ChainInfo } from '../chain/info.ts'
 import type { Config } from '../config/schema.ts'
 import type { Sql } from '../db/sql.ts'
@@ -19,4 +20,6 @@ export interface ControlPlaneDeps {
   onEndpointChanged(id: string): Promise<void> | undefined
   /** API keys recently found valid (key-cache.ts says how stale one may be). */
   keys: KeyCache
+  /** Payment creations sharing a commit (books/payment-creations.ts). */
+  paymentCreator: PaymentCreator
 }

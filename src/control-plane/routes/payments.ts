@@ -164,7 +164,7 @@ export const paymentRoutes: Route[] = [
     async handler({ body, account, db, deps }) {
       const input = parseBody(CreateBody, body)
       const amountAtomic = readAmount(input.amount, deps)
-      const created = await createPayment(db, {
+      const payment = {
         id: newId('pay'),
         accountId: account.id,
         amountAtomic,
@@ -177,7 +177,11 @@ export const paymentRoutes: Route[] = [
           input.expires_in !== undefined
             ? input.expires_in * 1000
             : deps.config.payments.default_expires_in_ms,
-      })
+      }
+      // Inside an idempotent request's transaction the creation is that transaction's; otherwise it shares
+      // a commit with the creations requested beside it.
+      const created =
+        db === deps.sql ? await deps.paymentCreator.create(payment) : await createPayment(db, payment)
       if (created.kind === 'figures_exhausted') {
         // Every figure of this price (price + 0.000001 … 0.009999) is taken by an open or recently closed
         // payment: a new one could not be told apart from them on chain.
