@@ -1,7 +1,6 @@
 // Wiring only: database → chain → public app (data plane + control-plane API) → background jobs → admin port.
 // Each subsystem starts with start(deps) and returns how to stop it, check it and mount its admin routes.
 // main.ts runs this from the command line (once per worker process); tests run it in-process.
-
 import { PaymentCreator } from './books/payment-creations.ts'
 import type { ChainContext } from './chain/connect.ts'
 import { type ChainInfo, describeChain } from './chain/info.ts'

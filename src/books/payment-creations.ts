@@ -7,7 +7,6 @@
 // loop does. A statement that fails for the database being away fails its creations (the API answers 503);
 // one that fails otherwise is tried again one creation at a time, so a creation the database refuses fails
 // alone and never the others of its statement.
-
 import type { Sql } from '../db/sql.ts'
 import { isDatabaseUnavailable } from '../db/unavailable.ts'
 import {
@@ -69,7 +68,8 @@ export class PaymentCreator {
       created = await createPaymentsTogether(this.sql, batch)
     } catch (err) {
       this.failedStatements++
-      if (isDatabaseUnavailable(err) || batch.length === 1) {
+      // Even a statement of one: what its JSON could not carry (a lone surrogate) goes as a parameter alone.
+      if (isDatabaseUnavailable(err)) {
         for (const w of batch) w.reject(err)
         return
       }

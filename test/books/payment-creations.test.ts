@@ -72,6 +72,15 @@ describe('payment creations sharing a commit', () => {
     expect(orphans!.n).toBe(0)
   })
 
+  it('a creation its statement cannot carry is made on its own, even when it went alone', async () => {
+    // A lone surrogate cannot be spelled in the statement's JSON; as a parameter of its own it is stored (the
+    // driver writes it as U+FFFD), as it was before creations shared a commit.
+    const creator = new PaymentCreator(svc.sql, { batchMax: 64, concurrency: 1 })
+    const outcome = await creator.create(payment(25_000_000n, 'half \ud800 pair'))
+    expect(outcome.kind).toBe('created')
+    expect(creator.failedStatements).toBe(1)
+  })
+
   it('a price whose every figure is bound answers figures_exhausted, and binds nothing', async () => {
     const price = 24_000_000n
     await svc.sql`
