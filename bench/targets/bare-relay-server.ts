@@ -16,7 +16,11 @@ import { type HttpRequest, type HttpResponse, hideServerBanner, uws } from '../.
 import { requestIdFrom } from '../../src/request-id.ts'
 
 const origin = new URL(process.env.UPSTREAM_URL!)
-const dispatcher = createUpstreamDispatcher({ allowPrivate: true })
+// UPSTREAM_CLIENT=undici measures undici's Agent, as tollgate's own setting does.
+const dispatcher = createUpstreamDispatcher({
+  allowPrivate: true,
+  client: process.env.UPSTREAM_CLIENT === 'undici' ? 'undici' : 'lean',
+})
 const target: UpstreamTarget = {
   origin: origin.origin,
   basePath: '',

@@ -110,6 +110,8 @@ export const ConfigSchema = v.strictObject({
     upstream_timeout_ms: PositiveInt,
     quote_ttl_ms: Ms,
     allow_private_upstreams: v.boolean(),
+    /** The relay's HTTP/1.1 client: tollgate's own (lean), or undici's Agent. */
+    upstream_client: v.picklist(['lean', 'undici']),
     max_price: Dollars,
   }),
   caches: v.strictObject({

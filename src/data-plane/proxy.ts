@@ -9,7 +9,7 @@ import type { UpstreamDispatcher } from './upstream-pool.ts'
 import { type HttpResponse, statusLine } from './uws.ts'
 
 export { createRequestBody, RequestBody } from './request-body.ts'
-export { createUpstreamDispatcher, UpstreamDispatcher } from './upstream-pool.ts'
+export { createUpstreamDispatcher, type UpstreamDispatcher } from './upstream-pool.ts'
 
 /** Read synchronously from the uWS HttpRequest inside the handler (it dies when the handler returns). */
 export interface ForwardRequest {

@@ -121,7 +121,10 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     // Passes: the sign-in a pass endpoint's 402 declares and checks.
     const signIn = passSignIn(deps)
     const { endpoints, onEndpointChanged } = await startEndpointCache(deps, schemes, signer, signIn, stops)
-    const dispatcher = createUpstreamDispatcher({ allowPrivate: config.proxy.allow_private_upstreams })
+    const dispatcher = createUpstreamDispatcher({
+      allowPrivate: config.proxy.allow_private_upstreams,
+      client: config.proxy.upstream_client,
+    })
     stops.push(() => dispatcher.close())
     const watcher = await startTransferWatcher(deps, verified)
     stops.push(() => watcher.stop())

@@ -1,7 +1,12 @@
-// The undici Agent every upstream call goes through: keep-alive pools per origin, no pipelining, and the
-// SSRF guard applied to each socket it opens (not to each request: the check costs nothing per call).
-import { Agent } from 'undici'
+// The client every upstream call goes through: keep-alive sockets per origin, one request at a time on each
+// (a slow upstream answer must not hold up the calls queued behind it), and the SSRF guard applied to each
+// socket it opens (not to each request: the check costs nothing per call). tollgate's own HTTP/1.1 client
+// by default (src/data-plane/upstream-client/), undici's Agent with `proxy.upstream_client: "undici"`.
+import { Agent, buildConnector, type Dispatcher } from 'undici'
 import { guardedConnector } from '../ssrf.ts'
+import { LeanDispatcher } from './upstream-client/lean-dispatcher.ts'
+
+export type UpstreamClientKind = 'lean' | 'undici'
 
 export interface UpstreamDispatcherOptions {
   /** Sockets per upstream origin; unlimited when absent. */
@@ -9,17 +14,22 @@ export interface UpstreamDispatcherOptions {
   allowPrivate: boolean
   /** TCP connect timeout; a request's headers timeout only starts once it is written to a socket. */
   connectTimeoutMs?: number
+  client?: UpstreamClientKind
 }
 
-export class UpstreamDispatcher extends Agent {
+export interface UpstreamDispatcher {
   /** The policy its sockets enforce; proxy() refuses a target that asks for stricter than this. */
   readonly allowPrivate: boolean
+  dispatch(options: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler): boolean
+  close(): Promise<void>
+}
 
-  constructor(options: UpstreamDispatcherOptions) {
-    const timeout = options.connectTimeoutMs ?? 10_000
+class UndiciUpstream extends Agent implements UpstreamDispatcher {
+  readonly allowPrivate: boolean
+
+  constructor(options: UpstreamDispatcherOptions, timeout: number) {
     super({
       connections: options.connections ?? null,
-      // One request per socket at a time: a slow upstream answer must not hold up the calls queued behind it.
       pipelining: 1,
       connect: options.allowPrivate ? { timeout } : guardedConnector(timeout),
     })
@@ -28,5 +38,11 @@ export class UpstreamDispatcher extends Agent {
 }
 
 export function createUpstreamDispatcher(options: UpstreamDispatcherOptions): UpstreamDispatcher {
-  return new UpstreamDispatcher(options)
+  const timeout = options.connectTimeoutMs ?? 10_000
+  if (options.client === 'undici') return new UndiciUpstream(options, timeout)
+  return new LeanDispatcher({
+    connections: options.connections ?? null,
+    allowPrivate: options.allowPrivate,
+    connect: options.allowPrivate ? buildConnector({ timeout }) : guardedConnector(timeout),
+  })
 }
