@@ -600,6 +600,16 @@ describe('LeanDispatcher on real sockets', () => {
       expect(out.body.toString()).toBe('abcde')
     })
 
+    it('reads a timeout of 0 as none, also after a timed request on the same socket', async () => {
+      expect((await get({ headersTimeout: 200, bodyTimeout: 200 })).completed).toBe(true)
+      respond = (_req, socket) =>
+        dribble(socket, ['HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n', 'a', 'b'], 300)
+      const out = await get({ headersTimeout: 0, bodyTimeout: 0 })
+      expect(out.error).toBeNull()
+      expect(out.body.toString()).toBe('ab')
+      expect(connectionIds()).toEqual([1, 1])
+    })
+
     it('does not time out a response its handler has paused', async () => {
       // As undici: the body timeout is the upstream's silence, not the time the caller takes to read.
       respond = (_req, socket) => {
@@ -787,6 +797,32 @@ describe('LeanDispatcher on real sockets', () => {
       expect(raw.endsWith('4\r\none \r\n4\r\ntwo \r\n5\r\nthree\r\n0\r\n\r\n')).toBe(true)
       expect((await get()).completed).toBe(true)
       expect(connectionIds()).toEqual([1, 1])
+    })
+
+    it('refuses a streamed body longer than its content-length before its excess is sent', async () => {
+      async function* stream(): AsyncGenerator<Buffer> {
+        yield Buffer.from('12345')
+        await sleep(5)
+        yield Buffer.from('GET /smuggled HTTP/1.1\r\nhost: x\r\n\r\n')
+      }
+      // Answered late, so the excess is in hand before the answer ends the exchange.
+      respond = async (_req, socket) => {
+        await sleep(100)
+        if (!socket.destroyed) socket.write('HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n')
+      }
+      const out = await get({ method: 'POST', headers: ['content-length', '5'], body: stream() })
+      expect(out.error?.code).toBe('UND_ERR_REQ_CONTENT_LENGTH_MISMATCH')
+      await sleep(30)
+      expect(requests.map((r) => r.path)).not.toContain('/smuggled')
+      expect(Buffer.concat(connections[0]!.received).includes('smuggled')).toBe(false)
+    })
+
+    it('refuses a streamed body shorter than its content-length', async () => {
+      async function* stream(): AsyncGenerator<Buffer> {
+        yield Buffer.from('123')
+      }
+      const out = await get({ method: 'POST', headers: ['content-length', '5'], body: stream() })
+      expect(out.error?.code).toBe('UND_ERR_REQ_CONTENT_LENGTH_MISMATCH')
     })
 
     it('refuses a header value with CR LF, and sends nothing', async () => {

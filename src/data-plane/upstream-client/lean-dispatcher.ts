@@ -54,6 +54,9 @@ function invalid(message: string): Error {
   return Object.assign(new Error(message), { code: 'UND_ERR_INVALID_ARG' })
 }
 
+const LENGTH_MISMATCH = Object.assign(new Error('the request body does not match its content-length'), {
+  code: 'UND_ERR_REQ_CONTENT_LENGTH_MISMATCH',
+})
 const CLOSED = Object.assign(new Error('the upstream client is closed'), { code: 'UND_ERR_CLOSED' })
 
 /** One request and its handler, from dispatch to its end. */
@@ -62,6 +65,8 @@ class Exchange {
   readonly head: string
   readonly body: Buffer | AsyncIterable<Buffer> | Iterable<Buffer> | null
   readonly chunked: boolean
+  /** A streamed body's content-length, held to exactly; -1 when chunked or not streamed. */
+  length = -1
   readonly headOnly: boolean
   readonly headersTimeout: number
   readonly bodyTimeout: number
@@ -218,10 +223,14 @@ class Connection implements ResponseSink {
   async #stream(ex: Exchange, body: AsyncIterable<Buffer> | Iterable<Buffer>): Promise<void> {
     const socket = this.socket
     try {
+      let sent = 0
       for await (const chunk of body) {
         if (ex.done || this.current !== ex) return
         // An empty chunk would end a chunked body: it is not written at all.
         if (chunk.length === 0) continue
+        sent += chunk.length
+        // Past its content-length, the rest would reach the upstream as a request of its own.
+        if (ex.length >= 0 && sent > ex.length) throw LENGTH_MISMATCH
         if (ex.chunked) {
           socket.cork()
           socket.write(`${chunk.length.toString(16)}\r\n`, 'latin1')
@@ -232,6 +241,8 @@ class Connection implements ResponseSink {
         if (socket.writableNeedDrain) await drained(socket)
       }
       if (ex.done || this.current !== ex) return
+      // Short of it, the upstream would wait for bytes that never come.
+      if (ex.length >= 0 && sent !== ex.length) throw LENGTH_MISMATCH
       if (ex.chunked) socket.write('0\r\n\r\n', 'latin1')
       ex.written = true
     } catch (err) {
@@ -240,7 +251,12 @@ class Connection implements ResponseSink {
   }
 
   #arm(ms: number): void {
-    if (ms <= 0) return
+    if (ms <= 0) {
+      // 0 is no timeout, as undici reads it: the timer of an earlier request on this socket goes.
+      if (this.#timer !== null) clearTimeout(this.#timer)
+      this.#timer = null
+      return
+    }
     if (this.#timer !== null && this.#timerMs === ms) {
       this.#timer.refresh()
       return
@@ -532,7 +548,9 @@ function prepare(opts: UpstreamRequestOptions, handler: UpstreamHandler): Exchan
     head += 'transfer-encoding: chunked\r\n'
     chunked = true
   }
-  return new Exchange(handler, `${head}\r\n`, body as Exchange['body'], chunked, opts)
+  const ex = new Exchange(handler, `${head}\r\n`, body as Exchange['body'], chunked, opts)
+  if (body !== null && !Buffer.isBuffer(body) && !chunked) ex.length = length
+  return ex
 }
 
 /** A CR, LF or NUL in a header value would end its line early: a request smuggled inside another. */
