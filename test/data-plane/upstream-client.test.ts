@@ -838,6 +838,8 @@ describe('LeanDispatcher on real sockets', () => {
       expect(out.error?.code).toBe('UND_ERR_INVALID_ARG')
       const spaceOnly = await get({ path: '/a b' })
       expect(spaceOnly.error?.code).toBe('UND_ERR_INVALID_ARG')
+      const del = await get({ path: '/a\x7fb' })
+      expect(del.error?.code).toBe('UND_ERR_INVALID_ARG')
       await sleep(30)
       expect(connections).toHaveLength(0)
     })

@@ -44,8 +44,8 @@ const KEEP_ALIVE_MARGIN_MS = 1_000
 const SWEEP_MS = 1_000
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
-// As undici: a request target is visible ASCII or any byte above it, nothing else (no space, no control).
-const BAD_PATH = /[^\u0021-\u00ff]/
+// A request target is visible ASCII or a byte above it (as undici, but DEL refused too): no space, no control.
+const BAD_PATH = /[^\u0021-\u007e\u0080-\u00ff]/
 // Framing and hop-by-hop headers are the client's to write, not the caller's.
 const REFUSED = new Set(['connection', 'keep-alive', 'transfer-encoding', 'upgrade', 'expect'])
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH'])
