@@ -227,6 +227,15 @@ function connectionIds(): number[] {
   return requests.map((r) => r.conn.id)
 }
 
+/** The next request, answered plainly, completes whole, and the requests so far came on these connections. */
+async function expectNextOkOn(ids: number[]): Promise<void> {
+  respond = OK
+  const next = await get()
+  expect(next.completed).toBe(true)
+  expect(next.body.toString()).toBe('ok')
+  expect(connectionIds()).toEqual(ids)
+}
+
 beforeAll(async () => {
   server = createServer((socket) => {
     socket.setNoDelay(true)
@@ -328,10 +337,7 @@ describe('LeanDispatcher on real sockets', () => {
       expect(out.body.toString()).toBe('hello' + alphabet)
       expect(out.chunks.length).toBeGreaterThan(2)
       // The whole answer, trailers included, was read and no more: the socket carries the next request.
-      respond = OK
-      const next = await get()
-      expect(next.body.toString()).toBe('ok')
-      expect(connectionIds()).toEqual([1, 1])
+      await expectNextOkOn([1, 1])
     })
 
     it('reads a chunked answer that came in one read', async () => {
@@ -356,10 +362,7 @@ describe('LeanDispatcher on real sockets', () => {
       expect(out.completed).toBe(false)
       expect(out.events).not.toContain('complete')
       expect(out.events).not.toContain('data')
-      respond = OK
-      const next = await get()
-      expect(next.body.toString()).toBe('ok')
-      expect(connectionIds()).toEqual([1, 2])
+      await expectNextOkOn([1, 2])
       await sleep(20)
       expect(out.events.filter((e) => e === 'complete' || e.startsWith('error'))).toHaveLength(1)
     })
@@ -416,9 +419,7 @@ describe('LeanDispatcher on real sockets', () => {
       const out = await get()
       expect(out.error?.code).toBe('UND_ERR_SOCKET')
       expect(out.completed).toBe(false)
-      respond = OK
-      await get()
-      expect(connectionIds()).toEqual([1, 2])
+      await expectNextOkOn([1, 2])
     })
 
     it('refuses a control character in the status line or a header value', async () => {
@@ -453,10 +454,7 @@ describe('LeanDispatcher on real sockets', () => {
       expect(out.error).toBeNull()
       expect(out.completed).toBe(true)
       expect(out.body.toString()).toBe(pieces.join(''))
-      respond = OK
-      const next = await get()
-      expect(next.body.toString()).toBe('ok')
-      expect(connectionIds()).toEqual([1, 2])
+      await expectNextOkOn([1, 2])
     })
 
     it('reads no body for 204, 304 and HEAD, and reuses the socket after each', async () => {
@@ -521,9 +519,7 @@ describe('LeanDispatcher on real sockets', () => {
         socket.write('HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok')
       }
       expect((await get()).completed).toBe(true)
-      respond = OK
-      expect((await get()).completed).toBe(true)
-      expect(connectionIds()).toEqual([1, 2])
+      await expectNextOkOn([1, 2])
       await waitFor(() => connections[0]!.closed, { timeoutMs: 1_000, what: 'the first socket closed' })
     })
 
@@ -536,9 +532,7 @@ describe('LeanDispatcher on real sockets', () => {
         socket.write('HTTP/1.1 200 OK\r\nkeep-alive: timeout=1\r\ncontent-length: 2\r\n\r\nok')
       }
       expect((await get()).completed).toBe(true)
-      respond = OK
-      expect((await get()).completed).toBe(true)
-      expect(connectionIds()).toEqual([1, 2, 3])
+      await expectNextOkOn([1, 2, 3])
     })
 
     it('does not reuse a socket that sent bytes after a complete answer', async () => {
@@ -550,10 +544,7 @@ describe('LeanDispatcher on real sockets', () => {
       const out = await get()
       expect(out.completed).toBe(true)
       expect(out.body.toString()).toBe('ok')
-      respond = OK
-      const next = await get()
-      expect(next.body.toString()).toBe('ok')
-      expect(connectionIds()).toEqual([1, 2])
+      await expectNextOkOn([1, 2])
     })
 
     it('drops an idle socket the upstream writes to out of turn', async () => {
@@ -564,9 +555,7 @@ describe('LeanDispatcher on real sockets', () => {
       }
       expect((await get()).body.toString()).toBe('ok')
       await waitFor(() => connections[0]!.closed, { timeoutMs: 1_000, what: 'the spoiled socket closed' })
-      respond = OK
-      expect((await get()).body.toString()).toBe('ok')
-      expect(connectionIds()).toEqual([1, 2])
+      await expectNextOkOn([1, 2])
     })
   })
 

@@ -10,7 +10,7 @@ import type { Socket } from 'node:net'
 import type { buildConnector, Dispatcher } from 'undici'
 import { ResponseReader, type ResponseSink } from './response-reader.ts'
 
-export interface UpstreamHandler {
+interface UpstreamHandler {
   onConnect?(abort: (err?: Error) => void): void
   onHeaders?(status: number, head: Buffer[], resume: () => void, statusText?: string): boolean
   onData?(chunk: Buffer): boolean
@@ -18,7 +18,7 @@ export interface UpstreamHandler {
   onError?(err: Error): void
 }
 
-export interface UpstreamRequestOptions {
+interface UpstreamRequestOptions {
   origin?: string | URL
   path: string
   method: string
@@ -73,7 +73,6 @@ class Exchange {
   done = false
   /** The whole request (head and body) was handed to the socket. */
   written = false
-  conn: Connection | null = null
 
   constructor(
     handler: UpstreamHandler,
@@ -183,7 +182,6 @@ class Connection implements ResponseSink {
   /** Takes the exchange: tells its handler how to abort, then writes the request. */
   assign(ex: Exchange): void {
     this.current = ex
-    ex.conn = this
     this.#headSeen = false
     this.socket.ref()
     this.#connecting = true
@@ -315,8 +313,8 @@ class Connection implements ResponseSink {
     const ex = this.current!
     ex.done = true
     this.current = null
-    // An answer that came before the whole request was sent leaves the socket mid-request.
     this.owner.exchangeOver()
+    // An answer that came before the whole request was sent leaves the socket mid-request.
     if (reusable && ex.written) {
       const seconds = this.reader.keepAliveSeconds
       this.owner.release(this, seconds >= 0 ? Math.max(0, seconds * 1000 - KEEP_ALIVE_MARGIN_MS) : -1)
@@ -425,15 +423,13 @@ export class LeanDispatcher {
         this.#next(pool)
         return
       }
-      const conn = new Connection(socket, pool, this)
-      if (ex.done) this.release(conn)
-      else conn.assign(ex)
+      // Not aborted meanwhile: the abort is handed to the handler only by assign().
+      new Connection(socket, pool, this).assign(ex)
     })
   }
 
-  /** The next queued exchange of a pool, on a socket that came free or a slot that did. */
+  /** The next queued exchange of a pool, on a slot that came free. */
   #next(pool: OriginPool): void {
-    while (pool.queue.length > 0 && pool.queue[0]!.done) pool.queue.shift()
     const ex = pool.queue.shift()
     if (ex !== undefined) this.#take(pool, ex)
   }
@@ -449,7 +445,7 @@ export class LeanDispatcher {
     if (this.#closed || keepAliveMs === 0) {
       conn.destroy()
     } else {
-      while (pool.queue.length > 0 && pool.queue[0]!.done) pool.queue.shift()
+      // A queued exchange cannot have ended: its handler gets the abort only once it is assigned.
       const next = pool.queue.shift()
       if (next !== undefined) {
         conn.assign(next)
@@ -492,15 +488,6 @@ export class LeanDispatcher {
     clearInterval(this.#sweep)
     for (const pool of this.#pools.values()) for (const conn of pool.idle) conn.destroy()
     if (this.#busy > 0) await new Promise<void>((resolve) => (this.#whenIdle = resolve))
-  }
-
-  async destroy(): Promise<void> {
-    this.#closed = true
-    clearInterval(this.#sweep)
-    for (const pool of this.#pools.values()) {
-      for (const conn of pool.idle) conn.destroy()
-      for (const ex of pool.queue) if (!ex.done) ex.conn?.destroy()
-    }
   }
 }
 

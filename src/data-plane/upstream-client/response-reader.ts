@@ -38,7 +38,7 @@ const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: |$)/
 const DIGITS = /^\d{1,15}$/
 const HEX = /^[0-9A-Fa-f]{1,13}$/
 
-export function framingError(message: string): Error {
+function framingError(message: string): Error {
   return Object.assign(new Error(`upstream response: ${message}`), { code: 'UND_ERR_SOCKET' })
 }
 
@@ -74,14 +74,6 @@ export class ResponseReader {
     this.#paused = false
     this.#endDue = false
     this.keepAliveSeconds = -1
-  }
-
-  get waitingForHead(): boolean {
-    return this.#state === State.Head
-  }
-
-  get done(): boolean {
-    return this.#state === State.Done || this.#state === State.Failed
   }
 
   /** Bytes off the socket. Bytes nobody asked for (after a response ended) are an error: the connection is spoiled. */
