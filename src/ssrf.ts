@@ -1,6 +1,6 @@
 // Refuses upstream and webhook targets in private, loopback, link-local and other non-public ranges (SSRF).
 import { lookup as dnsLookup, type LookupAddress } from 'node:dns'
-import { BlockList, isIP } from 'node:net'
+import { BlockList, isIP, type TcpNetConnectOpts } from 'node:net'
 import { buildConnector } from 'undici'
 
 const blocked = new BlockList()
@@ -141,8 +141,11 @@ export function guardedLookup(hostname: string, options: object, callback: Looku
  * name resolves to at connect time (DNS may have changed since the target was accepted), but net.connect
  * never calls lookup for an IP literal: those are checked here. Once per socket, not per request.
  */
-export function guardedConnector(timeoutMs: number): buildConnector.connector {
-  const connect = buildConnector({ timeout: timeoutMs, lookup: guardedLookup })
+export function guardedConnector(
+  timeoutMs: number,
+  socketOptions?: Pick<TcpNetConnectOpts, 'onread'>,
+): buildConnector.connector {
+  const connect = buildConnector({ ...socketOptions, timeout: timeoutMs, lookup: guardedLookup })
   return (options, callback) => {
     const host = options.hostname.charCodeAt(0) === 91 ? options.hostname.slice(1, -1) : options.hostname
     if (isIP(host) !== 0 && isPrivateAddress(host)) {

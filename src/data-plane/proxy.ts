@@ -65,13 +65,15 @@ export interface ProxyHooks {
   /** Called once, synchronously, when the upstream's head arrives, before anything is written to the
    * client (`head`: the raw [name, value, …] list). Returns extra headers to add (the receipt); a promise
    * holds the head (and pauses the upstream) until it resolves: a receipt settled before the answer. It must
-   * not reject. */
+   * not reject. The head's buffers are views of the upstream socket's read buffer, good during the call and
+   * until the promise resolves: what is kept longer is copied. */
   onResponseHead(
     status: number,
     head: Buffer[],
   ): Array<[string, string]> | undefined | Promise<Array<[string, string]>>
   /** Each body chunk on its way to the client: returns what to send (a usage meter may take out an event).
-   * Only a chunked answer may be changed: a sized one must come back as it went in. */
+   * Only a chunked answer may be changed: a sized one must come back as it went in. The chunk is a view of
+   * the upstream socket's read buffer, which its next read overwrites: what is kept past the call is copied. */
   onResponseData?(chunk: Buffer): Buffer
   /** Set by onResponseHead when onResponseData changes the answer's length: it is sent unsized. */
   resizes?: boolean

@@ -4,7 +4,7 @@
 // by default (src/data-plane/upstream-client/), undici's Agent with `proxy.upstream_client: "undici"`.
 import { Agent, buildConnector, type Dispatcher } from 'undici'
 import { guardedConnector } from '../ssrf.ts'
-import { LeanDispatcher } from './upstream-client/lean-dispatcher.ts'
+import { LeanDispatcher, readIntoOwnBuffer } from './upstream-client/lean-dispatcher.ts'
 
 export type UpstreamClientKind = 'lean' | 'undici'
 
@@ -43,6 +43,8 @@ export function createUpstreamDispatcher(options: UpstreamDispatcherOptions): Up
   return new LeanDispatcher({
     connections: options.connections ?? null,
     allowPrivate: options.allowPrivate,
-    connect: options.allowPrivate ? buildConnector({ timeout }) : guardedConnector(timeout),
+    connect: options.allowPrivate
+      ? buildConnector({ timeout, onread: readIntoOwnBuffer })
+      : guardedConnector(timeout, { onread: readIntoOwnBuffer }),
   })
 }

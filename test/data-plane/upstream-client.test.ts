@@ -1,10 +1,16 @@
 // tollgate's own HTTP/1.1 upstream client (LeanDispatcher and its ResponseReader) on real loopback sockets:
 // a node:net server writes hand-made responses, byte for byte and split across writes where it matters, so
 // the framing, reuse, timeout and backpressure rules are checked on what a socket really delivers.
+import { execFileSync } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { createServer, type Server, type Socket } from 'node:net'
-import type { Dispatcher } from 'undici'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { createServer as createTlsServer } from 'node:tls'
+import { buildConnector, type Dispatcher } from 'undici'
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
-import { LeanDispatcher } from '../../src/data-plane/upstream-client/lean-dispatcher.ts'
+import { LeanDispatcher, readIntoOwnBuffer } from '../../src/data-plane/upstream-client/lean-dispatcher.ts'
 import { createUpstreamDispatcher, type UpstreamDispatcher } from '../../src/data-plane/upstream-pool.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 
@@ -142,7 +148,7 @@ interface CallOptions {
   dispatcher?: UpstreamDispatcher
   onConnect?(abort: (err?: Error) => void): void
   /** Returning false pauses the response, as with undici. */
-  onHeaders?(status: number, resume: () => void): boolean | undefined
+  onHeaders?(status: number, resume: () => void, raw: Buffer[]): boolean | undefined
   onData?(chunk: Buffer, resume: () => void): boolean | undefined
 }
 
@@ -178,7 +184,7 @@ function call(options: CallOptions = {}): { done: Promise<Outcome>; outcome: Out
         outcome.headers.set(name, [...(outcome.headers.get(name) ?? []), raw[i + 1]!.toString('latin1')])
       }
       resumeFn = resume
-      return options.onHeaders?.(status, resume) ?? true
+      return options.onHeaders?.(status, resume, raw as Buffer[]) ?? true
     },
     onData(chunk) {
       outcome.events.push('data')
@@ -908,6 +914,215 @@ describe('LeanDispatcher on real sockets', () => {
       } finally {
         for (const conn of connections) conn.socket.destroy()
         await one.close()
+      }
+    })
+  })
+
+  describe('reads into a buffer of its own per socket', () => {
+    /** A body of random bytes, different for every path. */
+    const bodies = new Map<string, Buffer>()
+    function bodyOf(path: string): Buffer {
+      let body = bodies.get(path)
+      if (body === undefined) {
+        body = randomBytes(150_000 + bodies.size * 17_011)
+        bodies.set(path, body)
+      }
+      return body
+    }
+    /** Sized answers in one write; chunked ones (odd paths) in uneven chunks over several writes. */
+    const randomAnswers: Responder = async (req, socket) => {
+      const body = bodyOf(req.path)
+      if (Number(req.path.slice(1)) % 2 === 0) {
+        socket.write(`HTTP/1.1 200 OK\r\ncontent-length: ${body.length}\r\n\r\n`)
+        socket.write(body)
+        return
+      }
+      socket.write('HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n')
+      for (let at = 0; at < body.length; ) {
+        const size = Math.min(body.length - at, 1 + ((at * 7919) % 50_000))
+        socket.write(`${size.toString(16)}\r\n`)
+        socket.write(body.subarray(at, at + size))
+        socket.write('\r\n')
+        at += size
+        if (at % 3 === 0) await sleep(1)
+      }
+      socket.write('0\r\n\r\n')
+    }
+
+    it('reuses one buffer per socket from read to read, a different one on each socket', async () => {
+      respond = randomAnswers
+      const seen = [new Set<ArrayBufferLike>(), new Set<ArrayBufferLike>()]
+      const outs = await Promise.all(
+        [0, 1].map((i) =>
+          get({
+            path: `/${i * 2}`,
+            onData(chunk) {
+              seen[i]!.add(chunk.buffer)
+              return true
+            },
+          }),
+        ),
+      )
+      for (const [i, out] of outs.entries()) {
+        expect(out.body.equals(bodyOf(`/${i * 2}`))).toBe(true)
+        expect(out.events.filter((e) => e === 'data').length).toBeGreaterThan(2)
+        expect(seen[i]!.size).toBe(1)
+      }
+      expect([...seen[0]!][0]).not.toBe([...seen[1]!][0])
+    })
+
+    it('hands on every byte exactly while many answers pause and resume at random', async () => {
+      respond = randomAnswers
+      let pauses = 0
+      const outs = await Promise.all(
+        Array.from({ length: 16 }, (_, i) =>
+          get({
+            path: `/${i}`,
+            onData(_chunk, resume) {
+              // Every third chunk the handler holds the exchange: the socket must read nothing meanwhile.
+              if (Math.random() >= 1 / 3) return true
+              pauses++
+              setTimeout(resume, Math.floor(Math.random() * 4))
+              return false
+            },
+          }),
+        ),
+      )
+      expect(pauses).toBeGreaterThan(10)
+      for (const [i, out] of outs.entries()) {
+        expect(out.error).toBeNull()
+        expect(out.body.equals(bodyOf(`/${i}`)), `/${i}`).toBe(true)
+      }
+    })
+
+    it('keeps a head intact while its handler holds it paused and the body waits', async () => {
+      respond = randomAnswers
+      let raw: Buffer[] = []
+      let resumeLater: () => void = () => {}
+      const { done } = call({
+        path: '/2',
+        onHeaders(_status, resume, head) {
+          raw = head
+          resumeLater = resume
+          return false
+        },
+      })
+      await waitFor(() => raw.length > 0, { what: 'the head' })
+      // The body is all sent meanwhile: had the socket read on, it would have overwritten the head's bytes.
+      await sleep(30)
+      const fields = raw.map((b) => b.toString('latin1'))
+      resumeLater()
+      const out = await done
+      expect(fields).toEqual(['content-length', String(bodyOf('/2').length)])
+      expect(out.body.equals(bodyOf('/2'))).toBe(true)
+    })
+  })
+  describe('sockets of other connectors', () => {
+    /** One GET of `path` through `dispatcher`; the chunks' buffers counted. */
+    async function fetchThrough(
+      dispatcher: LeanDispatcher,
+      target: string,
+      path: string,
+    ): Promise<{ body: Buffer; buffers: number; reads: number }> {
+      const parts: Buffer[] = []
+      const buffers = new Set<ArrayBufferLike>()
+      return new Promise((resolve, reject) => {
+        dispatcher.dispatch(
+          {
+            origin: target,
+            path,
+            method: 'GET',
+            headers: ['host', new URL(target).host],
+          } as Dispatcher.DispatchOptions,
+          {
+            onConnect() {},
+            onHeaders: () => true,
+            onData(chunk: Buffer) {
+              buffers.add(chunk.buffer)
+              parts.push(Buffer.from(chunk))
+              return true
+            },
+            onComplete: () =>
+              resolve({ body: Buffer.concat(parts), buffers: buffers.size, reads: parts.length }),
+            onError: reject,
+          } as unknown as Dispatcher.DispatchHandler,
+        )
+      })
+    }
+
+    it('reads a TLS upstream into a buffer of its own too', async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'tollgate-tls-'))
+      execFileSync(
+        'openssl',
+        [
+          'req',
+          '-x509',
+          '-newkey',
+          'ec',
+          '-pkeyopt',
+          'ec_paramgen_curve:P-256',
+          '-nodes',
+          '-days',
+          '1',
+          '-subj',
+          '/CN=127.0.0.1',
+          '-addext',
+          'subjectAltName=IP:127.0.0.1',
+          '-keyout',
+          join(dir, 'key.pem'),
+          '-out',
+          join(dir, 'cert.pem'),
+        ],
+        { stdio: 'ignore' },
+      )
+      const body = randomBytes(300_000)
+      const tlsServer = createTlsServer(
+        { key: readFileSync(join(dir, 'key.pem')), cert: readFileSync(join(dir, 'cert.pem')) },
+        (socket) => {
+          socket.once('data', () =>
+            socket.end(
+              Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\ncontent-length: ${body.length}\r\n\r\n`), body]),
+            ),
+          )
+          socket.on('error', () => {})
+        },
+      )
+      await new Promise<void>((resolve) => tlsServer.listen(0, '127.0.0.1', resolve))
+      const tlsPort = (tlsServer.address() as { port: number }).port
+      const dispatcher = new LeanDispatcher({
+        connect: buildConnector({
+          ca: readFileSync(join(dir, 'cert.pem')),
+          onread: readIntoOwnBuffer,
+        }),
+        allowPrivate: true,
+      })
+      try {
+        const out = await fetchThrough(dispatcher, `https://127.0.0.1:${tlsPort}`, '/')
+        expect(out.body.equals(body)).toBe(true)
+        expect(out.reads).toBeGreaterThan(2)
+        expect(out.buffers).toBe(1)
+      } finally {
+        await dispatcher.close()
+        await new Promise<void>((resolve) => tlsServer.close(() => resolve()))
+        rmSync(dir, { recursive: true, force: true })
+      }
+    })
+
+    it('reads the chunks a socket emits when its connector does not set a read buffer', async () => {
+      respond = (_req, socket) => {
+        const body = Buffer.alloc(200_000, 'z')
+        socket.write(
+          Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\ncontent-length: ${body.length}\r\n\r\n`), body]),
+        )
+      }
+      const dispatcher = new LeanDispatcher({ connect: buildConnector({}), allowPrivate: true })
+      try {
+        const out = await fetchThrough(dispatcher, origin, '/')
+        expect(out.body.equals(Buffer.alloc(200_000, 'z'))).toBe(true)
+        // Node's own reads: a fresh buffer each.
+        expect(out.buffers).toBe(out.reads)
+      } finally {
+        await dispatcher.close()
       }
     })
   })

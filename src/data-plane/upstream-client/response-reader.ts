@@ -1,6 +1,9 @@
 // Reads one HTTP/1.1 response at a time off an upstream socket's chunks: the head, then the body framed by
 // content-length, chunked coding or the connection's close (RFC 9112 §6.3). Body bytes are handed on as
 // views of the chunk they came in (no copy); a chunk split across reads is never joined, only a head is.
+// A chunk is good only until the socket reads again (the client reads every socket into one buffer of its
+// own, reused), so what the reader keeps across reads it copies: a head or chunk line not yet whole. What it
+// holds while its sink has paused it stays a view: a paused socket does not read.
 // Framing the reader cannot be sure of (a length and a chunked coding together, two lengths that differ,
 // a malformed size or line) is an error, never a guess: the connection is then closed, not reused.
 
@@ -79,7 +82,8 @@ export class ResponseReader {
   /** Bytes off the socket. Bytes nobody asked for (after a response ended) are an error: the connection is spoiled. */
   feed(chunk: Buffer): void {
     if (this.#paused) {
-      this.#held = this.#held === null ? chunk : Buffer.concat([this.#held, chunk])
+      // Cannot come from a paused socket; a copy all the same, should a socket read once more.
+      this.#held = this.#held === null ? Buffer.from(chunk) : Buffer.concat([this.#held, chunk])
       return
     }
     this.#run(chunk)
@@ -235,7 +239,8 @@ export class ResponseReader {
         this.#fail(framingError('chunk line too long'))
         return null
       }
-      this.#partial = buf.subarray(from)
+      // Kept across reads: a copy unless it is already one (joined above).
+      this.#partial = buf === chunk ? Buffer.from(buf.subarray(from)) : buf.subarray(from)
       return null
     }
     if (end - from > MAX_LINE_BYTES) {
@@ -256,8 +261,8 @@ export class ResponseReader {
     const end = buf.indexOf(CRLFCRLF)
     if (end < 0) {
       if (buf.length > MAX_HEAD_BYTES) this.#fail(framingError('head too large'))
-      // A view: a socket's chunks are fresh buffers, never reused, so the head's views stay valid.
-      else this.#partial = buf
+      // Kept across reads: a copy unless it is already one (joined above).
+      else this.#partial = this.#partial === null ? Buffer.from(buf) : buf
       return chunk.length
     }
     if (end > MAX_HEAD_BYTES) {
