@@ -971,6 +971,27 @@ describe('LeanDispatcher on real sockets', () => {
       expect([...seen[0]!][0]).not.toBe([...seen[1]!][0])
     })
 
+    it('shrinks a buffer that a run of reads used little of, and grows it back when a read fills it', async () => {
+      const sizes: number[] = []
+      const onData = (chunk: Buffer) => {
+        sizes.push(chunk.buffer.byteLength)
+        return true
+      }
+      // Small answers, one read each: after sixteen the socket reads into 4 KB.
+      for (let i = 0; i < 20; i++) expect((await get({ onData })).body.toString()).toBe('ok')
+      expect(sizes.slice(0, 16).every((size) => size === 64 * 1024)).toBe(true)
+      expect(sizes.slice(16)).toEqual([4096, 4096, 4096, 4096])
+      // A large answer on the same socket: reads that fill the buffer grow it, four times at each step.
+      respond = randomAnswers
+      sizes.length = 0
+      const out = await get({ path: '/0', onData })
+      expect(out.body.equals(bodyOf('/0'))).toBe(true)
+      expect(sizes[0]).toBe(4096)
+      expect(sizes).toContain(16 * 1024)
+      expect(sizes.at(-1)).toBe(64 * 1024)
+      expect(connectionIds().every((id) => id === 1)).toBe(true)
+    })
+
     it('hands on every byte exactly while many answers pause and resume at random', async () => {
       respond = randomAnswers
       let pauses = 0

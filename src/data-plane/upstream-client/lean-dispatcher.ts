@@ -50,28 +50,35 @@ const SWEEP_MS = 1_000
  * read as Node's default does: those allocations outside V8's heap, and the old-generation collections they
  * set off, cost the relay more than half its CPU per large answer (relay-256k, this machine: 354 µs per
  * 256 KB with fresh buffers, 132–152 with reused ones, nginx 125–159 in the same runs; 16 KB buffers 213–217).
- * The price is memory: 64 KB per open upstream socket, idle ones closed within seconds.
+ * The price is memory held while the socket is open, so the buffer follows the reads: 64 KB while they fill
+ * it, 4 KB once a run of them used little of it (a token stream, small answers), grown again by a read that
+ * fills it. A thousand open token streams hold 4 MB, not 64.
  */
-const READ_BUFFER_BYTES = 64 * 1024
+const READ_BUFFER_MAX = 64 * 1024
+const READ_BUFFER_MIN = 4 * 1024
+/** Consecutive reads under an eighth of the buffer before it shrinks. */
+const SMALL_READS_TO_SHRINK = 16
 const CONNECTION = Symbol('tollgate.connection')
-/** The buffer the socket that read last read into: Node asks for its next one right after the callback. */
-let justRead: Buffer | null = null
+/** The buffer for the next read of the socket that read last: Node asks for it right after the callback. */
+let nextRead: Buffer | null = null
 
 /**
  * The sockets' `onread` (net and tls connect options, passed by the connector). Node calls `buffer()` once
  * when a socket gets its handle, then after every read for the buffer of the next one: a new socket gets a
- * buffer of its own, a socket that has just read keeps its own. The callback runs as a method of the socket.
+ * buffer of its own, a socket that has just read gets what its connection chose (its own, or a resized one).
+ * The callback runs as a method of the socket. A buffer given up is never handed to another socket, so the
+ * views of it still held stay valid.
  */
 export const readIntoOwnBuffer: OnReadOpts = {
   buffer(): Buffer {
-    const own = justRead
-    if (own === null) return Buffer.allocUnsafeSlow(READ_BUFFER_BYTES)
-    justRead = null
-    return own
+    const next = nextRead
+    if (next === null) return Buffer.allocUnsafeSlow(READ_BUFFER_MAX)
+    nextRead = null
+    return next
   },
   callback(this: Socket, n: number, buf: Uint8Array): boolean {
+    const conn = (this as Socket & { [CONNECTION]?: Connection })[CONNECTION]
     try {
-      const conn = (this as Socket & { [CONNECTION]?: Connection })[CONNECTION]
       if (conn === undefined) {
         this.destroy()
         return false
@@ -82,7 +89,7 @@ export const readIntoOwnBuffer: OnReadOpts = {
       this.destroy(err as Error)
       return false
     } finally {
-      justRead = buf as Buffer
+      nextRead = conn === undefined ? (buf as Buffer) : conn.nextReadBuffer(buf as Buffer, n)
     }
   },
 }
@@ -183,6 +190,8 @@ class Connection implements ResponseSink {
   /** Inside the handler's onConnect, and the reason it aborted with, if it did. */
   #connecting = false
   #abortedBy: Error | null = null
+  /** Reads in a row that used under an eighth of the read buffer. */
+  #smallReads = 0
 
   constructor(socket: Socket, pool: OriginPool, owner: LeanDispatcher) {
     this.socket = socket
@@ -210,6 +219,22 @@ class Connection implements ResponseSink {
       }
       this.owner.forget(this)
     })
+  }
+
+  /** The buffer the socket reads into next, after a read of n bytes into buf (see readIntoOwnBuffer). */
+  nextReadBuffer(buf: Buffer, n: number): Buffer {
+    const size = buf.length
+    if (n === size) {
+      this.#smallReads = 0
+      return size < READ_BUFFER_MAX ? Buffer.allocUnsafeSlow(Math.min(size * 4, READ_BUFFER_MAX)) : buf
+    }
+    if (size > READ_BUFFER_MIN && n < size >> 3) {
+      if (++this.#smallReads < SMALL_READS_TO_SHRINK) return buf
+      this.#smallReads = 0
+      return Buffer.allocUnsafeSlow(READ_BUFFER_MIN)
+    }
+    this.#smallReads = 0
+    return buf
   }
 
   /** A read off the socket; false when it must read no more for now (paused, or closed). */
