@@ -1,5 +1,6 @@
 // Streams a paid call to its upstream and the answer back: header hygiene, backpressure both ways, abort
-// propagation and upstream timeouts, on undici's raw dispatch API (no stream objects per call).
+// propagation and upstream timeouts, through undici's raw dispatch contract (no stream objects per call), which
+// tollgate's own upstream client implements (upstream-pool.ts: it, or undici's Agent).
 import type { Dispatcher } from 'undici'
 import { type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
 import { statusClass, upstreamDuration } from '../observability/metrics.ts'
@@ -455,7 +456,7 @@ class Forward implements Dispatcher.DispatchHandler {
   #errorCode: UpstreamErrorCode = 'unreachable'
   #abortUpstream: ((err?: Error) => void) | null = null
   #resumeUpstream: (() => void) | null = null
-  /** performance.now() when the request was handed to undici: the upstream's time to headers starts here. */
+  /** performance.now() when the request was handed to the client: the upstream's time to headers starts here. */
   sentMs = 0
 
   constructor(res: HttpResponse, body: RequestBody, hooks: ProxyHooks, headOnly: boolean, requestId: string) {

@@ -146,6 +146,8 @@ interface CallOptions {
   headersTimeout?: number
   bodyTimeout?: number
   dispatcher?: UpstreamDispatcher
+  /** Another upstream than the test's server. */
+  origin?: string
   onConnect?(abort: (err?: Error) => void): void
   /** Returning false pauses the response, as with undici. */
   onHeaders?(status: number, resume: () => void, raw: Buffer[]): boolean | undefined
@@ -205,11 +207,12 @@ function call(options: CallOptions = {}): { done: Promise<Outcome>; outcome: Out
       settle()
     },
   }
+  const target = options.origin ?? origin
   const dispatchOptions = {
-    origin,
+    origin: target,
     path: options.path ?? '/',
     method: options.method ?? 'GET',
-    headers: ['host', `127.0.0.1:${port}`, ...(options.headers ?? [])],
+    headers: ['host', new URL(target).host, ...(options.headers ?? [])],
     body: options.body ?? null,
     headersTimeout: options.headersTimeout ?? 2_000,
     bodyTimeout: options.bodyTimeout ?? 2_000,
@@ -1039,36 +1042,18 @@ describe('LeanDispatcher on real sockets', () => {
     })
   })
   describe('sockets of other connectors', () => {
-    /** One GET of `path` through `dispatcher`; the chunks' buffers counted. */
-    async function fetchThrough(
-      dispatcher: LeanDispatcher,
-      target: string,
-      path: string,
-    ): Promise<{ body: Buffer; buffers: number; reads: number }> {
-      const parts: Buffer[] = []
+    /** One GET through `dispatcher` to `target`, the buffers its chunks were read into counted. */
+    async function getThrough(dispatcher: UpstreamDispatcher, target: string) {
       const buffers = new Set<ArrayBufferLike>()
-      return new Promise((resolve, reject) => {
-        dispatcher.dispatch(
-          {
-            origin: target,
-            path,
-            method: 'GET',
-            headers: ['host', new URL(target).host],
-          } as Dispatcher.DispatchOptions,
-          {
-            onConnect() {},
-            onHeaders: () => true,
-            onData(chunk: Buffer) {
-              buffers.add(chunk.buffer)
-              parts.push(Buffer.from(chunk))
-              return true
-            },
-            onComplete: () =>
-              resolve({ body: Buffer.concat(parts), buffers: buffers.size, reads: parts.length }),
-            onError: reject,
-          } as unknown as Dispatcher.DispatchHandler,
-        )
+      const out = await get({
+        dispatcher,
+        origin: target,
+        onData(chunk) {
+          buffers.add(chunk.buffer)
+          return true
+        },
       })
+      return { ...out, buffers: buffers.size, reads: out.chunks.length }
     }
 
     it('reads a TLS upstream into a buffer of its own too', async () => {
@@ -1118,7 +1103,7 @@ describe('LeanDispatcher on real sockets', () => {
         allowPrivate: true,
       })
       try {
-        const out = await fetchThrough(dispatcher, `https://127.0.0.1:${tlsPort}`, '/')
+        const out = await getThrough(dispatcher, `https://127.0.0.1:${tlsPort}`)
         expect(out.body.equals(body)).toBe(true)
         expect(out.reads).toBeGreaterThan(2)
         expect(out.buffers).toBe(1)
@@ -1138,7 +1123,7 @@ describe('LeanDispatcher on real sockets', () => {
       }
       const dispatcher = new LeanDispatcher({ connect: buildConnector({}), allowPrivate: true })
       try {
-        const out = await fetchThrough(dispatcher, origin, '/')
+        const out = await getThrough(dispatcher, origin)
         expect(out.body.equals(Buffer.alloc(200_000, 'z'))).toBe(true)
         // Node's own reads: a fresh buffer each.
         expect(out.buffers).toBe(out.reads)
