@@ -110,6 +110,13 @@ export interface RecordedAttempt {
   disabled: 'gone' | 'failing' | null
 }
 
+/**
+ * The delivery was not queued again while its attempt was in flight. A redeliver clears the claim
+ * (`locked_until`) and makes the row pending: the attempt is still recorded, but the delivery stays queued,
+ * or the redeliver would be lost. A row set failed meanwhile (its webhook deleted) takes the attempt's result.
+ */
+const NOT_REQUEUED = (tx: Sql | Tx) => tx`NOT (status = 'pending' AND locked_until IS NULL)`
+
 /** Writes the attempt, moves the delivery on, and keeps the webhook's failure clock, in one transaction. */
 export async function recordAttempt(
   sql: Sql,
@@ -125,16 +132,17 @@ export async function recordAttempt(
               ${r.kind === 'delivered' ? null : r.error}, ${nextAt})`
     if (r.kind === 'delivered') {
       await tx`UPDATE webhook_deliveries SET status = 'delivered', delivered_at = now(), attempts = attempts + 1,
-               locked_until = NULL WHERE id = ${d.id}`
+               locked_until = NULL WHERE id = ${d.id} AND ${NOT_REQUEUED(tx)}`
       await tx`UPDATE webhooks SET failing_since = NULL WHERE id = ${d.webhook_id} AND failing_since IS NOT NULL`
       return { disabled: null }
     }
     if (r.kind === 'retry') {
       await tx`UPDATE webhook_deliveries SET attempts = attempts + 1, locked_until = NULL,
-               next_attempt_at = now() + ${r.delayMs} * interval '1 millisecond' WHERE id = ${d.id}`
+               next_attempt_at = now() + ${r.delayMs} * interval '1 millisecond'
+               WHERE id = ${d.id} AND ${NOT_REQUEUED(tx)}`
     } else {
       await tx`UPDATE webhook_deliveries SET status = 'failed', attempts = attempts + 1, locked_until = NULL
-               WHERE id = ${d.id}`
+               WHERE id = ${d.id} AND ${NOT_REQUEUED(tx)}`
     }
     await tx`UPDATE webhooks SET failing_since = COALESCE(failing_since, now()) WHERE id = ${d.webhook_id}`
     const [disabled] = q.gone

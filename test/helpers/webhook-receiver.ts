@@ -1,5 +1,5 @@
 // A real webhook receiver on 127.0.0.1: records every request's headers and raw body, and answers as the
-// test says (a status, extra headers, or hanging until the sender gives up). It can be started on a port
+// test says (a status, extra headers, held until the test lets it go, or hanging until the sender gives up). It can be started on a port
 // reserved earlier, so a test can have the port refuse connections first and come up later.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { AddressInfo, Socket } from 'node:net'
@@ -28,7 +28,7 @@ export interface WebhookReceiver {
 }
 
 export async function startWebhookReceiver(
-  options: { port?: number; answer?: (c: Captured, req: IncomingMessage) => Answer } = {},
+  options: { port?: number; answer?: (c: Captured, req: IncomingMessage) => Answer | Promise<Answer> } = {},
 ): Promise<WebhookReceiver> {
   const received: Captured[] = []
   const sockets = new Set<Socket>()
@@ -62,10 +62,12 @@ export async function startWebhookReceiver(
       }
       received.push(captured)
       for (const w of waiters) w()
-      const a = answer(captured, req)
-      if (a === 'hang') return // the socket is destroyed on close, or the sender times out
-      res.writeHead(a.status, { 'content-type': 'text/plain', ...a.headers })
-      res.end('ok')
+      // A promise holds the answer until it resolves (an attempt kept in flight).
+      void Promise.resolve(answer(captured, req)).then((a) => {
+        if (a === 'hang') return // the socket is destroyed on close, or the sender times out
+        res.writeHead(a.status, { 'content-type': 'text/plain', ...a.headers })
+        res.end('ok')
+      })
     })
   })
   server.on('connection', (s: Socket) => {

@@ -373,6 +373,32 @@ describe('events API', () => {
     expect(typed.body.data).toEqual([])
   })
 
+  it('a redeliver asked while an attempt is in flight is sent, not overwritten by that attempt', async () => {
+    const { key, accountId } = await merchant()
+    let release!: () => void
+    const held = new Promise<void>((resolve) => (release = resolve))
+    // The first attempt's answer waits until the redeliver is queued: its result is recorded after it.
+    const r = await receiver({
+      answer: (c) => (c.n === 1 ? held.then(() => ({ status: 200 })) : { status: 200 }),
+    })
+    const wh = await createWebhook(key, `${r.url}/hook`)
+    const id = await emit(accountId)
+    await r.waitFor(byEvent(id))
+    const res = await svc.api(`/api/v1/events/${id}/redeliver`, { key, method: 'POST' })
+    expect(res.status).toBe(202)
+    release()
+    const again = await r.waitFor((c) => c.n === 2)
+    expect(again.headers['webhook-id']).toBe(id)
+    const d = await waitFor(
+      async () => {
+        const res = await svc.api(`/api/v1/webhooks/${wh.id}/deliveries?event_id=${id}`, { key })
+        return res.body.data[0]?.attempts.length === 2 && res.body.data[0]?.status === 'delivered' && res
+      },
+      { what: 'both attempts recorded, the delivery delivered', timeoutMs: 8000, intervalMs: 25 },
+    )
+    expect(d.body.data).toHaveLength(1)
+  })
+
   it('redeliver sends an event again with the same webhook-id', async () => {
     const { key, accountId } = await merchant()
     const r = await receiver()
