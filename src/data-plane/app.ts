@@ -15,7 +15,7 @@ import {
   rateLimitedHeaders,
 } from '../rate-limit.ts'
 import { nextRequestId, requestIdFrom } from '../request-id.ts'
-import { type ClientKey, createClientKey } from './client-address.ts'
+import { type ClientKey, createClientKey, peerAddress } from './client-address.ts'
 import { CORS_HEADERS, preflight } from './cors.ts'
 import {
   assertNativeUws,
@@ -402,7 +402,7 @@ function apiBridge(options: PublicAppOptions): UwsRoute {
       headers[k] = headers[k] === undefined ? val : `${headers[k]}, ${val}`
     })
     const requestId = requestIdFrom(headers['x-request-id'])
-    const remoteAddress = Buffer.from(res.getRemoteAddressAsText()).toString()
+    const remoteAddress = peerAddress(res)
     // --- Rate limits on the unauthenticated surfaces: sign-up, and guessing keys (charged on each 401).
     let limitKey: string | null = null
     let prefix: string | null = null

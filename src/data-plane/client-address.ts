@@ -97,10 +97,26 @@ export function clientAddress(peer: string, hops: readonly string[], trusted: Bl
   return client
 }
 
+/**
+ * The peer's address as uWS prints it. uWS asks the kernel for it (getpeername) each time it is read, and a
+ * system call is dear on the paid path: the rate limit's key, the metered call's key and the address
+ * forwarded upstream all read it here, once a request (the last response asked is remembered; uWS makes a
+ * response object per request and never reuses one, and one response's peer never changes).
+ */
+export function peerAddress(res: HttpResponse): string {
+  if (res !== askedOf) {
+    askedAddress = Buffer.from(res.getRemoteAddressAsText()).toString()
+    askedOf = res
+  }
+  return askedAddress
+}
+let askedOf: HttpResponse | null = null
+let askedAddress = ''
+
 export function createClientKey(trustedProxies: readonly string[]): ClientKey {
   const trusted = trustedProxies.length === 0 ? null : parseTrustedProxies(trustedProxies)
   return (res, req) => {
-    const peer = unmapped(Buffer.from(res.getRemoteAddressAsText()).toString())
+    const peer = unmapped(peerAddress(res))
     if (trusted === null) return addressKey(peer)
     return addressKey(clientAddress(peer, forwardedHops(req), trusted))
   }

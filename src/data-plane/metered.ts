@@ -38,6 +38,7 @@ import type { CallFacts, ClaimOutcome, Payment, Quote, Verdict } from '../scheme
 import type { ProofEdge } from './app.ts'
 import { cacheCounters } from './caches.ts'
 import { challengeBody, quoteExpiry, v2Header } from './challenge.ts'
+import { peerAddress } from './client-address.ts'
 import { CORS_HEADERS, CORS_PAIRS } from './cors.ts'
 import { type EndpointCache, type LiveEndpoint, loadEndpoint, NOT_FOUND } from './endpoint-cache.ts'
 import type { ObservedCalls } from './observed-calls.ts'
@@ -245,7 +246,7 @@ class MeteredCall implements ProxyHooks {
         method: this.method,
         pathAndQuery: subPath + (query ? `?${query}` : ''),
         headers,
-        remoteAddress: Buffer.from(res.getRemoteAddressAsText()).toString(),
+        remoteAddress: peerAddress(res),
         requestId: this.requestId,
         traceparent: null,
       }

@@ -91,38 +91,60 @@ export class UsageMeter {
     return buf
   }
 
-  /** Scans complete events; returns the text to send when filtering. */
+  /**
+   * Scans complete events; returns the text to send when filtering. A chunk often holds many events: the
+   * scan walks them with a cursor and looks for each kind of blank line once a pass, not once an event
+   * (searching the rest of the chunk for a CRLF blank line after every event of an LF stream was
+   * quadratic in the events a chunk holds).
+   */
   private scanEvents(text: string): string {
-    let buffer = this.text + text
+    const buffer = this.text === '' ? text : this.text + text
+    const filtering = this.filtering
     let out = ''
-    for (;;) {
-      const end = eventEnd(buffer)
-      if (end === null) break
-      const event = buffer.slice(0, end.at)
-      const separator = buffer.slice(end.at, end.at + end.length)
-      buffer = buffer.slice(end.at + end.length)
-      const kept = this.onEvent(event)
-      if (kept !== null) out += kept + separator
+    let from = 0
+    let lf = buffer.indexOf('\n\n')
+    let crlf = buffer.indexOf('\r\n\r\n')
+    while (lf >= 0 || crlf >= 0) {
+      const isCrlf = crlf >= 0 && (lf < 0 || crlf < lf)
+      const at = isCrlf ? crlf : lf
+      const next = at + (isCrlf ? 4 : 2)
+      const kept = this.onEvent(buffer.slice(from, at))
+      if (filtering && kept !== null) out += kept + buffer.slice(at, next)
+      from = next
+      if (lf >= 0 && lf < from) lf = buffer.indexOf('\n\n', from)
+      if (crlf >= 0 && crlf < from) crlf = buffer.indexOf('\r\n\r\n', from)
     }
-    if (buffer.length > EVENT_MAX_CHARS) {
+    let rest = from === 0 ? buffer : buffer.slice(from)
+    if (rest.length > EVENT_MAX_CHARS) {
       // An event this long is not one we rewrite: pass everything on as it comes from now on.
-      if (this.filtering) out += buffer
+      if (filtering) out += rest
       this.filtering = false
-      buffer = ''
+      rest = ''
     }
-    this.text = buffer
+    this.text = rest
     return out
   }
 
   /** One SSE event: its usage read; returns it as it goes out (null: dropped). */
   private onEvent(event: string): string | null {
     let data = ''
-    for (const line of event.split(/\r?\n/)) {
-      if (line.startsWith('data:')) data += line.slice(line.charCodeAt(5) === 32 ? 6 : 5)
+    if (event.startsWith('data:') && event.indexOf('\n') < 0) {
+      // One data line, as every event of OpenAI's and Anthropic's streams is.
+      data = event.slice(event.charCodeAt(5) === 32 ? 6 : 5)
+    } else {
+      for (const line of event.split(/\r?\n/)) {
+        if (line.startsWith('data:')) data += line.slice(line.charCodeAt(5) === 32 ? 6 : 5)
+      }
     }
     if (data === '' || data === '[DONE]') return event
     this.events++
-    if (!data.includes('"usage"')) return event
+    const usageAt = data.indexOf('"usage"')
+    if (usageAt < 0) return event
+    if (saysNoUsage(data, usageAt)) {
+      // `"usage":null`, the only usage key of the event: what an OpenAI stream asked for its usage adds to
+      // every chunk before the last. Nothing to read; JSON.parse would read the whole chunk to learn it.
+      return this.filtering ? withoutNullUsage(event) : event
+    }
     let parsed: unknown
     try {
       parsed = JSON.parse(data)
@@ -139,7 +161,7 @@ export class UsageMeter {
       this.events--
       return null
     }
-    return event.replace(/,\s*"usage"\s*:\s*null/g, '')
+    return withoutNullUsage(event)
   }
 
   private merge(found: unknown): void {
@@ -296,13 +318,29 @@ function tokenCharge(p: UsagePricing, t: Tokens): bigint {
   return ceilDiv(BigInt(t.input) * input + BigInt(t.cached) * cached + BigInt(t.output) * output, 1_000_000n)
 }
 
-/** The end of the first complete SSE event in `s` (a blank line), or null. */
-function eventEnd(s: string): { at: number; length: number } | null {
-  const lf = s.indexOf('\n\n')
-  const crlf = s.indexOf('\r\n\r\n')
-  if (lf < 0 && crlf < 0) return null
-  if (crlf >= 0 && (lf < 0 || crlf < lf)) return { at: crlf, length: 4 }
-  return { at: lf, length: 2 }
+const NULL_USAGE = '"usage":null'
+const NULL_USAGE_ANYWHERE = /,\s*"usage"\s*:\s*null/g
+
+/**
+ * The event's data has `"usage":null` at `at` (then the end of its object or the next member) and no other
+ * usage key. In JSON text a raw `"usage"` followed by a colon is a key, never part of a string.
+ */
+function saysNoUsage(data: string, at: number): boolean {
+  if (!data.startsWith(NULL_USAGE, at)) return false
+  const after = data.charCodeAt(at + NULL_USAGE.length)
+  // '}' or ',' (or whitespace before them)
+  if (after !== 125 && after !== 44 && after !== 32 && after !== 10 && after !== 13 && after !== 9)
+    return false
+  return data.indexOf('"usage"', at + NULL_USAGE.length) < 0
+}
+
+/** The event without the `"usage":null` member tollgate's request caused (the client did not ask for it). */
+function withoutNullUsage(event: string): string {
+  const at = event.indexOf(`,${NULL_USAGE}`)
+  // The usual shape, spliced out; anything else (spaces, more than one) by the general pattern.
+  if (at >= 0 && event.indexOf('"usage"') === at + 1 && event.indexOf('"usage"', at + 2) < 0)
+    return event.slice(0, at) + event.slice(at + 1 + NULL_USAGE.length)
+  return event.replace(NULL_USAGE_ANYWHERE, '')
 }
 
 /** The JSON object following the last `key` in `text`, cut by brace depth (strings respected), or null. */

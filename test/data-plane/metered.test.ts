@@ -136,6 +136,40 @@ describe('paid calls', () => {
     })
   })
 
+  it('forwards each caller its own address, calls from two addresses interleaved', async () => {
+    // The peer address is read once a request and remembered by its response object: a response
+    // answered from another connection's address would show here.
+    const ep = await createEndpoint({ upstream_url: `${upstream.url}/echo`, price: 0.01 })
+    const callers = ['127.0.0.2', '127.0.0.3', '127.0.0.2', '127.0.0.3', '127.0.0.3', '127.0.0.2']
+    const hashes: string[] = []
+    for (const _ of callers) hashes.push(await payUsdc(payer, svc.chain.treasury, 10_000n))
+    const forwarded = await Promise.all(
+      callers.map(
+        (from, i) =>
+          new Promise<string>((resolve, reject) => {
+            const req = httpRequest(
+              ep.metered_url,
+              { localAddress: from, headers: { 'x-payment': hashes[i]! } },
+              (r) => {
+                let text = ''
+                r.setEncoding('utf8')
+                r.on('data', (c: string) => {
+                  text += c
+                })
+                r.on('end', () => {
+                  if (r.statusCode !== 200) reject(new Error(`${r.statusCode} ${text}`))
+                  else resolve(JSON.parse(text).headers['x-forwarded-for'])
+                })
+              },
+            )
+            req.on('error', reject)
+            req.end()
+          }),
+      ),
+    )
+    expect(forwarded).toEqual(callers)
+  })
+
   it('refuses a replayed hash with proof_already_used and does not forward it', async () => {
     const ep = await createEndpoint({ upstream_url: `${upstream.url}/echo`, price: 0.01 })
     const hash = await payUsdc(payer, svc.chain.treasury, 10_000n)

@@ -62,6 +62,76 @@ describe('the usage meter', () => {
     expect(meter.finish('complete', 1).chargeAtomic).toBe(2_700n)
   })
 
+  it('rewrites random streams as the plain rule does, in random chunks', () => {
+    // The rule, written the simple way: events end at the first blank line (LF or CRLF); an event whose
+    // data parses with a usage and no choices is dropped; every `, "usage": null` member is taken out.
+    function byTheRule(text: string): string {
+      let rest = text
+      let out = ''
+      for (;;) {
+        const lf = rest.indexOf('\n\n')
+        const crlf = rest.indexOf('\r\n\r\n')
+        if (lf < 0 && crlf < 0) return out + rest
+        const [at, length] = crlf >= 0 && (lf < 0 || crlf < lf) ? [crlf, 4] : [lf, 2]
+        const event = rest.slice(0, at)
+        const separator = rest.slice(at, at + length)
+        rest = rest.slice(at + length)
+        const data = event
+          .split(/\r?\n/)
+          .filter((l) => l.startsWith('data:'))
+          .map((l) => l.slice(l.charCodeAt(5) === 32 ? 6 : 5))
+          .join('')
+        let parsed: { usage?: unknown; choices?: unknown } | null = null
+        try {
+          parsed = data.includes('"usage"') ? JSON.parse(data) : null
+        } catch {}
+        if (parsed?.usage && Array.isArray(parsed.choices) && parsed.choices.length === 0) continue
+        out += event.replace(/,\s*"usage"\s*:\s*null/g, '') + separator
+      }
+    }
+    let seed = 7
+    const random = (n: number) => {
+      seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31
+      return seed % n
+    }
+    const shapes = [
+      (i: number) => `data: {"choices":[{"delta":{"content":"t${i} é"}}],"usage":null}`,
+      (i: number) => `data:{"choices":[{"delta":{"content":"${i}"}}], "usage" : null}`,
+      (i: number) => `event: chunk\ndata: {"choices":[{"delta":{"content":"${i}"}}],"usage":null}`,
+      (i: number) => `data: {"choices":[{"delta":{"content":"${i}","usage":null}}]}`,
+      (i: number) => `data: {"type":"usage","n":${i},"usage":null}`,
+      (i: number) => `data: {"choices":[{"delta":{"content":"a \\"usage\\":null ${i}"}}],"usage":null}`,
+      () => ': keep-alive',
+      (i: number) => `data: {"choices":[{"delta":\ndata: {"content":"${i}"}}],"usage":null}`,
+      () => 'data: [DONE]',
+    ]
+    for (let round = 0; round < 200; round++) {
+      let text = ''
+      const events = 1 + random(40)
+      for (let i = 0; i < events; i++)
+        text += shapes[random(shapes.length)]!(i) + (random(3) === 0 ? '\r\n\r\n' : '\n\n')
+      // The usage event, now and then after a nested `"usage":null` (read all the same).
+      const nested = round % 2 === 0 ? '"meta":{"usage":null},' : ''
+      text += `data: {"choices":[],${nested}"usage":{"prompt_tokens":${10 + round},"completion_tokens":${events}}}\n\n`
+      const meter = new UsageMeter(TOKENS, 0, true)
+      meter.onHead(SSE)
+      const bytes = Buffer.from(text)
+      let out = ''
+      for (let i = 0; i < bytes.length; ) {
+        const size = 1 + random(random(2) === 0 ? 8 : 600)
+        out += meter.onData(bytes.subarray(i, i + size)).toString()
+        i += size
+      }
+      out += meter.onEnd()?.toString() ?? ''
+      expect(out).toBe(byTheRule(text))
+      expect(meter.finish('complete', 1).quantities).toEqual({
+        input_tokens: 10 + round,
+        cached_input_tokens: 0,
+        output_tokens: events,
+      })
+    }
+  })
+
   it('merges Anthropic usage over message_start and the last message_delta', () => {
     const meter = new UsageMeter(TOKENS, 0, false)
     meter.onHead(SSE)
