@@ -490,6 +490,16 @@ class Forward implements Dispatcher.DispatchHandler {
     else this.#abortUpstream = abort
   }
 
+  /**
+   * One read of the upstream's socket, under one cork of the client's: the head, chunks and end it carries
+   * go out in one send. A chunked answer brings several chunks a read (an event stream's burst of events),
+   * and each corked on its own was a send() each.
+   */
+  onRead(feed: () => void): void {
+    if (this.#done || this.#clientGone || this.#ended) feed()
+    else this.#res.cork(feed)
+  }
+
   onHeaders(status: number, head: Buffer[], resume: () => void): boolean {
     // Informational answers (103 Early Hints) are not relayed; the final head follows.
     if (status < 200) return true

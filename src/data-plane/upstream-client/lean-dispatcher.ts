@@ -18,6 +18,12 @@ interface UpstreamHandler {
   onData?(chunk: Buffer): boolean
   onComplete?(trailers: Buffer[] | null): void
   onError?(err: Error): void
+  /**
+   * Runs `feed`, which hands one read of the socket to the callbacks above: a handler that writes what it
+   * is handed can make the writes of one read a single send (the proxy corks its client's socket around
+   * it). Not part of undici's contract: with undici's Agent it is never called.
+   */
+  onRead?(feed: () => void): void
 }
 
 interface UpstreamRequestOptions {
@@ -155,6 +161,17 @@ class OriginPool {
   }
 }
 
+/** The read a handler's onRead is running (see Connection.read). */
+let feeding: Connection | null = null
+let feedingChunk: Buffer | null = null
+function feedOneRead(): void {
+  const connection = feeding
+  const chunk = feedingChunk
+  feeding = null
+  feedingChunk = null
+  if (connection !== null && chunk !== null) connection.reader.feed(chunk)
+}
+
 class Connection implements ResponseSink {
   readonly socket: Socket
   readonly pool: OriginPool
@@ -244,7 +261,14 @@ class Connection implements ResponseSink {
       this.destroy()
       return false
     }
-    this.reader.feed(chunk)
+    const onRead = this.current.handler.onRead
+    if (onRead === undefined) this.reader.feed(chunk)
+    else {
+      // Through a module slot, not a closure a read: reads never nest (each comes from the event loop).
+      feeding = this
+      feedingChunk = chunk
+      onRead.call(this.current.handler, feedOneRead)
+    }
     return !this.socket.isPaused() && !this.socket.destroyed
   }
 
