@@ -152,6 +152,8 @@ interface CallOptions {
   /** Returning false pauses the response, as with undici. */
   onHeaders?(status: number, resume: () => void, raw: Buffer[]): boolean | undefined
   onData?(chunk: Buffer, resume: () => void): boolean | undefined
+  /** The handler's own wrap of each read (the proxy corks around it); absent, the handler has none. */
+  onRead?(feed: () => void): void
 }
 
 /** Dispatches one request; resolves on onComplete or onError (fails fast if neither comes). */
@@ -206,6 +208,10 @@ function call(options: CallOptions = {}): { done: Promise<Outcome>; outcome: Out
       outcome.body = Buffer.concat(outcome.chunks)
       settle()
     },
+  }
+  if (options.onRead !== undefined) {
+    const onRead = options.onRead
+    ;(handler as { onRead?(feed: () => void): void }).onRead = (feed) => onRead(feed)
   }
   const target = options.origin ?? origin
   const dispatchOptions = {
@@ -358,6 +364,46 @@ describe('LeanDispatcher on real sockets', () => {
       const next = await get()
       expect(next.completed).toBe(true)
       expect(connectionIds()).toEqual([1, 1])
+    })
+
+    it("runs every callback of a read inside the handler's onRead, once a read", async () => {
+      let inRead = false
+      const reads: string[][] = []
+      const outside: string[] = []
+      let firstRead!: () => void
+      const firstReadDone = new Promise<void>((resolve) => (firstRead = resolve))
+      respond = async (_req, socket) => {
+        // Two writes, the second only once the first was read: two reads, whatever the machine's load.
+        socket.write('HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n')
+        await firstReadDone
+        socket.write('1\r\nf\r\n1\r\ng\r\n0\r\n\r\n')
+      }
+      const { done, outcome } = call({
+        onRead(feed) {
+          const before = outcome.events.length
+          inRead = true
+          feed()
+          inRead = false
+          reads.push(outcome.events.slice(before))
+          firstRead()
+        },
+        onHeaders: () => {
+          if (!inRead) outside.push('headers')
+          return true
+        },
+        onData: () => {
+          if (!inRead) outside.push('data')
+          return true
+        },
+      })
+      const out = await done
+      expect(out.body.toString()).toBe('abcdefg')
+      // The head and the first two chunks came in one read, the rest and the end in the next.
+      expect(reads).toEqual([
+        ['headers:200', 'data', 'data'],
+        ['data', 'data', 'complete'],
+      ])
+      expect(outside).toEqual([])
     })
 
     it('refuses an answer with both content-length and transfer-encoding, and drops its socket', async () => {
