@@ -447,6 +447,9 @@ class Forward implements Dispatcher.DispatchHandler {
   #ended = false
   #flowing = true
   #watchingWritable = false
+  /** Inside onRead's cork; closeAfterRead: the connection is to be cut when it ends. */
+  #reading = false
+  #closeAfterRead = false
   #head: Buffer[] | null = null
   #extra: Array<[string, string]> | undefined
   #chunk: Buffer | null = null
@@ -496,8 +499,16 @@ class Forward implements Dispatcher.DispatchHandler {
    * and each corked on its own was a send() each.
    */
   onRead(feed: () => void): void {
-    if (this.#done || this.#clientGone || this.#ended) feed()
-    else this.#res.cork(feed)
+    if (this.#done || this.#clientGone || this.#ended) return feed()
+    this.#reading = true
+    try {
+      this.#res.cork(feed)
+    } finally {
+      this.#reading = false
+    }
+    // A connection cut inside the cork would take what the cork holds with it (the head and the chunks
+    // before the error): it is cut once they are out.
+    if (this.#closeAfterRead) this.#res.close()
   }
 
   onHeaders(status: number, head: Buffer[], resume: () => void): boolean {
@@ -676,7 +687,8 @@ class Forward implements Dispatcher.DispatchHandler {
     // connection is the only way left to tell the client the body is incomplete. close() runs onAborted, so the outcome is settled first.
     this.#settle({ kind: 'upstream_error', code, status: this.#status })
     this.#body.release()
-    this.#res.close()
+    if (this.#reading) this.#closeAfterRead = true
+    else this.#res.close()
   }
 
   writeError(): void {

@@ -1,7 +1,7 @@
 // The streaming forwarder on real sockets: a uWS app that calls proxy() the way the metered route does,
 // in front of a real node:http upstream.
 import { request as httpRequest, type IncomingMessage } from 'node:http'
-import { createServer } from 'node:net'
+import { createConnection, createServer } from 'node:net'
 import { request } from 'undici'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import {
@@ -450,6 +450,44 @@ describe('upstream failures', () => {
     const err = await nodeRequest('/p/hang-body').catch((e: Error) => e)
     expect(err).toBeInstanceOf(Error)
     expect(await outcome()).toEqual({ kind: 'upstream_error', code: 'timeout', status: 200 })
+  })
+
+  it('cuts the client connection at a framing error in the read that also carried body bytes', async () => {
+    // One read holds the head, a good chunk and a bad chunk size: the error comes while the client's socket
+    // is corked for that read. The bytes before it go out, then the connection is cut, and the proxy serves on.
+    const bad = createServer((socket) => {
+      socket.once('data', () => {
+        socket.write('HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\nZZ\r\nbad\r\n')
+      })
+      socket.on('error', () => {})
+    })
+    await new Promise<void>((resolve) => bad.listen(0, '127.0.0.1', resolve))
+    try {
+      target.origin = `http://127.0.0.1:${(bad.address() as { port: number }).port}`
+      const received = await new Promise<string>((resolve) => {
+        let text = ''
+        const client = createConnection(port, '127.0.0.1', () => {
+          client.write('GET /p/x HTTP/1.1\r\nhost: proxy.test\r\n\r\n')
+        })
+        client.setEncoding('latin1')
+        client.on('data', (c: string) => {
+          text += c
+        })
+        client.on('error', () => {})
+        client.on('close', () => resolve(text))
+      })
+      expect(received).toMatch(/^HTTP\/1\.1 200 OK\r\n/)
+      expect(received).toContain('hello')
+      expect(received).not.toContain('bad')
+      expect(await outcome()).toMatchObject({ kind: 'upstream_error', status: 200 })
+    } finally {
+      await new Promise<void>((resolve) => bad.close(() => resolve()))
+    }
+    outcomes = []
+    target = defaultTarget()
+    const res = await fetch(`${base}/p/echo`)
+    expect(res.status).toBe(200)
+    await res.arrayBuffer()
   })
 
   it('refuses a private IP literal when private upstreams are not allowed', async () => {
