@@ -9,6 +9,9 @@
 // writes. A session that loses its connection is marked broken at once (the driver's `onclose`) and
 // refuses every later query with SessionClosedError, so nothing is written on a dead socket and nothing
 // meant for a transaction can run on a new session outside it.
+//
+// The pool's own reconnect carried an error across it (porsager/postgres#1223): patches/postgres+3.4.9.patch
+// ends a query in flight when its socket closes, so the next connection's first query is not handed it.
 import postgres from 'postgres'
 import { targetSessionAttrs } from './target-session.ts'
 
