@@ -57,6 +57,21 @@ function emit(accountId: string, data: Record<string, unknown> = {}, type: Event
 
 const byEvent = (id: string) => (c: Captured) => c.headers['webhook-id'] === id
 
+/**
+ * The event's delivery to this webhook once it reads delivered with `attempts` attempts (each attempt is
+ * recorded just after the receiver answered, so a count read at once may be one short).
+ */
+function deliveredAfter(key: string, webhookId: string, eventId: string, attempts: number) {
+  return waitFor(
+    async () => {
+      const res = await svc.api(`/api/v1/webhooks/${webhookId}/deliveries?event_id=${eventId}`, { key })
+      const d = res.body.data[0]
+      return d?.status === 'delivered' && d.attempts.length === attempts && res
+    },
+    { what: `the delivery delivered after ${attempts} attempts`, timeoutMs: 8000, intervalMs: 25 },
+  )
+}
+
 describe('webhook endpoints', () => {
   it('creates a webhook and shows its whsec_ secret once', async () => {
     const { key } = await merchant()
@@ -389,13 +404,7 @@ describe('events API', () => {
     release()
     const again = await r.waitFor((c) => c.n === 2)
     expect(again.headers['webhook-id']).toBe(id)
-    const d = await waitFor(
-      async () => {
-        const res = await svc.api(`/api/v1/webhooks/${wh.id}/deliveries?event_id=${id}`, { key })
-        return res.body.data[0]?.attempts.length === 2 && res.body.data[0]?.status === 'delivered' && res
-      },
-      { what: 'both attempts recorded, the delivery delivered', timeoutMs: 8000, intervalMs: 25 },
-    )
+    const d = await deliveredAfter(key, wh.id, id, 2)
     expect(d.body.data).toHaveLength(1)
   })
 
@@ -412,24 +421,12 @@ describe('events API', () => {
     expect(again.headers['webhook-id']).toBe(id)
     // Let that redelivery be recorded before asking for another (a redeliver during an attempt in flight may
     // send twice, which at-least-once allows, but would make the counts below racy).
-    await waitFor(
-      async () => {
-        const res = await svc.api(`/api/v1/webhooks/${wh.id}/deliveries?event_id=${id}`, { key })
-        return res.body.data[0]?.status === 'delivered' && res.body.data[0]?.attempts.length === 2 && res
-      },
-      { what: 'the condition', timeoutMs: 8000, intervalMs: 25 },
-    )
+    await deliveredAfter(key, wh.id, id, 2)
     const one = await svc.api(`/api/v1/events/${id}/redeliver`, { key, body: { webhook_id: wh.id } })
     expect(one.status).toBe(202)
     await r.waitFor((c) => c.n === 3)
     // The attempt is recorded just after the receiver answered.
-    const d = await waitFor(
-      async () => {
-        const res = await svc.api(`/api/v1/webhooks/${wh.id}/deliveries?event_id=${id}`, { key })
-        return res.body.data[0]?.attempts.length === 3 && res.body.data[0]?.status === 'delivered' && res
-      },
-      { what: 'the condition', timeoutMs: 8000, intervalMs: 25 },
-    )
+    const d = await deliveredAfter(key, wh.id, id, 3)
     expect(d.body.data).toHaveLength(1)
     expect(d.body.data[0]).toMatchObject({ status: 'delivered', attempts_count: 1 })
     expect((await svc.api('/api/v1/events/evt_nope/redeliver', { key, method: 'POST' })).status).toBe(404)
