@@ -25,7 +25,10 @@ let upstream: Awaited<ReturnType<typeof startUpstream>>
 let payer: Funded
 let merchant: Awaited<ReturnType<typeof registerMerchant>>
 let out: string
-const current = monthOf(Date.now())
+// The month the file was loaded in: a run that crosses into the next month still asks about this one (its
+// refusal of a month not closed is as of this moment, not of a later clock that has closed it).
+const loadedAtMs = Date.now()
+const current = monthOf(loadedAtMs)
 const old = addMonths(current, -2)
 const oldSuffix = old.replace('-', '_')
 
@@ -173,7 +176,7 @@ describe('archive', () => {
 
   it('refuses a month not closed, and one whose money is open; nothing dropped', async () => {
     await expect(
-      archiveMonths(svc.sql, { before: addMonths(current, 1), outDir: out, nowMs: Date.now() }),
+      archiveMonths(svc.sql, { before: addMonths(current, 1), outDir: out, nowMs: loadedAtMs }),
     ).rejects.toThrow(/is not closed yet/)
     // Its entries are not paid out yet, its claims not settled into the past.
     const refused = archiveMonths(svc.sql, { before: current, outDir: out, nowMs: Date.now() })
