@@ -8,8 +8,10 @@ ARG NODE_VERSION=20
 
 FROM node:${NODE_VERSION}-bookworm-slim AS build
 WORKDIR /app
-# Dependencies first, so a source change does not reinstall them.
+# Dependencies first, so a source change does not reinstall them. The install's postinstall applies the
+# dependency patches (patch-package), so they come with it.
 COPY package.json package-lock.json ./
+COPY patches ./patches
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY scripts ./scripts

@@ -1,7 +1,7 @@
 // The Dockerfile: parsed into stages and checked (non-root, healthcheck on /readyz, built output, sources in
 // the build context), and its build stage's steps run as a script in a temporary copy of the repository.
 import { spawnSync } from 'node:child_process'
-import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
+import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
@@ -99,6 +99,23 @@ describe('Dockerfile', () => {
     }
     // Secrets and local state never reach an image.
     expect(ignored).toEqual(expect.arrayContaining(['.env', '.data', 'node_modules', '.git']))
+  })
+
+  it('copies the dependency patches before the install, each made for the version it patches', () => {
+    const pkgJson = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'))
+    expect(pkgJson.scripts.postinstall).toBe('patch-package')
+    // The install's postinstall applies them: copied after it, the image would run the unpatched driver.
+    const install = build.steps.findIndex((s) => s.op === 'RUN' && s.args.startsWith('npm ci'))
+    const before = contextCopies({ ...build, steps: build.steps.slice(0, install) })
+    expect(before).toContain('patches')
+    const patches = readdirSync(join(ROOT, 'patches')).filter((f) => f.endsWith('.patch'))
+    expect(patches.length).toBeGreaterThan(0)
+    for (const file of patches) {
+      const [, name, version] = file.match(/^(.+)\+([^+]+)\.patch$/) ?? []
+      const installed = JSON.parse(readFileSync(join(ROOT, 'node_modules', name!, 'package.json'), 'utf8'))
+      expect(installed.version, file).toBe(version)
+      expect(pkgJson.dependencies[name!], `${name} is pinned to the patched version`).toBe(version)
+    }
   })
 
   const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'))
