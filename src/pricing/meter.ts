@@ -72,8 +72,11 @@ export class UsageMeter {
       this.bytes += chunk.length
       return chunk
     }
+    // Read before the scan: a scan that meets an event too long to hold stops the filtering, and what it
+    // returns then (what was held from earlier chunks, the rest of this one) must still go out.
+    const filtering = this.filtering
     const out = this.scanEvents(text)
-    if (!this.filtering) {
+    if (!filtering) {
       this.bytes += chunk.length
       return chunk
     }

@@ -64,14 +64,16 @@ describe('the usage meter', () => {
 
   it('rewrites random streams as the plain rule does, in random chunks', () => {
     // The rule, written the simple way: events end at the first blank line (LF or CRLF); an event whose
-    // data parses with a usage and no choices is dropped; every `, "usage": null` member is taken out.
-    function byTheRule(text: string): string {
+    // data parses with a usage and no choices is dropped; every `, "usage": null` member is taken out. Every
+    // event kept with data other than [DONE] counts (the estimate of tokens delivered).
+    function byTheRule(text: string): { out: string; events: number } {
       let rest = text
       let out = ''
+      let events = 0
       for (;;) {
         const lf = rest.indexOf('\n\n')
         const crlf = rest.indexOf('\r\n\r\n')
-        if (lf < 0 && crlf < 0) return out + rest
+        if (lf < 0 && crlf < 0) return { out: out + rest, events }
         const [at, length] = crlf >= 0 && (lf < 0 || crlf < lf) ? [crlf, 4] : [lf, 2]
         const event = rest.slice(0, at)
         const separator = rest.slice(at, at + length)
@@ -86,6 +88,7 @@ describe('the usage meter', () => {
           parsed = data.includes('"usage"') ? JSON.parse(data) : null
         } catch {}
         if (parsed?.usage && Array.isArray(parsed.choices) && parsed.choices.length === 0) continue
+        if (data !== '' && data !== '[DONE]') events++
         out += event.replace(/,\s*"usage"\s*:\s*null/g, '') + separator
       }
     }
@@ -123,13 +126,28 @@ describe('the usage meter', () => {
         i += size
       }
       out += meter.onEnd()?.toString() ?? ''
-      expect(out).toBe(byTheRule(text))
+      const rule = byTheRule(text)
+      expect(out).toBe(rule.out)
+      expect(meter.events).toBe(rule.events)
       expect(meter.finish('complete', 1).quantities).toEqual({
         input_tokens: 10 + round,
         cached_input_tokens: 0,
         output_tokens: events,
       })
     }
+  })
+
+  it('stops rewriting at an event longer than it holds, and loses none of what it held', () => {
+    const small = (i: number) => `data: {"choices":[{"delta":{"content":"${i}"}}],"usage":null}\n\n`
+    const big = `data: {"choices":[{"delta":{"content":"${'x'.repeat(300_000)}"}}],"usage":null}\n\n`
+    const text = small(1) + small(2) + big + small(3)
+    const meter = new UsageMeter(TOKENS, 0, true)
+    meter.onHead(SSE)
+    // Chunks of 100,000 bytes: the big event is held across two of them before it passes the limit.
+    const out = feed(meter, text, 100_000)
+    const rewritten = (t: string) => t.replace(',"usage":null', '')
+    expect(out).toBe(rewritten(small(1)) + rewritten(small(2)) + big + small(3))
+    expect(meter.bytes).toBe(Buffer.byteLength(out))
   })
 
   it('merges Anthropic usage over message_start and the last message_delta', () => {
