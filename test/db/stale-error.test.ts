@@ -9,10 +9,10 @@ import postgres from 'postgres'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createSql, type Sql } from '../../src/db/sql.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 
 let url: string
 let admin: postgres.Sql
-const opened: Sql[] = []
 
 beforeAll(async () => {
   if (!usingServer) return
@@ -20,23 +20,16 @@ beforeAll(async () => {
   admin = postgres(url, { max: 1, onnotice: () => {} })
 })
 afterAll(async () => {
-  await Promise.all(opened.map((s) => s.end({ timeout: 1 })))
   await admin?.end()
 })
 
-function pool(at: string): Sql {
+/** One pooled connection, as the service's pool makes them; ended after `use`. */
+async function withPool(at: string, use: (sql: Sql) => Promise<void>): Promise<void> {
   const sql = createSql(at, { max: 1, sessions: 0 })
-  opened.push(sql)
-  return sql
-}
-
-async function waitFor<T>(probe: () => Promise<T | undefined>, ms = 5000): Promise<T> {
-  const until = Date.now() + ms
-  for (;;) {
-    const v = await probe()
-    if (v !== undefined) return v
-    if (Date.now() > until) throw new Error('timed out')
-    await new Promise((r) => setTimeout(r, 20))
+  try {
+    await use(sql)
+  } finally {
+    await sql.end({ timeout: 1 })
   }
 }
 
@@ -51,26 +44,27 @@ function terminatingError(): Buffer {
 }
 
 describe.skipIf(!usingServer)('a connection ended by the server under a query', () => {
-  it('fails the query it was running and runs the next one on a new connection', async () => {
-    const sql = pool(url)
-    const pid = (await sql<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`)[0]!.pid
-    const sleeping = sql`SELECT pg_sleep(10)`.then(
-      () => null,
-      (e: { code?: string }) => e,
-    )
-    await waitFor(async () => {
-      const [row] = await admin`SELECT 1 FROM pg_stat_activity WHERE pid = ${pid} AND query LIKE '%pg_sleep%'`
-      return row
-    })
-    await admin`SELECT pg_terminate_backend(${pid})`
-    const failed = await sleeping
-    expect(['57P01', 'CONNECTION_CLOSED']).toContain(failed?.code)
-    // The next query runs on a new backend and answers; it is not handed the old backend's error.
-    const one = (await sql<{ one: number }[]>`SELECT 1 AS one`)[0]!.one
-    expect(one).toBe(1)
-    const again = (await sql<{ again: number }[]>`SELECT pg_backend_pid() AS again`)[0]!.again
-    expect(again).not.toBe(pid)
-  })
+  it('fails the query it was running and runs the next one on a new connection', () =>
+    withPool(url, async (sql) => {
+      const pid = (await sql<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`)[0]!.pid
+      const sleeping = sql`SELECT pg_sleep(10)`.then(
+        () => null,
+        (e: { code?: string }) => e,
+      )
+      await waitFor(
+        async () =>
+          (await admin`SELECT 1 FROM pg_stat_activity WHERE pid = ${pid} AND query LIKE '%pg_sleep%'`)[0],
+        { what: 'the sleep running on its backend' },
+      )
+      await admin`SELECT pg_terminate_backend(${pid})`
+      const failed = await sleeping
+      expect(['57P01', 'CONNECTION_CLOSED']).toContain(failed?.code)
+      // The next query runs on a new backend and answers; it is not handed the old backend's error.
+      const one = (await sql<{ one: number }[]>`SELECT 1 AS one`)[0]!.one
+      expect(one).toBe(1)
+      const again = (await sql<{ again: number }[]>`SELECT pg_backend_pid() AS again`)[0]!.again
+      expect(again).not.toBe(pid)
+    }))
 
   it('runs the first query after a connection ended while it fetched its array types', async () => {
     // A proxy that, on the first connection only, answers the driver's array-type query as a terminated
@@ -100,16 +94,13 @@ describe.skipIf(!usingServer)('a connection ended by the server under a query', 
       const via = new URL(url)
       via.hostname = '127.0.0.1'
       via.port = String((server.address() as { port: number }).port)
-      const sql = createSql(via.toString(), { max: 1, sessions: 0 })
-      try {
+      await withPool(via.toString(), async (sql) => {
         // The query waiting for the connection runs on the reconnected one, the array types fetched there.
         const one = (await sql<{ one: number }[]>`SELECT 1 AS one`)[0]!.one
         expect(one).toBe(1)
         const xs = (await sql<{ xs: bigint[] }[]>`SELECT ARRAY[1, 2]::int8[] AS xs`)[0]!.xs
         expect(xs).toEqual([1n, 2n])
-      } finally {
-        await sql.end({ timeout: 1 })
-      }
+      })
     } finally {
       await new Promise((r) => server.close(r))
     }
