@@ -22,6 +22,7 @@ export default defineConfig({
           include: ['test/**/*.test.ts'],
           exclude: ['test/**/*.unit.test.ts', 'test/browser/**', 'test/chaos/**', '**/node_modules/**'],
           globalSetup: ['test/helpers/global-setup.ts'],
+          setupFiles: ['test/helpers/embedded-image-setup.ts'],
           testTimeout: 60_000,
           hookTimeout: 60_000,
           // Two cores: more forks only contend.
@@ -49,6 +50,7 @@ export default defineConfig({
           maxWorkers: 1,
           include: ['test/browser/**/*.test.ts'],
           globalSetup: ['test/helpers/global-setup.ts'],
+          setupFiles: ['test/helpers/embedded-image-setup.ts'],
           testTimeout: 90_000,
           hookTimeout: 90_000,
           pool: 'forks',

@@ -1,5 +1,7 @@
 // npm run build: tsc to dist/, then the files tsc does not emit (SQL migrations, the checkout page). With --if-stale (npm
 // start's prestart) it only builds when dist/main.js is missing or older than a file under src/ or config/.
+// tsc emits with --noCheck: the same files, without type-checking them again (15 s of CPU instead of 45 on
+// two cores). The types are checked by `npm test` (its typecheck step) and in CI before anything is built.
 import { execFileSync } from 'node:child_process'
 import { cpSync, existsSync, readdirSync, rmSync, statSync } from 'node:fs'
 import { dirname, join } from 'node:path'
@@ -26,7 +28,7 @@ if (process.argv.includes('--if-stale') && existsSync(main) && statSync(main).mt
   process.exit(0)
 }
 rmSync(out, { recursive: true, force: true })
-execFileSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'], {
+execFileSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json', '--noCheck'], {
   cwd: root,
   stdio: 'inherit',
 })
