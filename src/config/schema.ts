@@ -284,8 +284,6 @@ export const ConfigSchema = v.strictObject({
     max_keys: PositiveInt,
     register: RateBucket,
     failed_api_keys: RateBucket,
-    /** 401s per presented key prefix ('sk_live_' + 8 characters), from any address. */
-    failed_api_key_prefixes: RateBucket,
     unpaid_metered: RateBucket,
     checkout: RateBucket,
     /** Chain look-ups (unknown transaction hashes, x402 authorizations) one client may have in flight. */
