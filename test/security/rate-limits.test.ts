@@ -36,7 +36,7 @@ describe('rate limits behind a trusted proxy', () => {
       overrides: {
         server: { trusted_proxies: ['127.0.0.1', '::1'] },
         rate_limits: LIMITS,
-        verify: { wait_ms: 1500, not_found_ttl_ms: 60_000 },
+        verify: { wait_ms: 10_000, unseen_wait_ms: 1000, not_found_ttl_ms: 60_000 },
       },
     })
     upstream = await startUpstream()
@@ -113,13 +113,19 @@ describe('rate limits behind a trusted proxy', () => {
   it('an unknown hash answers transaction_not_found, final, and is not looked up again', async () => {
     const client = newClient()
     const hash = randomHash()
+    // The transfer watcher polls the chain meanwhile (eth_blockNumber, eth_getLogs): count look-ups only.
+    const lookups = () =>
+      (rpc.counts.get('eth_getTransactionReceipt') ?? 0) + (rpc.counts.get('eth_getTransactionByHash') ?? 0)
+    const started = performance.now()
+    const cold = lookups()
     const first = await call(client, hash)
     expect(first.status).toBe(402)
     expect((await first.json()).error).toBe('transaction_not_found')
     expect(first.headers.get('retry-after')).toBeNull()
-    // The transfer watcher polls the chain meanwhile (eth_blockNumber, eth_getLogs): count look-ups only.
-    const lookups = () =>
-      (rpc.counts.get('eth_getTransactionReceipt') ?? 0) + (rpc.counts.get('eth_getTransactionByHash') ?? 0)
+    // Never seen by the node: given up after verify.unseen_wait_ms (1 s here), not wait_ms (10 s), having
+    // looked at 0, 0.25, 0.75 and 1 s (a receipt and a mempool look-up each).
+    expect(performance.now() - started).toBeLessThan(2500)
+    expect(lookups() - cold).toBeLessThanOrEqual(8)
     const before = lookups()
     const again = await call(client, hash)
     expect(again.status).toBe(402)
