@@ -74,13 +74,14 @@ export async function verifyTransfer(
       // The first look is one batched HTTP request: the receipt and the head it is measured against (a cold
       // proof of a mined transfer costs just that). Later looks at a hash still unseen ask for the receipt
       // and the mempool instead (again one request): the head only matters once there is a receipt.
-      const unseen = !first && !known
+      const unseen: boolean = !first && !known
       first = false
-      const [receipt, head, inMempool] = await Promise.all([
-        receiptOrNull(client, hash),
-        unseen ? null : getBlockNumber(client, { cacheTime: 0 }),
-        unseen ? isKnown(client, hash) : false,
-      ])
+      const [receipt, head, inMempool]: [TransactionReceipt | null, bigint | null, boolean] =
+        await Promise.all([
+          receiptOrNull(client, hash),
+          unseen ? null : getBlockNumber(client, { cacheTime: 0 }),
+          unseen ? isKnown(client, hash) : false,
+        ])
       known ||= inMempool
       let pending: { retryAfterMs: number; detail: string }
       if (receipt) {
