@@ -28,6 +28,11 @@ export interface VerifyTransferOptions {
   maxAgeMs: number
   /** How long to wait for a transaction that is not mined (or not confirmed) yet. */
   waitMs: number
+  /**
+   * How long a hash the node has never seen (no receipt, not in its mempool) is asked about before it is
+   * answered transaction_not_found; once the node knows it, the wait runs to waitMs. Default: waitMs.
+   */
+  unseenWaitMs?: number
   now?: () => number
   /** Default 250 ms. */
   pollIntervalMs?: number
@@ -56,22 +61,36 @@ export async function verifyTransfer(
   let unseenPollMs = pollIntervalMs
   const blockTimeMs = params.blockTimeMs ?? 2000
   // Waiting runs on the monotonic clock; `now` is only the (injectable) wall clock for the proof's age.
-  const deadline = performance.now() + params.waitMs
+  const started = performance.now()
+  const deadline = started + params.waitMs
+  // A hash nobody has shown the node is most likely junk or a typo, and each one held a connection and 39
+  // calls for the whole waitMs: it gets the short wait; a transaction the node knows gets the whole one.
+  const unseenWaitMs = Math.min(params.unseenWaitMs ?? params.waitMs, params.waitMs)
+  const unseenDeadline = started + unseenWaitMs
   let known = false
+  let first = true
   try {
     for (;;) {
-      // One batched HTTP request: the receipt and the head it is measured against.
-      const [receipt, head] = await Promise.all([
-        receiptOrNull(client, hash),
-        getBlockNumber(client, { cacheTime: 0 }),
-      ])
+      // The first look is one batched HTTP request: the receipt and the head it is measured against (a cold
+      // proof of a mined transfer costs just that). Later looks at a hash still unseen ask for the receipt
+      // and the mempool instead (again one request): the head only matters once there is a receipt.
+      const unseen: boolean = !first && !known
+      first = false
+      const [receipt, head, inMempool]: [TransactionReceipt | null, bigint | null, boolean] =
+        await Promise.all([
+          receiptOrNull(client, hash),
+          unseen ? null : getBlockNumber(client, { cacheTime: 0 }),
+          unseen ? isKnown(client, hash) : false,
+        ])
+      known ||= inMempool
       let pending: { retryAfterMs: number; detail: string }
       if (receipt) {
+        known = true
         // A reverted transaction can carry no transfer, however long we wait.
         if (receipt.status === 'reverted') return { ok: false, reason: 'transaction_failed' }
         const paid = classifyLogs(receipt, params.usdc, params.treasury)
         if (!paid.ok) return paid
-        const depth = head - receipt.blockNumber + 1n
+        const depth = (head ?? (await getBlockNumber(client, { cacheTime: 0 }))) - receipt.blockNumber + 1n
         if (depth >= BigInt(confirmations)) {
           const timestampMs = await blockTimestampMs(client, receipt)
           if (now() - timestampMs > params.maxAgeMs) return { ok: false, reason: 'proof_too_old' }
@@ -86,27 +105,26 @@ export async function verifyTransfer(
         }
       } else {
         // Known-but-unmined and not-yet-seen are both waited for (the transaction may still be propagating
-        // to this node); the difference only shows in `detail`.
-        known ||= await isKnown(client, hash)
+        // to this node), the unseen one only until unseenDeadline.
+        if (!unseen) known ||= await isKnown(client, hash)
         pending = known
           ? { retryAfterMs: blockTimeMs, detail: 'transaction not mined yet' }
           : { retryAfterMs: blockTimeMs, detail: 'transaction not known to the node yet' }
       }
-      const left = deadline - performance.now()
+      const left = (known ? deadline : unseenDeadline) - performance.now()
       if (left <= 0) {
         // Never seen in the whole wait: a typo or a hash from another network, not a payment on its way. A
         // final answer (no Retry-After), or an agent would retry it for ever.
-        if (!receipt && !known)
+        if (!known)
           return {
             ok: false,
             reason: 'transaction_not_found',
-            detail: `the chain has not seen this transaction in ${params.waitMs} ms; check the hash and the network`,
+            detail: `the chain has not seen this transaction in ${unseenWaitMs} ms; check the hash and the network`,
           }
         return { ok: false, reason: 'payment_pending', ...pending }
       }
-      const pauseMs = receipt || known ? pollIntervalMs : unseenPollMs
-      if (!receipt && !known)
-        unseenPollMs = Math.min(unseenPollMs * 2, Math.max(pollIntervalMs, UNSEEN_POLL_MAX_MS))
+      const pauseMs = known ? pollIntervalMs : unseenPollMs
+      if (!known) unseenPollMs = Math.min(unseenPollMs * 2, Math.max(pollIntervalMs, UNSEEN_POLL_MAX_MS))
       await sleep(Math.min(pauseMs, left))
     }
   } catch {

@@ -98,7 +98,10 @@ export const ConfigSchema = v.strictObject({
     dev_payer_funding: Dollars,
   }),
   verify: v.strictObject({
+    /** How long a transaction the node knows (pending, or mined but not yet confirmed) is waited for. */
     wait_ms: Ms,
+    /** How long a hash the node has never seen (no receipt, not in its mempool) is asked about; ≤ wait_ms. */
+    unseen_wait_ms: Ms,
     /** A hash the chain did not know within wait_ms is answered transaction_not_found from memory this long. */
     not_found_ttl_ms: Ms,
   }),
@@ -284,8 +287,6 @@ export const ConfigSchema = v.strictObject({
     max_keys: PositiveInt,
     register: RateBucket,
     failed_api_keys: RateBucket,
-    /** 401s per presented key prefix ('sk_live_' + 8 characters), from any address. */
-    failed_api_key_prefixes: RateBucket,
     unpaid_metered: RateBucket,
     checkout: RateBucket,
     /** Chain look-ups (unknown transaction hashes, x402 authorizations) one client may have in flight. */

@@ -60,13 +60,15 @@ export interface EdgeLimits {
   clientKey: ClientKey
   /** POST /api/v1/register per client address. */
   register: RateLimiter | null
-  /** 401 answers per client address: checked before /api/v1 requests, charged after a 401. */
-  failedApiKeys: RateLimiter | null
-  /** 401 answers per presented key prefix, from any address: checked before, charged after a 401. */
-  failedApiKeyPrefixes: RateLimiter | null
   /**
-   * Digests of keys that authenticated recently: such a key passes the failed-key limits, so wrong keys sent
-   * from an address (or under a prefix) never lock its valid key out.
+   * 401 answers per client address: checked before /api/v1 requests, charged after a 401. Per address only:
+   * a bucket keyed by anything a request names (a key prefix, say) lets whoever has seen that much of a key
+   * lock its owner out from any address.
+   */
+  failedApiKeys: RateLimiter | null
+  /**
+   * Digests of keys that authenticated recently in this process: such a key passes the failed-key limit, so
+   * wrong keys sent from its own address do not lock it out either.
    */
   goodKeys: LRUCache<string, true>
   /** /m/* requests per client address: without a proof charged at once, with one when it is refused. */
@@ -80,7 +82,6 @@ export interface EdgeSettings {
   rate_limits: RateLimitSettings & {
     register: { burst: number; per_minute: number }
     failed_api_keys: { burst: number; per_minute: number }
-    failed_api_key_prefixes: { burst: number; per_minute: number }
     unpaid_metered: { burst: number; per_minute: number }
     checkout: { burst: number; per_minute: number }
   }
@@ -94,12 +95,6 @@ export function createEdgeLimits(settings: EdgeSettings, now?: () => number): Ed
     clientKey: createClientKey(settings.server.trusted_proxies),
     register: createRateLimiter('register', limits, limits.register, now),
     failedApiKeys: createRateLimiter('failed_api_keys', limits, limits.failed_api_keys, now),
-    failedApiKeyPrefixes: createRateLimiter(
-      'failed_api_key_prefixes',
-      limits,
-      limits.failed_api_key_prefixes,
-      now,
-    ),
     goodKeys: new LRUCache({ max: 10_000, ttl: 3_600_000 }),
     unpaidMetered: createRateLimiter('unpaid_metered', limits, limits.unpaid_metered, now),
     checkout: createRateLimiter('checkout', limits, limits.checkout, now),
@@ -382,8 +377,6 @@ function guarded(
 
 const REGISTER_PATH = /^\/api\/v1\/register\/?$/
 
-/** Characters of a presented API key that name its prefix bucket: 'sk_live_' and 8 of the secret. */
-const KEY_PREFIX_CHARS = 16
 const BEARER = /^Bearer\s+(\S+)\s*$/i
 
 /** Collects the request (bounded), calls the control-plane handler, writes its answer. */
@@ -392,7 +385,6 @@ function apiBridge(options: PublicAppOptions): UwsRoute {
   const edge = options.edge
   const register = edge?.register ?? null
   const failedKeys = edge?.failedApiKeys ?? null
-  const failedPrefixes = edge?.failedApiKeyPrefixes ?? null
   return (res, req) => {
     const method = req.getMethod().toUpperCase()
     const path = req.getUrl()
@@ -405,7 +397,6 @@ function apiBridge(options: PublicAppOptions): UwsRoute {
     const remoteAddress = peerAddress(res)
     // --- Rate limits on the unauthenticated surfaces: sign-up, and guessing keys (charged on each 401).
     let limitKey: string | null = null
-    let prefix: string | null = null
     let digest: string | null = null
     if (edge !== undefined && register !== null && method === 'POST' && REGISTER_PATH.test(path)) {
       limitKey = edge.clientKey(res, req)
@@ -414,17 +405,11 @@ function apiBridge(options: PublicAppOptions): UwsRoute {
     } else if (edge !== undefined && failedKeys !== null) {
       limitKey = edge.clientKey(res, req)
       const presented = BEARER.exec(headers.authorization ?? '')?.[1]
-      if (presented !== undefined) {
-        digest = createHash('sha256').update(presented).digest('base64')
-        prefix = presented.slice(0, KEY_PREFIX_CHARS)
-      }
-      // A key that authenticated recently is let through: wrong keys from its address never lock it out.
+      if (presented !== undefined) digest = createHash('sha256').update(presented).digest('base64')
+      // A key that authenticated recently here is let through: wrong keys from its address never lock it out.
       if (digest === null || !edge.goodKeys.has(digest)) {
         const decision = failedKeys.check(limitKey)
         if (!decision.ok) return rateLimited(res, 'api', failedKeys, decision.retryAfterS, requestId)
-        const byPrefix = prefix === null ? null : failedPrefixes?.check(prefix)
-        if (byPrefix && !byPrefix.ok)
-          return rateLimited(res, 'api', failedPrefixes!, byPrefix.retryAfterS, requestId)
       }
     }
     let aborted = false
@@ -463,10 +448,8 @@ function apiBridge(options: PublicAppOptions): UwsRoute {
       options
         .apiHandler({ method, path, query, headers, body, remoteAddress, requestId })
         .then((response) => {
-          if (response.status === 401 && failedKeys !== null && limitKey !== null) {
-            failedKeys.take(limitKey)
-            if (prefix !== null) failedPrefixes?.take(prefix)
-          } else if (response.authenticated === true && digest !== null) edge?.goodKeys.set(digest, true)
+          if (response.status === 401 && failedKeys !== null && limitKey !== null) failedKeys.take(limitKey)
+          else if (response.authenticated === true && digest !== null) edge?.goodKeys.set(digest, true)
           if (aborted) return
           res.cork(() => {
             res.writeStatus(statusLine(response.status))

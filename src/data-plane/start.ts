@@ -415,6 +415,7 @@ function createVerifier(
           confirmations: config.chain.confirmations,
           maxAgeMs: config.chain.max_proof_age_ms,
           waitMs: config.verify.wait_ms,
+          unseenWaitMs: config.verify.unseen_wait_ms,
         })
       } finally {
         end()

@@ -1,6 +1,6 @@
 // Each answer of the transaction-hash verifier, produced by a real transaction on a real anvil.
 import { createServer } from 'node:net'
-import { type Address, type Hash, keccak256, toHex } from 'viem'
+import { type Address, encodeFunctionData, type Hash, keccak256, toHex } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {
@@ -18,7 +18,7 @@ import {
   type VerifyTransferOptions,
   verifyTransfer,
 } from '../../src/chain/verify-transfer.ts'
-import { mine, setAutomine, startTestChain } from '../helpers/anvil.ts'
+import { mine, rpc, setAutomine, startTestChain } from '../helpers/anvil.ts'
 import { startRpcProxy } from '../helpers/rpc-proxy.ts'
 
 let dev: DevChain
@@ -151,6 +151,95 @@ describe('verifyTransfer', () => {
       expect(proxy.counts.get('eth_getTransactionByHash')).toBeLessThanOrEqual(7)
     } finally {
       await proxy.close()
+    }
+  })
+
+  it('an unknown hash costs at most 7 receipt and 7 mempool look-ups and one head, in unseenWaitMs', async () => {
+    const hash = keccak256(toHex(`never ${Math.random()}`))
+    const proxy = await startRpcProxy(dev.rpcUrl)
+    try {
+      const counted = createChainPublicClient(
+        chainDefinition('local', dev.chainId, proxy.url),
+        clientOptions(proxy.url),
+      )
+      const started = performance.now()
+      // The defaults of config/default.json: verify.wait_ms 10 s, verify.unseen_wait_ms 4 s.
+      const result = await verifyTransfer(counted, {
+        ...options,
+        hash,
+        waitMs: 10_000,
+        unseenWaitMs: 4_000,
+        pollIntervalMs: 250,
+      })
+      const elapsed = performance.now() - started
+      expect(result).toMatchObject({ ok: false, reason: 'transaction_not_found' })
+      expect(result).not.toHaveProperty('retryAfterMs')
+      expect(elapsed).toBeGreaterThanOrEqual(3990)
+      expect(elapsed).toBeLessThan(5000)
+      // Looks at 0, 0.25, 0.75, 1.75, 2.75, 3.75 and 4 s. The head is asked only with the first look; the
+      // others batch the receipt and the mempool: 15 calls in 8 HTTP requests (was 13 + 13 + 13 in 26).
+      const receipts = proxy.counts.get('eth_getTransactionReceipt') ?? 0
+      const mempool = proxy.counts.get('eth_getTransactionByHash') ?? 0
+      expect(receipts).toBeLessThanOrEqual(7)
+      expect(mempool).toBe(receipts)
+      expect(proxy.counts.get('eth_blockNumber')).toBe(1)
+      expect(proxy.requests).toBeLessThanOrEqual(8)
+      expect([...proxy.counts.keys()].sort()).toEqual([
+        'eth_blockNumber',
+        'eth_getTransactionByHash',
+        'eth_getTransactionReceipt',
+      ])
+    } finally {
+      await proxy.close()
+    }
+  })
+
+  it('a transaction that reaches the node during the unseen wait is waited for to waitMs', async () => {
+    await setAutomine(dev.rpcUrl, false)
+    try {
+      const payer = payers[1]!
+      const request = await payer.prepareTransactionRequest({
+        to: dev.usdcAddress,
+        data: encodeFunctionData({
+          abi: usdcAbi,
+          functionName: 'transfer',
+          args: [dev.treasury.address, 420_000n],
+        }),
+        gas: 100_000n,
+      })
+      const signed = await payer.signTransaction(request)
+      const hash = keccak256(signed)
+      const started = performance.now()
+      const verifying = verifyTransfer(client, { ...options, hash, waitMs: 5000, unseenWaitMs: 800 })
+      // Unseen for 300 ms (broadcast elsewhere, still propagating), then pending, mined at 1.5 s: past the
+      // unseen wait, within the whole one.
+      await new Promise((resolve) => setTimeout(resolve, 300))
+      await rpc(dev.rpcUrl, 'eth_sendRawTransaction', [signed])
+      await new Promise((resolve) => setTimeout(resolve, 1200))
+      await mine(dev.rpcUrl)
+      const result = await verifying
+      expect(result).toMatchObject({ ok: true, transfer: { hash, value: 420_000n } })
+      expect(performance.now() - started).toBeGreaterThanOrEqual(1400)
+    } finally {
+      await setAutomine(dev.rpcUrl, true)
+    }
+  })
+
+  it('a pending transaction outlasts unseenWaitMs: payment_pending at waitMs, not transaction_not_found', async () => {
+    await setAutomine(dev.rpcUrl, false)
+    try {
+      const hash = await payUsdc(payers[2]!, dev.treasury.address, 430_000n)
+      const started = performance.now()
+      const result = await verifyTransfer(client, { ...options, hash, waitMs: 1200, unseenWaitMs: 200 })
+      expect(result).toMatchObject({
+        ok: false,
+        reason: 'payment_pending',
+        detail: 'transaction not mined yet',
+      })
+      expect(performance.now() - started).toBeGreaterThanOrEqual(1190)
+      await mine(dev.rpcUrl)
+    } finally {
+      await setAutomine(dev.rpcUrl, true)
     }
   })
 

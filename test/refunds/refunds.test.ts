@@ -46,7 +46,7 @@ async function paidPayment(payer: Funded, dollars: number) {
   return { id: created.body.id as string, figure }
 }
 
-/** The running balance itself (GET /account keeps its answer 2 s). */
+/** The running balance itself, read from the database. */
 function balance() {
   return accountBalance(svc.sql, merchant.account.id)
 }
@@ -187,5 +187,22 @@ describe('refunds', () => {
     expect(uncovered).toMatchObject({ status: 409, code: 'invalid_state' })
     expect(uncovered.message).toMatch(/unpaid balance/)
     expect(await snapshot()).toEqual(before)
+  })
+
+  it("GET /account's pending drops the moment a refund is booked, though it was read just before", async () => {
+    const payer = await fundedAccount(10_000_000n)
+    const paid = await paidPayment(payer, 1)
+    const account = () => svc.api('/api/v1/account', { key: merchant.key })
+    const before = await account()
+    expect(before.status).toBe(200)
+    const refund = await svc.api('/api/v1/refunds', { key: merchant.key, body: { payment_id: paid.id } })
+    expect(refund.status).toBe(201)
+    const after = await account()
+    const debit = BigInt(refund.body.owner_debit_atomic)
+    expect(debit).toBeGreaterThan(0n)
+    expect(BigInt(after.body.balance.pending.amount_atomic)).toBe(
+      BigInt(before.body.balance.pending.amount_atomic) - debit,
+    )
+    expect(after.body.balance.pending.amount_atomic).toBe((await balance()).pending_atomic.toString())
   })
 })

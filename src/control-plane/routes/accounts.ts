@@ -8,7 +8,7 @@ import { Address, Network, Timestamp } from '../api-schemas.ts'
 import type { ControlPlaneDeps } from '../deps.ts'
 import type { Route } from '../route.ts'
 import { parseBody } from '../validation.ts'
-import { BalanceObject, cachedAccountBalance } from './payouts.ts'
+import { BalanceObject, currentAccountBalance } from './payouts.ts'
 
 const RegisterBody = v.strictObject({
   wallet_address: v.string('must be a string'),
@@ -137,7 +137,10 @@ export const accountRoutes: Route[] = [
     async handler({ account, deps }) {
       return {
         status: 200,
-        body: { ...presentAccount(account, deps), balance: await cachedAccountBalance(deps.sql, account.id) },
+        body: {
+          ...presentAccount(account, deps),
+          balance: await currentAccountBalance(deps.sql, account.id),
+        },
       }
     },
   },
