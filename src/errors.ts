@@ -129,7 +129,8 @@ export const PAYMENT_REQUIRED_REASONS = {
   invalid_signature: 'the authorization is not signed by its payer',
   authorization_not_yet_valid: 'validAfter is in the future',
   authorization_expired: 'validBefore is past, or within 6 s',
-  insufficient_funds: "the payer's balance is below the amount plus its authorizations not settled yet",
+  insufficient_funds:
+    "the payer's balance is below the amount (upto: the maximum) plus its authorizations and permits not settled yet",
   unsupported_proof: 'a scheme other than exact (or any x402 payload at checkout)',
   wrong_amount: 'exact means exact: an authorization for more than the price',
   requirements_mismatch: 'v2: accepted is not the advertised requirement',

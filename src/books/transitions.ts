@@ -55,7 +55,19 @@ export const TRANSITIONS: readonly Transition[] = [
     from: null,
     to: 'claimed',
     fn: 'claimProof',
-    why: 'verified proof, before the upstream (x402 exact: only if the payer balance covers it on top of its unsettled authorizations)',
+    why: 'verified proof, before the upstream',
+  },
+  {
+    // The payer reservation, one for x402 exact and upto (both draw on the payer's USDC balance): migrations
+    // 0045 and 0065, payer_reserved. An upto permit holds its maximum while claimed, its call's charge once
+    // captured, what the chain moved once settled (until the balance read shows it), and nothing once
+    // released (releaseClaim), voided (voidClaim) or failed (failUptoSettlement): no money moves then.
+    record: 'claim',
+    from: null,
+    to: 'claimed',
+    fn: 'claimProof',
+    why: 'x402 exact authorization or upto permit: only if the payer balance as read covers its amount (upto: its maximum) on top of what its other unsettled authorizations and permits hold; else insufficient_funds',
+    where: 'OVER (PARTITION BY lower(r.payer) ORDER BY r.i) <= r.balance - p.reserved',
   },
   {
     record: 'claim',

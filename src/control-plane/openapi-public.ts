@@ -441,7 +441,8 @@ export function publicPaths(ref: (name: string) => Json): Json {
           "Buy an endpoint's pass with any way the endpoint takes (any method; a client's retry of a paid purchase is not charged again)",
         description:
           'Without a payment: 402 with the pass price as the requirement. Paid: 201 with the pass and the payment receipt; ' +
-          'the same payment again buys no second pass: 200 with the same pass, or 402 proof_already_used. Calls on the pass are made to /m/{endpoint_id} with a ' +
+          'the same payment again (before or after its settlement) buys no second pass and is not charged again: 200 with the same pass; ' +
+          '402 proof_already_used when it paid for anything else (another endpoint, a call). Calls on the pass are made to /m/{endpoint_id} with a ' +
           'SIGN-IN-WITH-X header of the paying wallet.',
         security: [],
         parameters: [endpointId, ...proofHeaders],

@@ -50,7 +50,7 @@ export interface ClaimedPaymentInit {
   endpointId: string
   accountId: string
   leaseMs: number
-  /** x402 exact: the payer's balance read; the claim reserves against it (src/books/claims.ts). */
+  /** x402 exact and upto: the payer's balance read; the claim reserves against it (src/books/claims.ts). */
   reserve?: { balanceAtomic: bigint; block: bigint } | null
   /** The claim was refused for funds. */
   onInsufficientFunds?: () => void

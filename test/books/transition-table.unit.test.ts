@@ -73,6 +73,9 @@ describe('the transition table', () => {
       const text = closure(t.fn)
       if (t.from === null) {
         if (!/INSERT INTO/.test(text)) missing.push(`${t.record} ∅ → ${t.to} (${t.fn}): no INSERT`)
+        // A creation's own precondition (the payer reservation) is named as written, as any other's.
+        if (t.where !== undefined && !text.includes(t.where))
+          missing.push(`${t.record} ∅ → ${t.to} (${t.fn}): no ${t.where}`)
       } else if (!text.includes(precondition(t))) {
         missing.push(`${t.record} ${t.from} → ${t.to} (${t.fn}): no ${precondition(t)}`)
       }
