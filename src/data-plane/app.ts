@@ -15,7 +15,13 @@ import {
   rateLimitedHeaders,
 } from '../rate-limit.ts'
 import { nextRequestId, requestIdFrom } from '../request-id.ts'
-import { type ClientKey, createClientKey, peerAddress } from './client-address.ts'
+import {
+  type ClientKey,
+  createClientKey,
+  createPeerTrust,
+  type PeerTrust,
+  peerAddress,
+} from './client-address.ts'
 import { CORS_HEADERS, preflight } from './cors.ts'
 import {
   assertNativeUws,
@@ -60,6 +66,8 @@ export interface EdgeLimits {
   acceptChunked: boolean
   /** The rate-limit key of a request: its client address (server.trusted_proxies decides which). */
   clientKey: ClientKey
+  /** Whether the peer is a trusted proxy: the forwarding headers sent upstream are then appended to. */
+  peerTrusted: PeerTrust
   /** POST /api/v1/register per client address. */
   register: RateLimiter | null
   /** 401 answers per client address: checked before /api/v1 requests, charged after a 401. */
@@ -100,6 +108,7 @@ export function createEdgeLimits(settings: EdgeSettings, now?: () => number): Ed
     maxHeaders: settings.server.max_headers,
     acceptChunked: settings.server.accept_chunked_requests,
     clientKey: createClientKey(settings.server.trusted_proxies),
+    peerTrusted: createPeerTrust(settings.server.trusted_proxies),
     register: createRateLimiter('register', limits, limits.register, now),
     failedApiKeys: createRateLimiter('failed_api_keys', limits, limits.failed_api_keys, now),
     failedApiKeyPrefixes: createRateLimiter(
@@ -120,6 +129,7 @@ export function createEdgeLimits(settings: EdgeSettings, now?: () => number): Ed
  */
 export interface ProofEdge {
   clientKey: ClientKey
+  peerTrusted: PeerTrust
   /** The proof of a request from `client` was refused (402) or named nothing that exists (404). */
   proofRefused(client: string): void
 }
@@ -128,6 +138,7 @@ export interface ProofEdge {
 export function proofEdge(edge: EdgeLimits, bucket: RateLimiter | null): ProofEdge {
   return {
     clientKey: edge.clientKey,
+    peerTrusted: edge.peerTrusted,
     proofRefused: bucket === null ? () => {} : (client) => void bucket.take(client),
   }
 }
