@@ -93,6 +93,11 @@ export const ERRORS = {
     'conflicting or invalid Content-Length or Transfer-Encoding; the connection is closed',
   ),
   headers_too_large: e(431, INVALID, 'the request headers are too many or too large'),
+  length_required: e(
+    411,
+    INVALID,
+    'send the body with a Content-Length: chunked request bodies are refused; the connection is closed',
+  ),
   // Admin port
   admin_unauthorized: e(401, 'authentication_error', 'send Authorization: Bearer <ADMIN_TOKEN>'),
   admin_route_disabled: e(404, INVALID, 'this admin route is off: set ADMIN_TOKEN to enable it'),

@@ -53,6 +53,12 @@ export const ConfigSchema = v.strictObject({
     max_header_bytes: v.pipe(v.number(), v.integer(), v.minValue(1024)),
     max_headers: v.pipe(PositiveInt, v.maxValue(48)),
     /**
+     * Request bodies sent with Transfer-Encoding: chunked. uWS de-chunks them in C++ without checking the
+     * line ends (a bare-LF chunk line, any two bytes after a chunk's data) and never tells JS: false
+     * (default) answers them 411 and closes; true accepts them, only behind a proxy that re-frames bodies.
+     */
+    accept_chunked_requests: v.boolean(),
+    /**
      * Proxies (CIDRs or addresses) whose X-Forwarded-For / Forwarded name the client for rate limits; empty
      * (default): the peer address is the client and those headers are ignored.
      */

@@ -247,6 +247,7 @@ class MeteredCall implements ProxyHooks {
         pathAndQuery: subPath + (query ? `?${query}` : ''),
         headers,
         remoteAddress: peerAddress(res),
+        peerTrusted: ctx.edge?.peerTrusted(res) === true,
         requestId: this.requestId,
         traceparent: null,
       }

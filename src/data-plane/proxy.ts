@@ -22,6 +22,11 @@ export interface ForwardRequest {
   headers: Array<[string, string]>
   /** Client IP as text. */
   remoteAddress: string
+  /**
+   * The peer is one of server.trusted_proxies: the forwarding headers it wrote are kept and x-forwarded-for
+   * is appended to. Otherwise the caller wrote them (anyone can) and the upstream gets only tollgate's view.
+   */
+  peerTrusted: boolean
   /** Sent to the upstream as x-request-id, and on tollgate's own error answers. */
   requestId: string
   /** W3C traceparent of the upstream span when tracing is on (replaces the caller's), else null. */
@@ -107,8 +112,9 @@ const HOP_BY_HOP = [
   'proxy-authenticate',
 ]
 // content-length is kept: upstreams get a sized body whenever the client sent one. expect is answered by
-// uWS itself (100-continue) and undici refuses to send it. Forwarding headers are rebuilt, not trusted.
-const REQUEST_DROP = new Set([
+// uWS itself (100-continue) and undici refuses to send it. x-forwarded-proto and -host are rebuilt from what
+// tollgate saw; x-forwarded-for is appended to when the peer is a trusted proxy, else rebuilt too.
+const REQUEST_DROP = [
   ...HOP_BY_HOP,
   'host',
   'expect',
@@ -120,6 +126,32 @@ const REQUEST_DROP = new Set([
   'x-forwarded-proto',
   'x-forwarded-host',
   'x-request-id',
+]
+// Who the client is and how it came, as a proxy in front writes it. From a peer that is not a trusted proxy
+// these are the caller's own words (an upstream that logs or rate-limits on X-Real-IP would believe them):
+// dropped, so the upstream sees only what tollgate saw. A trusted proxy's are relayed unchanged.
+const FORWARDING_CLAIMS = [
+  'forwarded',
+  'x-real-ip',
+  'x-forwarded-port',
+  'x-forwarded-prefix',
+  'x-forwarded-scheme',
+  'x-forwarded-server',
+  'x-forwarded-ssl',
+  'x-original-forwarded-for',
+  'x-client-ip',
+  'client-ip',
+  'true-client-ip',
+  'cf-connecting-ip',
+  'fastly-client-ip',
+  'x-cluster-client-ip',
+]
+const DROP = 1
+const FROM_TRUSTED_ONLY = 2
+// One lookup per request header on the hot path, whichever list names it.
+const REQUEST_RULES = new Map<string, number>([
+  ...REQUEST_DROP.map((name): [string, number] => [name, DROP]),
+  ...FORWARDING_CLAIMS.map((name): [string, number] => [name, FROM_TRUSTED_ONLY]),
 ])
 // Headers an owner's configuration must not set: they would break the framing of the upstream request.
 const INJECT_REFUSED = new Set([...HOP_BY_HOP, 'host', 'content-length', 'expect'])
@@ -309,14 +341,17 @@ function forwardHeaders(req: ForwardRequest, target: UpstreamTarget): string[] {
   let forwardedFor = ''
   let connection = ''
   const traceparent = req.traceparent
+  const trusted = req.peerTrusted
   for (const [name, value] of req.headers) {
-    if (REQUEST_DROP.has(name)) {
+    const rule = REQUEST_RULES.get(name)
+    if (rule === DROP) {
       if (name === 'host') host = value
-      else if (name === 'x-forwarded-for')
-        forwardedFor = forwardedFor === '' ? value : `${forwardedFor}, ${value}`
-      else if (name === 'connection') connection = value.toLowerCase()
+      else if (name === 'x-forwarded-for') {
+        if (trusted) forwardedFor = forwardedFor === '' ? value : `${forwardedFor}, ${value}`
+      } else if (name === 'connection') connection = value.toLowerCase()
       continue
     }
+    if (rule === FROM_TRUSTED_ONLY && !trusted) continue
     if (inject.length > 0 && isInjected(name, inject)) continue
     // Tracing on: the upstream's parent is tollgate's upstream span, not the caller's.
     if (traceparent !== null && (name === 'traceparent' || name === 'tracestate')) continue
