@@ -31,10 +31,15 @@ export function paymentRequiredResult(id: string | number | null, paymentRequire
 
 /** Adds `_meta["x402/payment-response"]` to the result answering request `id`, in JSON or SSE. */
 export function receiptRewriter(id: string | number | null, settlement: unknown): ResultRewriter {
-  return new ResultRewriter(id, (result) => {
+  return new ResultRewriter(id, withReceipt(settlement))
+}
+
+/** Adds the settlement to a result's `_meta["x402/payment-response"]`. */
+export function withReceipt(settlement: unknown): (result: Record<string, unknown>) => void {
+  return (result) => {
     const meta = (typeof result._meta === 'object' && result._meta !== null ? result._meta : {}) as object
     result._meta = { ...meta, 'x402/payment-response': settlement }
-  })
+  }
 }
 
 /** Changes the result answering request `id` on its way out, in a JSON or an SSE answer. */

@@ -3,13 +3,14 @@
 // anything else is answered with its JSON-RPC error and nothing is forwarded.
 
 import { toDollars } from '../money.ts'
-import type { BodyPrice, BodyPricing } from '../pricing/body-price.ts'
+import type { BodyAnswer, BodyPrice, BodyPricing, BodyRequestPlace } from '../pricing/body-price.ts'
 import { presentPricing } from '../pricing/input.ts'
 import { headlinePrice, type Pricing } from '../pricing/model.ts'
 import type { Quote } from '../schemes/scheme.ts'
 import type { McpPricing } from './config.ts'
-import { paymentRequiredResult, ResultRewriter, receiptRewriter } from './in-band.ts'
+import { paymentRequiredResult, ResultRewriter, receiptRewriter, withReceipt } from './in-band.ts'
 import { errorResponse, MCP_BODY_MAX_BYTES, readMcpRequest, withoutPayment } from './json-rpc.ts'
+import { PASS_THROUGH, type SseSession, SseStreamRewriter, sseSessions } from './sse-transport.ts'
 import { type CatalogTool, readCatalog } from './tool-catalog.ts'
 
 const FREE: BodyPrice = { ok: 'free' }
@@ -60,16 +61,26 @@ export function mcpBodyPricing(
       if (mcp.freeTools.has(tool) || mcp.unknownToolsFree) return null
       return defaultQuoteOf(tool)
     },
-    price(method, body) {
-      // GET opens the server's SSE stream, DELETE ends a session: no JSON-RPC call to price.
+    price(method, body, at) {
+      // GET opens the server's SSE stream (the legacy transport's carries its answers: see sse-transport.ts),
+      // DELETE ends a session: no JSON-RPC call to price.
+      if (method === 'GET' && at !== undefined)
+        return { ok: 'free', rewriter: () => new SseStreamRewriter(at) }
       if (method !== 'POST') return FREE
       const req = readMcpRequest(body)
       if (req.kind === 'protocol') return FREE
-      if (req.kind === 'tools_list')
+      // A POST of a legacy-transport session whose stream this process holds: its answer is on that stream.
+      const session = at === undefined ? undefined : sseSessions.get(at.endpointId, at.pathAndQuery)
+      if (req.kind === 'tools_list') {
+        if (session !== undefined) {
+          if (req.id !== null) session.expect(req.id, (result) => annotate(result, req.paged))
+          return FREE
+        }
         return {
           ok: 'free',
           rewriter: () => new ResultRewriter(req.id, (result) => annotate(result, req.paged)),
         }
+      }
       if (req.kind === 'invalid')
         return {
           ok: 'refused',
@@ -78,7 +89,7 @@ export function mcpBodyPricing(
           body: errorResponse(req.code, req.message, req.id),
         }
       const known = priced.get(req.name)
-      if (known !== undefined) return inBand(known, req.id, req.payment, body)
+      if (known !== undefined) return inBand(known, req.id, req.payment, body, session, at)
       if (mcp.freeTools.has(req.name) || mcp.unknownToolsFree) return FREE
       // A tool the merchant did not name costs the default; its name goes on the call row as given
       // (the metrics fold it into "other"). The map is bounded by what is kept: names are 1 line each.
@@ -99,7 +110,7 @@ export function mcpBodyPricing(
         }
         if (byDefault.size < 1000) byDefault.set(req.name, p)
       }
-      return inBand(p, req.id, req.payment, body)
+      return inBand(p, req.id, req.payment, body, session, at)
     },
   }
 
@@ -112,16 +123,51 @@ export function mcpBodyPricing(
     id: string | number | null,
     payment: object | null,
     body: Buffer | null,
+    session: SseSession | undefined,
+    at: BodyRequestPlace | undefined,
   ): BodyPrice {
     if (p.ok !== 'priced' || (payment === null && !mcp.inBand)) return p
+    const encoded = payment === null ? null : Buffer.from(JSON.stringify(payment)).toString('base64')
+    const forwardBody = payment === null || body === null ? null : withoutPayment(body)
+    if (session !== undefined) {
+      // Legacy transport, stream held here: the refusal goes onto the stream (the POST answers 202), and a
+      // paid call's result is held there until its settlement is known, then carries it in its _meta.
+      if (payment !== null && id !== null) session.expect(id, null)
+      return {
+        ...p,
+        payment: encoded,
+        forwardBody,
+        paymentRequired: (required) => onStream(session, id, required),
+        receiptInAnswer:
+          payment === null
+            ? null
+            : (settlement) => {
+                if (id !== null) session.resolve(id, withReceipt(JSON.parse(settlement)))
+                return PASS_THROUGH
+              },
+      }
+    }
+    // A POST of the legacy transport whose stream is not held by this process (another worker or instance):
+    // an answer in its body would be dropped by the client, which would wait for it on its stream in vain.
+    // HTTP 402 fails the call at once instead; a payment it carries is still read, its result passes as is.
+    const elsewhere = at !== undefined && !at.mcpSession && !at.accept.includes('text/event-stream')
     return {
       ...p,
-      payment: payment === null ? null : Buffer.from(JSON.stringify(payment)).toString('base64'),
-      forwardBody: payment === null || body === null ? null : withoutPayment(body),
-      paymentRequired: (required) => paymentRequiredResult(id, required),
-      receiptInAnswer: payment === null ? null : (settlement) => receiptRewriter(id, JSON.parse(settlement)),
+      payment: encoded,
+      forwardBody,
+      paymentRequired: elsewhere ? null : (required) => paymentRequiredResult(id, required),
+      receiptInAnswer:
+        payment === null || elsewhere ? null : (settlement) => receiptRewriter(id, JSON.parse(settlement)),
     }
   }
+}
+
+/** The PaymentRequired answer put on the session's stream; the POST is answered as the server would (202). */
+function onStream(session: SseSession, id: string | number | null, required: string): BodyAnswer {
+  const answer = paymentRequiredResult(id, required)
+  if (id !== null) session.resolve(id, null)
+  if (!session.send(answer.body)) return answer
+  return { status: '202 Accepted', contentType: 'text/plain; charset=utf-8', body: 'Accepted' }
 }
 
 /**

@@ -25,7 +25,7 @@ export interface McpUpstream {
 /** The `report` tool's text: its size makes its answer's byte count, and so its usage price. */
 export const REPORT_TEXT = 'r'.repeat(5_000)
 
-function buildServer(served: Map<string, number>): McpServer {
+export function buildServer(served: Map<string, number>): McpServer {
   const server = new McpServer({ name: 'tollgate-test-mcp', version: '1.0.0' })
   const count = (name: string) => served.set(name, (served.get(name) ?? 0) + 1)
   server.registerTool(
