@@ -52,6 +52,33 @@ export function buildServer(served: Map<string, number>): McpServer {
       return { content: [{ type: 'text', text: REPORT_TEXT }] }
     },
   )
+  // A resource and a prompt (served counted as `resource:<uri>`, `prompt:<name>`).
+  server.registerResource('forecast', 'weather://forecast', { description: 'The forecast' }, async (uri) => {
+    count('resource:weather://forecast')
+    return { contents: [{ uri: uri.href, text: 'sunny all week' }] }
+  })
+  server.registerResource('about', 'weather://about', { description: 'About (free)' }, async (uri) => {
+    count('resource:weather://about')
+    return { contents: [{ uri: uri.href, text: 'a weather server' }] }
+  })
+  server.registerPrompt(
+    'plan',
+    { description: 'Plan a trip', argsSchema: { city: z.string() } },
+    ({ city }) => {
+      count('prompt:plan')
+      return { messages: [{ role: 'user', content: { type: 'text', text: `plan a trip to ${city}` } }] }
+    },
+  )
+  // MCP 2026-07-28 server/discover, as a server of that revision answers it (this SDK predates it).
+  server.server.setRequestHandler(
+    z.object({ method: z.literal('server/discover'), params: z.any().optional() }) as never,
+    () =>
+      ({
+        resultType: 'complete',
+        supportedVersions: ['2026-07-28'],
+        capabilities: { tools: {}, resources: {}, prompts: {} },
+      }) as never,
+  )
   return server
 }
 
