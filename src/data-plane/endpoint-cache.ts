@@ -225,8 +225,11 @@ function compileMcp(
   const seen = options.toolCatalogs
   return mcpBodyPricing(
     mcpFromStored(row.mcp!),
-    (amount, varies, tool) => {
+    (amount, varies, tool, what) => {
       if (tool === null) return quote(amount, varies, false, description, undefined)
+      // A priced resource or prompt: named in its 402; catalogs list tools only.
+      if (what !== undefined)
+        return quote(amount, varies, false, `${description} · ${what} ${tool}`, undefined)
       const listed = byName.get(tool)
       const bazaar = row.listed
         ? mcpBazaarExtension({

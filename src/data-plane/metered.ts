@@ -303,7 +303,16 @@ class MeteredCall implements ProxyHooks {
         return this.respondError('body_too_large', {
           message: `the JSON-RPC body is larger than ${pricing.maxBytes} bytes`,
         })
-      const price = pricing.price(this.method, whole)
+      const forward = this.forward!
+      const target = this.endpoint!.target
+      const price = pricing.price(this.method, whole, {
+        endpointId: this.endpointId,
+        pathAndQuery: forward.pathAndQuery,
+        origin: target.origin,
+        basePath: target.basePath,
+        accept: headerOf(forward.headers, 'accept'),
+        mcpSession: headerOf(forward.headers, 'mcp-session-id') !== '',
+      })
       if (price.ok === 'free') {
         if (price.rewriter !== undefined) this.rewriter = price.rewriter()
         return this.forwardUnpaid()
@@ -740,8 +749,14 @@ class MeteredCall implements ProxyHooks {
     })
   }
 
+  /** ProxyHooks: a chunked answer can take bytes between the upstream's (an MCP stream's events). */
+  onStreamOpen(push: (bytes: Buffer) => boolean): void {
+    this.rewriter?.attach?.(push)
+  }
+
   /** ProxyHooks: the final outcome, exactly once. */
   onDone(outcome: ProxyOutcome): void {
+    this.rewriter?.close?.()
     // A proof serves at most once: it is released for a retry only when the upstream certainly did not serve
     // it (it could not be reached, or answered 5xx; see upstreamFailed). A client that left while the upstream was working may
     // have been served: that claim stays held, is in doubt once its lease runs out, and is refunded at the
@@ -939,6 +954,12 @@ function upstreamFailed(outcome: ProxyOutcome): boolean {
     return outcome.code !== 'timeout'
   }
   return outcome.status !== null && outcome.status >= 500
+}
+
+/** A request header's value ('' when absent); names are lower-case as uWS gives them. */
+function headerOf(headers: Array<[string, string]>, name: string): string {
+  for (const h of headers) if (h[0] === name) return h[1]
+  return ''
 }
 
 /** The forwarded content-length after the body was rewritten. */

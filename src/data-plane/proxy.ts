@@ -85,6 +85,11 @@ export interface ProxyHooks {
   resizes?: boolean
   /** The body ended: anything still held back by onResponseData, sent before the end. */
   onResponseEnd?(): Buffer | null
+  /**
+   * Called after onResponseHead of a chunked (resized) answer with a way to write onto it between the
+   * upstream's chunks (an event a hook puts on an event stream); push returns false once it cannot.
+   */
+  onStreamOpen?(push: (bytes: Buffer) => boolean): void
   /** Called exactly once with the final outcome. */
   onDone(outcome: ProxyOutcome): void
   /**
@@ -569,6 +574,8 @@ class Forward implements Dispatcher.DispatchHandler {
       return false
     }
     this.#extra = extra
+    if (this.#hooks.onStreamOpen !== undefined && this.#hooks.resizes === true)
+      this.#hooks.onStreamOpen(this.push)
     if (this.#clientGone) return true
     this.#head = head
     // The head is written with the first body bytes (or the end) when they come in the same read, which
@@ -577,6 +584,24 @@ class Forward implements Dispatcher.DispatchHandler {
     headsDue.push(this)
     if (headsDue.length === 1) queueMicrotask(writeDueHeads)
     return true
+  }
+
+  /**
+   * Bytes of tollgate's own between two upstream chunks of a chunked answer (hooks.onStreamOpen). The
+   * caller keeps them whole (an event between events); false once the answer cannot take them.
+   */
+  readonly push = (bytes: Buffer): boolean => {
+    if (this.#done || this.#clientGone || this.#ended || this.#noBody) return false
+    if (this.#head === null && this.#total >= 0) return false
+    let ok = false
+    this.#res.cork(() => {
+      if (this.#head !== null) this.writeHead()
+      if (this.#total >= 0 || this.#noBody) return
+      ok = true
+      this.#bytes += bytes.length
+      if (!this.#res.write(bytes)) this.#backpressure()
+    })
+    return ok
   }
 
   /** Writes the head now if it is still waiting (from the microtask, under its own cork). */

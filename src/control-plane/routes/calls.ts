@@ -8,6 +8,9 @@ import { Atomic, CallUsage, Dollars, listOf, PricingModel, Timestamp } from '../
 import { listResponse, readPage } from '../pagination.ts'
 import type { Route } from '../route.ts'
 
+/** What a paid MCP call is recorded under: a tool name, `resource:<uri>` or `prompt:<name>` (src/mcp/). */
+const CALL_SUBJECT = /^(?:[A-Za-z0-9_./-]{1,128}|resource:[^\p{Cc}\s]{1,2048}|prompt:\P{Cc}{1,128})$/u
+
 export const CallObject = v.strictObject({
   id: v.string(),
   object: v.literal('call'),
@@ -20,7 +23,13 @@ export const CallObject = v.strictObject({
   fee_atomic: Atomic,
   upstream_status: v.number(),
   method: v.string(),
-  tool: v.pipe(v.nullable(v.string()), v.description('the MCP tool a paid tools/call named; null otherwise')),
+  tool: v.pipe(
+    v.nullable(v.string()),
+    v.description(
+      'the MCP tool a paid tools/call named (resource:<uri> for a priced resources/read, prompt:<name> for a ' +
+        'priced prompts/get); null otherwise',
+    ),
+  ),
   pricing_model: PricingModel,
   usage: CallUsage,
   created_at: Timestamp,
@@ -72,8 +81,12 @@ export const callRoutes: Route[] = [
         throw new ApiError('invalid_parameter', 'endpoint_id: must be an endpoint id', 'endpoint_id')
       }
       const tool = query.get('tool')
-      if (tool !== null && !/^[A-Za-z0-9_./-]{1,128}$/.test(tool)) {
-        throw new ApiError('invalid_parameter', 'tool: must be an MCP tool name', 'tool')
+      if (tool !== null && !CALL_SUBJECT.test(tool)) {
+        throw new ApiError(
+          'invalid_parameter',
+          'tool: must be an MCP tool name, resource:<uri> or prompt:<name>',
+          'tool',
+        )
       }
       const rows = await listCalls(db, {
         accountId: account.id,
