@@ -103,7 +103,8 @@ class PassPurchase {
     this.endpoint = entry
     this.pass = entry.pass
     // As a metered call: no payment a failover could forget (src/db/replication-watch.ts).
-    if (this.ctx.replication?.refusing) return this.respondError('replication_unsafe', undefined, RETRY_AFTER_30)
+    if (this.ctx.replication?.refusing)
+      return this.respondError('replication_unsafe', undefined, RETRY_AFTER_30)
     if (!this.paymentHeader) return this.respond402('payment_required')
     const verdict = this.ctx.schemes.verify(parseProof(this.paymentHeader), {
       endpoint: { id: entry.id, accountId: entry.accountId, timeoutMs: entry.target.timeoutMs },

@@ -1,9 +1,10 @@
 // The primary's replication, read on a timer off the request path: which standbys stream from it and whether
 // a commit waits for one of them. With standbys attached and none synchronous, a failover forgets the claims
 // of its last moments and those proofs serve again (docs/failover.md): reported, and refused if required.
+
+import type { ReadinessCheck } from '../observability/admin.ts'
 import type { Logger } from '../observability/logger.ts'
 import { replicationUnsafe, standbysBySyncState } from '../observability/metrics.ts'
-import type { ReadinessCheck } from '../observability/admin.ts'
 import type { Sql } from './sql.ts'
 
 /** pg_stat_replication.sync_state, and 'unknown' when the role may not read it (no pg_read_all_stats). */
@@ -76,7 +77,11 @@ export function countBySyncState(standbys: ReplicationReading['standbys']): Reco
 /** One query on the primary; costs a catalog read. */
 export async function readReplication(sql: Sql): Promise<ReplicationReading> {
   const [row] = await sql<
-    { synchronous_commit: string; names: string; standbys: Array<{ name: string; sync_state: string | null }> }[]
+    {
+      synchronous_commit: string
+      names: string
+      standbys: Array<{ name: string; sync_state: string | null }>
+    }[]
   >`
     SELECT current_setting('synchronous_commit') AS synchronous_commit,
            current_setting('synchronous_standby_names') AS names,
@@ -129,11 +134,13 @@ export async function startReplicationWatch(deps: {
     replicationUnsafe.set(next.kind === 'unsafe' ? 1 : 0)
     if (next.kind === 'unsafe' && (atStart || was.kind !== 'unsafe' || was.reason !== next.reason))
       logger.warn(
-        deps.require ? 'replication unsafe: paid calls refused' : 'replication unsafe: a failover serves twice',
+        deps.require
+          ? 'replication unsafe: paid calls refused'
+          : 'replication unsafe: a failover serves twice',
         { reason: next.reason, detail: next.detail, require_synchronous_standby: deps.require },
       )
     else if (next.kind !== 'unsafe' && was.kind === 'unsafe')
-      logger.info('replication safe again', { state: next.kind, detail: next.detail })
+      logger.warn('replication safe again', { state: next.kind, detail: next.detail })
   }
   let reading: Promise<void> | null = null
   const refresh = (atStart = false): Promise<void> => {
