@@ -2,7 +2,8 @@
 // standby tollgate says so (a warning at start, tollgate_db_standbys and tollgate_db_replication_unsafe,
 // /readyz degraded, the TollgateReplicationUnsafe alert pending in a real Prometheus) and, with
 // database.require_synchronous_standby, answers paid calls 503 replication_unsafe; once the primary makes the
-// standby synchronous, all of it clears and the same proof is served. Bounded: about a minute.
+// standby synchronous, all of it clears and the same proof is served. Last, what a role without
+// pg_read_all_stats reads (the standby, not its sync state). Bounded: about a minute.
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -11,6 +12,8 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { describe, expect, it } from 'vitest'
 import { makeProofs } from '../../bench/proofs.ts'
 import { startDevChain } from '../../src/chain/dev-chain.ts'
+import { judgeReplication, readReplication } from '../../src/db/replication-watch.ts'
+import { createSql } from '../../src/db/sql.ts'
 import { postJson } from '../helpers/api.ts'
 import { freePort, startChildService } from '../helpers/child-service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
@@ -174,6 +177,19 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('replication state of a real p
           intervalMs: 250,
           retryErrors: true,
         })
+
+      // A role without pg_read_all_stats sees the standby but not its sync state: not judged safe, and the
+      // detail names the grant; granted, it reads the synchronous standby.
+      const admin = createSql(primary.url, { max: 1 })
+      cleanups.push(() => admin.end({ timeout: 1 }))
+      await admin`CREATE ROLE watcher LOGIN`
+      const watcher = createSql(primary.url.replace('postgres@', 'watcher@'), { max: 1 })
+      cleanups.push(() => watcher.end({ timeout: 1 }))
+      const hidden = await readReplication(watcher)
+      expect(hidden.standbys).toEqual([{ name: 'standby1', syncState: 'unknown' }])
+      expect(judgeReplication(hidden)).toMatchObject({ kind: 'unsafe', reason: 'standby_state_hidden' })
+      await admin`GRANT pg_read_all_stats TO watcher`
+      expect(judgeReplication(await readReplication(watcher)).kind).toBe('safe')
     } finally {
       for (const c of cleanups.reverse()) await c().catch(() => {})
     }
