@@ -500,7 +500,9 @@ export function publicPaths(ref: (name: string) => Json): Json {
           '410': error(
             'payment_expired / payment_canceled (a transfer is refunded; an authorization is not used)',
           ),
-          '503': error('verification_unavailable'),
+          '503': error(
+            'verification_unavailable / replication_unsafe (database.require_synchronous_standby)',
+          ),
         },
       },
     },

@@ -151,6 +151,20 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('replication state of a real p
       // No 402 invites a payment either.
       expect((await fetch(`${child.url}/m/${endpoint.id}/work`)).status).toBe(503)
       expect(upstream.served.get(hash!) ?? 0).toBe(0)
+      // Nor does the hosted checkout take the proof for a payment.
+      const payment = await postJson(
+        child.url,
+        '/api/v1/payments',
+        { amount: 0.001, description: 'invoice' },
+        reg.api_key as string,
+      )
+      const checkout = await fetch(`${child.url}/pay/${payment.id}`, {
+        method: 'POST',
+        headers: { 'x-payment': hash!, accept: 'application/json' },
+      })
+      expect(checkout.status).toBe(503)
+      expect(checkout.headers.get('retry-after')).toBe('30')
+      expect(((await checkout.json()) as { error: { code: string } }).error.code).toBe('replication_unsafe')
 
       await setReplicationMode(primary, standby, 'sync-on')
       await waitForStreaming(primary, standby, true)
