@@ -143,16 +143,21 @@ export async function startReplicationWatch(deps: {
       logger.warn('replication safe again', { state: next.kind, detail: next.detail })
   }
   let reading: Promise<void> | null = null
+  let failing = false
   const refresh = (atStart = false): Promise<void> => {
     reading ??= readReplication(deps.sql)
       .then(
         (r) => {
+          failing = false
           const count = countBySyncState(r.standbys)
           for (const s of SYNC_STATES) standbysBySyncState.set({ sync_state: s }, count[s])
           publish(judgeReplication(r), atStart)
         },
-        // The database away: keep the last state (its outage answers 503 on its own).
-        (err) => logger.warn('replication state not read', { err }),
+        // The database away: keep the last state (its outage answers 503 on its own); said once per outage.
+        (err) => {
+          if (!failing) logger.warn('replication state not read', { err })
+          failing = true
+        },
       )
       .finally(() => {
         reading = null
@@ -182,11 +187,11 @@ export async function startReplicationWatch(deps: {
       // Degraded, not failing: /readyz stays 200, or a load balancer would take every instance out, the
       // free routes and the API with them. The paid calls' own 503 is the refusal.
       check: async () =>
-        state.kind === 'unsafe'
+        state.kind === 'unsafe' || (deps.require && state.kind === 'unread')
           ? {
               ok: true,
               degraded: true,
-              detail: `${state.reason}: ${state.detail}${deps.require ? ' (paid calls refused: database.require_synchronous_standby)' : ''}`,
+              detail: `${state.kind === 'unsafe' ? state.reason : 'unread'}: ${state.detail}${deps.require ? ' (paid calls refused: database.require_synchronous_standby)' : ''}`,
             }
           : { ok: true, detail: state.detail },
     },

@@ -2,7 +2,11 @@
 // forget: database.require_synchronous_standby refuses nothing, /readyz stays ready, the gauges read 0.
 // A real asynchronous and synchronous standby: test/chaos/replication-watch.test.ts.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { startReplicationWatch } from '../../src/db/replication-watch.ts'
+import { createSql } from '../../src/db/sql.ts'
+import { createLogger } from '../../src/observability/logger.ts'
 import { fundedAccount, payUsdc } from '../helpers/accounts.ts'
+import { freePort } from '../helpers/child-service.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 
@@ -52,5 +56,28 @@ describe('replication state without a standby', () => {
     })
     expect(paid.status).toBe(200)
     await paid.arrayBuffer()
+  })
+
+  it('required, a state never read (no server answered at start) refuses paid calls, and says so', async () => {
+    // A port nothing listens on: every read is refused, as when the first one at start fails.
+    const sql = createSql(`postgres://postgres@127.0.0.1:${await freePort()}/postgres`, {
+      max: 1,
+      connectTimeoutMs: 1_000,
+    })
+    const watch = await startReplicationWatch({
+      sql,
+      logger: createLogger('silent'),
+      embedded: false,
+      require: true,
+      checkMs: 60_000,
+    })
+    try {
+      expect(watch.state.kind).toBe('unread')
+      expect(watch.refusing).toBe('replication not read yet')
+      expect(await watch.readiness.check()).toMatchObject({ ok: true, degraded: true })
+    } finally {
+      watch.stop()
+      await sql.end({ timeout: 1 })
+    }
   })
 })
