@@ -74,6 +74,11 @@ export const ERRORS = {
     'x402 payments are paused while settlements catch up; retry after Retry-After seconds with the same or a new authorization',
   ),
   verification_unavailable: e(503, 'api_error', 'the chain could not be reached to verify the payment'),
+  replication_unsafe: e(
+    503,
+    'api_error',
+    'paid calls are paused: the database has no synchronous standby, so a failover could forget this payment; nothing was taken, retry after Retry-After',
+  ),
   upstream_unreachable: e(502, 'upstream_error', 'The upstream could not be reached.'),
   upstream_timeout: e(504, 'upstream_error', 'The upstream did not answer in time.'),
   upstream_forbidden: e(

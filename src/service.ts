@@ -18,7 +18,7 @@ import { type DataPlaneDeps, startDataPlane } from './data-plane/start.ts'
 import { assertNativeUws } from './data-plane/uws.ts'
 import { bindDatabaseToChain } from './db/chain-binding.ts'
 import type { Sql } from './db/sql.ts'
-import { startDatabase } from './db/start.ts'
+import { type Database, startDatabase } from './db/start.ts'
 import { startAdminServer } from './observability/admin.ts'
 import { createLogger, type Logger } from './observability/logger.ts'
 import { countRpcRequest } from './observability/metrics.ts'
@@ -96,7 +96,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
         logger,
         publicUrl,
         now: options.now,
-        ...handedOver({ config, sql: db.sql, chainInfo, logger, publicUrl }),
+        ...handedOver({ config, sql: db.sql, replication: db.replication, chainInfo, logger, publicUrl }),
       }),
     )
     baseUrl = publicBaseUrl(config, dataPlane.port)
@@ -148,11 +148,12 @@ export async function startService(config: Config, options: StartOptions = {}): 
 function handedOver(deps: {
   config: Config
   sql: Sql
+  replication: Database['replication']
   chainInfo: ChainInfo
   logger: Logger
   publicUrl: () => string
 }): Pick<DataPlaneDeps, 'apiHandler' | 'checkoutRoute' | 'dashboardRoute' | 'attributeTransfers'> {
-  const { config, sql, chainInfo, logger, publicUrl } = deps
+  const { config, sql, replication, chainInfo, logger, publicUrl } = deps
   return {
     apiHandler: (onEndpointChanged) =>
       createApiHandler({
@@ -176,6 +177,7 @@ function handedOver(deps: {
         publicUrl,
         logger,
         settings: { ownerShareBps: config.fees.owner_share_bps, x402SettleWaitMs: config.verify.wait_ms },
+        replication,
         edge,
       }),
     dashboardRoute: () => createDashboardRoute(),

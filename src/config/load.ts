@@ -23,6 +23,7 @@ const ENV_SETTINGS: ReadonlyArray<[name: string, path: string, kind: 'string' | 
   ['THREADS', 'server.threads', 'int'],
   ['WORKERS', 'server.workers', 'int'],
   ['DATABASE_URL', 'database.url', 'string'],
+  ['REQUIRE_SYNCHRONOUS_STANDBY', 'database.require_synchronous_standby', 'bool'],
   ['NETWORK', 'chain.network', 'string'],
   ['RPC_URL', 'chain.rpc_url', 'string'],
   ['USDC_ADDRESS', 'chain.usdc_address', 'string'],

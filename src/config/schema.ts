@@ -88,6 +88,15 @@ export const ConfigSchema = v.strictObject({
      * analyzes those autovacuum's thresholds say are due (src/db/embedded-vacuum.ts). Unused on a server.
      */
     embedded_vacuum_interval_ms: PositiveInt,
+    /**
+     * Refuse paid calls (503 replication_unsafe) while standbys are attached to the primary and none of them
+     * is synchronous (or synchronous_commit is off/local): after a failover to such a standby, proofs
+     * served in the last moments are forgotten and serve again (docs/failover.md). No standby at all is
+     * not refused. Off: the state is reported (metric, /readyz, a warning), paid calls go on.
+     */
+    require_synchronous_standby: v.boolean(),
+    /** How often the primary's replication state is read (src/db/replication-watch.ts). Unused embedded. */
+    replication_check_ms: PositiveInt,
   }),
   chain: v.strictObject({
     network: Network,

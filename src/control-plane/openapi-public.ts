@@ -355,7 +355,9 @@ export function publicPaths(ref: (name: string) => Json): Json {
       '404': error('endpoint_not_found: unknown or disabled endpoint'),
       '409': error('payment_in_progress: another request is using this proof now (Retry-After)'),
       '502': error('upstream_unreachable / upstream_forbidden; the proof stays valid for a retry'),
-      '503': error('verification_unavailable: the chain could not be asked (Retry-After)'),
+      '503': error(
+        'verification_unavailable: the chain could not be asked (Retry-After) / replication_unsafe: paid calls paused, no synchronous standby (database.require_synchronous_standby)',
+      ),
       '504': error('upstream_timeout; the proof stays valid for a retry'),
     },
   })
@@ -454,7 +456,9 @@ export function publicPaths(ref: (name: string) => Json): Json {
           '402': required402,
           '404': error('endpoint_not_found / pass_not_offered'),
           '409': error('payment_in_progress: another request is using this proof now (Retry-After)'),
-          '503': error('pass_opening (paid, retry with the same payment) / verification_unavailable'),
+          '503': error(
+            'pass_opening (paid, retry with the same payment) / verification_unavailable / replication_unsafe',
+          ),
         },
       },
     },
@@ -497,7 +501,9 @@ export function publicPaths(ref: (name: string) => Json): Json {
           '410': error(
             'payment_expired / payment_canceled (a transfer is refunded; an authorization is not used)',
           ),
-          '503': error('verification_unavailable'),
+          '503': error(
+            'verification_unavailable / replication_unsafe (database.require_synchronous_standby)',
+          ),
         },
       },
     },

@@ -75,6 +75,8 @@ export interface MeteredDeps {
   paidAnswers?: PaidAnswers
   /** Passes: a signed-in call (sign-in-with-x) draws one use; absent: passes are not honoured. */
   passes?: PassUses
+  /** database.require_synchronous_standby (src/db/replication-watch.ts): non-null refuses every paid call. */
+  replication?: { readonly refusing: string | null }
   settings: {
     quoteTtlMs: number
     maxBufferedBodyBytes: number
@@ -85,6 +87,7 @@ const JSON_TYPE = 'application/json; charset=utf-8'
 // Every answer of a metered URL carries CORS (cors.ts): a browser agent reads the 402 and the receipt.
 const RETRY_AFTER_1 = ['retry-after', '1', ...CORS_HEADERS]
 const RETRY_AFTER_2 = ['retry-after', '2', ...CORS_HEADERS]
+const RETRY_AFTER_30 = ['retry-after', '30', ...CORS_HEADERS]
 const ACAO = CORS_PAIRS[0]!
 const EXPOSE = CORS_PAIRS[1]!
 
@@ -344,6 +347,10 @@ class MeteredCall implements ProxyHooks {
   withQuote(quote: Quote): void {
     const entry = this.endpoint!
     this.quote = quote
+    // Standbys attached, none synchronous, and the operator required one: no payment is taken (nor invited
+    // by a 402) whose claim a failover could forget and serve again. Free calls (above) go on.
+    if (this.ctx.replication?.refusing)
+      return this.respondError('replication_unsafe', undefined, RETRY_AFTER_30)
     if (!this.paymentHeader) {
       // A pass holder signed in: one use of the pass pays this call (a payment header, if any, wins).
       if (this.signIn && entry.pass !== null) return this.usePass()

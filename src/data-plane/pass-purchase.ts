@@ -33,6 +33,8 @@ export interface PassPurchaseDeps {
   schemes: SchemeRegistry
   logger: Logger
   edge?: ProofEdge
+  /** database.require_synchronous_standby (src/db/replication-watch.ts): non-null refuses every purchase. */
+  replication?: { readonly refusing: string | null }
   settings: {
     quoteTtlMs: number
     /** How long the purchase waits for its capture to be written before answering pass_opening. */
@@ -42,6 +44,7 @@ export interface PassPurchaseDeps {
 
 const JSON_TYPE = 'application/json; charset=utf-8'
 const RETRY_AFTER_1 = ['retry-after', '1', ...CORS_HEADERS]
+const RETRY_AFTER_30 = ['retry-after', '30', ...CORS_HEADERS]
 const count = {
   '2xx': httpRequests.labels('pass', '2xx'),
   '4xx': httpRequests.labels('pass', '4xx'),
@@ -99,6 +102,9 @@ class PassPurchase {
       return this.respondError('pass_not_offered', { message: `endpoint ${entry.id} sells no pass` })
     this.endpoint = entry
     this.pass = entry.pass
+    // As a metered call: no payment a failover could forget (src/db/replication-watch.ts).
+    if (this.ctx.replication?.refusing)
+      return this.respondError('replication_unsafe', undefined, RETRY_AFTER_30)
     if (!this.paymentHeader) return this.respond402('payment_required')
     const verdict = this.ctx.schemes.verify(parseProof(this.paymentHeader), {
       endpoint: { id: entry.id, accountId: entry.accountId, timeoutMs: entry.target.timeoutMs },
