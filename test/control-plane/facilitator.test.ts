@@ -18,9 +18,10 @@ import { privateKeyToAccount } from 'viem/accounts'
 import { baseSepolia } from 'viem/chains'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
+import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import type { Service } from '../../src/service.ts'
 import { startTestChain } from '../helpers/anvil.ts'
-import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
+import { usingServer } from '../helpers/database.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
@@ -225,6 +226,11 @@ describe('tollgate as the facilitator of the published @x402/express middleware'
     expect(n!.n).toBe(2) // the treasury call's two entries only
     const list = await callApi(svc.url, '/api/v1/settlements', { key: merchantKey })
     expect(list.body.data[0]).toMatchObject({ custody: 'merchant', status: 'settled', fee_atomic: '0' })
+  })
+
+  it('reconcile finds the books equal to the chain: the treasury settlement as revenue, the merchant’s as none', async () => {
+    const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
+    expect(report.differences).toEqual([])
   })
 
   it('a payTo that is neither the treasury nor the merchant’s wallet is refused, naming it', async () => {
