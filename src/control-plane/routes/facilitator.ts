@@ -207,8 +207,6 @@ function refusedSettle(
   }
 }
 
-const FACILITATOR_ERRORS = [400, 401, 503]
-
 export const facilitatorRoutes: Route[] = [
   {
     method: 'GET',
@@ -243,7 +241,6 @@ export const facilitatorRoutes: Route[] = [
       summary: 'x402 facilitator: verify an exact payload against its requirements (nothing is claimed)',
       body: FacilitatorRequest,
       response: { status: 200, schema: VerifyResponse },
-      errors: FACILITATOR_ERRORS,
     },
     async handler(ctx) {
       const body = parseBody(FacilitatorRequest, ctx.body)
@@ -284,7 +281,6 @@ export const facilitatorRoutes: Route[] = [
         'errorReason settlement_pending.',
       body: FacilitatorRequest,
       response: { status: 200, schema: SettleResponse },
-      errors: FACILITATOR_ERRORS,
     },
     async handler(ctx) {
       const body = parseBody(FacilitatorRequest, ctx.body)
