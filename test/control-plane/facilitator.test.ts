@@ -294,6 +294,62 @@ describe('idempotent, claimed like every proof', () => {
     },
   )
 
+  it('a payment-identifier settles one payload: the same one again gets its answer, another is refused', async () => {
+    const payer = chain.payers[0]!.privateKey
+    const id = `order-${Date.now()}-abcdefgh`
+    const withId = (p: Record<string, unknown>) => ({
+      ...p,
+      extensions: { 'payment-identifier': { info: { id } } },
+    })
+    const a = await signFor(`${shopUrl}/to-treasury`, payer)
+    const first = await callApi(svc.url, '/api/v1/facilitator/settle', {
+      key: merchantKey,
+      body: settleBody(withId(a.payload as never), a.accepted),
+    })
+    expect(first.body).toMatchObject({ success: true })
+    const again = await callApi(svc.url, '/api/v1/facilitator/settle', {
+      key: merchantKey,
+      body: settleBody(withId(a.payload as never), a.accepted),
+    })
+    expect(again.body).toEqual(first.body)
+    const b = await signFor(`${shopUrl}/to-treasury`, payer)
+    const other = await callApi(svc.url, '/api/v1/facilitator/settle', {
+      key: merchantKey,
+      body: settleBody(withId(b.payload as never), b.accepted),
+    })
+    expect(other.body).toMatchObject({ success: false, errorReason: 'payment_identifier_conflict' })
+    const [n] = await svc.sql<{ n: number }[]>`
+      SELECT count(*)::int AS n FROM facilitator_settlements WHERE payment_identifier = ${id}`
+    expect(n!.n).toBe(1)
+  })
+
+  it('past the wait, /settle says settlement_pending (success false), and a retry gets the outcome', async () => {
+    // A private instance whose batcher waits for a nudge; the merchant and its shop's terms are the same.
+    const slow = await startBaseSepoliaService(chain, chain.rpcUrl, {
+      settlement: { interval_ms: 3_600_000 },
+      facilitator: { settle_wait_ms: 300 },
+    } as never)
+    try {
+      const reg = await callApi(slow.url, '/api/v1/register', {
+        body: { wallet_address: merchantWallet, business_name: 'Slow Co' },
+      })
+      const key: string = reg.body.api_key
+      const payer = chain.payers[1]!
+      const before = await balanceOf(payer.address)
+      const { payload, accepted } = await signFor(`${shopUrl}/to-treasury`, payer.privateKey)
+      const pending = await facilitatorClient(slow.url, key).settle(payload as never, accepted as never)
+      expect(pending).toMatchObject({ success: false, errorReason: 'settlement_pending', network: NETWORK })
+      expect(await balanceOf(payer.address)).toBe(before)
+      await slow.jobs.runNow('x402-settlement')
+      const done = await facilitatorClient(slow.url, key).settle(payload as never, accepted as never)
+      expect(done).toMatchObject({ success: true, network: NETWORK, payer: payer.address })
+      expect(done.transaction).toMatch(/^0x[0-9a-f]{64}$/)
+      expect(await balanceOf(payer.address)).toBe(before - PRICE_ATOMIC)
+    } finally {
+      await slow.stop()
+    }
+  })
+
   it('a payload settled at the facilitator is refused on a metered URL, and the reverse', async () => {
     const ep = await callApi(svc.url, '/api/v1/endpoints', {
       key: merchantKey,
