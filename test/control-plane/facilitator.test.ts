@@ -5,6 +5,7 @@
 // replayed concurrently on two instances settles once; a payload used here cannot pay a metered call.
 import type { Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { serve } from '@hono/node-server'
 import { x402Client } from '@x402/core/client'
 import { decodePaymentRequiredHeader, decodePaymentResponseHeader } from '@x402/core/http'
 import { HTTPFacilitatorClient } from '@x402/core/server'
@@ -12,7 +13,9 @@ import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import { ExactEvmScheme } from '@x402/evm/exact/server'
 import { paymentMiddleware, x402ResourceServer } from '@x402/express'
 import { wrapFetchWithPayment } from '@x402/fetch'
+import { paymentMiddleware as honoPaymentMiddleware } from '@x402/hono'
 import express from 'express'
+import { Hono } from 'hono'
 import { type Address, createPublicClient, type Hex, http, parseAbi } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import { baseSepolia } from 'viem/chains'
@@ -231,6 +234,50 @@ describe('tollgate as the facilitator of the published @x402/express middleware'
   it('reconcile finds the books equal to the chain: the treasury settlement as revenue, the merchant’s as none', async () => {
     const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
     expect(report.differences).toEqual([])
+  })
+
+  it('the published @x402/hono middleware, unchanged, is settled and booked the same way', async () => {
+    const price = {
+      amount: PRICE_ATOMIC.toString(),
+      asset: chain.usdcAddress,
+      extra: { name: 'USD Coin', version: '2' },
+    }
+    const server = new x402ResourceServer(facilitatorClient(svc.url)).register(NETWORK, new ExactEvmScheme())
+    const app = new Hono()
+    app.use(
+      honoPaymentMiddleware(
+        {
+          'GET /hono': {
+            accepts: { scheme: 'exact', price, network: NETWORK, payTo: chain.treasury.address },
+          },
+        },
+        server as never,
+      ),
+    )
+    app.get('/hono', (c) => c.json({ served: 'hono' }))
+    const { server: listening, url } = await new Promise<{ server: ReturnType<typeof serve>; url: string }>(
+      (resolve) => {
+        const s = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, (info) =>
+          resolve({ server: s, url: `http://127.0.0.1:${info.port}` }),
+        )
+      },
+    )
+    try {
+      const payer = chain.payers[3]!
+      const before = await balanceOf(payer.address)
+      const { fetch: pay } = payingFetch(payer.privateKey)
+      const r = await pay(`${url}/hono`)
+      expect(r.status, await r.clone().text()).toBe(200)
+      const receipt = decodePaymentResponseHeader(r.headers.get('payment-response')!)
+      expect(receipt).toMatchObject({ success: true, network: NETWORK, payer: payer.address })
+      expect(await balanceOf(payer.address)).toBe(before - PRICE_ATOMIC)
+      const [n] = await svc.sql<{ n: number }[]>`
+        SELECT count(*)::int AS n FROM ledger_entries e JOIN facilitator_settlements f ON f.id = e.source_id
+        WHERE e.source_type = 'facilitator' AND f.settlement_tx = ${receipt.transaction}`
+      expect(n!.n).toBe(2)
+    } finally {
+      await new Promise((resolve) => listening.close(resolve))
+    }
   })
 
   it('a payTo that is neither the treasury nor the merchant’s wallet is refused, naming it', async () => {
