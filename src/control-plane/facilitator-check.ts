@@ -33,6 +33,8 @@ export interface Terms {
   amount: string
   asset: string
   payTo: string
+  /** The token's EIP-712 domain the client signs with, when the requirements name it. */
+  extra?: Record<string, unknown> | null
   /** v2: the terms the payload says it accepted (they must be these). */
   accepted?: { scheme: string; network: string; amount: string; asset: string; payTo: string }
   /** The payload's scheme and network (v1 states them on the payload). */
@@ -81,6 +83,18 @@ export async function checkTerms(t: Terms, c: CheckContext): Promise<Checked> {
     return fail('invalid_network', `this facilitator settles on ${network}`)
   if (!sameAddress(t.asset as Address, c.chain.usdcAddress))
     return fail('invalid_payment_requirements', `asset must be USDC at ${c.chain.usdcAddress}`)
+  // The client signs with the domain the requirements name: another name (Base Sepolia's "USDC" for a token
+  // that says "USD Coin") would only show as a bad signature.
+  const name = t.extra?.name
+  const version = t.extra?.version
+  if (
+    (name !== undefined && name !== c.chain.usdcName) ||
+    (version !== undefined && version !== c.chain.usdcVersion)
+  )
+    return fail(
+      'invalid_payment_requirements',
+      `extra must name the token's EIP-712 domain: name "${c.chain.usdcName}", version "${c.chain.usdcVersion}"`,
+    )
   if (t.accepted) {
     const a = t.accepted
     if (
