@@ -33,6 +33,9 @@ import { startBaseSepoliaService } from '../x402/harness.ts'
 const NETWORK = 'eip155:84532'
 const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const PRICE_ATOMIC = 10_000n // $0.01
+
+/** What the express handlers use of their response. */
+type Json = { json(body: unknown): void }
 const usdcAbi = parseAbi(['function balanceOf(address account) view returns (uint256)'])
 
 let chain: DevChain
@@ -135,9 +138,9 @@ beforeAll(async () => {
       server,
     ),
   )
-  app.get('/to-treasury', (_req, res) => res.json({ served: 'treasury' }))
-  app.get('/to-merchant', (_req, res) => res.json({ served: 'merchant' }))
-  app.get('/to-stranger', (_req, res) => res.json({ served: 'stranger' }))
+  app.get('/to-treasury', (_req: unknown, res: Json) => res.json({ served: 'treasury' }))
+  app.get('/to-merchant', (_req: unknown, res: Json) => res.json({ served: 'merchant' }))
+  app.get('/to-stranger', (_req: unknown, res: Json) => res.json({ served: 'stranger' }))
   shop = await new Promise<Server>((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s))
   })
