@@ -2,6 +2,7 @@
 // Each subsystem starts with start(deps) and returns how to stop it, check it and mount its admin routes.
 // main.ts runs this from the command line (once per worker process); tests run it in-process.
 import { PaymentCreator } from './books/payment-creations.ts'
+import { createAuthorizationChainChecker } from './chain/check-authorization.ts'
 import type { ChainContext } from './chain/connect.ts'
 import { type ChainInfo, describeChain } from './chain/info.ts'
 import { startChain } from './chain/start.ts'
@@ -96,7 +97,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
         logger,
         publicUrl,
         now: options.now,
-        ...handedOver({ config, sql: db.sql, replication: db.replication, chainInfo, logger, publicUrl }),
+        ...handedOver({ config, sql: db.sql, replication: db.replication, chain, chainInfo, logger, publicUrl }),
       }),
     )
     baseUrl = publicBaseUrl(config, dataPlane.port)
@@ -149,11 +150,14 @@ function handedOver(deps: {
   config: Config
   sql: Sql
   replication: Database['replication']
+  chain: ChainContext
   chainInfo: ChainInfo
   logger: Logger
   publicUrl: () => string
 }): Pick<DataPlaneDeps, 'apiHandler' | 'checkoutRoute' | 'dashboardRoute' | 'attributeTransfers'> {
-  const { config, sql, replication, chainInfo, logger, publicUrl } = deps
+  const { config, sql, replication, chain, chainInfo, logger, publicUrl } = deps
+  // The facilitator's own nonce and balance reads (its balance reads are not shared with the hot path's).
+  const checkAuthorization = createAuthorizationChainChecker(chain.tokenReads)
   return {
     apiHandler: (onEndpointChanged) =>
       createApiHandler({
@@ -168,6 +172,7 @@ function handedOver(deps: {
           batchMax: config.payments.create_batch_max,
           concurrency: config.payments.create_concurrency,
         }),
+        checkAuthorization,
       }),
     checkoutRoute: (verifier, edge) =>
       createCheckoutRoute({

@@ -18,6 +18,7 @@ export type MoneyRecord =
   | 'channel_claim'
   | 'refund'
   | 'pass'
+  | 'facilitator_settlement'
 
 export interface Transition {
   record: MoneyRecord
@@ -274,6 +275,37 @@ export const TRANSITIONS: readonly Transition[] = [
     fn: 'refundHeldProofs',
     why: 'its payment expired or was canceled before the authorization was sent: never settled',
   },
+  // x402 facilitator (src/books/facilitator.ts): a merchant's middleware sent the authorization to
+  // /api/v1/facilitator/settle; claimed like any proof, settled by the settlement batcher with the calls'.
+  {
+    record: 'claim',
+    from: null,
+    to: 'settling',
+    fn: 'claimFacilitatorPayment',
+    why: 'an exact payload verified at the facilitator, with its settlement row (one per proof, ever)',
+  },
+  {
+    record: 'claim',
+    from: 'settling',
+    to: 'applied',
+    fn: 'applyFacilitatorSettlements',
+    why: 'its authorization used on chain (settleAuthorizations, same transaction): the settlement is done',
+  },
+  {
+    record: 'facilitator_settlement',
+    from: null,
+    to: 'pending',
+    fn: 'claimFacilitatorPayment',
+    why: 'verified and claimed: the merchant asked to settle it (payTo the treasury or its own wallet)',
+  },
+  {
+    record: 'facilitator_settlement',
+    from: 'pending',
+    to: 'settled',
+    fn: 'applyFacilitatorSettlements',
+    why: 'its authorization used on chain: the transaction recorded, a treasury settlement booked',
+    where: 'f.settled_at IS NULL',
+  },
   // Retention (src/books/retention.ts): a closed claim goes once its proof is too old to be accepted again,
   // row by row or a whole day of proofs at a time (migration 0055: claims partitioned by the proof's day).
   ...closedClaimPruned(
@@ -322,6 +354,13 @@ export const TRANSITIONS: readonly Transition[] = [
     to: 'unpaid',
     fn: 'bookCallRevenue',
     why: 'owner share + fee of the x402 calls one statement finds settled: one entry per account and kind (owner share: per owner wallet), the sum of the calls that name the settlement batch (settleAuthorizations, settleUptoClaims; batch vouchers in recordChannelClaims and settleCoveredChannelCalls)',
+  },
+  {
+    record: 'ledger_entry',
+    from: null,
+    to: 'unpaid',
+    fn: 'applyFacilitatorSettlements',
+    why: 'owner share + fee of a facilitator settlement paid to the treasury, once its authorization is used',
   },
   { record: 'ledger_entry', from: null, to: 'unpaid', fn: 'markRefundDue', why: 'refund owed to a payer' },
   {

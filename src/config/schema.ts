@@ -211,6 +211,12 @@ export const ConfigSchema = v.strictObject({
       wait_ms: PositiveInt,
     }),
   }),
+  /** tollgate as an x402 facilitator (/api/v1/facilitator, docs/facilitator.md). */
+  facilitator: v.strictObject({
+    /** How long POST /settle waits for the batch transaction carrying its payload to be mined; past it the
+     * answer is `settlement_pending` with the hash (or none yet), and a retry gets the outcome. */
+    settle_wait_ms: PositiveInt,
+  }),
   x402: v.strictObject({
     /** maxTimeoutSeconds in the 402 accepts: how long a client's authorization stays valid (validBefore). */
     max_timeout_seconds: v.pipe(PositiveInt, v.minValue(30)),

@@ -83,7 +83,7 @@ describe('the transition table', () => {
     expect(missing).toEqual([])
   })
 
-  it('covers payments, checkout figures, inflows, channels and passes beside claims, calls, entries, payouts', () => {
+  it('covers payments, checkout figures, inflows, channels, passes and facilitator settlements beside claims, calls, entries, payouts', () => {
     expect(new Set(TRANSITIONS.map((t) => t.record))).toEqual(
       new Set([
         'claim',
@@ -98,6 +98,7 @@ describe('the transition table', () => {
         'channel_op',
         'channel_claim',
         'pass',
+        'facilitator_settlement',
       ]),
     )
   })
