@@ -17,6 +17,7 @@ import {
 import { nextRequestId, requestIdFrom } from '../request-id.ts'
 import { type ClientKey, createClientKey, peerAddress } from './client-address.ts'
 import { CORS_HEADERS, preflight } from './cors.ts'
+import { mppCredential } from './proof.ts'
 import {
   assertNativeUws,
   type HttpRequest,
@@ -364,6 +365,7 @@ function guarded(
           ? ''
           : req.getHeader('x-payment') ||
             req.getHeader('payment-signature') ||
+            mppCredential(req.getHeader('authorization')) ||
             req.getHeader('sign-in-with-x')
       const client = edge.clientKey(res, req)
       const decision = header !== '' && proofs === 'when_refused' ? limit.check(client) : limit.take(client)

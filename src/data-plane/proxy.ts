@@ -121,6 +121,7 @@ const REQUEST_DROP = new Set([
   'x-forwarded-host',
   'x-request-id',
 ])
+const MPP_CREDENTIAL = /^\s*payment\s/i
 // Headers an owner's configuration must not set: they would break the framing of the upstream request.
 const INJECT_REFUSED = new Set([...HOP_BY_HOP, 'host', 'content-length', 'expect'])
 // uWS writes its own framing (content-length or chunked) and its own date.
@@ -317,6 +318,9 @@ function forwardHeaders(req: ForwardRequest, target: UpstreamTarget): string[] {
       else if (name === 'connection') connection = value.toLowerCase()
       continue
     }
+    // An MPP credential (Authorization: Payment …) is tollgate's payment, not the upstream's credential; any
+    // other Authorization is the caller's own and goes through.
+    if (name === 'authorization' && MPP_CREDENTIAL.test(value)) continue
     if (inject.length > 0 && isInjected(name, inject)) continue
     // Tracing on: the upstream's parent is tollgate's upstream span, not the caller's.
     if (traceparent !== null && (name === 'traceparent' || name === 'tracestate')) continue

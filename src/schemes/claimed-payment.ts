@@ -54,7 +54,7 @@ export interface ClaimedPaymentInit {
   reserve?: { balanceAtomic: bigint; block: bigint } | null
   /** The claim was refused for funds. */
   onInsufficientFunds?: () => void
-  receipt(served: boolean): [string, string]
+  receipt(served: boolean): [string, string] | null
   /**
    * Settles before the answer (its endpoint asks so): takes the capture, writes it with the settlement
    * transaction that carries it, and resolves with the receipt once that is done.
@@ -188,7 +188,7 @@ export class ClaimedPayment implements Payment {
   /** The claim stays held: once its lease runs out it is in doubt, and the expiry job settles it. */
   doubt(_call: CallFacts): void {}
 
-  receipt(served: boolean): [string, string] {
+  receipt(served: boolean): [string, string] | null {
     return this.init.receipt(served)
   }
 
