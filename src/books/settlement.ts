@@ -7,7 +7,7 @@
 import type { StoredAuthorization } from '../chain/settle.ts'
 import type { PaymentView } from '../db/payment-presenter.ts'
 import type { Sql, Tx } from '../db/sql.ts'
-import { bookCallRevenue } from './ledger.ts'
+import { bookCallRevenue, bookSettledCeilingRefunds } from './ledger.ts'
 import { applySettledAuthorizations } from './payments.ts'
 
 type Db = Sql | Tx
@@ -142,7 +142,11 @@ export function settleAuthorizations(
       RETURNING c.proof_key, c.status`
     const settled = rows.map((r) => r.proof_key)
     const calls = rows.filter((r) => r.status === 'captured').map((r) => r.proof_key)
-    if (calls.length > 0) await bookCallRevenue(tx, { proofKeys: calls })
+    if (calls.length > 0) {
+      await bookCallRevenue(tx, { proofKeys: calls })
+      // An MPP charge of a usage-priced call paid its ceiling: the unused part goes back, now that it is in.
+      await bookSettledCeilingRefunds(tx, { proofKeys: calls })
+    }
     const checkout = rows.filter((r) => r.status === 'settling').map((r) => r.proof_key)
     if (checkout.length > 0) {
       if (!q.payments) throw new Error('settling checkout authorizations needs the payments context')

@@ -141,9 +141,11 @@ export class ClaimedPayment implements Payment {
         unit: usage?.unit ?? null,
         usage: usage === null ? null : usageDocument(usage),
         ceilingAtomic: usage?.ceilingAtomic ?? null,
-        // A usage-priced call paid for more than its charge (a prepaid ceiling): the rest goes back. Only a
-        // transaction hash prepaid; an upto permit is settled for the charge, the rest is never taken.
-        refundAtomic: usage === null || this.init.kind !== 'tx' ? 0n : this.coversAtomic - call.chargeAtomic,
+        // A usage-priced call paid for more than its charge (a prepaid ceiling): the rest goes back. A
+        // transaction hash prepaid (refunded with the capture), and so did an authorization for the ceiling
+        // (an MPP charge; x402 exact is never taken where the amount varies), refunded once it settled; an
+        // upto permit is settled for the charge, the rest is never taken.
+        refundAtomic: usage === null || this.init.kind === 'upto' ? 0n : this.coversAtomic - call.chargeAtomic,
       },
       scheme: this.scheme,
       receiptId: call.receiptId,

@@ -30,6 +30,7 @@ import { challengeId, challengeKey } from '../../src/schemes/mpp-charge/challeng
 import type { Service } from '../../src/service.ts'
 import { startTestChain } from '../helpers/anvil.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
+import { startOpenAiUpstream } from '../helpers/openai-upstream.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 import { waitFor } from '../helpers/wait-for.ts'
@@ -302,6 +303,71 @@ describe('MPP charge beside x402', () => {
     await a.flushCaptures()
     const rows = await callRows(a, account.address)
     expect(rows.map((x) => x.scheme)).toEqual(['exact'])
+  })
+})
+
+describe('MPP charge on a usage-priced endpoint', () => {
+  it('pays the ceiling; the unused part is refunded exactly once the authorization settled', async () => {
+    const CEILING = 50_000n
+    const openai = await startOpenAiUpstream({ events: 50 })
+    try {
+      const url = await endpoint(a, {
+        upstream_url: `${openai.url}/v1/chat/completions`,
+        pricing: {
+          model: 'usage',
+          unit: 'tokens',
+          max_price: Number(CEILING) / 1e6,
+          input_price_per_million: 2,
+          cached_input_price_per_million: 1,
+          output_price_per_million: 10,
+        },
+      })
+      const c = Challenge.fromResponse(await fetch(url, { method: 'POST' }))
+      expect((c.request as { amount: string }).amount).toBe(CEILING.toString())
+      const payer = await mppPayer(CEILING * 2n)
+      const r = await payer.fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'gpt', stream: true }),
+      })
+      expect(r.status).toBe(200)
+      await r.text()
+      await a.flushCaptures()
+      const [call] = await a.sql<
+        { id: string; scheme: string; amount_atomic: bigint; refund_atomic: bigint; proof_key: string }[]
+      >`
+        SELECT id, scheme, amount_atomic, refund_atomic, call_proof_key(proof_key, proof) AS proof_key FROM calls
+        WHERE lower(call_payer(payer, payer_address)) = ${payer.address.toLowerCase()}`
+      expect(call).toMatchObject({ scheme: 'mpp-charge', amount_atomic: 2_700n, refund_atomic: 47_300n })
+      const refunds = () =>
+        a.sql<{ wallet: string; amount_atomic: bigint }[]>`
+          SELECT wallet, amount_atomic FROM ledger_entries
+          WHERE source_type = 'call' AND source_id = ${call!.id} AND kind = 'refund'`
+      await waitFor(
+        async () => {
+          const [k] = await a.sql<{ settled: boolean }[]>`
+            SELECT settled_at IS NOT NULL AS settled FROM claims WHERE proof_key = ${call!.proof_key}`
+          return k?.settled === true
+        },
+        { timeoutMs: 30_000, intervalMs: 200, what: 'the ceiling authorization settled' },
+      )
+      // The whole ceiling moved on chain; the unused part is owed back, once, to the payer.
+      const balance = await funder.readContract({
+        address: chain.usdcAddress,
+        abi: usdcAbi,
+        functionName: 'balanceOf',
+        args: [payer.address],
+      })
+      expect(balance).toBe(CEILING)
+      const owed = await refunds()
+      expect(owed).toHaveLength(1)
+      expect(owed[0]!.wallet.toLowerCase()).toBe(payer.address.toLowerCase())
+      expect(owed[0]!.amount_atomic).toBe(47_300n)
+      const report = await reconcile({ sql: a.sql, chain: a.chain, config: a.config })
+      expect(report.differences).toEqual([])
+    } finally {
+      await openai.close()
+    }
   })
 })
 
