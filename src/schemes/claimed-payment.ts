@@ -145,7 +145,8 @@ export class ClaimedPayment implements Payment {
         // transaction hash prepaid (refunded with the capture), and so did an authorization for the ceiling
         // (an MPP charge; x402 exact is never taken where the amount varies), refunded once it settled; an
         // upto permit is settled for the charge, the rest is never taken.
-        refundAtomic: usage === null || this.init.kind === 'upto' ? 0n : this.coversAtomic - call.chargeAtomic,
+        refundAtomic:
+          usage === null || this.init.kind === 'upto' ? 0n : this.coversAtomic - call.chargeAtomic,
       },
       scheme: this.scheme,
       receiptId: call.receiptId,
