@@ -441,6 +441,7 @@ class MeteredCall implements ProxyHooks {
         accountId: entry.accountId,
         timeoutMs: entry.target.timeoutMs,
         settleBeforeAnswer: entry.settleBeforeAnswer,
+        protocols: entry.protocols,
       },
       quote: this.quote!,
       nowMs: Date.now(),

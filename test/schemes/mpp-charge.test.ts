@@ -306,6 +306,64 @@ describe('MPP charge beside x402', () => {
   })
 })
 
+describe('an endpoint turns either protocol off', () => {
+  it('x402 only: no MPP challenge, an MPP credential refused; MPP only: no x402 terms, an x402 payload refused', async () => {
+    const created = await callApi(a.url, '/api/v1/endpoints', {
+      key: apiKey,
+      body: { upstream_url: `${upstream.url}/echo`, price: 0.01, protocols: ['x402'] },
+    })
+    expect(created.status).toBe(201)
+    expect(created.body.protocols).toEqual(['x402'])
+    const url: string = created.body.metered_url
+    const off = await fetch(url)
+    expect(off.status).toBe(402)
+    expect(off.headers.get('www-authenticate')).toBeNull()
+    expect(((await off.json()) as { accepts: unknown[] }).accepts.length).toBeGreaterThan(0)
+    // Turned on, then off again after a client took the challenge: its credential is refused, nothing served.
+    const on = await callApi(a.url, `/api/v1/endpoints/${created.body.id}`, {
+      key: apiKey,
+      method: 'PATCH',
+      body: { protocols: ['mpp'] },
+    })
+    expect(on.status).toBe(200)
+    expect(on.body.protocols).toEqual(['mpp'])
+    await waitFor(async () => (await fetch(url)).headers.get('www-authenticate') !== null, {
+      timeoutMs: 5_000,
+      intervalMs: 50,
+      what: 'the MPP challenge offered',
+    })
+    const mppOnly = await fetch(url)
+    const body = (await mppOnly.json()) as { accepts: unknown[] }
+    expect(body.accepts).toEqual([])
+    const before = upstream.count()
+    const x402 = await send(url, {
+      'x-payment': Buffer.from('{"x402Version":1,"scheme":"exact"}').toString('base64'),
+    })
+    expect([x402.status, x402.error]).toEqual([402, 'protocol_not_accepted'])
+    const challenge = Challenge.fromResponse(mppOnly)
+    const back = await callApi(a.url, `/api/v1/endpoints/${created.body.id}`, {
+      key: apiKey,
+      method: 'PATCH',
+      body: { protocols: ['x402'] },
+    })
+    expect(back.status).toBe(200)
+    await waitFor(async () => (await fetch(url)).headers.get('www-authenticate') === null, {
+      timeoutMs: 5_000,
+      intervalMs: 50,
+      what: 'the MPP challenge withdrawn',
+    })
+    const refused = await send(url, { authorization: await credentialFor(challenge) })
+    expect([refused.status, refused.error]).toEqual([402, 'protocol_not_accepted'])
+    expect(upstream.count()).toBe(before)
+    const bad = await callApi(a.url, `/api/v1/endpoints/${created.body.id}`, {
+      key: apiKey,
+      method: 'PATCH',
+      body: { protocols: ['x402', 'lightning'] },
+    })
+    expect(bad.status).toBe(400)
+  })
+})
+
 describe('MPP charge on a usage-priced endpoint', () => {
   it('pays the ceiling; the unused part is refunded exactly once the authorization settled', async () => {
     const CEILING = 50_000n
@@ -390,58 +448,6 @@ describe('MPP credentials refused, each with a fresh challenge, nothing changed'
     return Challenge.fromResponse(await fetch(urlA))
   }
 
-  /** Signs an authorization for `challenge` as mppx's evm client does, and serializes the credential. */
-  async function credentialFor(challenge: Challenge.Challenge, key: Hex = chain.payers[1]!.privateKey) {
-    const account = privateKeyToAccount(key)
-    const request = challenge.request as { amount: string; recipient: Address; currency: Address }
-    const validBefore = BigInt(
-      Math.floor(Date.parse(challenge.expires ?? new Date(Date.now() + 300_000).toISOString()) / 1000),
-    )
-    const nonce = keccak256(toHex(`${challenge.id}${challenge.realm}`))
-    const signature = await account.signTypedData({
-      domain: {
-        name: token.name,
-        version: token.version,
-        chainId: 84532,
-        verifyingContract: chain.usdcAddress,
-      },
-      types: {
-        TransferWithAuthorization: [
-          { name: 'from', type: 'address' },
-          { name: 'to', type: 'address' },
-          { name: 'value', type: 'uint256' },
-          { name: 'validAfter', type: 'uint256' },
-          { name: 'validBefore', type: 'uint256' },
-          { name: 'nonce', type: 'bytes32' },
-        ],
-      },
-      primaryType: 'TransferWithAuthorization',
-      message: {
-        from: account.address,
-        to: request.recipient,
-        value: BigInt(request.amount),
-        validAfter: 0n,
-        validBefore,
-        nonce,
-      },
-    })
-    return Credential.serialize(
-      Credential.from({
-        challenge,
-        payload: {
-          type: 'authorization',
-          from: account.address,
-          to: request.recipient,
-          value: request.amount,
-          validAfter: '0',
-          validBefore: validBefore.toString(),
-          nonce,
-          signature,
-        },
-      }),
-    )
-  }
-
   it('a credential that is not base64url JSON: malformed_credential', async () => {
     await refused({ authorization: 'Payment not-a-credential' }, 'malformed_credential')
   })
@@ -489,6 +495,58 @@ describe('MPP credentials refused, each with a fresh challenge, nothing changed'
     await refused({ authorization: swapped }, 'invalid_challenge')
   })
 })
+
+/** Signs an authorization for `challenge` as mppx's evm client does, and serializes the credential. */
+async function credentialFor(challenge: Challenge.Challenge, key: Hex = chain.payers[1]!.privateKey) {
+  const account = privateKeyToAccount(key)
+  const request = challenge.request as { amount: string; recipient: Address; currency: Address }
+  const validBefore = BigInt(
+    Math.floor(Date.parse(challenge.expires ?? new Date(Date.now() + 300_000).toISOString()) / 1000),
+  )
+  const nonce = keccak256(toHex(`${challenge.id}${challenge.realm}`))
+  const signature = await account.signTypedData({
+    domain: {
+      name: token.name,
+      version: token.version,
+      chainId: 84532,
+      verifyingContract: chain.usdcAddress,
+    },
+    types: {
+      TransferWithAuthorization: [
+        { name: 'from', type: 'address' },
+        { name: 'to', type: 'address' },
+        { name: 'value', type: 'uint256' },
+        { name: 'validAfter', type: 'uint256' },
+        { name: 'validBefore', type: 'uint256' },
+        { name: 'nonce', type: 'bytes32' },
+      ],
+    },
+    primaryType: 'TransferWithAuthorization',
+    message: {
+      from: account.address,
+      to: request.recipient,
+      value: BigInt(request.amount),
+      validAfter: 0n,
+      validBefore,
+      nonce,
+    },
+  })
+  return Credential.serialize(
+    Credential.from({
+      challenge,
+      payload: {
+        type: 'authorization',
+        from: account.address,
+        to: request.recipient,
+        value: request.amount,
+        validAfter: '0',
+        validBefore: validBefore.toString(),
+        nonce,
+        signature,
+      },
+    }),
+  )
+}
 
 /** RFC 8785 for the request's plain JSON (keys sorted, recursively), as mppx serializes it. */
 function canonical(x: unknown): unknown {
