@@ -145,7 +145,7 @@ beforeAll(async () => {
     funder.readContract({ address: chain.usdcAddress, abi: usdcAbi, functionName }) as Promise<string>
   token = { name: await read('name'), version: await read('version') }
   const databaseUrl = usingServer ? await freshDatabaseUrl() : null
-  const env = databaseUrl ? { DATABASE_URL: databaseUrl } : {}
+  const env: Record<string, string> = databaseUrl ? { DATABASE_URL: databaseUrl } : {}
   const overrides = { settlement: { interval_ms: 500 } } as never
   a = await startBaseSepoliaService(chain, chain.rpcUrl, overrides, 'error', env)
   if (databaseUrl) b = await startBaseSepoliaService(chain, chain.rpcUrl, overrides, 'error', env)
@@ -433,14 +433,14 @@ describe('MPP credentials refused, each with a fresh challenge, nothing changed'
   /** A credential for the challenge of a fresh 402, changed by `edit` before it is signed into the header. */
   async function refused(headers: Record<string, string>, reason: string) {
     const before = upstream.count()
-    const [{ n: callsBefore }] = await a.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM calls`
+    const callsBefore = (await a.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM calls`)[0]!.n
     const r = await send(urlA, headers)
     expect(r.status).toBe(402)
     expect(r.error).toBe(reason)
     expect(r.wwwAuthenticate).toMatch(/^Payment id="[^"]+", realm="/)
     expect(upstream.count()).toBe(before)
     await a.flushCaptures()
-    const [{ n: callsAfter }] = await a.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM calls`
+    const callsAfter = (await a.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM calls`)[0]!.n
     expect(callsAfter).toBe(callsBefore)
   }
 
