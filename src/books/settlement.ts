@@ -8,7 +8,7 @@ import type { StoredAuthorization } from '../chain/settle.ts'
 import type { PaymentView } from '../db/payment-presenter.ts'
 import type { Sql, Tx } from '../db/sql.ts'
 import { applyFacilitatorSettlements } from './facilitator.ts'
-import { bookCallRevenue } from './ledger.ts'
+import { bookCallRevenue, bookSettledCeilingRefunds } from './ledger.ts'
 import { applySettledAuthorizations } from './payments.ts'
 
 type Db = Sql | Tx
@@ -144,7 +144,11 @@ export function settleAuthorizations(
       RETURNING c.proof_key, c.status, c.target_type`
     const settled = rows.map((r) => r.proof_key)
     const calls = rows.filter((r) => r.status === 'captured').map((r) => r.proof_key)
-    if (calls.length > 0) await bookCallRevenue(tx, { proofKeys: calls })
+    if (calls.length > 0) {
+      await bookCallRevenue(tx, { proofKeys: calls })
+      // An MPP charge of a usage-priced call paid its ceiling: the unused part goes back, now that it is in.
+      await bookSettledCeilingRefunds(tx, { proofKeys: calls })
+    }
     // Authorizations a merchant's middleware sent the facilitator (src/books/facilitator.ts).
     const facilitated = rows.filter((r) => r.target_type === 'facilitator').map((r) => r.proof_key)
     if (facilitated.length > 0) await applyFacilitatorSettlements(tx, { proofKeys: facilitated })

@@ -386,6 +386,13 @@ export const TRANSITIONS: readonly Transition[] = [
   },
   {
     record: 'ledger_entry',
+    from: null,
+    to: 'unpaid',
+    fn: 'bookSettledCeilingRefunds',
+    why: 'usage-priced call paid by an MPP charge (scheme mpp-charge, an EIP-3009 authorization) for its ceiling: the unused part back to the payer once the authorization settled (settleAuthorizations)',
+  },
+  {
+    record: 'ledger_entry',
     from: 'unpaid',
     to: 'in_payout',
     fn: 'linkEntriesToPayouts',

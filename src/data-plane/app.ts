@@ -23,6 +23,7 @@ import {
   peerAddress,
 } from './client-address.ts'
 import { CORS_HEADERS, preflight } from './cors.ts'
+import { mppCredential } from './proof.ts'
 import {
   assertNativeUws,
   type HttpRequest,
@@ -399,6 +400,7 @@ function guarded(
           ? ''
           : req.getHeader('x-payment') ||
             req.getHeader('payment-signature') ||
+            mppCredential(req.getHeader('authorization')) ||
             req.getHeader('sign-in-with-x')
       const client = edge.clientKey(res, req)
       const decision = header !== '' && proofs === 'when_refused' ? limit.check(client) : limit.take(client)

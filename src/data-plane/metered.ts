@@ -37,14 +37,14 @@ import type { SchemeRegistry } from '../schemes/registry.ts'
 import type { CallFacts, ClaimOutcome, Payment, Quote, Verdict } from '../schemes/scheme.ts'
 import type { ProofEdge } from './app.ts'
 import { cacheCounters } from './caches.ts'
-import { challengeBody, quoteExpiry, v2Header } from './challenge.ts'
+import { challengeBody, mppHeader, quoteExpiry, v2Header } from './challenge.ts'
 import { peerAddress } from './client-address.ts'
 import { CORS_HEADERS, CORS_PAIRS } from './cors.ts'
 import { type EndpointCache, type LiveEndpoint, loadEndpoint, NOT_FOUND } from './endpoint-cache.ts'
 import type { ObservedCalls } from './observed-calls.ts'
 import { AnswerRecorder, type PaidAnswers, paymentIdentifier, type Reservation } from './paid-answers.ts'
 import type { PassUses } from './pass-uses.ts'
-import { type Proof, parseProof } from './proof.ts'
+import { mppCredential, type Proof, parseProof } from './proof.ts'
 import {
   type AbortState,
   createRequestBody,
@@ -209,7 +209,10 @@ class MeteredCall implements ProxyHooks {
       abort.onAbort?.()
     })
     this.endpointId = req.getParameter(0) ?? ''
-    this.paymentHeader = req.getHeader('x-payment') || req.getHeader('payment-signature')
+    this.paymentHeader =
+      req.getHeader('x-payment') ||
+      req.getHeader('payment-signature') ||
+      mppCredential(req.getHeader('authorization'))
     this.requestId = requestIdFrom(req.getHeader('x-request-id'))
     this.method = req.getCaseSensitiveMethod().toUpperCase()
     this.subPath = req.getUrl().slice(3 + this.endpointId.length)
@@ -455,6 +458,7 @@ class MeteredCall implements ProxyHooks {
         accountId: entry.accountId,
         timeoutMs: entry.target.timeoutMs,
         settleBeforeAnswer: entry.settleBeforeAnswer,
+        protocols: entry.protocols,
       },
       quote: this.quote!,
       nowMs: Date.now(),
@@ -884,6 +888,9 @@ class MeteredCall implements ProxyHooks {
         'payment-required',
         requiredHeader ?? (pass === null ? v2Header(challenge, reason) : pass.v2Header(challenge, reason)),
       )
+      // The same price for MPP clients (Machine Payments Protocol): a fresh challenge with every 402.
+      const mpp = mppHeader(challenge, Date.now())
+      if (mpp !== null) res.writeHeader('www-authenticate', mpp)
       if (retryAfterMs !== undefined)
         res.writeHeader('retry-after', String(Math.max(1, Math.ceil(retryAfterMs / 1000))))
       res.end(text)

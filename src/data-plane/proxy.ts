@@ -158,6 +158,7 @@ const REQUEST_RULES = new Map<string, number>([
   ...REQUEST_DROP.map((name): [string, number] => [name, DROP]),
   ...FORWARDING_CLAIMS.map((name): [string, number] => [name, FROM_TRUSTED_ONLY]),
 ])
+const MPP_CREDENTIAL = /^\s*payment\s/i
 // Headers an owner's configuration must not set: they would break the framing of the upstream request.
 const INJECT_REFUSED = new Set([...HOP_BY_HOP, 'host', 'content-length', 'expect'])
 // uWS writes its own framing (content-length or chunked) and its own date.
@@ -357,6 +358,9 @@ function forwardHeaders(req: ForwardRequest, target: UpstreamTarget): string[] {
       continue
     }
     if (rule === FROM_TRUSTED_ONLY && !trusted) continue
+    // An MPP credential (Authorization: Payment …) is tollgate's payment, not the upstream's credential; any
+    // other Authorization is the caller's own and goes through.
+    if (name === 'authorization' && MPP_CREDENTIAL.test(value)) continue
     if (inject.length > 0 && isInjected(name, inject)) continue
     // Tracing on: the upstream's parent is tollgate's upstream span, not the caller's.
     if (traceparent !== null && (name === 'traceparent' || name === 'tracestate')) continue

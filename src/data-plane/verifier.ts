@@ -170,6 +170,10 @@ export class Verifier {
   verify(proof: Proof, client = ''): VerifyResult | Promise<VerifyResult> {
     if (proof.kind === 'invalid') return { ok: false, reason: 'invalid_proof', detail: proof.detail }
     if (proof.kind === 'x402') return this.verifyAuthorization(proof.payload, client)
+    // An MPP credential is read by its scheme (src/schemes/mpp-charge/), which hands its authorization here as
+    // an x402 payload; one reaching the verifier as it is (checkout) is not a proof it reads.
+    if (proof.kind === 'mpp')
+      return { ok: false, reason: 'unsupported_proof', detail: 'an MPP credential is not accepted here' }
     const cached = this.options.verified.get(proof.hash)
     if (cached) {
       cacheCounters.transferHit.inc()

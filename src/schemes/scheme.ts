@@ -44,6 +44,11 @@ export interface OfferQuery {
   maxTimeoutSeconds: number
   /** Schemes the endpoint's owner turned on explicitly (opt-in schemes look here). */
   enabled: ReadonlySet<string>
+  /**
+   * The payment protocols the endpoint answers besides a transaction hash ('x402', 'mpp'); absent: both.
+   * The registry leaves out the parts of a protocol that is off (a scheme need not look).
+   */
+  protocols?: ReadonlySet<string>
 }
 
 /** Not offered here, and why (said in the 402: a client should not try it). */
@@ -81,6 +86,8 @@ export interface PayQuery {
     timeoutMs: number
     /** The endpoint asks for its payment to be settled before the answer (schemes that can, do). */
     settleBeforeAnswer?: boolean
+    /** The payment protocols it accepts besides a transaction hash; absent: both (the registry refuses the others). */
+    protocols?: ReadonlySet<string>
   }
   quote: Quote
   nowMs: number

@@ -31,6 +31,12 @@ export const CallObject = v.strictObject({
     ),
   ),
   pricing_model: PricingModel,
+  scheme: v.pipe(
+    v.nullable(v.string()),
+    v.description(
+      'how it was paid: tx-hash, exact (x402), upto, batch-settlement, mpp-charge (MPP evm charge); null for calls before schemes were recorded',
+    ),
+  ),
   usage: CallUsage,
   created_at: Timestamp,
 })
@@ -50,6 +56,7 @@ export function presentCall(c: CallRow): v.InferOutput<typeof CallObject> {
     method: c.method,
     tool: c.tool ?? null,
     pricing_model: c.pricing_model as v.InferOutput<typeof PricingModel>,
+    scheme: c.scheme ?? null,
     usage: usageView(c) as v.InferOutput<typeof CallUsage>,
     created_at: c.created_at.toISOString(),
   }
