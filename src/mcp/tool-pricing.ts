@@ -42,23 +42,7 @@ export function mcpBodyPricing(
   quote: (amountAtomic: bigint, varies: boolean, tool: string | null, what?: 'resource' | 'prompt') => Quote,
   options: McpCatalogOptions = { catalog: null, onToolsListed: null },
 ): BodyPricing {
-  const priced = new Map<string, BodyPrice>()
-  for (const [name, p] of mcp.tools)
-    priced.set(name, pricedAt(p, quote(headlinePrice(p), p.model === 'usage', name), name))
-  // Resources by URI, prompts by name: on the call row and the metric as `resource:<uri>`, `prompt:<name>`
-  // (names the merchant configured: bounded); not tools, so discovery counts them under "other".
-  const pricedResources = new Map<string, BodyPrice>()
-  for (const [uri, p] of mcp.resources)
-    pricedResources.set(
-      uri,
-      pricedAt(p, quote(headlinePrice(p), p.model === 'usage', uri, 'resource'), `resource:${uri}`, 'other'),
-    )
-  const pricedPrompts = new Map<string, BodyPrice>()
-  for (const [name, p] of mcp.prompts)
-    pricedPrompts.set(
-      name,
-      pricedAt(p, quote(headlinePrice(p), p.model === 'usage', name, 'prompt'), `prompt:${name}`, 'other'),
-    )
+  const { priced, pricedResources, pricedPrompts } = priceTables(mcp, quote)
   const defaultQuote = quote(mcp.defaultAtomic, false, null)
   // Tools the server listed: a call of one at the default price gets a 402 that names it, and its paid calls
   // are counted under its name for discovery. Anything else a client names is "other" there.
@@ -95,16 +79,11 @@ export function mcpBodyPricing(
         // A batch may carry reads of resources and prompts: one with a price must come alone, as tools/call.
         const call = req.calls?.find((c) => pricedIn(c.method).has(c.name))
         if (call === undefined) return FREE
-        return {
-          ok: 'refused',
-          status: '400 Bad Request',
-          contentType: JSON_TYPE,
-          body: errorResponse(
-            INVALID_REQUEST,
-            `Invalid Request: ${call.method} of ${call.name} is priced per call here; send it alone, not in a batch`,
-            null,
-          ),
-        }
+        return refused(
+          INVALID_REQUEST,
+          `Invalid Request: ${call.method} of ${call.name} is priced per call here; send it alone, not in a batch`,
+          null,
+        )
       }
       // A POST of a legacy-transport session whose stream this process holds: its answer is on that stream.
       const session = at === undefined ? undefined : sseSessions.get(at.endpointId, at.pathAndQuery)
@@ -127,19 +106,13 @@ export function mcpBodyPricing(
         }
         return { ok: 'free', rewriter: () => new ResultRewriter(req.id, edit) }
       }
-      if (req.kind === 'invalid')
-        return {
-          ok: 'refused',
-          status: '400 Bad Request',
-          contentType: JSON_TYPE,
-          body: errorResponse(req.code, req.message, req.id),
-        }
+      if (req.kind === 'invalid') return refused(req.code, req.message, req.id)
       if (req.method !== 'tools/call') {
         const p = pricedIn(req.method).get(req.name)
-        return p === undefined ? FREE : inBand(p, req, body, session, at)
+        return p === undefined ? FREE : inBand(mcp, p, req, body, session, at)
       }
       const known = priced.get(req.name)
-      if (known !== undefined) return inBand(known, req, body, session, at)
+      if (known !== undefined) return inBand(mcp, known, req, body, session, at)
       if (mcp.freeTools.has(req.name) || mcp.unknownToolsFree) return FREE
       // A tool the merchant did not name costs the default; its name goes on the call row as given
       // (the metrics fold it into "other"). The map is bounded by what is kept: names are 1 line each.
@@ -160,65 +133,101 @@ export function mcpBodyPricing(
         }
         if (byDefault.size < 1000) byDefault.set(req.name, p)
       }
-      return inBand(p, req, body, session, at)
+      return inBand(mcp, p, req, body, session, at)
     },
   }
 
   function pricedIn(method: PricedMethod): Map<string, BodyPrice> {
     return method === 'resources/read' ? pricedResources : method === 'prompts/get' ? pricedPrompts : priced
   }
+}
 
-  /**
-   * The x402 MCP transport: a payment in params._meta is read like a payment header, its receipt goes into
-   * the result's _meta, and refusals are answered in-band when the endpoint says so or the call paid in-band.
-   */
-  function inBand(
-    p: BodyPrice,
-    req: Extract<McpRequest, { kind: 'tool_call' }>,
-    body: Buffer | null,
-    session: SseSession | undefined,
-    at: BodyRequestPlace | undefined,
-  ): BodyPrice {
-    const { id, payment } = req
-    // How an unpaid call is answered in band: the extension binding when the request advertised it (on any
-    // MCP endpoint: the client said it reads it); the tool-result binding for a tools/call when the endpoint
-    // answers in band or the call paid in band; otherwise HTTP 402 (resources and prompts have no tool result).
-    const binding = { extension: req.extension, resultType: req.resultType }
-    const answersInBand = req.extension || (req.method === 'tools/call' && (mcp.inBand || payment !== null))
-    if (p.ok !== 'priced' || (payment === null && !answersInBand)) return p
-    const encoded = payment === null ? null : Buffer.from(JSON.stringify(payment)).toString('base64')
-    const forwardBody = payment === null || body === null ? null : withoutPayment(body)
-    if (session !== undefined) {
-      // Legacy transport, stream held here: the refusal goes onto the stream (the POST answers 202), and a
-      // paid call's result is held there until its settlement is known, then carries it in its _meta.
-      if (payment !== null && id !== null) session.expect(id, null)
-      return {
-        ...p,
-        payment: encoded,
-        forwardBody,
-        paymentRequired: answersInBand ? (required) => onStream(session, id, required, binding) : null,
-        receiptInAnswer:
-          payment === null
-            ? null
-            : (settlement) => {
-                if (id !== null) session.resolve(id, withReceipt(JSON.parse(settlement)))
-                return PASS_THROUGH
-              },
-      }
-    }
-    // A POST of the legacy transport whose stream is not held by this process (another worker or instance):
-    // an answer in its body would be dropped by the client, which would wait for it on its stream in vain.
-    // HTTP 402 fails the call at once instead; a payment it carries is still read, its result passes as is.
-    const elsewhere = at !== undefined && !at.mcpSession && !at.accept.includes('text/event-stream')
+/** A JSON-RPC error answered as 400 before anything is forwarded. */
+function refused(code: number, message: string, id: string | number | null): BodyPrice {
+  return {
+    ok: 'refused',
+    status: '400 Bad Request',
+    contentType: JSON_TYPE,
+    body: errorResponse(code, message, id),
+  }
+}
+
+/** The configured prices of tools, resources (by URI) and prompts (by name), each quoted once. */
+function priceTables(
+  mcp: McpPricing,
+  quote: (amountAtomic: bigint, varies: boolean, tool: string | null, what?: 'resource' | 'prompt') => Quote,
+) {
+  const priced = new Map<string, BodyPrice>()
+  for (const [name, p] of mcp.tools)
+    priced.set(name, pricedAt(p, quote(headlinePrice(p), p.model === 'usage', name), name))
+  // Resources by URI, prompts by name: on the call row and the metric as `resource:<uri>`, `prompt:<name>`
+  // (names the merchant configured: bounded); not tools, so discovery counts them under "other".
+  const pricedResources = new Map<string, BodyPrice>()
+  for (const [uri, p] of mcp.resources)
+    pricedResources.set(
+      uri,
+      pricedAt(p, quote(headlinePrice(p), p.model === 'usage', uri, 'resource'), `resource:${uri}`, 'other'),
+    )
+  const pricedPrompts = new Map<string, BodyPrice>()
+  for (const [name, p] of mcp.prompts)
+    pricedPrompts.set(
+      name,
+      pricedAt(p, quote(headlinePrice(p), p.model === 'usage', name, 'prompt'), `prompt:${name}`, 'other'),
+    )
+  return { priced, pricedResources, pricedPrompts }
+}
+
+/**
+ * The x402 MCP transport: a payment in params._meta is read like a payment header, its receipt goes into
+ * the result's _meta, and refusals are answered in-band when the endpoint says so or the call paid in-band.
+ */
+function inBand(
+  mcp: McpPricing,
+  p: BodyPrice,
+  req: Extract<McpRequest, { kind: 'tool_call' }>,
+  body: Buffer | null,
+  session: SseSession | undefined,
+  at: BodyRequestPlace | undefined,
+): BodyPrice {
+  const { id, payment } = req
+  // How an unpaid call is answered in band: the extension binding when the request advertised it (on any
+  // MCP endpoint: the client said it reads it); the tool-result binding for a tools/call when the endpoint
+  // answers in band or the call paid in band; otherwise HTTP 402 (resources and prompts have no tool result).
+  const binding = { extension: req.extension, resultType: req.resultType }
+  const answersInBand = req.extension || (req.method === 'tools/call' && (mcp.inBand || payment !== null))
+  if (p.ok !== 'priced' || (payment === null && !answersInBand)) return p
+  const encoded = payment === null ? null : Buffer.from(JSON.stringify(payment)).toString('base64')
+  const forwardBody = payment === null || body === null ? null : withoutPayment(body)
+  if (session !== undefined) {
+    // Legacy transport, stream held here: the refusal goes onto the stream (the POST answers 202), and a
+    // paid call's result is held there until its settlement is known, then carries it in its _meta.
+    if (payment !== null && id !== null) session.expect(id, null)
     return {
       ...p,
       payment: encoded,
       forwardBody,
-      paymentRequired:
-        elsewhere || !answersInBand ? null : (required) => paymentRequiredResult(id, required, binding),
+      paymentRequired: answersInBand ? (required) => onStream(session, id, required, binding) : null,
       receiptInAnswer:
-        payment === null || elsewhere ? null : (settlement) => receiptRewriter(id, JSON.parse(settlement)),
+        payment === null
+          ? null
+          : (settlement) => {
+              if (id !== null) session.resolve(id, withReceipt(JSON.parse(settlement)))
+              return PASS_THROUGH
+            },
     }
+  }
+  // A POST of the legacy transport whose stream is not held by this process (another worker or instance):
+  // an answer in its body would be dropped by the client, which would wait for it on its stream in vain.
+  // HTTP 402 fails the call at once instead; a payment it carries is still read, its result passes as is.
+  const elsewhere = at !== undefined && !at.mcpSession && !at.accept.includes('text/event-stream')
+  return {
+    ...p,
+    payment: encoded,
+    forwardBody,
+    paymentRequired:
+      elsewhere || !answersInBand ? null : (required) => paymentRequiredResult(id, required, binding),
+    receiptInAnswer:
+      payment === null || elsewhere ? null : (settlement) => receiptRewriter(id, JSON.parse(settlement)),
   }
 }
 

@@ -2,7 +2,7 @@
 // 60,000 base units sends two permits of the published client, each for a 50,000 maximum, one to each
 // instance, 8, 50 or 200 ms apart, to an endpoint whose upstream answers in 1 s with usage above the ceiling. One is
 // served and charged its maximum; the other is refused 402 insufficient_funds before anything is forwarded,
-// and the one settlement is mined: no served call is left unpaid (issue 48).
+// and the one settlement is mined: no served call is left unpaid.
 import { x402Client, x402HTTPClient } from '@x402/core/client'
 import { UptoEvmScheme } from '@x402/evm/upto/client'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
