@@ -2,7 +2,7 @@
 // a 402 for an endpoint and a price (server side), how it reads and verifies a payment (facilitator verify),
 // and, through the Payment it returns, what it claims in the books, how it settles and what its receipt
 // says. The hot path (src/data-plane/metered.ts) only ever talks to this interface and to the registry.
-import type { ReadinessCheck } from '../observability/admin.ts'
+
 import type { LRUCache } from 'lru-cache'
 import type { BatchWriter } from '../books/batch-writer.ts'
 import type { ChainContext } from '../chain/connect.ts'
@@ -13,6 +13,7 @@ import type { Proof } from '../data-plane/proof.ts'
 import type { Verifier } from '../data-plane/verifier.ts'
 import type { Sql } from '../db/sql.ts'
 import type { ErrorCode } from '../errors.ts'
+import type { ReadinessCheck } from '../observability/admin.ts'
 import type { Logger } from '../observability/logger.ts'
 import type { UsageRecord } from '../pricing/model.ts'
 

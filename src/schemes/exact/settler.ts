@@ -32,7 +32,10 @@ export async function startSettler(deps: SchemeDeps): Promise<Settler | null> {
   const o = config.settlement?.before_answer
   if (o === undefined) return null
   const settlerKey = config.secrets?.settler_private_key ?? null
-  const seed = { settlerKey, treasuryKey: settlerKey === null ? treasuryPrivateKey(config, chain?.devChain ?? null) : null }
+  const seed = {
+    settlerKey,
+    treasuryKey: settlerKey === null ? treasuryPrivateKey(config, chain?.devChain ?? null) : null,
+  }
   if (seed.settlerKey === null && seed.treasuryKey === null) {
     logger.warn('x402 exact: no key to derive a settler from; every endpoint settles after the call')
     return null
