@@ -9,7 +9,7 @@ const SLOT_LOCK_CLASS = 7_301_003
 
 export interface SettlerSlot {
   slot: number
-  /** False once the session holding the lock was lost (its nonces may be another's now). */
+  /** False while the session holding the lock is lost (its nonces may be another's then). */
   held(): boolean
   release(): Promise<void>
 }
@@ -21,7 +21,10 @@ export interface ClaimOptions {
   slots: number
   /** How often the session is checked alive (a lost session frees the lock: stop using the slot). */
   keepaliveMs: number
+  /** The session holding the lock was lost: stop using the slot's key. */
   onLost(err: unknown): void
+  /** The same slot's lock is held again (after onLost): its nonce must be read afresh. */
+  onRegained(): void
 }
 
 /** The first free slot, or null when every slot is held by another process. */
@@ -49,24 +52,50 @@ export async function claimSettlerSlot(sql: Sql, o: ClaimOptions): Promise<Settl
     return null
   }
   let alive = true
-  const timer = setInterval(() => {
-    conn`SELECT 1`.catch((err) => {
-      if (!alive) return
-      // The lock went with the session: another process may own this slot from now on.
-      alive = false
-      clearInterval(timer)
-      o.onLost(err)
-    })
-  }, o.keepaliveMs)
+  let current: Awaited<ReturnType<Sql['reserve']>> | null = conn
+  let checking = false
+  const check = async () => {
+    if (checking) return
+    checking = true
+    try {
+      if (alive && current !== null) {
+        await current`SELECT 1`
+        return
+      }
+      // Lost: take the same slot again once the database is back (its key, and so its nonces, are ours
+      // again only under the lock; the settler reads its nonce from the chain afresh).
+      current ??= await sql.reserve()
+      const [row] = await current<
+        { ok: boolean }[]
+      >`SELECT pg_try_advisory_lock(${SLOT_LOCK_CLASS}, ${slot}) AS ok`
+      if (row?.ok) {
+        alive = true
+        o.onRegained()
+      }
+    } catch (err) {
+      if (alive) {
+        // The lock went with the session: another process may own this slot from now on.
+        alive = false
+        o.onLost(err)
+      }
+      current?.release()
+      current = null
+    } finally {
+      checking = false
+    }
+  }
+  const timer = setInterval(() => void check(), o.keepaliveMs)
   timer.unref()
   return {
     slot,
     held: () => alive,
     async release() {
       clearInterval(timer)
-      if (alive) await conn`SELECT pg_advisory_unlock(${SLOT_LOCK_CLASS}, ${slot})`.catch(() => {})
+      if (alive && current !== null)
+        await current`SELECT pg_advisory_unlock(${SLOT_LOCK_CLASS}, ${slot})`.catch(() => {})
       alive = false
-      conn.release()
+      current?.release()
+      current = null
     },
   }
 }

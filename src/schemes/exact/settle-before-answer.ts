@@ -111,6 +111,11 @@ export class SettleBeforeAnswer {
     this.account = signingAccount(o.settlerKey)
   }
 
+  /** The slot was lost and taken again: another process may have used its nonces meanwhile. */
+  forgetNonce(): void {
+    this.nonce = null
+  }
+
   get address(): Hex {
     return this.account.address
   }

@@ -15,13 +15,13 @@ import { SettleBeforeAnswer } from './settle-before-answer.ts'
 /** What the dev chain gives a settler slot that fell below its floor (anvil ETH, worth nothing). */
 const DEV_TOP_UP_WEI = parseEther('10')
 
-/** How often the slot's database session is checked alive. */
+/** How often the slot's database session is checked alive (and, once lost, the slot claimed again). */
 const SLOT_KEEPALIVE_MS = 5_000
 
 export interface Settler {
   early: SettleBeforeAnswer
   slot: number
-  /** False once the slot's lock was lost: the calls settle after from then on. */
+  /** False while the slot's lock is lost: the calls settle after meanwhile. */
   usable(): boolean
   readiness: ReadinessCheck
   stop(): Promise<void>
@@ -40,17 +40,20 @@ export async function startSettler(deps: SchemeDeps): Promise<Settler | null> {
     logger.warn('x402 exact: no key to derive a settler from; every endpoint settles after the call')
     return null
   }
-  let lost = false
+  let settler: SettleBeforeAnswer | null = null
   const claimed = await claimSettlerSlot(deps.sql, {
     embedded: deps.embedded ?? true,
     workerIndex: deps.workerIndex ?? 0,
     slots: o.slots,
     keepaliveMs: SLOT_KEEPALIVE_MS,
     onLost: (err) => {
-      lost = true
-      logger.error('settler slot lost with its database session; this process settles after from now on', {
+      logger.error('settler slot lost with its database session; calls settle after until it is back', {
         err,
       })
+    },
+    onRegained: () => {
+      settler?.forgetNonce()
+      logger.info('settler slot held again; settling before the answer')
     },
   })
   if (claimed === null) {
@@ -70,6 +73,7 @@ export async function startSettler(deps: SchemeDeps): Promise<Settler | null> {
     waitMs: o.wait_ms,
     perTransaction: config.settlement.per_transaction,
   })
+  settler = early
   const gas = new GasWatch(deps, claimed, early.address, o)
   early.onMined = () => gas.soon()
   await gas.check()
@@ -81,13 +85,12 @@ export async function startSettler(deps: SchemeDeps): Promise<Settler | null> {
   return {
     early,
     slot: claimed.slot,
-    usable: () => !lost && claimed.held(),
+    usable: () => claimed.held(),
     readiness: {
       name: 'x402_settler',
-      check: async () => {
-        if (lost || !claimed.held()) return { ok: false, detail: `settler slot ${claimed.slot} lost` }
-        return gas.readiness()
-      },
+      // A lost slot does not fail readiness: the process still serves (pending receipts) and takes the slot
+      // again when the database is back. Gas running out is the operator's to fix, so it does.
+      check: () => gas.readiness(),
     },
     async stop() {
       gas.stop()
