@@ -17,6 +17,7 @@ import {
   type Address,
   type Chain,
   createPublicClient,
+  createTestClient,
   createWalletClient,
   type Hex,
   http,
@@ -325,16 +326,31 @@ describe('an endpoint set to settle after, in the same service', () => {
 
 describe('when the settler cannot send, the receipt says pending and the batch settles it', () => {
   it('a settler without gas: no transaction named, settled afterwards by the treasury, charged once', async () => {
-    // A fresh key holds no ETH: its broadcast is refused (insufficient funds). Here the service default is
-    // before_answer: endpoints that make no choice settle before the answer.
+    // A fresh key holds no ETH: its broadcast is refused (insufficient funds). Endpoints that make no choice
+    // settle before the answer (the default).
+    const settlerKey = generatePrivateKey()
+    const testClient = createTestClient({ mode: 'anvil', transport: http(chain.rpcUrl) })
     const broke = await startBaseSepoliaService(
       chain,
       chain.rpcUrl,
-      { settlement: { before_answer: { enabled: true, window_ms: 3, wait_ms: 200 } } } as never,
+      {
+        settlement: { before_answer: { enabled: true, window_ms: 3, wait_ms: 200, gas_check_ms: 100 } },
+      } as never,
       'error',
-      { SETTLER_PRIVATE_KEY: generatePrivateKey() },
+      { SETTLER_PRIVATE_KEY: settlerKey },
     )
+    const readyz = async () => {
+      const r = await fetch(`http://127.0.0.1:${broke.adminPort}/readyz`)
+      const body = (await r.json()) as { checks: Array<{ name: string; ok: boolean; detail?: string }> }
+      return { status: r.status, settler: body.checks.find((c) => c.name === 'x402_settler') }
+    }
     try {
+      // Watched before it runs dry: below gas_floor_eth, the process is not ready, naming the settler.
+      const dry = await readyz()
+      expect(dry.status).toBe(503)
+      expect(dry.settler).toMatchObject({ ok: false })
+      expect(dry.settler?.detail).toContain(privateKeyToAccount(settlerKey).address)
+      expect(dry.settler?.detail).toContain('below gas_floor_eth')
       const reg = await callApi(broke.url, '/api/v1/register', {
         body: { wallet_address: chain.payers[4]!.address, business_name: 'broke settler Co' },
       })
@@ -375,6 +391,11 @@ describe('when the settler cannot send, the receipt says pending and the batch s
       const [claim] = await broke.sql<{ settled: boolean }[]>`
         SELECT settled_at IS NOT NULL AS settled FROM claims WHERE lower(payer) = ${payer.toLowerCase()}`
       expect(claim).toEqual({ settled: true })
+      // Funded, the settler's check passes again at its next read.
+      await testClient.setBalance({ address: privateKeyToAccount(settlerKey).address, value: 10n ** 18n })
+      await expect
+        .poll(async () => (await readyz()).settler?.ok, { timeout: 10_000, interval: 100 })
+        .toBe(true)
     } finally {
       await broke.stop()
     }
