@@ -73,6 +73,7 @@ async function runWorker(config: Config, worker: NonNullable<ReturnType<typeof w
       // On a server every worker competes for the leader lock; the embedded database has no lock.
       runJobs: !worker.embedded || worker.index === 0,
       adminPort: 0,
+      index: worker.index,
     },
   })
   process.send?.({ tollgate: 'ready', port: service.port, adminPort: service.adminPort })

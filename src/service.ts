@@ -48,7 +48,7 @@ export interface Service {
 export interface StartOptions {
   logger?: Logger
   /** A worker process: the parent's database (embedded or not), whether it runs the jobs, its admin port. */
-  worker?: { databaseUrl: string; embedded: boolean; runJobs: boolean; adminPort: number }
+  worker?: { databaseUrl: string; embedded: boolean; runJobs: boolean; adminPort: number; index: number }
   /** The clock proofs are aged by (tests move it instead of sleeping). Default Date.now. */
   now?: () => number
 }
@@ -97,6 +97,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
         logger,
         publicUrl,
         now: options.now,
+        workerIndex: options.worker?.index ?? 0,
         ...handedOver({ config, sql: db.sql, replication: db.replication, chain, chainInfo, logger, publicUrl }),
       }),
     )

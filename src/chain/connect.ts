@@ -209,10 +209,16 @@ function configuredUsdc(config: Config): Address | null {
   }
 }
 
-function treasuryAccount(config: Config, network: Network, devChain: DevChain | null): PrivateKeyAccount {
-  const key =
+/** The treasury's key as configured, or the dev chain's account 0 on NETWORK=local; null: none. */
+export function treasuryPrivateKey(config: Config, devChain: DevChain | null): Hex | null {
+  return (
     config.secrets.treasury_private_key ??
-    (network === 'local' ? (devChain?.treasury ?? devAccount(0)).privateKey : null)
+    (config.chain.network === 'local' ? (devChain?.treasury ?? devAccount(0)).privateKey : null)
+  )
+}
+
+function treasuryAccount(config: Config, network: Network, devChain: DevChain | null): PrivateKeyAccount {
+  const key = treasuryPrivateKey(config, devChain)
   if (!key) {
     throw new ChainError(
       'TOLLGATE_CHAIN_TREASURY_KEY_REQUIRED',

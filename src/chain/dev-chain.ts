@@ -226,3 +226,18 @@ async function moveCode(
     throw new ChainError('TOLLGATE_ANVIL_START_FAILED', 'the test USDC did not deploy')
   await wallet.request({ method: 'anvil_setCode' as never, params: [to, code] as never })
 }
+
+/**
+ * Gives an account `wei` of the dev chain's ETH (anvil_setBalance): the settler slots of NETWORK=local, whose
+ * keys are derived, so no one funded them. Only ever called on the local network (a real node refuses it).
+ */
+export async function fundDevGas(
+  client: { request(args: { method: never; params: never }): Promise<unknown> },
+  address: Address,
+  wei: bigint,
+): Promise<void> {
+  await client.request({
+    method: 'anvil_setBalance' as never,
+    params: [address, `0x${wei.toString(16)}`] as never,
+  })
+}

@@ -95,11 +95,6 @@ export function loadConfig(options: LoadOptions = {}): Config {
       'invalid configuration:\n  SETTLER_PRIVATE_KEY: must be 0x followed by 64 hex digits',
     )
   }
-  if (settings.settlement.before_answer.enabled && settlerKey === null) {
-    throw new ConfigError(
-      'invalid configuration:\n  settlement.before_answer.enabled: needs SETTLER_PRIVATE_KEY (an account with gas, not the treasury)',
-    )
-  }
   if (settlerKey !== null && key !== null && settlerKey.toLowerCase() === key.toLowerCase()) {
     throw new ConfigError(
       'invalid configuration:\n  SETTLER_PRIVATE_KEY: must not be the treasury key (their nonces would collide)',

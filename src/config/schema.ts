@@ -200,15 +200,26 @@ export const ConfigSchema = v.strictObject({
     throttle_check_ms: PositiveInt,
     /**
      * Settle an `exact` authorization before the answer's head is sent, so its receipt names the mined
-     * transaction that carries it (what published x402 clients read as paid). Authorizations arriving within
-     * window_ms share one transaction, sent from the settler key (SETTLER_PRIVATE_KEY, never the treasury's:
-     * its nonces are this process's alone); the answer waits at most wait_ms for the receipt, then says
-     * settlement_pending with the transaction hash. Off: settled after the call, in the leader's batches.
+     * transaction that carries it (what published x402 clients read as paid). On by default (`enabled`: what an
+     * endpoint that makes no x402_settlement choice gets); off: settled after the call, in the leader's
+     * batches, with a pending receipt. Calls served together share one transaction (group commit), sent from
+     * this process's settler slot (docs/x402-receipts.md); the answer waits at most wait_ms for the receipt,
+     * then says settlement_pending with the transaction hash.
      */
     before_answer: v.strictObject({
       enabled: v.boolean(),
       window_ms: v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(1000)),
       wait_ms: PositiveInt,
+      /**
+       * Settler keys derived from one secret (SETTLER_PRIVATE_KEY, else the treasury key): each data-plane
+       * process, worker or instance, owns one through a database advisory lock. A process finding none free
+       * settles after the call (honest pending receipts). At least the fleet's data-plane process count.
+       */
+      slots: v.pipe(PositiveInt, v.maxValue(1024)),
+      /** Below this balance (ETH) a settler's /readyz check fails and SettlerGasLow fires, before it runs dry. */
+      gas_floor_eth: v.pipe(v.number(), v.minValue(0)),
+      /** How often the settler's balance is read (also after each of its transactions is mined, at most this often). */
+      gas_check_ms: PositiveInt,
     }),
   }),
   /** tollgate as an x402 facilitator (/api/v1/facilitator, docs/facilitator.md). */

@@ -1,13 +1,15 @@
-// Whether this process can settle x402 `exact` authorizations before their answers: it needs the settler key
-// (its nonces are this process's alone) and one data-plane process (several would assign the same nonces).
-// Asked by the API (an endpoint asking for it is refused where it cannot be done) and by the exact scheme.
+// Whether this service can settle x402 `exact` authorizations before their answers: it needs a secret to
+// derive its settler keys from (SETTLER_PRIVATE_KEY, else the treasury key, which every network but the local
+// dev chain requires). Workers and instances each own a settler slot (src/db/settler-slots.ts), so neither
+// shape is refused. Asked by the API (an endpoint asking for it is refused where it cannot be done).
 import type { Config } from './schema.ts'
 
-/** Why this process cannot settle before the answer; null: it can. */
-export function settleBeforeAnswerUnavailable(config: Pick<Config, 'secrets' | 'server'>): string | null {
-  if ((config.secrets?.settler_private_key ?? null) === null)
-    return 'no SETTLER_PRIVATE_KEY is configured (an account holding gas, not the treasury)'
-  if (config.server.workers !== 1)
-    return `server.workers is ${config.server.workers}; settling before the answer needs 1 (one settler key per process)`
+/** Why this service cannot settle before the answer; null: it can. */
+export function settleBeforeAnswerUnavailable(config: Pick<Config, 'secrets' | 'chain'>): string | null {
+  const seeded =
+    (config.secrets?.settler_private_key ?? null) !== null ||
+    (config.secrets?.treasury_private_key ?? null) !== null ||
+    config.chain?.network === 'local'
+  if (!seeded) return 'no SETTLER_PRIVATE_KEY nor treasury key to derive the settler keys from'
   return null
 }

@@ -70,6 +70,8 @@ export interface DataPlaneDeps {
   attributeTransfers(transfers: TreasuryTransfer[]): Promise<void>
   /** The clock proofs are aged by (milliseconds); tests move it instead of sleeping. Default Date.now. */
   now?: () => number
+  /** This process's index among its machine's workers (0 alone): its settler slot on the embedded database. */
+  workerIndex?: number
 }
 
 export interface DataPlane extends Started {
@@ -115,6 +117,8 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       usedProofs,
       books,
       settlementThrottle,
+      embedded: db.embedded,
+      workerIndex: deps.workerIndex ?? 0,
     })
     stops.push(() => schemes.stop())
     const signer = receiptSigner(config)
@@ -167,6 +171,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
         await observed.flush()
       },
       refreshSettlementThrottle: () => settlementThrottle.refresh(),
+      readiness: schemes.readiness(),
       stop,
     }
   } catch (err) {

@@ -374,6 +374,25 @@ export const earlySettlementBatchSize = new client.Histogram({
   registers: [registry],
 })
 
+/**
+ * The gas a settler slot holds (ETH), and the floor below which its process's /readyz fails and the alert
+ * fires (settlement.before_answer.gas_floor_eth): one series per slot this process owns (bounded by
+ * settlement.before_answer.slots). Read every gas_check_ms and after each of its transactions' receipts.
+ */
+export const settlerBalance = new client.Gauge({
+  name: 'tollgate_x402_settler_balance_eth',
+  help: 'ETH held by the settle-before-answer settler key of this process, by slot.',
+  labelNames: ['slot'] as const,
+  registers: [registry],
+})
+
+export const settlerBalanceFloor = new client.Gauge({
+  name: 'tollgate_x402_settler_balance_floor_eth',
+  help: 'The settler balance below which readiness fails and SettlerGasLow fires, by slot.',
+  labelNames: ['slot'] as const,
+  registers: [registry],
+})
+
 // ---- Operations: values sampled when Prometheus scrapes, for deploy/alerts.yml. ----------------
 // They describe shared state (the database, the chain), so every instance reports the same values: alert
 // rules take max() across instances, and a parent's sum over its workers takes their max (aggregator).

@@ -1,6 +1,7 @@
 // The schemes this process accepts, in the order they read payments: the hot path asks the registry what an
 // endpoint's 402 offers and which scheme verifies a payment, and never names a scheme itself.
 import type { Proof } from '../data-plane/proof.ts'
+import type { ReadinessCheck } from '../observability/admin.ts'
 import type { Offer, OfferQuery, PayQuery, Scheme, SchemeDeps, SchemeFactory, Verdict } from './scheme.ts'
 
 export interface Offers {
@@ -57,6 +58,10 @@ export class SchemeRegistry {
       if (scheme.reads(proof)) return scheme.verify(proof, q)
     }
     return { ok: false, reason: 'invalid_proof' }
+  }
+
+  readiness(): ReadinessCheck[] {
+    return this.schemes.flatMap((s) => [...(s.readiness ?? [])])
   }
 
   async flush(): Promise<void> {

@@ -2,6 +2,7 @@
 // a 402 for an endpoint and a price (server side), how it reads and verifies a payment (facilitator verify),
 // and, through the Payment it returns, what it claims in the books, how it settles and what its receipt
 // says. The hot path (src/data-plane/metered.ts) only ever talks to this interface and to the registry.
+
 import type { LRUCache } from 'lru-cache'
 import type { BatchWriter } from '../books/batch-writer.ts'
 import type { ChainContext } from '../chain/connect.ts'
@@ -12,6 +13,7 @@ import type { Proof } from '../data-plane/proof.ts'
 import type { Verifier } from '../data-plane/verifier.ts'
 import type { Sql } from '../db/sql.ts'
 import type { ErrorCode } from '../errors.ts'
+import type { ReadinessCheck } from '../observability/admin.ts'
 import type { Logger } from '../observability/logger.ts'
 import type { UsageRecord } from '../pricing/model.ts'
 
@@ -33,6 +35,10 @@ export interface SchemeDeps {
   books: BatchWriter
   /** The x402 intake throttle (settlement backlog); read synchronously. */
   settlementThrottle?: { readonly engaged: boolean; readonly retryAfterS: number }
+  /** The embedded single-session database (no advisory locks between processes): slots by worker index. */
+  embedded?: boolean
+  /** This data-plane process's index among its machine's workers (0 alone). */
+  workerIndex?: number
 }
 
 /** What the 402 of one endpoint at one price is built from. */
@@ -190,6 +196,8 @@ export interface Scheme {
   /** Writes what it holds in memory (tests; shutdown drains through stop). */
   flush?(): Promise<void>
   stop?(): Promise<void>
+  /** Checks /readyz runs for it (e.g. the exact settler's gas). */
+  readonly readiness?: readonly ReadinessCheck[]
 }
 
 /** Builds a scheme from the shared parts; null when it cannot be offered by this process (logged by it). */

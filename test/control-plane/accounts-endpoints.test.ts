@@ -343,43 +343,39 @@ describe('endpoints', () => {
     expect((await svc.api(`/api/v1/endpoints/${id}`, { key })).status).toBe(404)
   })
 
-  it('refuses to settle before the answer without a settler key, and changes nothing', async () => {
+  it('settles before the answer by default, in any shape; stores each choice, refuses a bad one', async () => {
     const created = await svc.api('/api/v1/endpoints', {
       key,
       body: { upstream_url: 'http://127.0.0.1:9/s', price: 0.01 },
     })
-    // No choice made: the service default (settle after), shown as such.
-    expect(created.body.x402_settlement).toBe('after')
-    const before = await counts()
-    const refused = await svc.api('/api/v1/endpoints', {
+    // No choice made: the service default (settle before the answer), shown as such.
+    expect(created.body.x402_settlement).toBe('before_answer')
+    // No SETTLER_PRIVATE_KEY here: the settler slots derive from the treasury key, so it is accepted.
+    const chosen = await svc.api('/api/v1/endpoints', {
       key,
       body: { upstream_url: 'http://127.0.0.1:9/s', price: 0.01, x402_settlement: 'before_answer' },
     })
-    expect(refused.status).toBe(409)
-    expect(refused.body.error).toMatchObject({
-      code: 'settle_before_answer_unavailable',
-      param: 'x402_settlement',
-    })
-    expect(refused.body.error.message).toContain('SETTLER_PRIVATE_KEY')
-    expect(await counts()).toEqual(before)
+    expect(chosen.status).toBe(201)
+    expect(chosen.body.x402_settlement).toBe('before_answer')
     const id = created.body.id
     const patch = (x402_settlement: unknown) =>
       svc.api(`/api/v1/endpoints/${id}`, { key, method: 'PATCH', body: { x402_settlement, name: 'changed' } })
-    expect((await patch('before_answer')).status).toBe(409)
+    const before = await counts()
     const bad = await patch('sometime')
     expect(bad.status).toBe(400)
     expect(bad.body.error).toMatchObject({ code: 'invalid_parameter', param: 'x402_settlement' })
-    // Neither refusal changed the endpoint.
+    expect(await counts()).toEqual(before)
+    // The refusal changed nothing.
     const [row] = await svc.sql`SELECT name, x402_settlement, version FROM endpoints WHERE id = ${id}`
     expect(row).toMatchObject({ name: null, x402_settlement: null, version: 1 })
-    // Settling after is always possible: stored as the endpoint's own choice, null goes back to the default.
+    // Settling after is an explicit choice, stored as the endpoint's own; null goes back to the default.
     const after = await patch('after')
     expect(after.status).toBe(200)
     expect(after.body.x402_settlement).toBe('after')
     expect((await svc.sql`SELECT x402_settlement FROM endpoints WHERE id = ${id}`)[0]).toEqual({
       x402_settlement: 'after',
     })
-    expect((await patch(null)).body.x402_settlement).toBe('after')
+    expect((await patch(null)).body.x402_settlement).toBe('before_answer')
     expect((await svc.sql`SELECT x402_settlement FROM endpoints WHERE id = ${id}`)[0]).toEqual({
       x402_settlement: null,
     })

@@ -50,7 +50,12 @@ let meteredUrl: string
 let ownerKey: string
 
 function startX402Service(rpcUrl: string, x402: Record<string, unknown> = {}): Promise<Service> {
-  return startBaseSepoliaService(chain, rpcUrl, { x402 } as never)
+  // The pending receipt and the leader's batch are what this file follows: settle after, explicitly (the
+  // default settles before the answer: test/x402/receipt-settled.test.ts).
+  return startBaseSepoliaService(chain, rpcUrl, {
+    x402,
+    settlement: { before_answer: { enabled: false } },
+  } as never)
 }
 
 async function createEndpoint(service: Service, price: number): Promise<string> {

@@ -54,7 +54,11 @@ async function calls(endpointId: string) {
 
 beforeAll(async () => {
   chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
-  svc = await startBaseSepoliaService(chain, chain.rpcUrl, { proxy: { allow_private_upstreams: true } })
+  // The in-band receipt of a call settled after (explicitly; the default settles before the answer).
+  svc = await startBaseSepoliaService(chain, chain.rpcUrl, {
+    proxy: { allow_private_upstreams: true },
+    settlement: { before_answer: { enabled: false } },
+  } as never)
   const reg = await callApi(svc.url, '/api/v1/register', {
     body: { wallet_address: chain.payers[4]!.address, business_name: 'MCP Co' },
   })

@@ -36,7 +36,13 @@ describe('delivery record', () => {
     svc = await startBaseSepoliaService(
       chain,
       chain.rpcUrl,
-      { proxy: { allow_private_upstreams: true } },
+      // Settled after the call, explicitly: where a short answer's delivery is written depends on the capture
+      // being written after its body (settling before the answer writes the capture before the head, so the
+      // delivery is recorded apart: one more write per call, not yet folded into the capture).
+      {
+        proxy: { allow_private_upstreams: true },
+        settlement: { before_answer: { enabled: false } },
+      } as never,
       'warn',
       {
         RECEIPT_SIGNING_KEY: SIGNING_KEY,

@@ -17,7 +17,7 @@ const chain = {
   usdcVersion: '2',
 }
 // The exact scheme's own offer: only its chain terms are read to build it.
-const exact = exactScheme({
+const exact = await exactScheme({
   chainInfo: chain,
   config: { fees: { owner_share_bps: 9500 }, proxy: { retry_window_ms: 1 } },
 } as unknown as SchemeDeps)

@@ -3,12 +3,22 @@
 // signed by the published `x402` v1 client (createPaymentHeader), one fresh authorization per call.
 // No vitest here: test/x402/sustained-load.ts runs it as a plain script.
 
-import { type Address, type Chain, createWalletClient, type Hex, http, parseAbi, publicActions } from 'viem'
+import {
+  type Address,
+  type Chain,
+  createWalletClient,
+  type Hex,
+  http,
+  parseAbi,
+  parseEther,
+  publicActions,
+} from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import { baseSepolia } from 'viem/chains'
 import { createPaymentHeader, selectPaymentRequirements } from 'x402/client'
 import { type PaymentRequirements, PaymentRequirementsSchema } from 'x402/types'
-import type { DevChain } from '../../src/chain/dev-chain.ts'
+import { type DevChain, fundDevGas } from '../../src/chain/dev-chain.ts'
+import { settlerSlotKey } from '../../src/chain/settler-keys.ts'
 import { loadConfig } from '../../src/config/load.ts'
 import type { Settings } from '../../src/config/schema.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
@@ -83,7 +93,20 @@ export async function startBaseSepoliaService(
     },
     overrides: { database: { data_dir: 'memory://' }, ...(overrides as object) } as never,
   })
+  // The settler slots' keys are derived from the treasury's here (no SETTLER_PRIVATE_KEY): a chain announced as
+  // base-sepolia is not the local dev chain, so no one tops them up; give the first few anvil ETH, as an
+  // operator funds them (docs/operations.md). A test that names its own settler key funds it (or not) itself.
+  if (env.SETTLER_PRIVATE_KEY === undefined) await fundSettlerSlots(rpcUrl, chain.treasury.privateKey, 4)
   return startService(config, { logger: createLogger(logLevel) })
+}
+
+/** Anvil ETH for settler slots 0..count-1 derived from this treasury key (what an operator would send). */
+export async function fundSettlerSlots(rpcUrl: string, treasuryKey: Hex, count: number): Promise<void> {
+  const client = createWalletClient({ transport: http(rpcUrl) })
+  for (let slot = 0; slot < count; slot++) {
+    const key = settlerSlotKey({ settlerKey: null, treasuryKey }, slot)!
+    await fundDevGas(client as never, privateKeyToAccount(key).address, parseEther('10'))
+  }
 }
 
 export async function startX402Setup(

@@ -1,6 +1,7 @@
-// Per endpoint, in one service: an endpoint set to settle before the answer gives the four published clients
-// a receipt they read as paid, with the hash of a mined transaction that carries the payer's authorization;
-// an endpoint left to settle after keeps the honest pending receipt. The x402 end-to-end suite's pass rule is
+// Per endpoint, in one service on the DEFAULT settings: an endpoint that makes no choice settles before the
+// answer and gives the four published clients a receipt they read as paid, with the hash of a mined
+// transaction that carries the payer's authorization, sent from the settler slot derived from the treasury
+// key (no SETTLER_PRIVATE_KEY); an endpoint set to "after" keeps the honest pending receipt, in v1 too. The x402 end-to-end suite's pass rule is
 // applied to what each client reports: success true, a non-empty transaction, no errorReason. The receipt
 // URL (/receipts/:id) shows the settlement: transaction, block, confirmations, the call's place in its batch.
 // @x402/fetch and @x402/axios (v2, PAYMENT-RESPONSE) and x402-fetch and x402-axios (v1, X-PAYMENT-RESPONSE),
@@ -16,6 +17,7 @@ import {
   type Address,
   type Chain,
   createPublicClient,
+  createTestClient,
   createWalletClient,
   type Hex,
   http,
@@ -28,8 +30,8 @@ import { baseSepolia } from 'viem/chains'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { withPaymentInterceptor } from 'x402-axios'
 import { decodeXPaymentResponse, wrapFetchWithPayment as wrapFetchV1 } from 'x402-fetch'
-import { devAccount } from '../../src/chain/dev-accounts.ts'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
+import { settlerSlotKey } from '../../src/chain/settler-keys.ts'
 import type { Service } from '../../src/service.ts'
 import { startTestChain } from '../helpers/anvil.ts'
 import { expectSettledAt, PENDING_SETTLEMENT } from '../helpers/receipts.ts'
@@ -50,9 +52,9 @@ let svc: Service
 let upstream: Awaited<ReturnType<typeof startUpstream>>
 let reader: ReturnType<typeof createPublicClient>
 let apiKey: string
-/** Set to before_answer. */
+/** No choice made: the service default, settle before the answer. */
 let meteredUrl: string
-/** No choice made: the service default, settle after. */
+/** Set to "after". */
 let afterUrl: string
 
 /** The x402 e2e suite's rule for a paid call: success, a non-empty transaction, no errorReason. */
@@ -138,17 +140,14 @@ beforeAll(async () => {
   chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
   upstream = await startUpstream()
   reader = createPublicClient({ chain: baseSepolia, transport: http(chain.rpcUrl) }) as never
-  // The service default stays "after"; anvil's account 8 (ETH for gas, no payer, not the treasury) settles
-  // for the endpoints that ask. The leader's settlement job runs only when a test asks (runNow): what the
-  // receipt URL shows before it is then certain.
+  // The default settlement settings and no SETTLER_PRIVATE_KEY: slot 0's key is derived from the treasury's
+  // (the harness gives it anvil ETH, as an operator would). The leader's settlement job runs only when a test
+  // asks (runNow): what the receipt URL shows before it is then certain.
   svc = await startBaseSepoliaService(
     chain,
     chain.rpcUrl,
-    {
-      settlement: { interval_ms: 3_600_000, before_answer: { enabled: false, window_ms: 3, wait_ms: 2_000 } },
-    } as never,
+    { settlement: { interval_ms: 3_600_000 } } as never,
     'warn',
-    { SETTLER_PRIVATE_KEY: devAccount(8).privateKey },
   )
   const reg = await callApi(svc.url, '/api/v1/register', {
     body: { wallet_address: chain.payers[4]!.address, business_name: 'receipts Co' },
@@ -157,14 +156,14 @@ beforeAll(async () => {
   apiKey = reg.body.api_key
   const ep = await callApi(svc.url, '/api/v1/endpoints', {
     key: apiKey,
-    body: { upstream_url: `${upstream.url}/echo`, price: 0.01, x402_settlement: 'before_answer' },
+    body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
   })
   expect(ep.status).toBe(201)
   expect(ep.body.x402_settlement).toBe('before_answer')
   meteredUrl = ep.body.metered_url
   const after = await callApi(svc.url, '/api/v1/endpoints', {
     key: apiKey,
-    body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
+    body: { upstream_url: `${upstream.url}/echo`, price: 0.01, x402_settlement: 'after' },
   })
   expect(after.body.x402_settlement).toBe('after')
   afterUrl = after.body.metered_url
@@ -176,7 +175,7 @@ afterAll(async () => {
   await chain?.stop()
 })
 
-describe('an endpoint set to before_answer: a served exact call is settled before its answer', () => {
+describe('an endpoint on the default: a served exact call is settled before its answer', () => {
   it('@x402/fetch: parsePaymentResult reads settled, with the mined transaction carrying the authorization', async () => {
     const key = chain.payers[0]!.privateKey
     const payer = privateKeyToAccount(key).address
@@ -190,6 +189,10 @@ describe('an endpoint set to before_answer: a served exact call is settled befor
     expect(passesE2eRule(receipt)).toBe(true)
     expect(receipt).toMatchObject({ network: 'eip155:84532', payer, amount: PRICE_ATOMIC.toString() })
     expect(await carriesAuthorizationOf(receipt.transaction as Hex, payer)).toBe(true)
+    // Sent from the settler slot derived from the treasury key, not from the treasury.
+    const tx = await reader.getTransaction({ hash: receipt.transaction as Hex })
+    const slot0 = settlerSlotKey({ settlerKey: null, treasuryKey: chain.treasury.privateKey }, 0)!
+    expect(tx.from.toLowerCase()).toBe(privateKeyToAccount(slot0).address.toLowerCase())
     // The money moved before the answer, exactly once.
     expect(await balanceOf(payer)).toBe(before - PRICE_ATOMIC)
     const shown = await expectReceiptUrlShowsSettlement(
@@ -277,7 +280,23 @@ describe('an endpoint set to before_answer: a served exact call is settled befor
   })
 })
 
-describe('an endpoint left to settle after, in the same service', () => {
+describe('an endpoint set to settle after, in the same service', () => {
+  it('x402-fetch (v1): the receipt never says success without a transaction', async () => {
+    const key = chain.payers[2]!.privateKey
+    const payer = privateKeyToAccount(key).address
+    const r = await wrapFetchV1(fetch, v1Wallet(key) as never)(afterUrl)
+    expect(r.status, await r.clone().text()).toBe(200)
+    const receipt = decodeXPaymentResponse(r.headers.get('x-payment-response')!) as Record<string, unknown>
+    expect(receipt).toMatchObject({
+      success: false,
+      errorReason: 'settlement_pending',
+      transaction: '',
+      network: 'base-sepolia',
+      payer,
+    })
+    expect(passesE2eRule(receipt)).toBe(false)
+  })
+
   it('keeps the honest pending receipt, then its receipt URL shows the batch that settled it', async () => {
     const key = chain.payers[0]!.privateKey
     const payer = privateKeyToAccount(key).address
@@ -307,16 +326,31 @@ describe('an endpoint left to settle after, in the same service', () => {
 
 describe('when the settler cannot send, the receipt says pending and the batch settles it', () => {
   it('a settler without gas: no transaction named, settled afterwards by the treasury, charged once', async () => {
-    // A fresh key holds no ETH: its broadcast is refused (insufficient funds). Here the service default is
-    // before_answer: endpoints that make no choice settle before the answer.
+    // A fresh key holds no ETH: its broadcast is refused (insufficient funds). Endpoints that make no choice
+    // settle before the answer (the default).
+    const settlerKey = generatePrivateKey()
+    const testClient = createTestClient({ mode: 'anvil', transport: http(chain.rpcUrl) })
     const broke = await startBaseSepoliaService(
       chain,
       chain.rpcUrl,
-      { settlement: { before_answer: { enabled: true, window_ms: 3, wait_ms: 200 } } } as never,
+      {
+        settlement: { before_answer: { enabled: true, window_ms: 3, wait_ms: 200, gas_check_ms: 100 } },
+      } as never,
       'error',
-      { SETTLER_PRIVATE_KEY: generatePrivateKey() },
+      { SETTLER_PRIVATE_KEY: settlerKey },
     )
+    const readyz = async () => {
+      const r = await fetch(`http://127.0.0.1:${broke.adminPort}/readyz`)
+      const body = (await r.json()) as { checks: Array<{ name: string; ok: boolean; detail?: string }> }
+      return { status: r.status, settler: body.checks.find((c) => c.name === 'x402_settler') }
+    }
     try {
+      // Watched before it runs dry: below gas_floor_eth, the process is not ready, naming the settler.
+      const dry = await readyz()
+      expect(dry.status).toBe(503)
+      expect(dry.settler).toMatchObject({ ok: false })
+      expect(dry.settler?.detail).toContain(privateKeyToAccount(settlerKey).address)
+      expect(dry.settler?.detail).toContain('below gas_floor_eth')
       const reg = await callApi(broke.url, '/api/v1/register', {
         body: { wallet_address: chain.payers[4]!.address, business_name: 'broke settler Co' },
       })
@@ -335,6 +369,14 @@ describe('when the settler cannot send, the receipt says pending and the batch s
       // Nothing untrue: not settled, no transaction.
       expect(receipt).toMatchObject({ success: false, errorReason: 'settlement_pending', transaction: '' })
       expect((await new x402HTTPClient(client).processResponse(r)).paymentStatus).toBe('settle_failed')
+      // The same in v1: success false, never success without a transaction.
+      const v1 = await wrapFetchV1(fetch, v1Wallet(chain.payers[2]!.privateKey) as never)(ep.body.metered_url)
+      expect(v1.status).toBe(200)
+      expect(decodeXPaymentResponse(v1.headers.get('x-payment-response')!)).toMatchObject({
+        success: false,
+        errorReason: 'settlement_pending',
+        transaction: '',
+      })
       // The leader's batch takes it once it is older than the settle-before-answer window.
       await broke.flushCaptures()
       await expect
@@ -349,6 +391,11 @@ describe('when the settler cannot send, the receipt says pending and the batch s
       const [claim] = await broke.sql<{ settled: boolean }[]>`
         SELECT settled_at IS NOT NULL AS settled FROM claims WHERE lower(payer) = ${payer.toLowerCase()}`
       expect(claim).toEqual({ settled: true })
+      // Funded, the settler's check passes again at its next read.
+      await testClient.setBalance({ address: privateKeyToAccount(settlerKey).address, value: 10n ** 18n })
+      await expect
+        .poll(async () => (await readyz()).settler?.ok, { timeout: 10_000, interval: 100 })
+        .toBe(true)
     } finally {
       await broke.stop()
     }

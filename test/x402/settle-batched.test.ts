@@ -11,9 +11,10 @@ import { anvilSetCode } from '../../src/chain/anvil-process.ts'
 import { AUTHORIZATION_BATCHER_ADDRESS } from '../../src/chain/settle-batch.ts'
 import { startX402Setup, type X402Setup } from './harness.ts'
 
-// Jobs run by hand: a run's transactions are counted by the treasury's nonce.
+// Jobs run by hand: a run's transactions are counted by the treasury's nonce. The leader's batches are what
+// is measured, so calls settle after (an explicit choice; the default settles before the answer).
 const manualJobs = {
-  settlement: { interval_ms: 3_600_000, per_transaction: 50 },
+  settlement: { interval_ms: 3_600_000, per_transaction: 50, before_answer: { enabled: false } },
   payouts: { interval_ms: 3_600_000 },
 }
 

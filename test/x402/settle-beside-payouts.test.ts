@@ -12,7 +12,8 @@ let setup: X402Setup
 beforeAll(async () => {
   setup = await startX402Setup({
     overrides: {
-      settlement: { interval_ms: 3_600_000 },
+      // The leader's settlement batches beside payouts: calls settle after (the default settles before).
+      settlement: { interval_ms: 3_600_000, before_answer: { enabled: false } },
       payouts: {
         interval_ms: 3_600_000,
         threshold_check_interval_ms: 3_600_000,

@@ -17,9 +17,15 @@ let gate: RpcProxy
 
 beforeAll(async () => {
   setup = await startX402Setup({
-    // The job is run by hand (runNow) so each step is observed; the throttle engages at 25 unsettled.
+    // The job is run by hand (runNow) so each step is observed; the throttle engages at 25 unsettled. About
+    // the leader's batches: the service settles after the call (an explicit choice; the default is before).
     overrides: {
-      settlement: { interval_ms: 3_600_000, throttle_backlog_count: 25, throttle_check_ms: 50 },
+      settlement: {
+        interval_ms: 3_600_000,
+        throttle_backlog_count: 25,
+        throttle_check_ms: 50,
+        before_answer: { enabled: false },
+      },
     },
     rpcUrlFor: async (chainUrl) => {
       gate = await startRpcProxy(chainUrl)

@@ -10,7 +10,10 @@ const CALLS = 300
 
 let setup: X402Setup
 beforeAll(async () => {
-  setup = await startX402Setup({ overrides: { settlement: { interval_ms: 200 } } })
+  // The leader's batches under load: calls settle after (explicitly; the default settles before the answer).
+  setup = await startX402Setup({
+    overrides: { settlement: { interval_ms: 200, before_answer: { enabled: false } } },
+  })
 })
 afterAll(async () => {
   await setup?.stop()

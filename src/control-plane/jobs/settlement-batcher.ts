@@ -112,7 +112,7 @@ export async function settleAuthorizations(
   perTransaction: () => Promise<number>,
 ): Promise<number> {
   // Fresh captures of endpoints that settle before the answer are that path's while their answers may still
-  // wait for them (where the path exists: a settler key).
+  // wait for them (where the path exists: a secret to derive settler slots from).
   const early = deps.config.settlement.before_answer
   const capturedBeforeMs =
     settleBeforeAnswerUnavailable(deps.config) === null ? early.window_ms + 2 * early.wait_ms : 0

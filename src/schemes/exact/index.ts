@@ -1,13 +1,14 @@
 // x402 `exact` on EVM: an EIP-3009 transferWithAuthorization signed by the payer for exactly the price,
 // verified locally and on chain (src/data-plane/verifier.ts, shared with checkout), its nonce claimed before
-// the call, settled after it in batches by the settlement batcher. It pays a stated amount, so it is not
+// the call, settled before the answer by this process's settler (group commit, src/schemes/exact/settler.ts)
+// or, for an endpoint set to "after", in the leader's batches. It pays a stated amount, so it is not
 // offered where the amount varies (usage pricing): the 402 says so. Registered last: it reads every x402
 // payload no other scheme reads, and refuses the ones it cannot pay with the reason the client expects.
 
-import { settleBeforeAnswerUnavailable } from '../../config/settle-before-answer.ts'
 import { CORS_HEADERS } from '../../data-plane/cors.ts'
 import type { Proof } from '../../data-plane/proof.ts'
 import type { VerifyResult } from '../../data-plane/verifier.ts'
+import type { ReadinessCheck } from '../../observability/admin.ts'
 import { exactAmountAccepted, minimumAccepted } from '../amounts.ts'
 import { ClaimedPayment, type ClaimedPaymentDeps, claimedPaymentDeps } from '../claimed-payment.ts'
 import type { NotOffered, Offer, OfferQuery, PayQuery, Scheme, SchemeDeps, Verdict } from '../scheme.ts'
@@ -15,50 +16,55 @@ import { refusal } from '../verdicts.ts'
 import { matchAccepted } from './accepted-match.ts'
 import { EXACT, exactOffer } from './offer.ts'
 import { paymentReceipt } from './receipt.ts'
-import { SettleBeforeAnswer } from './settle-before-answer.ts'
+import { type Settler, startSettler } from './settler.ts'
 
-export function exactScheme(deps: SchemeDeps): Scheme {
-  return new ExactScheme(deps)
+export async function exactScheme(deps: SchemeDeps): Promise<Scheme> {
+  return new ExactScheme(deps, await startSettler(deps))
 }
 
 class ExactScheme implements Scheme {
   readonly name = EXACT
   private readonly claimed: ClaimedPaymentDeps
   private readonly networks: { network: string; caip2: string }
-  /**
-   * Settles the authorizations of endpoints that ask for it before their answers; null where this process
-   * cannot (no settler key, or several workers): those are settled after, and their receipts say so.
-   */
-  private readonly early: SettleBeforeAnswer | null
   private warnedUnavailable = false
 
-  constructor(private readonly deps: SchemeDeps) {
+  /**
+   * `settler` settles the authorizations of endpoints that do so (the default) before their answers; null
+   * where this process has none (no settler slot free): those are settled after, and their receipts say so.
+   */
+  constructor(
+    private readonly deps: SchemeDeps,
+    private readonly settler: Settler | null,
+  ) {
     this.claimed = claimedPaymentDeps(deps)
     this.networks = { network: deps.chainInfo.x402Network, caip2: deps.chainInfo.caip2 }
-    this.early = settleBeforeAnswer(deps)
+    this.readiness = settler === null ? [] : [settler.readiness]
   }
 
+  readonly readiness: ReadinessCheck[]
+
   /**
-   * The settle-before-answer path, or null (said once): an endpoint set to before_answer on an instance
-   * without it (another instance accepted the setting) is settled after, with the honest pending receipt.
+   * The settle-before-answer path, or null (said once): an endpoint that settles before the answer, served by
+   * a process without a settler slot, is settled after, with the honest pending receipt.
    */
-  private earlyOrWarn(): SettleBeforeAnswer | null {
-    if (this.early === null && !this.warnedUnavailable) {
+  private earlyOrWarn(): Settler['early'] | null {
+    if (this.settler?.usable()) return this.settler.early
+    if (!this.warnedUnavailable) {
       this.warnedUnavailable = true
       this.deps.logger.warn(
-        'an endpoint asks to settle before the answer but this instance cannot; its calls settle after, and their receipts say settlement_pending',
+        'an endpoint settles before the answer but this process has no settler slot; its calls settle after, and their receipts say settlement_pending',
       )
     }
-    return this.early
+    return null
   }
 
   stop(): Promise<void> {
-    return this.early?.stop() ?? Promise.resolve()
+    return this.settler?.stop() ?? Promise.resolve()
   }
 
   /** The captures the settler holds are written (they wait a few ms for their group). */
   flush(): Promise<void> {
-    return this.early?.stop() ?? Promise.resolve()
+    return this.settler?.early.stop() ?? Promise.resolve()
   }
 
   offer(q: OfferQuery): Offer | NotOffered {
@@ -141,34 +147,4 @@ class ExactScheme implements Scheme {
       }),
     }
   }
-}
-
-function settleBeforeAnswer(deps: SchemeDeps): SettleBeforeAnswer | null {
-  const { config, logger } = deps
-  // A scheme built from a partial config (unit tests) settles after.
-  const o = config.settlement?.before_answer
-  const key = config.secrets?.settler_private_key ?? null
-  if (o === undefined || key === null) return null
-  // One settler key, one nonce counter: several data-plane processes would assign the same nonces.
-  const why = settleBeforeAnswerUnavailable(config)
-  if (why !== null) {
-    logger.warn(`x402 exact cannot settle before the answer: ${why}; every endpoint settles after the call`)
-    return null
-  }
-  const settler = new SettleBeforeAnswer({
-    sql: deps.sql,
-    books: deps.books,
-    chain: deps.chain,
-    logger,
-    settlerKey: key,
-    windowMs: o.window_ms,
-    waitMs: o.wait_ms,
-    perTransaction: config.settlement.per_transaction,
-  })
-  logger.info('x402 exact: endpoints may settle before the answer', {
-    settler: settler.address,
-    by_default: o.enabled,
-    window_ms: o.window_ms,
-  })
-  return settler
 }

@@ -1,9 +1,10 @@
 // The payment receipt on a served call, in the x402 version the payer spoke.
 // v1: X-PAYMENT-RESPONSE, network by name, as the `x402` package reads it.
-// v2: PAYMENT-RESPONSE (which @x402/fetch reads first), network as CAIP-2. An EIP-3009 authorization is
-// settled after the call, in a batch: its receipt says so with @x402/core's own non-terminal reason
-// `settlement_pending` (success false, transaction ""), never `success: true` without a transaction, which
-// @x402/core reads as "settled" (x402HTTPClient.parsePaymentResult).
+// v2: PAYMENT-RESPONSE (which @x402/fetch reads first), network as CAIP-2. An EIP-3009 authorization not
+// settled before the answer (an endpoint set to "after", a process without a settler slot, a settlement that
+// failed) says so with @x402/core's own non-terminal reason `settlement_pending` (success false, transaction
+// ""), in either version: never `success: true` without a transaction, which @x402/core reads as "settled"
+// (x402HTTPClient.parsePaymentResult).
 // Settled before the answer (the endpoint's x402_settlement): `success: true` only once the transaction is
 // mined and the token logged this authorization used in it, with that transaction's hash, as the reference
 // facilitator's settle answers; sent but not mined within the wait, `settlement_pending` WITH the hash (the
@@ -33,13 +34,15 @@ export function paymentReceipt(
   early: EarlySettlement | null = null,
 ): [string, string] {
   if (served && early !== null && early.state !== 'unsent') return earlyReceipt(paid, networks, early)
-  if (paid.x402Version === 1) {
-    // An x402 v1 authorization has no transaction until it is settled (after the call): "" then.
-    const json = `{"success":${served},"transaction":"","network":"${networks.network}","payer":"${paid.payer}"}`
-    return ['x-payment-response', Buffer.from(json).toString('base64')]
-  }
   const reason = served ? 'settlement_pending' : 'upstream_failed'
   const message = served ? PENDING_MESSAGE : NOT_CHARGED_MESSAGE
+  if (paid.x402Version === 1) {
+    // v1 too: no `success: true` without the transaction that settled it. The v1 clients (x402-fetch,
+    // x402-axios) never read this header themselves; decodeXPaymentResponse only parses it, so a caller
+    // reading `success` sees false and the reason, not a false "paid".
+    const json = `{"success":false,"errorReason":"${reason}","errorMessage":"${message}","transaction":"","network":"${networks.network}","payer":"${paid.payer}"}`
+    return ['x-payment-response', Buffer.from(json).toString('base64')]
+  }
   const json = `{"success":false,"errorReason":"${reason}","errorMessage":"${message}","transaction":"","network":"${networks.caip2}","payer":"${paid.payer}","amount":"${paid.valueAtomic}"}`
   return ['payment-response', Buffer.from(json).toString('base64')]
 }

@@ -11,8 +11,9 @@
 // answers are out, the authorizations the receipt shows used are marked settled and their revenue booked
 // (the transition the leader's job uses, which finds them done; what this path missed, the job settles).
 //
-// The transactions are sent from the settler key, not the treasury: this process assigns its nonces alone
-// (one settler key per process), while the treasury's nonces belong to the leader's payouts and settlements.
+// The transactions are sent from this process's settler slot (src/schemes/exact/settler.ts), not the treasury:
+// the slot's lock makes its nonces this process's alone, so they are counted here without a round trip, while
+// the treasury's nonces belong to the leader's payouts and settlements.
 import type { Hash, Hex, PrivateKeyAccount, TransactionReceipt } from 'viem'
 import type { BatchWriter } from '../../books/batch-writer.ts'
 import type { Capture } from '../../books/claims.ts'
@@ -102,9 +103,17 @@ export class SettleBeforeAnswer {
     receipt: earlySettlementPhase.labels('receipt'),
   }
 
+  /** Told after each of its transactions is mined (the gas watch reads the balance again). */
+  onMined: (() => void) | null = null
+
   constructor(private readonly o: SettleBeforeAnswerOptions) {
     // libsecp256k1 when its native binary loads (as the treasury's): a signature per group on the answers' path.
     this.account = signingAccount(o.settlerKey)
+  }
+
+  /** The slot was lost and taken again: another process may have used its nonces meanwhile. */
+  forgetNonce(): void {
+    this.nonce = null
   }
 
   get address(): Hex {
@@ -323,6 +332,7 @@ export class SettleBeforeAnswer {
       for (const it of items) it.resolve({ state: 'sent', transaction: hash })
       return
     }
+    this.onMined?.()
     const outcomes = settlementOutcomes(receipt, {
       usdc: this.o.chain.usdc.address,
       authorizations: items.map((it) => it.authorization),
