@@ -98,7 +98,15 @@ export async function startService(config: Config, options: StartOptions = {}): 
         publicUrl,
         now: options.now,
         workerIndex: options.worker?.index ?? 0,
-        ...handedOver({ config, sql: db.sql, replication: db.replication, chain, chainInfo, logger, publicUrl }),
+        ...handedOver({
+          config,
+          sql: db.sql,
+          replication: db.replication,
+          chain,
+          chainInfo,
+          logger,
+          publicUrl,
+        }),
       }),
     )
     baseUrl = publicBaseUrl(config, dataPlane.port)
