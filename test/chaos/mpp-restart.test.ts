@@ -5,9 +5,9 @@
 // SIGKILLed under the same load (calls then go to a). A fault costs a call a 503 or a dropped connection,
 // after which its client sends the same credential again (to the other instance). Meanwhile six x402 exact
 // payloads are sent to /settle again and again on alternating instances through the same faults. Judged
-// against what the counting upstream served: none twice, none paid and not served, none unpaid (apart: a
-// call b answered just before its SIGKILL, its capture only in memory: the one stated bound of
-// docs/guarantees.md, never settled, the payer not charged); every booked call's authorization settled once
+// against what the counting upstream served: none twice, none paid and not served, none unpaid (apart, at most
+// 2: a call b served whose capture was still in its memory at its SIGKILL, the one stated bound of
+// docs/guarantees.md: in doubt, never settled, the payer not charged); every booked call's authorization settled once
 // on chain, the payers' wallets moved by exactly their sum. /settle: one transfer per payload, the same
 // answer on every retry. Reconcile exits 0, every running balance equals its entries.
 import { existsSync } from 'node:fs'
@@ -42,11 +42,6 @@ const CALL_GAP_MS = 100
 const LOAD_MS = 15_000
 /** A call's client gives up sending its credential again after this. */
 const CALL_DEADLINE_MS = 30_000
-/**
- * An answer from b this close before its SIGKILL may have had its capture only in memory (flushed every
- * `claims.capture_flush_ms`, 20 ms): the stated bound of docs/guarantees.md, counted apart.
- */
-const KILL_CAPTURE_WINDOW_MS = 1_000
 const FUNDING_ATOMIC = 1_000n * PRICE_ATOMIC
 const usdcAbi = parseAbi([
   'function transfer(address to, uint256 value) returns (bool)',
@@ -67,10 +62,8 @@ interface Call {
   resent: number
   /** Each attempt: instance, status, when it ended (ms into the load). */
   trail: string[]
-  /** An attempt on b was under way when b was SIGKILLed, or answered just before (its capture unwritten). */
+  /** An attempt on b was under way when b was SIGKILLed. */
   killedInFlight: boolean
-  /** When its last attempt on b ended (epoch ms), 0 if none. */
-  bEndedAt: number
 }
 
 describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through restarts and a SIGKILL', () => {
@@ -129,7 +122,7 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
       const read = (functionName: 'name' | 'version') =>
         reader.readContract({ address: chain.usdcAddress, abi: usdcAbi, functionName }) as Promise<string>
       const token = { name: await read('name'), version: await read('version') }
-      const payers = []
+      const payers: Array<{ address: Hex; fetch: typeof fetch; sent: string[] }> = []
       for (let i = 0; i < PAYERS; i++) {
         const account = privateKeyToAccount(generatePrivateKey())
         await reader.waitForTransactionReceipt({
@@ -209,7 +202,6 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
       const faultsInFlight: number[] = []
       let n = 0
       let bKilled = false
-      let killAt = 0
       const instanceUrl = (k: number) => instances[bKilled ? 0 : k % 2]!.url
       // One call: mppx pays the 402; a fault (503, dropped connection) costs a resend of the same credential,
       // alternating instances; a fault before any credential was signed costs a fresh try.
@@ -226,11 +218,9 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
           resent: 0,
           trail: [],
           killedInFlight: false,
-          bEndedAt: 0,
         }
         const note = (k: number, status: number, killedBefore: boolean) => {
           call.trail.push(`${k % 2 === 0 || killedBefore ? 'a' : 'b'}:${status}@${Date.now() - loadStarts}`)
-          if (!killedBefore && k % 2 === 1) call.bEndedAt = Date.now()
           if (!killedBefore && bKilled && k % 2 === 1) call.killedInFlight = true
         }
         const deadline = Date.now() + CALL_DEADLINE_MS
@@ -306,7 +296,6 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
         faultsInFlight.push(inFlight)
         log(`SIGKILL b pid ${b.pid} (${inFlight} in flight)`)
         bKilled = true
-        killAt = Date.now()
         await b.kill('SIGKILL')
       })()
       await Promise.all([...workers, ...settlers, faults])
@@ -342,7 +331,7 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
       const rowByNonce = new Map(rows.map((r) => [r.proof_key.split(':').at(-1)!, r]))
       // Served unpaid: the upstream served it and no call row carries one of its credentials.
       let servedUnpaid = 0
-      /** Served unpaid by the killed process (the stated bound of docs/guarantees.md). */
+      /** Served by the killed process, its capture lost with it (the stated bound of docs/guarantees.md). */
       let servedUnpaidKilled = 0
       let paidNotServed = 0
       const nonceServed = new Set<string>()
@@ -350,16 +339,18 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
         const booked = c.credentials.map(nonceOf).filter((x) => rowByNonce.has(x))
         if (upstreamServed.has(c.proof)) {
           if (booked.length !== 1) {
-            if (c.killedInFlight || (c.bEndedAt > 0 && killAt - c.bEndedAt < KILL_CAPTURE_WINDOW_MS)) {
-              servedUnpaidKilled++
-              // In doubt, never settled: its payer is not charged (used-not-served on chain below).
-            } else servedUnpaid++
             const keys = c.credentials.map((x) => `%${nonceOf(x)}`)
             const claims = await db<{ proof_key: string; status: string }[]>`
               SELECT proof_key, status FROM claims WHERE proof_key LIKE ANY(${keys})`
             log(
               `unpaid ${c.proof}: killed in flight ${c.killedInFlight}, ${c.credentials.length} credentials, trail ${c.trail.join(' ')}, claims ${JSON.stringify(claims)}`,
             )
+            // Served by b, which was then SIGKILLed with its capture still in memory (written after
+            // capture_flush_ms, or retried with a backoff of up to 5 s after a failed write while
+            // PostgreSQL restarted): the one stated bound, allowed only in doubt (its claim 'claimed').
+            const byB = c.killedInFlight || c.trail.findLast((t) => t.includes(':200@'))?.startsWith('b:')
+            if (byB && claims.length === 1 && claims[0]!.status === 'claimed') servedUnpaidKilled++
+            else servedUnpaid++
           }
           for (const x of booked) nonceServed.add(x)
         } else if (booked.length > 0) paidNotServed++
@@ -426,7 +417,7 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
       const report = [
         `mpp chaos: ${calls.length} calls (in flight at the faults: ${faultsInFlight.join(', ')}), ${served.length} served, ${refused.length} refused, ${gaveUp.length} gave up;`,
         `  ${resent} sent a credential again after a fault; upstream served ${upstreamServed.size}, twice ${servedTwice};`,
-        `  served unpaid ${servedUnpaid} (+ ${servedUnpaidKilled} in flight on the killed process), paid not served ${paidNotServed}, rows ${rows.length} (${notMpp.length} not mpp-charge at the price);`,
+        `  served unpaid ${servedUnpaid} (+ ${servedUnpaidKilled} served by b, capture lost in its SIGKILL), paid not served ${paidNotServed}, rows ${rows.length} (${notMpp.length} not mpp-charge at the price);`,
         `  on chain: served not used ${servedNotUsed}, used not served ${usedNotServed}, moved ${moved} = ${BigInt(rows.length) * PRICE_ATOMIC}?;`,
         `facilitator: ${FAC_PAYLOADS} payloads, ${facAnswers.flat().length} answers (${facPending} pending, ${facFaulted} sends met a fault);`,
         `  differing ${facDiffering}, not success ${facNotSuccess}, claims ${fac!.claims}, settlement rows ${fac!.rows}, nonces unused ${facUnused}, moved ${facMoved};`,
@@ -448,7 +439,7 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
       expect(servedTwice, context()).toBe(0)
       expect(servedUnpaid, context()).toBe(0)
       // The one bound: a call b answered and died before capturing is the owner's loss, never the payer's.
-      expect(servedUnpaidKilled, context()).toBeLessThanOrEqual(Math.max(...faultsInFlight))
+      expect(servedUnpaidKilled, context()).toBeLessThanOrEqual(2)
       expect(paidNotServed, context()).toBe(0)
       expect(rows, context()).toHaveLength(served.length - servedUnpaidKilled)
       expect(notMpp, context()).toHaveLength(0)
