@@ -423,7 +423,10 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
         `  differing ${facDiffering}, not success ${facNotSuccess}, claims ${fac!.claims}, settlement rows ${fac!.rows}, nonces unused ${facUnused}, moved ${facMoved};`,
         `  settlement errors ${failed!.n}, reconcile exit ${reconcileExit}, balances ${balances.checked} checked ${balances.drifted} drifted`,
       ].join('\n')
-      process.stdout.write(`\n${report}\n`)
+      const unpaidLines = lines.filter((l) => l.includes(' unpaid mpp-'))
+      process.stdout.write(
+        `\n${[report, ...unpaidLines, ...lines.filter((l) => l.includes('SIGKILL'))].join('\n')}\n`,
+      )
       log(report)
       for (const c of [...refused, ...gaveUp]) log(`${c.proof}: ${c.outcome} ${c.status}`)
       // Throughput depends on the shared machine (11 to 84 calls seen); the faults landing in flight matter.
