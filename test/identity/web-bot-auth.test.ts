@@ -1,6 +1,6 @@
 // mppx's Web Bot Auth client, unchanged, signs requests; tollgate's verifier checks them against a directory
 // served on 127.0.0.1, and claims each nonce once across two instances on one database.
-import { createHash } from 'node:crypto'
+import { createHash, type webcrypto } from 'node:crypto'
 import { Client } from 'mppx/attestation/web-bot-auth'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { claimNonce } from '../../src/db/identity-nonces.ts'
@@ -19,7 +19,7 @@ async function agentKey(alg: 'Ed25519' | 'RSA-PSS') {
     alg === 'Ed25519'
       ? { name: 'Ed25519' }
       : { name: 'RSA-PSS', modulusLength: 2048, publicExponent: new Uint8Array([1, 0, 1]), hash: 'SHA-512' }
-  const pair = (await crypto.subtle.generateKey(params, true, ['sign', 'verify'])) as CryptoKeyPair
+  const pair = (await crypto.subtle.generateKey(params, true, ['sign', 'verify'])) as webcrypto.CryptoKeyPair
   const jwk = (await crypto.subtle.exportKey('jwk', pair.publicKey)) as Record<string, string>
   const canonical =
     jwk.kty === 'OKP'
