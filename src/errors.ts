@@ -74,6 +74,11 @@ export const ERRORS = {
     'x402 payments are paused while settlements catch up; retry after Retry-After seconds with the same or a new authorization',
   ),
   verification_unavailable: e(503, 'api_error', 'the chain could not be reached to verify the payment'),
+  replication_unsafe: e(
+    503,
+    'api_error',
+    'paid calls are paused: the database has no synchronous standby, so a failover could forget this payment; nothing was taken, retry after Retry-After',
+  ),
   upstream_unreachable: e(502, 'upstream_error', 'The upstream could not be reached.'),
   upstream_timeout: e(504, 'upstream_error', 'The upstream did not answer in time.'),
   upstream_forbidden: e(
@@ -93,6 +98,11 @@ export const ERRORS = {
     'conflicting or invalid Content-Length or Transfer-Encoding; the connection is closed',
   ),
   headers_too_large: e(431, INVALID, 'the request headers are too many or too large'),
+  length_required: e(
+    411,
+    INVALID,
+    'send the body with a Content-Length: chunked request bodies are refused; the connection is closed',
+  ),
   // Admin port
   admin_unauthorized: e(401, 'authentication_error', 'send Authorization: Bearer <ADMIN_TOKEN>'),
   admin_route_disabled: e(404, INVALID, 'this admin route is off: set ADMIN_TOKEN to enable it'),
@@ -129,7 +139,8 @@ export const PAYMENT_REQUIRED_REASONS = {
   invalid_signature: 'the authorization is not signed by its payer',
   authorization_not_yet_valid: 'validAfter is in the future',
   authorization_expired: 'validBefore is past, or within 6 s',
-  insufficient_funds: "the payer's balance is below the amount plus its authorizations not settled yet",
+  insufficient_funds:
+    "the payer's balance is below the amount (upto: the maximum) plus its authorizations and permits not settled yet",
   unsupported_proof: 'a scheme other than exact (or any x402 payload at checkout)',
   wrong_amount: 'exact means exact: an authorization for more than the price',
   requirements_mismatch: 'v2: accepted is not the advertised requirement',

@@ -16,6 +16,7 @@ export type IdPrefix =
   | 're'
   | 'rcpt'
   | 'pass'
+  | 'fst'
 
 const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
 

@@ -2,6 +2,7 @@
 // Each subsystem starts with start(deps) and returns how to stop it, check it and mount its admin routes.
 // main.ts runs this from the command line (once per worker process); tests run it in-process.
 import { PaymentCreator } from './books/payment-creations.ts'
+import { createAuthorizationChainChecker } from './chain/check-authorization.ts'
 import type { ChainContext } from './chain/connect.ts'
 import { type ChainInfo, describeChain } from './chain/info.ts'
 import { startChain } from './chain/start.ts'
@@ -18,7 +19,7 @@ import { type DataPlaneDeps, startDataPlane } from './data-plane/start.ts'
 import { assertNativeUws } from './data-plane/uws.ts'
 import { bindDatabaseToChain } from './db/chain-binding.ts'
 import type { Sql } from './db/sql.ts'
-import { startDatabase } from './db/start.ts'
+import { type Database, startDatabase } from './db/start.ts'
 import { startAdminServer } from './observability/admin.ts'
 import { createLogger, type Logger } from './observability/logger.ts'
 import { countRpcRequest } from './observability/metrics.ts'
@@ -96,7 +97,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
         logger,
         publicUrl,
         now: options.now,
-        ...handedOver({ config, sql: db.sql, chainInfo, logger, publicUrl }),
+        ...handedOver({ config, sql: db.sql, replication: db.replication, chain, chainInfo, logger, publicUrl }),
       }),
     )
     baseUrl = publicBaseUrl(config, dataPlane.port)
@@ -148,11 +149,15 @@ export async function startService(config: Config, options: StartOptions = {}): 
 function handedOver(deps: {
   config: Config
   sql: Sql
+  replication: Database['replication']
+  chain: ChainContext
   chainInfo: ChainInfo
   logger: Logger
   publicUrl: () => string
 }): Pick<DataPlaneDeps, 'apiHandler' | 'checkoutRoute' | 'dashboardRoute' | 'attributeTransfers'> {
-  const { config, sql, chainInfo, logger, publicUrl } = deps
+  const { config, sql, replication, chain, chainInfo, logger, publicUrl } = deps
+  // The facilitator's own nonce and balance reads (its balance reads are not shared with the hot path's).
+  const checkAuthorization = createAuthorizationChainChecker(chain.tokenReads)
   return {
     apiHandler: (onEndpointChanged) =>
       createApiHandler({
@@ -167,6 +172,7 @@ function handedOver(deps: {
           batchMax: config.payments.create_batch_max,
           concurrency: config.payments.create_concurrency,
         }),
+        checkAuthorization,
       }),
     checkoutRoute: (verifier, edge) =>
       createCheckoutRoute({
@@ -176,6 +182,7 @@ function handedOver(deps: {
         publicUrl,
         logger,
         settings: { ownerShareBps: config.fees.owner_share_bps, x402SettleWaitMs: config.verify.wait_ms },
+        replication,
         edge,
       }),
     dashboardRoute: () => createDashboardRoute(),

@@ -56,6 +56,7 @@ function relay(res: HttpResponse, req: HttpRequest): void {
     pathAndQuery: req.getUrl() + (query ? `?${query}` : ''),
     headers,
     remoteAddress: Buffer.from(res.getRemoteAddressAsText()).toString(),
+    peerTrusted: false,
     requestId,
     traceparent: null,
   }

@@ -35,9 +35,10 @@ export interface ClaimRequest {
    */
   attemptToken?: string
   /**
-   * x402 exact: the payer's balance as last read and the block it was read at. The claim wins only if the
-   * balance covers it on top of what the payer's other authorizations still hold (claimAndCapture).
-   * Absent: no funds check here (checkout), but the claim still takes the payer's lock.
+   * x402 exact and upto: the payer's balance as last read and the block it was read at. The claim wins only
+   * if the balance covers it (an upto permit: its maximum) on top of what the payer's other authorizations
+   * and permits still hold (claimAndCapture, the payer reservation). Absent: no funds check here
+   * (checkout), but the claim still takes the payer's lock.
    */
   reserve?: { balanceAtomic: bigint; block: bigint } | null
 }
@@ -118,7 +119,8 @@ export interface BooksBatchResult {
  * A capture applies only to a claim still 'claimed'. The transaction-hash captures that apply are booked
  * as one owner share and one fee entry per account for the whole statement, each call naming the batch
  * (calls.ledger_batch_id, migration 0050); x402 captures book no revenue (their settlement does, per batch).
- * An x402 exact claim also reserves its amount against the payer's balance read (see `payers` below).
+ * An x402 exact or upto claim also reserves its amount against the payer's balance read (see `payers`
+ * below): the payer reservation, one for both schemes, since both draw on the same wallet.
  *
  * One piece: it is one SQL statement, one commit per batch; cut up, the text would be split, not the work.
  */
@@ -195,34 +197,36 @@ export async function claimAndCapture(
              amount bigint, retry_ms bigint, lease_ms bigint, "authorization" jsonb, proof_at_ms bigint,
              attempt_token text, balance bigint, balance_block bigint)
     ),
-    -- x402 exact, the reservation: an authorization is claimed only if
-    --   balance (as read at balance_block) - eip3009_reserved(payer, balance_block) - earlier ones of this
-    --   statement >= its amount
-    -- where eip3009_reserved (migration 0045) sums the payer's authorizations not yet settled plus those
+    -- The payer reservation (x402 exact and upto): an authorization or permit is claimed only if
+    --   balance (as read at balance_block) - payer_reserved(payer, balance_block) - earlier ones of this
+    --   statement (either kind) >= its amount (an upto permit's amount: its signed maximum)
+    -- where payer_reserved (migrations 0045, 0065) sums what the payer's authorizations and permits not yet
+    -- settled still hold (an upto permit: its maximum while claimed, its charge once captured) plus those
     -- settled in a block after the read, on every instance. Why that is never an over-serve:
-    -- * Across instances: eip3009_reserved takes the payer's advisory lock, then sums with a fresh snapshot;
-    --   every claim of an authorization takes that lock here and holds it to its commit, so a concurrent
-    --   claim of the payer is either committed (in the sum) or waits for ours (and then sees ours).
-    -- * Settlement: settleAuthorizations moves a row from unsettled to settled-at-block in one commit, so
-    --   any snapshot counts it once, as unsettled or, while its block is after the read, as landed; once
-    --   its block is at or before the read, the balance itself shows the transfer. A failed or expired
-    --   settlement (settlement_error) or a voided claim leaves the sum: that money never moves.
+    -- * Across instances: payer_reserved takes the payer's advisory lock, then sums with a fresh snapshot;
+    --   every claim of an authorization or permit takes that lock here and holds it to its commit, so a
+    --   concurrent claim of the payer is either committed (in the sum) or waits for ours (and then sees ours).
+    -- * Settlement: settleAuthorizations and settleUptoClaims move a row from unsettled to settled-at-block in
+    --   one commit, so any snapshot counts it once, as unsettled or, while its block is after the read, as
+    --   landed; once its block is at or before the read, the balance itself shows the transfer. A failed or
+    --   expired settlement (settlement_error) or a voided claim leaves the sum: that money never moves.
     -- * Counted twice (a false refusal, never an over-serve): a settlement mined at or before the read but
     --   not booked yet, or one whose block is unknown (counted for two minutes). Both end within seconds
     --   of the batcher's next run; the payer retries.
     -- The locks are taken in hashtext order, all of them before the first row below is written (the window
     -- sum reads every row of "payers" first), so two batches never wait on each other crosswise.
     payers AS MATERIALIZED (
-      SELECT payer_l, eip3009_reserved(payer_l, since) AS reserved FROM (
-        SELECT lower(payer) AS payer_l, min(balance_block) AS since FROM req WHERE kind = 'eip3009'
+      SELECT payer_l, payer_reserved(payer_l, since) AS reserved FROM (
+        SELECT lower(payer) AS payer_l, min(balance_block) AS since FROM req WHERE kind IN ('eip3009', 'upto')
         GROUP BY lower(payer) ORDER BY hashtext(lower(payer)), lower(payer) OFFSET 0
       ) p
     ),
     checked AS MATERIALIZED (
-      SELECT r.*, (r.kind <> 'eip3009' OR r.balance IS NULL
-                   OR sum(r.amount) OVER (PARTITION BY r.kind, lower(r.payer) ORDER BY r.i) <= r.balance - p.reserved
+      SELECT r.*, (r.kind NOT IN ('eip3009', 'upto') OR r.balance IS NULL
+                   OR sum(r.amount) FILTER (WHERE r.kind IN ('eip3009', 'upto'))
+                        OVER (PARTITION BY lower(r.payer) ORDER BY r.i) <= r.balance - p.reserved
                   ) AS funded
-      FROM req r LEFT JOIN payers p ON r.kind = 'eip3009' AND p.payer_l = lower(r.payer)
+      FROM req r LEFT JOIN payers p ON r.kind IN ('eip3009', 'upto') AND p.payer_l = lower(r.payer)
     ),
     won AS (
       INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,

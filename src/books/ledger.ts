@@ -43,6 +43,29 @@ export function unusedCeilingRefunds(db: Db, calls: PendingQuery<Row[]>): Pendin
 }
 
 /**
+ * A usage-priced call paid by an authorization for its ceiling (MPP evm charge) refunds its unused part only
+ * once the authorization settled (the money is in; an authorization that never settles owes nothing back):
+ * one refund entry per call of these claims whose call has refund_atomic > 0 and no refund entry yet, paid
+ * in the next payout batch. Idempotent, like bookCallRevenue beside which settleAuthorizations calls it.
+ */
+export async function bookSettledCeilingRefunds(db: Tx, q: { proofKeys: string[] }): Promise<number> {
+  if (q.proofKeys.length === 0) return 0
+  const rows = await db`
+    ${unusedCeilingRefunds(
+      db,
+      db`(SELECT k.id AS call_id, k.account_id, call_payer(k.payer, k.payer_address) AS payer,
+                 k.refund_atomic AS refund
+          FROM claims j JOIN calls k ON k.id = j.call_id
+          WHERE j.proof_key = ANY(${q.proofKeys}::text[]) AND j.kind = 'eip3009' AND j.settled_at IS NOT NULL
+            AND k.refund_atomic > 0
+            AND NOT EXISTS (SELECT 1 FROM ledger_entries e
+                            WHERE e.source_type = 'call' AND e.source_id = k.id AND e.kind = 'refund'))`,
+    )}
+    RETURNING 1`
+  return rows.length
+}
+
+/**
  * Books the revenue (owner share + fee) of settled x402 calls that have none yet, as ONE settlement batch
  * (migration 0064): each call is marked with the batch's number (negative), and the batch gets one owner
  * share per account and owner wallet and one fee per account, the sums of the calls it marked. Used by the

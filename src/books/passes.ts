@@ -32,7 +32,8 @@ const PASS_COLUMNS =
 /**
  * openPass: pass ∅ → open, from a purchase already captured (claim 'captured', its call row the PASS call
  * of this endpoint). Idempotent: a retry of the same purchase gets the same pass (proof_key is unique).
- * Returns the pass, or null when the purchase is not captured (nothing opened).
+ * Returns the pass, or null when the purchase is not captured (nothing opened) or the proof opened another
+ * endpoint's pass (that one is not this endpoint's to show).
  */
 export async function openPass(
   db: Db,
@@ -51,12 +52,21 @@ export async function openPass(
     WHERE c.proof_key = ${p.proofKey} AND c.status = 'captured'
       AND k.method = 'PASS' AND k.endpoint_id = ${p.endpointId}
     ON CONFLICT (proof_key) DO NOTHING`
-  return findPassByProof(db, p.proofKey)
+  return findPurchasedPass(db, { proofKey: p.proofKey, endpointId: p.endpointId, payer: null })
 }
 
-export async function findPassByProof(db: Db, proofKey: string): Promise<PassRow | null> {
+/**
+ * The pass a payment bought on this endpoint, for a purchase retried with it (read only). Not found: the
+ * proof opened no pass, or another endpoint's, or (payer given) one of another payer.
+ */
+export async function findPurchasedPass(
+  db: Db,
+  q: { proofKey: string; endpointId: string; payer: string | null },
+): Promise<PassRow | null> {
   const [row] = await db<PassRow[]>`
-    SELECT ${db.unsafe(PASS_COLUMNS)} FROM passes WHERE proof_key = ${proofKey}`
+    SELECT ${db.unsafe(PASS_COLUMNS)} FROM passes
+    WHERE proof_key = ${q.proofKey} AND endpoint_id = ${q.endpointId}
+      AND (${q.payer}::text IS NULL OR payer = lower(${q.payer}::text))`
   return row ?? null
 }
 

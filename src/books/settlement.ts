@@ -7,7 +7,8 @@
 import type { StoredAuthorization } from '../chain/settle.ts'
 import type { PaymentView } from '../db/payment-presenter.ts'
 import type { Sql, Tx } from '../db/sql.ts'
-import { bookCallRevenue } from './ledger.ts'
+import { applyFacilitatorSettlements } from './facilitator.ts'
+import { bookCallRevenue, bookSettledCeilingRefunds } from './ledger.ts'
 import { applySettledAuthorizations } from './payments.ts'
 
 type Db = Sql | Tx
@@ -123,14 +124,15 @@ export function settleAuthorizations(
     // does (a cancel locks the payment, then its claims): never the other way round.
     const targets = await tx<{ target_id: string }[]>`
       SELECT DISTINCT target_id FROM claims
-      WHERE proof_key = ANY(${q.proofKeys}::text[]) AND status = 'settling' ORDER BY target_id`
+      WHERE proof_key = ANY(${q.proofKeys}::text[]) AND status = 'settling' AND target_type = 'payment'
+      ORDER BY target_id`
     if (targets.length > 0)
       await tx`SELECT id FROM payments WHERE id = ANY(${targets.map((t) => t.target_id)}::text[]) ORDER BY id FOR UPDATE`
     const blocks = q.proofKeys.map((k) => (q.usedBy?.get(k)?.block ?? q.blocks?.get(k))?.toString() ?? null)
     const txs = q.proofKeys.map((k) => q.usedBy?.get(k)?.tx ?? null)
     const places = q.proofKeys.map((k) => q.usedBy?.get(k)?.index ?? null)
     const counts = q.proofKeys.map((k) => q.usedBy?.get(k)?.count ?? null)
-    const rows = await tx<{ proof_key: string; status: string }[]>`
+    const rows = await tx<{ proof_key: string; status: string; target_type: string }[]>`
       UPDATE claims c SET settled_at = now(), settlement_block = m.block,
         settlement_tx = coalesce(m.tx, c.settlement_tx),
         settlement_index = CASE WHEN m.tx IS NULL THEN c.settlement_index ELSE m.i END,
@@ -139,11 +141,20 @@ export function settleAuthorizations(
                   ${counts}::int[]) AS m(proof_key, block, tx, i, n)
       WHERE c.proof_key = m.proof_key AND c.kind = 'eip3009' AND c.status IN ('captured', 'settling')
         AND c.settled_at IS NULL AND c.settlement_error IS NULL
-      RETURNING c.proof_key, c.status`
+      RETURNING c.proof_key, c.status, c.target_type`
     const settled = rows.map((r) => r.proof_key)
     const calls = rows.filter((r) => r.status === 'captured').map((r) => r.proof_key)
-    if (calls.length > 0) await bookCallRevenue(tx, { proofKeys: calls })
-    const checkout = rows.filter((r) => r.status === 'settling').map((r) => r.proof_key)
+    if (calls.length > 0) {
+      await bookCallRevenue(tx, { proofKeys: calls })
+      // An MPP charge of a usage-priced call paid its ceiling: the unused part goes back, now that it is in.
+      await bookSettledCeilingRefunds(tx, { proofKeys: calls })
+    }
+    // Authorizations a merchant's middleware sent the facilitator (src/books/facilitator.ts).
+    const facilitated = rows.filter((r) => r.target_type === 'facilitator').map((r) => r.proof_key)
+    if (facilitated.length > 0) await applyFacilitatorSettlements(tx, { proofKeys: facilitated })
+    const checkout = rows
+      .filter((r) => r.status === 'settling' && r.target_type === 'payment')
+      .map((r) => r.proof_key)
     if (checkout.length > 0) {
       if (!q.payments) throw new Error('settling checkout authorizations needs the payments context')
       await applySettledAuthorizations(tx, { proofKeys: checkout, ...q.payments })

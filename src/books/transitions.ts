@@ -18,6 +18,7 @@ export type MoneyRecord =
   | 'channel_claim'
   | 'refund'
   | 'pass'
+  | 'facilitator_settlement'
 
 export interface Transition {
   record: MoneyRecord
@@ -55,7 +56,19 @@ export const TRANSITIONS: readonly Transition[] = [
     from: null,
     to: 'claimed',
     fn: 'claimProof',
-    why: 'verified proof, before the upstream (x402 exact: only if the payer balance covers it on top of its unsettled authorizations)',
+    why: 'verified proof, before the upstream',
+  },
+  {
+    // The payer reservation, one for x402 exact and upto (both draw on the payer's USDC balance): migrations
+    // 0045 and 0065, payer_reserved. An upto permit holds its maximum while claimed, its call's charge once
+    // captured, what the chain moved once settled (until the balance read shows it), and nothing once
+    // released (releaseClaim), voided (voidClaim) or failed (failUptoSettlement): no money moves then.
+    record: 'claim',
+    from: null,
+    to: 'claimed',
+    fn: 'claimProof',
+    why: 'x402 exact authorization or upto permit: only if the payer balance as read covers its amount (upto: its maximum) on top of what its other unsettled authorizations and permits hold; else insufficient_funds',
+    where: 'OVER (PARTITION BY lower(r.payer) ORDER BY r.i) <= r.balance - p.reserved',
   },
   {
     record: 'claim',
@@ -262,6 +275,37 @@ export const TRANSITIONS: readonly Transition[] = [
     fn: 'refundHeldProofs',
     why: 'its payment expired or was canceled before the authorization was sent: never settled',
   },
+  // x402 facilitator (src/books/facilitator.ts): a merchant's middleware sent the authorization to
+  // /api/v1/facilitator/settle; claimed like any proof, settled by the settlement batcher with the calls'.
+  {
+    record: 'claim',
+    from: null,
+    to: 'settling',
+    fn: 'claimFacilitatorPayment',
+    why: 'an exact payload verified at the facilitator, with its settlement row (one per proof, ever)',
+  },
+  {
+    record: 'claim',
+    from: 'settling',
+    to: 'applied',
+    fn: 'applyFacilitatorSettlements',
+    why: 'its authorization used on chain (settleAuthorizations, same transaction): the settlement is done',
+  },
+  {
+    record: 'facilitator_settlement',
+    from: null,
+    to: 'pending',
+    fn: 'claimFacilitatorPayment',
+    why: 'verified and claimed: the merchant asked to settle it (payTo the treasury or its own wallet)',
+  },
+  {
+    record: 'facilitator_settlement',
+    from: 'pending',
+    to: 'settled',
+    fn: 'applyFacilitatorSettlements',
+    why: 'its authorization used on chain: the transaction recorded, a treasury settlement booked',
+    where: 'f.settled_at IS NULL',
+  },
   // Retention (src/books/retention.ts): a closed claim goes once its proof is too old to be accepted again,
   // row by row or a whole day of proofs at a time (migration 0055: claims partitioned by the proof's day).
   ...closedClaimPruned(
@@ -311,6 +355,13 @@ export const TRANSITIONS: readonly Transition[] = [
     fn: 'bookCallRevenue',
     why: 'owner share + fee of the x402 calls one statement finds settled: one entry per account and kind (owner share: per owner wallet), the sum of the calls that name the settlement batch (settleAuthorizations, settleUptoClaims; batch vouchers in recordChannelClaims and settleCoveredChannelCalls)',
   },
+  {
+    record: 'ledger_entry',
+    from: null,
+    to: 'unpaid',
+    fn: 'applyFacilitatorSettlements',
+    why: 'owner share + fee of a facilitator settlement paid to the treasury, once its authorization is used',
+  },
   { record: 'ledger_entry', from: null, to: 'unpaid', fn: 'markRefundDue', why: 'refund owed to a payer' },
   {
     record: 'ledger_entry',
@@ -332,6 +383,13 @@ export const TRANSITIONS: readonly Transition[] = [
     to: 'unpaid',
     fn: 'unusedCeilingRefunds',
     why: 'usage-priced call paid by a transaction for more than its charge: the unused part back to the payer, with the capture',
+  },
+  {
+    record: 'ledger_entry',
+    from: null,
+    to: 'unpaid',
+    fn: 'bookSettledCeilingRefunds',
+    why: 'usage-priced call paid by an MPP charge (scheme mpp-charge, an EIP-3009 authorization) for its ceiling: the unused part back to the payer once the authorization settled (settleAuthorizations)',
   },
   {
     record: 'ledger_entry',

@@ -11,7 +11,8 @@ import {
   parseAbi,
   type TypedDataDefinition,
 } from 'viem'
-import { readContract } from 'viem/actions'
+import { getBlockNumber, readContract } from 'viem/actions'
+import type { BalanceRead } from './check-authorization.ts'
 import { keccakBytes as keccak } from './keccak.ts'
 import { recoverSigner, writeHex, writeUint256 } from './recover-authorization.ts'
 import type { TokenReads } from './token-reads.ts'
@@ -263,7 +264,8 @@ export async function isPermit2NonceUsed(
 }
 
 export type UptoChainCheck =
-  | { ok: true }
+  /** balance: as read, with the block it reflects, for the claim's payer reservation (src/books/claims.ts). */
+  | { ok: true; balance: BalanceRead }
   | {
       ok: false
       reason: 'proof_already_used' | 'insufficient_funds' | 'permit2_allowance_required' | 'rpc_unavailable'
@@ -277,11 +279,11 @@ export type UptoChainChecker = (
  * The reads a check needs: the token's balance and allowance (to Permit2), Permit2's nonce word. The hot
  * path passes the chain's TokenReads (hand-encoded eth_calls, batched per event-loop turn, one HTTP request).
  */
-export type UptoReads = Pick<TokenReads, 'balanceOf' | 'allowance' | 'nonceBitmap'>
+export type UptoReads = Pick<TokenReads, 'balanceOf' | 'allowance' | 'nonceBitmap' | 'blockNumber'>
 
 /** One payer's balance and Permit2 allowance read in flight, and what the checks that joined it accepted. */
 interface SharedFunds {
-  funds: Promise<{ balance: bigint; allowance: bigint }>
+  funds: Promise<{ balance: BalanceRead; allowance: bigint }>
   accepted: bigint
 }
 
@@ -290,8 +292,10 @@ interface SharedFunds {
  * maximum (what settlement may take). The checks of one payer share the balance and allowance read in
  * flight, and what they accept against it together never exceeds it: a burst of concurrent permits whose
  * maxima add up to more than the wallet holds is served up to what it holds (checked one by one against the
- * same read, every one would pass, and the settlements past the balance would fail unpaid). A failed read
- * is `rpc_unavailable`.
+ * same read, every one would pass, and the settlements past the balance would fail unpaid). That bounds a
+ * burst on one instance only: permits checked after the read came back, or on another instance, are bounded
+ * by the claim's payer reservation (src/books/claims.ts), for which the balance is returned with its block.
+ * A failed read is `rpc_unavailable`.
  */
 export function createUptoChainChecker(reads: UptoReads): UptoChainChecker {
   const shared = new Map<string, SharedFunds>()
@@ -300,9 +304,16 @@ export function createUptoChainChecker(reads: UptoReads): UptoChainChecker {
     const joined = shared.get(key)
     if (joined) return joined
     const read: SharedFunds = {
-      funds: Promise.all([reads.balanceOf(from), reads.allowance(from, PERMIT2_ADDRESS)]).then(
-        ([balance, allowance]) => ({ balance, allowance }),
-      ),
+      // The head first, then the balance, in one JSON-RPC batch, as for an exact authorization
+      // (src/chain/check-authorization.ts): the balance reflects at least the block before that head.
+      funds: Promise.all([
+        reads.blockNumber(),
+        reads.balanceOf(from),
+        reads.allowance(from, PERMIT2_ADDRESS),
+      ]).then(([head, atomic, allowance]) => ({
+        balance: { atomic, block: head > 0n ? head - 1n : 0n },
+        allowance,
+      })),
       accepted: 0n,
     }
     shared.set(key, read)
@@ -324,11 +335,12 @@ export function createUptoChainChecker(reads: UptoReads): UptoChainChecker {
       ])
       if (used) return { ok: false, reason: 'proof_already_used' }
       // Checks resume one at a time, in the order they joined: each sees what the earlier ones accepted.
-      if (funds.balance - read.accepted < permit.amount) return { ok: false, reason: 'insufficient_funds' }
+      if (funds.balance.atomic - read.accepted < permit.amount)
+        return { ok: false, reason: 'insufficient_funds' }
       if (funds.allowance - read.accepted < permit.amount)
         return { ok: false, reason: 'permit2_allowance_required' }
       read.accepted += permit.amount
-      return { ok: true }
+      return { ok: true, balance: funds.balance }
     } catch {
       return { ok: false, reason: 'rpc_unavailable' }
     }
@@ -357,5 +369,6 @@ export function checkUptoOnChain(
         functionName: 'nonceBitmap',
         args: [owner, wordPos],
       }),
+    blockNumber: () => getBlockNumber(client, { cacheTime: 0 }),
   })(q.permit)
 }

@@ -32,6 +32,8 @@ export interface CheckoutDeps {
     /** How long POST /pay/:id with an x402 authorization waits for its settlement before answering 202. */
     x402SettleWaitMs?: number
   }
+  /** database.require_synchronous_standby (src/db/replication-watch.ts): non-null refuses every proof. */
+  replication?: { readonly refusing: string | null }
   /** Rate limits: who the client is, and the charge for a proof that did not pay; absent in some tests. */
   edge?: {
     clientKey(res: HttpResponse, req: HttpRequest): string

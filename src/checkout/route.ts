@@ -74,7 +74,13 @@ function dispatch(
   if (req.rest === '/status') return r.send(200, JSON_TYPE, JSON.stringify(presentCheckout(p, ctx.view())))
   if (req.rest === '/qr.svg') return sendQr(ctx, r, p)
   if (!isRoot) return r.sendError('route_not_found', `no route ${req.method} /pay/${req.id}${req.rest}`)
-  if (req.proofHeader) return payWithProof(ctx, r, p, req.proofHeader, req.client)
+  if (req.proofHeader) {
+    // A proof applied here and forgotten by a failover could pay this payment (already fulfilled) again,
+    // or another one: not taken while required replication is unsafe.
+    if (ctx.deps.replication?.refusing)
+      return r.sendError('replication_unsafe', undefined, undefined, [['retry-after', '30']])
+    return payWithProof(ctx, r, p, req.proofHeader, req.client)
+  }
   if (req.method === 'GET' && req.wantsHtml) return sendPage(ctx, r, p)
   ctx.sendState(r, p)
 }

@@ -23,10 +23,12 @@ const ENV_SETTINGS: ReadonlyArray<[name: string, path: string, kind: 'string' | 
   ['THREADS', 'server.threads', 'int'],
   ['WORKERS', 'server.workers', 'int'],
   ['DATABASE_URL', 'database.url', 'string'],
+  ['REQUIRE_SYNCHRONOUS_STANDBY', 'database.require_synchronous_standby', 'bool'],
   ['NETWORK', 'chain.network', 'string'],
   ['RPC_URL', 'chain.rpc_url', 'string'],
   ['USDC_ADDRESS', 'chain.usdc_address', 'string'],
   ['ALLOW_PRIVATE_UPSTREAMS', 'proxy.allow_private_upstreams', 'bool'],
+  ['ACCEPT_CHUNKED_REQUESTS', 'server.accept_chunked_requests', 'bool'],
   ['UPSTREAM_CLIENT', 'proxy.upstream_client', 'string'],
   // Comma-separated: TRUSTED_PROXIES=10.0.0.0/8,fd00::/8
   ['TRUSTED_PROXIES', 'server.trusted_proxies', 'list'],

@@ -58,6 +58,12 @@ export const ConfigSchema = v.strictObject({
     max_header_bytes: v.pipe(v.number(), v.integer(), v.minValue(1024)),
     max_headers: v.pipe(PositiveInt, v.maxValue(48)),
     /**
+     * Request bodies sent with Transfer-Encoding: chunked. uWS de-chunks them in C++ without checking the
+     * line ends (a bare-LF chunk line, any two bytes after a chunk's data) and never tells JS: false
+     * (default) answers them 411 and closes; true accepts them, only behind a proxy that re-frames bodies.
+     */
+    accept_chunked_requests: v.boolean(),
+    /**
      * Proxies (CIDRs or addresses) whose X-Forwarded-For / Forwarded name the client for rate limits; empty
      * (default): the peer address is the client and those headers are ignored.
      */
@@ -87,6 +93,15 @@ export const ConfigSchema = v.strictObject({
      * analyzes those autovacuum's thresholds say are due (src/db/embedded-vacuum.ts). Unused on a server.
      */
     embedded_vacuum_interval_ms: PositiveInt,
+    /**
+     * Refuse paid calls (503 replication_unsafe) while standbys are attached to the primary and none of them
+     * is synchronous (or synchronous_commit is off/local): after a failover to such a standby, proofs
+     * served in the last moments are forgotten and serve again (docs/failover.md). No standby at all is
+     * not refused. Off: the state is reported (metric, /readyz, a warning), paid calls go on.
+     */
+    require_synchronous_standby: v.boolean(),
+    /** How often the primary's replication state is read (src/db/replication-watch.ts). Unused embedded. */
+    replication_check_ms: PositiveInt,
   }),
   chain: v.strictObject({
     network: Network,
@@ -200,6 +215,12 @@ export const ConfigSchema = v.strictObject({
       window_ms: v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(1000)),
       wait_ms: PositiveInt,
     }),
+  }),
+  /** tollgate as an x402 facilitator (/api/v1/facilitator, docs/facilitator.md). */
+  facilitator: v.strictObject({
+    /** How long POST /settle waits for the batch transaction carrying its payload to be mined; past it the
+     * answer is `settlement_pending` with the hash (or none yet), and a retry gets the outcome. */
+    settle_wait_ms: PositiveInt,
   }),
   x402: v.strictObject({
     /** maxTimeoutSeconds in the 402 accepts: how long a client's authorization stays valid (validBefore). */

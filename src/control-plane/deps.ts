@@ -1,5 +1,6 @@
 // What the control plane is given by main.ts. Plain values, so it is easy to build in tests.
 import type { PaymentCreator } from '../books/payment-creations.ts'
+import type { AuthorizationChainChecker } from '../chain/check-authorization.ts'
 import type { ChainInfo } from '../chain/info.ts'
 import type { Config } from '../config/schema.ts'
 import type { Sql } from '../db/sql.ts'
@@ -22,4 +23,6 @@ export interface ControlPlaneDeps {
   keys: KeyCache
   /** Payment creations sharing a commit (books/payment-creations.ts). */
   paymentCreator: PaymentCreator
+  /** Nonce and balance reads of an x402 authorization (/api/v1/facilitator); absent: the facilitator answers 503. */
+  checkAuthorization?: AuthorizationChainChecker
 }

@@ -11,11 +11,13 @@ import type { Route, RouteContext, RouteResult } from './route.ts'
 import { accountRoutes } from './routes/accounts.ts'
 import { callRoutes } from './routes/calls.ts'
 import { endpointRoutes } from './routes/endpoints.ts'
+import { facilitatorRoutes } from './routes/facilitator.ts'
 import { paymentRoutes } from './routes/payments.ts'
 import { payoutRoutes } from './routes/payouts.ts'
 import { refundRoutes } from './routes/refunds.ts'
 import { reportRoutes } from './routes/reports.ts'
 import { sessionRoutes } from './routes/sessions.ts'
+import { settlementRoutes } from './routes/settlements.ts'
 import { webhookRoutes } from './routes/webhooks.ts'
 import { authenticateRequest } from './sessions.ts'
 
@@ -49,6 +51,8 @@ export const API_ROUTES: readonly Route[] = [
   ...refundRoutes,
   ...sessionRoutes,
   ...reportRoutes,
+  ...facilitatorRoutes,
+  ...settlementRoutes,
   openApiRoute(() => API_ROUTES),
 ]
 

@@ -355,7 +355,9 @@ export function publicPaths(ref: (name: string) => Json): Json {
       '404': error('endpoint_not_found: unknown or disabled endpoint'),
       '409': error('payment_in_progress: another request is using this proof now (Retry-After)'),
       '502': error('upstream_unreachable / upstream_forbidden; the proof stays valid for a retry'),
-      '503': error('verification_unavailable: the chain could not be asked (Retry-After)'),
+      '503': error(
+        'verification_unavailable: the chain could not be asked (Retry-After) / replication_unsafe: paid calls paused, no synchronous standby (database.require_synchronous_standby)',
+      ),
       '504': error('upstream_timeout; the proof stays valid for a retry'),
     },
   })
@@ -441,7 +443,8 @@ export function publicPaths(ref: (name: string) => Json): Json {
           "Buy an endpoint's pass with any way the endpoint takes (any method; a client's retry of a paid purchase is not charged again)",
         description:
           'Without a payment: 402 with the pass price as the requirement. Paid: 201 with the pass and the payment receipt; ' +
-          'the same payment again buys no second pass: 200 with the same pass, or 402 proof_already_used. Calls on the pass are made to /m/{endpoint_id} with a ' +
+          'the same payment again (before or after its settlement) buys no second pass and is not charged again: 200 with the same pass; ' +
+          '402 proof_already_used when it paid for anything else (another endpoint, a call). Calls on the pass are made to /m/{endpoint_id} with a ' +
           'SIGN-IN-WITH-X header of the paying wallet.',
         security: [],
         parameters: [endpointId, ...proofHeaders],
@@ -453,7 +456,9 @@ export function publicPaths(ref: (name: string) => Json): Json {
           '402': required402,
           '404': error('endpoint_not_found / pass_not_offered'),
           '409': error('payment_in_progress: another request is using this proof now (Retry-After)'),
-          '503': error('pass_opening (paid, retry with the same payment) / verification_unavailable'),
+          '503': error(
+            'pass_opening (paid, retry with the same payment) / verification_unavailable / replication_unsafe',
+          ),
         },
       },
     },
@@ -496,7 +501,9 @@ export function publicPaths(ref: (name: string) => Json): Json {
           '410': error(
             'payment_expired / payment_canceled (a transfer is refunded; an authorization is not used)',
           ),
-          '503': error('verification_unavailable'),
+          '503': error(
+            'verification_unavailable / replication_unsafe (database.require_synchronous_standby)',
+          ),
         },
       },
     },

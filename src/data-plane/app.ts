@@ -15,8 +15,15 @@ import {
   rateLimitedHeaders,
 } from '../rate-limit.ts'
 import { nextRequestId, requestIdFrom } from '../request-id.ts'
-import { type ClientKey, createClientKey, peerAddress } from './client-address.ts'
+import {
+  type ClientKey,
+  createClientKey,
+  createPeerTrust,
+  type PeerTrust,
+  peerAddress,
+} from './client-address.ts'
 import { CORS_HEADERS, preflight } from './cors.ts'
+import { mppCredential } from './proof.ts'
 import {
   assertNativeUws,
   type HttpRequest,
@@ -56,8 +63,12 @@ export interface PublicAppOptions {
 export interface EdgeLimits {
   maxHeaderBytes: number
   maxHeaders: number
+  /** server.accept_chunked_requests: false refuses a chunked request body at the head (see inspectHead). */
+  acceptChunked: boolean
   /** The rate-limit key of a request: its client address (server.trusted_proxies decides which). */
   clientKey: ClientKey
+  /** Whether the peer is a trusted proxy: the forwarding headers sent upstream are then appended to. */
+  peerTrusted: PeerTrust
   /** POST /api/v1/register per client address. */
   register: RateLimiter | null
   /**
@@ -78,7 +89,12 @@ export interface EdgeLimits {
 }
 
 export interface EdgeSettings {
-  server: { max_header_bytes: number; max_headers: number; trusted_proxies: readonly string[] }
+  server: {
+    max_header_bytes: number
+    max_headers: number
+    accept_chunked_requests: boolean
+    trusted_proxies: readonly string[]
+  }
   rate_limits: RateLimitSettings & {
     register: { burst: number; per_minute: number }
     failed_api_keys: { burst: number; per_minute: number }
@@ -92,7 +108,9 @@ export function createEdgeLimits(settings: EdgeSettings, now?: () => number): Ed
   return {
     maxHeaderBytes: settings.server.max_header_bytes,
     maxHeaders: settings.server.max_headers,
+    acceptChunked: settings.server.accept_chunked_requests,
     clientKey: createClientKey(settings.server.trusted_proxies),
+    peerTrusted: createPeerTrust(settings.server.trusted_proxies),
     register: createRateLimiter('register', limits, limits.register, now),
     failedApiKeys: createRateLimiter('failed_api_keys', limits, limits.failed_api_keys, now),
     goodKeys: new LRUCache({ max: 10_000, ttl: 3_600_000 }),
@@ -107,6 +125,7 @@ export function createEdgeLimits(settings: EdgeSettings, now?: () => number): Ed
  */
 export interface ProofEdge {
   clientKey: ClientKey
+  peerTrusted: PeerTrust
   /** The proof of a request from `client` was refused (402) or named nothing that exists (404). */
   proofRefused(client: string): void
 }
@@ -115,6 +134,7 @@ export interface ProofEdge {
 export function proofEdge(edge: EdgeLimits, bucket: RateLimiter | null): ProofEdge {
   return {
     clientKey: edge.clientKey,
+    peerTrusted: edge.peerTrusted,
     proofRefused: bucket === null ? () => {} : (client) => void bucket.take(client),
   }
 }
@@ -236,9 +256,10 @@ export async function listen(
 
 // --- Hostile input at the edge -----------------------------------------------------------------------------
 // Framing and header limits run before any route; uWS itself closes a request carrying both Content-Length
-// and Transfer-Encoding without an answer, closes on a malformed chunk, and never calls a handler for more
-// than 48 header lines. A framing error is answered 400 and the connection closed at once (writeError):
-// what follows it on the socket is never read, since a proxy in front may have framed it differently.
+// and Transfer-Encoding without an answer, closes on a chunk size that is not hex or has an extension, and
+// never calls a handler for more than 48 header lines. A framing error is answered (400, 411, 431) and the
+// connection closed at once (writeError): what follows it on the socket is never read, since a proxy in
+// front may have framed it differently.
 
 // forEach's callback is one module-level function over module-level scratch state: no closure per request.
 let headCount = 0
@@ -263,7 +284,7 @@ function visitHeader(name: string, value: string): void {
   }
 }
 
-type HeadVerdict = 'ok' | 'bad_framing' | 'too_large'
+type HeadVerdict = 'ok' | 'bad_framing' | 'chunked' | 'too_large'
 
 function inspectHead(req: HttpRequest, edge: EdgeLimits): HeadVerdict {
   headCount = 0
@@ -273,9 +294,17 @@ function inspectHead(req: HttpRequest, edge: EdgeLimits): HeadVerdict {
   chunked = false
   req.forEach(visitHeader)
   if (badFraming || (chunked && contentLength !== null)) return 'bad_framing'
+  // uWS de-chunks the body in C++ and hands JS only the data: a chunk line ended by a bare LF, or any two
+  // bytes where the CRLF after a chunk's data belongs, reach onData exactly as a well-formed body does, and
+  // uWS then reads the bytes after where it thinks the body ended as the next request. A front proxy that
+  // reads those chunks differently smuggles a request through; nothing in JS can tell, so refuse them all.
+  if (chunked && !edge.acceptChunked) return 'chunked'
   if (headCount > edge.maxHeaders || headBytes > edge.maxHeaderBytes) return 'too_large'
   return 'ok'
 }
+
+const CHUNKED_MESSAGE =
+  'chunked request bodies are refused here: send the body with a Content-Length; the connection is closed'
 
 const BAD_FRAMING_MESSAGE =
   'conflicting or invalid Content-Length or Transfer-Encoding (only one `chunked`, never with Content-Length); the connection is closed'
@@ -340,6 +369,18 @@ function guarded(
         true,
         requestIdFrom(req.getHeader('x-request-id')),
       )
+    if (verdict === 'chunked')
+      // Answered and closed from the head, before the route runs: nothing is claimed or forwarded, and
+      // not one byte of the body is read (writeError closes before uWS parses on).
+      return edgeError(
+        res,
+        route,
+        'length_required',
+        CHUNKED_MESSAGE,
+        [],
+        true,
+        requestIdFrom(req.getHeader('x-request-id')),
+      )
     if (verdict === 'too_large') {
       const message = `request headers exceed ${edge.maxHeaders} fields or ${edge.maxHeaderBytes} bytes`
       return edgeError(
@@ -359,6 +400,7 @@ function guarded(
           ? ''
           : req.getHeader('x-payment') ||
             req.getHeader('payment-signature') ||
+            mppCredential(req.getHeader('authorization')) ||
             req.getHeader('sign-in-with-x')
       const client = edge.clientKey(res, req)
       const decision = header !== '' && proofs === 'when_refused' ? limit.check(client) : limit.take(client)

@@ -11,6 +11,14 @@ export interface Offer {
   v1?: Record<string, unknown>
   /** An x402 v2 `accepts` entry (the PAYMENT-REQUIRED header's). */
   v2?: Requirement
+  /** An MPP challenge (a `WWW-Authenticate: Payment` value): its fixed part built here, its id per answer. */
+  mpp?: MppOffer
+}
+
+/** An MPP challenge of one price, precomputed but for what each answer binds (expiry, id). */
+export interface MppOffer {
+  /** The `WWW-Authenticate` value of one answer at `nowMs` (HMAC-bound id, expiry). */
+  header(nowMs: number): string
 }
 
 /** An x402 v2 payment requirement as advertised. */
@@ -44,6 +52,8 @@ export interface Challenge {
   v2Rest: string
   /** base64 PAYMENT-REQUIRED headers by reason, filled lazily (reasons are a closed set of codes). */
   v2Headers: Map<string, string>
+  /** MPP challenges offered beside x402 (WWW-Authenticate: Payment), in registration order. */
+  mpp?: readonly MppOffer[]
 }
 
 export interface ChallengeInput {
@@ -69,7 +79,9 @@ export function buildChallenge(input: ChallengeInput): Challenge {
   const fields: Record<string, unknown> = {}
   const v1: Array<Record<string, unknown>> = []
   const accepts: Requirement[] = []
+  const mpp: MppOffer[] = []
   for (const offer of input.offers) {
+    if (offer.mpp) mpp.push(offer.mpp)
     if (offer.body) Object.assign(fields, offer.body)
     if (offer.v1) v1.push({ ...offer.v1, resource: input.resourceUrl, description: input.description })
     if (offer.v2) accepts.push(offer.v2)
@@ -97,7 +109,16 @@ export function buildChallenge(input: ChallengeInput): Challenge {
     accepts,
     v2Rest: `,${JSON.stringify(v2Rest).slice(1)}`,
     v2Headers: new Map(),
+    mpp,
   }
+}
+
+/** The WWW-Authenticate value of one 402 (every MPP challenge, comma-separated as RFC 9110 lists them), or null. */
+export function mppHeader(challenge: Challenge, nowMs: number): string | null {
+  const offers = challenge.mpp
+  if (offers === undefined || offers.length === 0) return null
+  if (offers.length === 1) return offers[0]!.header(nowMs)
+  return offers.map((o) => o.header(nowMs)).join(', ')
 }
 
 // The v1 entry's field order as the `x402` package prints it (resource and description after the amount).

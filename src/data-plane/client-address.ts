@@ -1,6 +1,6 @@
 // Who the client is, for rate limits: the peer address, or behind trusted proxies (server.trusted_proxies)
 // the address the nearest of them saw, read from X-Forwarded-For or Forwarded. Behind an untrusted peer
-// those headers are ignored: anyone can write them.
+// those headers are ignored (and not forwarded upstream: proxy.ts): anyone can write them.
 import { BlockList, isIP } from 'node:net'
 import type { HttpRequest, HttpResponse } from './uws.ts'
 
@@ -120,6 +120,17 @@ export function createClientKey(trustedProxies: readonly string[]): ClientKey {
     if (trusted === null) return addressKey(peer)
     return addressKey(clientAddress(peer, forwardedHops(req), trusted))
   }
+}
+
+/** Whether a request's peer is one of server.trusted_proxies (its forwarding headers are then kept). */
+export type PeerTrust = (res: HttpResponse) => boolean
+
+const NEVER_TRUSTED: PeerTrust = () => false
+
+export function createPeerTrust(trustedProxies: readonly string[]): PeerTrust {
+  if (trustedProxies.length === 0) return NEVER_TRUSTED
+  const trusted = parseTrustedProxies(trustedProxies)
+  return (res) => isTrusted(trusted, unmapped(peerAddress(res)))
 }
 
 function unmapped(address: string): string {

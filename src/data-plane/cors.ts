@@ -5,7 +5,7 @@ import type { HttpRequest, HttpResponse } from './uws.ts'
 
 /** What a browser script may read besides the CORS-safelisted headers. */
 export const EXPOSED_HEADERS =
-  'PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE, X-Pass-Uses-Left, X-Request-Id, Retry-After, RateLimit, RateLimit-Policy'
+  'PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE, WWW-Authenticate, Payment-Receipt, X-Pass-Uses-Left, X-Request-Id, Retry-After, RateLimit, RateLimit-Policy'
 
 /** Flat [name, value, …] as writeError takes them. */
 export const CORS_HEADERS: readonly string[] = [

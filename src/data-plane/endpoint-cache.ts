@@ -56,6 +56,8 @@ export interface LiveEndpoint {
   pass: LivePass | null
   /** Its x402 `exact` payments are settled before the answer (its own choice, or the process default). */
   settleBeforeAnswer: boolean
+  /** The payment protocols it offers and accepts besides a transaction hash ('x402', 'mpp'). */
+  protocols: ReadonlySet<string>
 }
 
 /** Cached for unknown ids too (briefly), so random ids cannot hammer the database. */
@@ -118,6 +120,7 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
   const description = row.description ?? row.name ?? `Metered API ${row.id}`
   // Opt-in schemes the owner turned on for this endpoint.
   const enabled = new Set<string>(row.batch_settlement ? ['batch-settlement'] : [])
+  const protocols = new Set<string>(row.protocols ?? ['x402', 'mpp'])
   const pricing = pricingFromStored(row.pricing, row.price_atomic)
   const note = pricing.model === 'fixed' ? undefined : presentPricing(pricing)
   // A listed endpoint tells catalogs how to call it in every 402 (built once, like the rest of the 402); a
@@ -142,6 +145,7 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       varies,
       maxTimeoutSeconds: options.maxTimeoutSeconds,
       enabled: schemes,
+      protocols,
     })
     const extensions: Record<string, unknown> = {
       ...(bazaar === undefined ? {} : { bazaar }),
@@ -199,6 +203,7 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
         resourceUrl,
         quote(sold.terms.priceAtomic, false, false, sold.what, httpBazaar, sold.at),
       ),
+    protocols,
     settleBeforeAnswer:
       row.x402_settlement === null
         ? (options.settleBeforeAnswerByDefault ?? false)
@@ -225,8 +230,11 @@ function compileMcp(
   const seen = options.toolCatalogs
   return mcpBodyPricing(
     mcpFromStored(row.mcp!),
-    (amount, varies, tool) => {
+    (amount, varies, tool, what) => {
       if (tool === null) return quote(amount, varies, false, description, undefined)
+      // A priced resource or prompt: named in its 402; catalogs list tools only.
+      if (what !== undefined)
+        return quote(amount, varies, false, `${description} · ${what} ${tool}`, undefined)
       const listed = byName.get(tool)
       const bazaar = row.listed
         ? mcpBazaarExtension({

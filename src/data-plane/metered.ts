@@ -37,14 +37,14 @@ import type { SchemeRegistry } from '../schemes/registry.ts'
 import type { CallFacts, ClaimOutcome, Payment, Quote, Verdict } from '../schemes/scheme.ts'
 import type { ProofEdge } from './app.ts'
 import { cacheCounters } from './caches.ts'
-import { challengeBody, quoteExpiry, v2Header } from './challenge.ts'
+import { challengeBody, mppHeader, quoteExpiry, v2Header } from './challenge.ts'
 import { peerAddress } from './client-address.ts'
 import { CORS_HEADERS, CORS_PAIRS } from './cors.ts'
 import { type EndpointCache, type LiveEndpoint, loadEndpoint, NOT_FOUND } from './endpoint-cache.ts'
 import type { ObservedCalls } from './observed-calls.ts'
 import { AnswerRecorder, type PaidAnswers, paymentIdentifier, type Reservation } from './paid-answers.ts'
 import type { PassUses } from './pass-uses.ts'
-import { type Proof, parseProof } from './proof.ts'
+import { mppCredential, type Proof, parseProof } from './proof.ts'
 import {
   type AbortState,
   createRequestBody,
@@ -75,6 +75,8 @@ export interface MeteredDeps {
   paidAnswers?: PaidAnswers
   /** Passes: a signed-in call (sign-in-with-x) draws one use; absent: passes are not honoured. */
   passes?: PassUses
+  /** database.require_synchronous_standby (src/db/replication-watch.ts): non-null refuses every paid call. */
+  replication?: { readonly refusing: string | null }
   settings: {
     quoteTtlMs: number
     maxBufferedBodyBytes: number
@@ -85,6 +87,7 @@ const JSON_TYPE = 'application/json; charset=utf-8'
 // Every answer of a metered URL carries CORS (cors.ts): a browser agent reads the 402 and the receipt.
 const RETRY_AFTER_1 = ['retry-after', '1', ...CORS_HEADERS]
 const RETRY_AFTER_2 = ['retry-after', '2', ...CORS_HEADERS]
+const RETRY_AFTER_30 = ['retry-after', '30', ...CORS_HEADERS]
 const ACAO = CORS_PAIRS[0]!
 const EXPOSE = CORS_PAIRS[1]!
 
@@ -206,7 +209,10 @@ class MeteredCall implements ProxyHooks {
       abort.onAbort?.()
     })
     this.endpointId = req.getParameter(0) ?? ''
-    this.paymentHeader = req.getHeader('x-payment') || req.getHeader('payment-signature')
+    this.paymentHeader =
+      req.getHeader('x-payment') ||
+      req.getHeader('payment-signature') ||
+      mppCredential(req.getHeader('authorization'))
     this.requestId = requestIdFrom(req.getHeader('x-request-id'))
     this.method = req.getCaseSensitiveMethod().toUpperCase()
     this.subPath = req.getUrl().slice(3 + this.endpointId.length)
@@ -247,6 +253,7 @@ class MeteredCall implements ProxyHooks {
         pathAndQuery: subPath + (query ? `?${query}` : ''),
         headers,
         remoteAddress: peerAddress(res),
+        peerTrusted: ctx.edge?.peerTrusted(res) === true,
         requestId: this.requestId,
         traceparent: null,
       }
@@ -302,7 +309,16 @@ class MeteredCall implements ProxyHooks {
         return this.respondError('body_too_large', {
           message: `the JSON-RPC body is larger than ${pricing.maxBytes} bytes`,
         })
-      const price = pricing.price(this.method, whole)
+      const forward = this.forward!
+      const target = this.endpoint!.target
+      const price = pricing.price(this.method, whole, {
+        endpointId: this.endpointId,
+        pathAndQuery: forward.pathAndQuery,
+        origin: target.origin,
+        basePath: target.basePath,
+        accept: headerOf(forward.headers, 'accept'),
+        mcpSession: headerOf(forward.headers, 'mcp-session-id') !== '',
+      })
       if (price.ok === 'free') {
         if (price.rewriter !== undefined) this.rewriter = price.rewriter()
         return this.forwardUnpaid()
@@ -334,6 +350,10 @@ class MeteredCall implements ProxyHooks {
   withQuote(quote: Quote): void {
     const entry = this.endpoint!
     this.quote = quote
+    // Standbys attached, none synchronous, and the operator required one: no payment is taken (nor invited
+    // by a 402) whose claim a failover could forget and serve again. Free calls (above) go on.
+    if (this.ctx.replication?.refusing)
+      return this.respondError('replication_unsafe', undefined, RETRY_AFTER_30)
     if (!this.paymentHeader) {
       // A pass holder signed in: one use of the pass pays this call (a payment header, if any, wins).
       if (this.signIn && entry.pass !== null) return this.usePass()
@@ -438,6 +458,7 @@ class MeteredCall implements ProxyHooks {
         accountId: entry.accountId,
         timeoutMs: entry.target.timeoutMs,
         settleBeforeAnswer: entry.settleBeforeAnswer,
+        protocols: entry.protocols,
       },
       quote: this.quote!,
       nowMs: Date.now(),
@@ -739,8 +760,14 @@ class MeteredCall implements ProxyHooks {
     })
   }
 
+  /** ProxyHooks: a chunked answer can take bytes between the upstream's (an MCP stream's events). */
+  onStreamOpen(push: (bytes: Buffer) => boolean): void {
+    this.rewriter?.attach?.(push)
+  }
+
   /** ProxyHooks: the final outcome, exactly once. */
   onDone(outcome: ProxyOutcome): void {
+    this.rewriter?.close?.()
     // A proof serves at most once: it is released for a retry only when the upstream certainly did not serve
     // it (it could not be reached, or answered 5xx; see upstreamFailed). A client that left while the upstream was working may
     // have been served: that claim stays held, is in doubt once its lease runs out, and is refunded at the
@@ -861,6 +888,9 @@ class MeteredCall implements ProxyHooks {
         'payment-required',
         requiredHeader ?? (pass === null ? v2Header(challenge, reason) : pass.v2Header(challenge, reason)),
       )
+      // The same price for MPP clients (Machine Payments Protocol): a fresh challenge with every 402.
+      const mpp = mppHeader(challenge, Date.now())
+      if (mpp !== null) res.writeHeader('www-authenticate', mpp)
       if (retryAfterMs !== undefined)
         res.writeHeader('retry-after', String(Math.max(1, Math.ceil(retryAfterMs / 1000))))
       res.end(text)
@@ -938,6 +968,12 @@ function upstreamFailed(outcome: ProxyOutcome): boolean {
     return outcome.code !== 'timeout'
   }
   return outcome.status !== null && outcome.status >= 500
+}
+
+/** A request header's value ('' when absent); names are lower-case as uWS gives them. */
+function headerOf(headers: Array<[string, string]>, name: string): string {
+  for (const h of headers) if (h[0] === name) return h[1]
+  return ''
 }
 
 /** The forwarded content-length after the body was rewritten. */

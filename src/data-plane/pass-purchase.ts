@@ -13,7 +13,7 @@ import type { Logger } from '../observability/logger.ts'
 import { httpRequests, passesBought } from '../observability/metrics.ts'
 import { requestIdFrom } from '../request-id.ts'
 import type { SchemeRegistry } from '../schemes/registry.ts'
-import type { ClaimOutcome, Payment, Verdict } from '../schemes/scheme.ts'
+import type { ClaimOutcome, Payment, SpentProof, Verdict } from '../schemes/scheme.ts'
 import type { ProofEdge } from './app.ts'
 import { challengeBody, quoteExpiry, v2Header } from './challenge.ts'
 import { CORS_HEADERS, EXPOSED_HEADERS } from './cors.ts'
@@ -33,6 +33,8 @@ export interface PassPurchaseDeps {
   schemes: SchemeRegistry
   logger: Logger
   edge?: ProofEdge
+  /** database.require_synchronous_standby (src/db/replication-watch.ts): non-null refuses every purchase. */
+  replication?: { readonly refusing: string | null }
   settings: {
     quoteTtlMs: number
     /** How long the purchase waits for its capture to be written before answering pass_opening. */
@@ -42,6 +44,7 @@ export interface PassPurchaseDeps {
 
 const JSON_TYPE = 'application/json; charset=utf-8'
 const RETRY_AFTER_1 = ['retry-after', '1', ...CORS_HEADERS]
+const RETRY_AFTER_30 = ['retry-after', '30', ...CORS_HEADERS]
 const count = {
   '2xx': httpRequests.labels('pass', '2xx'),
   '4xx': httpRequests.labels('pass', '4xx'),
@@ -99,6 +102,9 @@ class PassPurchase {
       return this.respondError('pass_not_offered', { message: `endpoint ${entry.id} sells no pass` })
     this.endpoint = entry
     this.pass = entry.pass
+    // As a metered call: no payment a failover could forget (src/db/replication-watch.ts).
+    if (this.ctx.replication?.refusing)
+      return this.respondError('replication_unsafe', undefined, RETRY_AFTER_30)
     if (!this.paymentHeader) return this.respond402('payment_required')
     const verdict = this.ctx.schemes.verify(parseProof(this.paymentHeader), {
       endpoint: { id: entry.id, accountId: entry.accountId, timeoutMs: entry.target.timeoutMs },
@@ -117,6 +123,10 @@ class PassPurchase {
     }
     switch (verdict.ok) {
       case false:
+        // Spent: by this purchase (a retry whose answer was lost, the payment settled or seen spent here
+        // since) it names the same pass again; spent on anything else, it stays refused.
+        if (verdict.reason === 'proof_already_used' && verdict.spent !== undefined)
+          return void this.open(verdict.spent, null)
         return this.respond402(verdict.reason, verdict.requiredHeader)
       case 'unavailable':
         return this.respondError(
@@ -153,7 +163,7 @@ class PassPurchase {
     if (outcome === 'insufficient_funds') return this.respond402('insufficient_funds')
     // Used before: by this purchase (a retry whose answer was lost: the same pass) or by anything else.
     if (outcome === 'used') {
-      void this.open(payment, false)
+      void this.open(payment, null)
       return
     }
     // Won: whether or not the client is still there, the purchase goes through (a retry gets the pass).
@@ -171,11 +181,17 @@ class PassPurchase {
       usage: null,
       receiptId: null,
     })
-    void this.open(payment, true)
+    void this.open(payment, payment)
   }
 
-  /** Opens the pass from the purchase's capture once it is written (captures are group-committed). */
-  async open(payment: Payment, fresh: boolean): Promise<void> {
+  /**
+   * Opens the pass from the purchase's capture once it is written (captures are group-committed). `payment`:
+   * the one this request just captured (201 with its receipt); null: `paid` was spent before, and this is a
+   * retry: the pass it bought on this endpoint (opened now if a crash came between its capture and its
+   * pass) with 200, no receipt, nothing charged; or 402 proof_already_used when it bought no pass here.
+   */
+  async open(paid: SpentProof, payment: Payment | null): Promise<void> {
+    const fresh = payment !== null
     const endpoint = this.endpoint!
     const terms = { calls: this.pass!.terms.calls, durationS: this.pass!.terms.durationS }
     const deadline = Date.now() + (fresh ? this.ctx.settings.openWaitMs : 0)
@@ -184,7 +200,7 @@ class PassPurchase {
       for (let delayMs = 5; ; delayMs = Math.min(delayMs * 2, 200)) {
         pass = await openPass(this.ctx.sql, {
           id: newId('pass'),
-          proofKey: payment.proofKey,
+          proofKey: paid.proofKey,
           endpointId: endpoint.id,
           terms,
         })
@@ -199,10 +215,17 @@ class PassPurchase {
       // A payment spent on something else never opens a pass.
       return this.respond402('proof_already_used')
     }
-    if (fresh) passesBought.inc()
-    const settling = fresh ? (payment.settleBeforeAnswer?.() ?? null) : null
+    // A retry names the pass only to the payment's own payer (a transaction hash's is its sender, whoever
+    // sends it; an authorization's, its signer).
+    if (payment === null) {
+      if (paid.payer !== null && pass.payer !== paid.payer.toLowerCase())
+        return this.respond402('proof_already_used')
+      return this.respondPass(pass, null)
+    }
+    passesBought.inc()
+    const settling = payment.settleBeforeAnswer?.() ?? null
     const receipt = settling === null ? payment.receipt(true) : await settling
-    this.respondPass(pass, fresh ? receipt : null)
+    this.respondPass(pass, receipt)
   }
 
   respondPass(pass: PassRow, receipt: [string, string] | null): void {

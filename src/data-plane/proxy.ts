@@ -22,6 +22,11 @@ export interface ForwardRequest {
   headers: Array<[string, string]>
   /** Client IP as text. */
   remoteAddress: string
+  /**
+   * The peer is one of server.trusted_proxies: the forwarding headers it wrote are kept and x-forwarded-for
+   * is appended to. Otherwise the caller wrote them (anyone can) and the upstream gets only tollgate's view.
+   */
+  peerTrusted: boolean
   /** Sent to the upstream as x-request-id, and on tollgate's own error answers. */
   requestId: string
   /** W3C traceparent of the upstream span when tracing is on (replaces the caller's), else null. */
@@ -80,6 +85,11 @@ export interface ProxyHooks {
   resizes?: boolean
   /** The body ended: anything still held back by onResponseData, sent before the end. */
   onResponseEnd?(): Buffer | null
+  /**
+   * Called after onResponseHead of a chunked (resized) answer with a way to write onto it between the
+   * upstream's chunks (an event a hook puts on an event stream); push returns false once it cannot.
+   */
+  onStreamOpen?(push: (bytes: Buffer) => boolean): void
   /** Called exactly once with the final outcome. */
   onDone(outcome: ProxyOutcome): void
   /**
@@ -107,8 +117,9 @@ const HOP_BY_HOP = [
   'proxy-authenticate',
 ]
 // content-length is kept: upstreams get a sized body whenever the client sent one. expect is answered by
-// uWS itself (100-continue) and undici refuses to send it. Forwarding headers are rebuilt, not trusted.
-const REQUEST_DROP = new Set([
+// uWS itself (100-continue) and undici refuses to send it. x-forwarded-proto and -host are rebuilt from what
+// tollgate saw; x-forwarded-for is appended to when the peer is a trusted proxy, else rebuilt too.
+const REQUEST_DROP = [
   ...HOP_BY_HOP,
   'host',
   'expect',
@@ -120,7 +131,34 @@ const REQUEST_DROP = new Set([
   'x-forwarded-proto',
   'x-forwarded-host',
   'x-request-id',
+]
+// Who the client is and how it came, as a proxy in front writes it. From a peer that is not a trusted proxy
+// these are the caller's own words (an upstream that logs or rate-limits on X-Real-IP would believe them):
+// dropped, so the upstream sees only what tollgate saw. A trusted proxy's are relayed unchanged.
+const FORWARDING_CLAIMS = [
+  'forwarded',
+  'x-real-ip',
+  'x-forwarded-port',
+  'x-forwarded-prefix',
+  'x-forwarded-scheme',
+  'x-forwarded-server',
+  'x-forwarded-ssl',
+  'x-original-forwarded-for',
+  'x-client-ip',
+  'client-ip',
+  'true-client-ip',
+  'cf-connecting-ip',
+  'fastly-client-ip',
+  'x-cluster-client-ip',
+]
+const DROP = 1
+const FROM_TRUSTED_ONLY = 2
+// One lookup per request header on the hot path, whichever list names it.
+const REQUEST_RULES = new Map<string, number>([
+  ...REQUEST_DROP.map((name): [string, number] => [name, DROP]),
+  ...FORWARDING_CLAIMS.map((name): [string, number] => [name, FROM_TRUSTED_ONLY]),
 ])
+const MPP_CREDENTIAL = /^\s*payment\s/i
 // Headers an owner's configuration must not set: they would break the framing of the upstream request.
 const INJECT_REFUSED = new Set([...HOP_BY_HOP, 'host', 'content-length', 'expect'])
 // uWS writes its own framing (content-length or chunked) and its own date.
@@ -309,14 +347,20 @@ function forwardHeaders(req: ForwardRequest, target: UpstreamTarget): string[] {
   let forwardedFor = ''
   let connection = ''
   const traceparent = req.traceparent
+  const trusted = req.peerTrusted
   for (const [name, value] of req.headers) {
-    if (REQUEST_DROP.has(name)) {
+    const rule = REQUEST_RULES.get(name)
+    if (rule === DROP) {
       if (name === 'host') host = value
-      else if (name === 'x-forwarded-for')
-        forwardedFor = forwardedFor === '' ? value : `${forwardedFor}, ${value}`
-      else if (name === 'connection') connection = value.toLowerCase()
+      else if (name === 'x-forwarded-for') {
+        if (trusted) forwardedFor = forwardedFor === '' ? value : `${forwardedFor}, ${value}`
+      } else if (name === 'connection') connection = value.toLowerCase()
       continue
     }
+    if (rule === FROM_TRUSTED_ONLY && !trusted) continue
+    // An MPP credential (Authorization: Payment …) is tollgate's payment, not the upstream's credential; any
+    // other Authorization is the caller's own and goes through.
+    if (name === 'authorization' && MPP_CREDENTIAL.test(value)) continue
     if (inject.length > 0 && isInjected(name, inject)) continue
     // x-tollgate-agent* carries the agent identity tollgate verified (docs/agent-identity.md): a caller's
     // own copy is never forwarded, so the merchant can trust the header whenever it is present.
@@ -537,6 +581,8 @@ class Forward implements Dispatcher.DispatchHandler {
       return false
     }
     this.#extra = extra
+    if (this.#hooks.onStreamOpen !== undefined && this.#hooks.resizes === true)
+      this.#hooks.onStreamOpen(this.push)
     if (this.#clientGone) return true
     this.#head = head
     // The head is written with the first body bytes (or the end) when they come in the same read, which
@@ -545,6 +591,24 @@ class Forward implements Dispatcher.DispatchHandler {
     headsDue.push(this)
     if (headsDue.length === 1) queueMicrotask(writeDueHeads)
     return true
+  }
+
+  /**
+   * Bytes of tollgate's own between two upstream chunks of a chunked answer (hooks.onStreamOpen). The
+   * caller keeps them whole (an event between events); false once the answer cannot take them.
+   */
+  readonly push = (bytes: Buffer): boolean => {
+    if (this.#done || this.#clientGone || this.#ended || this.#noBody) return false
+    if (this.#head === null && this.#total >= 0) return false
+    let ok = false
+    this.#res.cork(() => {
+      if (this.#head !== null) this.writeHead()
+      if (this.#total >= 0 || this.#noBody) return
+      ok = true
+      this.#bytes += bytes.length
+      if (!this.#res.write(bytes)) this.#backpressure()
+    })
+    return ok
   }
 
   /** Writes the head now if it is still waiting (from the microtask, under its own cork). */

@@ -211,6 +211,7 @@ function paidRoutes(
     observed: p.observed,
     receipts: signer === undefined ? undefined : { signer, network: chainInfo.caip2 },
     passes: new PassUses(db.sql, p.signIn, logger, { settleForMs: 120_000 }),
+    replication: db.replication,
     paidAnswers: new PaidAnswers(db.sql, logger, {
       ttlMs: config.x402.paid_answers.ttl_ms,
       maxAnswerBytes: config.x402.paid_answers.max_answer_bytes,
@@ -227,6 +228,7 @@ function paidRoutes(
     schemes,
     logger,
     edge: proofEdge(edge, edge.unpaidMetered),
+    replication: db.replication,
     settings: { quoteTtlMs: config.proxy.quote_ttl_ms, openWaitMs: 5_000 },
   })
   return { metered, pass }

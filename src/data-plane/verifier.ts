@@ -56,7 +56,14 @@ export type VerifyResult =
       /** The payer's balance as read (or reused), for the claim's reservation; null where none was read. */
       balance: BalanceRead | null
     }
-  | { ok: false; reason: VerifyFailure; retryAfterMs?: number; detail?: string }
+  | {
+      ok: false
+      reason: VerifyFailure
+      retryAfterMs?: number
+      detail?: string
+      /** proof_already_used of an authorization signed by its payer (its nonce used on chain). */
+      spent?: { proofKey: string; payer: `0x${string}` }
+    }
 
 /** An authorization as stored with its claim (JSON: amounts as strings). */
 export interface SignedAuthorization {
@@ -163,6 +170,10 @@ export class Verifier {
   verify(proof: Proof, client = ''): VerifyResult | Promise<VerifyResult> {
     if (proof.kind === 'invalid') return { ok: false, reason: 'invalid_proof', detail: proof.detail }
     if (proof.kind === 'x402') return this.verifyAuthorization(proof.payload, client)
+    // An MPP credential is read by its scheme (src/schemes/mpp-charge/), which hands its authorization here as
+    // an x402 payload; one reaching the verifier as it is (checkout) is not a proof it reads.
+    if (proof.kind === 'mpp')
+      return { ok: false, reason: 'unsupported_proof', detail: 'an MPP credential is not accepted here' }
     const cached = this.options.verified.get(proof.hash)
     if (cached) {
       cacheCounters.transferHit.inc()
@@ -275,6 +286,10 @@ export class Verifier {
       simulate ? simulate({ authorization: a, signature: payment.signature }) : null,
     ])
     if (wallet !== null && !wallet.ok) return { ok: false, reason: wallet.reason }
+    // Its nonce used on chain, the signature checked: the authorization is its payer's, spent (by us, if a
+    // claim holds its key: a pass purchase retried finds what it bought).
+    if (!onChain.ok && onChain.reason === 'proof_already_used')
+      return { ok: false, reason: onChain.reason, spent: { proofKey, payer: a.from } }
     if (!onChain.ok) return { ok: false, reason: onChain.reason }
     if (simulation !== null && !simulation.ok) {
       return simulation.reason === 'simulation_failed'

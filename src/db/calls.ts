@@ -29,6 +29,8 @@ export interface CallRow {
   ceiling_atomic: bigint | null
   /** The unused part of the prepaid ceiling, paid back to the payer. */
   refund_atomic: bigint
+  /** The scheme that paid (tx-hash, exact, mpp-charge, …); null on rows older than the column. */
+  scheme?: string | null
 }
 
 const ADDRESS = /^0x[0-9a-fA-F]{40}$/
@@ -59,7 +61,7 @@ export async function listCalls(
     SELECT id, call_proof_key(proof_key, proof) AS proof_key, endpoint_id, account_id,
            call_payer(payer, payer_address) AS payer, amount_atomic, owner_share_atomic, fee_atomic,
            upstream_status, method, tool, created_at, pricing_model, usage_unit, usage, ceiling_atomic,
-           refund_atomic
+           refund_atomic, scheme
     FROM calls
     WHERE account_id = ${q.accountId}
     ${q.endpointId ? db`AND endpoint_id = ${q.endpointId}` : db``}

@@ -34,6 +34,8 @@ export interface EndpointRow {
   pass: StoredPass | null
   /** When an x402 `exact` authorization is settled; null: the process default (settlement.before_answer). */
   x402_settlement: X402Settlement | null
+  /** The payment protocols answered besides a transaction hash ('x402', 'mpp'); both by default. */
+  protocols: string[]
   status: 'active' | 'disabled'
   version: number
   created_at: Date
@@ -41,7 +43,7 @@ export interface EndpointRow {
 }
 
 const COLUMNS =
-  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, batch_settlement, pricing, listed, discovery, mcp, pass, x402_settlement, status, version, created_at, updated_at'
+  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, batch_settlement, pricing, listed, discovery, mcp, pass, x402_settlement, protocols, status, version, created_at, updated_at'
 
 /** The channel that tells every instance an endpoint changed (payload: its id). */
 export const ENDPOINT_CHANGED_CHANNEL = 'tollgate_endpoint_changed'
@@ -64,6 +66,7 @@ export async function insertEndpoint(
     mcp?: StoredMcp | null
     pass?: StoredPass | null
     x402Settlement?: X402Settlement | null
+    protocols?: string[]
   },
 ): Promise<EndpointRow> {
   const pricing = e.pricing ? db.json(e.pricing as never) : null
@@ -72,10 +75,11 @@ export async function insertEndpoint(
   const pass = e.pass ? db.json(e.pass as never) : null
   const [row] = await db<EndpointRow[]>`
     INSERT INTO endpoints (id, account_id, name, description, upstream_url, upstream_headers, price_atomic, timeout_ms,
-                           batch_settlement, pricing, listed, discovery, mcp, pass, x402_settlement)
+                           batch_settlement, pricing, listed, discovery, mcp, pass, x402_settlement, protocols)
     VALUES (${e.id}, ${e.accountId}, ${e.name}, ${e.description}, ${e.upstreamUrl},
             ${db.json(e.upstreamHeaders)}, ${e.priceAtomic}, ${e.timeoutMs}, ${e.batchSettlement ?? false},
-            ${pricing}, ${e.listed ?? false}, ${discovery}, ${mcp}, ${pass}, ${e.x402Settlement ?? null})
+            ${pricing}, ${e.listed ?? false}, ${discovery}, ${mcp}, ${pass}, ${e.x402Settlement ?? null},
+            ${e.protocols ?? ['x402', 'mpp']}::text[])
     RETURNING ${db.unsafe(COLUMNS)}`
   return row!
 }
@@ -102,7 +106,7 @@ export interface LiveEndpointRow extends EndpointRow {
 export async function findLiveEndpoint(db: Sql | Tx, id: string): Promise<LiveEndpointRow | null> {
   const [row] = await db<LiveEndpointRow[]>`
     SELECT e.id, e.account_id, e.name, e.description, e.upstream_url, e.upstream_headers, e.price_atomic,
-           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.batch_settlement, e.pricing, e.listed, e.discovery, e.mcp, e.pass, e.x402_settlement, e.status,
+           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.batch_settlement, e.pricing, e.listed, e.discovery, e.mcp, e.pass, e.x402_settlement, e.protocols, e.status,
            e.version, e.created_at,
            e.updated_at, a.wallet_address AS owner_wallet,
            CASE WHEN e.listed AND e.mcp IS NOT NULL
@@ -144,6 +148,8 @@ export interface EndpointChanges {
   pass?: StoredPass | null
   /** null: back to the process default. */
   x402Settlement?: X402Settlement | null
+  /** The payment protocols answered besides a transaction hash. */
+  protocols?: string[]
 }
 
 /**
@@ -170,6 +176,7 @@ export async function updateEndpoint(
   if (changes.pricing !== undefined)
     set.pricing = changes.pricing === null ? null : db.json(changes.pricing as never)
   if (changes.x402Settlement !== undefined) set.x402_settlement = changes.x402Settlement
+  if (changes.protocols !== undefined) set.protocols = changes.protocols
   if (changes.mcp !== undefined) set.mcp = changes.mcp === null ? null : db.json(changes.mcp as never)
   if (changes.pass !== undefined) set.pass = changes.pass === null ? null : db.json(changes.pass as never)
   if (changes.priceAtomic !== undefined && changes.priceAtomic !== current.price_atomic) {

@@ -14,6 +14,7 @@ export type EventType =
   | 'refund.created'
   | 'refund.paid'
   | 'refund.failed'
+  | 'facilitator.settled'
 
 export const EVENT_TYPES: readonly EventType[] = [
   'payment.received',
@@ -26,6 +27,7 @@ export const EVENT_TYPES: readonly EventType[] = [
   'refund.created',
   'refund.paid',
   'refund.failed',
+  'facilitator.settled',
 ]
 
 /** The channel that wakes the dispatcher(s) when an event is written (payload: event id). */

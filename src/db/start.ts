@@ -5,6 +5,7 @@ import { dbPoolSize } from '../observability/metrics.ts'
 import type { Started } from '../subsystem.ts'
 import { startEmbeddedDatabase } from './embedded.ts'
 import { migrate } from './migrate.ts'
+import { type ReplicationWatch, startReplicationWatch } from './replication-watch.ts'
 import { createSql, type Sql } from './sql.ts'
 
 export interface Database extends Started {
@@ -17,6 +18,8 @@ export interface Database extends Started {
   url: string
   /** The embedded single-session database: one connection, no LISTEN, always the job leader. */
   embedded: boolean
+  /** The primary's standbys, read on a timer: whether a failover could forget claims (and paid calls wait). */
+  replication: ReplicationWatch
 }
 
 /** Connections of the books writer's own pool (on a server). */
@@ -78,11 +81,22 @@ export async function startDatabase(deps: {
     dbPoolSize.set(poolMax + (books === sql ? 0 : BOOKS_POOL_MAX))
     const migrated = await migrate(sql)
     if (migrated.applied.length) deps.logger.info('migrations applied', { applied: migrated.applied })
+    // The main pool's sessions see the same synchronous_commit as the books pool's (same role and
+    // database, neither sets it), so what this pool reads is what a claim's commit waits for.
+    const replication = await startReplicationWatch({
+      sql,
+      logger: deps.logger,
+      embedded,
+      require: deps.config.database.require_synchronous_standby,
+      checkMs: deps.config.database.replication_check_ms,
+    })
+    stops.push(async () => replication.stop())
     return {
       sql,
       books,
       url,
       embedded,
+      replication,
       stop,
       readiness: [
         {
@@ -92,6 +106,7 @@ export async function startDatabase(deps: {
             return { ok: true }
           },
         },
+        replication.readiness,
       ],
     }
   } catch (err) {

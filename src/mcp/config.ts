@@ -15,6 +15,9 @@ import {
 /** Tool names in the MCP specification: 1–128 characters of A-Z a-z 0-9 _ - . / */
 export const TOOL_NAME = /^[A-Za-z0-9_./-]{1,128}$/
 export const TOOLS_MAX = 200
+/** Prompt names: any text of 1–128 characters without control characters. */
+const PROMPT_NAME = /^\P{Cc}{1,128}$/u
+const URI_MAX = 2048
 
 const Amount = v.union([v.number(), v.string()], 'must be a number or decimal string')
 const ToolPrice = v.union(
@@ -28,6 +31,18 @@ export const McpInput = v.pipe(
       v.pipe(
         v.record(v.string(), ToolPrice, 'must be an object of tool name → price or pricing'),
         v.check((t) => Object.keys(t).length <= TOOLS_MAX, `must name at most ${TOOLS_MAX} tools`),
+      ),
+    ),
+    resources: v.optional(
+      v.pipe(
+        v.record(v.string(), ToolPrice, 'must be an object of resource URI → price or pricing'),
+        v.check((t) => Object.keys(t).length <= TOOLS_MAX, `must name at most ${TOOLS_MAX} resources`),
+      ),
+    ),
+    prompts: v.optional(
+      v.pipe(
+        v.record(v.string(), ToolPrice, 'must be an object of prompt name → price or pricing'),
+        v.check((t) => Object.keys(t).length <= TOOLS_MAX, `must name at most ${TOOLS_MAX} prompts`),
       ),
     ),
     default_price: Amount,
@@ -45,9 +60,12 @@ export const McpInput = v.pipe(
       'default_price: what a `tools/call` of any other tool costs (0 not allowed: use free_tools); ' +
       'free_tools: tools called without payment; unknown_tools_free: a tool named in neither passes ' +
       'free instead of costing default_price. in_band: an unpaid tools/call is answered as the x402 MCP ' +
-      'transport says (a tool result with isError and the PaymentRequired) instead of HTTP 402; a payment ' +
+      'transport says (a tool result with isError and the PaymentRequired) instead of HTTP 402 (a request ' +
+      'advertising the org.x402/payment extension gets a payment_required result either way); a payment ' +
       'in params._meta["x402/payment"] is read either way. Protocol methods (initialize, ping, tools/list, ' +
-      'notifications/*, …) are always free.',
+      'notifications/*, …) are always free. resources: resource URI → price or pricing for `resources/read` ' +
+      'of that URI; prompts: prompt name → price or pricing for `prompts/get`; resources and prompts not ' +
+      'named pass free.',
   ),
 )
 export type McpInput = v.InferOutput<typeof McpInput>
@@ -55,6 +73,8 @@ export type McpInput = v.InferOutput<typeof McpInput>
 /** The `mcp` column. */
 export interface StoredMcp {
   tools: Record<string, { price_atomic: string } | StoredPricing>
+  resources?: Record<string, { price_atomic: string } | StoredPricing>
+  prompts?: Record<string, { price_atomic: string } | StoredPricing>
   default_atomic: string
   free_tools: string[]
   unknown_tools_free: boolean
@@ -64,6 +84,9 @@ export interface StoredMcp {
 /** An MCP endpoint's prices as the hot path uses them. */
 export interface McpPricing {
   tools: Map<string, Pricing>
+  /** resources/read by URI and prompts/get by name; what is not named passes free. */
+  resources: Map<string, Pricing>
+  prompts: Map<string, Pricing>
   defaultAtomic: bigint
   freeTools: Set<string>
   unknownToolsFree: boolean
@@ -82,6 +105,26 @@ export function readMcp(input: McpInput, maxPriceAtomic: bigint): McpPricing {
     const param = `mcp.tools.${name}`
     checkName(name, param)
     tools.set(name, readToolPrice(price, param, maxPriceAtomic))
+  }
+  const resources = new Map<string, Pricing>()
+  for (const [uri, price] of Object.entries(input.resources ?? {})) {
+    const param = `mcp.resources.${uri}`
+    if (uri.length > URI_MAX || !URL.canParse(uri) || /[\p{Cc}\s]/u.test(uri))
+      throw new PricingError(
+        `${param} must be a resource URI (an absolute URI of at most ${URI_MAX} characters)`,
+        param,
+      )
+    resources.set(uri, readToolPrice(price, param, maxPriceAtomic))
+  }
+  const prompts = new Map<string, Pricing>()
+  for (const [name, price] of Object.entries(input.prompts ?? {})) {
+    const param = `mcp.prompts.${name}`
+    if (!PROMPT_NAME.test(name))
+      throw new PricingError(
+        `${param} must be a prompt name (1–128 characters, no control characters)`,
+        param,
+      )
+    prompts.set(name, readToolPrice(price, param, maxPriceAtomic))
   }
   const freeTools = new Set<string>()
   for (const [i, name] of (input.free_tools ?? []).entries()) {
@@ -102,6 +145,8 @@ export function readMcp(input: McpInput, maxPriceAtomic: bigint): McpPricing {
     )
   return {
     tools,
+    resources,
+    prompts,
     defaultAtomic,
     freeTools,
     unknownToolsFree: input.unknown_tools_free ?? false,
@@ -138,12 +183,38 @@ function amount(raw: unknown, param: string, maxPriceAtomic: bigint): bigint {
   return parsed.atomic
 }
 
+function pricesToStored(prices: Map<string, Pricing>): StoredMcp['tools'] {
+  const out: StoredMcp['tools'] = {}
+  for (const [name, p] of prices)
+    out[name] = p.model === 'fixed' ? { price_atomic: p.priceAtomic.toString() } : pricingToStored(p)!
+  return out
+}
+
+function pricesFromStored(stored: StoredMcp['tools'] | undefined): Map<string, Pricing> {
+  const out = new Map<string, Pricing>()
+  for (const [name, p] of Object.entries(stored ?? {}))
+    out.set(
+      name,
+      'price_atomic' in p
+        ? { model: 'fixed', priceAtomic: BigInt(p.price_atomic) }
+        : pricingFromStored(p, 0n),
+    )
+  return out
+}
+
+function presentPrices(prices: Map<string, Pricing>): Record<string, unknown> {
+  const out: Record<string, unknown> = {}
+  for (const [name, p] of prices)
+    out[name] = p.model === 'fixed' ? toDollars(p.priceAtomic) : presentPricing(p)
+  return out
+}
+
 export function mcpToStored(m: McpPricing): StoredMcp {
-  const tools: StoredMcp['tools'] = {}
-  for (const [name, p] of m.tools)
-    tools[name] = p.model === 'fixed' ? { price_atomic: p.priceAtomic.toString() } : pricingToStored(p)!
   return {
-    tools,
+    tools: pricesToStored(m.tools),
+    // Written only when set: a row without them reads as before.
+    ...(m.resources.size > 0 ? { resources: pricesToStored(m.resources) } : {}),
+    ...(m.prompts.size > 0 ? { prompts: pricesToStored(m.prompts) } : {}),
     default_atomic: m.defaultAtomic.toString(),
     free_tools: [...m.freeTools],
     unknown_tools_free: m.unknownToolsFree,
@@ -152,17 +223,10 @@ export function mcpToStored(m: McpPricing): StoredMcp {
 }
 
 export function mcpFromStored(s: StoredMcp): McpPricing {
-  const tools = new Map<string, Pricing>()
-  for (const [name, p] of Object.entries(s.tools)) {
-    tools.set(
-      name,
-      'price_atomic' in p
-        ? { model: 'fixed', priceAtomic: BigInt(p.price_atomic) }
-        : pricingFromStored(p, 0n),
-    )
-  }
   return {
-    tools,
+    tools: pricesFromStored(s.tools),
+    resources: pricesFromStored(s.resources),
+    prompts: pricesFromStored(s.prompts),
     defaultAtomic: BigInt(s.default_atomic),
     freeTools: new Set(s.free_tools),
     unknownToolsFree: s.unknown_tools_free,
@@ -172,11 +236,10 @@ export function mcpFromStored(s: StoredMcp): McpPricing {
 
 /** The wire form (dollars), as the API shows it. */
 export function presentMcp(m: McpPricing): Record<string, unknown> {
-  const tools: Record<string, unknown> = {}
-  for (const [name, p] of m.tools)
-    tools[name] = p.model === 'fixed' ? toDollars(p.priceAtomic) : presentPricing(p)
   return {
-    tools,
+    tools: presentPrices(m.tools),
+    resources: presentPrices(m.resources),
+    prompts: presentPrices(m.prompts),
     default_price: toDollars(m.defaultAtomic),
     free_tools: [...m.freeTools],
     unknown_tools_free: m.unknownToolsFree,

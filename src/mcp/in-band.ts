@@ -8,8 +8,27 @@ import type { AnswerRewriter, BodyAnswer } from '../pricing/body-price.ts'
 /** The most of a plain JSON answer held to add the receipt; a longer one passes unchanged. */
 const JSON_HOLD_MAX_CHARS = 4 * 1024 * 1024
 
-export function paymentRequiredResult(id: string | number | null, paymentRequiredJson: string): BodyAnswer {
+/**
+ * The unpaid call's answer in band. `extension`: the request advertised `org.x402/payment` (MCP 2026-07-28):
+ * a `payment_required` result holding the PaymentRequired. Otherwise the tool-result binding: a tool result
+ * with isError; `resultType` adds `resultType: "complete"` to it, as MCP 2026-07-28 results carry.
+ */
+export function paymentRequiredResult(
+  id: string | number | null,
+  paymentRequiredJson: string,
+  binding: { extension: boolean; resultType: boolean } = { extension: false, resultType: false },
+): BodyAnswer {
   const required = JSON.parse(paymentRequiredJson) as { error?: string }
+  if (binding.extension)
+    return {
+      status: '200 OK',
+      contentType: 'application/json',
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id,
+        result: { resultType: 'payment_required', paymentRequired: required },
+      }),
+    }
   const wrapped = {
     'x402/error': { code: 402, message: required.error ?? 'payment_required', data: required },
   }
@@ -21,6 +40,7 @@ export function paymentRequiredResult(id: string | number | null, paymentRequire
       jsonrpc: '2.0',
       id,
       result: {
+        ...(binding.resultType ? { resultType: 'complete' } : {}),
         isError: true,
         structuredContent: required,
         content: [{ type: 'text', text: JSON.stringify(wrapped) }],
@@ -31,10 +51,15 @@ export function paymentRequiredResult(id: string | number | null, paymentRequire
 
 /** Adds `_meta["x402/payment-response"]` to the result answering request `id`, in JSON or SSE. */
 export function receiptRewriter(id: string | number | null, settlement: unknown): ResultRewriter {
-  return new ResultRewriter(id, (result) => {
+  return new ResultRewriter(id, withReceipt(settlement))
+}
+
+/** Adds the settlement to a result's `_meta["x402/payment-response"]`. */
+export function withReceipt(settlement: unknown): (result: Record<string, unknown>) => void {
+  return (result) => {
     const meta = (typeof result._meta === 'object' && result._meta !== null ? result._meta : {}) as object
     result._meta = { ...meta, 'x402/payment-response': settlement }
-  })
+  }
 }
 
 /** Changes the result answering request `id` on its way out, in a JSON or an SSE answer. */

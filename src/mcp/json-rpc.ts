@@ -4,15 +4,37 @@
 /** The most of a JSON-RPC body read: tool arguments larger than this are refused with 413. */
 export const MCP_BODY_MAX_BYTES = 1024 * 1024
 
+/** The methods that may be priced: a tool by name, a resource by URI, a prompt by name. */
+export type PricedMethod = 'tools/call' | 'resources/read' | 'prompts/get'
+
+/** The x402 MCP extension binding's identifier (MCP 2026-07-28 client capabilities extension map). */
+export const X402_EXTENSION = 'org.x402/payment'
+
 export type McpRequest =
-  | { kind: 'protocol' }
+  /** `calls`: in a batch, the priceable requests it holds (refused when one of them has a price). */
+  | { kind: 'protocol'; calls?: Array<{ method: PricedMethod; name: string }> }
+  /** server/discover (MCP 2026-07-28): its answer advertises the x402 extension. */
+  | { kind: 'discover'; id: string | number | null }
   /**
    * tools/list alone (not in a batch): its answer is annotated with each tool's price. `paged`: it asked for a
    * page after the first (params.cursor), so its answer is not the whole list.
    */
   | { kind: 'tools_list'; id: string | number | null; paged: boolean }
-  /** `payment`: the x402 PaymentPayload in params._meta["x402/payment"] (x402 MCP transport), if any. */
-  | { kind: 'tool_call'; name: string; id: string | number | null; payment: object | null }
+  /**
+   * A call that may be priced: `name` is the tool's or prompt's name, or the resource's URI. `payment`: the
+   * x402 PaymentPayload in params._meta["x402/payment"] (x402 MCP transport), if any. `extension`: the request
+   * advertises the `org.x402/payment` extension (answer payment_required results); `resultType`: it speaks
+   * MCP 2026-07-28 (its per-request protocol version is in _meta), so results carry resultType.
+   */
+  | {
+      kind: 'tool_call'
+      method: PricedMethod
+      name: string
+      id: string | number | null
+      payment: object | null
+      extension: boolean
+      resultType: boolean
+    }
   | { kind: 'invalid'; code: number; message: string; id: string | number | null }
 
 export const PARSE_ERROR = -32700
@@ -32,18 +54,22 @@ export function readMcpRequest(body: Buffer | null): McpRequest {
   // so that one payment pays for one call and its receipt names one tool.
   if (doc.length === 0)
     return { kind: 'invalid', code: INVALID_REQUEST, message: 'Invalid Request: empty batch', id: null }
+  const calls: Array<{ method: PricedMethod; name: string }> = []
   for (const m of doc) {
     const one = readMessage(m)
     if (one.kind === 'invalid') return one
-    if (one.kind === 'tool_call')
-      return {
-        kind: 'invalid',
-        code: INVALID_REQUEST,
-        message: 'Invalid Request: tools/call is priced per call here; send it alone, not in a batch',
-        id: null,
-      }
+    if (one.kind === 'tool_call') {
+      if (one.method === 'tools/call')
+        return {
+          kind: 'invalid',
+          code: INVALID_REQUEST,
+          message: 'Invalid Request: tools/call is priced per call here; send it alone, not in a batch',
+          id: null,
+        }
+      calls.push({ method: one.method, name: one.name })
+    }
   }
-  return { kind: 'protocol' }
+  return calls.length === 0 ? { kind: 'protocol' } : { kind: 'protocol', calls }
 }
 
 function readMessage(m: unknown): McpRequest {
@@ -63,25 +89,35 @@ function readMessage(m: unknown): McpRequest {
     const paged = typeof p === 'object' && p !== null && (p as Record<string, unknown>).cursor !== undefined
     return { kind: 'tools_list', id, paged }
   }
-  if (msg.method !== 'tools/call') return { kind: 'protocol' }
+  if (msg.method === 'server/discover') return { kind: 'discover', id }
+  const method = msg.method
+  if (method !== 'tools/call' && method !== 'resources/read' && method !== 'prompts/get')
+    return { kind: 'protocol' }
   const params = msg.params
+  const field = method === 'resources/read' ? 'uri' : 'name'
   const name =
-    typeof params === 'object' && params !== null ? (params as Record<string, unknown>).name : undefined
+    typeof params === 'object' && params !== null ? (params as Record<string, unknown>)[field] : undefined
   if (typeof name !== 'string')
     return {
       kind: 'invalid',
       code: INVALID_PARAMS,
-      message: 'Invalid params: tools/call needs params.name',
+      message: `Invalid params: ${method} needs params.${field}`,
       id,
     }
-  const meta = (params as Record<string, unknown>)._meta
-  const payment =
-    typeof meta === 'object' && meta !== null ? (meta as Record<string, unknown>)['x402/payment'] : undefined
+  const raw = (params as Record<string, unknown>)._meta
+  const meta = typeof raw === 'object' && raw !== null ? (raw as Record<string, unknown>) : {}
+  const payment = meta['x402/payment']
+  const caps = meta['io.modelcontextprotocol/clientCapabilities'] as Record<string, unknown> | undefined
+  const extensions = typeof caps === 'object' && caps !== null ? caps.extensions : undefined
   return {
     kind: 'tool_call',
+    method,
     name,
     id,
     payment: typeof payment === 'object' && payment !== null ? payment : null,
+    extension:
+      typeof extensions === 'object' && extensions !== null && X402_EXTENSION in (extensions as object),
+    resultType: typeof meta['io.modelcontextprotocol/protocolVersion'] === 'string',
   }
 }
 

@@ -3,13 +3,23 @@
 // anything else is answered with its JSON-RPC error and nothing is forwarded.
 
 import { toDollars } from '../money.ts'
-import type { BodyPrice, BodyPricing } from '../pricing/body-price.ts'
+import type { BodyAnswer, BodyPrice, BodyPricing, BodyRequestPlace } from '../pricing/body-price.ts'
 import { presentPricing } from '../pricing/input.ts'
 import { headlinePrice, type Pricing } from '../pricing/model.ts'
 import type { Quote } from '../schemes/scheme.ts'
 import type { McpPricing } from './config.ts'
-import { paymentRequiredResult, ResultRewriter, receiptRewriter } from './in-band.ts'
-import { errorResponse, MCP_BODY_MAX_BYTES, readMcpRequest, withoutPayment } from './json-rpc.ts'
+import { paymentRequiredResult, ResultRewriter, receiptRewriter, withReceipt } from './in-band.ts'
+import {
+  errorResponse,
+  INVALID_REQUEST,
+  MCP_BODY_MAX_BYTES,
+  type McpRequest,
+  type PricedMethod,
+  readMcpRequest,
+  withoutPayment,
+  X402_EXTENSION,
+} from './json-rpc.ts'
+import { PASS_THROUGH, type SseSession, SseStreamRewriter, sseSessions } from './sse-transport.ts'
 import { type CatalogTool, readCatalog } from './tool-catalog.ts'
 
 const FREE: BodyPrice = { ok: 'free' }
@@ -29,12 +39,26 @@ export interface McpCatalogOptions {
  */
 export function mcpBodyPricing(
   mcp: McpPricing,
-  quote: (amountAtomic: bigint, varies: boolean, tool: string | null) => Quote,
+  quote: (amountAtomic: bigint, varies: boolean, tool: string | null, what?: 'resource' | 'prompt') => Quote,
   options: McpCatalogOptions = { catalog: null, onToolsListed: null },
 ): BodyPricing {
   const priced = new Map<string, BodyPrice>()
   for (const [name, p] of mcp.tools)
     priced.set(name, pricedAt(p, quote(headlinePrice(p), p.model === 'usage', name), name))
+  // Resources by URI, prompts by name: on the call row and the metric as `resource:<uri>`, `prompt:<name>`
+  // (names the merchant configured: bounded); not tools, so discovery counts them under "other".
+  const pricedResources = new Map<string, BodyPrice>()
+  for (const [uri, p] of mcp.resources)
+    pricedResources.set(
+      uri,
+      pricedAt(p, quote(headlinePrice(p), p.model === 'usage', uri, 'resource'), `resource:${uri}`, 'other'),
+    )
+  const pricedPrompts = new Map<string, BodyPrice>()
+  for (const [name, p] of mcp.prompts)
+    pricedPrompts.set(
+      name,
+      pricedAt(p, quote(headlinePrice(p), p.model === 'usage', name, 'prompt'), `prompt:${name}`, 'other'),
+    )
   const defaultQuote = quote(mcp.defaultAtomic, false, null)
   // Tools the server listed: a call of one at the default price gets a 402 that names it, and its paid calls
   // are counted under its name for discovery. Anything else a client names is "other" there.
@@ -60,16 +84,49 @@ export function mcpBodyPricing(
       if (mcp.freeTools.has(tool) || mcp.unknownToolsFree) return null
       return defaultQuoteOf(tool)
     },
-    price(method, body) {
-      // GET opens the server's SSE stream, DELETE ends a session: no JSON-RPC call to price.
+    price(method, body, at) {
+      // GET opens the server's SSE stream (the legacy transport's carries its answers: see sse-transport.ts),
+      // DELETE ends a session: no JSON-RPC call to price.
+      if (method === 'GET' && at !== undefined)
+        return { ok: 'free', rewriter: () => new SseStreamRewriter(at) }
       if (method !== 'POST') return FREE
       const req = readMcpRequest(body)
-      if (req.kind === 'protocol') return FREE
-      if (req.kind === 'tools_list')
+      if (req.kind === 'protocol') {
+        // A batch may carry reads of resources and prompts: one with a price must come alone, as tools/call.
+        const call = req.calls?.find((c) => pricedIn(c.method).has(c.name))
+        if (call === undefined) return FREE
+        return {
+          ok: 'refused',
+          status: '400 Bad Request',
+          contentType: JSON_TYPE,
+          body: errorResponse(
+            INVALID_REQUEST,
+            `Invalid Request: ${call.method} of ${call.name} is priced per call here; send it alone, not in a batch`,
+            null,
+          ),
+        }
+      }
+      // A POST of a legacy-transport session whose stream this process holds: its answer is on that stream.
+      const session = at === undefined ? undefined : sseSessions.get(at.endpointId, at.pathAndQuery)
+      if (req.kind === 'tools_list') {
+        if (session !== undefined) {
+          if (req.id !== null) session.expect(req.id, (result) => annotate(result, req.paged))
+          return FREE
+        }
         return {
           ok: 'free',
           rewriter: () => new ResultRewriter(req.id, (result) => annotate(result, req.paged)),
         }
+      }
+      if (req.kind === 'discover') {
+        // MCP 2026-07-28: the server's capabilities say this endpoint speaks the x402 extension binding.
+        const edit = advertiseExtension
+        if (session !== undefined) {
+          if (req.id !== null) session.expect(req.id, edit)
+          return FREE
+        }
+        return { ok: 'free', rewriter: () => new ResultRewriter(req.id, edit) }
+      }
       if (req.kind === 'invalid')
         return {
           ok: 'refused',
@@ -77,8 +134,12 @@ export function mcpBodyPricing(
           contentType: JSON_TYPE,
           body: errorResponse(req.code, req.message, req.id),
         }
+      if (req.method !== 'tools/call') {
+        const p = pricedIn(req.method).get(req.name)
+        return p === undefined ? FREE : inBand(p, req, body, session, at)
+      }
       const known = priced.get(req.name)
-      if (known !== undefined) return inBand(known, req.id, req.payment, body)
+      if (known !== undefined) return inBand(known, req, body, session, at)
       if (mcp.freeTools.has(req.name) || mcp.unknownToolsFree) return FREE
       // A tool the merchant did not name costs the default; its name goes on the call row as given
       // (the metrics fold it into "other"). The map is bounded by what is kept: names are 1 line each.
@@ -99,8 +160,12 @@ export function mcpBodyPricing(
         }
         if (byDefault.size < 1000) byDefault.set(req.name, p)
       }
-      return inBand(p, req.id, req.payment, body)
+      return inBand(p, req, body, session, at)
     },
+  }
+
+  function pricedIn(method: PricedMethod): Map<string, BodyPrice> {
+    return method === 'resources/read' ? pricedResources : method === 'prompts/get' ? pricedPrompts : priced
   }
 
   /**
@@ -109,19 +174,76 @@ export function mcpBodyPricing(
    */
   function inBand(
     p: BodyPrice,
-    id: string | number | null,
-    payment: object | null,
+    req: Extract<McpRequest, { kind: 'tool_call' }>,
     body: Buffer | null,
+    session: SseSession | undefined,
+    at: BodyRequestPlace | undefined,
   ): BodyPrice {
-    if (p.ok !== 'priced' || (payment === null && !mcp.inBand)) return p
+    const { id, payment } = req
+    // How an unpaid call is answered in band: the extension binding when the request advertised it (on any
+    // MCP endpoint: the client said it reads it); the tool-result binding for a tools/call when the endpoint
+    // answers in band or the call paid in band; otherwise HTTP 402 (resources and prompts have no tool result).
+    const binding = { extension: req.extension, resultType: req.resultType }
+    const answersInBand = req.extension || (req.method === 'tools/call' && (mcp.inBand || payment !== null))
+    if (p.ok !== 'priced' || (payment === null && !answersInBand)) return p
+    const encoded = payment === null ? null : Buffer.from(JSON.stringify(payment)).toString('base64')
+    const forwardBody = payment === null || body === null ? null : withoutPayment(body)
+    if (session !== undefined) {
+      // Legacy transport, stream held here: the refusal goes onto the stream (the POST answers 202), and a
+      // paid call's result is held there until its settlement is known, then carries it in its _meta.
+      if (payment !== null && id !== null) session.expect(id, null)
+      return {
+        ...p,
+        payment: encoded,
+        forwardBody,
+        paymentRequired: answersInBand ? (required) => onStream(session, id, required, binding) : null,
+        receiptInAnswer:
+          payment === null
+            ? null
+            : (settlement) => {
+                if (id !== null) session.resolve(id, withReceipt(JSON.parse(settlement)))
+                return PASS_THROUGH
+              },
+      }
+    }
+    // A POST of the legacy transport whose stream is not held by this process (another worker or instance):
+    // an answer in its body would be dropped by the client, which would wait for it on its stream in vain.
+    // HTTP 402 fails the call at once instead; a payment it carries is still read, its result passes as is.
+    const elsewhere = at !== undefined && !at.mcpSession && !at.accept.includes('text/event-stream')
     return {
       ...p,
-      payment: payment === null ? null : Buffer.from(JSON.stringify(payment)).toString('base64'),
-      forwardBody: payment === null || body === null ? null : withoutPayment(body),
-      paymentRequired: (required) => paymentRequiredResult(id, required),
-      receiptInAnswer: payment === null ? null : (settlement) => receiptRewriter(id, JSON.parse(settlement)),
+      payment: encoded,
+      forwardBody,
+      paymentRequired:
+        elsewhere || !answersInBand ? null : (required) => paymentRequiredResult(id, required, binding),
+      receiptInAnswer:
+        payment === null || elsewhere ? null : (settlement) => receiptRewriter(id, JSON.parse(settlement)),
     }
   }
+}
+
+/** The PaymentRequired answer put on the session's stream; the POST is answered as the server would (202). */
+function onStream(
+  session: SseSession,
+  id: string | number | null,
+  required: string,
+  binding: { extension: boolean; resultType: boolean },
+): BodyAnswer {
+  const answer = paymentRequiredResult(id, required, binding)
+  if (id !== null) session.resolve(id, null)
+  if (!session.send(answer.body)) return answer
+  return { status: '202 Accepted', contentType: 'text/plain; charset=utf-8', body: 'Accepted' }
+}
+
+/** A server/discover result: `org.x402/payment` added to its capabilities' extensions. */
+function advertiseExtension(result: Record<string, unknown>): void {
+  const caps = (
+    typeof result.capabilities === 'object' && result.capabilities !== null ? result.capabilities : {}
+  ) as Record<string, unknown>
+  const ext = (
+    typeof caps.extensions === 'object' && caps.extensions !== null ? caps.extensions : {}
+  ) as object
+  result.capabilities = { ...caps, extensions: { ...ext, [X402_EXTENSION]: {} } }
 }
 
 /**
@@ -157,7 +279,7 @@ function priceNote(p: Pricing): object {
   return { free: false, ...presentPricing(p), amount_atomic: headlinePrice(p).toString() }
 }
 
-function pricedAt(p: Pricing, quote: Quote, name: string): BodyPrice {
+function pricedAt(p: Pricing, quote: Quote, name: string, observedLabel = name): BodyPrice {
   return {
     ok: 'priced',
     quote,
@@ -165,7 +287,7 @@ function pricedAt(p: Pricing, quote: Quote, name: string): BodyPrice {
     model: p.model === 'usage' ? 'usage' : 'fixed',
     label: name,
     metricLabel: name,
-    observedLabel: name,
+    observedLabel,
     payment: null,
     forwardBody: null,
     paymentRequired: null,

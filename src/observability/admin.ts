@@ -12,7 +12,8 @@ import { onScrape, readinessCheck, registry, SCRAPE_SAMPLE_TIMEOUT_MS } from './
 
 export interface ReadinessCheck {
   name: string
-  check(): Promise<{ ok: boolean; detail?: string }>
+  /** degraded: ready, but something the operator must know (/readyz answers 200 with status degraded). */
+  check(): Promise<{ ok: boolean; degraded?: boolean; detail?: string }>
 }
 
 export interface AdminServer {
@@ -66,7 +67,8 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
     const state = onAbort(res, req)
     runChecks(options.readyTimeoutMs ?? READY_TIMEOUT_MS).then((results) => {
       const ready = results.every((r) => r.ok)
-      const body = JSON.stringify({ status: ready ? 'ready' : 'not_ready', checks: results })
+      const status = !ready ? 'not_ready' : results.some((r) => r.degraded) ? 'degraded' : 'ready'
+      const body = JSON.stringify({ status, checks: results })
       reply(res, state, ready ? 200 : 503, 'application/json', body)
     })
   })
@@ -155,7 +157,7 @@ function addOperatorRoutes(
 async function runCheck(
   c: ReadinessCheck,
   timeoutMs?: number,
-): Promise<{ name: string; ok: boolean; detail?: string }> {
+): Promise<{ name: string; ok: boolean; degraded?: boolean; detail?: string }> {
   let timer: NodeJS.Timeout | undefined
   try {
     const checked = c.check()

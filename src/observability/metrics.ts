@@ -285,6 +285,22 @@ export const dbPoolSize = new client.Gauge({
   registers: [registry],
 })
 
+/** sync_state: sync | quorum | potential | async | unknown (the role may not read it). Set by src/db/replication-watch.ts. */
+export const standbysBySyncState = new client.Gauge({
+  name: 'tollgate_db_standbys',
+  help: "Physical standbys streaming from the primary, by pg_stat_replication's sync_state (0 on the embedded database).",
+  labelNames: ['sync_state'] as const,
+  aggregator: 'max',
+  registers: [registry],
+})
+
+export const replicationUnsafe = new client.Gauge({
+  name: 'tollgate_db_replication_unsafe',
+  help: '1 while standbys are attached and none is synchronous (or synchronous_commit is off/local): a failover would serve the last proofs twice.',
+  aggregator: 'max',
+  registers: [registry],
+})
+
 export const jobLeader = new client.Gauge({
   name: 'tollgate_jobs_leader',
   help: '1 when this instance holds the background-job leadership lock.',

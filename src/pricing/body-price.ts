@@ -43,12 +43,29 @@ export interface AnswerRewriter {
   onHead(head: Buffer[]): void
   onData(chunk: Buffer): Buffer
   onEnd(): Buffer | null
+  /** Given a way to write onto the client's answer between the upstream's bytes (a stream's events). */
+  attach?(push: (bytes: Buffer) => boolean): void
+  /** The answer is over (ended, failed, or the client left). */
+  close?(): void
+}
+
+/** Where a body-priced request goes and what it accepts (an MCP session is found by its URL). */
+export interface BodyRequestPlace {
+  endpointId: string
+  /** The path and query after /m/<id>. */
+  pathAndQuery: string
+  /** The upstream's origin and the endpoint's base path. */
+  origin: string
+  basePath: string
+  /** The request's Accept header ('' when absent), and whether it named an MCP session (Mcp-Session-Id). */
+  accept: string
+  mcpSession: boolean
 }
 
 export interface BodyPricing {
   /** The most of a body read to price it; a longer one is refused with 413 and nothing forwarded. */
   maxBytes: number
-  price(method: string, body: Buffer | null): BodyPrice
+  price(method: string, body: Buffer | null, at?: BodyRequestPlace): BodyPrice
   /** The quote a call of this tool pays (null: it passes free), for the discovery listing. */
   quoteOf(tool: string): Quote | null
 }

@@ -50,11 +50,11 @@ export interface ClaimedPaymentInit {
   endpointId: string
   accountId: string
   leaseMs: number
-  /** x402 exact: the payer's balance read; the claim reserves against it (src/books/claims.ts). */
+  /** x402 exact and upto: the payer's balance read; the claim reserves against it (src/books/claims.ts). */
   reserve?: { balanceAtomic: bigint; block: bigint } | null
   /** The claim was refused for funds. */
   onInsufficientFunds?: () => void
-  receipt(served: boolean): [string, string]
+  receipt(served: boolean): [string, string] | null
   /**
    * Settles before the answer (its endpoint asks so): takes the capture, writes it with the settlement
    * transaction that carries it, and resolves with the receipt once that is done.
@@ -141,9 +141,12 @@ export class ClaimedPayment implements Payment {
         unit: usage?.unit ?? null,
         usage: usage === null ? null : usageDocument(usage),
         ceilingAtomic: usage?.ceilingAtomic ?? null,
-        // A usage-priced call paid for more than its charge (a prepaid ceiling): the rest goes back. Only a
-        // transaction hash prepaid; an upto permit is settled for the charge, the rest is never taken.
-        refundAtomic: usage === null || this.init.kind !== 'tx' ? 0n : this.coversAtomic - call.chargeAtomic,
+        // A usage-priced call paid for more than its charge (a prepaid ceiling): the rest goes back. A
+        // transaction hash prepaid (refunded with the capture), and so did an authorization for the ceiling
+        // (an MPP charge; x402 exact is never taken where the amount varies), refunded once it settled; an
+        // upto permit is settled for the charge, the rest is never taken.
+        refundAtomic:
+          usage === null || this.init.kind === 'upto' ? 0n : this.coversAtomic - call.chargeAtomic,
       },
       scheme: this.scheme,
       receiptId: call.receiptId,
@@ -188,7 +191,7 @@ export class ClaimedPayment implements Payment {
   /** The claim stays held: once its lease runs out it is in doubt, and the expiry job settles it. */
   doubt(_call: CallFacts): void {}
 
-  receipt(served: boolean): [string, string] {
+  receipt(served: boolean): [string, string] | null {
     return this.init.receipt(served)
   }
 

@@ -3,11 +3,18 @@
 // folder beside these and one line here.
 import { batchSettlementScheme } from './batch-settlement/index.ts'
 import { exactScheme } from './exact/index.ts'
+import { mppChargeScheme } from './mpp-charge/index.ts'
 import type { SchemeFactory } from './scheme.ts'
 import { txHashScheme } from './tx-hash/index.ts'
 import { uptoScheme } from './upto/index.ts'
 
-const SCHEMES: SchemeFactory[] = [txHashScheme, batchSettlementScheme, uptoScheme, exactScheme]
+const SCHEMES: SchemeFactory[] = [
+  txHashScheme,
+  mppChargeScheme,
+  batchSettlementScheme,
+  uptoScheme,
+  exactScheme,
+]
 
 /** The registered schemes, in reading order. */
 export function registeredSchemes(): readonly SchemeFactory[] {

@@ -23,17 +23,36 @@ export class SchemeRegistry {
   /** Every scheme's part of the 402 for one endpoint and price, and the ones that say why they are absent. */
   offers(q: OfferQuery): Offers {
     const out: Offers = { offers: [], notOffered: [] }
+    const x402 = q.protocols === undefined || q.protocols.has('x402')
+    const mpp = q.protocols === undefined || q.protocols.has('mpp')
     for (const scheme of this.schemes) {
       const offer = scheme.offer(q)
       if (offer === null) continue
-      if ('notOffered' in offer) out.notOffered.push({ scheme: scheme.name, reason: offer.notOffered })
-      else out.offers.push(offer)
+      if ('notOffered' in offer) {
+        out.notOffered.push({ scheme: scheme.name, reason: offer.notOffered })
+        continue
+      }
+      // A protocol the owner turned off is not offered: its parts of each scheme's offer are left out.
+      const kept: Offer = {
+        ...(offer.body ? { body: offer.body } : {}),
+        ...(x402 && offer.v1 ? { v1: offer.v1 } : {}),
+        ...(x402 && offer.v2 ? { v2: offer.v2 } : {}),
+        ...(mpp && offer.mpp ? { mpp: offer.mpp } : {}),
+      }
+      if (kept.body || kept.v1 || kept.v2 || kept.mpp) out.offers.push(kept)
     }
     return out
   }
 
   /** The first scheme that reads the payment verifies it; a payment nobody reads is not a proof. */
   verify(proof: Proof, q: PayQuery): Verdict | Promise<Verdict> {
+    // A payment in a protocol the endpoint turned off is refused before any scheme looks at it.
+    const protocols = q.endpoint.protocols
+    if (protocols !== undefined) {
+      if (proof.kind === 'x402' && !protocols.has('x402'))
+        return { ok: false, reason: 'protocol_not_accepted' }
+      if (proof.kind === 'mpp' && !protocols.has('mpp')) return { ok: false, reason: 'protocol_not_accepted' }
+    }
     for (const scheme of this.schemes) {
       if (scheme.reads(proof)) return scheme.verify(proof, q)
     }

@@ -44,6 +44,11 @@ export interface OfferQuery {
   maxTimeoutSeconds: number
   /** Schemes the endpoint's owner turned on explicitly (opt-in schemes look here). */
   enabled: ReadonlySet<string>
+  /**
+   * The payment protocols the endpoint answers besides a transaction hash ('x402', 'mpp'); absent: both.
+   * The registry leaves out the parts of a protocol that is off (a scheme need not look).
+   */
+  protocols?: ReadonlySet<string>
 }
 
 /** Not offered here, and why (said in the 402: a client should not try it). */
@@ -62,6 +67,17 @@ export interface Quote {
   challenge: Challenge
 }
 
+/**
+ * A genuine payment already spent (proof_already_used): the key it was claimed under and its payer, as the
+ * scheme verified them (null: a transaction hash seen spent before its lookup, which names its payer
+ * itself). What it bought may be named again to whoever resends it: a pass purchase retried (its answer
+ * was lost) gets the same pass (src/data-plane/pass-purchase.ts).
+ */
+export interface SpentProof {
+  proofKey: string
+  payer: `0x${string}` | null
+}
+
 /** What the payment must cover for this request. */
 export interface PayQuery {
   endpoint: {
@@ -70,6 +86,8 @@ export interface PayQuery {
     timeoutMs: number
     /** The endpoint asks for its payment to be settled before the answer (schemes that can, do). */
     settleBeforeAnswer?: boolean
+    /** The payment protocols it accepts besides a transaction hash; absent: both (the registry refuses the others). */
+    protocols?: ReadonlySet<string>
   }
   quote: Quote
   nowMs: number
@@ -81,7 +99,7 @@ export interface PayQuery {
 export type Verdict =
   | { ok: true; payment: Payment }
   /** 402 with a wire reason; `requiredHeader` replaces the PAYMENT-REQUIRED header (a scheme's corrective 402). */
-  | { ok: false; reason: string; retryAfterMs?: number; requiredHeader?: string }
+  | { ok: false; reason: string; retryAfterMs?: number; requiredHeader?: string; spent?: SpentProof }
   /** 503: a dependency could not answer (chain, database); the same payment may be retried. */
   | { ok: 'unavailable'; message: string; reason: string; err?: unknown }
   /** An error answer of the registry (src/errors.ts), e.g. settlement_backlog with its Retry-After. */
@@ -89,7 +107,10 @@ export type Verdict =
   /** The scheme answered the request itself (nothing forwarded), e.g. a channel refund. */
   | { ok: 'answered'; status: string; headers: Array<[string, string]>; body: string; reason: string }
 
-/** insufficient_funds: x402 exact, the payer's balance does not cover it on top of its unsettled authorizations. */
+/**
+ * insufficient_funds: x402 exact or upto, the payer's balance does not cover it (upto: its maximum) on top of
+ * its unsettled authorizations and permits (the payer reservation).
+ */
 export type ClaimOutcome = 'won' | 'busy' | 'used' | 'insufficient_funds'
 
 /** The facts of a call, for its row in the books. */

@@ -23,5 +23,7 @@ export function refusal(result: Extract<VerifyResult, { ok: false }>): Verdict {
       headers: RETRY_AFTER_1,
     }
   }
-  return { ok: false, reason: result.reason, retryAfterMs: result.retryAfterMs }
+  const refused: Verdict = { ok: false, reason: result.reason, retryAfterMs: result.retryAfterMs }
+  if (result.spent !== undefined) refused.spent = result.spent
+  return refused
 }

@@ -1,10 +1,20 @@
-// The x402 exact reservation in the claim statement (src/books/claims.ts, migration 0045): an authorization
-// is claimed only if the payer's balance as read covers it on top of the payer's unsettled authorizations and
-// those settled after the read's block. The SQL alone, on a real database (PGlite or a server).
+// The payer reservation in the claim statement (src/books/claims.ts, migrations 0045 and 0065): an x402 exact
+// authorization or upto permit is claimed only if the payer's balance as read covers it (a permit: its
+// maximum) on top of what the payer's unsettled authorizations and permits hold and those settled after the
+// read's block. The SQL alone, on a real database (PGlite or a server).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type ClaimRequest, claimAndCapture, claimProof, releaseClaim } from '../../src/books/claims.ts'
+import {
+  type ClaimRequest,
+  captureClaim,
+  claimAndCapture,
+  claimProof,
+  releaseClaim,
+  voidClaim,
+} from '../../src/books/claims.ts'
 import { failSettlement } from '../../src/books/settlement.ts'
+import { failUptoSettlement, settleUptoClaims } from '../../src/books/upto-settlement.ts'
 import type { Sql } from '../../src/db/sql.ts'
+import { newId } from '../../src/ids.ts'
 import { migratedDatabase, usingServer } from '../helpers/database.ts'
 
 let sql: Sql
@@ -156,3 +166,108 @@ describe.runIf(usingServer)('x402 exact reservation, concurrent sessions', () =>
     expect(won).toBe(20)
   })
 })
+
+/** An upto permit's claim for `max` (its signed maximum). */
+function permit(
+  payer: string,
+  max: bigint,
+  reserve: { balanceAtomic: bigint; block: bigint } | null,
+): ClaimRequest {
+  return {
+    ...auth(payer, max, reserve, `upto:84532:${payer.toLowerCase()}:${++n}`),
+    kind: 'upto',
+    authorization: {
+      from: payer,
+      amount: max.toString(),
+      deadline: String(Math.floor(Date.now() / 1000) + 600),
+    },
+  }
+}
+
+/** The capture the data plane writes for a served upto call charged `charge`. */
+async function capturedFor(r: ClaimRequest, charge: bigint): Promise<void> {
+  const applied = await captureClaim(sql, {
+    callId: newId('call'),
+    proofKey: r.proofKey,
+    endpointId: 'ep_1',
+    accountId: ACCOUNT,
+    ownerWallet: '0x1111111111111111111111111111111111111111',
+    payer: r.payer,
+    amountAtomic: charge,
+    ownerShareAtomic: charge,
+    feeAtomic: 0n,
+    upstreamStatus: 200,
+    method: 'POST',
+    scheme: 'upto',
+  })
+  expect(applied).toEqual({ ok: true })
+}
+
+describe('x402 upto in the payer reservation', () => {
+  it('a claimed permit holds its maximum: a second one past the balance is insufficient_funds', async () => {
+    const p = payerAddress()
+    const read = { balanceAtomic: 60_000n, block: 100n }
+    expect(await outcome(permit(p, 50_000n, read))).toBe('won')
+    expect(await outcome(permit(p, 50_000n, read))).toBe('insufficient_funds')
+    // One wallet, one reservation: an exact authorization of the same payer meets the permit's maximum too.
+    expect(await outcome(auth(p, 10_001n, read))).toBe('insufficient_funds')
+    expect(await outcome(auth(p, 10_000n, read))).toBe('won')
+    expect(await outcome(permit(p, 1n, read))).toBe('insufficient_funds')
+  })
+
+  it('one statement: a permit and an authorization of one payer count against each other, in order', async () => {
+    const p = payerAddress()
+    const read = { balanceAtomic: 60_000n, block: 100n }
+    const r = await claimAndCapture(sql, {
+      claims: [permit(p, 50_000n, read), auth(p, 10_000n, read), permit(p, 1n, read)],
+      captures: [],
+    })
+    expect(r.claims.map((c) => c.outcome)).toEqual(['won', 'won', 'insufficient_funds'])
+  })
+
+  it('once captured a permit holds its charge; settled, what the chain moved until a read shows it', async () => {
+    const p = payerAddress()
+    const first = permit(p, 50_000n, { balanceAtomic: 60_000n, block: 100n })
+    expect(await outcome(first)).toBe('won')
+    await capturedFor(first, 20_000n)
+    // Charged 20,000: 40,000 of the 60,000 is free, not 10,000.
+    expect(await outcome(permit(p, 40_001n, { balanceAtomic: 60_000n, block: 100n }))).toBe(
+      'insufficient_funds',
+    )
+    const second = permit(p, 40_000n, { balanceAtomic: 60_000n, block: 100n })
+    expect(await outcome(second)).toBe('won')
+    await voidFreed(second)
+    expect(
+      await settleUptoClaims(sql, {
+        settled: [{ proofKey: first.proofKey, settledAtomic: 20_000n, block: 105n }],
+      }),
+    ).toEqual([first.proofKey])
+    // Read at 100: the 20,000 settled in 105 still counts; read at 105, the balance shows it, not counted again.
+    expect(await outcome(permit(p, 40_001n, { balanceAtomic: 60_000n, block: 100n }))).toBe(
+      'insufficient_funds',
+    )
+    expect(await outcome(permit(p, 40_000n, { balanceAtomic: 40_000n, block: 105n }))).toBe('won')
+  })
+
+  it('a released, voided or failed permit holds nothing: no money moves for it', async () => {
+    const p = payerAddress()
+    const read = { balanceAtomic: 50_000n, block: 100n }
+    const released = permit(p, 50_000n, read)
+    expect(await claimProof(sql, released)).toMatchObject({ outcome: 'won', attempt: 1 })
+    expect(await outcome(permit(p, 1n, read))).toBe('insufficient_funds')
+    expect((await releaseClaim(sql, { proofKey: released.proofKey, attempt: 1 })).ok).toBe(true)
+    const failed = permit(p, 50_000n, read)
+    expect(await outcome(failed)).toBe('won')
+    await capturedFor(failed, 50_000n)
+    expect(await outcome(permit(p, 1n, read))).toBe('insufficient_funds')
+    expect(await failUptoSettlement(sql, { proofKey: failed.proofKey, reason: 'reverted' })).toBe(true)
+    expect(await outcome(permit(p, 50_000n, read))).toBe('won')
+  })
+})
+
+/** An uncaptured permit whose window ended (the expiry job): void, out of the sum. */
+async function voidFreed(r: ClaimRequest): Promise<void> {
+  await sql`UPDATE claims SET retry_until = now() - interval '1 second', lease_until = NULL
+            WHERE proof_key = ${r.proofKey}`
+  expect(await voidClaim(sql, { proofKey: r.proofKey })).toEqual({ ok: true, n: 1 })
+}

@@ -116,8 +116,11 @@ describe('x402 upto contracts on the dev chain', () => {
     const payer = await approvedPayer()
     const stored = await publishedPermit(payer, batcher)
     expect(await verify(stored)).toEqual({ ok: true, payer: payer.address })
-    expect(await checkUptoOnChain(publicClient, { usdc, permit: uptoPermitFromStored(stored) })).toEqual({
+    expect(
+      await checkUptoOnChain(publicClient, { usdc, permit: uptoPermitFromStored(stored) }),
+    ).toMatchObject({
       ok: true,
+      balance: { atomic: await usdcBalance(payer.address) },
     })
     const before = [await usdcBalance(payer.address), await usdcBalance(treasury)]
     const outcomes = await settle([{ permit: stored, amount: 123_457n }])
@@ -272,7 +275,7 @@ describe('x402 upto contracts on the dev chain', () => {
     expect(results.filter((r) => r.ok)).toHaveLength(2)
     expect(results.filter((r) => !r.ok)).toEqual([{ ok: false, reason: 'insufficient_funds' }])
     // A check after those reads sees the chain afresh (nothing settled: all three fit one at a time).
-    expect(await check({ from: payer.address, nonce: 4n, amount: MAX })).toEqual({ ok: true })
+    expect(await check({ from: payer.address, nonce: 4n, amount: MAX })).toMatchObject({ ok: true })
     await reads.close()
   })
 

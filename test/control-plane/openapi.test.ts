@@ -427,6 +427,33 @@ describe('real answers of every operation validate against it', () => {
     await call('/api/v1/refunds/{id}', `${refunds}/re_missing`, { key })
   })
 
+  it('the x402 facilitator and its settlements', async () => {
+    const f = '/api/v1/facilitator'
+    const supported = await call(`${f}/supported`, `${f}/supported`, { key })
+    expect(supported.body.kinds.length).toBeGreaterThan(0)
+    await call(`${f}/supported`, `${f}/supported`)
+    // Terms of another network: the spec's answers (200), nothing claimed.
+    const body = {
+      x402Version: 1,
+      paymentPayload: { x402Version: 1, scheme: 'exact', network: 'nowhere', payload: {} },
+      paymentRequirements: {
+        scheme: 'exact',
+        network: 'nowhere',
+        maxAmountRequired: '1000',
+        asset: '0x0000000000000000000000000000000000000001',
+        payTo: '0x0000000000000000000000000000000000000002',
+      },
+    }
+    const verify = await call(`${f}/verify`, `${f}/verify`, { key, body })
+    expect(verify.body).toMatchObject({ isValid: false, invalidReason: 'invalid_network' })
+    await call(`${f}/verify`, `${f}/verify`, { key, body: { x402Version: 3 } })
+    const settle = await call(`${f}/settle`, `${f}/settle`, { key, body })
+    expect(settle.body).toMatchObject({ success: false, errorReason: 'invalid_network' })
+    await call(`${f}/settle`, `${f}/settle`, { key, body: { x402Version: 1 } })
+    await call('/api/v1/settlements', '/api/v1/settlements', { key })
+    await call('/api/v1/settlements', '/api/v1/settlements?limit=0', { key })
+  })
+
   it('covered every operation: its success and, where it documents one, an error', () => {
     const missing: string[] = []
     for (const [path, item] of Object.entries(doc.paths as Json)) {

@@ -6,7 +6,7 @@
 // failed, the books and reconcile. A private anvil with chain id 84532 as base-sepolia (what the published
 // clients know), as in the x402 v2 test.
 import type { ServerResponse } from 'node:http'
-import { x402Client } from '@x402/core/client'
+import { x402Client, x402HTTPClient } from '@x402/core/client'
 import { decodePaymentRequiredHeader, decodePaymentResponseHeader } from '@x402/core/http'
 import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import {
@@ -21,6 +21,7 @@ import { type Chain, createWalletClient, getAddress, type Hex, http, parseAbi, p
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { baseSepolia } from 'viem/chains'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { findPurchasedPass } from '../../src/books/passes.ts'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { loadConfig } from '../../src/config/load.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
@@ -455,10 +456,12 @@ describe('what a pass does not cover', () => {
     await wallet.waitForTransactionReceipt({ hash })
     const r = await fetch(ep.purchaseUrl, { method: 'POST', headers: { 'x-payment': hash } })
     expect(r.status, await r.clone().text()).toBe(201)
-    expect(((await r.json()) as { uses_left: number }).uses_left).toBe(1)
-    // The same hash again: it paid for this pass, which it names again; it buys no second one.
+    const pass = (await r.json()) as { id: string; uses_left: number }
+    expect(pass.uses_left).toBe(1)
+    // The same hash again: it paid for this pass, which it names again (200); it buys no second one.
     const again = await fetch(ep.purchaseUrl, { method: 'POST', headers: { 'x-payment': hash } })
-    expect([200, 402]).toContain(again.status)
+    expect(again.status).toBe(200)
+    expect(await again.json()).toEqual(pass)
     expect(await usesLeft(ep.id, payer.address)).toEqual([1])
     expect(
       (await signedCall(ep.meteredUrl, (await signedHeader(ep.meteredUrl, payer.privateKey)).header)).status,
@@ -480,6 +483,80 @@ describe('what a pass does not cover', () => {
     const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
     expect(report.passes).toMatchObject({ without_purchase: 0, count_mismatch: 0 })
     expect(report.differences).toEqual([])
+  })
+})
+
+describe('a pass purchase retried with the same payment', () => {
+  const usdcOf = (address: string) =>
+    svc.chain.publicClient.readContract({
+      address: chain.usdcAddress,
+      abi: parseAbi(['function balanceOf(address) view returns (uint256)']),
+      functionName: 'balanceOf',
+      args: [address as Hex],
+    })
+
+  /** The published client's payment header for the 402 of `url` (one authorization, sent as often as asked). */
+  async function paymentHeader(key: Hex, url: string): Promise<Record<string, string>> {
+    const client = new x402Client()
+    registerExactEvmScheme(client, { signer: privateKeyToAccount(key) as never })
+    const http402 = new x402HTTPClient(client)
+    const r = await fetch(url, { method: 'POST' })
+    expect(r.status).toBe(402)
+    const required = http402.getPaymentRequiredResponse((name) => r.headers.get(name), await r.json())
+    return http402.encodePaymentSignatureHeader(await http402.createPaymentPayload(required))
+  }
+
+  it('gets the same pass with 200 before and after its settlement, charged once; never another endpoint’s', async () => {
+    const ep = await createPassEndpoint({ price: 0.05, calls: 2 })
+    const other = await createPassEndpoint({ price: 0.05, calls: 2 })
+    const payer = chain.payers[2]!
+    const header = await paymentHeader(payer.privateKey, ep.purchaseUrl)
+    const before = await usdcOf(payer.address)
+    const bought = await fetch(ep.purchaseUrl, { method: 'POST', headers: header })
+    expect(bought.status, await bought.clone().text()).toBe(201)
+    const pass = (await bought.json()) as { id: string }
+    // Its answer lost, the buyer sends the same payment again: seen spent on this instance, not settled yet.
+    const early = await fetch(ep.purchaseUrl, { method: 'POST', headers: header })
+    expect(early.status).toBe(200)
+    expect(await early.json()).toEqual(pass)
+    await svc.flushCaptures()
+    await waitFor(
+      async () =>
+        (
+          await svc.sql`SELECT 1 FROM claims c JOIN passes p ON p.proof_key = c.proof_key
+                        WHERE p.id = ${pass.id} AND c.settled_at IS NOT NULL`
+        ).length === 1,
+      { timeoutMs: 20_000, intervalMs: 200, what: 'the purchase settled' },
+    )
+    // Settled: the authorization's nonce is used on chain. The same payment still names its pass, 200.
+    for (let i = 0; i < 2; i++) {
+      const again = await fetch(ep.purchaseUrl, { method: 'POST', headers: header })
+      expect(again.status, await again.clone().text()).toBe(200)
+      expect(again.headers.get('payment-response')).toBeNull()
+      expect(await again.json()).toEqual(pass)
+    }
+    // Charged once: one PASS call in the books, one transfer on chain, one pass.
+    const calls = await svc.sql<{ amount_atomic: bigint }[]>`
+      SELECT amount_atomic FROM calls WHERE endpoint_id = ${ep.id} AND method = 'PASS'`
+    expect(calls).toEqual([{ amount_atomic: PASS_PRICE_ATOMIC }])
+    expect(before - (await usdcOf(payer.address))).toBe(PASS_PRICE_ATOMIC)
+    expect(await usesLeft(ep.id, payer.address)).toEqual([2])
+    // Another endpoint's purchase URL with the same payment: refused, it opens and shows nothing there.
+    const elsewhere = await fetch(other.purchaseUrl, { method: 'POST', headers: header })
+    expect(elsewhere.status).toBe(402)
+    expect(await usesLeft(other.id, payer.address)).toEqual([])
+    // The books' look-up names the pass only on its endpoint and to its payer.
+    const [row] = await svc.sql<{ proof_key: string }[]>`SELECT proof_key FROM passes WHERE id = ${pass.id}`
+    const proofKey = row!.proof_key
+    expect(
+      (await findPurchasedPass(svc.sql, { proofKey, endpointId: ep.id, payer: payer.address }))?.id,
+    ).toBe(pass.id)
+    expect(
+      await findPurchasedPass(svc.sql, { proofKey, endpointId: other.id, payer: payer.address }),
+    ).toBeNull()
+    expect(
+      await findPurchasedPass(svc.sql, { proofKey, endpointId: ep.id, payer: chain.payers[3]!.address }),
+    ).toBeNull()
   })
 })
 

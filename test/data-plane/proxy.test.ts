@@ -32,6 +32,8 @@ let dispatcher: UpstreamDispatcher
 let target: UpstreamTarget
 /** Stands in for the endpoint lookup, verification and claim awaits of the real route. */
 let claimDelayMs = 5
+/** Whether the proxy app treats its peer as a trusted proxy (server.trusted_proxies). */
+let peerTrusted = false
 let outcomes: ProxyOutcome[] = []
 let heads: number[] = []
 
@@ -60,6 +62,7 @@ function startProxyApp(): Promise<number> {
       pathAndQuery: req.getUrl().slice(2) + (query ? `?${query}` : ''),
       headers,
       remoteAddress: Buffer.from(res.getRemoteAddressAsText()).toString(),
+      peerTrusted,
       requestId: 'req_proxy_test',
       traceparent: null,
     }
@@ -199,6 +202,7 @@ beforeEach(() => {
   dispatcher = open
   target = defaultTarget()
   claimDelayMs = 5
+  peerTrusted = false
   outcomes = []
   heads = []
 })
@@ -268,6 +272,9 @@ describe('relay', () => {
         'payment-signature': 'eyJ4NDAyIjoidjIifQ==',
         'x-forwarded-for': '203.0.113.7',
         'x-forwarded-proto': 'https',
+        forwarded: 'for=203.0.113.7;proto=https',
+        'x-real-ip': '203.0.113.7',
+        'true-client-ip': '203.0.113.7',
         authorization: 'Bearer caller-token',
         'x-custom': 'kept',
         'x-tollgate-agent': 'forged-signer',
@@ -285,17 +292,38 @@ describe('relay', () => {
       'proxy-authorization',
       'x-payment',
       'payment-signature',
+      // The peer is not a trusted proxy: what it says about the client is its own word.
+      'forwarded',
+      'x-real-ip',
+      'true-client-ip',
     ]) {
       expect(seen[name], name).toBeUndefined()
     }
     expect(seen.host).toBe('api.upstream.test')
-    expect(seen['x-forwarded-for']).toBe('203.0.113.7, 127.0.0.1')
+    expect(seen['x-forwarded-for']).toBe('127.0.0.1')
     expect(seen['x-forwarded-proto']).toBe('http')
     expect(seen['x-forwarded-host']).toBe(`127.0.0.1:${port}`)
     expect(seen.authorization).toBe('Bearer owner-secret')
     expect(seen['x-custom']).toBe('kept')
     // The upstream's own keep-alive answer does not reach the client.
     expect(res.headers['keep-alive']).toBeUndefined()
+    await outcome()
+  })
+
+  it('from a trusted proxy, appends to x-forwarded-for and relays Forwarded and X-Real-IP', async () => {
+    peerTrusted = true
+    const res = await nodeRequest('/p/echo', {
+      headers: {
+        'x-forwarded-for': '203.0.113.7, 198.51.100.2',
+        forwarded: 'for=203.0.113.7;proto=https',
+        'x-real-ip': '203.0.113.7',
+      },
+    })
+    expect(res.status).toBe(200)
+    const seen = upstream.last()!.headers
+    expect(seen['x-forwarded-for']).toBe('203.0.113.7, 198.51.100.2, 127.0.0.1')
+    expect(seen.forwarded).toBe('for=203.0.113.7;proto=https')
+    expect(seen['x-real-ip']).toBe('203.0.113.7')
     await outcome()
   })
 

@@ -25,7 +25,7 @@ export interface McpUpstream {
 /** The `report` tool's text: its size makes its answer's byte count, and so its usage price. */
 export const REPORT_TEXT = 'r'.repeat(5_000)
 
-function buildServer(served: Map<string, number>): McpServer {
+export function buildServer(served: Map<string, number>): McpServer {
   const server = new McpServer({ name: 'tollgate-test-mcp', version: '1.0.0' })
   const count = (name: string) => served.set(name, (served.get(name) ?? 0) + 1)
   server.registerTool(
@@ -51,6 +51,33 @@ function buildServer(served: Map<string, number>): McpServer {
       count('report')
       return { content: [{ type: 'text', text: REPORT_TEXT }] }
     },
+  )
+  // A resource and a prompt (served counted as `resource:<uri>`, `prompt:<name>`).
+  server.registerResource('forecast', 'weather://forecast', { description: 'The forecast' }, async (uri) => {
+    count('resource:weather://forecast')
+    return { contents: [{ uri: uri.href, text: 'sunny all week' }] }
+  })
+  server.registerResource('about', 'weather://about', { description: 'About (free)' }, async (uri) => {
+    count('resource:weather://about')
+    return { contents: [{ uri: uri.href, text: 'a weather server' }] }
+  })
+  server.registerPrompt(
+    'plan',
+    { description: 'Plan a trip', argsSchema: { city: z.string() } },
+    ({ city }) => {
+      count('prompt:plan')
+      return { messages: [{ role: 'user', content: { type: 'text', text: `plan a trip to ${city}` } }] }
+    },
+  )
+  // MCP 2026-07-28 server/discover, as a server of that revision answers it (this SDK predates it).
+  server.server.setRequestHandler(
+    z.object({ method: z.literal('server/discover'), params: z.any().optional() }) as never,
+    () =>
+      ({
+        resultType: 'complete',
+        supportedVersions: ['2026-07-28'],
+        capabilities: { tools: {}, resources: {}, prompts: {} },
+      }) as never,
   )
   return server
 }

@@ -17,8 +17,14 @@ export interface OpenAiUpstream {
 
 export const USAGE = { prompt_tokens: 1200, completion_tokens: 50, cached_tokens: 200 }
 
-export async function startOpenAiUpstream(options: { events?: number } = {}): Promise<OpenAiUpstream> {
+export async function startOpenAiUpstream(
+  options: {
+    events?: number /** Every answer starts this late (an upstream that thinks). */
+    delayMs?: number
+  } = {},
+): Promise<OpenAiUpstream> {
   const events = options.events ?? 50
+  const delayMs = options.delayMs ?? 0
   const bodies: Array<Record<string, unknown>> = []
   let closedEarly = 0
   const server: Server = createServer((req, res) => {
@@ -33,8 +39,12 @@ export async function startOpenAiUpstream(options: { events?: number } = {}): Pr
       res.on('close', () => {
         if (!res.writableFinished) closedEarly++
       })
-      if (req.url?.startsWith('/v1/messages')) return anthropic(res, events)
-      answer(req, res, body, events)
+      const go = () => {
+        if (req.url?.startsWith('/v1/messages')) return anthropic(res, events)
+        answer(req, res, body, events)
+      }
+      if (delayMs > 0) setTimeout(go, delayMs)
+      else go()
     })
   })
   server.keepAliveTimeout = 60_000

@@ -40,7 +40,54 @@ describe('readMcpRequest', () => {
     ).toEqual({ kind: 'tools_list', id: 3, paged: true })
     expect(
       readMcpRequest(body({ jsonrpc: '2.0', id: 'a', method: 'tools/call', params: { name: 'w' } })),
-    ).toEqual({ kind: 'tool_call', name: 'w', id: 'a', payment: null })
+    ).toEqual({
+      kind: 'tool_call',
+      method: 'tools/call',
+      name: 'w',
+      id: 'a',
+      payment: null,
+      extension: false,
+      resultType: false,
+    })
+    // Resources by URI, prompts by name; the extension and the 2026-07-28 revision read from _meta.
+    expect(
+      readMcpRequest(
+        body({
+          jsonrpc: '2.0',
+          id: 5,
+          method: 'resources/read',
+          params: {
+            uri: 'w://x',
+            _meta: {
+              'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+              'io.modelcontextprotocol/clientCapabilities': { extensions: { 'org.x402/payment': {} } },
+            },
+          },
+        }),
+      ),
+    ).toMatchObject({
+      kind: 'tool_call',
+      method: 'resources/read',
+      name: 'w://x',
+      extension: true,
+      resultType: true,
+    })
+    expect(
+      readMcpRequest(body({ jsonrpc: '2.0', id: 6, method: 'prompts/get', params: { name: 'p' } })),
+    ).toMatchObject({ kind: 'tool_call', method: 'prompts/get', name: 'p', extension: false })
+    expect(
+      readMcpRequest(body({ jsonrpc: '2.0', id: 7, method: 'resources/read', params: {} })),
+    ).toMatchObject({
+      kind: 'invalid',
+      code: -32602,
+    })
+    expect(readMcpRequest(body({ jsonrpc: '2.0', id: 8, method: 'server/discover' }))).toEqual({
+      kind: 'discover',
+      id: 8,
+    })
+    expect(
+      readMcpRequest(body([{ jsonrpc: '2.0', id: 9, method: 'prompts/get', params: { name: 'p' } }])),
+    ).toEqual({ kind: 'protocol', calls: [{ method: 'prompts/get', name: 'p' }] })
     const payment = { x402Version: 2, payload: {} }
     expect(
       readMcpRequest(

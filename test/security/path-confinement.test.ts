@@ -167,6 +167,7 @@ describe('proxy() itself', () => {
         pathAndQuery: req.getUrl(),
         headers: [],
         remoteAddress: '127.0.0.1',
+        peerTrusted: false,
         requestId: 'req_confinement',
         traceparent: null,
       }

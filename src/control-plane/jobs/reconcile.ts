@@ -1,6 +1,7 @@
 // Reconciliation: the chain against the books for a time range, to the base unit.
 //   inflow:  USDC received by the treasury in the proofs claimed in the range
-//            = captured calls + applied payments + refunds booked + uncaptured (still in their retry window)
+//            = captured calls + applied payments (and facilitator settlements to the treasury) + refunds booked
+//              + uncaptured (still in their retry window)
 //   outflow: USDC the treasury sent = confirmed payout rows (same hash, recipient and amount)
 //   split:   owner shares + fees = captured, for the calls captured in the range
 //   batches: each capture batch's owner share and fee entries = the sums of the calls that name the batch,
@@ -238,7 +239,10 @@ async function checkInflow(
            (SELECT coalesce(sum(e.amount_atomic), 0) FROM ledger_entries e
              WHERE e.kind = 'refund' AND e.source_type = 'claim' AND e.source_id = c.proof_key)::bigint AS refund_amount
     FROM claims c
-    WHERE c.claimed_at >= ${b.from} AND c.claimed_at < ${b.to}`
+    WHERE c.claimed_at >= ${b.from} AND c.claimed_at < ${b.to}
+      -- A facilitator settlement paid to the merchant's own wallet never reaches the treasury (migration 0065).
+      AND NOT (c.target_type = 'facilitator' AND EXISTS (
+        SELECT 1 FROM facilitator_settlements f WHERE f.id = c.target_id AND f.custody = 'merchant'))`
   let captured = 0n
   let applied = 0n
   let refunds = 0n

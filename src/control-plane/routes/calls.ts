@@ -8,6 +8,9 @@ import { Atomic, CallUsage, Dollars, listOf, PricingModel, Timestamp } from '../
 import { listResponse, readPage } from '../pagination.ts'
 import type { Route } from '../route.ts'
 
+/** What a paid MCP call is recorded under: a tool name, `resource:<uri>` or `prompt:<name>` (src/mcp/). */
+const CALL_SUBJECT = /^(?:[A-Za-z0-9_./-]{1,128}|resource:[^\p{Cc}\s]{1,2048}|prompt:\P{Cc}{1,128})$/u
+
 export const CallObject = v.strictObject({
   id: v.string(),
   object: v.literal('call'),
@@ -20,8 +23,20 @@ export const CallObject = v.strictObject({
   fee_atomic: Atomic,
   upstream_status: v.number(),
   method: v.string(),
-  tool: v.pipe(v.nullable(v.string()), v.description('the MCP tool a paid tools/call named; null otherwise')),
+  tool: v.pipe(
+    v.nullable(v.string()),
+    v.description(
+      'the MCP tool a paid tools/call named (resource:<uri> for a priced resources/read, prompt:<name> for a ' +
+        'priced prompts/get); null otherwise',
+    ),
+  ),
   pricing_model: PricingModel,
+  scheme: v.pipe(
+    v.nullable(v.string()),
+    v.description(
+      'how it was paid: tx-hash, exact (x402), upto, batch-settlement, mpp-charge (MPP evm charge); null for calls before schemes were recorded',
+    ),
+  ),
   usage: CallUsage,
   created_at: Timestamp,
 })
@@ -41,6 +56,7 @@ export function presentCall(c: CallRow): v.InferOutput<typeof CallObject> {
     method: c.method,
     tool: c.tool ?? null,
     pricing_model: c.pricing_model as v.InferOutput<typeof PricingModel>,
+    scheme: c.scheme ?? null,
     usage: usageView(c) as v.InferOutput<typeof CallUsage>,
     created_at: c.created_at.toISOString(),
   }
@@ -72,8 +88,12 @@ export const callRoutes: Route[] = [
         throw new ApiError('invalid_parameter', 'endpoint_id: must be an endpoint id', 'endpoint_id')
       }
       const tool = query.get('tool')
-      if (tool !== null && !/^[A-Za-z0-9_./-]{1,128}$/.test(tool)) {
-        throw new ApiError('invalid_parameter', 'tool: must be an MCP tool name', 'tool')
+      if (tool !== null && !CALL_SUBJECT.test(tool)) {
+        throw new ApiError(
+          'invalid_parameter',
+          'tool: must be an MCP tool name, resource:<uri> or prompt:<name>',
+          'tool',
+        )
       }
       const rows = await listCalls(db, {
         accountId: account.id,

@@ -106,6 +106,17 @@ const Settlement = v.pipe(
   ),
 )
 
+const Protocols = v.pipe(
+  v.array(v.picklist(['x402', 'mpp'], 'must be "x402" or "mpp"'), 'must be an array of "x402" and "mpp"'),
+  v.maxLength(2),
+  v.check((l) => new Set(l).size === l.length, 'must not repeat a protocol'),
+  v.description(
+    'the payment protocols its 402 offers and it accepts besides a transaction hash: x402 (PAYMENT-REQUIRED; ' +
+      'X-PAYMENT, PAYMENT-SIGNATURE) and mpp (the Machine Payments Protocol: WWW-Authenticate / Authorization: ' +
+      'Payment, method evm, intent charge). Default both',
+  ),
+)
+
 const CreateBody = v.strictObject({
   upstream_url: v.pipe(v.string('must be a string'), v.maxLength(2048)),
   kind: v.optional(Kind),
@@ -120,6 +131,7 @@ const CreateBody = v.strictObject({
   /** x402 batch-settlement (pay once into a channel, call many): off unless the owner turns it on. */
   batch_settlement: v.optional(v.boolean('must be true or false')),
   x402_settlement: v.optional(Settlement),
+  protocols: v.optional(Protocols),
   /** In the public discovery listing (/discovery/resources, /.well-known/x402.json) and the bazaar extension of its 402. */
   listed: v.optional(v.boolean('must be true or false')),
   /** What catalogs show and agents read to call it: service name, tags, icon, method, input and output JSON Schema. */
@@ -144,6 +156,7 @@ const UpdateBody = v.strictObject({
   /** x402 batch-settlement (pay once into a channel, call many): off unless the owner turns it on. */
   batch_settlement: v.optional(v.boolean('must be true or false')),
   x402_settlement: v.optional(Settlement),
+  protocols: v.optional(Protocols),
   /** In the public discovery listing (/discovery/resources, /.well-known/x402.json) and the bazaar extension of its 402. */
   listed: v.optional(v.boolean('must be true or false')),
   /** What catalogs show and agents read to call it: service name, tags, icon, method, input and output JSON Schema. */
@@ -268,6 +281,10 @@ export const EndpointObject = v.strictObject({
       'when its x402 `exact` payments are settled: the endpoint’s own choice, or the service default when it made none',
     ),
   ),
+  protocols: v.pipe(
+    v.array(v.picklist(['x402', 'mpp'])),
+    v.description('the payment protocols it answers besides a transaction hash (x402, mpp)'),
+  ),
   listed: v.boolean(),
   discovery: v.pipe(
     v.nullable(v.record(v.string(), v.unknown())),
@@ -304,6 +321,7 @@ export function presentEndpoint(
     timeout_ms: e.timeout_ms ?? deps.config.proxy.upstream_timeout_ms,
     batch_settlement: e.batch_settlement,
     x402_settlement: e.x402_settlement ?? defaultSettlement(deps),
+    protocols: (e.protocols ?? ['x402', 'mpp']) as Array<'x402' | 'mpp'>,
     listed: e.listed,
     discovery: (e.discovery as Record<string, unknown> | null) ?? null,
     pass: e.pass === null ? null : presentPass(passFromStored(e.pass), `${deps.publicUrl()}/pass/${e.id}`),
@@ -401,6 +419,7 @@ export const endpointRoutes: Route[] = [
         timeoutMs: input.timeout_ms ?? null,
         batchSettlement: input.batch_settlement ?? false,
         x402Settlement: readSettlement(input.x402_settlement, deps) ?? null,
+        protocols: input.protocols ?? ['x402', 'mpp'],
         listed: input.listed ?? false,
         discovery: storedDiscovery(input.discovery),
         pass: pass === null ? null : passToStored(pass),
@@ -464,6 +483,7 @@ export const endpointRoutes: Route[] = [
       if (input.batch_settlement !== undefined) changes.batchSettlement = input.batch_settlement
       const settlement = readSettlement(input.x402_settlement, deps)
       if (settlement !== undefined) changes.x402Settlement = settlement
+      if (input.protocols !== undefined) changes.protocols = input.protocols
       if (input.listed !== undefined) changes.listed = input.listed
       if (input.discovery !== undefined) changes.discovery = storedDiscovery(input.discovery)
       if (input.status !== undefined) changes.status = input.status

@@ -102,7 +102,12 @@ class ExactScheme implements Scheme {
     if (!exactAmountAccepted(q.quote, result.valueAtomic, q.nowMs))
       return { ok: false, reason: 'wrong_amount' }
     // The spent-proof check needs the verifier's key (chain, token, payer, nonce).
-    if (this.deps.usedProofs.has(result.proofKey)) return { ok: false, reason: 'proof_already_used' }
+    if (this.deps.usedProofs.has(result.proofKey))
+      return {
+        ok: false,
+        reason: 'proof_already_used',
+        spent: { proofKey: result.proofKey, payer: result.payer },
+      }
     const networks = this.networks
     const early = q.endpoint.settleBeforeAnswer === true ? this.earlyOrWarn() : null
     const authorization = result.authorization

@@ -48,7 +48,7 @@ class TxHashScheme implements Scheme {
     // A proof seen spent on this instance is refused without a query.
     if (this.deps.usedProofs.has(proof.key)) {
       cacheCounters.usedHit.inc()
-      return { ok: false, reason: 'proof_already_used' }
+      return { ok: false, reason: 'proof_already_used', spent: { proofKey: proof.key, payer: null } }
     }
     const verified = this.deps.verifier.verify(proof, q.client)
     if (verified instanceof Promise) return verified.then((r) => this.decide(r, q))

@@ -170,6 +170,9 @@ class UptoScheme implements Scheme {
           accountId: q.endpoint.accountId,
           leaseMs: q.endpoint.timeoutMs + 5_000,
           receipt: (served) => this.receipt(payer, served),
+          // The payer reservation: the claim holds the maximum against this balance read, on top of what
+          // the payer's other permits and authorizations still hold, on every instance (src/books/claims.ts).
+          reserve: { balanceAtomic: onChain.balance.atomic, block: onChain.balance.block },
         }),
       }
     })

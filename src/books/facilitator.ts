@@ -1,0 +1,223 @@
+// The facilitator's room: an x402 `exact` authorization a merchant's own middleware sent tollgate to settle
+// (/api/v1/facilitator/settle). It is claimed by the same claim as every proof (its proof_key is the one a
+// metered call would claim), so it settles once, here or on a metered URL; the settlement batcher sends it
+// with the calls' authorizations, and settleAuthorizations hands it back here, in its transaction, once used.
+import type { StoredAuthorization } from '../chain/settle.ts'
+import { insertEvent } from '../db/events.ts'
+import type { Sql, Tx } from '../db/sql.ts'
+import { newId } from '../ids.ts'
+import { splitOwnerShare } from '../money.ts'
+
+type Db = Sql | Tx
+
+/** Where the money goes: the treasury (booked like a metered call) or the account's own wallet (only sent). */
+export type Custody = 'treasury' | 'merchant'
+
+export interface FacilitatorSettlementRow {
+  id: string
+  account_id: string
+  proof_key: string
+  payment_identifier: string | null
+  custody: Custody
+  pay_to: string
+  payer: string
+  amount_atomic: bigint
+  owner_share_atomic: bigint
+  fee_atomic: bigint
+  network: string
+  x402_version: number
+  created_at: Date
+  settled_at: Date | null
+  settlement_tx: string | null
+}
+
+/** A settlement with its claim's state: where its authorization is on its way to the chain. */
+export interface FacilitatorSettlementState extends FacilitatorSettlementRow {
+  claim_status: string
+  claim_settlement_tx: string | null
+  settlement_error: string | null
+}
+
+export type FacilitatorClaim =
+  /** claimed: new; existing: the same payload (or payment id) was claimed before by this account. */
+  | { kind: 'claimed' | 'existing'; settlement: FacilitatorSettlementRow }
+  /** Its authorization is another's claim: a metered call, a checkout, or another account's settlement. */
+  | { kind: 'proof_already_used' }
+  /** The payment-identifier was used by this account for another payload. */
+  | { kind: 'payment_identifier_conflict' }
+
+export interface FacilitatorClaimRequest {
+  accountId: string
+  proofKey: string
+  paymentIdentifier: string | null
+  custody: Custody
+  payTo: string
+  payer: string
+  valueAtomic: bigint
+  network: string
+  x402Version: 1 | 2
+  authorization: StoredAuthorization
+  ownerShareBps: number
+}
+
+/** Thrown inside the transaction to roll back the settlement row when the claim was someone else's. */
+class ProofTaken extends Error {}
+
+/**
+ * ∅ → settling: the settlement row and its claim, in one transaction. A retry (same payload, or same
+ * payment-identifier with the same payload) finds the first row, on any instance: the unique proof_key makes
+ * a concurrent twin wait for this commit and then read it.
+ */
+export async function claimFacilitatorPayment(
+  sql: Sql,
+  q: FacilitatorClaimRequest,
+): Promise<FacilitatorClaim> {
+  const { owner, fee } =
+    q.custody === 'treasury' ? splitOwnerShare(q.valueAtomic, q.ownerShareBps) : { owner: 0n, fee: 0n }
+  const id = newId('fst')
+  try {
+    return (await sql.begin(async (tx) => {
+      const inserted = await tx<FacilitatorSettlementRow[]>`
+        INSERT INTO facilitator_settlements (id, account_id, proof_key, payment_identifier, custody, pay_to, payer,
+          amount_atomic, owner_share_atomic, fee_atomic, network, x402_version)
+        VALUES (${id}, ${q.accountId}, ${q.proofKey}, ${q.paymentIdentifier}, ${q.custody}, ${q.payTo.toLowerCase()},
+          ${q.payer.toLowerCase()}, ${q.valueAtomic}, ${owner}, ${fee}, ${q.network}, ${q.x402Version})
+        ON CONFLICT DO NOTHING RETURNING *`
+      if (inserted.length === 0) return earlier(tx, q)
+      // The payer's reservation lock (migration 0045), as every claim of an authorization takes it.
+      await tx`SELECT pg_advisory_xact_lock(3009, hashtext(lower(${q.payer})))`
+      const claimed = await tx`
+        INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
+                            authorization_payload, horizon_at)
+        SELECT ${q.proofKey}, 'eip3009', 'facilitator', ${id}, ${q.accountId}, ${q.payer}, ${q.valueAtomic},
+               'settling', a.auth, claim_horizon_at('eip3009', NULL, a.auth)
+        FROM (SELECT ${tx.json(q.authorization as never)}::jsonb AS auth) a
+        ON CONFLICT (proof_key, horizon_at) DO NOTHING RETURNING proof_key`
+      if (claimed.length === 0) throw new ProofTaken()
+      return { kind: 'claimed', settlement: inserted[0]! }
+    })) as FacilitatorClaim
+  } catch (err) {
+    if (err instanceof ProofTaken) return { kind: 'proof_already_used' }
+    throw err
+  }
+}
+
+/** The row that made this one's insert a no-op: the same payload (a retry) or the same payment id. */
+async function earlier(tx: Tx, q: FacilitatorClaimRequest): Promise<FacilitatorClaim> {
+  const [row] = await tx<FacilitatorSettlementRow[]>`
+    SELECT * FROM facilitator_settlements
+    WHERE proof_key = ${q.proofKey}
+       OR (account_id = ${q.accountId} AND payment_identifier = ${q.paymentIdentifier})
+    ORDER BY (proof_key = ${q.proofKey}) DESC LIMIT 1`
+  if (!row) return { kind: 'proof_already_used' }
+  if (row.proof_key !== q.proofKey) return { kind: 'payment_identifier_conflict' }
+  if (row.account_id !== q.accountId) return { kind: 'proof_already_used' }
+  return { kind: 'existing', settlement: row }
+}
+
+/** The settlement of one payload (by its proof key) for one account, with its claim's state; null if none. */
+export async function readFacilitatorSettlement(
+  db: Db,
+  q: { accountId: string; proofKey: string },
+): Promise<FacilitatorSettlementState | null> {
+  const [row] = await db<FacilitatorSettlementState[]>`
+    SELECT f.*, c.status AS claim_status, c.settlement_tx AS claim_settlement_tx, c.settlement_error
+    FROM facilitator_settlements f JOIN claims c ON c.proof_key = f.proof_key
+    WHERE f.proof_key = ${q.proofKey} AND f.account_id = ${q.accountId}`
+  return row ?? null
+}
+
+/** An account's settlements, newest first, after the one named (cursor pagination). */
+export function listFacilitatorSettlements(
+  db: Db,
+  q: { accountId: string; limit: number; startingAfter: string | null },
+): Promise<FacilitatorSettlementState[]> {
+  const after =
+    q.startingAfter === null
+      ? db``
+      : db`AND (f.created_at, f.id) < (SELECT created_at, id FROM facilitator_settlements
+                                        WHERE id = ${q.startingAfter} AND account_id = ${q.accountId})`
+  return db<FacilitatorSettlementState[]>`
+    SELECT f.*, c.status AS claim_status, c.settlement_tx AS claim_settlement_tx, c.settlement_error
+    FROM facilitator_settlements f JOIN claims c ON c.proof_key = f.proof_key
+    WHERE f.account_id = ${q.accountId} ${after}
+    ORDER BY f.created_at DESC, f.id DESC LIMIT ${q.limit}`
+}
+
+/**
+ * settling → applied, in the settlement batcher's transaction (settleAuthorizations marked the claims
+ * settled): the settlement row names its transaction; a treasury settlement books its owner share (to the
+ * account's wallet) and fee, as a metered call's; each gets a `facilitator.settled` event. A claim already
+ * applied is left out: nothing is booked twice.
+ */
+export async function applyFacilitatorSettlements(tx: Tx, q: { proofKeys: string[] }): Promise<number> {
+  if (q.proofKeys.length === 0) return 0
+  const settled = await tx<FacilitatorSettlementRow[]>`
+    WITH applied AS (
+      UPDATE claims SET status = 'applied', captured_at = now()
+      WHERE proof_key = ANY(${q.proofKeys}::text[]) AND target_type = 'facilitator' AND status = 'settling'
+        AND settled_at IS NOT NULL
+      RETURNING target_id, settlement_tx
+    )
+    UPDATE facilitator_settlements f SET settled_at = now(), settlement_tx = a.settlement_tx
+    FROM applied a WHERE f.id = a.target_id AND f.settled_at IS NULL
+    RETURNING f.*`
+  const booked = settled.filter((s) => s.custody === 'treasury')
+  if (booked.length > 0) {
+    await tx`
+      INSERT INTO ledger_entries (account_id, kind, wallet, amount_atomic, source_type, source_id)
+      SELECT f.account_id, 'owner_share', a.wallet_address, f.owner_share_atomic, 'facilitator', f.id
+      FROM facilitator_settlements f JOIN accounts a ON a.id = f.account_id
+      WHERE f.id = ANY(${booked.map((s) => s.id)}::text[])
+      UNION ALL
+      SELECT f.account_id, 'fee', NULL, f.fee_atomic, 'facilitator', f.id
+      FROM facilitator_settlements f WHERE f.id = ANY(${booked.map((s) => s.id)}::text[])`
+  }
+  for (const s of settled) {
+    await insertEvent(tx, {
+      accountId: s.account_id,
+      type: 'facilitator.settled',
+      data: presentFacilitatorSettlement({
+        ...s,
+        claim_status: 'applied',
+        claim_settlement_tx: s.settlement_tx,
+        settlement_error: null,
+      }),
+    })
+  }
+  return settled.length
+}
+
+/** The API's view of a settlement (GET /api/v1/settlements, the facilitator.settled event). */
+export function presentFacilitatorSettlement(s: FacilitatorSettlementState) {
+  const status =
+    s.settled_at !== null || s.claim_status === 'applied'
+      ? 'settled'
+      : s.settlement_error !== null
+        ? 'failed'
+        : 'pending'
+  return {
+    id: s.id,
+    object: 'settlement',
+    status,
+    custody: s.custody,
+    pay_to: s.pay_to,
+    payer: s.payer,
+    amount_atomic: s.amount_atomic.toString(),
+    owner_share_atomic: s.owner_share_atomic.toString(),
+    fee_atomic: s.fee_atomic.toString(),
+    network: s.network,
+    x402_version: s.x402_version,
+    payment_identifier: s.payment_identifier,
+    transaction: s.settlement_tx ?? s.claim_settlement_tx,
+    failure_reason: s.settlement_error,
+    created_at: s.created_at.toISOString(),
+    settled_at: s.settled_at?.toISOString() ?? null,
+  }
+}
+
+/** Whether a proof is claimed already (a metered call, a checkout, a settlement): no use verifying it. */
+export async function proofClaimed(db: Db, proofKey: string): Promise<boolean> {
+  const rows = await db`SELECT 1 FROM claims WHERE proof_key = ${proofKey} LIMIT 1`
+  return rows.length > 0
+}

@@ -1,0 +1,356 @@
+// /facilitator: tollgate as an x402 facilitator for merchants who keep their own middleware (@x402/express,
+// @x402/hono with HTTPFacilitatorClient({ url: '<tollgate>/api/v1/facilitator', createAuthHeaders })).
+// GET /supported, POST /verify, POST /settle as the x402 specification (v2 §7) and @x402/core's client
+// have them; authenticated by the account's API key. A settled payload is claimed like any proof, joins the
+// settlement batch, and /settle answers once its transaction is mined (docs/facilitator.md).
+import * as v from 'valibot'
+import { type Address, getAddress } from 'viem'
+import {
+  claimFacilitatorPayment,
+  type FacilitatorSettlementState,
+  proofClaimed,
+  readFacilitatorSettlement,
+} from '../../books/facilitator.ts'
+import { ApiError } from '../../errors.ts'
+import { type Checked, checkOnChain, checkTerms, type Terms } from '../facilitator-check.ts'
+import type { Route, RouteContext } from '../route.ts'
+import { parseBody } from '../validation.ts'
+
+const Uint = v.pipe(
+  v.string('must be a string of digits'),
+  v.regex(/^\d{1,78}$/, 'must be a string of digits'),
+)
+const HexAddress = v.pipe(
+  v.string('must be an address'),
+  v.regex(/^0x[0-9a-fA-F]{40}$/, 'must be an address'),
+)
+const Extra = v.optional(v.nullable(v.record(v.string(), v.unknown())))
+
+const RequirementsV1 = v.looseObject({
+  scheme: v.string(),
+  network: v.string(),
+  maxAmountRequired: Uint,
+  asset: HexAddress,
+  payTo: HexAddress,
+  maxTimeoutSeconds: v.optional(v.number()),
+  extra: Extra,
+})
+const RequirementsV2 = v.looseObject({
+  scheme: v.string(),
+  network: v.string(),
+  amount: Uint,
+  asset: HexAddress,
+  payTo: HexAddress,
+  maxTimeoutSeconds: v.optional(v.number()),
+  extra: Extra,
+})
+const PayloadV1 = v.looseObject({
+  x402Version: v.literal(1),
+  scheme: v.string(),
+  network: v.string(),
+  payload: v.pipe(v.unknown(), v.description('the scheme payload: for exact, signature and authorization')),
+})
+const PayloadV2 = v.looseObject({
+  x402Version: v.literal(2),
+  accepted: RequirementsV2,
+  payload: v.pipe(v.unknown(), v.description('the scheme payload: for exact, signature and authorization')),
+  extensions: v.optional(v.nullable(v.record(v.string(), v.unknown()))),
+})
+/** What HTTPFacilitatorClient sends to /verify and /settle: the version on top, then payload and requirements. */
+export const FacilitatorRequest = v.variant('x402Version', [
+  v.looseObject({
+    x402Version: v.literal(1),
+    paymentPayload: PayloadV1,
+    paymentRequirements: RequirementsV1,
+  }),
+  v.looseObject({
+    x402Version: v.literal(2),
+    paymentPayload: PayloadV2,
+    paymentRequirements: RequirementsV2,
+  }),
+])
+type FacilitatorRequest = v.InferOutput<typeof FacilitatorRequest>
+
+const VerifyResponse = v.object({
+  isValid: v.boolean(),
+  invalidReason: v.optional(v.string()),
+  invalidMessage: v.optional(v.string()),
+  payer: v.optional(v.string()),
+})
+const SettleResponse = v.object({
+  success: v.boolean(),
+  errorReason: v.optional(
+    v.pipe(v.string(), v.description('settlement_pending: not mined within the wait; the hash when sent')),
+  ),
+  errorMessage: v.optional(v.string()),
+  payer: v.optional(v.string()),
+  transaction: v.string(),
+  network: v.string(),
+  amount: v.optional(v.string()),
+})
+const SupportedResponse = v.object({
+  kinds: v.array(
+    v.object({ x402Version: v.number(), scheme: v.string(), network: v.string(), extra: v.optional(Extra) }),
+  ),
+  extensions: v.array(v.string()),
+  signers: v.record(v.string(), v.array(v.string())),
+})
+
+type VerifyAnswer = v.InferOutput<typeof VerifyResponse>
+type SettleAnswer = v.InferOutput<typeof SettleResponse>
+
+const POLL_MS = 100
+
+function termsOf(b: FacilitatorRequest): Terms {
+  if (b.x402Version === 1) {
+    const r = b.paymentRequirements
+    return {
+      x402Version: 1,
+      scheme: r.scheme,
+      network: r.network,
+      amount: r.maxAmountRequired,
+      asset: r.asset,
+      payTo: r.payTo,
+      extra: r.extra,
+      payloadScheme: b.paymentPayload.scheme,
+      payloadNetwork: b.paymentPayload.network,
+      payload: b.paymentPayload.payload,
+    }
+  }
+  const r = b.paymentRequirements
+  const a = b.paymentPayload.accepted
+  return {
+    x402Version: 2,
+    scheme: r.scheme,
+    network: r.network,
+    amount: r.amount,
+    asset: r.asset,
+    payTo: r.payTo,
+    extra: r.extra,
+    accepted: a,
+    payloadScheme: a.scheme,
+    payloadNetwork: a.network,
+    payload: b.paymentPayload.payload,
+    extensions: b.paymentPayload.extensions ?? undefined,
+  }
+}
+
+async function check(ctx: RouteContext, body: FacilitatorRequest): Promise<Checked> {
+  return checkTerms(termsOf(body), {
+    chain: ctx.deps.chain,
+    accountWallet: ctx.account.wallet_address,
+    nowSeconds: BigInt(Math.floor(Date.now() / 1000)),
+  })
+}
+
+function chainChecker(ctx: RouteContext) {
+  const checker = ctx.deps.checkAuthorization
+  if (!checker)
+    throw new ApiError('service_unavailable', 'this instance cannot read the chain for the facilitator')
+  return checker
+}
+
+function networkOf(ctx: RouteContext, body: FacilitatorRequest): string {
+  return body.x402Version === 1 ? ctx.deps.chain.x402Network : ctx.deps.chain.caip2
+}
+
+/** The answer a settlement's state gives: settled, failed, or still pending (with its hash once sent). */
+function settleAnswer(s: FacilitatorSettlementState, network: string): SettleAnswer | null {
+  const base = { payer: getAddress(s.payer), network, amount: s.amount_atomic.toString() }
+  const tx = s.settlement_tx ?? s.claim_settlement_tx
+  if (s.claim_status === 'applied' || s.settled_at !== null)
+    return { success: true, transaction: tx ?? '', ...base }
+  if (s.settlement_error !== null)
+    return {
+      success: false,
+      errorReason: `settlement_${s.settlement_error}`,
+      errorMessage: `the authorization was not settled: ${s.settlement_error}`,
+      transaction: tx ?? '',
+      ...base,
+    }
+  return null
+}
+
+/** Waits (bounded) for the settlement batch to carry this payload; the first outcome is the answer. */
+async function awaitOutcome(ctx: RouteContext, proofKey: string, network: string): Promise<SettleAnswer> {
+  const deadline = Date.now() + ctx.deps.config.facilitator.settle_wait_ms
+  for (;;) {
+    const s = await readFacilitatorSettlement(ctx.deps.sql, { accountId: ctx.account.id, proofKey })
+    if (!s) throw new Error(`facilitator settlement of ${proofKey} vanished`)
+    const answer = settleAnswer(s, network)
+    if (answer !== null) return answer
+    if (Date.now() >= deadline) {
+      // As @x402/core reads it: not failed, not final; the hash (when sent) to follow up.
+      return {
+        success: false,
+        errorReason: 'settlement_pending',
+        errorMessage: 'the settlement batch carrying this payment is not mined yet; retry to get its outcome',
+        transaction: s.claim_settlement_tx ?? '',
+        payer: getAddress(s.payer),
+        network,
+        amount: s.amount_atomic.toString(),
+      }
+    }
+    await new Promise((resolve) => setTimeout(resolve, POLL_MS))
+  }
+}
+
+function refusedSettle(
+  r: { reason: string; message: string; payer?: Address },
+  network: string,
+): SettleAnswer {
+  return {
+    success: false,
+    errorReason: r.reason,
+    errorMessage: r.message,
+    transaction: '',
+    network,
+    ...(r.payer ? { payer: r.payer } : {}),
+  }
+}
+
+export const facilitatorRoutes: Route[] = [
+  {
+    method: 'GET',
+    path: '/facilitator/supported',
+    auth: true,
+    doc: {
+      summary: 'x402 facilitator: the payment kinds this facilitator verifies and settles',
+      response: { status: 200, schema: SupportedResponse },
+    },
+    async handler({ deps }) {
+      const { chain } = deps
+      const extra = { name: chain.usdcName, version: chain.usdcVersion }
+      return {
+        status: 200,
+        body: {
+          kinds: [
+            { x402Version: 1, scheme: 'exact', network: chain.x402Network, extra },
+            { x402Version: 2, scheme: 'exact', network: chain.caip2, extra },
+          ],
+          extensions: ['payment-identifier'],
+          // The treasury signs the settlement batches (they carry every authorization, whoever it pays).
+          signers: { 'eip155:*': [chain.treasury] },
+        },
+      }
+    },
+  },
+  {
+    method: 'POST',
+    path: '/facilitator/verify',
+    auth: true,
+    doc: {
+      summary: 'x402 facilitator: verify an exact payload against its requirements (nothing is claimed)',
+      body: FacilitatorRequest,
+      response: { status: 200, schema: VerifyResponse },
+    },
+    async handler(ctx) {
+      const body = parseBody(FacilitatorRequest, ctx.body)
+      const checked = await check(ctx, body)
+      const invalid = (
+        reason: string,
+        message: string,
+        payer?: string,
+      ): { status: number; body: VerifyAnswer } => ({
+        status: 200,
+        body: { isValid: false, invalidReason: reason, invalidMessage: message, ...(payer ? { payer } : {}) },
+      })
+      if (!checked.ok) return invalid(checked.reason, checked.message, checked.payer)
+      if (await proofClaimed(ctx.deps.sql, checked.proofKey))
+        return invalid(
+          'proof_already_used',
+          'this authorization was already used through tollgate',
+          checked.payer,
+        )
+      const onChain = await checkOnChain(chainChecker(ctx), {
+        payer: checked.payer,
+        nonce: checked.authorization.nonce,
+        valueAtomic: checked.valueAtomic,
+      })
+      if (onChain) return invalid(onChain.reason, onChain.message, checked.payer)
+      return { status: 200, body: { isValid: true, payer: checked.payer } satisfies VerifyAnswer }
+    },
+  },
+  {
+    method: 'POST',
+    path: '/facilitator/settle',
+    auth: true,
+    doc: {
+      summary: 'x402 facilitator: settle an exact payload, once, in the settlement batch',
+      description:
+        'Idempotent: the same payload (or payment-identifier) settles once, and a retry gets its outcome. ' +
+        'Answers when the transaction carrying it is mined, or after facilitator.settle_wait_ms with ' +
+        'errorReason settlement_pending.',
+      body: FacilitatorRequest,
+      response: { status: 200, schema: SettleResponse },
+    },
+    async handler(ctx) {
+      const body = parseBody(FacilitatorRequest, ctx.body)
+      const network = networkOf(ctx, body)
+      const checked = await check(ctx, body)
+      if (!checked.ok) return { status: 200, body: refusedSettle(checked, network) }
+      const { account, deps } = ctx
+      // A retry (any instance, after a restart): the first outcome, without asking the chain again (the
+      // nonce reads used once the batch carried it).
+      const earlier = await readFacilitatorSettlement(deps.sql, {
+        accountId: account.id,
+        proofKey: checked.proofKey,
+      })
+      if (earlier === null) {
+        const onChain = await checkOnChain(chainChecker(ctx), {
+          payer: checked.payer,
+          nonce: checked.authorization.nonce,
+          valueAtomic: checked.valueAtomic,
+        })
+        if (onChain) {
+          // The chain says used: maybe by this payload's own settlement, committed meanwhile elsewhere.
+          const raced = await readFacilitatorSettlement(deps.sql, {
+            accountId: account.id,
+            proofKey: checked.proofKey,
+          })
+          if (raced === null)
+            return { status: 200, body: refusedSettle({ ...onChain, payer: checked.payer }, network) }
+        } else {
+          const claim = await claimFacilitatorPayment(deps.sql, {
+            accountId: account.id,
+            proofKey: checked.proofKey,
+            paymentIdentifier: checked.paymentIdentifier,
+            custody: checked.custody,
+            payTo: checked.payTo,
+            payer: checked.payer,
+            valueAtomic: checked.valueAtomic,
+            network,
+            x402Version: body.x402Version,
+            authorization: checked.authorization,
+            ownerShareBps: deps.config.fees.owner_share_bps,
+          })
+          if (claim.kind === 'proof_already_used')
+            return {
+              status: 200,
+              body: refusedSettle(
+                {
+                  reason: 'proof_already_used',
+                  message: 'this authorization already paid through tollgate',
+                  payer: checked.payer,
+                },
+                network,
+              ),
+            }
+          if (claim.kind === 'payment_identifier_conflict')
+            return {
+              status: 200,
+              body: refusedSettle(
+                {
+                  reason: 'payment_identifier_conflict',
+                  message: 'this payment-identifier was settled with another payload',
+                  payer: checked.payer,
+                },
+                network,
+              ),
+            }
+        }
+      }
+      return { status: 200, body: await awaitOutcome(ctx, checked.proofKey, network) }
+    },
+  },
+]

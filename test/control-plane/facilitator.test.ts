@@ -1,0 +1,440 @@
+// tollgate as an x402 facilitator for a merchant's own server: the published @x402/express middleware,
+// unchanged, with HTTPFacilitatorClient pointed at /api/v1/facilitator and the merchant's API key, paid by
+// the published @x402/fetch client. The payment is settled in tollgate's settlement batch on anvil, booked
+// once (payTo the treasury) or only sent (payTo the merchant's own wallet), its webhook delivered; /settle
+// replayed concurrently on two instances settles once; a payload used here cannot pay a metered call.
+import type { Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { serve } from '@hono/node-server'
+import { x402Client } from '@x402/core/client'
+import { decodePaymentRequiredHeader, decodePaymentResponseHeader } from '@x402/core/http'
+import { HTTPFacilitatorClient } from '@x402/core/server'
+import { registerExactEvmScheme } from '@x402/evm/exact/client'
+import { ExactEvmScheme } from '@x402/evm/exact/server'
+import { paymentMiddleware, x402ResourceServer } from '@x402/express'
+import { wrapFetchWithPayment } from '@x402/fetch'
+import { paymentMiddleware as honoPaymentMiddleware } from '@x402/hono'
+import express from 'express'
+import { Hono } from 'hono'
+import { type Address, createPublicClient, type Hex, http, parseAbi } from 'viem'
+import { privateKeyToAccount } from 'viem/accounts'
+import { baseSepolia } from 'viem/chains'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { DevChain } from '../../src/chain/dev-chain.ts'
+import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
+import type { Service } from '../../src/service.ts'
+import { startTestChain } from '../helpers/anvil.ts'
+import { usingServer } from '../helpers/database.ts'
+import { callApi } from '../helpers/service.ts'
+import { startUpstream, type Upstream } from '../helpers/upstream.ts'
+import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
+import { startBaseSepoliaService } from '../x402/harness.ts'
+
+const NETWORK = 'eip155:84532'
+const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
+const PRICE_ATOMIC = 10_000n // $0.01
+
+/** What the express handlers use of their response. */
+type Json = { json(body: unknown): void }
+const usdcAbi = parseAbi(['function balanceOf(address account) view returns (uint256)'])
+
+let chain: DevChain
+let svc: Service
+let other: Service | null = null
+let hooks: WebhookReceiver
+let upstream: Upstream
+let merchantKey: string
+let merchantWallet: Address
+let shop: Server
+let shopUrl: string
+let reader: ReturnType<typeof createPublicClient>
+
+const overrides = {
+  settlement: { interval_ms: 200 },
+  webhooks: { poll_interval_ms: 100 },
+  facilitator: { settle_wait_ms: 20_000 },
+}
+
+function facilitatorClient(base: string, key = merchantKey) {
+  const auth = { Authorization: `Bearer ${key}` }
+  return new HTTPFacilitatorClient({
+    url: `${base}/api/v1/facilitator`,
+    createAuthHeaders: async () => ({ verify: auth, settle: auth, supported: auth }),
+  })
+}
+
+function balanceOf(owner: Address): Promise<bigint> {
+  return reader.readContract({
+    address: chain.usdcAddress,
+    abi: usdcAbi,
+    functionName: 'balanceOf',
+    args: [owner],
+  })
+}
+
+function payingFetch(key: Hex) {
+  const client = new x402Client()
+  registerExactEvmScheme(client, { signer: privateKeyToAccount(key) as never })
+  return { client, fetch: wrapFetchWithPayment(fetch, client) }
+}
+
+/** A payload signed by the published client for the terms of a 402 (PAYMENT-REQUIRED header). */
+async function signFor(url: string, key: Hex) {
+  const r = await fetch(url)
+  expect(r.status).toBe(402)
+  const required = decodePaymentRequiredHeader(r.headers.get('payment-required')!)
+  const { client } = payingFetch(key)
+  const payload = await client.createPaymentPayload(required as never)
+  return { required, payload, accepted: required.accepts[0]! }
+}
+
+function settleBody(payload: unknown, requirements: unknown) {
+  return { x402Version: 2, paymentPayload: payload, paymentRequirements: requirements }
+}
+
+beforeAll(async () => {
+  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+  reader = createPublicClient({ chain: baseSepolia, transport: http(chain.rpcUrl) }) as never
+  upstream = await startUpstream()
+  hooks = await startWebhookReceiver()
+  svc = await startBaseSepoliaService(chain, chain.rpcUrl, overrides as never)
+  merchantWallet = chain.payers[4]!.address
+  const reg = await callApi(svc.url, '/api/v1/register', {
+    body: { wallet_address: merchantWallet, business_name: 'Own Middleware Co' },
+  })
+  expect(reg.status).toBe(201)
+  merchantKey = reg.body.api_key
+  const wh = await callApi(svc.url, '/api/v1/webhooks', {
+    key: merchantKey,
+    body: { url: `${hooks.url}/hook`, events: ['facilitator.settled'] },
+  })
+  expect(wh.status).toBe(201)
+
+  // The merchant's own server: the published middleware, unchanged, pointed at tollgate. The price names the
+  // token's EIP-712 domain: anvil's test USDC signs as "USD Coin", where Base Sepolia's says "USDC".
+  const price = {
+    amount: PRICE_ATOMIC.toString(),
+    asset: chain.usdcAddress,
+    extra: { name: 'USD Coin', version: '2' },
+  }
+  const server = new x402ResourceServer(facilitatorClient(svc.url)).register(NETWORK, new ExactEvmScheme())
+  const app = express()
+  app.use(
+    paymentMiddleware(
+      {
+        'GET /to-treasury': {
+          accepts: { scheme: 'exact', price, network: NETWORK, payTo: chain.treasury.address },
+          description: 'paid to tollgate, booked to the merchant',
+        },
+        'GET /to-merchant': {
+          accepts: { scheme: 'exact', price, network: NETWORK, payTo: merchantWallet },
+          description: 'paid to the merchant itself',
+        },
+        'GET /to-stranger': {
+          accepts: { scheme: 'exact', price, network: NETWORK, payTo: chain.payers[3]!.address },
+          description: 'paid to someone tollgate does not know',
+        },
+      },
+      server,
+    ),
+  )
+  app.get('/to-treasury', (_req: unknown, res: Json) => res.json({ served: 'treasury' }))
+  app.get('/to-merchant', (_req: unknown, res: Json) => res.json({ served: 'merchant' }))
+  app.get('/to-stranger', (_req: unknown, res: Json) => res.json({ served: 'stranger' }))
+  shop = await new Promise<Server>((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s))
+  })
+  shopUrl = `http://127.0.0.1:${(shop.address() as AddressInfo).port}`
+})
+
+afterAll(async () => {
+  shop?.closeAllConnections()
+  await new Promise((resolve) => shop?.close(resolve))
+  await other?.stop()
+  await svc?.stop()
+  await hooks?.close()
+  await upstream?.close()
+  await chain?.stop()
+})
+
+describe('tollgate as the facilitator of the published @x402/express middleware', () => {
+  it('answers /supported to HTTPFacilitatorClient: exact v1 and v2 on its network, its extensions, signer', async () => {
+    const supported = await facilitatorClient(svc.url).getSupported()
+    expect(supported.kinds).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ x402Version: 2, scheme: 'exact', network: NETWORK }),
+        expect.objectContaining({ x402Version: 1, scheme: 'exact', network: 'base-sepolia' }),
+      ]),
+    )
+    expect(supported.extensions).toContain('payment-identifier')
+    expect(supported.signers['eip155:*']).toEqual([chain.treasury.address])
+    // Without the merchant's key: the API's own 401.
+    const anon = await fetch(`${svc.url}/api/v1/facilitator/supported`)
+    expect(anon.status).toBe(401)
+    expect(((await anon.json()) as { error: { code: string } }).error.code).toBe('missing_api_key')
+  })
+
+  it('a call paid to the treasury is settled on chain in the batch, booked once (95 % to the merchant), its webhook delivered', async () => {
+    const payer = chain.payers[0]!
+    const before = await balanceOf(payer.address)
+    const { fetch: pay } = payingFetch(payer.privateKey)
+    const r = await pay(`${shopUrl}/to-treasury`)
+    expect(r.status, await r.clone().text()).toBe(200)
+    expect(await r.json()).toEqual({ served: 'treasury' })
+    const receipt = decodePaymentResponseHeader(r.headers.get('payment-response')!)
+    expect(receipt).toMatchObject({ success: true, network: NETWORK, payer: payer.address })
+    expect(receipt.transaction).toMatch(/^0x[0-9a-f]{64}$/)
+    // /settle answered once the transaction was mined: the money has moved already.
+    expect(await balanceOf(payer.address)).toBe(before - PRICE_ATOMIC)
+    const mined = await reader.getTransactionReceipt({ hash: receipt.transaction as Hex })
+    expect(mined.status).toBe('success')
+    expect(mined.from.toLowerCase()).toBe(chain.treasury.address.toLowerCase())
+
+    const entries = await svc.sql<{ kind: string; wallet: string | null; amount_atomic: bigint }[]>`
+      SELECT kind, wallet, amount_atomic FROM ledger_entries WHERE source_type = 'facilitator' ORDER BY kind`
+    expect(entries.map((e) => [e.kind, e.wallet?.toLowerCase() ?? null, e.amount_atomic])).toEqual([
+      ['fee', null, 500n],
+      ['owner_share', merchantWallet.toLowerCase(), 9_500n],
+    ])
+    const list = await callApi(svc.url, '/api/v1/settlements', { key: merchantKey })
+    expect(list.status).toBe(200)
+    expect(list.body.data).toEqual([
+      expect.objectContaining({
+        object: 'settlement',
+        status: 'settled',
+        custody: 'treasury',
+        amount_atomic: '10000',
+        owner_share_atomic: '9500',
+        fee_atomic: '500',
+        transaction: receipt.transaction,
+      }),
+    ])
+    const hook = await hooks.waitFor((c) => c.body.includes('facilitator.settled'), 10_000)
+    const event = JSON.parse(hook.body)
+    expect(event).toMatchObject({
+      type: 'facilitator.settled',
+      data: { status: 'settled', custody: 'treasury' },
+    })
+    expect(event.data.transaction).toBe(receipt.transaction)
+  })
+
+  it('a call paid to the merchant’s own wallet is only submitted: the merchant holds it, nothing booked', async () => {
+    const payer = chain.payers[1]!
+    const merchantBefore = await balanceOf(merchantWallet)
+    const { fetch: pay } = payingFetch(payer.privateKey)
+    const r = await pay(`${shopUrl}/to-merchant`)
+    expect(r.status, await r.clone().text()).toBe(200)
+    const receipt = decodePaymentResponseHeader(r.headers.get('payment-response')!)
+    expect(receipt.success).toBe(true)
+    expect(await balanceOf(merchantWallet)).toBe(merchantBefore + PRICE_ATOMIC)
+    const [n] = await svc.sql<{ n: number }[]>`
+      SELECT count(*)::int AS n FROM ledger_entries WHERE source_type = 'facilitator'`
+    expect(n!.n).toBe(2) // the treasury call's two entries only
+    const list = await callApi(svc.url, '/api/v1/settlements', { key: merchantKey })
+    expect(list.body.data[0]).toMatchObject({ custody: 'merchant', status: 'settled', fee_atomic: '0' })
+  })
+
+  it('reconcile finds the books equal to the chain: the treasury settlement as revenue, the merchant’s as none', async () => {
+    const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
+    expect(report.differences).toEqual([])
+  })
+
+  it('the published @x402/hono middleware, unchanged, is settled and booked the same way', async () => {
+    const price = {
+      amount: PRICE_ATOMIC.toString(),
+      asset: chain.usdcAddress,
+      extra: { name: 'USD Coin', version: '2' },
+    }
+    const server = new x402ResourceServer(facilitatorClient(svc.url)).register(NETWORK, new ExactEvmScheme())
+    const app = new Hono()
+    app.use(
+      honoPaymentMiddleware(
+        {
+          'GET /hono': {
+            accepts: { scheme: 'exact', price, network: NETWORK, payTo: chain.treasury.address },
+          },
+        },
+        server as never,
+      ),
+    )
+    app.get('/hono', (c) => c.json({ served: 'hono' }))
+    const { server: listening, url } = await new Promise<{ server: ReturnType<typeof serve>; url: string }>(
+      (resolve) => {
+        const s = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, (info) =>
+          resolve({ server: s, url: `http://127.0.0.1:${info.port}` }),
+        )
+      },
+    )
+    try {
+      const payer = chain.payers[3]!
+      const before = await balanceOf(payer.address)
+      const { fetch: pay } = payingFetch(payer.privateKey)
+      const r = await pay(`${url}/hono`)
+      expect(r.status, await r.clone().text()).toBe(200)
+      const receipt = decodePaymentResponseHeader(r.headers.get('payment-response')!)
+      expect(receipt).toMatchObject({ success: true, network: NETWORK, payer: payer.address })
+      expect(await balanceOf(payer.address)).toBe(before - PRICE_ATOMIC)
+      const [n] = await svc.sql<{ n: number }[]>`
+        SELECT count(*)::int AS n FROM ledger_entries e JOIN facilitator_settlements f ON f.id = e.source_id
+        WHERE e.source_type = 'facilitator' AND f.settlement_tx = ${receipt.transaction}`
+      expect(n!.n).toBe(2)
+    } finally {
+      await new Promise((resolve) => listening.close(resolve))
+    }
+  })
+
+  it('a payTo that is neither the treasury nor the merchant’s wallet is refused, naming it', async () => {
+    const { accepted, payload } = await signFor(`${shopUrl}/to-stranger`, chain.payers[2]!.privateKey)
+    const verdict = await facilitatorClient(svc.url).verify(payload as never, accepted as never)
+    expect(verdict).toMatchObject({ isValid: false, invalidReason: 'pay_to_not_allowed' })
+    expect(verdict.invalidMessage).toContain(chain.payers[3]!.address)
+    const { fetch: pay } = payingFetch(chain.payers[2]!.privateKey)
+    const r = await pay(`${shopUrl}/to-stranger`)
+    expect(r.status).toBe(402)
+  })
+
+  it('a malformed body gets the API’s error shape and changes nothing', async () => {
+    const r = await callApi(svc.url, '/api/v1/facilitator/settle', {
+      key: merchantKey,
+      body: { x402Version: 2, paymentPayload: {} },
+    })
+    expect(r.status).toBe(400)
+    expect(r.body.error.code).toBe('invalid_parameter')
+  })
+})
+
+describe('idempotent, claimed like every proof', () => {
+  it.skipIf(!usingServer)(
+    '/settle replayed 10 times at once on two instances of one database: one settlement, one answer',
+    async () => {
+      // The second instance on the first's database (a server: PGlite is one session).
+      const [row] = await svc.sql<{ db: string }[]>`SELECT current_database() AS db`
+      const url = new URL(process.env.DATABASE_URL!)
+      url.pathname = `/${row!.db}`
+      other = await startBaseSepoliaService(chain, chain.rpcUrl, overrides as never, 'warn', {
+        DATABASE_URL: url.toString(),
+      })
+      const payer = chain.payers[2]!
+      const before = await balanceOf(payer.address)
+      const { payload, accepted } = await signFor(`${shopUrl}/to-treasury`, payer.privateKey)
+      const answers = await Promise.all(
+        Array.from({ length: 10 }, (_, i) =>
+          callApi(i % 2 === 0 ? svc.url : other!.url, '/api/v1/facilitator/settle', {
+            key: merchantKey,
+            body: settleBody(payload, accepted),
+          }),
+        ),
+      )
+      for (const a of answers) expect(a.status).toBe(200)
+      const first = answers[0]!.body
+      expect(first).toMatchObject({ success: true, network: NETWORK, amount: '10000' })
+      for (const a of answers) expect(a.body).toEqual(first)
+      expect(await balanceOf(payer.address)).toBe(before - PRICE_ATOMIC)
+      const [c] = await svc.sql<{ claims: number; rows: number; failed: number }[]>`
+        SELECT (SELECT count(*) FROM claims WHERE target_type = 'facilitator' AND payer = ${payer.address})::int AS claims,
+               (SELECT count(*) FROM facilitator_settlements WHERE payer = ${payer.address.toLowerCase()})::int AS rows,
+               (SELECT count(*) FROM claims WHERE settlement_error IS NOT NULL)::int AS failed`
+      expect(c).toEqual({ claims: 1, rows: 1, failed: 0 })
+      // A later retry (after the fact) still gets the first outcome.
+      const again = await callApi(other!.url, '/api/v1/facilitator/settle', {
+        key: merchantKey,
+        body: settleBody(payload, accepted),
+      })
+      expect(again.body).toEqual(first)
+    },
+  )
+
+  it('a payment-identifier settles one payload: the same one again gets its answer, another is refused', async () => {
+    const payer = chain.payers[0]!.privateKey
+    const id = `order-${Date.now()}-abcdefgh`
+    const withId = (p: Record<string, unknown>) => ({
+      ...p,
+      extensions: { 'payment-identifier': { info: { id } } },
+    })
+    const a = await signFor(`${shopUrl}/to-treasury`, payer)
+    const first = await callApi(svc.url, '/api/v1/facilitator/settle', {
+      key: merchantKey,
+      body: settleBody(withId(a.payload as never), a.accepted),
+    })
+    expect(first.body).toMatchObject({ success: true })
+    const again = await callApi(svc.url, '/api/v1/facilitator/settle', {
+      key: merchantKey,
+      body: settleBody(withId(a.payload as never), a.accepted),
+    })
+    expect(again.body).toEqual(first.body)
+    const b = await signFor(`${shopUrl}/to-treasury`, payer)
+    const other = await callApi(svc.url, '/api/v1/facilitator/settle', {
+      key: merchantKey,
+      body: settleBody(withId(b.payload as never), b.accepted),
+    })
+    expect(other.body).toMatchObject({ success: false, errorReason: 'payment_identifier_conflict' })
+    const [n] = await svc.sql<{ n: number }[]>`
+      SELECT count(*)::int AS n FROM facilitator_settlements WHERE payment_identifier = ${id}`
+    expect(n!.n).toBe(1)
+  })
+
+  it('past the wait, /settle says settlement_pending (success false), and a retry gets the outcome', async () => {
+    // A private instance whose batcher waits for a nudge; the merchant and its shop's terms are the same.
+    const slow = await startBaseSepoliaService(chain, chain.rpcUrl, {
+      settlement: { interval_ms: 3_600_000 },
+      facilitator: { settle_wait_ms: 300 },
+    } as never)
+    try {
+      const reg = await callApi(slow.url, '/api/v1/register', {
+        body: { wallet_address: merchantWallet, business_name: 'Slow Co' },
+      })
+      const key: string = reg.body.api_key
+      const payer = chain.payers[1]!
+      const before = await balanceOf(payer.address)
+      const { payload, accepted } = await signFor(`${shopUrl}/to-treasury`, payer.privateKey)
+      const pending = await facilitatorClient(slow.url, key).settle(payload as never, accepted as never)
+      expect(pending).toMatchObject({ success: false, errorReason: 'settlement_pending', network: NETWORK })
+      expect(await balanceOf(payer.address)).toBe(before)
+      await slow.jobs.runNow('x402-settlement')
+      const done = await facilitatorClient(slow.url, key).settle(payload as never, accepted as never)
+      expect(done).toMatchObject({ success: true, network: NETWORK, payer: payer.address })
+      expect(done.transaction).toMatch(/^0x[0-9a-f]{64}$/)
+      expect(await balanceOf(payer.address)).toBe(before - PRICE_ATOMIC)
+    } finally {
+      await slow.stop()
+    }
+  })
+
+  it('a payload settled at the facilitator is refused on a metered URL, and the reverse', async () => {
+    const ep = await callApi(svc.url, '/api/v1/endpoints', {
+      key: merchantKey,
+      body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
+    })
+    expect(ep.status).toBe(201)
+    const metered: string = ep.body.metered_url
+    const payer = chain.payers[3]!.privateKey
+
+    // Facilitator first: the metered URL refuses the same payload.
+    const a = await signFor(metered, payer)
+    const settled = await callApi(svc.url, '/api/v1/facilitator/settle', {
+      key: merchantKey,
+      body: settleBody(a.payload, a.accepted),
+    })
+    expect(settled.body).toMatchObject({ success: true })
+    const header = Buffer.from(JSON.stringify(a.payload)).toString('base64')
+    const before = upstream.count()
+    const refused = await fetch(metered, { headers: { 'PAYMENT-SIGNATURE': header } })
+    expect(refused.status).toBe(402)
+    expect(((await refused.json()) as { error: string }).error).toBe('proof_already_used')
+    expect(upstream.count()).toBe(before)
+
+    // Metered first: the facilitator refuses it (claimed, not yet settled: the claim refuses, not the chain).
+    const b = await signFor(metered, payer)
+    const paid = await fetch(metered, {
+      headers: { 'PAYMENT-SIGNATURE': Buffer.from(JSON.stringify(b.payload)).toString('base64') },
+    })
+    expect(paid.status).toBe(200)
+    await paid.arrayBuffer()
+    await svc.flushCaptures()
+    const late = await callApi(svc.url, '/api/v1/facilitator/settle', {
+      key: merchantKey,
+      body: settleBody(b.payload, b.accepted),
+    })
+    expect(late.body).toMatchObject({ success: false, errorReason: 'proof_already_used' })
+  })
+})
