@@ -1,4 +1,4 @@
-// The once-only table for signature nonces (migration 0033): the primary key is the whole replay check, so
+// The once-only table for signature nonces (migration 0068): the primary key is the whole replay check, so
 // two instances racing on one replayed signature cannot both accept it.
 import type { Sql } from './sql.ts'
 

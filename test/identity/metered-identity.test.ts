@@ -6,6 +6,7 @@ import { request as httpRequest } from 'node:http'
 import { Client } from 'mppx/attestation/web-bot-auth'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { agentIdentity } from '../../src/observability/metrics.ts'
+import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
 import { type KeyDirectoryServer, startKeyDirectory } from '../helpers/key-directory.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
@@ -51,6 +52,14 @@ async function createEndpoint(svc: TestService, apiKey: string, rules: unknown):
   })
   if (r.status !== 201) throw new Error(`create failed: ${r.status} ${r.text}`)
   return r.body.id as string
+}
+
+function headersOf(h: Headers): Record<string, string> {
+  const out: Record<string, string> = {}
+  h.forEach((v, k) => {
+    out[k] = v
+  })
+  return out
 }
 
 /** The amount a 402 quotes (x402 v1 body). */
@@ -140,6 +149,39 @@ describe('identity rules on metered calls', () => {
     await waitFor(async () => (await quoted(await fetch(url, { headers: await signed(url) }))) === '25000', {
       what: 'the signed call quoted × 2.5',
     })
+    // The payment is verified against the identity's price: the endpoint price is not enough when signed.
+    const payer: Funded = await fundedAccount(1_000_000n)
+    const short = await payUsdc(payer, svc.chain.treasury, 10_000n)
+    const refused = await fetch(url, { headers: { ...headersOf(await signed(url)), 'x-payment': short } })
+    expect(refused.status).toBe(402)
+    const enough = await payUsdc(payer, svc.chain.treasury, 25_000n)
+    const before = upstream.count()
+    const paid = await fetch(url, { headers: { ...headersOf(await signed(url)), 'x-payment': enough } })
+    expect(paid.status).toBe(200)
+    expect(upstream.count()).toBe(before + 1)
+    expect(upstream.last()!.headers['x-tollgate-agent']).toBe('acme')
+    // Unsigned, the endpoint price pays (the short payment was not used up by its refusal).
+    expect((await fetch(url, { headers: { 'x-payment': short } })).status).toBe(200)
+  })
+
+  it('refuses identity_rules on kind mcp, and a price rule on a usage-priced endpoint', async () => {
+    const usage = await svc.api('/api/v1/endpoints', {
+      key: apiKey,
+      body: {
+        upstream_url: `${upstream.url}/echo`,
+        pricing: {
+          model: 'usage',
+          unit: 'tokens',
+          max_price: 0.05,
+          input_price_per_million: 2,
+          cached_input_price_per_million: 1,
+          output_price_per_million: 10,
+        },
+        identity_rules: [{ match: 'any_verified', action: 'price', price: 0.01 }],
+      },
+    })
+    expect(usage.status).toBe(400)
+    expect(usage.body.error.param).toBe('identity_rules')
   })
 })
 
