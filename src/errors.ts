@@ -86,6 +86,11 @@ export const ERRORS = {
     'upstream_error',
     'The upstream address is in a private, loopback or link-local range, which is refused.',
   ),
+  agent_blocked: e(
+    403,
+    'invalid_request_error',
+    'this endpoint does not serve this caller: its identity rules block the agent (or an unsigned call); nothing was charged',
+  ),
   invalid_path: e(
     400,
     INVALID,

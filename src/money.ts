@@ -73,3 +73,12 @@ export function splitOwnerShare(amount: bigint, ownerShareBps: number): Split {
   const owner = (amount * BigInt(ownerShareBps)) / 10_000n
   return { owner, fee: amount - owner }
 }
+
+/**
+ * A price scaled by an identity rule's multiplier, given in basis points (10_000 = ×1). Rounded up to the
+ * base unit: a discount never turns a paid call into a free one by rounding (free is its own action).
+ */
+export function scaleByBps(atomic: bigint, multiplierBps: number): bigint {
+  const bps = BigInt(multiplierBps)
+  return (atomic * bps + 9_999n) / 10_000n
+}

@@ -6,6 +6,11 @@ const Ms = v.pipe(v.number(), v.integer(), v.minValue(0))
 const PositiveInt = v.pipe(v.number(), v.integer(), v.minValue(1))
 const Port = v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(65535))
 const Dollars = v.pipe(v.number(), v.minValue(0))
+/** A signer's name as operators write it in rules and see it as a metric label: short, no spaces. */
+const SignerName = v.pipe(
+  v.string(),
+  v.regex(/^[a-z0-9][a-z0-9_.-]{0,62}$/, 'must be lowercase letters, digits, _ . -'),
+)
 const HttpUrl = v.pipe(v.string(), v.url())
 const HexAddress = v.pipe(
   v.string(),
@@ -333,6 +338,56 @@ export const ConfigSchema = v.strictObject({
      * published x402 clients pay it unchanged; null: anvil's own chain 31337, network name 'local'. */
     announce_as: v.nullable(v.picklist(['base-sepolia'])),
   }),
+  /** Who is calling (docs/agent-identity.md): Web Bot Auth / RFC 9421 signatures and the keys trusted for them. */
+  identity: v.pipe(
+    v.strictObject({
+      /** Key directories allowed: `name` is what rules match and metrics label; `url` null → the
+       * signature_agent origin's /.well-known/http-message-signatures-directory. */
+      directories: v.array(
+        v.strictObject({
+          name: SignerName,
+          signature_agent: HttpUrl,
+          url: v.nullable(HttpUrl),
+        }),
+      ),
+      /** Keys configured directly (no directory): a public key in PEM, or for hmac-sha256 a base64 secret. */
+      keys: v.array(
+        v.strictObject({
+          name: SignerName,
+          keyid: v.pipe(v.string(), v.minLength(1), v.maxLength(256)),
+          alg: v.picklist([
+            'ed25519',
+            'rsa-pss-sha512',
+            'ecdsa-p256-sha256',
+            'rsa-v1_5-sha256',
+            'hmac-sha256',
+          ]),
+          key: v.pipe(v.string(), v.minLength(1)),
+        }),
+      ),
+      /** Hosts this service answers as (checked against the signed @authority); empty: the request's Host. */
+      authorities: v.array(v.pipe(v.string(), v.minLength(1))),
+      max_lifetime_s: PositiveInt,
+      clock_skew_s: v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(300)),
+      allow_private_directories: v.boolean(),
+      directory_fetch_timeout_ms: PositiveInt,
+      directory_min_ttl_ms: Ms,
+      directory_max_ttl_ms: Ms,
+      directory_default_ttl_ms: Ms,
+      directory_retry_ms: PositiveInt,
+      directory_max_bytes: PositiveInt,
+    }),
+    v.check(
+      (i) =>
+        new Set([...i.directories, ...i.keys].map((s) => s.name)).size ===
+        i.directories.length + i.keys.length,
+      'identity: each directory and key needs its own name',
+    ),
+    v.check(
+      (i) => i.directory_min_ttl_ms <= i.directory_max_ttl_ms,
+      'identity: directory_min_ttl_ms > directory_max_ttl_ms',
+    ),
+  ),
   // --- end of the hostile-input settings ---
   // Logs and traces (docs/operations.md, "Observability: logs and traces").
   log: v.strictObject({

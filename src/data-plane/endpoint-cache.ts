@@ -5,9 +5,12 @@ import { findLiveEndpoint, type LiveEndpointRow } from '../db/endpoints.ts'
 import type { Sql } from '../db/sql.ts'
 import { bazaarExtension, resourceMetadata } from '../discovery/listing.ts'
 import { mcpBazaarExtension } from '../discovery/mcp-tool.ts'
+import type { IdentityRule } from '../identity/rules.ts'
+import { rulesFromStored } from '../identity/stored-rules.ts'
 import { mcpFromStored } from '../mcp/config.ts'
 import { OPEN_SCHEMA } from '../mcp/tool-catalog.ts'
 import { mcpBodyPricing } from '../mcp/tool-pricing.ts'
+import { scaleByBps } from '../money.ts'
 import type { BodyPricing } from '../pricing/body-price.ts'
 import { presentPricing } from '../pricing/input.ts'
 import { pricingFromStored, ruleIndex, type UsagePricing } from '../pricing/model.ts'
@@ -58,6 +61,15 @@ export interface LiveEndpoint {
   settleBeforeAnswer: boolean
   /** The payment protocols it offers and accepts besides a transaction hash ('x402', 'mpp'). */
   protocols: ReadonlySet<string>
+  /** Prices by verified agent identity; null: none (the metered path reads no signature header). */
+  identity: LiveIdentityRules | null
+}
+
+/** An endpoint's identity rules with the 402 of each price a rule states, built once like every other 402. */
+export interface LiveIdentityRules {
+  rules: readonly IdentityRule[]
+  /** The 402 of rule `rule`'s price for a request whose endpoint price is `base`; base itself otherwise. */
+  quoteFor(rule: number, base: Quote): Quote
 }
 
 /** Cached for unknown ids too (briefly), so random ids cannot hammer the database. */
@@ -175,7 +187,7 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       }),
     }
   }
-  const quoteFor = quotesFor(pricing, quote)
+  const { quoteFor, bases } = quotesFor(pricing, quote)
   return {
     id: row.id,
     resourceUrl,
@@ -209,6 +221,37 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
         ? (options.settleBeforeAnswerByDefault ?? false)
         : row.x402_settlement === 'before_answer',
     bodyPricing: row.mcp === null ? null : compileMcp(row, options, quote, description),
+    identity:
+      row.identity_rules === null || row.mcp !== null
+        ? null
+        : compileIdentity(rulesFromStored(row.identity_rules), bases, (a) => quote(a, false, false)),
+  }
+}
+
+/**
+ * Each rule that states its own price (price, multiplier) gets its 402 per endpoint price, built here: a
+ * request then picks one, as it picks its endpoint price's. Free, block and endpoint_price need none.
+ */
+function compileIdentity(
+  rules: IdentityRule[],
+  bases: readonly Quote[],
+  quote: (amountAtomic: bigint) => Quote,
+): LiveIdentityRules {
+  const byBase = new Map<Quote, Array<Quote | null>>()
+  for (const base of bases) {
+    byBase.set(
+      base,
+      rules.map((r) => {
+        const a = r.action
+        if (a.kind === 'price') return quote(a.atomic)
+        if (a.kind === 'multiplier') return quote(scaleByBps(base.amountAtomic, a.bps))
+        return null
+      }),
+    )
+  }
+  return {
+    rules,
+    quoteFor: (rule, base) => byBase.get(base)?.[rule] ?? base,
   }
 }
 
@@ -304,19 +347,22 @@ function signInHeader(signIn: SignIn, challenge: Challenge, reason: string, reso
 function quotesFor(
   pricing: ReturnType<typeof pricingFromStored>,
   quote: (amountAtomic: bigint, varies: boolean, floor: boolean) => Quote,
-): LiveEndpoint['quoteFor'] {
+): { quoteFor: LiveEndpoint['quoteFor']; bases: Quote[] } {
   if (pricing.model === 'rules') {
     const rules = pricing.rules
     const quotes = rules.map((r) => quote(r.priceAtomic, false, false))
     const fallback = quote(pricing.defaultAtomic, false, false)
-    return (method, subPath) => {
-      const i = ruleIndex(rules, method, subPath)
-      return i < 0 ? fallback : quotes[i]!
+    return {
+      quoteFor: (method, subPath) => {
+        const i = ruleIndex(rules, method, subPath)
+        return i < 0 ? fallback : quotes[i]!
+      },
+      bases: [...quotes, fallback],
     }
   }
   const only =
     pricing.model === 'usage'
       ? quote(pricing.maxAtomic, true, false)
       : quote(pricing.priceAtomic, false, true)
-  return () => only
+  return { quoteFor: () => only, bases: [only] }
 }

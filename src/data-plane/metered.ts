@@ -5,6 +5,11 @@ import { createHash, type Hash } from 'node:crypto'
 import { STATUS_CODES } from 'node:http'
 import type { Span } from '@opentelemetry/api'
 import { ERRORS, type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
+import { countIdentity } from '../identity/count-identity.ts'
+import { messageView } from '../identity/message-view.ts'
+import { decide } from '../identity/rules.ts'
+import type { MessageView } from '../identity/signature-base.ts'
+import type { Identity } from '../identity/verify-request.ts'
 import { newId } from '../ids.ts'
 import type { Logger } from '../observability/logger.ts'
 import {
@@ -40,7 +45,13 @@ import { cacheCounters } from './caches.ts'
 import { challengeBody, mppHeader, quoteExpiry, v2Header } from './challenge.ts'
 import { peerAddress } from './client-address.ts'
 import { CORS_HEADERS, CORS_PAIRS } from './cors.ts'
-import { type EndpointCache, type LiveEndpoint, loadEndpoint, NOT_FOUND } from './endpoint-cache.ts'
+import {
+  type EndpointCache,
+  type LiveEndpoint,
+  type LiveIdentityRules,
+  loadEndpoint,
+  NOT_FOUND,
+} from './endpoint-cache.ts'
 import type { ObservedCalls } from './observed-calls.ts'
 import { AnswerRecorder, type PaidAnswers, paymentIdentifier, type Reservation } from './paid-answers.ts'
 import type { PassUses } from './pass-uses.ts'
@@ -55,6 +66,7 @@ import {
   proxy,
   type RequestBody,
   type UpstreamDispatcher,
+  type UpstreamTarget,
 } from './proxy.ts'
 import { type ReceiptSigner, withSignedReceipt } from './receipt-signer.ts'
 import type { HttpRequest, HttpResponse } from './uws.ts'
@@ -77,10 +89,22 @@ export interface MeteredDeps {
   passes?: PassUses
   /** database.require_synchronous_standby (src/db/replication-watch.ts): non-null refuses every paid call. */
   replication?: { readonly refusing: string | null }
+  /** Web Bot Auth (src/identity/): verifies a signed call to an endpoint with identity rules; absent: every
+   * such call is unsigned. */
+  identity?: MeteredIdentity
   settings: {
     quoteTtlMs: number
     maxBufferedBodyBytes: number
   }
+}
+
+export interface MeteredIdentity {
+  /** verifyRequest with the configured keys, directories and nonce table (claims a verified nonce). */
+  verify(msg: MessageView): Promise<Identity>
+  /** The operator's signer names (bounded metric labels). */
+  signerNames: ReadonlySet<string>
+  /** The scheme callers reach this service by (the public URL's), for `@scheme` and `@target-uri`. */
+  scheme(): string
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8'
@@ -194,6 +218,8 @@ class MeteredCall implements ProxyHooks {
   answerEnded = false
   headStatus = 0
   rawHead: Buffer[] | null = null
+  /** A verified agent's call: the endpoint's target plus x-tollgate-agent (null: the endpoint's own). */
+  agentTarget: UpstreamTarget | null = null
   /** Tracing only (null when off): the call's span and its current step (verify, claim, upstream). */
   span: Span | null = null
   step: Span | null = null
@@ -236,7 +262,7 @@ class MeteredCall implements ProxyHooks {
       this.paymentHeader ||
       this.signIn ||
       cached === undefined ||
-      (cached !== NOT_FOUND && cached.bodyPricing !== null)
+      (cached !== NOT_FOUND && (cached.bodyPricing !== null || cached.identity !== null))
     ) {
       if (ctx.edge !== undefined) this.client = ctx.edge.clientKey(res, req)
       const query = req.getQuery()
@@ -295,7 +321,59 @@ class MeteredCall implements ProxyHooks {
     if (entry.bodyPricing !== null) return this.priceByBody(entry.bodyPricing)
     this.usage = entry.usage
     this.pricingModel = entry.pricingModel
+    if (entry.identity !== null) return this.withIdentityRules(entry.identity)
     this.withQuote(entry.quoteFor(this.method, this.subPath))
+  }
+
+  /**
+   * Identity rules: who is calling decides the price (docs/agent-identity.md). A signed call is verified
+   * (a verified nonce is claimed in the database) before anything is priced, claimed or forwarded.
+   */
+  withIdentityRules(live: LiveIdentityRules): void {
+    const forward = this.forward
+    // Not read: the endpoint gained rules after this request was taken (a change landed between).
+    if (forward === null) return this.respondUnavailable('the endpoint changed; retry', 'endpoint_changed')
+    const headers = forward.headers
+    const identityDeps = this.ctx.identity
+    const signed =
+      identityDeps !== undefined &&
+      (headerOf(headers, 'signature-input') !== '' || headerOf(headers, 'signature') !== '')
+    if (!signed) return this.withIdentity(live, { status: 'unsigned' })
+    const fields: Record<string, string> = {}
+    for (const [k, v] of headers) fields[k] = fields[k] === undefined ? v : `${fields[k]}, ${v}`
+    const view = messageView({
+      method: this.method,
+      scheme: identityDeps.scheme(),
+      host: fields.host ?? '',
+      target: `/m/${this.endpointId}${forward.pathAndQuery}`,
+      headers: fields,
+    })
+    identityDeps.verify(view).then(
+      (identity) => {
+        if (this.abort.aborted) return this.finishAborted()
+        this.withIdentity(live, identity)
+      },
+      (err) =>
+        this.respondUnavailable('the signature could not be checked; retry shortly', 'identity_failed', err),
+    )
+  }
+
+  withIdentity(live: LiveIdentityRules, identity: Identity): void {
+    const entry = this.endpoint!
+    if (this.ctx.identity !== undefined) countIdentity(this.ctx.identity.signerNames, identity)
+    const base = entry.quoteFor(this.method, this.subPath)
+    const decision = decide(live.rules, identity, base.amountAtomic)
+    if (decision.kind === 'block') return this.respondError('agent_blocked')
+    if (identity.status === 'verified') {
+      const target = entry.target
+      this.agentTarget = {
+        ...target,
+        injectHeaders: [...target.injectHeaders, ['x-tollgate-agent', identity.signer]],
+      }
+    }
+    // Free for this caller: forwarded without payment, like a free MCP method; nothing is booked.
+    if (decision.atomic === 0n) return this.forwardUnpaid()
+    this.withQuote(decision.rule < 0 ? base : live.quoteFor(decision.rule, base))
   }
 
   /** The price is in the body (an MCP endpoint): read it whole, bounded, before a 402 or a forward. */
@@ -344,7 +422,8 @@ class MeteredCall implements ProxyHooks {
 
   /** Free by the endpoint's own terms (a protocol method, a free tool): forwarded as is, nothing booked. */
   forwardUnpaid(): void {
-    proxy(this.ctx.dispatcher, this.res, this.forward!, this.body!, this.endpoint!.target, this.abort, this)
+    const target = this.agentTarget ?? this.endpoint!.target
+    proxy(this.ctx.dispatcher, this.res, this.forward!, this.body!, target, this.abort, this)
   }
 
   withQuote(quote: Quote): void {
@@ -552,7 +631,8 @@ class MeteredCall implements ProxyHooks {
     this.receiptId = newId('rcpt')
     if (this.usage !== null) this.startMeter()
     this.forwardedMs = performance.now()
-    proxy(this.ctx.dispatcher, this.res, this.forward!, this.body!, this.endpoint!.target, this.abort, this)
+    const target = this.agentTarget ?? this.endpoint!.target
+    proxy(this.ctx.dispatcher, this.res, this.forward!, this.body!, target, this.abort, this)
   }
 
   /**

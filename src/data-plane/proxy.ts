@@ -362,6 +362,9 @@ function forwardHeaders(req: ForwardRequest, target: UpstreamTarget): string[] {
     // other Authorization is the caller's own and goes through.
     if (name === 'authorization' && MPP_CREDENTIAL.test(value)) continue
     if (inject.length > 0 && isInjected(name, inject)) continue
+    // x-tollgate-agent* carries the agent identity tollgate verified (docs/agent-identity.md): a caller's
+    // own copy is never forwarded, so the merchant can trust the header whenever it is present.
+    if (name.startsWith('x-tollgate-agent')) continue
     // Tracing on: the upstream's parent is tollgate's upstream span, not the caller's.
     if (traceparent !== null && (name === 'traceparent' || name === 'tracestate')) continue
     out.push(name, value)

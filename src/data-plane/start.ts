@@ -13,10 +13,13 @@ import { verifyTransfer } from '../chain/verify-transfer.ts'
 import { verifyWalletMessage } from '../chain/verify-wallet-message.ts'
 import { type TransferWatcher, watchTreasuryTransfers } from '../chain/watcher.ts'
 import type { Config } from '../config/schema.ts'
+import { claimNonce } from '../db/identity-nonces.ts'
 import { listenForEndpointChanges } from '../db/notify.ts'
 import type { Database } from '../db/start.ts'
 import { loadWatcherCursor, saveWatcherCursor } from '../db/watcher-cursors.ts'
 import type { ApiHandler } from '../http-exchange.ts'
+import { identityFromConfig } from '../identity/from-config.ts'
+import { verifyRequest } from '../identity/verify-request.ts'
 import { configDollars } from '../money.ts'
 import type { Logger } from '../observability/logger.ts'
 import {
@@ -35,7 +38,7 @@ import { createEdgeLimits, createPublicApp, listen, type ProofEdge, proofEdge, t
 import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
 import { createDiscoveryRoutes } from './discovery.ts'
 import { createEndpointCache, type EndpointCache, type EndpointCacheOptions } from './endpoint-cache.ts'
-import { createMeteredRoute } from './metered.ts'
+import { createMeteredRoute, type MeteredIdentity } from './metered.ts'
 import { ObservedCalls } from './observed-calls.ts'
 import { PaidAnswers } from './paid-answers.ts'
 import { createPassPurchaseRoute } from './pass-purchase.ts'
@@ -135,7 +138,9 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     const observed = new ObservedCalls(db.sql, logger).start(5_000)
     stops.push(() => observed.stop())
     const edge = createEdgeLimits(config)
+    const identity = startIdentity(deps, stops)
     const { metered, pass } = paidRoutes(deps, {
+      identity,
       endpoints,
       schemes,
       dispatcher,
@@ -203,6 +208,7 @@ function paidRoutes(
     signer: ReceiptSigner | undefined
     signIn: SignIn
     edge: ReturnType<typeof createEdgeLimits>
+    identity: MeteredIdentity
   },
 ) {
   const { config, db, logger, chainInfo } = deps
@@ -217,6 +223,7 @@ function paidRoutes(
     receipts: signer === undefined ? undefined : { signer, network: chainInfo.caip2 },
     passes: new PassUses(db.sql, p.signIn, logger, { settleForMs: 120_000 }),
     replication: db.replication,
+    identity: p.identity,
     paidAnswers: new PaidAnswers(db.sql, logger, {
       ttlMs: config.x402.paid_answers.ttl_ms,
       maxAnswerBytes: config.x402.paid_answers.max_answer_bytes,
@@ -237,6 +244,31 @@ function paidRoutes(
     settings: { quoteTtlMs: config.proxy.quote_ttl_ms, openWaitMs: 5_000 },
   })
   return { metered, pass }
+}
+
+/**
+ * Web Bot Auth: the configured keys, and the key directories fetched now and refreshed in the background
+ * (never on the request path), stopped with the plane. Nonces are claimed in the shared database.
+ */
+function startIdentity(deps: DataPlaneDeps, stops: Array<() => Promise<void> | void>): MeteredIdentity {
+  const settings = identityFromConfig(deps.config.identity)
+  const directories = settings.directories
+  if (directories !== null) {
+    void directories.refreshAll()
+    stops.push(() => directories.stop())
+  }
+  const sql = deps.db.sql
+  const verifierDeps = {
+    directories,
+    keys: settings.keys,
+    policy: settings.policy,
+    claimNonce: (q: { key: string; expiresAtMs: number }) => claimNonce(sql, q),
+  }
+  return {
+    verify: (msg) => verifyRequest(verifierDeps, msg),
+    signerNames: new Set(settings.signerNames),
+    scheme: () => new URL(deps.publicUrl()).protocol.slice(0, -1),
+  }
 }
 
 /** The endpoint cache, invalidated across workers and instances (an API change, a kept MCP tool catalog). */

@@ -1,5 +1,6 @@
 // Queries on metered endpoints.
 import type { StoredDiscovery } from '../discovery/listing.ts'
+import type { StoredIdentityRule } from '../identity/stored-rules.ts'
 import type { StoredMcp } from '../mcp/config.ts'
 import type { CatalogTool } from '../mcp/tool-catalog.ts'
 import type { StoredPricing } from '../pricing/model.ts'
@@ -36,6 +37,8 @@ export interface EndpointRow {
   x402_settlement: X402Settlement | null
   /** The payment protocols answered besides a transaction hash ('x402', 'mpp'); both by default. */
   protocols: string[]
+  /** Prices by verified agent identity (docs/agent-identity.md); null: none, no signature is read. */
+  identity_rules: StoredIdentityRule[] | null
   status: 'active' | 'disabled'
   version: number
   created_at: Date
@@ -43,7 +46,7 @@ export interface EndpointRow {
 }
 
 const COLUMNS =
-  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, batch_settlement, pricing, listed, discovery, mcp, pass, x402_settlement, protocols, status, version, created_at, updated_at'
+  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, batch_settlement, pricing, listed, discovery, mcp, pass, x402_settlement, protocols, identity_rules, status, version, created_at, updated_at'
 
 /** The channel that tells every instance an endpoint changed (payload: its id). */
 export const ENDPOINT_CHANGED_CHANNEL = 'tollgate_endpoint_changed'
@@ -67,19 +70,22 @@ export async function insertEndpoint(
     pass?: StoredPass | null
     x402Settlement?: X402Settlement | null
     protocols?: string[]
+    identityRules?: StoredIdentityRule[] | null
   },
 ): Promise<EndpointRow> {
   const pricing = e.pricing ? db.json(e.pricing as never) : null
   const discovery = e.discovery ? db.json(e.discovery as never) : null
   const mcp = e.mcp ? db.json(e.mcp as never) : null
   const pass = e.pass ? db.json(e.pass as never) : null
+  const identityRules = e.identityRules ? db.json(e.identityRules as never) : null
   const [row] = await db<EndpointRow[]>`
     INSERT INTO endpoints (id, account_id, name, description, upstream_url, upstream_headers, price_atomic, timeout_ms,
-                           batch_settlement, pricing, listed, discovery, mcp, pass, x402_settlement, protocols)
+                           batch_settlement, pricing, listed, discovery, mcp, pass, x402_settlement, protocols,
+                           identity_rules)
     VALUES (${e.id}, ${e.accountId}, ${e.name}, ${e.description}, ${e.upstreamUrl},
             ${db.json(e.upstreamHeaders)}, ${e.priceAtomic}, ${e.timeoutMs}, ${e.batchSettlement ?? false},
             ${pricing}, ${e.listed ?? false}, ${discovery}, ${mcp}, ${pass}, ${e.x402Settlement ?? null},
-            ${e.protocols ?? ['x402', 'mpp']}::text[])
+            ${e.protocols ?? ['x402', 'mpp']}::text[], ${identityRules})
     RETURNING ${db.unsafe(COLUMNS)}`
   return row!
 }
@@ -106,7 +112,7 @@ export interface LiveEndpointRow extends EndpointRow {
 export async function findLiveEndpoint(db: Sql | Tx, id: string): Promise<LiveEndpointRow | null> {
   const [row] = await db<LiveEndpointRow[]>`
     SELECT e.id, e.account_id, e.name, e.description, e.upstream_url, e.upstream_headers, e.price_atomic,
-           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.batch_settlement, e.pricing, e.listed, e.discovery, e.mcp, e.pass, e.x402_settlement, e.protocols, e.status,
+           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.batch_settlement, e.pricing, e.listed, e.discovery, e.mcp, e.pass, e.x402_settlement, e.protocols, e.identity_rules, e.status,
            e.version, e.created_at,
            e.updated_at, a.wallet_address AS owner_wallet,
            CASE WHEN e.listed AND e.mcp IS NOT NULL
@@ -150,6 +156,8 @@ export interface EndpointChanges {
   x402Settlement?: X402Settlement | null
   /** The payment protocols answered besides a transaction hash. */
   protocols?: string[]
+  /** Replaces the identity rules (null: none). */
+  identityRules?: StoredIdentityRule[] | null
 }
 
 /**
@@ -177,6 +185,8 @@ export async function updateEndpoint(
     set.pricing = changes.pricing === null ? null : db.json(changes.pricing as never)
   if (changes.x402Settlement !== undefined) set.x402_settlement = changes.x402Settlement
   if (changes.protocols !== undefined) set.protocols = changes.protocols
+  if (changes.identityRules !== undefined)
+    set.identity_rules = changes.identityRules === null ? null : db.json(changes.identityRules as never)
   if (changes.mcp !== undefined) set.mcp = changes.mcp === null ? null : db.json(changes.mcp as never)
   if (changes.pass !== undefined) set.pass = changes.pass === null ? null : db.json(changes.pass as never)
   if (changes.priceAtomic !== undefined && changes.priceAtomic !== current.price_atomic) {

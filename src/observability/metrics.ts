@@ -62,6 +62,17 @@ export const paymentRequired = new client.Counter({
   registers: [registry],
 })
 
+/**
+ * Agent identity outcomes on endpoints with identity rules. signer: a name the operator configured, or
+ * 'none' (never the caller's text); outcome: verified, unsigned, or the snake_case failure reason.
+ */
+export const agentIdentity = new client.Counter({
+  name: 'tollgate_agent_identity_total',
+  help: 'Agent signatures checked on metered calls, by configured signer and outcome.',
+  labelNames: ['signer', 'outcome'] as const,
+  registers: [registry],
+})
+
 export const verifications = new client.Counter({
   name: 'tollgate_verify_outcomes_total',
   help: 'Proof verifications by proof kind, source (cache/rpc) and outcome.',

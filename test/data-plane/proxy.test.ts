@@ -277,11 +277,15 @@ describe('relay', () => {
         'true-client-ip': '203.0.113.7',
         authorization: 'Bearer caller-token',
         'x-custom': 'kept',
+        'x-tollgate-agent': 'forged-signer',
+        'x-tollgate-agent-rule': 'free',
       },
     })
     expect(res.status).toBe(200)
     const seen = upstream.last()!.headers
     for (const name of [
+      'x-tollgate-agent',
+      'x-tollgate-agent-rule',
       'x-drop-me',
       'keep-alive',
       'te',

@@ -13,6 +13,13 @@ import {
 } from '../../db/endpoints.ts'
 import { DiscoveryInput, type StoredDiscovery } from '../../discovery/listing.ts'
 import { ApiError } from '../../errors.ts'
+import { IdentityRulesInput, toRule } from '../../identity/rules.ts'
+import {
+  presentRules,
+  rulesFromStored,
+  rulesToStored,
+  type StoredIdentityRule,
+} from '../../identity/stored-rules.ts'
 import { newId } from '../../ids.ts'
 import {
   McpInput,
@@ -117,6 +124,15 @@ const Protocols = v.pipe(
   ),
 )
 
+const IdentityRules = v.pipe(
+  v.nullable(IdentityRulesInput),
+  v.description(
+    'prices by who is calling (Web Bot Auth signatures, docs/agent-identity.md): at most 16 rules ' +
+      '{match: signer | keyid | any_verified | unsigned | invalid_signature, signer?, keyid?, action: free | ' +
+      'price | multiplier | block | endpoint_price, price?, multiplier?}; the first match decides. null: none',
+  ),
+)
+
 const CreateBody = v.strictObject({
   upstream_url: v.pipe(v.string('must be a string'), v.maxLength(2048)),
   kind: v.optional(Kind),
@@ -132,6 +148,7 @@ const CreateBody = v.strictObject({
   batch_settlement: v.optional(v.boolean('must be true or false')),
   x402_settlement: v.optional(Settlement),
   protocols: v.optional(Protocols),
+  identity_rules: v.optional(IdentityRules),
   /** In the public discovery listing (/discovery/resources, /.well-known/x402.json) and the bazaar extension of its 402. */
   listed: v.optional(v.boolean('must be true or false')),
   /** What catalogs show and agents read to call it: service name, tags, icon, method, input and output JSON Schema. */
@@ -157,6 +174,7 @@ const UpdateBody = v.strictObject({
   batch_settlement: v.optional(v.boolean('must be true or false')),
   x402_settlement: v.optional(Settlement),
   protocols: v.optional(Protocols),
+  identity_rules: v.optional(IdentityRules),
   /** In the public discovery listing (/discovery/resources, /.well-known/x402.json) and the bazaar extension of its 402. */
   listed: v.optional(v.boolean('must be true or false')),
   /** What catalogs show and agents read to call it: service name, tags, icon, method, input and output JSON Schema. */
@@ -193,6 +211,36 @@ function readPricingInput(
     if (err instanceof PricingError) throw new ApiError('invalid_parameter', err.message, err.param)
     throw err
   }
+}
+
+/** Validated rules in their stored form; an empty list is none (null). */
+function storedRules(input: v.InferOutput<typeof IdentityRulesInput> | null | undefined) {
+  if (input === null || input === undefined || input.length === 0) return null
+  return rulesToStored(input.map(toRule))
+}
+
+/**
+ * Identity rules apply to HTTP endpoints; a rule's own price (price, multiplier) to a fixed or rules price
+ * only: a usage-priced call is charged what it measures, an MCP call what its tool costs.
+ */
+function assertIdentityRulesFit(
+  rules: readonly StoredIdentityRule[] | null,
+  pricingModel: string,
+  kind: 'http' | 'mcp',
+): void {
+  if (rules === null) return
+  if (kind === 'mcp')
+    throw new ApiError(
+      'invalid_parameter',
+      'identity_rules go with HTTP endpoints only, not kind mcp',
+      'identity_rules',
+    )
+  if (pricingModel === 'usage' && rules.some((r) => r.action === 'price' || r.action === 'multiplier'))
+    throw new ApiError(
+      'invalid_parameter',
+      'a usage-priced endpoint is charged what it measures: its identity rules may free, block or keep the endpoint price, not set one',
+      'identity_rules',
+    )
 }
 
 /** Stored without absent keys, so the listing shows only what the owner declared. */
@@ -285,6 +333,21 @@ export const EndpointObject = v.strictObject({
     v.array(v.picklist(['x402', 'mpp'])),
     v.description('the payment protocols it answers besides a transaction hash (x402, mpp)'),
   ),
+  identity_rules: v.pipe(
+    v.nullable(
+      v.array(
+        v.strictObject({
+          match: v.picklist(['signer', 'keyid', 'any_verified', 'unsigned', 'invalid_signature']),
+          signer: v.optional(v.string()),
+          keyid: v.optional(v.string()),
+          action: v.picklist(['free', 'multiplier', 'price', 'block', 'endpoint_price']),
+          multiplier: v.optional(v.string()),
+          price: v.optional(Dollars),
+        }),
+      ),
+    ),
+    v.description('its identity rules, the first match deciding (null: none, every caller pays the price)'),
+  ),
   listed: v.boolean(),
   discovery: v.pipe(
     v.nullable(v.record(v.string(), v.unknown())),
@@ -322,6 +385,7 @@ export function presentEndpoint(
     batch_settlement: e.batch_settlement,
     x402_settlement: e.x402_settlement ?? defaultSettlement(deps),
     protocols: (e.protocols ?? ['x402', 'mpp']) as Array<'x402' | 'mpp'>,
+    identity_rules: e.identity_rules === null ? null : presentRules(rulesFromStored(e.identity_rules)),
     listed: e.listed,
     discovery: (e.discovery as Record<string, unknown> | null) ?? null,
     pass: e.pass === null ? null : presentPass(passFromStored(e.pass), `${deps.publicUrl()}/pass/${e.id}`),
@@ -405,6 +469,8 @@ export const endpointRoutes: Route[] = [
         throw new ApiError('invalid_parameter', 'missing field price (or pricing)', 'price')
       const pass = readPassInput(input.pass ?? null, deps)
       assertPassable(pass, pricing.model, input.kind ?? 'http')
+      const identityRules = storedRules(input.identity_rules)
+      assertIdentityRulesFit(identityRules, pricing.model, input.kind ?? 'http')
       const upstreamUrl = await readUpstreamUrl(input.upstream_url, deps)
       const row = await insertEndpoint(db, {
         id: newId('ep'),
@@ -420,6 +486,7 @@ export const endpointRoutes: Route[] = [
         batchSettlement: input.batch_settlement ?? false,
         x402Settlement: readSettlement(input.x402_settlement, deps) ?? null,
         protocols: input.protocols ?? ['x402', 'mpp'],
+        identityRules,
         listed: input.listed ?? false,
         discovery: storedDiscovery(input.discovery),
         pass: pass === null ? null : passToStored(pass),
@@ -484,6 +551,7 @@ export const endpointRoutes: Route[] = [
       const settlement = readSettlement(input.x402_settlement, deps)
       if (settlement !== undefined) changes.x402Settlement = settlement
       if (input.protocols !== undefined) changes.protocols = input.protocols
+      if (input.identity_rules !== undefined) changes.identityRules = storedRules(input.identity_rules)
       if (input.listed !== undefined) changes.listed = input.listed
       if (input.discovery !== undefined) changes.discovery = storedDiscovery(input.discovery)
       if (input.status !== undefined) changes.status = input.status
@@ -510,6 +578,9 @@ export const endpointRoutes: Route[] = [
           pass !== undefined ? pass : current.pass === null ? null : passFromStored(current.pass)
         const modelAfter = pricing?.model ?? pricingFromStored(current.pricing, current.price_atomic).model
         assertPassable(passAfter, modelAfter, current.mcp === null ? 'http' : 'mcp')
+        const rulesAfter =
+          changes.identityRules !== undefined ? changes.identityRules : current.identity_rules
+        assertIdentityRulesFit(rulesAfter, modelAfter, current.mcp === null ? 'http' : 'mcp')
         return updateEndpoint(tx, current, changes, deps.config.proxy.quote_ttl_ms)
       })
       await deps.onEndpointChanged(ctx.params.id!)

@@ -1,0 +1,247 @@
+// Identity rules on /m/<id>, end to end: mppx's Web Bot Auth client, unchanged, signs calls; a key directory
+// on 127.0.0.1 publishes its key; the endpoint's rules make a verified signer free, block unsigned callers,
+// or multiply the price its 402 quotes. A replayed signature is unsigned on a second instance.
+import { createHash, type webcrypto } from 'node:crypto'
+import { request as httpRequest } from 'node:http'
+import { Client } from 'mppx/attestation/web-bot-auth'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { agentIdentity } from '../../src/observability/metrics.ts'
+import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
+import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
+import { type KeyDirectoryServer, startKeyDirectory } from '../helpers/key-directory.ts'
+import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
+import { startUpstream, type Upstream } from '../helpers/upstream.ts'
+import { waitFor } from '../helpers/wait-for.ts'
+
+const AGENT = 'https://bot.example'
+
+async function agentKey() {
+  const pair = (await crypto.subtle.generateKey({ name: 'Ed25519' }, true, [
+    'sign',
+    'verify',
+  ])) as webcrypto.CryptoKeyPair
+  const jwk = (await crypto.subtle.exportKey('jwk', pair.publicKey)) as Record<string, string>
+  const keyId = createHash('sha256')
+    .update(JSON.stringify({ crv: jwk.crv, kty: jwk.kty, x: jwk.x }))
+    .digest('base64url')
+  return { privateKey: pair.privateKey, keyId, jwk: { kty: jwk.kty, crv: jwk.crv, x: jwk.x } }
+}
+
+let directory: KeyDirectoryServer
+let upstream: Upstream
+let key: Awaited<ReturnType<typeof agentKey>>
+
+function identityConfig() {
+  return {
+    identity: {
+      directories: [{ name: 'acme', signature_agent: AGENT, url: directory.url }],
+      allow_private_directories: true,
+    },
+  }
+}
+
+async function signed(url: string): Promise<Headers> {
+  const signer = Client.signer({ key: key.privateKey, keyId: key.keyId, signatureAgent: AGENT })
+  return (await signer.sign(new Request(url))).headers
+}
+
+async function createEndpoint(svc: TestService, apiKey: string, rules: unknown): Promise<string> {
+  const r = await svc.api('/api/v1/endpoints', {
+    key: apiKey,
+    body: { upstream_url: `${upstream.url}/echo`, price: 0.01, identity_rules: rules },
+  })
+  if (r.status !== 201) throw new Error(`create failed: ${r.status} ${r.text}`)
+  return r.body.id as string
+}
+
+function headersOf(h: Headers): Record<string, string> {
+  const out: Record<string, string> = {}
+  h.forEach((v, k) => {
+    out[k] = v
+  })
+  return out
+}
+
+/** The amount a 402 quotes (x402 v1 body). */
+async function quoted(res: Response): Promise<string> {
+  expect(res.status).toBe(402)
+  const body = (await res.json()) as { accepts: Array<{ maxAmountRequired: string }> }
+  return body.accepts[0]!.maxAmountRequired
+}
+
+beforeAll(async () => {
+  key = await agentKey()
+  directory = await startKeyDirectory([key.jwk])
+  upstream = await startUpstream()
+})
+afterAll(async () => {
+  await upstream?.close()
+  await directory?.close()
+})
+
+describe('identity rules on metered calls', () => {
+  let svc: TestService
+  let apiKey: string
+  beforeAll(async () => {
+    svc = await startTestService({ overrides: identityConfig() as never })
+    apiKey = (await registerMerchant(svc)).key
+  })
+  afterAll(async () => {
+    await svc?.stop()
+  })
+
+  it('stores, shows and validates identity_rules with field-named errors', async () => {
+    const id = await createEndpoint(svc, apiKey, [
+      { match: 'signer', signer: 'acme', action: 'multiplier', multiplier: 0.5 },
+      { match: 'unsigned', action: 'price', price: '0.02' },
+    ])
+    const got = await svc.api(`/api/v1/endpoints/${id}`, { key: apiKey })
+    expect(got.body.identity_rules).toEqual([
+      { match: 'signer', signer: 'acme', action: 'multiplier', multiplier: '0.5' },
+      { match: 'unsigned', action: 'price', price: 0.02 },
+    ])
+    const bad = await svc.api(`/api/v1/endpoints/${id}`, {
+      key: apiKey,
+      method: 'PATCH',
+      body: { identity_rules: [{ match: 'signer', action: 'free' }] },
+    })
+    expect(bad.status).toBe(400)
+    expect(bad.body.error.param).toBe('identity_rules.0')
+    // Refused: nothing changed.
+    expect((await svc.api(`/api/v1/endpoints/${id}`, { key: apiKey })).body.identity_rules).toHaveLength(2)
+    const cleared = await svc.api(`/api/v1/endpoints/${id}`, {
+      key: apiKey,
+      method: 'PATCH',
+      body: { identity_rules: null },
+    })
+    expect(cleared.body.identity_rules).toBeNull()
+  })
+
+  it('serves a verified signer free, with x-tollgate-agent; blocks an unsigned call with 403 agent_blocked', async () => {
+    const id = await createEndpoint(svc, apiKey, [
+      { match: 'signer', signer: 'acme', action: 'free' },
+      { match: 'unsigned', action: 'block' },
+    ])
+    const url = `${svc.url}/m/${id}`
+    // The directory is fetched in the background at start: signed calls verify once it is held.
+    let res: Response | null = null
+    await waitFor(
+      async () => {
+        const before = upstream.count()
+        res = await fetch(url, { headers: await signed(url) })
+        return res.status === 200 && upstream.count() === before + 1
+      },
+      { what: 'a signed call served free' },
+    )
+    expect(upstream.last()!.headers['x-tollgate-agent']).toBe('acme')
+    // A caller cannot claim an identity by sending the header itself.
+    const unsigned = await fetch(url, { headers: { 'x-tollgate-agent': 'acme' } })
+    expect(unsigned.status).toBe(403)
+    expect(((await unsigned.json()) as { error: { code: string } }).error.code).toBe('agent_blocked')
+  })
+
+  it('a multiplier rule quotes the price × m in the 402; an unsigned call the endpoint price', async () => {
+    const id = await createEndpoint(svc, apiKey, [
+      { match: 'any_verified', action: 'multiplier', multiplier: '2.5' },
+    ])
+    const url = `${svc.url}/m/${id}`
+    expect(await quoted(await fetch(url))).toBe('10000')
+    await waitFor(async () => (await quoted(await fetch(url, { headers: await signed(url) }))) === '25000', {
+      what: 'the signed call quoted × 2.5',
+    })
+    // The payment is verified against the identity's price: the endpoint price is not enough when signed.
+    const payer: Funded = await fundedAccount(1_000_000n)
+    const short = await payUsdc(payer, svc.chain.treasury, 10_000n)
+    const refused = await fetch(url, { headers: { ...headersOf(await signed(url)), 'x-payment': short } })
+    expect(refused.status).toBe(402)
+    const enough = await payUsdc(payer, svc.chain.treasury, 25_000n)
+    const before = upstream.count()
+    const paid = await fetch(url, { headers: { ...headersOf(await signed(url)), 'x-payment': enough } })
+    expect(paid.status).toBe(200)
+    expect(upstream.count()).toBe(before + 1)
+    expect(upstream.last()!.headers['x-tollgate-agent']).toBe('acme')
+    // Unsigned, the endpoint price pays (the short payment was not used up by its refusal).
+    expect((await fetch(url, { headers: { 'x-payment': short } })).status).toBe(200)
+  })
+
+  it('refuses identity_rules on kind mcp, and a price rule on a usage-priced endpoint', async () => {
+    const usage = await svc.api('/api/v1/endpoints', {
+      key: apiKey,
+      body: {
+        upstream_url: `${upstream.url}/echo`,
+        pricing: {
+          model: 'usage',
+          unit: 'tokens',
+          max_price: 0.05,
+          input_price_per_million: 2,
+          cached_input_price_per_million: 1,
+          output_price_per_million: 10,
+        },
+        identity_rules: [{ match: 'any_verified', action: 'price', price: 0.01 }],
+      },
+    })
+    expect(usage.status).toBe(400)
+    expect(usage.body.error.param).toBe('identity_rules')
+  })
+})
+
+/** Sends `headers` to `url` with the Host header given (fetch would put the URL's own). */
+function sendWithHost(url: string, host: string, headers: Headers): Promise<number> {
+  const h: Record<string, string> = { host }
+  headers.forEach((v, k) => {
+    h[k] = v
+  })
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(url, { headers: h }, (res) => {
+      res.resume()
+      res.on('end', () => resolve(res.statusCode ?? 0))
+    })
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+function replays(): number {
+  const m = (
+    agentIdentity as unknown as { hashMap: Record<string, { value: number; labels: { outcome: string } }> }
+  ).hashMap
+  return Object.values(m)
+    .filter((e) => e.labels.outcome === 'replayed_nonce')
+    .reduce((n, e) => n + e.value, 0)
+}
+
+describe.runIf(usingServer)('identity rules, two instances on one database', () => {
+  let a: TestService
+  let b: TestService
+  beforeAll(async () => {
+    const databaseUrl = await freshDatabaseUrl()
+    a = await startTestService({ databaseUrl, overrides: identityConfig() as never })
+    b = await startTestService({ databaseUrl, treasury: a.treasury, overrides: identityConfig() as never })
+  })
+  afterAll(async () => {
+    await b?.stop()
+    await a?.stop()
+  })
+
+  it('a signature replayed to the second instance is treated as unsigned there', async () => {
+    const apiKey = (await registerMerchant(a)).key
+    const id = await createEndpoint(a, apiKey, [
+      { match: 'signer', signer: 'acme', action: 'free' },
+      { match: 'unsigned', action: 'block' },
+    ])
+    const urlA = `${a.url}/m/${id}`
+    const urlB = `${b.url}/m/${id}`
+    const hostA = new URL(a.url).host
+    // Both instances hold the directory's key: a fresh signature is served free on each.
+    for (const url of [urlA, urlB])
+      await waitFor(async () => (await fetch(url, { headers: await signed(url) })).status === 200, {
+        what: 'a signed call served free',
+      })
+    const headers = await signed(urlA)
+    expect(await sendWithHost(urlA, hostA, headers)).toBe(200)
+    const before = replays()
+    // The same signature, for the same host, at the other instance: its nonce is taken, so it is unsigned.
+    expect(await sendWithHost(urlB, hostA, headers)).toBe(403)
+    expect(replays()).toBe(before + 1)
+  })
+})
