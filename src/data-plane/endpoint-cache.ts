@@ -127,7 +127,6 @@ export async function loadEndpoint(
 }
 
 export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOptions): LiveEndpoint {
-  const url = new URL(row.upstream_url)
   const resourceUrl = `${options.publicUrl()}/m/${row.id}`
   const description = row.description ?? row.name ?? `Metered API ${row.id}`
   // Opt-in schemes the owner turned on for this endpoint.
@@ -194,16 +193,7 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
     accountId: row.account_id,
     ownerWallet: row.owner_wallet,
     active: row.status === 'active',
-    target: {
-      origin: url.origin,
-      basePath: url.pathname.replace(/\/+$/, ''),
-      host: url.host,
-      injectHeaders: Object.entries(row.upstream_headers).map(
-        ([k, v]) => [k.toLowerCase(), v] as [string, string],
-      ),
-      timeoutMs: row.timeout_ms ?? options.defaultTimeoutMs,
-      allowPrivate: options.allowPrivate,
-    },
+    target: upstreamTarget(row, options),
     quoteFor,
     usage: pricing.model === 'usage' ? pricing : null,
     pricingModel: pricing.model,
@@ -225,6 +215,21 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       row.identity_rules === null || row.mcp !== null
         ? null
         : compileIdentity(rulesFromStored(row.identity_rules), bases, (a) => quote(a, false, false)),
+  }
+}
+
+/** Where the endpoint's paid calls go, and the headers its owner injects there. */
+function upstreamTarget(row: LiveEndpointRow, options: EndpointCacheOptions): LiveEndpoint['target'] {
+  const url = new URL(row.upstream_url)
+  return {
+    origin: url.origin,
+    basePath: url.pathname.replace(/\/+$/, ''),
+    host: url.host,
+    injectHeaders: Object.entries(row.upstream_headers).map(
+      ([k, v]) => [k.toLowerCase(), v] as [string, string],
+    ),
+    timeoutMs: row.timeout_ms ?? options.defaultTimeoutMs,
+    allowPrivate: options.allowPrivate,
   }
 }
 
