@@ -511,6 +511,16 @@ describe('a pass purchase retried with the same payment', () => {
     const other = await createPassEndpoint({ price: 0.05, calls: 2 })
     const payer = chain.payers[2]!
     const header = await paymentHeader(payer.privateKey, ep.purchaseUrl)
+    // This payer bought a pass in an earlier test: its settlement must be in before the balance is read (a
+    // purchase settles in the leader's batch, which leaves a before-the-answer endpoint's young claims alone).
+    await waitFor(
+      async () =>
+        (
+          await svc.sql`SELECT 1 FROM claims WHERE kind = 'eip3009' AND status IN ('captured', 'settling')
+                        AND settled_at IS NULL AND settlement_error IS NULL`
+        ).length === 0,
+      { timeoutMs: 20_000, intervalMs: 200, what: 'earlier purchases settled' },
+    )
     const before = await usdcOf(payer.address)
     const bought = await fetch(ep.purchaseUrl, { method: 'POST', headers: header })
     expect(bought.status, await bought.clone().text()).toBe(201)
