@@ -41,6 +41,8 @@ export interface TollgateOptions {
   profileDir?: string
   /** Set: traces are exported there (BENCH_TRACING=1). */
   otlpEndpoint?: string
+  /** Run the leader's jobs (payouts, settlements); default: only the instance named warm does. */
+  jobs?: boolean
 }
 
 export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
@@ -57,7 +59,7 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
       server: { workers: o.workers ?? 1 },
       // Every instance signs with the one treasury key: only the warm one runs payouts and settlements, so
       // their nonces never collide across instances (that would be a bench artefact, not a finding).
-      jobs: { enabled: o.name === 'warm' },
+      jobs: { enabled: o.jobs ?? o.name === 'warm' },
       // Channels claimed every second instead of every minute: the claim books the calls the x402-batch
       // scenario served, which a minute later loaded whichever scenario ran then (the x402 reference's: its
       // PostgreSQL 3,180 µs a call, and the machine shared with the booking of 80,000 calls).
