@@ -29,7 +29,7 @@ export interface Inside {
   event_loop_max_ms: number
 }
 
-type Counters = Map<string, number>
+export type Counters = Map<string, number>
 
 export async function readCounters(adminPort: number): Promise<Counters> {
   const text = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text()

@@ -8,10 +8,14 @@
 // p99 under two block intervals and the load generator on time. Per step: latency, transactions per call
 // (every transaction mined from the step's first block until its settlements drained, an upper bound: a
 // payout of the leader's would count too), and CPU µs per call of tollgate (+ PostgreSQL on a server).
+// The x402 reference (@x402/express with its facilitator in-process, settling each call before its answer)
+// is stepped the same way on the same chain: the capacity ratio the reference is compared by.
 import { execFileSync } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { x402Client, x402HTTPClient } from '@x402/core/client'
+import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import { type Chain, createPublicClient, createWalletClient, type Hex, http, publicActions } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import { baseSepolia } from 'viem/chains'
@@ -23,9 +27,11 @@ import { cpuMeter, postgresBackends, withChildren } from '../cpu.ts'
 import { paced } from '../paced.ts'
 import { machine, writeResults } from '../report.ts'
 import { ROOT } from '../targets/processes.ts'
+import type { Target } from '../targets/target.ts'
 import { startTollgate, type Tollgate } from '../targets/tollgate.ts'
 import { startUpstream } from '../targets/upstream.ts'
-import { readCounters, settlementOutcome } from './inside.ts'
+import { startX402Reference } from '../targets/x402-reference.ts'
+import { type Counters, readCounters, settlementOutcome } from './inside.ts'
 
 const BLOCK_S = 2
 
@@ -40,9 +46,9 @@ interface Step {
   late_sends_pct: number
   transactions: number
   tx_per_call: number
-  settled: number
-  settle_failed: number
-  drain_ms: number
+  settled: number | null
+  settle_failed: number | null
+  drain_ms: number | null
   cpu_us_per_call: Record<string, number>
   /** Mean ms of each settle-before-answer phase (queue, capture, send, receipt) and calls per group. */
   phases_ms: Record<string, number>
@@ -53,9 +59,21 @@ interface Step {
 interface ModeResult {
   mode: string
   workers: number
-  /** The highest offered rate sustained (every call 200, p99 < 2 blocks, sends on time); 0: none. */
+  /** The highest offered rate sustained (every call 200, p99 < 2 blocks); 0: none. */
   capacity_rps: number
   steps: Step[]
+}
+
+/** What is measured in one mode: a paid URL, its proofs, and whose CPU a call costs. */
+interface Subject {
+  mode: string
+  workers: number
+  url: string
+  header: string
+  sign(n: number): Promise<string[]>
+  pids(): number[]
+  /** tollgate's admin port (its counters); null for the reference. */
+  adminPort: number | null
 }
 
 function options(args: string[]) {
@@ -63,10 +81,13 @@ function options(args: string[]) {
     const i = args.indexOf(flag)
     return i >= 0 ? args[i + 1] : undefined
   }
+  const list = (v: string) => v.split(',').map(Number)
   return {
-    rates: (get('--rates') ?? '100,250,500,750,1000,1250,1500').split(',').map(Number),
+    rates: list(get('--rates') ?? '100,250,500,750,1000,1250,1500'),
+    referenceRates: list(get('--reference-rates') ?? '5,10,20,40,80,160'),
     seconds: Number(get('--seconds') ?? 8),
     workers2: !args.includes('--no-workers2'),
+    reference: !args.includes('--no-reference'),
   }
 }
 
@@ -74,9 +95,7 @@ export async function runX402Capacity(args: string[]): Promise<void> {
   const o = options(args)
   // The built JavaScript is what production runs; build it when src/ changed since.
   execFileSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--if-stale'], { stdio: 'inherit' })
-  const dir = (await import('node:fs')).mkdtempSync(
-    `${(await import('node:os')).tmpdir()}/tollgate-capacity-`,
-  )
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-capacity-'))
   const chain = await startDevChain({
     chainId: 84532,
     payers: 1,
@@ -89,8 +108,8 @@ export async function runX402Capacity(args: string[]): Promise<void> {
     await fundSettlers(chain)
     const one = await startInstance(chain, dir, upstream.base, 'warm', 1)
     try {
-      modes.push(await stepUp(chain, one, upstream.base, 'before_answer', 1, o))
-      modes.push(await stepUp(chain, one, upstream.base, 'after', 1, o))
+      for (const mode of ['before_answer', 'after'] as const)
+        modes.push(await stepUp(chain, await tollgateSubject(chain, one, upstream.base, mode, 1), o.rates, o))
     } finally {
       await one.stop()
     }
@@ -99,9 +118,18 @@ export async function runX402Capacity(args: string[]): Promise<void> {
       // on databases of their own, so run side by side they would both claim slot 0 and share its nonces.
       const two = await startInstance(chain, dir, upstream.base, 'workers2', 2)
       try {
-        modes.push(await stepUp(chain, two, upstream.base, 'before_answer', 2, o))
+        const subject = await tollgateSubject(chain, two, upstream.base, 'before_answer', 2)
+        modes.push(await stepUp(chain, subject, o.rates, o))
       } finally {
         await two.stop()
+      }
+    }
+    if (o.reference) {
+      const ref = await startX402Reference({ chain, upstream: upstream.base, maxMs: 30 * 60_000 })
+      try {
+        modes.push(await stepUp(chain, await referenceSubject(chain, ref), o.referenceRates, o))
+      } finally {
+        await ref.stop()
       }
     }
   } finally {
@@ -109,16 +137,23 @@ export async function runX402Capacity(args: string[]): Promise<void> {
     await chain.stop()
     rmSync(dir, { recursive: true, force: true })
   }
-  const before = modes.find((m) => m.mode === 'before_answer' && m.workers === 1)!
-  const after = modes.find((m) => m.mode === 'after')!
+  report(args, o, modes)
+}
+
+function report(args: string[], o: ReturnType<typeof options>, modes: ModeResult[]): void {
+  const capacity = (mode: string, workers = 1) =>
+    modes.find((m) => m.mode === mode && m.workers === workers)?.capacity_rps ?? null
+  const ratio = (a: number | null, b: number | null) =>
+    a !== null && b !== null && b > 0 ? Math.round((a / b) * 100) / 100 : null
   const summary = {
-    capacity_ratio_before_to_after:
-      after.capacity_rps > 0 ? Math.round((before.capacity_rps / after.capacity_rps) * 100) / 100 : null,
     block_interval_s: BLOCK_S,
+    capacity_ratio_before_to_after: ratio(capacity('before_answer'), capacity('after')),
+    capacity_ratio_workers2_to_after: ratio(capacity('before_answer', 2), capacity('after')),
+    capacity_ratio_before_to_reference: ratio(capacity('before_answer'), capacity('reference')),
   }
   process.stdout.write(`\n${JSON.stringify({ summary, modes: modes.map(brief) }, null, 2)}\n`)
   const file = writeResults(
-    new URL('../results/', import.meta.url).pathname,
+    join(ROOT, 'bench', 'results'),
     machine({
       command: `npm run bench -- x402-capacity ${args.join(' ')}`.trim(),
       database: process.env.BENCH_DATABASE_URL ? 'postgresql server' : 'embedded pglite',
@@ -179,46 +214,19 @@ function startInstance(
   })
 }
 
-async function stepUp(
+async function tollgateSubject(
   chain: DevChain,
   t: Tollgate,
   upstream: string,
   mode: 'before_answer' | 'after',
   workers: number,
-  o: ReturnType<typeof options>,
-): Promise<ModeResult> {
+): Promise<Subject> {
   const ep = await t.post(
     '/api/v1/endpoints',
     { upstream_url: `${upstream}/data`, price: '0.001', x402_settlement: mode },
     t.apiKey,
   )
   const url = ep.metered_url as string
-  const signer = await payerFor(chain, url)
-  // A short unmeasured run first: the path compiled and connected, the settler's nonce read.
-  await paced({
-    url,
-    rate: 50,
-    durationS: 2,
-    connections: 64,
-    perRequest: { header: 'x-payment', values: await signer.sign(100) },
-    expectStatus: 200,
-  })
-  await settlementOutcome(t.adminPort, await readCounters(t.adminPort))
-  const steps: Step[] = []
-  let capacity = 0
-  for (const rate of o.rates) {
-    const step = await measureStep(chain, t, url, signer, rate, o.seconds)
-    steps.push(step)
-    process.stdout.write(
-      `  ${mode} workers ${workers} ${brief({ mode, workers, capacity_rps: 0, steps: [step] }).steps[0]}\n`,
-    )
-    if (!step.sustained) break
-    capacity = rate
-  }
-  return { mode, workers, capacity_rps: capacity, steps }
-}
-
-async function payerFor(chain: DevChain, url: string) {
   const body = (await (await fetch(url)).json()) as { accepts: unknown[] }
   const requirements = selectPaymentRequirements(
     body.accepts.map((a) => PaymentRequirementsSchema.parse(a)),
@@ -231,50 +239,87 @@ async function payerFor(chain: DevChain, url: string) {
     transport: http(chain.rpcUrl),
   }).extend(publicActions)
   return {
-    /** n fresh authorizations, as the published x402 client signs them. */
-    async sign(n: number): Promise<string[]> {
-      const out: string[] = []
-      for (let i = 0; i < n; i += 200) {
-        out.push(
-          ...(await Promise.all(
-            Array.from({ length: Math.min(200, n - i) }, () => createPaymentHeader(wallet, 1, requirements)),
-          )),
-        )
-      }
-      return out
-    },
+    mode,
+    workers,
+    url,
+    header: 'x-payment',
+    // Fresh authorizations, as the published x402 client signs them.
+    sign: (n) => inChunks(n, () => createPaymentHeader(wallet, 1, requirements)),
+    pids: () => withChildren(t.pid ? [t.pid] : []),
+    adminPort: t.adminPort,
   }
 }
 
-async function measureStep(
-  chain: DevChain,
-  t: Tollgate,
-  url: string,
-  signer: Awaited<ReturnType<typeof payerFor>>,
-  rate: number,
-  seconds: number,
-): Promise<Step> {
-  const values = await signer.sign(Math.round(rate * seconds))
-  const client = createPublicClient({ transport: http(chain.rpcUrl) })
-  const firstBlock = (await client.getBlockNumber()) + 1n
-  const before = await readCounters(t.adminPort)
-  const meter = cpuMeter({
-    tollgate: () => withChildren(t.pid ? [t.pid] : []),
-    ...(process.env.BENCH_DATABASE_URL ? { postgres: () => postgresBackends(`_${process.pid}`) } : {}),
-  })
-  // Enough connections that none is waited for: the rate times a few blocks of latency.
-  const connections = Math.min(8_000, Math.max(64, Math.ceil(rate * BLOCK_S * 3)))
-  const m = await paced({
+/** The x402 reference (@x402/express, its facilitator in-process), paid by the reference's own client. */
+async function referenceSubject(chain: DevChain, ref: Target): Promise<Subject> {
+  const url = `${ref.base}/data`
+  const r = await fetch(url)
+  const client = new x402HTTPClient(
+    registerExactEvmScheme(new x402Client(), {
+      signer: privateKeyToAccount(chain.payers[0]!.privateKey as Hex),
+    }).setSpendControls({
+      allowedAssets: [
+        { network: `eip155:${chain.chainId}`, asset: chain.usdcAddress, maxAmountPerPayment: '1000' },
+      ],
+    }),
+  )
+  const required = client.getPaymentRequiredResponse((name) => r.headers.get(name), await r.json())
+  const first = client.encodePaymentSignatureHeader(await client.createPaymentPayload(required))
+  const header = Object.keys(first)[0]!
+  return {
+    mode: 'reference',
+    workers: 1,
     url,
-    rate,
-    durationS: seconds,
-    connections,
-    warmupS: 2,
-    perRequest: { header: 'x-payment', values },
+    header,
+    sign: (n) =>
+      inChunks(
+        n,
+        async () => client.encodePaymentSignatureHeader(await client.createPaymentPayload(required))[header]!,
+      ),
+    pids: () => withChildren(ref.pid ? [ref.pid] : []),
+    adminPort: null,
+  }
+}
+
+async function inChunks(n: number, one: () => Promise<string>): Promise<string[]> {
+  const out: string[] = []
+  for (let i = 0; i < n; i += 200)
+    out.push(...(await Promise.all(Array.from({ length: Math.min(200, n - i) }, one))))
+  return out
+}
+
+async function stepUp(
+  chain: DevChain,
+  subject: Subject,
+  rates: number[],
+  o: ReturnType<typeof options>,
+): Promise<ModeResult> {
+  // A short unmeasured run first: the path compiled and connected, the settler's nonce read.
+  await paced({
+    url: subject.url,
+    rate: Math.min(50, rates[0]!),
+    durationS: 2,
+    connections: 64,
+    perRequest: { header: subject.header, values: await subject.sign(100) },
     expectStatus: 200,
   })
-  const cpu = meter.stop(m.requests)
-  const after = await readCounters(t.adminPort)
+  if (subject.adminPort !== null)
+    await settlementOutcome(subject.adminPort, await readCounters(subject.adminPort))
+  const steps: Step[] = []
+  let capacity = 0
+  for (const rate of rates) {
+    const step = await measureStep(chain, subject, rate, o.seconds)
+    steps.push(step)
+    const line = brief({ mode: subject.mode, workers: subject.workers, capacity_rps: 0, steps: [step] })
+    process.stdout.write(`  ${subject.mode} workers ${subject.workers} ${line.steps[0]}\n`)
+    if (!step.sustained) break
+    capacity = rate
+  }
+  return { mode: subject.mode, workers: subject.workers, capacity_rps: capacity, steps }
+}
+
+/** Mean ms of each settle-before-answer phase and calls per group, from tollgate's counters. */
+function phases(before: Counters, after: Counters) {
   const delta = (key: string) => (after.get(key) ?? 0) - (before.get(key) ?? 0)
   const phase = 'tollgate_x402_settle_before_answer_phase_seconds'
   const phases_ms: Record<string, number> = {}
@@ -287,7 +332,36 @@ async function measureStep(
     groups > 0
       ? Math.round((delta('tollgate_x402_settle_before_answer_batch_size_sum') / groups) * 10) / 10
       : 0
-  const outcome = await settlementOutcome(t.adminPort, before, 120_000)
+  return { phases_ms, calls_per_group }
+}
+
+async function measureStep(chain: DevChain, subject: Subject, rate: number, seconds: number): Promise<Step> {
+  const values = await subject.sign(Math.round(rate * seconds))
+  const client = createPublicClient({ transport: http(chain.rpcUrl) })
+  const firstBlock = (await client.getBlockNumber()) + 1n
+  const admin = subject.adminPort
+  const before = admin === null ? null : await readCounters(admin)
+  const meter = cpuMeter({
+    server: subject.pids,
+    ...(process.env.BENCH_DATABASE_URL ? { postgres: () => postgresBackends(`_${process.pid}`) } : {}),
+  })
+  // Enough connections that none is waited for: the rate times a few blocks of latency.
+  const connections = Math.min(8_000, Math.max(64, Math.ceil(rate * BLOCK_S * 3)))
+  const m = await paced({
+    url: subject.url,
+    rate,
+    durationS: seconds,
+    connections,
+    warmupS: 2,
+    perRequest: { header: subject.header, values },
+    expectStatus: 200,
+  })
+  const cpu = meter.stop(m.requests)
+  const inside =
+    admin === null || before === null
+      ? { phases_ms: {}, calls_per_group: 0 }
+      : phases(before, await readCounters(admin))
+  const outcome = admin === null || before === null ? null : await settlementOutcome(admin, before, 120_000)
   // Let the last settlement's block in, then count every transaction mined since the step began.
   await new Promise((r) => setTimeout(r, BLOCK_S * 1000 + 500))
   const lastBlock = await client.getBlockNumber()
@@ -295,7 +369,6 @@ async function measureStep(
   for (let b = firstBlock; b <= lastBlock; b++) {
     transactions += (await client.getBlock({ blockNumber: b })).transactions.length
   }
-  const calls = values.length
   return {
     rate,
     achieved_rps: m.rps,
@@ -306,13 +379,12 @@ async function measureStep(
     p99_ms: m.p99_ms,
     late_sends_pct: m.late_sends_pct,
     transactions,
-    tx_per_call: Math.round((transactions / calls) * 10_000) / 10_000,
-    settled: outcome.settled,
-    settle_failed: outcome.failed,
-    drain_ms: outcome.drain_ms,
+    tx_per_call: Math.round((transactions / values.length) * 10_000) / 10_000,
+    settled: outcome?.settled ?? null,
+    settle_failed: outcome?.failed ?? null,
+    drain_ms: outcome?.drain_ms ?? null,
     cpu_us_per_call: cpu,
-    phases_ms,
-    calls_per_group,
+    ...inside,
     // Latency is counted from each request's due time, so a late send only makes the figure worse: it is
     // reported, not a condition (on a shared machine the 1 ms scheduler is often 2 ms late).
     sustained: m.errors === 0 && m.p99_ms < 2 * BLOCK_S * 1000,
