@@ -122,6 +122,14 @@ export const scenarios: Scenario[] = [
     run: (ctx) => runX402(ctx, Number(process.env.BENCH_X402 ?? 1_500)),
   },
   {
+    // The same calls on an endpoint that chose `x402_settlement: "after"`: the receipts say pending, the
+    // leader's batch settles them. `x402` settles before the answer (the default): the pair prices it.
+    name: 'x402-after',
+    tollgates: ['warm'],
+    warmUp: warmedBy((ctx, count) => runX402(ctx, count, true)),
+    run: (ctx) => runX402(ctx, Number(process.env.BENCH_X402 ?? 1_500), true),
+  },
+  {
     // Pay once, call many: one channel per connection, cumulative vouchers signed before the load.
     name: 'x402-batch',
     tollgates: ['warm'],

@@ -9,8 +9,9 @@ import { load, type Measured } from '../load.ts'
 import { type Context, settings } from './context.ts'
 import { inside, readCounters, settlementOutcome } from './inside.ts'
 
-export async function runX402(ctx: Context, count: number): Promise<Measured> {
-  const url = await ctx.tollgates.warm!.metered('/data')
+/** `settleAfter`: an endpoint set to `"after"` (the leader's batch, pending receipts); else the default. */
+export async function runX402(ctx: Context, count: number, settleAfter = false): Promise<Measured> {
+  const url = await ctx.tollgates.warm!.metered('/data', { settleAfter })
   const r = await fetch(url)
   const body = (await r.json()) as { accepts: unknown[] }
   const accepts = body.accepts.map((a) => PaymentRequirementsSchema.parse(a))

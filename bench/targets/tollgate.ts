@@ -13,7 +13,13 @@ export interface Tollgate extends Target {
   /** Metered URL of an endpoint on the upstream path ('/data', '/1k', '/256k'); batch: offers batch-settlement. */
   metered(
     path: string,
-    options?: { batch?: boolean; pricing?: Record<string, unknown>; mcp?: Record<string, unknown> },
+    options?: {
+      batch?: boolean
+      pricing?: Record<string, unknown>
+      mcp?: Record<string, unknown>
+      /** x402 `exact` settled after the answer (the explicit choice); the service default otherwise. */
+      settleAfter?: boolean
+    },
   ): Promise<string>
   post(path: string, body: unknown, key?: string): Promise<any>
   /**
@@ -104,7 +110,7 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
     apiKey: reg.api_key,
     post,
     async metered(path, options) {
-      const key = `${options?.batch ? 'batch:' : ''}${options?.pricing ? 'priced:' : ''}${options?.mcp ? 'mcp:' : ''}${path}`
+      const key = `${options?.batch ? 'batch:' : ''}${options?.pricing ? 'priced:' : ''}${options?.mcp ? 'mcp:' : ''}${options?.settleAfter ? 'after:' : ''}${path}`
       let url = endpoints.get(key)
       if (!url) {
         const price = options?.mcp
@@ -114,7 +120,12 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
             : { price: '0.001' }
         const ep = await post(
           '/api/v1/endpoints',
-          { upstream_url: `${o.upstream}${path}`, ...price, batch_settlement: options?.batch === true },
+          {
+            upstream_url: `${o.upstream}${path}`,
+            ...price,
+            batch_settlement: options?.batch === true,
+            ...(options?.settleAfter ? { x402_settlement: 'after' } : {}),
+          },
           reg.api_key,
         )
         url = ep.metered_url as string

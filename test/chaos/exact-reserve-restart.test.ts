@@ -3,6 +3,10 @@
 // in the database (src/books/claims.ts), not in an instance's memory: across the restarts the payer is served
 // exactly 4 calls, the rest refused insufficient_funds; every served call settles, the wallet is emptied
 // exactly, reconcile exits 0. Paid by the published v2 client (@x402/evm exact).
+// The second round settles before the answer (the default) under a PostgreSQL crash restart and a SIGKILL of
+// one instance's server process (settle-before-answer-chaos.ts): it counts, against the chain and the
+// counting upstream, authorizations settled twice, lost, receipts naming a transaction that did not carry
+// them, and calls served unpaid; all must be 0 and reconcile clean.
 import { existsSync } from 'node:fs'
 import { x402Client } from '@x402/core/client'
 import { decodePaymentRequiredHeader } from '@x402/core/http'
@@ -18,6 +22,7 @@ import { startUpstream } from '../helpers/upstream.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 import { runReconcile } from './harness.ts'
 import { startPgCluster } from './pg-cluster.ts'
+import { formatSettleBeforeAnswer, runSettleBeforeAnswerChaos } from './settle-before-answer.ts'
 
 const PRICE_ATOMIC = 10_000n
 const HELD = 4n
@@ -158,6 +163,29 @@ describe.runIf(existsSync('/usr/lib/postgresql'))(
       } finally {
         for (const c of cleanups.reverse()) await c().catch(() => {})
       }
+    }, 240_000)
+
+    it('settled before the answer through a SIGKILL and a PostgreSQL crash: none twice, lost or falsely receipted', async () => {
+      const lines: string[] = []
+      const log = (l: string) => lines.push(l)
+      const r = await runSettleBeforeAnswerChaos({ loadMs: 12_000, killAtMs: 4_000, crashAtMs: 7_000, log })
+      const report = `${lines.join('\n')}\n${formatSettleBeforeAnswer(r)}`
+      // The counts are the result of this round: printed whatever the verdict.
+      console.log(`settle-before-answer chaos:\n${report}`)
+      expect(r.kill.signal, report).toBe('SIGKILL')
+      expect(r.kill.pidGone, report).toBe(true)
+      expect(r.answered, report).toBeGreaterThan(10)
+      expect(r.answeredSettled, report).toBeGreaterThan(0)
+      expect(r.settledTwice, report).toBe(0)
+      expect(r.lost, report).toBe(0)
+      expect(r.falseReceipts, report).toBe(0)
+      expect(r.falseRecorded, report).toBe(0)
+      expect(r.servedUnpaid, report).toBe(0)
+      expect(r.paidNotServed, report).toBe(0)
+      expect(r.servedTwice, report).toBe(0)
+      expect(r.gaveUp, report).toBe(0)
+      expect(r.reconcileExit, report).toBe(0)
+      expect(r.balanceDrift, report).toBe(0)
     }, 240_000)
   },
 )
