@@ -1,11 +1,15 @@
 // Wiring only: database → chain → public app (data plane + control-plane API) → background jobs → admin port.
 // Each subsystem starts with start(deps) and returns how to stop it, check it and mount its admin routes.
 // main.ts runs this from the command line (once per worker process); tests run it in-process.
+
+import type { Address } from 'viem'
 import { PaymentCreator } from './books/payment-creations.ts'
 import { createAuthorizationChainChecker } from './chain/check-authorization.ts'
 import type { ChainContext } from './chain/connect.ts'
 import { type ChainInfo, describeChain } from './chain/info.ts'
 import { startChain } from './chain/start.ts'
+import { createUptoChainChecker } from './chain/upto-permit.ts'
+import { uptoFacilitatorOf } from './chain/upto-settle.ts'
 import { attributeTransfers } from './checkout/attribution.ts'
 import { createCheckoutRoute } from './checkout/route.ts'
 import { publicBaseUrl } from './config/load.ts'
@@ -167,6 +171,21 @@ function handedOver(deps: {
   const { config, sql, replication, chain, chainInfo, logger, publicUrl } = deps
   // The facilitator's own nonce and balance reads (its balance reads are not shared with the hot path's).
   const checkAuthorization = createAuthorizationChainChecker(chain.tokenReads)
+  // Read on first use and kept; a failed read is asked again next time.
+  let uptoAt: Promise<Address | null> | null = null
+  const upto = {
+    facilitator: (): Promise<Address | null> => {
+      uptoAt ??= uptoFacilitatorOf(chain.publicClient, {
+        chainId: chainInfo.chainId,
+        settler: chainInfo.treasury,
+      }).catch(() => {
+        uptoAt = null
+        return null
+      })
+      return uptoAt
+    },
+    check: createUptoChainChecker(chain.tokenReads),
+  }
   return {
     apiHandler: (onEndpointChanged) =>
       createApiHandler({
@@ -182,6 +201,7 @@ function handedOver(deps: {
           concurrency: config.payments.create_concurrency,
         }),
         checkAuthorization,
+        upto,
       }),
     checkoutRoute: (verifier, edge) =>
       createCheckoutRoute({

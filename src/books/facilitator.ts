@@ -1,8 +1,10 @@
-// The facilitator's room: an x402 `exact` authorization a merchant's own middleware sent tollgate to settle
-// (/api/v1/facilitator/settle). It is claimed by the same claim as every proof (its proof_key is the one a
-// metered call would claim), so it settles once, here or on a metered URL; the settlement batcher sends it
-// with the calls' authorizations, and settleAuthorizations hands it back here, in its transaction, once used.
+// The facilitator's room: an x402 `exact` authorization or `upto` permit a merchant's own middleware sent
+// tollgate to settle (/api/v1/facilitator/settle). It is claimed by the same claim as every proof (its
+// proof_key is the one a metered call would claim), under the same payer reservation, so it settles once,
+// here or on a metered URL; the settlement batcher (exact) or the upto settlement job sends it with the
+// calls', and settleAuthorizations or settleUptoClaims hands it back here, in its transaction, once used.
 import type { StoredAuthorization } from '../chain/settle.ts'
+import type { StoredUptoPermit } from '../chain/upto-permit.ts'
 import { insertEvent } from '../db/events.ts'
 import type { Sql, Tx } from '../db/sql.ts'
 import { newId } from '../ids.ts'
@@ -45,6 +47,8 @@ export type FacilitatorClaim =
   | { kind: 'proof_already_used' }
   /** The payment-identifier was used by this account for another payload. */
   | { kind: 'payment_identifier_conflict' }
+  /** The payer's balance as read, less what its other unsettled payments hold, does not cover this one. */
+  | { kind: 'insufficient_funds' }
 
 export interface FacilitatorClaimRequest {
   accountId: string
@@ -56,12 +60,18 @@ export interface FacilitatorClaimRequest {
   valueAtomic: bigint
   network: string
   x402Version: 1 | 2
-  authorization: StoredAuthorization
+  /** eip3009: an `exact` authorization; upto: a Permit2 permit, settled for valueAtomic (≤ its maximum). */
+  kind: 'eip3009' | 'upto'
+  authorization: StoredAuthorization | StoredUptoPermit
   ownerShareBps: number
+  /** The payer's balance and the block it reflects: the claim holds valueAtomic on top of what is reserved. */
+  reserve: { balanceAtomic: bigint; block: bigint }
 }
 
 /** Thrown inside the transaction to roll back the settlement row when the claim was someone else's. */
 class ProofTaken extends Error {}
+/** Thrown inside the transaction to roll back the settlement row when the payer cannot cover it. */
+class Uncovered extends Error {}
 
 /**
  * ∅ → settling: the settlement row and its claim, in one transaction. A retry (same payload, or same
@@ -84,13 +94,17 @@ export async function claimFacilitatorPayment(
           ${q.payer.toLowerCase()}, ${q.valueAtomic}, ${owner}, ${fee}, ${q.network}, ${q.x402Version})
         ON CONFLICT DO NOTHING RETURNING *`
       if (inserted.length === 0) return earlier(tx, q)
-      // The payer's reservation lock (migration 0045), as every claim of an authorization takes it.
-      await tx`SELECT pg_advisory_xact_lock(3009, hashtext(lower(${q.payer})))`
+      // The payer reservation (migrations 0045, 0065, 0070), as a metered call's claim makes it: under the
+      // payer's lock, what its other unsettled authorizations and permits hold (on any instance, here or on
+      // a metered URL) is subtracted from the balance read; this payment is claimed only if the rest covers it.
+      const [held] = await tx<{ reserved: bigint }[]>`
+        SELECT payer_reserved(lower(${q.payer}), ${q.reserve.block.toString()}::bigint) AS reserved`
+      if (q.reserve.balanceAtomic - BigInt(held!.reserved) < q.valueAtomic) throw new Uncovered()
       const claimed = await tx`
         INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
                             authorization_payload, horizon_at)
-        SELECT ${q.proofKey}, 'eip3009', 'facilitator', ${id}, ${q.accountId}, ${q.payer}, ${q.valueAtomic},
-               'settling', a.auth, claim_horizon_at('eip3009', NULL, a.auth)
+        SELECT ${q.proofKey}, ${q.kind}, 'facilitator', ${id}, ${q.accountId}, ${q.payer}, ${q.valueAtomic},
+               'settling', a.auth, claim_horizon_at(${q.kind}, NULL, a.auth)
         FROM (SELECT ${tx.json(q.authorization as never)}::jsonb AS auth) a
         ON CONFLICT (proof_key, horizon_at) DO NOTHING RETURNING proof_key`
       if (claimed.length === 0) throw new ProofTaken()
@@ -98,6 +112,7 @@ export async function claimFacilitatorPayment(
     })) as FacilitatorClaim
   } catch (err) {
     if (err instanceof ProofTaken) return { kind: 'proof_already_used' }
+    if (err instanceof Uncovered) return { kind: 'insufficient_funds' }
     throw err
   }
 }
@@ -214,6 +229,16 @@ export function presentFacilitatorSettlement(s: FacilitatorSettlementState) {
     created_at: s.created_at.toISOString(),
     settled_at: s.settled_at?.toISOString() ?? null,
   }
+}
+
+/**
+ * What a payer's unsettled payments hold against a balance read at `block` (payer_reserved: exact
+ * authorizations and upto permits, metered or facilitated, on every instance). Read-only.
+ */
+export async function readPayerReserved(sql: Sql, q: { payer: string; block: bigint }): Promise<bigint> {
+  const [row] = await sql<{ reserved: bigint }[]>`
+    SELECT payer_reserved(lower(${q.payer}), ${q.block.toString()}::bigint) AS reserved`
+  return BigInt(row!.reserved)
 }
 
 /** Whether a proof is claimed already (a metered call, a checkout, a settlement): no use verifying it. */

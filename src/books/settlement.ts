@@ -35,7 +35,8 @@ export function listSentSettlements(db: Db): Promise<Array<SettlementCandidate &
     UNION ALL
     SELECT proof_key, authorization_payload, settlement_tx,
            (extract(epoch FROM now() - claimed_at) * 1000)::float8 FROM claims
-    WHERE status = 'settling' AND settlement_tx IS NOT NULL`
+    -- (An upto permit settling through the facilitator is the upto settlement job's.)
+    WHERE status = 'settling' AND kind = 'eip3009' AND settlement_tx IS NOT NULL`
 }
 
 /**
@@ -63,7 +64,7 @@ export function listDueSettlements(
       UNION ALL
       -- Checkout authorizations (each its own partial index: one status list would use neither).
       SELECT proof_key, authorization_payload, settlement_tx, claimed_at FROM claims
-      WHERE status = 'settling' AND settlement_tx IS NULL
+      WHERE status = 'settling' AND kind = 'eip3009' AND settlement_tx IS NULL
     ) due
     ORDER BY (authorization_payload->>'validBefore')::numeric, captured_at
     LIMIT ${q.limit}`
@@ -194,7 +195,7 @@ export async function readSettlementBacklog(
       SELECT captured_at, authorization_payload FROM claims
       WHERE kind = 'eip3009' AND status = 'captured' AND settled_at IS NULL AND settlement_error IS NULL
       UNION ALL
-      SELECT claimed_at, authorization_payload FROM claims WHERE status = 'settling'
+      SELECT claimed_at, authorization_payload FROM claims WHERE status = 'settling' AND kind = 'eip3009'
     ) b`
   return {
     count: row?.n ?? 0,

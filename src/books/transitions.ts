@@ -282,7 +282,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: null,
     to: 'settling',
     fn: 'claimFacilitatorPayment',
-    why: 'an exact payload verified at the facilitator, with its settlement row (one per proof, ever)',
+    why: 'an exact or upto payload verified at the facilitator, covered by the payer’s balance less its reservation, with its settlement row (one per proof, ever)',
   },
   {
     record: 'claim',
@@ -290,6 +290,29 @@ export const TRANSITIONS: readonly Transition[] = [
     to: 'applied',
     fn: 'applyFacilitatorSettlements',
     why: 'its authorization used on chain (settleAuthorizations, same transaction): the settlement is done',
+  },
+  // An upto permit settled through the facilitator waits in the upto settlement job as 'settling' (no call):
+  // signed, recorded, sent and settled for the amount its claim holds; applied (and booked) when mined.
+  {
+    record: 'claim',
+    from: 'settling',
+    to: 'settling',
+    fn: 'recordUptoSettlementTx',
+    why: 'facilitator upto permit: its settlement transaction’s hash recorded before broadcast',
+  },
+  {
+    record: 'claim',
+    from: 'settling',
+    to: 'applied',
+    fn: 'settleUptoClaims',
+    why: 'facilitator upto permit mined: settled_atomic set, then applied and booked (applyFacilitatorSettlements)',
+  },
+  {
+    record: 'claim',
+    from: 'settling',
+    to: 'settling',
+    fn: 'failUptoSettlement',
+    why: 'facilitator upto permit expired unsent or reverted unspent: settlement_error set, nothing booked',
   },
   {
     record: 'facilitator_settlement',

@@ -4,6 +4,7 @@
 // claim settled with what the chain moved, so settled = booked is a fact reconcile can check.
 import type { StoredUptoPermit } from '../chain/upto-permit.ts'
 import type { Sql, Tx } from '../db/sql.ts'
+import { applyFacilitatorSettlements } from './facilitator.ts'
 import { bookCallRevenue } from './ledger.ts'
 
 type Db = Sql | Tx
@@ -16,15 +17,25 @@ export interface UptoSettlementCandidate {
   charge_atomic: bigint
 }
 
+// A captured call's permit settles for its call's charge; a permit the facilitator was asked to settle
+// ('settling', target_type facilitator, no call) for the amount its claim holds (what the merchant settled).
 const CANDIDATE = (db: Db) => db`
-  SELECT k.proof_key, k.authorization_payload, k.settlement_tx, c.amount_atomic AS charge_atomic
-  FROM claims k JOIN calls c ON c.id = k.call_id`
+  SELECT k.proof_key, k.authorization_payload, k.settlement_tx,
+         CASE WHEN k.target_type = 'facilitator' THEN k.amount_atomic ELSE c.amount_atomic END AS charge_atomic
+  FROM claims k LEFT JOIN calls c ON c.id = k.call_id`
+
+/** An upto claim on its way to the chain: a served call's (captured) or a facilitator settlement's. */
+const UNSETTLED = (db: Db) => db`
+  k.kind = 'upto' AND (k.status = 'captured' OR (k.status = 'settling' AND k.target_type = 'facilitator'))`
+
+/** A candidate with its charge: a call's permit with its call row (as before, by a join), or a facilitator's. */
+const CHARGED = (db: Db) => db`(c.id IS NOT NULL OR k.target_type = 'facilitator')`
 
 /** Upto settlements sent (hash recorded) whose outcome is not known yet. */
 export function listSentUptoSettlements(db: Db): Promise<UptoSettlementCandidate[]> {
   return db<UptoSettlementCandidate[]>`
     ${CANDIDATE(db)}
-    WHERE k.kind = 'upto' AND k.status = 'captured' AND k.settlement_tx IS NOT NULL
+    WHERE ${UNSETTLED(db)} AND ${CHARGED(db)} AND k.settlement_tx IS NOT NULL
       AND k.settled_at IS NULL AND k.settlement_error IS NULL`
 }
 
@@ -32,7 +43,7 @@ export function listSentUptoSettlements(db: Db): Promise<UptoSettlementCandidate
 export function listDueUptoSettlements(db: Db, q: { limit: number }): Promise<UptoSettlementCandidate[]> {
   return db<UptoSettlementCandidate[]>`
     ${CANDIDATE(db)}
-    WHERE k.kind = 'upto' AND k.status = 'captured' AND k.settlement_tx IS NULL
+    WHERE ${UNSETTLED(db)} AND ${CHARGED(db)} AND k.settlement_tx IS NULL
       AND k.settled_at IS NULL AND k.settlement_error IS NULL
     ORDER BY (k.authorization_payload->>'deadline')::numeric, k.captured_at
     LIMIT ${q.limit}`
@@ -52,12 +63,14 @@ export async function recordUptoSettlementTx(
   const rows = await db<{ proof_key: string }[]>`
     UPDATE claims k SET settlement_tx = m.hash, settlement_index = m.i, settlement_count = m.n
     FROM unnest(${txs.map((t) => t.proofKey)}::text[], ${txs.map((t) => t.hash)}::text[],
-                ${txs.map((t) => t.index)}::int[], ${txs.map((t) => t.count)}::int[]) AS m(proof_key, hash, i, n),
-         calls c
-    WHERE k.proof_key = m.proof_key AND c.id = k.call_id AND k.kind = 'upto'
-      AND k.status = 'captured' AND k.settlement_tx IS NULL AND k.settled_at IS NULL
+                ${txs.map((t) => t.index)}::int[], ${txs.map((t) => t.count)}::int[]) AS m(proof_key, hash, i, n)
+    WHERE k.proof_key = m.proof_key AND k.kind = 'upto'
+      AND (k.status = 'captured' OR (k.status = 'settling' AND k.target_type = 'facilitator'))
+      AND k.settlement_tx IS NULL AND k.settled_at IS NULL
       AND k.settlement_error IS NULL
-      AND c.amount_atomic > 0 AND c.amount_atomic <= (k.authorization_payload->>'amount')::numeric
+      AND (CASE WHEN k.target_type = 'facilitator' THEN k.amount_atomic
+                ELSE (SELECT c.amount_atomic FROM calls c WHERE c.id = k.call_id) END)
+          BETWEEN 1 AND (k.authorization_payload->>'amount')::numeric
     RETURNING k.proof_key`
   return new Set(rows.map((r) => r.proof_key))
 }
@@ -93,12 +106,18 @@ export function settleUptoClaims(
       FROM unnest(${q.settled.map((s) => s.proofKey)}::text[],
                   ${q.settled.map((s) => s.settledAtomic.toString())}::bigint[],
                   ${q.settled.map((s) => s.block?.toString() ?? null)}::bigint[]) AS m(proof_key, amount, block)
-      WHERE k.proof_key = m.proof_key AND k.kind = 'upto' AND k.status = 'captured'
+      WHERE k.proof_key = m.proof_key AND k.kind = 'upto'
+        AND (k.status = 'captured' OR (k.status = 'settling' AND k.target_type = 'facilitator'))
         AND k.settled_at IS NULL AND k.settlement_error IS NULL
         AND m.amount <= (k.authorization_payload->>'amount')::numeric
       RETURNING k.proof_key`
     const settled = rows.map((r) => r.proof_key)
-    if (settled.length > 0) await bookCallRevenue(tx, { proofKeys: settled })
+    if (settled.length > 0) {
+      // A call's permit books its call; a facilitator's is applied and books its settlement (either finds
+      // only its own keys).
+      await bookCallRevenue(tx, { proofKeys: settled })
+      await applyFacilitatorSettlements(tx, { proofKeys: settled })
+    }
     return settled
   }) as Promise<string[]>
 }
@@ -117,7 +136,8 @@ export async function failUptoSettlement(
 ): Promise<boolean> {
   const rows = await db`
     UPDATE claims SET settlement_error = ${q.reason}
-    WHERE proof_key = ${q.proofKey} AND kind = 'upto' AND status = 'captured'
+    WHERE proof_key = ${q.proofKey} AND kind = 'upto'
+      AND (status = 'captured' OR (status = 'settling' AND target_type = 'facilitator'))
       AND settled_at IS NULL AND settlement_error IS NULL
     RETURNING proof_key`
   return rows.length === 1
@@ -135,7 +155,8 @@ export async function readUptoSettlementBacklog(
            coalesce(extract(epoch FROM now() - min(captured_at)), 0)::float8 AS oldest_s,
            min((authorization_payload->>'deadline')::numeric)::text AS soonest
     FROM claims
-    WHERE kind = 'upto' AND status = 'captured' AND settled_at IS NULL AND settlement_error IS NULL`
+    WHERE kind = 'upto' AND (status = 'captured' OR (status = 'settling' AND target_type = 'facilitator'))
+      AND settled_at IS NULL AND settlement_error IS NULL`
   return {
     count: row?.n ?? 0,
     oldestAgeS: row?.oldest_s ?? 0,

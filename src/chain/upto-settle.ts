@@ -279,3 +279,17 @@ export async function checkUptoContracts(
     return { ok: false, reason: `no x402 upto proxy for this Permit2 at ${UPTO_PROXY_ADDRESS}` }
   return { ok: true }
 }
+
+/**
+ * The account payers must name as their upto permit's facilitator: the settler's batcher where it is on
+ * chain, else the settler itself; null where Permit2 or the upto proxy are not as the published client
+ * expects them (upto is not offered). As the metered upto scheme decides it at start-up.
+ */
+export async function uptoFacilitatorOf(
+  client: Client,
+  q: { chainId: number; settler: Address },
+): Promise<Address | null> {
+  const checked = await checkUptoContracts(client, { chainId: q.chainId })
+  if (!checked.ok) return null
+  return (await hasUptoBatcher(client, q.settler)) ? uptoBatcherAddress(q.settler) : q.settler
+}

@@ -1,7 +1,10 @@
 // What the control plane is given by main.ts. Plain values, so it is easy to build in tests.
+
+import type { Address } from 'viem'
 import type { PaymentCreator } from '../books/payment-creations.ts'
 import type { AuthorizationChainChecker } from '../chain/check-authorization.ts'
 import type { ChainInfo } from '../chain/info.ts'
+import type { UptoChainChecker } from '../chain/upto-permit.ts'
 import type { Config } from '../config/schema.ts'
 import type { Sql } from '../db/sql.ts'
 import type { Logger } from '../observability/logger.ts'
@@ -25,4 +28,9 @@ export interface ControlPlaneDeps {
   paymentCreator: PaymentCreator
   /** Nonce and balance reads of an x402 authorization (/api/v1/facilitator); absent: the facilitator answers 503. */
   checkAuthorization?: AuthorizationChainChecker
+  /**
+   * x402 upto at the facilitator: the account payers name in their permit's witness (read once; null: upto
+   * is not offered on this chain) and the permit's nonce, balance and allowance reads. Absent: no upto.
+   */
+  upto?: { facilitator(): Promise<Address | null>; check: UptoChainChecker }
 }

@@ -6,10 +6,11 @@
 import * as v from 'valibot'
 import { type Address, getAddress, type Hex } from 'viem'
 import { type TransferAuthorization, verifyTransferAuthorization } from '../chain/authorization.ts'
-import type { AuthorizationChainChecker } from '../chain/check-authorization.ts'
+import type { AuthorizationChainCheck, AuthorizationChainChecker } from '../chain/check-authorization.ts'
 import type { ChainInfo } from '../chain/info.ts'
 import { type StoredAuthorization, storedAuthorization } from '../chain/settle.ts'
 import { sameAddress } from '../chain/transfer.ts'
+import type { StoredUptoPermit, UptoPermit } from '../chain/upto-permit.ts'
 
 const Uint = v.pipe(v.string(), v.regex(/^\d{1,78}$/))
 const HexAddress = v.pipe(v.string(), v.regex(/^0x[0-9a-fA-F]{40}$/))
@@ -45,7 +46,7 @@ export interface Terms {
 }
 
 export type Checked =
-  | {
+  | ({
       ok: true
       proofKey: string
       payer: Address
@@ -53,9 +54,12 @@ export type Checked =
       custody: 'treasury' | 'merchant'
       payTo: Address
       network: string
-      authorization: StoredAuthorization
       paymentIdentifier: string | null
-    }
+    } & (
+      | { kind: 'eip3009'; authorization: StoredAuthorization; nonce: Hex }
+      /** upto: settled for valueAtomic, at most the permit's signed maximum. */
+      | { kind: 'upto'; authorization: StoredUptoPermit; permit: UptoPermit }
+    ))
   | { ok: false; reason: string; message: string; payer?: Address }
 
 export interface CheckContext {
@@ -68,16 +72,19 @@ export interface CheckContext {
 const PAYMENT_IDENTIFIER = 'payment-identifier'
 const ID_PATTERN = /^[A-Za-z0-9_-]{16,128}$/
 
-/** The local checks: no RPC. `ok` carries what the chain must confirm and the claim records. */
-export async function checkTerms(t: Terms, c: CheckContext): Promise<Checked> {
-  const fail = (reason: string, message: string, payer?: Address): Checked => ({
-    ok: false,
-    reason,
-    message,
-    payer,
-  })
-  if (t.scheme !== 'exact' || t.payloadScheme !== 'exact')
-    return fail('unsupported_scheme', `only the exact scheme is facilitated here, not ${t.payloadScheme}`)
+/** What the terms' common part settles to: where the money goes and on which network. */
+export type CommonTerms =
+  | { ok: true; custody: 'treasury' | 'merchant'; network: string }
+  | { ok: false; reason: string; message: string }
+
+/**
+ * The checks every scheme's terms pass: scheme, network, asset, the token's domain, v2 `accepted` equal to
+ * the requirements (its amount compared by the scheme: `upto` settles for less than it accepted), payTo.
+ */
+export function checkCommonTerms(t: Terms, c: CheckContext, scheme: 'exact' | 'upto'): CommonTerms {
+  const fail = (reason: string, message: string): CommonTerms => ({ ok: false, reason, message })
+  if (t.scheme !== scheme || t.payloadScheme !== scheme)
+    return fail('unsupported_scheme', `this facilitator settles exact and upto, not ${t.payloadScheme}`)
   const network = t.x402Version === 1 ? c.chain.x402Network : c.chain.caip2
   if (t.network !== network || t.payloadNetwork !== network)
     return fail('invalid_network', `this facilitator settles on ${network}`)
@@ -100,7 +107,7 @@ export async function checkTerms(t: Terms, c: CheckContext): Promise<Checked> {
     if (
       a.scheme !== t.scheme ||
       a.network !== t.network ||
-      a.amount !== t.amount ||
+      (scheme === 'exact' && a.amount !== t.amount) ||
       !sameAddress(a.asset as Address, t.asset as Address) ||
       !sameAddress(a.payTo as Address, t.payTo as Address)
     )
@@ -116,6 +123,20 @@ export async function checkTerms(t: Terms, c: CheckContext): Promise<Checked> {
       'pay_to_not_allowed',
       `payTo ${t.payTo} is neither the treasury (${c.chain.treasury}) nor this account's wallet (${c.accountWallet})`,
     )
+  return { ok: true, custody, network }
+}
+
+/** The local checks of an `exact` payload: no RPC. `ok` carries what the chain must confirm and the claim records. */
+export async function checkTerms(t: Terms, c: CheckContext): Promise<Checked> {
+  const fail = (reason: string, message: string, payer?: Address): Checked => ({
+    ok: false,
+    reason,
+    message,
+    payer,
+  })
+  const common = checkCommonTerms(t, c, 'exact')
+  if (!common.ok) return common
+  const { custody, network } = common
   const parsed = v.safeParse(ExactPayload, t.payload)
   if (!parsed.success)
     return fail('invalid_payload', 'payload must hold an EIP-3009 signature and authorization')
@@ -152,7 +173,9 @@ export async function checkTerms(t: Terms, c: CheckContext): Promise<Checked> {
     custody,
     payTo: getAddress(t.payTo),
     network,
+    kind: 'eip3009',
     authorization: storedAuthorization(authorization, p.signature as Hex),
+    nonce: authorization.nonce,
     paymentIdentifier: paymentIdentifier(t.extensions),
   }
 }
@@ -170,7 +193,11 @@ export async function checkOnChain(
   checker: AuthorizationChainChecker,
   a: { payer: Address; nonce: Hex; valueAtomic: bigint },
 ): Promise<{ reason: string; message: string } | null> {
-  const r = await checker({ from: a.payer, nonce: a.nonce, value: a.valueAtomic })
+  return exactChainFailure(await checker({ from: a.payer, nonce: a.nonce, value: a.valueAtomic }))
+}
+
+/** An exact authorization's chain read as the answer's reason; null when fine. */
+export function exactChainFailure(r: AuthorizationChainCheck): { reason: string; message: string } | null {
   if (r.ok) return null
   if (r.reason === 'insufficient_funds')
     return { reason: 'insufficient_funds', message: 'the payer cannot cover it' }
@@ -179,7 +206,7 @@ export async function checkOnChain(
   return { reason: 'unexpected_verify_error', message: 'the chain could not be read; retry shortly' }
 }
 
-function paymentIdentifier(extensions: Record<string, unknown> | undefined): string | null {
+export function paymentIdentifier(extensions: Record<string, unknown> | undefined): string | null {
   const ext = extensions?.[PAYMENT_IDENTIFIER] as { info?: { id?: unknown } } | undefined
   const id = ext?.info?.id
   return typeof id === 'string' && ID_PATTERN.test(id) ? id : null

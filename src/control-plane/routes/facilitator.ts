@@ -1,8 +1,9 @@
 // /facilitator: tollgate as an x402 facilitator for merchants who keep their own middleware (@x402/express,
 // @x402/hono with HTTPFacilitatorClient({ url: '<tollgate>/api/v1/facilitator', createAuthHeaders })).
 // GET /supported, POST /verify, POST /settle as the x402 specification (v2 §7) and @x402/core's client
-// have them; authenticated by the account's API key. A settled payload is claimed like any proof, joins the
-// settlement batch, and /settle answers once its transaction is mined (docs/facilitator.md).
+// have them; authenticated by the account's API key. A settled payload (exact, or upto for the amount the
+// middleware settles) is claimed like any proof under the payer's reservation, joins the settlement batch,
+// and /settle answers once its transaction is mined (docs/facilitator.md).
 import * as v from 'valibot'
 import { type Address, getAddress } from 'viem'
 import {
@@ -10,9 +11,12 @@ import {
   type FacilitatorSettlementState,
   proofClaimed,
   readFacilitatorSettlement,
+  readPayerReserved,
 } from '../../books/facilitator.ts'
+import type { BalanceRead } from '../../chain/check-authorization.ts'
 import { ApiError } from '../../errors.ts'
-import { type Checked, checkOnChain, checkTerms, type Terms } from '../facilitator-check.ts'
+import { type Checked, checkTerms, exactChainFailure, type Terms } from '../facilitator-check.ts'
+import { checkUptoTerms, uptoChainFailure } from '../facilitator-upto-check.ts'
 import type { Route, RouteContext } from '../route.ts'
 import { parseBody } from '../validation.ts'
 
@@ -135,12 +139,20 @@ function termsOf(b: FacilitatorRequest): Terms {
   }
 }
 
-async function check(ctx: RouteContext, body: FacilitatorRequest): Promise<Checked> {
-  return checkTerms(termsOf(body), {
+async function check(
+  ctx: RouteContext,
+  body: FacilitatorRequest,
+  phase: 'verify' | 'settle',
+): Promise<Checked> {
+  const terms = termsOf(body)
+  const context = {
     chain: ctx.deps.chain,
     accountWallet: ctx.account.wallet_address,
     nowSeconds: BigInt(Math.floor(Date.now() / 1000)),
-  })
+  }
+  if (terms.scheme !== 'upto') return checkTerms(terms, context)
+  const facilitator = (await ctx.deps.upto?.facilitator()) ?? null
+  return checkUptoTerms(terms, { ...context, facilitator, phase })
 }
 
 function chainChecker(ctx: RouteContext) {
@@ -148,6 +160,37 @@ function chainChecker(ctx: RouteContext) {
   if (!checker)
     throw new ApiError('service_unavailable', 'this instance cannot read the chain for the facilitator')
   return checker
+}
+
+type ChainAnswer = { ok: true; balance: BalanceRead } | { ok: false; reason: string; message: string }
+
+/**
+ * The chain's part (nonce unused, balance enough: an upto permit's maximum, and its Permit2 allowance),
+ * then what the payer's other unsettled payments hold against that balance (payer_reserved, every instance,
+ * metered or facilitated): the amount must fit in the rest. Reads only; the claim checks the rest again
+ * under the payer's lock.
+ */
+async function checkFunds(ctx: RouteContext, c: Checked & { ok: true }): Promise<ChainAnswer> {
+  let balance: BalanceRead
+  if (c.kind === 'upto') {
+    const upto = ctx.deps.upto
+    if (!upto) throw new ApiError('service_unavailable', 'this instance cannot read the chain for upto')
+    const read = await upto.check(c.permit)
+    if (!read.ok) return { ok: false, ...uptoChainFailure(read)! }
+    balance = read.balance
+  } else {
+    const read = await chainChecker(ctx)({ from: c.payer, nonce: c.nonce, value: c.valueAtomic })
+    if (!read.ok) return { ok: false, ...exactChainFailure(read)! }
+    balance = read.balance
+  }
+  const reserved = await readPayerReserved(ctx.deps.sql, { payer: c.payer, block: balance.block })
+  if (balance.atomic - reserved < c.valueAtomic)
+    return {
+      ok: false,
+      reason: 'insufficient_funds',
+      message: 'the payer cannot cover it on top of its payments not settled yet',
+    }
+  return { ok: true, balance }
 }
 
 function networkOf(ctx: RouteContext, body: FacilitatorRequest): string {
@@ -209,6 +252,59 @@ function refusedSettle(
   }
 }
 
+/** /settle's part after the checks: the earlier settlement of this payload, or a new claim of it. */
+async function claimOrFind(
+  ctx: RouteContext,
+  body: FacilitatorRequest,
+  checked: Checked & { ok: true },
+  network: string,
+): Promise<SettleAnswer | null> {
+  const { account, deps } = ctx
+  const q = { accountId: account.id, proofKey: checked.proofKey }
+  // A retry (any instance, after a restart): the first outcome, without asking the chain again (the nonce
+  // reads used once the batch carried it).
+  if ((await readFacilitatorSettlement(deps.sql, q)) !== null) return null
+  const funds = await checkFunds(ctx, checked)
+  if (!funds.ok) {
+    // The chain says used: maybe by this payload's own settlement, committed meanwhile elsewhere.
+    if ((await readFacilitatorSettlement(deps.sql, q)) !== null) return null
+    return refusedSettle({ ...funds, payer: checked.payer }, network)
+  }
+  const claim = await claimFacilitatorPayment(deps.sql, {
+    accountId: account.id,
+    proofKey: checked.proofKey,
+    paymentIdentifier: checked.paymentIdentifier,
+    custody: checked.custody,
+    payTo: checked.payTo,
+    payer: checked.payer,
+    valueAtomic: checked.valueAtomic,
+    network,
+    x402Version: body.x402Version,
+    kind: checked.kind,
+    authorization: checked.authorization,
+    ownerShareBps: deps.config.fees.owner_share_bps,
+    reserve: { balanceAtomic: funds.balance.atomic, block: funds.balance.block },
+  })
+  if (claim.kind === 'claimed' || claim.kind === 'existing') return null
+  const refusal = CLAIM_REFUSALS[claim.kind]
+  return refusedSettle({ ...refusal, payer: checked.payer }, network)
+}
+
+const CLAIM_REFUSALS = {
+  proof_already_used: {
+    reason: 'proof_already_used',
+    message: 'this authorization already paid through tollgate',
+  },
+  payment_identifier_conflict: {
+    reason: 'payment_identifier_conflict',
+    message: 'this payment-identifier was settled with another payload',
+  },
+  insufficient_funds: {
+    reason: 'insufficient_funds',
+    message: 'the payer cannot cover it on top of its payments not settled yet',
+  },
+} as const
+
 export const facilitatorRoutes: Route[] = [
   {
     method: 'GET',
@@ -221,12 +317,24 @@ export const facilitatorRoutes: Route[] = [
     async handler({ deps }) {
       const { chain } = deps
       const extra = { name: chain.usdcName, version: chain.usdcVersion }
+      const upto = (await deps.upto?.facilitator()) ?? null
       return {
         status: 200,
         body: {
           kinds: [
             { x402Version: 1, scheme: 'exact', network: chain.x402Network, extra },
             { x402Version: 2, scheme: 'exact', network: chain.caip2, extra },
+            // The account payers name in the permit's witness: the only one the upto proxy lets settle it.
+            ...(upto === null
+              ? []
+              : [
+                  {
+                    x402Version: 2,
+                    scheme: 'upto',
+                    network: chain.caip2,
+                    extra: { facilitatorAddress: upto },
+                  },
+                ]),
           ],
           extensions: ['payment-identifier'],
           // The treasury signs the settlement batches (they carry every authorization, whoever it pays).
@@ -240,13 +348,14 @@ export const facilitatorRoutes: Route[] = [
     path: '/facilitator/verify',
     auth: true,
     doc: {
-      summary: 'x402 facilitator: verify an exact payload against its requirements (nothing is claimed)',
+      summary:
+        'x402 facilitator: verify an exact or upto payload against its requirements (nothing is claimed)',
       body: FacilitatorRequest,
       response: { status: 200, schema: VerifyResponse },
     },
     async handler(ctx) {
       const body = parseBody(FacilitatorRequest, ctx.body)
-      const checked = await check(ctx, body)
+      const checked = await check(ctx, body, 'verify')
       const invalid = (
         reason: string,
         message: string,
@@ -262,12 +371,8 @@ export const facilitatorRoutes: Route[] = [
           'this authorization was already used through tollgate',
           checked.payer,
         )
-      const onChain = await checkOnChain(chainChecker(ctx), {
-        payer: checked.payer,
-        nonce: checked.authorization.nonce,
-        valueAtomic: checked.valueAtomic,
-      })
-      if (onChain) return invalid(onChain.reason, onChain.message, checked.payer)
+      const funds = await checkFunds(ctx, checked)
+      if (!funds.ok) return invalid(funds.reason, funds.message, checked.payer)
       return { status: 200, body: { isValid: true, payer: checked.payer } satisfies VerifyAnswer }
     },
   },
@@ -276,9 +381,10 @@ export const facilitatorRoutes: Route[] = [
     path: '/facilitator/settle',
     auth: true,
     doc: {
-      summary: 'x402 facilitator: settle an exact payload, once, in the settlement batch',
+      summary: 'x402 facilitator: settle an exact or upto payload, once, in the settlement batch',
       description:
         'Idempotent: the same payload (or payment-identifier) settles once, and a retry gets its outcome. ' +
+        "upto settles for the requirements' amount, at most the signed maximum (0: nothing is sent). " +
         'Answers when the transaction carrying it is mined, or after facilitator.settle_wait_ms with ' +
         'errorReason settlement_pending.',
       body: FacilitatorRequest,
@@ -287,69 +393,17 @@ export const facilitatorRoutes: Route[] = [
     async handler(ctx) {
       const body = parseBody(FacilitatorRequest, ctx.body)
       const network = networkOf(ctx, body)
-      const checked = await check(ctx, body)
+      const checked = await check(ctx, body, 'settle')
       if (!checked.ok) return { status: 200, body: refusedSettle(checked, network) }
-      const { account, deps } = ctx
-      // A retry (any instance, after a restart): the first outcome, without asking the chain again (the
-      // nonce reads used once the batch carried it).
-      const earlier = await readFacilitatorSettlement(deps.sql, {
-        accountId: account.id,
-        proofKey: checked.proofKey,
-      })
-      if (earlier === null) {
-        const onChain = await checkOnChain(chainChecker(ctx), {
-          payer: checked.payer,
-          nonce: checked.authorization.nonce,
-          valueAtomic: checked.valueAtomic,
-        })
-        if (onChain) {
-          // The chain says used: maybe by this payload's own settlement, committed meanwhile elsewhere.
-          const raced = await readFacilitatorSettlement(deps.sql, {
-            accountId: account.id,
-            proofKey: checked.proofKey,
-          })
-          if (raced === null)
-            return { status: 200, body: refusedSettle({ ...onChain, payer: checked.payer }, network) }
-        } else {
-          const claim = await claimFacilitatorPayment(deps.sql, {
-            accountId: account.id,
-            proofKey: checked.proofKey,
-            paymentIdentifier: checked.paymentIdentifier,
-            custody: checked.custody,
-            payTo: checked.payTo,
-            payer: checked.payer,
-            valueAtomic: checked.valueAtomic,
-            network,
-            x402Version: body.x402Version,
-            authorization: checked.authorization,
-            ownerShareBps: deps.config.fees.owner_share_bps,
-          })
-          if (claim.kind === 'proof_already_used')
-            return {
-              status: 200,
-              body: refusedSettle(
-                {
-                  reason: 'proof_already_used',
-                  message: 'this authorization already paid through tollgate',
-                  payer: checked.payer,
-                },
-                network,
-              ),
-            }
-          if (claim.kind === 'payment_identifier_conflict')
-            return {
-              status: 200,
-              body: refusedSettle(
-                {
-                  reason: 'payment_identifier_conflict',
-                  message: 'this payment-identifier was settled with another payload',
-                  payer: checked.payer,
-                },
-                network,
-              ),
-            }
+      // upto charged nothing: nothing to send, nothing claimed (the permit stays unspent), as the published
+      // upto facilitator answers it.
+      if (checked.kind === 'upto' && checked.valueAtomic === 0n)
+        return {
+          status: 200,
+          body: { success: true, transaction: '', network, payer: checked.payer, amount: '0' },
         }
-      }
+      const refused = await claimOrFind(ctx, body, checked, network)
+      if (refused) return { status: 200, body: refused }
       return { status: 200, body: await awaitOutcome(ctx, checked.proofKey, network) }
     },
   },
