@@ -100,7 +100,7 @@ beforeAll(async () => {
   })
   expect(tools.status, tools.text).toBe(201)
   mcpUrl = tools.body.metered_url
-}, 60_000)
+}, 120_000)
 
 afterAll(async () => {
   await svc?.stop()
