@@ -1,0 +1,1 @@
+export { ExactAptosScheme } from "./scheme";
