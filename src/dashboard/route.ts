@@ -26,20 +26,48 @@ interface Asset {
   body: Buffer
 }
 
-function asset(name: string, type: string): { name: string; path: string } & Asset {
-  const body = readFileSync(new URL(name, PAGE_DIR))
+const CSS = 'text/css; charset=utf-8'
+const JS = 'text/javascript; charset=utf-8'
+/** A static import of a sibling module: `from './api.js'` (the page's modules import nothing else). */
+const SIBLING_IMPORT = /(\bfrom\s+|\bimport\s+)'\.\/([\w-]+\.js)'/g
+
+type Named = { name: string; path: string } & Asset
+
+function hashed(name: string, type: string, body: Buffer): Named {
   const digest = createHash('sha256').update(body).digest('hex').slice(0, 12)
   const dot = name.lastIndexOf('.')
   return { name, path: `${name.slice(0, dot)}.${digest}${name.slice(dot)}`, type, body }
 }
 
+function asset(name: string, type: string): Named {
+  return hashed(name, type, readFileSync(new URL(name, PAGE_DIR)))
+}
+
+/**
+ * An ES module and the modules it imports, each under its content-hashed name: its imports are rewritten
+ * to their hashed names before it is hashed itself, so a change anywhere below renames every module above
+ * it and the year-long immutable cache never serves a stale one. The modules import no circle.
+ */
+function moduleGraph(entry: string, out = new Map<string, Named>(), open = new Set<string>()): Named {
+  const done = out.get(entry)
+  if (done) return done
+  if (open.has(entry)) throw new Error(`dashboard modules import in a circle through ${entry}`)
+  open.add(entry)
+  const text = readFileSync(new URL(entry, PAGE_DIR), 'utf8').replace(
+    SIBLING_IMPORT,
+    (_, head: string, dep: string) => `${head}'./${moduleGraph(dep, out, open).path}'`,
+  )
+  open.delete(entry)
+  const named = hashed(entry, JS, Buffer.from(text))
+  out.set(entry, named)
+  return named
+}
+
 /** Reads the page's files once; index.html names the assets by their content hashes. */
 export function loadDashboard(): { html: Buffer; assets: Map<string, Asset> } {
-  const files = [
-    asset('dashboard.css', 'text/css; charset=utf-8'),
-    asset('chart.js', 'text/javascript; charset=utf-8'),
-    asset('dashboard.js', 'text/javascript; charset=utf-8'),
-  ]
+  const modules = new Map<string, Named>()
+  moduleGraph('dashboard.js', modules)
+  const files = [asset('dashboard.css', CSS), ...modules.values()]
   let html = readFileSync(new URL('index.html', PAGE_DIR), 'utf8')
   for (const f of files) html = html.replaceAll(`%${f.name}%`, `/dashboard/assets/${f.path}`)
   return { html: Buffer.from(html), assets: new Map(files.map((f) => [f.path, f])) }

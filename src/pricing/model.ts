@@ -1,5 +1,5 @@
 // An endpoint's pricing as the hot path uses it: money in base units (bigint), never floats. The wire
-// shape (dollars, valibot) is src/control-plane/routes/endpoints.ts; the stored shape is parsed here.
+// shape (dollars, valibot) is src/pricing/input.ts; the stored shape is parsed here.
 
 /** What a usage-priced call measures. */
 export type UsageUnit = 'response_bytes' | 'duration_ms' | 'tokens'

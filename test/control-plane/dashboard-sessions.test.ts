@@ -161,7 +161,7 @@ describe('the dashboard page', () => {
     const html = await page.text()
     expect(html).not.toMatch(/<script>|<style|style="|\son[a-z]+="/)
     const assets = [...html.matchAll(/"(\/dashboard\/assets\/[\w.-]+)"/g)].map((m) => m[1]!)
-    expect(assets).toHaveLength(3)
+    expect(assets).toHaveLength(2)
     for (const a of assets) {
       expect(a).toMatch(/\.[0-9a-f]{12}\.(js|css)$/)
       const r = await fetch(`${svc.url}${a}`)
@@ -169,9 +169,23 @@ describe('the dashboard page', () => {
       expect(r.headers.get('cache-control')).toBe('public, max-age=31536000, immutable')
       expect(r.headers.get('x-content-type-options')).toBe('nosniff')
     }
+    // The page's ES modules: each import names a sibling by its content hash, served like the rest.
+    const modules = assets.filter((a) => /\/dashboard\.[0-9a-f]+\.js$/.test(a))
+    for (let i = 0; i < modules.length; i++) {
+      const text = await (await fetch(`${svc.url}${modules[i]}`)).text()
+      for (const [, dep] of text.matchAll(/from '\.\/([\w.-]+)'/g)) {
+        expect(dep).toMatch(/\.[0-9a-f]{12}\.js$/)
+        const r = await fetch(`${svc.url}/dashboard/assets/${dep}`)
+        expect(r.status, dep).toBe(200)
+        expect(r.headers.get('content-type')).toMatch(/^text\/javascript/)
+        if (!modules.includes(`/dashboard/assets/${dep}`)) modules.push(`/dashboard/assets/${dep}`)
+      }
+    }
+    expect(modules.length).toBeGreaterThan(5)
     expect((await fetch(`${svc.url}/dashboard/`)).status).toBe(200)
     for (const [method, path] of [
       ['GET', '/dashboard/assets/dashboard.000000000000.js'],
+      ['GET', '/dashboard/assets/api.js'],
       ['GET', '/dashboard/index.html'],
       ['POST', '/dashboard'],
     ] as const) {

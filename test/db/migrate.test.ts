@@ -4,8 +4,10 @@ import { afterAll, describe, expect, it } from 'vitest'
 import { startEmbeddedDatabase } from '../../src/db/embedded.ts'
 import { migrate } from '../../src/db/migrate.ts'
 import { createSql, type Sql } from '../../src/db/sql.ts'
-import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
+import { freshDatabaseUrl, startEmbeddedDatabasesEmpty, usingServer } from '../helpers/database.ts'
 
+// These tests apply the migrations themselves: their databases start from before the first.
+startEmbeddedDatabasesEmpty()
 const ALL = readdirSync(join(import.meta.dirname, '../../src/db/migrations'))
   .filter((f) => f.endsWith('.sql'))
   .sort()
@@ -36,7 +38,7 @@ describe('migrations', () => {
   })
 
   it.runIf(usingServer)('run by two processes at once on a server, one applies and one waits', async () => {
-    const url = (await freshDatabaseUrl())!
+    const url = (await freshDatabaseUrl({ empty: true }))!
     const a = createSql(url, { max: 1 })
     const b = createSql(url, { max: 1 })
     closers.push(

@@ -10,14 +10,16 @@ import { startEmbeddedDatabase } from '../../src/db/embedded.ts'
 import { migrate } from '../../src/db/migrate.ts'
 import { listAccountPayouts } from '../../src/db/payouts.ts'
 import { createSql, type Sql } from '../../src/db/sql.ts'
-import { freshDatabaseUrl } from '../helpers/database.ts'
+import { freshDatabaseUrl, startEmbeddedDatabasesEmpty } from '../helpers/database.ts'
 
+// These tests apply the migrations themselves: their databases start from before the first.
+startEmbeddedDatabasesEmpty()
 const DIR = join(import.meta.dirname, '../../src/db/migrations')
 const closers: Array<() => unknown> = []
 let sql: Sql
 
 beforeAll(async () => {
-  let url = await freshDatabaseUrl()
+  let url = await freshDatabaseUrl({ empty: true })
   if (!url) {
     const db = await startEmbeddedDatabase({ dataDir: 'memory://' })
     closers.push(() => db.stop())

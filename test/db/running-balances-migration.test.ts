@@ -8,8 +8,10 @@ import { checkBalances } from '../../src/control-plane/jobs/reconcile-balances.t
 import { startEmbeddedDatabase } from '../../src/db/embedded.ts'
 import { migrate } from '../../src/db/migrate.ts'
 import { createSql } from '../../src/db/sql.ts'
-import { freshDatabaseUrl } from '../helpers/database.ts'
+import { freshDatabaseUrl, startEmbeddedDatabasesEmpty } from '../helpers/database.ts'
 
+// These tests apply the migrations themselves: their databases start from before the first.
+startEmbeddedDatabasesEmpty()
 const DIR = join(import.meta.dirname, '../../src/db/migrations')
 const closers: Array<() => unknown> = []
 afterAll(async () => {
@@ -18,7 +20,7 @@ afterAll(async () => {
 
 describe('migration 0011', () => {
   it('fills the running balances from the entries already there', async () => {
-    let url = await freshDatabaseUrl()
+    let url = await freshDatabaseUrl({ empty: true })
     if (!url) {
       const db = await startEmbeddedDatabase({ dataDir: 'memory://' })
       closers.push(() => db.stop())

@@ -4,6 +4,7 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs'
 import { dirname, join, relative } from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { links, split } from './markdown.ts'
 
 const ROOT = join(import.meta.dirname, '../..')
 const pages = [
@@ -13,18 +14,6 @@ const pages = [
     .map((f) => `docs/${f}`),
 ]
 const scripts = Object.keys(JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).scripts as object)
-
-/** Text outside fenced code blocks, and the code blocks' own text. */
-function split(md: string): { prose: string; code: string } {
-  const prose: string[] = []
-  const code: string[] = []
-  let fenced = false
-  for (const line of md.split('\n')) {
-    if (line.trimStart().startsWith('```')) fenced = !fenced
-    else (fenced ? code : prose).push(line)
-  }
-  return { prose: prose.join('\n'), code: code.join('\n') }
-}
 
 /** GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens, repeats numbered. */
 function anchors(md: string): Set<string> {
@@ -43,12 +32,6 @@ function anchors(md: string): Set<string> {
     out.add(n ? `${base}-${n}` : base)
   }
   return out
-}
-
-function links(md: string): string[] {
-  // Inline code may hold brackets that are not links.
-  const prose = split(md).prose.replace(/`[^`\n]*`/g, '``')
-  return [...prose.matchAll(/\]\(([^)\s]+)\)/g)].map((m) => m[1]!)
 }
 
 describe('README and docs/', () => {

@@ -3,9 +3,10 @@
 // requests carrying one hash over both, exactly one streams and is charged.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
-import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
-import { type OpenAiUpstream, startOpenAiUpstream } from '../helpers/openai-upstream.ts'
-import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
+import { usingServer } from '../helpers/database.ts'
+import type { OpenAiUpstream } from '../helpers/openai-upstream.ts'
+import type { TestService } from '../helpers/service.ts'
+import { startTokenPricedPair, type TokenPricedPair } from '../helpers/two-instances.ts'
 
 describe.runIf(usingServer)('usage pricing over two instances on one database', () => {
   let a: TestService
@@ -14,34 +15,14 @@ describe.runIf(usingServer)('usage pricing over two instances on one database', 
   let payer: Funded
   let url: (s: TestService) => string
 
+  let pair: TokenPricedPair
+
   beforeAll(async () => {
-    const databaseUrl = await freshDatabaseUrl()
-    a = await startTestService({ databaseUrl })
-    b = await startTestService({ databaseUrl, treasury: a.treasury })
-    upstream = await startOpenAiUpstream({ events: 50 })
+    pair = await startTokenPricedPair({ upstream: { events: 50 } })
+    ;({ a, b, upstream, url } = pair)
     payer = await fundedAccount(100_000_000n)
-    const merchant = await registerMerchant(a)
-    const ep = await a.api('/api/v1/endpoints', {
-      key: merchant.key,
-      body: {
-        upstream_url: `${upstream.url}/v1/chat/completions`,
-        pricing: {
-          model: 'usage',
-          unit: 'tokens',
-          max_price: 0.05,
-          input_price_per_million: 2,
-          cached_input_price_per_million: 1,
-          output_price_per_million: 10,
-        },
-      },
-    })
-    url = (s) => `${s.url}/m/${ep.body.id}`
   })
-  afterAll(async () => {
-    await a?.stop()
-    await b?.stop()
-    await upstream?.close()
-  })
+  afterAll(() => pair?.stop())
 
   const post = (target: string, hash: string) =>
     fetch(target, {

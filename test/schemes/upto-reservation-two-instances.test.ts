@@ -6,13 +6,13 @@
 import { x402Client, x402HTTPClient } from '@x402/core/client'
 import { UptoEvmScheme } from '@x402/evm/upto/client'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { installUptoContracts } from '../../src/chain/upto-settle.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { UPTO_SETTLEMENT_JOB } from '../../src/control-plane/jobs/upto-settlement.ts'
-import { chainClients, type Funded, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
-import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
-import { type OpenAiUpstream, startOpenAiUpstream } from '../helpers/openai-upstream.ts'
-import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
+import { type Funded, usdcBalance } from '../helpers/accounts.ts'
+import { usingServer } from '../helpers/database.ts'
+import type { OpenAiUpstream } from '../helpers/openai-upstream.ts'
+import type { TestService } from '../helpers/service.ts'
+import { startTokenPricedPair, type TokenPricedPair } from '../helpers/two-instances.ts'
 import { approvedPayer } from '../helpers/upto-payer.ts'
 
 // Plain JSON with usage far above the ceiling: the charge is the signed maximum.
@@ -25,36 +25,13 @@ describe.runIf(usingServer)('x402 upto payer reservation over two instances on o
   let upstream: OpenAiUpstream
   let url: (s: TestService) => string
 
+  let pair: TokenPricedPair
+
   beforeAll(async () => {
-    const databaseUrl = await freshDatabaseUrl()
-    const treasury = await fundedAccount(0n)
-    await installUptoContracts(chainClients().rpcUrl, treasury.address)
-    const overrides = { settlement: { interval_ms: 3_600_000 } }
-    a = await startTestService({ databaseUrl, treasury, overrides })
-    b = await startTestService({ databaseUrl, treasury, overrides })
-    upstream = await startOpenAiUpstream({ delayMs: 1_000 })
-    const merchant = await registerMerchant(a)
-    const ep = await a.api('/api/v1/endpoints', {
-      key: merchant.key,
-      body: {
-        upstream_url: `${upstream.url}/v1/chat/completions`,
-        pricing: {
-          model: 'usage',
-          unit: 'tokens',
-          max_price: 0.05,
-          input_price_per_million: 2,
-          cached_input_price_per_million: 1,
-          output_price_per_million: 10,
-        },
-      },
-    })
-    url = (s) => `${s.url}/m/${ep.body.id}`
+    pair = await startTokenPricedPair({ upto: true, upstream: { delayMs: 1_000 } })
+    ;({ a, b, upstream, url } = pair)
   })
-  afterAll(async () => {
-    await a?.stop()
-    await b?.stop()
-    await upstream?.close()
-  })
+  afterAll(() => pair?.stop())
 
   /** One payment header of the published upto client (a fresh Permit2 nonce), for the 402 `s` answers. */
   async function permitHeader(s: TestService, payer: Funded): Promise<Record<string, string>> {
