@@ -5,6 +5,7 @@ import { createHash, type Hash } from 'node:crypto'
 import { STATUS_CODES } from 'node:http'
 import type { Span } from '@opentelemetry/api'
 import { ERRORS, type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
+import { type CallAgent, callAgent } from '../identity/call-agent.ts'
 import { countIdentity } from '../identity/count-identity.ts'
 import { messageView } from '../identity/message-view.ts'
 import { decide } from '../identity/rules.ts'
@@ -220,6 +221,8 @@ class MeteredCall implements ProxyHooks {
   rawHead: Buffer[] | null = null
   /** A verified agent's call: the endpoint's target plus x-tollgate-agent (null: the endpoint's own). */
   agentTarget: UpstreamTarget | null = null
+  /** An endpoint with identity rules: who called and the rule that priced it, for the call row (else null). */
+  agent: CallAgent | null = null
   /** Tracing only (null when off): the call's span and its current step (verify, claim, upstream). */
   span: Span | null = null
   step: Span | null = null
@@ -364,6 +367,7 @@ class MeteredCall implements ProxyHooks {
     const base = entry.quoteFor(this.method, this.subPath)
     const decision = decide(live.rules, identity, base.amountAtomic)
     if (decision.kind === 'block') return this.respondError('agent_blocked')
+    this.agent = callAgent(identity, decision)
     if (identity.status === 'verified') {
       const target = entry.target
       this.agentTarget = {
@@ -764,6 +768,7 @@ class MeteredCall implements ProxyHooks {
       usage,
       receiptId: this.receiptId,
       tool: this.label,
+      agent: this.agent,
     })
     callsCaptured.inc()
     capturedAtomic.inc(Number(chargeAtomic))

@@ -483,6 +483,17 @@
     }
   }
 
+  /** Who called an endpoint with identity rules: "acme · multiplier (rule 1)", "unsigned · endpoint price". */
+  function agentLabel(a) {
+    if (!a) return '—'
+    const rule = a.rule === null ? 'no rule' : `rule ${a.rule + 1}`
+    const label = `${a.signer} · ${a.action.replace('_', ' ')} (${rule})`
+    return h('span', {
+      title: a.failure ? `signature not verified: ${a.failure}` : a.keyid || '',
+      text: label,
+    })
+  }
+
   /** "fixed · $0.50", "rules · 2 rules · default $0.10", "usage · Tokens · up to $0.05". */
   function pricingSummary(e) {
     const p = e.pricing || { model: 'fixed', price: e.price }
@@ -630,7 +641,7 @@
       })}`,
     )
     const body = $('calls-body')
-    if (list.data.length === 0) emptyRow(body, 5, 'No calls match.')
+    if (list.data.length === 0) emptyRow(body, 6, 'No calls match.')
     else
       body.replaceChildren(
         ...list.data.map((c) =>
@@ -641,6 +652,7 @@
             td('Endpoint', endpointLabel(c.endpoint_id)),
             td('Payer', h('span', { class: 'mono', title: c.payer, text: shortHex(c.payer) })),
             td('Status', h('span', { class: 'mono', text: `${c.method} ${c.upstream_status}` })),
+            td('Agent', agentLabel(c.agent)),
             td('Amount', usd(c.amount), 'num'),
           ),
         ),
