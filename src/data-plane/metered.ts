@@ -5,8 +5,8 @@ import { createHash, type Hash } from 'node:crypto'
 import { STATUS_CODES } from 'node:http'
 import type { Span } from '@opentelemetry/api'
 import { ERRORS, type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
-import { type CallAgent, callAgent } from '../identity/call-agent.ts'
-import { countIdentity } from '../identity/count-identity.ts'
+import { type CallAgent, callAgent, UNSIGNED } from '../identity/call-agent.ts'
+import { countAgentCall, countAgentRevenue, countIdentity } from '../identity/count-identity.ts'
 import { messageView } from '../identity/message-view.ts'
 import { decide } from '../identity/rules.ts'
 import type { MessageView } from '../identity/signature-base.ts'
@@ -131,6 +131,7 @@ const duration = {
   '4xx': httpDuration.labels('metered', '4xx'),
   '5xx': httpDuration.labels('metered', '5xx'),
 }
+const NO_SIGNERS: ReadonlySet<string> = new Set()
 const reasonCounters = new Map<string, ReturnType<typeof paymentRequired.labels>>()
 function count402(reason: string) {
   let c = reasonCounters.get(reason)
@@ -363,10 +364,16 @@ class MeteredCall implements ProxyHooks {
 
   withIdentity(live: LiveIdentityRules, identity: Identity): void {
     const entry = this.endpoint!
-    if (this.ctx.identity !== undefined) countIdentity(this.ctx.identity.signerNames, identity)
+    const names = this.ctx.identity?.signerNames ?? NO_SIGNERS
+    countIdentity(names, identity)
     const base = entry.quoteFor(this.method, this.subPath)
     const decision = decide(live.rules, identity, base.amountAtomic)
-    if (decision.kind === 'block') return this.respondError('agent_blocked')
+    const signer = identity.status === 'verified' ? identity.signer : UNSIGNED
+    if (decision.kind === 'block') {
+      countAgentCall(names, signer, 'block')
+      return this.respondError('agent_blocked')
+    }
+    countAgentCall(names, signer, decision.action)
     this.agent = callAgent(identity, decision)
     if (identity.status === 'verified') {
       const target = entry.target
@@ -772,6 +779,8 @@ class MeteredCall implements ProxyHooks {
     })
     callsCaptured.inc()
     capturedAtomic.inc(Number(chargeAtomic))
+    if (this.agent !== null)
+      countAgentRevenue(this.ctx.identity?.signerNames ?? NO_SIGNERS, this.agent, chargeAtomic)
     if (this.metricLabel !== null) {
       mcpToolCalls.labels(this.metricLabel).inc()
       mcpToolRevenueAtomic.labels(this.metricLabel).inc(Number(chargeAtomic))
