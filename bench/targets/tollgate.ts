@@ -13,7 +13,12 @@ export interface Tollgate extends Target {
   /** Metered URL of an endpoint on the upstream path ('/data', '/1k', '/256k'); batch: offers batch-settlement. */
   metered(
     path: string,
-    options?: { batch?: boolean; pricing?: Record<string, unknown>; mcp?: Record<string, unknown> },
+    options?: {
+      batch?: boolean
+      pricing?: Record<string, unknown>
+      mcp?: Record<string, unknown>
+      identityRules?: unknown[]
+    },
   ): Promise<string>
   post(path: string, body: unknown, key?: string): Promise<any>
   /**
@@ -41,6 +46,8 @@ export interface TollgateOptions {
   profileDir?: string
   /** Set: traces are exported there (BENCH_TRACING=1). */
   otlpEndpoint?: string
+  /** identity.* settings (the signed-agent scenario's key directory). */
+  identity?: Record<string, unknown>
 }
 
 export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
@@ -62,6 +69,7 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
       // scenario served, which a minute later loaded whichever scenario ran then (the x402 reference's: its
       // PostgreSQL 3,180 µs a call, and the machine shared with the booking of 80,000 calls).
       x402: { batch_claim_interval_ms: 1_000 },
+      ...(o.identity ? { identity: o.identity } : {}),
     }),
   )
   const databaseUrl = await freshServerDatabase(o.name)
@@ -102,7 +110,7 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
     apiKey: reg.api_key,
     post,
     async metered(path, options) {
-      const key = `${options?.batch ? 'batch:' : ''}${options?.pricing ? 'priced:' : ''}${options?.mcp ? 'mcp:' : ''}${path}`
+      const key = `${options?.batch ? 'batch:' : ''}${options?.pricing ? 'priced:' : ''}${options?.mcp ? 'mcp:' : ''}${options?.identityRules ? 'identity:' : ''}${path}`
       let url = endpoints.get(key)
       if (!url) {
         const price = options?.mcp
@@ -112,7 +120,12 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
             : { price: '0.001' }
         const ep = await post(
           '/api/v1/endpoints',
-          { upstream_url: `${o.upstream}${path}`, ...price, batch_settlement: options?.batch === true },
+          {
+            upstream_url: `${o.upstream}${path}`,
+            ...price,
+            batch_settlement: options?.batch === true,
+            ...(options?.identityRules ? { identity_rules: options.identityRules } : {}),
+          },
           reg.api_key,
         )
         url = ep.metered_url as string
