@@ -14,6 +14,8 @@ export interface LoadOptions {
   body?: string
   /** One header value per request (payment proofs); the run ends when they are used up or the time is. */
   perRequest?: { header: string; values: string[] }
+  /** Headers of their own for each request (agent signatures, each used once), with or without perRequest. */
+  headerSets?: Array<Record<string, string>>
   /** Request bodies taken in turn, one per request, for as long as the run lasts (instead of `body`). */
   bodies?: string[]
   /** The status a correct answer has; anything else counts as an error. */
@@ -112,6 +114,8 @@ export function loadRecorder(expectStatus: number) {
 export async function load(o: LoadOptions): Promise<Measured> {
   let next = 0
   const values = o.perRequest?.values
+  const sets = o.headerSets
+  let nextSet = 0
   const bodies = o.bodies
   let nextBody = 0
   let done: (err: Error | null, r: autocannon.Result) => void = () => {}
@@ -127,14 +131,18 @@ export async function load(o: LoadOptions): Promise<Measured> {
       method: (o.method ?? 'GET') as 'GET',
       headers: o.headers,
       body: o.body,
-      ...(values
+      ...(values || sets
         ? {
-            amount: values.length,
+            amount: Math.min(values?.length ?? Infinity, sets?.length ?? Infinity),
             requests: [
               {
                 setupRequest: (req: any) => ({
                   ...req,
-                  headers: { ...req.headers, [o.perRequest!.header]: values[next++ % values.length]! },
+                  headers: {
+                    ...req.headers,
+                    ...(sets ? sets[nextSet++ % sets.length] : {}),
+                    ...(values ? { [o.perRequest!.header]: values[next++ % values.length]! } : {}),
+                  },
                 }),
               },
             ],

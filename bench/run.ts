@@ -31,6 +31,7 @@ import { runHistoryRetentionBench } from './scenarios/history-retention.ts'
 import { type Scenario, scenarios } from './scenarios/index.ts'
 import { runSoak } from './scenarios/soak.ts'
 import { runX402Capacity } from './scenarios/x402-capacity.ts'
+import { BENCH_AGENT, BENCH_SIGNER, startAgentDirectory } from './targets/agent-directory.ts'
 import { startBareRelay } from './targets/bare-relay.ts'
 import { startBareUws } from './targets/bare-uws.ts'
 import { startNginx } from './targets/nginx.ts'
@@ -195,6 +196,13 @@ function startKind(ctx: Context, kind: TollgateKind) {
     runtime: kind === 'tsx' ? 'tsx' : 'built',
     workers: kind === 'workers2' ? 2 : 1,
     profileDir: kind === 'warm' ? process.env.BENCH_PROFILE_DIR : undefined,
+    identity:
+      kind === 'warm' && ctx.agent !== null
+        ? {
+            directories: [{ name: BENCH_SIGNER, signature_agent: BENCH_AGENT, url: ctx.agent.url }],
+            allow_private_directories: true,
+          }
+        : undefined,
   })
 }
 
@@ -216,6 +224,7 @@ async function startTargets(
     nginx: null,
     x402Reference: null,
     tollgates: {},
+    agent: chosen.some((s) => s.name === 'signed-agent') ? await startAgentDirectory() : null,
     rps: new Map(),
     takeProofs: (n) => {
       if (proofs.length < n) throw new Error(`out of proofs: ${n} asked, ${proofs.length} left`)

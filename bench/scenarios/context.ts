@@ -1,5 +1,6 @@
 // What scenarios share in one run: settings, the chain, the started targets, the payment proofs.
 import type { DevChain } from '../../src/chain/dev-chain.ts'
+import type { AgentDirectory } from '../targets/agent-directory.ts'
 import type { Target } from '../targets/target.ts'
 import type { Tollgate } from '../targets/tollgate.ts'
 
@@ -23,6 +24,8 @@ export interface Context {
   /** The x402 reference middleware (Express + in-process facilitator), when a scenario needs it. */
   x402Reference: Target | null
   tollgates: Partial<Record<TollgateKind, Tollgate>>
+  /** The signed-agent scenario's agent and key directory (the warm instance trusts it), when chosen. */
+  agent: AgentDirectory | null
   /** Results so far by scenario name (half-load reads paid-warm's saturation rate). */
   rps: Map<string, number>
   /** Unused transfer proofs (each pays one call, once). */

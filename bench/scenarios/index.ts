@@ -1,6 +1,7 @@
 // Every scenario: what it needs started, how many proofs it uses, and one load run. Ratios are to `direct`.
 import { load, type Measured } from '../load.ts'
 import { paced } from '../paced.ts'
+import { BENCH_SIGNER } from '../targets/agent-directory.ts'
 import { type Context, settings, type TollgateKind } from './context.ts'
 import { inside, readCounters } from './inside.ts'
 import { runUpto, runUptoReference } from './upto.ts'
@@ -76,6 +77,64 @@ function paid(kind: TollgateKind, path: string, proofs: number, name: string): S
   }
 }
 
+/**
+ * A verified agent: the endpoint prices the bench's signer at its own price and blocks every other caller, so
+ * each measured answer (402, or 200 paid) passed the signature check against the warm directory cache; an
+ * unverified one would be a 403 and count as an error. Each request carries its own signature (a nonce is
+ * used once), made before the load by mppx's Web Bot Auth signer.
+ */
+const AGENT_RULES = [
+  { match: 'signer', signer: BENCH_SIGNER, action: 'endpoint_price' },
+  { match: 'unsigned', action: 'block' },
+]
+const SIGNATURES = Number(process.env.BENCH_SIGNATURES ?? 20_000)
+
+async function agentUrl(ctx: Context): Promise<string> {
+  const url = await ctx.tollgates.warm!.metered('/data', { identityRules: AGENT_RULES })
+  // The directory is fetched in the background once the instance starts: wait until its key is held.
+  for (let i = 0; i < 200; i++) {
+    const [headers] = await ctx.agent!.sign(url, 1)
+    if ((await fetch(url, { headers })).status === 402) return url
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  throw new Error('signed-agent: the key directory was never cached')
+}
+
+function signedAgent402(): Scenario {
+  return {
+    name: 'signed-agent',
+    tollgates: ['warm'],
+    run: async (ctx) => {
+      const url = await agentUrl(ctx)
+      const headerSets = await ctx.agent!.sign(url, SIGNATURES)
+      return load({ ...base(), url, headerSets, expectStatus: 402 })
+    },
+  }
+}
+
+function signedAgentPaid(): Scenario {
+  return {
+    name: 'signed-agent-paid',
+    tollgates: ['warm'],
+    proofs: Math.round(settings.proofs / 4),
+    run: async (ctx) => {
+      const t = ctx.tollgates.warm!
+      const url = await agentUrl(ctx)
+      const proofs = Math.round(settings.proofs / 4)
+      const headerSets = await ctx.agent!.sign(url, proofs)
+      const before = await readCounters(t.adminPort)
+      const m = await load({
+        ...base(),
+        url,
+        headerSets,
+        perRequest: { header: 'x-payment', values: ctx.takeProofs(proofs) },
+        expectStatus: 200,
+      })
+      return { ...m, inside: inside(before, await readCounters(t.adminPort)) }
+    },
+  }
+}
+
 function direct(path: string, name: string): Scenario {
   return { name, run: (ctx) => load({ ...base(), url: `${ctx.upstream.base}${path}`, expectStatus: 200 }) }
 }
@@ -94,6 +153,8 @@ export const scenarios: Scenario[] = [
     run: async (ctx) =>
       load({ ...base(), url: await ctx.tollgates.warm!.metered('/data'), expectStatus: 402 }),
   },
+  signedAgent402(),
+  signedAgentPaid(),
   {
     name: 'nginx',
     peer: 'nginx',

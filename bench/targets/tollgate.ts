@@ -19,6 +19,7 @@ export interface Tollgate extends Target {
       mcp?: Record<string, unknown>
       /** x402 `exact` settled after the answer (the explicit choice); the service default otherwise. */
       settleAfter?: boolean
+      identityRules?: unknown[]
     },
   ): Promise<string>
   post(path: string, body: unknown, key?: string): Promise<any>
@@ -49,6 +50,8 @@ export interface TollgateOptions {
   otlpEndpoint?: string
   /** Run the leader's jobs (payouts, settlements); default: only the instance named warm does. */
   jobs?: boolean
+  /** identity.* settings (the signed-agent scenario's key directory). */
+  identity?: Record<string, unknown>
 }
 
 export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
@@ -70,6 +73,7 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
       // scenario served, which a minute later loaded whichever scenario ran then (the x402 reference's: its
       // PostgreSQL 3,180 µs a call, and the machine shared with the booking of 80,000 calls).
       x402: { batch_claim_interval_ms: 1_000 },
+      ...(o.identity ? { identity: o.identity } : {}),
     }),
   )
   const databaseUrl = await freshServerDatabase(o.name)
@@ -110,7 +114,7 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
     apiKey: reg.api_key,
     post,
     async metered(path, options) {
-      const key = `${options?.batch ? 'batch:' : ''}${options?.pricing ? 'priced:' : ''}${options?.mcp ? 'mcp:' : ''}${options?.settleAfter ? 'after:' : ''}${path}`
+      const key = `${options?.batch ? 'batch:' : ''}${options?.pricing ? 'priced:' : ''}${options?.mcp ? 'mcp:' : ''}${options?.settleAfter ? 'after:' : ''}${options?.identityRules ? 'identity:' : ''}${path}`
       let url = endpoints.get(key)
       if (!url) {
         const price = options?.mcp
@@ -125,6 +129,7 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
             ...price,
             batch_settlement: options?.batch === true,
             ...(options?.settleAfter ? { x402_settlement: 'after' } : {}),
+            ...(options?.identityRules ? { identity_rules: options.identityRules } : {}),
           },
           reg.api_key,
         )

@@ -8,7 +8,9 @@
 // batch:<channel>:<cumulative>) in group-committed writes (writeChannelVouchers); revenue (owner 95 %, fee 5 %)
 // is booked when the leader's claim transaction moved the vouchers' USDC to the treasury (recordChannelClaims),
 // exactly as x402 'exact' calls are booked at settlement.
+
 import type { Sql, Tx } from '../db/sql.ts'
+import type { CallAgent } from '../identity/call-agent.ts'
 import type { CapturePricing } from './claims.ts'
 import { bookCallRevenue } from './ledger.ts'
 
@@ -465,6 +467,8 @@ export interface VoucherCall {
     receiptId?: string | null
     /** The MCP tool a paid `tools/call` named. */
     tool?: string | null
+    /** Who called and the rule that priced it (an endpoint with identity rules). */
+    agent?: CallAgent | null
     /** How it was priced and what was measured (usage pricing). */
     pricing?: CapturePricing
   } | null
@@ -540,9 +544,10 @@ export async function writeChannelVouchers(
                            ${c.map((x) => x.call?.pricing?.unit ?? null)}::text[],
                            ${c.map((x) => (x.call?.pricing?.usage ? JSON.stringify(x.call.pricing.usage) : null))}::text[],
                            ${c.map((x) => x.call?.pricing?.ceilingAtomic?.toString() ?? null)}::bigint[],
-                           ${c.map((x) => x.call?.tool ?? null)}::text[])
+                           ${c.map((x) => x.call?.tool ?? null)}::text[],
+                           ${c.map((x) => (x.call?.agent ? JSON.stringify(x.call.agent) : null))}::text[])
         AS t(channel_id, cum, endpoint_id, account_id, payer, amount, call_id, owner_wallet, owner_share, fee,
-             status, method, receipt_id, pricing_model, usage_unit, usage, ceiling, tool)
+             status, method, receipt_id, pricing_model, usage_unit, usage, ceiling, tool, agent)
     ),
     ok AS (
       SELECT i.*, 'batch:' || i.channel_id || ':' || i.cum AS proof_key, payer_packed(i.payer) AS payer_address
@@ -563,12 +568,12 @@ export async function writeChannelVouchers(
     new_calls AS (
       INSERT INTO calls (id, proof, endpoint_id, account_id, payer, payer_address, amount_atomic,
                          owner_share_atomic, fee_atomic, upstream_status, method, scheme, receipt_id, pricing_model,
-                         usage_unit, usage, ceiling_atomic, tool)
+                         usage_unit, usage, ceiling_atomic, tool, agent)
       SELECT ok.call_id, proof_packed(ok.proof_key), ok.endpoint_id, ok.account_id,
              CASE WHEN ok.payer_address IS NULL THEN ok.payer END, ok.payer_address, ok.amount,
              ok.owner_share, ok.fee, ok.status, ok.method, 'batch-settlement',
              call_receipt_stored(ok.call_id, ok.receipt_id),
-             ok.pricing_model, ok.usage_unit, ok.usage::jsonb, ok.ceiling, ok.tool
+             ok.pricing_model, ok.usage_unit, ok.usage::jsonb, ok.ceiling, ok.tool, ok.agent::jsonb
       -- One call per voucher: claimed returns only the claims this statement inserted (calls.proof_key is
       -- not a unique key of the month-partitioned calls; migration 0041).
       FROM ok JOIN claimed USING (proof_key) WHERE ok.call_id IS NOT NULL

@@ -2,7 +2,9 @@
 // transaction hash its revenue, booked per capture batch) when the upstream answered, released when the
 // upstream failed, and refunded (tx) or voided (x402) when its window ends uncaptured. Each function's SQL
 // states its precondition.
+
 import type { Sql, Tx } from '../db/sql.ts'
+import type { CallAgent } from '../identity/call-agent.ts'
 import { batchRevenueEntries, unusedCeilingRefunds } from './ledger.ts'
 import type { Applied, Refusal } from './transitions.ts'
 
@@ -82,6 +84,8 @@ export interface Capture {
   settlement?: { hash: string; index: number; count: number } | null
   /** The MCP tool a paid `tools/call` named. */
   tool?: string | null
+  /** Who called and the rule that priced it (an endpoint with identity rules; migration 0070). */
+  agent?: CallAgent | null
   /** The claim's horizon_at as its claim returned it: the capture then touches that day's partition only. */
   horizonAt?: string | null
   /**
@@ -148,7 +152,7 @@ export async function claimAndCapture(
              amount bigint, owner_share bigint, fee bigint, status int, method text, pricing_model text,
              usage_unit text, usage jsonb, ceiling bigint, refund bigint, scheme text, receipt_id text,
              tool text, settlement_tx text, settlement_index int, settlement_count int,
-             known_horizon_at timestamptz, body_sha256 text, body_bytes bigint)
+             known_horizon_at timestamptz, body_sha256 text, body_bytes bigint, agent jsonb)
     ),
     captured AS (
       -- A claimed claim has no settlement_tx: a capture settled before the answer brings its own.
@@ -166,14 +170,14 @@ export async function claimAndCapture(
       INSERT INTO calls (id, proof, endpoint_id, account_id, payer, payer_address, amount_atomic,
                          owner_share_atomic, fee_atomic, upstream_status, method, pricing_model, usage_unit, usage,
                          ceiling_atomic, refund_atomic, scheme, receipt_id, tool, ledger_batch_id, body_sha256,
-                         body_bytes)
+                         body_bytes, agent)
       SELECT i.call_id, proof_packed(i.proof_key), i.endpoint_id, i.account_id,
              CASE WHEN i.payer_address IS NULL THEN i.payer END, i.payer_address, i.amount, i.owner_share, i.fee,
              i.status, i.method, i.pricing_model, i.usage_unit, i.usage, i.ceiling, i.refund, i.scheme,
              call_receipt_stored(i.call_id, i.receipt_id), i.tool,
              -- Booked by this statement's batch entries (below); x402 revenue waits for its settlement.
              CASE WHEN k.kind = 'tx' THEN (SELECT id FROM ledger_batch) END,
-             decode(i.body_sha256, 'hex'), i.body_bytes
+             decode(i.body_sha256, 'hex'), i.body_bytes, i.agent
       -- One call per proof: captured returns a claim only on its one move claimed → captured (calls is
       -- partitioned by month, so proof_key cannot be a unique key of its own; migration 0041).
       FROM cap i JOIN captured k USING (proof_key)
@@ -314,6 +318,7 @@ function capturesJson(c: Capture[]): string {
       known_horizon_at: x.horizonAt ?? null,
       body_sha256: x.delivery?.bodySha256 ?? null,
       body_bytes: x.delivery?.bodyBytes ?? null,
+      agent: x.agent ?? null,
     })),
   )
 }

@@ -32,6 +32,31 @@ export const CallUsage = v.nullable(
   }),
 )
 
+/** A paid call to an endpoint with identity rules: who called, and the rule that priced it. */
+export const CallAgentView = v.pipe(
+  v.nullable(
+    v.strictObject({
+      signer: v.pipe(
+        v.string(),
+        v.description(
+          'the operator’s name for the directory or key that verified the signature; "unsigned" otherwise',
+        ),
+      ),
+      keyid: v.pipe(v.nullable(v.string()), v.description('the key id of a verified signature')),
+      failure: v.pipe(
+        v.nullable(v.string()),
+        v.description('why a signature that was sent did not verify (the call was priced as unsigned)'),
+      ),
+      rule: v.pipe(
+        v.nullable(v.number()),
+        v.description('the index of the identity rule that priced the call; null: none matched'),
+      ),
+      action: v.picklist(['free', 'price', 'multiplier', 'endpoint_price']),
+    }),
+  ),
+  v.description('who called, on an endpoint with identity rules; null on every other call'),
+)
+
 /** Cursor-paginated list: newest first; pass the last id as starting_after for the next page. */
 export function listOf<S extends v.GenericSchema>(item: S) {
   return v.strictObject({ object: v.literal('list'), data: v.array(item), has_more: v.boolean() })

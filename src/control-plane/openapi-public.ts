@@ -4,7 +4,16 @@
 
 import * as v from 'valibot'
 import { PAYMENT_REQUIRED_REASONS } from '../errors.ts'
-import { Address, Atomic, CallUsage, Dollars, Network, PricingModel, Timestamp } from './api-schemas.ts'
+import {
+  Address,
+  Atomic,
+  CallAgentView,
+  CallUsage,
+  Dollars,
+  Network,
+  PricingModel,
+  Timestamp,
+} from './api-schemas.ts'
 import { PaymentObject } from './routes/payments.ts'
 
 const _PaymentStatus = v.picklist(['pending', 'paid', 'expired', 'canceled'])
@@ -136,6 +145,7 @@ export const Receipt = v.pipe(
     amount_atomic: Atomic,
     pricing_model: PricingModel,
     usage: CallUsage,
+    agent: CallAgentView,
     settlement: v.pipe(
       v.strictObject({
         status: v.pipe(

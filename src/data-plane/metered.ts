@@ -5,7 +5,8 @@ import { createHash, type Hash } from 'node:crypto'
 import { STATUS_CODES } from 'node:http'
 import type { Span } from '@opentelemetry/api'
 import { ERRORS, type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
-import { countIdentity } from '../identity/count-identity.ts'
+import { type CallAgent, callAgent, UNSIGNED } from '../identity/call-agent.ts'
+import { countAgentCall, countAgentRevenue, countIdentity } from '../identity/count-identity.ts'
 import { messageView } from '../identity/message-view.ts'
 import { decide } from '../identity/rules.ts'
 import type { MessageView } from '../identity/signature-base.ts'
@@ -130,6 +131,7 @@ const duration = {
   '4xx': httpDuration.labels('metered', '4xx'),
   '5xx': httpDuration.labels('metered', '5xx'),
 }
+const NO_SIGNERS: ReadonlySet<string> = new Set()
 const reasonCounters = new Map<string, ReturnType<typeof paymentRequired.labels>>()
 function count402(reason: string) {
   let c = reasonCounters.get(reason)
@@ -220,6 +222,8 @@ class MeteredCall implements ProxyHooks {
   rawHead: Buffer[] | null = null
   /** A verified agent's call: the endpoint's target plus x-tollgate-agent (null: the endpoint's own). */
   agentTarget: UpstreamTarget | null = null
+  /** An endpoint with identity rules: who called and the rule that priced it, for the call row (else null). */
+  agent: CallAgent | null = null
   /** Tracing only (null when off): the call's span and its current step (verify, claim, upstream). */
   span: Span | null = null
   step: Span | null = null
@@ -360,10 +364,17 @@ class MeteredCall implements ProxyHooks {
 
   withIdentity(live: LiveIdentityRules, identity: Identity): void {
     const entry = this.endpoint!
-    if (this.ctx.identity !== undefined) countIdentity(this.ctx.identity.signerNames, identity)
+    const names = this.ctx.identity?.signerNames ?? NO_SIGNERS
+    countIdentity(names, identity)
     const base = entry.quoteFor(this.method, this.subPath)
     const decision = decide(live.rules, identity, base.amountAtomic)
-    if (decision.kind === 'block') return this.respondError('agent_blocked')
+    const signer = identity.status === 'verified' ? identity.signer : UNSIGNED
+    if (decision.kind === 'block') {
+      countAgentCall(names, signer, 'block')
+      return this.respondError('agent_blocked')
+    }
+    countAgentCall(names, signer, decision.action)
+    this.agent = callAgent(identity, decision)
     if (identity.status === 'verified') {
       const target = entry.target
       this.agentTarget = {
@@ -764,9 +775,12 @@ class MeteredCall implements ProxyHooks {
       usage,
       receiptId: this.receiptId,
       tool: this.label,
+      agent: this.agent,
     })
     callsCaptured.inc()
     capturedAtomic.inc(Number(chargeAtomic))
+    if (this.agent !== null)
+      countAgentRevenue(this.ctx.identity?.signerNames ?? NO_SIGNERS, this.agent, chargeAtomic)
     if (this.metricLabel !== null) {
       mcpToolCalls.labels(this.metricLabel).inc()
       mcpToolRevenueAtomic.labels(this.metricLabel).inc(Number(chargeAtomic))

@@ -39,6 +39,7 @@ const CALL_RECEIPT_TYPES = {
     { name: 'bodySha256', type: 'string' },
     { name: 'bodyBytes', type: 'uint256' },
     { name: 'usage', type: 'string' },
+    { name: 'agent', type: 'string' },
     { name: 'settlementTx', type: 'string' },
     { name: 'issuedAt', type: 'uint256' },
   ],
@@ -77,6 +78,8 @@ export interface CallReceiptPayload {
   bodyBytes: number
   /** The measured usage as JSON text ('' for fixed and rules prices). */
   usage: string
+  /** Who called and the rule that priced the call, as JSON text ('' on an endpoint without identity rules). */
+  agent: string
   /** The transaction that used the payment on chain, once it did; '' before. */
   settlementTx: string
   issuedAt: number

@@ -3,7 +3,7 @@
 // and for an unknown id, 404. Shows what was measured and charged, never the owner's share or keys, and where
 // the payment's settlement stands: its transaction, block and confirmations, its place in a batch.
 import type { ReceiptRow } from '../db/calls.ts'
-import { findReceipt, usageView } from '../db/calls.ts'
+import { agentView, findReceipt, usageView } from '../db/calls.ts'
 import type { Sql } from '../db/sql.ts'
 import { writeError } from '../errors.ts'
 import { toDollars } from '../money.ts'
@@ -119,6 +119,7 @@ export function presentReceipt(r: ReceiptRow, head: bigint | null = null) {
     amount_atomic: r.amount_atomic.toString(),
     pricing_model: r.pricing_model,
     usage: usageView(r),
+    agent: agentView(r),
     settlement: presentSettlement(r, head),
     created_at: r.created_at.toISOString(),
   }
@@ -204,6 +205,8 @@ function withDelivery(
     bodySha256: delivery?.body_sha256 ?? '',
     bodyBytes: delivery?.body_bytes ?? 0,
     usage: receipt.usage === null ? '' : JSON.stringify(receipt.usage),
+    // Who called, as shown above ('' for a call to an endpoint without identity rules).
+    agent: receipt.agent === null ? '' : JSON.stringify(receipt.agent),
     // Signed once the chain used the payment ('' before): the signature attests where it settled.
     settlementTx: receipt.settlement.status === 'settled' ? (receipt.settlement.transaction ?? '') : '',
     // The call's time, not the read's: the same receipt signs the same bytes on every read.

@@ -1,5 +1,6 @@
 // Queries on metered calls (the captured ones).
 import { getAddress } from 'viem'
+import type { CallAgent } from '../identity/call-agent.ts'
 import { afterCursor } from './cursor.ts'
 import type { Sql, Tx } from './sql.ts'
 
@@ -31,6 +32,8 @@ export interface CallRow {
   refund_atomic: bigint
   /** The scheme that paid (tx-hash, exact, mpp-charge, …); null on rows older than the column. */
   scheme?: string | null
+  /** Who called and the rule that priced it (an endpoint with identity rules); null otherwise. */
+  agent: CallAgent | null
 }
 
 const ADDRESS = /^0x[0-9a-fA-F]{40}$/
@@ -61,7 +64,7 @@ export async function listCalls(
     SELECT id, call_proof_key(proof_key, proof) AS proof_key, endpoint_id, account_id,
            call_payer(payer, payer_address) AS payer, amount_atomic, owner_share_atomic, fee_atomic,
            upstream_status, method, tool, created_at, pricing_model, usage_unit, usage, ceiling_atomic,
-           refund_atomic, scheme
+           refund_atomic, scheme, agent
     FROM calls
     WHERE account_id = ${q.accountId}
     ${q.endpointId ? db`AND endpoint_id = ${q.endpointId}` : db``}
@@ -118,6 +121,19 @@ export function usageView(c: CallRow) {
   }
 }
 
+/** Who called, as GET /calls and the receipt show it (one shape in both places). */
+export function agentView(c: CallRow): CallAgent | null {
+  const a = c.agent
+  if (a === null || a === undefined) return null
+  return {
+    signer: a.signer,
+    keyid: a.keyid ?? null,
+    failure: a.failure ?? null,
+    rule: a.rule ?? null,
+    action: a.action,
+  }
+}
+
 export async function findReceipt(db: Sql | Tx, receiptId: string): Promise<ReceiptRow | null> {
   // The claim rides along (one statement): the receipt shows where the payment's settlement stands. The
   // call outlives its claim (a closed day of claims leaves a day past its horizon), so the claim is
@@ -141,7 +157,8 @@ export async function findReceipt(db: Sql | Tx, receiptId: string): Promise<Rece
            call_payer(c.payer, c.payer_address) AS payer, c.amount_atomic, c.owner_share_atomic,
            c.fee_atomic, c.upstream_status, c.method, c.tool, c.created_at,
            call_receipt_id(c.id, c.receipt_id) AS receipt_id, c.scheme,
-           c.pricing_model, c.usage_unit, c.usage, c.ceiling_atomic, c.refund_atomic, NULL::text AS pass_id,
+           c.pricing_model, c.usage_unit, c.usage, c.ceiling_atomic, c.refund_atomic, c.agent,
+           NULL::text AS pass_id,
            k.kind AS claim_kind, k.settlement_tx, k.settled_at, k.settlement_error, k.settlement_block,
            k.settlement_index, k.settlement_count,
            -- Booked by its settlement batch (migration 0064), or before it by entries of its own.
@@ -155,7 +172,7 @@ export async function findReceipt(db: Sql | Tx, receiptId: string): Promise<Rece
     UNION ALL
     SELECT p.call_id, p.proof_key, p.endpoint_id, p.account_id, p.payer, 0::bigint, 0::bigint, 0::bigint,
            d.upstream_status, d.method, NULL, d.served_at, d.receipt_id, 'pass', 'fixed', NULL, NULL, NULL,
-           0::bigint, p.id,
+           0::bigint, NULL::jsonb, p.id,
            k.kind, k.settlement_tx, k.settled_at, k.settlement_error, k.settlement_block,
            k.settlement_index, k.settlement_count,
            k.kind IS NULL AND (EXISTS (SELECT 1 FROM calls b WHERE b.id = p.call_id AND b.ledger_batch_id < 0)

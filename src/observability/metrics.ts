@@ -73,6 +73,20 @@ export const agentIdentity = new client.Counter({
   registers: [registry],
 })
 
+export const agentCalls = new client.Counter({
+  name: 'tollgate_agent_calls_total',
+  help: 'Metered calls to endpoints with identity rules, by who called (a configured signer, "unsigned", or "other") and the action of the rule that applied.',
+  labelNames: ['signer', 'action'] as const,
+  registers: [registry],
+})
+
+export const agentRevenueAtomic = new client.Counter({
+  name: 'tollgate_agent_revenue_atomic_total',
+  help: 'USDC base units captured from calls to endpoints with identity rules, by who called (a configured signer, "unsigned", or "other").',
+  labelNames: ['signer'] as const,
+  registers: [registry],
+})
+
 export const verifications = new client.Counter({
   name: 'tollgate_verify_outcomes_total',
   help: 'Proof verifications by proof kind, source (cache/rpc) and outcome.',

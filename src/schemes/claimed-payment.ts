@@ -151,6 +151,7 @@ export class ClaimedPayment implements Payment {
       scheme: this.scheme,
       receiptId: call.receiptId,
       tool: call.tool ?? null,
+      agent: call.agent ?? null,
       horizonAt: this.horizonAt,
     }
     // Settled before the answer: the settler writes the capture itself, in any case, with the hash of the

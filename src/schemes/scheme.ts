@@ -13,6 +13,7 @@ import type { Proof } from '../data-plane/proof.ts'
 import type { Verifier } from '../data-plane/verifier.ts'
 import type { Sql } from '../db/sql.ts'
 import type { ErrorCode } from '../errors.ts'
+import type { CallAgent } from '../identity/call-agent.ts'
 import type { ReadinessCheck } from '../observability/admin.ts'
 import type { Logger } from '../observability/logger.ts'
 import type { UsageRecord } from '../pricing/model.ts'
@@ -141,6 +142,8 @@ export interface ServedCall extends CallFacts {
   receiptId: string | null
   /** What a body-priced call bought (the MCP tool a `tools/call` named); null otherwise. */
   tool?: string | null
+  /** An endpoint with identity rules: who called and the rule that priced it; null otherwise. */
+  agent?: CallAgent | null
 }
 
 /**

@@ -160,8 +160,65 @@ describe('identity rules on metered calls', () => {
     expect(paid.status).toBe(200)
     expect(upstream.count()).toBe(before + 1)
     expect(upstream.last()!.headers['x-tollgate-agent']).toBe('acme')
+    const receiptId = paid.headers.get('x-receipt-id')!
     // Unsigned, the endpoint price pays (the short payment was not used up by its refusal).
     expect((await fetch(url, { headers: { 'x-payment': short } })).status).toBe(200)
+
+    // The books: each call row says who called and which rule priced it.
+    const calls = await waitFor(
+      async () => {
+        const r = await svc.api(`/api/v1/calls?endpoint_id=${id}`, { key: apiKey })
+        return r.body.data.length === 2 ? r.body.data : null
+      },
+      { what: 'both paid calls booked' },
+    )
+    const [unsignedCall, signedCall] = calls
+    expect(signedCall.amount_atomic).toBe('25000')
+    expect(signedCall.agent).toEqual({
+      signer: 'acme',
+      keyid: key.keyId,
+      failure: null,
+      rule: 0,
+      action: 'multiplier',
+    })
+    expect(unsignedCall.amount_atomic).toBe('10000')
+    expect(unsignedCall.agent).toEqual({
+      signer: 'unsigned',
+      keyid: null,
+      failure: null,
+      rule: null,
+      action: 'endpoint_price',
+    })
+    // The receipt shows it, and the signed final receipt signs it.
+    const receipt = await waitFor(
+      async () => {
+        const r = await fetch(`${svc.url}/receipts/${receiptId}`)
+        return r.status === 200 ? ((await r.json()) as Record<string, any>) : null
+      },
+      { what: 'the receipt written' },
+    )
+    expect(receipt.agent).toEqual(signedCall.agent)
+    if (receipt.signed !== null) expect(JSON.parse(receipt.signed.payload.agent)).toEqual(signedCall.agent)
+  })
+
+  it('an endpoint without identity rules books no agent', async () => {
+    const id = await createEndpoint(svc, apiKey, null)
+    const url = `${svc.url}/m/${id}`
+    const payer: Funded = await fundedAccount(1_000_000n)
+    const proof = await payUsdc(payer, svc.chain.treasury, 10_000n)
+    // A signature sent to an endpoint without rules is not read: the call is the endpoint's, as before.
+    expect(
+      (await fetch(url, { headers: { ...headersOf(await signed(url)), 'x-payment': proof } })).status,
+    ).toBe(200)
+    expect(upstream.last()!.headers['x-tollgate-agent']).toBeUndefined()
+    const calls = await waitFor(
+      async () => {
+        const r = await svc.api(`/api/v1/calls?endpoint_id=${id}`, { key: apiKey })
+        return r.body.data.length === 1 ? r.body.data : null
+      },
+      { what: 'the paid call booked' },
+    )
+    expect(calls[0].agent).toBeNull()
   })
 
   it('refuses identity_rules on kind mcp, and a price rule on a usage-priced endpoint', async () => {
@@ -243,5 +300,49 @@ describe.runIf(usingServer)('identity rules, two instances on one database', () 
     // The same signature, for the same host, at the other instance: its nonce is taken, so it is unsigned.
     expect(await sendWithHost(urlB, hostA, headers)).toBe(403)
     expect(replays()).toBe(before + 1)
+  })
+
+  it('books who called on either instance: a replayed signature pays as unsigned and says why', async () => {
+    const apiKey = (await registerMerchant(a)).key
+    const id = await createEndpoint(a, apiKey, [
+      { match: 'signer', signer: 'acme', action: 'multiplier', multiplier: '0.5' },
+    ])
+    const urlA = `${a.url}/m/${id}`
+    const urlB = `${b.url}/m/${id}`
+    const hostA = new URL(a.url).host
+    await waitFor(async () => (await quoted(await fetch(urlB, { headers: await signed(urlB) }))) === '5000', {
+      what: 'the second instance holding the directory',
+    })
+    const payer: Funded = await fundedAccount(1_000_000n)
+    const half = await payUsdc(payer, a.chain.treasury, 5_000n)
+    const headers = await signed(urlA)
+    headers.set('x-payment', half)
+    expect(await sendWithHost(urlA, hostA, headers)).toBe(200)
+    // The same signature at the other instance, paying the endpoint price: served, booked as unsigned.
+    const full = await payUsdc(payer, a.chain.treasury, 10_000n)
+    headers.set('x-payment', full)
+    expect(await sendWithHost(urlB, hostA, headers)).toBe(200)
+    const calls = await waitFor(
+      async () => {
+        const r = await a.api(`/api/v1/calls?endpoint_id=${id}`, { key: apiKey })
+        return r.body.data.length === 2 ? r.body.data : null
+      },
+      { what: 'both calls booked' },
+    )
+    const byAmount = new Map(calls.map((c: { amount_atomic: string }) => [c.amount_atomic, c]))
+    expect((byAmount.get('5000') as { agent: unknown }).agent).toEqual({
+      signer: 'acme',
+      keyid: key.keyId,
+      failure: null,
+      rule: 0,
+      action: 'multiplier',
+    })
+    expect((byAmount.get('10000') as { agent: unknown }).agent).toEqual({
+      signer: 'unsigned',
+      keyid: null,
+      failure: 'replayed_nonce',
+      rule: null,
+      action: 'endpoint_price',
+    })
   })
 })

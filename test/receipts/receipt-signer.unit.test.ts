@@ -67,6 +67,7 @@ describe('receipt signer', () => {
       bodySha256: 'ab'.repeat(32),
       bodyBytes: 12,
       usage: '',
+      agent: '{"signer":"acme","keyid":"k1","failure":null,"rule":0,"action":"multiplier"}',
       settlementTx: `0x${'cd'.repeat(32)}`,
       issuedAt: 1_800_000_000,
     })
@@ -90,6 +91,14 @@ describe('receipt signer', () => {
       await recoverTypedDataAddress({
         ...args,
         message: { ...message, settlementTx: `0x${'ef'.repeat(32)}` },
+        signature: r.signature,
+      }),
+    ).not.toBe(signer.address)
+    // So is who called: another signer does not recover it.
+    expect(
+      await recoverTypedDataAddress({
+        ...args,
+        message: { ...message, agent: message.agent.replace('acme', 'other') },
         signature: r.signature,
       }),
     ).not.toBe(signer.address)

@@ -1,10 +1,11 @@
 // GET /calls: an owner's captured metered calls, newest first, filtered by endpoint, upstream status, time,
-// tool; a usage-priced call shows what was measured, charged and refunded of its ceiling.
+// tool; a usage-priced call shows what was measured, charged and refunded of its ceiling; an endpoint with
+// identity rules, who called and the rule that priced the call.
 import * as v from 'valibot'
-import { type CallRow, listCalls, usageView } from '../../db/calls.ts'
+import { agentView, type CallRow, listCalls, usageView } from '../../db/calls.ts'
 import { ApiError } from '../../errors.ts'
 import { toDollars } from '../../money.ts'
-import { Atomic, CallUsage, Dollars, listOf, PricingModel, Timestamp } from '../api-schemas.ts'
+import { Atomic, CallAgentView, CallUsage, Dollars, listOf, PricingModel, Timestamp } from '../api-schemas.ts'
 import { listResponse, readPage } from '../pagination.ts'
 import type { Route } from '../route.ts'
 
@@ -38,6 +39,7 @@ export const CallObject = v.strictObject({
     ),
   ),
   usage: CallUsage,
+  agent: CallAgentView,
   created_at: Timestamp,
 })
 
@@ -58,6 +60,7 @@ export function presentCall(c: CallRow): v.InferOutput<typeof CallObject> {
     pricing_model: c.pricing_model as v.InferOutput<typeof PricingModel>,
     scheme: c.scheme ?? null,
     usage: usageView(c) as v.InferOutput<typeof CallUsage>,
+    agent: agentView(c) as v.InferOutput<typeof CallAgentView>,
     created_at: c.created_at.toISOString(),
   }
 }

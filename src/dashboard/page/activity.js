@@ -28,6 +28,16 @@ export async function loadOverview() {
   )
 }
 
+/** Who called an endpoint with identity rules: "acme · multiplier (rule 1)", "unsigned · endpoint price". */
+function agentLabel(a) {
+  if (!a) return '—'
+  const rule = a.rule === null ? 'no rule' : `rule ${a.rule + 1}`
+  return h('span', {
+    title: a.failure ? `signature not verified: ${a.failure}` : a.keyid || '',
+    text: `${a.signer} · ${a.action.replace('_', ' ')} (${rule})`,
+  })
+}
+
 const callRow = (c) =>
   h(
     'tr',
@@ -36,6 +46,7 @@ const callRow = (c) =>
     td('Endpoint', endpointLabel(c.endpoint_id)),
     td('Payer', h('span', { class: 'mono', title: c.payer, text: shortHex(c.payer) })),
     td('Status', h('span', { class: 'mono', text: `${c.method} ${c.upstream_status}` })),
+    td('Agent', agentLabel(c.agent)),
     td('Amount', usd(c.amount), 'num'),
   )
 
@@ -57,7 +68,7 @@ export const callsPager = pager('calls', async (cursor) => {
     })}`,
   )
   const body = $('calls-body')
-  if (list.data.length === 0) emptyRow(body, 5, 'No calls match.')
+  if (list.data.length === 0) emptyRow(body, 6, 'No calls match.')
   else body.replaceChildren(...list.data.map(callRow))
   return list
 })

@@ -266,6 +266,7 @@ class VoucherPayment implements Payment {
               method: facts.method,
               receiptId: served.receiptId,
               tool: served.tool ?? null,
+              agent: served.agent ?? null,
               pricing: {
                 model: served.pricingModel,
                 unit: served.usage?.unit ?? null,
