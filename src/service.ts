@@ -1,6 +1,7 @@
 // Wiring only: database → chain → public app (data plane + control-plane API) → background jobs → admin port.
 // Each subsystem starts with start(deps) and returns how to stop it, check it and mount its admin routes.
 // main.ts runs this from the command line (once per worker process); tests run it in-process.
+
 import { PaymentCreator } from './books/payment-creations.ts'
 import { createAuthorizationChainChecker } from './chain/check-authorization.ts'
 import type { ChainContext } from './chain/connect.ts'
@@ -25,6 +26,7 @@ import { createLogger, type Logger } from './observability/logger.ts'
 import { countRpcRequest } from './observability/metrics.ts'
 import { startTracing } from './observability/tracing.ts'
 import { createRateLimiter } from './rate-limit.ts'
+import { MppBinding } from './schemes/mpp-charge/binding.ts'
 import { StartedList } from './subsystem.ts'
 
 export interface Service {
@@ -193,6 +195,13 @@ function handedOver(deps: {
         settings: { ownerShareBps: config.fees.owner_share_bps, x402SettleWaitMs: config.verify.wait_ms },
         replication,
         edge,
+        mpp: new MppBinding({
+          secrets: config.secrets,
+          publicUrl: config.server?.public_url,
+          chainInfo,
+          logger,
+          purpose: 'checkout',
+        }),
       }),
     dashboardRoute: () => createDashboardRoute(),
     // Plain transfers to the treasury matched to checkout payments by their amount.

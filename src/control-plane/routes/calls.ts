@@ -1,6 +1,7 @@
 // GET /calls: an owner's captured metered calls, newest first, filtered by endpoint, upstream status, time,
 // tool; a usage-priced call shows what was measured, charged and refunded of its ceiling.
 import * as v from 'valibot'
+import { protocolOf } from '../../books/protocols.ts'
 import { type CallRow, listCalls, usageView } from '../../db/calls.ts'
 import { ApiError } from '../../errors.ts'
 import { toDollars } from '../../money.ts'
@@ -37,6 +38,12 @@ export const CallObject = v.strictObject({
       'how it was paid: tx-hash, exact (x402), upto, batch-settlement, mpp-charge (MPP evm charge); null for calls before schemes were recorded',
     ),
   ),
+  protocol: v.pipe(
+    v.nullable(v.picklist(['x402', 'mpp', 'tx-hash', 'channel', 'pass'])),
+    v.description(
+      'which protocol paid: x402 (exact, upto), mpp (MPP evm charge), tx-hash (a transfer named by its hash), channel (x402 batch-settlement vouchers), pass (a use of a pass); null when scheme is',
+    ),
+  ),
   usage: CallUsage,
   created_at: Timestamp,
 })
@@ -57,6 +64,7 @@ export function presentCall(c: CallRow): v.InferOutput<typeof CallObject> {
     tool: c.tool ?? null,
     pricing_model: c.pricing_model as v.InferOutput<typeof PricingModel>,
     scheme: c.scheme ?? null,
+    protocol: protocolOf(c.scheme),
     usage: usageView(c) as v.InferOutput<typeof CallUsage>,
     created_at: c.created_at.toISOString(),
   }
