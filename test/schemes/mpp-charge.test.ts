@@ -565,6 +565,13 @@ describe('MPP credentials refused, each with a fresh challenge, nothing changed'
     )
   })
 
+  it('a credential already paid with (a replay): proof_already_used', async () => {
+    const payer = await mppPayer(PRICE_ATOMIC)
+    expect((await payer.fetch(urlA)).status).toBe(200)
+    await a.flushCaptures()
+    await refused({ authorization: payer.sent[0]! }, 'proof_already_used')
+  })
+
   it('a signature for another challenge (the nonce is not this challenge’s): invalid_challenge', async () => {
     const one = await freshChallenge()
     const other = await freshChallenge()
