@@ -29,6 +29,7 @@ import { createLogger, type Logger } from './observability/logger.ts'
 import { countRpcRequest } from './observability/metrics.ts'
 import { startTracing } from './observability/tracing.ts'
 import { createRateLimiter } from './rate-limit.ts'
+import { MppBinding } from './schemes/mpp-charge/binding.ts'
 import { StartedList } from './subsystem.ts'
 
 export interface Service {
@@ -213,6 +214,13 @@ function handedOver(deps: {
         settings: { ownerShareBps: config.fees.owner_share_bps, x402SettleWaitMs: config.verify.wait_ms },
         replication,
         edge,
+        mpp: new MppBinding({
+          secrets: config.secrets,
+          publicUrl: config.server?.public_url,
+          chainInfo,
+          logger,
+          purpose: 'checkout',
+        }),
       }),
     dashboardRoute: () => createDashboardRoute(),
     // Plain transfers to the treasury matched to checkout payments by their amount.

@@ -434,6 +434,9 @@ export interface RefundedClaim {
   account_id: string
   payer: string
   amount_atomic: bigint
+  kind: string
+  /** The stored authorization (null for a transaction hash): an MPP one says so. */
+  authorization_payload: unknown
 }
 
 /** The refunds in a confirmed payout: their claims turn refunded (only from refund_due). */
@@ -443,7 +446,8 @@ export async function markRefunded(tx: Tx, q: { payoutId: string }): Promise<Ref
     FROM ledger_entries e
     WHERE e.payout_id = ${q.payoutId} AND e.kind = 'refund' AND e.source_type = 'claim'
       AND c.proof_key = e.source_id AND c.status = 'refund_due'
-    RETURNING c.proof_key, c.target_type, c.target_id, c.account_id, c.payer, e.amount_atomic`
+    RETURNING c.proof_key, c.target_type, c.target_id, c.account_id, c.payer, e.amount_atomic, c.kind,
+              c.authorization_payload`
 }
 
 async function refusal(db: Db, proofKey: string): Promise<Refusal> {

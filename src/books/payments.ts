@@ -24,6 +24,7 @@ import {
 } from '../db/payments.ts'
 import type { Sql, Tx } from '../db/sql.ts'
 import { splitOwnerShare, toDollars } from '../money.ts'
+import { claimScheme, protocolOf } from './protocols.ts'
 
 /**
  * The largest offset added to a price to make its figure unique: 9,999 base units, under one cent, so a
@@ -44,6 +45,8 @@ export interface PaymentProof {
   transaction: string
   /** A transaction's block time (ms), stored with its claim for the retention horizon. */
   proofAtMs?: number | null
+  /** The scheme that paid (its protocol is said in the payment's events); default by kind. */
+  scheme?: string
 }
 
 export type ApplyOutcome =
@@ -281,7 +284,10 @@ async function lockPayment(tx: Tx, id: string): Promise<CheckoutPaymentRow | nul
 }
 
 function proofData(proof: PaymentProof) {
+  const scheme = proof.scheme ?? claimScheme(proof.kind, null)
   return {
+    scheme,
+    protocol: protocolOf(scheme),
     transaction: proof.transaction,
     payer: proof.payer,
     amount: toDollars(proof.valueAtomic),
@@ -548,9 +554,16 @@ export async function applySettledAuthorizations(
   q: { proofKeys: string[]; ownerShareBps: number; view: PaymentView },
 ): Promise<void> {
   const held = await tx<
-    { proof_key: string; target_id: string; payer: string; amount_atomic: bigint; settlement_tx: string }[]
+    {
+      proof_key: string
+      target_id: string
+      payer: string
+      amount_atomic: bigint
+      settlement_tx: string
+      authorization_payload: unknown
+    }[]
   >`
-    SELECT proof_key, target_id, payer, amount_atomic, settlement_tx FROM claims
+    SELECT proof_key, target_id, payer, amount_atomic, settlement_tx, authorization_payload FROM claims
     WHERE proof_key = ANY(${q.proofKeys}::text[]) AND status = 'settling' AND settled_at IS NOT NULL
     ORDER BY target_id, proof_key`
   for (const c of held) {
@@ -564,6 +577,7 @@ export async function applySettledAuthorizations(
       payer: c.payer,
       valueAtomic: c.amount_atomic,
       transaction: c.settlement_tx,
+      scheme: claimScheme('eip3009', c.authorization_payload) ?? undefined,
     }
     if (payment.status === 'pending') {
       await tx`

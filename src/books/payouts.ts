@@ -1,6 +1,7 @@
 // Payouts: recorded (with nonce, signed transaction and hash) before broadcast, then submitted, then
 // confirmed or failed. Every status change writes its events in the same transaction (the outbox), and each
 // transition's UPDATE states the states it starts from.
+
 import { insertEvent } from '../db/events.ts'
 import { lockPayableBatch } from '../db/ledger.ts'
 import {
@@ -16,6 +17,7 @@ import { toDollars } from '../money.ts'
 import { markRefunded } from './claims.ts'
 import { linkEntriesToPayouts, unlinkEntries } from './ledger.ts'
 import { PAYOUT_RECORD_LOCK } from './payout-lock.ts'
+import { claimScheme, protocolOf } from './protocols.ts'
 import { confirmRefunds, failRefunds } from './refunds.ts'
 import type { Applied, Refusal } from './transitions.ts'
 
@@ -155,12 +157,15 @@ export async function confirmPayout(
     const refunds = await markRefunded(tx, { payoutId: row.id })
     for (const r of refunds) {
       if (r.target_type !== 'call') continue
+      const scheme = claimScheme(r.kind, r.authorization_payload)
       await insertEvent(tx, {
         accountId: r.account_id,
         type: 'call.refunded',
         data: {
           object: 'refund',
           endpoint_id: r.target_id,
+          scheme,
+          protocol: protocolOf(scheme),
           proof: r.proof_key.startsWith('tx:') ? r.proof_key.slice(3) : r.proof_key,
           payer: r.payer,
           amount: toDollars(r.amount_atomic),

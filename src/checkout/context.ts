@@ -5,6 +5,7 @@ import type { Verifier } from '../data-plane/verifier.ts'
 import type { CheckoutPaymentRow } from '../db/payments.ts'
 import type { Sql } from '../db/sql.ts'
 import type { Logger } from '../observability/logger.ts'
+import type { MppBinding } from '../schemes/mpp-charge/binding.ts'
 import type { CheckoutPages } from './page.ts'
 import type { CheckoutView } from './presenter.ts'
 import type { CheckoutRequest, Responder } from './responder.ts'
@@ -34,6 +35,8 @@ export interface CheckoutDeps {
   }
   /** database.require_synchronous_standby (src/db/replication-watch.ts): non-null refuses every proof. */
   replication?: { readonly refusing: string | null }
+  /** The MPP `evm` charge challenge beside x402's, and the check of its credential; absent: not offered. */
+  mpp?: MppBinding
   /** Rate limits: who the client is, and the charge for a proof that did not pay; absent in some tests. */
   edge?: {
     clientKey(res: HttpResponse, req: HttpRequest): string
@@ -47,7 +50,7 @@ export interface CheckoutContext {
   pages: CheckoutPages
   view(): CheckoutView
   qrSvg(uri: string): Promise<string>
-  /** 402 for a pending payment: how to pay it (a transfer, its hash, or an x402 `exact` authorization). */
+  /** 402 for a pending payment: how to pay it (a transfer, its hash, an x402 `exact` authorization, an MPP charge). */
   sendRequirement(r: Responder, p: CheckoutPaymentRow, reason: string, extra?: Record<string, unknown>): void
   /** 200 paid, 410 expired or canceled, 402 pending. */
   sendState(r: Responder, p: CheckoutPaymentRow): void

@@ -14,11 +14,14 @@ import type { VerifyResult } from '../data-plane/verifier.ts'
 import { findClaim, findSettlement } from '../db/claims.ts'
 import { type CheckoutPaymentRow, effectiveStatus, findCheckoutPayment } from '../db/payments.ts'
 import { checkoutPayments, paymentRequired } from '../observability/metrics.ts'
+import { paymentReceipt } from '../schemes/mpp-charge/index.ts'
 import type { CheckoutContext } from './context.ts'
 import { presentCheckout } from './presenter.ts'
 import { type Headers, JSON_TYPE, type Responder, stateCode } from './responder.ts'
 
 type Authorization = Extract<VerifyResult, { ok: true; kind: 'eip3009' }>
+/** The authorization and the protocol it came by (its receipt is answered in that protocol). */
+type Paid = Authorization & { protocol: 'x402' | 'mpp' }
 
 const DEFAULT_WAIT_MS = 30_000
 const POLL_MS = 200
@@ -27,9 +30,11 @@ export function payWithAuthorization(
   ctx: CheckoutContext,
   r: Responder,
   p: CheckoutPaymentRow,
-  auth: Authorization,
+  verified: Authorization,
+  protocol: 'x402' | 'mpp' = 'x402',
 ): void {
   if (effectiveStatus(p) !== 'pending') return sendNotTaken(ctx, r, p)
+  const auth: Paid = { ...verified, protocol }
   holdPaymentAuthorization(ctx.deps.sql, {
     paymentId: p.id,
     proof: {
@@ -49,7 +54,7 @@ function withHold(
   ctx: CheckoutContext,
   r: Responder,
   p: CheckoutPaymentRow,
-  auth: Authorization,
+  auth: Paid,
   outcome: HoldOutcome,
 ): void {
   if (outcome.kind !== 'held') checkoutPayments.labels(`x402_${outcome.kind}`).inc()
@@ -79,7 +84,7 @@ function withHold(
 }
 
 /** Polls the claim until the settlement batcher resolved it, the client left, or the wait is over. */
-function awaitSettlement(ctx: CheckoutContext, r: Responder, p: CheckoutPaymentRow, auth: Authorization) {
+function awaitSettlement(ctx: CheckoutContext, r: Responder, p: CheckoutPaymentRow, auth: Paid) {
   const deadline = Date.now() + (ctx.deps.settings.x402SettleWaitMs ?? DEFAULT_WAIT_MS)
   const tick = () => {
     if (r.aborted) return
@@ -100,7 +105,7 @@ function answerSettled(
   ctx: CheckoutContext,
   r: Responder,
   before: CheckoutPaymentRow,
-  auth: Authorization,
+  auth: Paid,
   claim: { status: string; settlement_tx: string | null; settlement_error: string | null },
 ): void {
   findCheckoutPayment(ctx.deps.sql, before.id).then(
@@ -171,8 +176,10 @@ function sendNotTaken(ctx: CheckoutContext, r: Responder, p: CheckoutPaymentRow)
   )
 }
 
-/** The x402 receipt of a settled authorization, in the version the payer spoke. */
-function receiptHeader(ctx: CheckoutContext, auth: Authorization, transaction: string): Headers[number] {
+/** The receipt of a settled authorization, in the protocol (and x402 version) the payer spoke. */
+function receiptHeader(ctx: CheckoutContext, auth: Paid, transaction: string): Headers[number] {
+  // MPP: its Payment-Receipt, naming the settlement transaction (settled before this answer).
+  if (auth.protocol === 'mpp') return paymentReceipt(transaction)
   const chain = ctx.deps.chain
   if (auth.x402Version === 1) {
     const json = `{"success":true,"transaction":"${transaction}","network":"${chain.x402Network}","payer":"${auth.payer}"}`

@@ -8,6 +8,7 @@ import type { VerifyResult } from '../data-plane/verifier.ts'
 import { findClaim } from '../db/claims.ts'
 import { type CheckoutPaymentRow, effectiveStatus, findCheckoutPayment } from '../db/payments.ts'
 import { checkoutPayments, paymentRequired } from '../observability/metrics.ts'
+import { mppStored } from '../schemes/mpp-charge/index.ts'
 import type { CheckoutContext } from './context.ts'
 import { payWithAuthorization } from './pay-x402.ts'
 import { presentCheckout } from './presenter.ts'
@@ -20,13 +21,30 @@ export function payWithProof(
   header: string,
   client: string,
 ): void {
-  const verified = ctx.deps.verifier.verify(parseProof(header), client)
+  let proof = parseProof(header)
+  let viaMpp = false
+  if (proof.kind === 'mpp') {
+    // An MPP credential: the checkout's own challenge, unchanged and unexpired, then its authorization is
+    // verified and settled as an x402 `exact` one.
+    const checked = ctx.deps.mpp?.check(proof.token, Date.now()) ?? {
+      ok: false as const,
+      reason: 'method_unsupported' as const,
+    }
+    if (!checked.ok) {
+      ctx.deps.edge?.proofRefused(client)
+      if (effectiveStatus(p) !== 'pending') return ctx.sendState(r, p)
+      return ctx.sendRequirement(r, p, checked.reason)
+    }
+    proof = { kind: 'x402', raw: proof.token, payload: checked.exact, version: 1 }
+    viaMpp = true
+  }
+  const verified = ctx.deps.verifier.verify(proof, client)
   if (verified instanceof Promise)
     verified.then(
-      (v) => withVerified(ctx, r, p, v, client),
+      (v) => withVerified(ctx, r, p, v, client, viaMpp),
       (err) => ctx.fail(r, err, p.id),
     )
-  else withVerified(ctx, r, p, verified, client)
+  else withVerified(ctx, r, p, verified, client, viaMpp)
 }
 
 function withVerified(
@@ -35,6 +53,7 @@ function withVerified(
   p: CheckoutPaymentRow,
   result: VerifyResult,
   client: string,
+  viaMpp: boolean,
 ): void {
   if (r.aborted) return
   if (!result.ok) {
@@ -68,7 +87,8 @@ function withVerified(
     return ctx.sendRequirement(r, p, result.reason, extra)
   }
   // An x402 authorization is settled before it pays the payment (pay-x402.ts).
-  if (result.kind === 'eip3009') return payWithAuthorization(ctx, r, p, result)
+  if (result.kind === 'eip3009')
+    return payWithAuthorization(ctx, r, p, viaMpp ? mppStored(result) : result, viaMpp ? 'mpp' : 'x402')
   const proof = {
     proofKey: result.proofKey,
     kind: 'tx' as const,

@@ -2,6 +2,7 @@
 // with the request id on the answer and in its log line (a 5xx always, others when the access log is on).
 
 import { EXPOSED_HEADERS } from '../data-plane/cors.ts'
+import { mppCredential } from '../data-plane/proof.ts'
 import type { HttpRequest, HttpResponse } from '../data-plane/uws.ts'
 import { statusLine } from '../data-plane/uws.ts'
 import { ERRORS, type ErrorCode, errorBody } from '../errors.ts'
@@ -45,7 +46,10 @@ export function readRequest(req: HttpRequest): CheckoutRequest {
     method: req.getCaseSensitiveMethod().toUpperCase(),
     rest: req.getUrl().slice('/pay/'.length + id.length),
     wantsHtml: req.getHeader('accept').includes('text/html'),
-    proofHeader: req.getHeader('x-payment') || req.getHeader('payment-signature'),
+    proofHeader:
+      req.getHeader('x-payment') ||
+      req.getHeader('payment-signature') ||
+      mppCredential(req.getHeader('authorization')),
     client: '',
     requestId: requestIdFrom(req.getHeader('x-request-id')),
   }

@@ -156,11 +156,15 @@ export function createCheckoutContext(deps: CheckoutDeps): CheckoutContext {
       const v = view()
       const s = presentCheckout(p, v)
       const offer = x402Offer(chain, p, `${v.publicUrl}/pay/${p.id}`)
+      const headers: Array<[string, string]> = [['payment-required', v2Header(offer.challenge, reason)]]
+      // The same amount as an MPP challenge, fresh per answer (its id is the nonce the payer signs).
+      const mpp = deps.mpp?.offer(priceDue(p), X402_MAX_TIMEOUT_S * 1000)
+      if (mpp !== undefined) headers.push(['www-authenticate', mpp.header(Date.now())])
       r.send(
         402,
         JSON_TYPE,
         JSON.stringify({ ...requirement(s, reason, r.requestId, extra), ...offer.body }),
-        [['payment-required', v2Header(offer.challenge, reason)]],
+        headers,
       )
     },
     sendState(r, p) {
@@ -236,7 +240,8 @@ function requirement(
     how_to_pay:
       'send exactly price_atomic base units of asset to recipient on this chain (it is detected by its amount), ' +
       'or POST this URL with header x-payment: <transaction hash>, ' +
-      'or pay the x402 `exact` offer in accepts / PAYMENT-REQUIRED with any x402 client',
+      'or pay the x402 `exact` offer in accepts / PAYMENT-REQUIRED with any x402 client, ' +
+      'or the MPP `evm` charge in WWW-Authenticate with any MPP client',
     ...extra,
   }
 }

@@ -190,7 +190,7 @@ class MeteredCall implements ProxyHooks {
   /** The tool discovery counts a body-priced call under (bounded like metricLabel); else null. */
   observedLabel: string | null = null
   /** The body's own way to refuse (an in-band PaymentRequired) instead of HTTP 402; and its receipt. */
-  paymentRequired: ((paymentRequiredJson: string) => BodyAnswer) | null = null
+  paymentRequired: ((paymentRequiredJson: string, mppChallenge: string | null) => BodyAnswer) | null = null
   receiptInAnswer: ((settlementJson: string) => AnswerRewriter) | null = null
   rewriter: AnswerRewriter | null = null
   resizes = false
@@ -956,7 +956,8 @@ class MeteredCall implements ProxyHooks {
       // Answered in-band (x402 MCP transport): the PaymentRequired the v2 header would carry, in the body.
       count402(reason)
       const required = `{"x402Version":2,"error":"${reason}"${this.quote!.challenge.v2Rest}`
-      return this.respondRefused({ ok: 'refused', ...this.paymentRequired(required) }, reason)
+      const mpp = mppHeader(this.quote!.challenge, Date.now())
+      return this.respondRefused({ ok: 'refused', ...this.paymentRequired(required, mpp) }, reason)
     }
     // A body we will not forward may have paused the client's socket: let it go.
     this.body?.release()

@@ -15,7 +15,7 @@ import { requestIdFrom } from '../request-id.ts'
 import type { SchemeRegistry } from '../schemes/registry.ts'
 import type { ClaimOutcome, Payment, SpentProof, Verdict } from '../schemes/scheme.ts'
 import type { ProofEdge } from './app.ts'
-import { challengeBody, quoteExpiry, v2Header } from './challenge.ts'
+import { challengeBody, mppHeader, quoteExpiry, v2Header } from './challenge.ts'
 import { CORS_HEADERS, EXPOSED_HEADERS } from './cors.ts'
 import {
   type EndpointCache,
@@ -24,7 +24,7 @@ import {
   loadEndpoint,
   NOT_FOUND,
 } from './endpoint-cache.ts'
-import { parseProof } from './proof.ts'
+import { mppCredential, parseProof } from './proof.ts'
 import type { HttpRequest, HttpResponse } from './uws.ts'
 
 export interface PassPurchaseDeps {
@@ -77,7 +77,10 @@ class PassPurchase {
     // Nothing of the body is used: read and dropped, so the client's upload completes.
     res.onData(() => {})
     this.endpointId = req.getParameter(0) ?? ''
-    this.paymentHeader = req.getHeader('x-payment') || req.getHeader('payment-signature')
+    this.paymentHeader =
+      req.getHeader('x-payment') ||
+      req.getHeader('payment-signature') ||
+      mppCredential(req.getHeader('authorization'))
     this.requestId = requestIdFrom(req.getHeader('x-request-id'))
     this.client = this.paymentHeader && ctx.edge !== undefined ? ctx.edge.clientKey(res, req) : ''
   }
@@ -259,6 +262,9 @@ class PassPurchase {
       res.writeHeader('access-control-allow-origin', '*')
       res.writeHeader('access-control-expose-headers', EXPOSED_HEADERS)
       res.writeHeader('payment-required', requiredHeader ?? v2Header(challenge, reason))
+      // The MPP challenge of the pass price beside x402's (when the endpoint takes MPP).
+      const mpp = mppHeader(challenge, Date.now())
+      if (mpp !== null) res.writeHeader('www-authenticate', mpp)
       res.end(text)
     })
   }

@@ -4,6 +4,7 @@
 // `_meta["x402/payment-response"]`, written into the server's JSON or SSE answer on its way out.
 import { StringDecoder } from 'node:string_decoder'
 import type { AnswerRewriter, BodyAnswer } from '../pricing/body-price.ts'
+import { MPP_PAYMENT_REQUIRED, MPP_RECEIPT } from './json-rpc.ts'
 
 /** The most of a plain JSON answer held to add the receipt; a longer one passes unchanged. */
 const JSON_HOLD_MAX_CHARS = 4 * 1024 * 1024
@@ -17,8 +18,14 @@ export function paymentRequiredResult(
   id: string | number | null,
   paymentRequiredJson: string,
   binding: { extension: boolean; resultType: boolean } = { extension: false, resultType: false },
+  mppChallenge: string | null = null,
 ): BodyAnswer {
   const required = JSON.parse(paymentRequiredJson) as { error?: string }
+  // MPP's challenges beside x402's, where mppx's MCP client reads them (a result's _meta).
+  const _meta =
+    mppChallenge === null
+      ? undefined
+      : { [MPP_PAYMENT_REQUIRED]: { challenges: mppChallenges(mppChallenge) } }
   if (binding.extension)
     return {
       status: '200 OK',
@@ -26,7 +33,7 @@ export function paymentRequiredResult(
       body: JSON.stringify({
         jsonrpc: '2.0',
         id,
-        result: { resultType: 'payment_required', paymentRequired: required },
+        result: { resultType: 'payment_required', paymentRequired: required, _meta },
       }),
     }
   const wrapped = {
@@ -44,6 +51,7 @@ export function paymentRequiredResult(
         isError: true,
         structuredContent: required,
         content: [{ type: 'text', text: JSON.stringify(wrapped) }],
+        _meta,
       },
     }),
   }
@@ -60,6 +68,42 @@ export function withReceipt(settlement: unknown): (result: Record<string, unknow
     const meta = (typeof result._meta === 'object' && result._meta !== null ? result._meta : {}) as object
     result._meta = { ...meta, 'x402/payment-response': settlement }
   }
+}
+
+/**
+ * Adds MPP's receipt to a result's `_meta["org.paymentauth/receipt"]`, with the id of the challenge the
+ * credential answered (as mppx's MCP server writes it).
+ */
+export function withMppReceipt(
+  receipt: Record<string, unknown>,
+  credential: string,
+): (result: Record<string, unknown>) => void {
+  let challengeId: unknown
+  try {
+    challengeId = JSON.parse(
+      Buffer.from(credential.replace(/^Payment\s+/i, ''), 'base64url').toString('utf8'),
+    ).challenge?.id
+  } catch {}
+  return (result) => {
+    const meta = (typeof result._meta === 'object' && result._meta !== null ? result._meta : {}) as object
+    result._meta = { ...meta, [MPP_RECEIPT]: { ...receipt, challengeId } }
+  }
+}
+
+/**
+ * The MPP challenges of a `WWW-Authenticate` value as the MPP MCP transport carries them: objects, the
+ * request decoded (mppx's client reads `_meta["org.paymentauth/payment-required"].challenges`).
+ */
+export function mppChallenges(header: string): Array<Record<string, unknown>> {
+  const out: Array<Record<string, unknown>> = []
+  for (const one of header.split(/,\s*(?=Payment\s)/)) {
+    const c: Record<string, unknown> = {}
+    for (const m of one.matchAll(/(\w+)="([^"]*)"/g)) c[m[1]!] = m[2]
+    if (typeof c.request !== 'string') continue
+    c.request = JSON.parse(Buffer.from(c.request, 'base64url').toString('utf8'))
+    out.push(c)
+  }
+  return out
 }
 
 /** Changes the result answering request `id` on its way out, in a JSON or an SSE answer. */

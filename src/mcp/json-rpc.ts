@@ -10,6 +10,11 @@ export type PricedMethod = 'tools/call' | 'resources/read' | 'prompts/get'
 /** The x402 MCP extension binding's identifier (MCP 2026-07-28 client capabilities extension map). */
 export const X402_EXTENSION = 'org.x402/payment'
 
+/** Where mppx's MCP client puts its credential, and reads a challenge and a receipt (the MPP MCP transport). */
+export const MPP_CREDENTIAL = 'org.paymentauth/credential'
+export const MPP_PAYMENT_REQUIRED = 'org.paymentauth/payment-required'
+export const MPP_RECEIPT = 'org.paymentauth/receipt'
+
 export type McpRequest =
   /** `calls`: in a batch, the priceable requests it holds (refused when one of them has a price). */
   | { kind: 'protocol'; calls?: Array<{ method: PricedMethod; name: string }> }
@@ -32,6 +37,11 @@ export type McpRequest =
       name: string
       id: string | number | null
       payment: object | null
+      /**
+       * An MPP credential in params._meta["org.paymentauth/credential"] (mppx's MCP client), as the
+       * `Payment <base64url>` text of an Authorization header; null when none (or not an object).
+       */
+      mpp: string | null
       extension: boolean
       resultType: boolean
     }
@@ -115,6 +125,7 @@ function readMessage(m: unknown): McpRequest {
     name,
     id,
     payment: typeof payment === 'object' && payment !== null ? payment : null,
+    mpp: mppCredentialText(meta[MPP_CREDENTIAL]),
     extension:
       typeof extensions === 'object' && extensions !== null && X402_EXTENSION in (extensions as object),
     resultType: typeof meta['io.modelcontextprotocol/protocolVersion'] === 'string',
@@ -125,6 +136,7 @@ function readMessage(m: unknown): McpRequest {
 export function withoutPayment(body: Buffer): Buffer {
   const msg = JSON.parse(body.toString('utf8'))
   delete msg.params._meta['x402/payment']
+  delete msg.params._meta[MPP_CREDENTIAL]
   if (Object.keys(msg.params._meta).length === 0) delete msg.params._meta
   return Buffer.from(JSON.stringify(msg))
 }
@@ -132,4 +144,45 @@ export function withoutPayment(body: Buffer): Buffer {
 /** A JSON-RPC error response as text. */
 export function errorResponse(code: number, message: string, id: string | number | null): string {
   return JSON.stringify({ jsonrpc: '2.0', id, error: { code, message } })
+}
+
+/**
+ * The credential object of the MPP MCP transport as the wire text of an `Authorization: Payment` header: its
+ * challenge's request (an object here) and opaque (or the `meta` mppx parsed it into) back to their base64url
+ * canonical JSON, which the challenge's HMAC binds. null when it is not a credential's shape.
+ */
+export function mppCredentialText(value: unknown): string | null {
+  if (typeof value !== 'object' || value === null) return null
+  const { challenge, payload, source } = value as Record<string, unknown>
+  if (typeof challenge !== 'object' || challenge === null) return null
+  const { request, meta, opaque, ...rest } = challenge as Record<string, unknown>
+  const wireOpaque =
+    typeof opaque === 'string' ? opaque : meta !== undefined ? base64urlJson(meta) : undefined
+  const wire = {
+    challenge: {
+      ...rest,
+      ...(wireOpaque === undefined ? {} : { opaque: wireOpaque }),
+      request: typeof request === 'string' ? request : base64urlJson(request),
+    },
+    payload,
+    ...(source === undefined ? {} : { source }),
+  }
+  return `Payment ${Buffer.from(JSON.stringify(wire)).toString('base64url')}`
+}
+
+function base64urlJson(x: unknown): string {
+  return Buffer.from(canonicalJson(x)).toString('base64url')
+}
+
+/** RFC 8785 for plain JSON (keys sorted by code unit, recursively; numbers and strings as JSON prints them). */
+export function canonicalJson(x: unknown): string {
+  if (Array.isArray(x)) return `[${x.map(canonicalJson).join(',')}]`
+  if (x !== null && typeof x === 'object') {
+    const o = x as Record<string, unknown>
+    const keys = Object.keys(o)
+      .filter((k) => o[k] !== undefined)
+      .sort()
+    return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson(o[k])}`).join(',')}}`
+  }
+  return JSON.stringify(x) ?? 'null'
 }

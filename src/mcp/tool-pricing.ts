@@ -8,7 +8,7 @@ import { presentPricing } from '../pricing/input.ts'
 import { headlinePrice, type Pricing } from '../pricing/model.ts'
 import type { Quote } from '../schemes/scheme.ts'
 import type { McpPricing } from './config.ts'
-import { paymentRequiredResult, ResultRewriter, receiptRewriter, withReceipt } from './in-band.ts'
+import { paymentRequiredResult, ResultRewriter, withMppReceipt, withReceipt } from './in-band.ts'
 import {
   errorResponse,
   INVALID_REQUEST,
@@ -189,14 +189,21 @@ function inBand(
   session: SseSession | undefined,
   at: BodyRequestPlace | undefined,
 ): BodyPrice {
-  const { id, payment } = req
+  const { id } = req
+  // A payment in band: x402's PaymentPayload, or an MPP credential (mppx's MCP client).
+  const payment = req.payment ?? (req.mpp === null ? null : { mpp: req.mpp })
   // How an unpaid call is answered in band: the extension binding when the request advertised it (on any
   // MCP endpoint: the client said it reads it); the tool-result binding for a tools/call when the endpoint
   // answers in band or the call paid in band; otherwise HTTP 402 (resources and prompts have no tool result).
   const binding = { extension: req.extension, resultType: req.resultType }
   const answersInBand = req.extension || (req.method === 'tools/call' && (mcp.inBand || payment !== null))
   if (p.ok !== 'priced' || (payment === null && !answersInBand)) return p
-  const encoded = payment === null ? null : Buffer.from(JSON.stringify(payment)).toString('base64')
+  const encoded =
+    req.mpp !== null && req.payment === null
+      ? req.mpp
+      : payment === null
+        ? null
+        : Buffer.from(JSON.stringify(payment)).toString('base64')
   const forwardBody = payment === null || body === null ? null : withoutPayment(body)
   if (session !== undefined) {
     // Legacy transport, stream held here: the refusal goes onto the stream (the POST answers 202), and a
@@ -206,12 +213,14 @@ function inBand(
       ...p,
       payment: encoded,
       forwardBody,
-      paymentRequired: answersInBand ? (required) => onStream(session, id, required, binding) : null,
+      paymentRequired: answersInBand
+        ? (required, mpp) => onStream(session, id, required, binding, mpp)
+        : null,
       receiptInAnswer:
         payment === null
           ? null
           : (settlement) => {
-              if (id !== null) session.resolve(id, withReceipt(JSON.parse(settlement)))
+              if (id !== null) session.resolve(id, receiptEdit(req, settlement))
               return PASS_THROUGH
             },
     }
@@ -225,10 +234,23 @@ function inBand(
     payment: encoded,
     forwardBody,
     paymentRequired:
-      elsewhere || !answersInBand ? null : (required) => paymentRequiredResult(id, required, binding),
+      elsewhere || !answersInBand
+        ? null
+        : (required, mpp) => paymentRequiredResult(id, required, binding, mpp),
     receiptInAnswer:
-      payment === null || elsewhere ? null : (settlement) => receiptRewriter(id, JSON.parse(settlement)),
+      payment === null || elsewhere
+        ? null
+        : (settlement) => new ResultRewriter(id, receiptEdit(req, settlement)),
   }
+}
+
+/** The receipt into the result's _meta: x402's settlement, or MPP's receipt naming the challenge it paid. */
+function receiptEdit(
+  req: Extract<McpRequest, { kind: 'tool_call' }>,
+  receipt: string,
+): (result: Record<string, unknown>) => void {
+  if (req.payment === null && req.mpp !== null) return withMppReceipt(JSON.parse(receipt), req.mpp)
+  return withReceipt(JSON.parse(receipt))
 }
 
 /** The PaymentRequired answer put on the session's stream; the POST is answered as the server would (202). */
@@ -237,8 +259,9 @@ function onStream(
   id: string | number | null,
   required: string,
   binding: { extension: boolean; resultType: boolean },
+  mpp: string | null,
 ): BodyAnswer {
-  const answer = paymentRequiredResult(id, required, binding)
+  const answer = paymentRequiredResult(id, required, binding, mpp)
   if (id !== null) session.resolve(id, null)
   if (!session.send(answer.body)) return answer
   return { status: '202 Accepted', contentType: 'text/plain; charset=utf-8', body: 'Accepted' }

@@ -23,8 +23,11 @@ export type BodyPrice =
       payment: string | null
       /** The body to forward instead (the payment taken out of it); null: as received. */
       forwardBody: Buffer | null
-      /** Answers this request's refusals itself (given the x402 v2 PaymentRequired JSON); null: HTTP 402. */
-      paymentRequired: ((paymentRequiredJson: string) => BodyAnswer) | null
+      /**
+       * Answers this request's refusals itself (given the x402 v2 PaymentRequired JSON and the MPP
+       * WWW-Authenticate value, null when MPP is not offered); null: HTTP 402.
+       */
+      paymentRequired: ((paymentRequiredJson: string, mppChallenge: string | null) => BodyAnswer) | null
       /** Puts the payment's receipt into the answer (given the settlement JSON); null: headers only. */
       receiptInAnswer: ((settlementJson: string) => AnswerRewriter) | null
     }

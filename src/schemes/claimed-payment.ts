@@ -62,6 +62,51 @@ export interface ClaimedPaymentInit {
   settleEarly?: (capture: Capture) => Promise<[string, string]>
 }
 
+/** A verified EIP-3009 authorization, as the verifier answers it (the fields a claim of one needs). */
+export interface VerifiedAuthorization {
+  proofKey: string
+  payer: `0x${string}`
+  valueAtomic: bigint
+  authorization: object
+  balance: { atomic: bigint; block: bigint } | null
+}
+
+/**
+ * The claimed payment of one EIP-3009 authorization (x402 `exact`, an MPP `evm` charge): held by its nonce's
+ * claim, reserved against the payer's balance read, settled after the call unless `settleEarly` settles it
+ * before the answer. One construction for every scheme that pays with an authorization.
+ */
+export function authorizationPayment(
+  deps: ClaimedPaymentDeps,
+  scheme: string,
+  v: VerifiedAuthorization,
+  endpoint: { id: string; accountId: string; timeoutMs: number },
+  how: {
+    forgetBalance: (payer: `0x${string}`) => void
+    receipt: ClaimedPaymentInit['receipt']
+    settleEarly?: ClaimedPaymentInit['settleEarly']
+  },
+): ClaimedPayment {
+  return new ClaimedPayment(deps, {
+    scheme,
+    kind: 'eip3009',
+    proofKey: v.proofKey,
+    payer: v.payer,
+    coversAtomic: v.valueAtomic,
+    transaction: null,
+    authorization: v.authorization,
+    proofAtMs: null,
+    endpointId: endpoint.id,
+    accountId: endpoint.accountId,
+    // The claim's lease outlives the upstream's timeout, so a slow answer still captures it.
+    leaseMs: endpoint.timeoutMs + 5_000,
+    reserve: v.balance === null ? null : { balanceAtomic: v.balance.atomic, block: v.balance.block },
+    onInsufficientFunds: () => how.forgetBalance(v.payer),
+    receipt: how.receipt,
+    settleEarly: how.settleEarly,
+  })
+}
+
 export class ClaimedPayment implements Payment {
   readonly scheme: string
   readonly proofKey: string

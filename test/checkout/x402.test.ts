@@ -181,6 +181,7 @@ describe('x402 on the hosted checkout', () => {
     )
     const event = new Webhook(secret).verify(c.body, c.headers) as { data: Record<string, unknown> }
     expect(event.data).toMatchObject({ id: p.id, status: 'paid', transaction: receipt.transaction })
+    expect(event.data.proof).toMatchObject({ scheme: 'exact', protocol: 'x402' })
     const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
     expect(report.differences).toEqual([])
   })

@@ -1,8 +1,9 @@
 // What an MCP body asks for (read once, before any forward), and the result rewriter that puts a receipt or
 // the tools' prices into a JSON or SSE answer however its bytes are cut.
+import { Challenge, Credential } from 'mppx'
 import { describe, expect, it } from 'vitest'
 import { type ResultRewriter, receiptRewriter } from '../../src/mcp/in-band.ts'
-import { readMcpRequest } from '../../src/mcp/json-rpc.ts'
+import { mppCredentialText, readMcpRequest } from '../../src/mcp/json-rpc.ts'
 
 const body = (x: unknown) => Buffer.from(typeof x === 'string' ? x : JSON.stringify(x))
 const head = (type: string) => [Buffer.from('content-type'), Buffer.from(type)]
@@ -46,6 +47,7 @@ describe('readMcpRequest', () => {
       name: 'w',
       id: 'a',
       payment: null,
+      mpp: null,
       extension: false,
       resultType: false,
     })
@@ -147,5 +149,28 @@ describe('the result rewriter', () => {
     const error = JSON.stringify({ jsonrpc: '2.0', id: 9, error: { code: -32602, message: 'x' } })
     expect(run(receiptRewriter(9, receipt), 'application/json', error, [])).toBe(error)
     expect(run(receiptRewriter(9, receipt), 'text/plain', 'oops', [])).toBe('oops')
+  })
+})
+
+describe('mppCredentialText', () => {
+  it('rebuilds the wire text mppx serializes from the credential object its MCP client sends', () => {
+    const challenge = Challenge.from({
+      id: 'abc',
+      realm: 'tollgate',
+      method: 'evm',
+      intent: 'charge',
+      request: {
+        recipient: '0x2',
+        amount: '10',
+        methodDetails: { decimals: 6, chainId: 84532 },
+        currency: '0x1',
+      },
+      expires: '2030-01-01T00:00:00.000Z',
+      opaque: Buffer.from('{"n":"x1"}').toString('base64url'),
+    } as never)
+    const wire = Credential.serialize(Credential.from({ challenge, payload: { type: 'authorization' } }))
+    // What McpClient puts in params._meta: the deserialized object.
+    expect(mppCredentialText(Credential.deserialize(wire))).toBe(wire)
+    expect(mppCredentialText('nope')).toBeNull()
   })
 })

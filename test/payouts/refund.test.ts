@@ -60,6 +60,9 @@ describe('a proof never captured', () => {
       payer: payer.address,
       amount_atomic: '20000',
       endpoint_id: ep.body.id,
+      // Which protocol paid: a transaction hash.
+      scheme: 'tx-hash',
+      protocol: 'tx-hash',
     })
     const [payout] = await svc.sql<
       { kind: string; status: string; wallet: string }[]

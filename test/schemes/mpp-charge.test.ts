@@ -251,6 +251,7 @@ describe('MPP charge beside x402', () => {
     expect(listed.status).toBe(200)
     const shown = listed.body.data.find((c: { id: string }) => c.id === rows[0]!.id)
     expect(shown.scheme).toBe('mpp-charge')
+    expect(shown.protocol).toBe('mpp')
     const report = await reconcile({ sql: a.sql, chain: a.chain, config: a.config })
     expect(report.differences).toEqual([])
 
@@ -303,6 +304,83 @@ describe('MPP charge beside x402', () => {
     await a.flushCaptures()
     const rows = await callRows(a, account.address)
     expect(rows.map((x) => x.scheme)).toEqual(['exact'])
+    const listed = await callApi(a.url, '/api/v1/calls', { key: apiKey })
+    const shown = listed.body.data.find((c: { id: string }) => c.id === rows[0]!.id)
+    expect([shown.scheme, shown.protocol]).toEqual(['exact', 'x402'])
+  })
+})
+
+describe('the hosted checkout and a pass purchase, paid by mppx', () => {
+  it('a checkout 402 carries both challenges; mppx pays it: paid once, its receipt names the settlement, payment.received says mpp', async () => {
+    const AMOUNT = 20_000n
+    apiKey ??= await register(a)
+    const created = await callApi(a.url, '/api/v1/payments', {
+      key: apiKey,
+      body: { amount: Number(AMOUNT) / 1e6, description: 'invoice paid by MPP' },
+    })
+    expect(created.status).toBe(201)
+    const paymentUrl: string = created.body.payment_url
+    const bare = await fetch(paymentUrl, { headers: { accept: 'application/json' } })
+    expect(bare.status).toBe(402)
+    expect(bare.headers.get('payment-required')).not.toBeNull()
+    const offered = Challenge.fromResponse(bare)
+    expect(offered).toMatchObject({ method: 'evm', intent: 'charge' })
+    expect(offered.request).toMatchObject({ amount: AMOUNT.toString(), recipient: chain.treasury.address })
+
+    const payer = await mppPayer(AMOUNT * 2n)
+    const r = await payer.fetch(paymentUrl, { headers: { accept: 'application/json' } })
+    expect(r.status).toBe(200)
+    const paid = (await r.json()) as { status: string; transaction: string; payer: string }
+    expect(paid.status).toBe('paid')
+    expect(paid.payer.toLowerCase()).toBe(payer.address.toLowerCase())
+    expect(payer.sent).toHaveLength(1)
+    // Settled before the answer: the receipt names the settlement transaction.
+    const receipt = Receipt.fromResponse(r)
+    expect(receipt).toMatchObject({ method: 'evm', status: 'success', reference: paid.transaction })
+    const balance = await funder.readContract({
+      address: chain.usdcAddress,
+      abi: usdcAbi,
+      functionName: 'balanceOf',
+      args: [payer.address],
+    })
+    expect(balance).toBe(AMOUNT)
+    const [event] = await a.sql<{ data: { proof: Record<string, unknown> } }[]>`
+      SELECT data FROM events WHERE type = 'payment.received' AND data->>'id' = ${created.body.id}`
+    expect(event!.data.proof).toMatchObject({ scheme: 'mpp-charge', protocol: 'mpp' })
+
+    // The same credential again: the same paid answer, nothing more moves; a metered URL refuses it (its
+    // challenge is the checkout's).
+    const again = await send(paymentUrl, { authorization: payer.sent[0]!, accept: 'application/json' })
+    expect(again.status).toBe(200)
+    const events = await a.sql`SELECT id FROM events WHERE data->>'id' = ${created.body.id}`
+    expect(events).toHaveLength(1)
+    const elsewhere = await send(urlA, { authorization: payer.sent[0]! })
+    expect([elsewhere.status, elsewhere.error]).toEqual([402, 'invalid_challenge'])
+    const report = await reconcile({ sql: a.sql, chain: a.chain, config: a.config })
+    expect(report.differences).toEqual([])
+  })
+
+  it('a pass purchase 402 carries both challenges; mppx buys the pass, its call row says mpp', async () => {
+    apiKey ??= await register(a)
+    const ep = await callApi(a.url, '/api/v1/endpoints', {
+      key: apiKey,
+      body: { upstream_url: `${upstream.url}/echo`, price: 0.01, pass: { price: 0.05, calls: 3 } },
+    })
+    expect(ep.status, ep.text).toBe(201)
+    const purchaseUrl: string = ep.body.pass.purchase_url
+    const bare = await fetch(purchaseUrl, { method: 'POST' })
+    expect(bare.status).toBe(402)
+    expect(bare.headers.get('payment-required')).not.toBeNull()
+    expect(Challenge.fromResponse(bare).request).toMatchObject({ amount: '50000' })
+    const payer = await mppPayer(50_000n)
+    const r = await payer.fetch(purchaseUrl, { method: 'POST' })
+    expect(r.status).toBe(201)
+    const pass = (await r.json()) as { payer: string; uses_left: number }
+    expect(pass.payer.toLowerCase()).toBe(payer.address.toLowerCase())
+    expect(Receipt.fromResponse(r)).toMatchObject({ method: 'evm', status: 'success' })
+    await a.flushCaptures()
+    const rows = await callRows(a, payer.address)
+    expect(rows.map((x) => [x.scheme, x.amount_atomic])).toEqual([['mpp-charge', '50000']])
   })
 })
 
@@ -485,6 +563,13 @@ describe('MPP credentials refused, each with a fresh challenge, nothing changed'
       { authorization: await credentialFor(await freshChallenge(), generatePrivateKey()) },
       'insufficient_funds',
     )
+  })
+
+  it('a credential already paid with (a replay): proof_already_used', async () => {
+    const payer = await mppPayer(PRICE_ATOMIC)
+    expect((await payer.fetch(urlA)).status).toBe(200)
+    await a.flushCaptures()
+    await refused({ authorization: payer.sent[0]! }, 'proof_already_used')
   })
 
   it('a signature for another challenge (the nonce is not this challenge’s): invalid_challenge', async () => {

@@ -2,6 +2,7 @@
 // tool; a usage-priced call shows what was measured, charged and refunded of its ceiling; an endpoint with
 // identity rules, who called and the rule that priced the call.
 import * as v from 'valibot'
+import { protocolOf } from '../../books/protocols.ts'
 import { agentView, type CallRow, listCalls, usageView } from '../../db/calls.ts'
 import { ApiError } from '../../errors.ts'
 import { toDollars } from '../../money.ts'
@@ -38,6 +39,12 @@ export const CallObject = v.strictObject({
       'how it was paid: tx-hash, exact (x402), upto, batch-settlement, mpp-charge (MPP evm charge); null for calls before schemes were recorded',
     ),
   ),
+  protocol: v.pipe(
+    v.nullable(v.picklist(['x402', 'mpp', 'tx-hash', 'channel', 'pass'])),
+    v.description(
+      'which protocol paid: x402 (exact, upto), mpp (MPP evm charge), tx-hash (a transfer named by its hash), channel (x402 batch-settlement vouchers), pass (a use of a pass); null when scheme is',
+    ),
+  ),
   usage: CallUsage,
   agent: CallAgentView,
   created_at: Timestamp,
@@ -59,6 +66,7 @@ export function presentCall(c: CallRow): v.InferOutput<typeof CallObject> {
     tool: c.tool ?? null,
     pricing_model: c.pricing_model as v.InferOutput<typeof PricingModel>,
     scheme: c.scheme ?? null,
+    protocol: protocolOf(c.scheme),
     usage: usageView(c) as v.InferOutput<typeof CallUsage>,
     agent: agentView(c) as v.InferOutput<typeof CallAgentView>,
     created_at: c.created_at.toISOString(),

@@ -45,6 +45,8 @@ const callRow = (c) =>
     td('Time', when(c.created_at)),
     td('Endpoint', endpointLabel(c.endpoint_id)),
     td('Payer', h('span', { class: 'mono', title: c.payer, text: shortHex(c.payer) })),
+    // The protocol that paid (x402, mpp, tx-hash, …); the exact scheme on hover.
+    td('Paid by', h('span', { title: c.scheme || '', text: c.protocol || '—' })),
     td('Status', h('span', { class: 'mono', text: `${c.method} ${c.upstream_status}` })),
     td('Agent', agentLabel(c.agent)),
     td('Amount', usd(c.amount), 'num'),
@@ -68,7 +70,7 @@ export const callsPager = pager('calls', async (cursor) => {
     })}`,
   )
   const body = $('calls-body')
-  if (list.data.length === 0) emptyRow(body, 6, 'No calls match.')
+  if (list.data.length === 0) emptyRow(body, 7, 'No calls match.')
   else body.replaceChildren(...list.data.map(callRow))
   return list
 })

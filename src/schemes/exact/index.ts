@@ -10,7 +10,7 @@ import type { Proof } from '../../data-plane/proof.ts'
 import type { VerifyResult } from '../../data-plane/verifier.ts'
 import type { ReadinessCheck } from '../../observability/admin.ts'
 import { exactAmountAccepted, minimumAccepted } from '../amounts.ts'
-import { ClaimedPayment, type ClaimedPaymentDeps, claimedPaymentDeps } from '../claimed-payment.ts'
+import { authorizationPayment, type ClaimedPaymentDeps, claimedPaymentDeps } from '../claimed-payment.ts'
 import type { NotOffered, Offer, OfferQuery, PayQuery, Scheme, SchemeDeps, Verdict } from '../scheme.ts'
 import { refusal } from '../verdicts.ts'
 import { matchAccepted } from './accepted-match.ts'
@@ -119,23 +119,8 @@ class ExactScheme implements Scheme {
     const authorization = result.authorization
     return {
       ok: true,
-      payment: new ClaimedPayment(this.claimed, {
-        scheme: EXACT,
-        kind: 'eip3009',
-        proofKey: result.proofKey,
-        payer: result.payer,
-        coversAtomic: result.valueAtomic,
-        transaction: null,
-        authorization: result.authorization,
-        proofAtMs: null,
-        endpointId: q.endpoint.id,
-        accountId: q.endpoint.accountId,
-        leaseMs: q.endpoint.timeoutMs + 5_000,
-        reserve:
-          result.balance === null
-            ? null
-            : { balanceAtomic: result.balance.atomic, block: result.balance.block },
-        onInsufficientFunds: () => this.deps.verifier.forgetBalance(result.payer),
+      payment: authorizationPayment(this.claimed, EXACT, result, q.endpoint, {
+        forgetBalance: (payer) => this.deps.verifier.forgetBalance(payer),
         receipt: (served) => paymentReceipt(result, served, networks),
         settleEarly:
           early === null

@@ -1,0 +1,124 @@
+// The MPP MCP transport: mppx's MCP client (McpClient.wrap around the published MCP SDK client, unchanged)
+// pays a priced tool of an `mcp` endpoint that answers in band. The unpaid tools/call's tool result carries
+// x402's PaymentRequired and MPP's challenge in `_meta["org.paymentauth/payment-required"]`; the credential
+// comes back in `params._meta["org.paymentauth/credential"]`, is verified by the mpp-charge scheme, taken out
+// of what the MCP server sees, and the result carries `_meta["org.paymentauth/receipt"]`. A private anvil as
+// base-sepolia, as the x402 MCP tests.
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { evm } from 'mppx/evm/client'
+import { McpClient } from 'mppx/mcp/client'
+import { createWalletClient, type Hex, http, parseAbi } from 'viem'
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
+import { baseSepolia } from 'viem/chains'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { DevChain } from '../../src/chain/dev-chain.ts'
+import type { Service } from '../../src/service.ts'
+import { startTestChain } from '../helpers/anvil.ts'
+import { type McpUpstream, startMcpUpstream } from '../helpers/mcp-upstream.ts'
+import { callApi } from '../helpers/service.ts'
+import { startBaseSepoliaService } from '../x402/harness.ts'
+
+const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
+const usdcAbi = parseAbi([
+  'function transfer(address to, uint256 value) returns (bool)',
+  'function name() view returns (string)',
+  'function version() view returns (string)',
+])
+
+let chain: DevChain
+let svc: Service
+let key: string
+let upstream: McpUpstream
+
+beforeAll(async () => {
+  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+  svc = await startBaseSepoliaService(chain, chain.rpcUrl, {
+    proxy: { allow_private_upstreams: true },
+    settlement: { interval_ms: 500 },
+  } as never)
+  const reg = await callApi(svc.url, '/api/v1/register', {
+    body: { wallet_address: chain.payers[4]!.address, business_name: 'MCP MPP Co' },
+  })
+  key = reg.body.api_key
+  upstream = await startMcpUpstream({ json: true })
+})
+afterAll(async () => {
+  await svc?.stop()
+  await upstream?.close()
+  await chain?.stop()
+})
+
+describe('mppx MCP client pays a priced tool in band', () => {
+  it('is asked in the tool result, pays with its credential in _meta, gets the receipt in _meta; the call row says mpp', async () => {
+    const ep = await callApi(svc.url, '/api/v1/endpoints', {
+      key,
+      body: {
+        upstream_url: upstream.url,
+        kind: 'mcp',
+        mcp: { tools: { weather: 0.01 }, default_price: 0.003, free_tools: ['echo'], in_band: true },
+      },
+    })
+    expect(ep.status, ep.text).toBe(201)
+    const funder = createWalletClient({
+      account: privateKeyToAccount(chain.payers[0]!.privateKey),
+      chain: baseSepolia,
+      transport: http(chain.rpcUrl),
+    })
+    const read = (functionName: 'name' | 'version') =>
+      svc.chain.publicClient.readContract({
+        address: chain.usdcAddress,
+        abi: usdcAbi,
+        functionName,
+      }) as Promise<string>
+    const token = { name: await read('name'), version: await read('version') }
+    const payerKey: Hex = generatePrivateKey()
+    const account = privateKeyToAccount(payerKey)
+    const hash = await funder.writeContract({
+      address: chain.usdcAddress,
+      abi: usdcAbi,
+      functionName: 'transfer',
+      args: [account.address, 50_000n],
+    })
+    await svc.chain.publicClient.waitForTransactionReceipt({ hash })
+
+    const client = new Client({ name: 'mppx-mcp', version: '1.0.0' })
+    await client.connect(new StreamableHTTPClientTransport(new URL(ep.body.metered_url)))
+    // Unpaid, seen raw: both dialects in one tool result.
+    const unpaid = await client.callTool({ name: 'weather', arguments: { city: 'Lyon' } })
+    expect(unpaid.isError).toBe(true)
+    const required = unpaid._meta?.['org.paymentauth/payment-required'] as {
+      challenges: Array<{ method: string; intent: string; request: { amount: string } }>
+    }
+    expect(required.challenges[0]).toMatchObject({
+      method: 'evm',
+      intent: 'charge',
+      request: { amount: '10000' },
+    })
+    expect(upstream.served.get('weather')).toBeUndefined()
+
+    McpClient.wrap(client, { methods: [evm.charge({ account, authorization: token })] })
+    const paid = (await client.callTool({ name: 'weather', arguments: { city: 'Lyon' } })) as {
+      isError?: boolean
+      content: unknown
+      receipt?: Record<string, unknown>
+    }
+    expect(paid.isError).toBeFalsy()
+    expect(paid.content).toEqual([{ type: 'text', text: 'sunny in Lyon' }])
+    expect(paid.receipt).toMatchObject({ method: 'evm', status: 'success' })
+    expect(typeof paid.receipt?.challengeId).toBe('string')
+    expect(upstream.served.get('weather')).toBe(1)
+    // The MCP server got the call without the credential.
+    const forwarded = upstream.messages.filter(
+      (m) => (m as { method?: string } | undefined)?.method === 'tools/call',
+    ) as Array<{ params: Record<string, unknown> }>
+    expect(forwarded.at(-1)!.params).toEqual({ name: 'weather', arguments: { city: 'Lyon' } })
+
+    await svc.flushCaptures()
+    const calls = await callApi(svc.url, `/api/v1/calls?endpoint_id=${ep.body.id}&tool=weather`, { key })
+    expect(calls.body.data.map((c: Record<string, unknown>) => [c.protocol, c.amount_atomic])).toEqual([
+      ['mpp', '10000'],
+    ])
+    await client.close()
+  })
+})
