@@ -251,7 +251,11 @@ function paidRoutes(
     schemes,
     logger,
     replication: db.replication,
-    settings: { quoteTtlMs: config.proxy.quote_ttl_ms },
+    settings: {
+      quoteTtlMs: config.proxy.quote_ttl_ms,
+      // Well inside the claim's window, so its capture is written before the expiry job would refund it.
+      maxSessionMs: Math.max(1_000, config.proxy.retry_window_ms - 30_000),
+    },
   })
   return { metered, pass, websocket }
 }

@@ -20,7 +20,6 @@ import { requestIdFrom } from '../request-id.ts'
 import type { SchemeRegistry } from '../schemes/registry.ts'
 import type { Payment, Verdict } from '../schemes/scheme.ts'
 import { guardedLookup, isPrivateAddress } from '../ssrf.ts'
-import type { ProofEdge } from './app.ts'
 import { challengeBody, mppHeader, quoteExpiry, v2Header } from './challenge.ts'
 import { peerAddress } from './client-address.ts'
 import { CORS_HEADERS } from './cors.ts'
@@ -29,13 +28,21 @@ import { mppCredential, parseProof } from './proof.ts'
 import { forwardHeaders, isConfinedSubPath } from './proxy.ts'
 import type { HttpRequest, HttpResponse } from './uws.ts'
 
+/** The part of app.ts's ProofEdge a session uses (declared here: app.ts mounts this file's behaviour). */
+export interface SessionEdge {
+  clientKey(res: HttpResponse, req: HttpRequest): string
+  peerTrusted(res: HttpResponse): boolean
+  proofRefused(client: string): void
+}
+
 export interface WsSessionDeps {
-  edge?: ProofEdge
+  edge?: SessionEdge
   endpoints: EndpointCache
   schemes: SchemeRegistry
   logger: Logger
   replication?: { readonly refusing: string | null }
-  settings: { quoteTtlMs: number }
+  /** maxSessionMs: a session ends before its claim's retry window (proxy.retry_window_ms) does. */
+  settings: { quoteTtlMs: number; maxSessionMs: number }
 }
 
 /** What uWS keeps on each socket: its session. */
@@ -50,6 +57,8 @@ const LOW_WATER_BYTES = 262_144
 const LOW_CREDIT_PARTS = 5n
 /** The close code of a session whose credit ran out (private range 4000-4999, after HTTP 402). */
 export const CREDIT_EXHAUSTED = 4402
+/** The close code of a session at the end of its payment's window (after HTTP 408). */
+export const WINDOW_OVER = 4408
 
 const to = {
   upstreamFrames: websocketFrames.labels('to_upstream'),
@@ -316,6 +325,7 @@ export class Session {
   asked = false
   finished = false
   timer: NodeJS.Timeout | null = null
+  window: NodeJS.Timeout | null = null
 
   constructor(
     readonly deps: WsSessionDeps,
@@ -343,6 +353,12 @@ export class Session {
         tooBig ? 'too_big' : 'upstream',
       )
     })
+    // A claim still uncaptured when its retry window ends is refunded whole by the expiry job: the session is
+    // captured before that, and the client opens a new one to go on.
+    this.window = setTimeout(
+      () => this.end(WINDOW_OVER, 'session window over: open a new session', 'window'),
+      this.deps.settings.maxSessionMs,
+    )
     // Priced by time: the credit also runs out with no frame at all.
     if (this.endpoint.usage!.unit === 'duration_ms') this.timer = setInterval(() => this.checkCredit(), 1_000)
   }
@@ -460,6 +476,7 @@ export class Session {
     if (this.finished) return
     this.finished = true
     if (this.timer !== null) clearInterval(this.timer)
+    if (this.window !== null) clearTimeout(this.window)
     websocketSessionsOpen.dec()
     websocketSessions.labels(this.ending ?? 'client').inc()
     const usage = this.meter.finish(performance.now(), this.payment.coversAtomic, this.ending !== 'upstream')

@@ -245,7 +245,7 @@ export const websocketSessionsOpen = new client.Gauge({
 })
 export const websocketSessions = new client.Counter({
   name: 'tollgate_websocket_sessions_total',
-  help: 'Paid WebSocket sessions ended, by who ended them (client, upstream, credit, too_big, backpressure).',
+  help: 'Paid WebSocket sessions ended, by who ended them (client, upstream, credit, window, too_big, backpressure).',
   labelNames: ['end'] as const,
   registers: [registry],
 })
