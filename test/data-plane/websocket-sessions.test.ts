@@ -139,6 +139,21 @@ describe('paid WebSocket sessions', () => {
       body: { upstream_url: `${upstream.url}/v1/realtime`, price: 0.01, websocket: {} },
     })
     expect([fixed.status, fixed.body.error.param]).toEqual([400, 'websocket'])
+    // A session endpoint keeps usage pricing; turning sessions off refuses the next upgrade.
+    const toFixed = await svc.api(`/api/v1/endpoints/${ep.id}`, {
+      key,
+      method: 'PATCH',
+      body: { price: 0.01 },
+    })
+    expect([toFixed.status, toFixed.body.error.param]).toEqual([400, 'pricing'])
+    const off = await svc.api(`/api/v1/endpoints/${ep.id}`, {
+      key,
+      method: 'PATCH',
+      body: { websocket: null },
+    })
+    expect([off.status, off.body.websocket]).toEqual([200, null])
+    const after = await upgradeAnswer(ep.metered_url)
+    expect([after.status, JSON.parse(after.body).error.code]).toEqual([400, 'websocket_not_allowed'])
   })
 
   it('relays both ways and charges exactly the usage events delivered; the rest is refunded', async () => {
