@@ -56,6 +56,7 @@ export const ERRORS = {
   service_unavailable: e(503, 'api_error', 'a dependency is unavailable; retry shortly'),
   // Metered calls (/m/*)
   endpoint_not_found: e(404, INVALID, 'no active metered endpoint'),
+  websocket_not_allowed: e(400, INVALID, 'this endpoint does not take WebSocket sessions'),
   // Passes (/pass/*)
   pass_not_offered: e(404, INVALID, 'this endpoint sells no pass'),
   pass_opening: e(

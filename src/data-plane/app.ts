@@ -1,6 +1,7 @@
 // The public uWS app: mounts /m/* (metered hot path), /pay/* (checkout), /dashboard and hands /api/v1/* to the
 // control-plane handler it is given. Reads each request synchronously, then answers after the await.
 
+import type { WebSocketBehavior } from 'uWebSockets.js'
 import { createHash } from 'node:crypto'
 import { LRUCache } from 'lru-cache'
 import { ERRORS, type ErrorCode, writeError } from '../errors.ts'
@@ -33,6 +34,7 @@ import {
   type TemplatedApp,
   uws,
 } from './uws.ts'
+import type { SessionData } from './ws-session.ts'
 
 export type UwsRoute = (res: HttpResponse, req: HttpRequest) => void
 
@@ -43,6 +45,9 @@ export interface PublicAppOptions {
   logger?: Logger
   /** ANY /m/:endpoint_id and /m/:endpoint_id/* */
   metered?: UwsRoute
+  /** WebSocket upgrades on /m/*: paid sessions (ws-session.ts). uWS tries an upgrade route first and yields
+   * any request without a WebSocket key to `metered`: one header read per GET. */
+  websocket?: WebSocketBehavior<SessionData>
   /** /pass/:endpoint_id: buying an endpoint's pass (pass-purchase.ts) */
   pass?: UwsRoute
   /** /pay/:payment_id (page, status, agent payment) */
@@ -178,6 +183,10 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
       : options.metered
     app.any('/m/:endpoint_id', metered)
     app.any('/m/:endpoint_id/*', metered)
+  }
+  if (options.websocket) {
+    app.ws('/m/:endpoint_id', options.websocket)
+    app.ws('/m/:endpoint_id/*', options.websocket)
   }
   if (options.pass) {
     app.options('/pass/:endpoint_id', framed('pass', preflight))

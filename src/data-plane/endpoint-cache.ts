@@ -15,6 +15,7 @@ import type { BodyPricing } from '../pricing/body-price.ts'
 import { presentPricing } from '../pricing/input.ts'
 import { pricingFromStored, ruleIndex, type UsagePricing } from '../pricing/model.ts'
 import { type Pass, passFromStored, presentPass } from '../pricing/pass.ts'
+import { type SessionTerms, sessionTermsFromStored } from '../pricing/session.ts'
 import type { Offers } from '../schemes/registry.ts'
 import type { OfferQuery, Quote } from '../schemes/scheme.ts'
 import { buildChallenge, type Challenge, v2Header } from './challenge.ts'
@@ -63,6 +64,8 @@ export interface LiveEndpoint {
   protocols: ReadonlySet<string>
   /** Prices by verified agent identity; null: none (the metered path reads no signature header). */
   identity: LiveIdentityRules | null
+  /** WebSocket sessions on its metered URL (src/data-plane/ws-session.ts); null: an upgrade is refused. */
+  websocket: SessionTerms | null
 }
 
 /** An endpoint's identity rules with the 402 of each price a rule states, built once like every other 402. */
@@ -215,6 +218,11 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       row.identity_rules === null || row.mcp !== null
         ? null
         : compileIdentity(rulesFromStored(row.identity_rules), bases, (a) => quote(a, false, false)),
+    // Sessions spend prepaid credit measured by usage pricing: no other pricing opens one.
+    websocket:
+      row.websocket === null || row.websocket === undefined || pricing.model !== 'usage'
+        ? null
+        : sessionTermsFromStored(row.websocket),
   }
 }
 

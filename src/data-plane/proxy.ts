@@ -340,7 +340,7 @@ export function proxy(
 }
 
 /** The flat [name, value, …] list undici takes without converting it. */
-function forwardHeaders(req: ForwardRequest, target: UpstreamTarget): string[] {
+export function forwardHeaders(req: ForwardRequest, target: UpstreamTarget): string[] {
   const inject = target.injectHeaders
   const out: string[] = []
   let host = ''

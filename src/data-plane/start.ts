@@ -52,6 +52,7 @@ import { ToolCatalogs } from './tool-catalogs.ts'
 import { createUpstreamDispatcher } from './upstream-pool.ts'
 import { Verifier } from './verifier.ts'
 import { startEndpointRelay, workerEnv } from './workers.ts'
+import { createWebsocketBehavior } from './ws-session.ts'
 
 export interface DataPlaneDeps {
   config: Config
@@ -139,7 +140,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     stops.push(() => observed.stop())
     const edge = createEdgeLimits(config)
     const identity = startIdentity(deps, stops)
-    const { metered, pass } = paidRoutes(deps, {
+    const { metered, pass, websocket } = paidRoutes(deps, {
       identity,
       endpoints,
       schemes,
@@ -158,6 +159,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
       logger,
       dashboard: deps.dashboardRoute(),
       metered,
+      websocket,
       pass,
       checkout,
       edge,
@@ -243,7 +245,19 @@ function paidRoutes(
     replication: db.replication,
     settings: { quoteTtlMs: config.proxy.quote_ttl_ms, openWaitMs: 5_000 },
   })
-  return { metered, pass }
+  const websocket = createWebsocketBehavior({
+    edge: proofEdge(edge, edge.unpaidMetered),
+    endpoints,
+    schemes,
+    logger,
+    replication: db.replication,
+    settings: {
+      quoteTtlMs: config.proxy.quote_ttl_ms,
+      // Well inside the claim's window, so its capture is written before the expiry job would refund it.
+      maxSessionMs: Math.max(1_000, config.proxy.retry_window_ms - 30_000),
+    },
+  })
+  return { metered, pass, websocket }
 }
 
 /**

@@ -5,6 +5,7 @@ import type { StoredMcp } from '../mcp/config.ts'
 import type { CatalogTool } from '../mcp/tool-catalog.ts'
 import type { StoredPricing } from '../pricing/model.ts'
 import type { StoredPass } from '../pricing/pass.ts'
+import type { StoredWebsocket } from '../pricing/session.ts'
 import { afterCursor } from './cursor.ts'
 import type { Sql, Tx } from './sql.ts'
 
@@ -39,6 +40,8 @@ export interface EndpointRow {
   protocols: string[]
   /** Prices by verified agent identity (docs/agent-identity.md); null: none, no signature is read. */
   identity_rules: StoredIdentityRule[] | null
+  /** WebSocket sessions on its metered URL (docs/websockets.md); null: an upgrade is refused. */
+  websocket: StoredWebsocket | null
   status: 'active' | 'disabled'
   version: number
   created_at: Date
@@ -46,7 +49,7 @@ export interface EndpointRow {
 }
 
 const COLUMNS =
-  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, batch_settlement, pricing, listed, discovery, mcp, pass, x402_settlement, protocols, identity_rules, status, version, created_at, updated_at'
+  'id, account_id, name, description, upstream_url, upstream_headers, price_atomic, quote_floor_atomic, quote_floor_until, timeout_ms, batch_settlement, pricing, listed, discovery, mcp, pass, x402_settlement, protocols, identity_rules, websocket, status, version, created_at, updated_at'
 
 /** The channel that tells every instance an endpoint changed (payload: its id). */
 export const ENDPOINT_CHANGED_CHANNEL = 'tollgate_endpoint_changed'
@@ -71,6 +74,7 @@ export async function insertEndpoint(
     x402Settlement?: X402Settlement | null
     protocols?: string[]
     identityRules?: StoredIdentityRule[] | null
+    websocket?: StoredWebsocket | null
   },
 ): Promise<EndpointRow> {
   const pricing = e.pricing ? db.json(e.pricing as never) : null
@@ -78,14 +82,15 @@ export async function insertEndpoint(
   const mcp = e.mcp ? db.json(e.mcp as never) : null
   const pass = e.pass ? db.json(e.pass as never) : null
   const identityRules = e.identityRules ? db.json(e.identityRules as never) : null
+  const websocket = e.websocket ? db.json(e.websocket as never) : null
   const [row] = await db<EndpointRow[]>`
     INSERT INTO endpoints (id, account_id, name, description, upstream_url, upstream_headers, price_atomic, timeout_ms,
                            batch_settlement, pricing, listed, discovery, mcp, pass, x402_settlement, protocols,
-                           identity_rules)
+                           identity_rules, websocket)
     VALUES (${e.id}, ${e.accountId}, ${e.name}, ${e.description}, ${e.upstreamUrl},
             ${db.json(e.upstreamHeaders)}, ${e.priceAtomic}, ${e.timeoutMs}, ${e.batchSettlement ?? false},
             ${pricing}, ${e.listed ?? false}, ${discovery}, ${mcp}, ${pass}, ${e.x402Settlement ?? null},
-            ${e.protocols ?? ['x402', 'mpp']}::text[], ${identityRules})
+            ${e.protocols ?? ['x402', 'mpp']}::text[], ${identityRules}, ${websocket})
     RETURNING ${db.unsafe(COLUMNS)}`
   return row!
 }
@@ -112,7 +117,7 @@ export interface LiveEndpointRow extends EndpointRow {
 export async function findLiveEndpoint(db: Sql | Tx, id: string): Promise<LiveEndpointRow | null> {
   const [row] = await db<LiveEndpointRow[]>`
     SELECT e.id, e.account_id, e.name, e.description, e.upstream_url, e.upstream_headers, e.price_atomic,
-           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.batch_settlement, e.pricing, e.listed, e.discovery, e.mcp, e.pass, e.x402_settlement, e.protocols, e.identity_rules, e.status,
+           e.quote_floor_atomic, e.quote_floor_until, e.timeout_ms, e.batch_settlement, e.pricing, e.listed, e.discovery, e.mcp, e.pass, e.x402_settlement, e.protocols, e.identity_rules, e.websocket, e.status,
            e.version, e.created_at,
            e.updated_at, a.wallet_address AS owner_wallet,
            CASE WHEN e.listed AND e.mcp IS NOT NULL
@@ -158,6 +163,8 @@ export interface EndpointChanges {
   protocols?: string[]
   /** Replaces the identity rules (null: none). */
   identityRules?: StoredIdentityRule[] | null
+  /** Replaces the WebSocket session terms (null: upgrades refused). */
+  websocket?: StoredWebsocket | null
 }
 
 /**
@@ -187,6 +194,8 @@ export async function updateEndpoint(
   if (changes.protocols !== undefined) set.protocols = changes.protocols
   if (changes.identityRules !== undefined)
     set.identity_rules = changes.identityRules === null ? null : db.json(changes.identityRules as never)
+  if (changes.websocket !== undefined)
+    set.websocket = changes.websocket === null ? null : db.json(changes.websocket as never)
   if (changes.mcp !== undefined) set.mcp = changes.mcp === null ? null : db.json(changes.mcp as never)
   if (changes.pass !== undefined) set.pass = changes.pass === null ? null : db.json(changes.pass as never)
   if (changes.priceAtomic !== undefined && changes.priceAtomic !== current.price_atomic) {

@@ -251,6 +251,36 @@ export const usageCapped = new client.Counter({
   registers: [registry],
 })
 
+/** WebSocket sessions (src/data-plane/ws-session.ts): open now, how they ended, what they relayed. */
+export const websocketSessionsOpen = new client.Gauge({
+  name: 'tollgate_websocket_sessions_open',
+  help: 'Paid WebSocket sessions open on this process.',
+  registers: [registry],
+})
+export const websocketSessions = new client.Counter({
+  name: 'tollgate_websocket_sessions_total',
+  help: 'Paid WebSocket sessions ended, by who ended them (client, upstream, credit, window, too_big, backpressure).',
+  labelNames: ['end'] as const,
+  registers: [registry],
+})
+export const websocketFrames = new client.Counter({
+  name: 'tollgate_websocket_frames_total',
+  help: 'WebSocket messages relayed, by direction (to_upstream, to_client).',
+  labelNames: ['direction'] as const,
+  registers: [registry],
+})
+export const websocketBytes = new client.Counter({
+  name: 'tollgate_websocket_bytes_total',
+  help: 'WebSocket message bytes relayed, by direction (to_upstream, to_client).',
+  labelNames: ['direction'] as const,
+  registers: [registry],
+})
+export const websocketChargedAtomic = new client.Counter({
+  name: 'tollgate_websocket_charged_atomic_total',
+  help: 'USDC base units charged for WebSocket sessions (the rest of each payment is refunded).',
+  registers: [registry],
+})
+
 export const mcpToolRevenueAtomic = new client.Counter({
   name: 'tollgate_mcp_tool_revenue_atomic_total',
   help: 'USDC base units captured from paid MCP tools/call, by tool (names merchants configured; any other tool is "other").',

@@ -13,7 +13,7 @@ const EVENT_MAX_CHARS = 256 * 1024
 
 export type Ending = 'complete' | 'client_aborted' | 'upstream_failed'
 
-interface Tokens {
+export interface Tokens {
   input: number
   cached: number
   output: number
@@ -314,7 +314,7 @@ function perUnit(quantity: number, rateAtomic: bigint | null, per: bigint): bigi
   return rateAtomic === null ? 0n : ceilDiv(BigInt(quantity) * rateAtomic, per)
 }
 
-function tokenCharge(p: UsagePricing, t: Tokens): bigint {
+export function tokenCharge(p: UsagePricing, t: Tokens): bigint {
   const input = p.inputPerMillionAtomic ?? 0n
   const cached = p.cachedInputPerMillionAtomic ?? input
   const output = p.outputPerMillionAtomic ?? 0n

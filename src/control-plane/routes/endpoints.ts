@@ -49,6 +49,13 @@ import {
   presentPass,
   readPass,
 } from '../../pricing/pass.ts'
+import {
+  DEFAULT_MAX_MESSAGE_BYTES,
+  MAX_MESSAGE_BYTES_LIMIT,
+  type StoredWebsocket,
+  sessionTermsFromStored,
+  sessionTermsToStored,
+} from '../../pricing/session.ts'
 import { checkTargetUrl } from '../../ssrf.ts'
 import { Atomic, DeletedObject, Dollars, listOf, Network, Timestamp } from '../api-schemas.ts'
 import type { ControlPlaneDeps } from '../deps.ts'
@@ -133,6 +140,27 @@ const IdentityRules = v.pipe(
   ),
 )
 
+const WebsocketInput = v.pipe(
+  v.nullable(
+    v.strictObject({
+      max_message_bytes: v.optional(
+        v.pipe(
+          v.number('must be a number'),
+          v.integer('must be an integer'),
+          v.minValue(1, 'must be at least 1'),
+          v.maxValue(MAX_MESSAGE_BYTES_LIMIT, `must be at most ${MAX_MESSAGE_BYTES_LIMIT}`),
+        ),
+      ),
+      price_per_message: v.optional(Price),
+    }),
+  ),
+  v.description(
+    'WebSocket sessions on its metered URL (docs/websockets.md), usage pricing only: a payment buys credit ' +
+      'spent as the session goes. max_message_bytes (default 1 MiB) closes a session with 1009 past it; ' +
+      'price_per_message is charged per message relayed to the client. null: upgrades are refused',
+  ),
+)
+
 const CreateBody = v.strictObject({
   upstream_url: v.pipe(v.string('must be a string'), v.maxLength(2048)),
   kind: v.optional(Kind),
@@ -149,6 +177,7 @@ const CreateBody = v.strictObject({
   x402_settlement: v.optional(Settlement),
   protocols: v.optional(Protocols),
   identity_rules: v.optional(IdentityRules),
+  websocket: v.optional(WebsocketInput),
   /** In the public discovery listing (/discovery/resources, /.well-known/x402.json) and the bazaar extension of its 402. */
   listed: v.optional(v.boolean('must be true or false')),
   /** What catalogs show and agents read to call it: service name, tags, icon, method, input and output JSON Schema. */
@@ -175,6 +204,7 @@ const UpdateBody = v.strictObject({
   x402_settlement: v.optional(Settlement),
   protocols: v.optional(Protocols),
   identity_rules: v.optional(IdentityRules),
+  websocket: v.optional(WebsocketInput),
   /** In the public discovery listing (/discovery/resources, /.well-known/x402.json) and the bazaar extension of its 402. */
   listed: v.optional(v.boolean('must be true or false')),
   /** What catalogs show and agents read to call it: service name, tags, icon, method, input and output JSON Schema. */
@@ -183,9 +213,32 @@ const UpdateBody = v.strictObject({
   pass: v.optional(v.nullable(PassInput)),
 })
 
-function readPrice(raw: unknown, deps: ControlPlaneDeps): bigint {
+/** The session terms, refused unless the endpoint is priced by usage (a session spends measured credit). */
+function readWebsocket(
+  raw: v.InferOutput<typeof WebsocketInput> | undefined,
+  model: Pricing['model'] | undefined,
+  deps: ControlPlaneDeps,
+): StoredWebsocket | null | undefined {
+  if (raw === undefined || raw === null) return raw
+  if (model !== 'usage')
+    throw new ApiError(
+      'invalid_parameter',
+      'websocket needs usage pricing (pricing.model "usage"): a session spends credit as it is measured',
+      'websocket',
+    )
+  const perMessageAtomic =
+    raw.price_per_message === undefined
+      ? 0n
+      : readPrice(raw.price_per_message, deps, 'websocket.price_per_message')
+  return sessionTermsToStored({
+    maxMessageBytes: raw.max_message_bytes ?? DEFAULT_MAX_MESSAGE_BYTES,
+    perMessageAtomic,
+  })
+}
+
+function readPrice(raw: unknown, deps: ControlPlaneDeps, param = 'price'): bigint {
   const parsed = parseDollars(raw, configDollars(deps.config.proxy.max_price))
-  if (!parsed.ok) throw new ApiError('invalid_parameter', `price ${parsed.reason}`, 'price')
+  if (!parsed.ok) throw new ApiError('invalid_parameter', `${param} ${parsed.reason}`, param)
   return parsed.atomic
 }
 
@@ -348,6 +401,16 @@ export const EndpointObject = v.strictObject({
     ),
     v.description('its identity rules, the first match deciding (null: none, every caller pays the price)'),
   ),
+  websocket: v.pipe(
+    v.nullable(
+      v.strictObject({
+        max_message_bytes: v.number(),
+        price_per_message: Dollars,
+        price_per_message_atomic: Atomic,
+      }),
+    ),
+    v.description('its WebSocket session terms (docs/websockets.md); null: upgrades are refused'),
+  ),
   listed: v.boolean(),
   discovery: v.pipe(
     v.nullable(v.record(v.string(), v.unknown())),
@@ -386,12 +449,22 @@ export function presentEndpoint(
     x402_settlement: e.x402_settlement ?? defaultSettlement(deps),
     protocols: (e.protocols ?? ['x402', 'mpp']) as Array<'x402' | 'mpp'>,
     identity_rules: e.identity_rules === null ? null : presentRules(rulesFromStored(e.identity_rules)),
+    websocket: e.websocket === null || e.websocket === undefined ? null : presentWebsocket(e.websocket),
     listed: e.listed,
     discovery: (e.discovery as Record<string, unknown> | null) ?? null,
     pass: e.pass === null ? null : presentPass(passFromStored(e.pass), `${deps.publicUrl()}/pass/${e.id}`),
     metered_url: `${deps.publicUrl()}/m/${e.id}`,
     created_at: e.created_at.toISOString(),
     updated_at: e.updated_at.toISOString(),
+  }
+}
+
+function presentWebsocket(w: StoredWebsocket) {
+  const terms = sessionTermsFromStored(w)
+  return {
+    max_message_bytes: terms.maxMessageBytes,
+    price_per_message: toDollars(terms.perMessageAtomic),
+    price_per_message_atomic: terms.perMessageAtomic.toString(),
   }
 }
 
@@ -417,6 +490,27 @@ function readSettlement(
       'x402_settlement',
     )
   return raw
+}
+
+/** Session terms as they will be, against the pricing as it will be: a session spends usage-priced credit. */
+function assertWebsocketFits(
+  raw: v.InferOutput<typeof WebsocketInput> | undefined,
+  current: EndpointRow,
+  modelAfter: Pricing['model'],
+  changes: EndpointChanges,
+  deps: ControlPlaneDeps,
+): void {
+  const model = current.mcp === null ? modelAfter : undefined
+  if (raw !== undefined) {
+    changes.websocket = readWebsocket(raw, model, deps) ?? null
+    return
+  }
+  if (current.websocket !== null && model !== 'usage')
+    throw new ApiError(
+      'invalid_parameter',
+      'this endpoint takes WebSocket sessions, which need usage pricing: set websocket to null first',
+      'pricing',
+    )
 }
 
 async function ownedOr404(
@@ -487,6 +581,8 @@ export const endpointRoutes: Route[] = [
         x402Settlement: readSettlement(input.x402_settlement, deps) ?? null,
         protocols: input.protocols ?? ['x402', 'mpp'],
         identityRules,
+        websocket:
+          readWebsocket(input.websocket, input.kind === 'mcp' ? undefined : pricing.model, deps) ?? null,
         listed: input.listed ?? false,
         discovery: storedDiscovery(input.discovery),
         pass: pass === null ? null : passToStored(pass),
@@ -581,6 +677,7 @@ export const endpointRoutes: Route[] = [
         const rulesAfter =
           changes.identityRules !== undefined ? changes.identityRules : current.identity_rules
         assertIdentityRulesFit(rulesAfter, modelAfter, current.mcp === null ? 'http' : 'mcp')
+        assertWebsocketFits(input.websocket, current, modelAfter, changes, deps)
         return updateEndpoint(tx, current, changes, deps.config.proxy.quote_ttl_ms)
       })
       await deps.onEndpointChanged(ctx.params.id!)

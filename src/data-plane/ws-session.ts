@@ -1,0 +1,506 @@
+// WebSocket sessions on a metered URL: the upgrade is paid as a call is (the proof in its headers, the same 402
+// unpaid), the payment's value is prepaid credit, frames are relayed both ways and metered as they reach the
+// client, and the session is captured once at its end for what it delivered, the rest refunded.
+
+import type { us_socket_context_t, WebSocket, WebSocketBehavior } from 'uWebSockets.js'
+import { isIP } from 'node:net'
+import UpstreamSocket from 'ws'
+import { type ErrorCode, writeError } from '../errors.ts'
+import { newId } from '../ids.ts'
+import type { Logger } from '../observability/logger.ts'
+import {
+  websocketBytes,
+  websocketChargedAtomic,
+  websocketFrames,
+  websocketSessions,
+  websocketSessionsOpen,
+} from '../observability/metrics.ts'
+import { MAX_MESSAGE_BYTES_LIMIT, SessionMeter } from '../pricing/session.ts'
+import { requestIdFrom } from '../request-id.ts'
+import type { SchemeRegistry } from '../schemes/registry.ts'
+import type { Payment, Verdict } from '../schemes/scheme.ts'
+import { guardedLookup, isPrivateAddress } from '../ssrf.ts'
+import { challengeBody, mppHeader, quoteExpiry, v2Header } from './challenge.ts'
+import { peerAddress } from './client-address.ts'
+import { CORS_HEADERS } from './cors.ts'
+import { type EndpointCache, type LiveEndpoint, loadEndpoint, NOT_FOUND } from './endpoint-cache.ts'
+import { mppCredential, parseProof } from './proof.ts'
+import { forwardHeaders, isConfinedSubPath } from './proxy.ts'
+import type { HttpRequest, HttpResponse } from './uws.ts'
+
+/** The part of app.ts's ProofEdge a session uses (declared here: app.ts mounts this file's behaviour). */
+export interface SessionEdge {
+  clientKey(res: HttpResponse, req: HttpRequest): string
+  peerTrusted(res: HttpResponse): boolean
+  proofRefused(client: string): void
+}
+
+export interface WsSessionDeps {
+  edge?: SessionEdge
+  endpoints: EndpointCache
+  schemes: SchemeRegistry
+  logger: Logger
+  replication?: { readonly refusing: string | null }
+  /** maxSessionMs: a session ends before its claim's retry window (proxy.retry_window_ms) does. */
+  settings: { quoteTtlMs: number; maxSessionMs: number }
+}
+
+/** What uWS keeps on each socket: its session. */
+export interface SessionData {
+  session: Session
+}
+
+// Above this many bytes waiting for the client, the upstream socket is paused; resumed below LOW on drain.
+const HIGH_WATER_BYTES = 1_048_576
+const LOW_WATER_BYTES = 262_144
+// Credit below a fifth of what the payment covers: the client is asked for more, once.
+const LOW_CREDIT_PARTS = 5n
+/** The close code of a session whose credit ran out (private range 4000-4999, after HTTP 402). */
+export const CREDIT_EXHAUSTED = 4402
+/** The close code of a session at the end of its payment's window (after HTTP 408). */
+export const WINDOW_OVER = 4408
+
+const to = {
+  upstreamFrames: websocketFrames.labels('to_upstream'),
+  clientFrames: websocketFrames.labels('to_client'),
+  upstreamBytes: websocketBytes.labels('to_upstream'),
+  clientBytes: websocketBytes.labels('to_client'),
+}
+
+/** The uWS behaviour mounted on /m/*: an upgrade opens a session, every other event goes to it. */
+export function createWebsocketBehavior(deps: WsSessionDeps): WebSocketBehavior<SessionData> {
+  return {
+    // uWS's own cap; each endpoint's max_message_bytes is checked per message (1009 past it).
+    maxPayloadLength: MAX_MESSAGE_BYTES_LIMIT,
+    // Never dropped by uWS (a dropped frame would be charged and not delivered): the upstream is paused first.
+    maxBackpressure: 4 * MAX_MESSAGE_BYTES_LIMIT,
+    idleTimeout: 120,
+    upgrade: (res, req, context) => new Opening(deps, res, req, context).start(),
+    open: (ws) => ws.getUserData().session.opened(ws),
+    message: (ws, message, isBinary) => ws.getUserData().session.fromClient(message, isBinary),
+    drain: (ws) => ws.getUserData().session.drained(),
+    ping: (ws, message) => ws.getUserData().session.pingFromClient(message),
+    close: (ws, code, message) => ws.getUserData().session.clientClosed(code, message),
+  }
+}
+
+/** One upgrade request: endpoint → proof → verify → claim → upstream socket → 101, or an HTTP answer. */
+class Opening {
+  aborted = false
+  readonly endpointId: string
+  readonly subPath: string
+  readonly query: string
+  readonly key: string
+  readonly protocols: string[]
+  readonly paymentHeader: string
+  readonly requestId: string
+  readonly headers: Array<[string, string]> = []
+  readonly remoteAddress: string
+  readonly client: string
+  readonly peerTrusted: boolean
+  endpoint: LiveEndpoint | null = null
+  payment: Payment | null = null
+
+  constructor(
+    readonly deps: WsSessionDeps,
+    readonly res: HttpResponse,
+    req: HttpRequest,
+    readonly context: us_socket_context_t,
+  ) {
+    res.onAborted(() => {
+      this.aborted = true
+    })
+    // Everything is read now: the request dies with this callback.
+    this.endpointId = req.getParameter(0) ?? ''
+    this.subPath = req.getUrl().slice(3 + this.endpointId.length)
+    this.query = req.getQuery() ?? ''
+    this.key = req.getHeader('sec-websocket-key')
+    this.protocols = req
+      .getHeader('sec-websocket-protocol')
+      .split(',')
+      .map((p) => p.trim())
+      .filter((p) => p !== '')
+    this.paymentHeader =
+      req.getHeader('x-payment') ||
+      req.getHeader('payment-signature') ||
+      mppCredential(req.getHeader('authorization'))
+    this.requestId = requestIdFrom(req.getHeader('x-request-id'))
+    req.forEach((k, v) => {
+      // The handshake is the upstream socket's own; the rest is forwarded as a paid call's headers are.
+      if (!k.startsWith('sec-websocket-')) this.headers.push([k, v])
+    })
+    this.remoteAddress = peerAddress(res)
+    this.client = deps.edge?.clientKey(res, req) ?? ''
+    this.peerTrusted = deps.edge?.peerTrusted(res) === true
+  }
+
+  start(): void {
+    if (!isConfinedSubPath(this.subPath)) return this.respondError('invalid_path')
+    const cached = this.deps.endpoints.get(this.endpointId)
+    if (cached !== undefined) return this.withEndpoint(cached)
+    loadEndpoint(this.deps.endpoints, this.endpointId).then(
+      (entry) => this.withEndpoint(entry),
+      (err) => this.respondUnavailable('endpoint_lookup_failed', err),
+    )
+  }
+
+  withEndpoint(entry: LiveEndpoint | typeof NOT_FOUND): void {
+    if (this.aborted) return
+    if (entry === NOT_FOUND || !entry.active) {
+      if (this.paymentHeader) this.deps.edge?.proofRefused(this.client)
+      return this.respondError('endpoint_not_found')
+    }
+    if (entry.websocket === null) return this.respondError('websocket_not_allowed')
+    this.endpoint = entry
+    if (this.deps.replication?.refusing) return this.respondError('replication_unsafe')
+    if (!this.paymentHeader) return this.respond402('payment_required')
+    const quote = entry.quoteFor('GET', this.subPath)
+    const verdict = this.deps.schemes.verify(parseProof(this.paymentHeader), {
+      endpoint: {
+        id: entry.id,
+        accountId: entry.accountId,
+        timeoutMs: entry.target.timeoutMs,
+        settleBeforeAnswer: false,
+        protocols: entry.protocols,
+      },
+      quote,
+      nowMs: Date.now(),
+      client: this.client,
+    })
+    if (verdict instanceof Promise) verdict.then((v) => this.withVerdict(v))
+    else this.withVerdict(verdict)
+  }
+
+  withVerdict(verdict: Verdict): void {
+    if (this.aborted) {
+      if (verdict.ok === true) verdict.payment.drop()
+      return
+    }
+    if (verdict.ok === false) return this.respond402(verdict.reason, verdict.requiredHeader)
+    if (verdict.ok === 'unavailable') return this.respondUnavailable(verdict.reason, verdict.err)
+    if (verdict.ok === 'error') return this.respondError(verdict.code)
+    if (verdict.ok === 'answered') return this.respondError('invalid_state')
+    const payment = verdict.payment
+    this.payment = payment
+    const claimed = payment.claim()
+    if (typeof claimed === 'string') return this.withClaim(claimed)
+    claimed.then(
+      (outcome) => this.withClaim(outcome),
+      (err) => this.respondUnavailable('claim_failed', err),
+    )
+  }
+
+  withClaim(outcome: string): void {
+    const payment = this.payment!
+    if (outcome === 'used' || outcome === 'insufficient_funds') {
+      if (this.aborted) return
+      return this.respond402(outcome === 'used' ? 'proof_already_used' : 'insufficient_funds')
+    }
+    if (outcome === 'busy') return this.aborted ? undefined : this.respondError('payment_in_progress')
+    // Nothing was relayed yet: a client gone, or an upstream refused, leaves the proof free for a retry.
+    if (this.aborted) return payment.release()
+    this.connectUpstream()
+  }
+
+  /** The upstream socket, under the same address rules as an HTTP upstream (checked again at connect time). */
+  connectUpstream(): void {
+    const entry = this.endpoint!
+    const target = entry.target
+    const host = target.host.replace(/:\d+$/, '').replace(/^\[|\]$/g, '')
+    if (!target.allowPrivate && isIP(host) !== 0 && isPrivateAddress(host)) {
+      this.payment!.release()
+      return this.respondError('upstream_forbidden')
+    }
+    const url = `${target.origin.replace(/^http/, 'ws')}${target.basePath}${this.subPath}${this.query ? `?${this.query}` : ''}`
+    const flat = forwardHeaders(
+      {
+        method: 'GET',
+        pathAndQuery: this.subPath,
+        headers: this.headers,
+        remoteAddress: this.remoteAddress,
+        peerTrusted: this.peerTrusted,
+        requestId: this.requestId,
+        traceparent: null,
+      },
+      target,
+    )
+    const headers: Record<string, string> = {}
+    for (let i = 0; i < flat.length; i += 2) {
+      const name = flat[i]!
+      // ws writes its own Host; a repeated header is folded as HTTP allows.
+      if (name === 'host') continue
+      headers[name] = headers[name] === undefined ? flat[i + 1]! : `${headers[name]}, ${flat[i + 1]}`
+    }
+    const upstream = new UpstreamSocket(url, this.protocols, {
+      headers,
+      maxPayload: entry.websocket!.maxMessageBytes,
+      handshakeTimeout: target.timeoutMs,
+      perMessageDeflate: false,
+      followRedirects: false,
+      ...(target.allowPrivate ? {} : { lookup: guardedLookup }),
+    })
+    let settled = false
+    const refused = (status: number | null, err?: Error & { code?: string }) => {
+      if (settled) return
+      settled = true
+      upstream.terminate()
+      this.payment!.release()
+      if (this.aborted) return
+      if (err?.code === 'ERR_TOLLGATE_PRIVATE_TARGET') return this.respondError('upstream_forbidden')
+      this.respondError('upstream_unreachable', status === null ? undefined : `status ${status}`)
+    }
+    upstream.on('unexpected-response', (_req, res) => refused(res.statusCode ?? 502))
+    upstream.on('error', (err) => refused(null, err))
+    upstream.on('open', () => {
+      if (settled) return
+      settled = true
+      if (this.aborted) {
+        upstream.close(1001, 'client left')
+        return this.payment!.release()
+      }
+      this.upgrade(upstream)
+    })
+  }
+
+  upgrade(upstream: UpstreamSocket): void {
+    const entry = this.endpoint!
+    const payment = this.payment!
+    const receiptId = newId('rcpt')
+    const session = new Session(this.deps, entry, payment, upstream, receiptId)
+    const receipt = payment.receipt(true)
+    const res = this.res
+    res.cork(() => {
+      res.writeStatus('101 Switching Protocols')
+      res.writeHeader('x-request-id', this.requestId)
+      res.writeHeader('x-receipt-id', receiptId)
+      if (receipt !== null) res.writeHeader(receipt[0], receipt[1])
+      res.upgrade<SessionData>({ session }, this.key, upstream.protocol, '', this.context)
+    })
+  }
+
+  respond402(reason: string, requiredHeader?: string): void {
+    if (this.paymentHeader) this.deps.edge?.proofRefused(this.client)
+    const challenge = this.endpoint!.quoteFor('GET', this.subPath).challenge
+    const text = challengeBody(challenge, reason, quoteExpiry(this.deps.settings.quoteTtlMs), this.requestId)
+    const res = this.res
+    res.cork(() => {
+      res.writeStatus('402 Payment Required').writeHeader('content-type', 'application/json; charset=utf-8')
+      res.writeHeader('x-request-id', this.requestId)
+      res.writeHeader('cache-control', 'no-store')
+      res.writeHeader('payment-required', requiredHeader ?? v2Header(challenge, reason))
+      const mpp = mppHeader(challenge, Date.now())
+      if (mpp !== null) res.writeHeader('www-authenticate', mpp)
+      res.end(text)
+    })
+  }
+
+  respondError(code: ErrorCode, message?: string): void {
+    if (this.aborted) return
+    this.res.cork(() => {
+      writeError(this.res, code, this.requestId, message ? { message } : undefined, CORS_HEADERS)
+    })
+  }
+
+  respondUnavailable(reason: string, err: unknown): void {
+    this.deps.logger.error('websocket session failed to open', {
+      request_id: this.requestId,
+      endpoint_id: this.endpointId,
+      reason,
+      err,
+    })
+    this.respondError('verification_unavailable')
+  }
+}
+
+/**
+ * One open session: relays both ways with backpressure, meters what reaches the client, asks for credit in
+ * band when it runs low, closes with 4402 when it runs out, and is captured once when either side ends it.
+ */
+export class Session {
+  ws: WebSocket<SessionData> | null = null
+  readonly meter: SessionMeter
+  readonly startedMs = performance.now()
+  /** Who ended it (a metric label); null while open. */
+  ending: string | null = null
+  asked = false
+  finished = false
+  timer: NodeJS.Timeout | null = null
+  window: NodeJS.Timeout | null = null
+
+  constructor(
+    readonly deps: WsSessionDeps,
+    readonly endpoint: LiveEndpoint,
+    readonly payment: Payment,
+    readonly upstream: UpstreamSocket,
+    readonly receiptId: string,
+  ) {
+    this.meter = new SessionMeter(endpoint.usage!, endpoint.websocket!, this.startedMs)
+  }
+
+  opened(ws: WebSocket<SessionData>): void {
+    this.ws = ws
+    websocketSessionsOpen.inc()
+    const upstream = this.upstream
+    upstream.on('message', (data, isBinary) => this.fromUpstream(data, isBinary))
+    upstream.on('ping', (data) => this.ws?.ping(data))
+    upstream.on('close', (code, reason) => this.upstreamClosed(code, reason.toString('utf8')))
+    upstream.on('error', (err) => {
+      // ws closes the socket after an error: a message over max_message_bytes is 1009, anything else 1011.
+      const tooBig = (err as { code?: string }).code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH'
+      this.end(
+        tooBig ? 1009 : 1011,
+        tooBig ? 'message too big' : 'upstream error',
+        tooBig ? 'too_big' : 'upstream',
+      )
+    })
+    // A claim still uncaptured when its retry window ends is refunded whole by the expiry job: the session is
+    // captured before that, and the client opens a new one to go on.
+    this.window = setTimeout(
+      () => this.end(WINDOW_OVER, 'session window over: open a new session', 'window'),
+      this.deps.settings.maxSessionMs,
+    )
+    // Priced by time: the credit also runs out with no frame at all.
+    if (this.endpoint.usage!.unit === 'duration_ms') this.timer = setInterval(() => this.checkCredit(), 1_000)
+  }
+
+  fromClient(message: ArrayBuffer, isBinary: boolean): void {
+    if (this.ending !== null) return
+    if (message.byteLength > this.endpoint.websocket!.maxMessageBytes)
+      return this.end(1009, 'message too big', 'too_big')
+    // uWS cannot pause a WebSocket's reads: an upstream that does not keep up ends the session instead.
+    if (this.upstream.bufferedAmount > HIGH_WATER_BYTES * 4)
+      return this.end(1013, 'upstream is not keeping up', 'backpressure')
+    // The ArrayBuffer is uWS's and is neutered when this callback returns: copied.
+    this.upstream.send(Buffer.copyBytesFrom(new Uint8Array(message)), { binary: isBinary })
+    to.upstreamFrames.inc()
+    to.upstreamBytes.inc(message.byteLength)
+  }
+
+  pingFromClient(message: ArrayBuffer): void {
+    if (this.upstream.readyState === UpstreamSocket.OPEN)
+      this.upstream.ping(Buffer.copyBytesFrom(new Uint8Array(message)))
+  }
+
+  fromUpstream(data: Buffer, isBinary: boolean): void {
+    const ws = this.ws
+    if (ws === null || this.ending !== null) return
+    const sent = ws.send(data, isBinary)
+    // 2: dropped by uWS, never delivered: not metered, and the session ends.
+    if (sent === 2) return this.end(1013, 'client is not keeping up', 'backpressure')
+    this.meter.delivered(data, isBinary)
+    to.clientFrames.inc()
+    to.clientBytes.inc(data.length)
+    if (ws.getBufferedAmount() > HIGH_WATER_BYTES && !this.upstream.isPaused) this.upstream.pause()
+    this.checkCredit()
+  }
+
+  drained(): void {
+    if (this.ws !== null && this.upstream.isPaused && this.ws.getBufferedAmount() < LOW_WATER_BYTES)
+      this.upstream.resume()
+  }
+
+  /** Spent counts unreported deltas as output tokens: the cut comes no later than the credit allows. */
+  checkCredit(): void {
+    if (this.ending !== null) return
+    const spent = this.meter.chargeAtomic(performance.now(), true)
+    const covers = this.payment.coversAtomic
+    if (spent >= covers) {
+      this.askForCredit(spent, 'credit_exhausted')
+      return this.end(CREDIT_EXHAUSTED, 'payment required: credit exhausted', 'credit')
+    }
+    if (!this.asked && (covers - spent) * LOW_CREDIT_PARTS < covers) this.askForCredit(spent, 'credit_low')
+  }
+
+  /** The in-band request (docs/websockets.md): the x402 WebSocket transport's 402 error shape. */
+  askForCredit(spent: bigint, reason: string): void {
+    const ws = this.ws
+    if (ws === null || this.asked) return
+    this.asked = true
+    const challenge = this.endpoint.quoteFor('GET', '').challenge
+    const paymentRequired = JSON.parse(Buffer.from(v2Header(challenge, reason), 'base64').toString('utf8'))
+    const covers = this.payment.coversAtomic
+    const remaining = covers > spent ? covers - spent : 0n
+    ws.send(
+      JSON.stringify({
+        error: { code: 402, message: reason, paymentRequired },
+        metadata: {
+          tollgate: {
+            receipt_id: this.receiptId,
+            credit_atomic: covers.toString(),
+            spent_atomic: spent.toString(),
+            remaining_atomic: remaining.toString(),
+          },
+        },
+      }),
+      false,
+    )
+  }
+
+  /** tollgate ends the session: the client gets `code`; its close event then finishes the session. */
+  end(code: number, reason: string, why: string): void {
+    if (this.ending !== null) return
+    this.ending = why
+    if (this.upstream.readyState === UpstreamSocket.OPEN)
+      this.upstream.close(code === 1009 ? 1009 : 1000, reason)
+    else this.upstream.terminate()
+    const ws = this.ws
+    if (ws !== null) ws.end(code, reason)
+    else this.finish()
+  }
+
+  upstreamClosed(code: number, reason: string): void {
+    if (this.ending !== null) return
+    this.ending = 'upstream'
+    const ws = this.ws
+    if (ws === null) return this.finish()
+    const sendable = sendableCode(code)
+    if (sendable === null) ws.end()
+    else ws.end(sendable, reason)
+  }
+
+  /** uWS: the client socket is closed (by the client, or by end()). */
+  clientClosed(code: number, message: ArrayBuffer): void {
+    this.ws = null
+    if (this.ending === null) {
+      this.ending = 'client'
+      const sendable = sendableCode(code)
+      if (this.upstream.readyState === UpstreamSocket.OPEN)
+        this.upstream.close(sendable ?? 1000, Buffer.from(message).toString('utf8'))
+      else this.upstream.terminate()
+    }
+    this.finish()
+  }
+
+  /** Once: the session's one call row, charged what it delivered; the rest of the payment is refunded. */
+  finish(): void {
+    if (this.finished) return
+    this.finished = true
+    if (this.timer !== null) clearInterval(this.timer)
+    if (this.window !== null) clearTimeout(this.window)
+    websocketSessionsOpen.dec()
+    websocketSessions.labels(this.ending ?? 'client').inc()
+    const usage = this.meter.finish(performance.now(), this.payment.coversAtomic, this.ending !== 'upstream')
+    const endpoint = this.endpoint
+    this.payment.capture({
+      endpointId: endpoint.id,
+      accountId: endpoint.accountId,
+      ownerWallet: endpoint.ownerWallet,
+      method: 'GET',
+      pricingModel: 'usage',
+      callId: `call_${this.receiptId.slice(5)}`,
+      status: 101,
+      chargeAtomic: usage.chargeAtomic,
+      usage,
+      receiptId: this.receiptId,
+      tool: null,
+    })
+    websocketChargedAtomic.inc(Number(usage.chargeAtomic))
+  }
+}
+
+/** A close code one may send (1005, 1006 and 1015 are only ever reported): else null. */
+function sendableCode(code: number): number | null {
+  if (code >= 3000 && code <= 4999) return code
+  if (code >= 1000 && code <= 1014 && code !== 1004 && code !== 1005 && code !== 1006) return code
+  return null
+}
