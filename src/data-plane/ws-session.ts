@@ -341,7 +341,8 @@ export class Session {
     this.ws = ws
     websocketSessionsOpen.inc()
     const upstream = this.upstream
-    upstream.on('message', (data, isBinary) => this.fromUpstream(data, isBinary))
+    // The socket's binaryType is ws's default, 'nodebuffer': every message is one Buffer.
+    upstream.on('message', (data, isBinary) => this.fromUpstream(data as Buffer, isBinary))
     upstream.on('ping', (data) => this.ws?.ping(data))
     upstream.on('close', (code, reason) => this.upstreamClosed(code, reason.toString('utf8')))
     upstream.on('error', (err) => {
