@@ -44,6 +44,8 @@ interface Step {
   p90_ms: number
   p99_ms: number
   late_sends_pct: number
+  /** Answers with another status than 200, by status. */
+  wrong_status: Record<string, number>
   transactions: number
   tx_per_call: number
   settled: number | null
@@ -175,7 +177,7 @@ function brief(m: ModeResult) {
     capacity_rps: m.capacity_rps,
     steps: m.steps.map(
       (s) =>
-        `${s.rate}/s: p50 ${s.p50_ms} p99 ${s.p99_ms} ms, err ${s.errors}, tx/call ${s.tx_per_call}, group ${s.calls_per_group}, phases ${JSON.stringify(s.phases_ms)}, cpu ${JSON.stringify(s.cpu_us_per_call)}${s.sustained ? '' : ' ✗'}`,
+        `${s.rate}/s: p50 ${s.p50_ms} p99 ${s.p99_ms} ms, err ${s.errors}${s.errors ? ` ${JSON.stringify(s.wrong_status)}` : ''}, tx/call ${s.tx_per_call}, group ${s.calls_per_group}, phases ${JSON.stringify(s.phases_ms)}, cpu ${JSON.stringify(s.cpu_us_per_call)}${s.sustained ? '' : ' ✗'}`,
     ),
   }
 }
@@ -378,6 +380,7 @@ async function measureStep(chain: DevChain, subject: Subject, rate: number, seco
     p90_ms: m.p90_ms,
     p99_ms: m.p99_ms,
     late_sends_pct: m.late_sends_pct,
+    wrong_status: m.wrong_status ?? {},
     transactions,
     tx_per_call: Math.round((transactions / values.length) * 10_000) / 10_000,
     settled: outcome?.settled ?? null,
