@@ -62,7 +62,8 @@ const HELP = `usage: npm run bench [-- <scenario>… | soak | recover | history 
 
 scenarios: ${scenarios.map((s) => s.name).join(', ')}
 environment: BENCH_DATABASE_URL, BENCH_CONNECTIONS (32), BENCH_DURATION_S (5), BENCH_PROOFS, BENCH_TRACING, BENCH_NODE_FLAGS,
-  BENCH_PROFILE_DIR, BENCH_LABEL (names the results file <date>-<label>.json, e.g. x402-before-<commit>),
+  BENCH_PROFILE_DIR, BENCH_CHILD_LOG (prefix: each started process's output after it is ready goes
+  to <prefix>-<pid>.log), BENCH_LABEL (names the results file <date>-<label>.json, e.g. x402-before-<commit>),
   BENCH_X402 / BENCH_UPTO (1500 measured calls), BENCH_X402_WARM_UP (300 paid before each, unmeasured; 0: none)
 `
 

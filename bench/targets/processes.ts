@@ -1,5 +1,7 @@
 // Child processes for the benchmark (upstream, tollgate), each bounded in time and stopped by PID.
+
 import { type ChildProcess, spawn } from 'node:child_process'
+import { createWriteStream } from 'node:fs'
 import { createServer } from 'node:net'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -95,7 +97,9 @@ function startProcess(
       if (m) {
         clearTimeout(timer)
         proc.stdout!.removeAllListeners('data')
-        proc.stdout!.resume()
+        if (process.env.BENCH_CHILD_LOG)
+          proc.stdout!.pipe(createWriteStream(`${process.env.BENCH_CHILD_LOG}-${proc.pid}.log`))
+        else proc.stdout!.resume()
         resolve({ ...child, line: m })
       }
     })
