@@ -279,9 +279,19 @@ describe.runIf(usingServer)('a WebSocket session proof over two instances', () =
     const payer = await fundedAccount(100_000_000n)
     const hash = await payUsdc(payer, a.chain.treasury, CREDIT)
     const s = await open(`${a.url}/m/${ep.body.id}`, { 'x-payment': hash })
-    const replay = await upgradeAnswer(`${b.url}/m/${ep.body.id}`, { 'x-payment': hash })
-    expect([replay.status, JSON.parse(replay.body).error]).toEqual([402, 'proof_already_used'])
+    // While a's session holds the claim, b says it is in use (as for an HTTP call in flight): retry, do not pay.
+    const during = await upgradeAnswer(`${b.url}/m/${ep.body.id}`, { 'x-payment': hash })
+    expect([during.status, JSON.parse(during.body).error.code]).toEqual([409, 'payment_in_progress'])
     s.ws.close(1000)
     await s.closed
+    // Once the session is captured the proof is spent on every instance.
+    const after = await waitFor(
+      async () => {
+        const r = await upgradeAnswer(`${b.url}/m/${ep.body.id}`, { 'x-payment': hash })
+        return r.status === 409 ? null : r
+      },
+      { what: 'the session captured, seen from b' },
+    )
+    expect([after.status, JSON.parse(after.body).error]).toEqual([402, 'proof_already_used'])
   })
 })
