@@ -2,7 +2,7 @@
 // (`bundled` forces the next-but-one), else Debian's /usr/bin/chromium, else the build that
 // @sparticuz/chromium (a devDependency) unpacks.
 // If none starts, the error says exactly what to install.
-import { existsSync } from 'node:fs'
+import { existsSync, rmSync } from 'node:fs'
 import { type Browser, chromium } from 'playwright-core'
 
 const SYSTEM = ['/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome']
@@ -39,6 +39,14 @@ export async function launchChromium(): Promise<{ browser: Browser; executable: 
       const { default: bundled } = await import('@sparticuz/chromium')
       // Not bundled.args: they are for AWS Lambda, and their --single-process ends the browser when the
       // first page's context closes.
+      return { path: await bundled.executablePath(), args: [...ARGS, ...BUNDLED_EXTRA] }
+    })
+    // @sparticuz/chromium unpacks to /tmp/chromium once and trusts whatever is there afterwards: an unpack cut
+    // short (two test runs unpacking at once, or one killed) left a 150 MB binary of 209 MB that every later
+    // run reused and that closed at launch. Tried after the first failed: unpacked afresh.
+    candidates.push(async () => {
+      const { default: bundled } = await import('@sparticuz/chromium')
+      rmSync(await bundled.executablePath(), { force: true })
       return { path: await bundled.executablePath(), args: [...ARGS, ...BUNDLED_EXTRA] }
     })
   }
