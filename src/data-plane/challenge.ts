@@ -1,6 +1,7 @@
 // The 402 payment requirement: body (seed fields + x402 v1 `accepts`) and the x402 v2 PAYMENT-REQUIRED
 // header, built once per endpoint version; only the reason and the quote's expiry vary per answer (the v2
 // header carries the reason too: one encoded header per reason, built the first time that reason is used).
+import type { MppOffer } from '../schemes/mpp-charge/challenge.ts'
 import { PAYMENT_IDENTIFIER } from './paid-answers.ts'
 
 /** A scheme's part of a 402: any of the three places an offer can appear. */
@@ -13,12 +14,6 @@ export interface Offer {
   v2?: Requirement
   /** An MPP challenge (a `WWW-Authenticate: Payment` value): its fixed part built here, its id per answer. */
   mpp?: MppOffer
-}
-
-/** An MPP challenge of one price, precomputed but for what each answer binds (expiry, id). */
-export interface MppOffer {
-  /** The `WWW-Authenticate` value of one answer at `nowMs` (HMAC-bound id, expiry). */
-  header(nowMs: number): string
 }
 
 /** An x402 v2 payment requirement as advertised. */

@@ -4,8 +4,8 @@
 // payload for the one verifier (signature, validity window, nonce unused on chain, balance).
 import { timingSafeEqual } from 'node:crypto'
 import { getAddress, keccak256, toHex } from 'viem'
-import type { MppOffer } from '../../data-plane/challenge.ts'
 import type { Logger } from '../../observability/logger.ts'
+import type { MppOffer } from './challenge.ts'
 import { challengeId, challengeKey, MPP_INTENT, MPP_METHOD, mppOffer } from './challenge.ts'
 import { parseAuthorization, parseCredential, parseRequest } from './credential.ts'
 

@@ -5,7 +5,12 @@
 // payer's two calls would sign the same nonce and the second would be refused as a replay. `opaque` holds a
 // per-answer serial for that (expiry alone repeats within a millisecond).
 import { createHash, createHmac, randomBytes } from 'node:crypto'
-import type { MppOffer } from '../../data-plane/challenge.ts'
+
+/** An MPP challenge of one price, precomputed but for what each answer binds (expiry, id). */
+export interface MppOffer {
+  /** The `WWW-Authenticate` value of one answer at `nowMs` (HMAC-bound id, expiry). */
+  header(nowMs: number): string
+}
 
 export const MPP_METHOD = 'evm'
 export const MPP_INTENT = 'charge'
