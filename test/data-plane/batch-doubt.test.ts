@@ -54,7 +54,9 @@ describe('a channel call in doubt', () => {
     await svc.jobs.runNow('batch-claims')
     const calls = await svc.sql<{ amount_atomic: bigint; upstream_status: number }[]>`
       SELECT amount_atomic, upstream_status FROM calls WHERE endpoint_id = ${id} ORDER BY created_at`
-    expect(calls.map((c) => c.upstream_status)).toEqual([200, 200, 0, 200, 200])
+    // Calls recorded in one group commit share created_at (now() is the transaction's start), so the one in
+    // doubt may sort anywhere among them: what counts is one of each, not the order.
+    expect(calls.map((c) => c.upstream_status).sort()).toEqual([0, 200, 200, 200, 200])
     expect(calls.every((c) => c.amount_atomic === PRICE)).toBe(true)
     const [channel] = await svc.sql<{ channel_id: `0x${string}`; charged_atomic: bigint }[]>`
       SELECT channel_id, charged_atomic FROM batch_channels WHERE payer = ${who.address}`
@@ -98,8 +100,9 @@ describe('a channel call in doubt', () => {
     await svc.jobs.runNow('batch-claims')
     const calls = await svc.sql<{ amount_atomic: bigint; upstream_status: number }[]>`
       SELECT amount_atomic, upstream_status FROM calls WHERE endpoint_id = ${id} ORDER BY created_at`
-    expect(calls.map((c) => c.upstream_status)).toEqual([200, 0, 200, 200])
-    expect(calls[1]!.amount_atomic).toBe(10_000n)
+    // In any order (see above): one in doubt, charged its whole ceiling.
+    expect(calls.map((c) => c.upstream_status).sort()).toEqual([0, 200, 200, 200])
+    expect(calls.find((c) => c.upstream_status === 0)!.amount_atomic).toBe(10_000n)
     const measured = calls.filter((c) => c.upstream_status === 200).map((c) => c.amount_atomic)
     expect(measured.every((a) => a > 0n && a < 10_000n)).toBe(true)
     const total = calls.reduce((s, c) => s + c.amount_atomic, 0n)
