@@ -37,9 +37,20 @@ export interface FeeQuote {
   maxPriorityFeePerGas: bigint
 }
 
+/**
+ * The fee cap's headroom over the latest base fee. viem's default (1.2×) is outrun by two full blocks in a
+ * row (+12.5% each), and a transaction whose cap falls under the base fee is dropped (anvil, checked) or
+ * parked (geth) while every later nonce of its sender waits behind it: under load that stalled a settler for
+ * good. 2× (what geth's and ethers' wallets quote) lasts six full blocks; only base fee + tip is ever paid.
+ */
+const BASE_FEE_HEADROOM = 2n
+
 export async function quoteFees(client: ChainPublicClient): Promise<FeeQuote> {
-  const fees = await client.estimateFeesPerGas({ type: 'eip1559' })
-  return { maxFeePerGas: fees.maxFeePerGas, maxPriorityFeePerGas: fees.maxPriorityFeePerGas }
+  const [block, tip] = await Promise.all([
+    client.getBlock({ blockTag: 'latest' }),
+    client.estimateMaxPriorityFeePerGas(),
+  ])
+  return { maxFeePerGas: (block.baseFeePerGas ?? 0n) * BASE_FEE_HEADROOM + tip, maxPriorityFeePerGas: tip }
 }
 
 /**

@@ -142,6 +142,13 @@ interface SignedSettlement {
   hash: Hash
 }
 
+/**
+ * A transaction pooled this long behind a gap in its sender's nonces is taken as lost. A live settler fills
+ * its own gaps within seconds (schemes/exact/nonce-gaps.ts); this is for one whose process is gone and whose
+ * slot nobody took again. Well inside an authorization's validity, well past any queue of a full chain.
+ */
+const QUEUED_BEHIND_GAP_MS = 60_000
+
 /** Settlements already sent, grouped by transaction: final, lost, or still on their way. */
 async function resolveSent(deps: JobDeps, freshMs: number): Promise<void> {
   const { sql, chain, logger } = deps
@@ -149,13 +156,16 @@ async function resolveSent(deps: JobDeps, freshMs: number): Promise<void> {
   // The settle-before-answer path records a hash with the capture and broadcasts right after: a hash that
   // young and unknown to the node is not lost yet (its outcome is looked up on a later run).
   const young = new Set<Hash>()
+  const old = new Set<Hash>()
   for (const c of await listSentSettlements(sql)) {
     if (c.age_ms < freshMs) young.add(c.settlement_tx as Hash)
+    if (c.age_ms > QUEUED_BEHIND_GAP_MS) old.add(c.settlement_tx as Hash)
     const hash = c.settlement_tx as Hash
     const items = byHash.get(hash)
     if (items) items.push(c)
     else byHash.set(hash, [c])
   }
+  const minedNonces = new Map<Hex, number>()
   for (const [hash, items] of byHash) {
     // A failed look-up throws (the run ends, the next one asks again): unknown is not "lost".
     const receipt = await nullIfNotFound(chain.publicClient.getTransactionReceipt({ hash }))
@@ -163,10 +173,13 @@ async function resolveSent(deps: JobDeps, freshMs: number): Promise<void> {
       await settled(deps, await applyOutcomes(deps, { items, hash }, receipt))
       continue
     }
-    // Still waiting in the node's pool: leave it, a second transaction for it would only revert.
+    // Still waiting in the node's pool: leave it, a second transaction for it would only revert. Unless it
+    // has waited long behind a hole in its sender's nonces (a settler that dropped out with a gap): then it is
+    // as good as lost, and signed again from here (if it is mined one day, what this settles first is used,
+    // and the token refuses an authorization twice).
     if (young.has(hash)) continue
     const pending = await nullIfNotFound(chain.publicClient.getTransaction({ hash }))
-    if (pending) continue
+    if (pending && !(old.has(hash) && (await behindGap(deps, pending, minedNonces)))) continue
     // Never mined and unknown to the node: what is used anyway (anyone may submit an authorization; the
     // money arrived all the same) is settled, the rest forgotten and signed again.
     const used: Settled[] = []
@@ -181,6 +194,20 @@ async function resolveSent(deps: JobDeps, freshMs: number): Promise<void> {
     }
     await settled(deps, used)
   }
+}
+
+/** Whether a pooled transaction waits behind a nonce of its sender that nothing fills (mined nonce below it). */
+async function behindGap(
+  { chain }: JobDeps,
+  tx: { from: Hex; nonce: number },
+  minedNonces: Map<Hex, number>,
+): Promise<boolean> {
+  let mined = minedNonces.get(tx.from)
+  if (mined === undefined) {
+    mined = await chain.publicClient.getTransactionCount({ address: tx.from, blockTag: 'latest' })
+    minedNonces.set(tx.from, mined)
+  }
+  return tx.nonce > mined
 }
 
 /** Authorizations still inside their window; the others are failed as expired (served, never to be paid). */

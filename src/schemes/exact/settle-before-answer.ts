@@ -27,6 +27,7 @@ import { signingAccount } from '../../chain/signing-account.ts'
 import type { Sql } from '../../db/sql.ts'
 import type { Logger } from '../../observability/logger.ts'
 import { earlySettlementBatchSize, earlySettlementPhase } from '../../observability/metrics.ts'
+import { NonceGaps } from './nonce-gaps.ts'
 
 /** Gas for one transferWithAuthorization sent alone (as the settlement job allows). */
 const SETTLEMENT_GAS = 150_000n
@@ -103,12 +104,22 @@ export class SettleBeforeAnswer {
     receipt: earlySettlementPhase.labels('receipt'),
   }
 
+  /** Fills a nonce the node dropped, so the ones after it are mined. */
+  readonly gaps: NonceGaps
+
   /** Told after each of its transactions is mined (the gas watch reads the balance again). */
   onMined: (() => void) | null = null
 
   constructor(private readonly o: SettleBeforeAnswerOptions) {
     // libsecp256k1 when its native binary loads (as the treasury's): a signature per group on the answers' path.
     this.account = signingAccount(o.settlerKey)
+    this.gaps = new NonceGaps({
+      client: o.chain.publicClient,
+      account: this.account,
+      chainId: o.chain.chainId,
+      quote: () => this.quote(),
+      logger: o.logger,
+    })
   }
 
   /** The slot was lost and taken again: another process may have used its nonces meanwhile. */
@@ -148,6 +159,7 @@ export class SettleBeforeAnswer {
       this.flush()
       await Promise.race([Promise.all([...this.inFlight]), new Promise((r) => setTimeout(r, 5))])
     }
+    await this.gaps.stop()
   }
 
   /**
@@ -275,6 +287,7 @@ export class SettleBeforeAnswer {
       const whole = s.items.every((it) => recorded.has(it.capture.proofKey))
       const r = whole ? await broadcast(client, s.rawTx) : null
       if (r !== null && (r.ok || r.reason === 'already_known')) {
+        this.gaps.sent(nonce + i, s.hash)
         out.push(s)
         next = nonce + i + 1
         continue
