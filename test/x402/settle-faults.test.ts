@@ -3,11 +3,13 @@
 // new x402 payloads 503 settlement_backlog before anything is claimed.
 import type { Hex } from 'viem'
 import { type Chain, createWalletClient, http, publicActions } from 'viem'
-import { privateKeyToAccount } from 'viem/accounts'
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { baseSepolia } from 'viem/chains'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { preparePaymentHeader, signPaymentHeader } from 'x402/client'
 import { decodePayment } from 'x402/schemes'
+import { broadcast, quoteFees } from '../../src/chain/payouts.ts'
+import { type StoredAuthorization, signSettlement } from '../../src/chain/settle.ts'
 import { settlements } from '../../src/observability/metrics.ts'
 import { type RpcProxy, startRpcProxy } from '../helpers/rpc-proxy.ts'
 import { startX402Setup, type X402Setup } from './harness.ts'
@@ -113,6 +115,69 @@ describe('x402 settlement under faults', () => {
     }
     const differences = await setup.reconcileDifferences()
     expect(differences.filter((d) => keys.some((k) => d.includes(k)) || d.startsWith('inflow'))).toEqual([])
+  })
+
+  it("a settlement queued over a minute behind a hole in its sender's nonces is settled again, once", async () => {
+    const [paid] = await setup.sign(1)
+    expect((await setup.pay(paid!.header)).status).toBe(200)
+    await setup.svc.flushCaptures()
+    const [claim] = await setup.svc.sql<{ proof_key: string; authorization_payload: StoredAuthorization }[]>`
+      SELECT proof_key, authorization_payload FROM claims
+      WHERE kind = 'eip3009' AND settled_at IS NULL AND settlement_error IS NULL`
+    // A settler that went away with a gap: its transaction carrying this authorization sits at nonce 1 of an
+    // account whose nonce 0 nothing will ever fill; the node keeps it queued.
+    const settler = privateKeyToAccount(generatePrivateKey())
+    const client = setup.svc.chain.publicClient
+    await client.request({
+      method: 'anvil_setBalance' as never,
+      params: [settler.address, '0xde0b6b3a7640000'] as never,
+    })
+    const queued = await signSettlement(settler, {
+      chainId: setup.svc.chain.chainId,
+      usdc: setup.svc.chain.usdc.address,
+      authorization: claim!.authorization_payload,
+      nonce: 1,
+      gas: 150_000n,
+      fees: await quoteFees(client),
+    })
+    expect(await broadcast(client, queued.rawTx)).toEqual({ ok: true })
+    await setup.svc.sql`
+      UPDATE claims SET settlement_tx = ${queued.hash} WHERE proof_key = ${claim!.proof_key}`
+
+    // Young, it is waited for: a second transaction would only revert once the first is mined.
+    await setup.svc.jobs.runNow('x402-settlement')
+    const [waiting] = await setup.svc.sql<{ settlement_tx: string; settled: boolean }[]>`
+      SELECT settlement_tx, settled_at IS NOT NULL AS settled FROM claims WHERE proof_key = ${claim!.proof_key}`
+    expect(waiting).toEqual({ settlement_tx: queued.hash, settled: false })
+
+    // Over a minute behind the hole: taken as lost, signed again from the treasury, settled.
+    await setup.svc.sql`
+      UPDATE claims SET captured_at = now() - interval '2 minutes' WHERE proof_key = ${claim!.proof_key}`
+    await setup.svc.jobs.runNow('x402-settlement')
+    await setup.svc.jobs.runNow('x402-settlement')
+    const [settled] = await setup.svc.sql<{ settlement_tx: string; settled: boolean }[]>`
+      SELECT settlement_tx, settled_at IS NOT NULL AS settled FROM claims WHERE proof_key = ${claim!.proof_key}`
+    expect(settled!.settled).toBe(true)
+    expect(settled!.settlement_tx).not.toBe(queued.hash)
+    const a = claim!.authorization_payload
+    expect(await setup.authorizationUsed(a.from, a.nonce)).toBe(true)
+
+    // The hole filled at last: the queued transaction is mined and moves nothing (the token refuses an
+    // authorization twice); the payer paid once.
+    const before = await setup.balanceOf(a.from)
+    const filler = await settler.signTransaction({
+      type: 'eip1559',
+      chainId: setup.svc.chain.chainId,
+      to: settler.address,
+      value: 0n,
+      nonce: 0,
+      gas: 21_000n,
+      ...(await quoteFees(client)),
+    })
+    expect(await broadcast(client, filler)).toEqual({ ok: true })
+    const receipt = await client.waitForTransactionReceipt({ hash: queued.hash, timeout: 30_000 })
+    expect(receipt.status).toBe('reverted')
+    expect(await setup.balanceOf(a.from)).toBe(before)
   })
 
   it('an authorization that expires unsettled leaves nothing booked, and is counted', async () => {
