@@ -1,11 +1,11 @@
 // What the checkout's route and its pay flow share: its dependencies and the context built once from them
 // (route.ts builds it, pay.ts uses it; neither imports the other for it).
 import type { HttpRequest, HttpResponse } from '../data-plane/uws.ts'
-import type { Verifier } from '../data-plane/verifier.ts'
 import type { CheckoutPaymentRow } from '../db/payments.ts'
 import type { Sql } from '../db/sql.ts'
 import type { Logger } from '../observability/logger.ts'
 import type { MppBinding } from '../schemes/mpp-charge/binding.ts'
+import type { Verifier } from '../schemes/verifier.ts'
 import type { CheckoutPages } from './page.ts'
 import type { CheckoutView } from './presenter.ts'
 import type { CheckoutRequest, Responder } from './responder.ts'

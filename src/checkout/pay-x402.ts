@@ -10,11 +10,11 @@
 // to refund. Only one that was already on its way when the payment closed is settled and then refunded.
 
 import { type HoldOutcome, holdPaymentAuthorization } from '../books/payments.ts'
-import type { VerifyResult } from '../data-plane/verifier.ts'
 import { findClaim, findSettlement } from '../db/claims.ts'
 import { type CheckoutPaymentRow, effectiveStatus, findCheckoutPayment } from '../db/payments.ts'
 import { checkoutPayments, paymentRequired } from '../observability/metrics.ts'
 import { paymentReceipt } from '../schemes/mpp-charge/index.ts'
+import type { VerifyResult } from '../schemes/verifier.ts'
 import type { CheckoutContext } from './context.ts'
 import { presentCheckout } from './presenter.ts'
 import { type Headers, JSON_TYPE, type Responder, stateCode } from './responder.ts'

@@ -3,12 +3,12 @@
 // goes to pay-x402.ts.
 
 import { type ApplyOutcome, applyPaymentProof } from '../books/payments.ts'
-import { parseProof } from '../data-plane/proof.ts'
-import type { VerifyResult } from '../data-plane/verifier.ts'
 import { findClaim } from '../db/claims.ts'
 import { type CheckoutPaymentRow, effectiveStatus, findCheckoutPayment } from '../db/payments.ts'
 import { checkoutPayments, paymentRequired } from '../observability/metrics.ts'
 import { mppStored } from '../schemes/mpp-charge/index.ts'
+import type { VerifyResult } from '../schemes/verifier.ts'
+import { parseProof } from '../wire/proof.ts'
 import type { CheckoutContext } from './context.ts'
 import { payWithAuthorization } from './pay-x402.ts'
 import { presentCheckout } from './presenter.ts'

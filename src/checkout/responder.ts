@@ -2,13 +2,13 @@
 // with the request id on the answer and in its log line (a 5xx always, others when the access log is on).
 
 import { EXPOSED_HEADERS } from '../data-plane/cors.ts'
-import { mppCredential } from '../data-plane/proof.ts'
 import type { HttpRequest, HttpResponse } from '../data-plane/uws.ts'
 import { statusLine } from '../data-plane/uws.ts'
 import { ERRORS, type ErrorCode, errorBody } from '../errors.ts'
 import type { Logger } from '../observability/logger.ts'
 import { httpDuration, httpRequests, statusClass } from '../observability/metrics.ts'
 import { requestIdFrom } from '../request-id.ts'
+import { mppCredential } from '../wire/proof.ts'
 
 export const JSON_TYPE = 'application/json; charset=utf-8'
 export const HTML_TYPE = 'text/html; charset=utf-8'

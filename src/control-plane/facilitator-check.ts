@@ -3,6 +3,7 @@
 // authorization against them (recipient, exact value, window, signature: src/chain/authorization.ts, the
 // check every metered authorization passes), then the chain (nonce unused, balance). Failures are values
 // with the x402 specification's reason names (§9) where it names one.
+
 import * as v from 'valibot'
 import { type Address, getAddress, type Hex } from 'viem'
 import { type TransferAuthorization, verifyTransferAuthorization } from '../chain/authorization.ts'
@@ -11,6 +12,7 @@ import type { ChainInfo } from '../chain/info.ts'
 import { type StoredAuthorization, storedAuthorization } from '../chain/settle.ts'
 import { sameAddress } from '../chain/transfer.ts'
 import type { StoredUptoPermit, UptoPermit } from '../chain/upto-permit.ts'
+import { PAYMENT_IDENTIFIER } from '../wire/challenge.ts'
 
 const Uint = v.pipe(v.string(), v.regex(/^\d{1,78}$/))
 const HexAddress = v.pipe(v.string(), v.regex(/^0x[0-9a-fA-F]{40}$/))
@@ -69,7 +71,6 @@ export interface CheckContext {
   nowSeconds: bigint
 }
 
-const PAYMENT_IDENTIFIER = 'payment-identifier'
 const ID_PATTERN = /^[A-Za-z0-9_-]{16,128}$/
 
 /** What the terms' common part settles to: where the money goes and on which network. */
@@ -166,7 +167,7 @@ export async function checkTerms(t: Terms, c: CheckContext): Promise<Checked> {
   if (!local.ok) return fail(LOCAL_REASONS[local.reason], local.reason.replaceAll('_', ' '), payer)
   return {
     ok: true,
-    // The key every verifier gives this authorization (src/data-plane/verifier.ts): one claim, wherever it pays.
+    // The key every verifier gives this authorization (src/schemes/verifier.ts): one claim, wherever it pays.
     proofKey: `auth:${c.chain.chainId}:${c.chain.usdcAddress.toLowerCase()}:${payer.toLowerCase()}:${authorization.nonce}`,
     payer,
     valueAtomic: authorization.value,

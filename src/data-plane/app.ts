@@ -16,6 +16,7 @@ import {
   rateLimitedHeaders,
 } from '../rate-limit.ts'
 import { nextRequestId, requestIdFrom } from '../request-id.ts'
+import { mppCredential } from '../wire/proof.ts'
 import {
   type ClientKey,
   createClientKey,
@@ -24,7 +25,6 @@ import {
   peerAddress,
 } from './client-address.ts'
 import { CORS_HEADERS, preflight } from './cors.ts'
-import { mppCredential } from './proof.ts'
 import {
   assertNativeUws,
   type HttpRequest,

@@ -14,6 +14,11 @@ export const CORS_HEADERS: readonly string[] = [
   'access-control-expose-headers',
   EXPOSED_HEADERS,
 ]
+/** Retry-After with CORS, for an answer that says when to try again (a scheme's verdict carries the seconds). */
+export function retryAfterHeaders(seconds: number | undefined): readonly string[] | undefined {
+  return seconds === undefined ? undefined : ['retry-after', String(seconds), ...CORS_HEADERS]
+}
+
 /** The same as pairs, for the proxy hooks' header list (shared constants: never mutated). */
 export const CORS_PAIRS: ReadonlyArray<[string, string]> = [
   ['access-control-allow-origin', '*'],

@@ -39,13 +39,14 @@ import type { AnswerRewriter, BodyAnswer, BodyPrice, BodyPricing } from '../pric
 import { asksForStreamUsage, type Ending, UsageMeter, withStreamUsage } from '../pricing/meter.ts'
 import type { UsagePricing, UsageRecord } from '../pricing/model.ts'
 import { requestIdFrom } from '../request-id.ts'
+import { cacheCounters } from '../schemes/caches.ts'
 import type { SchemeRegistry } from '../schemes/registry.ts'
 import type { CallFacts, ClaimOutcome, Payment, Quote, Verdict } from '../schemes/scheme.ts'
+import { challengeBody, mppHeader, quoteExpiry, v2Header } from '../wire/challenge.ts'
+import { mppCredential, type Proof, parseProof } from '../wire/proof.ts'
 import type { ProofEdge } from './app.ts'
-import { cacheCounters } from './caches.ts'
-import { challengeBody, mppHeader, quoteExpiry, v2Header } from './challenge.ts'
 import { peerAddress } from './client-address.ts'
-import { CORS_HEADERS, CORS_PAIRS } from './cors.ts'
+import { CORS_HEADERS, CORS_PAIRS, retryAfterHeaders } from './cors.ts'
 import {
   type EndpointCache,
   type LiveEndpoint,
@@ -56,7 +57,6 @@ import {
 import type { ObservedCalls } from './observed-calls.ts'
 import { AnswerRecorder, type PaidAnswers, paymentIdentifier, type Reservation } from './paid-answers.ts'
 import type { PassUses } from './pass-uses.ts'
-import { mppCredential, type Proof, parseProof } from './proof.ts'
 import {
   type AbortState,
   createRequestBody,
@@ -576,7 +576,7 @@ class MeteredCall implements ProxyHooks {
         return this.respondError(
           verdict.code,
           verdict.message ? { message: verdict.message } : undefined,
-          verdict.headers,
+          retryAfterHeaders(verdict.retryAfterS),
         )
       case 'answered':
         return this.respondAnswered(verdict)
@@ -1000,6 +1000,7 @@ class MeteredCall implements ProxyHooks {
     res.cork(() => {
       res.writeStatus(answer.status)
       res.writeHeader('x-request-id', this.requestId)
+      for (const [name, value] of CORS_PAIRS) res.writeHeader(name, value)
       for (const [name, value] of answer.headers) res.writeHeader(name, value)
       res.end(answer.body)
     })
@@ -1014,7 +1015,7 @@ class MeteredCall implements ProxyHooks {
     res.cork(() => {
       res.writeStatus(refusal.status).writeHeader('content-type', refusal.contentType)
       res.writeHeader('x-request-id', requestId)
-      res.writeHeader('access-control-allow-origin', '*')
+      for (const [name, value] of CORS_PAIRS) res.writeHeader(name, value)
       res.end(refusal.body)
     })
   }

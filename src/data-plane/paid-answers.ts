@@ -13,9 +13,9 @@ import {
 } from '../db/paid-answers.ts'
 import type { Sql } from '../db/sql.ts'
 import type { Logger } from '../observability/logger.ts'
-import type { Proof } from './proof.ts'
+import { PAYMENT_IDENTIFIER } from '../wire/challenge.ts'
+import type { Proof } from '../wire/proof.ts'
 
-export const PAYMENT_IDENTIFIER = 'payment-identifier'
 const ID_PATTERN = /^[A-Za-z0-9_-]{16,128}$/
 
 /** The id a v2 payload carries and the digest of the payment it names; null when it carries none. */

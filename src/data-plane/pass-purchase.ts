@@ -14,9 +14,10 @@ import { httpRequests, passesBought } from '../observability/metrics.ts'
 import { requestIdFrom } from '../request-id.ts'
 import type { SchemeRegistry } from '../schemes/registry.ts'
 import type { ClaimOutcome, Payment, SpentProof, Verdict } from '../schemes/scheme.ts'
+import { challengeBody, mppHeader, quoteExpiry, v2Header } from '../wire/challenge.ts'
+import { mppCredential, parseProof } from '../wire/proof.ts'
 import type { ProofEdge } from './app.ts'
-import { challengeBody, mppHeader, quoteExpiry, v2Header } from './challenge.ts'
-import { CORS_HEADERS, EXPOSED_HEADERS } from './cors.ts'
+import { CORS_HEADERS, EXPOSED_HEADERS, retryAfterHeaders } from './cors.ts'
 import {
   type EndpointCache,
   type LiveEndpoint,
@@ -24,7 +25,6 @@ import {
   loadEndpoint,
   NOT_FOUND,
 } from './endpoint-cache.ts'
-import { mppCredential, parseProof } from './proof.ts'
 import type { HttpRequest, HttpResponse } from './uws.ts'
 
 export interface PassPurchaseDeps {
@@ -142,7 +142,7 @@ class PassPurchase {
         return this.respondError(
           verdict.code,
           verdict.message ? { message: verdict.message } : undefined,
-          verdict.headers,
+          retryAfterHeaders(verdict.retryAfterS),
         )
       case 'answered':
         return this.respondError('invalid_state', { message: 'this payment cannot buy a pass' })

@@ -31,11 +31,12 @@ import {
   claimBatchSize,
   rpcDuration,
 } from '../observability/metrics.ts'
+import { createUsedProofCache, createVerifiedTransferCache } from '../schemes/caches.ts'
 import { registeredSchemes } from '../schemes/index.ts'
 import { SchemeRegistry } from '../schemes/registry.ts'
+import { Verifier } from '../schemes/verifier.ts'
 import type { Started } from '../subsystem.ts'
 import { createEdgeLimits, createPublicApp, listen, type ProofEdge, proofEdge, type UwsRoute } from './app.ts'
-import { createUsedProofCache, createVerifiedTransferCache } from './caches.ts'
 import { createDiscoveryRoutes } from './discovery.ts'
 import { createEndpointCache, type EndpointCache, type EndpointCacheOptions } from './endpoint-cache.ts'
 import { createMeteredRoute, type MeteredIdentity } from './metered.ts'
@@ -50,7 +51,6 @@ import { readBacklog, startSettlementThrottle } from './settlement-throttle.ts'
 import { SignIn } from './sign-in.ts'
 import { ToolCatalogs } from './tool-catalogs.ts'
 import { createUpstreamDispatcher } from './upstream-pool.ts'
-import { Verifier } from './verifier.ts'
 import { startEndpointRelay, workerEnv } from './workers.ts'
 import { createWebsocketBehavior } from './ws-session.ts'
 

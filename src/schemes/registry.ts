@@ -1,7 +1,8 @@
 // The schemes this process accepts, in the order they read payments: the hot path asks the registry what an
 // endpoint's 402 offers and which scheme verifies a payment, and never names a scheme itself.
-import type { Proof } from '../data-plane/proof.ts'
+
 import type { ReadinessCheck } from '../observability/admin.ts'
+import type { Proof } from '../wire/proof.ts'
 import type { Offer, OfferQuery, PayQuery, Scheme, SchemeDeps, SchemeFactory, Verdict } from './scheme.ts'
 
 export interface Offers {

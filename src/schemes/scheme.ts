@@ -8,15 +8,15 @@ import type { BatchWriter } from '../books/batch-writer.ts'
 import type { ChainContext } from '../chain/connect.ts'
 import type { ChainInfo } from '../chain/info.ts'
 import type { Config } from '../config/schema.ts'
-import type { Challenge, Offer, Requirement } from '../data-plane/challenge.ts'
-import type { Proof } from '../data-plane/proof.ts'
-import type { Verifier } from '../data-plane/verifier.ts'
 import type { Sql } from '../db/sql.ts'
 import type { ErrorCode } from '../errors.ts'
 import type { CallAgent } from '../identity/call-agent.ts'
 import type { ReadinessCheck } from '../observability/admin.ts'
 import type { Logger } from '../observability/logger.ts'
 import type { UsageRecord } from '../pricing/model.ts'
+import type { Challenge, Offer, Requirement } from '../wire/challenge.ts'
+import type { Proof } from '../wire/proof.ts'
+import type { Verifier } from './verifier.ts'
 
 // The 402's parts are declared with the 402 (challenge.ts); a scheme builds them.
 export type { Offer, Requirement }
@@ -110,7 +110,7 @@ export type Verdict =
   /** 503: a dependency could not answer (chain, database); the same payment may be retried. */
   | { ok: 'unavailable'; message: string; reason: string; err?: unknown }
   /** An error answer of the registry (src/errors.ts), e.g. settlement_backlog with its Retry-After. */
-  | { ok: 'error'; code: ErrorCode; message?: string; headers?: readonly string[] }
+  | { ok: 'error'; code: ErrorCode; message?: string; retryAfterS?: number }
   /** The scheme answered the request itself (nothing forwarded), e.g. a channel refund. */
   | { ok: 'answered'; status: string; headers: Array<[string, string]>; body: string; reason: string }
 

@@ -1,10 +1,7 @@
 // The verifier's refusals as verdicts: a chain that cannot be reached is a 503 (retry the same payment),
 // every other reason a 402 with that reason on the wire.
-import { CORS_HEADERS } from '../data-plane/cors.ts'
-import type { VerifyResult } from '../data-plane/verifier.ts'
 import type { Verdict } from './scheme.ts'
-
-const RETRY_AFTER_1 = ['retry-after', '1', ...CORS_HEADERS]
+import type { VerifyResult } from './verifier.ts'
 
 export function refusal(result: Extract<VerifyResult, { ok: false }>): Verdict {
   if (result.reason === 'rpc_unavailable') {
@@ -20,7 +17,7 @@ export function refusal(result: Extract<VerifyResult, { ok: false }>): Verdict {
       ok: 'error',
       code: 'rate_limited',
       message: 'too many payments from this address are being verified at once; retry after one ends',
-      headers: RETRY_AFTER_1,
+      retryAfterS: 1,
     }
   }
   const refused: Verdict = { ok: false, reason: result.reason, retryAfterMs: result.retryAfterMs }

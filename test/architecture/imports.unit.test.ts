@@ -106,6 +106,11 @@ describe('imports', () => {
     expect(crossings(graph, 'src/control-plane/', 'src/data-plane/', true)).toEqual([])
   })
 
+  it('schemes and the wire format sit below the data plane: they never import it, not even through other files', () => {
+    expect(crossings(graph, 'src/schemes/', 'src/data-plane/', true)).toEqual([])
+    expect(crossings(graph, 'src/wire/', 'src/data-plane/', true)).toEqual([])
+  })
+
   it('the data plane does not import checkout, which is built on top of it (service.ts hands it over)', () => {
     expect(crossings(graph, 'src/data-plane/', 'src/checkout/', true)).toEqual([])
   })

@@ -223,6 +223,9 @@ describe('an MCP endpoint reads the JSON-RPC body', () => {
     const before = upstream.methods.length
     const r = await rpc(url, '{"jsonrpc": "2.0", "method": ')
     expect(r.status).toBe(400)
+    // A browser agent reads this refusal as it reads a 402: the same CORS headers as every answer.
+    expect(r.headers.get('access-control-allow-origin')).toBe('*')
+    expect(r.headers.get('access-control-expose-headers')).toContain('PAYMENT-REQUIRED')
     expect(JSON.parse(r.text)).toEqual({
       jsonrpc: '2.0',
       id: null,

@@ -1,10 +1,10 @@
 // `accepted` of an x402 v2 payload against the advertised requirement (as @x402/core matches it), and the
 // per-reason PAYMENT-REQUIRED header built once per reason.
 import { describe, expect, it } from 'vitest'
-import { buildChallenge, v2Header } from '../../src/data-plane/challenge.ts'
 import { matchAccepted } from '../../src/schemes/exact/accepted-match.ts'
 import { exactScheme } from '../../src/schemes/exact/index.ts'
 import type { Offer, Quote, SchemeDeps } from '../../src/schemes/scheme.ts'
+import { buildChallenge, v2Header } from '../../src/wire/challenge.ts'
 
 const chain = {
   network: 'base-sepolia',

@@ -8,12 +8,12 @@ import { hostname } from 'node:os'
 import { getAddress } from 'viem'
 import type { VoucherCall } from '../../books/channels.ts'
 import { BATCH_SCHEME, checkBatchContracts } from '../../chain/batch-channel.ts'
-import { v2Header } from '../../data-plane/challenge.ts'
-import type { Proof } from '../../data-plane/proof.ts'
 import { newId } from '../../ids.ts'
 import { configDollars, splitOwnerShare } from '../../money.ts'
 import { voucherCallsLost, voucherWrites } from '../../observability/metrics.ts'
 import { usageDocument } from '../../pricing/model.ts'
+import { v2Header } from '../../wire/challenge.ts'
+import type { Proof } from '../../wire/proof.ts'
 import type {
   CallFacts,
   ClaimOutcome,

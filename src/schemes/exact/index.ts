@@ -1,18 +1,17 @@
 // x402 `exact` on EVM: an EIP-3009 transferWithAuthorization signed by the payer for exactly the price,
-// verified locally and on chain (src/data-plane/verifier.ts, shared with checkout), its nonce claimed before
+// verified locally and on chain (src/schemes/verifier.ts, shared with checkout), its nonce claimed before
 // the call, settled before the answer by this process's settler (group commit, src/schemes/exact/settler.ts)
 // or, for an endpoint set to "after", in the leader's batches. It pays a stated amount, so it is not
 // offered where the amount varies (usage pricing): the 402 says so. Registered last: it reads every x402
 // payload no other scheme reads, and refuses the ones it cannot pay with the reason the client expects.
 
-import { CORS_HEADERS } from '../../data-plane/cors.ts'
-import type { Proof } from '../../data-plane/proof.ts'
-import type { VerifyResult } from '../../data-plane/verifier.ts'
 import type { ReadinessCheck } from '../../observability/admin.ts'
+import type { Proof } from '../../wire/proof.ts'
 import { exactAmountAccepted, minimumAccepted } from '../amounts.ts'
 import { authorizationPayment, type ClaimedPaymentDeps, claimedPaymentDeps } from '../claimed-payment.ts'
 import type { NotOffered, Offer, OfferQuery, PayQuery, Scheme, SchemeDeps, Verdict } from '../scheme.ts'
 import { refusal } from '../verdicts.ts'
+import type { VerifyResult } from '../verifier.ts'
 import { matchAccepted } from './accepted-match.ts'
 import { EXACT, exactOffer } from './offer.ts'
 import { paymentReceipt } from './receipt.ts'
@@ -85,7 +84,7 @@ class ExactScheme implements Scheme {
       return {
         ok: 'error',
         code: 'settlement_backlog',
-        headers: ['retry-after', String(throttle.retryAfterS), ...CORS_HEADERS],
+        retryAfterS: throttle.retryAfterS,
       }
     }
     if (q.quote.varies) return { ok: false, reason: 'scheme_not_offered' }

@@ -9,7 +9,7 @@
 // mined and the token logged this authorization used in it, with that transaction's hash, as the reference
 // facilitator's settle answers; sent but not mined within the wait, `settlement_pending` WITH the hash (the
 // meaning @x402/core gives that reason: a broadcast transaction, still pending).
-import type { VerifyResult } from '../../data-plane/verifier.ts'
+import type { VerifyResult } from '../verifier.ts'
 import type { EarlySettlement } from './settle-before-answer.ts'
 
 type Paid = Extract<VerifyResult, { ok: true; kind: 'eip3009' }>

@@ -7,13 +7,12 @@
 // through the two protocols), and it settles in the settlement batcher's batches like any exact claim.
 // A usage-priced endpoint takes it for the ceiling; the unused part is refunded in the payout batch.
 import { MPP_STORED } from '../../books/protocols.ts'
-import { CORS_HEADERS } from '../../data-plane/cors.ts'
-import type { Proof } from '../../data-plane/proof.ts'
-import type { VerifyResult } from '../../data-plane/verifier.ts'
+import type { Proof } from '../../wire/proof.ts'
 import { minimumAccepted } from '../amounts.ts'
 import { authorizationPayment, type ClaimedPaymentDeps, claimedPaymentDeps } from '../claimed-payment.ts'
 import type { Offer, OfferQuery, PayQuery, Scheme, SchemeDeps, Verdict } from '../scheme.ts'
 import { refusal } from '../verdicts.ts'
+import type { VerifyResult } from '../verifier.ts'
 import { MppBinding } from './binding.ts'
 import { base64url, MPP_METHOD } from './challenge.ts'
 
@@ -55,7 +54,7 @@ class MppChargeScheme implements Scheme {
       return {
         ok: 'error',
         code: 'settlement_backlog',
-        headers: ['retry-after', String(throttle.retryAfterS), ...CORS_HEADERS],
+        retryAfterS: throttle.retryAfterS,
       }
     }
     const checked = this.binding.check(proof.token, q.nowMs)

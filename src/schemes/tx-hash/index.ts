@@ -1,14 +1,15 @@
 // Pay by transaction hash (the seed's flow): a USDC transfer to the treasury, proven by its hash, claimed
 // once globally. Offered in the 402 body's own fields (price, recipient, asset, network, chain id); a
 // usage-priced endpoint takes it as a prepaid ceiling and the unused part goes back in the payout batch.
-import { cacheCounters } from '../../data-plane/caches.ts'
-import type { Proof } from '../../data-plane/proof.ts'
-import type { VerifyResult } from '../../data-plane/verifier.ts'
+
 import { toDollars } from '../../money.ts'
+import type { Proof } from '../../wire/proof.ts'
 import { minimumAccepted } from '../amounts.ts'
+import { cacheCounters } from '../caches.ts'
 import { ClaimedPayment, type ClaimedPaymentDeps, claimedPaymentDeps } from '../claimed-payment.ts'
 import type { Offer, OfferQuery, PayQuery, Scheme, SchemeDeps, Verdict } from '../scheme.ts'
 import { refusal } from '../verdicts.ts'
+import type { VerifyResult } from '../verifier.ts'
 
 export const TX_HASH = 'tx-hash'
 

@@ -15,8 +15,7 @@ import {
   verifyUptoPermit,
 } from '../../chain/upto-permit.ts'
 import { checkUptoContracts, hasUptoBatcher, uptoBatcherAddress } from '../../chain/upto-settle.ts'
-import { CORS_HEADERS } from '../../data-plane/cors.ts'
-import type { Proof } from '../../data-plane/proof.ts'
+import type { Proof } from '../../wire/proof.ts'
 import { exactAmountAccepted } from '../amounts.ts'
 import { ClaimedPayment, type ClaimedPaymentDeps, claimedPaymentDeps } from '../claimed-payment.ts'
 import type {
@@ -121,7 +120,7 @@ class UptoScheme implements Scheme {
       return {
         ok: 'error',
         code: 'settlement_backlog',
-        headers: ['retry-after', String(throttle.retryAfterS), ...CORS_HEADERS],
+        retryAfterS: throttle.retryAfterS,
       }
     }
     const advertised = q.quote.challenge.accepts.find((a) => a.scheme === UPTO)

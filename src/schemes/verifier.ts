@@ -12,10 +12,10 @@ import type { SmartWalletCheck } from '../chain/verify-smart-wallet.ts'
 import type { TransferFailure } from '../chain/verify-transfer.ts'
 import { verifications } from '../observability/metrics.ts'
 import { ConcurrencyLimiter } from '../rate-limit.ts'
+import type { Proof } from '../wire/proof.ts'
+import { type ExactPayment, parseExactPayment } from '../wire/x402-payload.ts'
 import type { VerifiedTransfer } from './caches.ts'
 import { cacheCounters, type createVerifiedTransferCache } from './caches.ts'
-import type { Proof } from './proof.ts'
-import { type ExactPayment, parseExactPayment } from './x402-payload.ts'
 
 /** Every reason a proof is refused: the chain module's, plus the ones decided here. Wire values as they are. */
 export type VerifyFailure =

@@ -1,9 +1,9 @@
 // The verifier refuses a proof older than the stored retention horizon whatever its configured maximum age:
 // its claim row may be gone (pruned under an earlier, shorter age), so nothing else would refuse it.
 import { describe, expect, it } from 'vitest'
-import { createVerifiedTransferCache } from '../../src/data-plane/caches.ts'
-import { parseProof } from '../../src/data-plane/proof.ts'
-import { Verifier } from '../../src/data-plane/verifier.ts'
+import { createVerifiedTransferCache } from '../../src/schemes/caches.ts'
+import { Verifier } from '../../src/schemes/verifier.ts'
+import { parseProof } from '../../src/wire/proof.ts'
 
 const HOUR = 3_600_000
 const NOW = 1_800_000_000_000

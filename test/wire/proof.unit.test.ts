@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { parseProof } from '../../src/data-plane/proof.ts'
+import { parseProof } from '../../src/wire/proof.ts'
 
 describe('parseProof', () => {
   it('reads a transaction hash, normalised to lower case', () => {

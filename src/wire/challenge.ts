@@ -2,7 +2,9 @@
 // header, built once per endpoint version; only the reason and the quote's expiry vary per answer (the v2
 // header carries the reason too: one encoded header per reason, built the first time that reason is used).
 import type { MppOffer } from '../schemes/mpp-charge/challenge.ts'
-import { PAYMENT_IDENTIFIER } from './paid-answers.ts'
+
+/** The x402 extension whose id lets a retry get the first answer again (src/data-plane/paid-answers.ts). */
+export const PAYMENT_IDENTIFIER = 'payment-identifier'
 
 /** A scheme's part of a 402: any of the three places an offer can appear. */
 export interface Offer {
