@@ -132,10 +132,17 @@ export class SessionCredit {
         callId: `call_${receiptId.slice(5)}`,
         receiptId,
         chargeAtomic: share,
+        // Each row's ceiling is what its payment covers (a voucher session's: every voucher it was sent).
         usage:
           i === 0
-            ? { ...usage, chargeAtomic: share }
-            : { ...usage, quantities: { top_up: i }, chargeAtomic: share, capped: false },
+            ? { ...usage, chargeAtomic: share, ceilingAtomic: payment.coversAtomic }
+            : {
+                ...usage,
+                quantities: { top_up: i },
+                chargeAtomic: share,
+                ceilingAtomic: payment.coversAtomic,
+                capped: false,
+              },
       })
     })
   }
