@@ -130,4 +130,27 @@ describe('WebSocket session top-ups', () => {
     const [row] = await rows(hash)
     expect(row).toMatchObject({ amount_atomic: CREDIT, refund_atomic: 0n })
   })
+
+  it('closes with 1009 on an upstream message over max_message_bytes, charged what was delivered before', async () => {
+    const { key } = await registerMerchant(svc)
+    const r = await svc.api('/api/v1/endpoints', {
+      key,
+      body: {
+        upstream_url: `${upstream.url}/v1/realtime`,
+        pricing: { ...PRICING, output_price_per_million: 10 },
+        websocket: { max_message_bytes: 4096 },
+      },
+    })
+    const hash = await payUsdc(payer, svc.chain.treasury, CREDIT)
+    const s = await openWs(`${svc.url}/m/${r.body.id}`, { 'x-payment': hash })
+    s.ws.send(JSON.stringify({ type: 'response.create', response: { words: 20 } }))
+    await waitFor(() => s.count('response.done') === 1, { what: 'the answer' })
+    s.ws.send(JSON.stringify({ type: 'test.big', bytes: 5000 }))
+    expect(await s.closed).toEqual({ code: 1009, reason: 'message too big' })
+    expect(s.messages.some((m) => m.startsWith('xxx'))).toBe(false)
+    // The answer's usage, never the message that was not delivered: 20 output at 10, 8 input at 2, 2 at 1.
+    const charge = BigInt(Math.ceil((20 * 10_000_000 + 8 * 2_000_000 + 2 * 1_000_000) / 1e6))
+    const [row] = await rows(hash)
+    expect(row).toMatchObject({ amount_atomic: charge, refund_atomic: CREDIT - charge })
+  })
 })
