@@ -114,11 +114,13 @@ export class SessionCredit {
 
   /**
    * Once, when the session ends: each payment captured for its share of the charge (the rest of it
-   * refunded as any usage-priced call's). The usage quantities go on the opening payment's row.
+   * refunded as any usage-priced call's). The usage quantities and the delivery go on the opening payment's
+   * row.
    */
   capture(
     call: Omit<ServedCall, 'callId' | 'receiptId' | 'chargeAtomic' | 'usage'>,
     usage: UsageRecord,
+    delivery: { sha256: string; bytes: number },
   ): void {
     const shares = splitCharge(
       usage.chargeAtomic,
@@ -145,5 +147,8 @@ export class SessionCredit {
               },
       })
     })
+    // The signed final receipt attests what the session delivered (SHA-256 over its messages in order), on
+    // the opening payment's row; a scheme that writes its own calls (a channel) shows none.
+    this.payments[0]!.deliver?.(delivery.sha256, delivery.bytes)
   }
 }

@@ -3,6 +3,7 @@
 // client, and the session is captured once at its end for what it delivered, the rest refunded.
 
 import type { us_socket_context_t, WebSocket, WebSocketBehavior } from 'uWebSockets.js'
+import { createHash } from 'node:crypto'
 import { isIP } from 'node:net'
 import UpstreamSocket from 'ws'
 import { type ErrorCode, writeError } from '../errors.ts'
@@ -337,6 +338,8 @@ export class Session {
   held: Array<[Buffer, boolean]> = []
   toppingUp = false
   waitExpired = false
+  /** SHA-256 over the messages delivered to the client, in order: the signed final receipt's delivery. */
+  readonly digest = createHash('sha256')
 
   constructor(
     readonly deps: WsSessionDeps,
@@ -404,6 +407,7 @@ export class Session {
     // 2: dropped by uWS, never delivered: not metered, and the session ends.
     if (sent === 2) return this.end(1013, 'client is not keeping up', 'backpressure')
     this.meter.delivered(data, isBinary)
+    this.digest.update(data)
     to.clientFrames.inc()
     to.clientBytes.inc(data.length)
     if (ws.getBufferedAmount() > HIGH_WATER_BYTES && !this.upstream.isPaused) this.upstream.pause()
@@ -616,6 +620,7 @@ export class Session {
         tool: null,
       },
       usage,
+      { sha256: this.digest.digest('hex'), bytes: this.meter.bytes },
     )
     websocketChargedAtomic.inc(Number(usage.chargeAtomic))
   }

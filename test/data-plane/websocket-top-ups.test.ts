@@ -2,6 +2,7 @@
 // the in-band request (x402 WebSocket transport shape), a top-up sent on the socket that lets the session go
 // on (charged across its two payments to the base unit, the rest refunded), and a session that does not top
 // up: paused when its credit is spent, then closed with 4402 once top_up_wait_ms is over, charged its credit.
+import { createHash } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { registry } from '../../src/observability/metrics.ts'
@@ -98,6 +99,17 @@ describe('WebSocket session top-ups', () => {
     })
     expect(b).toMatchObject({ amount_atomic: charge - CREDIT, refund_atomic: 2n * CREDIT - charge })
     expect(b!.usage.quantities).toEqual({ top_up: 1 })
+    // The signed final receipt: the usage, and the SHA-256 over the upstream's messages as delivered (the
+    // in-band messages are tollgate's own, not in it).
+    const relayed = s.messages.filter((m) => m.startsWith('{"type"'))
+    const sha = createHash('sha256').update(relayed.join('')).digest('hex')
+    const receipt = await (await fetch(`${svc.url}/receipts/${s.headers['x-receipt-id']}`)).json()
+    expect(receipt).toMatchObject({
+      amount_atomic: '50000',
+      delivered: { body_sha256: sha, body_bytes: Buffer.byteLength(relayed.join('')) },
+    })
+    expect(receipt.signed.payload).toMatchObject({ bodySha256: sha, upstreamStatus: 101 })
+    expect(JSON.parse(receipt.signed.payload.usage).quantities).toMatchObject({ output_tokens: 80 })
     const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
     expect(report.claims.differences).toEqual([])
     expect(report.claims.unused_refund_mismatch).toBe(0)
