@@ -3,6 +3,7 @@
 // client, and the session is captured once at its end for what it delivered, the rest refunded.
 
 import type { us_socket_context_t, WebSocket, WebSocketBehavior } from 'uWebSockets.js'
+import { createHash } from 'node:crypto'
 import { isIP } from 'node:net'
 import UpstreamSocket from 'ws'
 import { type ErrorCode, writeError } from '../errors.ts'
@@ -14,6 +15,7 @@ import {
   websocketFrames,
   websocketSessions,
   websocketSessionsOpen,
+  websocketTopUps,
 } from '../observability/metrics.ts'
 import { MAX_MESSAGE_BYTES_LIMIT, SessionMeter } from '../pricing/session.ts'
 import { requestIdFrom } from '../request-id.ts'
@@ -27,6 +29,7 @@ import { CORS_HEADERS } from './cors.ts'
 import { type EndpointCache, type LiveEndpoint, loadEndpoint, NOT_FOUND } from './endpoint-cache.ts'
 import { forwardHeaders, isConfinedSubPath } from './proxy.ts'
 import type { HttpRequest, HttpResponse } from './uws.ts'
+import { readTopUp, SessionCredit, type TopUpRequest, type TopUpResult } from './ws-credit.ts'
 
 /** The part of app.ts's ProofEdge a session uses (declared here: app.ts mounts this file's behaviour). */
 export interface SessionEdge {
@@ -57,6 +60,7 @@ const LOW_WATER_BYTES = 262_144
 const LOW_CREDIT_PARTS = 5n
 /** The close code of a session whose credit ran out (private range 4000-4999, after HTTP 402). */
 export const CREDIT_EXHAUSTED = 4402
+const NO_TOP_UP = 'payment required: no top-up in time'
 /** The close code of a session at the end of its payment's window (after HTTP 408). */
 export const WINDOW_OVER = 4408
 
@@ -266,8 +270,9 @@ class Opening {
     const entry = this.endpoint!
     const payment = this.payment!
     const receiptId = newId('rcpt')
-    const session = new Session(this.deps, entry, payment, upstream, receiptId)
-    const receipt = payment.receipt(true)
+    const credit = new SessionCredit(payment, receiptId, this.deps.schemes)
+    const session = new Session(this.deps, entry, credit, upstream, receiptId)
+    const receipt = credit.receipt()
     const res = this.res
     res.cork(() => {
       res.writeStatus('101 Switching Protocols')
@@ -314,7 +319,8 @@ class Opening {
 
 /**
  * One open session: relays both ways with backpressure, meters what reaches the client, asks for credit in
- * band when it runs low, closes with 4402 when it runs out, and is captured once when either side ends it.
+ * band when it runs low, takes top-ups sent on the socket, pauses when the credit is spent and closes with
+ * 4402 when no top-up comes in time, and is captured once when either side ends it.
  */
 export class Session {
   ws: WebSocket<SessionData> | null = null
@@ -326,11 +332,19 @@ export class Session {
   finished = false
   timer: NodeJS.Timeout | null = null
   window: NodeJS.Timeout | null = null
+  /** Credit spent: the timer that closes the session unless a top-up comes first; null otherwise. */
+  waiting: NodeJS.Timeout | null = null
+  /** Upstream messages that came while waiting: delivered (and metered) only after a top-up. */
+  held: Array<[Buffer, boolean]> = []
+  toppingUp = false
+  waitExpired = false
+  /** SHA-256 over the messages delivered to the client, in order: the signed final receipt's delivery. */
+  readonly digest = createHash('sha256')
 
   constructor(
     readonly deps: WsSessionDeps,
     readonly endpoint: LiveEndpoint,
-    readonly payment: Payment,
+    readonly credit: SessionCredit,
     readonly upstream: UpstreamSocket,
     readonly receiptId: string,
   ) {
@@ -368,6 +382,8 @@ export class Session {
     if (this.ending !== null) return
     if (message.byteLength > this.endpoint.websocket!.maxMessageBytes)
       return this.end(1009, 'message too big', 'too_big')
+    const topUp = readTopUp(new Uint8Array(message), isBinary)
+    if (topUp !== null) return void this.topUp(topUp)
     // uWS cannot pause a WebSocket's reads: an upstream that does not keep up ends the session instead.
     if (this.upstream.bufferedAmount > HIGH_WATER_BYTES * 4)
       return this.end(1013, 'upstream is not keeping up', 'backpressure')
@@ -385,10 +401,13 @@ export class Session {
   fromUpstream(data: Buffer, isBinary: boolean): void {
     const ws = this.ws
     if (ws === null || this.ending !== null) return
+    // Credit spent: nothing more is delivered (nor charged) until a top-up.
+    if (this.waiting !== null) return void this.held.push([data, isBinary])
     const sent = ws.send(data, isBinary)
     // 2: dropped by uWS, never delivered: not metered, and the session ends.
     if (sent === 2) return this.end(1013, 'client is not keeping up', 'backpressure')
     this.meter.delivered(data, isBinary)
+    this.digest.update(data)
     to.clientFrames.inc()
     to.clientBytes.inc(data.length)
     if (ws.getBufferedAmount() > HIGH_WATER_BYTES && !this.upstream.isPaused) this.upstream.pause()
@@ -396,33 +415,53 @@ export class Session {
   }
 
   drained(): void {
-    if (this.ws !== null && this.upstream.isPaused && this.ws.getBufferedAmount() < LOW_WATER_BYTES)
+    if (
+      this.ws !== null &&
+      this.waiting === null &&
+      this.upstream.isPaused &&
+      this.ws.getBufferedAmount() < LOW_WATER_BYTES
+    )
       this.upstream.resume()
   }
 
   /** Spent counts unreported deltas as output tokens: the cut comes no later than the credit allows. */
   checkCredit(): void {
-    if (this.ending !== null) return
+    if (this.ending !== null || this.waiting !== null) return
     const spent = this.meter.chargeAtomic(performance.now(), true)
-    const covers = this.payment.coversAtomic
-    if (spent >= covers) {
-      this.askForCredit(spent, 'credit_exhausted')
-      return this.end(CREDIT_EXHAUSTED, 'payment required: credit exhausted', 'credit')
+    const covers = this.credit.coversAtomic
+    if (spent >= covers) return this.waitForTopUp(spent)
+    if (!this.asked && (covers - spent) * LOW_CREDIT_PARTS < covers) {
+      this.asked = true
+      this.askForCredit(spent, 'credit_low')
     }
-    if (!this.asked && (covers - spent) * LOW_CREDIT_PARTS < covers) this.askForCredit(spent, 'credit_low')
+  }
+
+  /** Credit spent: the upstream is paused, the client asked once more, and closed unless it tops up in time. */
+  waitForTopUp(spent: bigint): void {
+    const waitMs = this.endpoint.websocket!.topUpWaitMs
+    this.askForCredit(spent, 'credit_exhausted')
+    if (waitMs === 0) return this.end(CREDIT_EXHAUSTED, 'payment required: credit exhausted', 'credit')
+    if (!this.upstream.isPaused) this.upstream.pause()
+    this.waitExpired = false
+    this.waiting = setTimeout(() => {
+      this.waitExpired = true
+      // A top-up being verified when the time is up is let finish: it decides.
+      if (!this.toppingUp) this.end(CREDIT_EXHAUSTED, NO_TOP_UP, 'credit')
+    }, waitMs)
   }
 
   /** The in-band request (docs/websockets.md): the x402 WebSocket transport's 402 error shape. */
-  askForCredit(spent: bigint, reason: string): void {
+  askForCredit(spent: bigint, reason: string, id?: unknown, requiredHeader?: string): void {
     const ws = this.ws
-    if (ws === null || this.asked) return
-    this.asked = true
+    if (ws === null) return
     const challenge = this.endpoint.quoteFor('GET', '').challenge
-    const paymentRequired = JSON.parse(Buffer.from(v2Header(challenge, reason), 'base64').toString('utf8'))
-    const covers = this.payment.coversAtomic
+    const header = requiredHeader ?? v2Header(challenge, reason)
+    const paymentRequired = JSON.parse(Buffer.from(header, 'base64').toString('utf8'))
+    const covers = this.credit.coversAtomic
     const remaining = covers > spent ? covers - spent : 0n
     ws.send(
       JSON.stringify({
+        ...(id !== undefined ? { id } : {}),
         error: { code: 402, message: reason, paymentRequired },
         metadata: {
           tollgate: {
@@ -435,6 +474,92 @@ export class Session {
       }),
       false,
     )
+  }
+
+  /** A top-up sent on the socket: verified and held as the opening proof was; answered on the socket. */
+  async topUp(request: TopUpRequest): Promise<void> {
+    if (this.toppingUp) return this.answerTopUp(request.id, { ok: false, reason: 'payment_in_progress' })
+    this.toppingUp = true
+    const quote = this.endpoint.quoteFor('GET', '')
+    let result: TopUpResult
+    try {
+      result = await this.credit.topUp(request.proof, {
+        endpoint: {
+          id: this.endpoint.id,
+          accountId: this.endpoint.accountId,
+          timeoutMs: this.endpoint.target.timeoutMs,
+          settleBeforeAnswer: false,
+          protocols: this.endpoint.protocols,
+        },
+        quote,
+        nowMs: Date.now(),
+        client: '',
+      })
+    } catch (err) {
+      this.deps.logger.error('websocket top-up failed', { receipt_id: this.receiptId, err })
+      result = { ok: false, reason: 'verification_unavailable', status: 'unavailable' }
+    }
+    this.toppingUp = false
+    if (this.ending !== null) return
+    this.answerTopUp(request.id, result)
+    if (result.ok) {
+      websocketTopUps.labels('taken').inc()
+      this.asked = false
+      return this.resumeAfterTopUp()
+    }
+    websocketTopUps.labels('refused').inc()
+    // Refused while waiting, and the time is up meanwhile: closed now.
+    if (this.waiting !== null && this.waitExpired) this.end(CREDIT_EXHAUSTED, NO_TOP_UP, 'credit')
+  }
+
+  answerTopUp(id: unknown, result: TopUpResult): void {
+    const ws = this.ws
+    if (ws === null) return
+    const spent = this.meter.chargeAtomic(performance.now(), true)
+    if (!result.ok) return this.askForCredit(spent, result.reason, id, result.requiredHeader)
+    const covers = this.credit.coversAtomic
+    const receipt = result.receipt
+    const paymentResponse =
+      receipt !== null && receipt[0] === 'payment-response'
+        ? JSON.parse(Buffer.from(receipt[1], 'base64').toString('utf8'))
+        : undefined
+    ws.send(
+      JSON.stringify({
+        id,
+        result: {
+          added_atomic: result.addedAtomic.toString(),
+          credit_atomic: covers.toString(),
+          spent_atomic: spent.toString(),
+          remaining_atomic: (covers > spent ? covers - spent : 0n).toString(),
+        },
+        ...(paymentResponse !== undefined ? { paymentResponse } : {}),
+        ...(receipt !== null && paymentResponse === undefined ? { metadata: { tollgate: { receipt } } } : {}),
+      }),
+      false,
+    )
+  }
+
+  /** After a top-up: what was held is delivered (metered again one by one) and the upstream read again. */
+  resumeAfterTopUp(): void {
+    if (this.waiting === null) return this.checkCredit()
+    clearTimeout(this.waiting)
+    this.waiting = null
+    const held = this.held
+    this.held = []
+    for (let i = 0; i < held.length; i++) {
+      this.fromUpstream(held[i]![0], held[i]![1])
+      // Spent again on the way: the rest waits for the next top-up, in order.
+      if (this.waiting !== null) {
+        this.held.push(...held.slice(i + 1))
+        return
+      }
+    }
+    if (
+      this.ending === null &&
+      this.upstream.isPaused &&
+      (this.ws?.getBufferedAmount() ?? 0) < LOW_WATER_BYTES
+    )
+      this.upstream.resume()
   }
 
   /** tollgate ends the session: the client gets `code`; its close event then finishes the session. */
@@ -478,23 +603,25 @@ export class Session {
     this.finished = true
     if (this.timer !== null) clearInterval(this.timer)
     if (this.window !== null) clearTimeout(this.window)
+    if (this.waiting !== null) clearTimeout(this.waiting)
+    this.held = []
     websocketSessionsOpen.dec()
     websocketSessions.labels(this.ending ?? 'client').inc()
-    const usage = this.meter.finish(performance.now(), this.payment.coversAtomic, this.ending !== 'upstream')
+    const usage = this.meter.finish(performance.now(), this.credit.coversAtomic, this.ending !== 'upstream')
     const endpoint = this.endpoint
-    this.payment.capture({
-      endpointId: endpoint.id,
-      accountId: endpoint.accountId,
-      ownerWallet: endpoint.ownerWallet,
-      method: 'GET',
-      pricingModel: 'usage',
-      callId: `call_${this.receiptId.slice(5)}`,
-      status: 101,
-      chargeAtomic: usage.chargeAtomic,
+    this.credit.capture(
+      {
+        endpointId: endpoint.id,
+        accountId: endpoint.accountId,
+        ownerWallet: endpoint.ownerWallet,
+        method: 'GET',
+        pricingModel: 'usage',
+        status: 101,
+        tool: null,
+      },
       usage,
-      receiptId: this.receiptId,
-      tool: null,
-    })
+      { sha256: this.digest.digest('hex'), bytes: this.meter.bytes },
+    )
     websocketChargedAtomic.inc(Number(usage.chargeAtomic))
   }
 }

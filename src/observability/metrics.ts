@@ -275,6 +275,13 @@ export const websocketBytes = new client.Counter({
   labelNames: ['direction'] as const,
   registers: [registry],
 })
+export const websocketTopUps = new client.Counter({
+  name: 'tollgate_websocket_top_ups_total',
+  help: 'Top-ups sent on open WebSocket sessions, by outcome (taken, refused).',
+  labelNames: ['outcome'] as const,
+  registers: [registry],
+})
+
 export const websocketChargedAtomic = new client.Counter({
   name: 'tollgate_websocket_charged_atomic_total',
   help: 'USDC base units charged for WebSocket sessions (the rest of each payment is refunded).',

@@ -8,6 +8,8 @@ import type { UsagePricing, UsageRecord } from './model.ts'
 export interface StoredWebsocket {
   max_message_bytes: number
   per_message_atomic: string
+  /** Absent on rows written before top-ups: the default. */
+  top_up_wait_ms?: number
 }
 
 export interface SessionTerms {
@@ -15,17 +17,43 @@ export interface SessionTerms {
   maxMessageBytes: number
   /** Charged for every message relayed to the client (0: none). */
   perMessageAtomic: bigint
+  /** Credit spent: how long the session waits, paused, for a top-up on the socket before it is closed. */
+  topUpWaitMs: number
 }
 
 export const DEFAULT_MAX_MESSAGE_BYTES = 1_048_576
 export const MAX_MESSAGE_BYTES_LIMIT = 16_777_216
+export const DEFAULT_TOP_UP_WAIT_MS = 10_000
+export const MAX_TOP_UP_WAIT_MS = 60_000
 
 export function sessionTermsFromStored(s: StoredWebsocket): SessionTerms {
-  return { maxMessageBytes: s.max_message_bytes, perMessageAtomic: BigInt(s.per_message_atomic) }
+  return {
+    maxMessageBytes: s.max_message_bytes,
+    perMessageAtomic: BigInt(s.per_message_atomic),
+    topUpWaitMs: s.top_up_wait_ms ?? DEFAULT_TOP_UP_WAIT_MS,
+  }
 }
 
 export function sessionTermsToStored(t: SessionTerms): StoredWebsocket {
-  return { max_message_bytes: t.maxMessageBytes, per_message_atomic: t.perMessageAtomic.toString() }
+  return {
+    max_message_bytes: t.maxMessageBytes,
+    per_message_atomic: t.perMessageAtomic.toString(),
+    top_up_wait_ms: t.topUpWaitMs,
+  }
+}
+
+/**
+ * A session paid by several payments (its opening one, then each top-up): its charge, filled into them in
+ * the order they were paid, each at most what it covers. The shares add up to the charge (the session caps
+ * its charge at their sum), so the session is still rounded once.
+ */
+export function splitCharge(chargeAtomic: bigint, covers: readonly bigint[]): bigint[] {
+  let left = chargeAtomic
+  return covers.map((c) => {
+    const share = left < c ? left : c
+    left -= share
+    return share
+  })
 }
 
 // A Realtime event is read as JSON only when its text names one of these types (cheap substring tests).

@@ -185,6 +185,27 @@ export interface Payment {
    * records the delivery apart.
    */
   deliver?(bodySha256: string, bodyBytes: number): boolean
+  /**
+   * Opening a WebSocket session, before the 101: the payment's own way to be topped up on the socket, or
+   * null (absent: each top-up is a payment of its own, claimed and captured apart).
+   */
+  sessionFunds?(): SessionFunds | null
+}
+
+/** A further proof sent on an open WebSocket session (docs/websockets.md), as its scheme decided it. */
+export type TopUpOutcome =
+  | { ok: true; addedAtomic: bigint; receipt: [string, string] | null }
+  | { ok: false; reason: string; requiredHeader?: string }
+
+/**
+ * A payment that pays a WebSocket session as it goes (a channel's vouchers): the session stays one call,
+ * and each further proof on the socket adds to what the payment covers.
+ */
+export interface SessionFunds {
+  /** The receipt header of the 101: what the session holds of the payment until it ends. */
+  receipt(): [string, string] | null
+  /** A further proof on the open socket: adds to coversAtomic, or is refused (the session goes on). */
+  topUp(proof: Proof, q: PayQuery): Promise<TopUpOutcome>
 }
 
 /** A way to pay. Adding one is a folder under src/schemes/ and one line in src/schemes/index.ts. */

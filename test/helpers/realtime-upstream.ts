@@ -1,7 +1,8 @@
 // demo-realtime: a small WebSocket server on 127.0.0.1 speaking the OpenAI Realtime event shapes. On open it
 // sends `session.created`; a `response.create` is answered with `response.created`, one `response.text.delta`
 // per word (response.words, default 16), then `response.done` with usage (input 10 of which 2 cached, output
-// one token per word). response.hold: the deltas come and the done never does. Any other text is echoed.
+// one token per word). response.hold: the deltas come and the done never does. `test.big` is answered with
+// a message of `bytes` bytes. Any other text is echoed.
 import uws from 'uWebSockets.js'
 
 export interface RealtimeUpstream {
@@ -78,6 +79,8 @@ export async function startRealtimeUpstream(): Promise<RealtimeUpstream> {
       } catch {}
       if (event.type === 'response.create')
         return respond(ws, event.response?.words ?? 16, event.response?.hold === true)
+      // A test's oversize message from the upstream side: `{"type":"test.big","bytes":n}`.
+      if (event.type === 'test.big') return void ws.send('x'.repeat((event as { bytes?: number }).bytes ?? 0))
       ws.send(text)
     },
     close: (_ws, code, message) => {

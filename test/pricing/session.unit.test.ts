@@ -2,7 +2,7 @@
 // bytes and duration, and the estimate for an answer cut before its usage came.
 import { describe, expect, it } from 'vitest'
 import type { UsagePricing } from '../../src/pricing/model.ts'
-import { SessionMeter } from '../../src/pricing/session.ts'
+import { SessionMeter, splitCharge } from '../../src/pricing/session.ts'
 
 const TOKENS: UsagePricing = {
   model: 'usage',
@@ -31,7 +31,7 @@ describe('session meter', () => {
     // $0.30 per million cached tokens: 0.3 of a base unit a token. Three answers of one cached token each
     // cost 0.9 → 1 base unit, where rounding each answer up would charge 3.
     const pricing = { ...TOKENS, cachedInputPerMillionAtomic: 300_000n }
-    const m = new SessionMeter(pricing, { maxMessageBytes: 1024, perMessageAtomic: 0n }, 0)
+    const m = new SessionMeter(pricing, { maxMessageBytes: 1024, perMessageAtomic: 0n, topUpWaitMs: 0 }, 0)
     for (let i = 0; i < 3; i++) m.delivered(done(1, 1, 0), false)
     expect(m.chargeAtomic(0)).toBe(1n)
     const record = m.finish(10, 50_000n, false)
@@ -40,19 +40,23 @@ describe('session meter', () => {
   })
 
   it('counts unreported deltas as output tokens when the session is cut mid-answer, not when the upstream broke off', () => {
-    const cut = new SessionMeter(TOKENS, { maxMessageBytes: 1024, perMessageAtomic: 0n }, 0)
+    const cut = new SessionMeter(TOKENS, { maxMessageBytes: 1024, perMessageAtomic: 0n, topUpWaitMs: 0 }, 0)
     cut.delivered(done(10, 2, 100), false)
     for (let i = 0; i < 7; i++) cut.delivered(delta, false)
     // (8 input × 2 + 2 cached × 1 + 107 output × 10) base units: the 7 deltas count as output tokens.
     expect(cut.finish(1, 50_000n, true)).toMatchObject({ chargeAtomic: 1_088n, fallback: 'client_aborted' })
-    const broken = new SessionMeter(TOKENS, { maxMessageBytes: 1024, perMessageAtomic: 0n }, 0)
+    const broken = new SessionMeter(
+      TOKENS,
+      { maxMessageBytes: 1024, perMessageAtomic: 0n, topUpWaitMs: 0 },
+      0,
+    )
     broken.delivered(done(10, 2, 100), false)
     for (let i = 0; i < 7; i++) broken.delivered(delta, false)
     expect(broken.finish(1, 50_000n, false)).toMatchObject({ chargeAtomic: 1_018n, fallback: null })
   })
 
   it('never charges more than the payment covers, and ignores a malformed usage object', () => {
-    const m = new SessionMeter(TOKENS, { maxMessageBytes: 1024, perMessageAtomic: 0n }, 0)
+    const m = new SessionMeter(TOKENS, { maxMessageBytes: 1024, perMessageAtomic: 0n, topUpWaitMs: 0 }, 0)
     m.delivered(
       Buffer.from('{"type":"response.done","response":{"usage":{"input_tokens":-1,"output_tokens":5}}}'),
       false,
@@ -63,7 +67,7 @@ describe('session meter', () => {
   })
 
   it('adds the per-message price, and prices bytes and duration by their unit', () => {
-    const terms = { maxMessageBytes: 1024, perMessageAtomic: 7n }
+    const terms = { maxMessageBytes: 1024, perMessageAtomic: 7n, topUpWaitMs: 0 }
     const bytes = new SessionMeter({ ...TOKENS, unit: 'response_bytes', perMbAtomic: 1_000_000n }, terms, 0)
     bytes.delivered(Buffer.alloc(1_500), true)
     bytes.delivered(Buffer.alloc(1), true)
@@ -71,5 +75,12 @@ describe('session meter', () => {
     expect(bytes.chargeAtomic(0)).toBe(14n + 1_501n)
     const time = new SessionMeter({ ...TOKENS, unit: 'duration_ms', perSecondAtomic: 1_000n }, terms, 0)
     expect(time.chargeAtomic(2_500)).toBe(2_500n)
+  })
+
+  it("splits a session's charge over its payments in the order they were paid, adding up to it", () => {
+    expect(splitCharge(70_000n, [50_000n, 50_000n])).toEqual([50_000n, 20_000n])
+    expect(splitCharge(30_000n, [50_000n, 50_000n])).toEqual([30_000n, 0n])
+    expect(splitCharge(100_000n, [50_000n, 50_000n])).toEqual([50_000n, 50_000n])
+    expect(splitCharge(0n, [50_000n])).toEqual([0n])
   })
 })

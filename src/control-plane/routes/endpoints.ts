@@ -51,7 +51,9 @@ import {
 } from '../../pricing/pass.ts'
 import {
   DEFAULT_MAX_MESSAGE_BYTES,
+  DEFAULT_TOP_UP_WAIT_MS,
   MAX_MESSAGE_BYTES_LIMIT,
+  MAX_TOP_UP_WAIT_MS,
   type StoredWebsocket,
   sessionTermsFromStored,
   sessionTermsToStored,
@@ -152,12 +154,22 @@ const WebsocketInput = v.pipe(
         ),
       ),
       price_per_message: v.optional(Price),
+      top_up_wait_ms: v.optional(
+        v.pipe(
+          v.number('must be a number'),
+          v.integer('must be an integer'),
+          v.minValue(0, 'must be at least 0'),
+          v.maxValue(MAX_TOP_UP_WAIT_MS, `must be at most ${MAX_TOP_UP_WAIT_MS}`),
+        ),
+      ),
     }),
   ),
   v.description(
     'WebSocket sessions on its metered URL (docs/websockets.md), usage pricing only: a payment buys credit ' +
       'spent as the session goes. max_message_bytes (default 1 MiB) closes a session with 1009 past it; ' +
-      'price_per_message is charged per message relayed to the client. null: upgrades are refused',
+      'price_per_message is charged per message relayed to the client; top_up_wait_ms (default 10,000) is ' +
+      'how long a session whose credit is spent waits, paused, for a top-up on the socket before it is ' +
+      'closed with 4402. null: upgrades are refused',
   ),
 )
 
@@ -233,6 +245,7 @@ function readWebsocket(
   return sessionTermsToStored({
     maxMessageBytes: raw.max_message_bytes ?? DEFAULT_MAX_MESSAGE_BYTES,
     perMessageAtomic,
+    topUpWaitMs: raw.top_up_wait_ms ?? DEFAULT_TOP_UP_WAIT_MS,
   })
 }
 
@@ -407,6 +420,7 @@ export const EndpointObject = v.strictObject({
         max_message_bytes: v.number(),
         price_per_message: Dollars,
         price_per_message_atomic: Atomic,
+        top_up_wait_ms: v.number(),
       }),
     ),
     v.description('its WebSocket session terms (docs/websockets.md); null: upgrades are refused'),
@@ -465,6 +479,7 @@ function presentWebsocket(w: StoredWebsocket) {
     max_message_bytes: terms.maxMessageBytes,
     price_per_message: toDollars(terms.perMessageAtomic),
     price_per_message_atomic: terms.perMessageAtomic.toString(),
+    top_up_wait_ms: terms.topUpWaitMs,
   }
 }
 

@@ -24,6 +24,8 @@ import type {
   Scheme,
   SchemeDeps,
   ServedCall,
+  SessionFunds,
+  TopUpOutcome,
   Verdict,
 } from '../scheme.ts'
 import { VoucherLeases } from './leases.ts'
@@ -35,7 +37,9 @@ import {
   type BatchVerified,
   batchRequiredHeader,
   decideBatch,
+  extendBatch,
   parseBatchPayment,
+  sessionReceipt,
 } from './voucher.ts'
 
 const JSON_TYPE = 'application/json; charset=utf-8'
@@ -133,7 +137,7 @@ class BatchSettlementScheme implements Scheme {
 
   private verdict(outcome: BatchOutcome, q: PayQuery): Verdict {
     if (outcome.ok === true)
-      return { ok: true, payment: new VoucherPayment(this.batch.leases, this.deps, outcome, q.quote.varies) }
+      return { ok: true, payment: new VoucherPayment(this.batch, this.deps, outcome, q.quote.varies) }
     if (outcome.ok === false) {
       // The scheme's corrective 402 carries the channel's state: the client resyncs from it.
       const header = batchRequiredHeader(
@@ -173,11 +177,12 @@ class VoucherPayment implements Payment {
   readonly scheme = BATCH_SCHEME
   readonly proofKey: string
   readonly payer: `0x${string}`
-  readonly coversAtomic: bigint
+  /** The voucher's increment; a session's further vouchers add theirs (sessionFunds). */
+  coversAtomic: bigint
   readonly transaction = null
 
   constructor(
-    private readonly leases: VoucherLeases,
+    private readonly batch: BatchDeps,
     private readonly deps: SchemeDeps,
     private readonly paid: BatchVerified,
     /** The voucher covers a ceiling; the call is charged its measured amount (usage pricing). */
@@ -194,21 +199,21 @@ class VoucherPayment implements Payment {
 
   /** Accepted but never forwarded: the same voucher may come again. */
   drop(): void {
-    this.leases.released(this.paid.lease, this.paid.cumulative)
+    this.batch.leases.released(this.paid.lease, this.paid.cumulative)
   }
 
   capture(call: ServedCall): void {
     if (this.varies) {
-      this.leases.settledFor(this.paid.lease, call.chargeAtomic, true, (cumulative) =>
+      this.batch.leases.settledFor(this.paid.lease, call.chargeAtomic, true, (cumulative) =>
         this.voucherCall(call, call, cumulative),
       )
       return
     }
-    this.leases.served(this.paid.lease, this.paid.cumulative, this.voucherCall(call, call))
+    this.batch.leases.served(this.paid.lease, this.paid.cumulative, this.voucherCall(call, call))
   }
 
   release(): void {
-    this.leases.released(this.paid.lease, this.paid.cumulative)
+    this.batch.leases.released(this.paid.lease, this.paid.cumulative)
   }
 
   /**
@@ -222,21 +227,52 @@ class VoucherPayment implements Payment {
       ...call,
       callId: newId('call'),
       status: 0,
-      chargeAtomic: this.paid.valueAtomic,
+      chargeAtomic: this.coversAtomic,
       usage: null,
       receiptId: null,
     }
     if (this.varies) {
-      this.leases.settledFor(this.paid.lease, 0n, false, (cumulative) =>
+      this.batch.leases.settledFor(this.paid.lease, 0n, false, (cumulative) =>
         this.voucherCall(call, inDoubt, cumulative),
       )
       return
     }
-    this.leases.doubt(this.paid.lease, this.paid.cumulative, this.voucherCall(call, inDoubt))
+    this.batch.leases.doubt(this.paid.lease, this.paid.cumulative, this.voucherCall(call, inDoubt))
   }
 
   receipt(served: boolean): [string, string] | null {
     return served ? ['payment-response', this.paid.receipt] : null
+  }
+
+  /** Usage pricing only: the session holds this voucher in flight and each voucher it is sent extends it. */
+  sessionFunds(): SessionFunds | null {
+    if (!this.varies) return null
+    const paid = this.paid
+    const batch = this.batch
+    const payer = paid.payer
+    return {
+      receipt: () => [
+        'payment-response',
+        sessionReceipt(batch, payer, paid.channelId, paid.valueAtomic, paid.cumulative),
+      ],
+      topUp: async (proof: Proof, q: PayQuery): Promise<TopUpOutcome> => {
+        const p = proof.kind === 'x402' ? parseBatchPayment(proof.payload) : null
+        if (p === 'invalid' || p === null) return { ok: false, reason: BATCH_ERR.payload }
+        const price = q.quote.amountAtomic
+        const done = await extendBatch(batch, p, paid, price)
+        if (!done.ok) {
+          const base = v2Header(q.quote.challenge, done.reason)
+          const held = batch.leases.held(paid.lease)
+          return {
+            ok: false,
+            reason: done.reason,
+            requiredHeader: batchRequiredHeader(base, done.reason, held),
+          }
+        }
+        this.coversAtomic += price
+        return { ok: true, addedAtomic: price, receipt: ['payment-response', done.receipt] }
+      },
+    }
   }
 
   private voucherCall(

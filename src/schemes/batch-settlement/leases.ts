@@ -278,6 +278,38 @@ export class VoucherLeases {
     return charged
   }
 
+  /**
+   * A WebSocket session's next voucher: it builds on the voucher in flight (the session's, usage pricing),
+   * adding `price`, and stays in flight with it; the session is charged once when it ends (settledFor). Never
+   * past the lease's ceiling: what a session holds is not persisted until it ends (a crash loses it, the
+   * gateway's loss, as for any voucher accepted and not yet written).
+   */
+  extend(
+    lease: Lease,
+    q: { cumulative: bigint; price: bigint; signature: string },
+  ): 'ok' | 'busy' | 'exceeds_balance' | 'mismatch' {
+    const pending = lease.pending
+    if (lease.state !== 'live' || pending === null) return 'busy'
+    if (q.cumulative !== pending.max + q.price) return 'mismatch'
+    if (q.cumulative > lease.balance) return 'exceeds_balance'
+    if (q.cumulative > lease.ceiling || performance.now() >= lease.deadlineMs) return 'busy'
+    lease.pending = { max: q.cumulative, signature: q.signature }
+    lease.lastUseMs = performance.now()
+    return 'ok'
+  }
+
+  /** The voucher a session holds in flight: what its next voucher builds on. */
+  held(lease: Lease): ChannelView {
+    const view = viewOf(lease)
+    if (lease.pending === null) return view
+    return {
+      ...view,
+      charged_atomic: lease.pending.max,
+      signed_max_atomic: lease.pending.max,
+      signature: lease.pending.signature,
+    }
+  }
+
   /** Forwarded, outcome unknown (head timeout, client gone mid-call): never served again. */
   doubt(lease: Lease, cumulative: bigint, row: VoucherCall): void {
     lease.inFlight--

@@ -261,6 +261,47 @@ export async function decideBatch(
   }
 }
 
+/**
+ * A WebSocket session's next voucher (sent on the socket): checked as any voucher, on the session's own
+ * channel, then added to the voucher the session holds in flight. A deposit is not taken here (the channel's
+ * balance must already cover it).
+ */
+export async function extendBatch(
+  deps: BatchDeps,
+  p: BatchPayment,
+  held: { lease: Lease; channelId: string },
+  price: bigint,
+): Promise<{ ok: true; cumulative: bigint; receipt: string } | { ok: false; reason: string }> {
+  if (p.payload.type !== 'voucher') return { ok: false, reason: BATCH_ERR.payload }
+  const bad = await checkVoucher(deps, p)
+  if (bad) return { ok: false, reason: bad }
+  if (p.payload.voucher.channelId.toLowerCase() !== held.channelId)
+    return { ok: false, reason: BATCH_ERR.channelId }
+  const cumulative = BigInt(p.payload.voucher.maxClaimableAmount)
+  const done = deps.leases.extend(held.lease, { cumulative, price, signature: p.payload.voucher.signature })
+  if (done !== 'ok') return { ok: false, reason: REFUSALS[done] }
+  return {
+    ok: true,
+    cumulative,
+    receipt: sessionReceipt(deps, p.payload.channelConfig.payer, held.channelId, price, cumulative),
+  }
+}
+
+/**
+ * The receipt of a voucher a session holds: its whole increment charged for now (the published client's
+ * next voucher then builds on it); the session's measured charge is settled when it ends, and the client
+ * resyncs from the scheme's corrective 402 on its next call.
+ */
+export function sessionReceipt(
+  deps: BatchDeps,
+  payer: string,
+  channelId: string,
+  price: bigint,
+  cumulative: bigint,
+): string {
+  return receiptHeader(deps, { payer, channelId, chargedAmount: price, charged: cumulative })
+}
+
 const REFUSALS = {
   not_found: BATCH_ERR.notFound,
   busy: BATCH_ERR.busy,
