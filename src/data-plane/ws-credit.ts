@@ -8,7 +8,7 @@ import type { UsageRecord } from '../pricing/model.ts'
 import { splitCharge } from '../pricing/session.ts'
 import type { SchemeRegistry } from '../schemes/registry.ts'
 import type { Payment, PayQuery, ServedCall, SessionFunds } from '../schemes/scheme.ts'
-import { parseProof } from './proof.ts'
+import { parseProof } from '../wire/proof.ts'
 
 /** The method of a top-up sent on the socket (an x402 WebSocket transport request: `payment` is the proof). */
 export const TOP_UP_METHOD = 'tollgate.top_up'
