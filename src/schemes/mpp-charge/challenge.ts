@@ -5,11 +5,16 @@
 // payer's two calls would sign the same nonce and the second would be refused as a replay. `opaque` holds a
 // per-answer serial for that (expiry alone repeats within a millisecond).
 import { createHash, createHmac, randomBytes } from 'node:crypto'
+import { type MppProblem, mppProblem } from './problems.ts'
+
+export type { MppProblem }
 
 /** An MPP challenge of one price, precomputed but for what each answer binds (expiry, id). */
 export interface MppOffer {
   /** The `WWW-Authenticate` value of one answer at `nowMs` (HMAC-bound id, expiry). */
   header(nowMs: number): string
+  /** How the spec names the refusal of a credential for `reason` (a tollgate refusal reason). */
+  problem(reason: string): MppProblem
 }
 
 export const MPP_METHOD = 'evm'
@@ -84,5 +89,6 @@ export function mppOffer(key: Buffer, t: MppTerms): MppOffer {
       const id = createHmac('sha256', key).update(`${bound}${expires}||${opaque}`).digest('base64url')
       return `Payment id="${id}", ${fixed}, expires="${expires}", opaque="${opaque}"`
     },
+    problem: mppProblem,
   }
 }
