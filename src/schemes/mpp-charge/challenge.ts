@@ -15,6 +15,16 @@ export interface MppOffer {
   header(nowMs: number): string
   /** How the spec names the refusal of a credential for `reason` (a tollgate refusal reason). */
   problem(reason: string): MppProblem
+  /** What discovery says of it (an `x-payment-info` offer): advisory, the challenge is authoritative. */
+  readonly terms: MppOfferTerms
+}
+
+/** An offer's terms as the discovery extension lists them: amount in base units, currency the token address. */
+export interface MppOfferTerms {
+  method: string
+  intent: string
+  amount: string
+  currency: string
 }
 
 export const MPP_METHOD = 'evm'
@@ -90,5 +100,11 @@ export function mppOffer(key: Buffer, t: MppTerms): MppOffer {
       return `Payment id="${id}", ${fixed}, expires="${expires}", opaque="${opaque}"`
     },
     problem: mppProblem,
+    terms: {
+      method: MPP_METHOD,
+      intent: MPP_INTENT,
+      amount: t.amountAtomic.toString(),
+      currency: t.currency,
+    },
   }
 }
