@@ -381,6 +381,24 @@ describe('the hosted checkout and a pass purchase, paid by mppx', () => {
     await a.flushCaptures()
     const rows = await callRows(a, payer.address)
     expect(rows.map((x) => [x.scheme, x.amount_atomic])).toEqual([['mpp-charge', '50000']])
+    // A refused credential at the purchase: the spec's problem, a fresh challenge, no pass sold.
+    const malformed = await fetch(purchaseUrl, { method: 'POST', headers: { authorization: 'Payment x' } })
+    expect(malformed.status).toBe(402)
+    expect(malformed.headers.get('content-type')).toBe('application/problem+json')
+    expect(await malformed.json()).toMatchObject({
+      type: 'https://paymentauth.org/problems/malformed-credential',
+      error: 'malformed_credential',
+    })
+    const fresh = Challenge.fromResponse(bare)
+    const other = await fetch(purchaseUrl, {
+      method: 'POST',
+      headers: { authorization: await credentialFor({ ...fresh, intent: 'session' }) },
+    })
+    expect(other.status).toBe(400)
+    expect(await other.json()).toMatchObject({ type: 'https://paymentauth.org/problems/method-unsupported' })
+    expect(Challenge.fromHeaders(other.headers).intent).toBe('charge')
+    await a.flushCaptures()
+    expect(await callRows(a, payer.address)).toHaveLength(1)
   })
 })
 
