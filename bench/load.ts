@@ -38,9 +38,11 @@ export interface Measured {
   /** paid-cold only: HTTP requests to the RPC node per paid call (target ≤ 1), and JSON-RPC calls. */
   rpc_per_proof?: number
   rpc_calls_per_proof?: number
-  /** x402-batch only: its throughput over nginx's and over x402 (exact)'s in the same run. */
+  /** x402-batch (and mpp-charge, over x402): its throughput over nginx's and over x402 (exact)'s in the same run. */
   ratio_to_nginx?: number | null
   ratio_to_x402?: number | null
+  /** mpp-charge only: its throughput over MPP's reference server (mppx/express) in the same run. */
+  ratio_to_mpp_reference?: number | null
   /** The paid scenarios: where a call's time went inside the instance (bench/scenarios/inside.ts). */
   inside?: Inside
   /** x402 only: what became of its authorizations once the settlement backlog drained (target: none failed). */

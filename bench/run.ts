@@ -34,6 +34,7 @@ import { runX402Capacity } from './scenarios/x402-capacity.ts'
 import { BENCH_AGENT, BENCH_SIGNER, startAgentDirectory } from './targets/agent-directory.ts'
 import { startBareRelay } from './targets/bare-relay.ts'
 import { startBareUws } from './targets/bare-uws.ts'
+import { startMppReference } from './targets/mpp-reference.ts'
 import { startNginx } from './targets/nginx.ts'
 import { ROOT } from './targets/processes.ts'
 import { waitQuiet } from './targets/quiet.ts'
@@ -64,7 +65,7 @@ scenarios: ${scenarios.map((s) => s.name).join(', ')}
 environment: BENCH_DATABASE_URL, BENCH_CONNECTIONS (32), BENCH_DURATION_S (5), BENCH_PROOFS, BENCH_TRACING, BENCH_NODE_FLAGS,
   BENCH_PROFILE_DIR, BENCH_CHILD_LOG (prefix: each started process's output after it is ready goes
   to <prefix>-<pid>.log), BENCH_LABEL (names the results file <date>-<label>.json, e.g. x402-before-<commit>),
-  BENCH_X402 / BENCH_UPTO (1500 measured calls), BENCH_X402_WARM_UP (300 paid before each, unmeasured; 0: none)
+  BENCH_X402 / BENCH_UPTO / BENCH_MPP (1500 measured calls), BENCH_X402_WARM_UP (300 paid before each, unmeasured; 0: none)
 `
 
 async function main() {
@@ -151,6 +152,7 @@ async function main() {
       ctx.bare,
       ctx.relay,
       ctx.x402Reference,
+      ctx.mppReference,
       ctx.upstream,
     ])
       await t?.stop()
@@ -224,6 +226,7 @@ async function startTargets(
     relay: null,
     nginx: null,
     x402Reference: null,
+    mppReference: null,
     tollgates: {},
     agent: chosen.some((s) => s.name === 'signed-agent') ? await startAgentDirectory() : null,
     rps: new Map(),
@@ -247,6 +250,9 @@ async function startTargets(
   }
   if (chosen.some((s) => s.peer === 'x402-reference')) {
     ctx.x402Reference = await startX402Reference({ chain, upstream: upstream.base, maxMs: HARD_LIMIT_MS })
+  }
+  if (chosen.some((s) => s.peer === 'mpp-reference')) {
+    ctx.mppReference = await startMppReference({ chain, upstream: upstream.base, maxMs: HARD_LIMIT_MS })
   }
   if (chosen.some((s) => s.peer === 'bare-uws')) {
     ctx.bare = await startBareUws({
@@ -314,7 +320,7 @@ async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioR
       .map(([k, v]) => `${k} ${v}`)
       .join(', ')
     process.stdout.write(
-      `  ${r.rps} req/s  p50 ${r.p50_ms} ms  p99 ${r.p99_ms} ms (${r.p99_us} µs)  errors ${r.errors}${r.wrong_status ? ` ${JSON.stringify(r.wrong_status)}` : ''}${r.no_answer ? ` no answer ${JSON.stringify(r.no_answer)}` : ''}  ratio ${r.ratio_to_direct}  load generator ${r.loadgen_cpu_pct} % CPU  machine ${r.machine_cpu_pct} % busy  CPU µs/request: ${cpu}${r.rpc_per_proof === undefined ? '' : `  rpc/proof ${r.rpc_per_proof} (calls ${r.rpc_calls_per_proof})`}${r.ratio_to_nginx === undefined ? '' : `  ×nginx ${r.ratio_to_nginx}  ×x402 ${r.ratio_to_x402}`}${r.inside ? `\n  inside: ${JSON.stringify(r.inside)}` : ''}${r.settlement ? `\n  settlement: ${JSON.stringify(r.settlement)}` : ''}${r.claims ? `\n  claims: ${JSON.stringify(r.claims)}` : ''}\n`,
+      `  ${r.rps} req/s  p50 ${r.p50_ms} ms  p99 ${r.p99_ms} ms (${r.p99_us} µs)  errors ${r.errors}${r.wrong_status ? ` ${JSON.stringify(r.wrong_status)}` : ''}${r.no_answer ? ` no answer ${JSON.stringify(r.no_answer)}` : ''}  ratio ${r.ratio_to_direct}  load generator ${r.loadgen_cpu_pct} % CPU  machine ${r.machine_cpu_pct} % busy  CPU µs/request: ${cpu}${r.rpc_per_proof === undefined ? '' : `  rpc/proof ${r.rpc_per_proof} (calls ${r.rpc_calls_per_proof})`}${r.ratio_to_nginx === undefined ? '' : `  ×nginx ${r.ratio_to_nginx}  ×x402 ${r.ratio_to_x402}`}${r.ratio_to_mpp_reference === undefined ? '' : `  ×x402 ${r.ratio_to_x402}  ×mpp-reference ${r.ratio_to_mpp_reference}`}${r.inside ? `\n  inside: ${JSON.stringify(r.inside)}` : ''}${r.settlement ? `\n  settlement: ${JSON.stringify(r.settlement)}` : ''}${r.claims ? `\n  claims: ${JSON.stringify(r.claims)}` : ''}\n`,
     )
     results.push(r)
   }
@@ -367,9 +373,11 @@ function cpuGroups(ctx: Context, s: Scenario): Record<string, () => number[]> {
       ? ctx.nginx
       : s.peer === 'x402-reference'
         ? ctx.x402Reference
-        : s.peer === 'bare-relay'
-          ? ctx.relay
-          : null
+        : s.peer === 'mpp-reference'
+          ? ctx.mppReference
+          : s.peer === 'bare-relay'
+            ? ctx.relay
+            : null
   const proxies =
     s.peer === 'bare-uws' ? [ctx.bare] : peer ? [peer] : (s.tollgates ?? []).map((k) => ctx.tollgates[k])
   const pidsOf = (ts: ({ pid: number | null } | null | undefined)[]) =>

@@ -23,6 +23,8 @@ export interface Context {
   nginx: Target | null
   /** The x402 reference middleware (Express + in-process facilitator), when a scenario needs it. */
   x402Reference: Target | null
+  /** MPP's reference server (mppx/express, settling each call on anvil), when a scenario needs it. */
+  mppReference: Target | null
   tollgates: Partial<Record<TollgateKind, Tollgate>>
   /** The signed-agent scenario's agent and key directory (the warm instance trusts it), when chosen. */
   agent: AgentDirectory | null

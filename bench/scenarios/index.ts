@@ -4,6 +4,7 @@ import { paced } from '../paced.ts'
 import { BENCH_SIGNER } from '../targets/agent-directory.ts'
 import { type Context, settings, type TollgateKind } from './context.ts'
 import { inside, readCounters } from './inside.ts'
+import { runMppCharge, runMppReference } from './mpp.ts'
 import { runUpto, runUptoReference } from './upto.ts'
 import { runX402 } from './x402.ts'
 import { runX402Batch } from './x402-batch.ts'
@@ -13,7 +14,7 @@ export interface Scenario {
   name: string
   /** Tollgate instances it needs; peers are named by `peer`. */
   tollgates?: TollgateKind[]
-  peer?: 'bare-uws' | 'bare-relay' | 'nginx' | 'x402-reference'
+  peer?: 'bare-uws' | 'bare-relay' | 'nginx' | 'x402-reference' | 'mpp-reference'
   proofs?: number
   /**
    * Load run before the measured one, outside its CPU meter: the scenario's own path (the recovery, the
@@ -208,6 +209,21 @@ export const scenarios: Scenario[] = [
     peer: 'x402-reference',
     warmUp: warmedBy(runX402Reference),
     run: (ctx) => runX402Reference(ctx, Number(process.env.BENCH_X402 ?? 1_500)),
+  },
+  {
+    // MPP's reference server (mppx/express, its evm charge settled on anvil before each answer), paid by
+    // credentials built by mppx's client method, one 402 each.
+    name: 'mpp-reference',
+    peer: 'mpp-reference',
+    warmUp: warmedBy(runMppReference),
+    run: (ctx) => runMppReference(ctx, Number(process.env.BENCH_MPP ?? 1_500)),
+  },
+  {
+    // The same credentials through tollgate (Authorization: Payment, settled in the batcher's batches).
+    name: 'mpp-charge',
+    tollgates: ['warm'],
+    warmUp: warmedBy(runMppCharge),
+    run: (ctx) => runMppCharge(ctx, Number(process.env.BENCH_MPP ?? 1_500)),
   },
   {
     // The OpenAI-style stream called directly, asking for its usage as tollgate does on the client's behalf.

@@ -287,6 +287,19 @@ export const DiscoveryManifest = v.strictObject({
   ),
 })
 
+/** GET /openapi.json: MPP's discovery document (OpenAPI 3.1 with x-payment-info per payable operation). */
+export const MppDiscoveryDocument = v.object({
+  openapi: v.literal('3.1.0'),
+  info: v.strictObject({ title: v.string(), version: v.string() }),
+  servers: v.array(v.strictObject({ url: v.string() })),
+  paths: v.pipe(
+    v.record(v.string(), v.record(v.string(), v.record(v.string(), v.unknown()))),
+    v.description(
+      "/m/<id> per listed endpoint that takes MPP: summary, x-payment-info {offers: [{intent, method, amount (base units, null: the 402 says), currency, description}]}, the endpoint's input, and a 402 response",
+    ),
+  ),
+})
+
 export const PublicErrorBody = v.strictObject({
   error: v.strictObject({
     type: v.string(),
@@ -414,6 +427,18 @@ export function publicPaths(ref: (name: string) => Json): Json {
         security: [],
         responses: {
           '200': json('DiscoveryManifest', 'the manifest (advisory: the live 402 is authoritative)'),
+        },
+      },
+    },
+    '/openapi.json': {
+      get: {
+        operationId: 'getMppDiscovery',
+        tags: ['discovery'],
+        summary:
+          "This host's listed endpoints that take MPP, as MPP's discovery document (x-payment-info); no key needed",
+        security: [],
+        responses: {
+          '200': json('MppDiscoveryDocument', 'the document (advisory: the live 402 is authoritative)'),
         },
       },
     },

@@ -9,6 +9,7 @@ import {
   CheckoutStatus,
   DiscoveryManifest,
   DiscoveryResources,
+  MppDiscoveryDocument,
   Pass,
   PaymentRequired,
   PublicErrorBody,
@@ -43,6 +44,7 @@ const COMPONENTS: Record<string, v.GenericSchema> = {
   Pass,
   DiscoveryResources,
   DiscoveryManifest,
+  MppDiscoveryDocument,
   PublicError: PublicErrorBody,
 }
 

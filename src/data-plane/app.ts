@@ -56,8 +56,11 @@ export interface PublicAppOptions {
   dashboard?: UwsRoute
   /** GET /receipts/:receipt_id: a paid call's public receipt */
   receipts?: UwsRoute
-  /** GET /.well-known/x402.json and GET /discovery/resources: the public discovery listing */
-  discovery?: { wellKnown: UwsRoute; resources: UwsRoute }
+  /**
+   * GET /.well-known/x402.json and GET /discovery/resources: the public discovery listing; GET /openapi.json:
+   * the same endpoints as MPP's discovery document
+   */
+  discovery?: { wellKnown: UwsRoute; resources: UwsRoute; openApi: UwsRoute }
   /** GET /.well-known/x402-receipt-keys.json: the public keys that sign offers and receipts */
   receiptKeys?: UwsRoute
   /** Hostile-input limits at the edge; none when absent (tests of other parts). */
@@ -218,6 +221,7 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
       '/discovery/resources',
       edge ? guarded(edge, 'discovery', d.resources, null, 'always') : d.resources,
     )
+    app.get('/openapi.json', edge ? guarded(edge, 'discovery', d.openApi, null, 'always') : d.openApi)
   }
   if (options.receiptKeys) app.get('/.well-known/x402-receipt-keys.json', options.receiptKeys)
   app.get(

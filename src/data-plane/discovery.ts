@@ -12,6 +12,7 @@ import type { Sql } from '../db/sql.ts'
 import { manifestInput, manifestOutput, resourceMetadata } from '../discovery/listing.ts'
 import { type McpToolListing, mcpBazaarExtension, mcpManifestInput } from '../discovery/mcp-tool.ts'
 import { presentObserved } from '../discovery/observed.ts'
+import { mppOpenApi, type PayableOperation } from '../discovery/openapi-mpp.ts'
 import { type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
 import { OPEN_SCHEMA } from '../mcp/tool-catalog.ts'
 import { parseDollars } from '../money.ts'
@@ -106,6 +107,9 @@ export function createDiscoveryRoutes(deps: DiscoveryDeps) {
   return {
     wellKnown(res: HttpResponse, req: HttpRequest): void {
       serve(res, req, 'manifest', () => manifest(deps, now()))
+    },
+    openApi(res: HttpResponse, req: HttpRequest): void {
+      serve(res, req, 'openapi', () => openApi(deps))
     },
     resources(res: HttpResponse, req: HttpRequest): void {
       const raw = req.getQuery() ?? ''
@@ -241,6 +245,91 @@ async function manifest(deps: DiscoveryDeps, nowMs: number) {
       }
     }),
   }
+}
+
+/** The MPP discovery document: every listed endpoint that takes MPP, as one payable operation. */
+async function openApi(deps: DiscoveryDeps) {
+  const { rows } = await listListedEndpoints(deps.sql, {
+    tag: null,
+    minPriceAtomic: null,
+    maxPriceAtomic: null,
+    type: null,
+    limit: MANIFEST_MAX,
+    offset: 0,
+  })
+  // An MCP endpoint is listed once per paid tool: one operation (one URL) for all of them.
+  const byEndpoint = new Map<string, ListedEndpointRow[]>()
+  for (const r of rows) byEndpoint.set(r.id, [...(byEndpoint.get(r.id) ?? []), r])
+  const operations = await Promise.all([...byEndpoint.values()].map((g) => payableOperation(deps, g)))
+  const base = deps.publicUrl()
+  return mppOpenApi({
+    title: `Metered APIs at ${new URL(base).host}`,
+    serverUrl: base,
+    operations: operations.filter((o): o is PayableOperation => o !== null),
+  })
+}
+
+/** A listed endpoint's operation with its MPP offer, from its live 402; null when it does not take MPP. */
+async function payableOperation(
+  deps: DiscoveryDeps,
+  group: ListedEndpointRow[],
+): Promise<PayableOperation | null> {
+  const r = group[0]!
+  const live = await loadEndpoint(deps.endpoints, r.id)
+  if (live === NOT_FOUND || !live.active) return null
+  const common = {
+    path: `/m/${r.id}`,
+    summary: r.description ?? r.name ?? `Metered API ${r.id}`,
+    discovery: r.discovery,
+  }
+  if (r.tool !== null) {
+    const tools = group.flatMap((t) => {
+      const terms = live.bodyPricing?.quoteOf(t.tool!)?.challenge.mpp?.[0]?.terms
+      return terms === undefined ? [] : [{ tool: t.tool!, terms }]
+    })
+    if (tools.length === 0) return null
+    const first = tools[0]!.terms
+    const one = tools.every((t) => t.terms.amount === first.amount)
+    const prices = tools.map((t) => `${t.tool} ${t.terms.amount}`).join(', ')
+    return {
+      ...common,
+      method: 'POST',
+      mcp: true,
+      offers: [
+        {
+          intent: first.intent,
+          method: first.method,
+          amount: one ? first.amount : null,
+          currency: first.currency,
+          description: `MCP tools/call, priced per tool (base units): ${prices}`,
+        },
+      ],
+    }
+  }
+  const method = r.discovery?.method ?? 'GET'
+  const terms = live.quoteFor(method, '').challenge.mpp?.[0]?.terms
+  if (terms === undefined) return null
+  const note = PRICING_NOTE[live.pricingModel]
+  return {
+    ...common,
+    method,
+    mcp: false,
+    offers: [
+      {
+        intent: terms.intent,
+        method: terms.method,
+        // Rules price each request by its path and method: the 402 says what this one costs.
+        amount: live.pricingModel === 'rules' ? null : terms.amount,
+        currency: terms.currency,
+        ...(note === undefined ? {} : { description: note }),
+      },
+    ],
+  }
+}
+
+const PRICING_NOTE: Record<string, string | undefined> = {
+  rules: 'priced by path and method: the 402 names the price of each request',
+  usage: 'usage-priced: this ceiling is charged, and what the call did not use is refunded',
 }
 
 function describe(r: ListedEndpointRow): string {

@@ -35,14 +35,21 @@ import {
   traceparentOf,
   tracing,
 } from '../observability/tracing.ts'
-import type { AnswerRewriter, BodyAnswer, BodyPrice, BodyPricing } from '../pricing/body-price.ts'
+import type { AnswerRewriter, BodyPrice, BodyPricing } from '../pricing/body-price.ts'
 import { asksForStreamUsage, type Ending, UsageMeter, withStreamUsage } from '../pricing/meter.ts'
 import type { UsagePricing, UsageRecord } from '../pricing/model.ts'
 import { requestIdFrom } from '../request-id.ts'
 import { cacheCounters } from '../schemes/caches.ts'
 import type { SchemeRegistry } from '../schemes/registry.ts'
 import type { CallFacts, ClaimOutcome, Payment, Quote, Verdict } from '../schemes/scheme.ts'
-import { challengeBody, mppHeader, quoteExpiry, v2Header } from '../wire/challenge.ts'
+import {
+  challengeBody,
+  mppHeader,
+  mppProblem,
+  problemBody,
+  quoteExpiry,
+  v2Header,
+} from '../wire/challenge.ts'
 import { mppCredential, type Proof, parseProof } from '../wire/proof.ts'
 import type { ProofEdge } from './app.ts'
 import { peerAddress } from './client-address.ts'
@@ -109,6 +116,8 @@ export interface MeteredIdentity {
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8'
+/** RFC 9457: the answer to a refused MPP credential. */
+const PROBLEM_TYPE = 'application/problem+json'
 // Every answer of a metered URL carries CORS (cors.ts): a browser agent reads the 402 and the receipt.
 const RETRY_AFTER_1 = ['retry-after', '1', ...CORS_HEADERS]
 const RETRY_AFTER_2 = ['retry-after', '2', ...CORS_HEADERS]
@@ -190,7 +199,7 @@ class MeteredCall implements ProxyHooks {
   /** The tool discovery counts a body-priced call under (bounded like metricLabel); else null. */
   observedLabel: string | null = null
   /** The body's own way to refuse (an in-band PaymentRequired) instead of HTTP 402; and its receipt. */
-  paymentRequired: ((paymentRequiredJson: string, mppChallenge: string | null) => BodyAnswer) | null = null
+  paymentRequired: Extract<BodyPrice, { ok: 'priced' }>['paymentRequired'] = null
   receiptInAnswer: ((settlementJson: string) => AnswerRewriter) | null = null
   rewriter: AnswerRewriter | null = null
   resizes = false
@@ -952,12 +961,15 @@ class MeteredCall implements ProxyHooks {
   }
 
   respond402(reason: string, retryAfterMs?: number, requiredHeader?: string): void {
+    // A refused MPP credential is answered as the Payment scheme names the refusal (an RFC 9457 problem).
+    const problem =
+      mppCredential(this.paymentHeader) === '' ? null : mppProblem(this.quote!.challenge, reason)
     if (this.paymentRequired !== null) {
       // Answered in-band (x402 MCP transport): the PaymentRequired the v2 header would carry, in the body.
       count402(reason)
       const required = `{"x402Version":2,"error":"${reason}"${this.quote!.challenge.v2Rest}`
       const mpp = mppHeader(this.quote!.challenge, Date.now())
-      return this.respondRefused({ ok: 'refused', ...this.paymentRequired(required, mpp) }, reason)
+      return this.respondRefused({ ok: 'refused', ...this.paymentRequired(required, mpp, problem) }, reason)
     }
     // A body we will not forward may have paused the client's socket: let it go.
     this.body?.release()
@@ -965,13 +977,19 @@ class MeteredCall implements ProxyHooks {
     // already did).
     if (this.paymentHeader || this.signIn) this.ctx.edge?.proofRefused(this.client)
     count402(reason)
-    this.finish(402, reason)
     const challenge = this.quote!.challenge
     const requestId = this.requestId
     const text = challengeBody(challenge, reason, quoteExpiry(this.ctx.settings.quoteTtlMs), requestId)
+    // The same price for MPP clients (Machine Payments Protocol): a fresh challenge with every 402.
+    const mpp = mppHeader(challenge, Date.now())
+    const problemAnswer = problem !== null && mpp !== null
+    // The spec gives method-unsupported a 400 (still with a fresh challenge); every other refusal is a 402.
+    const status = problemAnswer && problem.status === 400 ? 400 : 402
+    this.finish(status, reason)
     const res = this.res
     res.cork(() => {
-      res.writeStatus('402 Payment Required').writeHeader('content-type', JSON_TYPE)
+      res.writeStatus(status === 400 ? '400 Bad Request' : '402 Payment Required')
+      res.writeHeader('content-type', problemAnswer ? PROBLEM_TYPE : JSON_TYPE)
       res.writeHeader('x-request-id', requestId)
       // The same URL answers differently once paid: no cache may keep a 402 (nor the reason in it).
       res.writeHeader('cache-control', 'no-store')
@@ -983,12 +1001,10 @@ class MeteredCall implements ProxyHooks {
         'payment-required',
         requiredHeader ?? (pass === null ? v2Header(challenge, reason) : pass.v2Header(challenge, reason)),
       )
-      // The same price for MPP clients (Machine Payments Protocol): a fresh challenge with every 402.
-      const mpp = mppHeader(challenge, Date.now())
       if (mpp !== null) res.writeHeader('www-authenticate', mpp)
       if (retryAfterMs !== undefined)
         res.writeHeader('retry-after', String(Math.max(1, Math.ceil(retryAfterMs / 1000))))
-      res.end(text)
+      res.end(problemAnswer ? problemBody(problem, mpp, text) : text)
     })
   }
 

@@ -14,7 +14,14 @@ import { httpRequests, passesBought } from '../observability/metrics.ts'
 import { requestIdFrom } from '../request-id.ts'
 import type { SchemeRegistry } from '../schemes/registry.ts'
 import type { ClaimOutcome, Payment, SpentProof, Verdict } from '../schemes/scheme.ts'
-import { challengeBody, mppHeader, quoteExpiry, v2Header } from '../wire/challenge.ts'
+import {
+  challengeBody,
+  mppHeader,
+  mppProblem,
+  problemBody,
+  quoteExpiry,
+  v2Header,
+} from '../wire/challenge.ts'
 import { mppCredential, parseProof } from '../wire/proof.ts'
 import type { ProofEdge } from './app.ts'
 import { CORS_HEADERS, EXPOSED_HEADERS, retryAfterHeaders } from './cors.ts'
@@ -254,18 +261,22 @@ class PassPurchase {
     count['4xx'].inc()
     const challenge = this.pass!.quote.challenge
     const text = challengeBody(challenge, reason, quoteExpiry(this.ctx.settings.quoteTtlMs), this.requestId)
+    // The MPP challenge of the pass price beside x402's (when the endpoint takes MPP).
+    const mpp = mppHeader(challenge, Date.now())
+    // A refused MPP credential is answered as the Payment scheme names the refusal (an RFC 9457 problem).
+    const problem =
+      mpp === null || mppCredential(this.paymentHeader) === '' ? null : mppProblem(challenge, reason)
     const res = this.res
     res.cork(() => {
-      res.writeStatus('402 Payment Required').writeHeader('content-type', JSON_TYPE)
+      res.writeStatus(problem?.status === 400 ? '400 Bad Request' : '402 Payment Required')
+      res.writeHeader('content-type', problem === null ? JSON_TYPE : 'application/problem+json')
       res.writeHeader('x-request-id', this.requestId)
       res.writeHeader('cache-control', 'no-store')
       res.writeHeader('access-control-allow-origin', '*')
       res.writeHeader('access-control-expose-headers', EXPOSED_HEADERS)
       res.writeHeader('payment-required', requiredHeader ?? v2Header(challenge, reason))
-      // The MPP challenge of the pass price beside x402's (when the endpoint takes MPP).
-      const mpp = mppHeader(challenge, Date.now())
       if (mpp !== null) res.writeHeader('www-authenticate', mpp)
-      res.end(text)
+      res.end(problem === null || mpp === null ? text : problemBody(problem, mpp, text))
     })
   }
 

@@ -4,6 +4,7 @@
 // `_meta["x402/payment-response"]`, written into the server's JSON or SSE answer on its way out.
 import { StringDecoder } from 'node:string_decoder'
 import type { AnswerRewriter, BodyAnswer } from '../pricing/body-price.ts'
+import type { MppProblem } from '../schemes/mpp-charge/problems.ts'
 import { MPP_PAYMENT_REQUIRED, MPP_RECEIPT } from './json-rpc.ts'
 
 /** The most of a plain JSON answer held to add the receipt; a longer one passes unchanged. */
@@ -19,8 +20,13 @@ export function paymentRequiredResult(
   paymentRequiredJson: string,
   binding: { extension: boolean; resultType: boolean } = { extension: false, resultType: false },
   mppChallenge: string | null = null,
+  mppProblem: MppProblem | null = null,
 ): BodyAnswer {
-  const required = JSON.parse(paymentRequiredJson) as { error?: string }
+  const required = JSON.parse(paymentRequiredJson) as { error?: string; accepts?: unknown[] }
+  // A refused MPP credential, or a call no x402 client could pay (x402 turned off): the MPP MCP transport's
+  // own JSON-RPC error, as mppx's MCP server answers.
+  if (mppChallenge !== null && (mppProblem !== null || required.accepts?.length === 0))
+    return mppPaymentError(id, mppChallenge, mppProblem)
   // MPP's challenges beside x402's, where mppx's MCP client reads them (a result's _meta).
   const _meta =
     mppChallenge === null
@@ -54,6 +60,36 @@ export function paymentRequiredResult(
         _meta,
       },
     }),
+  }
+}
+
+/**
+ * The MPP MCP transport's payment error: -32042 (payment required) with the challenges in `error.data`, or,
+ * answering a refused credential, the problem's code (-32043 did not verify, -32602 not a credential) with a
+ * fresh challenge and the problem. mppx's MCP client pays again on -32042 and -32043.
+ */
+export function mppPaymentError(
+  id: string | number | null,
+  mppChallenge: string,
+  problem: MppProblem | null,
+): BodyAnswer {
+  const challenges = mppChallenges(mppChallenge)
+  const details = {
+    type: problem?.type ?? 'https://paymentauth.org/problems/payment-required',
+    title: problem?.title ?? 'Payment Required',
+    status: problem?.status ?? 402,
+    detail: problem?.detail ?? 'Payment is required.',
+    challengeId: challenges[0]?.id,
+  }
+  const error = {
+    code: problem?.rpcCode ?? -32042,
+    message: problem === null ? 'Payment Required' : problem.detail,
+    data: { httpStatus: details.status, challenges, problem: details },
+  }
+  return {
+    status: '200 OK',
+    contentType: 'application/json',
+    body: JSON.stringify({ jsonrpc: '2.0', id, error }),
   }
 }
 

@@ -6,6 +6,7 @@ import { toDollars } from '../money.ts'
 import type { BodyAnswer, BodyPrice, BodyPricing, BodyRequestPlace } from '../pricing/body-price.ts'
 import { presentPricing } from '../pricing/input.ts'
 import { headlinePrice, type Pricing } from '../pricing/model.ts'
+import type { MppProblem } from '../schemes/mpp-charge/problems.ts'
 import type { Quote } from '../schemes/scheme.ts'
 import type { McpPricing } from './config.ts'
 import { paymentRequiredResult, ResultRewriter, withMppReceipt, withReceipt } from './in-band.ts'
@@ -214,7 +215,7 @@ function inBand(
       payment: encoded,
       forwardBody,
       paymentRequired: answersInBand
-        ? (required, mpp) => onStream(session, id, required, binding, mpp)
+        ? (required, mpp, problem) => onStream(session, id, required, binding, mpp, problem)
         : null,
       receiptInAnswer:
         payment === null
@@ -236,7 +237,7 @@ function inBand(
     paymentRequired:
       elsewhere || !answersInBand
         ? null
-        : (required, mpp) => paymentRequiredResult(id, required, binding, mpp),
+        : (required, mpp, problem) => paymentRequiredResult(id, required, binding, mpp, problem),
     receiptInAnswer:
       payment === null || elsewhere
         ? null
@@ -260,8 +261,9 @@ function onStream(
   required: string,
   binding: { extension: boolean; resultType: boolean },
   mpp: string | null,
+  problem: MppProblem | null,
 ): BodyAnswer {
-  const answer = paymentRequiredResult(id, required, binding, mpp)
+  const answer = paymentRequiredResult(id, required, binding, mpp, problem)
   if (id !== null) session.resolve(id, null)
   if (!session.send(answer.body)) return answer
   return { status: '202 Accepted', contentType: 'text/plain; charset=utf-8', body: 'Accepted' }

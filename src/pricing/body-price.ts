@@ -1,5 +1,7 @@
 // Prices that depend on what the request says, not only where it goes (an MCP `tools/call` names its tool
 // in the JSON-RPC body): the endpoint reads the whole body, bounded, before it answers 402 or forwards.
+
+import type { MppProblem } from '../schemes/mpp-charge/problems.ts'
 import type { Quote } from '../schemes/scheme.ts'
 import type { UsagePricing } from './model.ts'
 
@@ -24,10 +26,17 @@ export type BodyPrice =
       /** The body to forward instead (the payment taken out of it); null: as received. */
       forwardBody: Buffer | null
       /**
-       * Answers this request's refusals itself (given the x402 v2 PaymentRequired JSON and the MPP
-       * WWW-Authenticate value, null when MPP is not offered); null: HTTP 402.
+       * Answers this request's refusals itself (given the x402 v2 PaymentRequired JSON, the MPP
+       * WWW-Authenticate value, null when MPP is not offered, and how MPP names the refusal of the MPP
+       * credential the request carried, else null); null: HTTP 402.
        */
-      paymentRequired: ((paymentRequiredJson: string, mppChallenge: string | null) => BodyAnswer) | null
+      paymentRequired:
+        | ((
+            paymentRequiredJson: string,
+            mppChallenge: string | null,
+            mppProblem: MppProblem | null,
+          ) => BodyAnswer)
+        | null
       /** Puts the payment's receipt into the answer (given the settlement JSON); null: headers only. */
       receiptInAnswer: ((settlementJson: string) => AnswerRewriter) | null
     }

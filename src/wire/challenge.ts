@@ -1,7 +1,7 @@
 // The 402 payment requirement: body (seed fields + x402 v1 `accepts`) and the x402 v2 PAYMENT-REQUIRED
 // header, built once per endpoint version; only the reason and the quote's expiry vary per answer (the v2
 // header carries the reason too: one encoded header per reason, built the first time that reason is used).
-import type { MppOffer } from '../schemes/mpp-charge/challenge.ts'
+import type { MppOffer, MppProblem } from '../schemes/mpp-charge/challenge.ts'
 
 /** The x402 extension whose id lets a retry get the first answer again (src/data-plane/paid-answers.ts). */
 export const PAYMENT_IDENTIFIER = 'payment-identifier'
@@ -116,6 +116,32 @@ export function mppHeader(challenge: Challenge, nowMs: number): string | null {
   if (offers === undefined || offers.length === 0) return null
   if (offers.length === 1) return offers[0]!.header(nowMs)
   return offers.map((o) => o.header(nowMs)).join(', ')
+}
+
+/**
+ * How the spec names the refusal of an MPP credential for `reason`, when the 402 offers MPP (else null: the
+ * endpoint turned MPP off, and its plain 402 says so).
+ */
+export function mppProblem(challenge: Challenge, reason: string): MppProblem | null {
+  const offer = challenge.mpp?.[0]
+  return offer === undefined ? null : offer.problem(reason)
+}
+
+/**
+ * An RFC 9457 problem body (application/problem+json) answering a refused MPP credential: the spec's members
+ * first, the id of the fresh challenge in `WWW-Authenticate`, then the 402 body's own members (`error`, the
+ * x402 terms) as extension members. `body` is a JSON object's text.
+ */
+export function problemBody(problem: MppProblem, header: string, body: string): string {
+  const id = /^Payment id="([^"]*)"/.exec(header)?.[1]
+  const members = {
+    type: problem.type,
+    title: problem.title,
+    status: problem.status,
+    detail: problem.detail,
+    ...(id === undefined ? {} : { challengeId: id }),
+  }
+  return `${JSON.stringify(members).slice(0, -1)},${body.slice(1)}`
 }
 
 // The v1 entry's field order as the `x402` package prints it (resource and description after the amount).

@@ -381,6 +381,24 @@ describe('the hosted checkout and a pass purchase, paid by mppx', () => {
     await a.flushCaptures()
     const rows = await callRows(a, payer.address)
     expect(rows.map((x) => [x.scheme, x.amount_atomic])).toEqual([['mpp-charge', '50000']])
+    // A refused credential at the purchase: the spec's problem, a fresh challenge, no pass sold.
+    const malformed = await fetch(purchaseUrl, { method: 'POST', headers: { authorization: 'Payment x' } })
+    expect(malformed.status).toBe(402)
+    expect(malformed.headers.get('content-type')).toBe('application/problem+json')
+    expect(await malformed.json()).toMatchObject({
+      type: 'https://paymentauth.org/problems/malformed-credential',
+      error: 'malformed_credential',
+    })
+    const fresh = Challenge.fromResponse(bare)
+    const other = await fetch(purchaseUrl, {
+      method: 'POST',
+      headers: { authorization: await credentialFor({ ...fresh, intent: 'session' }) },
+    })
+    expect(other.status).toBe(400)
+    expect(await other.json()).toMatchObject({ type: 'https://paymentauth.org/problems/method-unsupported' })
+    expect(Challenge.fromHeaders(other.headers).intent).toBe('charge')
+    await a.flushCaptures()
+    expect(await callRows(a, payer.address)).toHaveLength(1)
   })
 })
 
@@ -507,36 +525,80 @@ describe('MPP charge on a usage-priced endpoint', () => {
   })
 })
 
-describe('MPP credentials refused, each with a fresh challenge, nothing changed', () => {
-  /** A credential for the challenge of a fresh 402, changed by `edit` before it is signed into the header. */
-  async function refused(headers: Record<string, string>, reason: string) {
-    const before = upstream.count()
-    const callsBefore = (await a.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM calls`)[0]!.n
-    const r = await send(urlA, headers)
-    expect(r.status).toBe(402)
-    expect(r.error).toBe(reason)
-    expect(r.wwwAuthenticate).toMatch(/^Payment id="[^"]+", realm="/)
-    expect(upstream.count()).toBe(before)
+describe('MPP credentials refused as the spec names them, each with a fresh challenge, nothing changed', () => {
+  const PROBLEMS = 'https://paymentauth.org/problems/'
+
+  async function counts() {
     await a.flushCaptures()
-    const callsAfter = (await a.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM calls`)[0]!.n
-    expect(callsAfter).toBe(callsBefore)
+    const [n] = await a.sql<{ calls: number; claims: number }[]>`
+      SELECT (SELECT count(*)::int FROM calls) AS calls, (SELECT count(*)::int FROM claims) AS claims`
+    return { upstream: upstream.count(), ...n! }
+  }
+
+  /** Whether the token counts the authorization of a credential as used (settled on chain). */
+  async function usedOnChain(credential: string): Promise<boolean> {
+    const p = Credential.deserialize(credential).payload as { from: Address; nonce: Hex }
+    return funder.readContract({
+      address: chain.usdcAddress,
+      abi: usdcAbi,
+      functionName: 'authorizationState',
+      args: [p.from, p.nonce],
+    })
+  }
+
+  /**
+   * The answer to a credential: the spec's status, an RFC 9457 problem of the spec's type naming the fresh
+   * challenge in WWW-Authenticate, tollgate's reason beside it; nothing forwarded, claimed or booked.
+   */
+  async function refused(authorization: string, reason: string, type: string, status = 402) {
+    const before = await counts()
+    const r = await fetch(urlA, { headers: { authorization } })
+    expect(r.status).toBe(status)
+    expect(r.headers.get('content-type')).toBe('application/problem+json')
+    const problem = (await r.json()) as Record<string, unknown>
+    expect(problem).toMatchObject({ type: `${PROBLEMS}${type}`, status, error: reason })
+    expect(typeof problem.title).toBe('string')
+    expect(typeof problem.detail).toBe('string')
+    // A fresh challenge, the one the problem names; the x402 terms still beside it.
+    const fresh = Challenge.fromHeaders(r.headers)
+    expect(problem.challengeId).toBe(fresh.id)
+    expect(fresh.id).not.toBe(safeChallengeId(authorization))
+    expect(r.headers.get('payment-required')).toBeTruthy()
+    expect(r.headers.get('payment-receipt')).toBeNull()
+    expect(await counts()).toEqual(before)
+    return problem
+  }
+
+  function safeChallengeId(authorization: string): string | null {
+    try {
+      return Credential.deserialize(authorization).challenge.id
+    } catch {
+      return null
+    }
   }
 
   async function freshChallenge() {
     return Challenge.fromResponse(await fetch(urlA))
   }
 
-  it('a credential that is not base64url JSON: malformed_credential', async () => {
-    await refused({ authorization: 'Payment not-a-credential' }, 'malformed_credential')
+  it('the first 402 stays the x402 body (no credential, nothing refused)', async () => {
+    const r = await fetch(urlA)
+    expect(r.status).toBe(402)
+    expect(r.headers.get('content-type')).toMatch(/^application\/json/)
+    expect(((await r.json()) as { error: string }).error).toBe('payment_required')
   })
 
-  it('a challenge whose terms were changed (a lower amount): invalid_challenge', async () => {
+  it('a credential that is not base64url JSON: 402 malformed-credential', async () => {
+    await refused('Payment not-a-credential', 'malformed_credential', 'malformed-credential')
+  })
+
+  it('a challenge whose terms were changed (a lower amount): 402 invalid-challenge', async () => {
     const c = await freshChallenge()
     const cheaper = { ...c, request: { ...c.request, amount: '1' } }
-    await refused({ authorization: await credentialFor(cheaper) }, 'invalid_challenge')
+    await refused(await credentialFor(cheaper), 'invalid_challenge', 'invalid-challenge')
   })
 
-  it('a challenge past its expiry (bound by our key): payment_expired', async () => {
+  it('a challenge past its expiry (bound by our key): 402 payment-expired', async () => {
     const c = await freshChallenge()
     const expires = new Date(Date.now() - 1_000).toISOString()
     const key = challengeKey(chain.treasury.privateKey)
@@ -550,34 +612,76 @@ describe('MPP credentials refused, each with a fresh challenge, nothing changed'
       digest: '',
       opaque: c.opaque ?? '',
     })
-    await refused({ authorization: await credentialFor(stale) }, 'payment_expired')
+    const credential = await credentialFor(stale)
+    await refused(credential, 'payment_expired', 'payment-expired')
+    expect(await usedOnChain(credential)).toBe(false)
   })
 
-  it('another method or intent: method_unsupported', async () => {
+  it('another method or intent: 400 method-unsupported, still with a fresh challenge', async () => {
     const c = await freshChallenge()
-    await refused({ authorization: await credentialFor({ ...c, method: 'tempo' }) }, 'method_unsupported')
-  })
-
-  it('a payer without the funds: insufficient_funds', async () => {
     await refused(
-      { authorization: await credentialFor(await freshChallenge(), generatePrivateKey()) },
-      'insufficient_funds',
+      await credentialFor({ ...c, method: 'tempo' }),
+      'method_unsupported',
+      'method-unsupported',
+      400,
+    )
+    await refused(
+      await credentialFor({ ...c, intent: 'session' }),
+      'method_unsupported',
+      'method-unsupported',
+      400,
     )
   })
 
-  it('a credential already paid with (a replay): proof_already_used', async () => {
+  it('a payer without the funds, through the published mppx client: 402 verification-failed each time', async () => {
+    const payer = await mppPayer(0n)
+    const before = await counts()
+    const r = await payer.fetch(urlA)
+    // mppx signs a new credential for each fresh challenge, up to its retries; each one is refused.
+    expect(r.status).toBe(402)
+    expect(r.headers.get('content-type')).toBe('application/problem+json')
+    const problem = (await r.json()) as Record<string, unknown>
+    expect(problem).toMatchObject({ type: `${PROBLEMS}verification-failed`, error: 'insufficient_funds' })
+    expect(payer.sent.length).toBeGreaterThanOrEqual(1)
+    expect(new Set(payer.sent).size).toBe(payer.sent.length)
+    expect(await counts()).toEqual(before)
+    for (const sent of payer.sent) expect(await usedOnChain(sent)).toBe(false)
+  })
+
+  it('a credential already paid with (a replay): 402 invalid-challenge, on both instances', async () => {
     const payer = await mppPayer(PRICE_ATOMIC)
     expect((await payer.fetch(urlA)).status).toBe(200)
     await a.flushCaptures()
-    await refused({ authorization: payer.sent[0]! }, 'proof_already_used')
+    await refused(payer.sent[0]!, 'proof_already_used', 'invalid-challenge')
+    if (b !== null) {
+      const r = await fetch(urlB, { headers: { authorization: payer.sent[0]! } })
+      expect(r.status).toBe(402)
+      expect(await r.json()).toMatchObject({
+        type: `${PROBLEMS}invalid-challenge`,
+        error: 'proof_already_used',
+      })
+    }
+    expect(await callRows(a, payer.address)).toHaveLength(1)
   })
 
-  it('a signature for another challenge (the nonce is not this challenge’s): invalid_challenge', async () => {
+  it('a signature for another challenge (the nonce is not this challenge’s): 402 invalid-challenge', async () => {
     const one = await freshChallenge()
     const other = await freshChallenge()
     const signed = Credential.deserialize(await credentialFor(one))
     const swapped = Credential.serialize(Credential.from({ challenge: other, payload: signed.payload }))
-    await refused({ authorization: swapped }, 'invalid_challenge')
+    await refused(swapped, 'invalid_challenge', 'invalid-challenge')
+    expect(await usedOnChain(swapped)).toBe(false)
+  })
+
+  it('an authorization for less than the challenge: 402 payment-insufficient', async () => {
+    const c = await freshChallenge()
+    const signed = Credential.deserialize(await credentialFor(c))
+    const less = { ...(signed.payload as Record<string, string>), value: '1' }
+    await refused(
+      Credential.serialize(Credential.from({ challenge: c, payload: less })),
+      'payment_insufficient',
+      'payment-insufficient',
+    )
   })
 })
 

@@ -5,11 +5,26 @@
 // payer's two calls would sign the same nonce and the second would be refused as a replay. `opaque` holds a
 // per-answer serial for that (expiry alone repeats within a millisecond).
 import { createHash, createHmac, randomBytes } from 'node:crypto'
+import { type MppProblem, mppProblem } from './problems.ts'
+
+export type { MppProblem }
 
 /** An MPP challenge of one price, precomputed but for what each answer binds (expiry, id). */
 export interface MppOffer {
   /** The `WWW-Authenticate` value of one answer at `nowMs` (HMAC-bound id, expiry). */
   header(nowMs: number): string
+  /** How the spec names the refusal of a credential for `reason` (a tollgate refusal reason). */
+  problem(reason: string): MppProblem
+  /** What discovery says of it (an `x-payment-info` offer): advisory, the challenge is authoritative. */
+  readonly terms: MppOfferTerms
+}
+
+/** An offer's terms as the discovery extension lists them: amount in base units, currency the token address. */
+export interface MppOfferTerms {
+  method: string
+  intent: string
+  amount: string
+  currency: string
 }
 
 export const MPP_METHOD = 'evm'
@@ -83,6 +98,13 @@ export function mppOffer(key: Buffer, t: MppTerms): MppOffer {
       const opaque = base64url(`{"n":"${SERIAL_PREFIX}${serial.toString(36)}"}`)
       const id = createHmac('sha256', key).update(`${bound}${expires}||${opaque}`).digest('base64url')
       return `Payment id="${id}", ${fixed}, expires="${expires}", opaque="${opaque}"`
+    },
+    problem: mppProblem,
+    terms: {
+      method: MPP_METHOD,
+      intent: MPP_INTENT,
+      amount: t.amountAtomic.toString(),
+      currency: t.currency,
     },
   }
 }

@@ -1,0 +1,88 @@
+// mpp-charge: each request carries a fresh MPP credential (`Authorization: Payment`, the `evm` charge: an
+// EIP-3009 authorization whose nonce is its challenge's hash), built before the load by the published mppx
+// client's own credential building (the evm charge method's createCredential) from the challenge of one 402
+// each: a challenge is answered once. The same for tollgate and for MPP's reference server (mppx/express).
+import { Challenge } from 'mppx'
+import { evm } from 'mppx/evm/client'
+import { type Address, createPublicClient, type Hex, http, parseAbi } from 'viem'
+import { privateKeyToAccount } from 'viem/accounts'
+import { load, type Measured } from '../load.ts'
+import { type Context, settings } from './context.ts'
+import { inside, readCounters, settlementOutcome } from './inside.ts'
+
+const tokenAbi = parseAbi([
+  'function name() view returns (string)',
+  'function version() view returns (string)',
+])
+
+/** `count` credentials for `url`, each answering the challenge of its own 402. */
+async function credentials(ctx: Context, url: string, count: number): Promise<string[] | string> {
+  const client = createPublicClient({ transport: http(ctx.chain.rpcUrl) })
+  const read = (functionName: 'name' | 'version') =>
+    client.readContract({ address: ctx.chain.usdcAddress as Address, abi: tokenAbi, functionName })
+  const token = { name: await read('name'), version: await read('version') }
+  const method = evm.charge({
+    account: privateKeyToAccount(ctx.chain.payers[0]!.privateKey as Hex),
+    authorization: token,
+  })
+  const started = performance.now()
+  const out: string[] = []
+  for (let i = 0; i < count; i += 50) {
+    const batch = await Promise.all(
+      Array.from({ length: Math.min(50, count - i) }, async () => {
+        const r = await fetch(url)
+        await r.arrayBuffer()
+        if (r.status !== 402) return null
+        const challenge = Challenge.fromResponse(r)
+        return (await method.createCredential({ challenge, context: {} } as never)) as string
+      }),
+    )
+    for (const c of batch) {
+      if (c === null) return `${url} answered an unpaid call with another status than 402`
+      out.push(`Payment ${c.replace(/^Payment\s+/i, '')}`)
+    }
+  }
+  process.stdout.write(
+    `  built ${count} mppx credentials (one 402 each) in ${Math.round(performance.now() - started)} ms\n`,
+  )
+  return out
+}
+
+export async function runMppCharge(ctx: Context, count: number): Promise<Measured | { skipped: string }> {
+  const t = ctx.tollgates.warm!
+  const url = await t.metered('/data')
+  const values = await credentials(ctx, url, count)
+  if (typeof values === 'string') return { skipped: values }
+  const before = await readCounters(t.adminPort)
+  const m = await load({
+    url,
+    connections: settings.connections,
+    durationS: settings.durationS,
+    perRequest: { header: 'authorization', values },
+    expectStatus: 200,
+  })
+  const over = (peer: string) => {
+    const rps = ctx.rps.get(peer)
+    return rps ? Math.round((m.rps / rps) * 1000) / 1000 : null
+  }
+  return {
+    ...m,
+    inside: inside(before, await readCounters(t.adminPort)),
+    ratio_to_x402: over('x402'),
+    ratio_to_mpp_reference: over('mpp-reference'),
+    afterLoad: async () => ({ settlement: await settlementOutcome(t.adminPort, before) }),
+  }
+}
+
+export async function runMppReference(ctx: Context, count: number): Promise<Measured | { skipped: string }> {
+  const url = `${ctx.mppReference!.base}/data`
+  const values = await credentials(ctx, url, count)
+  if (typeof values === 'string') return { skipped: values }
+  return load({
+    url,
+    connections: settings.connections,
+    durationS: settings.durationS,
+    perRequest: { header: 'authorization', values },
+    expectStatus: 200,
+  })
+}
