@@ -142,6 +142,11 @@ afterAll(async () => {
 })
 
 describe('the facilitator’s bazaar catalog in /discovery/resources', () => {
+  it('/supported names the bazaar extension', async () => {
+    const r = await callApi(svc.url, '/api/v1/facilitator/supported', { key: merchantKey })
+    expect(r.body.extensions).toEqual(expect.arrayContaining(['bazaar', 'payment-identifier']))
+  })
+
   it('a payment that did not settle lists nothing', async () => {
     // A payer with no USDC: the middleware's /verify refuses it, nothing is claimed or cataloged.
     const { fetch: pay } = payingFetch(generatePrivateKey())

@@ -339,7 +339,8 @@ export const facilitatorRoutes: Route[] = [
                   },
                 ]),
           ],
-          extensions: ['payment-identifier'],
+          // bazaar: a settled payload carrying it is cataloged in /discovery/resources.
+          extensions: ['payment-identifier', 'bazaar'],
           // The treasury signs the settlement batches (they carry every authorization, whoever it pays).
           signers: { 'eip155:*': [chain.treasury] },
         },
