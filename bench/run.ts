@@ -31,6 +31,7 @@ import { runHistoryRetentionBench } from './scenarios/history-retention.ts'
 import { type Scenario, scenarios } from './scenarios/index.ts'
 import { runSoak } from './scenarios/soak.ts'
 import { runX402Capacity } from './scenarios/x402-capacity.ts'
+import { runX402Facilitator } from './scenarios/x402-facilitator.ts'
 import { BENCH_AGENT, BENCH_SIGNER, startAgentDirectory } from './targets/agent-directory.ts'
 import { startBareRelay } from './targets/bare-relay.ts'
 import { startBareUws } from './targets/bare-uws.ts'
@@ -59,6 +60,8 @@ const HELP = `usage: npm run bench [-- <scenario>… | soak | recover | history 
                      table sizes while SQL intake at that rate runs beside retention and archiving
   x402-capacity [--rates 100,250,…] [--seconds 8] [--no-workers2]
                      x402 settled before the answer vs after, paced steps on a 2 s block chain
+  x402-facilitator [--rates 50,100,…] [--reference-rates 5,10,…] [--seconds 6] [--out file]
+                     verify+settle per second: tollgate's facilitator vs the reference's, 2 s blocks
   --readme [file]    the README's table from the newest full run (or file); --write puts it in README.md
 
 scenarios: ${scenarios.map((s) => s.name).join(', ')}
@@ -89,6 +92,7 @@ async function main() {
   if (args[0] === 'history') return runHistoryBench(args.slice(1))
   if (args[0] === 'history-retention') return runHistoryRetentionBench(args.slice(1))
   if (args[0] === 'x402-capacity') return runX402Capacity(args.slice(1))
+  if (args[0] === 'x402-facilitator') return runX402Facilitator(args.slice(1))
   const soakOnly = args[0] === 'soak'
   // The full run ends with the 60 s soak; `-- soak` runs it alone.
   const withSoak = soakOnly || args.length === 0 || args[0] === 'all'

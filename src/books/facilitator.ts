@@ -7,6 +7,7 @@ import type { StoredAuthorization } from '../chain/settle.ts'
 import type { StoredUptoPermit } from '../chain/upto-permit.ts'
 import { insertEvent } from '../db/events.ts'
 import type { Sql, Tx } from '../db/sql.ts'
+import type { FacilitatorResource } from '../discovery/facilitator-resource.ts'
 import { newId } from '../ids.ts'
 import { splitOwnerShare } from '../money.ts'
 
@@ -66,6 +67,8 @@ export interface FacilitatorClaimRequest {
   ownerShareBps: number
   /** The payer's balance and the block it reflects: the claim holds valueAtomic on top of what is reserved. */
   reserve: { balanceAtomic: bigint; block: bigint }
+  /** The resource the payload's bazaar extension describes: cataloged with the claim (null: none). */
+  resource?: FacilitatorResource | null
 }
 
 /** Thrown inside the transaction to roll back the settlement row when the claim was someone else's. */
@@ -89,9 +92,10 @@ export async function claimFacilitatorPayment(
     return (await sql.begin(async (tx) => {
       const inserted = await tx<FacilitatorSettlementRow[]>`
         INSERT INTO facilitator_settlements (id, account_id, proof_key, payment_identifier, custody, pay_to, payer,
-          amount_atomic, owner_share_atomic, fee_atomic, network, x402_version)
+          amount_atomic, owner_share_atomic, fee_atomic, network, x402_version, resource_url)
         VALUES (${id}, ${q.accountId}, ${q.proofKey}, ${q.paymentIdentifier}, ${q.custody}, ${q.payTo.toLowerCase()},
-          ${q.payer.toLowerCase()}, ${q.valueAtomic}, ${owner}, ${fee}, ${q.network}, ${q.x402Version})
+          ${q.payer.toLowerCase()}, ${q.valueAtomic}, ${owner}, ${fee}, ${q.network}, ${q.x402Version},
+          ${q.resource?.url ?? null})
         ON CONFLICT DO NOTHING RETURNING *`
       if (inserted.length === 0) return earlier(tx, q)
       // The payer reservation (migrations 0045, 0065, 0070), as a metered call's claim makes it: under the
@@ -108,6 +112,7 @@ export async function claimFacilitatorPayment(
         FROM (SELECT ${tx.json(q.authorization as never)}::jsonb AS auth) a
         ON CONFLICT (proof_key, horizon_at) DO NOTHING RETURNING proof_key`
       if (claimed.length === 0) throw new ProofTaken()
+      if (q.resource) await catalogResource(tx, q.accountId, q.resource)
       return { kind: 'claimed', settlement: inserted[0]! }
     })) as FacilitatorClaim
   } catch (err) {
@@ -115,6 +120,20 @@ export async function claimFacilitatorPayment(
     if (err instanceof Uncovered) return { kind: 'insufficient_funds' }
     throw err
   }
+}
+
+/** The catalog row of a resource a claimed payment described: the latest payment's terms and extension. */
+async function catalogResource(tx: Tx, accountId: string, r: FacilitatorResource): Promise<void> {
+  await tx`
+    INSERT INTO facilitator_resources (account_id, resource_url, type, x402_version, accepts, extensions,
+      description, mime_type, service_name, tags, icon_url, price_atomic)
+    VALUES (${accountId}, ${r.url}, ${r.type}, 2, ${tx.json([r.accepted] as never)}, ${tx.json(r.extensions as never)},
+      ${r.description}, ${r.mimeType}, ${r.serviceName}, ${r.tags === null ? null : tx.json(r.tags)}, ${r.iconUrl},
+      ${r.priceAtomic})
+    ON CONFLICT (account_id, resource_url) DO UPDATE SET type = excluded.type, accepts = excluded.accepts,
+      extensions = excluded.extensions, description = excluded.description, mime_type = excluded.mime_type,
+      service_name = excluded.service_name, tags = excluded.tags, icon_url = excluded.icon_url,
+      price_atomic = excluded.price_atomic, updated_at = now()`
 }
 
 /** The row that made this one's insert a no-op: the same payload (a retry) or the same payment id. */

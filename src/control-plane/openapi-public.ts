@@ -264,6 +264,41 @@ export const DiscoveryResources = v.strictObject({
         }),
         v.description('one paid tool of a listed MCP endpoint; observed counts that tool alone'),
       ),
+      v.pipe(
+        v.strictObject({
+          resource: v.pipe(
+            v.string(),
+            v.description(
+              "the merchant's own URL: origin and route template (or path), as the payment named it",
+            ),
+          ),
+          type: v.picklist(['http', 'mcp']),
+          x402Version: v.literal(2),
+          accepts: v.pipe(
+            v.array(v.record(v.string(), v.unknown())),
+            v.description('the terms the latest settled payment accepted'),
+          ),
+          lastUpdated: Timestamp,
+          description: v.optional(v.string()),
+          mimeType: v.optional(v.string()),
+          serviceName: v.optional(v.string()),
+          tags: v.optional(v.array(v.string())),
+          iconUrl: v.optional(v.string()),
+          extensions: v.pipe(
+            v.strictObject({ bazaar: v.record(v.string(), v.unknown()) }),
+            v.description('bazaar: the extension the payment carried ({info, schema}), echoed'),
+          ),
+          observed: v.pipe(
+            Observed,
+            v.description(
+              'from its settlements: paid_calls mined, success_rate 1 (the middleware settles a served call only), refund_rate 0, no latency (tollgate did not serve it)',
+            ),
+          ),
+        }),
+        v.description(
+          "a resource of a merchant's own server, settled through /api/v1/facilitator with the bazaar extension (after the endpoints' items)",
+        ),
+      ),
     ]),
   ),
   pagination: v.strictObject({ limit: v.number(), offset: v.number(), total: v.number() }),

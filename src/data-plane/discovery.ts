@@ -3,8 +3,11 @@
 // each with what paid traffic observed over 7 days). A listed MCP endpoint is one item per paid tool. Both read listed endpoints and hourly rows, never the
 // call history, and keep each answer for a few seconds: a crawler costs one query per distinct URL per TTL.
 import {
+  type FacilitatorResourceRow,
   type ListedEndpointRow,
+  listFacilitatorResources,
   listListedEndpoints,
+  readFacilitatorObserved,
   readObserved,
   readToolObserved,
 } from '../db/discovery.ts'
@@ -167,6 +170,16 @@ async function resources(deps: DiscoveryDeps, query: URLSearchParams, nowMs: num
   if (f === null) return { x402Version: 2, items: [], pagination: { limit: 0, offset: 0, total: 0 } }
   const { rows, total } = await listListedEndpoints(deps.sql, f)
   const since = new Date(nowMs - WINDOW_DAYS * DAY_MS)
+  // The facilitator's cataloged resources follow the endpoints' items: a page runs on into them.
+  const facilitated = await facilitatorItems(
+    deps,
+    {
+      ...f,
+      offset: Math.max(0, f.offset - total),
+      limit: f.limit - rows.length,
+    },
+    since,
+  )
   const [observed, toolObserved, accepts] = await Promise.all([
     readObserved(
       deps.sql,
@@ -183,30 +196,65 @@ async function resources(deps: DiscoveryDeps, query: URLSearchParams, nowMs: num
   const base = deps.publicUrl()
   return {
     x402Version: 2,
-    items: rows.map((r, i) => {
-      const common = {
-        resource: `${base}/m/${r.id}`,
-        type: r.tool === null ? 'http' : 'mcp',
-        x402Version: 2,
-        accepts: accepts[i],
-        lastUpdated: lastUpdated(r).toISOString(),
-        description: describe(r),
-        mimeType: 'application/json',
-        ...resourceMetadata(r.discovery),
-      }
-      // What tollgate measured of this endpoint's (or tool's) paid traffic: catalogs list claims, this is evidence.
-      if (r.tool === null) return { ...common, observed: presentObserved(observed.get(r.id), WINDOW_DAYS) }
-      // An MCP tool: one resource URL serves many tools, so a catalog tells them apart by tool name, and the
-      // bazaar extension its 402 carries says how to call it.
-      return {
-        ...common,
-        toolName: r.tool,
-        extensions: { bazaar: mcpBazaarExtension(toolOf(r)) },
-        observed: presentObserved(toolObserved.get(`${r.id}|${r.tool}`), WINDOW_DAYS),
-      }
-    }),
-    pagination: { limit: f.limit, offset: f.offset, total },
+    items: rows
+      .map((r, i) => {
+        const common = {
+          resource: `${base}/m/${r.id}`,
+          type: r.tool === null ? 'http' : 'mcp',
+          x402Version: 2,
+          accepts: accepts[i],
+          lastUpdated: lastUpdated(r).toISOString(),
+          description: describe(r),
+          mimeType: 'application/json',
+          ...resourceMetadata(r.discovery),
+        }
+        // What tollgate measured of this endpoint's (or tool's) paid traffic: catalogs list claims, this is evidence.
+        if (r.tool === null) return { ...common, observed: presentObserved(observed.get(r.id), WINDOW_DAYS) }
+        // An MCP tool: one resource URL serves many tools, so a catalog tells them apart by tool name, and the
+        // bazaar extension its 402 carries says how to call it.
+        return {
+          ...common,
+          toolName: r.tool,
+          extensions: { bazaar: mcpBazaarExtension(toolOf(r)) },
+          observed: presentObserved(toolObserved.get(`${r.id}|${r.tool}`), WINDOW_DAYS),
+        }
+      })
+      .concat(facilitated.items as never[]),
+    pagination: { limit: f.limit, offset: f.offset, total: total + facilitated.total },
   }
+}
+
+/**
+ * Resources paid through the facilitator whose payments carried the bazaar extension, as the CDP
+ * facilitator's catalog lists them (the resource URL, the terms accepted, the extension echoed), with the
+ * figures their settlements give.
+ */
+async function facilitatorItems(
+  deps: DiscoveryDeps,
+  f: Parameters<typeof listFacilitatorResources>[1],
+  since: Date,
+) {
+  const { rows, total } = await listFacilitatorResources(deps.sql, f)
+  const observed = await readFacilitatorObserved(
+    deps.sql,
+    rows.map((r) => ({ accountId: r.account_id, url: r.resource_url })),
+    since,
+  )
+  const items = rows.map((r: FacilitatorResourceRow) => ({
+    resource: r.resource_url,
+    type: r.type,
+    x402Version: r.x402_version,
+    accepts: r.accepts,
+    lastUpdated: r.updated_at.toISOString(),
+    ...(r.description === null ? {} : { description: r.description }),
+    ...(r.mime_type === null ? {} : { mimeType: r.mime_type }),
+    ...(r.service_name === null ? {} : { serviceName: r.service_name }),
+    ...(r.tags === null ? {} : { tags: r.tags }),
+    ...(r.icon_url === null ? {} : { iconUrl: r.icon_url }),
+    extensions: r.extensions,
+    observed: presentObserved(observed.get(`${r.account_id}|${r.resource_url}`), WINDOW_DAYS),
+  }))
+  return { items, total }
 }
 
 /** The per-origin manifest: every listed endpoint, its invocation contract lifted out of the bazaar envelope. */

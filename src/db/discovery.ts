@@ -299,3 +299,81 @@ export async function pruneObserved(sql: Sql, before: Date): Promise<void> {
   await sql`DELETE FROM tool_hourly WHERE hour < ${before}`
   await sql`DELETE FROM tool_payer_days WHERE day < ${day}::date`
 }
+
+/** A resource cataloged from payments settled through the facilitator (migration 0073). */
+export interface FacilitatorResourceRow {
+  account_id: string
+  resource_url: string
+  type: 'http' | 'mcp'
+  x402_version: number
+  accepts: unknown[]
+  extensions: Record<string, unknown>
+  description: string | null
+  mime_type: string | null
+  service_name: string | null
+  tags: string[] | null
+  icon_url: string | null
+  updated_at: Date
+}
+
+/** Listed once one of its settlements is mined: a payment that never settled lists nothing. */
+const FACILITATED = (sql: Sql, f: ListedFilter) => sql`
+  FROM facilitator_resources r
+  WHERE EXISTS (SELECT 1 FROM facilitator_settlements s
+                WHERE s.account_id = r.account_id AND s.resource_url = r.resource_url AND s.settled_at IS NOT NULL)
+  ${f.tag === null ? sql`` : sql`AND r.tags @> ${sql.json([f.tag])}`}
+  ${f.type === null ? sql`` : sql`AND r.type = ${f.type}`}
+  ${f.minPriceAtomic === null ? sql`` : sql`AND r.price_atomic >= ${f.minPriceAtomic}`}
+  ${f.maxPriceAtomic === null ? sql`` : sql`AND r.price_atomic <= ${f.maxPriceAtomic}`}`
+
+/** The facilitator's cataloged resources matching the filters: one page, and how many match in all. */
+export async function listFacilitatorResources(
+  sql: Sql,
+  f: ListedFilter,
+): Promise<{ rows: FacilitatorResourceRow[]; total: number }> {
+  const [rows, [count]] = await Promise.all([
+    f.limit === 0
+      ? Promise.resolve([] as FacilitatorResourceRow[])
+      : sql<FacilitatorResourceRow[]>`
+          SELECT r.account_id, r.resource_url, r.type, r.x402_version, r.accepts, r.extensions, r.description,
+                 r.mime_type, r.service_name, r.tags, r.icon_url, r.updated_at
+          ${FACILITATED(sql, f)}
+          ORDER BY r.created_at, r.account_id, r.resource_url
+          LIMIT ${f.limit} OFFSET ${f.offset}`,
+    sql<{ n: number }[]>`SELECT count(*)::int AS n ${FACILITATED(sql, f)}`,
+  ])
+  return { rows, total: count!.n }
+}
+
+/**
+ * The window's figures of cataloged resources, keyed `account|url`, from the settlements that name them: a
+ * mined settlement is a paid call, and one the middleware asked for after its handler answered (it settles
+ * only a successful answer); tollgate did not serve it, so no latency and nothing unserved is known.
+ */
+export async function readFacilitatorObserved(
+  sql: Sql,
+  resources: Array<{ accountId: string; url: string }>,
+  since: Date,
+): Promise<Map<string, ObservedRow>> {
+  const out = new Map<string, ObservedRow>()
+  if (resources.length === 0) return out
+  const rows = await sql<{ account_id: string; resource_url: string; paid: number; repeat: number }[]>`
+    SELECT p.account_id, p.resource_url, sum(p.n)::int AS paid, count(*) FILTER (WHERE p.n >= 2)::int AS repeat
+    FROM (
+      SELECT s.account_id, s.resource_url, s.payer, count(*) AS n
+      FROM facilitator_settlements s
+      JOIN unnest(${resources.map((r) => r.accountId)}::text[], ${resources.map((r) => r.url)}::text[])
+        AS w(account_id, url) ON w.account_id = s.account_id AND w.url = s.resource_url
+      WHERE s.settled_at IS NOT NULL AND s.created_at >= ${since}
+      GROUP BY s.account_id, s.resource_url, s.payer) p
+    GROUP BY p.account_id, p.resource_url`
+  for (const r of rows)
+    out.set(`${r.account_id}|${r.resource_url}`, {
+      paid_calls: r.paid,
+      succeeded: r.paid,
+      unserved: 0,
+      latency_buckets: [],
+      repeat_payers: r.repeat,
+    })
+  return out
+}

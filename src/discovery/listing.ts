@@ -105,7 +105,7 @@ export function hasExternalRef(node: unknown): boolean {
   return false
 }
 
-function isPublicIconUrl(raw: string): boolean {
+export function isPublicIconUrl(raw: string): boolean {
   if (/\p{Cc}/u.test(raw)) return false
   let url: URL
   try {

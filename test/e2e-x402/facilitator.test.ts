@@ -1,9 +1,11 @@
 // tollgate in the facilitator slot of the x402 repository's own e2e suite: its Express and Hono servers,
 // unchanged (./upstream, PROVENANCE.md), started as the suite's runner starts them (FACILITATOR_URL, with the
 // suite's mock facilitator as MOCK_FACILITATOR_URL for the routes tollgate does not offer), paid by the suite's
-// fetch and axios clients on `exact` (EIP-3009). The suite's pass rule holds, the transaction is mined with
-// the payer's authorization, and tollgate booked the settlement once (payTo the treasury: a settlement row
-// and the owner share and fee entries).
+// fetch and axios clients on `exact` (EIP-3009) and on `upto` (Permit2: the route signs for 2000 and settles
+// 1000, after the runner's own step for such a route, the suite's scripts/permit2-approval.ts). The suite's
+// pass rule holds, the transaction is mined with the payer's authorization (or moves the payer's 1000), and
+// tollgate booked the settlement once (payTo the treasury: a settlement row and the owner share and fee
+// entries).
 //
 // What the servers could not be given through their own variables: they build `new HTTPFacilitatorClient({
 // url: FACILITATOR_URL })` with no `createAuthHeaders`, so they cannot send the merchant's API key, and tollgate's
@@ -39,7 +41,12 @@ import {
 const BASE_USDC = '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913'
 const NETWORK = 'eip155:8453'
 const PRICE_ATOMIC = 1_000n // the servers' "$0.001"
-const usdc = parseAbi(['event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce)'])
+/** The servers' upto route: a 2000 maximum, its handler settles 1000 (setSettlementOverrides). */
+const UPTO_SETTLED_ATOMIC = 1_000n
+const usdc = parseAbi([
+  'event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce)',
+  'event Transfer(address indexed from, address indexed to, uint256 value)',
+])
 
 let chain: DevChain
 let svc: Service
@@ -122,6 +129,20 @@ async function carriesAuthorizationOf(tx: Hex, payer: Address): Promise<boolean>
   )
 }
 
+/** What the payer sent the treasury in a successful transaction (its Transfer logs of the test USDC). */
+async function transferredIn(tx: Hex, payer: Address): Promise<bigint> {
+  const receipt = await reader.getTransactionReceipt({ hash: tx })
+  if (receipt.status !== 'success') return 0n
+  return parseEventLogs({ abi: usdc, logs: receipt.logs, eventName: 'Transfer' })
+    .filter(
+      (l) =>
+        l.address.toLowerCase() === chain.usdcAddress.toLowerCase() &&
+        l.args.from.toLowerCase() === payer.toLowerCase() &&
+        l.args.to.toLowerCase() === chain.treasury.address.toLowerCase(),
+    )
+    .reduce((sum, l) => sum + l.args.value, 0n)
+}
+
 /** The payer's facilitator settlements and the ledger entries booked for them. */
 async function bookings(payer: Address) {
   const rows = await svc.sql<
@@ -181,6 +202,8 @@ async function startSuiteServer(path: string) {
       SVM_PAYEE_ADDRESS: solanaKey().address,
       FACILITATOR_URL: authProxyUrl,
       MOCK_FACILITATOR_URL: mockUrl,
+      // The suite's runner passes its network's permit2Asset (e2e/src/networks/networks.ts): Base's USDC.
+      EVM_PERMIT2_ASSET: BASE_USDC,
     },
     `http://127.0.0.1:${port}/health`,
   )
@@ -245,7 +268,43 @@ describe('the suite servers with tollgate as their facilitator, paid by the suit
       await expectSettledAndBookedOnce(run, index, server.output())
     }, 180_000)
   }
-  // The suite's upto routes (Permit2) are not run here yet: tollgate's facilitator settles upto since this was
-  // written (test/control-plane/facilitator-upto.test.ts, with the published middleware), but these servers'
-  // upto route has not been pointed at it. A skipped placeholder would read as a test; this says it instead.
+  for (const [index, p] of PAIRS.entries()) {
+    it(`upto (Permit2): ${p.server} server, ${p.client} client: the suite's rule, 1000 of 2000 settled, booked once`, async () => {
+      const payerIndex = index + 2
+      const payer = chain.payers[payerIndex]!
+      // The runner's step before a permit2Direct endpoint: the suite's own script grants Permit2 the client's
+      // allowance (for the network's permit2Asset: the runner names Base Sepolia's USDC, which the script
+      // does not list on eip155:8453, so the asset is left to the script's list for the network).
+      const approval = await runClient(
+        dir,
+        'scripts/permit2-approval.ts',
+        { CLIENT_EVM_PRIVATE_KEY: payer.privateKey, EVM_NETWORK: NETWORK, EVM_RPC_URL: chain.rpcUrl },
+        60_000,
+        ['approve'],
+      )
+      expect(approval.code, `${approval.stdout}\n${approval.stderr}`).toBe(0)
+      const server = await startSuiteServer(p.serverPath)
+      const run = await runClient(
+        dir,
+        p.clientPath,
+        clientEnv(payerIndex, server.url, '/upto/evm/permit2'),
+        120_000,
+      )
+      const context = `${run.stdout}\n${run.stderr}\nserver:\n${server.output()}`
+      expect(suiteVerdict(run), context).toBeNull()
+      const receipt = run.result!.payment_response
+      expect(receipt, context).toMatchObject({ success: true, network: NETWORK })
+      // The route signs for 2000 and its handler settles 1000: the payer's 1000 reached the treasury in
+      // the transaction the receipt names.
+      expect(await transferredIn(receipt.transaction, payer.address), context).toBe(UPTO_SETTLED_ATOMIC)
+      expect(await bookings(payer.address)).toEqual([
+        expect.objectContaining({
+          tx: receipt.transaction,
+          custody: 'treasury',
+          amount: String(UPTO_SETTLED_ATOMIC),
+          entries: 2,
+        }),
+      ])
+    }, 180_000)
+  }
 })

@@ -113,10 +113,14 @@ export async function prepareSuiteDir(): Promise<SuiteDir> {
   }
 }
 
-/** Every vendored entry (index.ts) beside its copy, as tsx would strip it, so node loads packages without loader hooks. */
+/** Every vendored entry (index.ts, and the runner's scripts/*.ts) beside its copy, as tsx would strip it, so node loads packages without loader hooks. */
 async function transpileEntries(root: string): Promise<void> {
   const entries = readdirSync(root, { recursive: true, encoding: 'utf8' }).filter(
-    (p) => p.endsWith('index.ts') && !p.includes('node_modules') && !p.startsWith('typescript'),
+    (p) =>
+      (p.endsWith('index.ts') || p.startsWith('scripts/')) &&
+      p.endsWith('.ts') &&
+      !p.includes('node_modules') &&
+      !p.startsWith('typescript'),
   )
   for (const entry of entries) {
     const source = readFileSync(join(root, entry), 'utf8')
@@ -135,11 +139,20 @@ export interface ClientRun {
   ms: number
 }
 
-/** Runs a vendored one-shot client to its exit (its `pnpm dev` is `tsx index.ts`: the same code, stripped of types). */
-export function runClient(dir: SuiteDir, path: string, env: Record<string, string>, timeoutMs = 30_000) {
+/**
+ * Runs a vendored one-shot client (or one of the runner's scripts, with its arguments) to its exit (its `pnpm
+ * dev` is `tsx index.ts`: the same code, stripped of types).
+ */
+export function runClient(
+  dir: SuiteDir,
+  path: string,
+  env: Record<string, string>,
+  timeoutMs = 30_000,
+  args: string[] = [],
+) {
   return new Promise<ClientRun>((done) => {
     const file = dir.file(path)
-    const child = spawn(process.execPath, [file.replace(/\.ts$/, '.mjs')], {
+    const child = spawn(process.execPath, [file.replace(/\.ts$/, '.mjs'), ...args], {
       cwd: dirname(file),
       env: { PATH: process.env.PATH ?? '', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],

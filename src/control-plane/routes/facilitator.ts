@@ -14,6 +14,7 @@ import {
   readPayerReserved,
 } from '../../books/facilitator.ts'
 import type { BalanceRead } from '../../chain/check-authorization.ts'
+import { facilitatorResourceOf } from '../../discovery/facilitator-resource.ts'
 import { ApiError } from '../../errors.ts'
 import { type Checked, checkTerms, exactChainFailure, type Terms } from '../facilitator-check.ts'
 import { checkUptoTerms, uptoChainFailure } from '../facilitator-upto-check.ts'
@@ -284,6 +285,8 @@ async function claimOrFind(
     authorization: checked.authorization,
     ownerShareBps: deps.config.fees.owner_share_bps,
     reserve: { balanceAtomic: funds.balance.atomic, block: funds.balance.block },
+    // A payload carrying the bazaar extension lists its resource in /discovery/resources once settled.
+    resource: facilitatorResourceOf(body.paymentPayload),
   })
   if (claim.kind === 'claimed' || claim.kind === 'existing') return null
   const refusal = CLAIM_REFUSALS[claim.kind]
@@ -336,7 +339,8 @@ export const facilitatorRoutes: Route[] = [
                   },
                 ]),
           ],
-          extensions: ['payment-identifier'],
+          // bazaar: a settled payload carrying it is cataloged in /discovery/resources.
+          extensions: ['payment-identifier', 'bazaar'],
           // The treasury signs the settlement batches (they carry every authorization, whoever it pays).
           signers: { 'eip155:*': [chain.treasury] },
         },

@@ -1,0 +1,293 @@
+// `npm run bench -- x402-facilitator`: verify+settle per second through tollgate's facilitator
+// (/api/v1/facilitator/verify then /settle, over HTTP with the merchant's key, as HTTPFacilitatorClient sends
+// them) against the reference facilitator (@x402/core's x402Facilitator with @x402/evm's exact scheme,
+// in-process, settling on the same anvil from its own key), each at stepped open-loop rates on a chain that
+// mines like Base (a block every 2 s). A payment is one verify then one settle; its latency runs from its due
+// time to the settle's answer. Per step: payments answered success, transactions mined per settlement (every
+// transaction from the step's first block until the last settlement's block), CPU µs per settlement (tollgate's
+// process, or this process for the in-process reference: its signer, viem and the load loop together).
+import { execFileSync } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { x402Client } from '@x402/core/client'
+import { x402Facilitator } from '@x402/core/facilitator'
+import { toFacilitatorEvmSigner } from '@x402/evm'
+import { registerExactEvmScheme } from '@x402/evm/exact/client'
+import { registerExactEvmScheme as registerFacilitatorScheme } from '@x402/evm/exact/facilitator'
+import {
+  type Address,
+  type Chain,
+  createPublicClient,
+  createWalletClient,
+  type Hex,
+  http,
+  parseAbi,
+  publicActions,
+} from 'viem'
+import { nonceManager, privateKeyToAccount } from 'viem/accounts'
+import { baseSepolia } from 'viem/chains'
+import { type DevChain, fundDevGas, startDevChain } from '../../src/chain/dev-chain.ts'
+import { settlerSlotKey } from '../../src/chain/settler-keys.ts'
+import { cpuMeter, withChildren } from '../cpu.ts'
+import { ROOT } from '../targets/processes.ts'
+import { startTollgate } from '../targets/tollgate.ts'
+import { startUpstream } from '../targets/upstream.ts'
+
+const BLOCK_S = 2
+const NETWORK = 'eip155:84532'
+const tokenAbi = parseAbi([
+  'function name() view returns (string)',
+  'function version() view returns (string)',
+])
+
+/** One payment's verify and settle; true when the settle answered success. */
+type Pay = (i: number) => Promise<boolean>
+
+interface Step {
+  rate: number
+  payments: number
+  succeeded: number
+  achieved_per_s: number
+  p50_ms: number
+  p99_ms: number
+  transactions: number
+  tx_per_settlement: number
+  cpu_us_per_settlement: Record<string, number>
+  sustained: boolean
+}
+
+function options(args: string[]) {
+  const get = (flag: string) => {
+    const i = args.indexOf(flag)
+    return i >= 0 ? args[i + 1] : undefined
+  }
+  const list = (v: string) => v.split(',').map(Number)
+  return {
+    rates: list(get('--rates') ?? '50,100,200,500'),
+    referenceRates: list(get('--reference-rates') ?? '5,10,20,40'),
+    seconds: Number(get('--seconds') ?? 6),
+    out: get('--out'),
+    reference: !args.includes('--no-reference'),
+  }
+}
+
+export async function runX402Facilitator(args: string[]): Promise<void> {
+  const o = options(args)
+  execFileSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--if-stale'], { stdio: 'inherit' })
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-fac-bench-'))
+  const chain = await startDevChain({
+    chainId: 84532,
+    payers: 2,
+    payerFunding: 10n ** 12n,
+    blockTimeSeconds: BLOCK_S,
+  })
+  const upstream = await startUpstream(30 * 60_000)
+  const reader = createPublicClient({ transport: http(chain.rpcUrl) })
+  const read = (functionName: 'name' | 'version') =>
+    reader.readContract({ address: chain.usdcAddress, abi: tokenAbi, functionName }) as Promise<string>
+  const extra = { name: await read('name'), version: await read('version') }
+  const results: Record<string, Step[]> = { reference: [] }
+  try {
+    for (let slot = 0; slot < 4; slot++) {
+      const key = settlerSlotKey({ settlerKey: null, treasuryKey: chain.treasury.privateKey as Hex }, slot)!
+      await fundDevGas(reader as never, privateKeyToAccount(key).address, 10n ** 20n)
+    }
+    const t = await startTollgate({
+      name: 'warm',
+      dir,
+      chain: {
+        rpcUrl: chain.rpcUrl,
+        usdcAddress: chain.usdcAddress,
+        treasuryKey: chain.treasury.privateKey,
+        payer: chain.payers[0]!.address,
+      },
+      upstream: upstream.base,
+      watch: true,
+      runtime: 'built',
+      jobs: true,
+    })
+    try {
+      const terms = requirements(chain, chain.treasury.address, extra)
+      const signed = signer(chain.payers[0]!.privateKey as Hex, terms)
+      const pay =
+        (bodies: string[]): Pay =>
+        async (i) => {
+          const post = (path: string) =>
+            fetch(`${t.base}/api/v1/facilitator/${path}`, {
+              method: 'POST',
+              headers: { authorization: `Bearer ${t.apiKey}`, 'content-type': 'application/json' },
+              body: bodies[i]!,
+            }).then((r) => r.json() as Promise<{ isValid?: boolean; success?: boolean }>)
+          if ((await post('verify')).isValid !== true) return false
+          return (await post('settle')).success === true
+        }
+      results.tollgate = await stepUp(
+        chain,
+        o.rates,
+        o.seconds,
+        async (n) => pay(await signed(n)),
+        () => withChildren(t.pid ? [t.pid] : []),
+      )
+    } finally {
+      await t.stop()
+    }
+    if (o.reference) results.reference = await runReference(chain, o, extra)
+  } finally {
+    await upstream.stop()
+    await chain.stop()
+    rmSync(dir, { recursive: true, force: true })
+  }
+  const best = (steps: Step[]) =>
+    Math.max(0, ...steps.filter((s) => s.sustained).map((s) => s.achieved_per_s))
+  const summary = {
+    block_interval_s: BLOCK_S,
+    tollgate_sustained_per_s: best(results.tollgate!),
+    reference_sustained_per_s: best(results.reference!),
+    ratio:
+      best(results.reference!) > 0
+        ? Math.round((best(results.tollgate!) / best(results.reference!)) * 100) / 100
+        : null,
+  }
+  const out = { command: `npm run bench -- x402-facilitator ${args.join(' ')}`.trim(), summary, results }
+  process.stdout.write(`\n${JSON.stringify(out, null, 2)}\n`)
+  if (o.out) (await import('node:fs')).writeFileSync(o.out, JSON.stringify(out, null, 2))
+}
+
+function requirements(chain: DevChain, payTo: Address, extra: { name: string; version: string }) {
+  return {
+    scheme: 'exact',
+    network: NETWORK,
+    amount: '1000',
+    asset: chain.usdcAddress,
+    payTo,
+    maxTimeoutSeconds: 300,
+    extra,
+  }
+}
+
+/** Fresh payloads as the published client signs them, each as the /verify and /settle body. */
+function signer(key: Hex, terms: ReturnType<typeof requirements>) {
+  // The bench's token is not a default asset of the client: allowed by name, up to the price.
+  const client = registerExactEvmScheme(new x402Client(), {
+    signer: privateKeyToAccount(key) as never,
+  }).setSpendControls({
+    allowedAssets: [{ network: NETWORK, asset: terms.asset, maxAmountPerPayment: terms.amount }],
+  })
+  const required = { x402Version: 2, resource: { url: 'https://bench.example/data' }, accepts: [terms] }
+  const one = async () =>
+    JSON.stringify({
+      x402Version: 2,
+      paymentPayload: await client.createPaymentPayload(required as never),
+      paymentRequirements: terms,
+    })
+  return async (n: number) => {
+    const out: string[] = []
+    for (let i = 0; i < n; i += 200)
+      out.push(...(await Promise.all(Array.from({ length: Math.min(200, n - i) }, one))))
+    return out
+  }
+}
+
+async function stepUp(
+  chain: DevChain,
+  rates: number[],
+  seconds: number,
+  prepare: (n: number) => Promise<Pay>,
+  pids: () => number[],
+): Promise<Step[]> {
+  const steps: Step[] = []
+  for (const rate of rates) {
+    const step = await measure(chain, rate, seconds, await prepare(Math.round(rate * seconds)), pids)
+    process.stdout.write(`  ${JSON.stringify(step)}\n`)
+    steps.push(step)
+    if (!step.sustained) break
+  }
+  return steps
+}
+
+/** Open loop: payment i is due at i / rate; its latency runs from then to its settle's answer. */
+async function measure(chain: DevChain, rate: number, seconds: number, pay: Pay, pids: () => number[]) {
+  const client = createPublicClient({ transport: http(chain.rpcUrl) })
+  const firstBlock = (await client.getBlockNumber()) + 1n
+  const n = Math.round(rate * seconds)
+  const meter = cpuMeter({ server: pids })
+  const started = performance.now()
+  const latencies: number[] = []
+  let succeeded = 0
+  const all: Promise<void>[] = []
+  for (let i = 0; i < n; i++) {
+    const due = started + (i * 1000) / rate
+    const wait = due - performance.now()
+    if (wait > 1) await new Promise((r) => setTimeout(r, wait))
+    all.push(
+      pay(i)
+        .catch(() => false)
+        .then((ok) => {
+          if (ok) succeeded++
+          latencies.push(performance.now() - due)
+        }),
+    )
+  }
+  await Promise.all(all)
+  const elapsedS = (performance.now() - started) / 1000
+  const cpu = meter.stop(Math.max(1, succeeded))
+  await new Promise((r) => setTimeout(r, BLOCK_S * 1000 + 500))
+  const lastBlock = await client.getBlockNumber()
+  let transactions = 0
+  for (let b = firstBlock; b <= lastBlock; b++)
+    transactions += (await client.getBlock({ blockNumber: b })).transactions.length
+  latencies.sort((a, b) => a - b)
+  const q = (p: number) =>
+    Math.round(latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))]!)
+  return {
+    rate,
+    payments: n,
+    succeeded,
+    achieved_per_s: Math.round((succeeded / elapsedS) * 10) / 10,
+    p50_ms: q(0.5),
+    p99_ms: q(0.99),
+    transactions,
+    tx_per_settlement: succeeded > 0 ? Math.round((transactions / succeeded) * 10_000) / 10_000 : 0,
+    cpu_us_per_settlement: cpu,
+    // Every payment settled and the slowest within the settle wait a merchant's middleware would allow.
+    sustained: succeeded === n && q(0.99) < 10_000,
+  }
+}
+
+/**
+ * The reference: its own facilitator key (a funded payer account of the dev chain), nonces handed out locally
+ * as a facilitator settling concurrent payments must; payTo the same treasury.
+ */
+async function runReference(
+  chain: DevChain,
+  o: ReturnType<typeof options>,
+  extra: { name: string; version: string },
+): Promise<Step[]> {
+  const account = privateKeyToAccount(chain.payers[1]!.privateKey as Hex, { nonceManager })
+  const wallet = createWalletClient({
+    account,
+    chain: { ...baseSepolia, id: chain.chainId, rpcUrls: { default: { http: [chain.rpcUrl] } } } as Chain,
+    transport: http(chain.rpcUrl),
+    pollingInterval: 50,
+  }).extend(publicActions)
+  const facilitator = registerFacilitatorScheme(new x402Facilitator(), {
+    signer: toFacilitatorEvmSigner({ ...wallet, address: account.address } as never),
+    networks: NETWORK,
+  })
+  const terms = requirements(chain, chain.treasury.address, extra)
+  const signed = signer(chain.payers[0]!.privateKey as Hex, terms)
+  return stepUp(
+    chain,
+    o.referenceRates,
+    o.seconds,
+    async (n) => {
+      const payloads = (await signed(n)).map((b) => JSON.parse(b).paymentPayload)
+      return async (i) => {
+        if (!(await facilitator.verify(payloads[i], terms as never)).isValid) return false
+        return (await facilitator.settle(payloads[i], terms as never)).success
+      }
+    },
+    () => [process.pid],
+  )
+}

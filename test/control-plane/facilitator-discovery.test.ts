@@ -1,0 +1,222 @@
+// Resources paid through tollgate's facilitator appear in its public /discovery/resources when their payments
+// carry the x402 `bazaar` extension, as the CDP facilitator's catalog lists them: the merchant's own server
+// runs the published @x402/express middleware with the published bazaar server extension
+// (declareDiscoveryExtension on a route), paid by the published @x402/fetch client. The item is what the
+// published catalog code (@x402/extensions' extractDiscoveryInfo) reads from the same payment, with the
+// figures its settlements give; a route without the extension, or a payment that did not settle, lists nothing.
+import type { Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { x402Client } from '@x402/core/client'
+import { decodePaymentRequiredHeader } from '@x402/core/http'
+import { HTTPFacilitatorClient } from '@x402/core/server'
+import { registerExactEvmScheme } from '@x402/evm/exact/client'
+import { ExactEvmScheme } from '@x402/evm/exact/server'
+import { paymentMiddleware, x402ResourceServer } from '@x402/express'
+import {
+  bazaarResourceServerExtension,
+  declareDiscoveryExtension,
+  extractDiscoveryInfo,
+} from '@x402/extensions/bazaar'
+import { wrapFetchWithPayment } from '@x402/fetch'
+import express from 'express'
+import * as v from 'valibot'
+import type { Hex } from 'viem'
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { DevChain } from '../../src/chain/dev-chain.ts'
+import { DiscoveryResources } from '../../src/control-plane/openapi-public.ts'
+import type { Service } from '../../src/service.ts'
+import { startTestChain } from '../helpers/anvil.ts'
+import { callApi } from '../helpers/service.ts'
+import { waitFor } from '../helpers/wait-for.ts'
+import { startBaseSepoliaService } from '../x402/harness.ts'
+
+const NETWORK = 'eip155:84532'
+const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
+const PRICE_ATOMIC = 10_000n
+
+type Json = { json(body: unknown): void }
+interface Item {
+  resource: string
+  type: string
+  x402Version: number
+  accepts: Array<Record<string, unknown>>
+  description?: string
+  mimeType?: string
+  extensions?: { bazaar?: { info: unknown; schema: unknown } }
+  observed?: Record<string, unknown>
+}
+
+let chain: DevChain
+let svc: Service
+let shop: Server
+let shopUrl: string
+let merchantKey: string
+
+function payingFetch(key: Hex) {
+  const client = new x402Client()
+  registerExactEvmScheme(client, { signer: privateKeyToAccount(key) as never })
+  return { client, fetch: wrapFetchWithPayment(fetch, client) }
+}
+
+/** The listing, past its few seconds of cache: polled until `until` holds. */
+async function listing(until: (items: Item[]) => boolean, query = ''): Promise<Item[]> {
+  let items: Item[] = []
+  await waitFor(
+    async () => {
+      const r = await fetch(`${svc.url}/discovery/resources${query}`)
+      const body = await r.json()
+      // The answer is what the API description says it is.
+      items = v.parse(DiscoveryResources, body).items as Item[]
+      return until(items)
+    },
+    { timeoutMs: 15_000, intervalMs: 500, what: () => `the listing: ${JSON.stringify(items)}` },
+  )
+  return items
+}
+
+beforeAll(async () => {
+  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+  svc = await startBaseSepoliaService(chain, chain.rpcUrl, {
+    settlement: { interval_ms: 200 },
+    facilitator: { settle_wait_ms: 20_000 },
+  } as never)
+  const reg = await callApi(svc.url, '/api/v1/register', {
+    body: { wallet_address: chain.payers[4]!.address, business_name: 'Cataloged Co' },
+  })
+  expect(reg.status).toBe(201)
+  merchantKey = reg.body.api_key
+  const auth = { Authorization: `Bearer ${merchantKey}` }
+  const facilitator = new HTTPFacilitatorClient({
+    url: `${svc.url}/api/v1/facilitator`,
+    createAuthHeaders: async () => ({ verify: auth, settle: auth, supported: auth }),
+  })
+  const server = new x402ResourceServer(facilitator)
+    .register(NETWORK, new ExactEvmScheme())
+    .registerExtension(bazaarResourceServerExtension)
+  const price = {
+    amount: PRICE_ATOMIC.toString(),
+    asset: chain.usdcAddress,
+    extra: { name: 'USD Coin', version: '2' },
+  }
+  const accepts = {
+    scheme: 'exact',
+    price,
+    network: NETWORK as `${string}:${string}`,
+    payTo: chain.treasury.address,
+  }
+  const app = express()
+  app.use(
+    paymentMiddleware(
+      {
+        'GET /weather': {
+          accepts,
+          description: 'the weather in a city',
+          mimeType: 'application/json',
+          extensions: {
+            ...declareDiscoveryExtension({
+              input: { city: 'Lisbon' },
+              inputSchema: { properties: { city: { type: 'string' } }, required: ['city'] },
+              output: { example: { city: 'Lisbon', celsius: 21 } },
+            }),
+          },
+        },
+        'GET /plain': { accepts, description: 'not declared for discovery' },
+      },
+      server,
+    ),
+  )
+  app.get('/weather', (_req: unknown, res: Json) => res.json({ city: 'Lisbon', celsius: 21 }))
+  app.get('/plain', (_req: unknown, res: Json) => res.json({ plain: true }))
+  shop = await new Promise<Server>((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s))
+  })
+  shopUrl = `http://127.0.0.1:${(shop.address() as AddressInfo).port}`
+})
+
+afterAll(async () => {
+  shop?.closeAllConnections()
+  await new Promise((resolve) => shop?.close(resolve))
+  await svc?.stop()
+  await chain?.stop()
+})
+
+describe('the facilitator’s bazaar catalog in /discovery/resources', () => {
+  it('/supported names the bazaar extension', async () => {
+    const r = await callApi(svc.url, '/api/v1/facilitator/supported', { key: merchantKey })
+    expect(r.body.extensions).toEqual(expect.arrayContaining(['bazaar', 'payment-identifier']))
+  })
+
+  it('a payment that did not settle lists nothing', async () => {
+    // A payer with no USDC: the middleware's /verify refuses it, nothing is claimed or cataloged.
+    const { fetch: pay } = payingFetch(generatePrivateKey())
+    const r = await pay(`${shopUrl}/weather?city=Lisbon`)
+    expect(r.status).toBe(402)
+    const [n] = await svc.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM facilitator_resources`
+    expect(n!.n).toBe(0)
+    const page = await fetch(`${svc.url}/discovery/resources`)
+    expect(((await page.json()) as { items: Item[] }).items).toEqual([])
+  })
+
+  it('a settled payment carrying the extension lists its resource as the published catalog reads it, with its figures', async () => {
+    // Two payers: the first pays twice (a repeat payer), the second once; and one payment of the plain route.
+    for (const [payer, url] of [
+      [0, '/weather?city=Lisbon'],
+      [0, '/weather?city=Porto'],
+      [1, '/weather?city=Faro'],
+      [1, '/plain'],
+    ] as const) {
+      const r = await payingFetch(chain.payers[payer]!.privateKey).fetch(`${shopUrl}${url}`)
+      expect(r.status, await r.clone().text()).toBe(200)
+    }
+    const items = await listing((i) => i.length > 0 && i[0]!.observed?.paid_calls === 3)
+    // One item, keyed by origin and path as the published catalog keys it (the query names a call): the
+    // route with the extension (the plain route's payment settled, but carried none).
+    expect(items).toHaveLength(1)
+    const item = items[0]!
+
+    // What the published catalog code reads from such a payment: the same resource, terms and info.
+    const r402 = await fetch(`${shopUrl}/weather?city=Lisbon`)
+    const required = decodePaymentRequiredHeader(r402.headers.get('payment-required')!)
+    const payload = await payingFetch(chain.payers[2]!.privateKey).client.createPaymentPayload(
+      required as never,
+    )
+    const discovered = extractDiscoveryInfo(payload as never, required.accepts[0] as never)
+    expect(discovered).not.toBeNull()
+    expect(item.resource).toBe(discovered!.resourceUrl)
+    expect(item).toMatchObject({
+      type: 'http',
+      x402Version: 2,
+      description: 'the weather in a city',
+      mimeType: 'application/json',
+    })
+    expect(item.accepts).toEqual([required.accepts[0]])
+    expect(item.extensions!.bazaar!.info).toEqual(discovered!.discoveryInfo)
+    expect(item.extensions!.bazaar!.info).toMatchObject({ input: { type: 'http', method: 'GET' } })
+    // The figures the endpoints' items carry, from the settlements that named it: three paid calls, one
+    // payer twice; tollgate did not serve the calls, so no latency.
+    expect(item.observed).toEqual({
+      window_days: 7,
+      paid_calls: 3,
+      success_rate: 1,
+      refund_rate: 0,
+      p50_upstream_ms: null,
+      p99_upstream_ms: null,
+      repeat_payers: 1,
+    })
+    // The settlements name it; the plain route's does not.
+    const rows = await svc.sql<{ resource_url: string | null }[]>`
+      SELECT resource_url FROM facilitator_settlements ORDER BY created_at`
+    expect(rows.map((r) => r.resource_url)).toEqual([item.resource, item.resource, item.resource, null])
+  })
+
+  it('the listing’s filters apply to it: type, price, pagination totals', async () => {
+    expect(await listing((i) => i.length === 0, '?type=mcp')).toEqual([])
+    expect(await listing((i) => i.length === 0, '?min_price=0.02')).toEqual([])
+    expect(await listing((i) => i.length === 1, '?max_price=0.01')).toHaveLength(1)
+    const page = await fetch(`${svc.url}/discovery/resources?limit=1&offset=1`)
+    const body = (await page.json()) as { items: Item[]; pagination: { total: number } }
+    expect(body.items).toEqual([])
+    expect(body.pagination.total).toBe(1)
+  })
+})
