@@ -225,7 +225,7 @@ async function startTargets(
     nginx: null,
     x402Reference: null,
     tollgates: {},
-    agent: chosen.some((s) => s.name === 'signed-agent') ? await startAgentDirectory() : null,
+    agent: chosen.some((s) => s.name.startsWith('signed-agent')) ? await startAgentDirectory() : null,
     rps: new Map(),
     takeProofs: (n) => {
       if (proofs.length < n) throw new Error(`out of proofs: ${n} asked, ${proofs.length} left`)

@@ -81,9 +81,15 @@ export async function measureVerify(count = 5_000): Promise<VerifyCost> {
     })
   }
   let verified = 0
-  const us_per_verify = cpuUs(requests, (pairs) => {
-    if (checkSignature(deps, viewOf(pairs)).status === 'verified') verified++
-  })
+  const verifyAll = () => {
+    verified = 0
+    return cpuUs(requests, (pairs) => {
+      if (checkSignature(deps, viewOf(pairs)).status === 'verified') verified++
+    })
+  }
+  // Twice, the second measured: the first pass runs beside the collection of the signing's garbage.
+  verifyAll()
+  const us_per_verify = verifyAll()
   // The same bases and signatures, built beforehand: Ed25519 and nothing else.
   const crypto = signed.map((h) => {
     const input = parseDictionary(h['signature-input']!)!.get('webbot') as InnerList
