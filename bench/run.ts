@@ -232,7 +232,7 @@ async function startTargets(
     x402Reference: null,
     mppReference: null,
     tollgates: {},
-    agent: chosen.some((s) => s.name === 'signed-agent') ? await startAgentDirectory() : null,
+    agent: chosen.some((s) => s.name.startsWith('signed-agent')) ? await startAgentDirectory() : null,
     rps: new Map(),
     takeProofs: (n) => {
       if (proofs.length < n) throw new Error(`out of proofs: ${n} asked, ${proofs.length} left`)

@@ -10,7 +10,7 @@ import { countAgentCall, countAgentRevenue, countIdentity } from '../identity/co
 import { messageView } from '../identity/message-view.ts'
 import { decide } from '../identity/rules.ts'
 import type { MessageView } from '../identity/signature-base.ts'
-import type { Identity } from '../identity/verify-request.ts'
+import { forPayment, type Identity } from '../identity/verify-request.ts'
 import { newId } from '../ids.ts'
 import type { Logger } from '../observability/logger.ts'
 import {
@@ -107,8 +107,10 @@ export interface MeteredDeps {
 }
 
 export interface MeteredIdentity {
-  /** verifyRequest with the configured keys, directories and nonce table (claims a verified nonce). */
-  verify(msg: MessageView): Promise<Identity>
+  /** checkSignature with the configured keys and directories: synchronous, no nonce claimed. */
+  verify(msg: MessageView): Identity
+  /** Claims a verified signature's nonce (once across instances); only for a call that will be served. */
+  claim(identity: Identity): Promise<Identity>
   /** The operator's signer names (bounded metric labels). */
   signerNames: ReadonlySet<string>
   /** The scheme callers reach this service by (the public URL's), for `@scheme` and `@target-uri`. */
@@ -361,14 +363,38 @@ class MeteredCall implements ProxyHooks {
       target: `/m/${this.endpointId}${forward.pathAndQuery}`,
       headers: fields,
     })
-    identityDeps.verify(view).then(
-      (identity) => {
+    const checked = identityDeps.verify(view)
+    // A browsing signature (Visa TAP) does not carry authority to pay: on a paying call it counts as failed.
+    const identity = this.paying() ? forPayment(checked) : checked
+    if (identity.status !== 'verified' || !this.serves(live, identity))
+      return this.withIdentity(live, identity)
+    identityDeps.claim(identity).then(
+      (claimed) => {
         if (this.abort.aborted) return this.finishAborted()
-        this.withIdentity(live, identity)
+        this.withIdentity(live, claimed)
       },
       (err) =>
         this.respondUnavailable('the signature could not be checked; retry shortly', 'identity_failed', err),
     )
+  }
+
+  /** The call carries a payment (or a pass sign-in where a pass is sold): it will be served if it pays. */
+  paying(): boolean {
+    return this.paymentHeader !== '' || (this.signIn !== '' && this.endpoint!.pass !== null)
+  }
+
+  /**
+   * Whether this verified call is served (free for its signer, or paying): only then is its nonce claimed.
+   * A 402 or a 403 serves nothing, so it writes nothing; the signature stays good for one served call.
+   */
+  serves(live: LiveIdentityRules, identity: Identity): boolean {
+    const decision = decide(
+      live.rules,
+      identity,
+      this.endpoint!.quoteFor(this.method, this.subPath).amountAtomic,
+    )
+    if (decision.kind === 'block') return false
+    return decision.atomic === 0n || this.paying()
   }
 
   withIdentity(live: LiveIdentityRules, identity: Identity): void {

@@ -13,13 +13,13 @@ import { verifyTransfer } from '../chain/verify-transfer.ts'
 import { verifyWalletMessage } from '../chain/verify-wallet-message.ts'
 import { type TransferWatcher, watchTreasuryTransfers } from '../chain/watcher.ts'
 import type { Config } from '../config/schema.ts'
-import { claimNonce } from '../db/identity-nonces.ts'
+import { type NonceClaim, NonceClaims } from '../db/identity-nonces.ts'
 import { listenForEndpointChanges } from '../db/notify.ts'
 import type { Database } from '../db/start.ts'
 import { loadWatcherCursor, saveWatcherCursor } from '../db/watcher-cursors.ts'
 import type { ApiHandler } from '../http-exchange.ts'
 import { identityFromConfig } from '../identity/from-config.ts'
-import { verifyRequest } from '../identity/verify-request.ts'
+import { checkSignature, claimIdentityNonce } from '../identity/verify-request.ts'
 import { configDollars } from '../money.ts'
 import type { Logger } from '../observability/logger.ts'
 import {
@@ -262,7 +262,8 @@ function paidRoutes(
 
 /**
  * Web Bot Auth: the configured keys, and the key directories fetched now and refreshed in the background
- * (never on the request path), stopped with the plane. Nonces are claimed in the shared database.
+ * (never on the request path), stopped with the plane. Nonces are claimed in the shared database, grouped
+ * (NonceClaims), and only for calls that are served.
  */
 function startIdentity(deps: DataPlaneDeps, stops: Array<() => Promise<void> | void>): MeteredIdentity {
   const settings = identityFromConfig(deps.config.identity)
@@ -271,17 +272,24 @@ function startIdentity(deps: DataPlaneDeps, stops: Array<() => Promise<void> | v
     void directories.refreshAll()
     stops.push(() => directories.stop())
   }
-  const sql = deps.db.sql
-  const verifierDeps = {
-    directories,
-    keys: settings.keys,
-    policy: settings.policy,
-    claimNonce: (q: { key: string; expiresAtMs: number }) => claimNonce(sql, q),
-  }
+  const nonces = new NonceClaims(deps.db.sql)
+  const claim = (q: NonceClaim) => nonces.claim(q)
+  const verifierDeps = { directories, keys: settings.keys, policy: settings.policy }
+  // The public URL may change at run time (settings); its scheme is parsed once per value, not per call.
+  let publicUrl = ''
+  let scheme = 'https'
   return {
-    verify: (msg) => verifyRequest(verifierDeps, msg),
+    verify: (msg) => checkSignature(verifierDeps, msg),
+    claim: (identity) => claimIdentityNonce(claim, identity),
     signerNames: new Set(settings.signerNames),
-    scheme: () => new URL(deps.publicUrl()).protocol.slice(0, -1),
+    scheme: () => {
+      const now = deps.publicUrl()
+      if (now !== publicUrl) {
+        publicUrl = now
+        scheme = new URL(now).protocol.slice(0, -1)
+      }
+      return scheme
+    },
   }
 }
 

@@ -73,7 +73,8 @@ export class KeyDirectories {
 
   /** Synchronous: never fetches. A miss schedules a fetch (at most one per retryMs per directory). */
   lookup(signatureAgent: string, keyid: string): KeyLookup {
-    const entry = this.#entries.get(originOf(signatureAgent))
+    // The verifier passes an origin already: look it up as it is before parsing it as a URL.
+    const entry = this.#entries.get(signatureAgent) ?? this.#entries.get(originOf(signatureAgent))
     if (entry === undefined) return { status: 'directory_not_allowed' }
     const now = Date.now()
     if (entry.keys === null) {

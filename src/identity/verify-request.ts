@@ -8,6 +8,16 @@ import { buildSignatureBase, type MessageView } from './signature-base.ts'
 import { type InnerList, isInnerList, type Member, parseDictionary } from './structured-fields.ts'
 
 export const WEB_BOT_AUTH_TAG = 'web-bot-auth'
+/** Visa Trusted Agent Protocol's tags (the interaction a signature is for) and its longest lifetime. */
+export const TAP_TAGS = { browse: 'agent-browser-auth', payment: 'agent-payer-auth' } as const
+export type TapPurpose = keyof typeof TAP_TAGS
+const TAP_MAX_LIFETIME_S = 8 * 60
+
+function tapPurpose(tag: unknown): TapPurpose | null {
+  if (tag === TAP_TAGS.payment) return 'payment'
+  if (tag === TAP_TAGS.browse) return 'browse'
+  return null
+}
 
 export interface ConfiguredKey {
   /** The operator's name for this signer. */
@@ -36,6 +46,8 @@ export type IdentityFailure =
   | 'bad_signature'
   | 'replayed_nonce'
   | 'nonce_store_unavailable'
+  | 'tap_binding_not_covered'
+  | 'wrong_purpose'
 
 export type Identity =
   | { status: 'unsigned' }
@@ -47,8 +59,17 @@ export type Identity =
       /** The Signature-Agent origin, when the key came from a directory. */
       agent: string | null
       alg: Algorithm
+      /** Visa TAP's interaction type, from its tag; null for a signature that is not TAP's. */
+      purpose: TapPurpose | null
+      /** The replay key, claimed (claimIdentityNonce) only when the call is to serve something. */
+      nonce: NonceClaim
     }
   | { status: 'failed'; reason: IdentityFailure }
+
+export interface NonceClaim {
+  key: string
+  expiresAtMs: number
+}
 
 export interface VerifierPolicy {
   /** Longest `expires - created` accepted (the draft recommends at most 24 h). */
@@ -59,10 +80,13 @@ export interface VerifierPolicy {
   authorities: readonly string[]
 }
 
+/** What the signature check reads: keys, directories, the time rules (no database). */
+export type VerifierKeys = Omit<IdentityVerifierDeps, 'claimNonce'>
+
 export interface IdentityVerifierDeps {
   directories: KeyDirectories | null
   keys: ReadonlyMap<string, ConfiguredKey>
-  claimNonce: (q: { key: string; expiresAtMs: number }) => Promise<boolean>
+  claimNonce: (q: NonceClaim) => Promise<boolean>
   policy: VerifierPolicy
   now?: () => number
 }
@@ -70,8 +94,34 @@ export interface IdentityVerifierDeps {
 const fail = (reason: IdentityFailure): Identity => ({ status: 'failed', reason })
 const MAX_NONCE_CHARS = 256
 
-/** Headers the verifier reads; the stage checks `signature-input` presence before anything else. */
+/** checkSignature, then the nonce claimed at once: the whole check, for a caller that serves every call. */
 export async function verifyRequest(deps: IdentityVerifierDeps, msg: MessageView): Promise<Identity> {
+  return claimIdentityNonce(deps.claimNonce, checkSignature(deps, msg))
+}
+
+/**
+ * Claims a verified signature's nonce, once across every instance on the database until it expires; any
+ * other outcome is returned as it is. A forged signature never reaches this, so never burns a nonce.
+ */
+export async function claimIdentityNonce(
+  claim: (q: NonceClaim) => Promise<boolean>,
+  identity: Identity,
+): Promise<Identity> {
+  if (identity.status !== 'verified') return identity
+  let fresh: boolean
+  try {
+    fresh = await claim(identity.nonce)
+  } catch {
+    return fail('nonce_store_unavailable')
+  }
+  return fresh ? identity : fail('replayed_nonce')
+}
+
+/**
+ * Every check but the nonce's (synchronous, no I/O): parse, time window, authority, key from the cache,
+ * signature base, signature. A verified result carries the nonce to claim before anything is served.
+ */
+export function checkSignature(deps: VerifierKeys, msg: MessageView): Identity {
   const inputRaw = msg.header('signature-input')
   const sigRaw = msg.header('signature')
   if (inputRaw === undefined && sigRaw === undefined) return { status: 'unsigned' }
@@ -93,6 +143,7 @@ export async function verifyRequest(deps: IdentityVerifierDeps, msg: MessageView
   const expires = p.get('expires')
   const nonce = p.get('nonce')
   const alg = p.get('alg')
+  const purpose = tapPurpose(p.get('tag'))
   if (typeof keyid !== 'string' || typeof created !== 'number' || typeof expires !== 'number') {
     return fail('missing_parameter')
   }
@@ -107,10 +158,14 @@ export async function verifyRequest(deps: IdentityVerifierDeps, msg: MessageView
   if (created > nowS + clockSkewS) return fail('not_yet_valid')
   if (expires <= nowS - clockSkewS) return fail('expired')
   if (expires - created > maxLifetimeS || expires <= created) return fail('lifetime_too_long')
+  if (purpose !== null && expires - created > TAP_MAX_LIFETIME_S) return fail('lifetime_too_long')
 
   const covered = new Set(input.items.map((i) => i.value))
   // The signature must say which host it was made for, or it could be replayed at any service.
   if (!covered.has('@authority') && !covered.has('@target-uri')) return fail('authority_not_covered')
+  // TAP binds a signature to the merchant and the operation: both @authority and @path are signed.
+  if (purpose !== null && !(covered.has('@authority') && covered.has('@path')))
+    return fail('tap_binding_not_covered')
   if (authorities.length > 0 && !authorities.includes(msg.authority)) return fail('wrong_authority')
 
   const resolved = resolveKey(deps, msg, input, keyid)
@@ -122,22 +177,27 @@ export async function verifyRequest(deps: IdentityVerifierDeps, msg: MessageView
   if (!base.ok) return fail(base.reason)
   if (!verifyWith(resolved.alg, resolved.key, base.base, sig.value)) return fail('bad_signature')
 
-  // Last, and only for a valid signature: a forged one must not burn the agent's nonce.
-  let fresh: boolean
-  try {
-    fresh = await deps.claimNonce({
-      key: `${resolved.agent ?? ''}|${keyid}|${nonce}`,
-      expiresAtMs: (expires + clockSkewS) * 1000,
-    })
-  } catch {
-    return fail('nonce_store_unavailable')
+  return {
+    status: 'verified',
+    signer: resolved.signer,
+    keyid,
+    agent: resolved.agent,
+    alg: resolved.alg,
+    purpose,
+    nonce: { key: `${resolved.agent ?? ''}|${keyid}|${nonce}`, expiresAtMs: (expires + clockSkewS) * 1000 },
   }
-  if (!fresh) return fail('replayed_nonce')
-  return { status: 'verified', signer: resolved.signer, keyid, agent: resolved.agent, alg: resolved.alg }
+}
+
+/**
+ * Visa TAP: a signature tagged `agent-payer-auth` may pay; one tagged `agent-browser-auth` only browses, so
+ * on a call that carries a payment it is `wrong_purpose` (and priced as unsigned).
+ */
+export function forPayment(identity: Identity): Identity {
+  return identity.status === 'verified' && identity.purpose === 'browse' ? fail('wrong_purpose') : identity
 }
 
 /** The Web Bot Auth signature if there is one, else one made with a key the operator configured. */
-function pickSignature(deps: IdentityVerifierDeps, inputs: Map<string, Member>): [string, InnerList] | null {
+function pickSignature(deps: VerifierKeys, inputs: Map<string, Member>): [string, InnerList] | null {
   let fallback: [string, InnerList] | null = null
   for (const [label, m] of inputs) {
     if (!isInnerList(m)) continue
@@ -152,7 +212,7 @@ type Resolved =
   | { signer: string; agent: string | null; alg: Algorithm; key: KeyObject }
   | { reason: IdentityFailure }
 
-function resolveKey(deps: IdentityVerifierDeps, msg: MessageView, input: InnerList, keyid: string): Resolved {
+function resolveKey(deps: VerifierKeys, msg: MessageView, input: InnerList, keyid: string): Resolved {
   const agentRaw = msg.header('signature-agent')
   if (agentRaw === undefined) {
     const configured = deps.keys.get(keyid)
@@ -175,6 +235,21 @@ function resolveKey(deps: IdentityVerifierDeps, msg: MessageView, input: InnerLi
  * URL; earlier drafts sent a bare string, accepted when the component has no `key`.
  */
 function signatureAgentOrigin(raw: string, key: unknown): string | null {
+  // An agent sends the same header on every request: its origin is remembered (parsing a URL is dearer
+  // than the rest of the header checks). Bounded, so a caller varying it cannot grow it.
+  const memoKey = typeof key === 'string' ? `${key}\n${raw}` : raw
+  const known = originMemo.get(memoKey)
+  if (known !== undefined) return known
+  const origin = readSignatureAgent(raw, key)
+  if (originMemo.size >= ORIGIN_MEMO_MAX) originMemo.clear()
+  originMemo.set(memoKey, origin)
+  return origin
+}
+
+const originMemo = new Map<string, string | null>()
+const ORIGIN_MEMO_MAX = 1024
+
+function readSignatureAgent(raw: string, key: unknown): string | null {
   let value: unknown
   if (typeof key === 'string') {
     const member = parseDictionary(raw)?.get(key)

@@ -8,7 +8,15 @@ describe('agent identity metric', () => {
     agentIdentity.reset()
     const names = new Set(['acme'])
     const verified = (signer: string) =>
-      ({ status: 'verified', signer, keyid: 'k', agent: null, alg: 'ed25519' }) as const
+      ({
+        status: 'verified',
+        signer,
+        keyid: 'k',
+        agent: null,
+        alg: 'ed25519',
+        purpose: null,
+        nonce: { key: 'n', expiresAtMs: 0 },
+      }) as const
     countIdentity(names, verified('acme'))
     countIdentity(names, verified('acme'))
     countIdentity(names, verified('made-up'))

@@ -243,15 +243,33 @@ describe('identity rules on metered calls', () => {
 })
 
 /** Sends `headers` to `url` with the Host header given (fetch would put the URL's own). */
-function sendWithHost(url: string, host: string, headers: Headers): Promise<number> {
+async function sendWithHost(url: string, host: string, headers: Headers): Promise<number> {
+  return (await exchangeWithHost(url, host, headers)).status
+}
+
+/** The amount a 402 answered with the Host header given quotes. */
+async function quotedWithHost(url: string, host: string, headers: Headers): Promise<string> {
+  const { status, body } = await exchangeWithHost(url, host, headers)
+  return quoted(new Response(body, { status }))
+}
+
+function exchangeWithHost(
+  url: string,
+  host: string,
+  headers: Headers,
+): Promise<{ status: number; body: string }> {
   const h: Record<string, string> = { host }
   headers.forEach((v, k) => {
     h[k] = v
   })
   return new Promise((resolve, reject) => {
     const req = httpRequest(url, { headers: h }, (res) => {
-      res.resume()
-      res.on('end', () => resolve(res.statusCode ?? 0))
+      let body = ''
+      res.setEncoding('utf8')
+      res.on('data', (chunk: string) => {
+        body += chunk
+      })
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }))
     })
     req.on('error', reject)
     req.end()
@@ -316,6 +334,9 @@ describe.runIf(usingServer)('identity rules, two instances on one database', () 
     const payer: Funded = await fundedAccount(1_000_000n)
     const half = await payUsdc(payer, a.chain.treasury, 5_000n)
     const headers = await signed(urlA)
+    // A 402 serves nothing, so it claims no nonce: the same signature is quoted the signer's price again on
+    // either instance, and still pays once.
+    for (const url of [urlA, urlB, urlA]) expect(await quotedWithHost(url, hostA, headers)).toBe('5000')
     headers.set('x-payment', half)
     expect(await sendWithHost(urlA, hostA, headers)).toBe(200)
     // The same signature at the other instance, paying the endpoint price: served, booked as unsigned.

@@ -12,6 +12,8 @@ const verified = (signer: string, keyid = 'k1'): Identity => ({
   keyid,
   agent: 'https://bot.example',
   alg: 'ed25519',
+  purpose: null,
+  nonce: { key: `https://bot.example|${keyid}|n`, expiresAtMs: 0 },
 })
 const unsigned: Identity = { status: 'unsigned' }
 const failed: Identity = { status: 'failed', reason: 'replayed_nonce' }
