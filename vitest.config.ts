@@ -3,6 +3,9 @@ import { defineConfig } from 'vitest/config'
 // Four projects: fast pure-logic unit tests, integration tests on real parts (PostgreSQL or PGlite,
 // anvil, loopback HTTP), the chaos run (faults under paid load), and the slow browser suite. `npm test` runs them all.
 export default defineConfig({
+  // Outside node_modules, which `npm ci` deletes: vitest keeps each file's last duration there and starts the
+  // longest files first, so the two workers finish together instead of one waiting on a long file started last.
+  cacheDir: '.cache/vite',
   test: {
     // After the default summary: the server-only tests skipped and how to run them (run-summary-reporter.ts).
     reporters: ['default', './test/helpers/run-summary-reporter.ts'],
