@@ -248,7 +248,12 @@ describe.runIf(existsSync('/usr/lib/postgresql'))(
           senders.reduce((a, s) => a + s.faults, 0),
           context(),
         ).toBeGreaterThan(0)
-        expect(senders.filter((s) => s.round === 1 && s.pending > 0).length, context()).toBeGreaterThan(0)
+        // Round 1's sends were waiting on the mined-less batch when the leader died: each was answered
+        // pending (its wait ran out first) or cut (the kill came first), which of the two is timing.
+        expect(
+          senders.filter((s) => s.round === 1 && s.pending + s.faults > 0).length,
+          context(),
+        ).toBeGreaterThan(0)
         // One transfer on chain, in the transaction every answer names.
         expect(used, context()).toHaveLength(1)
         expect(transfers, context()).toHaveLength(1)

@@ -282,7 +282,12 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
       // The faults, while calls are in flight.
       const faults = (async () => {
         const t0 = Date.now()
-        const at = (ms: number) => sleep(Math.max(0, t0 + ms - Date.now()))
+        // At its time, and then the moment a call is in flight (on a quiet machine a call takes a few
+        // milliseconds beside a 100 ms gap: a fault at a fixed instant often found none, proving nothing).
+        const at = async (ms: number) => {
+          await sleep(Math.max(0, t0 + ms - Date.now()))
+          for (const until = Date.now() + 2_000; inFlight === 0 && Date.now() < until; ) await sleep(1)
+        }
         await at(3_000)
         faultsInFlight.push(inFlight)
         log(`pg restart fast (${inFlight} in flight)`)
@@ -436,7 +441,15 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
       expect(Math.max(...faultsInFlight), context()).toBeGreaterThan(0)
       // Every call ended served: a fault costs a retry, never the call.
       expect(gaveUp, context()).toHaveLength(0)
-      expect(refused, context()).toHaveLength(0)
+      // A call in flight on b when it was SIGKILLed keeps its claim there: sent again it is answered 409 (in
+      // progress) and never served twice. That is the bound below (served by b, its capture lost), not a
+      // good payment refused; any other refusal is.
+      const inDoubt = refused.filter((c) => c.killedInFlight && c.status === 409)
+      expect(
+        refused.filter((c) => !inDoubt.includes(c)),
+        context(),
+      ).toHaveLength(0)
+      expect(inDoubt.length, context()).toBeLessThanOrEqual(faultsInFlight[2]!)
       expect(resent, context()).toBeGreaterThan(0)
       expect(upstreamServed.size, context()).toBe(served.length)
       expect(servedTwice, context()).toBe(0)
