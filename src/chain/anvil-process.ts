@@ -15,6 +15,8 @@ export interface AnvilOptions {
   accounts: number
   /** Interval mining; without it every transaction is mined at once (automine). */
   blockTimeSeconds?: number
+  /** Gas per block; anvil's default is 30 M (a bench sets a real chain's, e.g. Base's). */
+  gasLimit?: bigint
   startTimeoutMs?: number
   /** Load the chain from this file if it exists, dump it there on exit and every stateIntervalSeconds. */
   stateFile?: string
@@ -69,6 +71,7 @@ async function startOnce(bin: string, port: number, options: AnvilOptions): Prom
   const args = ['--host', '127.0.0.1', '--port', String(port), '--chain-id', String(options.chainId)]
   args.push('--accounts', String(options.accounts), '--quiet')
   if (options.blockTimeSeconds) args.push('--block-time', String(options.blockTimeSeconds))
+  if (options.gasLimit) args.push('--gas-limit', String(options.gasLimit))
   if (options.stateFile) {
     // --state loads the file when present and dumps on exit (SIGTERM included); the interval bounds what a
     // SIGKILL loses. Blocks, receipts and nonces come back, so old transaction hashes are never reproduced.

@@ -39,6 +39,8 @@ export interface DevChainOptions {
   treasuryFunding?: bigint
   /** Interval mining; default automine (a block per transaction, at once). */
   blockTimeSeconds?: number
+  /** Gas per block (anvil's default 30 M otherwise). */
+  gasLimit?: bigint
   /** Keep the chain in this file across restarts (locked to one process); default a fresh chain each time. */
   stateFile?: string
   /**
@@ -87,6 +89,7 @@ export async function startDevChain(options: DevChainOptions): Promise<DevChain>
       // anvil's default is 10 accounts; payers beyond account 9 need their ETH for gas too.
       accounts: Math.max(10, options.payers + 1),
       blockTimeSeconds: options.blockTimeSeconds,
+      gasLimit: options.gasLimit,
       stateFile: options.stateFile,
     })
   } catch (err) {
