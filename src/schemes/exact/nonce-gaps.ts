@@ -11,9 +11,9 @@
 // settler itself at current fees. The authorizations the dropped transactions carried are not sent again
 // from here: their captures name a hash the chain never mined, which the leader's settlement job finds
 // and settles from the treasury (as for any transaction lost before mining).
-import type { Hash, Hex, PrivateKeyAccount } from 'viem'
-import { keccak256 } from 'viem'
+import type { Hash, PrivateKeyAccount } from 'viem'
 import type { ChainPublicClient } from '../../chain/client.ts'
+import { keccakHex } from '../../chain/keccak.ts'
 import { broadcast, type FeeQuote } from '../../chain/payouts.ts'
 import type { Logger } from '../../observability/logger.ts'
 
@@ -127,7 +127,7 @@ export class NonceGaps {
         this.o.logger.warn('settler nonce gap: filling it was refused', { nonce, reason: r.reason })
         return
       }
-      this.out.set(nonce, keccak256(rawTx as Hex))
+      this.out.set(nonce, keccakHex(rawTx))
       this.filled += 1
     }
     this.o.logger.warn(
