@@ -33,6 +33,7 @@ describe('WebSocket session top-ups', () => {
   let upstream: RealtimeUpstream
   let payer: Funded
   let id: string
+  let key: string
 
   const rows = async (hash: string) => {
     await svc.flushCaptures()
@@ -45,7 +46,7 @@ describe('WebSocket session top-ups', () => {
     svc = await startTestService()
     upstream = await startRealtimeUpstream()
     payer = await fundedAccount(100_000_000n)
-    const { key } = await registerMerchant(svc)
+    ;({ key } = await registerMerchant(svc))
     const r = await svc.api('/api/v1/endpoints', {
       key,
       body: {
@@ -114,6 +115,32 @@ describe('WebSocket session top-ups', () => {
     expect(report.claims.differences).toEqual([])
     expect(report.claims.unused_refund_mismatch).toBe(0)
     expect(await registry.metrics()).toMatch(/tollgate_websocket_top_ups_total\{outcome="taken"\} [1-9]/)
+    // GET /calls: the opening row is the session's one row (its duration, who ended it, its whole charge);
+    // the top-up's row names it.
+    const calls = (await svc.api(`/api/v1/calls?endpoint_id=${id}&limit=100`, { key })).body.data as any[]
+    const opening = calls.find((c) => c.id === `call_${String(s.headers['x-receipt-id']).slice(5)}`)
+    expect(opening.session).toMatchObject({
+      call_id: opening.id,
+      ended_by: 'client',
+      charge_atomic: charge.toString(),
+      payments: 2,
+    })
+    expect(opening.session.duration_ms).toBeGreaterThan(0)
+    const topUp = calls.find((c) => c.id === opening.session.top_up_call_ids[0])
+    expect(topUp.session).toMatchObject({ call_id: opening.id, charge_atomic: null })
+    // A session.closed webhook event, written with the row: its whole charge and usage.
+    const events = (await svc.api('/api/v1/events?type=session.closed&limit=100', { key })).body.data as any[]
+    const closedEvent = events.find((e) => e.data.call_id === opening.id)
+    expect(closedEvent.data).toMatchObject({
+      object: 'session',
+      receipt_id: s.headers['x-receipt-id'],
+      endpoint_id: id,
+      ended_by: 'client',
+      charge_atomic: charge.toString(),
+      payments: 2,
+      usage: { unit: 'tokens', quantities: { output_tokens: 80 } },
+    })
+    expect(events.filter((e) => e.data.call_id === topUp.id)).toEqual([])
   })
 
   it('asks, pauses when the credit is spent, refuses its own proof again, then closes with 4402 after the wait', async () => {
