@@ -15,6 +15,7 @@ import {
 } from '../helpers/realtime-upstream.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
+import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
 import { openWs } from '../helpers/ws-client.ts'
 
 const CREDIT = 50_000n
@@ -31,6 +32,7 @@ const PRICING = {
 describe('WebSocket session top-ups', () => {
   let svc: TestService
   let upstream: RealtimeUpstream
+  let receiver: WebhookReceiver
   let payer: Funded
   let id: string
   let key: string
@@ -47,6 +49,12 @@ describe('WebSocket session top-ups', () => {
     upstream = await startRealtimeUpstream()
     payer = await fundedAccount(100_000_000n)
     ;({ key } = await registerMerchant(svc))
+    receiver = await startWebhookReceiver()
+    const hook = await svc.api('/api/v1/webhooks', {
+      key,
+      body: { url: receiver.url, events: ['session.closed'] },
+    })
+    expect(hook.status).toBe(201)
     const r = await svc.api('/api/v1/endpoints', {
       key,
       body: {
@@ -61,6 +69,7 @@ describe('WebSocket session top-ups', () => {
   afterAll(async () => {
     await svc?.stop()
     await upstream?.close()
+    await receiver?.close()
   })
 
   it('tops up on the socket when asked and goes on; charged across both payments to the base unit', async () => {
@@ -141,6 +150,13 @@ describe('WebSocket session top-ups', () => {
       usage: { unit: 'tokens', quantities: { output_tokens: 80 } },
     })
     expect(events.filter((e) => e.data.call_id === topUp.id)).toEqual([])
+    // Delivered by the webhook dispatcher, signed, as every event is.
+    const delivered = await receiver.waitFor((c) => JSON.parse(c.body).id === closedEvent.id, 20_000)
+    expect(JSON.parse(delivered.body)).toMatchObject({
+      type: 'session.closed',
+      data: { call_id: opening.id, charge_atomic: charge.toString() },
+    })
+    expect(delivered.headers['webhook-signature']).toMatch(/^v1,/)
   })
 
   it('asks, pauses when the credit is spent, refuses its own proof again, then closes with 4402 after the wait', async () => {
