@@ -48,6 +48,7 @@ export const CallSession = v.pipe(
         v.nullable(v.picklist(['client', 'upstream', 'credit', 'window', 'too_big', 'backpressure'])),
         v.description("who or what ended the session; null on a top-up's row"),
       ),
+      charge: v.pipe(v.nullable(Dollars), v.description('charge_atomic in dollars')),
       charge_atomic: v.pipe(
         v.nullable(Atomic),
         v.description(

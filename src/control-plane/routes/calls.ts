@@ -78,10 +78,25 @@ export function presentCall(c: CallRow): v.InferOutput<typeof CallObject> {
     scheme: c.scheme ?? null,
     protocol: protocolOf(c.scheme),
     usage: usageView(c) as v.InferOutput<typeof CallUsage>,
-    session: sessionView(c) as v.InferOutput<typeof CallSession>,
+    session: presentSession(c),
     agent: agentView(c) as v.InferOutput<typeof CallAgentView>,
     created_at: c.created_at.toISOString(),
   }
+}
+
+/** A session's row: its whole charge also in dollars, as a call's amount is. */
+function presentSession(c: CallRow): v.InferOutput<typeof CallSession> {
+  const s = sessionView(c)
+  if (s === null) return null
+  return {
+    call_id: s.call_id,
+    duration_ms: s.duration_ms,
+    ended_by: s.ended_by,
+    charge: s.charge_atomic === null ? null : toDollars(BigInt(s.charge_atomic)),
+    charge_atomic: s.charge_atomic,
+    payments: s.payments,
+    top_up_call_ids: s.top_up_call_ids,
+  } as v.InferOutput<typeof CallSession>
 }
 
 export const callRoutes: Route[] = [

@@ -58,7 +58,7 @@ function amountCell(c) {
     return h('span', { class: 'muted', title: 'counted in its session', text: `(${usd(c.amount)})` })
   return h('span', {
     title: `${s.payments} payment${s.payments === 1 ? '' : 's'}`,
-    text: usd(Number(s.charge_atomic) / 1e6),
+    text: usd(s.charge),
   })
 }
 
