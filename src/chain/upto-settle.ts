@@ -73,7 +73,38 @@ export async function installUptoContracts(rpcUrl: string, settler: Address): Pr
   await anvilSetStorageAt(rpcUrl, { address: batcher, slot: zeroHash, value: padHex(settler, { size: 32 }) })
 }
 
-const batcherAbi = parseAbi(['function settler() view returns (address)'])
+const batcherAbi = parseAbi([
+  'function settler() view returns (address)',
+  'function delegates(address) view returns (bool)',
+])
+
+/** The storage slot of `delegates[account]` (the mapping sits in slot 1). */
+function delegateSlot(account: Address): Hex {
+  return keccakHex(encodeAbiParameters([{ type: 'address' }, { type: 'uint256' }], [account, 1n]))
+}
+
+/** Whether `account` (a settler slot) may settle through `batcher` for its settler. */
+export async function isUptoDelegate(client: Client, batcher: Address, account: Address): Promise<boolean> {
+  return readContract(client, {
+    address: batcher,
+    abi: batcherAbi,
+    functionName: 'delegates',
+    args: [account],
+  })
+}
+
+/**
+ * Dev chain: lets `account` settle through `batcher`, as the settler's setDelegates would (anvil_setStorageAt;
+ * the dev chain's treasury nonces stay the leader's). Real networks: the treasury sends setDelegates.
+ */
+export async function allowUptoDelegateOnDevChain(
+  rpcUrl: string,
+  batcher: Address,
+  account: Address,
+): Promise<void> {
+  const value = padHex('0x01', { size: 32 })
+  await anvilSetStorageAt(rpcUrl, { address: batcher, slot: delegateSlot(account), value })
+}
 
 /** True when this build's batcher for `settler` is on chain (its code, and its settler in storage). */
 export async function hasUptoBatcher(client: Client, settler: Address): Promise<boolean> {

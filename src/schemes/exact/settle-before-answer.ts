@@ -14,16 +14,26 @@
 // The transactions are sent from this process's settler slot (src/schemes/exact/settler.ts), not the treasury:
 // the slot's lock makes its nonces this process's alone, so they are counted here without a round trip, while
 // the treasury's nonces belong to the leader's payouts and settlements.
+//
+// x402 `upto` permits go the same way (settleUpto), once their charge is known: the same groups, nonces and
+// captures, their own transactions (through the UptoSettlementBatcher, of which the slot is a delegate),
+// their own outcome (the batcher's UptoSettled log) and their own books transition (settleUptoClaims).
 import type { Hash, Hex, PrivateKeyAccount, TransactionReceipt } from 'viem'
 import type { BatchWriter } from '../../books/batch-writer.ts'
 import type { Capture } from '../../books/claims.ts'
 import { forgetSettlementTx, settleAuthorizations } from '../../books/settlement.ts'
+import { forgetUptoSettlementTx, settleUptoClaims } from '../../books/upto-settlement.ts'
 import type { ChainContext } from '../../chain/connect.ts'
 import { broadcast, type FeeQuote, pendingNonce, quoteFees } from '../../chain/payouts.ts'
 import type { StoredAuthorization } from '../../chain/settle.ts'
 import { signSettlement } from '../../chain/settle.ts'
 import { hasAuthorizationBatcher, settlementOutcomes, signSettlementBatch } from '../../chain/settle-batch.ts'
 import { signingAccount } from '../../chain/signing-account.ts'
+import {
+  signUptoSettlement,
+  type UptoSettlementItem,
+  uptoSettlementOutcomes,
+} from '../../chain/upto-settle.ts'
 import type { Sql } from '../../db/sql.ts'
 import type { Logger } from '../../observability/logger.ts'
 import { earlySettlementBatchSize, earlySettlementPhase } from '../../observability/metrics.ts'
@@ -54,7 +64,9 @@ const UNSENT: EarlySettlement = { state: 'unsent' }
 interface Item {
   /** The served call's capture: this path writes it, whatever happens to the settlement. */
   capture: Capture
-  authorization: StoredAuthorization
+  /** An `exact` authorization, or (null) an `upto` permit and its charge. */
+  authorization: StoredAuthorization | null
+  upto: UptoSettlementItem | null
   /** When it was handed over (performance.now()): it waits from then for its group's turn. */
   readyAtMs: number
   resolve(outcome: EarlySettlement): void
@@ -96,6 +108,8 @@ export class SettleBeforeAnswer {
   private readonly inFlight = new Set<Promise<unknown>>()
   /** Authorizations the chain used in our transactions, with the block, not booked yet. */
   private mined = new Map<string, bigint>()
+  /** Upto permits the batcher logged settled, with the amount moved and the block, not booked yet. */
+  private minedUpto = new Map<string, { settledAtomic: bigint; block: bigint }>()
   private marking: Promise<void> | null = null
   private readonly phase = {
     queue: earlySettlementPhase.labels('queue'),
@@ -136,6 +150,22 @@ export class SettleBeforeAnswer {
    * logged). The capture is written in every case (with no hash when no transaction could be signed).
    */
   settle(capture: Capture, authorization: StoredAuthorization): Promise<EarlySettlement> {
+    return this.enqueue(capture, authorization, null)
+  }
+
+  /**
+   * As settle, for an `upto` permit and its call's charge (0 < amount ≤ the permit's maximum; the capture's
+   * amount): one of the batcher's items, in a transaction of upto permits only.
+   */
+  settleUpto(capture: Capture, upto: UptoSettlementItem): Promise<EarlySettlement> {
+    return this.enqueue(capture, null, upto)
+  }
+
+  private enqueue(
+    capture: Capture,
+    authorization: StoredAuthorization | null,
+    upto: UptoSettlementItem | null,
+  ): Promise<EarlySettlement> {
     return new Promise((resolve) => {
       // The answer never waits on a stuck database or RPC past this: it goes out saying pending (true: the
       // settlement job settles whatever this batch did not). A later outcome is ignored (settled once).
@@ -143,6 +173,7 @@ export class SettleBeforeAnswer {
       this.ready.push({
         capture,
         authorization,
+        upto,
         readyAtMs: performance.now(),
         resolve: (outcome) => {
           clearTimeout(deadline)
@@ -212,9 +243,14 @@ export class SettleBeforeAnswer {
     let signed: Signed[] | null = null
     let nonce = 0
     try {
+      // Exact authorizations and upto permits go in transactions of their own kind (other contracts).
+      const exact = items.filter((it) => it.upto === null)
+      const upto = items.filter((it) => it.upto !== null)
       const per = (await this.hasBatcher()) ? this.o.perTransaction : 1
       const groups: Item[][] = []
-      for (let i = 0; i < items.length; i += per) groups.push(items.slice(i, i + per))
+      for (let i = 0; i < exact.length; i += per) groups.push(exact.slice(i, i + per))
+      for (let i = 0; i < upto.length; i += this.o.perTransaction)
+        groups.push(upto.slice(i, i + this.o.perTransaction))
       const client = this.o.chain.publicClient
       const [fees, next] = await Promise.all([
         this.quote(),
@@ -304,7 +340,8 @@ export class SettleBeforeAnswer {
       for (const rest of signed.slice(i)) {
         for (const it of rest.items) {
           const proofKey = it.capture.proofKey
-          if (recorded.has(proofKey)) await forgetSettlementTx(this.o.sql, { proofKey, hash: rest.hash })
+          const forget = it.upto === null ? forgetSettlementTx : forgetUptoSettlementTx
+          if (recorded.has(proofKey)) await forget(this.o.sql, { proofKey, hash: rest.hash })
           it.resolve(UNSENT)
         }
       }
@@ -323,16 +360,21 @@ export class SettleBeforeAnswer {
   ): Promise<{ items: Item[]; rawTx: Hex; hash: Hash }> {
     const chain = this.o.chain
     const common = { chainId: chain.chainId, usdc: chain.usdc.address, nonce, fees }
+    if (items[0]?.upto) {
+      const upto = items.map((it) => it.upto!)
+      const p = { chainId: chain.chainId, items: upto, nonce, fees }
+      return signUptoSettlement(this.account, p).then((s) => ({ items, ...s }))
+    }
     const signed =
       items.length === 1
         ? signSettlement(this.account, {
             ...common,
-            authorization: items[0]!.authorization,
+            authorization: items[0]!.authorization!,
             gas: SETTLEMENT_GAS,
           })
         : signSettlementBatch(this.account, {
             ...common,
-            authorizations: items.map((it) => it.authorization),
+            authorizations: items.map((it) => it.authorization!),
           })
     return signed.then((s) => ({ items, ...s }))
   }
@@ -346,9 +388,10 @@ export class SettleBeforeAnswer {
       return
     }
     this.onMined?.()
+    if (items[0]?.upto) return this.uptoOutcomes(items, hash, receipt)
     const outcomes = settlementOutcomes(receipt, {
       usdc: this.o.chain.usdc.address,
-      authorizations: items.map((it) => it.authorization),
+      authorizations: items.map((it) => it.authorization!),
     })
     // Only an authorization the token logged as used in this transaction is called settled; any other
     // outcome is left to the settlement job (which reads the same receipt) and the receipt says pending.
@@ -362,6 +405,22 @@ export class SettleBeforeAnswer {
   }
 
   /**
+   * Only a permit the batcher logged settled for exactly its charge is called settled (what moved is booked
+   * in any case: the job would book the same); any other outcome is the leader's job's, the receipt pending.
+   */
+  private uptoOutcomes(items: Item[], hash: Hash, receipt: TransactionReceipt): void {
+    const outcomes = uptoSettlementOutcomes(receipt, { items: items.map((it) => it.upto!) })
+    for (const [i, it] of items.entries()) {
+      const o = outcomes[i]!
+      const exact = o.status === 'settled' && o.amount === it.upto!.amount
+      if (o.status === 'settled')
+        this.minedUpto.set(it.capture.proofKey, { settledAtomic: o.amount, block: receipt.blockNumber })
+      it.resolve(exact ? { state: 'settled', transaction: hash } : UNSENT)
+    }
+    if (this.minedUpto.size > 0) this.markSoon()
+  }
+
+  /**
    * Books what the receipts showed used, after the answers went out (the same transition as the job's;
    * whoever comes second changes nothing), the receipts of MARK_EVERY_MS in one transaction: the receipt URL
    * shows the calls settled, with their block, within that, at a few commits a second whatever the load.
@@ -370,12 +429,19 @@ export class SettleBeforeAnswer {
     if (this.marking !== null) return
     this.marking = new Promise<void>((resolve) => setTimeout(resolve, MARK_EVERY_MS)).then(async () => {
       const blocks = this.mined
+      const upto = this.minedUpto
       this.mined = new Map()
-      await settleAuthorizations(this.o.sql, { proofKeys: [...blocks.keys()], blocks }).catch((err) =>
-        this.o.logger.warn('settle before answer: marking settled failed; the settlement job will', { err }),
-      )
+      this.minedUpto = new Map()
+      const failed = (err: unknown) =>
+        this.o.logger.warn('settle before answer: marking settled failed; the settlement job will', { err })
+      if (blocks.size > 0)
+        await settleAuthorizations(this.o.sql, { proofKeys: [...blocks.keys()], blocks }).catch(failed)
+      if (upto.size > 0) {
+        const settled = [...upto].map(([proofKey, m]) => ({ proofKey, ...m }))
+        await settleUptoClaims(this.o.sql, { settled }).catch(failed)
+      }
       this.marking = null
-      if (this.mined.size > 0) this.markSoon()
+      if (this.mined.size > 0 || this.minedUpto.size > 0) this.markSoon()
     })
     this.track(this.marking)
   }
