@@ -94,6 +94,33 @@ export async function isUptoDelegate(client: Client, batcher: Address, account: 
 }
 
 /**
+ * Real networks: the settler (the treasury) names `accounts` (its settler slots) delegates of its batcher,
+ * in one transaction for those not named yet. Returns the transaction, or null when all were named.
+ */
+export async function delegateUptoSettlers(
+  publicClient: Client,
+  wallet: WalletClient<Transport, Chain | undefined, Account>,
+  accounts: Address[],
+): Promise<{ tx: Hash | null; named: number }> {
+  const batcher = uptoBatcherAddress(wallet.account.address)
+  const missing: Address[] = []
+  for (const a of accounts) if (!(await isUptoDelegate(publicClient, batcher, a))) missing.push(a)
+  if (missing.length === 0) return { tx: null, named: 0 }
+  const tx = await wallet.sendTransaction({
+    to: batcher,
+    data: encodeFunctionData({
+      abi: uptoSettlementBatcherArtifact.abi,
+      functionName: 'setDelegates',
+      args: [missing, true],
+    }),
+    chain: wallet.chain ?? null,
+  })
+  const receipt = await waitForTransactionReceipt(publicClient, { hash: tx })
+  if (receipt.status !== 'success') throw new Error(`setDelegates ${tx} reverted`)
+  return { tx, named: missing.length }
+}
+
+/**
  * Dev chain: lets `account` settle through `batcher`, as the settler's setDelegates would (anvil_setStorageAt;
  * the dev chain's treasury nonces stay the leader's). Real networks: the treasury sends setDelegates.
  */
