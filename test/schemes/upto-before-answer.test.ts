@@ -5,7 +5,9 @@
 // that moved exactly the charge (the rest of the signed maximum never moves). Two calls racing are both
 // settled before their answers; an endpoint set to "after" keeps the pending receipt; an answer over
 // settlement.before_answer.held_answer_max_bytes streams with the pending receipt and is settled after.
-// The leader's job then finds nothing to send again, and reconcile is clean.
+// The leader's job then finds nothing to send again, and reconcile is clean. A settlement not mined within
+// wait_ms answers settlement_pending with its hash; the leader's job leaves that transaction alone while the
+// node holds it (nothing signed again) and books it once mined: the charge moves once.
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { x402Client, x402HTTPClient } from '@x402/core/client'
@@ -20,6 +22,7 @@ import { installUptoContracts, uptoBatcherAddress } from '../../src/chain/upto-s
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { UPTO_SETTLEMENT_JOB } from '../../src/control-plane/jobs/upto-settlement.ts'
 import { chainClients, type Funded, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
+import { mine, setAutomine } from '../helpers/anvil.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { approvedPayer } from '../helpers/upto-payer.ts'
 
@@ -76,7 +79,11 @@ beforeAll(async () => {
     treasury,
     overrides: {
       proxy: { allow_private_upstreams: true },
-      settlement: { interval_ms: 3_600_000, before_answer: { held_answer_max_bytes: HELD_MAX_BYTES } },
+      // wait_ms 1 s: the unmined test waits it out, and past window_ms + 2 × wait_ms (the job's young hashes).
+      settlement: {
+        interval_ms: 3_600_000,
+        before_answer: { held_answer_max_bytes: HELD_MAX_BYTES, wait_ms: 1_000 },
+      },
       payouts: { interval_ms: 3_600_000 },
     },
   })
@@ -248,6 +255,41 @@ describe('x402 upto on the default endpoint: settled before the answer', () => {
     await new Promise((r) => setTimeout(r, 400))
     const [claim] = await claimOf(payer.address)
     expect(claim!.settled_atomic).toBe(CHARGE.toString())
+    expect(before - (await usdcBalance(payer.address))).toBe(CHARGE)
+    const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
+    expect(report.differences).toEqual([])
+  })
+
+  it('not mined within wait_ms: pending with the hash; the leader job recognises the sent transaction', async () => {
+    const payer = await approvedPayer()
+    const before = await usdcBalance(payer.address)
+    let hash: Hash
+    await setAutomine(rpcUrl, false)
+    try {
+      const { body, result, receipt } = await pay(payer, defaultUrl)
+      expect(body).toContain('[DONE]')
+      expect(result.paymentStatus).toBe('settle_failed')
+      expect(receipt).toMatchObject({
+        success: false,
+        errorReason: 'settlement_pending',
+        amount: CHARGE.toString(),
+      })
+      expect(receipt.transaction).toMatch(/^0x[0-9a-f]{64}$/)
+      hash = receipt.transaction as Hash
+      // Past the young window: the node holds the transaction, so the job signs nothing again.
+      await new Promise((r) => setTimeout(r, 2_200))
+      await svc.jobs.runNow(UPTO_SETTLEMENT_JOB)
+      const [claim] = await claimOf(payer.address)
+      expect(claim).toMatchObject({ settlement_tx: hash, settled_atomic: null })
+      expect(await usdcBalance(payer.address)).toBe(before)
+    } finally {
+      await setAutomine(rpcUrl, true)
+    }
+    await mine(rpcUrl)
+    await svc.jobs.runNow(UPTO_SETTLEMENT_JOB)
+    const [claim] = await claimOf(payer.address)
+    expect(claim).toMatchObject({ settlement_tx: hash, settled_atomic: CHARGE.toString() })
+    expect(await movedBy(hash, payer.address)).toMatchObject({ transferred: CHARGE, logged: CHARGE })
     expect(before - (await usdcBalance(payer.address))).toBe(CHARGE)
     const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
     expect(report.differences).toEqual([])
