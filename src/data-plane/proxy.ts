@@ -624,7 +624,8 @@ class Forward implements Dispatcher.DispatchHandler {
           this.#chunk = body.length === 1 ? body[0]! : Buffer.concat(body)
           this.writeData()
         }
-        if (this.#heldEnded && !this.#ended) this.writeEnd()
+        // A sized body taken only in part by tryEnd ends when the socket drains (#drained), not here.
+        if (this.#heldEnded && !this.#ended && this.#pending === null) this.writeEnd()
       })
       if (this.#heldEnded) this.#settle({ kind: 'responded', status: this.#status, bytes: this.#bytes })
     })

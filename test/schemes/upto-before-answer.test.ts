@@ -40,6 +40,18 @@ function startLlmUpstream() {
     const chunks = req.url?.includes('/big') ? 500 : 50
     req.resume()
     req.on('end', () => {
+      if (req.url?.includes('/sized')) {
+        // A JSON answer with its content-length (not streamed): the proxy relays it sized.
+        const usage = { ...USAGE, total_tokens: USAGE.prompt_tokens + USAGE.completion_tokens }
+        const json = JSON.stringify({
+          id: 'c1',
+          object: 'chat.completion',
+          choices: [{ index: 0, message: { role: 'assistant', content: 'hello' } }],
+          usage,
+        })
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) })
+        return res.end(json)
+      }
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
       for (let i = 0; i < chunks; i++) {
         const chunk = {
@@ -69,6 +81,7 @@ let upstream: Awaited<ReturnType<typeof startLlmUpstream>>
 /** No choice made: the default, settled before the answer. */
 let defaultUrl: string
 let bigUrl: string
+let sizedUrl: string
 /** x402_settlement "after". */
 let afterUrl: string
 
@@ -111,6 +124,7 @@ beforeAll(async () => {
   expect(byDefault.x402_settlement).toBe('before_answer')
   defaultUrl = `${byDefault.metered_url}/chat/completions`
   bigUrl = `${byDefault.metered_url}/big`
+  sizedUrl = `${byDefault.metered_url}/sized/chat/completions`
   afterUrl = `${(await endpoint({ x402_settlement: 'after' })).metered_url}/chat/completions`
 })
 afterAll(async () => {
@@ -209,6 +223,23 @@ describe('x402 upto on the default endpoint: settled before the answer', () => {
     expect(before - (await usdcBalance(payer.address))).toBe(CHARGE)
     const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
     expect(report.differences).toEqual([])
+  })
+
+  it('a sized (content-length) JSON answer is held and settled the same way, delivered whole', async () => {
+    const payer = await approvedPayer()
+    const before = await usdcBalance(payer.address)
+    const client = uptoClient(payer)
+    const r = await wrapFetchWithPayment(fetch, client)(sizedUrl, {
+      ...REQUEST,
+      body: JSON.stringify({ model: 'm', messages: [] }),
+    })
+    expect(r.status).toBe(200)
+    expect((await new x402HTTPClient(client).processResponse(r.clone())).paymentStatus).toBe('settled')
+    expect((await r.json()).choices[0].message.content).toBe('hello')
+    const receipt = decodePaymentResponseHeader(r.headers.get('payment-response')!)
+    expect(receipt).toMatchObject({ success: true, amount: CHARGE.toString() })
+    expect(await movedBy(receipt.transaction as Hash, payer.address)).toMatchObject({ transferred: CHARGE })
+    expect(before - (await usdcBalance(payer.address))).toBe(CHARGE)
   })
 
   it('two calls racing are both settled before their answers, each for its charge', async () => {
