@@ -1,7 +1,8 @@
 // Settling x402 `upto` permits for what a call was charged (never above what the payer signed). The
 // facilitator a permit names is the only account the upto proxy lets settle it: tollgate offers its
 // UptoSettlementBatcher (one transaction for many permits; CREATE2 through the deterministic deployer, one
-// address per settler), or, on a chain without it, the treasury itself (one transaction per permit). Signed
+// address per settler; sent by the treasury or a settler slot it named delegate), or, on a chain without
+// it, the treasury itself (one transaction per permit). Signed
 // locally so the hash is recorded before anything is broadcast, as the other settlement paths do.
 import {
   type Account,
