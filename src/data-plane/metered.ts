@@ -913,6 +913,7 @@ class MeteredCall implements ProxyHooks {
         payer: payment.payer,
         served: this.captured,
         upstreamMs: this.headMs === 0 ? null : this.headMs - this.forwardedMs,
+        signer: this.agent?.signer,
       })
       // Only an answer delivered whole has a digest to sign: a partial one says so on its receipt.
       if (this.digest !== null && outcome.kind === 'responded') {

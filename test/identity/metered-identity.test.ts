@@ -201,6 +201,58 @@ describe('identity rules on metered calls', () => {
     if (receipt.signed !== null) expect(JSON.parse(receipt.signed.payload.agent)).toEqual(signedCall.agent)
   })
 
+  it("splits a listed endpoint's observed figures by who paid; an endpoint without rules has no split", async () => {
+    const create = async (rules: unknown) => {
+      const r = await svc.api('/api/v1/endpoints', {
+        key: apiKey,
+        body: { upstream_url: `${upstream.url}/echo`, price: 0.01, listed: true, identity_rules: rules },
+      })
+      expect(r.status).toBe(201)
+      return r.body.id as string
+    }
+    const ruled = await create([{ match: 'any_verified', action: 'endpoint_price' }])
+    const plain = await create(null)
+    const payer: Funded = await fundedAccount(1_000_000n)
+    const pay = async (id: string, sign: boolean) => {
+      const url = `${svc.url}/m/${id}`
+      const proof = await payUsdc(payer, svc.chain.treasury, 10_000n)
+      const headers = sign ? { ...headersOf(await signed(url)), 'x-payment': proof } : { 'x-payment': proof }
+      const r = await fetch(url, { headers })
+      await r.arrayBuffer()
+      expect(r.status).toBe(200)
+    }
+    // The directory may still be on its first fetch: a signed call counts as acme once it verifies.
+    await waitFor(
+      async () => {
+        await pay(ruled, true)
+        return upstream.last()!.headers['x-tollgate-agent'] === 'acme'
+      },
+      { what: 'a signed call verified' },
+    )
+    await pay(ruled, true)
+    await pay(ruled, false)
+    await pay(plain, true)
+    await svc.flushCaptures()
+    const body = await (await fetch(`${svc.url}/discovery/resources?limit=47&offset=0`)).json()
+    const observed = (id: string) =>
+      body.items.find((i: { resource: string }) => i.resource.endsWith(`/m/${id}`)).observed
+    const split = observed(ruled).by_agent as Array<{
+      signer: string
+      paid_calls: number
+      success_rate: number
+    }>
+    const acme = split.find((a) => a.signer === 'acme')!
+    const unsigned = split.find((a) => a.signer === 'unsigned')!
+    expect(acme.paid_calls).toBeGreaterThanOrEqual(2)
+    expect(unsigned.paid_calls).toBeGreaterThanOrEqual(1)
+    // Every paid call counted once, under one signer; busiest first.
+    expect(acme.paid_calls + unsigned.paid_calls).toBe(observed(ruled).paid_calls)
+    expect(split[0]!.paid_calls).toBeGreaterThanOrEqual(split[split.length - 1]!.paid_calls)
+    expect(acme.success_rate).toBe(1)
+    expect(observed(plain).paid_calls).toBe(1)
+    expect(observed(plain).by_agent).toBeUndefined()
+  })
+
   it('an endpoint without identity rules books no agent', async () => {
     const id = await createEndpoint(svc, apiKey, null)
     const url = `${svc.url}/m/${id}`
