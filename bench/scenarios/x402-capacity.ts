@@ -334,7 +334,7 @@ function phases(before: Counters, after: Counters) {
   const delta = (key: string) => (after.get(key) ?? 0) - (before.get(key) ?? 0)
   const phase = 'tollgate_x402_settle_before_answer_phase_seconds'
   const phases_ms: Record<string, number> = {}
-  for (const p of ['queue', 'sign', 'capture', 'broadcast', 'send', 'receipt']) {
+  for (const p of ['queue', 'sign', 'capture', 'turn', 'broadcast', 'send', 'receipt']) {
     const n = delta(`${phase}_count{phase="${p}"}`)
     if (n > 0) phases_ms[p] = Math.round((delta(`${phase}_sum{phase="${p}"}`) / n) * 1e4) / 10
   }

@@ -17,7 +17,7 @@
 // The transactions are sent from this process's settler slot (src/schemes/exact/settler.ts), not the treasury:
 // the slot's lock makes its nonces this process's alone, so they are counted here without a round trip, while
 // the treasury's nonces belong to the leader's payouts and settlements.
-import type { Hash, Hex, PrivateKeyAccount, TransactionReceipt } from 'viem'
+import type { Hash, Hex, PrivateKeyAccount } from 'viem'
 import type { BatchWriter } from '../../books/batch-writer.ts'
 import type { Capture } from '../../books/claims.ts'
 import { forgetSettlementTx, settleAuthorizations } from '../../books/settlement.ts'
@@ -31,6 +31,7 @@ import type { Sql } from '../../db/sql.ts'
 import type { Logger } from '../../observability/logger.ts'
 import { earlySettlementBatchSize, earlySettlementPhase } from '../../observability/metrics.ts'
 import { NonceGaps } from './nonce-gaps.ts'
+import { ReceiptWatch } from './receipt-watch.ts'
 
 /** Gas for one transferWithAuthorization sent alone (as the settlement job allows). */
 const SETTLEMENT_GAS = 150_000n
@@ -143,6 +144,8 @@ export class SettleBeforeAnswer {
 
   /** Fills a nonce the node dropped, so the ones after it are mined. */
   readonly gaps: NonceGaps
+  /** The receipts of the transactions in flight, one question a look. */
+  private readonly receipts: ReceiptWatch
 
   /** Told after each of its transactions is mined (the gas watch reads the balance again). */
   onMined: (() => void) | null = null
@@ -157,6 +160,7 @@ export class SettleBeforeAnswer {
       quote: () => this.quote(),
       logger: o.logger,
     })
+    this.receipts = new ReceiptWatch(o.chain.publicClient)
   }
 
   /** The slot was lost and taken again: another process may have used its nonces meanwhile. */
@@ -244,7 +248,7 @@ export class SettleBeforeAnswer {
       })
     // Each transaction's receipt is awaited on its own: a call waits for its own group, no other.
     const receipts = sent.then((groups) =>
-      Promise.all(groups.map((g) => this.awaitReceipt(g.items, g.hash, g.sentMs))),
+      Promise.all(groups.map((g) => this.awaitReceipt(g.items, g.hash, g.nonce, g.sentMs))),
     )
     this.track(sent)
     this.track(receipts)
@@ -293,7 +297,7 @@ export class SettleBeforeAnswer {
     items: Item[],
     nonces: Promise<Nonces>,
     previous: Promise<void>,
-  ): Promise<Array<{ items: Item[]; hash: Hash; sentMs: number }>> {
+  ): Promise<Array<{ items: Item[]; hash: Hash; nonce: number; sentMs: number }>> {
     const startMs = performance.now()
     for (const it of items) this.phase.queue.observe((startMs - it.readyAtMs) / 1000)
     earlySettlementBatchSize.observe(items.length)
@@ -372,9 +376,9 @@ export class SettleBeforeAnswer {
     signed: Signed[],
     taken: Nonces,
     recorded: Set<string>,
-  ): Promise<Array<{ items: Item[]; hash: Hash }>> {
+  ): Promise<Array<{ items: Item[]; hash: Hash; nonce: number }>> {
     const client = this.o.chain.publicClient
-    const out: Array<{ items: Item[]; hash: Hash }> = []
+    const out: Array<{ items: Item[]; hash: Hash; nonce: number }> = []
     for (const [i, s] of signed.entries()) {
       // A group before this one was not (wholly) broadcast: these nonces would follow a gap.
       const current = taken.epoch === this.epoch
@@ -382,7 +386,7 @@ export class SettleBeforeAnswer {
       const r = whole ? await broadcast(client, s.rawTx) : null
       if (r !== null && (r.ok || r.reason === 'already_known')) {
         this.gaps.sent(taken.first + i, s.hash)
-        out.push(s)
+        out.push({ ...s, nonce: taken.first + i })
         continue
       }
       if (r !== null && !r.ok) {
@@ -434,8 +438,8 @@ export class SettleBeforeAnswer {
     return signed.then((s) => ({ items, ...s }))
   }
 
-  private async awaitReceipt(items: Item[], hash: Hash, sentMs: number): Promise<void> {
-    const receipt = await this.receiptWithin(hash)
+  private async awaitReceipt(items: Item[], hash: Hash, nonce: number, sentMs: number): Promise<void> {
+    const receipt = await this.receipts.wait(hash, nonce, this.o.waitMs)
     this.phase.receipt.observe((performance.now() - sentMs) / 1000)
     if (receipt === null) {
       // Not mined within wait_ms: the answer says so, with the transaction that carries the authorization.
@@ -475,22 +479,6 @@ export class SettleBeforeAnswer {
       if (this.mined.size > 0) this.markSoon()
     })
     this.track(this.marking)
-  }
-
-  /**
-   * The receipt, asked at once and then at growing intervals (5 ms up to 100 ms) until wait_ms: a chain that
-   * mines at once (or a pre-confirmation RPC) answers the first ask; a 2 s block is not polled 400 times.
-   * A failed ask counts as not mined yet.
-   */
-  private async receiptWithin(hash: Hash): Promise<TransactionReceipt | null> {
-    const until = performance.now() + this.o.waitMs
-    for (let delayMs = 5; ; delayMs = Math.min(100, delayMs * 2)) {
-      const receipt = await this.o.chain.publicClient.getTransactionReceipt({ hash }).catch(() => null)
-      if (receipt !== null) return receipt
-      const left = until - performance.now()
-      if (left <= 0) return null
-      await new Promise((r) => setTimeout(r, Math.min(delayMs, left)))
-    }
   }
 
   private async quote(): Promise<FeeQuote> {
