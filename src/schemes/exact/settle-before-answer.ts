@@ -119,7 +119,7 @@ export class SettleBeforeAnswer {
    * taken again): a group that took its nonces in an older epoch is not broadcast (it would leave a gap).
    */
   private epoch = 0
-  /** Resolved when the group cut last is through its broadcast: the next one broadcasts after it. */
+  /** Resolved when the group cut last has sent its broadcasts (not their answers): the next one sends after. */
   private turn: Promise<void> = Promise.resolve()
   /** Groups cut and not yet through their broadcast. */
   private inPipe = 0
@@ -231,18 +231,18 @@ export class SettleBeforeAnswer {
     // Its nonces are taken now, in cut order; it broadcasts after the group cut before it.
     const nonces = this.takeNonces(items.length)
     const previous = this.turn
-    let through = () => {}
+    let dispatched = () => {}
     this.turn = new Promise<void>((resolve) => {
-      through = resolve
+      dispatched = resolve
     })
-    const sent = this.sendGroup(items, nonces, previous)
+    const sent = this.sendGroup(items, nonces, { previous, dispatched })
       .catch((err) => {
         this.o.logger.warn('settle before answer failed; the settlement job settles these later', { err })
         for (const it of items) it.resolve(UNSENT)
         return []
       })
       .finally(() => {
-        through()
+        dispatched()
         this.inPipe -= 1
         this.schedule()
       })
@@ -296,7 +296,7 @@ export class SettleBeforeAnswer {
   private async sendGroup(
     items: Item[],
     nonces: Promise<Nonces>,
-    previous: Promise<void>,
+    turn: { previous: Promise<void>; dispatched: () => void },
   ): Promise<Array<{ items: Item[]; hash: Hash; nonce: number; sentMs: number }>> {
     const startMs = performance.now()
     for (const it of items) this.phase.queue.observe((startMs - it.readyAtMs) / 1000)
@@ -321,7 +321,7 @@ export class SettleBeforeAnswer {
     const recorded = await this.writeCaptures(items, signed)
     const turnMs = performance.now()
     this.phase.capture.observe((turnMs - captureMs) / 1000)
-    await previous
+    await turn.previous
     const broadcastMs = performance.now()
     this.phase.turn.observe((broadcastMs - turnMs) / 1000)
     if (signed === null || taken === null) {
@@ -330,7 +330,7 @@ export class SettleBeforeAnswer {
       for (const it of items) it.resolve(UNSENT)
       return []
     }
-    const out = await this.broadcastInOrder(signed, taken, recorded)
+    const out = await this.broadcastInOrder(signed, taken, recorded, turn.dispatched)
     const sentMs = performance.now()
     this.phase.broadcast.observe((sentMs - broadcastMs) / 1000)
     this.phase.send.observe((sentMs - startMs) / 1000)
@@ -367,41 +367,47 @@ export class SettleBeforeAnswer {
   }
 
   /**
-   * Broadcasts in nonce order. A transaction with a capture that did not commit in time (or found its claim
-   * no longer claimed) is not sent, nor any later nonce (no gap): neither the rest of this group nor the
-   * groups after it that took their nonces in the same epoch. Their recorded hashes are forgotten (a capture
-   * committing later with one is found unmined by the leader's job, and signed again from there).
+   * Broadcasts in nonce order: the group's transactions in one batched request, and the next group's sent
+   * once these are (not once the node answered: its round trip overlaps theirs; a node takes a nonce that
+   * arrives ahead of the one before it into its queue). A transaction with a capture that did not commit in
+   * time (or found its claim no longer claimed) is not sent, nor any later nonce (no gap): neither the rest of
+   * this group nor the groups after it that took their nonces in the same epoch. Their recorded hashes are
+   * forgotten (a capture committing later with one is found unmined by the leader's job, and signed again from
+   * there). A transaction the node refuses is forgotten the same way; the nonce is read again from the chain,
+   * and a hole it leaves under later ones is filled by NonceGaps.
    */
   private async broadcastInOrder(
     signed: Signed[],
     taken: Nonces,
     recorded: Set<string>,
+    dispatched: () => void,
   ): Promise<Array<{ items: Item[]; hash: Hash; nonce: number }>> {
     const client = this.o.chain.publicClient
+    // A group before this one was not (wholly) broadcast: these nonces would follow a gap.
+    const current = taken.epoch === this.epoch
+    let n = 0
+    while (current && n < signed.length && signed[n]!.items.every((it) => recorded.has(it.capture.proofKey)))
+      n++
+    // Not sent: the next group takes this nonce.
+    if (current && n < signed.length) this.restart(taken.epoch, taken.first + n)
+    const answers = signed.slice(0, n).map((s) => broadcast(client, s.rawTx))
+    dispatched()
+    await this.unsend(signed.slice(n), recorded)
     const out: Array<{ items: Item[]; hash: Hash; nonce: number }> = []
-    for (const [i, s] of signed.entries()) {
-      // A group before this one was not (wholly) broadcast: these nonces would follow a gap.
-      const current = taken.epoch === this.epoch
-      const whole = current && s.items.every((it) => recorded.has(it.capture.proofKey))
-      const r = whole ? await broadcast(client, s.rawTx) : null
-      if (r !== null && (r.ok || r.reason === 'already_known')) {
+    for (const [i, r] of (await Promise.all(answers)).entries()) {
+      const s = signed[i]!
+      if (r.ok || r.reason === 'already_known') {
         this.gaps.sent(taken.first + i, s.hash)
         out.push({ ...s, nonce: taken.first + i })
         continue
       }
-      if (r !== null && !r.ok) {
-        this.o.logger.warn(
-          'settle before answer: broadcast refused; the settlement job settles these later',
-          {
-            reason: r.reason,
-            tx: s.hash,
-          },
-        )
-      }
-      // Not sent: the next group takes this nonce. Refused: read again from the chain (it may have moved).
-      if (current) this.restart(taken.epoch, r === null ? taken.first + i : null)
-      await this.unsend(signed.slice(i), recorded)
-      return out
+      this.o.logger.warn('settle before answer: broadcast refused; the settlement job settles these later', {
+        reason: r.reason,
+        tx: s.hash,
+      })
+      // Refused: read the nonce again from the chain (it may have moved under us).
+      this.restart(taken.epoch, null)
+      await this.unsend([s], recorded)
     }
     return out
   }
