@@ -39,6 +39,13 @@ const SETTLEMENT_GAS = 150_000n
 /** How long a fee quote is reused (a block or so: quoteFees already adds headroom over the base fee). */
 const FEES_TTL_MS = 1_000
 
+/**
+ * A quote older than FEES_TTL_MS is still used, up to this age, while a fresh one is asked beside it: the
+ * fee RPCs (two) leave the groups' path. Two blocks on Base, of the six full blocks quoteFees' 2x headroom
+ * over the base fee lasts.
+ */
+const FEES_MAX_AGE_MS = 4_000
+
 /** Settled authorizations are booked together at most this often (one database transaction each time). */
 const MARK_EVERY_MS = 200
 
@@ -127,6 +134,7 @@ export class SettleBeforeAnswer {
   private batcher: boolean | null = null
   /** Fees quoted for the last batch, reused for FEES_TTL_MS: one RPC less per batch. */
   private fees: { quote: FeeQuote; atMs: number } | null = null
+  private quoting: Promise<FeeQuote> | null = null
   /** Groups being sent, receipts being awaited, settlements being booked. */
   private readonly inFlight = new Set<Promise<unknown>>()
   /** Authorizations the chain used in our transactions, with the block, not booked yet. */
@@ -487,12 +495,24 @@ export class SettleBeforeAnswer {
     this.track(this.marking)
   }
 
-  private async quote(): Promise<FeeQuote> {
+  private quote(): Promise<FeeQuote> {
     const now = performance.now()
-    if (this.fees !== null && now - this.fees.atMs < FEES_TTL_MS) return this.fees.quote
-    const quote = await quoteFees(this.o.chain.publicClient)
-    this.fees = { quote, atMs: now }
-    return quote
+    const age = this.fees === null ? Number.POSITIVE_INFINITY : now - this.fees.atMs
+    if (age < FEES_TTL_MS) return Promise.resolve(this.fees!.quote)
+    this.quoting ??= quoteFees(this.o.chain.publicClient)
+      .then((quote) => {
+        this.fees = { quote, atMs: now }
+        return quote
+      })
+      .finally(() => {
+        this.quoting = null
+      })
+    if (age < FEES_MAX_AGE_MS) {
+      // Refreshed beside the group; a failed refresh is asked again by the next group.
+      this.quoting.catch(() => undefined)
+      return Promise.resolve(this.fees!.quote)
+    }
+    return this.quoting
   }
 
   private async hasBatcher(): Promise<boolean> {
