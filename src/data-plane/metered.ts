@@ -342,15 +342,17 @@ class MeteredCall implements ProxyHooks {
     if (entry.bodyPricing !== null) return this.priceByBody(entry.bodyPricing)
     this.usage = entry.usage
     this.pricingModel = entry.pricingModel
-    if (entry.identity !== null) return this.withIdentityRules(entry.identity)
-    this.withQuote(entry.quoteFor(this.method, this.subPath))
+    const quote = entry.quoteFor(this.method, this.subPath)
+    if (entry.identity !== null) return this.withIdentityRules(entry.identity, quote)
+    this.withQuote(quote)
   }
 
   /**
    * Identity rules: who is calling decides the price (docs/agent-identity.md). A signed call is verified
-   * (a verified nonce is claimed in the database) before anything is priced, claimed or forwarded.
+   * (a verified nonce is claimed in the database) before anything is priced, claimed or forwarded. `base`:
+   * what the call costs without rules (its route's price, or an MCP tool's).
    */
-  withIdentityRules(live: LiveIdentityRules): void {
+  withIdentityRules(live: LiveIdentityRules, base: Quote): void {
     const forward = this.forward
     // Not read: the endpoint gained rules after this request was taken (a change landed between).
     if (forward === null) return this.respondUnavailable('the endpoint changed; retry', 'endpoint_changed')
@@ -359,7 +361,7 @@ class MeteredCall implements ProxyHooks {
     const signed =
       identityDeps !== undefined &&
       (headerOf(headers, 'signature-input') !== '' || headerOf(headers, 'signature') !== '')
-    if (!signed) return this.withIdentity(live, { status: 'unsigned' })
+    if (!signed) return this.withIdentity(live, { status: 'unsigned' }, base)
     const fields: Record<string, string> = {}
     for (const [k, v] of headers) fields[k] = fields[k] === undefined ? v : `${fields[k]}, ${v}`
     const view = messageView({
@@ -372,12 +374,12 @@ class MeteredCall implements ProxyHooks {
     const checked = identityDeps.verify(view)
     // A browsing signature (Visa TAP) does not carry authority to pay: on a paying call it counts as failed.
     const identity = this.paying() ? forPayment(checked) : checked
-    if (identity.status !== 'verified' || !this.serves(live, identity))
-      return this.withIdentity(live, identity)
+    if (identity.status !== 'verified' || !this.serves(live, identity, base))
+      return this.withIdentity(live, identity, base)
     identityDeps.claim(identity).then(
       (claimed) => {
         if (this.abort.aborted) return this.finishAborted()
-        this.withIdentity(live, claimed)
+        this.withIdentity(live, claimed, base)
       },
       (err) =>
         this.respondUnavailable('the signature could not be checked; retry shortly', 'identity_failed', err),
@@ -393,22 +395,17 @@ class MeteredCall implements ProxyHooks {
    * Whether this verified call is served (free for its signer, or paying): only then is its nonce claimed.
    * A 402 or a 403 serves nothing, so it writes nothing; the signature stays good for one served call.
    */
-  serves(live: LiveIdentityRules, identity: Identity): boolean {
-    const decision = decide(
-      live.rules,
-      identity,
-      this.endpoint!.quoteFor(this.method, this.subPath).amountAtomic,
-    )
+  serves(live: LiveIdentityRules, identity: Identity, base: Quote): boolean {
+    const decision = decide(live.rules, identity, base.amountAtomic, base.varies)
     if (decision.kind === 'block') return false
     return decision.atomic === 0n || this.paying()
   }
 
-  withIdentity(live: LiveIdentityRules, identity: Identity): void {
+  withIdentity(live: LiveIdentityRules, identity: Identity, base: Quote): void {
     const entry = this.endpoint!
     const names = this.ctx.identity?.signerNames ?? NO_SIGNERS
     countIdentity(names, identity)
-    const base = entry.quoteFor(this.method, this.subPath)
-    const decision = decide(live.rules, identity, base.amountAtomic)
+    const decision = decide(live.rules, identity, base.amountAtomic, base.varies)
     const signer = identity.status === 'verified' ? identity.signer : UNSIGNED
     if (decision.kind === 'block') {
       countAgentCall(names, signer, 'block')
@@ -425,7 +422,7 @@ class MeteredCall implements ProxyHooks {
     }
     // Free for this caller: forwarded without payment, like a free MCP method; nothing is booked.
     if (decision.atomic === 0n) return this.forwardUnpaid()
-    this.withQuote(decision.rule < 0 ? base : live.quoteFor(decision.rule, base))
+    this.withQuote(decision.action === 'endpoint_price' ? base : live.quoteFor(decision.rule, base))
   }
 
   /** The price is in the body (an MCP endpoint): read it whole, bounded, before a 402 or a forward. */
@@ -468,6 +465,9 @@ class MeteredCall implements ProxyHooks {
       // The payment read from the body is not forwarded (the MCP server has no use for it).
       if (forwardBody !== null && body.rewrite(() => forwardBody))
         setContentLength(this.forward!.headers, body.length)
+      // A priced tool, resource or prompt: who calls may change its price, as on an HTTP endpoint.
+      const identity = this.endpoint!.identity
+      if (identity !== null) return this.withIdentityRules(identity, price.quote)
       this.withQuote(price.quote)
     })
   }
@@ -952,6 +952,7 @@ class MeteredCall implements ProxyHooks {
         payer: payment.payer,
         served: this.captured,
         upstreamMs: this.headMs === 0 ? null : this.headMs - this.forwardedMs,
+        signer: this.agent?.signer,
       })
       // Only an answer delivered whole has a digest to sign: a partial one says so on its receipt.
       if (this.digest !== null && outcome.kind === 'responded') {

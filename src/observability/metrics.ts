@@ -423,7 +423,7 @@ export const settlementBatchSize = new client.Histogram({
  */
 export const earlySettlementPhase = new client.Histogram({
   name: 'tollgate_x402_settle_before_answer_phase_seconds',
-  help: 'Settle-before-answer time by phase: capture, queue (per call), send, receipt (per transaction group).',
+  help: 'Settle-before-answer time by phase: queue (per call); sign, capture, turn, broadcast, send, receipt (per group).',
   labelNames: ['phase'] as const,
   buckets: LATENCY_BUCKETS,
   registers: [registry],
