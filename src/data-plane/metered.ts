@@ -61,6 +61,7 @@ import {
   loadEndpoint,
   NOT_FOUND,
 } from './endpoint-cache.ts'
+import { fitsHeld, HeldAnswer } from './held-answer.ts'
 import type { ObservedCalls } from './observed-calls.ts'
 import { AnswerRecorder, type PaidAnswers, paymentIdentifier, type Reservation } from './paid-answers.ts'
 import type { PassUses } from './pass-uses.ts'
@@ -103,6 +104,8 @@ export interface MeteredDeps {
   settings: {
     quoteTtlMs: number
     maxBufferedBodyBytes: number
+    /** Usage-priced answers held whole to settle their charge before the head: at most this many bytes. */
+    heldAnswerMaxBytes?: number
   }
 }
 
@@ -226,6 +229,9 @@ class MeteredCall implements ProxyHooks {
   paidId: { id: string; digest: string } | null = null
   /** payment-identifier: the answer as it streams, kept for a retry; and read on if the client leaves. */
   recorder: AnswerRecorder | null = null
+  /** A usage-priced answer held until its charge is settled (held-answer.ts); the proxy reads on meanwhile. */
+  held: HeldAnswer | null = null
+  readsWhileHeld = false
   keepsAnswer = false
   /** The answer's end went through the hooks (a sized answer ended by the proxy's tryEnd does not). */
   answerEnded = false
@@ -716,6 +722,10 @@ class MeteredCall implements ProxyHooks {
       // Usage pricing: charged when the answer ends, for what it measured.
       meter.onHead(head)
       this.servedStatus = status
+      if (payment.settlesEarly === true) {
+        const held = this.holdAnswer(head)
+        if (held !== null) return held
+      }
     } else if (status < 500) {
       // Captured once the upstream answered below 500, even if the client leaves mid-body.
       // The capture is queued here and group-committed by the writer: its span covers the hand-over.
@@ -728,6 +738,33 @@ class MeteredCall implements ProxyHooks {
     const settling = this.captured ? (payment.settleBeforeAnswer?.() ?? null) : null
     if (settling !== null) return settling.then((receipt) => this.answerHeaders(receipt))
     return this.answerHeaders(payment.receipt(status < 500))
+  }
+
+  /**
+   * Settled before the answer though charged at its end: the answer is held whole (bounded), the charge
+   * captured (and settled) at its end, and the head written with the receipt that names the transaction.
+   */
+  holdAnswer(head: Buffer[]): Promise<Array<[string, string]>> | null {
+    const max = this.ctx.settings.heldAnswerMaxBytes
+    if (max === undefined || this.rewriter !== null || this.receiptInAnswer !== null) return null
+    if (!fitsHeld(head, max)) return null
+    // Read when the head goes out, long after the socket buffer the head is a view of was reused.
+    this.rawHead = head.map((b) => Buffer.from(b))
+    // The body passes the digest before the head goes out.
+    if (this.ctx.receipts !== undefined) this.digest = createHash('sha256')
+    this.readsWhileHeld = true
+    const held = new HeldAnswer(max, {
+      pending: () => this.answerHeaders(this.payment!.receipt(true)),
+      settle: () => {
+        this.captureUsage({ kind: 'responded', status: this.servedStatus, bytes: this.bodyBytes })
+        this.servedStatus = 0
+        const settling = this.payment!.settleBeforeAnswer?.() ?? null
+        if (settling === null) return Promise.resolve(this.answerHeaders(this.payment!.receipt(true)))
+        return settling.then((receipt) => this.answerHeaders(receipt))
+      },
+    })
+    this.held = held
+    return held.head
   }
 
   /** The headers tollgate adds to a paid answer. */
@@ -743,7 +780,7 @@ class MeteredCall implements ProxyHooks {
           payer: this.payment!.payer,
           nowMs: Date.now(),
         })
-      this.digest = createHash('sha256')
+      this.digest ??= createHash('sha256')
     }
     if (this.receiptInAnswer !== null && signed !== null && this.headStatus < 500) {
       // Paid in the body: the receipt goes back in the body too (x402 MCP transport).
@@ -784,11 +821,13 @@ class MeteredCall implements ProxyHooks {
       else tail = rest === null ? last : Buffer.concat([last, rest])
     }
     if (tail !== null) this.delivered(tail)
+    this.held?.end()
     return tail
   }
 
   /** Bytes on their way to the client: digested for the signed receipt, kept for a payment-identifier retry. */
   delivered(bytes: Buffer): void {
+    this.held?.data(bytes.length)
     if (this.digest !== null) {
       this.digest.update(bytes)
       this.bodyBytes += bytes.length

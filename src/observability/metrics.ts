@@ -436,6 +436,14 @@ export const earlySettlementBatchSize = new client.Histogram({
   registers: [registry],
 })
 
+/** Usage-priced answers held whole to settle their charge first (held), or let go streaming (oversize). */
+export const heldAnswers = new client.Counter({
+  name: 'tollgate_x402_held_answers_total',
+  help: 'Usage-priced answers held until their upto settlement (held), or over held_answer_max_bytes (oversize).',
+  labelNames: ['outcome'] as const,
+  registers: [registry],
+})
+
 /**
  * The gas a settler slot holds (ETH), and the floor below which its process's /readyz fails and the alert
  * fires (settlement.before_answer.gas_floor_eth): one series per slot this process owns (bounded by

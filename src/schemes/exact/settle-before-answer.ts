@@ -17,16 +17,26 @@
 // The transactions are sent from this process's settler slot (src/schemes/exact/settler.ts), not the treasury:
 // the slot's lock makes its nonces this process's alone, so they are counted here without a round trip, while
 // the treasury's nonces belong to the leader's payouts and settlements.
-import type { Hash, Hex, PrivateKeyAccount } from 'viem'
+//
+// x402 `upto` permits go the same way (settleUpto), once their charge is known: the same groups, nonces and
+// captures, their own transactions (through the UptoSettlementBatcher, of which the slot is a delegate),
+// their own outcome (the batcher's UptoSettled log) and their own books transition (settleUptoClaims).
+import type { Hash, Hex, PrivateKeyAccount, TransactionReceipt } from 'viem'
 import type { BatchWriter } from '../../books/batch-writer.ts'
 import type { Capture } from '../../books/claims.ts'
 import { forgetSettlementTx, settleAuthorizations } from '../../books/settlement.ts'
+import { forgetUptoSettlementTx, settleUptoClaims } from '../../books/upto-settlement.ts'
 import type { ChainContext } from '../../chain/connect.ts'
 import { broadcast, type FeeQuote, pendingNonce, quoteFees } from '../../chain/payouts.ts'
 import type { StoredAuthorization } from '../../chain/settle.ts'
 import { signSettlement } from '../../chain/settle.ts'
 import { hasAuthorizationBatcher, settlementOutcomes, signSettlementBatch } from '../../chain/settle-batch.ts'
 import { signingAccount } from '../../chain/signing-account.ts'
+import {
+  signUptoSettlement,
+  type UptoSettlementItem,
+  uptoSettlementOutcomes,
+} from '../../chain/upto-settle.ts'
 import type { Sql } from '../../db/sql.ts'
 import type { Logger } from '../../observability/logger.ts'
 import { earlySettlementBatchSize, earlySettlementPhase } from '../../observability/metrics.ts'
@@ -65,7 +75,9 @@ const UNSENT: EarlySettlement = { state: 'unsent' }
 interface Item {
   /** The served call's capture: this path writes it, whatever happens to the settlement. */
   capture: Capture
-  authorization: StoredAuthorization
+  /** An `exact` authorization, or (null) an `upto` permit and its charge. */
+  authorization: StoredAuthorization | null
+  upto: UptoSettlementItem | null
   /** When it was handed over (performance.now()): it waits from then for its group's turn. */
   readyAtMs: number
   resolve(outcome: EarlySettlement): void
@@ -139,6 +151,8 @@ export class SettleBeforeAnswer {
   private readonly inFlight = new Set<Promise<unknown>>()
   /** Authorizations the chain used in our transactions, with the block, not booked yet. */
   private mined = new Map<string, bigint>()
+  /** Upto permits the batcher logged settled, with the amount moved and the block, not booked yet. */
+  private minedUpto = new Map<string, { settledAtomic: bigint; block: bigint }>()
   private marking: Promise<void> | null = null
   private readonly phase = {
     queue: earlySettlementPhase.labels('queue'),
@@ -186,6 +200,22 @@ export class SettleBeforeAnswer {
    * logged). The capture is written in every case (with no hash when no transaction could be signed).
    */
   settle(capture: Capture, authorization: StoredAuthorization): Promise<EarlySettlement> {
+    return this.enqueue(capture, authorization, null)
+  }
+
+  /**
+   * As settle, for an `upto` permit and its call's charge (0 < amount ≤ the permit's maximum; the capture's
+   * amount): one of the batcher's items, in a transaction of upto permits only.
+   */
+  settleUpto(capture: Capture, upto: UptoSettlementItem): Promise<EarlySettlement> {
+    return this.enqueue(capture, null, upto)
+  }
+
+  private enqueue(
+    capture: Capture,
+    authorization: StoredAuthorization | null,
+    upto: UptoSettlementItem | null,
+  ): Promise<EarlySettlement> {
     return new Promise((resolve) => {
       // The answer never waits on a stuck database or RPC past this: it goes out saying pending (true: the
       // settlement job settles whatever this batch did not). A later outcome is ignored (settled once).
@@ -193,6 +223,7 @@ export class SettleBeforeAnswer {
       this.ready.push({
         capture,
         authorization,
+        upto,
         readyAtMs: performance.now(),
         resolve: (outcome) => {
           clearTimeout(deadline)
@@ -237,7 +268,7 @@ export class SettleBeforeAnswer {
     this.lastCutMs = performance.now()
     this.inPipe += 1
     // Its nonces are taken now, in cut order; it broadcasts after the group cut before it.
-    const nonces = this.takeNonces(items.length)
+    const nonces = this.takeNonces(items)
     const previous = this.turn
     let dispatched = () => {}
     this.turn = new Promise<void>((resolve) => {
@@ -271,7 +302,7 @@ export class SettleBeforeAnswer {
    * Takes the nonces of a group of `count` authorizations, after the groups cut before it: counted here,
    * read from the chain only when not known (first use, after a refusal or a lost slot).
    */
-  private takeNonces(count: number): Promise<Nonces> {
+  private takeNonces(items: Item[]): Promise<Nonces> {
     const taken = this.nonces.then(async () => {
       const per = (await this.hasBatcher()) ? this.o.perTransaction : 1
       while (this.nonce === null) {
@@ -280,7 +311,7 @@ export class SettleBeforeAnswer {
         if (this.epoch === epoch && this.nonce === null) this.nonce = read
       }
       const first = this.nonce
-      this.nonce += Math.ceil(count / per)
+      this.nonce += transactionsOf(items, per, this.o.perTransaction).length
       return { first, per, epoch: this.epoch }
     })
     this.nonces = taken.catch(() => undefined)
@@ -315,8 +346,7 @@ export class SettleBeforeAnswer {
       taken = await nonces
       const { first, per } = taken
       const fees = await this.quote()
-      const groups: Item[][] = []
-      for (let i = 0; i < items.length; i += per) groups.push(items.slice(i, i + per))
+      const groups = transactionsOf(items, per, this.o.perTransaction)
       signed = await Promise.all(groups.map((g, i) => this.sign(g, first + i, fees)))
       this.phase.sign.observe((performance.now() - startMs) / 1000)
     } catch (err) {
@@ -425,7 +455,8 @@ export class SettleBeforeAnswer {
     for (const s of rest) {
       for (const it of s.items) {
         const proofKey = it.capture.proofKey
-        if (recorded.has(proofKey)) await forgetSettlementTx(this.o.sql, { proofKey, hash: s.hash })
+        const forget = it.upto === null ? forgetSettlementTx : forgetUptoSettlementTx
+        if (recorded.has(proofKey)) await forget(this.o.sql, { proofKey, hash: s.hash })
         it.resolve(UNSENT)
       }
     }
@@ -438,16 +469,21 @@ export class SettleBeforeAnswer {
   ): Promise<{ items: Item[]; rawTx: Hex; hash: Hash }> {
     const chain = this.o.chain
     const common = { chainId: chain.chainId, usdc: chain.usdc.address, nonce, fees }
+    if (items[0]?.upto) {
+      const upto = items.map((it) => it.upto!)
+      const p = { chainId: chain.chainId, items: upto, nonce, fees }
+      return signUptoSettlement(this.account, p).then((s) => ({ items, ...s }))
+    }
     const signed =
       items.length === 1
         ? signSettlement(this.account, {
             ...common,
-            authorization: items[0]!.authorization,
+            authorization: items[0]!.authorization!,
             gas: SETTLEMENT_GAS,
           })
         : signSettlementBatch(this.account, {
             ...common,
-            authorizations: items.map((it) => it.authorization),
+            authorizations: items.map((it) => it.authorization!),
           })
     return signed.then((s) => ({ items, ...s }))
   }
@@ -461,9 +497,10 @@ export class SettleBeforeAnswer {
       return
     }
     this.onMined?.()
+    if (items[0]?.upto) return this.uptoOutcomes(items, hash, receipt)
     const outcomes = settlementOutcomes(receipt, {
       usdc: this.o.chain.usdc.address,
-      authorizations: items.map((it) => it.authorization),
+      authorizations: items.map((it) => it.authorization!),
     })
     // Only an authorization the token logged as used in this transaction is called settled; any other
     // outcome is left to the settlement job (which reads the same receipt) and the receipt says pending.
@@ -477,6 +514,22 @@ export class SettleBeforeAnswer {
   }
 
   /**
+   * Only a permit the batcher logged settled for exactly its charge is called settled (what moved is booked
+   * in any case: the job would book the same); any other outcome is the leader's job's, the receipt pending.
+   */
+  private uptoOutcomes(items: Item[], hash: Hash, receipt: TransactionReceipt): void {
+    const outcomes = uptoSettlementOutcomes(receipt, { items: items.map((it) => it.upto!) })
+    for (const [i, it] of items.entries()) {
+      const o = outcomes[i]!
+      const exact = o.status === 'settled' && o.amount === it.upto!.amount
+      if (o.status === 'settled')
+        this.minedUpto.set(it.capture.proofKey, { settledAtomic: o.amount, block: receipt.blockNumber })
+      it.resolve(exact ? { state: 'settled', transaction: hash } : UNSENT)
+    }
+    if (this.minedUpto.size > 0) this.markSoon()
+  }
+
+  /**
    * Books what the receipts showed used, after the answers went out (the same transition as the job's;
    * whoever comes second changes nothing), the receipts of MARK_EVERY_MS in one transaction: the receipt URL
    * shows the calls settled, with their block, within that, at a few commits a second whatever the load.
@@ -485,12 +538,19 @@ export class SettleBeforeAnswer {
     if (this.marking !== null) return
     this.marking = new Promise<void>((resolve) => setTimeout(resolve, MARK_EVERY_MS)).then(async () => {
       const blocks = this.mined
+      const upto = this.minedUpto
       this.mined = new Map()
-      await settleAuthorizations(this.o.sql, { proofKeys: [...blocks.keys()], blocks }).catch((err) =>
-        this.o.logger.warn('settle before answer: marking settled failed; the settlement job will', { err }),
-      )
+      this.minedUpto = new Map()
+      const failed = (err: unknown) =>
+        this.o.logger.warn('settle before answer: marking settled failed; the settlement job will', { err })
+      if (blocks.size > 0)
+        await settleAuthorizations(this.o.sql, { proofKeys: [...blocks.keys()], blocks }).catch(failed)
+      if (upto.size > 0) {
+        const settled = [...upto].map(([proofKey, m]) => ({ proofKey, ...m }))
+        await settleUptoClaims(this.o.sql, { settled }).catch(failed)
+      }
       this.marking = null
-      if (this.mined.size > 0) this.markSoon()
+      if (this.mined.size > 0 || this.minedUpto.size > 0) this.markSoon()
     })
     this.track(this.marking)
   }
@@ -531,4 +591,18 @@ function within<T>(p: Promise<T>, ms: number, fallback: T): Promise<T> {
       resolve(v)
     })
   })
+}
+
+/**
+ * A group's transactions, in nonce order: its exact authorizations `per` a transaction (the
+ * AuthorizationBatcher's, else one each), then its upto permits `perUpto` a transaction (the
+ * UptoSettlementBatcher's): the two kinds go to different contracts, never in one transaction.
+ */
+function transactionsOf(items: Item[], per: number, perUpto: number): Item[][] {
+  const exact = items.filter((it) => it.upto === null)
+  const upto = items.filter((it) => it.upto !== null)
+  const out: Item[][] = []
+  for (let i = 0; i < exact.length; i += per) out.push(exact.slice(i, i + per))
+  for (let i = 0; i < upto.length; i += perUpto) out.push(upto.slice(i, i + perUpto))
+  return out
 }
