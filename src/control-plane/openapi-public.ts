@@ -223,6 +223,21 @@ const Observed = v.pipe(
     ),
     p99_upstream_ms: v.nullable(v.number()),
     repeat_payers: v.pipe(v.number(), v.description('payers with 2 or more paid calls in the window')),
+    by_agent: v.optional(
+      v.pipe(
+        v.array(
+          v.strictObject({
+            signer: v.pipe(
+              v.string(),
+              v.description('a signer the operator configured (docs/agent-identity.md), or "unsigned"'),
+            ),
+            paid_calls: v.number(),
+            success_rate: v.nullable(v.number()),
+          }),
+        ),
+        v.description('an endpoint with identity rules: its paid calls by who called, busiest first'),
+      ),
+    ),
   }),
   v.description('what paid traffic through tollgate observed, counted per hour'),
 )

@@ -7,6 +7,7 @@ import {
   type ListedEndpointRow,
   listFacilitatorResources,
   listListedEndpoints,
+  readAgentObserved,
   readFacilitatorObserved,
   readObserved,
   readToolObserved,
@@ -14,7 +15,7 @@ import {
 import type { Sql } from '../db/sql.ts'
 import { manifestInput, manifestOutput, resourceMetadata } from '../discovery/listing.ts'
 import { type McpToolListing, mcpBazaarExtension, mcpManifestInput } from '../discovery/mcp-tool.ts'
-import { presentObserved } from '../discovery/observed.ts'
+import { presentAgents, presentObserved } from '../discovery/observed.ts'
 import { mppOpenApi, type PayableOperation } from '../discovery/openapi-mpp.ts'
 import { type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
 import { OPEN_SCHEMA } from '../mcp/tool-catalog.ts'
@@ -180,12 +181,10 @@ async function resources(deps: DiscoveryDeps, query: URLSearchParams, nowMs: num
     },
     since,
   )
-  const [observed, toolObserved, accepts] = await Promise.all([
-    readObserved(
-      deps.sql,
-      rows.filter((r) => r.tool === null).map((r) => r.id),
-      since,
-    ),
+  const endpointIds = rows.filter((r) => r.tool === null).map((r) => r.id)
+  const [observed, agentObserved, toolObserved, accepts] = await Promise.all([
+    readObserved(deps.sql, endpointIds, since),
+    readAgentObserved(deps.sql, endpointIds, since),
     readToolObserved(
       deps.sql,
       rows.flatMap((r) => (r.tool === null ? [] : [{ endpointId: r.id, tool: r.tool }])),
@@ -209,7 +208,15 @@ async function resources(deps: DiscoveryDeps, query: URLSearchParams, nowMs: num
           ...resourceMetadata(r.discovery),
         }
         // What tollgate measured of this endpoint's (or tool's) paid traffic: catalogs list claims, this is evidence.
-        if (r.tool === null) return { ...common, observed: presentObserved(observed.get(r.id), WINDOW_DAYS) }
+        if (r.tool === null) {
+          const agents = agentObserved.get(r.id)
+          const figures = presentObserved(observed.get(r.id), WINDOW_DAYS)
+          // An endpoint with identity rules also says who paid: a configured signer's name or "unsigned".
+          return {
+            ...common,
+            observed: agents === undefined ? figures : { ...figures, by_agent: presentAgents(agents) },
+          }
+        }
         // An MCP tool: one resource URL serves many tools, so a catalog tells them apart by tool name, and the
         // bazaar extension its 402 carries says how to call it.
         return {
