@@ -30,6 +30,7 @@ import { runHistoryBench } from './scenarios/history.ts'
 import { runHistoryRetentionBench } from './scenarios/history-retention.ts'
 import { type Scenario, scenarios } from './scenarios/index.ts'
 import { runSoak } from './scenarios/soak.ts'
+import { runWebsocketSessions } from './scenarios/websocket-sessions.ts'
 import { runX402Capacity } from './scenarios/x402-capacity.ts'
 import { runX402Facilitator } from './scenarios/x402-facilitator.ts'
 import { BENCH_AGENT, BENCH_SIGNER, startAgentDirectory } from './targets/agent-directory.ts'
@@ -62,6 +63,10 @@ const HELP = `usage: npm run bench [-- <scenario>… | soak | recover | history 
                      x402 settled before the answer vs after, paced steps on a 2 s block chain
   x402-facilitator [--rates 50,100,…] [--reference-rates 5,10,…] [--seconds 6] [--out file]
                      verify+settle per second: tollgate's facilitator vs the reference's, 2 s blocks
+  websocket-sessions [--sessions 500] [--seconds 10] [--ask-ms 1000] [--words 20] [--vouchers 200]
+                     [--runtime built|tsx] [--out file]
+                     N paid sessions held open (RSS each), messages/s and CPU per message against a bare
+                     uWS WebSocket relay, the voucher top-up round trip p99 (target run: --sessions 10000)
   --readme [file]    the README's table from the newest full run (or file); --write puts it in README.md
 
 scenarios: ${scenarios.map((s) => s.name).join(', ')}
@@ -93,6 +98,7 @@ async function main() {
   if (args[0] === 'history-retention') return runHistoryRetentionBench(args.slice(1))
   if (args[0] === 'x402-capacity') return runX402Capacity(args.slice(1))
   if (args[0] === 'x402-facilitator') return runX402Facilitator(args.slice(1))
+  if (args[0] === 'websocket-sessions') return runWebsocketSessions(args.slice(1))
   const soakOnly = args[0] === 'soak'
   // The full run ends with the 60 s soak; `-- soak` runs it alone.
   const withSoak = soakOnly || args.length === 0 || args[0] === 'all'
