@@ -63,7 +63,7 @@ const HELP = `usage: npm run bench [-- <scenario>… | soak | recover | history 
                      x402 settled before the answer vs after, paced steps on a 2 s block chain
   x402-facilitator [--rates 50,100,…] [--reference-rates 5,10,…] [--seconds 6] [--out file]
                      verify+settle per second: tollgate's facilitator vs the reference's, 2 s blocks
-  websocket-sessions [--sessions 500] [--seconds 10] [--ask-ms 1000] [--words 20] [--vouchers 200]
+  websocket-sessions [--sessions 500] [--seconds 10] [--ask-ms 1000] [--words 20] [--vouchers 200] [--workers 1]
                      [--runtime built|tsx] [--out file]
                      N paid sessions held open (RSS each), messages/s and CPU per message against a bare
                      uWS WebSocket relay, the voucher top-up round trip p99 (target run: --sessions 10000)

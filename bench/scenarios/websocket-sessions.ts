@@ -1,5 +1,5 @@
 // npm run bench -- websocket-sessions [--sessions N] [--seconds S] [--ask-ms M] [--words W] [--vouchers V]
-// [--runtime built|tsx] [--out file]: paid WebSocket sessions against demo-realtime (its own process).
+// [--workers P] [--runtime built|tsx] [--out file]: paid WebSocket sessions against demo-realtime (its own process).
 // 1. N sessions opened on tollgate, each with its own USDC transaction hash (prepaid credit), held open: the
 //    instance's RSS before and after, per session. 2. For S seconds each session asks for an answer of W words
 //    every M ms: messages relayed to the clients per second, and tollgate's CPU per message relayed. 3. The
@@ -7,6 +7,9 @@
 //    messages/s and CPU per message, the ratio. 4. V top-ups by channel voucher (sessions opened by the
 //    published x402 batch-settlement client, each voucher sent on the socket): the round trip, send to
 //    answer, p50/p99. The target run is 10,000 sessions on the bench machine; the default is a quick 500.
+// A relayed session holds two sockets in the relay's process, and a process may hold `ulimit -n` files (20,000
+// on the bench machine, not raisable there): 10,000 sessions take `--workers 2`, tollgate's two data-plane
+// processes against two bare relay processes on one port, so both hold the same sockets per process.
 import { execFileSync } from 'node:child_process'
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -47,6 +50,7 @@ interface Options {
   askMs: number
   words: number
   vouchers: number
+  workers: number
   runtime: 'built' | 'tsx'
   out: string | null
 }
@@ -60,6 +64,7 @@ function options(args: string[]): Options {
       'ask-ms': { type: 'string' },
       words: { type: 'string' },
       vouchers: { type: 'string' },
+      workers: { type: 'string' },
       runtime: { type: 'string' },
       out: { type: 'string' },
     },
@@ -71,6 +76,7 @@ function options(args: string[]): Options {
     askMs: Number(values['ask-ms'] ?? 1_000),
     words: Number(values.words ?? 20),
     vouchers: Number(values.vouchers ?? 200),
+    workers: Number(values.workers ?? 1),
     runtime: values.runtime === 'tsx' ? 'tsx' : 'built',
     out: values.out ?? null,
   }
@@ -97,18 +103,19 @@ function rssBytes(pid: number): number {
  * RSS once it holds still (two samples 1 s apart within 1 %, at most 15 s): a process just started, or just
  * relieved of a load, gives memory back for a while (a start-up's 719 MiB read as 523 MiB a few seconds later).
  */
-async function settledRss(pid: number): Promise<number> {
-  let last = rssBytes(pid)
+async function settledRss(pids: number[]): Promise<number> {
+  const rss = () => pids.reduce((n, p) => n + rssBytes(p), 0)
+  let last = rss()
   for (let i = 0; i < 15; i++) {
     await new Promise((r) => setTimeout(r, 1_000))
-    const now = rssBytes(pid)
+    const now = rss()
     if (Math.abs(now - last) <= last / 100) return now
     last = now
   }
   return last
 }
 
-const ticksOf = (pid: number) => withChildren([pid]).reduce((n, p) => n + cpuTicks(p), 0)
+const ticksOf = (pids: number[]) => withChildren(pids).reduce((n, p) => n + cpuTicks(p), 0)
 
 /** Opens n sockets, OPEN_CONCURRENCY at a time; each counts the messages it receives. */
 async function openAll(
@@ -126,7 +133,13 @@ async function openAll(
         h.received++
       })
       ws.once('open', () => resolve(h))
-      ws.once('unexpected-response', (_req, res) => reject(new Error(`session ${i}: HTTP ${res.statusCode}`)))
+      ws.once('unexpected-response', (_req, res) => {
+        let body = ''
+        res.on('data', (c: Buffer) => {
+          body += c
+        })
+        res.on('end', () => reject(new Error(`session ${i}: HTTP ${res.statusCode} ${body.slice(0, 300)}`)))
+      })
       ws.once('error', reject)
     })
   await Promise.all(
@@ -138,10 +151,10 @@ async function openAll(
 }
 
 /** Every session asks for an answer every askMs for `seconds`: messages relayed, and the target's CPU. */
-async function relayLoad(held: Held[], pid: number, o: Options) {
+async function relayLoad(held: Held[], pids: number[], o: Options) {
   const ask = JSON.stringify({ type: 'response.create', response: { words: o.words } })
   const before = held.reduce((n, h) => n + h.received, 0)
-  const ticks = ticksOf(pid)
+  const ticks = ticksOf(pids)
   const started = performance.now()
   const timers = held.map((h, i) => {
     // Spread over the period, so the load is steady rather than N answers at once.
@@ -164,7 +177,7 @@ async function relayLoad(held: Held[], pid: number, o: Options) {
   await new Promise((r) => setTimeout(r, 500))
   const elapsedS = (performance.now() - started) / 1000
   const messages = held.reduce((n, h) => n + h.received, 0) - before
-  const cpuS = (ticksOf(pid) - ticks) / TICKS_PER_S
+  const cpuS = (ticksOf(pids) - ticks) / TICKS_PER_S
   return {
     messages,
     messages_per_s: Math.round(messages / elapsedS),
@@ -312,6 +325,7 @@ export async function runWebsocketSessions(args: string[]): Promise<void> {
       watch: true,
       runtime: o.runtime,
       jobs: true,
+      workers: o.workers,
     })
     stops.push(() => tollgate.stop())
     const url = await tollgate.metered('/v1/realtime', { pricing: PRICING, websocket: {} })
@@ -327,25 +341,29 @@ export async function runWebsocketSessions(args: string[]): Promise<void> {
     })
     say(`${o.sessions} transfers paid in ${Math.round(performance.now() - made)} ms`)
 
-    const pid = tollgate.pid!
-    const rssBefore = await settledRss(pid)
+    const pids = [tollgate.pid!]
+    const rssBefore = await settledRss(pids)
     const opening = performance.now()
     const paid = await openAll(url, (i) => ({ 'x-payment': proofs[i]! }), o.sessions)
     const openS = (performance.now() - opening) / 1000
-    const rssOpen = await settledRss(pid)
+    const rssOpen = await settledRss(pids)
     say(
       `${paid.length} paid sessions open in ${openS.toFixed(1)} s; RSS ${Math.round(rssBefore / 2 ** 20)} → ${Math.round(rssOpen / 2 ** 20)} MiB`,
     )
-    const tollgateLoad = await relayLoad(paid, pid, o)
+    const tollgateLoad = await relayLoad(paid, pids, o)
     say(`tollgate: ${JSON.stringify(tollgateLoad)}`)
     await closeAll(paid)
 
-    const bare = await startBareWsRelay({ upstream: `${upstream.base}/v1/realtime`, maxMs: 30 * 60_000 })
+    const bare = await startBareWsRelay({
+      upstream: `${upstream.base}/v1/realtime`,
+      maxMs: 30 * 60_000,
+      processes: o.workers,
+    })
     stops.push(() => bare.stop())
-    const bareRssBefore = await settledRss(bare.pid!)
+    const bareRssBefore = await settledRss(bare.pids)
     const plain = await openAll(bare.base, () => ({}), o.sessions)
-    const bareRssOpen = await settledRss(bare.pid!)
-    const bareLoad = await relayLoad(plain, bare.pid!, o)
+    const bareRssOpen = await settledRss(bare.pids)
+    const bareLoad = await relayLoad(plain, bare.pids, o)
     say(`bare uWS relay: ${JSON.stringify(bareLoad)}`)
     await closeAll(plain)
 

@@ -47,7 +47,10 @@ uws
       relay.up.close()
     },
   })
-  .listen('127.0.0.1', 0, (socket) => {
+  // PORT: relay processes on one port (this uWS build listens with SO_REUSEPORT, so the kernel spreads
+  // connections between them, as between tollgate's workers).
+  .listen('127.0.0.1', Number(process.env.PORT ?? 0), (socket) => {
+    if (!socket) throw new Error(`cannot listen on 127.0.0.1:${process.env.PORT}`)
     process.stdout.write(`${JSON.stringify({ port: uws.us_socket_local_port(socket) })}\n`)
   })
 setTimeout(() => process.exit(0), Number(process.env.MAX_MS ?? 600_000)).unref()
