@@ -307,6 +307,10 @@ async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioR
       process.stdout.write(`bench: ${s.name}: warm-up run (not measured)\n`)
       await s.warmUp(ctx)
     }
+    if (s.prepare) {
+      process.stdout.write(`bench: ${s.name}: preparing (not measured)\n`)
+      await s.prepare(ctx)
+    }
     // What a scenario leaves behind (x402 settlements, payout batches, the watcher's parsing) must not load
     // the next one (measured: the upstream-only half-load run, after the x402 one, was charged 56 µs of this
     // run's PostgreSQL CPU per request, which only the settlements still draining could have used).
@@ -330,7 +334,7 @@ async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioR
       .map(([k, v]) => `${k} ${v}`)
       .join(', ')
     process.stdout.write(
-      `  ${r.rps} req/s  p50 ${r.p50_ms} ms  p99 ${r.p99_ms} ms (${r.p99_us} µs)  errors ${r.errors}${r.wrong_status ? ` ${JSON.stringify(r.wrong_status)}` : ''}${r.no_answer ? ` no answer ${JSON.stringify(r.no_answer)}` : ''}  ratio ${r.ratio_to_direct}  load generator ${r.loadgen_cpu_pct} % CPU  machine ${r.machine_cpu_pct} % busy  CPU µs/request: ${cpu}${r.rpc_per_proof === undefined ? '' : `  rpc/proof ${r.rpc_per_proof} (calls ${r.rpc_calls_per_proof})`}${r.ratio_to_nginx === undefined ? '' : `  ×nginx ${r.ratio_to_nginx}  ×x402 ${r.ratio_to_x402}`}${r.ratio_to_mpp_reference === undefined ? '' : `  ×x402 ${r.ratio_to_x402}  ×mpp-reference ${r.ratio_to_mpp_reference}`}${r.inside ? `\n  inside: ${JSON.stringify(r.inside)}` : ''}${r.settlement ? `\n  settlement: ${JSON.stringify(r.settlement)}` : ''}${r.claims ? `\n  claims: ${JSON.stringify(r.claims)}` : ''}\n`,
+      `  ${r.rps} req/s  p50 ${r.p50_ms} ms  p99 ${r.p99_ms} ms (${r.p99_us} µs)  errors ${r.errors}${r.wrong_status ? ` ${JSON.stringify(r.wrong_status)}` : ''}${r.no_answer ? ` no answer ${JSON.stringify(r.no_answer)}` : ''}  ratio ${r.ratio_to_direct}  load generator ${r.loadgen_cpu_pct} % CPU  machine ${r.machine_cpu_pct} % busy  CPU µs/request: ${cpu}${r.rpc_per_proof === undefined ? '' : `  rpc/proof ${r.rpc_per_proof} (calls ${r.rpc_calls_per_proof})`}${r.ratio_to_nginx === undefined ? '' : `  ×nginx ${r.ratio_to_nginx}  ×x402 ${r.ratio_to_x402}`}${r.ratio_to_mpp_reference === undefined ? '' : `  ×x402 ${r.ratio_to_x402}  ×x402-after ${r.ratio_to_x402_after}  ×mpp-reference ${r.ratio_to_mpp_reference}`}${r.inside ? `\n  inside: ${JSON.stringify(r.inside)}` : ''}${r.settlement ? `\n  settlement: ${JSON.stringify(r.settlement)}` : ''}${r.claims ? `\n  claims: ${JSON.stringify(r.claims)}` : ''}\n`,
     )
     results.push(r)
   }

@@ -48,10 +48,37 @@ async function credentials(ctx: Context, url: string, count: number): Promise<st
   return out
 }
 
+/**
+ * On `x402-after`'s endpoint (`x402_settlement: "after"`): an MPP charge is always settled after its answer,
+ * in the leader's batches, so its like-for-like peer is `x402-after` (`ratio_to_x402_after`), not `x402`,
+ * which settles before the answer by default.
+ */
+/** Credentials built by `prepareMpp` for a URL, taken by the next run on it. */
+const prepared = new Map<string, string[] | string>()
+
+/**
+ * Builds a run's credentials before its CPU meter starts: each costs the target a 402, which the measured
+ * run must not be charged (an x402 run signs from one 402 and costs the target nothing before its load).
+ */
+export async function prepareMpp(ctx: Context, target: 'tollgate' | 'reference', count: number) {
+  const url = target === 'tollgate' ? await mppChargeUrl(ctx) : `${ctx.mppReference!.base}/data`
+  prepared.set(url, await credentials(ctx, url, count))
+}
+
+function mppChargeUrl(ctx: Context): Promise<string> {
+  return ctx.tollgates.warm!.metered('/data', { settleAfter: true })
+}
+
+async function take(ctx: Context, url: string, count: number): Promise<string[] | string> {
+  const ready = prepared.get(url)
+  prepared.delete(url)
+  return ready ?? credentials(ctx, url, count)
+}
+
 export async function runMppCharge(ctx: Context, count: number): Promise<Measured | { skipped: string }> {
   const t = ctx.tollgates.warm!
-  const url = await t.metered('/data')
-  const values = await credentials(ctx, url, count)
+  const url = await mppChargeUrl(ctx)
+  const values = await take(ctx, url, count)
   if (typeof values === 'string') return { skipped: values }
   const before = await readCounters(t.adminPort)
   const m = await load({
@@ -69,6 +96,7 @@ export async function runMppCharge(ctx: Context, count: number): Promise<Measure
     ...m,
     inside: inside(before, await readCounters(t.adminPort)),
     ratio_to_x402: over('x402'),
+    ratio_to_x402_after: over('x402-after'),
     ratio_to_mpp_reference: over('mpp-reference'),
     afterLoad: async () => ({ settlement: await settlementOutcome(t.adminPort, before) }),
   }
@@ -76,7 +104,7 @@ export async function runMppCharge(ctx: Context, count: number): Promise<Measure
 
 export async function runMppReference(ctx: Context, count: number): Promise<Measured | { skipped: string }> {
   const url = `${ctx.mppReference!.base}/data`
-  const values = await credentials(ctx, url, count)
+  const values = await take(ctx, url, count)
   if (typeof values === 'string') return { skipped: values }
   return load({
     url,

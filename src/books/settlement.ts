@@ -50,7 +50,8 @@ export function listDueSettlements(
   // capturedBeforeMs: claims of endpoints that settle before the answer (their own choice, or
   // defaultSettlement when they made none), captured more recently, are left to the settle-before-answer
   // path, which records its transaction on them within that time (else they would go out in the treasury's
-  // batch and their answers could not name a transaction). Other endpoints' claims are due at once.
+  // batch and their answers could not name a transaction). Other endpoints' claims, and MPP charges (which
+  // that path never takes), are due at once.
   const gapMs = q.capturedBeforeMs ?? 0
   const byDefault = q.defaultSettlement ?? 'after'
   return db<SettlementCandidate[]>`
@@ -58,7 +59,9 @@ export function listDueSettlements(
       SELECT proof_key, authorization_payload, settlement_tx, captured_at FROM claims
       WHERE kind = 'eip3009' AND status = 'captured' AND settlement_tx IS NULL
         AND settled_at IS NULL AND settlement_error IS NULL
-        AND (captured_at <= now() - ${gapMs} * interval '1 millisecond' OR NOT EXISTS (
+        AND (captured_at <= now() - ${gapMs} * interval '1 millisecond'
+          -- An MPP charge is never settled before its answer (that path is x402 exact's): due at once.
+          OR authorization_payload->>'protocol' = 'mpp' OR NOT EXISTS (
           SELECT 1 FROM endpoints e WHERE e.id = claims.target_id
             AND coalesce(e.x402_settlement, ${byDefault}) = 'before_answer'))
       UNION ALL

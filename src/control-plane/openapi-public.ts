@@ -341,6 +341,15 @@ export const DiscoveryManifest = v.strictObject({
 export const MppDiscoveryDocument = v.object({
   openapi: v.literal('3.1.0'),
   info: v.strictObject({ title: v.string(), version: v.string() }),
+  'x-service-info': v.pipe(
+    v.strictObject({
+      categories: v.optional(v.array(v.string())),
+      docs: v.strictObject({ llms: v.string() }),
+    }),
+    v.description(
+      "categories: the listed endpoints' tags, most used first (at most 5); docs.llms: this host's /llms.txt",
+    ),
+  ),
   servers: v.array(v.strictObject({ url: v.string() })),
   paths: v.pipe(
     v.record(v.string(), v.record(v.string(), v.record(v.string(), v.unknown()))),
@@ -489,6 +498,21 @@ export function publicPaths(ref: (name: string) => Json): Json {
         security: [],
         responses: {
           '200': json('MppDiscoveryDocument', 'the document (advisory: the live 402 is authoritative)'),
+        },
+      },
+    },
+    '/llms.txt': {
+      get: {
+        operationId: 'getLlmsTxt',
+        tags: ['discovery'],
+        summary:
+          'The same operations as /openapi.json, in Markdown for language models (llmstxt.org): URL, method, price; no key needed',
+        security: [],
+        responses: {
+          '200': {
+            description: 'the Markdown text (advisory: the live 402 is authoritative)',
+            content: { 'text/markdown': { schema: { type: 'string' } } },
+          },
         },
       },
     },

@@ -16,7 +16,7 @@ import type { Sql } from '../db/sql.ts'
 import { manifestInput, manifestOutput, resourceMetadata } from '../discovery/listing.ts'
 import { type McpToolListing, mcpBazaarExtension, mcpManifestInput } from '../discovery/mcp-tool.ts'
 import { presentAgents, presentObserved } from '../discovery/observed.ts'
-import { mppOpenApi, type PayableOperation } from '../discovery/openapi-mpp.ts'
+import { llmsTxt, mppOpenApi, type OpenApiInput, type PayableOperation } from '../discovery/openapi-mpp.ts'
 import { type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
 import { OPEN_SCHEMA } from '../mcp/tool-catalog.ts'
 import { parseDollars } from '../money.ts'
@@ -65,7 +65,7 @@ export function createDiscoveryRoutes(deps: DiscoveryDeps) {
     const hit = cache.get(key)
     if (hit !== undefined && now() - hit.atMs < deps.cacheTtlMs) return Promise.resolve(hit.body)
     return build().then((value) => {
-      const body = JSON.stringify(value)
+      const body = typeof value === 'string' ? value : JSON.stringify(value)
       // Bounded: distinct query strings beyond this evict the oldest answers.
       if (cache.size >= 256) cache.delete(cache.keys().next().value!)
       cache.set(key, { body, atMs: now() })
@@ -73,7 +73,13 @@ export function createDiscoveryRoutes(deps: DiscoveryDeps) {
     })
   }
 
-  const serve = (res: HttpResponse, req: HttpRequest, key: string, build: () => Promise<unknown>) => {
+  const serve = (
+    res: HttpResponse,
+    req: HttpRequest,
+    key: string,
+    build: () => Promise<unknown>,
+    type = 'application/json; charset=utf-8',
+  ) => {
     const requestId = requestIdFrom(req.getHeader('x-request-id'))
     let aborted = false
     res.onAborted(() => {
@@ -93,7 +99,7 @@ export function createDiscoveryRoutes(deps: DiscoveryDeps) {
       (body) => {
         if (aborted) return
         res.cork(() => {
-          res.writeStatus('200 OK').writeHeader('content-type', 'application/json; charset=utf-8')
+          res.writeStatus('200 OK').writeHeader('content-type', type)
           res.writeHeader('x-request-id', requestId)
           res.writeHeader('access-control-allow-origin', '*')
           res.writeHeader('cache-control', `public, max-age=${Math.floor(deps.cacheTtlMs / 1000)}`)
@@ -113,7 +119,10 @@ export function createDiscoveryRoutes(deps: DiscoveryDeps) {
       serve(res, req, 'manifest', () => manifest(deps, now()))
     },
     openApi(res: HttpResponse, req: HttpRequest): void {
-      serve(res, req, 'openapi', () => openApi(deps))
+      serve(res, req, 'openapi', () => openApiInput(deps).then(mppOpenApi))
+    },
+    llmsTxt(res: HttpResponse, req: HttpRequest): void {
+      serve(res, req, 'llms', () => openApiInput(deps).then(llmsTxt), 'text/markdown; charset=utf-8')
     },
     resources(res: HttpResponse, req: HttpRequest): void {
       const raw = req.getQuery() ?? ''
@@ -302,8 +311,8 @@ async function manifest(deps: DiscoveryDeps, nowMs: number) {
   }
 }
 
-/** The MPP discovery document: every listed endpoint that takes MPP, as one payable operation. */
-async function openApi(deps: DiscoveryDeps) {
+/** What the MPP discovery document and /llms.txt list: every listed endpoint that takes MPP, as one operation. */
+async function openApiInput(deps: DiscoveryDeps): Promise<OpenApiInput> {
   const { rows } = await listListedEndpoints(deps.sql, {
     tag: null,
     minPriceAtomic: null,
@@ -317,11 +326,11 @@ async function openApi(deps: DiscoveryDeps) {
   for (const r of rows) byEndpoint.set(r.id, [...(byEndpoint.get(r.id) ?? []), r])
   const operations = await Promise.all([...byEndpoint.values()].map((g) => payableOperation(deps, g)))
   const base = deps.publicUrl()
-  return mppOpenApi({
+  return {
     title: `Metered APIs at ${new URL(base).host}`,
     serverUrl: base,
     operations: operations.filter((o): o is PayableOperation => o !== null),
-  })
+  }
 }
 
 /** A listed endpoint's operation with its MPP offer, from its live 402; null when it does not take MPP. */

@@ -49,6 +49,7 @@ import {
   problemBody,
   quoteExpiry,
   v2Header,
+  wantsProblem,
 } from '../wire/challenge.ts'
 import { mppCredential, type Proof, parseProof } from '../wire/proof.ts'
 import type { ProofEdge } from './app.ts'
@@ -121,7 +122,7 @@ export interface MeteredIdentity {
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8'
-/** RFC 9457: the answer to a refused MPP credential. */
+/** RFC 9457: the answer to a refused MPP credential, and the first 402 of a client speaking MPP. */
 const PROBLEM_TYPE = 'application/problem+json'
 // Every answer of a metered URL carries CORS (cors.ts): a browser agent reads the 402 and the receipt.
 const RETRY_AFTER_1 = ['retry-after', '1', ...CORS_HEADERS]
@@ -235,6 +236,8 @@ class MeteredCall implements ProxyHooks {
   keepsAnswer = false
   /** The answer's end went through the hooks (a sized answer ended by the proxy's tryEnd does not). */
   answerEnded = false
+  /** An unpaid request from a client speaking MPP (Accept-Payment): its 402 is a problem (RFC 9457). */
+  readonly problemWanted: boolean
   headStatus = 0
   rawHead: Buffer[] | null = null
   /** A verified agent's call: the endpoint's target plus x-tollgate-agent (null: the endpoint's own). */
@@ -260,6 +263,8 @@ class MeteredCall implements ProxyHooks {
       req.getHeader('x-payment') ||
       req.getHeader('payment-signature') ||
       mppCredential(req.getHeader('authorization'))
+    this.problemWanted =
+      this.paymentHeader === '' && wantsProblem(req.getHeader('accept-payment'), req.getHeader('accept'))
     this.requestId = requestIdFrom(req.getHeader('x-request-id'))
     this.method = req.getCaseSensitiveMethod().toUpperCase()
     this.subPath = req.getUrl().slice(3 + this.endpointId.length)
@@ -1048,9 +1053,12 @@ class MeteredCall implements ProxyHooks {
     const text = challengeBody(challenge, reason, quoteExpiry(this.ctx.settings.quoteTtlMs), requestId)
     // The same price for MPP clients (Machine Payments Protocol): a fresh challenge with every 402.
     const mpp = mppHeader(challenge, Date.now())
-    const problemAnswer = problem !== null && mpp !== null
+    // The first 402 of a client that speaks MPP is the spec's payment-required problem (x402 members kept).
+    const answered =
+      problem ?? (reason === 'payment_required' && this.problemWanted ? mppProblem(challenge, reason) : null)
+    const problemAnswer = answered !== null && mpp !== null
     // The spec gives method-unsupported a 400 (still with a fresh challenge); every other refusal is a 402.
-    const status = problemAnswer && problem.status === 400 ? 400 : 402
+    const status = problemAnswer && answered.status === 400 ? 400 : 402
     this.finish(status, reason)
     const res = this.res
     res.cork(() => {
@@ -1070,7 +1078,7 @@ class MeteredCall implements ProxyHooks {
       if (mpp !== null) res.writeHeader('www-authenticate', mpp)
       if (retryAfterMs !== undefined)
         res.writeHeader('retry-after', String(Math.max(1, Math.ceil(retryAfterMs / 1000))))
-      res.end(problemAnswer ? problemBody(problem, mpp, text) : text)
+      res.end(problemAnswer ? problemBody(answered, mpp, text) : text)
     })
   }
 
