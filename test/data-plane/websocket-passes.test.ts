@@ -231,6 +231,27 @@ describe('WebSocket sessions opened by a pass', () => {
     })
     expect([refused.status, JSON.parse(refused.body).error]).toEqual([402, 'no_live_pass'])
   })
+
+  it('gives the use back when the upstream cannot be reached', async () => {
+    const ep = await passEndpoint(svc.url, ownerKey, { price: 0.05, calls: 1 })
+    const key = chain.payers[1]!.privateKey as Hex
+    const bought = await payingFetch(key)(`${svc.url}/pass/${ep.id}`, { method: 'POST' })
+    expect(bought.status, await bought.clone().text()).toBe(201)
+    // Port 9 (discard) on loopback: nothing listens, the upstream socket is refused.
+    const moved = await callApi(svc.url, `/api/v1/endpoints/${ep.id}`, {
+      key: ownerKey,
+      method: 'PATCH',
+      body: { upstream_url: 'http://127.0.0.1:9/v1/realtime' },
+    })
+    expect(moved.status, JSON.stringify(moved.body)).toBe(200)
+    await waitFor(
+      async () =>
+        (await upgradeAnswer(ep.meteredUrl, { 'sign-in-with-x': await signedHeader(ep.meteredUrl, key) }))
+          .status === 502,
+      { what: 'the upgrade refused by the upstream' },
+    )
+    await waitFor(async () => (await passRow(ep.id)).uses_left === 1, { what: 'the use given back' })
+  })
 })
 
 describe.runIf(usingServer)('a pass session on two instances of one PostgreSQL', () => {
