@@ -60,7 +60,7 @@ const HELP = `usage: npm run bench [-- <scenario>… | soak | recover | history 
                      table sizes while SQL intake at that rate runs beside retention and archiving
   x402-capacity [--rates 100,250,…] [--seconds 8] [--no-workers2]
                      x402 settled before the answer vs after, paced steps on a 2 s block chain
-  x402-facilitator [--rates 50,100,…] [--reference-rates 5,10,…] [--seconds 6] [--out file]
+  x402-facilitator [--rates 50,100,…] [--reference-rates 5,10,…] [--seconds 6] [--payers 8] [--out file]
                      verify+settle per second: tollgate's facilitator vs the reference's, 2 s blocks
   --readme [file]    the README's table from the newest full run (or file); --write puts it in README.md
 
