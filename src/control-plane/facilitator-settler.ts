@@ -6,8 +6,9 @@
 // Per group, one at a time (nonces in order, none skipped): the transactions are signed, their hashes
 // recorded on the claims (recordSettlementTx: only a claim nobody recorded yet takes it, so the leader's
 // batch and this one never both send an authorization), broadcast, and their receipts awaited while the next
-// group gathers and goes (under load the groups grow, not the wait). A used authorization is marked settled
-// and booked (settleAuthorizations, which applies the facilitator settlement) before its waiter is told.
+// group gathers and goes, at most every GROUP_EVERY_MS (under load the groups grow, not the wait). A used
+// authorization is marked settled and booked (settleAuthorizations, which applies the facilitator
+// settlement) before its waiter is told.
 // Anything else (not recorded, not mined within the wait, not used) is the leader's job's, which finds the
 // recorded hash as it finds the settle-before-answer path's; the waiter then reads its outcome.
 import { formatEther, type Hash, type Hex, type PrivateKeyAccount, parseEther } from 'viem'
@@ -33,6 +34,12 @@ const FEES_TTL_MS = 1_000
 /** On the dev chain the derived key starts empty: it is given this much anvil ETH. */
 const DEV_GAS_WEI = parseEther('10')
 const SLOT_KEEPALIVE_MS = 5_000
+/**
+ * Groups go out at most this often: a block holds them all the same (Base mines every 2 s), so a busy settler
+ * gathers 200 ms of payloads a transaction instead of sending one every few ms (the record and broadcast of a
+ * group take that little on a PostgreSQL server); at most half a block of added wait before inclusion.
+ */
+const GROUP_EVERY_MS = 200
 
 /** What became of one payload here: settled (mined, used, booked) or left to the leader's job. */
 export type FacilitatorSent = { state: 'settled'; transaction: Hash } | { state: 'left' }
@@ -70,6 +77,8 @@ export class FacilitatorSettler {
   private ready: Item[] = []
   private timer: NodeJS.Timeout | null = null
   private sending = false
+  /** When the last group started (performance.now()). */
+  private lastGroupMs = Number.NEGATIVE_INFINITY
   private nonce: number | null = null
   private batcher: boolean | null = null
   private fees: { quote: FeeQuote; atMs: number } | null = null
@@ -97,8 +106,16 @@ export class FacilitatorSettler {
   settle(proofKey: string, authorization: StoredAuthorization): Promise<FacilitatorSent> {
     return new Promise((resolve) => {
       this.ready.push({ proofKey, authorization, resolve })
-      if (!this.sending && this.timer === null) this.timer = setTimeout(() => this.flush(), this.o.windowMs)
+      this.schedule()
     })
+  }
+
+  /** Idle: the first payload waits window_ms for company; after a group, the next waits out GROUP_EVERY_MS. */
+  private schedule(): void {
+    if (this.sending || this.timer !== null || this.ready.length === 0) return
+    const sinceMs = performance.now() - this.lastGroupMs
+    const delayMs = Math.max(this.o.windowMs, GROUP_EVERY_MS - sinceMs)
+    this.timer = setTimeout(() => this.flush(), delayMs)
   }
 
   async stop(): Promise<void> {
@@ -115,6 +132,7 @@ export class FacilitatorSettler {
     const items = this.ready
     this.ready = []
     this.sending = true
+    this.lastGroupMs = performance.now()
     const sent = this.send(items)
       .catch((err) => {
         this.o.logger.warn('facilitator settler: group not sent; the settlement job sends it', { err })
@@ -124,7 +142,7 @@ export class FacilitatorSettler {
       })
       .finally(() => {
         this.sending = false
-        if (this.ready.length > 0) this.flush()
+        this.schedule()
       })
     this.track(sent.then((groups) => Promise.all(groups.map((g) => this.settleMined(g)))))
   }
