@@ -2,8 +2,8 @@
 // (/api/v1/facilitator/verify then /settle, over HTTP with the merchant's key, as HTTPFacilitatorClient sends
 // them) against the reference facilitator (@x402/core's x402Facilitator with @x402/evm's exact scheme,
 // in-process, settling on the same anvil from its own key), each at stepped open-loop rates on a chain that
-// mines like Base (a block every 2 s). A payment is one verify then one settle; its latency runs from its due
-// time to the settle's answer. Per step: payments answered success, transactions mined per settlement (every
+// mines like Base (a block every 2 s, its 140 M gas limit). A payment is one verify then one settle; its
+// latency runs from its due time to the settle's answer. Per step: payments answered success, transactions mined per settlement (every
 // transaction from the step's first block until the last settlement's block), CPU µs per settlement (tollgate's
 // process, with the PostgreSQL server's backends of its database when BENCH_DATABASE_URL is set; or this
 // process for the in-process reference: its signer, viem and the load loop together). The payments are
@@ -37,6 +37,8 @@ import { startTollgate } from '../targets/tollgate.ts'
 import { startUpstream } from '../targets/upstream.ts'
 
 const BLOCK_S = 2
+/** Base's block gas limit (as the capacity bench): anvil's default 30M holds ~250 settlements a second. */
+const GAS_LIMIT = 140_000_000n
 const NETWORK = 'eip155:84532'
 const tokenAbi = parseAbi([
   'function name() view returns (string)',
@@ -86,6 +88,7 @@ export async function runX402Facilitator(args: string[]): Promise<void> {
     payers: o.payers + 1,
     payerFunding: 10n ** 12n,
     blockTimeSeconds: BLOCK_S,
+    gasLimit: GAS_LIMIT,
   })
   const upstream = await startUpstream(30 * 60_000)
   const reader = createPublicClient({ transport: http(chain.rpcUrl) })
@@ -146,6 +149,7 @@ export async function runX402Facilitator(args: string[]): Promise<void> {
     Math.max(0, ...steps.filter((s) => s.sustained).map((s) => s.achieved_per_s))
   const summary = {
     block_interval_s: BLOCK_S,
+    block_gas_limit: Number(GAS_LIMIT),
     tollgate_sustained_per_s: best(results.tollgate!),
     reference_sustained_per_s: best(results.reference!),
     ratio:
