@@ -309,7 +309,8 @@ export async function startFacilitatorSettler(deps: {
     await slot.release()
     return none
   }
-  // Used while its key holds gas above the floor (read every gas_check_ms; the dev chain tops it up).
+  // Used while its key holds gas above the floor (read every gas_check_ms; the dev chain tops it up); none
+  // at start: not used at all.
   const floor = parseEther(String(o.gas_floor_eth))
   let funded = false
   settler = new FacilitatorSettler({
@@ -338,6 +339,15 @@ export async function startFacilitatorSettler(deps: {
     funded = wei >= floor
   }
   await checkGas().catch((err) => logger.warn('facilitator settler gas read failed', { err }))
+  if (!funded) {
+    // No gas at start (an operator funds the slots it means to use): the slot and its connection go back.
+    logger.warn('the facilitator settler slot holds no gas; /settle waits for the leader batch', {
+      settler: address,
+      slot: slot.slot,
+    })
+    await slot.release()
+    return none
+  }
   const timer = setInterval(() => void checkGas().catch(() => {}), o.gas_check_ms)
   timer.unref()
   logger.info('facilitator: settling in its own group commit', { settler: address, slot: slot.slot, funded })
