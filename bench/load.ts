@@ -43,6 +43,8 @@ export interface Measured {
   ratio_to_x402?: number | null
   /** mpp-charge only: its throughput over MPP's reference server (mppx/express) in the same run. */
   ratio_to_mpp_reference?: number | null
+  /** mpp-charge over x402-after (both settled after the answer, in the leader's batches). */
+  ratio_to_x402_after?: number | null
   /** The paid scenarios: where a call's time went inside the instance (bench/scenarios/inside.ts). */
   inside?: Inside
   /** x402 only: what became of its authorizations once the settlement backlog drained (target: none failed). */

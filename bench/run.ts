@@ -30,6 +30,7 @@ import { runHistoryBench } from './scenarios/history.ts'
 import { runHistoryRetentionBench } from './scenarios/history-retention.ts'
 import { type Scenario, scenarios } from './scenarios/index.ts'
 import { runSoak } from './scenarios/soak.ts'
+import { runWebsocketSessions } from './scenarios/websocket-sessions.ts'
 import { runX402Capacity } from './scenarios/x402-capacity.ts'
 import { runX402Facilitator } from './scenarios/x402-facilitator.ts'
 import { BENCH_AGENT, BENCH_SIGNER, startAgentDirectory } from './targets/agent-directory.ts'
@@ -58,10 +59,14 @@ const HELP = `usage: npm run bench [-- <scenario>… | soak | recover | history 
                      reads, jobs and the paid path on a seeded history (PostgreSQL server)
   history-retention [--rate 10000] [--seconds 90] [--month-seconds 15]
                      table sizes while SQL intake at that rate runs beside retention and archiving
-  x402-capacity [--rates 100,250,…] [--seconds 8] [--no-workers2]
+  x402-capacity [--rates 100,250,…] [--seconds 8] [--modes before_answer,after] [--no-workers2]
                      x402 settled before the answer vs after, paced steps on a 2 s block chain
   x402-facilitator [--rates 50,100,…] [--reference-rates 5,10,…] [--seconds 6] [--payers 8] [--out file]
                      verify+settle per second: tollgate's facilitator vs the reference's, 2 s blocks
+  websocket-sessions [--sessions 500] [--seconds 10] [--ask-ms 1000] [--words 20] [--vouchers 200] [--workers 1]
+                     [--runtime built|tsx] [--out file]
+                     N paid sessions held open (RSS each), messages/s and CPU per message against a bare
+                     uWS WebSocket relay, the voucher top-up round trip p99 (target run: --sessions 10000)
   --readme [file]    the README's table from the newest full run (or file); --write puts it in README.md
 
 scenarios: ${scenarios.map((s) => s.name).join(', ')}
@@ -93,6 +98,7 @@ async function main() {
   if (args[0] === 'history-retention') return runHistoryRetentionBench(args.slice(1))
   if (args[0] === 'x402-capacity') return runX402Capacity(args.slice(1))
   if (args[0] === 'x402-facilitator') return runX402Facilitator(args.slice(1))
+  if (args[0] === 'websocket-sessions') return runWebsocketSessions(args.slice(1))
   const soakOnly = args[0] === 'soak'
   // The full run ends with the 60 s soak; `-- soak` runs it alone.
   const withSoak = soakOnly || args.length === 0 || args[0] === 'all'
@@ -301,6 +307,10 @@ async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioR
       process.stdout.write(`bench: ${s.name}: warm-up run (not measured)\n`)
       await s.warmUp(ctx)
     }
+    if (s.prepare) {
+      process.stdout.write(`bench: ${s.name}: preparing (not measured)\n`)
+      await s.prepare(ctx)
+    }
     // What a scenario leaves behind (x402 settlements, payout batches, the watcher's parsing) must not load
     // the next one (measured: the upstream-only half-load run, after the x402 one, was charged 56 µs of this
     // run's PostgreSQL CPU per request, which only the settlements still draining could have used).
@@ -324,7 +334,7 @@ async function runScenarios(ctx: Context, chosen: Scenario[]): Promise<ScenarioR
       .map(([k, v]) => `${k} ${v}`)
       .join(', ')
     process.stdout.write(
-      `  ${r.rps} req/s  p50 ${r.p50_ms} ms  p99 ${r.p99_ms} ms (${r.p99_us} µs)  errors ${r.errors}${r.wrong_status ? ` ${JSON.stringify(r.wrong_status)}` : ''}${r.no_answer ? ` no answer ${JSON.stringify(r.no_answer)}` : ''}  ratio ${r.ratio_to_direct}  load generator ${r.loadgen_cpu_pct} % CPU  machine ${r.machine_cpu_pct} % busy  CPU µs/request: ${cpu}${r.rpc_per_proof === undefined ? '' : `  rpc/proof ${r.rpc_per_proof} (calls ${r.rpc_calls_per_proof})`}${r.ratio_to_nginx === undefined ? '' : `  ×nginx ${r.ratio_to_nginx}  ×x402 ${r.ratio_to_x402}`}${r.ratio_to_mpp_reference === undefined ? '' : `  ×x402 ${r.ratio_to_x402}  ×mpp-reference ${r.ratio_to_mpp_reference}`}${r.inside ? `\n  inside: ${JSON.stringify(r.inside)}` : ''}${r.settlement ? `\n  settlement: ${JSON.stringify(r.settlement)}` : ''}${r.claims ? `\n  claims: ${JSON.stringify(r.claims)}` : ''}\n`,
+      `  ${r.rps} req/s  p50 ${r.p50_ms} ms  p99 ${r.p99_ms} ms (${r.p99_us} µs)  errors ${r.errors}${r.wrong_status ? ` ${JSON.stringify(r.wrong_status)}` : ''}${r.no_answer ? ` no answer ${JSON.stringify(r.no_answer)}` : ''}  ratio ${r.ratio_to_direct}  load generator ${r.loadgen_cpu_pct} % CPU  machine ${r.machine_cpu_pct} % busy  CPU µs/request: ${cpu}${r.rpc_per_proof === undefined ? '' : `  rpc/proof ${r.rpc_per_proof} (calls ${r.rpc_calls_per_proof})`}${r.ratio_to_nginx === undefined ? '' : `  ×nginx ${r.ratio_to_nginx}  ×x402 ${r.ratio_to_x402}`}${r.ratio_to_mpp_reference === undefined ? '' : `  ×x402 ${r.ratio_to_x402}  ×x402-after ${r.ratio_to_x402_after}  ×mpp-reference ${r.ratio_to_mpp_reference}`}${r.inside ? `\n  inside: ${JSON.stringify(r.inside)}` : ''}${r.settlement ? `\n  settlement: ${JSON.stringify(r.settlement)}` : ''}${r.claims ? `\n  claims: ${JSON.stringify(r.claims)}` : ''}\n`,
     )
     results.push(r)
   }

@@ -27,19 +27,25 @@ async function credentials(ctx: Context, url: string, count: number): Promise<st
   })
   const started = performance.now()
   const out: string[] = []
-  for (let i = 0; i < count; i += 50) {
+  // mppx's server derives a challenge's id from its terms and expiry (to the millisecond), and its evm charge
+  // client the EIP-3009 nonce from the challenge: 402s answered in the same millisecond give one payer the same
+  // authorization twice, and the second settlement reverts. Each credential here has a challenge of its own.
+  const seen = new Set<string>()
+  while (out.length < count) {
     const batch = await Promise.all(
-      Array.from({ length: Math.min(50, count - i) }, async () => {
+      Array.from({ length: Math.min(50, count - out.length) }, async () => {
         const r = await fetch(url)
         await r.arrayBuffer()
         if (r.status !== 402) return null
         const challenge = Challenge.fromResponse(r)
+        if (seen.has(challenge.id)) return ''
+        seen.add(challenge.id)
         return (await method.createCredential({ challenge, context: {} } as never)) as string
       }),
     )
     for (const c of batch) {
       if (c === null) return `${url} answered an unpaid call with another status than 402`
-      out.push(`Payment ${c.replace(/^Payment\s+/i, '')}`)
+      if (c !== '') out.push(`Payment ${c.replace(/^Payment\s+/i, '')}`)
     }
   }
   process.stdout.write(
@@ -48,10 +54,37 @@ async function credentials(ctx: Context, url: string, count: number): Promise<st
   return out
 }
 
+/**
+ * On `x402-after`'s endpoint (`x402_settlement: "after"`): an MPP charge is always settled after its answer,
+ * in the leader's batches, so its like-for-like peer is `x402-after` (`ratio_to_x402_after`), not `x402`,
+ * which settles before the answer by default.
+ */
+/** Credentials built by `prepareMpp` for a URL, taken by the next run on it. */
+const prepared = new Map<string, string[] | string>()
+
+/**
+ * Builds a run's credentials before its CPU meter starts: each costs the target a 402, which the measured
+ * run must not be charged (an x402 run signs from one 402 and costs the target nothing before its load).
+ */
+export async function prepareMpp(ctx: Context, target: 'tollgate' | 'reference', count: number) {
+  const url = target === 'tollgate' ? await mppChargeUrl(ctx) : `${ctx.mppReference!.base}/data`
+  prepared.set(url, await credentials(ctx, url, count))
+}
+
+function mppChargeUrl(ctx: Context): Promise<string> {
+  return ctx.tollgates.warm!.metered('/data', { settleAfter: true })
+}
+
+async function take(ctx: Context, url: string, count: number): Promise<string[] | string> {
+  const ready = prepared.get(url)
+  prepared.delete(url)
+  return ready ?? credentials(ctx, url, count)
+}
+
 export async function runMppCharge(ctx: Context, count: number): Promise<Measured | { skipped: string }> {
   const t = ctx.tollgates.warm!
-  const url = await t.metered('/data')
-  const values = await credentials(ctx, url, count)
+  const url = await mppChargeUrl(ctx)
+  const values = await take(ctx, url, count)
   if (typeof values === 'string') return { skipped: values }
   const before = await readCounters(t.adminPort)
   const m = await load({
@@ -69,6 +102,7 @@ export async function runMppCharge(ctx: Context, count: number): Promise<Measure
     ...m,
     inside: inside(before, await readCounters(t.adminPort)),
     ratio_to_x402: over('x402'),
+    ratio_to_x402_after: over('x402-after'),
     ratio_to_mpp_reference: over('mpp-reference'),
     afterLoad: async () => ({ settlement: await settlementOutcome(t.adminPort, before) }),
   }
@@ -76,7 +110,7 @@ export async function runMppCharge(ctx: Context, count: number): Promise<Measure
 
 export async function runMppReference(ctx: Context, count: number): Promise<Measured | { skipped: string }> {
   const url = `${ctx.mppReference!.base}/data`
-  const values = await credentials(ctx, url, count)
+  const values = await take(ctx, url, count)
   if (typeof values === 'string') return { skipped: values }
   return load({
     url,

@@ -94,6 +94,8 @@ function options(args: string[]) {
     rates: list(get('--rates') ?? '100,250,500,750,1000,1250,1500'),
     referenceRates: list(get('--reference-rates') ?? '5,10,20,40,80,160'),
     seconds: Number(get('--seconds') ?? 8),
+    /** One worker's modes to step (`--modes before_answer` for a short look at the settler alone). */
+    modes: (get('--modes') ?? 'before_answer,after').split(',') as Array<'before_answer' | 'after'>,
     workers2: !args.includes('--no-workers2'),
     reference: !args.includes('--no-reference'),
   }
@@ -117,7 +119,7 @@ export async function runX402Capacity(args: string[]): Promise<void> {
     await fundSettlers(chain)
     const one = await startInstance(chain, dir, upstream.base, 'warm', 1)
     try {
-      for (const mode of ['before_answer', 'after'] as const)
+      for (const mode of o.modes)
         modes.push(await stepUp(chain, await tollgateSubject(chain, one, upstream.base, mode, 1), o.rates, o))
     } finally {
       await one.stop()
@@ -332,7 +334,7 @@ function phases(before: Counters, after: Counters) {
   const delta = (key: string) => (after.get(key) ?? 0) - (before.get(key) ?? 0)
   const phase = 'tollgate_x402_settle_before_answer_phase_seconds'
   const phases_ms: Record<string, number> = {}
-  for (const p of ['queue', 'capture', 'send', 'receipt']) {
+  for (const p of ['queue', 'sign', 'capture', 'turn', 'broadcast', 'send', 'receipt']) {
     const n = delta(`${phase}_count{phase="${p}"}`)
     if (n > 0) phases_ms[p] = Math.round((delta(`${phase}_sum{phase="${p}"}`) / n) * 1e4) / 10
   }

@@ -20,6 +20,8 @@ export interface Tollgate extends Target {
       /** x402 `exact` settled after the answer (the explicit choice); the service default otherwise. */
       settleAfter?: boolean
       identityRules?: unknown[]
+      /** WebSocket session terms (sessions allowed); needs usage `pricing`. */
+      websocket?: Record<string, unknown>
     },
   ): Promise<string>
   post(path: string, body: unknown, key?: string): Promise<any>
@@ -114,7 +116,7 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
     apiKey: reg.api_key,
     post,
     async metered(path, options) {
-      const key = `${options?.batch ? 'batch:' : ''}${options?.pricing ? 'priced:' : ''}${options?.mcp ? 'mcp:' : ''}${options?.settleAfter ? 'after:' : ''}${options?.identityRules ? 'identity:' : ''}${path}`
+      const key = `${options?.batch ? 'batch:' : ''}${options?.pricing ? 'priced:' : ''}${options?.mcp ? 'mcp:' : ''}${options?.settleAfter ? 'after:' : ''}${options?.identityRules ? 'identity:' : ''}${options?.websocket ? 'ws:' : ''}${path}`
       let url = endpoints.get(key)
       if (!url) {
         const price = options?.mcp
@@ -130,6 +132,7 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
             batch_settlement: options?.batch === true,
             ...(options?.settleAfter ? { x402_settlement: 'after' } : {}),
             ...(options?.identityRules ? { identity_rules: options.identityRules } : {}),
+            ...(options?.websocket ? { websocket: options.websocket } : {}),
           },
           reg.api_key,
         )

@@ -51,7 +51,8 @@ export function listDueSettlements(
   // defaultSettlement when they made none), captured more recently, are left to the settle-before-answer
   // path, which records its transaction on them within that time (else they would go out in the treasury's
   // batch and their answers could not name a transaction); so are facilitator claims younger than that, to
-  // the facilitator's group commit (control-plane/facilitator-settler.ts). Other claims are due at once.
+  // the facilitator's group commit (control-plane/facilitator-settler.ts). Other claims, and MPP charges
+  // (which that path never takes), are due at once.
   const gapMs = q.capturedBeforeMs ?? 0
   const byDefault = q.defaultSettlement ?? 'after'
   return db<SettlementCandidate[]>`
@@ -59,7 +60,9 @@ export function listDueSettlements(
       SELECT proof_key, authorization_payload, settlement_tx, captured_at FROM claims
       WHERE kind = 'eip3009' AND status = 'captured' AND settlement_tx IS NULL
         AND settled_at IS NULL AND settlement_error IS NULL
-        AND (captured_at <= now() - ${gapMs} * interval '1 millisecond' OR NOT EXISTS (
+        AND (captured_at <= now() - ${gapMs} * interval '1 millisecond'
+          -- An MPP charge is never settled before its answer (that path is x402 exact's): due at once.
+          OR authorization_payload->>'protocol' = 'mpp' OR NOT EXISTS (
           SELECT 1 FROM endpoints e WHERE e.id = claims.target_id
             AND coalesce(e.x402_settlement, ${byDefault}) = 'before_answer'))
       UNION ALL

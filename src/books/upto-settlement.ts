@@ -31,12 +31,19 @@ const UNSETTLED = (db: Db) => db`
 /** A candidate with its charge: a call's permit with its call row (as before, by a join), or a facilitator's. */
 const CHARGED = (db: Db) => db`(c.id IS NOT NULL OR k.target_type = 'facilitator')`
 
-/** Upto settlements sent (hash recorded) whose outcome is not known yet. */
-export function listSentUptoSettlements(db: Db): Promise<UptoSettlementCandidate[]> {
-  return db<UptoSettlementCandidate[]>`
-    ${CANDIDATE(db)}
+/**
+ * Upto settlements sent (hash recorded) whose outcome is not known yet, with their capture's age (a settler
+ * records the hash with the capture and broadcasts right after).
+ */
+export function listSentUptoSettlements(
+  db: Db,
+): Promise<Array<UptoSettlementCandidate & { age_ms: number }>> {
+  return db<Array<UptoSettlementCandidate & { age_ms: number }>>`
+    SELECT s.*, (extract(epoch FROM now() - k2.captured_at) * 1000)::float8 AS age_ms
+    FROM (${CANDIDATE(db)}
     WHERE ${UNSETTLED(db)} AND ${CHARGED(db)} AND k.settlement_tx IS NOT NULL
-      AND k.settled_at IS NULL AND k.settlement_error IS NULL`
+      AND k.settled_at IS NULL AND k.settlement_error IS NULL) s
+    JOIN claims k2 ON k2.proof_key = s.proof_key`
 }
 
 /** Captured upto claims not sent yet, the soonest permit deadline first. */

@@ -1,7 +1,8 @@
 // Settling x402 `upto` permits for what a call was charged (never above what the payer signed). The
 // facilitator a permit names is the only account the upto proxy lets settle it: tollgate offers its
 // UptoSettlementBatcher (one transaction for many permits; CREATE2 through the deterministic deployer, one
-// address per settler), or, on a chain without it, the treasury itself (one transaction per permit). Signed
+// address per settler; sent by the treasury or a settler slot it named delegate), or, on a chain without
+// it, the treasury itself (one transaction per permit). Signed
 // locally so the hash is recorded before anything is broadcast, as the other settlement paths do.
 import {
   type Account,
@@ -73,7 +74,65 @@ export async function installUptoContracts(rpcUrl: string, settler: Address): Pr
   await anvilSetStorageAt(rpcUrl, { address: batcher, slot: zeroHash, value: padHex(settler, { size: 32 }) })
 }
 
-const batcherAbi = parseAbi(['function settler() view returns (address)'])
+const batcherAbi = parseAbi([
+  'function settler() view returns (address)',
+  'function delegates(address) view returns (bool)',
+])
+
+/** The storage slot of `delegates[account]` (the mapping sits in slot 1). */
+function delegateSlot(account: Address): Hex {
+  return keccakHex(encodeAbiParameters([{ type: 'address' }, { type: 'uint256' }], [account, 1n]))
+}
+
+/** Whether `account` (a settler slot) may settle through `batcher` for its settler. */
+export async function isUptoDelegate(client: Client, batcher: Address, account: Address): Promise<boolean> {
+  return readContract(client, {
+    address: batcher,
+    abi: batcherAbi,
+    functionName: 'delegates',
+    args: [account],
+  })
+}
+
+/**
+ * Real networks: the settler (the treasury) names `accounts` (its settler slots) delegates of its batcher,
+ * in one transaction for those not named yet. Returns the transaction, or null when all were named.
+ */
+export async function delegateUptoSettlers(
+  publicClient: Client,
+  wallet: WalletClient<Transport, Chain | undefined, Account>,
+  accounts: Address[],
+): Promise<{ tx: Hash | null; named: number }> {
+  const batcher = uptoBatcherAddress(wallet.account.address)
+  const missing: Address[] = []
+  for (const a of accounts) if (!(await isUptoDelegate(publicClient, batcher, a))) missing.push(a)
+  if (missing.length === 0) return { tx: null, named: 0 }
+  const tx = await wallet.sendTransaction({
+    to: batcher,
+    data: encodeFunctionData({
+      abi: uptoSettlementBatcherArtifact.abi,
+      functionName: 'setDelegates',
+      args: [missing, true],
+    }),
+    chain: wallet.chain ?? null,
+  })
+  const receipt = await waitForTransactionReceipt(publicClient, { hash: tx })
+  if (receipt.status !== 'success') throw new Error(`setDelegates ${tx} reverted`)
+  return { tx, named: missing.length }
+}
+
+/**
+ * Dev chain: lets `account` settle through `batcher`, as the settler's setDelegates would (anvil_setStorageAt;
+ * the dev chain's treasury nonces stay the leader's). Real networks: the treasury sends setDelegates.
+ */
+export async function allowUptoDelegateOnDevChain(
+  rpcUrl: string,
+  batcher: Address,
+  account: Address,
+): Promise<void> {
+  const value = padHex('0x01', { size: 32 })
+  await anvilSetStorageAt(rpcUrl, { address: batcher, slot: delegateSlot(account), value })
+}
 
 /** True when this build's batcher for `settler` is on chain (its code, and its settler in storage). */
 export async function hasUptoBatcher(client: Client, settler: Address): Promise<boolean> {

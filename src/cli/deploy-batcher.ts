@@ -4,16 +4,21 @@
 // by its code. Without it, settlement sends one transaction per authorization. Exit codes: 0 = there (now or
 // already), 1 = cannot be deployed here (no deterministic deployment proxy, or the deployment failed),
 // 2 = could not try (configuration, RPC). With --upto: the treasury's UptoSettlementBatcher instead (x402
-// upto, many permits per transaction; one address per treasury, only the treasury may settle through it).
+// upto, many permits per transaction; one address per treasury, only the treasury and the delegates it names
+// may settle through it), and the settler slots (settlement.before_answer.slots) named its delegates, so
+// they settle upto before the answer.
 import { parseArgs } from 'node:util'
-import { connectChain } from '../chain/connect.ts'
+import { privateKeyToAccount } from 'viem/accounts'
+import { connectChain, treasuryPrivateKey } from '../chain/connect.ts'
 import {
   AUTHORIZATION_BATCHER_ADDRESS,
   DETERMINISTIC_DEPLOYER,
   deployAuthorizationBatcher,
 } from '../chain/settle-batch.ts'
-import { deployUptoBatcher, uptoBatcherAddress } from '../chain/upto-settle.ts'
+import { settlerSlotKey } from '../chain/settler-keys.ts'
+import { delegateUptoSettlers, deployUptoBatcher, uptoBatcherAddress } from '../chain/upto-settle.ts'
 import { ConfigError, loadConfig } from '../config/load.ts'
+import type { Config } from '../config/schema.ts'
 import { envWithDevChain, readDevChainFile } from './dev-chain-file.ts'
 import { isMain } from './is-main.ts'
 
@@ -23,7 +28,7 @@ deploys the AuthorizationBatcher (x402 settlement, many authorizations per trans
 from the treasury key, unless it is there already. Reads the configuration like npm start (NETWORK, RPC_URL,
 TREASURY_PRIVATE_KEY, …). exit 0 there (now or already), 1 cannot be deployed on this chain, 2 could not try
   --upto  the treasury's UptoSettlementBatcher instead (x402 upto: the facilitator payers sign; restart
-          tollgate afterwards so its 402 names it)
+          tollgate afterwards so its 402 names it), and its settler slots named delegates
 `
 
 async function main(argv: string[]): Promise<number> {
@@ -50,10 +55,10 @@ async function main(argv: string[]): Promise<number> {
     switch (r.status) {
       case 'present':
         process.stdout.write(`${at}: already deployed\n`)
-        return 0
+        return values.upto ? nameDelegates(config, chain) : 0
       case 'deployed':
         process.stdout.write(`${at}: deployed in ${r.tx}\n`)
-        return 0
+        return values.upto ? nameDelegates(config, chain) : 0
       case 'no_deployer':
         process.stderr.write(
           `${at}: this chain has no deterministic deployment proxy at ${DETERMINISTIC_DEPLOYER}; settlement sends one transaction per ${values.upto ? 'permit' : 'authorization'}\n`,
@@ -66,6 +71,30 @@ async function main(argv: string[]): Promise<number> {
   } finally {
     await chain.close()
   }
+}
+
+/** The settler slots' addresses (as the data plane derives their keys), named delegates of the batcher. */
+async function nameDelegates(
+  config: Config,
+  chain: Awaited<ReturnType<typeof connectChain>>,
+): Promise<number> {
+  const settlerKey = config.secrets.settler_private_key ?? null
+  const seed = {
+    settlerKey,
+    treasuryKey: settlerKey === null ? treasuryPrivateKey(config, chain.devChain) : null,
+  }
+  const accounts: `0x${string}`[] = []
+  for (let i = 0; i < config.settlement.before_answer.slots; i++) {
+    const key = settlerSlotKey(seed, i)
+    if (key !== null) accounts.push(privateKeyToAccount(key).address)
+  }
+  const r = await delegateUptoSettlers(chain.publicClient, chain.walletClient, accounts)
+  process.stdout.write(
+    r.tx === null
+      ? `settler slots: all ${accounts.length} already delegates\n`
+      : `settler slots: ${r.named} of ${accounts.length} named delegates in ${r.tx}\n`,
+  )
+  return 0
 }
 
 if (isMain(import.meta.url)) {

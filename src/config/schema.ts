@@ -225,6 +225,11 @@ export const ConfigSchema = v.strictObject({
       gas_floor_eth: v.pipe(v.number(), v.minValue(0)),
       /** How often the settler's balance is read (also after each of its transactions is mined, at most this often). */
       gas_check_ms: PositiveInt,
+      /**
+       * x402 upto: an answer is held whole until its charge is settled, up to this many bytes; a larger one
+       * goes out streaming once past it, with a pending receipt (settled after, from the settler).
+       */
+      held_answer_max_bytes: PositiveInt,
     }),
   }),
   /** tollgate as an x402 facilitator (/api/v1/facilitator, docs/facilitator.md). */

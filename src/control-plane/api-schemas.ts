@@ -32,6 +32,36 @@ export const CallUsage = v.nullable(
   }),
 )
 
+/** A WebSocket session's row (GET /calls): the session on its opening row; a top-up's row names that row. */
+export const CallSession = v.pipe(
+  v.nullable(
+    v.strictObject({
+      call_id: v.pipe(
+        v.string(),
+        v.description("the session's row: this call, or the opening call a top-up paid for"),
+      ),
+      duration_ms: v.pipe(
+        v.nullable(v.number()),
+        v.description("from the upgrade to the close; null on a top-up's row"),
+      ),
+      ended_by: v.pipe(
+        v.nullable(v.picklist(['client', 'upstream', 'credit', 'window', 'too_big', 'backpressure'])),
+        v.description("who or what ended the session; null on a top-up's row"),
+      ),
+      charge: v.pipe(v.nullable(Dollars), v.description('charge_atomic in dollars')),
+      charge_atomic: v.pipe(
+        v.nullable(Atomic),
+        v.description(
+          "the session's whole charge, across its opening payment and top-ups; null on a top-up's row",
+        ),
+      ),
+      payments: v.pipe(v.nullable(v.number()), v.description('the payments that funded it (1 + top-ups)')),
+      top_up_call_ids: v.array(v.string()),
+    }),
+  ),
+  v.description('a paid WebSocket session (docs/websockets.md); null for any other call'),
+)
+
 /** A paid call to an endpoint with identity rules: who called, and the rule that priced it. */
 export const CallAgentView = v.pipe(
   v.nullable(

@@ -223,6 +223,21 @@ const Observed = v.pipe(
     ),
     p99_upstream_ms: v.nullable(v.number()),
     repeat_payers: v.pipe(v.number(), v.description('payers with 2 or more paid calls in the window')),
+    by_agent: v.optional(
+      v.pipe(
+        v.array(
+          v.strictObject({
+            signer: v.pipe(
+              v.string(),
+              v.description('a signer the operator configured (docs/agent-identity.md), or "unsigned"'),
+            ),
+            paid_calls: v.number(),
+            success_rate: v.nullable(v.number()),
+          }),
+        ),
+        v.description('an endpoint with identity rules: its paid calls by who called, busiest first'),
+      ),
+    ),
   }),
   v.description('what paid traffic through tollgate observed, counted per hour'),
 )
@@ -326,6 +341,15 @@ export const DiscoveryManifest = v.strictObject({
 export const MppDiscoveryDocument = v.object({
   openapi: v.literal('3.1.0'),
   info: v.strictObject({ title: v.string(), version: v.string() }),
+  'x-service-info': v.pipe(
+    v.strictObject({
+      categories: v.optional(v.array(v.string())),
+      docs: v.strictObject({ llms: v.string() }),
+    }),
+    v.description(
+      "categories: the listed endpoints' tags, most used first (at most 5); docs.llms: this host's /llms.txt",
+    ),
+  ),
   servers: v.array(v.strictObject({ url: v.string() })),
   paths: v.pipe(
     v.record(v.string(), v.record(v.string(), v.record(v.string(), v.unknown()))),
@@ -474,6 +498,21 @@ export function publicPaths(ref: (name: string) => Json): Json {
         security: [],
         responses: {
           '200': json('MppDiscoveryDocument', 'the document (advisory: the live 402 is authoritative)'),
+        },
+      },
+    },
+    '/llms.txt': {
+      get: {
+        operationId: 'getLlmsTxt',
+        tags: ['discovery'],
+        summary:
+          'The same operations as /openapi.json, in Markdown for language models (llmstxt.org): URL, method, price; no key needed',
+        security: [],
+        responses: {
+          '200': {
+            description: 'the Markdown text (advisory: the live 402 is authoritative)',
+            content: { 'text/markdown': { schema: { type: 'string' } } },
+          },
         },
       },
     },

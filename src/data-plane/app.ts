@@ -58,9 +58,9 @@ export interface PublicAppOptions {
   receipts?: UwsRoute
   /**
    * GET /.well-known/x402.json and GET /discovery/resources: the public discovery listing; GET /openapi.json:
-   * the same endpoints as MPP's discovery document
+   * the same endpoints as MPP's discovery document, and GET /llms.txt as Markdown for language models
    */
-  discovery?: { wellKnown: UwsRoute; resources: UwsRoute; openApi: UwsRoute }
+  discovery?: { wellKnown: UwsRoute; resources: UwsRoute; openApi: UwsRoute; llmsTxt: UwsRoute }
   /** GET /.well-known/x402-receipt-keys.json: the public keys that sign offers and receipts */
   receiptKeys?: UwsRoute
   /** Hostile-input limits at the edge; none when absent (tests of other parts). */
@@ -222,6 +222,7 @@ export function createPublicApp(options: PublicAppOptions): TemplatedApp {
       edge ? guarded(edge, 'discovery', d.resources, null, 'always') : d.resources,
     )
     app.get('/openapi.json', edge ? guarded(edge, 'discovery', d.openApi, null, 'always') : d.openApi)
+    app.get('/llms.txt', edge ? guarded(edge, 'discovery', d.llmsTxt, null, 'always') : d.llmsTxt)
   }
   if (options.receiptKeys) app.get('/.well-known/x402-receipt-keys.json', options.receiptKeys)
   app.get(

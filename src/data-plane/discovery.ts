@@ -7,6 +7,7 @@ import {
   type ListedEndpointRow,
   listFacilitatorResources,
   listListedEndpoints,
+  readAgentObserved,
   readFacilitatorObserved,
   readObserved,
   readToolObserved,
@@ -14,8 +15,8 @@ import {
 import type { Sql } from '../db/sql.ts'
 import { manifestInput, manifestOutput, resourceMetadata } from '../discovery/listing.ts'
 import { type McpToolListing, mcpBazaarExtension, mcpManifestInput } from '../discovery/mcp-tool.ts'
-import { presentObserved } from '../discovery/observed.ts'
-import { mppOpenApi, type PayableOperation } from '../discovery/openapi-mpp.ts'
+import { presentAgents, presentObserved } from '../discovery/observed.ts'
+import { llmsTxt, mppOpenApi, type OpenApiInput, type PayableOperation } from '../discovery/openapi-mpp.ts'
 import { type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
 import { OPEN_SCHEMA } from '../mcp/tool-catalog.ts'
 import { parseDollars } from '../money.ts'
@@ -64,7 +65,7 @@ export function createDiscoveryRoutes(deps: DiscoveryDeps) {
     const hit = cache.get(key)
     if (hit !== undefined && now() - hit.atMs < deps.cacheTtlMs) return Promise.resolve(hit.body)
     return build().then((value) => {
-      const body = JSON.stringify(value)
+      const body = typeof value === 'string' ? value : JSON.stringify(value)
       // Bounded: distinct query strings beyond this evict the oldest answers.
       if (cache.size >= 256) cache.delete(cache.keys().next().value!)
       cache.set(key, { body, atMs: now() })
@@ -72,7 +73,13 @@ export function createDiscoveryRoutes(deps: DiscoveryDeps) {
     })
   }
 
-  const serve = (res: HttpResponse, req: HttpRequest, key: string, build: () => Promise<unknown>) => {
+  const serve = (
+    res: HttpResponse,
+    req: HttpRequest,
+    key: string,
+    build: () => Promise<unknown>,
+    type = 'application/json; charset=utf-8',
+  ) => {
     const requestId = requestIdFrom(req.getHeader('x-request-id'))
     let aborted = false
     res.onAborted(() => {
@@ -92,7 +99,7 @@ export function createDiscoveryRoutes(deps: DiscoveryDeps) {
       (body) => {
         if (aborted) return
         res.cork(() => {
-          res.writeStatus('200 OK').writeHeader('content-type', 'application/json; charset=utf-8')
+          res.writeStatus('200 OK').writeHeader('content-type', type)
           res.writeHeader('x-request-id', requestId)
           res.writeHeader('access-control-allow-origin', '*')
           res.writeHeader('cache-control', `public, max-age=${Math.floor(deps.cacheTtlMs / 1000)}`)
@@ -112,7 +119,10 @@ export function createDiscoveryRoutes(deps: DiscoveryDeps) {
       serve(res, req, 'manifest', () => manifest(deps, now()))
     },
     openApi(res: HttpResponse, req: HttpRequest): void {
-      serve(res, req, 'openapi', () => openApi(deps))
+      serve(res, req, 'openapi', () => openApiInput(deps).then(mppOpenApi))
+    },
+    llmsTxt(res: HttpResponse, req: HttpRequest): void {
+      serve(res, req, 'llms', () => openApiInput(deps).then(llmsTxt), 'text/markdown; charset=utf-8')
     },
     resources(res: HttpResponse, req: HttpRequest): void {
       const raw = req.getQuery() ?? ''
@@ -180,12 +190,10 @@ async function resources(deps: DiscoveryDeps, query: URLSearchParams, nowMs: num
     },
     since,
   )
-  const [observed, toolObserved, accepts] = await Promise.all([
-    readObserved(
-      deps.sql,
-      rows.filter((r) => r.tool === null).map((r) => r.id),
-      since,
-    ),
+  const endpointIds = rows.filter((r) => r.tool === null).map((r) => r.id)
+  const [observed, agentObserved, toolObserved, accepts] = await Promise.all([
+    readObserved(deps.sql, endpointIds, since),
+    readAgentObserved(deps.sql, endpointIds, since),
     readToolObserved(
       deps.sql,
       rows.flatMap((r) => (r.tool === null ? [] : [{ endpointId: r.id, tool: r.tool }])),
@@ -209,7 +217,15 @@ async function resources(deps: DiscoveryDeps, query: URLSearchParams, nowMs: num
           ...resourceMetadata(r.discovery),
         }
         // What tollgate measured of this endpoint's (or tool's) paid traffic: catalogs list claims, this is evidence.
-        if (r.tool === null) return { ...common, observed: presentObserved(observed.get(r.id), WINDOW_DAYS) }
+        if (r.tool === null) {
+          const agents = agentObserved.get(r.id)
+          const figures = presentObserved(observed.get(r.id), WINDOW_DAYS)
+          // An endpoint with identity rules also says who paid: a configured signer's name or "unsigned".
+          return {
+            ...common,
+            observed: agents === undefined ? figures : { ...figures, by_agent: presentAgents(agents) },
+          }
+        }
         // An MCP tool: one resource URL serves many tools, so a catalog tells them apart by tool name, and the
         // bazaar extension its 402 carries says how to call it.
         return {
@@ -295,8 +311,8 @@ async function manifest(deps: DiscoveryDeps, nowMs: number) {
   }
 }
 
-/** The MPP discovery document: every listed endpoint that takes MPP, as one payable operation. */
-async function openApi(deps: DiscoveryDeps) {
+/** What the MPP discovery document and /llms.txt list: every listed endpoint that takes MPP, as one operation. */
+async function openApiInput(deps: DiscoveryDeps): Promise<OpenApiInput> {
   const { rows } = await listListedEndpoints(deps.sql, {
     tag: null,
     minPriceAtomic: null,
@@ -310,11 +326,11 @@ async function openApi(deps: DiscoveryDeps) {
   for (const r of rows) byEndpoint.set(r.id, [...(byEndpoint.get(r.id) ?? []), r])
   const operations = await Promise.all([...byEndpoint.values()].map((g) => payableOperation(deps, g)))
   const base = deps.publicUrl()
-  return mppOpenApi({
+  return {
     title: `Metered APIs at ${new URL(base).host}`,
     serverUrl: base,
     operations: operations.filter((o): o is PayableOperation => o !== null),
-  })
+  }
 }
 
 /** A listed endpoint's operation with its MPP offer, from its live 402; null when it does not take MPP. */

@@ -189,7 +189,8 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       }),
     }
   }
-  const { quoteFor, bases } = quotesFor(pricing, quote)
+  const { quoteFor } = quotesFor(pricing, quote)
+  const tools = toolQuoteBook(quote)
   return {
     id: row.id,
     resourceUrl,
@@ -213,11 +214,11 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       row.x402_settlement === null
         ? (options.settleBeforeAnswerByDefault ?? false)
         : row.x402_settlement === 'before_answer',
-    bodyPricing: row.mcp === null ? null : compileMcp(row, options, quote, description),
+    bodyPricing: row.mcp === null ? null : compileMcp(row, options, tools.quote, description),
     identity:
-      row.identity_rules === null || row.mcp !== null
+      row.identity_rules === null
         ? null
-        : compileIdentity(rulesFromStored(row.identity_rules), bases, (a) => quote(a, false, false)),
+        : compileIdentity(rulesFromStored(row.identity_rules), tools.requote),
     // Sessions spend prepaid credit measured by usage pricing: no other pricing opens one.
     websocket:
       row.websocket === null || row.websocket === undefined || pricing.model !== 'usage'
@@ -241,30 +242,65 @@ function upstreamTarget(row: LiveEndpointRow, options: EndpointCacheOptions): Li
   }
 }
 
+type Bazaar = Record<string, unknown> | undefined
+type QuoteBuilder = (
+  amountAtomic: bigint,
+  varies: boolean,
+  floor: boolean,
+  what?: string,
+  bazaar?: Bazaar,
+) => Quote
+
 /**
- * Each rule that states its own price (price, multiplier) gets its 402 per endpoint price, built here: a
- * request then picks one, as it picks its endpoint price's. Free, block and endpoint_price need none.
+ * An MCP endpoint's 402s (one per priced tool, resource or prompt) remembered with what each says of itself,
+ * so an identity rule's price for a tool keeps the tool's description and bazaar entry in its 402.
+ */
+function toolQuoteBook(quote: QuoteBuilder) {
+  const told = new WeakMap<Quote, { what: string; bazaar: Bazaar }>()
+  return {
+    quote(amountAtomic: bigint, varies: boolean, floor: boolean, what: string, bazaar: Bazaar): Quote {
+      const q = quote(amountAtomic, varies, floor, what, bazaar)
+      told.set(q, { what, bazaar })
+      return q
+    },
+    requote(base: Quote, amountAtomic: bigint): Quote {
+      const tool = told.get(base)
+      return tool === undefined
+        ? quote(amountAtomic, false, false)
+        : quote(amountAtomic, false, false, tool.what, tool.bazaar)
+    },
+  }
+}
+
+/**
+ * Each rule that states its own price (price, multiplier) gets its 402 per endpoint price (an MCP endpoint:
+ * per tool price), built the first time a request needs it and kept with that price's 402, as every other 402
+ * is kept. Free, block and endpoint_price need none. A usage-priced price keeps its own 402: its charge is what
+ * it measures (the rule applies as endpoint_price; see identityDecision).
  */
 function compileIdentity(
   rules: IdentityRule[],
-  bases: readonly Quote[],
-  quote: (amountAtomic: bigint) => Quote,
+  requote: (base: Quote, amountAtomic: bigint) => Quote,
 ): LiveIdentityRules {
-  const byBase = new Map<Quote, Array<Quote | null>>()
-  for (const base of bases) {
-    byBase.set(
-      base,
-      rules.map((r) => {
-        const a = r.action
-        if (a.kind === 'price') return quote(a.atomic)
-        if (a.kind === 'multiplier') return quote(scaleByBps(base.amountAtomic, a.bps))
-        return null
-      }),
-    )
-  }
+  const byBase = new WeakMap<Quote, Array<Quote | null>>()
+  const build = (base: Quote) =>
+    rules.map((r) => {
+      const a = r.action
+      if (base.varies) return null
+      if (a.kind === 'price') return requote(base, a.atomic)
+      if (a.kind === 'multiplier') return requote(base, scaleByBps(base.amountAtomic, a.bps))
+      return null
+    })
   return {
     rules,
-    quoteFor: (rule, base) => byBase.get(base)?.[rule] ?? base,
+    quoteFor: (rule, base) => {
+      let quotes = byBase.get(base)
+      if (quotes === undefined) {
+        quotes = build(base)
+        byBase.set(base, quotes)
+      }
+      return quotes[rule] ?? base
+    },
   }
 }
 
@@ -360,7 +396,7 @@ function signInHeader(signIn: SignIn, challenge: Challenge, reason: string, reso
 function quotesFor(
   pricing: ReturnType<typeof pricingFromStored>,
   quote: (amountAtomic: bigint, varies: boolean, floor: boolean) => Quote,
-): { quoteFor: LiveEndpoint['quoteFor']; bases: Quote[] } {
+): { quoteFor: LiveEndpoint['quoteFor'] } {
   if (pricing.model === 'rules') {
     const rules = pricing.rules
     const quotes = rules.map((r) => quote(r.priceAtomic, false, false))
@@ -370,12 +406,11 @@ function quotesFor(
         const i = ruleIndex(rules, method, subPath)
         return i < 0 ? fallback : quotes[i]!
       },
-      bases: [...quotes, fallback],
     }
   }
   const only =
     pricing.model === 'usage'
       ? quote(pricing.maxAtomic, true, false)
       : quote(pricing.priceAtomic, false, true)
-  return { quoteFor: () => only, bases: [only] }
+  return { quoteFor: () => only }
 }

@@ -49,6 +49,7 @@ import {
   problemBody,
   quoteExpiry,
   v2Header,
+  wantsProblem,
 } from '../wire/challenge.ts'
 import { mppCredential, type Proof, parseProof } from '../wire/proof.ts'
 import type { ProofEdge } from './app.ts'
@@ -61,6 +62,7 @@ import {
   loadEndpoint,
   NOT_FOUND,
 } from './endpoint-cache.ts'
+import { fitsHeld, HeldAnswer } from './held-answer.ts'
 import type { ObservedCalls } from './observed-calls.ts'
 import { AnswerRecorder, type PaidAnswers, paymentIdentifier, type Reservation } from './paid-answers.ts'
 import type { PassUses } from './pass-uses.ts'
@@ -103,6 +105,8 @@ export interface MeteredDeps {
   settings: {
     quoteTtlMs: number
     maxBufferedBodyBytes: number
+    /** Usage-priced answers held whole to settle their charge before the head: at most this many bytes. */
+    heldAnswerMaxBytes?: number
   }
 }
 
@@ -118,7 +122,7 @@ export interface MeteredIdentity {
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8'
-/** RFC 9457: the answer to a refused MPP credential. */
+/** RFC 9457: the answer to a refused MPP credential, and the first 402 of a client speaking MPP. */
 const PROBLEM_TYPE = 'application/problem+json'
 // Every answer of a metered URL carries CORS (cors.ts): a browser agent reads the 402 and the receipt.
 const RETRY_AFTER_1 = ['retry-after', '1', ...CORS_HEADERS]
@@ -226,9 +230,14 @@ class MeteredCall implements ProxyHooks {
   paidId: { id: string; digest: string } | null = null
   /** payment-identifier: the answer as it streams, kept for a retry; and read on if the client leaves. */
   recorder: AnswerRecorder | null = null
+  /** A usage-priced answer held until its charge is settled (held-answer.ts); the proxy reads on meanwhile. */
+  held: HeldAnswer | null = null
+  readsWhileHeld = false
   keepsAnswer = false
   /** The answer's end went through the hooks (a sized answer ended by the proxy's tryEnd does not). */
   answerEnded = false
+  /** An unpaid request from a client speaking MPP (Accept-Payment): its 402 is a problem (RFC 9457). */
+  readonly problemWanted: boolean
   headStatus = 0
   rawHead: Buffer[] | null = null
   /** A verified agent's call: the endpoint's target plus x-tollgate-agent (null: the endpoint's own). */
@@ -254,6 +263,8 @@ class MeteredCall implements ProxyHooks {
       req.getHeader('x-payment') ||
       req.getHeader('payment-signature') ||
       mppCredential(req.getHeader('authorization'))
+    this.problemWanted =
+      this.paymentHeader === '' && wantsProblem(req.getHeader('accept-payment'), req.getHeader('accept'))
     this.requestId = requestIdFrom(req.getHeader('x-request-id'))
     this.method = req.getCaseSensitiveMethod().toUpperCase()
     this.subPath = req.getUrl().slice(3 + this.endpointId.length)
@@ -336,15 +347,17 @@ class MeteredCall implements ProxyHooks {
     if (entry.bodyPricing !== null) return this.priceByBody(entry.bodyPricing)
     this.usage = entry.usage
     this.pricingModel = entry.pricingModel
-    if (entry.identity !== null) return this.withIdentityRules(entry.identity)
-    this.withQuote(entry.quoteFor(this.method, this.subPath))
+    const quote = entry.quoteFor(this.method, this.subPath)
+    if (entry.identity !== null) return this.withIdentityRules(entry.identity, quote)
+    this.withQuote(quote)
   }
 
   /**
    * Identity rules: who is calling decides the price (docs/agent-identity.md). A signed call is verified
-   * (a verified nonce is claimed in the database) before anything is priced, claimed or forwarded.
+   * (a verified nonce is claimed in the database) before anything is priced, claimed or forwarded. `base`:
+   * what the call costs without rules (its route's price, or an MCP tool's).
    */
-  withIdentityRules(live: LiveIdentityRules): void {
+  withIdentityRules(live: LiveIdentityRules, base: Quote): void {
     const forward = this.forward
     // Not read: the endpoint gained rules after this request was taken (a change landed between).
     if (forward === null) return this.respondUnavailable('the endpoint changed; retry', 'endpoint_changed')
@@ -353,7 +366,7 @@ class MeteredCall implements ProxyHooks {
     const signed =
       identityDeps !== undefined &&
       (headerOf(headers, 'signature-input') !== '' || headerOf(headers, 'signature') !== '')
-    if (!signed) return this.withIdentity(live, { status: 'unsigned' })
+    if (!signed) return this.withIdentity(live, { status: 'unsigned' }, base)
     const fields: Record<string, string> = {}
     for (const [k, v] of headers) fields[k] = fields[k] === undefined ? v : `${fields[k]}, ${v}`
     const view = messageView({
@@ -366,12 +379,12 @@ class MeteredCall implements ProxyHooks {
     const checked = identityDeps.verify(view)
     // A browsing signature (Visa TAP) does not carry authority to pay: on a paying call it counts as failed.
     const identity = this.paying() ? forPayment(checked) : checked
-    if (identity.status !== 'verified' || !this.serves(live, identity))
-      return this.withIdentity(live, identity)
+    if (identity.status !== 'verified' || !this.serves(live, identity, base))
+      return this.withIdentity(live, identity, base)
     identityDeps.claim(identity).then(
       (claimed) => {
         if (this.abort.aborted) return this.finishAborted()
-        this.withIdentity(live, claimed)
+        this.withIdentity(live, claimed, base)
       },
       (err) =>
         this.respondUnavailable('the signature could not be checked; retry shortly', 'identity_failed', err),
@@ -387,22 +400,17 @@ class MeteredCall implements ProxyHooks {
    * Whether this verified call is served (free for its signer, or paying): only then is its nonce claimed.
    * A 402 or a 403 serves nothing, so it writes nothing; the signature stays good for one served call.
    */
-  serves(live: LiveIdentityRules, identity: Identity): boolean {
-    const decision = decide(
-      live.rules,
-      identity,
-      this.endpoint!.quoteFor(this.method, this.subPath).amountAtomic,
-    )
+  serves(live: LiveIdentityRules, identity: Identity, base: Quote): boolean {
+    const decision = decide(live.rules, identity, base.amountAtomic, base.varies)
     if (decision.kind === 'block') return false
     return decision.atomic === 0n || this.paying()
   }
 
-  withIdentity(live: LiveIdentityRules, identity: Identity): void {
+  withIdentity(live: LiveIdentityRules, identity: Identity, base: Quote): void {
     const entry = this.endpoint!
     const names = this.ctx.identity?.signerNames ?? NO_SIGNERS
     countIdentity(names, identity)
-    const base = entry.quoteFor(this.method, this.subPath)
-    const decision = decide(live.rules, identity, base.amountAtomic)
+    const decision = decide(live.rules, identity, base.amountAtomic, base.varies)
     const signer = identity.status === 'verified' ? identity.signer : UNSIGNED
     if (decision.kind === 'block') {
       countAgentCall(names, signer, 'block')
@@ -419,7 +427,7 @@ class MeteredCall implements ProxyHooks {
     }
     // Free for this caller: forwarded without payment, like a free MCP method; nothing is booked.
     if (decision.atomic === 0n) return this.forwardUnpaid()
-    this.withQuote(decision.rule < 0 ? base : live.quoteFor(decision.rule, base))
+    this.withQuote(decision.action === 'endpoint_price' ? base : live.quoteFor(decision.rule, base))
   }
 
   /** The price is in the body (an MCP endpoint): read it whole, bounded, before a 402 or a forward. */
@@ -462,6 +470,9 @@ class MeteredCall implements ProxyHooks {
       // The payment read from the body is not forwarded (the MCP server has no use for it).
       if (forwardBody !== null && body.rewrite(() => forwardBody))
         setContentLength(this.forward!.headers, body.length)
+      // A priced tool, resource or prompt: who calls may change its price, as on an HTTP endpoint.
+      const identity = this.endpoint!.identity
+      if (identity !== null) return this.withIdentityRules(identity, price.quote)
       this.withQuote(price.quote)
     })
   }
@@ -716,6 +727,10 @@ class MeteredCall implements ProxyHooks {
       // Usage pricing: charged when the answer ends, for what it measured.
       meter.onHead(head)
       this.servedStatus = status
+      if (payment.settlesEarly === true) {
+        const held = this.holdAnswer(head)
+        if (held !== null) return held
+      }
     } else if (status < 500) {
       // Captured once the upstream answered below 500, even if the client leaves mid-body.
       // The capture is queued here and group-committed by the writer: its span covers the hand-over.
@@ -728,6 +743,33 @@ class MeteredCall implements ProxyHooks {
     const settling = this.captured ? (payment.settleBeforeAnswer?.() ?? null) : null
     if (settling !== null) return settling.then((receipt) => this.answerHeaders(receipt))
     return this.answerHeaders(payment.receipt(status < 500))
+  }
+
+  /**
+   * Settled before the answer though charged at its end: the answer is held whole (bounded), the charge
+   * captured (and settled) at its end, and the head written with the receipt that names the transaction.
+   */
+  holdAnswer(head: Buffer[]): Promise<Array<[string, string]>> | null {
+    const max = this.ctx.settings.heldAnswerMaxBytes
+    if (max === undefined || this.rewriter !== null || this.receiptInAnswer !== null) return null
+    if (!fitsHeld(head, max)) return null
+    // Read when the head goes out, long after the socket buffer the head is a view of was reused.
+    this.rawHead = head.map((b) => Buffer.from(b))
+    // The body passes the digest before the head goes out.
+    if (this.ctx.receipts !== undefined) this.digest = createHash('sha256')
+    this.readsWhileHeld = true
+    const held = new HeldAnswer(max, {
+      pending: () => this.answerHeaders(this.payment!.receipt(true)),
+      settle: () => {
+        this.captureUsage({ kind: 'responded', status: this.servedStatus, bytes: this.bodyBytes })
+        this.servedStatus = 0
+        const settling = this.payment!.settleBeforeAnswer?.() ?? null
+        if (settling === null) return Promise.resolve(this.answerHeaders(this.payment!.receipt(true)))
+        return settling.then((receipt) => this.answerHeaders(receipt))
+      },
+    })
+    this.held = held
+    return held.head
   }
 
   /** The headers tollgate adds to a paid answer. */
@@ -743,7 +785,7 @@ class MeteredCall implements ProxyHooks {
           payer: this.payment!.payer,
           nowMs: Date.now(),
         })
-      this.digest = createHash('sha256')
+      this.digest ??= createHash('sha256')
     }
     if (this.receiptInAnswer !== null && signed !== null && this.headStatus < 500) {
       // Paid in the body: the receipt goes back in the body too (x402 MCP transport).
@@ -784,11 +826,13 @@ class MeteredCall implements ProxyHooks {
       else tail = rest === null ? last : Buffer.concat([last, rest])
     }
     if (tail !== null) this.delivered(tail)
+    this.held?.end()
     return tail
   }
 
   /** Bytes on their way to the client: digested for the signed receipt, kept for a payment-identifier retry. */
   delivered(bytes: Buffer): void {
+    this.held?.data(bytes.length)
     if (this.digest !== null) {
       this.digest.update(bytes)
       this.bodyBytes += bytes.length
@@ -913,6 +957,7 @@ class MeteredCall implements ProxyHooks {
         payer: payment.payer,
         served: this.captured,
         upstreamMs: this.headMs === 0 ? null : this.headMs - this.forwardedMs,
+        signer: this.agent?.signer,
       })
       // Only an answer delivered whole has a digest to sign: a partial one says so on its receipt.
       if (this.digest !== null && outcome.kind === 'responded') {
@@ -1008,9 +1053,12 @@ class MeteredCall implements ProxyHooks {
     const text = challengeBody(challenge, reason, quoteExpiry(this.ctx.settings.quoteTtlMs), requestId)
     // The same price for MPP clients (Machine Payments Protocol): a fresh challenge with every 402.
     const mpp = mppHeader(challenge, Date.now())
-    const problemAnswer = problem !== null && mpp !== null
+    // The first 402 of a client that speaks MPP is the spec's payment-required problem (x402 members kept).
+    const answered =
+      problem ?? (reason === 'payment_required' && this.problemWanted ? mppProblem(challenge, reason) : null)
+    const problemAnswer = answered !== null && mpp !== null
     // The spec gives method-unsupported a 400 (still with a fresh challenge); every other refusal is a 402.
-    const status = problemAnswer && problem.status === 400 ? 400 : 402
+    const status = problemAnswer && answered.status === 400 ? 400 : 402
     this.finish(status, reason)
     const res = this.res
     res.cork(() => {
@@ -1030,7 +1078,7 @@ class MeteredCall implements ProxyHooks {
       if (mpp !== null) res.writeHeader('www-authenticate', mpp)
       if (retryAfterMs !== undefined)
         res.writeHeader('retry-after', String(Math.max(1, Math.ceil(retryAfterMs / 1000))))
-      res.end(problemAnswer ? problemBody(problem, mpp, text) : text)
+      res.end(problemAnswer ? problemBody(answered, mpp, text) : text)
     })
   }
 

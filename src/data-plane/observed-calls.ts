@@ -3,6 +3,7 @@
 // a few increments (twice for an MCP tool), the listing reads hourly rows. A crash loses at most one
 // interval of counts (figures shown to buyers, not money: the books are elsewhere).
 import {
+  type AgentDelta,
   addObserved,
   type Delivered,
   type HourlyDelta,
@@ -27,12 +28,18 @@ export interface ObservedCall {
   served: boolean
   /** Time to the upstream's response head; null when it never answered. */
   upstreamMs: number | null
+  /**
+   * Who called, on an endpoint with identity rules: a configured signer's name or "unsigned" (bounded by the
+   * operator's names); absent elsewhere, which counts nothing more.
+   */
+  signer?: string | null
 }
 
 export class ObservedCalls {
   private hours = new Map<string, HourlyDelta>()
   private payers = new Map<string, PayerDelta>()
   private deliveries: Delivered[] = []
+  private agents = new Map<string, AgentDelta>()
   private timer: NodeJS.Timeout | null = null
   private flushing: Promise<void> = Promise.resolve()
   private lastPruneMs = 0
@@ -51,6 +58,18 @@ export class ObservedCalls {
     this.count(call, null, hourMs, day, payer)
     // An MCP tool's calls count for the endpoint and for the tool (its own discovery item).
     if (call.tool !== null) this.count(call, call.tool, hourMs, day, payer)
+    if (call.signer) this.countAgent(call.endpointId, call.signer, hourMs, call.served)
+  }
+
+  private countAgent(endpointId: string, signer: string, hourMs: number, served: boolean): void {
+    const key = `${endpointId}|${signer}|${hourMs}`
+    let a = this.agents.get(key)
+    if (a === undefined) {
+      a = { endpointId, signer, hour: new Date(hourMs), paidCalls: 0, succeeded: 0 }
+      this.agents.set(key, a)
+    }
+    a.paidCalls++
+    if (served) a.succeeded++
   }
 
   private count(call: ObservedCall, tool: string | null, hourMs: number, day: string, payer: string): void {
@@ -99,12 +118,14 @@ export class ObservedCalls {
     if (this.hours.size === 0 && this.payers.size === 0 && this.deliveries.length === 0) return
     const hours = [...this.hours.values()]
     const payers = [...this.payers.values()]
+    const agents = [...this.agents.values()]
     const delivered = this.deliveries
     this.hours = new Map()
     this.payers = new Map()
+    this.agents = new Map()
     this.deliveries = []
     try {
-      await addObserved(this.sql, hours, payers, delivered)
+      await addObserved(this.sql, hours, payers, delivered, agents)
       const nowMs = this.now()
       if (nowMs - this.lastPruneMs > HOUR_MS) {
         this.lastPruneMs = nowMs
@@ -114,6 +135,7 @@ export class ObservedCalls {
       this.logger.warn('observed call counts not written; kept for the next flush', { err })
       for (const h of hours) this.mergeHour(h)
       for (const p of payers) this.mergePayer(p)
+      for (const a of agents) this.mergeAgent(a)
       this.deliveries.push(...delivered)
     }
   }
@@ -126,6 +148,14 @@ export class ObservedCalls {
     cur.succeeded += h.succeeded
     cur.unserved += h.unserved
     for (let i = 0; i < LATENCY_BUCKETS; i++) cur.latencyBuckets[i]! += h.latencyBuckets[i]!
+  }
+
+  private mergeAgent(a: AgentDelta): void {
+    const key = `${a.endpointId}|${a.signer}|${a.hour.getTime()}`
+    const cur = this.agents.get(key)
+    if (cur === undefined) return void this.agents.set(key, a)
+    cur.paidCalls += a.paidCalls
+    cur.succeeded += a.succeeded
   }
 
   private mergePayer(p: PayerDelta): void {

@@ -83,6 +83,13 @@ export interface ProxyHooks {
   onResponseData?(chunk: Buffer): Buffer
   /** Set by onResponseHead when onResponseData changes the answer's length: it is sent unsized. */
   resizes?: boolean
+  /**
+   * Set by onResponseHead that returns a promise: the upstream is read on meanwhile (each chunk through
+   * onResponseData, its end through onResponseEnd, as they come) and what they return is kept, in order,
+   * until the promise resolves; then the head, the body kept and (if it came) the end go out together, and
+   * the answer streams on from there. The hooks bound what is kept by resolving early.
+   */
+  readsWhileHeld?: boolean
   /** The body ended: anything still held back by onResponseData, sent before the end. */
   onResponseEnd?(): Buffer | null
   /**
@@ -503,6 +510,9 @@ class Forward implements Dispatcher.DispatchHandler {
   /** A chunk tryEnd took only part of, and the write offset before it. */
   #pending: Buffer | null = null
   #pendingBase = 0
+  /** The body read while the head is held (hooks.readsWhileHeld), copied; null when not holding. */
+  #held: Buffer[] | null = null
+  #heldEnded = false
   #errorCode: UpstreamErrorCode = 'unreachable'
   #abortUpstream: ((err?: Error) => void) | null = null
   #resumeUpstream: (() => void) | null = null
@@ -567,6 +577,10 @@ class Forward implements Dispatcher.DispatchHandler {
     this.#resumeUpstream = resume
     const extra = this.#hooks.onResponseHead(status, head)
     this.#status = status
+    if (extra instanceof Promise && this.#hooks.readsWhileHeld === true) {
+      this.#holdWhileReading(extra, head)
+      return true
+    }
     if (extra instanceof Promise) {
       // Nothing is written until the extra headers are known; the upstream waits (false pauses it).
       extra.then((headers) => {
@@ -591,6 +605,30 @@ class Forward implements Dispatcher.DispatchHandler {
     headsDue.push(this)
     if (headsDue.length === 1) queueMicrotask(writeDueHeads)
     return true
+  }
+
+  /** The head waits for `extra` while the body is read and kept (hooks.readsWhileHeld). */
+  #holdWhileReading(extra: Promise<Array<[string, string]>>, head: Buffer[]): void {
+    this.#held = []
+    // The head's buffers are views of the socket's read buffer, which the body's reads overwrite.
+    const kept = head.map((b) => Buffer.from(b))
+    extra.then((headers) => {
+      if (this.#done || this.#clientGone) return
+      const body = this.#held!
+      this.#held = null
+      this.#extra = headers
+      this.#head = kept
+      this.#res.cork(() => {
+        this.writeHead()
+        if (body.length > 0) {
+          this.#chunk = body.length === 1 ? body[0]! : Buffer.concat(body)
+          this.writeData()
+        }
+        // A sized body taken only in part by tryEnd ends when the socket drains (#drained), not here.
+        if (this.#heldEnded && !this.#ended && this.#pending === null) this.writeEnd()
+      })
+      if (this.#heldEnded) this.#settle({ kind: 'responded', status: this.#status, bytes: this.#bytes })
+    })
   }
 
   /**
@@ -639,6 +677,11 @@ class Forward implements Dispatcher.DispatchHandler {
     const hooks = this.#hooks
     if (this.#clientGone) {
       hooks.onResponseData?.(chunk)
+      return true
+    }
+    if (this.#held !== null) {
+      const out = hooks.onResponseData === undefined ? chunk : hooks.onResponseData(chunk)
+      if (out.length > 0) this.#held.push(Buffer.from(out))
       return true
     }
     this.#chunk = hooks.onResponseData === undefined ? chunk : hooks.onResponseData(chunk)
@@ -706,6 +749,13 @@ class Forward implements Dispatcher.DispatchHandler {
       this.#settle({ kind: 'client_aborted', status: this.#status === 0 ? null : this.#status })
       return
     }
+    if (this.#held !== null) {
+      // The head is still held: the end is kept with the body, and goes out when the head does.
+      this.#heldEnded = true
+      const tail = this.#hooks.onResponseEnd?.() ?? null
+      if (tail !== null && tail.length > 0) this.#held.push(Buffer.from(tail))
+      return
+    }
     if (!this.#ended) {
       corked = this
       this.#res.cork(corkedEnd)
@@ -715,7 +765,8 @@ class Forward implements Dispatcher.DispatchHandler {
 
   writeEnd(): void {
     if (this.#head !== null) this.writeHead()
-    const held = this.#hooks.onResponseEnd?.() ?? null
+    // A held answer's end went through onResponseEnd when it came (#holdWhileReading).
+    const held = this.#heldEnded ? null : (this.#hooks.onResponseEnd?.() ?? null)
     if (held !== null && held.length > 0 && this.#total < 0 && !this.#noBody) {
       this.#bytes += held.length
       this.#res.write(held)
@@ -743,6 +794,15 @@ class Forward implements Dispatcher.DispatchHandler {
       return
     }
     const code = classify(err)
+    if (this.#held !== null && !this.#heldEnded) {
+      // Broken off while the head was held: nothing is out, so the client is told as if no head had come.
+      this.#held = null
+      this.#errorCode = code
+      corked = this
+      this.#res.cork(corkedError)
+      this.#settle({ kind: 'upstream_error', code, status: this.#status })
+      return
+    }
     if (this.#status === 0) {
       this.#errorCode = code
       corked = this

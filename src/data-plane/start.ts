@@ -234,6 +234,7 @@ function paidRoutes(
     settings: {
       quoteTtlMs: config.proxy.quote_ttl_ms,
       maxBufferedBodyBytes: config.server.body_limit_bytes,
+      heldAnswerMaxBytes: config.settlement.before_answer.held_answer_max_bytes,
     },
   })
   const pass = createPassPurchaseRoute({

@@ -121,29 +121,40 @@ export class SessionCredit {
     call: Omit<ServedCall, 'callId' | 'receiptId' | 'chargeAtomic' | 'usage'>,
     usage: UsageRecord,
     delivery: { sha256: string; bytes: number },
+    endedBy: string,
   ): void {
     const shares = splitCharge(
       usage.chargeAtomic,
       this.payments.map((p) => p.coversAtomic),
     )
+    const callIds = this.receiptIds.map((r) => `call_${r.slice(5)}`)
+    // The opening row is the session's one row: its whole charge, who ended it and its top-ups' rows; a
+    // top-up's row says only its share and which session it paid for.
+    const session = {
+      ended_by: endedBy,
+      charge_atomic: usage.chargeAtomic.toString(),
+      payments: this.payments.length,
+      top_up_call_ids: callIds.slice(1),
+    }
     this.payments.forEach((payment, i) => {
       const receiptId = this.receiptIds[i]!
       const share = shares[i]!
       payment.capture({
         ...call,
-        callId: `call_${receiptId.slice(5)}`,
+        callId: callIds[i]!,
         receiptId,
         chargeAtomic: share,
         // Each row's ceiling is what its payment covers (a voucher session's: every voucher it was sent).
         usage:
           i === 0
-            ? { ...usage, chargeAtomic: share, ceilingAtomic: payment.coversAtomic }
+            ? { ...usage, chargeAtomic: share, ceilingAtomic: payment.coversAtomic, session }
             : {
                 ...usage,
                 quantities: { top_up: i },
                 chargeAtomic: share,
                 ceilingAtomic: payment.coversAtomic,
                 capped: false,
+                session: { call_id: callIds[0]! },
               },
       })
     })

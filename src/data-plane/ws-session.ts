@@ -621,6 +621,7 @@ export class Session {
       },
       usage,
       { sha256: this.digest.digest('hex'), bytes: this.meter.bytes },
+      this.ending ?? 'client',
     )
     websocketChargedAtomic.inc(Number(usage.chargeAtomic))
   }

@@ -25,6 +25,14 @@ export interface CallRow {
     source: string
     fallback: string | null
     capped: boolean
+    /** A WebSocket session's row (src/pricing/model.ts SessionFacts). */
+    session?: {
+      ended_by?: string
+      charge_atomic?: string
+      payments?: number
+      top_up_call_ids?: string[]
+      call_id?: string
+    }
   } | null
   /** The prepaid ceiling of a usage price; null for a fixed or rules price. */
   ceiling_atomic: bigint | null
@@ -118,6 +126,33 @@ export function usageView(c: CallRow) {
     source: c.usage.source,
     fallback: c.usage.fallback,
     capped: c.usage.capped,
+  }
+}
+
+/**
+ * A WebSocket session's row, as GET /calls shows it: the opening row carries the session (its duration,
+ * who ended it, its whole charge across its payments, its top-ups' rows); a top-up's row names it. Null for
+ * any other call.
+ */
+export function sessionView(c: CallRow) {
+  const s = c.usage?.session
+  if (s === undefined) return null
+  if (s.call_id !== undefined)
+    return {
+      call_id: s.call_id,
+      duration_ms: null,
+      ended_by: null,
+      charge_atomic: null,
+      payments: null,
+      top_up_call_ids: [],
+    }
+  return {
+    call_id: c.id,
+    duration_ms: c.usage!.quantities.duration_ms ?? null,
+    ended_by: s.ended_by ?? null,
+    charge_atomic: s.charge_atomic ?? c.amount_atomic.toString(),
+    payments: s.payments ?? 1,
+    top_up_call_ids: s.top_up_call_ids ?? [],
   }
 }
 

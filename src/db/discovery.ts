@@ -127,6 +127,15 @@ export interface PayerDelta {
   calls: number
 }
 
+/** Paid calls to an endpoint with identity rules by who called (a configured signer or "unsigned"), per hour. */
+export interface AgentDelta {
+  endpointId: string
+  signer: string
+  hour: Date
+  paidCalls: number
+  succeeded: number
+}
+
 export interface Delivered {
   receiptId: string
   bodySha256: string
@@ -144,8 +153,20 @@ export async function addObserved(
   hours: HourlyDelta[],
   payers: PayerDelta[],
   delivered: Delivered[] = [],
+  agents: AgentDelta[] = [],
 ): Promise<void> {
   await sql.begin(async (tx) => {
+    // One statement for every signer's hour of the flush (only endpoints with identity rules have any).
+    if (agents.length > 0) {
+      await tx`
+        INSERT INTO endpoint_agent_hourly (endpoint_id, signer, hour, paid_calls, succeeded)
+        SELECT * FROM unnest(${agents.map((a) => a.endpointId)}::text[], ${agents.map((a) => a.signer)}::text[],
+                             ${agents.map((a) => a.hour.toISOString())}::timestamptz[],
+                             ${agents.map((a) => a.paidCalls)}::bigint[], ${agents.map((a) => a.succeeded)}::bigint[])
+        ON CONFLICT (endpoint_id, hour, signer) DO UPDATE SET
+          paid_calls = endpoint_agent_hourly.paid_calls + excluded.paid_calls,
+          succeeded = endpoint_agent_hourly.succeeded + excluded.succeeded`
+    }
     // One statement for the flush's deliveries (one a paid answer: a statement each cost PostgreSQL a round
     // trip and a plan execution per call).
     if (delivered.length > 0) {
@@ -298,6 +319,39 @@ export async function pruneObserved(sql: Sql, before: Date): Promise<void> {
   await sql`DELETE FROM endpoint_payer_days WHERE day < ${day}::date`
   await sql`DELETE FROM tool_hourly WHERE hour < ${before}`
   await sql`DELETE FROM tool_payer_days WHERE day < ${day}::date`
+  await sql`DELETE FROM endpoint_agent_hourly WHERE hour < ${before}`
+}
+
+/** One signer's paid calls to an endpoint over the window. */
+export interface AgentObservedRow {
+  signer: string
+  paid_calls: number
+  succeeded: number
+}
+
+/**
+ * The window's paid calls of the given endpoints split by who called (endpoints with identity rules; others
+ * have no rows), busiest signer first: at most 24 × days rows per signer, never the call history.
+ */
+export async function readAgentObserved(
+  sql: Sql,
+  endpointIds: string[],
+  since: Date,
+): Promise<Map<string, AgentObservedRow[]>> {
+  const out = new Map<string, AgentObservedRow[]>()
+  if (endpointIds.length === 0) return out
+  const rows = await sql<{ endpoint_id: string; signer: string; paid: string; ok: string }[]>`
+    SELECT endpoint_id, signer, sum(paid_calls)::text AS paid, sum(succeeded)::text AS ok
+    FROM endpoint_agent_hourly
+    WHERE endpoint_id = ANY(${endpointIds}) AND hour >= ${since}
+    GROUP BY endpoint_id, signer
+    ORDER BY endpoint_id, sum(paid_calls) DESC, signer`
+  for (const r of rows) {
+    const list = out.get(r.endpoint_id) ?? []
+    list.push({ signer: r.signer, paid_calls: Number(r.paid), succeeded: Number(r.ok) })
+    out.set(r.endpoint_id, list)
+  }
+  return out
 }
 
 /** A resource cataloged from payments settled through the facilitator (migration 0073). */

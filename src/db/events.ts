@@ -15,6 +15,7 @@ export type EventType =
   | 'refund.paid'
   | 'refund.failed'
   | 'facilitator.settled'
+  | 'session.closed'
 
 export const EVENT_TYPES: readonly EventType[] = [
   'payment.received',
@@ -28,6 +29,7 @@ export const EVENT_TYPES: readonly EventType[] = [
   'refund.paid',
   'refund.failed',
   'facilitator.settled',
+  'session.closed',
 ]
 
 /** The channel that wakes the dispatcher(s) when an event is written (payload: event id). */

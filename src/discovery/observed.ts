@@ -50,6 +50,17 @@ export function presentObserved(r: ObservedRow | undefined, windowDays: number) 
   }
 }
 
+/** An endpoint with identity rules: its window's paid calls by who called (a configured signer or "unsigned"). */
+export function presentAgents(
+  rows: ReadonlyArray<{ signer: string; paid_calls: number; succeeded: number }>,
+) {
+  return rows.map((r) => ({
+    signer: r.signer,
+    paid_calls: r.paid_calls,
+    success_rate: r.paid_calls === 0 ? null : round4(r.succeeded / r.paid_calls),
+  }))
+}
+
 function round4(x: number): number {
   return Math.round(x * 10_000) / 10_000
 }

@@ -36,6 +36,9 @@ export interface OpenApiInput {
   operations: PayableOperation[]
 }
 
+/** Registries should keep a service to at most this many categories (the draft's registry guidance). */
+const MAX_CATEGORIES = 5
+
 /** The discovery document: OpenAPI 3.1.0, `x-payment-info` and a 402 response on every payable operation. */
 export function mppOpenApi(input: OpenApiInput): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {}
@@ -46,9 +49,85 @@ export function mppOpenApi(input: OpenApiInput): Record<string, unknown> {
   return {
     openapi: '3.1.0',
     info: { title: input.title, version: '1.0.0' },
+    'x-service-info': serviceInfo(input),
     servers: [{ url: input.serverUrl }],
     paths,
   }
+}
+
+/**
+ * `x-service-info`: the categories (the listed endpoints' own tags, the most used first, lowercase with
+ * hyphens as the draft recommends, at most five) and the documentation this host serves for agents:
+ * `/llms.txt` (llmstxt.org), the same operations in Markdown.
+ */
+function serviceInfo(input: OpenApiInput): Record<string, unknown> {
+  const counts = new Map<string, number>()
+  for (const op of input.operations) {
+    for (const tag of new Set((op.discovery?.tags ?? []).map(category))) {
+      if (tag !== '') counts.set(tag, (counts.get(tag) ?? 0) + 1)
+    }
+  }
+  const categories = [...counts]
+    .sort((x, y) => y[1] - x[1] || (x[0] < y[0] ? -1 : 1))
+    .slice(0, MAX_CATEGORIES)
+    .map(([tag]) => tag)
+  return {
+    ...(categories.length > 0 ? { categories } : {}),
+    docs: { llms: `${input.serverUrl.replace(/\/$/, '')}/llms.txt` },
+  }
+}
+
+/**
+ * GET /llms.txt (llmstxt.org): the payable operations for a language model, in Markdown: a title, a summary,
+ * one line per operation (method, URL, price in base units), and where the machine-readable documents are.
+ */
+export function llmsTxt(input: OpenApiInput): string {
+  const base = input.serverUrl.replace(/\/$/, '')
+  const lines = [
+    `# ${oneLine(input.title)}`,
+    '',
+    '> Pay-per-call APIs. Every URL answers an unpaid request with HTTP 402 carrying two equivalent offers: an MPP',
+    '> challenge (`WWW-Authenticate: Payment`, method `evm`, intent `charge`) and x402 terms (`PAYMENT-REQUIRED`).',
+    '> Pay either one and send the request again; the 402 is authoritative, this list is advisory.',
+    '',
+    '## APIs',
+    '',
+  ]
+  for (const op of input.operations) {
+    const offer = op.offers[0]
+    const price =
+      offer === undefined
+        ? ''
+        : offer.amount === null
+          ? ` (price: see the 402${offer.description ? `; ${oneLine(offer.description)}` : ''})`
+          : ` (${offer.amount} base units of ${offer.currency}${offer.description ? `; ${oneLine(offer.description)}` : ''})`
+    lines.push(
+      `- [${oneLine(op.summary)}](${base}${op.path}): ${op.method}${op.mcp ? ' JSON-RPC (MCP)' : ''}${price}`,
+    )
+  }
+  if (input.operations.length === 0) lines.push('- none listed yet')
+  lines.push(
+    '',
+    '## Discovery',
+    '',
+    `- [OpenAPI with x-payment-info](${base}/openapi.json): MPP's discovery document, with input schemas`,
+    `- [x402 manifest](${base}/.well-known/x402.json): the same endpoints in x402's terms`,
+    '',
+  )
+  return lines.join('\n')
+}
+
+/** Owner text on one Markdown line (no line breaks, no link brackets). */
+function oneLine(text: string): string {
+  return text.replace(/[\r\n]+/g, ' ').replace(/[[\]]/g, '')
+}
+
+function category(tag: string): string {
+  return tag
+    .trim()
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '-')
+    .replace(/^-+|-+$/g, '')
 }
 
 function operation(op: PayableOperation): Record<string, unknown> {

@@ -103,9 +103,16 @@ export type Decision =
 
 /**
  * The first rule that matches decides. A failed signature matches invalid_signature (block) and otherwise
- * counts as unsigned, so a broken signer is never priced as a verified one.
+ * counts as unsigned, so a broken signer is never priced as a verified one. `measured`: the price is a
+ * usage ceiling (an MCP tool priced by usage), charged what it measures, so a rule that states a price
+ * keeps the endpoint's (HTTP endpoints priced by usage refuse such rules when they are set).
  */
-export function decide(rules: readonly IdentityRule[], identity: Identity, endpointAtomic: bigint): Decision {
+export function decide(
+  rules: readonly IdentityRule[],
+  identity: Identity,
+  endpointAtomic: bigint,
+  measured = false,
+): Decision {
   for (let i = 0; i < rules.length; i++) {
     const rule = rules[i]!
     if (!matches(rule, identity)) continue
@@ -116,8 +123,10 @@ export function decide(rules: readonly IdentityRule[], identity: Identity, endpo
       case 'free':
         return { kind: 'priced', atomic: 0n, rule: i, action: 'free' }
       case 'price':
+        if (measured) return { kind: 'priced', atomic: endpointAtomic, rule: i, action: 'endpoint_price' }
         return { kind: 'priced', atomic: a.atomic, rule: i, action: 'price' }
       case 'multiplier':
+        if (measured) return { kind: 'priced', atomic: endpointAtomic, rule: i, action: 'endpoint_price' }
         return { kind: 'priced', atomic: scaleByBps(endpointAtomic, a.bps), rule: i, action: 'multiplier' }
       case 'endpoint_price':
         return { kind: 'priced', atomic: endpointAtomic, rule: i, action: 'endpoint_price' }

@@ -423,7 +423,7 @@ export const settlementBatchSize = new client.Histogram({
  */
 export const earlySettlementPhase = new client.Histogram({
   name: 'tollgate_x402_settle_before_answer_phase_seconds',
-  help: 'Settle-before-answer time by phase: capture, queue (per call), send, receipt (per transaction group).',
+  help: 'Settle-before-answer time by phase: queue (per call); sign, capture, turn, broadcast, send, receipt (per group).',
   labelNames: ['phase'] as const,
   buckets: LATENCY_BUCKETS,
   registers: [registry],
@@ -433,6 +433,14 @@ export const earlySettlementBatchSize = new client.Histogram({
   name: 'tollgate_x402_settle_before_answer_batch_size',
   help: 'Authorizations signed, recorded and broadcast together by the settle-before-answer path.',
   buckets: [1, 2, 5, 10, 25, 50, 100, 200],
+  registers: [registry],
+})
+
+/** Usage-priced answers held whole to settle their charge first (held), or let go streaming (oversize). */
+export const heldAnswers = new client.Counter({
+  name: 'tollgate_x402_held_answers_total',
+  help: 'Usage-priced answers held until their upto settlement (held), or over held_answer_max_bytes (oversize).',
+  labelNames: ['outcome'] as const,
   registers: [registry],
 })
 

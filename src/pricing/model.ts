@@ -19,7 +19,17 @@ export interface UsageRecord {
   fallback: 'missing' | 'malformed' | 'client_aborted' | null
   /** The measured charge was above the ceiling and was cut to it. */
   capped: boolean
+  /** A WebSocket session's row: how it ended and its whole charge (the opening row), or its opening row (a top-up's). */
+  session?: SessionFacts
 }
+
+/**
+ * What a WebSocket session's call row says of the session: on the row of its opening payment, who ended it,
+ * its whole charge across its payments and the rows of its top-ups; on a top-up's row, the opening row.
+ */
+export type SessionFacts =
+  | { ended_by: string; charge_atomic: string; payments: number; top_up_call_ids: string[] }
+  | { call_id: string }
 
 /** What to charge when a token-priced answer carries no readable usage. */
 export type OnMissingUsage = 'max_price' | 'response_bytes' | 'nothing'
@@ -145,5 +155,6 @@ export function ruleIndex(rules: readonly PriceRule[], method: string, subPath: 
 
 /** The measured part of a usage record as stored on its call row (JSON; money stays in its own columns). */
 export function usageDocument(u: UsageRecord): object {
-  return { quantities: u.quantities, source: u.source, fallback: u.fallback, capped: u.capped }
+  const doc = { quantities: u.quantities, source: u.source, fallback: u.fallback, capped: u.capped }
+  return u.session === undefined ? doc : { ...doc, session: u.session }
 }

@@ -244,6 +244,10 @@ export class ClaimedPayment implements Payment {
   settleBeforeAnswer(): Promise<[string, string]> | null {
     return this.settling
   }
+
+  get settlesEarly(): boolean {
+    return this.init.settleEarly !== undefined
+  }
 }
 
 /** A release is worth a few quick tries: without it, a retry within the window is refused. */

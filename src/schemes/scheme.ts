@@ -180,6 +180,11 @@ export interface Payment {
    */
   settleBeforeAnswer?(): Promise<[string, string]> | null
   /**
+   * True when capture() will settle before the answer: a usage-priced call (captured at its body's end) holds
+   * its answer whole until settleBeforeAnswer() resolves.
+   */
+  readonly settlesEarly?: boolean
+  /**
    * After capture(), once the answer was delivered whole: puts what it delivered (hex SHA-256 of the body as
    * sent, its length) on the call row, if the capture is not written yet. False (or absent): the caller
    * records the delivery apart.

@@ -128,6 +128,17 @@ export function mppProblem(challenge: Challenge, reason: string): MppProblem | n
 }
 
 /**
+ * Whether the first 402 is answered as an RFC 9457 problem (`payment-required`, application/problem+json):
+ * the client speaks the Payment scheme (`Accept-Payment`, which mppx's fetch sends with every first request)
+ * or asked for problem details (`Accept`). Anyone else gets the x402 body as it always was: x402 v1 clients
+ * read it, and mppx's own x402 integration answers a dual 402 with x402's body too. The problem body keeps
+ * every x402 member after the problem's, so a client reading either finds its own.
+ */
+export function wantsProblem(acceptPayment: string, accept: string): boolean {
+  return acceptPayment !== '' || accept.includes('application/problem+json')
+}
+
+/**
  * An RFC 9457 problem body (application/problem+json) answering a refused MPP credential: the spec's members
  * first, the id of the fresh challenge in `WWW-Authenticate`, then the 402 body's own members (`error`, the
  * x402 terms) as extension members. `body` is a JSON object's text.

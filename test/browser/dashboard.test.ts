@@ -1,17 +1,19 @@
 // The merchant dashboard in a real browser (chromium, headless, through playwright-core): sign in with the API
 // key (the session cookie is HttpOnly, Secure, SameSite=Strict, and chromium keeps it on http://127.0.0.1),
-// create an endpoint, see a call paid with a real transfer appear, create and refund a payment, redeliver a
+// create an endpoint, see a call paid with a real transfer appear and a paid WebSocket session as one row, create and refund a payment, redeliver a
 // webhook, roll the key, sign out. The page runs under a CSP without 'unsafe-inline' and raises no error.
 // Requests without the cookie, with a forged or missing CSRF token, or with an expired or ended session are
 // refused and change nothing. Screenshots at 390 and 1280 px: docs/dashboard/ (DASHBOARD_DOCS_SHOTS=1).
 import { mkdirSync } from 'node:fs'
 import type { Browser, BrowserContext, Page } from 'playwright-core'
 import { parseUnits } from 'viem'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
+import { startDemoRealtime } from '../../src/cli/demo-realtime.ts'
 import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
+import { openWs } from '../helpers/ws-client.ts'
 import { launchChromium } from './launch.ts'
 
 // The screenshots the docs show are refreshed with DASHBOARD_DOCS_SHOTS=1; other runs write beside the
@@ -238,6 +240,51 @@ describe('merchant dashboard in a browser', () => {
       .toBe('$0.475')
     expect(await page.locator('#top-endpoints').textContent()).toContain('Weather API')
     expect(await page.locator('#revenue-chart svg[role="img"] rect.bar').count()).toBe(30)
+  })
+
+  it('shows a paid WebSocket session as one row: its duration, messages, who ended it and its charge', async () => {
+    const realtime = await startDemoRealtime(0)
+    try {
+      const ep = (
+        await svc.api('/api/v1/endpoints', {
+          key: merchant.key,
+          body: {
+            name: 'Realtime',
+            upstream_url: `${realtime.url}/v1/realtime`,
+            pricing: {
+              model: 'usage',
+              unit: 'tokens',
+              max_price: 0.05,
+              input_price_per_million: 2,
+              output_price_per_million: 10,
+            },
+            websocket: {},
+          },
+        })
+      ).body
+      const hash = await payUsdc(payer, svc.chain.treasury, parseUnits('0.05', 6))
+      const s = await openWs(ep.metered_url, { 'x-payment': hash })
+      s.ws.send(JSON.stringify({ type: 'response.create', response: { words: 1000 } }))
+      await vi.waitFor(() => expect(s.count('response.done')).toBe(1), { timeout: 15_000 })
+      s.ws.close(1000)
+      await s.closed
+      await svc.flushCaptures()
+      await go('Calls', 'Calls')
+      await label('Endpoint').selectOption('')
+      await label('Upstream status').selectOption('101')
+      await page.getByRole('button', { name: 'Apply' }).click()
+      // 10 input tokens at 2, 1,000 output tokens at 10, per token: $0.01002, one row.
+      const row = page.getByRole('row', { name: /session ·/ })
+      await row.waitFor({ timeout: 15_000 })
+      const text = (await row.textContent()) ?? ''
+      expect(text).toMatch(/session · [\d.]+ s · 1,003 messages · ended by client/)
+      expect(text).toContain('$0.01002')
+      expect(await page.locator('#calls-body tr').count()).toBe(1)
+      await label('Upstream status').selectOption('')
+      await page.getByRole('button', { name: 'Apply' }).click()
+    } finally {
+      await realtime.close()
+    }
   })
 
   it('adds a webhook endpoint and creates, copies, pays and refunds a payment link', async () => {

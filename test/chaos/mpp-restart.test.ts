@@ -223,6 +223,12 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
           call.trail.push(`${k % 2 === 0 || killedBefore ? 'a' : 'b'}:${status}@${Date.now() - loadStarts}`)
           if (!killedBefore && bKilled && k % 2 === 1) call.killedInFlight = true
         }
+        // A fault, or 409 payment_in_progress (Retry-After: 1, "do not pay again"): a claim whose commit
+        // the instance never heard of (PostgreSQL went down around it) holds the credential until that
+        // instance releases it (releaseUnacknowledgedClaims, once the database is back). Not for a call cut
+        // by b's SIGKILL: its claim stays held by the dead process to the end of its lease (the bound below).
+        const resendable = (status: number) =>
+          status === 503 || status === 0 || (status === 409 && !call.killedInFlight)
         const deadline = Date.now() + CALL_DEADLINE_MS
         let k = id
         while (Date.now() < deadline) {
@@ -238,7 +244,7 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
           if (status === 402 && call.credentials.length > 0) return { ...call, outcome: 'refused' }
           k++
           const credential = call.credentials.at(-1)
-          if (credential === undefined || (status !== 503 && status !== 0)) {
+          if (credential === undefined || !resendable(status)) {
             await sleep(200)
             continue
           }
@@ -253,9 +259,9 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
             if (again) await again.arrayBuffer().catch(() => {})
             note(k, call.status, killedBefore)
             if (call.status === 200) return { ...call, outcome: 'served' }
-            if (call.status !== 503 && call.status !== 0) return { ...call, outcome: 'refused' }
+            if (!resendable(call.status)) return { ...call, outcome: 'refused' }
             k++
-            await sleep(200)
+            await sleep(call.status === 409 ? 1_000 : 200)
           }
         }
         return call

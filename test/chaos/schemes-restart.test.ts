@@ -48,6 +48,10 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: upto and batch-settlem
     expect(result.upto.acrossRestart + result.batch.acrossRestart, context).toBeGreaterThan(0)
     // upto: each permit settled for its charge, never above what was signed; the wallet moved their sum.
     expect(result.upto.unsettled, context).toBe(0)
+    // Settled before the answer by default: such receipts exist, and each names the transaction that settled
+    // its permit (the claim's, settled).
+    expect(result.upto.settledBeforeAnswer, context).toBeGreaterThan(0)
+    expect(result.upto.receiptOtherTx, context).toBe(0)
     expect(result.upto.settledNotBooked, context).toBe(0)
     expect(result.upto.overSigned, context).toBe(0)
     expect(result.upto.uncapturedSettled, context).toBe(0)

@@ -73,6 +73,8 @@ interface Call {
   /** The final 402's reason, for a refused call. */
   refused: string | null
   receiptId: string | null
+  /** upto: the transaction its PAYMENT-RESPONSE said settled it before the answer (success: true), or null. */
+  paidTx: string | null
   /** The usage chunk and [DONE] arrived. */
   whole: boolean
   /** Content events the client received on its served attempt. */
@@ -123,6 +125,10 @@ export interface UptoFigures extends KindFigures {
   unsettled: number
   /** Claims never captured (a permit claimed, not served): must not be settled for anything. */
   uncapturedSettled: number
+  /** Served calls whose receipt said settled before the answer, and those of them whose claim names another
+   * transaction or is not settled (a receipt naming a transaction that did not carry the permit). */
+  settledBeforeAnswer: number
+  receiptOtherTx: number
   /** What left the payer's wallet on chain, and the sum of the upto charges. */
   payerMovedAtomic: bigint
 }
@@ -310,6 +316,7 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
         hang: kind === 'batch' && n % 10 === 5,
         refused: null,
         receiptId: null,
+        paidTx: null,
         whole: false,
         deltas: 0,
         from: 0,
@@ -484,9 +491,24 @@ interface Streamed {
   status: number
   reason: string | null
   receiptId: string | null
+  paidTx: string | null
   whole: boolean
   deltas: number
   usage: { prompt: number; completion: number } | null
+}
+
+/** The transaction a PAYMENT-RESPONSE says settled the payment (success: true), else null. */
+function settledTx(header: string | null): string | null {
+  if (header === null) return null
+  try {
+    const r = JSON.parse(Buffer.from(header, 'base64').toString()) as {
+      success?: boolean
+      transaction?: string
+    }
+    return r.success === true && r.transaction ? r.transaction : null
+  } catch {
+    return null
+  }
 }
 
 /** Reads one answer to its end: the 402 reason, or the stream's content events, usage chunk and [DONE]. */
@@ -495,6 +517,7 @@ async function readAnswer(res: Response): Promise<Streamed> {
     status: res.status,
     reason: null,
     receiptId: res.headers.get('x-receipt-id'),
+    paidTx: settledTx(res.headers.get('payment-response')),
     whole: false,
     deltas: 0,
     usage: null,
@@ -543,6 +566,7 @@ interface DriveCtx {
 function served(c: Call, got: Streamed, from: number): void {
   c.outcome = 'served'
   c.receiptId = got.receiptId
+  c.paidTx = got.paidTx
   c.whole = got.whole && got.usage?.completion === c.events && got.usage.prompt === STREAM_PROMPT_TOKENS
   c.deltas = got.deltas
   c.from = from
@@ -751,9 +775,22 @@ async function judgeUpto(
     overSigned: 0,
     unsettled: 0,
     uncapturedSettled: 0,
+    settledBeforeAnswer: 0,
+    receiptOtherTx: 0,
     payerMovedAtomic: 0n,
   }
   judgeCalls(f, calls, rows, upstream)
+  const byCall = new Map<string, { tx: string | null; settled: boolean }>()
+  for (const r of await db<{ id: string; tx: string | null; settled: boolean }[]>`
+    SELECT c.id, k.settlement_tx AS tx, k.settled_at IS NOT NULL AS settled
+    FROM calls c JOIN claims k ON k.proof_key = call_proof_key(c.proof_key, c.proof) WHERE k.kind = 'upto'`)
+    byCall.set(r.id, { tx: r.tx, settled: r.settled })
+  for (const c of calls) {
+    if (c.paidTx === null || c.receiptId === null) continue
+    f.settledBeforeAnswer++
+    const k = byCall.get(`call_${c.receiptId.slice(5)}`)
+    if (k === undefined || !k.settled || k.tx?.toLowerCase() !== c.paidTx.toLowerCase()) f.receiptOtherTx++
+  }
   const claims = await db<
     {
       proof_key: string
@@ -857,7 +894,7 @@ export function formatSchemes(r: SchemesChaosResult): string {
   return [
     `restarts: ${r.restarts.map((x) => `${x.mode} at ${x.atMs} ms (${x.tookMs} ms, ${x.streamsInFlight} streams in flight)`).join('; ')}`,
     k('upto', r.upto),
-    `  upto settlement: settled ≠ booked ${r.upto.settledNotBooked}, above signed ${r.upto.overSigned}, unsettled ${r.upto.unsettled}, uncaptured settled ${r.upto.uncapturedSettled}; payer wallet moved ${r.upto.payerMovedAtomic} of ${r.upto.charged} charged`,
+    `  upto settlement: settled ≠ booked ${r.upto.settledNotBooked}, above signed ${r.upto.overSigned}, unsettled ${r.upto.unsettled}, uncaptured settled ${r.upto.uncapturedSettled}; settled before the answer ${r.upto.settledBeforeAnswer}, receipt naming another transaction ${r.upto.receiptOtherTx}; payer wallet moved ${r.upto.payerMovedAtomic} of ${r.upto.charged} charged`,
     k('batch', r.batch),
     `  channels: ${r.batch.channels}, corrective 402s ${r.batch.corrections}, charged ≠ Σ calls ${r.batch.chargedNotSum}, claimed ≠ charged ${r.batch.claimedNotCharged} (on chain ${r.batch.onChainNotCharged})`,
     `replay of ${r.replaySends} payment headers: ${r.replayServed} served again`,

@@ -1,12 +1,15 @@
 // The README's demo upstreams on their own (tollgate in front of them is the walk-through test's part):
 // demo-llm streams a word per chunk and reports usage only when asked, as OpenAI does, counting a word as a
 // token; demo-mcp is an SDK server the SDK client lists and calls; mcp-call against a server that asks for
-// no payment lists and calls without paying, and refuses arguments that are not a JSON object.
+// no payment lists and calls without paying, and refuses arguments that are not a JSON object; demo-realtime
+// answers the Realtime events and counts what it sent each connection.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
+import WebSocket from 'ws'
 import { startDemoLlm } from '../../src/cli/demo-llm.ts'
 import { startDemoMcp } from '../../src/cli/demo-mcp.ts'
+import { CACHED_TOKENS, INPUT_TOKENS, startDemoRealtime } from '../../src/cli/demo-realtime.ts'
 import type { Listening } from '../../src/cli/demo-server.ts'
 import { main as mcpCall } from '../../src/cli/mcp-call.ts'
 
@@ -125,5 +128,72 @@ describe('demo-mcp and mcp-call', () => {
   it('mcp-call refuses arguments that are not a JSON object (a usage error)', async () => {
     await expect(mcpCall([mcpUrl, 'echo', '[1]'])).rejects.toThrow(/JSON object/)
     await expect(mcpCall(['not a url'])).rejects.toThrow(/not a URL/)
+  })
+})
+
+describe('demo-realtime', () => {
+  it('speaks the Realtime events: session.created, items, response.* and response.done with its usage', async () => {
+    const rt = await startDemoRealtime(0)
+    try {
+      const ws = new WebSocket(`ws://127.0.0.1:${rt.port}/v1/realtime?model=demo`, {
+        headers: { 'x-request-id': 'req_demo_realtime' },
+      })
+      const got: Array<{ type: string; [k: string]: any }> = []
+      ws.on('message', (d) => got.push(JSON.parse(d.toString())))
+      await new Promise((resolve) => ws.on('open', resolve))
+      ws.send(
+        JSON.stringify({
+          type: 'conversation.item.create',
+          item: {
+            type: 'message',
+            role: 'user',
+            content: [{ type: 'input_text', text: 'three more words' }],
+          },
+        }),
+      )
+      ws.send(JSON.stringify({ type: 'response.create', response: { words: 4 } }))
+      ws.send(
+        JSON.stringify({ type: 'response.create', response: { words: 2, output_modalities: ['audio'] } }),
+      )
+      await vi.waitFor(() => expect(got.filter((e) => e.type === 'response.done')).toHaveLength(2))
+      expect(got.map((e) => e.type)).toEqual([
+        'session.created',
+        'conversation.item.created',
+        'response.created',
+        ...Array(4).fill('response.text.delta'),
+        'response.done',
+        'response.created',
+        'response.audio.delta',
+        'response.audio.delta',
+        'response.done',
+      ])
+      const [text, audio] = got.filter((e) => e.type === 'response.done')
+      expect(text!.response.usage).toMatchObject({
+        input_tokens: INPUT_TOKENS + 3,
+        output_tokens: 4,
+        input_token_details: { cached_tokens: CACHED_TOKENS },
+        output_token_details: { text_tokens: 4, audio_tokens: 0 },
+      })
+      expect(audio!.response.usage).toMatchObject({
+        input_tokens: INPUT_TOKENS,
+        output_tokens: 2,
+        output_token_details: { text_tokens: 0, audio_tokens: 2 },
+      })
+      // What it sent, by the upgrade's request id: the most a session through tollgate could be charged.
+      expect(rt.sent.get('req_demo_realtime')).toMatchObject({
+        messages: got.length,
+        deltas: 6,
+        reportedDeltas: 6,
+        input_tokens: 2 * INPUT_TOKENS + 3,
+        cached_tokens: 2 * CACHED_TOKENS,
+        output_tokens: 6,
+        responses: 2,
+      })
+      ws.close(1000, 'done')
+      await vi.waitFor(() => expect(rt.closes).toEqual([{ code: 1000, reason: 'done' }]))
+      expect(rt.open()).toBe(0)
+    } finally {
+      await rt.close()
+    }
   })
 })

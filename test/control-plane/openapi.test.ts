@@ -271,6 +271,7 @@ describe('real answers of every operation validate against it', () => {
     expect((await call('/.well-known/x402.json', '/.well-known/x402.json')).body.items).toHaveLength(1)
     // MPP's discovery document lists the same endpoint, as the schema says.
     expect(Object.keys((await call('/openapi.json', '/openapi.json')).body.paths)).toContain(`/m/${ids.ep}`)
+    expect((await call('/llms.txt', '/llms.txt')).text).toContain(`/m/${ids.ep}`)
     const keys = '/.well-known/x402-receipt-keys.json'
     expect((await call(keys, keys)).body.current.kid).toMatch(/^did:pkh:eip155:1:0x/)
     const calls = await call('/api/v1/calls', `/api/v1/calls?endpoint_id=${ids.ep}`, { key })

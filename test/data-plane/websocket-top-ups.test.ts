@@ -15,6 +15,7 @@ import {
 } from '../helpers/realtime-upstream.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
+import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
 import { openWs } from '../helpers/ws-client.ts'
 
 const CREDIT = 50_000n
@@ -31,8 +32,10 @@ const PRICING = {
 describe('WebSocket session top-ups', () => {
   let svc: TestService
   let upstream: RealtimeUpstream
+  let receiver: WebhookReceiver
   let payer: Funded
   let id: string
+  let key: string
 
   const rows = async (hash: string) => {
     await svc.flushCaptures()
@@ -45,7 +48,13 @@ describe('WebSocket session top-ups', () => {
     svc = await startTestService()
     upstream = await startRealtimeUpstream()
     payer = await fundedAccount(100_000_000n)
-    const { key } = await registerMerchant(svc)
+    ;({ key } = await registerMerchant(svc))
+    receiver = await startWebhookReceiver()
+    const hook = await svc.api('/api/v1/webhooks', {
+      key,
+      body: { url: receiver.url, events: ['session.closed'] },
+    })
+    expect(hook.status).toBe(201)
     const r = await svc.api('/api/v1/endpoints', {
       key,
       body: {
@@ -60,6 +69,7 @@ describe('WebSocket session top-ups', () => {
   afterAll(async () => {
     await svc?.stop()
     await upstream?.close()
+    await receiver?.close()
   })
 
   it('tops up on the socket when asked and goes on; charged across both payments to the base unit', async () => {
@@ -114,6 +124,39 @@ describe('WebSocket session top-ups', () => {
     expect(report.claims.differences).toEqual([])
     expect(report.claims.unused_refund_mismatch).toBe(0)
     expect(await registry.metrics()).toMatch(/tollgate_websocket_top_ups_total\{outcome="taken"\} [1-9]/)
+    // GET /calls: the opening row is the session's one row (its duration, who ended it, its whole charge);
+    // the top-up's row names it.
+    const calls = (await svc.api(`/api/v1/calls?endpoint_id=${id}&limit=100`, { key })).body.data as any[]
+    const opening = calls.find((c) => c.id === `call_${String(s.headers['x-receipt-id']).slice(5)}`)
+    expect(opening.session).toMatchObject({
+      call_id: opening.id,
+      ended_by: 'client',
+      charge_atomic: charge.toString(),
+      payments: 2,
+    })
+    expect(opening.session.duration_ms).toBeGreaterThan(0)
+    const topUp = calls.find((c) => c.id === opening.session.top_up_call_ids[0])
+    expect(topUp.session).toMatchObject({ call_id: opening.id, charge_atomic: null })
+    // A session.closed webhook event, written with the row: its whole charge and usage.
+    const events = (await svc.api('/api/v1/events?type=session.closed&limit=100', { key })).body.data as any[]
+    const closedEvent = events.find((e) => e.data.call_id === opening.id)
+    expect(closedEvent.data).toMatchObject({
+      object: 'session',
+      receipt_id: s.headers['x-receipt-id'],
+      endpoint_id: id,
+      ended_by: 'client',
+      charge_atomic: charge.toString(),
+      payments: 2,
+      usage: { unit: 'tokens', quantities: { output_tokens: 80 } },
+    })
+    expect(events.filter((e) => e.data.call_id === topUp.id)).toEqual([])
+    // Delivered by the webhook dispatcher, signed, as every event is.
+    const delivered = await receiver.waitFor((c) => JSON.parse(c.body).id === closedEvent.id, 20_000)
+    expect(JSON.parse(delivered.body)).toMatchObject({
+      type: 'session.closed',
+      data: { call_id: opening.id, charge_atomic: charge.toString() },
+    })
+    expect(delivered.headers['webhook-signature']).toMatch(/^v1,/)
   })
 
   it('asks, pauses when the credit is spent, refuses its own proof again, then closes with 4402 after the wait', async () => {

@@ -152,6 +152,11 @@ describe('a WebSocket session paid by channel vouchers', () => {
     expect(books.calls[0]!.usage.quantities).toMatchObject({ output_tokens: WORDS })
     expect([books.charged, books.claimed]).toEqual([charge, charge])
     expect(books.differences).toEqual([])
+    expect(books.calls[0]!.usage.session).toMatchObject({ ended_by: 'client', charge_atomic: `${charge}` })
+    // The channel's own statement wrote the row: its session.closed event came with it.
+    const [event] = await svc.sql<{ data: any }[]>`
+      SELECT data FROM events WHERE type = 'session.closed' AND data->>'endpoint_id' = ${id}`
+    expect(event!.data).toMatchObject({ charge_atomic: `${charge}`, scheme: 'batch-settlement', payments: 1 })
   }, 120_000)
 
   it('charges a client that leaves mid-answer for what it received; books = chain', async () => {

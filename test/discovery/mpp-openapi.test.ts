@@ -2,18 +2,20 @@
 // operation, read with the published mppx discovery code (its document schema, its validator and its
 // PaymentInfo reader, which turns either form into offers) and compared with each endpoint's live 402.
 import { Challenge } from 'mppx'
-import { DiscoveryDocument, PaymentInfo, validate } from 'mppx/discovery'
+import { DiscoveryDocument, PaymentInfo, ServiceInfo, validate } from 'mppx/discovery'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 
 const WEATHER = {
   method: 'GET',
+  tags: ['Weather', 'data'],
   input_schema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
   output_schema: { properties: { temp_c: { type: 'number' } } },
 }
 const TRANSLATE = {
   method: 'POST',
+  tags: ['Language Tools', 'data'],
   body_type: 'json',
   input_schema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
   input_example: { text: 'hello' },
@@ -71,6 +73,31 @@ describe('MPP discovery: /openapi.json', () => {
     expect(issues.filter((i) => i.severity === 'error')).toEqual([])
     expect(doc.openapi).toBe('3.1.0')
     expect(doc.servers).toEqual([{ url: service.url }])
+  })
+
+  it('x-service-info: categories from the listed endpoints’ tags (most used first), /llms.txt as the docs', async () => {
+    const doc = await document()
+    const info = ServiceInfo.parse(doc['x-service-info'])
+    // `hidden` (unlisted) carries the weather tags too: it counts for nothing.
+    expect(info.categories).toEqual(['data', 'language-tools', 'weather'])
+    expect(info.docs).toEqual({ llms: `${service.url}/llms.txt` })
+  })
+
+  it('GET /llms.txt lists the same operations in Markdown, with their prices, and the machine documents', async () => {
+    const r = await fetch(`${service.url}/llms.txt`)
+    expect(r.status).toBe(200)
+    expect(r.headers.get('content-type')).toMatch(/^text\/markdown/)
+    const text = await r.text()
+    expect(text).toMatch(/^# Metered APIs at /)
+    expect(text).toContain(`- [Weather by city](${service.url}/m/${ids.weather}): GET (10000 base units of `)
+    expect(text).toContain(
+      `- [Translate text](${service.url}/m/${ids.translate}): POST (50000 base units of `,
+    )
+    expect(text).toContain(`${service.url}/m/${ids.mcp}): POST JSON-RPC (MCP)`)
+    expect(text).toContain(`${service.url}/m/${ids.rules}): GET (price: see the 402`)
+    expect(text).not.toContain(ids.hidden!)
+    expect(text).not.toContain(ids.x402Only!)
+    expect(text).toContain(`(${service.url}/openapi.json)`)
   })
 
   it('lists the listed endpoints that take MPP, at their metered paths; not the unlisted nor the x402-only', async () => {

@@ -3,7 +3,8 @@
 // what comes out. Then the two sections that go on in terminal 2 (usage-based pricing, paid MCP tools), each
 // after the walk-through's own lines that define json, HOST, API and AUTH (a fresh merchant each). In a
 // temporary copy of the repository, so the service's .data/ and dist/ never land in the checkout; free ports
-// in PORT, DEMO_PORT, ADMIN_PORT, DEMO_LLM_PORT and DEMO_MCP_PORT (the README's own way to move off taken ports).
+// in PORT, DEMO_PORT, ADMIN_PORT, DEMO_LLM_PORT, DEMO_MCP_PORT and DEMO_REALTIME_PORT (the README's own way to
+// move off taken ports). docs/websockets.md's walk-through (a Realtime session) runs the same way.
 import { type ChildProcess, spawn } from 'node:child_process'
 import { cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
 import { createServer } from 'node:net'
@@ -16,11 +17,11 @@ const ROOT = join(import.meta.dirname, '../..')
 
 const README = readFileSync(join(ROOT, 'README.md'), 'utf8')
 
-/** The sh blocks of a section of the README, in order. */
-function shBlocks(heading: string): string[] {
-  const start = README.indexOf(`\n${heading}\n`)
-  if (start < 0) throw new Error(`README has no section ${heading}`)
-  const section = README.slice(start, README.indexOf('\n## ', start + 1))
+/** The sh blocks of a section of the README (or of another page), in order. */
+function shBlocks(heading: string, page = README): string[] {
+  const start = page.indexOf(`\n${heading}\n`)
+  if (start < 0) throw new Error(`no section ${heading}`)
+  const section = page.slice(start, page.indexOf('\n## ', start + 1))
   return [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!)
 }
 
@@ -97,7 +98,8 @@ beforeAll(async () => {
   for (const f of ['package.json', 'tsconfig.json', 'tsconfig.build.json', 'src', 'config', 'scripts'])
     cpSync(join(ROOT, f), join(app, f), { recursive: true })
   symlinkSync(join(ROOT, 'node_modules'), join(app, 'node_modules'), 'dir')
-  const [port, demo, admin, llm, mcp] = [
+  const [port, demo, admin, llm, mcp, realtime] = [
+    await freePort(),
     await freePort(),
     await freePort(),
     await freePort(),
@@ -112,6 +114,7 @@ beforeAll(async () => {
     ADMIN_PORT: `${admin}`,
     DEMO_LLM_PORT: `${llm}`,
     DEMO_MCP_PORT: `${mcp}`,
+    DEMO_REALTIME_PORT: `${realtime}`,
   }
   // Terminal 1, as written; `npm ci` is what the linked node_modules stands for.
   const terminal1 = blocks[0]!
@@ -213,6 +216,21 @@ describe('README walk-through', () => {
     expect(out, context).toContain("ceiling_atomic: '50000'")
     expect(out, context).toContain("refunded_atomic: '39992'")
     expect(out, context).toContain("source: 'measured'")
+  }, 60_000)
+
+  it('docs/websockets.md walk-through: a Realtime session sold per token, charged what it delivered', async () => {
+    const page = readFileSync(join(ROOT, 'docs', 'websockets.md'), 'utf8')
+    const [section] = shBlocks('## Walk-through: a Realtime-shaped model, paid per token', page)
+    const r = await runBash(`${prelude}\n${section}\nkill $(jobs -p) 2>/dev/null; true\n`, 55_000)
+    const out = r.stdout
+    const context = `stdout:\n${out}\nstderr:\n${r.stderr}\nservice:\n${serviceLog.slice(-3000)}`
+    expect(r.status, context).toBe(0)
+    // The client's response.done usage, then the session's row: 8 input tokens at 2, 2 cached at 1, 1,000
+    // output tokens at 10 base units each.
+    expect(out, context).toMatch(/output_tokens: 1000\b/)
+    expect(out, context).toContain("charge_atomic: '10018'")
+    expect(out, context).toContain("ended_by: 'client'")
+    expect(out, context).toContain('payments: 1')
   }, 60_000)
 
   it('paid MCP tools: the SDK client lists free, pays the priced tool, the call is booked by tool', async () => {

@@ -7,7 +7,8 @@
 // refuseBroadcasts answers eth_sendRawTransaction 503 while reads pass (a provider rejecting transactions);
 // loseBroadcastAnswers forwards it and answers 503 all the same (the node took it, the answer was lost);
 // failMethods answers 503 to any request carrying one of those methods (one kind of look-up failing);
-// stripLogTimestamps answers as nodes that leave blockTimestamp off logs do; maxLogRange refuses an
+// beforeBroadcast is awaited before an eth_sendRawTransaction is passed on (a slow node, or a look at the
+// moment); stripLogTimestamps answers as nodes that leave blockTimestamp off logs do; maxLogRange refuses an
 // eth_getLogs over more blocks than that with a JSON-RPC error, as hosted providers do.
 // Plain node, no vitest import: the chaos runner uses it outside vitest too.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
@@ -32,6 +33,8 @@ export interface RpcProxy {
   stripLogTimestamps: boolean
   /** When set, an eth_getLogs spanning more blocks is answered with a JSON-RPC error (HTTP 200). */
   maxLogRange: number | null
+  /** Awaited with the body before a request carrying eth_sendRawTransaction is passed on. */
+  beforeBroadcast: ((body: string) => Promise<void>) | null
   /** When an array, the body of every request passed on is appended (tests look for the calls they mean). */
   bodies: string[] | null
   mode(): RpcProxyMode
@@ -53,6 +56,7 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
     stripLogTimestamps: false,
     maxLogRange: null as number | null,
     bodies: null as string[] | null,
+    beforeBroadcast: null as ((body: string) => Promise<void>) | null,
   }
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
@@ -83,6 +87,8 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
       refused++
       return void res.writeHead(200, { 'content-type': 'application/json' }).end(tooWide)
     }
+    if (state.beforeBroadcast !== null && body.includes('eth_sendRawTransaction'))
+      await state.beforeBroadcast(body)
     count(counts, body)
     state.bodies?.push(body)
     try {
@@ -156,6 +162,12 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
     },
     set stripLogTimestamps(on: boolean) {
       state.stripLogTimestamps = on
+    },
+    get beforeBroadcast() {
+      return state.beforeBroadcast
+    },
+    set beforeBroadcast(hook: ((body: string) => Promise<void>) | null) {
+      state.beforeBroadcast = hook
     },
     get bodies() {
       return state.bodies

@@ -3,12 +3,15 @@
 // or multiply the price its 402 quotes. A replayed signature is unsigned on a second instance.
 import { createHash, type webcrypto } from 'node:crypto'
 import { request as httpRequest } from 'node:http'
+import { Client as McpClient } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { Client } from 'mppx/attestation/web-bot-auth'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { agentIdentity } from '../../src/observability/metrics.ts'
 import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
 import { type KeyDirectoryServer, startKeyDirectory } from '../helpers/key-directory.ts'
+import { startMcpUpstream } from '../helpers/mcp-upstream.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 import { waitFor } from '../helpers/wait-for.ts'
@@ -201,6 +204,157 @@ describe('identity rules on metered calls', () => {
     if (receipt.signed !== null) expect(JSON.parse(receipt.signed.payload.agent)).toEqual(signedCall.agent)
   })
 
+  it("splits a listed endpoint's observed figures by who paid; an endpoint without rules has no split", async () => {
+    const create = async (rules: unknown) => {
+      const r = await svc.api('/api/v1/endpoints', {
+        key: apiKey,
+        body: { upstream_url: `${upstream.url}/echo`, price: 0.01, listed: true, identity_rules: rules },
+      })
+      expect(r.status).toBe(201)
+      return r.body.id as string
+    }
+    const ruled = await create([{ match: 'any_verified', action: 'endpoint_price' }])
+    const plain = await create(null)
+    const payer: Funded = await fundedAccount(1_000_000n)
+    const pay = async (id: string, sign: boolean) => {
+      const url = `${svc.url}/m/${id}`
+      const proof = await payUsdc(payer, svc.chain.treasury, 10_000n)
+      const headers = sign ? { ...headersOf(await signed(url)), 'x-payment': proof } : { 'x-payment': proof }
+      const r = await fetch(url, { headers })
+      await r.arrayBuffer()
+      expect(r.status).toBe(200)
+    }
+    // The directory may still be on its first fetch: a signed call counts as acme once it verifies.
+    await waitFor(
+      async () => {
+        await pay(ruled, true)
+        return upstream.last()!.headers['x-tollgate-agent'] === 'acme'
+      },
+      { what: 'a signed call verified' },
+    )
+    await pay(ruled, true)
+    await pay(ruled, false)
+    await pay(plain, true)
+    await svc.flushCaptures()
+    const body = await (await fetch(`${svc.url}/discovery/resources?limit=47&offset=0`)).json()
+    const observed = (id: string) =>
+      body.items.find((i: { resource: string }) => i.resource.endsWith(`/m/${id}`)).observed
+    const split = observed(ruled).by_agent as Array<{
+      signer: string
+      paid_calls: number
+      success_rate: number
+    }>
+    const acme = split.find((a) => a.signer === 'acme')!
+    const unsigned = split.find((a) => a.signer === 'unsigned')!
+    expect(acme.paid_calls).toBeGreaterThanOrEqual(2)
+    expect(unsigned.paid_calls).toBeGreaterThanOrEqual(1)
+    // Every paid call counted once, under one signer; busiest first.
+    expect(acme.paid_calls + unsigned.paid_calls).toBe(observed(ruled).paid_calls)
+    expect(split[0]!.paid_calls).toBeGreaterThanOrEqual(split[split.length - 1]!.paid_calls)
+    expect(acme.success_rate).toBe(1)
+    expect(observed(plain).paid_calls).toBe(1)
+    expect(observed(plain).by_agent).toBeUndefined()
+  })
+
+  it("prices an MCP endpoint by who calls: a tool at the rule's price, a usage-priced tool by its measure", async () => {
+    const mcp = await startMcpUpstream({ json: true })
+    try {
+      const created = await svc.api('/api/v1/endpoints', {
+        key: apiKey,
+        body: {
+          upstream_url: mcp.url,
+          kind: 'mcp',
+          mcp: {
+            tools: {
+              weather: 0.01,
+              report: { model: 'usage', unit: 'response_bytes', max_price: 0.05, price_per_mb: 1 },
+            },
+            default_price: 0.003,
+            free_tools: ['echo'],
+          },
+          identity_rules: [{ match: 'any_verified', action: 'multiplier', multiplier: '0.5' }],
+        },
+      })
+      expect(created.status).toBe(201)
+      const url = created.body.metered_url as string
+      const call = (name: string, headers: Record<string, string> = {}) =>
+        fetch(url, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            accept: 'application/json, text/event-stream',
+            ...headers,
+          },
+          body: JSON.stringify({
+            jsonrpc: '2.0',
+            id: 1,
+            method: 'tools/call',
+            params: { name, arguments: {} },
+          }),
+        })
+      const priceOf = async (r: Response) => {
+        expect(r.status).toBe(402)
+        return ((await r.json()) as { price_atomic: string }).price_atomic
+      }
+      expect(await priceOf(await call('weather'))).toBe('10000')
+      await waitFor(
+        async () => (await priceOf(await call('weather', headersOf(await signed(url))))) === '5000',
+        {
+          what: 'the signed tool call quoted × 0.5',
+        },
+      )
+      // A usage-priced tool is charged what it measures: its ceiling is quoted whoever calls.
+      expect(await priceOf(await call('report', headersOf(await signed(url))))).toBe('50000')
+
+      // The SDK's client, unchanged, over a fetch that signs each request and pays a 402 by transfer.
+      const payer: Funded = await fundedAccount(1_000_000n)
+      const hashes: string[] = []
+      const agentFetch: typeof fetch = async (input, init) => {
+        const headers = new Headers(init?.headers)
+        for (const [k, v] of await signed(url)) headers.set(k, v)
+        const first = await fetch(input, { ...init, headers })
+        if (first.status !== 402) return first
+        const { price_atomic } = (await first.json()) as { price_atomic: string }
+        const hash = await payUsdc(payer, svc.chain.treasury, BigInt(price_atomic))
+        hashes.push(hash)
+        const again = new Headers(init?.headers)
+        for (const [k, v] of await signed(url)) again.set(k, v)
+        again.set('x-payment', hash)
+        return fetch(input, { ...init, headers: again })
+      }
+      const client = new McpClient({ name: 'signed-agent', version: '1.0.0' })
+      await client.connect(new StreamableHTTPClientTransport(new URL(url), { fetch: agentFetch }))
+      expect((await client.callTool({ name: 'echo', arguments: { text: 'hi' } })).content).toEqual([
+        { type: 'text', text: 'hi' },
+      ])
+      expect((await client.callTool({ name: 'weather', arguments: { city: 'Lyon' } })).content).toEqual([
+        { type: 'text', text: 'sunny in Lyon' },
+      ])
+      await client.callTool({ name: 'report', arguments: {} })
+      await client.close()
+      expect(hashes).toHaveLength(2)
+      expect(mcp.served.get('weather')).toBe(1)
+
+      await svc.flushCaptures()
+      const rows = await svc.sql<
+        { tool: string; amount_atomic: bigint; pricing_model: string; agent: unknown }[]
+      >`
+        SELECT tool, amount_atomic, pricing_model, agent FROM calls
+        WHERE call_proof_key(proof_key, proof) = ANY(${hashes.map((h) => `tx:${h.toLowerCase()}`)})
+        ORDER BY tool DESC`
+      expect(rows.map((r) => [r.tool, r.pricing_model])).toEqual([
+        ['weather', 'fixed'],
+        ['report', 'usage'],
+      ])
+      expect(rows[0]!.amount_atomic).toBe(5_000n)
+      expect(rows[0]!.agent).toMatchObject({ signer: 'acme', rule: 0, action: 'multiplier' })
+      expect(rows[1]!.amount_atomic).toBeGreaterThan(5_000n)
+      expect(rows[1]!.agent).toMatchObject({ signer: 'acme', rule: 0, action: 'endpoint_price' })
+    } finally {
+      await mcp.close()
+    }
+  })
+
   it('an endpoint without identity rules books no agent', async () => {
     const id = await createEndpoint(svc, apiKey, null)
     const url = `${svc.url}/m/${id}`
@@ -221,7 +375,7 @@ describe('identity rules on metered calls', () => {
     expect(calls[0].agent).toBeNull()
   })
 
-  it('refuses identity_rules on kind mcp, and a price rule on a usage-priced endpoint', async () => {
+  it('refuses a price rule on a usage-priced endpoint', async () => {
     const usage = await svc.api('/api/v1/endpoints', {
       key: apiKey,
       body: {

@@ -24,6 +24,7 @@ import {
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { baseSepolia } from 'viem/chains'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { wrapFetchWithPayment as wrapFetchV1 } from 'x402-fetch'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { challengeId, challengeKey } from '../../src/schemes/mpp-charge/challenge.ts'
@@ -82,19 +83,23 @@ async function mppPayer(atomic: bigint) {
   const account = privateKeyToAccount(key)
   if (atomic > 0n) await fund(account.address, atomic)
   const sent: string[] = []
+  /** Each answer mppx got: status and content type. */
+  const answers: string[] = []
   // The credential as it went on the wire (the fetch mppx is given sees every request it makes).
-  const recording: typeof fetch = (input, init) => {
+  const recording: typeof fetch = async (input, init) => {
     const h = new Headers(init?.headers)
     const auth = h.get('authorization')
     if (auth !== null) sent.push(auth)
-    return fetch(input, init)
+    const r = await fetch(input, init)
+    answers.push(`${r.status} ${r.headers.get('content-type')}`)
+    return r
   }
   const mppx = Mppx.create({
     methods: [evm.charge({ account, authorization: token })],
     fetch: recording,
     polyfill: false,
   })
-  return { address: account.address, fetch: mppx.fetch, sent }
+  return { address: account.address, fetch: mppx.fetch, sent, answers }
 }
 
 async function endpoint(svc: Service, body: Record<string, unknown>): Promise<string> {
@@ -191,6 +196,10 @@ describe('MPP charge beside x402', () => {
     expect(upstream.count()).toBe(before + 1)
     expect(payer.sent).toHaveLength(1)
     expect(payer.sent[0]).toMatch(/^Payment /)
+    // mppx announces itself (Accept-Payment): its first 402 was the spec's problem, and it paid that.
+    expect(payer.answers).toHaveLength(2)
+    expect(payer.answers[0]).toBe('402 application/problem+json')
+    expect(payer.answers[1]).toMatch(/^200 /)
     // The upstream never sees the credential.
     expect(upstream.last()?.headers.authorization).toBeUndefined()
     const receipt = Receipt.fromResponse(r)
@@ -289,6 +298,28 @@ describe('MPP charge beside x402', () => {
     expect(upstream.count()).toBe(before + 1)
     await a.flushCaptures()
     expect(await callRows(a, payer.address)).toHaveLength(1)
+  })
+
+  it('x402-fetch (v1) still pays from the body when its request also says Accept-Payment (a problem body)', async () => {
+    const key = generatePrivateKey()
+    const account = privateKeyToAccount(key)
+    await fund(account.address, PRICE_ATOMIC)
+    const answers: string[] = []
+    // A client speaking both dialects: the first 402 is the payment-required problem, x402 members inside.
+    const speaksBoth: typeof fetch = async (input, init) => {
+      const headers = new Headers(init?.headers)
+      headers.set('accept-payment', 'evm/charge')
+      const r = await fetch(input, { ...init, headers })
+      answers.push(`${r.status} ${r.headers.get('content-type')}`)
+      return r
+    }
+    const before = upstream.count()
+    const r = await wrapFetchV1(speaksBoth, wallet(key) as never)(urlA)
+    expect(r.status).toBe(200)
+    expect(answers[0]).toBe('402 application/problem+json')
+    expect(upstream.count()).toBe(before + 1)
+    await a.flushCaptures()
+    expect((await callRows(a, account.address)).map((x) => x.scheme)).toEqual(['exact'])
   })
 
   it('@x402/fetch still pays the same URL', async () => {
@@ -585,7 +616,35 @@ describe('MPP credentials refused as the spec names them, each with a fresh chal
     const r = await fetch(urlA)
     expect(r.status).toBe(402)
     expect(r.headers.get('content-type')).toMatch(/^application\/json/)
-    expect(((await r.json()) as { error: string }).error).toBe('payment_required')
+    const body = (await r.json()) as Record<string, unknown>
+    expect(body.error).toBe('payment_required')
+    expect(body.type).toBeUndefined()
+  })
+
+  it('the first 402 to a client speaking MPP (Accept-Payment) is the payment-required problem, x402 members kept', async () => {
+    const plain = (await (await fetch(urlA)).json()) as Record<string, unknown>
+    const asked: Record<string, string>[] = [
+      { 'accept-payment': 'evm/charge' },
+      { accept: 'application/problem+json' },
+    ]
+    for (const headers of asked) {
+      const r = await fetch(urlA, { headers })
+      expect(r.status).toBe(402)
+      expect(r.headers.get('content-type')).toBe('application/problem+json')
+      const problem = (await r.json()) as Record<string, unknown>
+      expect(problem).toMatchObject({
+        type: `${PROBLEMS}payment-required`,
+        title: 'Payment Required',
+        status: 402,
+        error: 'payment_required',
+        challengeId: Challenge.fromHeaders(r.headers).id,
+      })
+      expect(typeof problem.detail).toBe('string')
+      // An x402 v1 client reading this body (x402-fetch) finds its terms unchanged.
+      expect(problem.x402Version).toBe(1)
+      expect(problem.accepts).toEqual(plain.accepts)
+      expect(r.headers.get('payment-required')).toBeTruthy()
+    }
   })
 
   it('a credential that is not base64url JSON: 402 malformed-credential', async () => {

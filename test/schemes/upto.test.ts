@@ -4,6 +4,8 @@
 // signed maximum; the same payment again is refused; the settlement job moves exactly the charge on chain,
 // and reconcile finds charged ≤ signed and settled = booked. The receipt URL shows the settling transaction,
 // its mined block, confirmations to the head, and each permit's place among those the transaction carries.
+// The endpoint here settles after the call (x402_settlement "after"): the settlement job's path. The default,
+// settled before the answer, is test/schemes/upto-before-answer.test.ts.
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { x402Client } from '@x402/core/client'
@@ -89,6 +91,7 @@ beforeAll(async () => {
     key: merchant.key,
     body: {
       upstream_url: `${upstream.url}/v1`,
+      x402_settlement: 'after',
       pricing: {
         model: 'usage',
         unit: 'tokens',

@@ -5,7 +5,8 @@
 // choose amounts — anyone else could charge a payer the whole maximum. Deployed through the deterministic
 // deployer (salt 0, the settler as constructor argument): one address per settler on every chain. The
 // settler sits in storage, not in an immutable, so the dev chain installs the runtime code with
-// anvil_setCode and writes slot 0.
+// anvil_setCode and writes slot 0. The settler may name delegates (tollgate's settler slots, which settle
+// before the answer from keys of their own): they settle as it does; only the settler names or removes them.
 pragma solidity ^0.8.24;
 
 import {Permit2} from './Permit2.sol';
@@ -26,11 +27,14 @@ contract UptoSettlementBatcher {
   uint256 public constant ITEM_GAS = 250_000;
 
   address public settler;
+  /// Accounts the settler lets settle for it (slot 1: keccak256(account . 1) holds each flag).
+  mapping(address => bool) public delegates;
 
   /// One per permit that moved money, for the settlement job and reconcile: who paid, which nonce, how much.
   event UptoSettled(address indexed owner, uint256 indexed nonce, uint256 amount);
   /// `attempted` items were tried in order; later ones were not (gas ran short) and are left for another batch.
   event BatchSettled(uint256 attempted, uint256 succeeded);
+  event DelegateSet(address indexed account, bool allowed);
 
   error NotSettler();
 
@@ -38,8 +42,16 @@ contract UptoSettlementBatcher {
     settler = settler_;
   }
 
-  function settle(Item[] calldata items) external {
+  function setDelegates(address[] calldata accounts, bool allowed) external {
     if (msg.sender != settler) revert NotSettler();
+    for (uint256 i; i < accounts.length; ++i) {
+      delegates[accounts[i]] = allowed;
+      emit DelegateSet(accounts[i], allowed);
+    }
+  }
+
+  function settle(Item[] calldata items) external {
+    if (msg.sender != settler && !delegates[msg.sender]) revert NotSettler();
     uint256 i;
     uint256 succeeded;
     for (; i < items.length; ++i) {

@@ -25,6 +25,7 @@ import {
   uptoBatcherAddress,
   uptoSettlementOutcomes,
 } from '../../chain/upto-settle.ts'
+import { settleBeforeAnswerUnavailable } from '../../config/settle-before-answer.ts'
 import { uptoSettlements } from '../../observability/metrics.ts'
 import { type BackgroundModule, type JobDeps, type TreasuryLock, unlocked } from './runner.ts'
 
@@ -67,7 +68,13 @@ interface SignedUpto {
 
 /** Settles everything due, step after step while a backlog remains. Returns how many permits were sent. */
 export async function settleUptoPermits(deps: JobDeps, lock: TreasuryLock): Promise<number> {
-  await resolveSent(deps)
+  // A settler records its hash with the capture and broadcasts right after: young and unknown to the node
+  // is not lost yet (where settlers exist: a secret to derive their keys from).
+  const early = deps.config.settlement.before_answer
+  await resolveSent(
+    deps,
+    settleBeforeAnswerUnavailable(deps.config) === null ? early.window_ms + 2 * early.wait_ms : 0,
+  )
   const limit = deps.config.settlement.batch_max
   let sent = 0
   for (;;) {
@@ -224,10 +231,12 @@ async function awaitOutcomes(deps: JobDeps, inFlight: SignedUpto[]): Promise<voi
 }
 
 /** Upto settlements already sent: final, lost, or still on their way. */
-async function resolveSent(deps: JobDeps): Promise<void> {
+async function resolveSent(deps: JobDeps, freshMs: number): Promise<void> {
   const byHash = new Map<Hash, UptoSettlementCandidate[]>()
+  const young = new Set<Hash>()
   for (const c of await listSentUptoSettlements(deps.sql)) {
     const hash = c.settlement_tx as Hash
+    if (c.age_ms < freshMs) young.add(hash)
     byHash.set(hash, [...(byHash.get(hash) ?? []), c])
   }
   for (const [hash, items] of byHash) {
@@ -237,6 +246,7 @@ async function resolveSent(deps: JobDeps): Promise<void> {
       await applyOutcomes(deps, { items, hash }, receipt)
       continue
     }
+    if (young.has(hash)) continue
     if (await nullIfNotFound(deps.chain.publicClient.getTransaction({ hash }))) continue
     // Never mined and unknown to the node: an unspent permit is signed again; a spent one was spent
     // elsewhere (the payer invalidated or used its nonce), and only our own log would have meant money.

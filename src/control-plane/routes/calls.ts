@@ -3,10 +3,19 @@
 // identity rules, who called and the rule that priced the call.
 import * as v from 'valibot'
 import { protocolOf } from '../../books/protocols.ts'
-import { agentView, type CallRow, listCalls, usageView } from '../../db/calls.ts'
+import { agentView, type CallRow, listCalls, sessionView, usageView } from '../../db/calls.ts'
 import { ApiError } from '../../errors.ts'
 import { toDollars } from '../../money.ts'
-import { Atomic, CallAgentView, CallUsage, Dollars, listOf, PricingModel, Timestamp } from '../api-schemas.ts'
+import {
+  Atomic,
+  CallAgentView,
+  CallSession,
+  CallUsage,
+  Dollars,
+  listOf,
+  PricingModel,
+  Timestamp,
+} from '../api-schemas.ts'
 import { listResponse, readPage } from '../pagination.ts'
 import type { Route } from '../route.ts'
 
@@ -46,6 +55,7 @@ export const CallObject = v.strictObject({
     ),
   ),
   usage: CallUsage,
+  session: CallSession,
   agent: CallAgentView,
   created_at: Timestamp,
 })
@@ -68,9 +78,25 @@ export function presentCall(c: CallRow): v.InferOutput<typeof CallObject> {
     scheme: c.scheme ?? null,
     protocol: protocolOf(c.scheme),
     usage: usageView(c) as v.InferOutput<typeof CallUsage>,
+    session: presentSession(c),
     agent: agentView(c) as v.InferOutput<typeof CallAgentView>,
     created_at: c.created_at.toISOString(),
   }
+}
+
+/** A session's row: its whole charge also in dollars, as a call's amount is. */
+function presentSession(c: CallRow): v.InferOutput<typeof CallSession> {
+  const s = sessionView(c)
+  if (s === null) return null
+  return {
+    call_id: s.call_id,
+    duration_ms: s.duration_ms,
+    ended_by: s.ended_by,
+    charge: s.charge_atomic === null ? null : toDollars(BigInt(s.charge_atomic)),
+    charge_atomic: s.charge_atomic,
+    payments: s.payments,
+    top_up_call_ids: s.top_up_call_ids,
+  } as v.InferOutput<typeof CallSession>
 }
 
 export const callRoutes: Route[] = [

@@ -286,21 +286,17 @@ function storedRules(input: v.InferOutput<typeof IdentityRulesInput> | null | un
 }
 
 /**
- * Identity rules apply to HTTP endpoints; a rule's own price (price, multiplier) to a fixed or rules price
- * only: a usage-priced call is charged what it measures, an MCP call what its tool costs.
+ * A rule's own price (price, multiplier) fits a fixed or rules price only: a usage-priced call is charged
+ * what it measures.
  */
 function assertIdentityRulesFit(
   rules: readonly StoredIdentityRule[] | null,
   pricingModel: string,
   kind: 'http' | 'mcp',
 ): void {
-  if (rules === null) return
-  if (kind === 'mcp')
-    throw new ApiError(
-      'invalid_parameter',
-      'identity_rules go with HTTP endpoints only, not kind mcp',
-      'identity_rules',
-    )
+  // An MCP endpoint prices per tool: a rule's price or multiplier applies to each fixed-price tool, resource
+  // and prompt, and a usage-priced tool keeps what it measures (src/identity/rules.ts decide).
+  if (rules === null || kind === 'mcp') return
   if (pricingModel === 'usage' && rules.some((r) => r.action === 'price' || r.action === 'multiplier'))
     throw new ApiError(
       'invalid_parameter',

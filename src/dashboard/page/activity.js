@@ -38,6 +38,30 @@ function agentLabel(a) {
   })
 }
 
+/** A WebSocket session's row: "session · 5.2 s · 1,003 messages · ended by client"; a top-up's names its session. */
+function sessionLabel(c) {
+  const s = c.session
+  if (s.charge_atomic === null) return h('span', { title: s.call_id, text: 'session top-up' })
+  const seconds = (s.duration_ms / 1000).toLocaleString('en-US', { maximumFractionDigits: 1 })
+  const messages = c.usage?.quantities?.messages
+  const parts = ['session', `${seconds} s`]
+  if (messages !== undefined) parts.push(`${messages.toLocaleString('en-US')} messages`)
+  parts.push(`ended by ${s.ended_by.replace('_', ' ')}`)
+  return h('span', { title: c.id, text: parts.join(' · ') })
+}
+
+/** The session's whole charge on its row (its payments' shares together); a top-up's share in brackets. */
+function amountCell(c) {
+  const s = c.session
+  if (!s) return usd(c.amount)
+  if (s.charge_atomic === null)
+    return h('span', { class: 'muted', title: 'counted in its session', text: `(${usd(c.amount)})` })
+  return h('span', {
+    title: `${s.payments} payment${s.payments === 1 ? '' : 's'}`,
+    text: usd(s.charge),
+  })
+}
+
 const callRow = (c) =>
   h(
     'tr',
@@ -47,9 +71,12 @@ const callRow = (c) =>
     td('Payer', h('span', { class: 'mono', title: c.payer, text: shortHex(c.payer) })),
     // The protocol that paid (x402, mpp, tx-hash, …); the exact scheme on hover.
     td('Paid by', h('span', { title: c.scheme || '', text: c.protocol || '—' })),
-    td('Status', h('span', { class: 'mono', text: `${c.method} ${c.upstream_status}` })),
+    td(
+      'Status',
+      c.session ? sessionLabel(c) : h('span', { class: 'mono', text: `${c.method} ${c.upstream_status}` }),
+    ),
     td('Agent', agentLabel(c.agent)),
-    td('Amount', usd(c.amount), 'num'),
+    td('Amount', amountCell(c), 'num'),
   )
 
 export const callsPager = pager('calls', async (cursor) => {

@@ -15,10 +15,10 @@ import type { VerifyResult } from '../verifier.ts'
 import { matchAccepted } from './accepted-match.ts'
 import { EXACT, exactOffer } from './offer.ts'
 import { paymentReceipt } from './receipt.ts'
-import { type Settler, startSettler } from './settler.ts'
+import { type Settler, sharedSettler } from './settler.ts'
 
 export async function exactScheme(deps: SchemeDeps): Promise<Scheme> {
-  return new ExactScheme(deps, await startSettler(deps))
+  return new ExactScheme(deps, await sharedSettler(deps))
 }
 
 class ExactScheme implements Scheme {

@@ -2,38 +2,59 @@
 // of calls served together share one transaction (through the AuthorizationBatcher when the chain has it), so
 // the receipt can name the mined transaction that carries the payer's authorization.
 //
-// A served call hands its capture here instead of to the batch writer. Per group, one at a time: the
-// transaction is signed; the group's captures are written (group-committed with the claims, as any capture),
-// each carrying that transaction's hash and its place in it, so the hash is recorded in the capture's own
+// A served call hands its capture here instead of to the batch writer. The groups go through a pipeline,
+// several on their way at once (IN_FLIGHT): a group is cut, takes its nonces (counted here, in cut order),
+// its transactions are signed, and its captures written (group-committed with the claims, as any capture),
+// each carrying its transaction's hash and its place in it, so the hash is recorded in the capture's own
 // commit, before the broadcast (a crash after the broadcast leaves a hash the leader's settlement job looks
-// up, never an authorization sent blind); then it is broadcast, and its receipt awaited (at most wait_ms)
-// while the next group is signed and written. One database commit per call on the way, not two. Once the
-// answers are out, the authorizations the receipt shows used are marked settled and their revenue booked
-// (the transition the leader's job uses, which finds them done; what this path missed, the job settles).
+// up, never an authorization sent blind); then, once the group cut before it is broadcast, it is broadcast
+// (nonce order, no gap), and each transaction's receipt awaited (at most wait_ms) for its own calls. While
+// one group is broadcast, the next ones are signed and written. One database commit per call on the way,
+// not two. Once the answers are out, the authorizations the receipt shows used are marked settled and their
+// revenue booked (the transition the leader's job uses, which finds them done; what this path missed, the
+// job settles).
 //
 // The transactions are sent from this process's settler slot (src/schemes/exact/settler.ts), not the treasury:
 // the slot's lock makes its nonces this process's alone, so they are counted here without a round trip, while
 // the treasury's nonces belong to the leader's payouts and settlements.
+//
+// x402 `upto` permits go the same way (settleUpto), once their charge is known: the same groups, nonces and
+// captures, their own transactions (through the UptoSettlementBatcher, of which the slot is a delegate),
+// their own outcome (the batcher's UptoSettled log) and their own books transition (settleUptoClaims).
 import type { Hash, Hex, PrivateKeyAccount, TransactionReceipt } from 'viem'
 import type { BatchWriter } from '../../books/batch-writer.ts'
 import type { Capture } from '../../books/claims.ts'
 import { forgetSettlementTx, settleAuthorizations } from '../../books/settlement.ts'
+import { forgetUptoSettlementTx, settleUptoClaims } from '../../books/upto-settlement.ts'
 import type { ChainContext } from '../../chain/connect.ts'
 import { broadcast, type FeeQuote, pendingNonce, quoteFees } from '../../chain/payouts.ts'
 import type { StoredAuthorization } from '../../chain/settle.ts'
 import { signSettlement } from '../../chain/settle.ts'
 import { hasAuthorizationBatcher, settlementOutcomes, signSettlementBatch } from '../../chain/settle-batch.ts'
 import { signingAccount } from '../../chain/signing-account.ts'
+import {
+  signUptoSettlement,
+  type UptoSettlementItem,
+  uptoSettlementOutcomes,
+} from '../../chain/upto-settle.ts'
 import type { Sql } from '../../db/sql.ts'
 import type { Logger } from '../../observability/logger.ts'
 import { earlySettlementBatchSize, earlySettlementPhase } from '../../observability/metrics.ts'
 import { NonceGaps } from './nonce-gaps.ts'
+import { ReceiptWatch } from './receipt-watch.ts'
 
 /** Gas for one transferWithAuthorization sent alone (as the settlement job allows). */
 const SETTLEMENT_GAS = 150_000n
 
 /** How long a fee quote is reused (a block or so: quoteFees already adds headroom over the base fee). */
 const FEES_TTL_MS = 1_000
+
+/**
+ * A quote older than FEES_TTL_MS is still used, up to this age, while a fresh one is asked beside it: the
+ * fee RPCs (two) leave the groups' path. Two blocks on Base, of the six full blocks quoteFees' 2x headroom
+ * over the base fee lasts.
+ */
+const FEES_MAX_AGE_MS = 4_000
 
 /** Settled authorizations are booked together at most this often (one database transaction each time). */
 const MARK_EVERY_MS = 200
@@ -54,7 +75,9 @@ const UNSENT: EarlySettlement = { state: 'unsent' }
 interface Item {
   /** The served call's capture: this path writes it, whatever happens to the settlement. */
   capture: Capture
-  authorization: StoredAuthorization
+  /** An `exact` authorization, or (null) an `upto` permit and its charge. */
+  authorization: StoredAuthorization | null
+  upto: UptoSettlementItem | null
   /** When it was handed over (performance.now()): it waits from then for its group's turn. */
   readyAtMs: number
   resolve(outcome: EarlySettlement): void
@@ -80,6 +103,27 @@ export interface SettleBeforeAnswerOptions {
   perTransaction: number
 }
 
+/**
+ * Groups cut and not yet through their broadcast, at most: while one is broadcast, the next ones are signed
+ * and written (their captures group-committed together by the batch writer).
+ */
+const IN_FLIGHT = 4
+
+/**
+ * A busy settler cuts a group at most this often, unless a full transaction (settlement.per_transaction) is
+ * ready: at 500 calls/s that is 25 authorizations a group (at most 0.04 transactions per call), and the wait
+ * it adds (at most 50 ms, 25 on average) is small beside the block the answer waits for (2 s on Base).
+ */
+const GROUP_EVERY_MS = 50
+
+/** The nonces a group took: consecutive from `first`, one per transaction, counted in `epoch`. */
+interface Nonces {
+  first: number
+  /** Authorizations per transaction. */
+  per: number
+  epoch: number
+}
+
 export class SettleBeforeAnswer {
   private readonly account: PrivateKeyAccount
   /** Served calls waiting for the next group. */
@@ -87,25 +131,43 @@ export class SettleBeforeAnswer {
   private timer: NodeJS.Timeout | null = null
   /** The settler's next nonce: read from the chain once, then counted here (this process alone sends). */
   private nonce: number | null = null
+  /** Nonces are taken one group after another, in the order the groups were cut (their broadcast order). */
+  private nonces: Promise<unknown> = Promise.resolve()
+  /**
+   * Bumped when the nonces counted here stop following the chain (a group not broadcast, a refusal, the slot
+   * taken again): a group that took its nonces in an older epoch is not broadcast (it would leave a gap).
+   */
+  private epoch = 0
+  /** Resolved when the group cut last has sent its broadcasts (not their answers): the next one sends after. */
+  private turn: Promise<void> = Promise.resolve()
+  /** Groups cut and not yet through their broadcast. */
+  private inPipe = 0
+  private lastCutMs = Number.NEGATIVE_INFINITY
   private batcher: boolean | null = null
-  /** A group is being signed, written and broadcast: one at a time (nonces in order, no gap). */
-  private sending = false
   /** Fees quoted for the last batch, reused for FEES_TTL_MS: one RPC less per batch. */
   private fees: { quote: FeeQuote; atMs: number } | null = null
+  private quoting: Promise<FeeQuote> | null = null
   /** Groups being sent, receipts being awaited, settlements being booked. */
   private readonly inFlight = new Set<Promise<unknown>>()
   /** Authorizations the chain used in our transactions, with the block, not booked yet. */
   private mined = new Map<string, bigint>()
+  /** Upto permits the batcher logged settled, with the amount moved and the block, not booked yet. */
+  private minedUpto = new Map<string, { settledAtomic: bigint; block: bigint }>()
   private marking: Promise<void> | null = null
   private readonly phase = {
     queue: earlySettlementPhase.labels('queue'),
+    sign: earlySettlementPhase.labels('sign'),
     capture: earlySettlementPhase.labels('capture'),
+    turn: earlySettlementPhase.labels('turn'),
+    broadcast: earlySettlementPhase.labels('broadcast'),
     send: earlySettlementPhase.labels('send'),
     receipt: earlySettlementPhase.labels('receipt'),
   }
 
   /** Fills a nonce the node dropped, so the ones after it are mined. */
   readonly gaps: NonceGaps
+  /** The receipts of the transactions in flight, one question a look. */
+  private readonly receipts: ReceiptWatch
 
   /** Told after each of its transactions is mined (the gas watch reads the balance again). */
   onMined: (() => void) | null = null
@@ -120,10 +182,12 @@ export class SettleBeforeAnswer {
       quote: () => this.quote(),
       logger: o.logger,
     })
+    this.receipts = new ReceiptWatch(o.chain.publicClient)
   }
 
   /** The slot was lost and taken again: another process may have used its nonces meanwhile. */
   forgetNonce(): void {
+    this.epoch += 1
     this.nonce = null
   }
 
@@ -136,6 +200,22 @@ export class SettleBeforeAnswer {
    * logged). The capture is written in every case (with no hash when no transaction could be signed).
    */
   settle(capture: Capture, authorization: StoredAuthorization): Promise<EarlySettlement> {
+    return this.enqueue(capture, authorization, null)
+  }
+
+  /**
+   * As settle, for an `upto` permit and its call's charge (0 < amount ≤ the permit's maximum; the capture's
+   * amount): one of the batcher's items, in a transaction of upto permits only.
+   */
+  settleUpto(capture: Capture, upto: UptoSettlementItem): Promise<EarlySettlement> {
+    return this.enqueue(capture, null, upto)
+  }
+
+  private enqueue(
+    capture: Capture,
+    authorization: StoredAuthorization | null,
+    upto: UptoSettlementItem | null,
+  ): Promise<EarlySettlement> {
     return new Promise((resolve) => {
       // The answer never waits on a stuck database or RPC past this: it goes out saying pending (true: the
       // settlement job settles whatever this batch did not). A later outcome is ignored (settled once).
@@ -143,6 +223,7 @@ export class SettleBeforeAnswer {
       this.ready.push({
         capture,
         authorization,
+        upto,
         readyAtMs: performance.now(),
         resolve: (outcome) => {
           clearTimeout(deadline)
@@ -164,12 +245,16 @@ export class SettleBeforeAnswer {
 
   /**
    * Idle: the first call waits window_ms for the calls served beside it (one transaction for them all).
-   * Busy: the next group gathers while this one is sent and goes the moment it is (group commit: under
-   * load the groups grow, not the wait).
+   * Busy: a group is cut GROUP_EVERY_MS after the last one, or at once when a full transaction is ready,
+   * while up to IN_FLIGHT groups are on their way (group commit: under load the groups grow, not the wait).
    */
   private schedule(): void {
-    if (this.sending || this.timer !== null) return
-    this.timer = setTimeout(() => this.flush(), this.o.windowMs)
+    if (this.ready.length === 0 || this.inPipe >= IN_FLIGHT) return
+    const full = this.ready.length >= this.o.perTransaction
+    if (full) return this.flush()
+    if (this.timer !== null) return
+    const wait = Math.max(this.o.windowMs, GROUP_EVERY_MS - (performance.now() - this.lastCutMs))
+    this.timer = setTimeout(() => this.flush(), wait)
   }
 
   private flush(): void {
@@ -177,23 +262,32 @@ export class SettleBeforeAnswer {
       clearTimeout(this.timer)
       this.timer = null
     }
-    if (this.sending || this.ready.length === 0) return
+    if (this.ready.length === 0 || this.inPipe >= IN_FLIGHT) return
     const items = this.ready
     this.ready = []
-    this.sending = true
-    const sent = this.sendGroup(items)
+    this.lastCutMs = performance.now()
+    this.inPipe += 1
+    // Its nonces are taken now, in cut order; it broadcasts after the group cut before it.
+    const nonces = this.takeNonces(items)
+    const previous = this.turn
+    let dispatched = () => {}
+    this.turn = new Promise<void>((resolve) => {
+      dispatched = resolve
+    })
+    const sent = this.sendGroup(items, nonces, { previous, dispatched })
       .catch((err) => {
         this.o.logger.warn('settle before answer failed; the settlement job settles these later', { err })
         for (const it of items) it.resolve(UNSENT)
         return []
       })
       .finally(() => {
-        this.sending = false
-        if (this.ready.length > 0) this.flush()
+        dispatched()
+        this.inPipe -= 1
+        this.schedule()
       })
-    // The receipts are awaited beside the next group's sending: only the nonces need an order.
+    // Each transaction's receipt is awaited on its own: a call waits for its own group, no other.
     const receipts = sent.then((groups) =>
-      Promise.all(groups.map((g) => this.awaitReceipt(g.items, g.hash, g.sentMs))),
+      Promise.all(groups.map((g) => this.awaitReceipt(g.items, g.hash, g.nonce, g.sentMs))),
     )
     this.track(sent)
     this.track(receipts)
@@ -204,24 +298,57 @@ export class SettleBeforeAnswer {
     p.finally(() => this.inFlight.delete(p))
   }
 
-  /** Signs, writes the captures with the hash, broadcasts in nonce order; returns what is on its way. */
-  private async sendGroup(items: Item[]): Promise<Array<{ items: Item[]; hash: Hash; sentMs: number }>> {
+  /**
+   * Takes the nonces of a group of `count` authorizations, after the groups cut before it: counted here,
+   * read from the chain only when not known (first use, after a refusal or a lost slot).
+   */
+  private takeNonces(items: Item[]): Promise<Nonces> {
+    const taken = this.nonces.then(async () => {
+      const per = (await this.hasBatcher()) ? this.o.perTransaction : 1
+      while (this.nonce === null) {
+        const epoch = this.epoch
+        const read = await pendingNonce(this.o.chain.publicClient, this.account.address)
+        if (this.epoch === epoch && this.nonce === null) this.nonce = read
+      }
+      const first = this.nonce
+      this.nonce += transactionsOf(items, per, this.o.perTransaction).length
+      return { first, per, epoch: this.epoch }
+    })
+    this.nonces = taken.catch(() => undefined)
+    return taken
+  }
+
+  /**
+   * The nonces counted here no longer follow the chain from `epoch` on: the next group takes `next` (null:
+   * read from the chain), and the groups that took later nonces in that epoch are not broadcast.
+   */
+  private restart(epoch: number, next: number | null): void {
+    if (epoch !== this.epoch) return
+    this.epoch += 1
+    this.nonce = next
+  }
+
+  /**
+   * Signs, writes the captures with the hashes, then (its turn come: the group before it broadcast)
+   * broadcasts in nonce order; returns what is on its way. Never throws after taking its nonces.
+   */
+  private async sendGroup(
+    items: Item[],
+    nonces: Promise<Nonces>,
+    turn: { previous: Promise<void>; dispatched: () => void },
+  ): Promise<Array<{ items: Item[]; hash: Hash; nonce: number; sentMs: number }>> {
     const startMs = performance.now()
     for (const it of items) this.phase.queue.observe((startMs - it.readyAtMs) / 1000)
     earlySettlementBatchSize.observe(items.length)
+    let taken: Nonces | null = null
     let signed: Signed[] | null = null
-    let nonce = 0
     try {
-      const per = (await this.hasBatcher()) ? this.o.perTransaction : 1
-      const groups: Item[][] = []
-      for (let i = 0; i < items.length; i += per) groups.push(items.slice(i, i + per))
-      const client = this.o.chain.publicClient
-      const [fees, next] = await Promise.all([
-        this.quote(),
-        this.nonce ?? pendingNonce(client, this.account.address),
-      ])
-      nonce = next
-      signed = await Promise.all(groups.map((g, i) => this.sign(g, nonce + i, fees)))
+      taken = await nonces
+      const { first, per } = taken
+      const fees = await this.quote()
+      const groups = transactionsOf(items, per, this.o.perTransaction)
+      signed = await Promise.all(groups.map((g, i) => this.sign(g, first + i, fees)))
+      this.phase.sign.observe((performance.now() - startMs) / 1000)
     } catch (err) {
       // Nothing signed: the captures are written all the same, without a hash (the job settles them).
       this.o.logger.warn('settle before answer: could not sign; the settlement job settles these later', {
@@ -230,13 +357,20 @@ export class SettleBeforeAnswer {
     }
     const captureMs = performance.now()
     const recorded = await this.writeCaptures(items, signed)
-    this.phase.capture.observe((performance.now() - captureMs) / 1000)
-    if (signed === null) {
+    const turnMs = performance.now()
+    this.phase.capture.observe((turnMs - captureMs) / 1000)
+    await turn.previous
+    const broadcastMs = performance.now()
+    this.phase.turn.observe((broadcastMs - turnMs) / 1000)
+    if (signed === null || taken === null) {
+      // Nonces taken and nothing sent at them: the next group takes them again.
+      if (taken !== null) this.restart(taken.epoch, taken.first)
       for (const it of items) it.resolve(UNSENT)
       return []
     }
-    const out = await this.broadcastInOrder(signed, nonce, recorded)
+    const out = await this.broadcastInOrder(signed, taken, recorded, turn.dispatched)
     const sentMs = performance.now()
+    this.phase.broadcast.observe((sentMs - broadcastMs) / 1000)
     this.phase.send.observe((sentMs - startMs) / 1000)
     return out.map((s) => ({ ...s, sentMs }))
   }
@@ -271,49 +405,61 @@ export class SettleBeforeAnswer {
   }
 
   /**
-   * Broadcasts in nonce order. A transaction with a capture that did not commit in time (or found its claim
-   * no longer claimed) is not sent, nor any later nonce (no gap); their recorded hashes are forgotten (a
-   * capture committing later with one is found unmined by the leader's job, and signed again from there).
+   * Broadcasts in nonce order: the group's transactions in one batched request, and the next group's sent
+   * once these are (not once the node answered: its round trip overlaps theirs; a node takes a nonce that
+   * arrives ahead of the one before it into its queue). A transaction with a capture that did not commit in
+   * time (or found its claim no longer claimed) is not sent, nor any later nonce (no gap): neither the rest of
+   * this group nor the groups after it that took their nonces in the same epoch. Their recorded hashes are
+   * forgotten (a capture committing later with one is found unmined by the leader's job, and signed again from
+   * there). A transaction the node refuses is forgotten the same way; the nonce is read again from the chain,
+   * and a hole it leaves under later ones is filled by NonceGaps.
    */
   private async broadcastInOrder(
     signed: Signed[],
-    nonce: number,
+    taken: Nonces,
     recorded: Set<string>,
-  ): Promise<Array<{ items: Item[]; hash: Hash }>> {
+    dispatched: () => void,
+  ): Promise<Array<{ items: Item[]; hash: Hash; nonce: number }>> {
     const client = this.o.chain.publicClient
-    const out: Array<{ items: Item[]; hash: Hash }> = []
-    let next = nonce
-    for (const [i, s] of signed.entries()) {
-      const whole = s.items.every((it) => recorded.has(it.capture.proofKey))
-      const r = whole ? await broadcast(client, s.rawTx) : null
-      if (r !== null && (r.ok || r.reason === 'already_known')) {
-        this.gaps.sent(nonce + i, s.hash)
-        out.push(s)
-        next = nonce + i + 1
+    // A group before this one was not (wholly) broadcast: these nonces would follow a gap.
+    const current = taken.epoch === this.epoch
+    let n = 0
+    while (current && n < signed.length && signed[n]!.items.every((it) => recorded.has(it.capture.proofKey)))
+      n++
+    // Not sent: the next group takes this nonce.
+    if (current && n < signed.length) this.restart(taken.epoch, taken.first + n)
+    const answers = signed.slice(0, n).map((s) => broadcast(client, s.rawTx))
+    dispatched()
+    await this.unsend(signed.slice(n), recorded)
+    const out: Array<{ items: Item[]; hash: Hash; nonce: number }> = []
+    for (const [i, r] of (await Promise.all(answers)).entries()) {
+      const s = signed[i]!
+      if (r.ok || r.reason === 'already_known') {
+        this.gaps.sent(taken.first + i, s.hash)
+        out.push({ ...s, nonce: taken.first + i })
         continue
       }
-      if (r !== null && !r.ok) {
-        this.o.logger.warn(
-          'settle before answer: broadcast refused; the settlement job settles these later',
-          {
-            reason: r.reason,
-            tx: s.hash,
-          },
-        )
-      }
-      for (const rest of signed.slice(i)) {
-        for (const it of rest.items) {
-          const proofKey = it.capture.proofKey
-          if (recorded.has(proofKey)) await forgetSettlementTx(this.o.sql, { proofKey, hash: rest.hash })
-          it.resolve(UNSENT)
-        }
-      }
-      // A refused nonce is read again from the chain next time (it may have moved under us).
-      this.nonce = r === null ? next : null
-      return out
+      this.o.logger.warn('settle before answer: broadcast refused; the settlement job settles these later', {
+        reason: r.reason,
+        tx: s.hash,
+      })
+      // Refused: read the nonce again from the chain (it may have moved under us).
+      this.restart(taken.epoch, null)
+      await this.unsend([s], recorded)
     }
-    this.nonce = next
     return out
+  }
+
+  /** Transactions signed and not sent: their hashes are forgotten, their calls answer pending. */
+  private async unsend(rest: Signed[], recorded: Set<string>): Promise<void> {
+    for (const s of rest) {
+      for (const it of s.items) {
+        const proofKey = it.capture.proofKey
+        const forget = it.upto === null ? forgetSettlementTx : forgetUptoSettlementTx
+        if (recorded.has(proofKey)) await forget(this.o.sql, { proofKey, hash: s.hash })
+        it.resolve(UNSENT)
+      }
+    }
   }
 
   private sign(
@@ -323,22 +469,27 @@ export class SettleBeforeAnswer {
   ): Promise<{ items: Item[]; rawTx: Hex; hash: Hash }> {
     const chain = this.o.chain
     const common = { chainId: chain.chainId, usdc: chain.usdc.address, nonce, fees }
+    if (items[0]?.upto) {
+      const upto = items.map((it) => it.upto!)
+      const p = { chainId: chain.chainId, items: upto, nonce, fees }
+      return signUptoSettlement(this.account, p).then((s) => ({ items, ...s }))
+    }
     const signed =
       items.length === 1
         ? signSettlement(this.account, {
             ...common,
-            authorization: items[0]!.authorization,
+            authorization: items[0]!.authorization!,
             gas: SETTLEMENT_GAS,
           })
         : signSettlementBatch(this.account, {
             ...common,
-            authorizations: items.map((it) => it.authorization),
+            authorizations: items.map((it) => it.authorization!),
           })
     return signed.then((s) => ({ items, ...s }))
   }
 
-  private async awaitReceipt(items: Item[], hash: Hash, sentMs: number): Promise<void> {
-    const receipt = await this.receiptWithin(hash)
+  private async awaitReceipt(items: Item[], hash: Hash, nonce: number, sentMs: number): Promise<void> {
+    const receipt = await this.receipts.wait(hash, nonce, this.o.waitMs)
     this.phase.receipt.observe((performance.now() - sentMs) / 1000)
     if (receipt === null) {
       // Not mined within wait_ms: the answer says so, with the transaction that carries the authorization.
@@ -346,9 +497,10 @@ export class SettleBeforeAnswer {
       return
     }
     this.onMined?.()
+    if (items[0]?.upto) return this.uptoOutcomes(items, hash, receipt)
     const outcomes = settlementOutcomes(receipt, {
       usdc: this.o.chain.usdc.address,
-      authorizations: items.map((it) => it.authorization),
+      authorizations: items.map((it) => it.authorization!),
     })
     // Only an authorization the token logged as used in this transaction is called settled; any other
     // outcome is left to the settlement job (which reads the same receipt) and the receipt says pending.
@@ -362,6 +514,22 @@ export class SettleBeforeAnswer {
   }
 
   /**
+   * Only a permit the batcher logged settled for exactly its charge is called settled (what moved is booked
+   * in any case: the job would book the same); any other outcome is the leader's job's, the receipt pending.
+   */
+  private uptoOutcomes(items: Item[], hash: Hash, receipt: TransactionReceipt): void {
+    const outcomes = uptoSettlementOutcomes(receipt, { items: items.map((it) => it.upto!) })
+    for (const [i, it] of items.entries()) {
+      const o = outcomes[i]!
+      const exact = o.status === 'settled' && o.amount === it.upto!.amount
+      if (o.status === 'settled')
+        this.minedUpto.set(it.capture.proofKey, { settledAtomic: o.amount, block: receipt.blockNumber })
+      it.resolve(exact ? { state: 'settled', transaction: hash } : UNSENT)
+    }
+    if (this.minedUpto.size > 0) this.markSoon()
+  }
+
+  /**
    * Books what the receipts showed used, after the answers went out (the same transition as the job's;
    * whoever comes second changes nothing), the receipts of MARK_EVERY_MS in one transaction: the receipt URL
    * shows the calls settled, with their block, within that, at a few commits a second whatever the load.
@@ -370,38 +538,41 @@ export class SettleBeforeAnswer {
     if (this.marking !== null) return
     this.marking = new Promise<void>((resolve) => setTimeout(resolve, MARK_EVERY_MS)).then(async () => {
       const blocks = this.mined
+      const upto = this.minedUpto
       this.mined = new Map()
-      await settleAuthorizations(this.o.sql, { proofKeys: [...blocks.keys()], blocks }).catch((err) =>
-        this.o.logger.warn('settle before answer: marking settled failed; the settlement job will', { err }),
-      )
+      this.minedUpto = new Map()
+      const failed = (err: unknown) =>
+        this.o.logger.warn('settle before answer: marking settled failed; the settlement job will', { err })
+      if (blocks.size > 0)
+        await settleAuthorizations(this.o.sql, { proofKeys: [...blocks.keys()], blocks }).catch(failed)
+      if (upto.size > 0) {
+        const settled = [...upto].map(([proofKey, m]) => ({ proofKey, ...m }))
+        await settleUptoClaims(this.o.sql, { settled }).catch(failed)
+      }
       this.marking = null
-      if (this.mined.size > 0) this.markSoon()
+      if (this.mined.size > 0 || this.minedUpto.size > 0) this.markSoon()
     })
     this.track(this.marking)
   }
 
-  /**
-   * The receipt, asked at once and then at growing intervals (5 ms up to 100 ms) until wait_ms: a chain that
-   * mines at once (or a pre-confirmation RPC) answers the first ask; a 2 s block is not polled 400 times.
-   * A failed ask counts as not mined yet.
-   */
-  private async receiptWithin(hash: Hash): Promise<TransactionReceipt | null> {
-    const until = performance.now() + this.o.waitMs
-    for (let delayMs = 5; ; delayMs = Math.min(100, delayMs * 2)) {
-      const receipt = await this.o.chain.publicClient.getTransactionReceipt({ hash }).catch(() => null)
-      if (receipt !== null) return receipt
-      const left = until - performance.now()
-      if (left <= 0) return null
-      await new Promise((r) => setTimeout(r, Math.min(delayMs, left)))
-    }
-  }
-
-  private async quote(): Promise<FeeQuote> {
+  private quote(): Promise<FeeQuote> {
     const now = performance.now()
-    if (this.fees !== null && now - this.fees.atMs < FEES_TTL_MS) return this.fees.quote
-    const quote = await quoteFees(this.o.chain.publicClient)
-    this.fees = { quote, atMs: now }
-    return quote
+    const age = this.fees === null ? Number.POSITIVE_INFINITY : now - this.fees.atMs
+    if (age < FEES_TTL_MS) return Promise.resolve(this.fees!.quote)
+    this.quoting ??= quoteFees(this.o.chain.publicClient)
+      .then((quote) => {
+        this.fees = { quote, atMs: now }
+        return quote
+      })
+      .finally(() => {
+        this.quoting = null
+      })
+    if (age < FEES_MAX_AGE_MS) {
+      // Refreshed beside the group; a failed refresh is asked again by the next group.
+      this.quoting.catch(() => undefined)
+      return Promise.resolve(this.fees!.quote)
+    }
+    return this.quoting
   }
 
   private async hasBatcher(): Promise<boolean> {
@@ -420,4 +591,18 @@ function within<T>(p: Promise<T>, ms: number, fallback: T): Promise<T> {
       resolve(v)
     })
   })
+}
+
+/**
+ * A group's transactions, in nonce order: its exact authorizations `per` a transaction (the
+ * AuthorizationBatcher's, else one each), then its upto permits `perUpto` a transaction (the
+ * UptoSettlementBatcher's): the two kinds go to different contracts, never in one transaction.
+ */
+function transactionsOf(items: Item[], per: number, perUpto: number): Item[][] {
+  const exact = items.filter((it) => it.upto === null)
+  const upto = items.filter((it) => it.upto !== null)
+  const out: Item[][] = []
+  for (let i = 0; i < exact.length; i += per) out.push(exact.slice(i, i + per))
+  for (let i = 0; i < upto.length; i += perUpto) out.push(upto.slice(i, i + perUpto))
+  return out
 }

@@ -27,6 +27,21 @@ export interface Settler {
   stop(): Promise<void>
 }
 
+const settlers = new WeakMap<SchemeDeps, Promise<Settler | null>>()
+
+/**
+ * The process's one settler, shared by the schemes that settle before the answer (exact and upto send from
+ * the same slot: one nonce sequence). Started by the first to ask; `exact` stops it.
+ */
+export function sharedSettler(deps: SchemeDeps): Promise<Settler | null> {
+  let settler = settlers.get(deps)
+  if (settler === undefined) {
+    settler = startSettler(deps)
+    settlers.set(deps, settler)
+  }
+  return settler
+}
+
 export async function startSettler(deps: SchemeDeps): Promise<Settler | null> {
   const { config, logger, chain } = deps
   const o = config.settlement?.before_answer

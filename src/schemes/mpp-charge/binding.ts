@@ -3,7 +3,8 @@
 // (the binding, the expiry, our terms, the nonce bound to the challenge). What is left is an x402 `exact`
 // payload for the one verifier (signature, validity window, nonce unused on chain, balance).
 import { timingSafeEqual } from 'node:crypto'
-import { getAddress, keccak256, toHex } from 'viem'
+import { getAddress, toHex } from 'viem'
+import { keccakBytes } from '../../chain/keccak.ts'
 import type { Logger } from '../../observability/logger.ts'
 import type { MppOffer } from './challenge.ts'
 import { challengeId, challengeKey, MPP_INTENT, MPP_METHOD, mppOffer } from './challenge.ts'
@@ -38,11 +39,20 @@ export type MppCheck =
   /** `exact`: the authorization as an x402 v1 exact payload; `amount`: the challenge's, base units. */
   | { ok: true; exact: Record<string, unknown>; amount: bigint; nonce: `0x${string}` }
 
+/** Requests (base64url) seen in challenges we issued, and their amount or null when the terms are not ours. */
+const REQUESTS_KEPT = 1_024
+
 export class MppBinding {
   private readonly key: Buffer
   readonly realm: string
   private readonly currency: string
   private readonly recipient: string
+  private readonly recipientLower: string
+  /**
+   * A charge request's check, by its text: only requests under our HMAC reach it (one per price offered), so
+   * the decoding, the schema and the checksummed address comparisons run once per price, not per call.
+   */
+  private readonly requests = new Map<string, bigint | null>()
 
   constructor(private readonly deps: MppBindingDeps) {
     // Stateless binding: every instance derives the same key from the deployment's own secret.
@@ -56,6 +66,7 @@ export class MppBinding {
     this.realm = deps.publicUrl ? new URL(deps.publicUrl).host : 'tollgate'
     this.currency = getAddress(deps.chainInfo.usdcAddress)
     this.recipient = getAddress(deps.chainInfo.treasury)
+    this.recipientLower = this.recipient.toLowerCase()
   }
 
   /** The challenge of one amount (base units), valid for `expiresInMs` from each answer. */
@@ -90,21 +101,14 @@ export class MppBinding {
     if (!sameText(expected, c.id)) return { ok: false, reason: 'invalid_challenge' }
     const expiresMs = c.expires === undefined ? Number.NaN : Date.parse(c.expires)
     if (!(expiresMs > nowMs)) return { ok: false, reason: 'payment_expired' }
-    const request = parseRequest(c.request)
-    if (request === null) return { ok: false, reason: 'invalid_challenge' }
-    // The terms are ours (a secret shared with another deployment on another chain would still be refused).
-    if (
-      request.methodDetails.chainId !== this.deps.chainInfo.chainId ||
-      getAddress(request.currency) !== this.currency ||
-      getAddress(request.recipient) !== this.recipient
-    )
-      return { ok: false, reason: 'invalid_challenge' }
+    const amount = this.requestAmount(c.request)
+    if (amount === null) return { ok: false, reason: 'invalid_challenge' }
     const a = parseAuthorization(credential.payload)
     if (a === null) return { ok: false, reason: 'invalid_payload' }
-    if (a.value !== request.amount) return { ok: false, reason: 'payment_insufficient' }
-    if (getAddress(a.to) !== this.recipient) return { ok: false, reason: 'invalid_payload' }
+    if (a.value !== amount.toString()) return { ok: false, reason: 'payment_insufficient' }
+    if (a.to.toLowerCase() !== this.recipientLower) return { ok: false, reason: 'invalid_payload' }
     // The nonce is the challenge's: an authorization signed for one challenge cannot answer another.
-    const nonce = keccak256(toHex(`${c.id}${c.realm}`))
+    const nonce = challengeNonce(c.id, c.realm)
     if (a.nonce.toLowerCase() !== nonce) return { ok: false, reason: 'invalid_challenge' }
     const exact = {
       x402Version: 1,
@@ -122,8 +126,32 @@ export class MppBinding {
         },
       },
     }
-    return { ok: true, exact, amount: BigInt(request.amount), nonce }
+    return { ok: true, exact, amount, nonce }
   }
+
+  /** The amount of a charge request issued under our key, or null when its terms are not ours. */
+  private requestAmount(text: string): bigint | null {
+    const known = this.requests.get(text)
+    if (known !== undefined) return known
+    const request = parseRequest(text)
+    // The terms are ours (a secret shared with another deployment on another chain would still be refused).
+    const amount =
+      request !== null &&
+      request.methodDetails.chainId === this.deps.chainInfo.chainId &&
+      getAddress(request.currency) === this.currency &&
+      getAddress(request.recipient) === this.recipient
+        ? BigInt(request.amount)
+        : null
+    if (this.requests.size >= REQUESTS_KEPT) this.requests.clear()
+    this.requests.set(text, amount)
+    return amount
+  }
+}
+
+/** The EIP-3009 nonce mppx signs for a challenge: keccak256(id + realm), lowercase 0x-hex. */
+export function challengeNonce(id: string, realm: string): `0x${string}` {
+  const hash = keccakBytes(`${id}${realm}`)
+  return `0x${Buffer.from(hash.buffer, hash.byteOffset, hash.byteLength).toString('hex')}`
 }
 
 function sameText(a: string, b: string): boolean {

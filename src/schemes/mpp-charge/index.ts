@@ -64,8 +64,9 @@ class MppChargeScheme implements Scheme {
     if (amount < minimumAccepted(q.quote, q.nowMs) || (q.quote.varies && amount < q.quote.amountAtomic))
       return { ok: false, reason: 'payment_insufficient' }
     // The rest is x402 exact's verification, word for word (signature, window, nonce on chain, balance).
+    // `raw` is the credential as it came (the verifier reads the payload only).
     const verified = this.deps.verifier.verify(
-      { kind: 'x402', raw: base64url(proof.token), payload: checked.exact, version: 1 },
+      { kind: 'x402', raw: proof.token, payload: checked.exact, version: 1 },
       q.client,
     )
     if (verified instanceof Promise) return verified.then((r) => this.decide(r, q, checked.nonce))

@@ -1,7 +1,9 @@
 // A refused MPP credential named as the Payment scheme names it: an RFC 9457 problem whose `type` is one of
 // the spec's problem types (https://paymentauth.org/problems/…), with the HTTP status the spec gives it
 // (method-unsupported is 400, every other refusal 402 with a fresh challenge), and the JSON-RPC error code
-// of the MPP MCP transport (-32602 for a credential that is not one, -32043 for one that did not verify).
+// of the MPP MCP transport (-32602 for a credential that is not one, -32043 for one that did not verify,
+// -32042 for payment required). The first 402 of a client that speaks MPP (it sent `Accept-Payment`) is the
+// spec's `payment-required` problem (the core draft: servers SHOULD send Problem Details with every 402).
 // tollgate's own reason (the body's `error`) stays beside it: it says which check refused.
 
 const BASE = 'https://paymentauth.org/problems/'
@@ -13,15 +15,17 @@ export interface MppProblem {
   status: 400 | 402
   detail: string
   /** The MPP MCP transport's JSON-RPC error code for it. */
-  rpcCode: -32602 | -32043
+  rpcCode: -32602 | -32043 | -32042
 }
 
 interface Kind {
   slug: string
   title: string
   status: 400 | 402
-  rpcCode: -32602 | -32043
+  rpcCode: -32602 | -32043 | -32042
 }
+
+const REQUIRED: Kind = { slug: 'payment-required', title: 'Payment Required', status: 402, rpcCode: -32042 }
 
 const MALFORMED: Kind = {
   slug: 'malformed-credential',
@@ -57,6 +61,8 @@ const FAILED: Kind = {
 
 /** tollgate's refusal reasons → the spec's problem type, and what to tell the payer. */
 const BY_REASON: Record<string, [Kind, string]> = {
+  // No credential: the first 402 (only a client that speaks MPP is answered with it).
+  payment_required: [REQUIRED, 'this resource requires payment: answer a challenge in WWW-Authenticate'],
   malformed_credential: [MALFORMED, 'the credential is not base64url JSON of a Payment credential'],
   method_unsupported: [UNSUPPORTED, 'only the evm method with the charge intent is accepted'],
   // The spec names an unknown, expired or already used challenge id invalid-challenge.

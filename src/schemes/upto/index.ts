@@ -2,10 +2,14 @@
 // x402 upto proxy as spender and tollgate's facilitator (its UptoSettlementBatcher, or the treasury on a
 // chain without one) in the witness. Verified locally and on chain (src/chain/upto-permit.ts), its
 // (payer, Permit2 nonce) claimed before the call, captured for the call's charge (at most the signed
-// ceiling), and settled for that charge after the call by the upto settlement job. Offered where the amount
+// ceiling), and settled for that charge: before the answer by this process's settler (a delegate of the
+// batcher; the answer is held whole until the charge is known, src/data-plane/held-answer.ts) on endpoints
+// that settle before the answer, else after the call by the upto settlement job. Offered where the amount
 // varies (usage pricing): a fixed price has `exact`.
 import type { Address } from 'viem'
 import { getAddress } from 'viem'
+import type { Capture } from '../../books/claims.ts'
+import type { StoredUptoPermit } from '../../chain/upto-permit.ts'
 import {
   createUptoChainChecker,
   storedUptoPermit,
@@ -14,10 +18,18 @@ import {
   uptoProofKey,
   verifyUptoPermit,
 } from '../../chain/upto-permit.ts'
-import { checkUptoContracts, hasUptoBatcher, uptoBatcherAddress } from '../../chain/upto-settle.ts'
+import {
+  allowUptoDelegateOnDevChain,
+  checkUptoContracts,
+  hasUptoBatcher,
+  isUptoDelegate,
+  uptoBatcherAddress,
+} from '../../chain/upto-settle.ts'
 import type { Proof } from '../../wire/proof.ts'
 import { exactAmountAccepted } from '../amounts.ts'
 import { ClaimedPayment, type ClaimedPaymentDeps, claimedPaymentDeps } from '../claimed-payment.ts'
+import type { EarlySettlement } from '../exact/settle-before-answer.ts'
+import { type Settler, sharedSettler } from '../exact/settler.ts'
 import type {
   Offer,
   OfferQuery,
@@ -36,6 +48,7 @@ export const UPTO = 'upto'
 export async function uptoScheme(deps: SchemeDeps): Promise<Scheme | null> {
   const { chain, chainInfo, logger } = deps
   let facilitator: Address
+  let settler: Settler | null = null
   try {
     const checked = await checkUptoContracts(chain.publicClient, { chainId: chainInfo.chainId })
     if (!checked.ok) {
@@ -47,11 +60,32 @@ export async function uptoScheme(deps: SchemeDeps): Promise<Scheme | null> {
     // The batcher settles many permits per transaction; without it the treasury settles them one by one.
     const batched = await hasUptoBatcher(chain.publicClient, chainInfo.treasury)
     facilitator = batched ? uptoBatcherAddress(chainInfo.treasury) : getAddress(chainInfo.treasury)
+    // Only a delegate of the batcher settles before the answer: the treasury's nonces are the leader's.
+    if (batched) settler = await delegateSettler(deps, facilitator)
   } catch (err) {
     logger.warn('x402 upto is not offered: the chain could not be read at start-up', { err })
     return null
   }
-  return new UptoScheme(deps, facilitator)
+  return new UptoScheme(deps, facilitator, settler)
+}
+
+/**
+ * This process's settler (shared with exact) when the batcher lets it settle: on the dev chain it is made a
+ * delegate here; elsewhere the treasury names the slots (setDelegates). null: upto settles after.
+ */
+async function delegateSettler(deps: SchemeDeps, batcher: Address): Promise<Settler | null> {
+  const settler = await sharedSettler(deps)
+  if (settler === null) return null
+  const client = deps.chain.publicClient
+  const account = settler.early.address
+  if (deps.config.chain.network === 'local' && !(await isUptoDelegate(client, batcher, account)))
+    await allowUptoDelegateOnDevChain(deps.chain.rpcUrl, batcher, account)
+  if (await isUptoDelegate(client, batcher, account)) return settler
+  deps.logger.warn(
+    'x402 upto: this settler slot is not a delegate of the UptoSettlementBatcher; upto calls settle after, with pending receipts (the treasury names its slots with setDelegates)',
+    { settler: account, batcher },
+  )
+  return null
 }
 
 /** Local refusals as wire reasons: the permit signs other terms than this 402's. */
@@ -68,6 +102,8 @@ const WIRE_REASON: Record<UptoFailure, string> = {
 
 const PENDING_MESSAGE =
   'the permit is verified and its nonce claimed; tollgate settles it on chain for the charge, at most the signed maximum'
+const SENT_MESSAGE =
+  'the permit is in the named transaction for the charge, broadcast before this answer and not yet mined'
 const NOT_CHARGED_MESSAGE =
   'the upstream failed: nothing was charged, and the same payment may be retried within the retry window'
 
@@ -80,6 +116,8 @@ class UptoScheme implements Scheme {
     private readonly deps: SchemeDeps,
     /** The facilitator payers sign into their witness: the only account the proxy lets settle. */
     readonly facilitator: Address,
+    /** Settles before the answer where the endpoint asks it; null: every call settles after. */
+    private readonly settler: Settler | null,
   ) {
     this.claimed = claimedPaymentDeps(deps)
     this.onChain = createUptoChainChecker(deps.chain.tokenReads)
@@ -153,6 +191,8 @@ class UptoScheme implements Scheme {
         }
       }
       const payer = getAddress(parsed.permit.from)
+      const permit = storedUptoPermit(parsed.permit, parsed.signature)
+      const early = q.endpoint.settleBeforeAnswer === true && this.settler?.usable() ? this.settler : null
       return {
         ok: true,
         payment: new ClaimedPayment(this.claimed, {
@@ -164,11 +204,12 @@ class UptoScheme implements Scheme {
           // The charge is capped here: never above what the payer signed.
           coversAtomic: parsed.permit.amount,
           transaction: null,
-          authorization: storedUptoPermit(parsed.permit, parsed.signature),
+          authorization: permit,
           endpointId: q.endpoint.id,
           accountId: q.endpoint.accountId,
           leaseMs: q.endpoint.timeoutMs + 5_000,
           receipt: (served) => this.receipt(payer, served),
+          settleEarly: early === null ? undefined : (capture) => this.settleEarly(early, capture, permit),
           // The payer reservation: the claim holds the maximum against this balance read, on top of what
           // the payer's other permits and authorizations still hold, on every instance (src/books/claims.ts).
           reserve: { balanceAtomic: onChain.balance.atomic, block: onChain.balance.block },
@@ -198,11 +239,47 @@ class UptoScheme implements Scheme {
     return exactAmountAccepted(quote, amount, nowMs) ? amount : null
   }
 
-  /** x402 v2 PAYMENT-RESPONSE: settled after the call, so pending (never success without a transaction). */
-  private receipt(payer: Address, served: boolean): [string, string] {
+  /**
+   * The charge is known (the capture's amount): settled from the settler, the receipt naming the mined
+   * transaction. A zero charge moves nothing (the job books it without a transaction): pending, as after.
+   */
+  private settleEarly(
+    settler: Settler,
+    capture: Capture,
+    permit: StoredUptoPermit,
+  ): Promise<[string, string]> {
+    const payer = getAddress(permit.from)
+    const charge = capture.amountAtomic
+    if (charge <= 0n || charge > BigInt(permit.amount)) {
+      this.deps.books.capture(capture)
+      return Promise.resolve(this.receipt(payer, true))
+    }
+    return settler.early
+      .settleUpto(capture, { permit, amount: charge })
+      .then((outcome) => this.receipt(payer, true, { outcome, charge }))
+  }
+
+  /**
+   * x402 v2 PAYMENT-RESPONSE. Settled before the answer: `success: true` with the transaction once it is
+   * mined and the batcher logged this permit settled for the charge; sent and not mined within wait_ms,
+   * `settlement_pending` with the hash. Otherwise pending (never success without a transaction).
+   */
+  private receipt(
+    payer: Address,
+    served: boolean,
+    early?: { outcome: EarlySettlement; charge: bigint },
+  ): [string, string] {
+    const network = this.deps.chainInfo.caip2
+    if (served && early !== undefined && early.outcome.state !== 'unsent') {
+      const tail = `"transaction":"${early.outcome.transaction}","network":"${network}","payer":"${payer}","amount":"${early.charge}"`
+      const json =
+        early.outcome.state === 'settled'
+          ? `{"success":true,${tail}}`
+          : `{"success":false,"errorReason":"settlement_pending","errorMessage":"${SENT_MESSAGE}",${tail}}`
+      return ['payment-response', Buffer.from(json).toString('base64')]
+    }
     const reason = served ? 'settlement_pending' : 'upstream_failed'
     const message = served ? PENDING_MESSAGE : NOT_CHARGED_MESSAGE
-    const network = this.deps.chainInfo.caip2
     const json = `{"success":false,"errorReason":"${reason}","errorMessage":"${message}","transaction":"","network":"${network}","payer":"${payer}"}`
     return ['payment-response', Buffer.from(json).toString('base64')]
   }
