@@ -14,6 +14,9 @@ import { attributeTransfers } from './checkout/attribution.ts'
 import { createCheckoutRoute } from './checkout/route.ts'
 import { publicBaseUrl } from './config/load.ts'
 import type { Config } from './config/schema.ts'
+import type { FacilitatorDeps } from './control-plane/deps.ts'
+import { startFacilitatorSettler } from './control-plane/facilitator-settler.ts'
+import { FacilitatorWaits } from './control-plane/facilitator-waits.ts'
 import { createApiHandler } from './control-plane/handler.ts'
 import type { JobRunner } from './control-plane/jobs/runner.ts'
 import { startBackground } from './control-plane/jobs/start.ts'
@@ -93,6 +96,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
       genesisHash: genesis.hash,
     })
     const chainInfo = describeChain(chain)
+    const facilitator: FacilitatorDeps = { settler: null, waits: new FacilitatorWaits(db.sql) }
     const dataPlane = started.add(
       await startDataPlane({
         config,
@@ -104,6 +108,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
         now: options.now,
         workerIndex: options.worker?.index ?? 0,
         ...handedOver({
+          facilitator,
           config,
           sql: db.sql,
           replication: db.replication,
@@ -115,6 +120,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
       }),
     )
     baseUrl = publicBaseUrl(config, dataPlane.port)
+    started.add(await startFacilitator(facilitator, { config, db, chain, logger, worker: options.worker }))
     const background = started.add(
       await startBackground({
         sql: db.sql,
@@ -161,6 +167,7 @@ export async function startService(config: Config, options: StartOptions = {}): 
  * (as the control plane's API handler is): the data plane imports neither checkout nor the control plane.
  */
 function handedOver(deps: {
+  facilitator: FacilitatorDeps
   config: Config
   sql: Sql
   replication: Database['replication']
@@ -170,8 +177,11 @@ function handedOver(deps: {
   publicUrl: () => string
 }): Pick<DataPlaneDeps, 'apiHandler' | 'checkoutRoute' | 'dashboardRoute' | 'attributeTransfers'> {
   const { config, sql, replication, chain, chainInfo, logger, publicUrl } = deps
-  // The facilitator's own nonce and balance reads (its balance reads are not shared with the hot path's).
-  const checkAuthorization = createAuthorizationChainChecker(chain.tokenReads)
+  // The facilitator's own nonce and balance reads (not shared with the hot path's), a payer's balance read
+  // reused for x402.balance_ttl_ms as the data plane's is: the claim's reservation keeps it exact.
+  const checkAuthorization = createAuthorizationChainChecker(chain.tokenReads, {
+    balanceTtlMs: config.x402.balance_ttl_ms,
+  })
   // Read on first use and kept; a failed read is asked again next time.
   let uptoAt: Promise<Address | null> | null = null
   const upto = {
@@ -203,6 +213,7 @@ function handedOver(deps: {
         }),
         checkAuthorization,
         upto,
+        facilitator: deps.facilitator,
       }),
     checkoutRoute: (verifier, edge) =>
       createCheckoutRoute({
@@ -240,6 +251,31 @@ function handedOver(deps: {
         },
         transfers,
       )
+    },
+  }
+}
+
+/**
+ * The facilitator's settlement group commit, when this process gets a settler slot of its own: started once
+ * the data plane holds its settler slot (the facilitator's is another).
+ */
+async function startFacilitator(
+  into: FacilitatorDeps,
+  deps: { config: Config; db: Database; chain: ChainContext; logger: Logger; worker: StartOptions['worker'] },
+): Promise<{ stop(): Promise<void> }> {
+  const { db, worker, ...rest } = deps
+  const started = await startFacilitatorSettler({
+    ...rest,
+    sql: db.sql,
+    embedded: db.embedded,
+    workerIndex: worker?.index ?? 0,
+  })
+  if (started.settler) started.settler.onSettled = () => into.waits.wake()
+  into.settler = started.settler
+  return {
+    stop: async () => {
+      into.settler = null
+      await started.stop()
     },
   }
 }

@@ -27,19 +27,25 @@ async function credentials(ctx: Context, url: string, count: number): Promise<st
   })
   const started = performance.now()
   const out: string[] = []
-  for (let i = 0; i < count; i += 50) {
+  // mppx's server derives a challenge's id from its terms and expiry (to the millisecond), and its evm charge
+  // client the EIP-3009 nonce from the challenge: 402s answered in the same millisecond give one payer the same
+  // authorization twice, and the second settlement reverts. Each credential here has a challenge of its own.
+  const seen = new Set<string>()
+  while (out.length < count) {
     const batch = await Promise.all(
-      Array.from({ length: Math.min(50, count - i) }, async () => {
+      Array.from({ length: Math.min(50, count - out.length) }, async () => {
         const r = await fetch(url)
         await r.arrayBuffer()
         if (r.status !== 402) return null
         const challenge = Challenge.fromResponse(r)
+        if (seen.has(challenge.id)) return ''
+        seen.add(challenge.id)
         return (await method.createCredential({ challenge, context: {} } as never)) as string
       }),
     )
     for (const c of batch) {
       if (c === null) return `${url} answered an unpaid call with another status than 402`
-      out.push(`Payment ${c.replace(/^Payment\s+/i, '')}`)
+      if (c !== '') out.push(`Payment ${c.replace(/^Payment\s+/i, '')}`)
     }
   }
   process.stdout.write(

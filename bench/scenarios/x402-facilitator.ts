@@ -2,10 +2,12 @@
 // (/api/v1/facilitator/verify then /settle, over HTTP with the merchant's key, as HTTPFacilitatorClient sends
 // them) against the reference facilitator (@x402/core's x402Facilitator with @x402/evm's exact scheme,
 // in-process, settling on the same anvil from its own key), each at stepped open-loop rates on a chain that
-// mines like Base (a block every 2 s). A payment is one verify then one settle; its latency runs from its due
-// time to the settle's answer. Per step: payments answered success, transactions mined per settlement (every
+// mines like Base (a block every 2 s, its 140 M gas limit). A payment is one verify then one settle; its
+// latency runs from its due time to the settle's answer. Per step: payments answered success, transactions mined per settlement (every
 // transaction from the step's first block until the last settlement's block), CPU µs per settlement (tollgate's
-// process, or this process for the in-process reference: its signer, viem and the load loop together).
+// process, with the PostgreSQL server's backends of its database when BENCH_DATABASE_URL is set; or this
+// process for the in-process reference: its signer, viem and the load loop together). The payments are
+// signed by --payers wallets in turn (8), for both.
 import { execFileSync } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -29,12 +31,14 @@ import { nonceManager, privateKeyToAccount } from 'viem/accounts'
 import { baseSepolia } from 'viem/chains'
 import { type DevChain, fundDevGas, startDevChain } from '../../src/chain/dev-chain.ts'
 import { settlerSlotKey } from '../../src/chain/settler-keys.ts'
-import { cpuMeter, withChildren } from '../cpu.ts'
+import { cpuMeter, postgresBackends, withChildren } from '../cpu.ts'
 import { ROOT } from '../targets/processes.ts'
 import { startTollgate } from '../targets/tollgate.ts'
 import { startUpstream } from '../targets/upstream.ts'
 
 const BLOCK_S = 2
+/** Base's block gas limit (as the capacity bench): anvil's default 30M holds ~250 settlements a second. */
+const GAS_LIMIT = 140_000_000n
 const NETWORK = 'eip155:84532'
 const tokenAbi = parseAbi([
   'function name() view returns (string)',
@@ -67,6 +71,9 @@ function options(args: string[]) {
     rates: list(get('--rates') ?? '50,100,200,500'),
     referenceRates: list(get('--reference-rates') ?? '5,10,20,40'),
     seconds: Number(get('--seconds') ?? 6),
+    // Payers signing in turn (a facilitator settles many wallets' payments; one payer alone makes every claim
+    // sum that payer's unsettled payments, the reservation's worst case).
+    payers: Number(get('--payers') ?? 8),
     out: get('--out'),
     reference: !args.includes('--no-reference'),
   }
@@ -78,9 +85,10 @@ export async function runX402Facilitator(args: string[]): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-fac-bench-'))
   const chain = await startDevChain({
     chainId: 84532,
-    payers: 2,
+    payers: o.payers + 1,
     payerFunding: 10n ** 12n,
     blockTimeSeconds: BLOCK_S,
+    gasLimit: GAS_LIMIT,
   })
   const upstream = await startUpstream(30 * 60_000)
   const reader = createPublicClient({ transport: http(chain.rpcUrl) })
@@ -89,7 +97,8 @@ export async function runX402Facilitator(args: string[]): Promise<void> {
   const extra = { name: await read('name'), version: await read('version') }
   const results: Record<string, Step[]> = { reference: [] }
   try {
-    for (let slot = 0; slot < 4; slot++) {
+    // The data plane's settler slots count up from 0, the facilitator's group commit's down from 15.
+    for (const slot of [0, 1, 2, 3, 12, 13, 14, 15]) {
       const key = settlerSlotKey({ settlerKey: null, treasuryKey: chain.treasury.privateKey as Hex }, slot)!
       await fundDevGas(reader as never, privateKeyToAccount(key).address, 10n ** 20n)
     }
@@ -109,7 +118,7 @@ export async function runX402Facilitator(args: string[]): Promise<void> {
     })
     try {
       const terms = requirements(chain, chain.treasury.address, extra)
-      const signed = signer(chain.payers[0]!.privateKey as Hex, terms)
+      const signed = signer(payerKeys(chain, o.payers), terms)
       const pay =
         (bodies: string[]): Pay =>
         async (i) => {
@@ -122,13 +131,11 @@ export async function runX402Facilitator(args: string[]): Promise<void> {
           if ((await post('verify')).isValid !== true) return false
           return (await post('settle')).success === true
         }
-      results.tollgate = await stepUp(
-        chain,
-        o.rates,
-        o.seconds,
-        async (n) => pay(await signed(n)),
-        () => withChildren(t.pid ? [t.pid] : []),
-      )
+      results.tollgate = await stepUp(chain, o.rates, o.seconds, async (n) => pay(await signed(n)), {
+        server: () => withChildren(t.pid ? [t.pid] : []),
+        // On a PostgreSQL server, its backends for this run's databases count too.
+        ...(process.env.BENCH_DATABASE_URL ? { database: () => postgresBackends(`_${process.pid}`) } : {}),
+      })
     } finally {
       await t.stop()
     }
@@ -142,6 +149,7 @@ export async function runX402Facilitator(args: string[]): Promise<void> {
     Math.max(0, ...steps.filter((s) => s.sustained).map((s) => s.achieved_per_s))
   const summary = {
     block_interval_s: BLOCK_S,
+    block_gas_limit: Number(GAS_LIMIT),
     tollgate_sustained_per_s: best(results.tollgate!),
     reference_sustained_per_s: best(results.reference!),
     ratio:
@@ -166,25 +174,31 @@ function requirements(chain: DevChain, payTo: Address, extra: { name: string; ve
   }
 }
 
-/** Fresh payloads as the published client signs them, each as the /verify and /settle body. */
-function signer(key: Hex, terms: ReturnType<typeof requirements>) {
+function payerKeys(chain: DevChain, n: number): Hex[] {
+  return chain.payers.slice(0, n).map((p) => p.privateKey as Hex)
+}
+
+/** Fresh payloads as the published client signs them (the payers in turn), each as the /verify and /settle body. */
+function signer(keys: Hex[], terms: ReturnType<typeof requirements>) {
   // The bench's token is not a default asset of the client: allowed by name, up to the price.
-  const client = registerExactEvmScheme(new x402Client(), {
-    signer: privateKeyToAccount(key) as never,
-  }).setSpendControls({
-    allowedAssets: [{ network: NETWORK, asset: terms.asset, maxAmountPerPayment: terms.amount }],
-  })
+  const clients = keys.map((key) =>
+    registerExactEvmScheme(new x402Client(), {
+      signer: privateKeyToAccount(key) as never,
+    }).setSpendControls({
+      allowedAssets: [{ network: NETWORK, asset: terms.asset, maxAmountPerPayment: terms.amount }],
+    }),
+  )
   const required = { x402Version: 2, resource: { url: 'https://bench.example/data' }, accepts: [terms] }
-  const one = async () =>
+  const one = async (i: number) =>
     JSON.stringify({
       x402Version: 2,
-      paymentPayload: await client.createPaymentPayload(required as never),
+      paymentPayload: await clients[i % clients.length]!.createPaymentPayload(required as never),
       paymentRequirements: terms,
     })
   return async (n: number) => {
     const out: string[] = []
     for (let i = 0; i < n; i += 200)
-      out.push(...(await Promise.all(Array.from({ length: Math.min(200, n - i) }, one))))
+      out.push(...(await Promise.all(Array.from({ length: Math.min(200, n - i) }, (_, j) => one(i + j)))))
     return out
   }
 }
@@ -194,7 +208,7 @@ async function stepUp(
   rates: number[],
   seconds: number,
   prepare: (n: number) => Promise<Pay>,
-  pids: () => number[],
+  pids: Record<string, () => number[]>,
 ): Promise<Step[]> {
   const steps: Step[] = []
   for (const rate of rates) {
@@ -207,11 +221,17 @@ async function stepUp(
 }
 
 /** Open loop: payment i is due at i / rate; its latency runs from then to its settle's answer. */
-async function measure(chain: DevChain, rate: number, seconds: number, pay: Pay, pids: () => number[]) {
+async function measure(
+  chain: DevChain,
+  rate: number,
+  seconds: number,
+  pay: Pay,
+  pids: Record<string, () => number[]>,
+) {
   const client = createPublicClient({ transport: http(chain.rpcUrl) })
   const firstBlock = (await client.getBlockNumber()) + 1n
   const n = Math.round(rate * seconds)
-  const meter = cpuMeter({ server: pids })
+  const meter = cpuMeter(pids)
   const started = performance.now()
   const latencies: number[] = []
   let succeeded = 0
@@ -264,7 +284,7 @@ async function runReference(
   o: ReturnType<typeof options>,
   extra: { name: string; version: string },
 ): Promise<Step[]> {
-  const account = privateKeyToAccount(chain.payers[1]!.privateKey as Hex, { nonceManager })
+  const account = privateKeyToAccount(chain.payers[o.payers]!.privateKey as Hex, { nonceManager })
   const wallet = createWalletClient({
     account,
     chain: { ...baseSepolia, id: chain.chainId, rpcUrls: { default: { http: [chain.rpcUrl] } } } as Chain,
@@ -276,7 +296,7 @@ async function runReference(
     networks: NETWORK,
   })
   const terms = requirements(chain, chain.treasury.address, extra)
-  const signed = signer(chain.payers[0]!.privateKey as Hex, terms)
+  const signed = signer(payerKeys(chain, o.payers), terms)
   return stepUp(
     chain,
     o.referenceRates,
@@ -288,6 +308,6 @@ async function runReference(
         return (await facilitator.settle(payloads[i], terms as never)).success
       }
     },
-    () => [process.pid],
+    { server: () => [process.pid] },
   )
 }

@@ -69,6 +69,8 @@ export interface FacilitatorClaimRequest {
   reserve: { balanceAtomic: bigint; block: bigint }
   /** The resource the payload's bazaar extension describes: cataloged with the claim (null: none). */
   resource?: FacilitatorResource | null
+  /** The claiming process sends it in its own group commit: the leader's batch leaves it alone a while. */
+  groupCommit?: boolean
 }
 
 /** Thrown inside the transaction to roll back the settlement row when the claim was someone else's. */
@@ -92,10 +94,10 @@ export async function claimFacilitatorPayment(
     return (await sql.begin(async (tx) => {
       const inserted = await tx<FacilitatorSettlementRow[]>`
         INSERT INTO facilitator_settlements (id, account_id, proof_key, payment_identifier, custody, pay_to, payer,
-          amount_atomic, owner_share_atomic, fee_atomic, network, x402_version, resource_url)
+          amount_atomic, owner_share_atomic, fee_atomic, network, x402_version, resource_url, group_commit)
         VALUES (${id}, ${q.accountId}, ${q.proofKey}, ${q.paymentIdentifier}, ${q.custody}, ${q.payTo.toLowerCase()},
           ${q.payer.toLowerCase()}, ${q.valueAtomic}, ${owner}, ${fee}, ${q.network}, ${q.x402Version},
-          ${q.resource?.url ?? null})
+          ${q.resource?.url ?? null}, ${q.groupCommit ?? false})
         ON CONFLICT DO NOTHING RETURNING *`
       if (inserted.length === 0) return earlier(tx, q)
       // The payer reservation (migrations 0045, 0065, 0070), as a metered call's claim makes it: under the
@@ -264,4 +266,15 @@ export async function readPayerReserved(sql: Sql, q: { payer: string; block: big
 export async function proofClaimed(db: Db, proofKey: string): Promise<boolean> {
   const rows = await db`SELECT 1 FROM claims WHERE proof_key = ${proofKey} LIMIT 1`
   return rows.length > 0
+}
+
+/** The settlements of several payloads (by proof key) with their claims' states: the shared wait's read. */
+export function readFacilitatorSettlements(
+  db: Db,
+  proofKeys: string[],
+): Promise<FacilitatorSettlementState[]> {
+  return db<FacilitatorSettlementState[]>`
+    SELECT f.*, c.status AS claim_status, c.settlement_tx AS claim_settlement_tx, c.settlement_error
+    FROM facilitator_settlements f JOIN claims c ON c.proof_key = f.proof_key
+    WHERE f.proof_key = ANY(${proofKeys}::text[])`
 }

@@ -50,8 +50,9 @@ export function listDueSettlements(
   // capturedBeforeMs: claims of endpoints that settle before the answer (their own choice, or
   // defaultSettlement when they made none), captured more recently, are left to the settle-before-answer
   // path, which records its transaction on them within that time (else they would go out in the treasury's
-  // batch and their answers could not name a transaction). Other endpoints' claims, and MPP charges (which
-  // that path never takes), are due at once.
+  // batch and their answers could not name a transaction); so are facilitator claims younger than that, to
+  // the facilitator's group commit (control-plane/facilitator-settler.ts). Other claims, and MPP charges
+  // (which that path never takes), are due at once.
   const gapMs = q.capturedBeforeMs ?? 0
   const byDefault = q.defaultSettlement ?? 'after'
   return db<SettlementCandidate[]>`
@@ -65,9 +66,13 @@ export function listDueSettlements(
           SELECT 1 FROM endpoints e WHERE e.id = claims.target_id
             AND coalesce(e.x402_settlement, ${byDefault}) = 'before_answer'))
       UNION ALL
-      -- Checkout authorizations (each its own partial index: one status list would use neither).
+      -- Checkout and facilitator authorizations (each its own partial index: one status list would use
+      -- neither); a facilitator claim its claiming process sends itself is that process's for the same gap.
       SELECT proof_key, authorization_payload, settlement_tx, claimed_at FROM claims
       WHERE status = 'settling' AND kind = 'eip3009' AND settlement_tx IS NULL
+        AND (target_type <> 'facilitator' OR claimed_at <= now() - ${gapMs} * interval '1 millisecond'
+             OR NOT EXISTS (SELECT 1 FROM facilitator_settlements f
+                            WHERE f.id = claims.target_id AND f.group_commit))
     ) due
     ORDER BY (authorization_payload->>'validBefore')::numeric, captured_at
     LIMIT ${q.limit}`

@@ -8,6 +8,8 @@ import type { UptoChainChecker } from '../chain/upto-permit.ts'
 import type { Config } from '../config/schema.ts'
 import type { Sql } from '../db/sql.ts'
 import type { Logger } from '../observability/logger.ts'
+import type { FacilitatorSettler } from './facilitator-settler.ts'
+import type { FacilitatorWaits } from './facilitator-waits.ts'
 import type { KeyCache } from './key-cache.ts'
 
 export interface ControlPlaneDeps {
@@ -33,4 +35,14 @@ export interface ControlPlaneDeps {
    * is not offered on this chain) and the permit's nonce, balance and allowance reads. Absent: no upto.
    */
   upto?: { facilitator(): Promise<Address | null>; check: UptoChainChecker }
+  /**
+   * /settle's group commit in this process (null: none, the leader's batch sends) and the shared wait for
+   * outcomes (absent: the route makes one per database).
+   */
+  facilitator?: FacilitatorDeps
+}
+
+export interface FacilitatorDeps {
+  settler: FacilitatorSettler | null
+  waits: FacilitatorWaits
 }

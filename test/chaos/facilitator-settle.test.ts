@@ -1,8 +1,8 @@
 // One x402 payload's /settle, replayed 10 times concurrently in each of three rounds against two tollgate
 // processes on one private PostgreSQL server, through a SIGKILL and a PostgreSQL crash restart:
-//   round 1: mining paused, the 10 sends wait while the leader's batch transaction sits in the mempool; the
-//            leader's process (the instance holding the job lock, so its in-flight sends die with it) is
-//            SIGKILLed;
+//   round 1: mining paused, the 10 sends wait while the transaction carrying the payload (the claiming
+//            instance's group commit's) sits in the mempool; the leader's process (the instance holding the
+//            job lock, so its in-flight sends die with it) is SIGKILLed;
 //   round 2: 10 more sends to the survivor, PostgreSQL restarted `immediate` (a crash) while they poll;
 //   round 3: the killed instance started again on the same database, mining resumed, 10 more sends to both.
 // Each of the 30 senders sends the same body again (to an instance alive) after a fault (503, a dropped
@@ -23,6 +23,7 @@ import { mine, setAutomine } from '../helpers/anvil.ts'
 import { postJson } from '../helpers/api.ts'
 import { type ChildService, pidAlive, startChildService } from '../helpers/child-service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
+import { fundSettlerSlots } from '../x402/harness.ts'
 import { startCountingUpstream } from './counting-upstream.ts'
 import { balancesAgainstEntries, runReconcile } from './harness.ts'
 import { startPgCluster } from './pg-cluster.ts'
@@ -85,6 +86,9 @@ describe.runIf(existsSync('/usr/lib/postgresql'))(
               log: { level: 'warn' },
             },
           })
+        // Gas for the settler slots both instances (and the restarted one) take, their data planes' and their
+        // facilitator group commits': the payload goes out from the claiming instance's own settler.
+        await fundSettlerSlots(chain.rpcUrl, chain.treasury.privateKey, 6)
         const all: ChildService[] = await Promise.all([start(), start()])
         cleanups.push(async () => {
           for (const c of all) await c.kill('SIGTERM')
@@ -157,7 +161,7 @@ describe.runIf(existsSync('/usr/lib/postgresql'))(
             return send(s)
           })
 
-        // Round 1: mining paused; wait for the leader's batch transaction to be in the mempool.
+        // Round 1: mining paused; wait for the transaction carrying the payload to be in the mempool.
         await setAutomine(chain.rpcUrl, false)
         const db = postgres(cluster.url, { max: 1, onnotice: () => {} })
         cleanups.push(() => db.end())
@@ -171,7 +175,12 @@ describe.runIf(existsSync('/usr/lib/postgresql'))(
           { timeoutMs: 30_000, intervalMs: 100, what: 'the claim carried by a sent transaction' },
         )
         const pendingTxs = await reader.getBlock({ blockTag: 'pending' }).then((b) => b.transactions.length)
-        log(`round 1: the batch transaction sent, ${pendingTxs} in the pending block`)
+        const [sent] = await db<
+          { tx: Hex }[]
+        >`SELECT settlement_tx AS tx FROM claims WHERE target_type = 'facilitator'`
+        // The claiming instance's group commit sent it, from its settler slot, not the leader's treasury batch.
+        const sender = (await reader.getTransaction({ hash: sent!.tx })).from
+        log(`round 1: the transaction sent from ${sender}, ${pendingTxs} in the pending block`)
         await sleep(500)
         const leader = await leaderOf(all)
         log(`SIGKILL the leader pid ${leader.pid}`)
@@ -236,6 +245,7 @@ describe.runIf(existsSync('/usr/lib/postgresql'))(
         log(report)
 
         expect(killedGone, context()).toBe(true)
+        expect(sender.toLowerCase(), context()).not.toBe(chain.treasury.address.toLowerCase())
         // Every sender got an outcome, the same body, success with the transaction that carried it.
         expect(
           senders.filter((s) => s.outcomes.length !== 1),

@@ -93,7 +93,7 @@ function settleBody(payload: unknown, requirements: unknown) {
 }
 
 beforeAll(async () => {
-  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC, payers: 6 })
   reader = createPublicClient({ chain: baseSepolia, transport: http(chain.rpcUrl) }) as never
   upstream = await startUpstream()
   hooks = await startWebhookReceiver()
@@ -167,7 +167,9 @@ describe('tollgate as the facilitator of the published @x402/express middleware'
       ]),
     )
     expect(supported.extensions).toContain('payment-identifier')
-    expect(supported.signers['eip155:*']).toEqual([chain.treasury.address])
+    // The treasury (the leader's batches) and this instance's facilitator settler (its group commit).
+    expect(supported.signers['eip155:*']).toHaveLength(2)
+    expect(supported.signers['eip155:*']![0]).toBe(chain.treasury.address)
     // Without the merchant's key: the API's own 401.
     const anon = await fetch(`${svc.url}/api/v1/facilitator/supported`)
     expect(anon.status).toBe(401)
@@ -188,7 +190,10 @@ describe('tollgate as the facilitator of the published @x402/express middleware'
     expect(await balanceOf(payer.address)).toBe(before - PRICE_ATOMIC)
     const mined = await reader.getTransactionReceipt({ hash: receipt.transaction as Hex })
     expect(mined.status).toBe('success')
-    expect(mined.from.toLowerCase()).toBe(chain.treasury.address.toLowerCase())
+    // Sent by the facilitator's group commit, from its settler slot (a signer /supported names).
+    const { signers } = await facilitatorClient(svc.url).getSupported()
+    expect(signers['eip155:*']).toHaveLength(2)
+    expect(signers['eip155:*']![1]!.toLowerCase()).toBe(mined.from.toLowerCase())
 
     const entries = await svc.sql<{ kind: string; wallet: string | null; amount_atomic: bigint }[]>`
       SELECT kind, wallet, amount_atomic FROM ledger_entries WHERE source_type = 'facilitator' ORDER BY kind`
@@ -375,8 +380,9 @@ describe('idempotent, claimed like every proof', () => {
 
   it('past the wait, /settle says settlement_pending (success false), and a retry gets the outcome', async () => {
     // A private instance whose batcher waits for a nudge; the merchant and its shop's terms are the same.
+    // One settler slot, the data plane's: no facilitator group commit, the leader's batch sends it.
     const slow = await startBaseSepoliaService(chain, chain.rpcUrl, {
-      settlement: { interval_ms: 3_600_000 },
+      settlement: { interval_ms: 3_600_000, before_answer: { slots: 1 } },
       facilitator: { settle_wait_ms: 300 },
     } as never)
     try {
@@ -398,6 +404,48 @@ describe('idempotent, claimed like every proof', () => {
     } finally {
       await slow.stop()
     }
+  })
+
+  it('20 /settle at once share the group commit: few transactions from its settler, each booked once', async () => {
+    const payer = chain.payers[5]!
+    const before = await balanceOf(payer.address)
+    const signed = await Promise.all(
+      Array.from({ length: 20 }, () => signFor(`${shopUrl}/to-treasury`, payer.privateKey)),
+    )
+    const answers = await Promise.all(
+      signed.map((p) =>
+        callApi(svc.url, '/api/v1/facilitator/settle', {
+          key: merchantKey,
+          body: settleBody(p.payload, p.accepted),
+        }),
+      ),
+    )
+    for (const a of answers)
+      expect(a.body).toMatchObject({ success: true, network: NETWORK, amount: '10000' })
+    const hashes = new Set(answers.map((a) => a.body.transaction as Hex))
+    // The first waits its window alone; the rest gather while it is sent: 2 or 3 transactions, not 20.
+    expect(hashes.size).toBeLessThanOrEqual(3)
+    const { signers } = await facilitatorClient(svc.url).getSupported()
+    for (const hash of hashes) {
+      const mined = await reader.getTransactionReceipt({ hash })
+      expect(mined.status).toBe('success')
+      expect(mined.from.toLowerCase()).toBe(signers['eip155:*']![1]!.toLowerCase())
+    }
+    expect(await balanceOf(payer.address)).toBe(before - 20n * PRICE_ATOMIC)
+    const [books] = await svc.sql<{ applied: number; settled: number; entries: number }[]>`
+      SELECT (SELECT count(*) FROM claims WHERE target_type = 'facilitator' AND payer = ${payer.address}
+                AND status = 'applied')::int AS applied,
+             (SELECT count(*) FROM facilitator_settlements WHERE payer = ${payer.address.toLowerCase()}
+                AND settled_at IS NOT NULL)::int AS settled,
+             (SELECT count(*) FROM ledger_entries l JOIN facilitator_settlements f ON f.id = l.source_id
+               WHERE l.source_type = 'facilitator' AND f.payer = ${payer.address.toLowerCase()})::int AS entries`
+    expect(books).toEqual({ applied: 20, settled: 20, entries: 40 })
+    // A retry reads the books: the same answer as the group commit gave.
+    const again = await callApi(svc.url, '/api/v1/facilitator/settle', {
+      key: merchantKey,
+      body: settleBody(signed[7]!.payload, signed[7]!.accepted),
+    })
+    expect(again.body).toEqual(answers[7]!.body)
   })
 
   it('a payload settled at the facilitator is refused on a metered URL, and the reverse', async () => {

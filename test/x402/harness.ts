@@ -100,10 +100,14 @@ export async function startBaseSepoliaService(
   return startService(config, { logger: createLogger(logLevel) })
 }
 
-/** Anvil ETH for settler slots 0..count-1 derived from this treasury key (what an operator would send). */
+/**
+ * Anvil ETH for settler slots 0..count-1 derived from this treasury key (what an operator would send), and
+ * for the last `count` of the default 16: the facilitator's group commit takes those on PGlite.
+ */
 export async function fundSettlerSlots(rpcUrl: string, treasuryKey: Hex, count: number): Promise<void> {
   const client = createWalletClient({ transport: http(rpcUrl) })
-  for (let slot = 0; slot < count; slot++) {
+  const slots = Array.from({ length: count }, (_, i) => i)
+  for (const slot of [...slots, ...slots.map((i) => 15 - i)]) {
     const key = settlerSlotKey({ settlerKey: null, treasuryKey }, slot)!
     await fundDevGas(client as never, privateKeyToAccount(key).address, parseEther('10'))
   }

@@ -14,10 +14,12 @@ import {
   readPayerReserved,
 } from '../../books/facilitator.ts'
 import type { BalanceRead } from '../../chain/check-authorization.ts'
+import type { StoredAuthorization } from '../../chain/settle.ts'
 import { facilitatorResourceOf } from '../../discovery/facilitator-resource.ts'
 import { ApiError } from '../../errors.ts'
 import { type Checked, checkTerms, exactChainFailure, type Terms } from '../facilitator-check.ts'
 import { checkUptoTerms, uptoChainFailure } from '../facilitator-upto-check.ts'
+import { FacilitatorWaits } from '../facilitator-waits.ts'
 import type { Route, RouteContext } from '../route.ts'
 import { parseBody } from '../validation.ts'
 
@@ -104,8 +106,6 @@ const SupportedResponse = v.object({
 type VerifyAnswer = v.InferOutput<typeof VerifyResponse>
 type SettleAnswer = v.InferOutput<typeof SettleResponse>
 
-const POLL_MS = 100
-
 function termsOf(b: FacilitatorRequest): Terms {
   if (b.x402Version === 1) {
     const r = b.paymentRequirements
@@ -171,7 +171,11 @@ type ChainAnswer = { ok: true; balance: BalanceRead } | { ok: false; reason: str
  * metered or facilitated): the amount must fit in the rest. Reads only; the claim checks the rest again
  * under the payer's lock.
  */
-async function checkFunds(ctx: RouteContext, c: Checked & { ok: true }): Promise<ChainAnswer> {
+async function checkFunds(
+  ctx: RouteContext,
+  c: Checked & { ok: true },
+  o: { reserved: boolean } = { reserved: true },
+): Promise<ChainAnswer> {
   let balance: BalanceRead
   if (c.kind === 'upto') {
     const upto = ctx.deps.upto
@@ -184,6 +188,7 @@ async function checkFunds(ctx: RouteContext, c: Checked & { ok: true }): Promise
     if (!read.ok) return { ok: false, ...exactChainFailure(read)! }
     balance = read.balance
   }
+  if (!o.reserved) return { ok: true, balance }
   const reserved = await readPayerReserved(ctx.deps.sql, { payer: c.payer, block: balance.block })
   if (balance.atomic - reserved < c.valueAtomic)
     return {
@@ -215,27 +220,42 @@ function settleAnswer(s: FacilitatorSettlementState, network: string): SettleAns
   return null
 }
 
-/** Waits (bounded) for the settlement batch to carry this payload; the first outcome is the answer. */
-async function awaitOutcome(ctx: RouteContext, proofKey: string, network: string): Promise<SettleAnswer> {
-  const deadline = Date.now() + ctx.deps.config.facilitator.settle_wait_ms
-  for (;;) {
-    const s = await readFacilitatorSettlement(ctx.deps.sql, { accountId: ctx.account.id, proofKey })
-    if (!s) throw new Error(`facilitator settlement of ${proofKey} vanished`)
-    const answer = settleAnswer(s, network)
-    if (answer !== null) return answer
-    if (Date.now() >= deadline) {
-      // As @x402/core reads it: not failed, not final; the hash (when sent) to follow up.
-      return {
-        success: false,
-        errorReason: 'settlement_pending',
-        errorMessage: 'the settlement batch carrying this payment is not mined yet; retry to get its outcome',
-        transaction: s.claim_settlement_tx ?? '',
-        payer: getAddress(s.payer),
-        network,
-        amount: s.amount_atomic.toString(),
-      }
-    }
-    await new Promise((resolve) => setTimeout(resolve, POLL_MS))
+/** The process's shared wait for settlement outcomes, by database (the wired one, or one made here). */
+const sharedWaits = new WeakMap<object, FacilitatorWaits>()
+function waitsOf(ctx: RouteContext): FacilitatorWaits {
+  const wired = ctx.deps.facilitator?.waits
+  if (wired) return wired
+  let w = sharedWaits.get(ctx.deps.sql)
+  if (!w) {
+    w = new FacilitatorWaits(ctx.deps.sql)
+    sharedWaits.set(ctx.deps.sql, w)
+  }
+  return w
+}
+
+/**
+ * Waits (bounded, from the request's start) for the transaction carrying this payload: this process's
+ * settler tells it directly; any other outcome (another instance's claim, the leader's batch) is read by
+ * the shared wait. The first outcome is the answer.
+ */
+async function awaitOutcome(
+  ctx: RouteContext,
+  q: { proofKey: string; network: string; untilMs: number },
+): Promise<SettleAnswer> {
+  const s = await waitsOf(ctx).wait(ctx.account.id, q.proofKey, q.untilMs)
+  if (!s)
+    throw new ApiError('service_unavailable', 'the settlement could not be read; retry to get its outcome')
+  const answer = settleAnswer(s, q.network)
+  if (answer !== null) return answer
+  // As @x402/core reads it: not failed, not final; the hash (when sent) to follow up.
+  return {
+    success: false,
+    errorReason: 'settlement_pending',
+    errorMessage: 'the settlement batch carrying this payment is not mined yet; retry to get its outcome',
+    transaction: s.claim_settlement_tx ?? '',
+    payer: getAddress(s.payer),
+    network: q.network,
+    amount: s.amount_atomic.toString(),
   }
 }
 
@@ -253,23 +273,26 @@ function refusedSettle(
   }
 }
 
-/** /settle's part after the checks: the earlier settlement of this payload, or a new claim of it. */
+/**
+ * /settle's part after the checks: the claim of this payload (new or a retry's), or the refusal. The chain is asked first (the nonce and the balance, reused as the data plane's
+ * are); the payer reservation is checked once, by the claim under the payer's lock.
+ */
 async function claimOrFind(
   ctx: RouteContext,
   body: FacilitatorRequest,
   checked: Checked & { ok: true },
   network: string,
-): Promise<SettleAnswer | null> {
+): Promise<{ refused: SettleAnswer } | { claimed: boolean }> {
+  // claimed: new, and to be sent by this process's group commit.
   const { account, deps } = ctx
   const q = { accountId: account.id, proofKey: checked.proofKey }
-  // A retry (any instance, after a restart): the first outcome, without asking the chain again (the nonce
-  // reads used once the batch carried it).
-  if ((await readFacilitatorSettlement(deps.sql, q)) !== null) return null
-  const funds = await checkFunds(ctx, checked)
+  // Sent by this process's group commit (an `exact` payload, a settler slot with gas), else the leader's.
+  const here = checked.kind !== 'upto' && deps.facilitator?.settler?.usable() === true
+  const funds = await checkFunds(ctx, checked, { reserved: false })
   if (!funds.ok) {
-    // The chain says used: maybe by this payload's own settlement, committed meanwhile elsewhere.
-    if ((await readFacilitatorSettlement(deps.sql, q)) !== null) return null
-    return refusedSettle({ ...funds, payer: checked.payer }, network)
+    // The chain says used: maybe by this payload's own settlement (a retry, here or on another instance).
+    if ((await readFacilitatorSettlement(deps.sql, q)) !== null) return { claimed: false }
+    return { refused: refusedSettle({ ...funds, payer: checked.payer }, network) }
   }
   const claim = await claimFacilitatorPayment(deps.sql, {
     accountId: account.id,
@@ -287,10 +310,46 @@ async function claimOrFind(
     reserve: { balanceAtomic: funds.balance.atomic, block: funds.balance.block },
     // A payload carrying the bazaar extension lists its resource in /discovery/resources once settled.
     resource: facilitatorResourceOf(body.paymentPayload),
+    groupCommit: here,
   })
-  if (claim.kind === 'claimed' || claim.kind === 'existing') return null
+  if (claim.kind === 'claimed' || claim.kind === 'existing')
+    return { claimed: claim.kind === 'claimed' && here }
+  // Refused for funds: the next check reads the balance again (a top-up shows).
+  if (claim.kind === 'insufficient_funds' && checked.kind !== 'upto') chainChecker(ctx).forget(checked.payer)
   const refusal = CLAIM_REFUSALS[claim.kind]
-  return refusedSettle({ ...refusal, payer: checked.payer }, network)
+  return { refused: refusedSettle({ ...refusal, payer: checked.payer }, network) }
+}
+
+/**
+ * A new `exact` claim this process's facilitator settlement group commit sends; settled there, the answer is
+ * known without a read. Null: the shared wait reads the outcome.
+ */
+async function settleHere(
+  ctx: RouteContext,
+  checked: Checked & { ok: true },
+  network: string,
+  untilMs: number,
+): Promise<SettleAnswer | null> {
+  const settler = ctx.deps.facilitator?.settler
+  if (!settler) return null
+  let timer: NodeJS.Timeout | undefined
+  const sent = await Promise.race([
+    settler.settle(checked.proofKey, checked.authorization as StoredAuthorization),
+    // The request's wait bounds this one too: past it, the shared wait answers pending.
+    new Promise<null>((resolve) => {
+      timer = setTimeout(() => resolve(null), Math.max(0, untilMs - performance.now()))
+    }),
+  ])
+  clearTimeout(timer)
+  if (sent?.state !== 'settled') return null
+  // The same body a retry reads from the books (settleAnswer): the transaction, payer, network, amount.
+  return {
+    success: true,
+    transaction: sent.transaction,
+    payer: getAddress(checked.payer),
+    network,
+    amount: checked.valueAtomic.toString(),
+  }
 }
 
 const CLAIM_REFUSALS = {
@@ -341,8 +400,14 @@ export const facilitatorRoutes: Route[] = [
           ],
           // bazaar: a settled payload carrying it is cataloged in /discovery/resources.
           extensions: ['payment-identifier', 'bazaar'],
-          // The treasury signs the settlement batches (they carry every authorization, whoever it pays).
-          signers: { 'eip155:*': [chain.treasury] },
+          // The treasury signs the settlement batches (they carry every authorization, whoever it pays), and
+          // this instance's facilitator settler its own group commit's.
+          signers: {
+            'eip155:*': [
+              chain.treasury,
+              ...(deps.facilitator?.settler ? [deps.facilitator.settler.address] : []),
+            ],
+          },
         },
       }
     },
@@ -406,9 +471,12 @@ export const facilitatorRoutes: Route[] = [
           status: 200,
           body: { success: true, transaction: '', network, payer: checked.payer, amount: '0' },
         }
-      const refused = await claimOrFind(ctx, body, checked, network)
-      if (refused) return { status: 200, body: refused }
-      return { status: 200, body: await awaitOutcome(ctx, checked.proofKey, network) }
+      const untilMs = performance.now() + ctx.deps.config.facilitator.settle_wait_ms
+      const claim = await claimOrFind(ctx, body, checked, network)
+      if ('refused' in claim) return { status: 200, body: claim.refused }
+      const here = claim.claimed ? await settleHere(ctx, checked, network, untilMs) : null
+      if (here !== null) return { status: 200, body: here }
+      return { status: 200, body: await awaitOutcome(ctx, { proofKey: checked.proofKey, network, untilMs }) }
     },
   },
 ]
