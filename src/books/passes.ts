@@ -75,7 +75,8 @@ export async function findPurchasedPass(
  * none: the wallet holds no pass with a use and time left on this endpoint (never bought, used up, expired).
  */
 export type Draw =
-  | { ok: true; passId: string; usesLeft: number | null }
+  /** expiresMs: when the pass drawn on ends (epoch ms); null: a pass of calls only, never. */
+  | { ok: true; passId: string; usesLeft: number | null; expiresMs: number | null }
   | { ok: false; reason: 'replayed' | 'none' }
 
 export interface DrawRequest {
@@ -96,7 +97,9 @@ export interface DrawRequest {
  * and the draw by its nonce (pass_draws).
  */
 export async function drawPassUse(db: Db, q: DrawRequest): Promise<Draw> {
-  const [row] = await db<{ fresh: number; id: string | null; uses_left: number | null }[]>`
+  const [row] = await db<
+    { fresh: number; id: string | null; uses_left: number | null; expires_ms: number | null }[]
+  >`
     WITH fresh AS (
       INSERT INTO sign_in_nonces (nonce, token, expires_at) VALUES (${q.nonce}, ${q.token}, ${q.nonceExpiresAt})
       ON CONFLICT (nonce) DO NOTHING
@@ -118,15 +121,22 @@ export async function drawPassUse(db: Db, q: DrawRequest): Promise<Draw> {
       FROM pick
       WHERE passes.id = pick.id AND EXISTS (SELECT 1 FROM fresh)
         AND (uses_left > 0 OR uses_left IS NULL) AND expires_at > now()
-      RETURNING passes.id, passes.uses_left
+      RETURNING passes.id, passes.uses_left, passes.expires_at
     ), recorded AS (
       INSERT INTO pass_draws (nonce, pass_id) SELECT ${q.nonce}, id FROM drawn
     )
-    SELECT (SELECT count(*) FROM fresh)::int AS fresh, drawn.id, drawn.uses_left
+    SELECT (SELECT count(*) FROM fresh)::int AS fresh, drawn.id, drawn.uses_left,
+           CASE WHEN drawn.expires_at = 'infinity' THEN NULL
+                ELSE floor(extract(epoch FROM drawn.expires_at) * 1000)::float8 END AS expires_ms
     FROM (SELECT 1) AS one LEFT JOIN drawn ON true`
   if (row === undefined || row.fresh === 0) return { ok: false, reason: 'replayed' }
   if (row.id === null) return { ok: false, reason: 'none' }
-  return { ok: true, passId: row.id, usesLeft: row.uses_left }
+  return {
+    ok: true,
+    passId: row.id,
+    usesLeft: row.uses_left,
+    expiresMs: row.expires_ms === null ? null : Number(row.expires_ms),
+  }
 }
 
 /**

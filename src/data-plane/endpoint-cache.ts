@@ -219,9 +219,10 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       row.identity_rules === null
         ? null
         : compileIdentity(rulesFromStored(row.identity_rules), tools.requote),
-    // Sessions spend prepaid credit measured by usage pricing: no other pricing opens one.
+    // Sessions spend prepaid credit measured by usage pricing, or draw a use of a pass (a pass endpoint's
+    // sessions open by signing in only): no other endpoint opens one.
     websocket:
-      row.websocket === null || row.websocket === undefined || pricing.model !== 'usage'
+      row.websocket === null || row.websocket === undefined || (pricing.model !== 'usage' && !sold)
         ? null
         : sessionTermsFromStored(row.websocket),
   }

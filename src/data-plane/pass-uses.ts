@@ -80,7 +80,10 @@ export class PassUses {
       return { ok: false, reason: 'no_live_pass' }
     }
     outcome.drawn.inc()
-    return { ok: true, payment: new PassUse(this, signedIn.payer, request.nonce, draw.usesLeft) }
+    return {
+      ok: true,
+      payment: new PassUse(this, signedIn.payer, request.nonce, draw.usesLeft, draw.expiresMs),
+    }
   }
 
   /** Gives a drawn use back (the call was not served), retrying while the database does not answer. */
@@ -136,6 +139,11 @@ export class PassUses {
   }
 }
 
+/** A drawn use's pass end (epoch ms; null: never), or undefined when `payment` is not a pass use. */
+export function passEndsMs(payment: Payment): number | null | undefined {
+  return payment instanceof PassUse ? payment.expiresMs : undefined
+}
+
 /** One drawn use, held by one request. */
 class PassUse implements Payment {
   readonly scheme = PASS_SCHEME
@@ -149,6 +157,8 @@ class PassUse implements Payment {
     readonly payer: `0x${string}`,
     private readonly nonce: string,
     private readonly usesLeft: number | null,
+    /** When the pass drawn on ends (epoch ms); null: never (a pass of calls only). */
+    readonly expiresMs: number | null,
   ) {
     this.proofKey = `siwx:${nonce}`
   }

@@ -215,6 +215,8 @@ function paidRoutes(
 ) {
   const { config, db, logger, chainInfo } = deps
   const { endpoints, schemes, signer, edge } = p
+  // One for calls and sessions: a draw given back in the background is retried by the same queue.
+  const passes = new PassUses(db.sql, p.signIn, logger, { settleForMs: 120_000 })
   const metered = createMeteredRoute({
     edge: proofEdge(edge, edge.unpaidMetered),
     endpoints,
@@ -223,7 +225,7 @@ function paidRoutes(
     logger,
     observed: p.observed,
     receipts: signer === undefined ? undefined : { signer, network: chainInfo.caip2 },
-    passes: new PassUses(db.sql, p.signIn, logger, { settleForMs: 120_000 }),
+    passes,
     replication: db.replication,
     identity: p.identity,
     paidAnswers: new PaidAnswers(db.sql, logger, {
@@ -252,6 +254,7 @@ function paidRoutes(
     schemes,
     logger,
     replication: db.replication,
+    passes,
     settings: {
       quoteTtlMs: config.proxy.quote_ttl_ms,
       // Well inside the claim's window, so its capture is written before the expiry job would refund it.

@@ -1,6 +1,8 @@
 // WebSocket sessions on a metered URL: the upgrade is paid as a call is (the proof in its headers, the same 402
 // unpaid), the payment's value is prepaid credit, frames are relayed both ways and metered as they reach the
-// client, and the session is captured once at its end for what it delivered, the rest refunded.
+// client, and the session is captured once at its end for what it delivered, the rest refunded. On an
+// endpoint that sells a pass instead, the upgrade signs in (SIGN-IN-WITH-X), draws one use as a call does,
+// and the session is not metered for money: it ends when the pass does, at the latest.
 
 import type { us_socket_context_t, WebSocket, WebSocketBehavior } from 'uWebSockets.js'
 import { createHash } from 'node:crypto'
@@ -10,6 +12,7 @@ import { type ErrorCode, writeError } from '../errors.ts'
 import { newId } from '../ids.ts'
 import type { Logger } from '../observability/logger.ts'
 import {
+  callsCaptured,
   websocketBytes,
   websocketChargedAtomic,
   websocketFrames,
@@ -27,6 +30,7 @@ import { mppCredential, parseProof } from '../wire/proof.ts'
 import { peerAddress } from './client-address.ts'
 import { CORS_HEADERS } from './cors.ts'
 import { type EndpointCache, type LiveEndpoint, loadEndpoint, NOT_FOUND } from './endpoint-cache.ts'
+import { type PassUses, passEndsMs } from './pass-uses.ts'
 import { forwardHeaders, isConfinedSubPath } from './proxy.ts'
 import type { HttpRequest, HttpResponse } from './uws.ts'
 import { readTopUp, SessionCredit, type TopUpRequest, type TopUpResult } from './ws-credit.ts'
@@ -44,6 +48,8 @@ export interface WsSessionDeps {
   schemes: SchemeRegistry
   logger: Logger
   replication?: { readonly refusing: string | null }
+  /** Passes: an upgrade signed in (sign-in-with-x) draws one use; absent: pass sessions are not opened. */
+  passes?: PassUses
   /** maxSessionMs: a session ends before its claim's retry window (proxy.retry_window_ms) does. */
   settings: { quoteTtlMs: number; maxSessionMs: number }
 }
@@ -63,6 +69,8 @@ export const CREDIT_EXHAUSTED = 4402
 const NO_TOP_UP = 'payment required: no top-up in time'
 /** The close code of a session at the end of its payment's window (after HTTP 408). */
 export const WINDOW_OVER = 4408
+/** A pass session whose pass ended: the close code of a spent credit, with its own reason. */
+const PASS_ENDED = 'payment required: the pass expired'
 
 const to = {
   upstreamFrames: websocketFrames.labels('to_upstream'),
@@ -97,6 +105,7 @@ class Opening {
   readonly key: string
   readonly protocols: string[]
   readonly paymentHeader: string
+  readonly signIn: string
   readonly requestId: string
   readonly headers: Array<[string, string]> = []
   readonly remoteAddress: string
@@ -128,6 +137,7 @@ class Opening {
       req.getHeader('x-payment') ||
       req.getHeader('payment-signature') ||
       mppCredential(req.getHeader('authorization'))
+    this.signIn = req.getHeader('sign-in-with-x')
     this.requestId = requestIdFrom(req.getHeader('x-request-id'))
     req.forEach((k, v) => {
       // The handshake is the upstream socket's own; the rest is forwarded as a paid call's headers are.
@@ -157,6 +167,8 @@ class Opening {
     if (entry.websocket === null) return this.respondError('websocket_not_allowed')
     this.endpoint = entry
     if (this.deps.replication?.refusing) return this.respondError('replication_unsafe')
+    // Not priced by usage: a pass endpoint, whose sessions open by signing in only (a payment buys no credit).
+    if (entry.usage === null) return this.signedIn()
     if (!this.paymentHeader) return this.respond402('payment_required')
     const quote = entry.quoteFor('GET', this.subPath)
     const verdict = this.deps.schemes.verify(parseProof(this.paymentHeader), {
@@ -173,6 +185,17 @@ class Opening {
     })
     if (verdict instanceof Promise) verdict.then((v) => this.withVerdict(v))
     else this.withVerdict(verdict)
+  }
+
+  /** A pass session: the sign-in checked and one use drawn, as for a call (the draw is the claim). */
+  signedIn(): void {
+    const passes = this.deps.passes
+    if (!this.signIn || passes === undefined) return this.respond402('payment_required')
+    const entry = this.endpoint!
+    passes.use(this.signIn, { id: entry.id, resourceUrl: entry.resourceUrl }).then(
+      (v) => this.withVerdict(v),
+      (err) => this.respondUnavailable('pass_failed', err),
+    )
   }
 
   withVerdict(verdict: Verdict): void {
@@ -270,9 +293,11 @@ class Opening {
     const entry = this.endpoint!
     const payment = this.payment!
     const receiptId = newId('rcpt')
-    const credit = new SessionCredit(payment, receiptId, this.deps.schemes)
+    const passEnds = passEndsMs(payment)
+    const credit = passEnds === undefined ? new SessionCredit(payment, receiptId, this.deps.schemes) : null
     const session = new Session(this.deps, entry, credit, upstream, receiptId)
-    const receipt = credit.receipt()
+    if (passEnds !== undefined) session.pass = { use: payment, endsMs: passEnds }
+    const receipt = credit === null ? payment.receipt(true) : credit.receipt()
     const res = this.res
     res.cork(() => {
       res.writeStatus('101 Switching Protocols')
@@ -287,12 +312,17 @@ class Opening {
     if (this.paymentHeader) this.deps.edge?.proofRefused(this.client)
     const challenge = this.endpoint!.quoteFor('GET', this.subPath).challenge
     const text = challengeBody(challenge, reason, quoteExpiry(this.deps.settings.quoteTtlMs), this.requestId)
+    const pass = this.endpoint!.pass
     const res = this.res
     res.cork(() => {
       res.writeStatus('402 Payment Required').writeHeader('content-type', 'application/json; charset=utf-8')
       res.writeHeader('x-request-id', this.requestId)
       res.writeHeader('cache-control', 'no-store')
-      res.writeHeader('payment-required', requiredHeader ?? v2Header(challenge, reason))
+      // A pass endpoint's 402 carries a fresh sign-in challenge (its nonce is single-use), as a call's does.
+      res.writeHeader(
+        'payment-required',
+        requiredHeader ?? (pass === null ? v2Header(challenge, reason) : pass.v2Header(challenge, reason)),
+      )
       const mpp = mppHeader(challenge, Date.now())
       if (mpp !== null) res.writeHeader('www-authenticate', mpp)
       res.end(text)
@@ -324,7 +354,12 @@ class Opening {
  */
 export class Session {
   ws: WebSocket<SessionData> | null = null
-  readonly meter: SessionMeter
+  /** Null for a pass session: nothing is metered for money. */
+  readonly meter: SessionMeter | null
+  /** A pass session: the use it drew and when its pass ends (epoch ms; null: never); null otherwise. */
+  pass: { use: Payment; endsMs: number | null } | null = null
+  /** Bytes delivered to the client (a pass session's delivery; a metered one's meter counts its own). */
+  bytes = 0
   readonly startedMs = performance.now()
   /** Who ended it (a metric label); null while open. */
   ending: string | null = null
@@ -344,11 +379,13 @@ export class Session {
   constructor(
     readonly deps: WsSessionDeps,
     readonly endpoint: LiveEndpoint,
-    readonly credit: SessionCredit,
+    /** Null for a pass session (the draw was the claim: nothing is charged). */
+    readonly credit: SessionCredit | null,
     readonly upstream: UpstreamSocket,
     readonly receiptId: string,
   ) {
-    this.meter = new SessionMeter(endpoint.usage!, endpoint.websocket!, this.startedMs)
+    this.meter =
+      credit === null ? null : new SessionMeter(endpoint.usage!, endpoint.websocket!, this.startedMs)
   }
 
   opened(ws: WebSocket<SessionData>): void {
@@ -374,15 +411,23 @@ export class Session {
       () => this.end(WINDOW_OVER, 'session window over: open a new session', 'window'),
       this.deps.settings.maxSessionMs,
     )
+    const endsMs = this.pass?.endsMs ?? null
+    // A pass session ends with its pass (sooner than the window: else the window ends it first).
+    if (endsMs !== null && endsMs - Date.now() < this.deps.settings.maxSessionMs)
+      this.timer = setTimeout(
+        () => this.end(CREDIT_EXHAUSTED, PASS_ENDED, 'pass'),
+        Math.max(0, endsMs - Date.now()),
+      )
     // Priced by time: the credit also runs out with no frame at all.
-    if (this.endpoint.usage!.unit === 'duration_ms') this.timer = setInterval(() => this.checkCredit(), 1_000)
+    if (this.endpoint.usage?.unit === 'duration_ms') this.timer = setInterval(() => this.checkCredit(), 1_000)
   }
 
   fromClient(message: ArrayBuffer, isBinary: boolean): void {
     if (this.ending !== null) return
     if (message.byteLength > this.endpoint.websocket!.maxMessageBytes)
       return this.end(1009, 'message too big', 'too_big')
-    const topUp = readTopUp(new Uint8Array(message), isBinary)
+    // A pass session has no credit to top up: every message is the upstream's.
+    const topUp = this.credit === null ? null : readTopUp(new Uint8Array(message), isBinary)
     if (topUp !== null) return void this.topUp(topUp)
     // uWS cannot pause a WebSocket's reads: an upstream that does not keep up ends the session instead.
     if (this.upstream.bufferedAmount > HIGH_WATER_BYTES * 4)
@@ -406,7 +451,8 @@ export class Session {
     const sent = ws.send(data, isBinary)
     // 2: dropped by uWS, never delivered: not metered, and the session ends.
     if (sent === 2) return this.end(1013, 'client is not keeping up', 'backpressure')
-    this.meter.delivered(data, isBinary)
+    this.meter?.delivered(data, isBinary)
+    this.bytes += data.length
     this.digest.update(data)
     to.clientFrames.inc()
     to.clientBytes.inc(data.length)
@@ -426,8 +472,8 @@ export class Session {
 
   /** Spent counts unreported deltas as output tokens: the cut comes no later than the credit allows. */
   checkCredit(): void {
-    if (this.ending !== null || this.waiting !== null) return
-    const spent = this.meter.chargeAtomic(performance.now(), true)
+    if (this.ending !== null || this.waiting !== null || this.credit === null) return
+    const spent = this.meter!.chargeAtomic(performance.now(), true)
     const covers = this.credit.coversAtomic
     if (spent >= covers) return this.waitForTopUp(spent)
     if (!this.asked && (covers - spent) * LOW_CREDIT_PARTS < covers) {
@@ -453,7 +499,7 @@ export class Session {
   /** The in-band request (docs/websockets.md): the x402 WebSocket transport's 402 error shape. */
   askForCredit(spent: bigint, reason: string, id?: unknown, requiredHeader?: string): void {
     const ws = this.ws
-    if (ws === null) return
+    if (ws === null || this.credit === null) return
     const challenge = this.endpoint.quoteFor('GET', '').challenge
     const header = requiredHeader ?? v2Header(challenge, reason)
     const paymentRequired = JSON.parse(Buffer.from(header, 'base64').toString('utf8'))
@@ -483,7 +529,7 @@ export class Session {
     const quote = this.endpoint.quoteFor('GET', '')
     let result: TopUpResult
     try {
-      result = await this.credit.topUp(request.proof, {
+      result = await this.credit!.topUp(request.proof, {
         endpoint: {
           id: this.endpoint.id,
           accountId: this.endpoint.accountId,
@@ -514,8 +560,8 @@ export class Session {
 
   answerTopUp(id: unknown, result: TopUpResult): void {
     const ws = this.ws
-    if (ws === null) return
-    const spent = this.meter.chargeAtomic(performance.now(), true)
+    if (ws === null || this.credit === null) return
+    const spent = this.meter!.chargeAtomic(performance.now(), true)
     if (!result.ok) return this.askForCredit(spent, result.reason, id, result.requiredHeader)
     const covers = this.credit.coversAtomic
     const receipt = result.receipt
@@ -601,13 +647,15 @@ export class Session {
   finish(): void {
     if (this.finished) return
     this.finished = true
+    // A pass session's timer is a timeout, a metered one's an interval: either clear clears it.
     if (this.timer !== null) clearInterval(this.timer)
     if (this.window !== null) clearTimeout(this.window)
     if (this.waiting !== null) clearTimeout(this.waiting)
     this.held = []
     websocketSessionsOpen.dec()
     websocketSessions.labels(this.ending ?? 'client').inc()
-    const usage = this.meter.finish(performance.now(), this.credit.coversAtomic, this.ending !== 'upstream')
+    if (this.credit === null) return this.finishPass()
+    const usage = this.meter!.finish(performance.now(), this.credit.coversAtomic, this.ending !== 'upstream')
     const endpoint = this.endpoint
     this.credit.capture(
       {
@@ -620,10 +668,29 @@ export class Session {
         tool: null,
       },
       usage,
-      { sha256: this.digest.digest('hex'), bytes: this.meter.bytes },
+      { sha256: this.digest.digest('hex'), bytes: this.bytes },
       this.ending ?? 'client',
     )
     websocketChargedAtomic.inc(Number(usage.chargeAtomic))
+  }
+
+  /** A pass session's end: its use recorded served (its receipt on the draw) as a signed-in call's is. */
+  finishPass(): void {
+    const endpoint = this.endpoint
+    this.pass!.use.capture({
+      endpointId: endpoint.id,
+      accountId: endpoint.accountId,
+      ownerWallet: endpoint.ownerWallet,
+      method: 'GET',
+      pricingModel: endpoint.pricingModel,
+      callId: `call_${this.receiptId.slice(5)}`,
+      status: 101,
+      chargeAtomic: 0n,
+      usage: null,
+      receiptId: this.receiptId,
+      tool: null,
+    })
+    callsCaptured.inc()
   }
 }
 

@@ -165,8 +165,8 @@ const WebsocketInput = v.pipe(
     }),
   ),
   v.description(
-    'WebSocket sessions on its metered URL (docs/websockets.md), usage pricing only: a payment buys credit ' +
-      'spent as the session goes. max_message_bytes (default 1 MiB) closes a session with 1009 past it; ' +
+    'WebSocket sessions on its metered URL (docs/websockets.md), usage pricing (a payment buys credit ' +
+      'spent as the session goes) or a pass (signing in draws one use per session, not metered for money). max_message_bytes (default 1 MiB) closes a session with 1009 past it; ' +
       'price_per_message is charged per message relayed to the client; top_up_wait_ms (default 10,000) is ' +
       'how long a session whose credit is spent waits, paused, for a top-up on the socket before it is ' +
       'closed with 4402. null: upgrades are refused',
@@ -225,18 +225,30 @@ const UpdateBody = v.strictObject({
   pass: v.optional(v.nullable(PassInput)),
 })
 
-/** The session terms, refused unless the endpoint is priced by usage (a session spends measured credit). */
+/**
+ * The session terms, refused unless the endpoint is priced by usage (a session spends measured credit) or
+ * sells a pass (a session opened by signing in draws one use and is not metered for money: no price per
+ * message there).
+ */
 function readWebsocket(
   raw: v.InferOutput<typeof WebsocketInput> | undefined,
   model: Pricing['model'] | undefined,
+  sellsPass: boolean,
   deps: ControlPlaneDeps,
 ): StoredWebsocket | null | undefined {
   if (raw === undefined || raw === null) return raw
-  if (model !== 'usage')
+  if (model !== 'usage' && !(sellsPass && model !== undefined))
     throw new ApiError(
       'invalid_parameter',
-      'websocket needs usage pricing (pricing.model "usage"): a session spends credit as it is measured',
+      'websocket needs usage pricing (pricing.model "usage"), where a session spends credit as it is ' +
+        'measured, or a pass, whose sessions draw one use each',
       'websocket',
+    )
+  if (model !== 'usage' && raw.price_per_message !== undefined)
+    throw new ApiError(
+      'invalid_parameter',
+      'websocket.price_per_message needs usage pricing: a session opened by a pass is not metered for money',
+      'websocket.price_per_message',
     )
   const perMessageAtomic =
     raw.price_per_message === undefined
@@ -503,23 +515,31 @@ function readSettlement(
   return raw
 }
 
-/** Session terms as they will be, against the pricing as it will be: a session spends usage-priced credit. */
+/** Session terms as they will be, against the pricing and the pass as they will be. */
 function assertWebsocketFits(
   raw: v.InferOutput<typeof WebsocketInput> | undefined,
   current: EndpointRow,
   modelAfter: Pricing['model'],
+  sellsPass: boolean,
   changes: EndpointChanges,
   deps: ControlPlaneDeps,
 ): void {
   const model = current.mcp === null ? modelAfter : undefined
   if (raw !== undefined) {
-    changes.websocket = readWebsocket(raw, model, deps) ?? null
+    changes.websocket = readWebsocket(raw, model, sellsPass, deps) ?? null
     return
   }
-  if (current.websocket !== null && model !== 'usage')
+  if (current.websocket === null) return
+  if (model !== 'usage' && !(sellsPass && model !== undefined))
     throw new ApiError(
       'invalid_parameter',
-      'this endpoint takes WebSocket sessions, which need usage pricing: set websocket to null first',
+      'this endpoint takes WebSocket sessions, which need usage pricing or a pass: set websocket to null first',
+      'pricing',
+    )
+  if (model !== 'usage' && BigInt(current.websocket.per_message_atomic) !== 0n)
+    throw new ApiError(
+      'invalid_parameter',
+      'this endpoint prices WebSocket messages, which needs usage pricing: set websocket again first',
       'pricing',
     )
 }
@@ -593,7 +613,12 @@ export const endpointRoutes: Route[] = [
         protocols: input.protocols ?? ['x402', 'mpp'],
         identityRules,
         websocket:
-          readWebsocket(input.websocket, input.kind === 'mcp' ? undefined : pricing.model, deps) ?? null,
+          readWebsocket(
+            input.websocket,
+            input.kind === 'mcp' ? undefined : pricing.model,
+            pass !== null,
+            deps,
+          ) ?? null,
         listed: input.listed ?? false,
         discovery: storedDiscovery(input.discovery),
         pass: pass === null ? null : passToStored(pass),
@@ -688,7 +713,7 @@ export const endpointRoutes: Route[] = [
         const rulesAfter =
           changes.identityRules !== undefined ? changes.identityRules : current.identity_rules
         assertIdentityRulesFit(rulesAfter, modelAfter, current.mcp === null ? 'http' : 'mcp')
-        assertWebsocketFits(input.websocket, current, modelAfter, changes, deps)
+        assertWebsocketFits(input.websocket, current, modelAfter, passAfter !== null, changes, deps)
         return updateEndpoint(tx, current, changes, deps.config.proxy.quote_ttl_ms)
       })
       await deps.onEndpointChanged(ctx.params.id!)
