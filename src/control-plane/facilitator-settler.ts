@@ -268,8 +268,8 @@ export class FacilitatorSettler {
 
 /**
  * This process's facilitator settler on a slot of its own (the data plane's settler holds another: two
- * senders never share a key's nonces). On the embedded database the slots are counted down from the last
- * (the data plane's workers count up from 0). Null when no key can be derived or no slot is free: /settle
+ * senders never share a key's nonces). Its slots are counted down from the last, on either database (the
+ * data planes' count up from 0). Null when no key can be derived or no slot is free: /settle
  * then waits for the leader's batch.
  */
 export async function startFacilitatorSettler(deps: {
@@ -294,6 +294,7 @@ export async function startFacilitatorSettler(deps: {
     embedded: deps.embedded,
     workerIndex: o.slots - 1 - deps.workerIndex,
     slots: o.slots,
+    fromTop: true,
     keepaliveMs: SLOT_KEEPALIVE_MS,
     onLost: (err) => logger.error('facilitator settler slot lost; /settle waits for the leader', { err }),
     onRegained: () => settler?.forgetNonce(),

@@ -25,9 +25,14 @@ export interface ClaimOptions {
   onLost(err: unknown): void
   /** The same slot's lock is held again (after onLost): its nonce must be read afresh. */
   onRegained(): void
+  /**
+   * Look from the last slot down (the facilitator's settler): the data planes take theirs from 0 up, so the
+   * two kinds meet only when every slot is taken, and a data plane keeps the slot it is expected to hold.
+   */
+  fromTop?: boolean
 }
 
-/** The first free slot, or null when every slot is held by another process. */
+/** The first free slot (the last, fromTop), or null when every slot is held by another process. */
 export async function claimSettlerSlot(sql: Sql, o: ClaimOptions): Promise<SettlerSlot | null> {
   if (o.embedded) {
     if (o.workerIndex >= o.slots) return null
@@ -36,7 +41,8 @@ export async function claimSettlerSlot(sql: Sql, o: ClaimOptions): Promise<Settl
   const conn = await sql.reserve()
   let slot = -1
   try {
-    for (let i = 0; i < o.slots; i++) {
+    for (let n = 0; n < o.slots; n++) {
+      const i = o.fromTop ? o.slots - 1 - n : n
       const [row] = await conn<{ ok: boolean }[]>`SELECT pg_try_advisory_lock(${SLOT_LOCK_CLASS}, ${i}) AS ok`
       if (row?.ok) {
         slot = i
