@@ -40,5 +40,7 @@ describe('test databases', () => {
       await admin.unsafe(`DROP DATABASE IF EXISTS ${other}`)
       await admin.end()
     }
-  })
+    // Each DROP DATABASE waits for a forced checkpoint of the whole server: beside a hundred test databases
+    // being written by the files running alongside, two of them took 53 s and then over 60 s in CI.
+  }, 180_000)
 })
