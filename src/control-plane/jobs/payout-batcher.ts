@@ -50,6 +50,9 @@ export type RunOutcome =
   | { outcome: 'open'; open: number }
   | { outcome: 'busy' }
 
+/** How long a payout's nonce must read as used by another transaction before the payout is called failed. */
+const NONCE_TAKEN_RECHECK_MS = 1_000
+
 export class PayoutBatcher {
   private inflight: Promise<RunOutcome> | null = null
   private blocked: BatchRefusal | null = null
@@ -232,6 +235,8 @@ export class PayoutBatcher {
     const { sql, config, logger } = this.deps
     const deadline = Date.now() + config.payouts.confirm_timeout_ms
     const sentThisRun = new Set<string>()
+    // Payouts whose nonce the chain shows used while no receipt of theirs was found, and when first seen so.
+    const nonceSeenTaken = new Map<string, number>()
     this.lastConfirmed = 0
     for (;;) {
       const open = await openPayouts(sql)
@@ -248,8 +253,14 @@ export class PayoutBatcher {
           else
             await this.markFailed(p, 'reverted', `transaction ${st.hash} reverted`, st.hash, st.blockNumber)
         } else if (st.state === 'nonce_taken') {
-          // Another transaction of the treasury used this nonce: ours can never be mined. Retry at once.
-          await this.markFailed(p, 'nonce_taken', `nonce ${p.nonce} was used by another transaction`)
+          // Another transaction of the treasury used this nonce: ours can never be mined. Retry at once. But
+          // only once it still reads so a second later: under load the node has answered the account's new
+          // nonce before the receipt of the very transaction that used it (a payout then marked failed was
+          // paid again, and reconcile found its transaction had moved the money).
+          const first = nonceSeenTaken.get(p.id)
+          if (first === undefined) nonceSeenTaken.set(p.id, Date.now())
+          else if (Date.now() - first >= NONCE_TAKEN_RECHECK_MS)
+            await this.markFailed(p, 'nonce_taken', `nonce ${p.nonce} was used by another transaction`)
         } else if (st.state === 'unmined' && !sentThisRun.has(p.id)) unmined.push(p)
       }
       const gasShort =
