@@ -4,7 +4,6 @@
 // session draws one use (the HTTP call's draw), relays both ways and is charged nothing; a used-up pass gets
 // the 402 with the pass offer; the pass ending closes the session with 4402; a sign-in message serves once,
 // on any instance. Anvil with chain id 84532 as base-sepolia, as the pass tests.
-import { request } from 'node:http'
 import { x402Client } from '@x402/core/client'
 import { decodePaymentRequiredHeader } from '@x402/core/http'
 import { registerExactEvmScheme } from '@x402/evm/exact/client'
@@ -23,7 +22,7 @@ import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
 import { type RealtimeUpstream, startRealtimeUpstream } from '../helpers/realtime-upstream.ts'
 import { callApi } from '../helpers/service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
-import { openWs } from '../helpers/ws-client.ts'
+import { openWs, upgradeAnswer } from '../helpers/ws-client.ts'
 import { startBaseSepoliaService } from '../x402/harness.ts'
 
 const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
@@ -39,36 +38,6 @@ function payingFetch(key: Hex) {
   const client = new x402Client()
   registerExactEvmScheme(client, { signer: privateKeyToAccount(key) as never })
   return wrapFetchWithPayment(fetch, client)
-}
-
-/** An upgrade request by hand: the HTTP answer a refused upgrade gets. */
-function upgradeAnswer(url: string, headers: Record<string, string> = {}) {
-  return new Promise<{ status: number; body: string; headers: Record<string, unknown> }>(
-    (resolve, reject) => {
-      const req = request(url, {
-        headers: {
-          connection: 'Upgrade',
-          upgrade: 'websocket',
-          'sec-websocket-version': '13',
-          'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==',
-          ...headers,
-        },
-      })
-      req.on('response', (res) => {
-        let body = ''
-        res.on('data', (c) => {
-          body += c
-        })
-        res.on('end', () => resolve({ status: res.statusCode!, body, headers: res.headers }))
-      })
-      req.on('upgrade', (_res, socket) => {
-        socket.destroy()
-        reject(new Error('upgraded'))
-      })
-      req.on('error', reject)
-      req.end()
-    },
-  )
 }
 
 /**

@@ -2,7 +2,6 @@
 // unpaid upgrade gets the 402, a paid session relays both ways and is charged exactly the usage events it
 // delivered (the rest refunded, reconcile clean), credit runs out in band then 4402, a client that leaves
 // mid-answer pays what it received, an oversize message closes with 1009, and a proof opens one session.
-import { request } from 'node:http'
 import { WebSocket } from 'undici'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
@@ -17,6 +16,7 @@ import {
 } from '../helpers/realtime-upstream.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
+import { upgradeAnswer } from '../helpers/ws-client.ts'
 
 const CREDIT = 50_000n
 const TOKENS = {
@@ -45,33 +45,6 @@ function open(url: string, headers: Record<string, string>, protocols: string[] 
     ws.addEventListener('open', () => resolve({ ws, messages, closed }))
     ws.addEventListener('error', () => reject(new Error('the WebSocket did not open')))
   })
-}
-
-/** An upgrade request by hand: the HTTP answer a refused upgrade gets. */
-function upgradeAnswer(url: string, headers: Record<string, string> = {}) {
-  return new Promise<{ status: number; body: string; headers: Record<string, unknown> }>(
-    (resolve, reject) => {
-      const req = request(url, {
-        headers: {
-          connection: 'Upgrade',
-          upgrade: 'websocket',
-          'sec-websocket-version': '13',
-          'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==',
-          ...headers,
-        },
-      })
-      req.on('response', (res) => {
-        let body = ''
-        res.on('data', (c) => {
-          body += c
-        })
-        res.on('end', () => resolve({ status: res.statusCode!, body, headers: res.headers }))
-      })
-      req.on('upgrade', () => reject(new Error('upgraded without payment')))
-      req.on('error', reject)
-      req.end()
-    },
-  )
 }
 
 async function callRow(svc: TestService, hash: string) {

@@ -1,5 +1,6 @@
 // A paid WebSocket session's client side with the `ws` package: the messages it got (text), the 101's
 // headers, and its close.
+import { request } from 'node:http'
 import WebSocket from 'ws'
 
 export interface WsSession {
@@ -57,4 +58,34 @@ export function openWs(
     )
     ws.on('error', reject)
   })
+}
+
+/** An upgrade request by hand: the HTTP answer a refused upgrade gets. */
+export function upgradeAnswer(url: string, headers: Record<string, string> = {}) {
+  return new Promise<{ status: number; body: string; headers: Record<string, unknown> }>(
+    (resolve, reject) => {
+      const req = request(url, {
+        headers: {
+          connection: 'Upgrade',
+          upgrade: 'websocket',
+          'sec-websocket-version': '13',
+          'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==',
+          ...headers,
+        },
+      })
+      req.on('response', (res) => {
+        let body = ''
+        res.on('data', (c) => {
+          body += c
+        })
+        res.on('end', () => resolve({ status: res.statusCode!, body, headers: res.headers }))
+      })
+      req.on('upgrade', (_res, socket) => {
+        socket.destroy()
+        reject(new Error('upgraded'))
+      })
+      req.on('error', reject)
+      req.end()
+    },
+  )
 }
