@@ -7,6 +7,7 @@
 // refuseBroadcasts answers eth_sendRawTransaction 503 while reads pass (a provider rejecting transactions);
 // loseBroadcastAnswers forwards it and answers 503 all the same (the node took it, the answer was lost);
 // failMethods answers 503 to any request carrying one of those methods (one kind of look-up failing);
+// withholdReceipts answers every receipt look-up "no receipt" (a node whose receipt index lags its nonce);
 // beforeBroadcast is awaited before an eth_sendRawTransaction is passed on (a slow node, or a look at the
 // moment); stripLogTimestamps answers as nodes that leave blockTimestamp off logs do; maxLogRange refuses an
 // eth_getLogs over more blocks than that with a JSON-RPC error, as hosted providers do.
@@ -27,6 +28,10 @@ export interface RpcProxy {
   loseBroadcastAnswers: boolean
   /** Requests carrying any of these JSON-RPC methods are answered 503; the rest pass. */
   failMethods: string[]
+  /** While true, every eth_getTransactionReceipt is answered with a null result, as if not mined. */
+  withholdReceipts: boolean
+  /** Receipts answered null by withholdReceipts. */
+  readonly withheld: number
   /** Requests refused by refuseBroadcasts. */
   readonly refused: number
   /** While true, `blockTimestamp` is removed from every log in the answers, as older nodes answer. */
@@ -48,11 +53,13 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
   let mode: RpcProxyMode = 'pass'
   let requests = 0
   let refused = 0
+  let withheld = 0
   let port = 0
   const state = {
     refuseBroadcasts: false,
     loseBroadcastAnswers: false,
     failMethods: [] as string[],
+    withholdReceipts: false,
     stripLogTimestamps: false,
     maxLogRange: null as number | null,
     bodies: null as string[] | null,
@@ -98,7 +105,12 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
         body,
       })
       res.writeHead(upstream.status, { 'content-type': 'application/json' })
-      const text = await upstream.text()
+      let text = await upstream.text()
+      if (state.withholdReceipts && body.includes('"eth_getTransactionReceipt"')) {
+        const withholding = withholdReceipts(body, text)
+        withheld += withholding.count
+        text = withholding.text
+      }
       res.end(state.stripLogTimestamps ? text.replace(/,"blockTimestamp":"0x[0-9a-f]+"/g, '') : text)
     } catch {
       res.writeHead(502).end('upstream unreachable')
@@ -148,6 +160,15 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
     set failMethods(methods: string[]) {
       state.failMethods = methods
     },
+    get withholdReceipts() {
+      return state.withholdReceipts
+    },
+    set withholdReceipts(on: boolean) {
+      state.withholdReceipts = on
+    },
+    get withheld() {
+      return withheld
+    },
     get refused() {
       return refused
     },
@@ -190,6 +211,23 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
       if (mode !== 'refuse') await stopListening()
     },
   }
+}
+
+/** The answer with the result of every receipt look-up of the request set to null, and how many were. */
+function withholdReceipts(body: string, answer: string): { text: string; count: number } {
+  type Call = { id?: unknown; method?: string }
+  type Reply = { id?: unknown; result?: unknown }
+  const calls = ([] as Call[]).concat(JSON.parse(body) as Call | Call[])
+  const ids = new Set(calls.filter((c) => c.method === 'eth_getTransactionReceipt').map((c) => c.id))
+  const parsed = JSON.parse(answer) as Reply | Reply[]
+  let count = 0
+  for (const reply of ([] as Reply[]).concat(parsed)) {
+    if (ids.has(reply.id) && reply.result !== null) {
+      reply.result = null
+      count++
+    }
+  }
+  return { text: JSON.stringify(parsed), count }
 }
 
 /** Adds the JSON-RPC calls of one body (a call or a batch) to counts. */
