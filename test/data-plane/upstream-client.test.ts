@@ -778,13 +778,11 @@ describe('LeanDispatcher on real sockets', () => {
       }
       for (const path of ['/200', '/204']) {
         let resumed = false
+        let resumeCall: (() => void) | null = null
         const { done, outcome } = call({
           path,
           onHeaders(_status, resume) {
-            setTimeout(() => {
-              resumed = true
-              resume()
-            }, 80)
+            resumeCall = resume
             return false
           },
           onData() {
@@ -792,10 +790,13 @@ describe('LeanDispatcher on real sockets', () => {
             return true
           },
         })
+        // Paused from the head on: nothing more comes while the test holds it (its body was sent with it).
+        const resume = await waitFor(() => resumeCall, { what: `the head of ${path}` })
         await sleep(40)
         expect(outcome.events).toHaveLength(2)
+        resumed = true
+        resume()
         const out = await done
-        expect(resumed).toBe(true)
         expect(out.error).toBeNull()
         expect(out.body.toString()).toBe(path === '/200' ? 'body' : '')
       }
