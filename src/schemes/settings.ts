@@ -1,9 +1,9 @@
 // What the schemes are told of the configuration, decided once from it: by the registry for the schemes of
 // a data-plane process, by the settlement job for the settle sides. A scheme reads these settled values and
 // never the whole Config, so what a scheme depends on is said here, in one place.
-import type { Hex } from 'viem'
 import { treasuryPrivateKey } from '../chain/connect.ts'
 import type { DevChain } from '../chain/dev-chain.ts'
+import type { SettlerSeed } from '../chain/settler-keys.ts'
 import type { Config } from '../config/schema.ts'
 import { settleBeforeAnswerUnavailable } from '../config/settle-before-answer.ts'
 import { configDollars } from '../money.ts'
@@ -43,7 +43,7 @@ export interface SchemeSettings {
     } | null
   }
   /** The keys settler slots are derived from; null: none, every call settles after. */
-  settlerSeed: { settlerKey: Hex | null; treasuryKey: Hex | null } | null
+  settlerSeed: SettlerSeed | null
   batch: { leaseMs: number; flushMs: number; reserveAtomic: bigint }
   mpp: {
     secrets: { receipt_signing_key: string | null; treasury_private_key: string | null }
@@ -54,7 +54,7 @@ export interface SchemeSettings {
 export function schemeSettings(config: Config, devChain: DevChain | null): SchemeSettings {
   const s = config.settlement
   const early = s.before_answer
-  const settlerKey = (config.secrets.settler_private_key ?? null) as Hex | null
+  const settlerKey = config.secrets.settler_private_key ?? null
   const treasuryKey = settlerKey === null ? treasuryPrivateKey(config, devChain) : null
   return {
     devChain: config.chain.network === 'local',
