@@ -5,6 +5,7 @@
 // src/control-plane/jobs/settle-after-call.ts; a scheme says only what is its own.
 import type { Counter, Histogram } from 'prom-client'
 import type { Hash, Hex, TransactionReceipt } from 'viem'
+import type { SettlementPlace } from '../books/settlement.ts'
 import type { ChainContext } from '../chain/connect.ts'
 import type { FeeQuote } from '../chain/payouts.ts'
 import type { Sql } from '../db/sql.ts'
@@ -22,14 +23,6 @@ export interface SettlementItem {
  * stays unpaid), or not attempted (its recorded hash is forgotten and it is signed again).
  */
 export type Resolution<D> = { settled: D } | { failed: string } | 'unattempted'
-
-/** Each payment's place in its transaction, recorded with the hash before anything is broadcast. */
-export interface RecordedTx {
-  proofKey: string
-  hash: string
-  index: number
-  count: number
-}
 
 export interface Settler<C extends SettlementItem = SettlementItem, D = unknown> {
   /** The background job's name (tests run it by name). */
@@ -56,8 +49,8 @@ export interface Settler<C extends SettlementItem = SettlementItem, D = unknown>
   listDue(q: { limit: number; capturedBeforeMs: number }): Promise<C[]>
   /** Payments whose transaction is recorded and whose outcome is not known, with their age. */
   listSent(): Promise<Array<C & { age_ms: number }>>
-  /** Records hashes before broadcast; returns the proof keys recorded (a claim that moved is left out). */
-  record(txs: RecordedTx[]): Promise<Set<string>>
+  /** Records hashes and places before broadcast; returns the proof keys recorded (a claim that moved is left out). */
+  record(txs: SettlementPlace[]): Promise<Set<string>>
   forget(q: { proofKey: string; hash: string }): Promise<boolean>
   fail(q: { proofKey: string; reason: string }): Promise<boolean>
   /** The books transition: marks them settled and books their revenue; returns how many it marked. */
