@@ -2,7 +2,7 @@
 // the same road) signed by the treasury, settlement.per_transaction to a transaction through the
 // AuthorizationBatcher (or one each, where the chain lacks it), soonest validBefore first. The pipeline that
 // runs it is src/control-plane/jobs/settle-after-call.ts; what is exact's own is here.
-import type { Hash, TransactionReceipt } from 'viem'
+import type { Hash, PrivateKeyAccount, TransactionReceipt } from 'viem'
 import {
   failSettlement,
   forgetSettlementTx,
@@ -16,13 +16,16 @@ import {
 } from '../../books/settlement.ts'
 import { readAuthorizationState } from '../../chain/authorization.ts'
 import { findAuthorizationUse } from '../../chain/authorization-use.ts'
-import { signSettlement } from '../../chain/settle.ts'
+import type { ChainContext } from '../../chain/connect.ts'
+import type { FeeQuote } from '../../chain/payouts.ts'
+import { type StoredAuthorization, signSettlement } from '../../chain/settle.ts'
 import {
   AUTHORIZATION_BATCHER_ADDRESS,
   hasAuthorizationBatcher,
   settlementOutcomes,
   signSettlementBatch,
 } from '../../chain/settle-batch.ts'
+import type { SignedCall } from '../../chain/sign-call.ts'
 import { settlementBatchSize, settlements } from '../../observability/metrics.ts'
 import type { Resolution, Settler, SettlerDeps } from '../settler.ts'
 
@@ -87,21 +90,12 @@ export function exactSettler(deps: SettlerDeps): Settler<SettlementCandidate, Us
       for (let i = 0; i < send.length; i += per) groups.push(send.slice(i, i + per))
       return groups
     },
-    // One authorization: transferWithAuthorization itself. Several: one call of the AuthorizationBatcher.
-    sign: (items, nonce, fees) => {
-      const account = chain.walletClient.account
-      const common = { chainId: chain.chainId, usdc: chain.usdc.address, nonce, fees }
-      if (items.length === 1)
-        return signSettlement(account, {
-          ...common,
-          authorization: items[0]!.authorization_payload,
-          gas: SETTLEMENT_GAS,
-        })
-      return signSettlementBatch(account, {
-        ...common,
+    sign: (items, nonce, fees) =>
+      signAuthorizations(chain.walletClient.account, chain, {
         authorizations: items.map((c) => c.authorization_payload),
-      })
-    },
+        nonce,
+        fees,
+      }),
     read: (items, hash, receipt) => read(deps, items, hash, receipt),
     // Never mined: what is used anyway (anyone may submit an authorization; the money arrived all the same)
     // is settled, the rest signed again.
@@ -113,6 +107,21 @@ export function exactSettler(deps: SettlerDeps): Settler<SettlementCandidate, Us
         }),
       ),
   }
+}
+
+/**
+ * One settlement transaction of `exact` authorizations, from any sender: one authorization is
+ * transferWithAuthorization itself, several one call of the AuthorizationBatcher.
+ */
+export function signAuthorizations(
+  account: PrivateKeyAccount,
+  chain: Pick<ChainContext, 'chainId' | 'usdc'>,
+  q: { authorizations: StoredAuthorization[]; nonce: number; fees: FeeQuote },
+): Promise<SignedCall> {
+  const common = { chainId: chain.chainId, usdc: chain.usdc.address, nonce: q.nonce, fees: q.fees }
+  if (q.authorizations.length === 1)
+    return signSettlement(account, { ...common, authorization: q.authorizations[0]!, gas: SETTLEMENT_GAS })
+  return signSettlementBatch(account, { ...common, authorizations: q.authorizations })
 }
 
 /**
