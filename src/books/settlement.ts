@@ -83,20 +83,32 @@ export function listDueSettlements(
  * leaves a hash to look up instead of an authorization to send blind. Returns the proof keys recorded (a
  * claim that moved meanwhile, or already has a hash, is left alone and missing from the answer).
  */
-export async function recordSettlementTx(
-  db: Db,
-  txs: Array<{ proofKey: string; hash: string; index: number; count: number }>,
-): Promise<Set<string>> {
+export async function recordSettlementTx(db: Db, txs: SettlementPlace[]): Promise<Set<string>> {
   if (txs.length === 0) return new Set()
-  // index / count: the authorization's place in its transaction (0 of 1 when sent alone), for its receipt.
   const rows = await db<{ proof_key: string }[]>`
     UPDATE claims c SET settlement_tx = m.hash, settlement_index = m.i, settlement_count = m.n
-    FROM unnest(${txs.map((t) => t.proofKey)}::text[], ${txs.map((t) => t.hash)}::text[],
-                ${txs.map((t) => t.index)}::int[], ${txs.map((t) => t.count)}::int[]) AS m(proof_key, hash, i, n)
+    FROM ${settlementPlaces(db, txs)}
     WHERE c.proof_key = m.proof_key AND c.kind = 'eip3009' AND c.status IN ('captured', 'settling')
       AND c.settlement_tx IS NULL AND c.settled_at IS NULL AND c.settlement_error IS NULL
     RETURNING c.proof_key`
   return new Set(rows.map((r) => r.proof_key))
+}
+
+/** A claim's settlement transaction and its place in it: index of count (0 of 1 when sent alone). */
+export interface SettlementPlace {
+  proofKey: string
+  hash: string
+  index: number
+  count: number
+}
+
+/**
+ * Settlement places as the rows m(proof_key, hash, i, n) of an UPDATE … FROM: what a record statement
+ * writes on each claim, for its receipt.
+ */
+export function settlementPlaces(db: Db, txs: SettlementPlace[]) {
+  return db`unnest(${txs.map((t) => t.proofKey)}::text[], ${txs.map((t) => t.hash)}::text[],
+                   ${txs.map((t) => t.index)}::int[], ${txs.map((t) => t.count)}::int[]) AS m(proof_key, hash, i, n)`
 }
 
 /** A recorded settlement that was never broadcast or never mined (and its authorization is unused): sign again. */

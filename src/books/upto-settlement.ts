@@ -6,6 +6,7 @@ import type { StoredUptoPermit } from '../chain/upto-permit.ts'
 import type { Sql, Tx } from '../db/sql.ts'
 import { applyFacilitatorSettlements } from './facilitator.ts'
 import { bookCallRevenue } from './ledger.ts'
+import { type SettlementPlace, settlementPlaces } from './settlement.ts'
 
 type Db = Sql | Tx
 
@@ -62,15 +63,11 @@ export function listDueUptoSettlements(db: Db, q: { limit: number }): Promise<Up
  * out of the answer) a claim that moved meanwhile, already has a hash, or whose charge is above what its
  * payer signed: such a transaction is never sent.
  */
-export async function recordUptoSettlementTx(
-  db: Db,
-  txs: Array<{ proofKey: string; hash: string; index: number; count: number }>,
-): Promise<Set<string>> {
+export async function recordUptoSettlementTx(db: Db, txs: SettlementPlace[]): Promise<Set<string>> {
   if (txs.length === 0) return new Set()
   const rows = await db<{ proof_key: string }[]>`
     UPDATE claims k SET settlement_tx = m.hash, settlement_index = m.i, settlement_count = m.n
-    FROM unnest(${txs.map((t) => t.proofKey)}::text[], ${txs.map((t) => t.hash)}::text[],
-                ${txs.map((t) => t.index)}::int[], ${txs.map((t) => t.count)}::int[]) AS m(proof_key, hash, i, n)
+    FROM ${settlementPlaces(db, txs)}
     WHERE k.proof_key = m.proof_key AND k.kind = 'upto'
       AND (k.status = 'captured' OR (k.status = 'settling' AND k.target_type = 'facilitator'))
       AND k.settlement_tx IS NULL AND k.settled_at IS NULL

@@ -5,12 +5,12 @@ import {
   encodeFunctionData,
   type Hash,
   type Hex,
-  keccak256,
   type PrivateKeyAccount,
   zeroAddress,
 } from 'viem'
 import type { ChainPublicClient } from './client.ts'
 import { nullIfNotFound } from './not-found.ts'
+import { signCall } from './sign-call.ts'
 import { usdcAbi } from './usdc.ts'
 
 /** Used when the node cannot estimate (e.g. the treasury holds no USDC yet); a USDC transfer needs ~40–60k. */
@@ -103,18 +103,8 @@ export async function signTransfer(
   },
 ): Promise<SignedTransfer> {
   if (p.to === zeroAddress) throw new Error('refusing to sign a payout to the zero address')
-  const rawTx = await account.signTransaction({
-    type: 'eip1559',
-    chainId: p.chainId,
-    to: p.usdc,
-    data: encodeFunctionData({ abi: usdcAbi, functionName: 'transfer', args: [p.to, p.amountAtomic] }),
-    nonce: p.nonce,
-    gas: p.gas,
-    maxFeePerGas: p.fees.maxFeePerGas,
-    maxPriorityFeePerGas: p.fees.maxPriorityFeePerGas,
-    value: 0n,
-  })
-  return { rawTx, hash: keccak256(rawTx) }
+  const data = encodeFunctionData({ abi: usdcAbi, functionName: 'transfer', args: [p.to, p.amountAtomic] })
+  return signCall(account, { ...p, to: p.usdc, data })
 }
 
 export type BroadcastResult =

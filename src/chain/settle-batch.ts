@@ -7,8 +7,6 @@ import {
   type Address,
   type Chain,
   type Client,
-  concat,
-  getContractAddress,
   type Hash,
   type Hex,
   type PrivateKeyAccount,
@@ -16,25 +14,17 @@ import {
   type Transport,
   toEventSelector,
   type WalletClient,
-  zeroHash,
 } from 'viem'
-import { getCode, waitForTransactionReceipt } from 'viem/actions'
+import { getCode } from 'viem/actions'
 import { authorizationBatcherArtifact } from './contracts/artifacts.ts'
-import { keccakHex } from './keccak.ts'
+import { type Create2Deployment, create2Address, deployCreate2 } from './create2.ts'
 import { dataWords, eventTopic, topicAddress, topicWord } from './log-words.ts'
 import type { FeeQuote } from './payouts.ts'
 import type { StoredAuthorization } from './settle.ts'
 import { settleCalldata } from './settle-batch-encoding.ts'
+import { signCall } from './sign-call.ts'
 
-/** The deterministic deployment proxy (CREATE2 factory) present on anvil, Base and most EVM chains. */
-export const DETERMINISTIC_DEPLOYER: Address = '0x4e59b44847b379578588920ca78fbf26c0b4956c'
-
-export const AUTHORIZATION_BATCHER_ADDRESS: Address = getContractAddress({
-  opcode: 'CREATE2',
-  from: DETERMINISTIC_DEPLOYER,
-  salt: zeroHash,
-  bytecode: authorizationBatcherArtifact.bytecode,
-})
+export const AUTHORIZATION_BATCHER_ADDRESS: Address = create2Address(authorizationBatcherArtifact.bytecode)
 
 /**
  * Gas limit of a batch: the contract attempts an item only with ITEM_GAS (200k) left, and one
@@ -51,14 +41,6 @@ export async function hasAuthorizationBatcher(client: Client): Promise<boolean> 
   return code?.toLowerCase() === authorizationBatcherArtifact.deployedBytecode.toLowerCase()
 }
 
-/**
- * The deployment a real network needs once (anyone may send it; it holds nothing and has no owner): the
- * deployer's calldata is the salt followed by the contract's creation code.
- */
-export function authorizationBatcherDeployment(): { to: Address; data: Hex } {
-  return { to: DETERMINISTIC_DEPLOYER, data: concat([zeroHash, authorizationBatcherArtifact.bytecode]) }
-}
-
 export async function signSettlementBatch(
   account: PrivateKeyAccount,
   p: {
@@ -69,18 +51,12 @@ export async function signSettlementBatch(
     fees: FeeQuote
   },
 ): Promise<{ rawTx: Hex; hash: Hash }> {
-  const rawTx = await account.signTransaction({
-    type: 'eip1559',
-    chainId: p.chainId,
+  return signCall(account, {
+    ...p,
     to: AUTHORIZATION_BATCHER_ADDRESS,
     data: settleCalldata(p.usdc, p.authorizations),
-    nonce: p.nonce,
     gas: batchSettlementGas(p.authorizations.length),
-    maxFeePerGas: p.fees.maxFeePerGas,
-    maxPriorityFeePerGas: p.fees.maxPriorityFeePerGas,
-    value: 0n,
   })
-  return { rawTx, hash: keccakHex(rawTx) }
 }
 
 const AUTHORIZATION_USED = toEventSelector('AuthorizationUsed(address,bytes32)')
@@ -125,30 +101,16 @@ export function settlementOutcomes(
   })
 }
 
-export type BatcherDeployment =
-  | { status: 'present' }
-  | { status: 'deployed'; tx: Hash }
-  | { status: 'no_deployer' }
-  | { status: 'failed'; tx: Hash }
-
 /**
  * Deploys this build's AuthorizationBatcher at its CREATE2 address from `wallet` (any funded account; the
  * contract has no owner), unless it is there already. Needs the deterministic deployment proxy on the chain.
  */
-export async function deployAuthorizationBatcher(
+export function deployAuthorizationBatcher(
   publicClient: Client,
   wallet: WalletClient<Transport, Chain | undefined, Account>,
-): Promise<BatcherDeployment> {
-  if (await hasAuthorizationBatcher(publicClient)) return { status: 'present' }
-  const proxy = await getCode(publicClient, { address: DETERMINISTIC_DEPLOYER })
-  if (!proxy || proxy === '0x') return { status: 'no_deployer' }
-  const tx = await wallet.sendTransaction({
-    ...authorizationBatcherDeployment(),
-    chain: wallet.chain ?? null,
+): Promise<Create2Deployment> {
+  return deployCreate2(publicClient, wallet, {
+    initCode: authorizationBatcherArtifact.bytecode,
+    present: () => hasAuthorizationBatcher(publicClient),
   })
-  const receipt = await waitForTransactionReceipt(publicClient, { hash: tx })
-  if (receipt.status !== 'success' || !(await hasAuthorizationBatcher(publicClient))) {
-    return { status: 'failed', tx }
-  }
-  return { status: 'deployed', tx }
 }

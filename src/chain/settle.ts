@@ -2,8 +2,8 @@
 // the hash can be recorded before anything is sent (a restart looks it up instead of sending blind).
 import { encodeFunctionData, type Hash, type Hex, type PrivateKeyAccount, parseSignature } from 'viem'
 import type { TransferAuthorization } from './authorization.ts'
-import { keccakHex } from './keccak.ts'
 import type { FeeQuote } from './payouts.ts'
+import { signCall } from './sign-call.ts'
 import { usdcAbi } from './usdc.ts'
 
 export interface StoredAuthorization {
@@ -40,18 +40,7 @@ export async function signSettlement(
     fees: FeeQuote
   },
 ): Promise<{ rawTx: Hex; hash: Hash }> {
-  const rawTx = await account.signTransaction({
-    type: 'eip1559',
-    chainId: p.chainId,
-    to: p.usdc,
-    data: settlementCalldata(p.authorization),
-    nonce: p.nonce,
-    gas: p.gas,
-    maxFeePerGas: p.fees.maxFeePerGas,
-    maxPriorityFeePerGas: p.fees.maxPriorityFeePerGas,
-    value: 0n,
-  })
-  return { rawTx, hash: keccakHex(rawTx) }
+  return signCall(account, { ...p, to: p.usdc, data: settlementCalldata(p.authorization) })
 }
 
 /**

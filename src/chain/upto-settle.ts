@@ -13,7 +13,6 @@ import {
   domainSeparator,
   encodeAbiParameters,
   encodeFunctionData,
-  getContractAddress,
   type Hash,
   type Hex,
   type PrivateKeyAccount,
@@ -32,10 +31,11 @@ import {
   uptoSettlementBatcherArtifact,
   x402UptoPermit2ProxyArtifact,
 } from './contracts/artifacts.ts'
+import { type Create2Deployment, create2Address, deployCreate2 } from './create2.ts'
 import { keccakHex } from './keccak.ts'
 import { dataWords, eventTopic, topicAddress, topicWord } from './log-words.ts'
 import type { FeeQuote } from './payouts.ts'
-import { DETERMINISTIC_DEPLOYER } from './settle-batch.ts'
+import { signCall } from './sign-call.ts'
 import { sameAddress } from './transfer.ts'
 import { PERMIT2_ADDRESS, type StoredUptoPermit, UPTO_PROXY_ADDRESS } from './upto-permit.ts'
 
@@ -54,12 +54,7 @@ function batcherInitCode(settler: Address): Hex {
 }
 
 export function uptoBatcherAddress(settler: Address): Address {
-  return getContractAddress({
-    opcode: 'CREATE2',
-    from: DETERMINISTIC_DEPLOYER,
-    salt: zeroHash,
-    bytecode: batcherInitCode(settler),
-  })
+  return create2Address(batcherInitCode(settler))
 }
 
 /**
@@ -144,22 +139,15 @@ export async function hasUptoBatcher(client: Client, settler: Address): Promise<
 }
 
 /** Real networks: deploys the settler's batcher at its CREATE2 address, unless it is there already. */
-export async function deployUptoBatcher(
+export function deployUptoBatcher(
   publicClient: Client,
   wallet: WalletClient<Transport, Chain | undefined, Account>,
   settler: Address,
-): Promise<{ status: 'present' | 'deployed' | 'no_deployer' | 'failed'; tx?: Hash }> {
-  if (await hasUptoBatcher(publicClient, settler)) return { status: 'present' }
-  const deployer = await getCode(publicClient, { address: DETERMINISTIC_DEPLOYER })
-  if (!deployer || deployer === '0x') return { status: 'no_deployer' }
-  const tx = await wallet.sendTransaction({
-    to: DETERMINISTIC_DEPLOYER,
-    data: concat([zeroHash, batcherInitCode(settler)]),
-    chain: wallet.chain ?? null,
+): Promise<Create2Deployment> {
+  return deployCreate2(publicClient, wallet, {
+    initCode: batcherInitCode(settler),
+    present: () => hasUptoBatcher(publicClient, settler),
   })
-  const receipt = await waitForTransactionReceipt(publicClient, { hash: tx })
-  const ok = receipt.status === 'success' && (await hasUptoBatcher(publicClient, settler))
-  return { status: ok ? 'deployed' : 'failed', tx }
 }
 
 function settleArgs(it: UptoSettlementItem) {
@@ -220,18 +208,12 @@ export async function signUptoSettlement(
         functionName: 'settle',
         args: [p.items.map(settleArgs)],
       })
-  const rawTx = await account.signTransaction({
-    type: 'eip1559',
-    chainId: p.chainId,
+  return signCall(account, {
+    ...p,
     to: direct ? UPTO_PROXY_ADDRESS : facilitator,
     data,
-    nonce: p.nonce,
     gas: direct ? UPTO_DIRECT_GAS : uptoBatchGas(p.items.length),
-    maxFeePerGas: p.fees.maxFeePerGas,
-    maxPriorityFeePerGas: p.fees.maxPriorityFeePerGas,
-    value: 0n,
   })
-  return { rawTx, hash: keccakHex(rawTx) }
 }
 
 const UPTO_SETTLED = toEventSelector('UptoSettled(address,uint256,uint256)')

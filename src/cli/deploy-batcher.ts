@@ -10,11 +10,8 @@
 import { parseArgs } from 'node:util'
 import { privateKeyToAccount } from 'viem/accounts'
 import { connectChain, treasuryPrivateKey } from '../chain/connect.ts'
-import {
-  AUTHORIZATION_BATCHER_ADDRESS,
-  DETERMINISTIC_DEPLOYER,
-  deployAuthorizationBatcher,
-} from '../chain/settle-batch.ts'
+import { DETERMINISTIC_DEPLOYER } from '../chain/create2.ts'
+import { AUTHORIZATION_BATCHER_ADDRESS, deployAuthorizationBatcher } from '../chain/settle-batch.ts'
 import { settlerSlotKey } from '../chain/settler-keys.ts'
 import { delegateUptoSettlers, deployUptoBatcher, uptoBatcherAddress } from '../chain/upto-settle.ts'
 import { ConfigError, loadConfig } from '../config/load.ts'

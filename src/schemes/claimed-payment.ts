@@ -29,10 +29,18 @@ export function claimedPaymentDeps(deps: SchemeDeps): ClaimedPaymentDeps {
     books: deps.books,
     usedProofs: deps.usedProofs,
     logger: deps.logger,
-    ownerShareBps: deps.config.fees.owner_share_bps,
-    retryWindowMs: deps.config.proxy.retry_window_ms,
+    ownerShareBps: deps.settings.ownerShareBps,
+    retryWindowMs: deps.settings.retryWindowMs,
     pendingReleases: new Map(),
   }
+}
+
+/** How long past the upstream's timeout a claim is held: a slow answer still captures it. */
+const LEASE_MARGIN_MS = 5_000
+
+/** A claim's lease: it outlives the upstream's timeout, so a slow answer still captures it. */
+export function claimLeaseMs(endpoint: { timeoutMs: number }): number {
+  return endpoint.timeoutMs + LEASE_MARGIN_MS
 }
 
 export interface ClaimedPaymentInit {
@@ -98,8 +106,7 @@ export function authorizationPayment(
     proofAtMs: null,
     endpointId: endpoint.id,
     accountId: endpoint.accountId,
-    // The claim's lease outlives the upstream's timeout, so a slow answer still captures it.
-    leaseMs: endpoint.timeoutMs + 5_000,
+    leaseMs: claimLeaseMs(endpoint),
     reserve: v.balance === null ? null : { balanceAtomic: v.balance.atomic, block: v.balance.block },
     onInsufficientFunds: () => how.forgetBalance(v.payer),
     receipt: how.receipt,

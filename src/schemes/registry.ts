@@ -1,9 +1,11 @@
 // The schemes this process accepts, in the order they read payments: the hot path asks the registry what an
 // endpoint's 402 offers and which scheme verifies a payment, and never names a scheme itself.
 
+import type { Config } from '../config/schema.ts'
 import type { ReadinessCheck } from '../observability/admin.ts'
 import type { Proof } from '../wire/proof.ts'
 import type { Offer, OfferQuery, PayQuery, Scheme, SchemeDeps, SchemeFactory, Verdict } from './scheme.ts'
+import { schemeSettings } from './settings.ts'
 
 export interface Offers {
   offers: Offer[]
@@ -13,7 +15,12 @@ export interface Offers {
 export class SchemeRegistry {
   constructor(readonly schemes: readonly Scheme[]) {}
 
-  static async build(factories: readonly SchemeFactory[], deps: SchemeDeps): Promise<SchemeRegistry> {
+  /** Builds each scheme from the shared parts and the settings decided here, once, from `config`. */
+  static async build(
+    factories: readonly SchemeFactory[],
+    { config, ...parts }: Omit<SchemeDeps, 'settings'> & { config: Config },
+  ): Promise<SchemeRegistry> {
+    const deps: SchemeDeps = { ...parts, settings: schemeSettings(config, parts.chain.devChain) }
     const schemes: Scheme[] = []
     for (const factory of factories) {
       const scheme = await factory(deps)

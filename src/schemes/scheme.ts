@@ -7,7 +7,6 @@ import type { LRUCache } from 'lru-cache'
 import type { BatchWriter } from '../books/batch-writer.ts'
 import type { ChainContext } from '../chain/connect.ts'
 import type { ChainInfo } from '../chain/info.ts'
-import type { Config } from '../config/schema.ts'
 import type { Sql } from '../db/sql.ts'
 import type { ErrorCode } from '../errors.ts'
 import type { CallAgent } from '../identity/call-agent.ts'
@@ -16,6 +15,7 @@ import type { Logger } from '../observability/logger.ts'
 import type { UsageRecord } from '../pricing/model.ts'
 import type { Challenge, Offer, Requirement } from '../wire/challenge.ts'
 import type { Proof } from '../wire/proof.ts'
+import type { SchemeSettings } from './settings.ts'
 import type { Verifier } from './verifier.ts'
 
 // The 402's parts are declared with the 402 (challenge.ts); a scheme builds them.
@@ -24,7 +24,8 @@ export type { Offer, Requirement }
 /** What a scheme is built from: the shared hot-path parts. A scheme takes what it needs and ignores the rest. */
 export interface SchemeDeps {
   sql: Sql
-  config: Config
+  /** What a scheme is told of the configuration, decided once (./settings.ts): never the whole Config. */
+  settings: SchemeSettings
   chain: ChainContext
   chainInfo: ChainInfo
   logger: Logger

@@ -1,6 +1,6 @@
 // The verifier's refusals as verdicts: a chain that cannot be reached is a 503 (retry the same payment),
-// every other reason a 402 with that reason on the wire.
-import type { Verdict } from './scheme.ts'
+// every other reason a 402 with that reason on the wire; and the settlement throttle's refusal.
+import type { SchemeDeps, Verdict } from './scheme.ts'
 import type { VerifyResult } from './verifier.ts'
 
 export function refusal(result: Extract<VerifyResult, { ok: false }>): Verdict {
@@ -23,4 +23,13 @@ export function refusal(result: Extract<VerifyResult, { ok: false }>): Verdict {
   const refused: Verdict = { ok: false, reason: result.reason, retryAfterMs: result.retryAfterMs }
   if (result.spent !== undefined) refused.spent = result.spent
   return refused
+}
+
+/**
+ * While the settlement backlog would outrun new payments' validity windows, a scheme the leader settles after
+ * the call refuses them before any work (503 settlement_backlog with its Retry-After); null: go on.
+ */
+export function backlogRefusal(throttle: SchemeDeps['settlementThrottle']): Verdict | null {
+  if (!throttle?.engaged) return null
+  return { ok: 'error', code: 'settlement_backlog', retryAfterS: throttle.retryAfterS }
 }

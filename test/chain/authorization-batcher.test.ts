@@ -11,12 +11,12 @@ import {
   signTransferAuthorization,
 } from '../../src/chain/authorization.ts'
 import { authorizationBatcherArtifact } from '../../src/chain/contracts/artifacts.ts'
+import { DETERMINISTIC_DEPLOYER } from '../../src/chain/create2.ts'
 import { devAccount } from '../../src/chain/dev-accounts.ts'
 import { type StoredAuthorization, storedAuthorization } from '../../src/chain/settle.ts'
 import {
   AUTHORIZATION_BATCHER_ADDRESS,
   batchSettlementGas,
-  DETERMINISTIC_DEPLOYER,
   deployAuthorizationBatcher,
   hasAuthorizationBatcher,
   settlementOutcomes,

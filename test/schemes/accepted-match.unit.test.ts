@@ -19,7 +19,7 @@ const chain = {
 // The exact scheme's own offer: only its chain terms are read to build it.
 const exact = await exactScheme({
   chainInfo: chain,
-  config: { fees: { owner_share_bps: 9500 }, proxy: { retry_window_ms: 1 } },
+  settings: { ownerShareBps: 9500, retryWindowMs: 1 },
 } as unknown as SchemeDeps)
 const offer = exact.offer({
   amountAtomic: 10_000n,

@@ -14,8 +14,7 @@ import { createPaymentJobs } from './payment-expiry.ts'
 import { createPayoutJobs } from './payout-batcher.ts'
 import { createRetentionJobs } from './retention.ts'
 import { type BackgroundModule, type JobDeps, type JobRunner, startJobs } from './runner.ts'
-import { createSettlementJobs } from './settlement-batcher.ts'
-import { createUptoSettlementJobs } from './upto-settlement.ts'
+import { createSettleAfterCallJobs } from './settle-after-call.ts'
 import { createVoucherClaimerJobs } from './voucher-claimer.ts'
 import { createWebhookJobs } from './webhook-dispatcher.ts'
 
@@ -60,9 +59,8 @@ export async function startBackground(deps: {
     createWebhookJobs(jobDeps),
     // Payouts and settlement take the treasury lock only around nonce assignment, signing and broadcasts.
     createPayoutJobs(jobDeps, { treasuryLock: treasurySends }),
-    createSettlementJobs(jobDeps, { treasuryLock: treasurySends }),
-    // x402 upto: permits settled for their calls' charges, same lock.
-    createUptoSettlementJobs(jobDeps, { treasuryLock: treasurySends }),
+    // x402 exact authorizations and upto permits (for their calls' charges), each scheme its job, same lock.
+    createSettleAfterCallJobs(jobDeps, { treasuryLock: treasurySends }),
     // x402 batch-settlement: channel deposits/refunds and batched voucher claims, same lock.
     createVoucherClaimerJobs(jobDeps, { treasuryLock: treasurySends }),
     createOperationalGauges(jobDeps),

@@ -7,7 +7,7 @@
 // (900 s, the scheme's minimum) is far longer than that period: vouchers are claimed before any withdrawal
 // can be finalized, which is how the scheme's withdrawals are honoured.
 import { randomUUID } from 'node:crypto'
-import { type Address, getAddress, type Hash, type Hex, keccak256, parseEventLogs } from 'viem'
+import { type Address, getAddress, type Hash, type Hex, parseEventLogs } from 'viem'
 import {
   type ChannelOp,
   type ClaimableChannel,
@@ -34,6 +34,7 @@ import {
 } from '../../chain/batch-channel.ts'
 import { nullIfNotFound } from '../../chain/not-found.ts'
 import { broadcast, pendingNonce, quoteFees } from '../../chain/payouts.ts'
+import { signCall } from '../../chain/sign-call.ts'
 import { whenAvailable } from '../../db/when-available.ts'
 import { type BackgroundModule, type JobDeps, type TreasuryLock, unlocked } from './runner.ts'
 
@@ -265,18 +266,14 @@ async function sendClaim(
       quoteFees(chain.publicClient),
       pendingNonce(chain.publicClient, account.address),
     ])
-    const rawTx = await account.signTransaction({
-      type: 'eip1559',
+    const { rawTx, hash } = await signCall(account, {
       chainId: chain.chainId,
       to: BATCH_SETTLEMENT_ADDRESS,
       data: q.data,
       nonce,
       gas: (gas * 13n) / 10n,
-      maxFeePerGas: fees.maxFeePerGas,
-      maxPriorityFeePerGas: fees.maxPriorityFeePerGas,
-      value: 0n,
+      fees,
     })
-    const hash = keccak256(rawTx)
     await recordChannelClaimSent(deps.sql, { claimId: q.claimId, hash, rawTx, nonce, entries: q.entries })
     const r = await broadcast(chain.publicClient, rawTx)
     if (!r.ok && r.reason !== 'already_known') {

@@ -9,11 +9,12 @@ import { getAddress } from 'viem'
 import type { VoucherCall } from '../../books/channels.ts'
 import { BATCH_SCHEME, checkBatchContracts } from '../../chain/batch-channel.ts'
 import { newId } from '../../ids.ts'
-import { configDollars, splitOwnerShare } from '../../money.ts'
+import { splitOwnerShare } from '../../money.ts'
 import { voucherCallsLost, voucherWrites } from '../../observability/metrics.ts'
 import { usageDocument } from '../../pricing/model.ts'
 import { v2Header } from '../../wire/challenge.ts'
 import type { Proof } from '../../wire/proof.ts'
+import { v2Requirement } from '../requirement.ts'
 import type {
   CallFacts,
   ClaimOutcome,
@@ -47,16 +48,16 @@ const JSON_TYPE = 'application/json; charset=utf-8'
 /** null (logged) when the contracts at the published client's addresses fail the start-up check. */
 export async function batchSettlementScheme(deps: SchemeDeps): Promise<Scheme | null> {
   if (!(await contractsUsable(deps))) return null
-  const { config, chainInfo, chain, logger } = deps
-  const leaseMs = config.x402.batch_lease_ms
+  const { settings, chainInfo, chain, logger } = deps
+  const { leaseMs, flushMs, reserveAtomic } = settings.batch
   const leases = new VoucherLeases(deps.sql, {
     // One holder name per process start.
     holder: `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`,
     leaseMs,
-    flushMs: config.x402.batch_flush_ms,
-    reserveAtomic: configDollars(config.x402.batch_reserve),
+    flushMs,
+    reserveAtomic,
     // An idle holder lets go soon: another instance asking for the channel waits at most this (plus a flush).
-    idleMs: Math.max(100, config.x402.batch_flush_ms * 20),
+    idleMs: Math.max(100, flushMs * 20),
     handoffWaitMs: leaseMs + Math.floor(leaseMs / 2),
     onWrite: () => voucherWrites.labels('written').inc(),
     onError: (err) => {
@@ -91,24 +92,14 @@ class BatchSettlementScheme implements Scheme {
   offer(q: OfferQuery): Offer | null {
     if (!q.enabled.has(BATCH_SCHEME)) return null
     const c = this.deps.chainInfo
-    return {
-      // tollgate's treasury is both the receiver and the receiver's authorizer.
-      v2: {
-        scheme: BATCH_SCHEME,
-        network: c.caip2,
-        amount: q.amountAtomic.toString(),
-        asset: c.usdcAddress,
-        payTo: c.treasury,
-        maxTimeoutSeconds: q.maxTimeoutSeconds,
-        extra: {
-          name: c.usdcName,
-          version: c.usdcVersion,
-          receiverAuthorizer: c.treasury,
-          withdrawDelay: BATCH_WITHDRAW_DELAY_S,
-          assetTransferMethod: 'eip3009',
-        },
-      },
+    const { amountAtomic, maxTimeoutSeconds } = q
+    // tollgate's treasury is both the receiver and the receiver's authorizer.
+    const extra = {
+      receiverAuthorizer: c.treasury,
+      withdrawDelay: BATCH_WITHDRAW_DELAY_S,
+      assetTransferMethod: 'eip3009',
     }
+    return { v2: v2Requirement(c, { scheme: BATCH_SCHEME, amountAtomic, maxTimeoutSeconds }, extra) }
   }
 
   reads(proof: Proof): boolean {
@@ -282,7 +273,7 @@ class VoucherPayment implements Payment {
   ): VoucherCall {
     const paid = this.paid
     const amount = served?.chargeAtomic ?? paid.valueAtomic
-    const split = splitOwnerShare(amount, this.deps.config.fees.owner_share_bps)
+    const split = splitOwnerShare(amount, this.deps.settings.ownerShareBps)
     return {
       channelId: paid.channelId,
       cumulative,

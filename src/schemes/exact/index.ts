@@ -10,12 +10,12 @@ import type { Proof } from '../../wire/proof.ts'
 import { exactAmountAccepted, minimumAccepted } from '../amounts.ts'
 import { authorizationPayment, type ClaimedPaymentDeps, claimedPaymentDeps } from '../claimed-payment.ts'
 import type { NotOffered, Offer, OfferQuery, PayQuery, Scheme, SchemeDeps, Verdict } from '../scheme.ts'
-import { refusal } from '../verdicts.ts'
+import { backlogRefusal, refusal } from '../verdicts.ts'
 import type { VerifyResult } from '../verifier.ts'
 import { matchAccepted } from './accepted-match.ts'
 import { EXACT, exactOffer } from './offer.ts'
 import { paymentReceipt } from './receipt.ts'
-import { type Settler, sharedSettler } from './settler.ts'
+import { type EarlySettler, sharedSettler } from './settler.ts'
 
 export async function exactScheme(deps: SchemeDeps): Promise<Scheme> {
   return new ExactScheme(deps, await sharedSettler(deps))
@@ -33,7 +33,7 @@ class ExactScheme implements Scheme {
    */
   constructor(
     private readonly deps: SchemeDeps,
-    private readonly settler: Settler | null,
+    private readonly settler: EarlySettler | null,
   ) {
     this.claimed = claimedPaymentDeps(deps)
     this.networks = { network: deps.chainInfo.x402Network, caip2: deps.chainInfo.caip2 }
@@ -46,7 +46,7 @@ class ExactScheme implements Scheme {
    * The settle-before-answer path, or null (said once): an endpoint that settles before the answer, served by
    * a process without a settler slot, is settled after, with the honest pending receipt.
    */
-  private earlyOrWarn(): Settler['early'] | null {
+  private earlyOrWarn(): EarlySettler['early'] | null {
     if (this.settler?.usable()) return this.settler.early
     if (!this.warnedUnavailable) {
       this.warnedUnavailable = true
@@ -79,14 +79,8 @@ class ExactScheme implements Scheme {
   verify(proof: Proof, q: PayQuery): Verdict | Promise<Verdict> {
     if (proof.kind !== 'x402') return { ok: false, reason: 'invalid_proof' }
     // The settlement backlog would outrun new authorizations' validity windows: refused before any work.
-    const throttle = this.deps.settlementThrottle
-    if (throttle?.engaged) {
-      return {
-        ok: 'error',
-        code: 'settlement_backlog',
-        retryAfterS: throttle.retryAfterS,
-      }
-    }
+    const backlog = backlogRefusal(this.deps.settlementThrottle)
+    if (backlog !== null) return backlog
     if (q.quote.varies) return { ok: false, reason: 'scheme_not_offered' }
     // A v2 payload pays the terms it names in `accepted`: they must be ours (and the amount exactly the
     // price), checked before anything costs an RPC.

@@ -3,7 +3,6 @@
 // /readyz check that fails below settlement.before_answer.gas_floor_eth (before it runs dry), and on the
 // local dev chain a top-up (derived keys start empty there). No slot free: null, the calls settle after.
 import { formatEther, type Hex, parseEther } from 'viem'
-import { treasuryPrivateKey } from '../../chain/connect.ts'
 import { fundDevGas } from '../../chain/dev-chain.ts'
 import { settlerSlotKey } from '../../chain/settler-keys.ts'
 import { claimSettlerSlot, type SettlerSlot } from '../../db/settler-slots.ts'
@@ -18,7 +17,7 @@ const DEV_TOP_UP_WEI = parseEther('10')
 /** How often the slot's database session is checked alive (and, once lost, the slot claimed again). */
 const SLOT_KEEPALIVE_MS = 5_000
 
-export interface Settler {
+export interface EarlySettler {
   early: SettleBeforeAnswer
   slot: number
   /** False while the slot's lock is lost: the calls settle after meanwhile. */
@@ -27,13 +26,13 @@ export interface Settler {
   stop(): Promise<void>
 }
 
-const settlers = new WeakMap<SchemeDeps, Promise<Settler | null>>()
+const settlers = new WeakMap<SchemeDeps, Promise<EarlySettler | null>>()
 
 /**
  * The process's one settler, shared by the schemes that settle before the answer (exact and upto send from
  * the same slot: one nonce sequence). Started by the first to ask; `exact` stops it.
  */
-export function sharedSettler(deps: SchemeDeps): Promise<Settler | null> {
+export function sharedSettler(deps: SchemeDeps): Promise<EarlySettler | null> {
   let settler = settlers.get(deps)
   if (settler === undefined) {
     settler = startSettler(deps)
@@ -42,16 +41,12 @@ export function sharedSettler(deps: SchemeDeps): Promise<Settler | null> {
   return settler
 }
 
-export async function startSettler(deps: SchemeDeps): Promise<Settler | null> {
-  const { config, logger, chain } = deps
-  const o = config.settlement?.before_answer
-  if (o === undefined) return null
-  const settlerKey = config.secrets?.settler_private_key ?? null
-  const seed = {
-    settlerKey,
-    treasuryKey: settlerKey === null ? treasuryPrivateKey(config, chain?.devChain ?? null) : null,
-  }
-  if (seed.settlerKey === null && seed.treasuryKey === null) {
+export async function startSettler(deps: SchemeDeps): Promise<EarlySettler | null> {
+  const { settings, logger, chain } = deps
+  const o = settings.settlement?.beforeAnswer
+  if (!o) return null
+  const seed = settings.settlerSeed
+  if (seed === null) {
     logger.warn('x402 exact: no key to derive a settler from; every endpoint settles after the call')
     return null
   }
@@ -84,9 +79,9 @@ export async function startSettler(deps: SchemeDeps): Promise<Settler | null> {
     chain,
     logger,
     settlerKey: key,
-    windowMs: o.window_ms,
-    waitMs: o.wait_ms,
-    perTransaction: config.settlement.per_transaction,
+    windowMs: o.windowMs,
+    waitMs: o.waitMs,
+    perTransaction: settings.settlement.perTransaction,
   })
   settler = early
   const gas = new GasWatch(deps, claimed, early.address, o)
@@ -95,7 +90,7 @@ export async function startSettler(deps: SchemeDeps): Promise<Settler | null> {
   logger.info('x402 exact: settling before the answer', {
     settler: early.address,
     slot: claimed.slot,
-    by_default: o.enabled,
+    by_default: settings.settlement.beforeAnswerByDefault,
   })
   return {
     early,
@@ -127,18 +122,18 @@ class GasWatch {
     private readonly deps: SchemeDeps,
     slot: SettlerSlot,
     private readonly address: Hex,
-    private readonly o: { gas_floor_eth: number; gas_check_ms: number },
+    private readonly o: { gasFloorEth: number; gasCheckMs: number },
   ) {
-    this.floorWei = parseEther(String(o.gas_floor_eth))
+    this.floorWei = parseEther(String(o.gasFloorEth))
     this.label = { slot: String(slot.slot) }
-    settlerBalanceFloor.set(this.label, o.gas_floor_eth)
-    this.timer = setInterval(() => void this.check(), o.gas_check_ms)
+    settlerBalanceFloor.set(this.label, o.gasFloorEth)
+    this.timer = setInterval(() => void this.check(), o.gasCheckMs)
     this.timer.unref()
   }
 
   /** After a mined transaction: read again if the last read is older than gas_check_ms. */
   soon(): void {
-    if (performance.now() - this.lastMs >= this.o.gas_check_ms) void this.check()
+    if (performance.now() - this.lastMs >= this.o.gasCheckMs) void this.check()
   }
 
   /** Reads the balance (one at a time); a failed read keeps the last value. */
@@ -154,7 +149,7 @@ class GasWatch {
     const client = this.deps.chain.publicClient
     try {
       let wei = await client.getBalance({ address: this.address })
-      if (wei < this.floorWei && this.deps.config.chain.network === 'local') {
+      if (wei < this.floorWei && this.deps.settings.devChain) {
         // The dev chain's derived settler keys start with nothing: give them anvil ETH.
         await fundDevGas(client as never, this.address, DEV_TOP_UP_WEI)
         wei = await client.getBalance({ address: this.address })
@@ -173,7 +168,7 @@ class GasWatch {
     if (wei < this.floorWei)
       return {
         ok: false,
-        detail: `settler ${this.address} (slot ${this.label.slot}) holds ${formatEther(wei)} ETH, below gas_floor_eth ${this.o.gas_floor_eth}: fund it`,
+        detail: `settler ${this.address} (slot ${this.label.slot}) holds ${formatEther(wei)} ETH, below gas_floor_eth ${this.o.gasFloorEth}: fund it`,
       }
     return { ok: true }
   }

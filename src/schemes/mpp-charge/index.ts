@@ -11,7 +11,7 @@ import type { Proof } from '../../wire/proof.ts'
 import { minimumAccepted } from '../amounts.ts'
 import { authorizationPayment, type ClaimedPaymentDeps, claimedPaymentDeps } from '../claimed-payment.ts'
 import type { Offer, OfferQuery, PayQuery, Scheme, SchemeDeps, Verdict } from '../scheme.ts'
-import { refusal } from '../verdicts.ts'
+import { backlogRefusal, refusal } from '../verdicts.ts'
 import type { VerifyResult } from '../verifier.ts'
 import { MppBinding } from './binding.ts'
 import { base64url, MPP_METHOD } from './challenge.ts'
@@ -30,8 +30,8 @@ class MppChargeScheme implements Scheme {
   constructor(private readonly deps: SchemeDeps) {
     this.claimed = claimedPaymentDeps(deps)
     this.binding = new MppBinding({
-      secrets: deps.config.secrets,
-      publicUrl: deps.config.server?.public_url,
+      secrets: deps.settings.mpp.secrets,
+      publicUrl: deps.settings.mpp.publicUrl,
       chainInfo: deps.chainInfo,
       logger: deps.logger,
       purpose: 'metered',
@@ -49,14 +49,8 @@ class MppChargeScheme implements Scheme {
 
   verify(proof: Proof, q: PayQuery): Verdict | Promise<Verdict> {
     if (proof.kind !== 'mpp') return { ok: false, reason: 'invalid_proof' }
-    const throttle = this.deps.settlementThrottle
-    if (throttle?.engaged) {
-      return {
-        ok: 'error',
-        code: 'settlement_backlog',
-        retryAfterS: throttle.retryAfterS,
-      }
-    }
+    const backlog = backlogRefusal(this.deps.settlementThrottle)
+    if (backlog !== null) return backlog
     const checked = this.binding.check(proof.token, q.nowMs)
     if (!checked.ok) return checked
     // The price may have changed since the challenge: it must still cover this request.

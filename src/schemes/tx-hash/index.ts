@@ -6,7 +6,12 @@ import { toDollars } from '../../money.ts'
 import type { Proof } from '../../wire/proof.ts'
 import { minimumAccepted } from '../amounts.ts'
 import { cacheCounters } from '../caches.ts'
-import { ClaimedPayment, type ClaimedPaymentDeps, claimedPaymentDeps } from '../claimed-payment.ts'
+import {
+  ClaimedPayment,
+  type ClaimedPaymentDeps,
+  claimedPaymentDeps,
+  claimLeaseMs,
+} from '../claimed-payment.ts'
 import type { Offer, OfferQuery, PayQuery, Scheme, SchemeDeps, Verdict } from '../scheme.ts'
 import { refusal } from '../verdicts.ts'
 import type { VerifyResult } from '../verifier.ts'
@@ -76,7 +81,7 @@ class TxHashScheme implements Scheme {
         proofAtMs: result.timestampMs,
         endpointId: q.endpoint.id,
         accountId: q.endpoint.accountId,
-        leaseMs: q.endpoint.timeoutMs + 5_000,
+        leaseMs: claimLeaseMs(q.endpoint),
         // The x402 v1 receipt shape (X-PAYMENT-RESPONSE), which the `x402` package reads.
         receipt: (served) => [
           'x-payment-response',

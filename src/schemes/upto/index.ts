@@ -26,20 +26,17 @@ import {
   uptoBatcherAddress,
 } from '../../chain/upto-settle.ts'
 import type { Proof } from '../../wire/proof.ts'
-import { exactAmountAccepted } from '../amounts.ts'
-import { ClaimedPayment, type ClaimedPaymentDeps, claimedPaymentDeps } from '../claimed-payment.ts'
+import {
+  ClaimedPayment,
+  type ClaimedPaymentDeps,
+  claimedPaymentDeps,
+  claimLeaseMs,
+} from '../claimed-payment.ts'
 import type { EarlySettlement } from '../exact/settle-before-answer.ts'
-import { type Settler, sharedSettler } from '../exact/settler.ts'
-import type {
-  Offer,
-  OfferQuery,
-  PayQuery,
-  Quote,
-  Requirement,
-  Scheme,
-  SchemeDeps,
-  Verdict,
-} from '../scheme.ts'
+import { type EarlySettler, sharedSettler } from '../exact/settler.ts'
+import { acceptedAmount, v2Requirement } from '../requirement.ts'
+import type { Offer, OfferQuery, PayQuery, Scheme, SchemeDeps, Verdict } from '../scheme.ts'
+import { backlogRefusal } from '../verdicts.ts'
 import { parseUptoPayload } from './permit-payload.ts'
 
 export const UPTO = 'upto'
@@ -48,7 +45,7 @@ export const UPTO = 'upto'
 export async function uptoScheme(deps: SchemeDeps): Promise<Scheme | null> {
   const { chain, chainInfo, logger } = deps
   let facilitator: Address
-  let settler: Settler | null = null
+  let settler: EarlySettler | null = null
   try {
     const checked = await checkUptoContracts(chain.publicClient, { chainId: chainInfo.chainId })
     if (!checked.ok) {
@@ -73,12 +70,12 @@ export async function uptoScheme(deps: SchemeDeps): Promise<Scheme | null> {
  * This process's settler (shared with exact) when the batcher lets it settle: on the dev chain it is made a
  * delegate here; elsewhere the treasury names the slots (setDelegates). null: upto settles after.
  */
-async function delegateSettler(deps: SchemeDeps, batcher: Address): Promise<Settler | null> {
+async function delegateSettler(deps: SchemeDeps, batcher: Address): Promise<EarlySettler | null> {
   const settler = await sharedSettler(deps)
   if (settler === null) return null
   const client = deps.chain.publicClient
   const account = settler.early.address
-  if (deps.config.chain.network === 'local' && !(await isUptoDelegate(client, batcher, account)))
+  if (deps.settings.devChain && !(await isUptoDelegate(client, batcher, account)))
     await allowUptoDelegateOnDevChain(deps.chain.rpcUrl, batcher, account)
   if (await isUptoDelegate(client, batcher, account)) return settler
   deps.logger.warn(
@@ -117,7 +114,7 @@ class UptoScheme implements Scheme {
     /** The facilitator payers sign into their witness: the only account the proxy lets settle. */
     readonly facilitator: Address,
     /** Settles before the answer where the endpoint asks it; null: every call settles after. */
-    private readonly settler: Settler | null,
+    private readonly settler: EarlySettler | null,
   ) {
     this.claimed = claimedPaymentDeps(deps)
     this.onChain = createUptoChainChecker(deps.chain.tokenReads)
@@ -126,22 +123,10 @@ class UptoScheme implements Scheme {
   offer(q: OfferQuery): Offer | null {
     // A fixed price is paid by `exact`; upto is for a charge known only after the call.
     if (!q.varies) return null
-    const c = this.deps.chainInfo
+    const extra = { assetTransferMethod: 'permit2', facilitatorAddress: this.facilitator }
+    const { amountAtomic, maxTimeoutSeconds } = q
     return {
-      v2: {
-        scheme: UPTO,
-        network: c.caip2,
-        amount: q.amountAtomic.toString(),
-        asset: c.usdcAddress,
-        payTo: c.treasury,
-        maxTimeoutSeconds: q.maxTimeoutSeconds,
-        extra: {
-          name: c.usdcName,
-          version: c.usdcVersion,
-          assetTransferMethod: 'permit2',
-          facilitatorAddress: this.facilitator,
-        },
-      },
+      v2: v2Requirement(this.deps.chainInfo, { scheme: UPTO, amountAtomic, maxTimeoutSeconds }, extra),
     }
   }
 
@@ -153,17 +138,12 @@ class UptoScheme implements Scheme {
   verify(proof: Proof, q: PayQuery): Verdict | Promise<Verdict> {
     if (proof.kind !== 'x402' || proof.version !== 2) return { ok: false, reason: 'invalid_proof' }
     // The settlement backlog would outrun new permits' deadlines: refused before any work, as exact is.
-    const throttle = this.deps.settlementThrottle
-    if (throttle?.engaged) {
-      return {
-        ok: 'error',
-        code: 'settlement_backlog',
-        retryAfterS: throttle.retryAfterS,
-      }
-    }
+    const backlog = backlogRefusal(this.deps.settlementThrottle)
+    if (backlog !== null) return backlog
     const advertised = q.quote.challenge.accepts.find((a) => a.scheme === UPTO)
     if (advertised === undefined) return { ok: false, reason: 'scheme_not_offered' }
-    const maxAtomic = this.acceptedMax(advertised, q.quote, proof.payload, q.nowMs)
+    // The ceiling its `accepted` pays, when its terms are ours (the ceiling quoted within quote_ttl_ms holds).
+    const maxAtomic = acceptedAmount(advertised, q.quote, proof.payload, q.nowMs)
     if (maxAtomic === null) return { ok: false, reason: 'requirements_mismatch' }
     const parsed = parseUptoPayload(proof.payload)
     if (!parsed.ok) return { ok: false, reason: 'invalid_proof' }
@@ -207,7 +187,7 @@ class UptoScheme implements Scheme {
           authorization: permit,
           endpointId: q.endpoint.id,
           accountId: q.endpoint.accountId,
-          leaseMs: q.endpoint.timeoutMs + 5_000,
+          leaseMs: claimLeaseMs(q.endpoint),
           receipt: (served) => this.receipt(payer, served),
           settleEarly: early === null ? undefined : (capture) => this.settleEarly(early, capture, permit),
           // The payer reservation: the claim holds the maximum against this balance read, on top of what
@@ -219,32 +199,11 @@ class UptoScheme implements Scheme {
   }
 
   /**
-   * The ceiling the payload's `accepted` pays, when its terms are ours (as the reference server compares
-   * them: every core field, and our `extra` contained in its own); the ceiling quoted within quote_ttl_ms
-   * still holds. null: other terms.
-   */
-  private acceptedMax(advertised: Requirement, quote: Quote, payload: unknown, nowMs: number): bigint | null {
-    const accepted = (payload as { accepted?: unknown } | null)?.accepted
-    if (accepted === null || typeof accepted !== 'object' || Array.isArray(accepted)) return null
-    const a = accepted as Record<string, unknown>
-    for (const key of ['scheme', 'network', 'asset', 'payTo', 'maxTimeoutSeconds'] as const)
-      if (a[key] !== advertised[key]) return null
-    const extra = a.extra as Record<string, unknown> | null | undefined
-    if (extra === null || typeof extra !== 'object') return null
-    const facilitator = extra.facilitatorAddress
-    if (typeof facilitator !== 'string' || facilitator.toLowerCase() !== this.facilitator.toLowerCase())
-      return null
-    if (typeof a.amount !== 'string' || !/^\d{1,78}$/.test(a.amount)) return null
-    const amount = BigInt(a.amount)
-    return exactAmountAccepted(quote, amount, nowMs) ? amount : null
-  }
-
-  /**
    * The charge is known (the capture's amount): settled from the settler, the receipt naming the mined
    * transaction. A zero charge moves nothing (the job books it without a transaction): pending, as after.
    */
   private settleEarly(
-    settler: Settler,
+    settler: EarlySettler,
     capture: Capture,
     permit: StoredUptoPermit,
   ): Promise<[string, string]> {
