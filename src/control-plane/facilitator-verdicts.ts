@@ -30,9 +30,13 @@ export class FacilitatorVerdicts {
     ttlAutopurge: false,
   })
 
-  /** The key of one account's request body (the same body /verify and /settle are sent). */
-  static keyOf(accountId: string, body: unknown): string {
-    return `${accountId}:${createHash('sha256').update(JSON.stringify(body)).digest('base64')}`
+  /**
+   * The key of one account's request body (the same body /verify and /settle are sent), with the wallet the
+   * verdict's custody was decided against: a wallet changed in between checks everything again.
+   */
+  static keyOf(account: { id: string; wallet_address: string }, body: unknown): string {
+    const digest = createHash('sha256').update(JSON.stringify(body)).digest('base64')
+    return `${account.id}:${account.wallet_address.toLowerCase()}:${digest}`
   }
 
   hold(key: string, verdict: Verdict): void {

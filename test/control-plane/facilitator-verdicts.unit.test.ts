@@ -27,23 +27,28 @@ function checked(validBefore: bigint): ExactChecked {
   }
 }
 
+const A = { id: 'acct_a', wallet_address: '0x00000000000000000000000000000000000000bb' }
+const B = { id: 'acct_b', wallet_address: '0x00000000000000000000000000000000000000bb' }
+
 describe('FacilitatorVerdicts', () => {
   const body = { x402Version: 2, paymentPayload: { a: 1 }, paymentRequirements: { b: 2 } }
   const balance = { atomic: 5000n, block: 7n }
 
-  it('serves the same account and body once', () => {
+  it('serves the same account, wallet and body once', () => {
     const verdicts = new FacilitatorVerdicts()
-    const key = FacilitatorVerdicts.keyOf('acct_a', body)
+    const key = FacilitatorVerdicts.keyOf(A, body)
     verdicts.hold(key, { checked: checked(1_000n), balance })
-    expect(verdicts.take(FacilitatorVerdicts.keyOf('acct_b', body), 100n)).toBeNull()
-    expect(verdicts.take(FacilitatorVerdicts.keyOf('acct_a', { ...body, x402Version: 1 }), 100n)).toBeNull()
+    expect(verdicts.take(FacilitatorVerdicts.keyOf(B, body), 100n)).toBeNull()
+    expect(verdicts.take(FacilitatorVerdicts.keyOf(A, { ...body, x402Version: 1 }), 100n)).toBeNull()
+    const moved = { ...A, wallet_address: '0x00000000000000000000000000000000000000cc' }
+    expect(verdicts.take(FacilitatorVerdicts.keyOf(moved, body), 100n)).toBeNull()
     expect(verdicts.take(key, 100n)?.balance).toEqual(balance)
     expect(verdicts.take(key, 100n)).toBeNull()
   })
 
   it('does not serve an authorization that no longer leaves settlement 6 s', () => {
     const verdicts = new FacilitatorVerdicts()
-    const key = FacilitatorVerdicts.keyOf('acct_a', body)
+    const key = FacilitatorVerdicts.keyOf(A, body)
     verdicts.hold(key, { checked: checked(105n), balance })
     expect(verdicts.take(key, 100n)).toBeNull()
   })

@@ -470,7 +470,7 @@ export const facilitatorRoutes: Route[] = [
       if (!funds.ok) return invalid(funds.reason, funds.message, checked.payer)
       // Held for this body's /settle, which then neither recovers the signature nor reads the chain again.
       if (checked.kind === 'eip3009')
-        verdictsOf(ctx).hold(FacilitatorVerdicts.keyOf(ctx.account.id, ctx.body), {
+        verdictsOf(ctx).hold(FacilitatorVerdicts.keyOf(ctx.account, ctx.body), {
           checked,
           balance: funds.balance,
         })
@@ -495,7 +495,7 @@ export const facilitatorRoutes: Route[] = [
       const body = parseBody(FacilitatorRequest, ctx.body)
       const network = networkOf(ctx, body)
       const nowSeconds = BigInt(Math.floor(Date.now() / 1000))
-      const verdict = verdictsOf(ctx).take(FacilitatorVerdicts.keyOf(ctx.account.id, ctx.body), nowSeconds)
+      const verdict = verdictsOf(ctx).take(FacilitatorVerdicts.keyOf(ctx.account, ctx.body), nowSeconds)
       const checked = verdict?.checked ?? (await check(ctx, body, 'settle'))
       if (!checked.ok) return { status: 200, body: refusedSettle(checked, network) }
       // upto charged nothing: nothing to send, nothing claimed (the permit stays unspent), as the published
