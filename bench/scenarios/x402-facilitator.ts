@@ -115,6 +115,7 @@ export async function runX402Facilitator(args: string[]): Promise<void> {
       watch: true,
       runtime: 'built',
       jobs: true,
+      profileDir: process.env.BENCH_PROFILE_DIR,
     })
     try {
       const terms = requirements(chain, chain.treasury.address, extra)

@@ -5,7 +5,7 @@
 // calls', and settleAuthorizations or settleUptoClaims hands it back here, in its transaction, once used.
 import type { StoredAuthorization } from '../chain/settle.ts'
 import type { StoredUptoPermit } from '../chain/upto-permit.ts'
-import { insertEvent } from '../db/events.ts'
+import { insertEvents } from '../db/events.ts'
 import type { Sql, Tx } from '../db/sql.ts'
 import type { FacilitatorResource } from '../discovery/facilitator-resource.ts'
 import { newId } from '../ids.ts'
@@ -43,7 +43,7 @@ export interface FacilitatorSettlementState extends FacilitatorSettlementRow {
 
 export type FacilitatorClaim =
   /** claimed: new; existing: the same payload (or payment id) was claimed before by this account. */
-  | { kind: 'claimed' | 'existing'; settlement: FacilitatorSettlementRow }
+  | { kind: 'claimed' | 'existing' }
   /** Its authorization is another's claim: a metered call, a checkout, or another account's settlement. */
   | { kind: 'proof_already_used' }
   /** The payment-identifier was used by this account for another payload. */
@@ -73,55 +73,76 @@ export interface FacilitatorClaimRequest {
   groupCommit?: boolean
 }
 
-/** Thrown inside the transaction to roll back the settlement row when the claim was someone else's. */
-class ProofTaken extends Error {}
-/** Thrown inside the transaction to roll back the settlement row when the payer cannot cover it. */
-class Uncovered extends Error {}
+/**
+ * ∅ → settling: each payload's settlement row and its claim, the group in one transaction (one commit for
+ * the /settle requests that arrived together, not one each), one statement a payload. A retry (same payload,
+ * or same payment-identifier with the same payload) finds the first row, on any instance: the unique
+ * proof_key makes a concurrent twin wait for this commit and then read it. The payers' locks are taken in
+ * payer order (two groups never wait for each other in a cycle); answers come back in the requests' order.
+ */
+export async function claimFacilitatorPayments(
+  sql: Sql,
+  requests: FacilitatorClaimRequest[],
+): Promise<FacilitatorClaim[]> {
+  const order = requests
+    .map((q, i) => ({ q, i }))
+    .sort(
+      (a, b) =>
+        compare(a.q.payer.toLowerCase(), b.q.payer.toLowerCase()) || compare(a.q.proofKey, b.q.proofKey),
+    )
+  const out = new Array<FacilitatorClaim>(requests.length)
+  await sql.begin(async (tx) => {
+    for (const { q, i } of order) out[i] = await claimOne(tx, q)
+  })
+  return out
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0
+}
 
 /**
- * ∅ → settling: the settlement row and its claim, in one transaction. A retry (same payload, or same
- * payment-identifier with the same payload) finds the first row, on any instance: the unique proof_key makes
- * a concurrent twin wait for this commit and then read it.
+ * One payload's claim inside the group's transaction, in one statement: its settlement row; if new, the payer
+ * reservation (migrations 0045, 0065, 0070), as a metered call's claim makes it: under the payer's lock, what
+ * its other unsettled authorizations and permits hold (on any instance, here or on a metered URL, this
+ * group's earlier claims included) is subtracted from the balance read; the claim only if the rest covers
+ * it. A row whose claim was refused is deleted again (as a rollback would leave it: never there).
  */
-export async function claimFacilitatorPayment(
-  sql: Sql,
-  q: FacilitatorClaimRequest,
-): Promise<FacilitatorClaim> {
+async function claimOne(tx: Tx, q: FacilitatorClaimRequest): Promise<FacilitatorClaim> {
   const { owner, fee } =
     q.custody === 'treasury' ? splitOwnerShare(q.valueAtomic, q.ownerShareBps) : { owner: 0n, fee: 0n }
   const id = newId('fst')
-  try {
-    return (await sql.begin(async (tx) => {
-      const inserted = await tx<FacilitatorSettlementRow[]>`
-        INSERT INTO facilitator_settlements (id, account_id, proof_key, payment_identifier, custody, pay_to, payer,
-          amount_atomic, owner_share_atomic, fee_atomic, network, x402_version, resource_url, group_commit)
-        VALUES (${id}, ${q.accountId}, ${q.proofKey}, ${q.paymentIdentifier}, ${q.custody}, ${q.payTo.toLowerCase()},
-          ${q.payer.toLowerCase()}, ${q.valueAtomic}, ${owner}, ${fee}, ${q.network}, ${q.x402Version},
-          ${q.resource?.url ?? null}, ${q.groupCommit ?? false})
-        ON CONFLICT DO NOTHING RETURNING *`
-      if (inserted.length === 0) return earlier(tx, q)
-      // The payer reservation (migrations 0045, 0065, 0070), as a metered call's claim makes it: under the
-      // payer's lock, what its other unsettled authorizations and permits hold (on any instance, here or on
-      // a metered URL) is subtracted from the balance read; this payment is claimed only if the rest covers it.
-      const [held] = await tx<{ reserved: bigint }[]>`
-        SELECT payer_reserved(lower(${q.payer}), ${q.reserve.block.toString()}::bigint) AS reserved`
-      if (q.reserve.balanceAtomic - BigInt(held!.reserved) < q.valueAtomic) throw new Uncovered()
-      const claimed = await tx`
-        INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                            authorization_payload, horizon_at)
-        SELECT ${q.proofKey}, ${q.kind}, 'facilitator', ${id}, ${q.accountId}, ${q.payer}, ${q.valueAtomic},
-               'settling', a.auth, claim_horizon_at(${q.kind}, NULL, a.auth)
-        FROM (SELECT ${tx.json(q.authorization as never)}::jsonb AS auth) a
-        ON CONFLICT (proof_key, horizon_at) DO NOTHING RETURNING proof_key`
-      if (claimed.length === 0) throw new ProofTaken()
-      if (q.resource) await catalogResource(tx, q.accountId, q.resource)
-      return { kind: 'claimed', settlement: inserted[0]! }
-    })) as FacilitatorClaim
-  } catch (err) {
-    if (err instanceof ProofTaken) return { kind: 'proof_already_used' }
-    if (err instanceof Uncovered) return { kind: 'insufficient_funds' }
-    throw err
+  const [r] = await tx<{ inserted: boolean; covered: boolean | null; claimed: boolean }[]>`
+    WITH inserted AS (
+      INSERT INTO facilitator_settlements (id, account_id, proof_key, payment_identifier, custody, pay_to, payer,
+        amount_atomic, owner_share_atomic, fee_atomic, network, x402_version, resource_url, group_commit)
+      VALUES (${id}, ${q.accountId}, ${q.proofKey}, ${q.paymentIdentifier}, ${q.custody}, ${q.payTo.toLowerCase()},
+        ${q.payer.toLowerCase()}, ${q.valueAtomic}, ${owner}, ${fee}, ${q.network}, ${q.x402Version},
+        ${q.resource?.url ?? null}, ${q.groupCommit ?? false})
+      ON CONFLICT DO NOTHING RETURNING id
+    ), held AS (
+      SELECT ${q.reserve.balanceAtomic.toString()}::numeric
+               - payer_reserved(lower(${q.payer}), ${q.reserve.block.toString()}::bigint)
+               >= ${q.valueAtomic.toString()}::numeric AS covered
+      FROM inserted
+    ), claimed AS (
+      INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
+                          authorization_payload, horizon_at)
+      SELECT ${q.proofKey}, ${q.kind}, 'facilitator', ${id}, ${q.accountId}, ${q.payer}, ${q.valueAtomic},
+             'settling', a.auth, claim_horizon_at(${q.kind}, NULL, a.auth)
+      FROM held, (SELECT ${tx.json(q.authorization as never)}::jsonb AS auth) a
+      WHERE held.covered
+      ON CONFLICT (proof_key, horizon_at) DO NOTHING RETURNING proof_key
+    )
+    SELECT EXISTS (SELECT 1 FROM inserted) AS inserted, (SELECT covered FROM held) AS covered,
+           EXISTS (SELECT 1 FROM claimed) AS claimed`
+  if (!r!.inserted) return earlier(tx, q)
+  if (r!.claimed) {
+    if (q.resource) await catalogResource(tx, q.accountId, q.resource)
+    return { kind: 'claimed' }
   }
+  await tx`DELETE FROM facilitator_settlements WHERE id = ${id}`
+  return { kind: r!.covered ? 'proof_already_used' : 'insufficient_funds' }
 }
 
 /** The catalog row of a resource a claimed payment described: the latest payment's terms and extension. */
@@ -148,7 +169,7 @@ async function earlier(tx: Tx, q: FacilitatorClaimRequest): Promise<FacilitatorC
   if (!row) return { kind: 'proof_already_used' }
   if (row.proof_key !== q.proofKey) return { kind: 'payment_identifier_conflict' }
   if (row.account_id !== q.accountId) return { kind: 'proof_already_used' }
-  return { kind: 'existing', settlement: row }
+  return { kind: 'existing' }
 }
 
 /** The settlement of one payload (by its proof key) for one account, with its claim's state; null if none. */
@@ -209,18 +230,19 @@ export async function applyFacilitatorSettlements(tx: Tx, q: { proofKeys: string
       SELECT f.account_id, 'fee', NULL, f.fee_atomic, 'facilitator', f.id
       FROM facilitator_settlements f WHERE f.id = ANY(${booked.map((s) => s.id)}::text[])`
   }
-  for (const s of settled) {
-    await insertEvent(tx, {
+  await insertEvents(
+    tx,
+    settled.map((s) => ({
       accountId: s.account_id,
-      type: 'facilitator.settled',
+      type: 'facilitator.settled' as const,
       data: presentFacilitatorSettlement({
         ...s,
         claim_status: 'applied',
         claim_settlement_tx: s.settlement_tx,
         settlement_error: null,
       }),
-    })
-  }
+    })),
+  )
   return settled.length
 }
 
@@ -260,6 +282,22 @@ export async function readPayerReserved(sql: Sql, q: { payer: string; block: big
   const [row] = await sql<{ reserved: bigint }[]>`
     SELECT payer_reserved(lower(${q.payer}), ${q.block.toString()}::bigint) AS reserved`
   return BigInt(row!.reserved)
+}
+
+/**
+ * /verify's one read after the chain's: whether the proof is claimed already and, if not, what the payer's
+ * unsettled payments hold against a balance read at `block` (as readPayerReserved). Read-only.
+ */
+export async function readClaimedOrReserved(
+  db: Db,
+  q: { proofKey: string; payer: string; block: bigint },
+): Promise<{ claimed: true } | { claimed: false; reserved: bigint }> {
+  const [row] = await db<{ claimed: boolean; reserved: bigint | null }[]>`
+    SELECT c.claimed,
+           CASE WHEN c.claimed THEN NULL
+                ELSE payer_reserved(lower(${q.payer}), ${q.block.toString()}::bigint) END AS reserved
+    FROM (SELECT EXISTS (SELECT 1 FROM claims WHERE proof_key = ${q.proofKey}) AS claimed) c`
+  return row!.claimed ? { claimed: true } : { claimed: false, reserved: BigInt(row!.reserved!) }
 }
 
 /** Whether a proof is claimed already (a metered call, a checkout, a settlement): no use verifying it. */

@@ -281,7 +281,7 @@ export const TRANSITIONS: readonly Transition[] = [
     record: 'claim',
     from: null,
     to: 'settling',
-    fn: 'claimFacilitatorPayment',
+    fn: 'claimFacilitatorPayments',
     why: 'an exact or upto payload verified at the facilitator, covered by the payer’s balance less its reservation, with its settlement row (one per proof, ever)',
   },
   {
@@ -318,7 +318,7 @@ export const TRANSITIONS: readonly Transition[] = [
     record: 'facilitator_settlement',
     from: null,
     to: 'pending',
-    fn: 'claimFacilitatorPayment',
+    fn: 'claimFacilitatorPayments',
     why: 'verified and claimed: the merchant asked to settle it (payTo the treasury or its own wallet)',
   },
   {

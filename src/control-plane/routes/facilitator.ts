@@ -7,18 +7,19 @@
 import * as v from 'valibot'
 import { type Address, getAddress } from 'viem'
 import {
-  claimFacilitatorPayment,
   type FacilitatorSettlementState,
   proofClaimed,
+  readClaimedOrReserved,
   readFacilitatorSettlement,
-  readPayerReserved,
 } from '../../books/facilitator.ts'
 import type { BalanceRead } from '../../chain/check-authorization.ts'
 import type { StoredAuthorization } from '../../chain/settle.ts'
 import { facilitatorResourceOf } from '../../discovery/facilitator-resource.ts'
 import { ApiError } from '../../errors.ts'
 import { type Checked, checkTerms, exactChainFailure, type Terms } from '../facilitator-check.ts'
+import { FacilitatorClaims } from '../facilitator-claims.ts'
 import { checkUptoTerms, uptoChainFailure } from '../facilitator-upto-check.ts'
+import { FacilitatorVerdicts } from '../facilitator-verdicts.ts'
 import { FacilitatorWaits } from '../facilitator-waits.ts'
 import type { Route, RouteContext } from '../route.ts'
 import { parseBody } from '../validation.ts'
@@ -166,37 +167,48 @@ function chainChecker(ctx: RouteContext) {
 type ChainAnswer = { ok: true; balance: BalanceRead } | { ok: false; reason: string; message: string }
 
 /**
- * The chain's part (nonce unused, balance enough: an upto permit's maximum, and its Permit2 allowance),
- * then what the payer's other unsettled payments hold against that balance (payer_reserved, every instance,
- * metered or facilitated): the amount must fit in the rest. Reads only; the claim checks the rest again
- * under the payer's lock.
+ * The chain's part (nonce unused, balance enough: an upto permit's maximum, and its Permit2 allowance). What
+ * the payer's other unsettled payments hold against that balance is /verify's next read and the claim's
+ * check under the payer's lock.
  */
-async function checkFunds(
-  ctx: RouteContext,
-  c: Checked & { ok: true },
-  o: { reserved: boolean } = { reserved: true },
-): Promise<ChainAnswer> {
-  let balance: BalanceRead
+async function readChain(ctx: RouteContext, c: Checked & { ok: true }): Promise<ChainAnswer> {
   if (c.kind === 'upto') {
     const upto = ctx.deps.upto
     if (!upto) throw new ApiError('service_unavailable', 'this instance cannot read the chain for upto')
     const read = await upto.check(c.permit)
     if (!read.ok) return { ok: false, ...uptoChainFailure(read)! }
-    balance = read.balance
-  } else {
-    const read = await chainChecker(ctx)({ from: c.payer, nonce: c.nonce, value: c.valueAtomic })
-    if (!read.ok) return { ok: false, ...exactChainFailure(read)! }
-    balance = read.balance
+    return { ok: true, balance: read.balance }
   }
-  if (!o.reserved) return { ok: true, balance }
-  const reserved = await readPayerReserved(ctx.deps.sql, { payer: c.payer, block: balance.block })
-  if (balance.atomic - reserved < c.valueAtomic)
-    return {
-      ok: false,
-      reason: 'insufficient_funds',
-      message: 'the payer cannot cover it on top of its payments not settled yet',
-    }
-  return { ok: true, balance }
+  const read = await chainChecker(ctx)({ from: c.payer, nonce: c.nonce, value: c.valueAtomic })
+  if (!read.ok) return { ok: false, ...exactChainFailure(read)! }
+  return { ok: true, balance: read.balance }
+}
+
+const INSUFFICIENT = 'the payer cannot cover it on top of its payments not settled yet'
+const CLAIMED = 'this authorization was already used through tollgate'
+
+/**
+ * /verify's verdict after the local checks: the chain, then one read of whether tollgate claimed the proof
+ * already and what the payer's other unsettled payments hold (payer_reserved, every instance, metered or
+ * facilitated): the amount must fit in the rest. Reads only; the claim checks the rest again under the
+ * payer's lock. A claimed proof is refused as such whatever the chain says.
+ */
+async function verifyFunds(ctx: RouteContext, c: Checked & { ok: true }): Promise<ChainAnswer> {
+  const chain = await readChain(ctx, c)
+  if (!chain.ok) {
+    if (await proofClaimed(ctx.deps.sql, c.proofKey))
+      return { ok: false, reason: 'proof_already_used', message: CLAIMED }
+    return chain
+  }
+  const held = await readClaimedOrReserved(ctx.deps.sql, {
+    proofKey: c.proofKey,
+    payer: c.payer,
+    block: chain.balance.block,
+  })
+  if (held.claimed) return { ok: false, reason: 'proof_already_used', message: CLAIMED }
+  if (chain.balance.atomic - held.reserved < c.valueAtomic)
+    return { ok: false, reason: 'insufficient_funds', message: INSUFFICIENT }
+  return chain
 }
 
 function networkOf(ctx: RouteContext, body: FacilitatorRequest): string {
@@ -218,6 +230,26 @@ function settleAnswer(s: FacilitatorSettlementState, network: string): SettleAns
       ...base,
     }
   return null
+}
+
+/** The process's claim group commit and held verdicts, by database. */
+const sharedClaims = new WeakMap<object, FacilitatorClaims>()
+const sharedVerdicts = new WeakMap<object, FacilitatorVerdicts>()
+function claimsOf(ctx: RouteContext): FacilitatorClaims {
+  let c = sharedClaims.get(ctx.deps.sql)
+  if (!c) {
+    c = new FacilitatorClaims(ctx.deps.sql)
+    sharedClaims.set(ctx.deps.sql, c)
+  }
+  return c
+}
+function verdictsOf(ctx: RouteContext): FacilitatorVerdicts {
+  let v = sharedVerdicts.get(ctx.deps.sql)
+  if (!v) {
+    v = new FacilitatorVerdicts()
+    sharedVerdicts.set(ctx.deps.sql, v)
+  }
+  return v
 }
 
 /** The process's shared wait for settlement outcomes, by database (the wired one, or one made here). */
@@ -274,27 +306,30 @@ function refusedSettle(
 }
 
 /**
- * /settle's part after the checks: the claim of this payload (new or a retry's), or the refusal. The chain is asked first (the nonce and the balance, reused as the data plane's
- * are); the payer reservation is checked once, by the claim under the payer's lock.
+ * /settle's part after the checks: the claim of this payload (new or a retry's), or the refusal. The chain is
+ * asked first (the nonce and the balance, reused as the data plane's are), unless this body's /verify just
+ * read them (`known`: its balance read); the payer reservation is checked once, by the claim under the
+ * payer's lock.
  */
 async function claimOrFind(
   ctx: RouteContext,
   body: FacilitatorRequest,
   checked: Checked & { ok: true },
-  network: string,
+  q: { network: string; known: BalanceRead | null },
 ): Promise<{ refused: SettleAnswer } | { claimed: boolean }> {
+  const { network } = q
   // claimed: new, and to be sent by this process's group commit.
   const { account, deps } = ctx
-  const q = { accountId: account.id, proofKey: checked.proofKey }
+  const mine = { accountId: account.id, proofKey: checked.proofKey }
   // Sent by this process's group commit (an `exact` payload, a settler slot with gas), else the leader's.
   const here = checked.kind !== 'upto' && deps.facilitator?.settler?.usable() === true
-  const funds = await checkFunds(ctx, checked, { reserved: false })
+  const funds: ChainAnswer = q.known ? { ok: true, balance: q.known } : await readChain(ctx, checked)
   if (!funds.ok) {
     // The chain says used: maybe by this payload's own settlement (a retry, here or on another instance).
-    if ((await readFacilitatorSettlement(deps.sql, q)) !== null) return { claimed: false }
+    if ((await readFacilitatorSettlement(deps.sql, mine)) !== null) return { claimed: false }
     return { refused: refusedSettle({ ...funds, payer: checked.payer }, network) }
   }
-  const claim = await claimFacilitatorPayment(deps.sql, {
+  const claim = await claimsOf(ctx).claim({
     accountId: account.id,
     proofKey: checked.proofKey,
     paymentIdentifier: checked.paymentIdentifier,
@@ -361,10 +396,7 @@ const CLAIM_REFUSALS = {
     reason: 'payment_identifier_conflict',
     message: 'this payment-identifier was settled with another payload',
   },
-  insufficient_funds: {
-    reason: 'insufficient_funds',
-    message: 'the payer cannot cover it on top of its payments not settled yet',
-  },
+  insufficient_funds: { reason: 'insufficient_funds', message: INSUFFICIENT },
 } as const
 
 export const facilitatorRoutes: Route[] = [
@@ -434,14 +466,14 @@ export const facilitatorRoutes: Route[] = [
         body: { isValid: false, invalidReason: reason, invalidMessage: message, ...(payer ? { payer } : {}) },
       })
       if (!checked.ok) return invalid(checked.reason, checked.message, checked.payer)
-      if (await proofClaimed(ctx.deps.sql, checked.proofKey))
-        return invalid(
-          'proof_already_used',
-          'this authorization was already used through tollgate',
-          checked.payer,
-        )
-      const funds = await checkFunds(ctx, checked)
+      const funds = await verifyFunds(ctx, checked)
       if (!funds.ok) return invalid(funds.reason, funds.message, checked.payer)
+      // Held for this body's /settle, which then neither recovers the signature nor reads the chain again.
+      if (checked.kind === 'eip3009')
+        verdictsOf(ctx).hold(FacilitatorVerdicts.keyOf(ctx.account, ctx.body), {
+          checked,
+          balance: funds.balance,
+        })
       return { status: 200, body: { isValid: true, payer: checked.payer } satisfies VerifyAnswer }
     },
   },
@@ -462,7 +494,9 @@ export const facilitatorRoutes: Route[] = [
     async handler(ctx) {
       const body = parseBody(FacilitatorRequest, ctx.body)
       const network = networkOf(ctx, body)
-      const checked = await check(ctx, body, 'settle')
+      const nowSeconds = BigInt(Math.floor(Date.now() / 1000))
+      const verdict = verdictsOf(ctx).take(FacilitatorVerdicts.keyOf(ctx.account, ctx.body), nowSeconds)
+      const checked = verdict?.checked ?? (await check(ctx, body, 'settle'))
       if (!checked.ok) return { status: 200, body: refusedSettle(checked, network) }
       // upto charged nothing: nothing to send, nothing claimed (the permit stays unspent), as the published
       // upto facilitator answers it.
@@ -472,7 +506,7 @@ export const facilitatorRoutes: Route[] = [
           body: { success: true, transaction: '', network, payer: checked.payer, amount: '0' },
         }
       const untilMs = performance.now() + ctx.deps.config.facilitator.settle_wait_ms
-      const claim = await claimOrFind(ctx, body, checked, network)
+      const claim = await claimOrFind(ctx, body, checked, { network, known: verdict?.balance ?? null })
       if ('refused' in claim) return { status: 200, body: claim.refused }
       const here = claim.claimed ? await settleHere(ctx, checked, network, untilMs) : null
       if (here !== null) return { status: 200, body: here }
