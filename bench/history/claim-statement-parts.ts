@@ -8,7 +8,7 @@
 import { readFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import postgres from 'postgres'
-import { type Capture, type ClaimRequest, claimAndCapture } from '../../src/books/claims.ts'
+import type { Capture, ClaimRequest } from '../../src/books/claims.ts'
 import { migrate } from '../../src/db/migrate.ts'
 import type { Sql } from '../../src/db/sql.ts'
 import { databaseUrl, dropDatabase, recreateDatabase } from './seeded-database.ts'
@@ -22,12 +22,14 @@ const { values } = parseArgs({
     explain: { type: 'boolean', default: false },
     setup: { type: 'string', default: '' },
     'no-captures': { type: 'boolean', default: false },
+    module: { type: 'string', default: '../../src/books/claims.ts' },
     url: {
       type: 'string',
       default: process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
     },
   },
 })
+const { claimAndCapture } = (await import(values.module)) as typeof import('../../src/books/claims.ts')
 const kind = values.kind as 'tx' | 'eip3009'
 const rounds = Number(values.rounds)
 const size = Number(values.size)
@@ -79,7 +81,7 @@ function claim(): ClaimRequest {
   const nonce = `0x${serial.toString(16).padStart(64, '0')}`
   return {
     ...base,
-    proofKey: `eip3009:8453:0xusdc:${payer}:${nonce}`,
+    proofKey: `auth:8453:0xusdc:${payer}:${nonce}`,
     kind,
     proofAtMs: null,
     authorization: {
