@@ -260,7 +260,8 @@ function statementParts(db: Db, batch: { claims: ClaimRequest[]; captures: Captu
   if (c.length > 0) {
     const knowsDay = c.every((x) => x.horizonAt != null)
     const books = !c.every((x) => NO_REVENUE_KEY.test(x.proofKey))
-    ctes.push(capturedCtes(db, capturesJson(c), { knowsDay, books }))
+    const refunds = c.some((x) => (x.pricing?.refundAtomic ?? 0n) > 0n)
+    ctes.push(capturedCtes(db, capturesJson(c), { knowsDay, books, refunds }))
     answers.push(db`SELECT 'capture' AS what, proof_key, 0 AS attempts, NULL AS horizon_at FROM captured`)
   }
   if (r.length > 0) {
@@ -275,7 +276,11 @@ function statementParts(db: Db, batch: { claims: ClaimRequest[]; captures: Captu
 }
 
 /** The capture part: claims claimed → captured, their call rows, and for transaction hashes the revenue. */
-function capturedCtes(db: Db, capturesDoc: string, o: { knowsDay: boolean; books: boolean }) {
+function capturedCtes(
+  db: Db,
+  capturesDoc: string,
+  o: { knowsDay: boolean; books: boolean; refunds: boolean },
+) {
   // The claim's day partition (migration 0055): the capture probes that one partition only. A capture that
   // does not know it (none the data plane makes) finds it by its proof key.
   const day = o.knowsDay
@@ -305,7 +310,7 @@ function capturedCtes(db: Db, capturesDoc: string, o: { knowsDay: boolean; books
         ${o.books ? db`` : db`AND k.kind <> 'tx'`}
       RETURNING k.proof_key, k.kind
     ),
-    ${o.books ? revenueCtes(db) : db`ledger_batch AS (SELECT NULL::bigint AS id)`},
+    ${o.books ? revenueCtes(db, o.refunds) : db`ledger_batch AS (SELECT NULL::bigint AS id)`},
     new_calls AS (
       INSERT INTO calls (id, proof, endpoint_id, account_id, payer, payer_address, amount_atomic,
                          owner_share_atomic, fee_atomic, upstream_status, method, pricing_model, usage_unit, usage,
@@ -328,9 +333,9 @@ function capturedCtes(db: Db, capturesDoc: string, o: { knowsDay: boolean; books
 /**
  * The revenue of the transaction-hash captures: the number of this statement's entries (migration 0050),
  * taken only if one applied (read through a scalar subquery, a CTE is evaluated at most once), the batch's
- * owner share and fee entries, and the unused part of prepaid ceilings owed back.
+ * owner share and fee entries, and when a capture has one, the unused part of prepaid ceilings owed back.
  */
-function revenueCtes(db: Db) {
+function revenueCtes(db: Db, refunds: boolean) {
   return db`
     ledger_batch AS MATERIALIZED (SELECT nextval('ledger_batch_ids') AS id),
     revenue AS (
@@ -340,7 +345,12 @@ function revenueCtes(db: Db) {
         source: 'capture_batch',
       })}
       RETURNING 1
-    ),
+    )${refunds ? unusedRefunds(db) : db``}`
+}
+
+/** The unused part of prepaid ceilings (transaction hashes priced by usage), owed back to their payers. */
+function unusedRefunds(db: Db) {
+  return db`,
     unused AS (
       ${unusedCeilingRefunds(db, db`(SELECT i.* FROM cap i JOIN captured k USING (proof_key) WHERE k.kind = 'tx' AND i.refund > 0)`)}
       RETURNING 1
