@@ -3,8 +3,11 @@
 // backend's CPU per statement and per call (from /proc), the HOT share of the updates of claims and calls
 // (pg_stat_user_tables n_tup_hot_upd / n_tup_upd, all partitions), and, with --explain, one statement's
 // plan with its timing per node (auto_explain, nested statements included: the payer reservation's sums).
-// Needs a PostgreSQL server on this machine.
-// usage: npx tsx bench/history/claim-statement-parts.ts [--kind tx|eip3009] [--rounds 300] [--size 16] [--explain]
+// Needs a PostgreSQL server on this machine. --no-captures sends claims only; --setup runs SQL after the
+// migrations (a variant of the indexes, session settings); --module names another copy of claims.ts, for a
+// before/after pair run back to back on the same setup.
+// usage: npx tsx bench/history/claim-statement-parts.ts [--kind tx|eip3009] [--rounds 300] [--size 16]
+//        [--payers 4] [--no-captures] [--explain] [--setup SQL] [--module path]
 import { readFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import postgres from 'postgres'
