@@ -3,6 +3,7 @@
 // upstream failed, and refunded (tx) or voided (x402) when its window ends uncaptured. Each function's SQL
 // states its precondition.
 
+import type { PendingQuery, Row } from 'postgres'
 import type { Sql, Tx } from '../db/sql.ts'
 import type { CallAgent } from '../identity/call-agent.ts'
 import { batchRevenueEntries, unusedCeilingRefunds } from './ledger.ts'
@@ -123,84 +124,86 @@ export interface BooksBatchResult {
  * A capture applies only to a claim still 'claimed'. The transaction-hash captures that apply are booked
  * as one owner share and one fee entry per account for the whole statement, each call naming the batch
  * (calls.ledger_batch_id, migration 0050); x402 captures book no revenue (their settlement does, per batch).
- * An x402 exact or upto claim also reserves its amount against the payer's balance read (see `payers`
- * below): the payer reservation, one for both schemes, since both draw on the same wallet.
+ * An x402 exact or upto claim also reserves its amount against the payer's balance read (see
+ * reservedClaims): the payer reservation, one for both schemes, since both draw on the same wallet.
  *
- * One piece: it is one SQL statement, one commit per batch; cut up, the text would be split, not the work.
+ * The statement holds only the parts its batch uses (statementParts): a part left out costs no executor
+ * start-up over the claims partitions, and a ledger insert left out fires no balance trigger (a statement
+ * trigger runs even for no rows). Each combination is its own prepared statement, with its own plan.
  */
 export async function claimAndCapture(
   db: Db,
   batch: { claims: ClaimRequest[]; captures: Capture[] },
 ): Promise<BooksBatchResult> {
   const r = batch.claims
-  const c = batch.captures
-  const capturesDoc = capturesJson(c)
-  const claimsDoc = claimsJson(r)
+  if (r.length === 0 && batch.captures.length === 0) return { claims: [], captured: new Set() }
   const rows = await db<
     { what: 'claim' | 'capture' | 'short'; proof_key: string; attempts: number; horizon_at: string | null }[]
-  >`
-    WITH cap AS (
-      SELECT t.*,
-             -- The claim's day partition (migration 0055): the capture probes that one partition only. A
-             -- capture that does not know it (none the data plane makes) finds it by its proof key.
-             coalesce(t.known_horizon_at, (SELECT k.horizon_at FROM claims k WHERE k.proof_key = t.proof_key
-                                            AND k.status = 'claimed' LIMIT 1)) AS horizon_at,
-             -- The payer as its address's bytes, or as text when it is not one (migration 0062).
-             payer_packed(t.payer) AS payer_address
-      FROM json_to_recordset(${capturesDoc}::text::json)
-        AS t(call_id text, proof_key text, endpoint_id text, account_id text, owner_wallet text, payer text,
-             amount bigint, owner_share bigint, fee bigint, status int, method text, pricing_model text,
-             usage_unit text, usage jsonb, ceiling bigint, refund bigint, scheme text, receipt_id text,
-             tool text, settlement_tx text, settlement_index int, settlement_count int,
-             known_horizon_at timestamptz, body_sha256 text, body_bytes bigint, agent jsonb)
-    ),
-    captured AS (
-      -- A claimed claim has no settlement_tx: a capture settled before the answer brings its own.
-      -- The claim names its call: the way from a proof to its call (migration 0059).
-      UPDATE claims k SET status = 'captured', captured_at = now(), lease_until = NULL, call_id = i.call_id,
-                          settlement_tx = i.settlement_tx, settlement_index = i.settlement_index,
-                          settlement_count = i.settlement_count
-      FROM cap i WHERE k.proof_key = i.proof_key AND k.horizon_at = i.horizon_at AND k.status = 'claimed'
-      RETURNING k.proof_key, k.kind
-    ),
-    -- The number of this statement's revenue entries (migration 0050), taken only if a transaction-hash
-    -- capture applied: read through a scalar subquery below, a CTE is evaluated at most once.
-    ledger_batch AS MATERIALIZED (SELECT nextval('ledger_batch_ids') AS id),
-    new_calls AS (
-      INSERT INTO calls (id, proof, endpoint_id, account_id, payer, payer_address, amount_atomic,
-                         owner_share_atomic, fee_atomic, upstream_status, method, pricing_model, usage_unit, usage,
-                         ceiling_atomic, refund_atomic, scheme, receipt_id, tool, ledger_batch_id, body_sha256,
-                         body_bytes, agent)
-      SELECT i.call_id, proof_packed(i.proof_key), i.endpoint_id, i.account_id,
-             CASE WHEN i.payer_address IS NULL THEN i.payer END, i.payer_address, i.amount, i.owner_share, i.fee,
-             i.status, i.method, i.pricing_model, i.usage_unit, i.usage, i.ceiling, i.refund, i.scheme,
-             call_receipt_stored(i.call_id, i.receipt_id), i.tool,
-             -- Booked by this statement's batch entries (below); x402 revenue waits for its settlement.
-             CASE WHEN k.kind = 'tx' THEN (SELECT id FROM ledger_batch) END,
-             decode(i.body_sha256, 'hex'), i.body_bytes, i.agent
-      -- One call per proof: captured returns a claim only on its one move claimed → captured (calls is
-      -- partitioned by month, so proof_key cannot be a unique key of its own; migration 0041).
-      FROM cap i JOIN captured k USING (proof_key)
-      RETURNING id
-    ),
-    revenue AS (
-      ${batchRevenueEntries(db, {
-        calls: db`(SELECT i.* FROM cap i JOIN captured k USING (proof_key) WHERE k.kind = 'tx')`,
-        batchId: db`(SELECT id FROM ledger_batch)`,
-        source: 'capture_batch',
-      })}
-      RETURNING 1
-    ),
-    unused AS (
-      ${unusedCeilingRefunds(db, db`(SELECT i.* FROM cap i JOIN captured k USING (proof_key) WHERE k.kind = 'tx' AND i.refund > 0)`)}
-      RETURNING 1
-    ),
+  >`${statementParts(db, batch)}`
+  // (new_calls and revenue run although nothing reads them: PostgreSQL always completes a modifying CTE.)
+  const won = new Map<string, { attempt: number; horizonAt: string }>()
+  const captured = new Set<string>()
+  const short = new Set<string>()
+  for (const row of rows) {
+    if (row.what === 'claim') won.set(row.proof_key, { attempt: row.attempts, horizonAt: row.horizon_at! })
+    else if (row.what === 'capture') captured.add(row.proof_key)
+    else short.add(row.proof_key)
+  }
+  const lost = r.filter((x) => !won.has(x.proofKey) && !short.has(x.proofKey))
+  // Rare (replays and races): one more round trip to tell a proof held right now from a spent one.
+  const busy = new Set<string>()
+  if (lost.length > 0) {
+    const found = await db<{ proof_key: string }[]>`
+      SELECT k.proof_key FROM claims k
+      JOIN unnest(${lost.map((x) => x.proofKey)}::text[], ${lost.map((x) => x.targetId)}::text[])
+        AS t(key, tid) ON k.proof_key = t.key
+      WHERE k.status = 'claimed' AND k.target_id = t.tid AND k.retry_until > now()
+        AND (k.lease_until > now() OR k.releases = k.attempts)`
+    for (const f of found) busy.add(f.proof_key)
+  }
+  const claims: ClaimResult[] = r.map((x) => {
+    const attempt = won.get(x.proofKey)
+    if (attempt !== undefined) return { outcome: 'won', ...attempt }
+    if (short.has(x.proofKey)) return { outcome: 'insufficient_funds' }
+    return { outcome: busy.has(x.proofKey) ? 'busy' : 'used' }
+  })
+  return { claims, captured }
+}
+
+/**
+ * The claim part: the claims of this batch, each inserted or, when its proof was released, taken over; with
+ * x402 exact or upto claims among them, checked first against the payer reservation (reservedClaims).
+ */
+function claimedCtes(db: Db, claimsDoc: string, reserving: boolean) {
+  const checked = reserving ? reservedClaims(db) : db`checked AS (SELECT r.*, true AS funded FROM req r)`
+  return db`
     req AS MATERIALIZED (
       SELECT * FROM json_to_recordset(${claimsDoc}::text::json)
         AS t(i int, proof_key text, kind text, target_type text, target_id text, account_id text, payer text,
              amount bigint, retry_ms bigint, lease_ms bigint, "authorization" jsonb, proof_at_ms bigint,
              attempt_token text, balance bigint, balance_block bigint)
     ),
+    ${checked},
+    won AS (
+      INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
+                          retry_until, lease_until, authorization_payload, proof_at, attempt_token, horizon_at)
+      SELECT proof_key, kind, target_type, target_id, account_id, payer, amount, 'claimed',
+             now() + retry_ms * interval '1 millisecond', now() + lease_ms * interval '1 millisecond',
+             "authorization", to_timestamp(proof_at_ms / 1000.0), attempt_token,
+             claim_horizon_at(kind, to_timestamp(proof_at_ms / 1000.0), "authorization")
+      FROM checked WHERE funded
+      ON CONFLICT (proof_key, horizon_at) DO UPDATE
+        SET lease_until = EXCLUDED.lease_until, attempts = claims.attempts + 1,
+            attempt_token = EXCLUDED.attempt_token
+        WHERE claims.status = 'claimed' AND claims.target_id = EXCLUDED.target_id
+          AND claims.retry_until > now() AND claims.releases = claims.attempts
+      RETURNING proof_key, attempts, horizon_at
+    )`
+}
+
+/** The payer reservation's parts: each payer's sum under its lock, the claims it funds, those it refuses. */
+function reservedClaims(db: Db) {
+  return db`
     -- The payer reservation (x402 exact and upto): an authorization or permit is claimed only if
     --   balance (as read at balance_block) - payer_reserved(payer, balance_block) - earlier ones of this
     --   statement (either kind) >= its amount (an upto permit's amount: its signed maximum)
@@ -232,60 +235,126 @@ export async function claimAndCapture(
                   ) AS funded
       FROM req r LEFT JOIN payers p ON r.kind IN ('eip3009', 'upto') AND p.payer_l = lower(r.payer)
     ),
-    won AS (
-      INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                          retry_until, lease_until, authorization_payload, proof_at, attempt_token, horizon_at)
-      SELECT proof_key, kind, target_type, target_id, account_id, payer, amount, 'claimed',
-             now() + retry_ms * interval '1 millisecond', now() + lease_ms * interval '1 millisecond',
-             "authorization", to_timestamp(proof_at_ms / 1000.0), attempt_token,
-             claim_horizon_at(kind, to_timestamp(proof_at_ms / 1000.0), "authorization")
-      FROM checked WHERE funded
-      ON CONFLICT (proof_key, horizon_at) DO UPDATE
-        SET lease_until = EXCLUDED.lease_until, attempts = claims.attempts + 1,
-            attempt_token = EXCLUDED.attempt_token
-        WHERE claims.status = 'claimed' AND claims.target_id = EXCLUDED.target_id
-          AND claims.retry_until > now() AND claims.releases = claims.attempts
-      RETURNING proof_key, attempts, horizon_at
-    ),
     -- Refused for funds, and not spent or held by anyone (those answer used or busy, as without funds).
     short AS (
       SELECT c.proof_key FROM checked c WHERE NOT c.funded AND NOT EXISTS (
         SELECT 1 FROM claims k WHERE k.proof_key = c.proof_key
           AND NOT (k.status = 'claimed' AND k.lease_until IS NULL AND k.releases = k.attempts))
-    )
-    SELECT 'claim' AS what, proof_key, attempts, horizon_at::text FROM won
-    UNION ALL
-    SELECT 'capture', proof_key, 0, NULL FROM captured
-    UNION ALL
-    SELECT 'short', proof_key, 0, NULL FROM short`
-  // (new_calls and revenue run although nothing reads them: PostgreSQL always completes a modifying CTE.)
-  const won = new Map<string, { attempt: number; horizonAt: string }>()
-  const captured = new Set<string>()
-  const short = new Set<string>()
-  for (const row of rows) {
-    if (row.what === 'claim') won.set(row.proof_key, { attempt: row.attempts, horizonAt: row.horizon_at! })
-    else if (row.what === 'capture') captured.add(row.proof_key)
-    else short.add(row.proof_key)
+    )`
+}
+
+/** Keys of the x402 kinds, which book no revenue at capture: a batch of only these leaves the ledger parts out. */
+const NO_REVENUE_KEY = /^(auth|upto|batch):/
+
+/**
+ * The claim/capture statement for this batch: the capture part when it has captures (with the revenue
+ * entries unless every capture is an x402 proof, and the claim lookup only for a capture that does not know
+ * its claim's day), the claim part when it has claims (with the payer reservation only for x402 exact or
+ * upto claims), and the rows each part answers.
+ */
+function statementParts(db: Db, batch: { claims: ClaimRequest[]; captures: Capture[] }) {
+  const c = batch.captures
+  const r = batch.claims
+  const ctes: PendingQuery<Row[]>[] = []
+  const answers: PendingQuery<Row[]>[] = []
+  if (c.length > 0) {
+    const knowsDay = c.every((x) => x.horizonAt != null)
+    const books = !c.every((x) => NO_REVENUE_KEY.test(x.proofKey))
+    const refunds = c.some((x) => (x.pricing?.refundAtomic ?? 0n) > 0n)
+    ctes.push(capturedCtes(db, capturesJson(c), { knowsDay, books, refunds }))
+    answers.push(db`SELECT 'capture' AS what, proof_key, 0 AS attempts, NULL AS horizon_at FROM captured`)
   }
-  const lost = r.filter((x) => !won.has(x.proofKey) && !short.has(x.proofKey))
-  // Rare (replays and races): one more round trip to tell a proof held right now from a spent one.
-  const busy = new Set<string>()
-  if (lost.length > 0) {
-    const found = await db<{ proof_key: string }[]>`
-      SELECT k.proof_key FROM claims k
-      JOIN unnest(${lost.map((x) => x.proofKey)}::text[], ${lost.map((x) => x.targetId)}::text[])
-        AS t(key, tid) ON k.proof_key = t.key
-      WHERE k.status = 'claimed' AND k.target_id = t.tid AND k.retry_until > now()
-        AND (k.lease_until > now() OR k.releases = k.attempts)`
-    for (const f of found) busy.add(f.proof_key)
+  if (r.length > 0) {
+    const reserving = r.some((x) => x.kind === 'eip3009' || x.kind === 'upto')
+    ctes.push(claimedCtes(db, claimsJson(r), reserving))
+    answers.push(db`SELECT 'claim' AS what, proof_key, attempts, horizon_at::text FROM won`)
+    if (reserving) answers.push(db`SELECT 'short', proof_key, 0, NULL FROM short`)
   }
-  const claims: ClaimResult[] = r.map((x) => {
-    const attempt = won.get(x.proofKey)
-    if (attempt !== undefined) return { outcome: 'won', ...attempt }
-    if (short.has(x.proofKey)) return { outcome: 'insufficient_funds' }
-    return { outcome: busy.has(x.proofKey) ? 'busy' : 'used' }
-  })
-  return { claims, captured }
+  const withs = ctes.reduce((all, part, i) => (i === 0 ? part : db`${all}, ${part}`))
+  const selects = answers.reduce((all, part) => db`${all} UNION ALL ${part}`)
+  return db`WITH ${withs} ${selects}`
+}
+
+/** The capture part: claims claimed → captured, their call rows, and for transaction hashes the revenue. */
+function capturedCtes(
+  db: Db,
+  capturesDoc: string,
+  o: { knowsDay: boolean; books: boolean; refunds: boolean },
+) {
+  // The claim's day partition (migration 0055): the capture probes that one partition only. A capture that
+  // does not know it (none the data plane makes) finds it by its proof key.
+  const day = o.knowsDay
+    ? db`t.known_horizon_at`
+    : db`coalesce(t.known_horizon_at, (SELECT k.horizon_at FROM claims k WHERE k.proof_key = t.proof_key
+                                         AND k.status = 'claimed' LIMIT 1))`
+  return db`
+    cap AS (
+      SELECT t.*, ${day} AS horizon_at,
+             -- The payer as its address's bytes, or as text when it is not one (migration 0062).
+             payer_packed(t.payer) AS payer_address
+      FROM json_to_recordset(${capturesDoc}::text::json)
+        AS t(call_id text, proof_key text, endpoint_id text, account_id text, owner_wallet text, payer text,
+             amount bigint, owner_share bigint, fee bigint, status int, method text, pricing_model text,
+             usage_unit text, usage jsonb, ceiling bigint, refund bigint, scheme text, receipt_id text,
+             tool text, settlement_tx text, settlement_index int, settlement_count int,
+             known_horizon_at timestamptz, body_sha256 text, body_bytes bigint, agent jsonb)
+    ),
+    captured AS (
+      -- A claimed claim has no settlement_tx: a capture settled before the answer brings its own.
+      -- The claim names its call: the way from a proof to its call (migration 0059).
+      UPDATE claims k SET status = 'captured', captured_at = now(), lease_until = NULL, call_id = i.call_id,
+                          settlement_tx = i.settlement_tx, settlement_index = i.settlement_index,
+                          settlement_count = i.settlement_count
+      FROM cap i WHERE k.proof_key = i.proof_key AND k.horizon_at = i.horizon_at AND k.status = 'claimed'
+        -- Without the revenue part, a transaction hash is never captured: it would go unbooked.
+        ${o.books ? db`` : db`AND k.kind <> 'tx'`}
+      RETURNING k.proof_key, k.kind
+    ),
+    ${o.books ? revenueCtes(db, o.refunds) : db`ledger_batch AS (SELECT NULL::bigint AS id)`},
+    new_calls AS (
+      INSERT INTO calls (id, proof, endpoint_id, account_id, payer, payer_address, amount_atomic,
+                         owner_share_atomic, fee_atomic, upstream_status, method, pricing_model, usage_unit, usage,
+                         ceiling_atomic, refund_atomic, scheme, receipt_id, tool, ledger_batch_id, body_sha256,
+                         body_bytes, agent)
+      SELECT i.call_id, proof_packed(i.proof_key), i.endpoint_id, i.account_id,
+             CASE WHEN i.payer_address IS NULL THEN i.payer END, i.payer_address, i.amount, i.owner_share, i.fee,
+             i.status, i.method, i.pricing_model, i.usage_unit, i.usage, i.ceiling, i.refund, i.scheme,
+             call_receipt_stored(i.call_id, i.receipt_id), i.tool,
+             -- Booked by this statement's batch entries (below); x402 revenue waits for its settlement.
+             CASE WHEN k.kind = 'tx' THEN (SELECT id FROM ledger_batch) END,
+             decode(i.body_sha256, 'hex'), i.body_bytes, i.agent
+      -- One call per proof: captured returns a claim only on its one move claimed → captured (calls is
+      -- partitioned by month, so proof_key cannot be a unique key of its own; migration 0041).
+      FROM cap i JOIN captured k USING (proof_key)
+      RETURNING id
+    )`
+}
+
+/**
+ * The revenue of the transaction-hash captures: the number of this statement's entries (migration 0050),
+ * taken only if one applied (read through a scalar subquery, a CTE is evaluated at most once), the batch's
+ * owner share and fee entries, and when a capture has one, the unused part of prepaid ceilings owed back.
+ */
+function revenueCtes(db: Db, refunds: boolean) {
+  return db`
+    ledger_batch AS MATERIALIZED (SELECT nextval('ledger_batch_ids') AS id),
+    revenue AS (
+      ${batchRevenueEntries(db, {
+        calls: db`(SELECT i.* FROM cap i JOIN captured k USING (proof_key) WHERE k.kind = 'tx')`,
+        batchId: db`(SELECT id FROM ledger_batch)`,
+        source: 'capture_batch',
+      })}
+      RETURNING 1
+    )${refunds ? unusedRefunds(db) : db``}`
+}
+
+/** The unused part of prepaid ceilings (transaction hashes priced by usage), owed back to their payers. */
+function unusedRefunds(db: Db) {
+  return db`,
+    unused AS (
+      ${unusedCeilingRefunds(db, db`(SELECT i.* FROM cap i JOIN captured k USING (proof_key) WHERE k.kind = 'tx' AND i.refund > 0)`)}
+      RETURNING 1
+    )`
 }
 
 // Two JSON documents instead of 21 arrays: one parameter each, serialized natively (JSON.stringify) rather
