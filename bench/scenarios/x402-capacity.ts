@@ -96,10 +96,12 @@ function options(args: string[]) {
     rates: list(get('--rates') ?? '100,250,500,750,1000,1250,1500'),
     referenceRates: list(get('--reference-rates') ?? '5,10,20,40,80,160'),
     seconds: Number(get('--seconds') ?? 8),
-    /** One worker's modes to step (`--modes before_answer` for a short look at the settler alone). */
-    modes: (get('--modes') ?? 'before_answer,after').split(',') as Array<'before_answer' | 'after'>,
+    /** One worker's modes to step (`--modes before_answer` for a short look at the settler alone; '' none). */
+    modes: (get('--modes') ?? 'before_answer,after').split(',').filter(Boolean) as Array<
+      'before_answer' | 'after'
+    >,
     /** The same for the two-worker instance: settle-after there too, the ratio's other side. */
-    workers2Modes: (get('--workers2-modes') ?? 'before_answer,after').split(',') as Array<
+    workers2Modes: (get('--workers2-modes') ?? 'before_answer,after').split(',').filter(Boolean) as Array<
       'before_answer' | 'after'
     >,
     workers2: !args.includes('--no-workers2'),
