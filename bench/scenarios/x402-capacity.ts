@@ -60,6 +60,8 @@ interface Step {
   cpu_us_per_call: Record<string, number>
   /** Mean ms of each settle-before-answer phase (queue, capture, send, receipt) and calls per group. */
   phases_ms: Record<string, number>
+  /** HTTP requests to the RPC node per 100 calls, by method ('batch': one carrying several calls). */
+  rpc_requests_per_100: Record<string, number>
   calls_per_group: number
   sustained: boolean
 }
@@ -94,8 +96,14 @@ function options(args: string[]) {
     rates: list(get('--rates') ?? '100,250,500,750,1000,1250,1500'),
     referenceRates: list(get('--reference-rates') ?? '5,10,20,40,80,160'),
     seconds: Number(get('--seconds') ?? 8),
-    /** One worker's modes to step (`--modes before_answer` for a short look at the settler alone). */
-    modes: (get('--modes') ?? 'before_answer,after').split(',') as Array<'before_answer' | 'after'>,
+    /** One worker's modes to step (`--modes before_answer` for a short look at the settler alone; '' none). */
+    modes: (get('--modes') ?? 'before_answer,after').split(',').filter(Boolean) as Array<
+      'before_answer' | 'after'
+    >,
+    /** The same for the two-worker instance: settle-after there too, the ratio's other side. */
+    workers2Modes: (get('--workers2-modes') ?? 'before_answer,after').split(',').filter(Boolean) as Array<
+      'before_answer' | 'after'
+    >,
     workers2: !args.includes('--no-workers2'),
     reference: !args.includes('--no-reference'),
   }
@@ -129,8 +137,10 @@ export async function runX402Capacity(args: string[]): Promise<void> {
       // on databases of their own, so run side by side they would both claim slot 0 and share its nonces.
       const two = await startInstance(chain, dir, upstream.base, 'workers2', 2)
       try {
-        const subject = await tollgateSubject(chain, two, upstream.base, 'before_answer', 2)
-        modes.push(await stepUp(chain, subject, o.rates, o))
+        for (const mode of o.workers2Modes)
+          modes.push(
+            await stepUp(chain, await tollgateSubject(chain, two, upstream.base, mode, 2), o.rates, o),
+          )
       } finally {
         await two.stop()
       }
@@ -160,6 +170,7 @@ function report(args: string[], o: ReturnType<typeof options>, modes: ModeResult
     block_interval_s: BLOCK_S,
     capacity_ratio_before_to_after: ratio(capacity('before_answer'), capacity('after')),
     capacity_ratio_workers2_to_after: ratio(capacity('before_answer', 2), capacity('after')),
+    capacity_ratio_workers2_to_after_workers2: ratio(capacity('before_answer', 2), capacity('after', 2)),
     capacity_ratio_before_to_reference: ratio(capacity('before_answer'), capacity('reference')),
   }
   process.stdout.write(`\n${JSON.stringify({ summary, modes: modes.map(brief) }, null, 2)}\n`)
@@ -186,7 +197,7 @@ function brief(m: ModeResult) {
     capacity_rps: m.capacity_rps,
     steps: m.steps.map(
       (s) =>
-        `${s.rate}/s: p50 ${s.p50_ms} p99 ${s.p99_ms} ms, err ${s.errors}${s.errors ? ` ${JSON.stringify(s.wrong_status)}` : ''}, tx/call ${s.tx_per_call}, group ${s.calls_per_group}, phases ${JSON.stringify(s.phases_ms)}, cpu ${JSON.stringify(s.cpu_us_per_call)}${s.sustained ? '' : ' ✗'}`,
+        `${s.rate}/s: p50 ${s.p50_ms} p99 ${s.p99_ms} ms, err ${s.errors}${s.errors ? ` ${JSON.stringify(s.wrong_status)}` : ''}, tx/call ${s.tx_per_call}, group ${s.calls_per_group}, phases ${JSON.stringify(s.phases_ms)}, rpc/100 ${JSON.stringify(s.rpc_requests_per_100)}, cpu ${JSON.stringify(s.cpu_us_per_call)}${s.sustained ? '' : ' ✗'}`,
     ),
   }
 }
@@ -346,6 +357,18 @@ function phases(before: Counters, after: Counters) {
   return { phases_ms, calls_per_group }
 }
 
+/** HTTP requests to the node per 100 calls, by method, from tollgate's counters. */
+function rpcRequests(before: Counters, after: Counters, calls: number): Record<string, number> {
+  const out: Record<string, number> = {}
+  const prefix = 'tollgate_rpc_requests_total{method="'
+  for (const [key, value] of after) {
+    if (!key.startsWith(prefix)) continue
+    const n = value - (before.get(key) ?? 0)
+    if (n > 0) out[key.slice(prefix.length, -2)] = Math.round((n / Math.max(1, calls)) * 1000) / 10
+  }
+  return out
+}
+
 async function measureStep(chain: DevChain, subject: Subject, rate: number, seconds: number): Promise<Step> {
   const values = await subject.sign(Math.round(rate * seconds))
   const client = createPublicClient({ transport: http(chain.rpcUrl) })
@@ -368,10 +391,11 @@ async function measureStep(chain: DevChain, subject: Subject, rate: number, seco
     expectStatus: 200,
   })
   const cpu = meter.stop(m.requests)
+  const counters = admin === null ? null : await readCounters(admin)
   const inside =
-    admin === null || before === null
-      ? { phases_ms: {}, calls_per_group: 0 }
-      : phases(before, await readCounters(admin))
+    counters === null || before === null
+      ? { phases_ms: {}, calls_per_group: 0, rpc_requests_per_100: {} }
+      : { ...phases(before, counters), rpc_requests_per_100: rpcRequests(before, counters, m.requests) }
   const outcome = admin === null || before === null ? null : await settlementOutcome(admin, before, 120_000)
   // Let the last settlement's block in, then count every transaction mined since the step began.
   await new Promise((r) => setTimeout(r, BLOCK_S * 1000 + 500))

@@ -9,12 +9,16 @@ import { type Hash, type Hex, keccak256, parseAbi, parseEventLogs, type Transact
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { decodePayment } from 'x402/schemes'
 import { decodeXPaymentResponse } from 'x402-fetch'
+import { GROUP_EVERY_MS } from '../../src/schemes/exact/group-cut.ts'
 import { type RpcProxy, startRpcProxy } from '../helpers/rpc-proxy.ts'
 import { startX402Setup, type X402Setup } from './harness.ts'
 
 const CALLS = 40
-/** How long the node takes to answer each broadcast: the groups cut meanwhile pile up behind it. */
-const SLOW_BROADCAST_MS = 150
+/**
+ * How long the node takes to answer each broadcast: the groups cut meanwhile pile up behind it. Longer than
+ * the settler's busy cut interval (GROUP_EVERY_MS), so the next group is cut while the first is unanswered.
+ */
+const SLOW_BROADCAST_MS = GROUP_EVERY_MS + 250
 
 const token = parseAbi([
   'event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce)',

@@ -40,6 +40,7 @@ import {
 import type { Sql } from '../../db/sql.ts'
 import type { Logger } from '../../observability/logger.ts'
 import { earlySettlementBatchSize, earlySettlementPhase } from '../../observability/metrics.ts'
+import { groupCutDueMs } from './group-cut.ts'
 import { NonceGaps } from './nonce-gaps.ts'
 import { ReceiptWatch } from './receipt-watch.ts'
 
@@ -109,13 +110,6 @@ export interface SettleBeforeAnswerOptions {
  */
 const IN_FLIGHT = 4
 
-/**
- * A busy settler cuts a group at most this often, unless a full transaction (settlement.per_transaction) is
- * ready: at 500 calls/s that is 25 authorizations a group (at most 0.04 transactions per call), and the wait
- * it adds (at most 50 ms, 25 on average) is small beside the block the answer waits for (2 s on Base).
- */
-const GROUP_EVERY_MS = 50
-
 /** The nonces a group took: consecutive from `first`, one per transaction, counted in `epoch`. */
 interface Nonces {
   first: number
@@ -129,6 +123,8 @@ export class SettleBeforeAnswer {
   /** Served calls waiting for the next group. */
   private ready: Item[] = []
   private timer: NodeJS.Timeout | null = null
+  /** When the timer cuts the next group (performance.now()). */
+  private timerDueMs = 0
   /** The settler's next nonce: read from the chain once, then counted here (this process alone sends). */
   private nonce: number | null = null
   /** Nonces are taken one group after another, in the order the groups were cut (their broadcast order). */
@@ -244,17 +240,26 @@ export class SettleBeforeAnswer {
   }
 
   /**
-   * Idle: the first call waits window_ms for the calls served beside it (one transaction for them all).
-   * Busy: a group is cut GROUP_EVERY_MS after the last one, or at once when a full transaction is ready,
-   * while up to IN_FLIGHT groups are on their way (group commit: under load the groups grow, not the wait).
+   * Cuts the next group when groupCutDueMs says (group commit: under load the groups grow, not the wait),
+   * while up to IN_FLIGHT groups are on their way.
    */
   private schedule(): void {
     if (this.ready.length === 0 || this.inPipe >= IN_FLIGHT) return
-    const full = this.ready.length >= this.o.perTransaction
-    if (full) return this.flush()
-    if (this.timer !== null) return
-    const wait = Math.max(this.o.windowMs, GROUP_EVERY_MS - (performance.now() - this.lastCutMs))
-    this.timer = setTimeout(() => this.flush(), wait)
+    const now = performance.now()
+    const due = groupCutDueMs({
+      count: this.ready.length,
+      lastCutMs: this.lastCutMs,
+      nowMs: now,
+      windowMs: this.o.windowMs,
+      perTransaction: this.o.perTransaction,
+    })
+    if (due <= now) return this.flush()
+    if (this.timer !== null) {
+      if (this.timerDueMs <= due) return
+      clearTimeout(this.timer)
+    }
+    this.timerDueMs = due
+    this.timer = setTimeout(() => this.flush(), due - now)
   }
 
   private flush(): void {
