@@ -1,0 +1,88 @@
+// The stages around a metered call's answer, composed per call from what its endpoint and payment use (the
+// shape of undici's dispatch handlers and hono's compose): the usage meter, the MCP rewriter, the discovery
+// count, the receipt digest, the payment-identifier recorder, the held answer. A call that uses none builds
+// none: it holds no chain, and its answer passes the proxy untouched. The next feature is a stage and a rank.
+import type { ProxyOutcome } from '../proxy.ts'
+
+/** One stage: each hook optional, a stage implements what it reads or changes. */
+export interface AnswerStage {
+  /** The upstream's head (raw [name, value, …]) and status, before anything is written. */
+  onHead?(head: Buffer[], status: number): void
+  /** A chunk on its way out: what to pass on (the same buffer unless the stage changes the answer). */
+  onData?(chunk: Buffer): Buffer
+  /** The body ended: what the stage still held back (passed on through the stages after it), or null. */
+  onEnd?(): Buffer | null
+  /** A way to write onto a chunked answer between the upstream's chunks (an MCP stream's events). */
+  attach?(push: (bytes: Buffer) => boolean): void
+  /** The answer is over (ended, failed, or the client left). */
+  close?(): void
+  /** The call is over: `captured`, its charge was booked; `released`, its payment given back for a retry. */
+  onDone?(outcome: ProxyOutcome, captured: boolean, released: boolean): void
+}
+
+/**
+ * The order of the chain. The meter reads the upstream's bytes (and takes out an event it asked for), the
+ * rewriter changes them, the others see the answer as delivered. At the end, the discovery count comes before
+ * the delivery record; the held answer settles last, once the digest and the recorder have the body's tail.
+ */
+export const RANK = { meter: 0, rewriter: 1, observed: 2, digest: 3, recorder: 4, held: 5 } as const
+type Rank = (typeof RANK)[keyof typeof RANK]
+
+export class AnswerStages {
+  private readonly stages: AnswerStage[] = []
+  private readonly ranks: Rank[] = []
+  /** The stages that read bytes, in order: one that does not costs the chunks nothing. */
+  private flow: AnswerStage[] = []
+  /** A stage changes the answer's length: it is sent unsized (the proxy's `resizes`). */
+  resizes = false
+  /** The head waits while the body is read and kept (the proxy's `readsWhileHeld`). */
+  holds = false
+
+  /** Adds a stage at its rank; before the answer's first byte. */
+  add(rank: Rank, stage: AnswerStage): void {
+    let i = this.ranks.length
+    while (i > 0 && this.ranks[i - 1]! > rank) i--
+    this.stages.splice(i, 0, stage)
+    this.ranks.splice(i, 0, rank)
+    if (rank === RANK.rewriter) this.resizes = true
+    else if (rank === RANK.held) this.holds = true
+    if (stage.onData !== undefined) this.flow = this.stages.filter((s) => s.onData !== undefined)
+  }
+
+  has(rank: Rank): boolean {
+    return this.ranks.includes(rank)
+  }
+
+  onHead(head: Buffer[], status: number): void {
+    for (const s of this.stages) s.onHead?.(head, status)
+  }
+
+  onData(chunk: Buffer): Buffer {
+    let out = chunk
+    for (const s of this.flow) out = s.onData!(out)
+    return out
+  }
+
+  /** What the stages held back, each stage's tail passed through the stages after it. */
+  onEnd(): Buffer | null {
+    let tail: Buffer | null = null
+    for (const s of this.stages) {
+      const last: Buffer | null = tail === null || s.onData === undefined ? tail : s.onData(tail)
+      const rest = s.onEnd === undefined ? null : s.onEnd()
+      if (last === null || last.length === 0) tail = rest
+      else tail = rest === null ? last : Buffer.concat([last, rest])
+    }
+    return tail
+  }
+
+  attach(push: (bytes: Buffer) => boolean): void {
+    for (const s of this.stages) s.attach?.(push)
+  }
+
+  onDone(outcome: ProxyOutcome, captured: boolean, released: boolean): void {
+    for (const s of this.stages) {
+      s.close?.()
+      s.onDone?.(outcome, captured, released)
+    }
+  }
+}
