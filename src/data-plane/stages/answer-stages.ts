@@ -27,12 +27,13 @@ export interface AnswerStage {
  */
 export const RANK = { meter: 0, rewriter: 1, observed: 2, digest: 3, recorder: 4, held: 5 } as const
 type Rank = (typeof RANK)[keyof typeof RANK]
+const NONE: readonly AnswerStage[] = []
 
 export class AnswerStages {
   private readonly stages: AnswerStage[] = []
   private readonly ranks: Rank[] = []
   /** The stages that read bytes, in order: one that does not costs the chunks nothing. */
-  private flow: AnswerStage[] = []
+  private flow: readonly AnswerStage[] = NONE
   /** A stage changes the answer's length: it is sent unsized (the proxy's `resizes`). */
   resizes = false
   /** The head waits while the body is read and kept (the proxy's `readsWhileHeld`). */
