@@ -21,17 +21,17 @@ export interface AnswerStage {
 }
 
 /**
- * The order of the chain. The meter reads the upstream's bytes (and takes out an event it asked for), the
- * rewriter changes them, the others see the answer as delivered. At the end, the discovery count comes before
- * the delivery record; the held answer settles last, once the digest and the recorder have the body's tail.
+ * The order of the chain, one slot each. The meter reads the upstream's bytes (and takes out an event it asked
+ * for), the rewriter changes them, the others see the answer as delivered. At the end, the discovery count comes
+ * before the delivery record; the held answer settles last, once the digest and the recorder have the tail.
  */
 export const RANK = { meter: 0, rewriter: 1, observed: 2, digest: 3, recorder: 4, held: 5 } as const
 type Rank = (typeof RANK)[keyof typeof RANK]
 const NONE: readonly AnswerStage[] = []
 
 export class AnswerStages {
-  private readonly stages: AnswerStage[] = []
-  private readonly ranks: Rank[] = []
+  /** One slot per rank (a call builds one object and one short array, whatever it composes). */
+  private readonly slots: Array<AnswerStage | null> = [null, null, null, null, null, null]
   /** The stages that read bytes, in order: one that does not costs the chunks nothing. */
   private flow: readonly AnswerStage[] = NONE
   /** A stage changes the answer's length: it is sent unsized (the proxy's `resizes`). */
@@ -41,33 +41,38 @@ export class AnswerStages {
 
   /** Adds a stage at its rank; before the answer's first byte. */
   add(rank: Rank, stage: AnswerStage): void {
-    let i = this.ranks.length
-    while (i > 0 && this.ranks[i - 1]! > rank) i--
-    this.stages.splice(i, 0, stage)
-    this.ranks.splice(i, 0, rank)
+    this.slots[rank] = stage
     if (rank === RANK.rewriter) this.resizes = true
     else if (rank === RANK.held) this.holds = true
-    if (stage.onData !== undefined) this.flow = this.stages.filter((s) => s.onData !== undefined)
+    if (stage.onData === undefined) return
+    const flow: AnswerStage[] = []
+    for (const s of this.slots) if (s !== null && s.onData !== undefined) flow.push(s)
+    this.flow = flow
   }
 
   has(rank: Rank): boolean {
-    return this.ranks.includes(rank)
+    return this.slots[rank] !== null
   }
 
   onHead(head: Buffer[], status: number): void {
-    for (const s of this.stages) s.onHead?.(head, status)
+    const slots = this.slots
+    for (let i = 0; i < slots.length; i++) slots[i]?.onHead?.(head, status)
   }
 
   onData(chunk: Buffer): Buffer {
+    const flow = this.flow
     let out = chunk
-    for (const s of this.flow) out = s.onData!(out)
+    for (let i = 0; i < flow.length; i++) out = flow[i]!.onData!(out)
     return out
   }
 
   /** What the stages held back, each stage's tail passed through the stages after it. */
   onEnd(): Buffer | null {
+    const slots = this.slots
     let tail: Buffer | null = null
-    for (const s of this.stages) {
+    for (let i = 0; i < slots.length; i++) {
+      const s = slots[i]!
+      if (s === null) continue
       const last: Buffer | null = tail === null || s.onData === undefined ? tail : s.onData(tail)
       const rest = s.onEnd === undefined ? null : s.onEnd()
       if (last === null || last.length === 0) tail = rest
@@ -77,11 +82,14 @@ export class AnswerStages {
   }
 
   attach(push: (bytes: Buffer) => boolean): void {
-    for (const s of this.stages) s.attach?.(push)
+    for (const s of this.slots) s?.attach?.(push)
   }
 
   onDone(outcome: ProxyOutcome, captured: boolean, released: boolean): void {
-    for (const s of this.stages) {
+    const slots = this.slots
+    for (let i = 0; i < slots.length; i++) {
+      const s = slots[i]!
+      if (s === null) continue
       s.close?.()
       s.onDone?.(outcome, captured, released)
     }
