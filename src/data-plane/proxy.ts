@@ -4,10 +4,11 @@
 import type { Dispatcher } from 'undici'
 import { type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
 import { statusClass, upstreamDuration } from '../observability/metrics.ts'
+import { peerAddress } from './client-address.ts'
 import { CORS_HEADERS } from './cors.ts'
 import { CLIENT_LEFT, type RequestBody } from './request-body.ts'
 import type { UpstreamDispatcher } from './upstream-pool.ts'
-import { type HttpResponse, statusLine } from './uws.ts'
+import { type HttpRequest, type HttpResponse, statusLine } from './uws.ts'
 
 export { createRequestBody, RequestBody } from './request-body.ts'
 export { createUpstreamDispatcher, type UpstreamDispatcher } from './upstream-pool.ts'
@@ -31,6 +32,31 @@ export interface ForwardRequest {
   requestId: string
   /** W3C traceparent of the upstream span when tracing is on (replaces the caller's), else null. */
   traceparent: string | null
+}
+
+/**
+ * Reads what is forwarded, synchronously, inside the handler (the request dies when it returns). `subPath`:
+ * the part after /m/<id>, without the query.
+ */
+export function readForwardRequest(
+  res: HttpResponse,
+  req: HttpRequest,
+  q: { method: string; subPath: string; requestId: string; peerTrusted: boolean },
+): ForwardRequest {
+  const query = req.getQuery()
+  const headers: Array<[string, string]> = []
+  req.forEach((k, v) => {
+    headers.push([k, v])
+  })
+  return {
+    method: q.method,
+    pathAndQuery: q.subPath + (query ? `?${query}` : ''),
+    headers,
+    remoteAddress: peerAddress(res),
+    peerTrusted: q.peerTrusted,
+    requestId: q.requestId,
+    traceparent: null,
+  }
 }
 
 export interface UpstreamTarget {

@@ -201,3 +201,8 @@ export class RequestBody implements AsyncIterableIterator<Buffer> {
 export function createRequestBody(res: HttpResponse, maxBufferedBytes: number): RequestBody {
   return new RequestBody(res, maxBufferedBytes)
 }
+
+/** The forwarded content-length after the body was rewritten (the payment taken out, a usage option put in). */
+export function setContentLength(headers: Array<[string, string]>, length: number): void {
+  for (const h of headers) if (h[0] === 'content-length') h[1] = String(length)
+}

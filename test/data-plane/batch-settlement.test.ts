@@ -9,8 +9,11 @@ import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { chainClients, erc20, type Funded, fundedAccount } from '../helpers/accounts.ts'
 import { batchPayer } from '../helpers/batch-payer.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
+import { checkPaymentProtocol } from '../helpers/payment-checks.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
+
+checkPaymentProtocol()
 
 const CALLS = Number(process.env.BATCH_CALLS ?? 100)
 const PRICE = 1000n // 0.001 USDC

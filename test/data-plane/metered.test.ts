@@ -3,9 +3,12 @@ import { createServer, request as httpRequest, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
+import { checkPaymentProtocol } from '../helpers/payment-checks.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
 import { waitFor } from '../helpers/wait-for.ts'
+
+checkPaymentProtocol()
 
 type Upstream = Awaited<ReturnType<typeof startUpstream>>
 

@@ -31,10 +31,13 @@ import { startService } from '../../src/service.ts'
 import { fundedSmartWallet } from '../chain/contracts/smart-wallet.ts'
 import { startTestChain } from '../helpers/anvil.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
+import { checkPaymentProtocol } from '../helpers/payment-checks.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 import { startBaseSepoliaService } from '../x402/harness.ts'
+
+checkPaymentProtocol()
 
 const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const NETWORK = 'eip155:84532'

@@ -16,10 +16,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import type { Service } from '../../src/service.ts'
 import { startTestChain } from '../helpers/anvil.ts'
+import { checkPaymentProtocol } from '../helpers/payment-checks.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 import { startBaseSepoliaService } from '../x402/harness.ts'
+
+checkPaymentProtocol()
 
 const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const PRICE_ATOMIC = 10_000n

@@ -28,10 +28,13 @@ import type { DevChain } from '../../src/chain/dev-chain.ts'
 import type { Service } from '../../src/service.ts'
 import { fundedSmartWallet } from '../chain/contracts/smart-wallet.ts'
 import { startTestChain } from '../helpers/anvil.ts'
+import { checkPaymentProtocol } from '../helpers/payment-checks.ts'
 import { type RpcProxy, startRpcProxy } from '../helpers/rpc-proxy.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
 import { startBaseSepoliaService } from '../x402/harness.ts'
+
+checkPaymentProtocol()
 
 const PRICE_ATOMIC = 10_000n // 0.01 USDC
 const NETWORK = 'eip155:84532'

@@ -34,8 +34,11 @@ import { createLogger } from '../../src/observability/logger.ts'
 import { type Service, startService } from '../../src/service.ts'
 import { startTestChain } from '../helpers/anvil.ts'
 import { freshDatabaseUrl } from '../helpers/database.ts'
+import { checkPaymentProtocol } from '../helpers/payment-checks.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
+
+checkPaymentProtocol()
 
 const PRICE_ATOMIC = 10_000n // 0.01 USDC
 

@@ -14,8 +14,11 @@ import type { DevChain } from '../../src/chain/dev-chain.ts'
 import type { Service } from '../../src/service.ts'
 import { startTestChain } from '../helpers/anvil.ts'
 import { type McpUpstream, startMcpUpstream } from '../helpers/mcp-upstream.ts'
+import { checkPaymentProtocol } from '../helpers/payment-checks.ts'
 import { callApi } from '../helpers/service.ts'
 import { startBaseSepoliaService } from '../x402/harness.ts'
+
+checkPaymentProtocol()
 
 const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const MCP = { tools: { weather: 0.01 }, default_price: 0.003, free_tools: ['echo'] }

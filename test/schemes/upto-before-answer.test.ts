@@ -23,8 +23,11 @@ import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { UPTO_SETTLEMENT_JOB } from '../../src/schemes/upto/settle-after.ts'
 import { chainClients, type Funded, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
 import { mine, setAutomine } from '../helpers/anvil.ts'
+import { checkPaymentProtocol } from '../helpers/payment-checks.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { approvedPayer } from '../helpers/upto-payer.ts'
+
+checkPaymentProtocol()
 
 const { rpcUrl, publicClient } = chainClients()
 const MAX_PRICE_ATOMIC = 500_000n

@@ -34,10 +34,13 @@ import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { settlerSlotKey } from '../../src/chain/settler-keys.ts'
 import type { Service } from '../../src/service.ts'
 import { startTestChain } from '../helpers/anvil.ts'
+import { checkPaymentProtocol } from '../helpers/payment-checks.ts'
 import { expectSettledAt, PENDING_SETTLEMENT } from '../helpers/receipts.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
 import { startBaseSepoliaService } from './harness.ts'
+
+checkPaymentProtocol()
 
 const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const PRICE_ATOMIC = 10_000n

@@ -6,7 +6,9 @@
 // the pending receipt and the rest streams (the call is settled after, from the settler all the same).
 // A stage of its own beside the meter, the rewriter, the digest and the recorder: it sees only the sizes
 // of the bytes on their way out and the body's end.
-import { heldAnswers } from '../observability/metrics.ts'
+import { heldAnswers } from '../../observability/metrics.ts'
+import type { Payment } from '../../schemes/scheme.ts'
+import type { AnswerStage } from './answer-stages.ts'
 
 type Headers = Array<[string, string]>
 
@@ -27,7 +29,16 @@ export function fitsHeld(head: Buffer[], maxBytes: number): boolean {
   return true
 }
 
-export class HeldAnswer {
+/** What the held answer asks of the paid call it holds (metered.ts). */
+export interface HoldingCall {
+  readonly payment: Payment | null
+  /** The head's headers, given the receipt, the status and the head. */
+  answerHeaders(receipt: [string, string] | null, status: number, head: Buffer[]): Headers
+  /** The charge measured on the whole answer, captured. */
+  captureUsage(ending: 'complete'): void
+}
+
+export class HeldAnswer implements AnswerStage {
   /** The head's extra headers: the proxy writes the head, and the body kept, once this resolves. */
   readonly head: Promise<Headers>
   private resolve!: (headers: Headers) => void
@@ -43,21 +54,39 @@ export class HeldAnswer {
     })
   }
 
+  /** Holds a paid call's answer whose upstream head (`status`, `head`) just came. */
+  static around(call: HoldingCall, maxBytes: number, head: Buffer[], status: number): HeldAnswer {
+    // Read when the head goes out, long after the socket buffer the head is a view of was reused.
+    const kept = head.map((b) => Buffer.from(b))
+    const payment = call.payment!
+    return new HeldAnswer(maxBytes, {
+      pending: () => call.answerHeaders(payment.receipt(true), status, kept),
+      settle: () => {
+        call.captureUsage('complete')
+        const settling = payment.settleBeforeAnswer?.() ?? null
+        if (settling === null) return Promise.resolve(call.answerHeaders(payment.receipt(true), status, kept))
+        return settling.then((receipt) => call.answerHeaders(receipt, status, kept))
+      },
+    })
+  }
+
   /** Bytes on their way out (after the meter and any rewrite): past maxBytes the head goes now. */
-  data(bytes: number): void {
-    if (this.released) return
-    this.bytes += bytes
-    if (this.bytes <= this.maxBytes) return
+  onData(chunk: Buffer): Buffer {
+    if (this.released) return chunk
+    this.bytes += chunk.length
+    if (this.bytes <= this.maxBytes) return chunk
     this.released = true
     heldAnswers.labels('oversize').inc()
     this.resolve(this.call.pending())
+    return chunk
   }
 
   /** The body ended (within maxBytes, unless released already): settle, then the head. */
-  end(): void {
-    if (this.released) return
+  onEnd(): null {
+    if (this.released) return null
     this.released = true
     heldAnswers.labels('held').inc()
     this.call.settle().then(this.resolve, () => this.resolve(this.call.pending()))
+    return null
   }
 }

@@ -2,7 +2,7 @@
 // grows past it is let go at once with the pending headers (and settles nothing before the answer); a
 // content-length above the bound is never held; a settlement that fails falls back to the pending headers.
 import { describe, expect, it } from 'vitest'
-import { fitsHeld, HeldAnswer } from '../../src/data-plane/held-answer.ts'
+import { fitsHeld, HeldAnswer } from '../../../src/data-plane/stages/held-answer.ts'
 
 const PENDING: Array<[string, string]> = [['payment-response', 'pending']]
 const SETTLED: Array<[string, string]> = [['payment-response', 'settled']]
@@ -28,10 +28,10 @@ describe('HeldAnswer', () => {
   it('within the bound: the head waits for the settlement, settled once', async () => {
     const c = call(() => Promise.resolve(SETTLED))
     const held = new HeldAnswer(100, c.hooks)
-    held.data(60)
-    held.data(40)
-    held.end()
-    held.end()
+    held.onData(Buffer.alloc(60))
+    held.onData(Buffer.alloc(40))
+    held.onEnd()
+    held.onEnd()
     expect(await held.head).toBe(SETTLED)
     expect(c.calls).toEqual({ pending: 0, settle: 1 })
   })
@@ -39,18 +39,18 @@ describe('HeldAnswer', () => {
   it('past the bound: the head goes at once with the pending receipt, and the end settles nothing here', async () => {
     const c = call(() => Promise.resolve(SETTLED))
     const held = new HeldAnswer(100, c.hooks)
-    held.data(60)
-    held.data(41)
+    held.onData(Buffer.alloc(60))
+    held.onData(Buffer.alloc(41))
     expect(await held.head).toBe(PENDING)
-    held.data(500)
-    held.end()
+    held.onData(Buffer.alloc(500))
+    held.onEnd()
     expect(c.calls).toEqual({ pending: 1, settle: 0 })
   })
 
   it('a settlement that rejects still lets the head go, pending', async () => {
     const c = call(() => Promise.reject(new Error('rpc down')))
     const held = new HeldAnswer(100, c.hooks)
-    held.end()
+    held.onEnd()
     expect(await held.head).toBe(PENDING)
   })
 
