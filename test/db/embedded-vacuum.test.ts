@@ -112,6 +112,7 @@ describe('embedded database maintenance in the service', () => {
         body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
       })
       const payer = await fundedAccount(10_000_000n)
+      const [{ t: since } = { t: new Date() }] = await svc.sql<{ t: Date }[]>`SELECT now() AS t`
       // 80 calls: each partition is past the analyze threshold (50 + 10 % of its rows changed) at least.
       const hashes: string[] = []
       for (let i = 0; i < 80; i++) hashes.push(await payUsdc(payer, svc.chain.treasury, 10_000n))
@@ -126,11 +127,12 @@ describe('embedded database maintenance in the service', () => {
         },
         { what: 'the captures', timeoutMs: 15_000 },
       )
+      // Maintained since the calls: by this run, or by the job's own schedule on a slow machine (the
+      // embedded database has no autovacuum, so nothing else does it).
       const maintained = () => svc.sql<{ relname: string }[]>`
         SELECT s.relname FROM pg_stat_user_tables s JOIN pg_inherits i ON i.inhrelid = s.relid
          WHERE i.inhparent IN ('claims'::regclass, 'calls'::regclass) AND s.n_live_tup > 0
-           AND (s.last_vacuum IS NOT NULL OR s.last_analyze IS NOT NULL)`
-      expect(await maintained()).toEqual([])
+           AND greatest(s.last_vacuum, s.last_analyze) >= ${since}`
 
       await svc.jobs.runNow('embedded-vacuum')
 

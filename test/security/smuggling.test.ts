@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 
 interface Exchange {
   /** Everything the server wrote before it closed (latin1). */
@@ -324,10 +325,18 @@ describe('chunked request bodies accepted (server.accept_chunked_requests: true)
       expect(r.closedAfterMs).not.toBeNull()
       expect(r.closedAfterMs!).toBeLessThan(2000)
       expect(upstream.count()).toBe(before)
-      const paid = await exchange(
-        svc.url,
-        `POST ${endpointPath}/after HTTP/1.1\r\nHost: a\r\nx-payment: ${hash}\r\nContent-Length: 3\r\n\r\nabc`,
-        1500,
+      // A claim taken before the abort is released by the next claim statement: until then the proof is
+      // answered 409 payment_in_progress with Retry-After, and a client retries as told.
+      const paid = await waitFor(
+        async () => {
+          const answer = await exchange(
+            svc.url,
+            `POST ${endpointPath}/after HTTP/1.1\r\nHost: a\r\nx-payment: ${hash}\r\nContent-Length: 3\r\n\r\nabc`,
+            1500,
+          )
+          return statusOf(answer.text) === 409 && answer.text.includes('payment_in_progress') ? null : answer
+        },
+        { what: 'the proof released by the aborted request', timeoutMs: 10_000, intervalMs: 250 },
       )
       expect(statusOf(paid.text), paid.text.slice(0, 300)).toBe(200)
       expect(await claims(hash)).toBe(1)
