@@ -6,7 +6,6 @@
 import cluster, { type Worker } from 'node:cluster'
 import { createServer, type Server } from 'node:http'
 import { createServer as createNetServer } from 'node:net'
-import { availableParallelism } from 'node:os'
 import { AggregatorRegistry } from 'prom-client'
 import { type DevChain, startDevChain } from '../chain/dev-chain.ts'
 import type { Config } from '../config/schema.ts'
@@ -24,11 +23,6 @@ export interface WorkerEnv {
 const ENV_INDEX = 'TOLLGATE_WORKER_INDEX'
 const ENV_DB = 'TOLLGATE_WORKER_DATABASE_URL'
 const ENV_EMBEDDED = 'TOLLGATE_WORKER_EMBEDDED'
-
-/** How many data-plane processes to run: 0 means one per core. */
-export function workerCount(config: Config): number {
-  return config.server.workers === 0 ? availableParallelism() : config.server.workers
-}
 
 /** This process's worker settings, or null when it is not a supervised worker. */
 export function workerEnv(): WorkerEnv | null {

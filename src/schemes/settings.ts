@@ -6,6 +6,7 @@ import type { DevChain } from '../chain/dev-chain.ts'
 import type { SettlerSeed } from '../chain/settler-keys.ts'
 import type { Config } from '../config/schema.ts'
 import { settleBeforeAnswerUnavailable } from '../config/settle-before-answer.ts'
+import { workerCount } from '../config/worker-count.ts'
 import { configDollars } from '../money.ts'
 
 export interface SchemeSettings {
@@ -38,6 +39,8 @@ export interface SchemeSettings {
       slots: number
       windowMs: number
       waitMs: number
+      /** Data-plane processes on this machine, each with its settler and its share of the calls. */
+      processes: number
       gasFloorEth: number
       gasCheckMs: number
     } | null
@@ -75,6 +78,7 @@ export function schemeSettings(config: Config, devChain: DevChain | null): Schem
         slots: early.slots,
         windowMs: early.window_ms,
         waitMs: early.wait_ms,
+        processes: workerCount(config),
         gasFloorEth: early.gas_floor_eth,
         gasCheckMs: early.gas_check_ms,
       },

@@ -100,6 +100,8 @@ export interface SettleBeforeAnswerOptions {
   settlerKey: Hex
   windowMs: number
   waitMs: number
+  /** Data-plane processes sharing the calls (server.workers): the busy cut window grows with them. */
+  processes: number
   /** Authorizations per transaction when the chain has the AuthorizationBatcher. */
   perTransaction: number
 }
@@ -252,6 +254,7 @@ export class SettleBeforeAnswer {
       nowMs: now,
       windowMs: this.o.windowMs,
       perTransaction: this.o.perTransaction,
+      processes: this.o.processes,
     })
     if (due <= now) return this.flush()
     if (this.timer !== null) {

@@ -81,6 +81,7 @@ export async function startSettler(deps: SchemeDeps): Promise<EarlySettler | nul
     settlerKey: key,
     windowMs: o.windowMs,
     waitMs: o.waitMs,
+    processes: o.processes,
     perTransaction: settings.settlement.perTransaction,
   })
   settler = early
