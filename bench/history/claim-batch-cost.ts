@@ -7,11 +7,11 @@
 // moment), as the prepared plans then see them; --keyed runs on a pool with keyed plans (src/db/sql.ts), as
 // the books pool does. Each size also reports the claims rows its statements read by sequential scans.
 // usage: npx tsx bench/history/claim-batch-cost.ts [--rounds 400] [--sizes 1,2,4,8,16,32] [--stale] [--keyed]
-import { readFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import { type Capture, type ClaimRequest, claimAndCapture } from '../../src/books/claims.ts'
 import { migrate } from '../../src/db/migrate.ts'
 import { createSql } from '../../src/db/sql.ts'
+import { backendCpuUs, captureOf } from './claim-statement-fixtures.ts'
 import { databaseUrl, dropDatabase, recreateDatabase } from './seeded-database.ts'
 
 const { values } = parseArgs({
@@ -33,15 +33,6 @@ const sizes = values.sizes.split(',').map(Number)
 const name = `tollgate_claim_cost_${process.pid}`
 await recreateDatabase(values.url, name)
 const sql = createSql(databaseUrl(values.url, name), { max: 1, keyedPlans: values.keyed })
-const TICK_US = 1e6 / 100 // USER_HZ
-
-/** The backend's user+system CPU so far, µs (fields 14 and 15 of /proc/<pid>/stat). */
-function backendCpuUs(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-  return (Number(fields[11]) + Number(fields[12])) * TICK_US
-}
-
 let serial = 0
 const BLOCK_AT_MS = Date.now() - 60_000
 function claim(): ClaimRequest {
@@ -60,24 +51,6 @@ function claim(): ClaimRequest {
     authorization: null,
   }
 }
-function captureOf(c: ClaimRequest, horizonAt: string | null): Capture {
-  return {
-    callId: c.targetId,
-    proofKey: c.proofKey,
-    endpointId: 'ep_1',
-    accountId: 'acct_1',
-    ownerWallet: '0xowner',
-    payer: c.payer,
-    amountAtomic: c.amountAtomic,
-    ownerShareAtomic: 9_500n,
-    feeAtomic: 500n,
-    upstreamStatus: 200,
-    method: 'GET',
-    // As the data plane does: the claim's day partition, so the capture probes that one.
-    horizonAt,
-  }
-}
-
 try {
   await migrate(sql)
   await sql`INSERT INTO accounts (id, wallet_address, business_name, mode) VALUES ('acct_1', '0xowner', 'Owner', 'test')`

@@ -8,12 +8,12 @@
 // before/after pair run back to back on the same setup.
 // usage: npx tsx bench/history/claim-statement-parts.ts [--kind tx|eip3009] [--rounds 300] [--size 16]
 //        [--payers 4] [--no-captures] [--explain] [--setup SQL] [--module path]
-import { readFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import postgres from 'postgres'
 import type { Capture, ClaimRequest } from '../../src/books/claims.ts'
 import { migrate } from '../../src/db/migrate.ts'
 import type { Sql } from '../../src/db/sql.ts'
+import { backendCpuUs, captureOf } from './claim-statement-fixtures.ts'
 import { databaseUrl, dropDatabase, recreateDatabase } from './seeded-database.ts'
 
 const { values } = parseArgs({
@@ -51,14 +51,6 @@ const sql = postgres(databaseUrl(values.url, name), {
   onnotice: (n) => notices.push(n.message ?? ''),
   connection: { enable_seqscan: 'off', enable_bitmapscan: 'off' },
 }) as unknown as Sql
-const TICK_US = 1e6 / 100 // USER_HZ
-
-function backendCpuUs(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-  return (Number(fields[11]) + Number(fields[12])) * TICK_US
-}
-
 let serial = 0
 const nowS = Math.floor(Date.now() / 1000)
 function claim(): ClaimRequest {
@@ -99,24 +91,6 @@ function claim(): ClaimRequest {
     reserve: { balanceAtomic: 10n ** 15n, block: 100n },
   }
 }
-function captureOf(c: ClaimRequest, horizonAt: string | null): Capture {
-  return {
-    callId: c.targetId,
-    proofKey: c.proofKey,
-    endpointId: 'ep_1',
-    accountId: 'acct_1',
-    ownerWallet: '0xowner',
-    payer: c.payer,
-    amountAtomic: c.amountAtomic,
-    ownerShareAtomic: 9_500n,
-    feeAtomic: 500n,
-    upstreamStatus: 200,
-    method: 'GET',
-    scheme: kind === 'tx' ? 'tx-hash' : 'exact',
-    horizonAt,
-  }
-}
-
 async function counters() {
   await sql`SELECT pg_stat_force_next_flush()`
   const rows = await sql<{ t: string; upd: string; hot: string; ins: string }[]>`
@@ -143,7 +117,7 @@ try {
     open = claims.map((c, i) => {
       const won = r.claims[i]!
       if (won.outcome !== 'won') throw new Error(`claim ${won.outcome}`)
-      return captureOf(c, won.horizonAt)
+      return captureOf(c, won.horizonAt, kind === 'tx' ? 'tx-hash' : 'exact')
     })
   }
   for (let i = 0; i < 30; i++) await run() // warm: plans cached, pages in memory

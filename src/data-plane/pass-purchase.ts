@@ -14,14 +14,6 @@ import { httpRequests, passesBought } from '../observability/metrics.ts'
 import { requestIdFrom } from '../request-id.ts'
 import type { SchemeRegistry } from '../schemes/registry.ts'
 import type { ClaimOutcome, Payment, SpentProof, Verdict } from '../schemes/scheme.ts'
-import {
-  challengeBody,
-  mppHeader,
-  mppProblem,
-  problemBody,
-  quoteExpiry,
-  v2Header,
-} from '../wire/challenge.ts'
 import { mppCredential, parseProof } from '../wire/proof.ts'
 import type { ProofEdge } from './app.ts'
 import { CORS_HEADERS, EXPOSED_HEADERS, retryAfterHeaders } from './cors.ts'
@@ -32,6 +24,7 @@ import {
   loadEndpoint,
   NOT_FOUND,
 } from './endpoint-cache.ts'
+import { paymentRequired } from './payment-required.ts'
 import type { HttpRequest, HttpResponse } from './uws.ts'
 
 export interface PassPurchaseDeps {
@@ -259,24 +252,26 @@ class PassPurchase {
     if (this.aborted) return
     if (this.paymentHeader) this.ctx.edge?.proofRefused(this.client)
     count['4xx'].inc()
-    const challenge = this.pass!.quote.challenge
-    const text = challengeBody(challenge, reason, quoteExpiry(this.ctx.settings.quoteTtlMs), this.requestId)
-    // The MPP challenge of the pass price beside x402's (when the endpoint takes MPP).
-    const mpp = mppHeader(challenge, Date.now())
-    // A refused MPP credential is answered as the Payment scheme names the refusal (an RFC 9457 problem).
-    const problem =
-      mpp === null || mppCredential(this.paymentHeader) === '' ? null : mppProblem(challenge, reason)
+    // The pass price's 402, built as a metered call's is (x402 and, where the endpoint takes it, MPP).
+    const a = paymentRequired(
+      {
+        quote: this.pass!.quote,
+        paymentHeader: this.paymentHeader,
+        problemWanted: false,
+        requestId: this.requestId,
+        endpoint: { pass: null },
+      },
+      { reason, quoteTtlMs: this.ctx.settings.quoteTtlMs, requiredHeader },
+    )
     const res = this.res
     res.cork(() => {
-      res.writeStatus(problem?.status === 400 ? '400 Bad Request' : '402 Payment Required')
-      res.writeHeader('content-type', problem === null ? JSON_TYPE : 'application/problem+json')
+      res.writeStatus(a.statusLine)
+      res.writeHeader('content-type', a.contentType)
       res.writeHeader('x-request-id', this.requestId)
-      res.writeHeader('cache-control', 'no-store')
       res.writeHeader('access-control-allow-origin', '*')
       res.writeHeader('access-control-expose-headers', EXPOSED_HEADERS)
-      res.writeHeader('payment-required', requiredHeader ?? v2Header(challenge, reason))
-      if (mpp !== null) res.writeHeader('www-authenticate', mpp)
-      res.end(problem === null || mpp === null ? text : problemBody(problem, mpp, text))
+      for (let i = 0; i < a.headers.length; i += 2) res.writeHeader(a.headers[i]!, a.headers[i + 1]!)
+      res.end(a.body)
     })
   }
 
