@@ -7,7 +7,7 @@
 
 import { openPass, type PassRow } from '../books/passes.ts'
 import type { Sql } from '../db/sql.ts'
-import { ERRORS, type ErrorCode, type ErrorDetails, writeError } from '../errors.ts'
+import { ERRORS, type ErrorCode, type ErrorDetails } from '../errors.ts'
 import { newId } from '../ids.ts'
 import type { Logger } from '../observability/logger.ts'
 import { httpRequests, passesBought } from '../observability/metrics.ts'
@@ -15,8 +15,15 @@ import { requestIdFrom } from '../request-id.ts'
 import type { SchemeRegistry } from '../schemes/registry.ts'
 import type { ClaimOutcome, Payment, SpentProof, Verdict } from '../schemes/scheme.ts'
 import { mppCredential, parseProof } from '../wire/proof.ts'
+import {
+  type FlatHeaders,
+  RETRY_AFTER_1,
+  RETRY_AFTER_30,
+  retryAfter,
+  writeAnswer,
+  writeErrorAnswer,
+} from './answer-writer.ts'
 import type { ProofEdge } from './app.ts'
-import { CORS_HEADERS, EXPOSED_HEADERS, retryAfterHeaders } from './cors.ts'
 import {
   type EndpointCache,
   type LiveEndpoint,
@@ -43,8 +50,7 @@ export interface PassPurchaseDeps {
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8'
-const RETRY_AFTER_1 = ['retry-after', '1', ...CORS_HEADERS]
-const RETRY_AFTER_30 = ['retry-after', '30', ...CORS_HEADERS]
+const NO_STORE: FlatHeaders = ['cache-control', 'no-store']
 const count = {
   '2xx': httpRequests.labels('pass', '2xx'),
   '4xx': httpRequests.labels('pass', '4xx'),
@@ -142,7 +148,7 @@ class PassPurchase {
         return this.respondError(
           verdict.code,
           verdict.message ? { message: verdict.message } : undefined,
-          retryAfterHeaders(verdict.retryAfterS),
+          retryAfter(verdict.retryAfterS),
         )
       case 'answered':
         return this.respondError('invalid_state', { message: 'this payment cannot buy a pass' })
@@ -236,16 +242,8 @@ class PassPurchase {
     count['2xx'].inc()
     const endpoint = this.endpoint!
     const body = JSON.stringify(presentPassRow(pass, endpoint.resourceUrl))
-    const res = this.res
-    res.cork(() => {
-      res.writeStatus(receipt === null ? '200 OK' : '201 Created').writeHeader('content-type', JSON_TYPE)
-      res.writeHeader('x-request-id', this.requestId)
-      res.writeHeader('cache-control', 'no-store')
-      res.writeHeader('access-control-allow-origin', '*')
-      res.writeHeader('access-control-expose-headers', EXPOSED_HEADERS)
-      if (receipt !== null) res.writeHeader(receipt[0], receipt[1])
-      res.end(body)
-    })
+    const flat = receipt === null ? NO_STORE : ['cache-control', 'no-store', receipt[0], receipt[1]]
+    writeAnswer(this.res, receipt === null ? '200 OK' : '201 Created', this.requestId, JSON_TYPE, flat, body)
   }
 
   respond402(reason: string, requiredHeader?: string): void {
@@ -263,19 +261,10 @@ class PassPurchase {
       },
       { reason, quoteTtlMs: this.ctx.settings.quoteTtlMs, requiredHeader },
     )
-    const res = this.res
-    res.cork(() => {
-      res.writeStatus(a.statusLine)
-      res.writeHeader('content-type', a.contentType)
-      res.writeHeader('x-request-id', this.requestId)
-      res.writeHeader('access-control-allow-origin', '*')
-      res.writeHeader('access-control-expose-headers', EXPOSED_HEADERS)
-      for (let i = 0; i < a.headers.length; i += 2) res.writeHeader(a.headers[i]!, a.headers[i + 1]!)
-      res.end(a.body)
-    })
+    writeAnswer(this.res, a.statusLine, this.requestId, a.contentType, a.headers, a.body)
   }
 
-  respondError(code: ErrorCode, details?: ErrorDetails, headers?: readonly string[], err?: unknown): void {
+  respondError(code: ErrorCode, details?: ErrorDetails, headers?: FlatHeaders, err?: unknown): void {
     const status = ERRORS[code].status
     if (status >= 500)
       this.ctx.logger.error('pass purchase failed', {
@@ -286,8 +275,7 @@ class PassPurchase {
       })
     if (this.aborted) return
     count[status >= 500 ? '5xx' : '4xx'].inc()
-    const res = this.res
-    res.cork(() => writeError(res, code, this.requestId, details, headers ?? CORS_HEADERS))
+    writeErrorAnswer(this.res, code, this.requestId, details, headers)
   }
 }
 

@@ -8,7 +8,7 @@ import type { us_socket_context_t, WebSocket, WebSocketBehavior } from 'uWebSock
 import { createHash } from 'node:crypto'
 import { isIP } from 'node:net'
 import UpstreamSocket from 'ws'
-import { type ErrorCode, writeError } from '../errors.ts'
+import { type ErrorCode, JSON_CONTENT_TYPE as JSON_TYPE } from '../errors.ts'
 import { newId } from '../ids.ts'
 import type { Logger } from '../observability/logger.ts'
 import {
@@ -27,8 +27,8 @@ import type { Payment, Verdict } from '../schemes/scheme.ts'
 import { guardedLookup, isPrivateAddress } from '../ssrf.ts'
 import { challengeBody, mppHeader, quoteExpiry, v2Header } from '../wire/challenge.ts'
 import { mppCredential, parseProof } from '../wire/proof.ts'
+import { writeAnswer, writeErrorAnswer } from './answer-writer.ts'
 import { peerAddress } from './client-address.ts'
-import { CORS_HEADERS } from './cors.ts'
 import { type EndpointCache, type LiveEndpoint, loadEndpoint, NOT_FOUND } from './endpoint-cache.ts'
 import { type PassUses, passEndsMs } from './pass-uses.ts'
 import { forwardHeaders, isConfinedSubPath } from './proxy.ts'
@@ -313,27 +313,20 @@ class Opening {
     const challenge = this.endpoint!.quoteFor('GET', this.subPath).challenge
     const text = challengeBody(challenge, reason, quoteExpiry(this.deps.settings.quoteTtlMs), this.requestId)
     const pass = this.endpoint!.pass
-    const res = this.res
-    res.cork(() => {
-      res.writeStatus('402 Payment Required').writeHeader('content-type', 'application/json; charset=utf-8')
-      res.writeHeader('x-request-id', this.requestId)
-      res.writeHeader('cache-control', 'no-store')
-      // A pass endpoint's 402 carries a fresh sign-in challenge (its nonce is single-use), as a call's does.
-      res.writeHeader(
-        'payment-required',
-        requiredHeader ?? (pass === null ? v2Header(challenge, reason) : pass.v2Header(challenge, reason)),
-      )
-      const mpp = mppHeader(challenge, Date.now())
-      if (mpp !== null) res.writeHeader('www-authenticate', mpp)
-      res.end(text)
-    })
+    // A pass endpoint's 402 carries a fresh sign-in challenge (its nonce is single-use), as a call's does.
+    const required =
+      requiredHeader ?? (pass === null ? v2Header(challenge, reason) : pass.v2Header(challenge, reason))
+    const mpp = mppHeader(challenge, Date.now())
+    const flat =
+      mpp === null
+        ? ['cache-control', 'no-store', 'payment-required', required]
+        : ['cache-control', 'no-store', 'payment-required', required, 'www-authenticate', mpp]
+    writeAnswer(this.res, '402 Payment Required', this.requestId, JSON_TYPE, flat, text)
   }
 
   respondError(code: ErrorCode, message?: string): void {
     if (this.aborted) return
-    this.res.cork(() => {
-      writeError(this.res, code, this.requestId, message ? { message } : undefined, CORS_HEADERS)
-    })
+    writeErrorAnswer(this.res, code, this.requestId, message ? { message } : undefined)
   }
 
   respondUnavailable(reason: string, err: unknown): void {
