@@ -1,6 +1,7 @@
-// The one writer of what a metered URL, a pass purchase and a WebSocket upgrade answer: every answer carries the request id and CORS (a browser agent
-// reads the 402 and the receipt; cors.ts), written here once, for tollgate's own answers (a 402, a refusal, an
-// error, a scheme's own answer, a kept answer replayed) and as the extra headers of an upstream's relayed one.
+// The one writer of what a metered URL, a pass purchase and a WebSocket upgrade answer: every answer carries
+// the request id and CORS (a browser agent reads the 402 and the receipt; cors.ts), written here once, for
+// tollgate's own answers (a 402, a refusal, an error, a scheme's own answer, a kept answer replayed) and as the
+// extra headers of an upstream's relayed one.
 // Corked (an answer after an await must be) through module-level slots, not a closure per answer: uWS runs the
 // cork's callback synchronously, so one answer is in the slots at a time.
 import {
