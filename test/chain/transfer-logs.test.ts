@@ -1,34 +1,18 @@
-// Reading the token's Transfer logs for reconcile: every transfer of a range, once, however narrow a range
-// the node accepts; a node that answers nothing fails the scan at once instead of being asked in halves.
-import { privateKeyToAccount } from 'viem/accounts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import {
-  type ChainPublicClient,
-  type ChainWalletClient,
-  chainDefinition,
-  createChainPublicClient,
-  createChainWalletClient,
-} from '../../src/chain/client.ts'
+import type { ChainPublicClient, ChainWalletClient } from '../../src/chain/client.ts'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { scanTransfers } from '../../src/chain/transfer-logs.ts'
 import { usdcAbi } from '../../src/chain/usdc.ts'
-import { mine, startTestChain } from '../helpers/anvil.ts'
+import { localPublicClient, localWalletClient, mine, startTestChain } from '../helpers/anvil.ts'
 import { startRpcProxy } from '../helpers/rpc-proxy.ts'
 
 let dev: DevChain
 let client: ChainPublicClient
 let payer: ChainWalletClient
-const clientOptions = (rpcUrl: string) => ({ rpcUrl, timeoutMs: 2000, retryCount: 0, pollingIntervalMs: 50 })
-
 beforeAll(async () => {
   dev = await startTestChain()
-  const chain = chainDefinition('local', dev.chainId, dev.rpcUrl)
-  client = createChainPublicClient(chain, clientOptions(dev.rpcUrl))
-  payer = createChainWalletClient(
-    chain,
-    privateKeyToAccount(dev.payers[0]!.privateKey),
-    clientOptions(dev.rpcUrl),
-  )
+  client = localPublicClient(dev)
+  payer = localWalletClient(dev, dev.payers[0]!.privateKey)
 })
 afterAll(() => dev?.stop())
 
@@ -50,10 +34,7 @@ describe('scanTransfers', () => {
     const toBlock = await client.getBlockNumber({ cacheTime: 0 })
     const proxy = await startRpcProxy(dev.rpcUrl)
     try {
-      const narrow = createChainPublicClient(
-        chainDefinition('local', dev.chainId, proxy.url),
-        clientOptions(proxy.url),
-      )
+      const narrow = localPublicClient(dev, proxy.url)
       proxy.maxLogRange = 3
       const q = { usdc: dev.usdcAddress, to: dev.treasury.address, fromBlock, toBlock, chunk: 1000n }
       const read = await scanTransfers(narrow, q)

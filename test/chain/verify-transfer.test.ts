@@ -1,14 +1,12 @@
 // Each answer of the transaction-hash verifier, produced by a real transaction on a real anvil.
 import { createServer } from 'node:net'
 import { type Address, encodeFunctionData, type Hash, keccak256, toHex } from 'viem'
-import { privateKeyToAccount } from 'viem/accounts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {
   type ChainPublicClient,
   type ChainWalletClient,
   chainDefinition,
   createChainPublicClient,
-  createChainWalletClient,
 } from '../../src/chain/client.ts'
 import { testUsdcArtifact } from '../../src/chain/contracts/artifacts.ts'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
@@ -18,7 +16,15 @@ import {
   type VerifyTransferOptions,
   verifyTransfer,
 } from '../../src/chain/verify-transfer.ts'
-import { mine, rpc, setAutomine, startTestChain } from '../helpers/anvil.ts'
+import {
+  clientOptions,
+  localPublicClient,
+  localWalletClient,
+  mine,
+  rpc,
+  setAutomine,
+  startTestChain,
+} from '../helpers/anvil.ts'
 import { startRpcProxy } from '../helpers/rpc-proxy.ts'
 
 let dev: DevChain
@@ -26,15 +32,10 @@ let client: ChainPublicClient
 let payers: ChainWalletClient[]
 let options: VerifyTransferOptions
 
-const clientOptions = (rpcUrl: string) => ({ rpcUrl, timeoutMs: 2000, retryCount: 0, pollingIntervalMs: 50 })
-
 beforeAll(async () => {
   dev = await startTestChain()
-  const chain = chainDefinition('local', dev.chainId, dev.rpcUrl)
-  client = createChainPublicClient(chain, clientOptions(dev.rpcUrl))
-  payers = dev.payers.map((p) =>
-    createChainWalletClient(chain, privateKeyToAccount(p.privateKey), clientOptions(dev.rpcUrl)),
-  )
+  client = localPublicClient(dev)
+  payers = dev.payers.map((p) => localWalletClient(dev, p.privateKey))
   options = {
     usdc: dev.usdcAddress,
     treasury: dev.treasury.address,
@@ -141,10 +142,7 @@ describe('verifyTransfer', () => {
     const hash = keccak256(toHex(`unseen ${Math.random()}`))
     const proxy = await startRpcProxy(dev.rpcUrl)
     try {
-      const counted = createChainPublicClient(
-        chainDefinition('local', dev.chainId, proxy.url),
-        clientOptions(proxy.url),
-      )
+      const counted = localPublicClient(dev, proxy.url)
       const result = await verifyTransfer(counted, { ...options, hash, waitMs: 3000, pollIntervalMs: 250 })
       expect(result).toMatchObject({ ok: false, reason: 'transaction_not_found' })
       // Pauses 250, 500, 1000, 1000, 1000 ms: 6 looks in 3 s, not the 13 a fixed 250 ms poll takes.
@@ -158,10 +156,7 @@ describe('verifyTransfer', () => {
     const hash = keccak256(toHex(`never ${Math.random()}`))
     const proxy = await startRpcProxy(dev.rpcUrl)
     try {
-      const counted = createChainPublicClient(
-        chainDefinition('local', dev.chainId, proxy.url),
-        clientOptions(proxy.url),
-      )
+      const counted = localPublicClient(dev, proxy.url)
       const started = performance.now()
       // The defaults of config/default.json: verify.wait_ms 10 s, verify.unseen_wait_ms 4 s.
       const result = await verifyTransfer(counted, {
@@ -305,10 +300,7 @@ describe('verifyTransfer round trips', () => {
     const hash = await mined(await payUsdc(payers[0]!, dev.treasury.address, 310_000n))
     const proxy = await startRpcProxy(dev.rpcUrl)
     try {
-      const counted = createChainPublicClient(
-        chainDefinition('local', dev.chainId, proxy.url),
-        clientOptions(proxy.url),
-      )
+      const counted = localPublicClient(dev, proxy.url)
       const result = await verifyTransfer(counted, { ...options, hash })
       expect(result).toMatchObject({ ok: true, transfer: { value: 310_000n } })
       expect(proxy.requests).toBe(1)
@@ -323,10 +315,7 @@ describe('verifyTransfer round trips', () => {
     const proxy = await startRpcProxy(dev.rpcUrl)
     proxy.stripLogTimestamps = true
     try {
-      const counted = createChainPublicClient(
-        chainDefinition('local', dev.chainId, proxy.url),
-        clientOptions(proxy.url),
-      )
+      const counted = localPublicClient(dev, proxy.url)
       const result = await verifyTransfer(counted, { ...options, hash })
       const direct = await verifyTransfer(client, { ...options, hash })
       expect(result).toEqual(direct)
@@ -343,10 +332,7 @@ describe('createTransferVerifier', () => {
     const hash = await mined(await payUsdc(payers[0]!, dev.treasury.address, 300_000n))
     const proxy = await startRpcProxy(dev.rpcUrl)
     try {
-      const counted = createChainPublicClient(
-        chainDefinition('local', dev.chainId, proxy.url),
-        clientOptions(proxy.url),
-      )
+      const counted = localPublicClient(dev, proxy.url)
       const verify = createTransferVerifier(counted, options)
       const results = await Promise.all(Array.from({ length: 20 }, () => verify(hash)))
       expect(new Set(results).size).toBe(1)

@@ -1,20 +1,13 @@
 // The treasury watcher reports every paying transaction once, with its total, and nothing else.
 import { setTimeout as sleep } from 'node:timers/promises'
 import { type Address, type Hash, parseAbi } from 'viem'
-import { privateKeyToAccount } from 'viem/accounts'
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
-import {
-  type ChainPublicClient,
-  type ChainWalletClient,
-  chainDefinition,
-  createChainPublicClient,
-  createChainWalletClient,
-} from '../../src/chain/client.ts'
+import type { ChainPublicClient, ChainWalletClient } from '../../src/chain/client.ts'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import type { TreasuryTransfer } from '../../src/chain/transfer.ts'
 import { usdcAbi } from '../../src/chain/usdc.ts'
 import { type TransferWatcher, watchTreasuryTransfers } from '../../src/chain/watcher.ts'
-import { mine, startTestChain } from '../helpers/anvil.ts'
+import { localPublicClient, localWalletClient, mine, startTestChain } from '../helpers/anvil.ts'
 import { startRpcProxy } from '../helpers/rpc-proxy.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 import { disperseArtifact } from './contracts/disperse.ts'
@@ -28,15 +21,10 @@ let client: ChainPublicClient
 let payers: ChainWalletClient[]
 const watchers: TransferWatcher[] = []
 
-const clientOptions = (rpcUrl: string) => ({ rpcUrl, timeoutMs: 2000, retryCount: 0, pollingIntervalMs: 50 })
-
 beforeAll(async () => {
   dev = await startTestChain()
-  const chain = chainDefinition('local', dev.chainId, dev.rpcUrl)
-  client = createChainPublicClient(chain, clientOptions(dev.rpcUrl))
-  payers = dev.payers.map((p) =>
-    createChainWalletClient(chain, privateKeyToAccount(p.privateKey), clientOptions(dev.rpcUrl)),
-  )
+  client = localPublicClient(dev)
+  payers = dev.payers.map((p) => localWalletClient(dev, p.privateKey))
 })
 
 afterEach(async () => {
@@ -157,10 +145,7 @@ describe('watchTreasuryTransfers', () => {
   it('reports what was paid while the RPC was down once it is back, without gaps or duplicates', async () => {
     const proxy = await startRpcProxy(dev.rpcUrl)
     try {
-      const flaky = createChainPublicClient(
-        chainDefinition('local', dev.chainId, proxy.url),
-        clientOptions(proxy.url),
-      )
+      const flaky = localPublicClient(dev, proxy.url)
       const { seen, errors } = await watch({}, flaky)
       const before = await pay(payers[4]!, dev.treasury.address, 11n)
       await vi.waitFor(() => expect(seen).toHaveLength(1), { timeout: 3000, interval: 25 })
@@ -188,10 +173,7 @@ describe('watchTreasuryTransfers', () => {
   it('a range the provider refuses as too wide is narrowed until it fits: everything reported, once', async () => {
     const proxy = await startRpcProxy(dev.rpcUrl)
     try {
-      const narrow = createChainPublicClient(
-        chainDefinition('local', dev.chainId, proxy.url),
-        clientOptions(proxy.url),
-      )
+      const narrow = localPublicClient(dev, proxy.url)
       // Paid while no watcher ran, between empty blocks: the first range asked for spans all of them.
       const fromBlock = (await client.getBlockNumber({ cacheTime: 0 })) + 1n
       const paid: Hash[] = []
@@ -215,10 +197,7 @@ describe('watchTreasuryTransfers', () => {
   it('stop() ends polling', async () => {
     const proxy = await startRpcProxy(dev.rpcUrl)
     try {
-      const counted = createChainPublicClient(
-        chainDefinition('local', dev.chainId, proxy.url),
-        clientOptions(proxy.url),
-      )
+      const counted = localPublicClient(dev, proxy.url)
       const { seen } = await watch({}, counted)
       await waitFor(() => proxy.requests >= 2, { what: 'two polls through the proxy' })
       await watchers.pop()!.stop()

@@ -15,13 +15,9 @@ import postgres from 'postgres'
 import { createPublicClient, createWalletClient, http, parseAbi } from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { describe, expect, it } from 'vitest'
-import { startDevChain } from '../../src/chain/dev-chain.ts'
-import { postJson } from '../helpers/api.ts'
-import { startChildService } from '../helpers/child-service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
 import { waitFor } from '../helpers/wait-for.ts'
-import { runReconcile } from './harness.ts'
-import { startPgCluster } from './pg-cluster.ts'
+import { merchantEndpoint, runReconcile, startChaosWorld, startChildOn, startTwoChildren } from './harness.ts'
 import { formatSettleBeforeAnswer, runSettleBeforeAnswerChaos } from './settle-before-answer.ts'
 
 const PRICE_ATOMIC = 10_000n
@@ -40,15 +36,10 @@ describe.runIf(existsSync('/usr/lib/postgresql'))(
       const log = (l: string) => lines.push(l)
       const cleanups: Array<() => Promise<unknown>> = []
       try {
-        const [cluster, chain, upstream] = await Promise.all([
-          startPgCluster(),
-          startDevChain({ payers: 1, payerFunding: 1_000_000_000n }),
-          startUpstream(),
-        ])
-        cleanups.push(
-          () => cluster.destroy(),
-          () => chain.stop(),
-          () => upstream.close(),
+        const { cluster, chain, upstream } = await startChaosWorld(
+          { payers: 1, payerFunding: 1_000_000_000n },
+          startUpstream,
+          cleanups,
         )
         const settings = {
           proxy: { allow_private_upstreams: true },
@@ -57,28 +48,12 @@ describe.runIf(existsSync('/usr/lib/postgresql'))(
           x402: { balance_ttl_ms: 30_000 },
           log: { level: 'warn' },
         }
-        const start = () =>
-          startChildService({
-            databaseUrl: cluster.url,
-            treasuryKey: chain.treasury.privateKey,
-            rpcUrl: chain.rpcUrl,
-            usdcAddress: chain.usdcAddress,
-            settings,
-          })
-        const instances = await Promise.all([start(), start()])
-        cleanups.push(async () => {
-          for (const c of instances) await c.kill('SIGTERM')
+        const start = () => startChildOn(cluster, chain, settings)
+        const instances = await startTwoChildren(start, cleanups)
+        const { ep } = await merchantEndpoint(instances[0]!.url, 'Exact Chaos Co', {
+          upstream_url: `${upstream.url}/echo`,
+          price: Number(PRICE_ATOMIC) / 1e6,
         })
-        const reg = await postJson(instances[0]!.url, '/api/v1/register', {
-          wallet_address: privateKeyToAccount(generatePrivateKey()).address,
-          business_name: 'Exact Chaos Co',
-        })
-        const ep = await postJson(
-          instances[0]!.url,
-          '/api/v1/endpoints',
-          { upstream_url: `${upstream.url}/echo`, price: Number(PRICE_ATOMIC) / 1e6 },
-          reg.api_key as string,
-        )
         const urls = instances.map((c) => `${c.url}/m/${ep.id}`)
 
         // A fresh payer holding exactly HELD prices.

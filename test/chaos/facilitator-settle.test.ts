@@ -16,17 +16,21 @@ import { decodePaymentRequiredHeader } from '@x402/core/http'
 import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import postgres from 'postgres'
 import { createPublicClient, type Hex, http, parseAbi, parseAbiItem } from 'viem'
-import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
+import { privateKeyToAccount } from 'viem/accounts'
 import { describe, expect, it } from 'vitest'
-import { startDevChain } from '../../src/chain/dev-chain.ts'
 import { mine, setAutomine } from '../helpers/anvil.ts'
-import { postJson } from '../helpers/api.ts'
-import { type ChildService, pidAlive, startChildService } from '../helpers/child-service.ts'
+import { type ChildService, pidAlive } from '../helpers/child-service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 import { fundSettlerSlots } from '../x402/harness.ts'
 import { startCountingUpstream } from './counting-upstream.ts'
-import { balancesAgainstEntries, runReconcile } from './harness.ts'
-import { startPgCluster } from './pg-cluster.ts'
+import {
+  balancesAgainstEntries,
+  merchantEndpoint,
+  runReconcile,
+  startChaosWorld,
+  startChildOn,
+  startTwoChildren,
+} from './harness.ts'
 
 const PRICE_ATOMIC = 10_000n
 /** The chain stands in for base-sepolia: the facilitator answers for a real network. */
@@ -56,55 +60,28 @@ describe.runIf(existsSync('/usr/lib/postgresql'))(
       const context = () => lines.join('\n')
       const cleanups: Array<() => Promise<unknown>> = []
       try {
-        const [cluster, chain, upstream] = await Promise.all([
-          startPgCluster(),
-          startDevChain({
-            payers: 1,
-            payerFunding: 1_000_000_000n,
-            chainId: 84532,
-            usdcAt: BASE_SEPOLIA_USDC,
-          }),
-          startCountingUpstream(),
-        ])
-        cleanups.push(
-          () => cluster.destroy(),
-          () => chain.stop(),
-          () => upstream.close(),
+        const { cluster, chain, upstream } = await startChaosWorld(
+          { payers: 1, payerFunding: 1_000_000_000n, chainId: 84532, usdcAt: BASE_SEPOLIA_USDC },
+          startCountingUpstream,
+          cleanups,
         )
-        const start = () =>
-          startChildService({
-            env: { NETWORK: 'base-sepolia' },
-            databaseUrl: cluster.url,
-            treasuryKey: chain.treasury.privateKey,
-            rpcUrl: chain.rpcUrl,
-            usdcAddress: chain.usdcAddress,
-            settings: {
-              proxy: { allow_private_upstreams: true },
-              chain: { poll_interval_ms: 200, rpc_timeout_ms: 2_000 },
-              settlement: { interval_ms: 300, receipt_poll_ms: 100 },
-              facilitator: { settle_wait_ms: 4_000 },
-              log: { level: 'warn' },
-            },
-          })
+        const settings = {
+          proxy: { allow_private_upstreams: true },
+          chain: { poll_interval_ms: 200, rpc_timeout_ms: 2_000 },
+          settlement: { interval_ms: 300, receipt_poll_ms: 100 },
+          facilitator: { settle_wait_ms: 4_000 },
+          log: { level: 'warn' },
+        }
+        const start = () => startChildOn(cluster, chain, settings, { NETWORK: 'base-sepolia' })
         // Gas for the settler slots both instances (and the restarted one) take, their data planes' and their
         // facilitator group commits': the payload goes out from the claiming instance's own settler.
         await fundSettlerSlots(chain.rpcUrl, chain.treasury.privateKey, 6)
-        const all: ChildService[] = await Promise.all([start(), start()])
-        cleanups.push(async () => {
-          for (const c of all) await c.kill('SIGTERM')
-        })
+        const all = await startTwoChildren(start, cleanups)
         const alive = new Set(all)
-        const reg = await postJson(all[0]!.url, '/api/v1/register', {
-          wallet_address: privateKeyToAccount(generatePrivateKey()).address,
-          business_name: 'Facilitator Chaos Co',
+        const { key, ep } = await merchantEndpoint(all[0]!.url, 'Facilitator Chaos Co', {
+          upstream_url: `${upstream.url}/echo`,
+          price: Number(PRICE_ATOMIC) / 1e6,
         })
-        const key = reg.api_key as string
-        const ep = await postJson(
-          all[0]!.url,
-          '/api/v1/endpoints',
-          { upstream_url: `${upstream.url}/echo`, price: Number(PRICE_ATOMIC) / 1e6 },
-          key,
-        )
 
         // The payload: the published x402 client signs the metered 402's exact terms (payTo the treasury),
         // with a long window so the paused chain cannot expire it.

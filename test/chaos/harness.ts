@@ -827,6 +827,74 @@ async function judgeUsage(
 }
 
 /**
+ * The world a chaos test runs in: a fresh PostgreSQL cluster, a dev chain and an upstream, started together;
+ * their stops are pushed on `cleanups` (the test's finally runs them).
+ */
+export async function startChaosWorld<U extends { close(): Promise<unknown> }>(
+  chainOptions: Parameters<typeof startDevChain>[0],
+  startUpstream: () => Promise<U>,
+  cleanups: Array<() => Promise<unknown>>,
+): Promise<{ cluster: PgCluster; chain: DevChain; upstream: U }> {
+  const [cluster, chain, upstream] = await Promise.all([
+    startPgCluster(),
+    startDevChain(chainOptions),
+    startUpstream(),
+  ])
+  cleanups.push(
+    () => cluster.destroy(),
+    () => chain.stop(),
+    () => upstream.close(),
+  )
+  return { cluster, chain, upstream }
+}
+
+/** A tollgate child process on the cluster's database and this chain, with these settings. */
+export function startChildOn(
+  cluster: { url: string },
+  chain: DevChain,
+  settings: Record<string, unknown>,
+  env?: Record<string, string>,
+): Promise<ChildService> {
+  return startChildService({
+    ...(env ? { env } : {}),
+    databaseUrl: cluster.url,
+    treasuryKey: chain.treasury.privateKey,
+    rpcUrl: chain.rpcUrl,
+    usdcAddress: chain.usdcAddress,
+    settings,
+  })
+}
+
+/**
+ * Two children from `start`, started together (migrations run once, under an advisory lock). The array is
+ * the test's to change (a restarted child replaces its slot): `cleanups` SIGTERMs whatever it holds then.
+ */
+export async function startTwoChildren(
+  start: () => Promise<ChildService>,
+  cleanups: Array<() => Promise<unknown>>,
+): Promise<ChildService[]> {
+  const children = await Promise.all([start(), start()])
+  cleanups.push(async () => {
+    for (const c of children) await c.kill('SIGTERM')
+  })
+  return children
+}
+
+/** A merchant (a fresh wallet) registered at `url`, and one endpoint of `body`: its key and the endpoint. */
+export async function merchantEndpoint(
+  url: string,
+  businessName: string,
+  body: Record<string, unknown>,
+): Promise<{ key: string; ep: any }> {
+  const reg = await postJson(url, '/api/v1/register', {
+    wallet_address: privateKeyToAccount(generatePrivateKey()).address,
+    business_name: businessName,
+  })
+  const key = reg.api_key as string
+  return { key, ep: await postJson(url, '/api/v1/endpoints', body, key) }
+}
+
+/**
  * Every running balance (account and wallet) against the sums of its ledger entries: the reconcile's own
  * check at full scope, so a drift the faults caused anywhere is counted (the ranged reconcile above checks
  * the accounts its range touched).

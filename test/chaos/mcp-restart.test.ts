@@ -16,16 +16,15 @@ import type { PaymentPayload, PaymentRequired } from '@x402/core/types'
 import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import postgres from 'postgres'
 import type { Hex } from 'viem'
-import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
+import { privateKeyToAccount } from 'viem/accounts'
 import { describe, expect, it } from 'vitest'
 import { makeProofs } from '../../bench/proofs.ts'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { startTestChain } from '../helpers/anvil.ts'
-import { postJson } from '../helpers/api.ts'
-import { type ChildService, startChildService } from '../helpers/child-service.ts'
+import type { ChildService } from '../helpers/child-service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 import { type CountingMcpServer, startCountingMcpServer } from './counting-mcp-server.ts'
-import { balancesAgainstEntries, runReconcile } from './harness.ts'
+import { balancesAgainstEntries, merchantEndpoint, runReconcile, startChildOn } from './harness.ts'
 import { type PgCluster, startPgCluster } from './pg-cluster.ts'
 
 const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
@@ -163,20 +162,13 @@ async function runMcpChaos(log: (line: string) => void): Promise<{ figures: Figu
     cleanups.push(() => chain.stop())
     const server: CountingMcpServer = await startCountingMcpServer()
     cleanups.push(() => server.close())
-    const start = () =>
-      startChildService({
-        databaseUrl: cluster.url,
-        treasuryKey: chain.treasury.privateKey,
-        rpcUrl: chain.rpcUrl,
-        usdcAddress: chain.usdcAddress,
-        env: { NETWORK: 'base-sepolia' },
-        settings: {
-          proxy: { allow_private_upstreams: true, upstream_timeout_ms: 3_000 },
-          chain: { poll_interval_ms: 200, rpc_timeout_ms: 2_000 },
-          settlement: { interval_ms: 300, receipt_poll_ms: 100 },
-          log: { level: 'warn' },
-        },
-      })
+    const settings = {
+      proxy: { allow_private_upstreams: true, upstream_timeout_ms: 3_000 },
+      chain: { poll_interval_ms: 200, rpc_timeout_ms: 2_000 },
+      settlement: { interval_ms: 300, receipt_poll_ms: 100 },
+      log: { level: 'warn' },
+    }
+    const start = () => startChildOn(cluster, chain, settings, { NETWORK: 'base-sepolia' })
     // Together (migrations run once, under an advisory lock); a child that did start is stopped either way.
     const keep = (child: ChildService) => {
       cleanups.push(() => child.kill('SIGTERM'))
@@ -192,16 +184,11 @@ async function runMcpChaos(log: (line: string) => void): Promise<{ figures: Figu
     ]
     log(`cluster ${cluster.url}; instances a ${a.url}, b ${b.url}; MCP server ${server.url}`)
 
-    const reg = await postJson(a.url, '/api/v1/register', {
-      wallet_address: privateKeyToAccount(generatePrivateKey()).address,
-      business_name: 'MCP chaos',
+    const { ep } = await merchantEndpoint(a.url, 'MCP chaos', {
+      upstream_url: server.url,
+      kind: 'mcp',
+      mcp: MCP,
     })
-    const ep = await postJson(
-      a.url,
-      '/api/v1/endpoints',
-      { upstream_url: server.url, kind: 'mcp', mcp: MCP },
-      reg.api_key as string,
-    )
     const endpointId = ep.id as string
 
     const proofs = async (value: bigint, count: number) =>

@@ -21,13 +21,16 @@ import postgres from 'postgres'
 import { createPublicClient, createWalletClient, type Hex, http, parseAbi } from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { describe, expect, it } from 'vitest'
-import { startDevChain } from '../../src/chain/dev-chain.ts'
-import { postJson } from '../helpers/api.ts'
-import { type ChildService, startChildService } from '../helpers/child-service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 import { startCountingUpstream } from './counting-upstream.ts'
-import { balancesAgainstEntries, runReconcile } from './harness.ts'
-import { startPgCluster } from './pg-cluster.ts'
+import {
+  balancesAgainstEntries,
+  merchantEndpoint,
+  runReconcile,
+  startChaosWorld,
+  startChildOn,
+  startTwoChildren,
+} from './harness.ts'
 
 const PRICE_ATOMIC = 10_000n
 /** The chain stands in for base-sepolia (the facilitator answers for a real network; mppx takes any). */
@@ -72,15 +75,10 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
     const log = (l: string) => lines.push(`${new Date().toISOString().slice(11, 23)} ${l}`)
     const cleanups: Array<() => Promise<unknown>> = []
     try {
-      const [cluster, chain, upstream] = await Promise.all([
-        startPgCluster(),
-        startDevChain({ payers: 2, payerFunding: 1_000_000_000n, chainId: 84532, usdcAt: BASE_SEPOLIA_USDC }),
-        startCountingUpstream(),
-      ])
-      cleanups.push(
-        () => cluster.destroy(),
-        () => chain.stop(),
-        () => upstream.close(),
+      const { cluster, chain, upstream } = await startChaosWorld(
+        { payers: 2, payerFunding: 1_000_000_000n, chainId: 84532, usdcAt: BASE_SEPOLIA_USDC },
+        startCountingUpstream,
+        cleanups,
       )
       const settings = {
         proxy: { allow_private_upstreams: true },
@@ -89,29 +87,12 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
         facilitator: { settle_wait_ms: 20_000 },
         log: { level: 'warn' },
       }
-      const start = () =>
-        startChildService({
-          env: { NETWORK: 'base-sepolia' },
-          databaseUrl: cluster.url,
-          treasuryKey: chain.treasury.privateKey,
-          rpcUrl: chain.rpcUrl,
-          usdcAddress: chain.usdcAddress,
-          settings,
-        })
-      const instances: ChildService[] = await Promise.all([start(), start()])
-      cleanups.push(async () => {
-        for (const c of instances) await c.kill('SIGTERM')
+      const start = () => startChildOn(cluster, chain, settings, { NETWORK: 'base-sepolia' })
+      const instances = await startTwoChildren(start, cleanups)
+      const { key: merchantKey, ep } = await merchantEndpoint(instances[0]!.url, 'MPP Chaos Co', {
+        upstream_url: `${upstream.url}/echo`,
+        price: Number(PRICE_ATOMIC) / 1e6,
       })
-      const reg = await postJson(instances[0]!.url, '/api/v1/register', {
-        wallet_address: privateKeyToAccount(generatePrivateKey()).address,
-        business_name: 'MPP Chaos Co',
-      })
-      const ep = await postJson(
-        instances[0]!.url,
-        '/api/v1/endpoints',
-        { upstream_url: `${upstream.url}/echo`, price: Number(PRICE_ATOMIC) / 1e6 },
-        reg.api_key as string,
-      )
       const path = `/m/${ep.id}`
 
       const reader = createPublicClient({ transport: http(chain.rpcUrl) })
@@ -151,7 +132,6 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
 
       // The facilitator's payloads: signed by the published x402 client for the metered 402's exact terms
       // (payTo the treasury), settled through /settle with the merchant's key.
-      const merchantKey = reg.api_key as string
       const facPayer = privateKeyToAccount(chain.payers[1]!.privateKey)
       const facBefore = await reader.readContract({
         address: chain.usdcAddress,

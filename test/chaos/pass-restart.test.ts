@@ -8,15 +8,14 @@
 import { existsSync } from 'node:fs'
 import { decodePaymentRequiredHeader } from '@x402/core/http'
 import { wrapFetchWithSIWx } from '@x402/extensions/sign-in-with-x'
-import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
+import { privateKeyToAccount } from 'viem/accounts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { makeProofs } from '../../bench/proofs.ts'
 import { type DevChain, startDevChain } from '../../src/chain/dev-chain.ts'
 import { createSql } from '../../src/db/sql.ts'
-import { postJson } from '../helpers/api.ts'
-import { type ChildService, startChildService } from '../helpers/child-service.ts'
+import type { ChildService } from '../helpers/child-service.ts'
 import { type CountingUpstream, startCountingUpstream } from './counting-upstream.ts'
-import { runReconcile } from './harness.ts'
+import { merchantEndpoint, runReconcile, startChildOn } from './harness.ts'
 import { type PgCluster, startPgCluster } from './pg-cluster.ts'
 
 const N = 20
@@ -38,12 +37,9 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('passes across a PostgreSQL cr
     upstream = await startCountingUpstream()
     for (let i = 0; i < 2; i++) {
       instances.push(
-        await startChildService({
-          databaseUrl: cluster.url,
-          treasuryKey: chain.treasury.privateKey,
-          rpcUrl: chain.rpcUrl,
-          usdcAddress: chain.usdcAddress,
-          settings: { proxy: { allow_private_upstreams: true }, log: { level: 'warn' } },
+        await startChildOn(cluster, chain, {
+          proxy: { allow_private_upstreams: true },
+          log: { level: 'warn' },
         }),
       )
     }
@@ -58,16 +54,11 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('passes across a PostgreSQL cr
   it('serves every pass exactly N times through two crash-restarts, and reconcile is clean', async () => {
     const started = Date.now()
     const [a, b] = instances as [ChildService, ChildService]
-    const reg = await postJson(a.url, '/api/v1/register', {
-      wallet_address: privateKeyToAccount(generatePrivateKey()).address,
-      business_name: 'Pass Chaos Co',
+    const { ep: endpoint } = await merchantEndpoint(a.url, 'Pass Chaos Co', {
+      upstream_url: `${upstream.url}/work`,
+      price: 0.001,
+      pass: { price: 0.01, calls: N },
     })
-    const endpoint = await postJson(
-      a.url,
-      '/api/v1/endpoints',
-      { upstream_url: `${upstream.url}/work`, price: 0.001, pass: { price: 0.01, calls: N } },
-      reg.api_key as string,
-    )
     const id = endpoint.id as string
     expect(id, JSON.stringify(endpoint)).toBeTruthy()
 

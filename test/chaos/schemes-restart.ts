@@ -14,16 +14,20 @@ import { x402Client, x402HTTPClient } from '@x402/core/client'
 import { UptoEvmScheme } from '@x402/evm/upto/client'
 import postgres from 'postgres'
 import { createPublicClient, createWalletClient, type Hex, http, maxUint256, parseAbi } from 'viem'
-import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
+import { privateKeyToAccount } from 'viem/accounts'
 import { readChannel } from '../../src/chain/batch-channel.ts'
-import { startDevChain } from '../../src/chain/dev-chain.ts'
 import { PERMIT2_ADDRESS } from '../../src/chain/upto-permit.ts'
 import { postJson } from '../helpers/api.ts'
 import { batchPayer } from '../helpers/batch-payer.ts'
-import { type ChildService, startChildService } from '../helpers/child-service.ts'
+import type { ChildService } from '../helpers/child-service.ts'
 import { type CountingUpstream, STREAM_PROMPT_TOKENS, startCountingUpstream } from './counting-upstream.ts'
-import { balancesAgainstEntries, runReconcile } from './harness.ts'
-import { startPgCluster } from './pg-cluster.ts'
+import {
+  balancesAgainstEntries,
+  merchantEndpoint,
+  runReconcile,
+  startChaosWorld,
+  startChildOn,
+} from './harness.ts'
 
 /** $1 / M input and $10 / M output tokens: 1 and 10 base units a token; the ceiling 1,000 base units. */
 const CEILING_ATOMIC = 1_000n
@@ -181,15 +185,10 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
   const started = Date.now()
   const cleanups: Array<() => Promise<unknown>> = []
   try {
-    const [cluster, chain, upstream] = await Promise.all([
-      startPgCluster(),
-      startDevChain({ payers: 1 + options.channels, payerFunding: PAYER_FUNDING_ATOMIC }),
-      startCountingUpstream(),
-    ])
-    cleanups.push(
-      () => cluster.destroy(),
-      () => chain.stop(),
-      () => upstream.close(),
+    const { cluster, chain, upstream } = await startChaosWorld(
+      { payers: 1 + options.channels, payerFunding: PAYER_FUNDING_ATOMIC },
+      startCountingUpstream,
+      cleanups,
     )
     log(`cluster ${cluster.url}, anvil ${chain.rpcUrl}, upstream ${upstream.url}`)
 
@@ -202,14 +201,7 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
       x402: { batch_claim_interval_ms: 1_000 },
       log: { level: 'warn' },
     }
-    const start = () =>
-      startChildService({
-        databaseUrl: cluster.url,
-        treasuryKey: chain.treasury.privateKey,
-        rpcUrl: chain.rpcUrl,
-        usdcAddress: chain.usdcAddress,
-        settings,
-      })
+    const start = () => startChildOn(cluster, chain, settings)
     // Migrations run under an advisory lock: both start at once, one migrates, the other finds it done.
     const [childA, childB] = await Promise.all([start(), start()])
     const a: Instance = { name: 'a', child: childA }
@@ -236,17 +228,10 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
       `instances up in ${Math.round((Date.now() - started) / 1000)} s: a pid ${a.child.pid}, b pid ${b.child.pid}`,
     )
 
-    const reg = await postJson(a.child.url, '/api/v1/register', {
-      wallet_address: privateKeyToAccount(generatePrivateKey()).address,
-      business_name: 'Schemes Chaos Co',
+    const { key, ep: uptoEp } = await merchantEndpoint(a.child.url, 'Schemes Chaos Co', {
+      upstream_url: `${upstream.url}/v1/chat/completions`,
+      pricing: PRICING,
     })
-    const key = reg.api_key as string
-    const uptoEp = await postJson(
-      a.child.url,
-      '/api/v1/endpoints',
-      { upstream_url: `${upstream.url}/v1/chat/completions`, pricing: PRICING },
-      key,
-    )
     const batchEp = await postJson(
       a.child.url,
       '/api/v1/endpoints',

@@ -13,14 +13,19 @@ import { decodePaymentRequiredHeader, decodePaymentResponseHeader } from '@x402/
 import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import postgres from 'postgres'
 import { createPublicClient, type Hex, http, parseAbiItem } from 'viem'
-import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
-import { startDevChain } from '../../src/chain/dev-chain.ts'
-import { postJson } from '../helpers/api.ts'
-import { type ChildService, pidAlive, startChildService } from '../helpers/child-service.ts'
+import { privateKeyToAccount } from 'viem/accounts'
+import type { startDevChain } from '../../src/chain/dev-chain.ts'
+import { type ChildService, pidAlive } from '../helpers/child-service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 import { startCountingUpstream } from './counting-upstream.ts'
-import { balancesAgainstEntries, runReconcile } from './harness.ts'
-import { startPgCluster } from './pg-cluster.ts'
+import {
+  balancesAgainstEntries,
+  merchantEndpoint,
+  runReconcile,
+  startChaosWorld,
+  startChildOn,
+} from './harness.ts'
+import type { startPgCluster } from './pg-cluster.ts'
 
 const PRICE_ATOMIC = 1_000n
 const PAYERS = 4
@@ -100,15 +105,10 @@ interface Setup {
 }
 
 async function setUp(cleanups: Array<() => Promise<unknown>>): Promise<Setup> {
-  const [cluster, chain, upstream] = await Promise.all([
-    startPgCluster(),
-    startDevChain({ payers: PAYERS, payerFunding: 1_000_000_000n }),
-    startCountingUpstream(),
-  ])
-  cleanups.push(
-    () => cluster.destroy(),
-    () => chain.stop(),
-    () => upstream.close(),
+  const { cluster, chain, upstream } = await startChaosWorld(
+    { payers: PAYERS, payerFunding: 1_000_000_000n },
+    startCountingUpstream,
+    cleanups,
   )
   // The service's defaults: before_answer on, no endpoint choice. The leader settles what this path missed.
   const settings = {
@@ -117,30 +117,17 @@ async function setUp(cleanups: Array<() => Promise<unknown>>): Promise<Setup> {
     settlement: { interval_ms: 500, receipt_poll_ms: 100 },
     log: { level: 'warn' },
   }
-  const start = () =>
-    startChildService({
-      databaseUrl: cluster.url,
-      treasuryKey: chain.treasury.privateKey,
-      rpcUrl: chain.rpcUrl,
-      usdcAddress: chain.usdcAddress,
-      settings,
-    })
+  const start = () => startChildOn(cluster, chain, settings)
   // One after the other: the first migrates; two cold starts at once on a loaded machine outran 60 s.
   const instances = [await start()]
   instances.push(await start())
   cleanups.push(async () => {
     for (const c of instances) await c.kill('SIGTERM')
   })
-  const reg = await postJson(instances[0]!.url, '/api/v1/register', {
-    wallet_address: privateKeyToAccount(generatePrivateKey()).address,
-    business_name: 'Settle Chaos Co',
+  const { ep } = await merchantEndpoint(instances[0]!.url, 'Settle Chaos Co', {
+    upstream_url: `${upstream.url}/echo`,
+    price: Number(PRICE_ATOMIC) / 1e6,
   })
-  const ep = await postJson(
-    instances[0]!.url,
-    '/api/v1/endpoints',
-    { upstream_url: `${upstream.url}/echo`, price: Number(PRICE_ATOMIC) / 1e6 },
-    reg.api_key as string,
-  )
   if (ep.x402_settlement !== 'before_answer') throw new Error(`endpoint settles ${ep.x402_settlement}`)
   return { cluster, chain, upstream, instances, path: `/m/${ep.id}` }
 }

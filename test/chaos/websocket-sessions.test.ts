@@ -10,16 +10,19 @@
 import { existsSync } from 'node:fs'
 import postgres from 'postgres'
 import { createPublicClient, createWalletClient, type Hex, http, parseAbi } from 'viem'
-import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
+import { privateKeyToAccount } from 'viem/accounts'
 import { describe, expect, it } from 'vitest'
-import { startDevChain } from '../../src/chain/dev-chain.ts'
 import { startDemoRealtime } from '../../src/cli/demo-realtime.ts'
-import { postJson } from '../helpers/api.ts'
-import { type ChildService, startChildService } from '../helpers/child-service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 import { openWs, type WsSession } from '../helpers/ws-client.ts'
-import { balancesAgainstEntries, runReconcile } from './harness.ts'
-import { startPgCluster } from './pg-cluster.ts'
+import {
+  balancesAgainstEntries,
+  merchantEndpoint,
+  runReconcile,
+  startChaosWorld,
+  startChildOn,
+  startTwoChildren,
+} from './harness.ts'
 
 const SESSIONS = 100
 const CREDIT_ATOMIC = 50_000n
@@ -68,53 +71,30 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: paid WebSocket session
     const log = (l: string) => lines.push(`${new Date().toISOString().slice(11, 23)} ${l}`)
     const cleanups: Array<() => Promise<unknown>> = []
     try {
-      const [cluster, chain, upstream] = await Promise.all([
-        startPgCluster(),
-        startDevChain({ payers: 1, payerFunding: 1_000_000_000n }),
-        startDemoRealtime(0),
-      ])
-      cleanups.push(
-        () => cluster.destroy(),
-        () => chain.stop(),
-        () => upstream.close(),
+      const { cluster, chain, upstream } = await startChaosWorld(
+        { payers: 1, payerFunding: 1_000_000_000n },
+        () => startDemoRealtime(0),
+        cleanups,
       )
       const start = () =>
-        startChildService({
-          databaseUrl: cluster.url,
-          treasuryKey: chain.treasury.privateKey,
-          rpcUrl: chain.rpcUrl,
-          usdcAddress: chain.usdcAddress,
-          settings: {
-            proxy: { allow_private_upstreams: true },
-            chain: { poll_interval_ms: 200, rpc_timeout_ms: 2_000 },
-            log: { level: 'warn' },
-          },
+        startChildOn(cluster, chain, {
+          proxy: { allow_private_upstreams: true },
+          chain: { poll_interval_ms: 200, rpc_timeout_ms: 2_000 },
+          log: { level: 'warn' },
         })
-      const instances: ChildService[] = await Promise.all([start(), start()])
-      cleanups.push(async () => {
-        for (const c of instances) await c.kill('SIGTERM')
-      })
-      const reg = await postJson(instances[0]!.url, '/api/v1/register', {
-        wallet_address: privateKeyToAccount(generatePrivateKey()).address,
-        business_name: 'Realtime Chaos Co',
-      })
-      const ep = await postJson(
-        instances[0]!.url,
-        '/api/v1/endpoints',
-        {
-          upstream_url: `${upstream.url}/v1/realtime`,
-          pricing: {
-            model: 'usage',
-            unit: 'tokens',
-            max_price: Number(CREDIT_ATOMIC) / 1e6,
-            input_price_per_million: 2,
-            cached_input_price_per_million: 1,
-            output_price_per_million: 10,
-          },
-          websocket: {},
+      const instances = await startTwoChildren(start, cleanups)
+      const { ep } = await merchantEndpoint(instances[0]!.url, 'Realtime Chaos Co', {
+        upstream_url: `${upstream.url}/v1/realtime`,
+        pricing: {
+          model: 'usage',
+          unit: 'tokens',
+          max_price: Number(CREDIT_ATOMIC) / 1e6,
+          input_price_per_million: 2,
+          cached_input_price_per_million: 1,
+          output_price_per_million: 10,
         },
-        reg.api_key as string,
-      )
+        websocket: {},
+      })
 
       // One transaction hash per session, paid to the treasury ahead (the last one's receipt awaited).
       const reader = createPublicClient({ transport: http(chain.rpcUrl) })

@@ -14,13 +14,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import type { Service } from '../../src/service.ts'
-import { startTestChain } from '../helpers/anvil.ts'
 import { callApi } from '../helpers/service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
-import { startBaseSepoliaService } from '../x402/harness.ts'
+import { registerMerchantKey, startBaseSepoliaChain, startBaseSepoliaService } from '../x402/harness.ts'
 
-const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const NETWORK = 'eip155:84532'
 const usdcAbi = parseAbi([
   'function balanceOf(address account) view returns (uint256)',
@@ -34,7 +32,7 @@ let key: string
 let secret: string
 
 beforeAll(async () => {
-  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+  chain = await startBaseSepoliaChain()
   // Settlement runs only when a test says so (runNow): every race below is ordered by the test.
   svc = await startBaseSepoliaService(chain, chain.rpcUrl, {
     settlement: { interval_ms: 3_600_000 },
@@ -42,10 +40,7 @@ beforeAll(async () => {
     webhooks: { poll_interval_ms: 100 },
   } as never)
   receiver = await startWebhookReceiver()
-  const reg = await callApi(svc.url, '/api/v1/register', {
-    body: { wallet_address: chain.payers[4]!.address, business_name: 'Checkout x402 Co' },
-  })
-  key = reg.body.api_key
+  key = await registerMerchantKey(svc.url, chain.payers[4]!.address, 'Checkout x402 Co')
   const wh = await callApi(svc.url, '/api/v1/webhooks', { key, body: { url: `${receiver.url}/hook` } })
   secret = wh.body.secret
 })

@@ -4,12 +4,7 @@
 // (declareDiscoveryExtension on a route), paid by the published @x402/fetch client. The item is what the
 // published catalog code (@x402/extensions' extractDiscoveryInfo) reads from the same payment, with the
 // figures its settlements give; a route without the extension, or a payment that did not settle, lists nothing.
-import type { Server } from 'node:http'
-import type { AddressInfo } from 'node:net'
-import { x402Client } from '@x402/core/client'
 import { decodePaymentRequiredHeader } from '@x402/core/http'
-import { HTTPFacilitatorClient } from '@x402/core/server'
-import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import { ExactEvmScheme } from '@x402/evm/exact/server'
 import { paymentMiddleware, x402ResourceServer } from '@x402/express'
 import {
@@ -17,22 +12,19 @@ import {
   declareDiscoveryExtension,
   extractDiscoveryInfo,
 } from '@x402/extensions/bazaar'
-import { wrapFetchWithPayment } from '@x402/fetch'
 import express from 'express'
 import * as v from 'valibot'
-import type { Hex } from 'viem'
-import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
+import { generatePrivateKey } from 'viem/accounts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { DiscoveryResources } from '../../src/control-plane/openapi-public.ts'
 import type { Service } from '../../src/service.ts'
-import { startTestChain } from '../helpers/anvil.ts'
 import { callApi } from '../helpers/service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
-import { startBaseSepoliaService } from '../x402/harness.ts'
+import { exactPayer, facilitatorClient, listenShop, type Shop, testUsdcPrice } from '../helpers/x402-v2.ts'
+import { registerMerchantKey, startBaseSepoliaChain, startBaseSepoliaService } from '../x402/harness.ts'
 
 const NETWORK = 'eip155:84532'
-const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const PRICE_ATOMIC = 10_000n
 
 type Json = { json(body: unknown): void }
@@ -49,15 +41,9 @@ interface Item {
 
 let chain: DevChain
 let svc: Service
-let shop: Server
+let shop: Shop
 let shopUrl: string
 let merchantKey: string
-
-function payingFetch(key: Hex) {
-  const client = new x402Client()
-  registerExactEvmScheme(client, { signer: privateKeyToAccount(key) as never })
-  return { client, fetch: wrapFetchWithPayment(fetch, client) }
-}
 
 /** The listing, past its few seconds of cache: polled until `until` holds. */
 async function listing(until: (items: Item[]) => boolean, query = ''): Promise<Item[]> {
@@ -76,29 +62,16 @@ async function listing(until: (items: Item[]) => boolean, query = ''): Promise<I
 }
 
 beforeAll(async () => {
-  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+  chain = await startBaseSepoliaChain()
   svc = await startBaseSepoliaService(chain, chain.rpcUrl, {
     settlement: { interval_ms: 200 },
     facilitator: { settle_wait_ms: 20_000 },
   } as never)
-  const reg = await callApi(svc.url, '/api/v1/register', {
-    body: { wallet_address: chain.payers[4]!.address, business_name: 'Cataloged Co' },
-  })
-  expect(reg.status).toBe(201)
-  merchantKey = reg.body.api_key
-  const auth = { Authorization: `Bearer ${merchantKey}` }
-  const facilitator = new HTTPFacilitatorClient({
-    url: `${svc.url}/api/v1/facilitator`,
-    createAuthHeaders: async () => ({ verify: auth, settle: auth, supported: auth }),
-  })
-  const server = new x402ResourceServer(facilitator)
+  merchantKey = await registerMerchantKey(svc.url, chain.payers[4]!.address, 'Cataloged Co')
+  const server = new x402ResourceServer(facilitatorClient(svc.url, merchantKey))
     .register(NETWORK, new ExactEvmScheme())
     .registerExtension(bazaarResourceServerExtension)
-  const price = {
-    amount: PRICE_ATOMIC.toString(),
-    asset: chain.usdcAddress,
-    extra: { name: 'USD Coin', version: '2' },
-  }
+  const price = testUsdcPrice(PRICE_ATOMIC, chain.usdcAddress)
   const accepts = {
     scheme: 'exact',
     price,
@@ -128,15 +101,12 @@ beforeAll(async () => {
   )
   app.get('/weather', (_req: unknown, res: Json) => res.json({ city: 'Lisbon', celsius: 21 }))
   app.get('/plain', (_req: unknown, res: Json) => res.json({ plain: true }))
-  shop = await new Promise<Server>((resolve) => {
-    const s = app.listen(0, '127.0.0.1', () => resolve(s))
-  })
-  shopUrl = `http://127.0.0.1:${(shop.address() as AddressInfo).port}`
+  shop = await listenShop(app)
+  shopUrl = shop.url
 })
 
 afterAll(async () => {
-  shop?.closeAllConnections()
-  await new Promise((resolve) => shop?.close(resolve))
+  await shop?.close()
   await svc?.stop()
   await chain?.stop()
 })
@@ -149,7 +119,7 @@ describe('the facilitator’s bazaar catalog in /discovery/resources', () => {
 
   it('a payment that did not settle lists nothing', async () => {
     // A payer with no USDC: the middleware's /verify refuses it, nothing is claimed or cataloged.
-    const { fetch: pay } = payingFetch(generatePrivateKey())
+    const { fetch: pay } = exactPayer(generatePrivateKey())
     const r = await pay(`${shopUrl}/weather?city=Lisbon`)
     expect(r.status).toBe(402)
     const [n] = await svc.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM facilitator_resources`
@@ -166,7 +136,7 @@ describe('the facilitator’s bazaar catalog in /discovery/resources', () => {
       [1, '/weather?city=Faro'],
       [1, '/plain'],
     ] as const) {
-      const r = await payingFetch(chain.payers[payer]!.privateKey).fetch(`${shopUrl}${url}`)
+      const r = await exactPayer(chain.payers[payer]!.privateKey).fetch(`${shopUrl}${url}`)
       expect(r.status, await r.clone().text()).toBe(200)
     }
     const items = await listing((i) => i.length > 0 && i[0]!.observed?.paid_calls === 3)
@@ -178,7 +148,7 @@ describe('the facilitator’s bazaar catalog in /discovery/resources', () => {
     // What the published catalog code reads from such a payment: the same resource, terms and info.
     const r402 = await fetch(`${shopUrl}/weather?city=Lisbon`)
     const required = decodePaymentRequiredHeader(r402.headers.get('payment-required')!)
-    const payload = await payingFetch(chain.payers[2]!.privateKey).client.createPaymentPayload(
+    const payload = await exactPayer(chain.payers[2]!.privateKey).client.createPaymentPayload(
       required as never,
     )
     const discovered = extractDiscoveryInfo(payload as never, required.accepts[0] as never)

@@ -4,11 +4,8 @@
 // than the signed maximum (setSettlementOverrides), tollgate's upto settlement job sends the permit on anvil,
 // books it once; a retry gets the first answer. Then one payer's balance raced by three /settle and a
 // metered call at once: what is claimed never exceeds what the wallet holds.
-import type { Server } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { x402Client } from '@x402/core/client'
 import { decodePaymentRequiredHeader, decodePaymentResponseHeader } from '@x402/core/http'
-import { HTTPFacilitatorClient } from '@x402/core/server'
 import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import { UptoEvmScheme as UptoClient } from '@x402/evm/upto/client'
 import { UptoEvmScheme } from '@x402/evm/upto/server'
@@ -32,13 +29,17 @@ import { PERMIT2_ADDRESS } from '../../src/chain/upto-permit.ts'
 import { uptoBatcherAddress } from '../../src/chain/upto-settle.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import type { Service } from '../../src/service.ts'
-import { startTestChain } from '../helpers/anvil.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
-import { startBaseSepoliaService } from '../x402/harness.ts'
+import { facilitatorClient, listenShop, type Shop, testUsdcPrice } from '../helpers/x402-v2.ts'
+import {
+  registerMerchantKey,
+  startBaseSepoliaChain,
+  startBaseSepoliaService,
+  usdcBalanceOf,
+} from '../x402/harness.ts'
 
 const NETWORK = 'eip155:84532'
-const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const MAX_ATOMIC = 50_000n
 const CHARGE_ATOMIC = 20_000n
 
@@ -54,26 +55,11 @@ let chain: DevChain
 let svc: Service
 let upstream: Upstream
 let merchantKey: string
-let shop: Server
+let shop: Shop
 let shopUrl: string
 let reader: ReturnType<typeof createPublicClient>
 
-function facilitatorClient(base: string, key = merchantKey) {
-  const auth = { Authorization: `Bearer ${key}` }
-  return new HTTPFacilitatorClient({
-    url: `${base}/api/v1/facilitator`,
-    createAuthHeaders: async () => ({ verify: auth, settle: auth, supported: auth }),
-  })
-}
-
-function balanceOf(owner: Address): Promise<bigint> {
-  return reader.readContract({
-    address: chain.usdcAddress,
-    abi: usdcAbi,
-    functionName: 'balanceOf',
-    args: [owner],
-  })
-}
+const balanceOf = (owner: Address) => usdcBalanceOf(chain, owner)
 
 async function send(key: Hex, call: { functionName: 'approve' | 'transfer'; args: [Address, bigint] }) {
   const wallet = createWalletClient({ account: privateKeyToAccount(key), transport: http(chain.rpcUrl) })
@@ -87,25 +73,20 @@ function uptoFetch(key: Hex) {
 }
 
 beforeAll(async () => {
-  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+  chain = await startBaseSepoliaChain()
   reader = createPublicClient({ chain: baseSepolia, transport: http(chain.rpcUrl) }) as never
   upstream = await startUpstream()
   svc = await startBaseSepoliaService(chain, chain.rpcUrl, {
     settlement: { interval_ms: 200 },
     facilitator: { settle_wait_ms: 20_000 },
   } as never)
-  const reg = await callApi(svc.url, '/api/v1/register', {
-    body: { wallet_address: chain.payers[4]!.address, business_name: 'Upto Own Middleware Co' },
-  })
-  expect(reg.status).toBe(201)
-  merchantKey = reg.body.api_key
+  merchantKey = await registerMerchantKey(svc.url, chain.payers[4]!.address, 'Upto Own Middleware Co')
 
-  const price = {
-    amount: MAX_ATOMIC.toString(),
-    asset: chain.usdcAddress,
-    extra: { name: 'USD Coin', version: '2' },
-  }
-  const server = new x402ResourceServer(facilitatorClient(svc.url)).register(NETWORK, new UptoEvmScheme())
+  const price = testUsdcPrice(MAX_ATOMIC, chain.usdcAddress)
+  const server = new x402ResourceServer(facilitatorClient(svc.url, merchantKey)).register(
+    NETWORK,
+    new UptoEvmScheme(),
+  )
   const app = express()
   app.use(
     paymentMiddleware(
@@ -123,15 +104,12 @@ beforeAll(async () => {
     setSettlementOverrides(res, { amount: CHARGE_ATOMIC.toString() })
     res.json({ served: 'upto' })
   })
-  shop = await new Promise<Server>((resolve) => {
-    const s = app.listen(0, '127.0.0.1', () => resolve(s))
-  })
-  shopUrl = `http://127.0.0.1:${(shop.address() as AddressInfo).port}`
+  shop = await listenShop(app)
+  shopUrl = shop.url
 })
 
 afterAll(async () => {
-  shop?.closeAllConnections()
-  await new Promise((resolve) => shop?.close(resolve))
+  await shop?.close()
   await svc?.stop()
   await upstream?.close()
   await chain?.stop()
@@ -139,7 +117,7 @@ afterAll(async () => {
 
 describe('upto through tollgate’s facilitator', () => {
   it('/supported offers upto v2 naming the facilitator payers sign into their permits', async () => {
-    const supported = await facilitatorClient(svc.url).getSupported()
+    const supported = await facilitatorClient(svc.url, merchantKey).getSupported()
     expect(supported.kinds).toContainEqual({
       x402Version: 2,
       scheme: 'upto',
@@ -195,7 +173,7 @@ describe('upto through tollgate’s facilitator', () => {
     const payload = await uptoFetch(payer.privateKey).client.createPaymentPayload(required as never)
     const accepted = required.accepts[0]!
     const charged = { ...accepted, amount: '30000' }
-    const fc = facilitatorClient(svc.url)
+    const fc = facilitatorClient(svc.url, merchantKey)
     const over = await fc.settle(payload as never, { ...accepted, amount: '50001' } as never)
     expect(over).toMatchObject({
       success: false,
@@ -233,7 +211,7 @@ describe('the payer reservation at the facilitator', () => {
     const required = decodePaymentRequiredHeader(r402.headers.get('payment-required')!)
     const payloads = await Promise.all([0, 1, 2, 3].map(() => client.createPaymentPayload(required as never)))
     const accepted = required.accepts.find((a) => a.scheme === 'exact')!
-    const fc = facilitatorClient(svc.url)
+    const fc = facilitatorClient(svc.url, merchantKey)
     const [a, b, c, call] = await Promise.all([
       ...payloads.slice(0, 3).map((p) => fc.settle(p as never, accepted as never)),
       fetch(metered, {

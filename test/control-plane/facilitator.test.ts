@@ -3,40 +3,36 @@
 // the published @x402/fetch client. The payment is settled in tollgate's settlement batch on anvil, booked
 // once (payTo the treasury) or only sent (payTo the merchant's own wallet), its webhook delivered; /settle
 // replayed concurrently on two instances settles once; a payload used here cannot pay a metered call.
-import type { Server } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { serve } from '@hono/node-server'
-import { x402Client } from '@x402/core/client'
 import { decodePaymentRequiredHeader, decodePaymentResponseHeader } from '@x402/core/http'
-import { HTTPFacilitatorClient } from '@x402/core/server'
-import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import { ExactEvmScheme } from '@x402/evm/exact/server'
 import { paymentMiddleware, x402ResourceServer } from '@x402/express'
-import { wrapFetchWithPayment } from '@x402/fetch'
 import { paymentMiddleware as honoPaymentMiddleware } from '@x402/hono'
 import express from 'express'
 import { Hono } from 'hono'
-import { type Address, createPublicClient, type Hex, http, parseAbi } from 'viem'
-import { privateKeyToAccount } from 'viem/accounts'
+import { type Address, createPublicClient, type Hex, http } from 'viem'
 import { baseSepolia } from 'viem/chains'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import type { Service } from '../../src/service.ts'
-import { startTestChain } from '../helpers/anvil.ts'
 import { usingServer } from '../helpers/database.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
-import { startBaseSepoliaService } from '../x402/harness.ts'
+import { exactPayer, facilitatorClient, listenShop, type Shop, testUsdcPrice } from '../helpers/x402-v2.ts'
+import {
+  registerMerchantKey,
+  startBaseSepoliaChain,
+  startBaseSepoliaService,
+  usdcBalanceOf,
+} from '../x402/harness.ts'
 
 const NETWORK = 'eip155:84532'
-const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const PRICE_ATOMIC = 10_000n // $0.01
 
 /** What the express handlers use of their response. */
 type Json = { json(body: unknown): void }
-const usdcAbi = parseAbi(['function balanceOf(address account) view returns (uint256)'])
 
 let chain: DevChain
 let svc: Service
@@ -45,7 +41,7 @@ let hooks: WebhookReceiver
 let upstream: Upstream
 let merchantKey: string
 let merchantWallet: Address
-let shop: Server
+let shop: Shop
 let shopUrl: string
 let reader: ReturnType<typeof createPublicClient>
 
@@ -55,35 +51,14 @@ const overrides = {
   facilitator: { settle_wait_ms: 20_000 },
 }
 
-function facilitatorClient(base: string, key = merchantKey) {
-  const auth = { Authorization: `Bearer ${key}` }
-  return new HTTPFacilitatorClient({
-    url: `${base}/api/v1/facilitator`,
-    createAuthHeaders: async () => ({ verify: auth, settle: auth, supported: auth }),
-  })
-}
-
-function balanceOf(owner: Address): Promise<bigint> {
-  return reader.readContract({
-    address: chain.usdcAddress,
-    abi: usdcAbi,
-    functionName: 'balanceOf',
-    args: [owner],
-  })
-}
-
-function payingFetch(key: Hex) {
-  const client = new x402Client()
-  registerExactEvmScheme(client, { signer: privateKeyToAccount(key) as never })
-  return { client, fetch: wrapFetchWithPayment(fetch, client) }
-}
+const balanceOf = (owner: Address) => usdcBalanceOf(chain, owner)
 
 /** A payload signed by the published client for the terms of a 402 (PAYMENT-REQUIRED header). */
 async function signFor(url: string, key: Hex) {
   const r = await fetch(url)
   expect(r.status).toBe(402)
   const required = decodePaymentRequiredHeader(r.headers.get('payment-required')!)
-  const { client } = payingFetch(key)
+  const { client } = exactPayer(key)
   const payload = await client.createPaymentPayload(required as never)
   return { required, payload, accepted: required.accepts[0]! }
 }
@@ -93,31 +68,25 @@ function settleBody(payload: unknown, requirements: unknown) {
 }
 
 beforeAll(async () => {
-  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC, payers: 6 })
+  chain = await startBaseSepoliaChain({ payers: 6 })
   reader = createPublicClient({ chain: baseSepolia, transport: http(chain.rpcUrl) }) as never
   upstream = await startUpstream()
   hooks = await startWebhookReceiver()
   svc = await startBaseSepoliaService(chain, chain.rpcUrl, overrides as never)
   merchantWallet = chain.payers[4]!.address
-  const reg = await callApi(svc.url, '/api/v1/register', {
-    body: { wallet_address: merchantWallet, business_name: 'Own Middleware Co' },
-  })
-  expect(reg.status).toBe(201)
-  merchantKey = reg.body.api_key
+  merchantKey = await registerMerchantKey(svc.url, merchantWallet, 'Own Middleware Co')
   const wh = await callApi(svc.url, '/api/v1/webhooks', {
     key: merchantKey,
     body: { url: `${hooks.url}/hook`, events: ['facilitator.settled'] },
   })
   expect(wh.status).toBe(201)
 
-  // The merchant's own server: the published middleware, unchanged, pointed at tollgate. The price names the
-  // token's EIP-712 domain: anvil's test USDC signs as "USD Coin", where Base Sepolia's says "USDC".
-  const price = {
-    amount: PRICE_ATOMIC.toString(),
-    asset: chain.usdcAddress,
-    extra: { name: 'USD Coin', version: '2' },
-  }
-  const server = new x402ResourceServer(facilitatorClient(svc.url)).register(NETWORK, new ExactEvmScheme())
+  // The merchant's own server: the published middleware, unchanged, pointed at tollgate.
+  const price = testUsdcPrice(PRICE_ATOMIC, chain.usdcAddress)
+  const server = new x402ResourceServer(facilitatorClient(svc.url, merchantKey)).register(
+    NETWORK,
+    new ExactEvmScheme(),
+  )
   const app = express()
   app.use(
     paymentMiddleware(
@@ -141,15 +110,12 @@ beforeAll(async () => {
   app.get('/to-treasury', (_req: unknown, res: Json) => res.json({ served: 'treasury' }))
   app.get('/to-merchant', (_req: unknown, res: Json) => res.json({ served: 'merchant' }))
   app.get('/to-stranger', (_req: unknown, res: Json) => res.json({ served: 'stranger' }))
-  shop = await new Promise<Server>((resolve) => {
-    const s = app.listen(0, '127.0.0.1', () => resolve(s))
-  })
-  shopUrl = `http://127.0.0.1:${(shop.address() as AddressInfo).port}`
+  shop = await listenShop(app)
+  shopUrl = shop.url
 })
 
 afterAll(async () => {
-  shop?.closeAllConnections()
-  await new Promise((resolve) => shop?.close(resolve))
+  await shop?.close()
   await other?.stop()
   await svc?.stop()
   await hooks?.close()
@@ -159,7 +125,7 @@ afterAll(async () => {
 
 describe('tollgate as the facilitator of the published @x402/express middleware', () => {
   it('answers /supported to HTTPFacilitatorClient: exact v1 and v2 on its network, its extensions, signer', async () => {
-    const supported = await facilitatorClient(svc.url).getSupported()
+    const supported = await facilitatorClient(svc.url, merchantKey).getSupported()
     expect(supported.kinds).toEqual(
       expect.arrayContaining([
         expect.objectContaining({ x402Version: 2, scheme: 'exact', network: NETWORK }),
@@ -179,7 +145,7 @@ describe('tollgate as the facilitator of the published @x402/express middleware'
   it('a call paid to the treasury is settled on chain in the batch, booked once (95 % to the merchant), its webhook delivered', async () => {
     const payer = chain.payers[0]!
     const before = await balanceOf(payer.address)
-    const { fetch: pay } = payingFetch(payer.privateKey)
+    const { fetch: pay } = exactPayer(payer.privateKey)
     const r = await pay(`${shopUrl}/to-treasury`)
     expect(r.status, await r.clone().text()).toBe(200)
     expect(await r.json()).toEqual({ served: 'treasury' })
@@ -191,7 +157,7 @@ describe('tollgate as the facilitator of the published @x402/express middleware'
     const mined = await reader.getTransactionReceipt({ hash: receipt.transaction as Hex })
     expect(mined.status).toBe('success')
     // Sent by the facilitator's group commit, from its settler slot (a signer /supported names).
-    const { signers } = await facilitatorClient(svc.url).getSupported()
+    const { signers } = await facilitatorClient(svc.url, merchantKey).getSupported()
     expect(signers['eip155:*']).toHaveLength(2)
     expect(signers['eip155:*']![1]!.toLowerCase()).toBe(mined.from.toLowerCase())
 
@@ -226,7 +192,7 @@ describe('tollgate as the facilitator of the published @x402/express middleware'
   it('a call paid to the merchant’s own wallet is only submitted: the merchant holds it, nothing booked', async () => {
     const payer = chain.payers[1]!
     const merchantBefore = await balanceOf(merchantWallet)
-    const { fetch: pay } = payingFetch(payer.privateKey)
+    const { fetch: pay } = exactPayer(payer.privateKey)
     const r = await pay(`${shopUrl}/to-merchant`)
     expect(r.status, await r.clone().text()).toBe(200)
     const receipt = decodePaymentResponseHeader(r.headers.get('payment-response')!)
@@ -245,12 +211,11 @@ describe('tollgate as the facilitator of the published @x402/express middleware'
   })
 
   it('the published @x402/hono middleware, unchanged, is settled and booked the same way', async () => {
-    const price = {
-      amount: PRICE_ATOMIC.toString(),
-      asset: chain.usdcAddress,
-      extra: { name: 'USD Coin', version: '2' },
-    }
-    const server = new x402ResourceServer(facilitatorClient(svc.url)).register(NETWORK, new ExactEvmScheme())
+    const price = testUsdcPrice(PRICE_ATOMIC, chain.usdcAddress)
+    const server = new x402ResourceServer(facilitatorClient(svc.url, merchantKey)).register(
+      NETWORK,
+      new ExactEvmScheme(),
+    )
     const app = new Hono()
     app.use(
       honoPaymentMiddleware(
@@ -273,7 +238,7 @@ describe('tollgate as the facilitator of the published @x402/express middleware'
     try {
       const payer = chain.payers[3]!
       const before = await balanceOf(payer.address)
-      const { fetch: pay } = payingFetch(payer.privateKey)
+      const { fetch: pay } = exactPayer(payer.privateKey)
       const r = await pay(`${url}/hono`)
       expect(r.status, await r.clone().text()).toBe(200)
       const receipt = decodePaymentResponseHeader(r.headers.get('payment-response')!)
@@ -290,10 +255,10 @@ describe('tollgate as the facilitator of the published @x402/express middleware'
 
   it('a payTo that is neither the treasury nor the merchant’s wallet is refused, naming it', async () => {
     const { accepted, payload } = await signFor(`${shopUrl}/to-stranger`, chain.payers[2]!.privateKey)
-    const verdict = await facilitatorClient(svc.url).verify(payload as never, accepted as never)
+    const verdict = await facilitatorClient(svc.url, merchantKey).verify(payload as never, accepted as never)
     expect(verdict).toMatchObject({ isValid: false, invalidReason: 'pay_to_not_allowed' })
     expect(verdict.invalidMessage).toContain(chain.payers[3]!.address)
-    const { fetch: pay } = payingFetch(chain.payers[2]!.privateKey)
+    const { fetch: pay } = exactPayer(chain.payers[2]!.privateKey)
     const r = await pay(`${shopUrl}/to-stranger`)
     expect(r.status).toBe(402)
   })
@@ -386,10 +351,7 @@ describe('idempotent, claimed like every proof', () => {
       facilitator: { settle_wait_ms: 300 },
     } as never)
     try {
-      const reg = await callApi(slow.url, '/api/v1/register', {
-        body: { wallet_address: merchantWallet, business_name: 'Slow Co' },
-      })
-      const key: string = reg.body.api_key
+      const key = await registerMerchantKey(slow.url, merchantWallet, 'Slow Co')
       const payer = chain.payers[1]!
       const before = await balanceOf(payer.address)
       const { payload, accepted } = await signFor(`${shopUrl}/to-treasury`, payer.privateKey)
@@ -426,7 +388,7 @@ describe('idempotent, claimed like every proof', () => {
     // The first waits its window alone; the rest gather while it is sent, a group at most every 200 ms: 2 or 3
     // transactions when the 20 arrive within ~0.4 s, a few more on a loaded machine (CI saw 4), never 20.
     expect(hashes.size).toBeLessThanOrEqual(6)
-    const { signers } = await facilitatorClient(svc.url).getSupported()
+    const { signers } = await facilitatorClient(svc.url, merchantKey).getSupported()
     for (const hash of hashes) {
       const mined = await reader.getTransactionReceipt({ hash })
       expect(mined.status).toBe('success')

@@ -23,23 +23,24 @@ import { baseSepolia } from 'viem/chains'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { findPurchasedPass } from '../../src/books/passes.ts'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
-import { loadConfig } from '../../src/config/load.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
-import { createLogger } from '../../src/observability/logger.ts'
 import type { Service } from '../../src/service.ts'
-import { startService } from '../../src/service.ts'
 import { fundedSmartWallet } from '../chain/contracts/smart-wallet.ts'
-import { startTestChain } from '../helpers/anvil.ts'
-import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
+import { usingServer } from '../helpers/database.ts'
 import { checkPaymentProtocol } from '../helpers/payment-checks.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 import { waitFor } from '../helpers/wait-for.ts'
-import { startBaseSepoliaService } from '../x402/harness.ts'
+import { exactPayer } from '../helpers/x402-v2.ts'
+import {
+  registerMerchantKey,
+  startBaseSepoliaChain,
+  startBaseSepoliaPair,
+  startBaseSepoliaService,
+} from '../x402/harness.ts'
 
 checkPaymentProtocol()
 
-const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const NETWORK = 'eip155:84532'
 const PASS_PRICE_ATOMIC = 50_000n // $0.05
 const transferAbi = parseAbi(['function transfer(address to, uint256 value) returns (bool)'])
@@ -49,13 +50,11 @@ let svc: Service
 let upstream: Upstream
 let ownerKey: string
 
-/** The published v2 client, unchanged: x402Client + the exact EVM scheme + fetch. */
+/** The published v2 client, unchanged; with the sign-in-with-x client extension when asked. */
 function payingFetch(key: Hex, withSignIn = false) {
-  const account = privateKeyToAccount(key)
-  const client = new x402Client()
-  registerExactEvmScheme(client, { signer: account as never })
-  if (withSignIn) client.registerExtension(createSIWxClientExtension({ signers: [account] }))
-  return wrapFetchWithPayment(fetch, client)
+  const { client, fetch: pay } = exactPayer(key)
+  if (withSignIn) client.registerExtension(createSIWxClientExtension({ signers: [privateKeyToAccount(key)] }))
+  return pay
 }
 
 async function createPassEndpoint(
@@ -122,7 +121,7 @@ async function usesLeft(endpointId: string, payer: string): Promise<number[]> {
 }
 
 beforeAll(async () => {
-  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+  chain = await startBaseSepoliaChain()
   upstream = await startUpstream((req, res: ServerResponse) => {
     if (!req.url?.startsWith('/fail')) return false
     res.writeHead(503, { 'content-type': 'text/plain' }).end('down')
@@ -132,11 +131,7 @@ beforeAll(async () => {
     proxy: { allow_private_upstreams: true },
     settlement: { interval_ms: 200 },
   } as never)
-  const reg = await callApi(svc.url, '/api/v1/register', {
-    body: { wallet_address: chain.payers[4]!.address, business_name: 'Pass Co' },
-  })
-  expect(reg.status).toBe(201)
-  ownerKey = reg.body.api_key
+  ownerKey = await registerMerchantKey(svc.url, chain.payers[4]!.address, 'Pass Co')
 })
 afterAll(async () => {
   await svc?.stop()
@@ -625,26 +620,8 @@ describe.runIf(usingServer)('two instances on one PostgreSQL drawing on one pass
   let a: Service
   let b: Service
 
-  /** An instance as startBaseSepoliaService makes one, on a database shared with the other. */
-  async function instance(databaseUrl: string): Promise<Service> {
-    const config = loadConfig({
-      env: {
-        NODE_ENV: 'test',
-        NETWORK: 'base-sepolia',
-        RPC_URL: chain.rpcUrl,
-        USDC_ADDRESS: chain.usdcAddress,
-        TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
-        DATABASE_URL: databaseUrl,
-      },
-      overrides: { database: { data_dir: 'memory://' }, proxy: { allow_private_upstreams: true } } as never,
-    })
-    return startService(config, { logger: createLogger('warn') })
-  }
-
   beforeAll(async () => {
-    const databaseUrl = (await freshDatabaseUrl())!
-    a = await instance(databaseUrl)
-    b = await instance(databaseUrl)
+    ;[a, b] = await startBaseSepoliaPair(chain, { proxy: { allow_private_upstreams: true } })
   })
   afterAll(async () => {
     await a?.stop()
@@ -653,11 +630,8 @@ describe.runIf(usingServer)('two instances on one PostgreSQL drawing on one pass
 
   it('serve exactly N between them, whatever the concurrency', async () => {
     const N = 10
-    const reg = await callApi(a.url, '/api/v1/register', {
-      body: { wallet_address: chain.payers[4]!.address, business_name: 'Two Co' },
-    })
     const created = await callApi(a.url, '/api/v1/endpoints', {
-      key: reg.body.api_key,
+      key: await registerMerchantKey(a.url, chain.payers[4]!.address, 'Two Co'),
       body: { upstream_url: `${upstream.url}/echo`, price: 0.01, pass: { price: 0.05, calls: N } },
     })
     expect(created.status).toBe(201)

@@ -9,29 +9,29 @@ import { x402Client } from '@x402/core/client'
 import { decodePaymentRequiredHeader, decodePaymentResponseHeader } from '@x402/core/http'
 import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import { appendPaymentIdentifierToExtensions, generatePaymentId } from '@x402/extensions/payment-identifier'
-import { type Address, createPublicClient, type Hex, http, parseAbi } from 'viem'
+import type { Address, Hex } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
-import { baseSepolia } from 'viem/chains'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import type { Service } from '../../src/service.ts'
-import { startTestChain } from '../helpers/anvil.ts'
 import { checkPaymentProtocol } from '../helpers/payment-checks.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
 import { waitFor } from '../helpers/wait-for.ts'
-import { startBaseSepoliaService } from '../x402/harness.ts'
+import {
+  registerMerchantKey,
+  startBaseSepoliaChain,
+  startBaseSepoliaService,
+  usdcBalanceOf,
+} from '../x402/harness.ts'
 
 checkPaymentProtocol()
 
-const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const PRICE_ATOMIC = 10_000n
-const usdc = parseAbi(['function balanceOf(address account) view returns (uint256)'])
 
 let chain: DevChain
 let svc: Service
 let upstream: Awaited<ReturnType<typeof startUpstream>>
-let reader: ReturnType<typeof createPublicClient>
 let slowUrl: string
 let echoUrl: string
 
@@ -69,14 +69,7 @@ async function payAndDrop(url: string, header: string, forwardedWhen: () => bool
   req.destroy()
 }
 
-function balanceOf(owner: Address): Promise<bigint> {
-  return reader.readContract({
-    address: chain.usdcAddress,
-    abi: usdc,
-    functionName: 'balanceOf',
-    args: [owner],
-  })
-}
+const balanceOf = (owner: Address) => usdcBalanceOf(chain, owner)
 
 async function paidAnswerState(id: string): Promise<string | null> {
   const [row] = await svc.sql<{ state: string }[]>`SELECT state FROM paid_answers WHERE payment_id = ${id}`
@@ -91,19 +84,15 @@ async function claimsOf(payer: Address): Promise<number> {
 }
 
 beforeAll(async () => {
-  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+  chain = await startBaseSepoliaChain()
   upstream = await startUpstream()
-  reader = createPublicClient({ chain: baseSepolia, transport: http(chain.rpcUrl) }) as never
   // 16 bytes kept per answer: /slow's "slow" fits, /echo's JSON does not.
   svc = await startBaseSepoliaService(chain, chain.rpcUrl, {
     x402: { paid_answers: { ttl_ms: 60_000, max_answer_bytes: 16, max_total_bytes: 1_000_000 } },
   } as never)
-  const reg = await callApi(svc.url, '/api/v1/register', {
-    body: { wallet_address: chain.payers[4]!.address, business_name: 'retry Co' },
-  })
-  expect(reg.status).toBe(201)
-  slowUrl = await endpoint(reg.body.api_key, '/slow')
-  echoUrl = await endpoint(reg.body.api_key, '/echo')
+  const merchantKey = await registerMerchantKey(svc.url, chain.payers[4]!.address, 'retry Co')
+  slowUrl = await endpoint(merchantKey, '/slow')
+  echoUrl = await endpoint(merchantKey, '/echo')
 }, 60_000)
 
 afterAll(async () => {

@@ -4,41 +4,32 @@
 // session draws one use (the HTTP call's draw), relays both ways and is charged nothing; a used-up pass gets
 // the 402 with the pass offer; the pass ending closes the session with 4402; a sign-in message serves once,
 // on any instance. Anvil with chain id 84532 as base-sepolia, as the pass tests.
-import { x402Client } from '@x402/core/client'
 import { decodePaymentRequiredHeader } from '@x402/core/http'
-import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import { createSIWxPayload, encodeSIWxHeader, type SIWxExtension } from '@x402/extensions/sign-in-with-x'
-import { wrapFetchWithPayment } from '@x402/fetch'
 import type { Hex } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
-import { loadConfig } from '../../src/config/load.ts'
-import { createLogger } from '../../src/observability/logger.ts'
 import type { Service } from '../../src/service.ts'
-import { startService } from '../../src/service.ts'
-import { startTestChain } from '../helpers/anvil.ts'
-import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
+import { usingServer } from '../helpers/database.ts'
 import { type RealtimeUpstream, startRealtimeUpstream } from '../helpers/realtime-upstream.ts'
 import { callApi } from '../helpers/service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 import { openWs, upgradeAnswer } from '../helpers/ws-client.ts'
-import { startBaseSepoliaService } from '../x402/harness.ts'
+import { exactPayer } from '../helpers/x402-v2.ts'
+import {
+  registerMerchantKey,
+  startBaseSepoliaChain,
+  startBaseSepoliaPair,
+  startBaseSepoliaService,
+} from '../x402/harness.ts'
 
-const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const NETWORK = 'eip155:84532'
 
 let chain: DevChain
 let svc: Service
 let upstream: RealtimeUpstream
 let ownerKey: string
-
-/** The published v2 client, unchanged: x402Client + the exact EVM scheme + fetch. */
-function payingFetch(key: Hex) {
-  const client = new x402Client()
-  registerExactEvmScheme(client, { signer: privateKeyToAccount(key) as never })
-  return wrapFetchWithPayment(fetch, client)
-}
 
 /**
  * A SIGN-IN-WITH-X header signed by the published helper for the challenge of a refused upgrade at `url`,
@@ -70,17 +61,13 @@ async function passRow(endpointId: string) {
 }
 
 beforeAll(async () => {
-  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+  chain = await startBaseSepoliaChain()
   upstream = await startRealtimeUpstream()
   svc = await startBaseSepoliaService(chain, chain.rpcUrl, {
     proxy: { allow_private_upstreams: true },
     settlement: { interval_ms: 200 },
   } as never)
-  const reg = await callApi(svc.url, '/api/v1/register', {
-    body: { wallet_address: chain.payers[4]!.address, business_name: 'Realtime Pass Co' },
-  })
-  expect(reg.status).toBe(201)
-  ownerKey = reg.body.api_key
+  ownerKey = await registerMerchantKey(svc.url, chain.payers[4]!.address, 'Realtime Pass Co')
 })
 afterAll(async () => {
   await svc?.stop()
@@ -127,7 +114,7 @@ describe('WebSocket sessions opened by a pass', () => {
     })
     expect([early.status, JSON.parse(early.body).error]).toEqual([402, 'no_live_pass'])
 
-    const bought = await payingFetch(key)(`${svc.url}/pass/${ep.id}`, { method: 'POST' })
+    const bought = await exactPayer(key).fetch(`${svc.url}/pass/${ep.id}`, { method: 'POST' })
     expect(bought.status, await bought.clone().text()).toBe(201)
     const calls = await svc.sql<
       { n: number }[]
@@ -185,7 +172,7 @@ describe('WebSocket sessions opened by a pass', () => {
   it('the pass ending closes the session with 4402', async () => {
     const ep = await passEndpoint(svc.url, ownerKey, { price: 0.05, duration_s: 3600 })
     const key = chain.payers[2]!.privateKey as Hex
-    const bought = await payingFetch(key)(`${svc.url}/pass/${ep.id}`, { method: 'POST' })
+    const bought = await exactPayer(key).fetch(`${svc.url}/pass/${ep.id}`, { method: 'POST' })
     expect(bought.status, await bought.clone().text()).toBe(201)
     await svc.sql`UPDATE passes SET expires_at = now() + interval '2 seconds' WHERE endpoint_id = ${ep.id}`
     const s = await openWs(ep.meteredUrl, { 'sign-in-with-x': await signedHeader(ep.meteredUrl, key) })
@@ -204,7 +191,7 @@ describe('WebSocket sessions opened by a pass', () => {
   it('gives the use back when the upstream cannot be reached', async () => {
     const ep = await passEndpoint(svc.url, ownerKey, { price: 0.05, calls: 1 })
     const key = chain.payers[1]!.privateKey as Hex
-    const bought = await payingFetch(key)(`${svc.url}/pass/${ep.id}`, { method: 'POST' })
+    const bought = await exactPayer(key).fetch(`${svc.url}/pass/${ep.id}`, { method: 'POST' })
     expect(bought.status, await bought.clone().text()).toBe(201)
     // Port 9 (discard) on loopback: nothing listens, the upstream socket is refused.
     const moved = await callApi(svc.url, `/api/v1/endpoints/${ep.id}`, {
@@ -230,30 +217,12 @@ describe.runIf(usingServer)('a pass session on two instances of one PostgreSQL',
   let a: Service
   let b: Service
 
-  async function instance(databaseUrl: string): Promise<Service> {
-    const config = loadConfig({
-      env: {
-        NODE_ENV: 'test',
-        NETWORK: 'base-sepolia',
-        RPC_URL: chain.rpcUrl,
-        USDC_ADDRESS: chain.usdcAddress,
-        TREASURY_PRIVATE_KEY: chain.treasury.privateKey,
-        DATABASE_URL: databaseUrl,
-      },
-      // One public URL for both, as behind one load balancer: a sign-in names it, not the instance.
-      overrides: {
-        server: { public_url: PUBLIC },
-        database: { data_dir: 'memory://' },
-        proxy: { allow_private_upstreams: true },
-      } as never,
-    })
-    return startService(config, { logger: createLogger('warn') })
-  }
-
   beforeAll(async () => {
-    const databaseUrl = (await freshDatabaseUrl())!
-    a = await instance(databaseUrl)
-    b = await instance(databaseUrl)
+    // One public URL for both, as behind one load balancer: a sign-in names it, not the instance.
+    ;[a, b] = await startBaseSepoliaPair(chain, {
+      server: { public_url: PUBLIC },
+      proxy: { allow_private_upstreams: true },
+    })
   })
   afterAll(async () => {
     await a?.stop()
@@ -261,12 +230,10 @@ describe.runIf(usingServer)('a pass session on two instances of one PostgreSQL',
   })
 
   it('a sign-in that opened a session on one is refused on the other; a fresh one draws', async () => {
-    const reg = await callApi(local(a), '/api/v1/register', {
-      body: { wallet_address: chain.payers[4]!.address, business_name: 'Two Realtime Co' },
-    })
-    const ep = await passEndpoint(local(a), reg.body.api_key, { price: 0.05, calls: 3 })
+    const merchantKey = await registerMerchantKey(local(a), chain.payers[4]!.address, 'Two Realtime Co')
+    const ep = await passEndpoint(local(a), merchantKey, { price: 0.05, calls: 3 })
     const key = chain.payers[3]!.privateKey as Hex
-    const bought = await payingFetch(key)(`${local(b)}/pass/${ep.id}`, { method: 'POST' })
+    const bought = await exactPayer(key).fetch(`${local(b)}/pass/${ep.id}`, { method: 'POST' })
     expect(bought.status, await bought.clone().text()).toBe(201)
     expect(ep.meteredUrl).toBe(`${PUBLIC}/m/${ep.id}`)
     const onA = `${local(a)}/m/${ep.id}`

@@ -4,18 +4,13 @@
 // browser preflight, `accepted` deep-matched, exact amounts, an ERC-1271 smart-wallet payer, the dry run.
 // Same setup as the v1 test (x402.test.ts): a private anvil with chain id 84532 as base-sepolia.
 
-import { x402Client } from '@x402/core/client'
 import { decodePaymentRequiredHeader, decodePaymentResponseHeader } from '@x402/core/http'
-import { registerExactEvmScheme } from '@x402/evm/exact/client'
-import { wrapFetchWithPayment } from '@x402/fetch'
 import {
   type Address,
   type Chain,
-  createPublicClient,
   createWalletClient,
   type Hex,
   http,
-  parseAbi,
   publicActions,
   toFunctionSelector,
 } from 'viem'
@@ -27,28 +22,26 @@ import { PaymentRequirementsSchema } from 'x402/types'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import type { Service } from '../../src/service.ts'
 import { fundedSmartWallet } from '../chain/contracts/smart-wallet.ts'
-import { startTestChain } from '../helpers/anvil.ts'
 import { checkPaymentProtocol } from '../helpers/payment-checks.ts'
 import { type RpcProxy, startRpcProxy } from '../helpers/rpc-proxy.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
-import { startBaseSepoliaService } from '../x402/harness.ts'
+import { exactPayer } from '../helpers/x402-v2.ts'
+import {
+  registerMerchantKey,
+  startBaseSepoliaChain,
+  startBaseSepoliaService,
+  usdcBalanceOf,
+} from '../x402/harness.ts'
 
 checkPaymentProtocol()
 
 const PRICE_ATOMIC = 10_000n // 0.01 USDC
 const NETWORK = 'eip155:84532'
-const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
-
-const usdcAbi = parseAbi([
-  'function balanceOf(address account) view returns (uint256)',
-  'function transfer(address to, uint256 value) returns (bool)',
-])
 
 let chain: DevChain
 let svc: Service
 let upstream: Awaited<ReturnType<typeof startUpstream>>
-let reader: ReturnType<typeof createPublicClient>
 let meteredUrl: string
 let ownerKey: string
 
@@ -62,34 +55,16 @@ function startX402Service(rpcUrl: string, x402: Record<string, unknown> = {}): P
 }
 
 async function createEndpoint(service: Service, price: number): Promise<string> {
-  const reg = await callApi(service.url, '/api/v1/register', {
-    body: { wallet_address: chain.payers[4]!.address, business_name: 'x402 v2 Co' },
-  })
-  expect(reg.status).toBe(201)
-  ownerKey = reg.body.api_key
+  ownerKey = await registerMerchantKey(service.url, chain.payers[4]!.address, 'x402 v2 Co')
   const ep = await callApi(service.url, '/api/v1/endpoints', {
-    key: reg.body.api_key,
+    key: ownerKey,
     body: { upstream_url: `${upstream.url}/echo`, price },
   })
   expect(ep.status).toBe(201)
   return ep.body.metered_url
 }
 
-/** The published v2 client, unchanged: x402Client + the exact EVM scheme + fetch. */
-function v2Fetch(signer: { address: Address; signTypedData: (m: never) => Promise<Hex> }) {
-  const client = new x402Client()
-  registerExactEvmScheme(client, { signer: signer as never })
-  return { client, fetch: wrapFetchWithPayment(fetch, client) }
-}
-
-function balanceOf(owner: Address): Promise<bigint> {
-  return reader.readContract({
-    address: chain.usdcAddress,
-    abi: usdcAbi,
-    functionName: 'balanceOf',
-    args: [owner],
-  })
-}
+const balanceOf = (owner: Address) => usdcBalanceOf(chain, owner)
 
 /** An unpaid 402 and its decoded PAYMENT-REQUIRED header. */
 async function paymentRequired(url = meteredUrl) {
@@ -100,7 +75,7 @@ async function paymentRequired(url = meteredUrl) {
 
 /** A v2 PAYMENT-SIGNATURE signed by the published client for the terms given (ours, or altered). */
 async function signV2(required: Awaited<ReturnType<typeof paymentRequired>>['required'], key: Hex) {
-  const { client } = v2Fetch(privateKeyToAccount(key))
+  const { client } = exactPayer(privateKeyToAccount(key))
   // These tests sign terms on purpose (other assets too): the client's own spending guard is off here.
   client.setSpendControls(false)
   const payload = await client.createPaymentPayload(required as never)
@@ -119,9 +94,8 @@ async function refusedV2(header: string, reason: string) {
 beforeAll(async () => {
   // The test USDC at Base Sepolia's canonical USDC address: the published v2 client pays only assets it
   // knows unless told otherwise (spendControls), and it knows that one.
-  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+  chain = await startBaseSepoliaChain()
   upstream = await startUpstream()
-  reader = createPublicClient({ chain: baseSepolia, transport: http(chain.rpcUrl) }) as never
   svc = await startX402Service(chain.rpcUrl)
   meteredUrl = await createEndpoint(svc, 0.01)
 })
@@ -136,7 +110,7 @@ describe('x402 v2 from the published client (@x402/fetch + @x402/evm exact)', ()
 
   it('pays, is served, and reads a PAYMENT-RESPONSE saying settlement is pending; settled by the batch', async () => {
     const payer = privateKeyToAccount(chain.payers[0]!.privateKey)
-    const { fetch: pay } = v2Fetch(payer)
+    const { fetch: pay } = exactPayer(payer)
     const before = await balanceOf(payer.address)
     const countBefore = upstream.count()
     const r = await pay(meteredUrl)
@@ -254,7 +228,7 @@ describe('an ERC-1271 smart-wallet payer', () => {
     })
 
     // The wallet's address pays; its owner's key signs (what the wallet's isValidSignature accepts).
-    const { fetch: pay } = v2Fetch({ address: wallet, signTypedData: (m) => owner.signTypedData(m) })
+    const { fetch: pay } = exactPayer({ address: wallet, signTypedData: (m) => owner.signTypedData(m) })
     const r = await pay(meteredUrl)
     expect(r.status, await r.clone().text()).toBe(200)
     expect(decodePaymentResponseHeader(r.headers.get('payment-response')!)).toMatchObject({
@@ -271,7 +245,7 @@ describe('an ERC-1271 smart-wallet payer', () => {
     // Someone else's key is not the wallet's signature.
     const stranger = privateKeyToAccount(generatePrivateKey())
     const { required } = await paymentRequired()
-    const { client } = v2Fetch({ address: wallet, signTypedData: (m) => stranger.signTypedData(m) })
+    const { client } = exactPayer({ address: wallet, signTypedData: (m) => stranger.signTypedData(m) })
     const forged = await client.createPaymentPayload(required as never)
     await refusedV2(Buffer.from(JSON.stringify(forged)).toString('base64'), 'invalid_signature')
   })
@@ -319,7 +293,7 @@ describe('the dry run before serving (x402.simulate_min_price)', () => {
     const payer = privateKeyToAccount(chain.payers[1]!.privateKey)
 
     gate.bodies = []
-    const { fetch: pay } = v2Fetch(payer)
+    const { fetch: pay } = exactPayer(payer)
     const served = await pay(dear)
     expect(served.status, await served.clone().text()).toBe(200)
     expect(gate.bodies!.filter((b) => b.includes('eth_call') && b.includes(selector))).toHaveLength(1)

@@ -12,7 +12,6 @@ import {
   type Hex,
   http,
   parseAbi,
-  publicActions,
 } from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { baseSepolia } from 'viem/chains'
@@ -37,6 +36,7 @@ import { freshDatabaseUrl } from '../helpers/database.ts'
 import { checkPaymentProtocol } from '../helpers/payment-checks.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
+import { baseSepoliaWallet, usdcBalanceOf } from '../x402/harness.ts'
 
 checkPaymentProtocol()
 
@@ -53,18 +53,8 @@ let upstream: Awaited<ReturnType<typeof startUpstream>>
 let publicClient: ReturnType<typeof chainReader>
 let meteredUrl: string
 
-/**
- * What an x402 client is handed: a viem wallet client with public actions (x402's SignerWallet) on Base
- * Sepolia, talking to the private anvil. The chain is widened to `Chain` only for the types: x402's
- * SignerWallet is declared over the generic Chain, and Base Sepolia's OP-stack formatters do not fit it.
- */
-function signer(privateKey: Hex) {
-  return createWalletClient({
-    account: privateKeyToAccount(privateKey),
-    chain: baseSepolia as Chain,
-    transport: http(chain.rpcUrl),
-  }).extend(publicActions)
-}
+/** What an x402 client is handed (x402's SignerWallet), for one of the chain's keys. */
+const signer = (privateKey: Hex) => baseSepoliaWallet(chain, privateKey)
 
 function chainReader(rpcUrl: string) {
   return createPublicClient({ chain: baseSepolia, transport: http(rpcUrl) })
@@ -100,14 +90,7 @@ async function expectRefused(header: string, reason: string) {
   expect(upstream.count()).toBe(before)
 }
 
-function balanceOf(owner: Address): Promise<bigint> {
-  return publicClient.readContract({
-    address: chain.usdcAddress,
-    abi: usdcAbi,
-    functionName: 'balanceOf',
-    args: [owner],
-  })
-}
+const balanceOf = (owner: Address) => usdcBalanceOf(chain, owner)
 
 /** Claims released after they were won (tollgate_claims_released_total{result="released"}), from /metrics. */
 async function releasedClaims(): Promise<number> {

@@ -3,7 +3,6 @@
 // the figures paid traffic left (paid calls, success and refund rates, latency, repeat payers).
 import { decodePaymentRequiredHeader } from '@x402/core/http'
 import {
-  extractDiscoveryInfo,
   sanitizeResourceServiceMetadata,
   validateDiscoveryExtension,
   validateDiscoveryExtensionSpec,
@@ -15,6 +14,7 @@ import {
 } from '@x402/extensions/offer-receipt'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
+import { catalogedFrom } from '../helpers/bazaar.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 
@@ -128,18 +128,8 @@ describe('discovery', () => {
       tags: ['weather', 'forecast'],
       iconUrl: 'https://acme.example/icon.png',
     })
-    // What a facilitator catalogs from a payment that echoes the 402 (the published client copies resource
-    // and extensions into its payload).
-    const found = extractDiscoveryInfo(
-      {
-        x402Version: 2,
-        resource: required.resource,
-        accepted: required.accepts[0]!,
-        payload: {},
-        extensions: required.extensions,
-      },
-      required.accepts[0]!,
-    )
+    // What a facilitator catalogs from a payment that echoes the 402.
+    const found = catalogedFrom(required)
     expect(found).toMatchObject({
       resourceUrl: `${service.url}/m/${ids.weather}`,
       description: 'Weather by city',

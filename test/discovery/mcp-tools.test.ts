@@ -9,12 +9,12 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { decodePaymentRequiredHeader } from '@x402/core/http'
 import {
   type DiscoveryExtension,
-  extractDiscoveryInfo,
   validateDiscoveryExtension,
   validateDiscoveryExtensionSpec,
 } from '@x402/extensions/bazaar'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
+import { catalogedFrom } from '../helpers/bazaar.ts'
 import { type McpUpstream, startMcpUpstream } from '../helpers/mcp-upstream.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
@@ -184,16 +184,7 @@ describe('paid MCP tools in discovery', () => {
     expect(validateDiscoveryExtensionSpec(bazaar as never)).toEqual({ valid: true })
     expect(bazaar).toEqual(weather.extensions!.bazaar)
     // What a facilitator catalogs from a payment that echoes the 402: an MCP resource, by URL and tool name.
-    const found = extractDiscoveryInfo(
-      {
-        x402Version: 2,
-        resource: required.resource,
-        accepted: required.accepts[0]!,
-        payload: {},
-        extensions: required.extensions,
-      },
-      required.accepts[0]!,
-    )
+    const found = catalogedFrom(required)
     expect(found).toMatchObject({
       resourceUrl: `${svc.url}/m/${ids.listed}`,
       toolName: 'weather',

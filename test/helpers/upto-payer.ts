@@ -1,10 +1,12 @@
 // Payers of x402 `upto` on the shared test chain: a funded key that approved Permit2 once (as the published
 // client's createPermit2ApprovalTx asks), and the published UptoEvmScheme client's permit for a 402's terms.
+import { x402Client, x402HTTPClient } from '@x402/core/client'
 import { UptoEvmScheme } from '@x402/evm/upto/client'
 import { type Address, createWalletClient, type Hex, http, maxUint256, parseAbi } from 'viem'
-import { inject } from 'vitest'
+import { expect, inject } from 'vitest'
 import { PERMIT2_ADDRESS, type StoredUptoPermit, storedUptoPermit } from '../../src/chain/upto-permit.ts'
 import { chainClients, type Funded, fundedAccount } from './accounts.ts'
+import type { TestService } from './service.ts'
 
 export async function approvedPayer(usdcAtomic = 10_000_000n): Promise<Funded> {
   const { rpcUrl, publicClient, usdc } = chainClients()
@@ -67,4 +69,26 @@ export async function publishedUptoPermit(
     },
     signature,
   )
+}
+
+/** The published upto client as a payer configures it: the test USDC is not a default asset, so it is allowed. */
+export function publishedUptoClient(s: TestService, payer: Funded): x402Client {
+  const network = `eip155:${s.chain.chainId}` as const
+  return x402Client.fromConfig({
+    schemes: [{ network, client: new UptoEvmScheme(payer.account) }],
+    spendControls: { allowedAssets: [{ network, asset: s.chain.usdc.address }] },
+  })
+}
+
+/**
+ * The published upto client's payment header (a fresh Permit2 nonce each) for the 402 that instance `s`
+ * answers at `url` to a JSON POST of `body`, and the requirements it signed for.
+ */
+export async function publishedUptoHeader(s: TestService, url: string, body: string, payer: Funded) {
+  const client = new x402HTTPClient(publishedUptoClient(s, payer))
+  const r = await fetch(url, { method: 'POST', body, headers: { 'content-type': 'application/json' } })
+  expect(r.status).toBe(402)
+  const required = client.getPaymentRequiredResponse((name) => r.headers.get(name), await r.json())
+  const header = client.encodePaymentSignatureHeader(await client.createPaymentPayload(required))
+  return { header, required }
 }

@@ -5,10 +5,10 @@ import { createPublicKey, sign as nodeSign, type webcrypto } from 'node:crypto'
 import { Store } from 'mppx/attestation'
 import { Client, Server } from 'mppx/attestation/tap'
 import { beforeAll, describe, expect, it } from 'vitest'
-import { messageView } from '../../src/identity/message-view.ts'
 import { buildSignatureBase } from '../../src/identity/signature-base.ts'
 import { type InnerList, parseDictionary, serializeInnerList } from '../../src/identity/structured-fields.ts'
 import { type ConfiguredKey, checkSignature, forPayment } from '../../src/identity/verify-request.ts'
+import { viewOf } from '../helpers/request-view.ts'
 
 const MERCHANT = 'https://shop.example'
 const KEY_ID = 'visa-tap-key-1'
@@ -27,21 +27,6 @@ beforeAll(async () => {
 })
 
 const policy = (authorities: string[] = []) => ({ maxLifetimeS: 86_400, clockSkewS: 5, authorities })
-
-function viewOf(req: Request, host = new URL(req.url).host) {
-  const headers: Record<string, string> = {}
-  req.headers.forEach((v, k) => {
-    headers[k] = v
-  })
-  const url = new URL(req.url)
-  return messageView({
-    method: req.method,
-    scheme: 'https',
-    host,
-    target: url.pathname + url.search,
-    headers,
-  })
-}
 
 const tap = (intent: 'browse' | 'payment', url = `${MERCHANT}/m/ep_1`) =>
   Client.signer({ intent, key: pair.privateKey, keyId: KEY_ID }).sign(new Request(url))

@@ -6,10 +6,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { claimNonce } from '../../src/db/identity-nonces.ts'
 import { createSql, type Sql } from '../../src/db/sql.ts'
 import { KeyDirectories } from '../../src/identity/key-directories.ts'
-import { messageView } from '../../src/identity/message-view.ts'
 import { type IdentityVerifierDeps, verifyRequest } from '../../src/identity/verify-request.ts'
 import { freshDatabaseUrl, migratedDatabase } from '../helpers/database.ts'
 import { type KeyDirectoryServer, startKeyDirectory } from '../helpers/key-directory.ts'
+import { viewOf } from '../helpers/request-view.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 
 const AGENT = 'https://bot.example'
@@ -28,22 +28,6 @@ async function agentKey(alg: 'Ed25519' | 'RSA-PSS') {
   const keyId = createHash('sha256').update(canonical).digest('base64url')
   const { alg: _a, key_ops: _k, ext: _e, ...publicJwk } = jwk
   return { privateKey: pair.privateKey, keyId, jwk: publicJwk }
-}
-
-/** The request as tollgate's data plane sees it: Host, target and the lowercased headers. */
-function viewOf(req: Request, host = new URL(req.url).host) {
-  const headers: Record<string, string> = {}
-  req.headers.forEach((v, k) => {
-    headers[k] = v
-  })
-  const url = new URL(req.url)
-  return messageView({
-    method: req.method,
-    scheme: 'https',
-    host,
-    target: url.pathname + url.search,
-    headers,
-  })
 }
 
 describe('Web Bot Auth requests signed by mppx', () => {

@@ -4,19 +4,15 @@
 // advertises the extension gets `resultType: "payment_required"`; server/discover advertises it.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
-import { x402Client } from '@x402/core/client'
-import { registerExactEvmScheme } from '@x402/evm/exact/client'
-import { privateKeyToAccount } from 'viem/accounts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import type { Service } from '../../src/service.ts'
-import { startTestChain } from '../helpers/anvil.ts'
 import { type McpUpstream, startMcpUpstream } from '../helpers/mcp-upstream.ts'
 import { callApi } from '../helpers/service.ts'
-import { startBaseSepoliaService } from '../x402/harness.ts'
+import { exactPayer } from '../helpers/x402-v2.ts'
+import { registerMerchantKey, startBaseSepoliaChain, startBaseSepoliaService } from '../x402/harness.ts'
 
-const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const MCP = {
   tools: { weather: 0.01 },
   resources: { 'weather://forecast': 0.02 },
@@ -38,23 +34,17 @@ let upstream: McpUpstream
 let ep: { id: string; metered_url: string }
 let client: Client
 
-function payerClient(i: number) {
-  const c = new x402Client()
-  registerExactEvmScheme(c, { signer: privateKeyToAccount(chain.payers[i]!.privateKey) as never })
-  return c
-}
+/** The published exact client signing for the chain's payer `i`. */
+const payerClient = (i: number) => exactPayer(chain.payers[i]!.privateKey).client
 
 async function rpc(method: string, params: Record<string, unknown>) {
   return (await client.request({ method, params } as never, ANY as never)) as Record<string, unknown>
 }
 
 beforeAll(async () => {
-  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+  chain = await startBaseSepoliaChain()
   svc = await startBaseSepoliaService(chain, chain.rpcUrl, { proxy: { allow_private_upstreams: true } })
-  const reg = await callApi(svc.url, '/api/v1/register', {
-    body: { wallet_address: chain.payers[4]!.address, business_name: 'MCP ext Co' },
-  })
-  key = reg.body.api_key
+  key = await registerMerchantKey(svc.url, chain.payers[4]!.address, 'MCP ext Co')
   upstream = await startMcpUpstream({ json: true })
   // in_band false: only the extension makes the answer in-band; the rest answer HTTP 402.
   const r = await callApi(svc.url, '/api/v1/endpoints', {

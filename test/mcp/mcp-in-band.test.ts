@@ -5,43 +5,28 @@
 // paid over HTTP 402 by @x402/fetch on an endpoint that answers with HTTP 402.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
-import { x402Client } from '@x402/core/client'
-import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import { wrapFetchWithPayment } from '@x402/fetch'
-import { privateKeyToAccount } from 'viem/accounts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import type { Service } from '../../src/service.ts'
-import { startTestChain } from '../helpers/anvil.ts'
+import { expectServedOnceReplayRefused, weatherCalls, weatherMcpEndpoint } from '../helpers/mcp-payments.ts'
 import { type McpUpstream, startMcpUpstream } from '../helpers/mcp-upstream.ts'
 import { checkPaymentProtocol } from '../helpers/payment-checks.ts'
-import { callApi } from '../helpers/service.ts'
-import { startBaseSepoliaService } from '../x402/harness.ts'
+import { exactPayer } from '../helpers/x402-v2.ts'
+import { registerMerchantKey, startBaseSepoliaChain, startBaseSepoliaService } from '../x402/harness.ts'
 
 checkPaymentProtocol()
-
-const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
-const MCP = { tools: { weather: 0.01 }, default_price: 0.003, free_tools: ['echo'] }
 
 let chain: DevChain
 let svc: Service
 let key: string
 const upstreams: McpUpstream[] = []
 
-function payerClient(i: number) {
-  const client = new x402Client()
-  registerExactEvmScheme(client, { signer: privateKeyToAccount(chain.payers[i]!.privateKey) as never })
-  return client
-}
+/** The published exact client signing for the chain's payer `i`. */
+const payerClient = (i: number) => exactPayer(chain.payers[i]!.privateKey).client
 
-async function endpoint(upstream: McpUpstream, inBand: boolean) {
-  const r = await callApi(svc.url, '/api/v1/endpoints', {
-    key,
-    body: { upstream_url: upstream.url, kind: 'mcp', mcp: { ...MCP, in_band: inBand } },
-  })
-  if (r.status !== 201) throw new Error(`endpoint: ${r.status} ${r.text}`)
-  return r.body as { id: string; metered_url: string }
-}
+const endpoint = (upstream: McpUpstream, inBand: boolean) =>
+  weatherMcpEndpoint(svc.url, key, upstream.url, inBand)
 
 async function connect(url: string, fetchImpl: typeof fetch = fetch) {
   const client = new Client({ name: 'in-band', version: '1.0.0' })
@@ -49,23 +34,16 @@ async function connect(url: string, fetchImpl: typeof fetch = fetch) {
   return client
 }
 
-async function calls(endpointId: string) {
-  await svc.flushCaptures()
-  const r = await callApi(svc.url, `/api/v1/calls?endpoint_id=${endpointId}&tool=weather`, { key })
-  return r.body.data as Array<{ tool: string; amount_atomic: string }>
-}
+const calls = (endpointId: string) => weatherCalls(svc, key, endpointId)
 
 beforeAll(async () => {
-  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+  chain = await startBaseSepoliaChain()
   // The in-band receipt of a call settled after (explicitly; the default settles before the answer).
   svc = await startBaseSepoliaService(chain, chain.rpcUrl, {
     proxy: { allow_private_upstreams: true },
     settlement: { before_answer: { enabled: false } },
   } as never)
-  const reg = await callApi(svc.url, '/api/v1/register', {
-    body: { wallet_address: chain.payers[4]!.address, business_name: 'MCP Co' },
-  })
-  key = reg.body.api_key
+  key = await registerMerchantKey(svc.url, chain.payers[4]!.address, 'MCP Co')
 })
 afterAll(async () => {
   await svc?.stop()
@@ -110,21 +88,7 @@ describe.each([
       payer: chain.payers[json ? 1 : 0]!.address,
       errorReason: 'settlement_pending',
     })
-    expect(upstream.served.get('weather')).toBe(1)
-    // The server got the call without the signed authorization.
-    const forwarded = upstream.messages.filter(
-      (m) => (m as { method?: string } | undefined)?.method === 'tools/call',
-    ) as Array<{ params: Record<string, unknown> }>
-    expect(forwarded.at(-1)!.params).toEqual({ name: 'weather', arguments: { city: 'Lyon' } })
-
-    const replay = await client.callTool({
-      name: 'weather',
-      arguments: { city: 'Lyon' },
-      _meta: { 'x402/payment': payload },
-    })
-    expect(replay.isError).toBe(true)
-    expect((replay.structuredContent as { error: string }).error).toBe('proof_already_used')
-    expect(upstream.served.get('weather')).toBe(1)
+    await expectServedOnceReplayRefused(client, upstream, payload, 'Lyon')
     await client.close()
     expect((await calls(ep.id)).map((c) => [c.tool, c.amount_atomic])).toEqual([['weather', '10000']])
   })

@@ -14,12 +14,10 @@ import { baseSepolia } from 'viem/chains'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import type { Service } from '../../src/service.ts'
-import { startTestChain } from '../helpers/anvil.ts'
 import { type McpUpstream, startMcpUpstream } from '../helpers/mcp-upstream.ts'
 import { callApi } from '../helpers/service.ts'
-import { startBaseSepoliaService } from '../x402/harness.ts'
+import { registerMerchantKey, startBaseSepoliaChain, startBaseSepoliaService } from '../x402/harness.ts'
 
-const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const usdcAbi = parseAbi([
   'function transfer(address to, uint256 value) returns (bool)',
   'function name() view returns (string)',
@@ -32,15 +30,12 @@ let key: string
 let upstream: McpUpstream
 
 beforeAll(async () => {
-  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+  chain = await startBaseSepoliaChain()
   svc = await startBaseSepoliaService(chain, chain.rpcUrl, {
     proxy: { allow_private_upstreams: true },
     settlement: { interval_ms: 500 },
   } as never)
-  const reg = await callApi(svc.url, '/api/v1/register', {
-    body: { wallet_address: chain.payers[4]!.address, business_name: 'MCP MPP Co' },
-  })
-  key = reg.body.api_key
+  key = await registerMerchantKey(svc.url, chain.payers[4]!.address, 'MCP MPP Co')
   upstream = await startMcpUpstream({ json: true })
 })
 afterAll(async () => {

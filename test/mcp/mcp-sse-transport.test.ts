@@ -5,42 +5,28 @@
 // payment in params._meta pays, and the result on the stream carries the settlement in its _meta.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js'
-import { x402Client } from '@x402/core/client'
-import { registerExactEvmScheme } from '@x402/evm/exact/client'
+import type { x402Client } from '@x402/core/client'
 import { wrapFetchWithPayment } from '@x402/fetch'
-import { privateKeyToAccount } from 'viem/accounts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { devAccount } from '../../src/chain/dev-accounts.ts'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { meteredEndpointUrl, sseSessions } from '../../src/mcp/sse-transport.ts'
 import type { Service } from '../../src/service.ts'
-import { startTestChain } from '../helpers/anvil.ts'
+import { expectServedOnceReplayRefused, weatherCalls, weatherMcpEndpoint } from '../helpers/mcp-payments.ts'
 import { type McpSseUpstream, startMcpSseUpstream } from '../helpers/mcp-sse-upstream.ts'
-import { callApi } from '../helpers/service.ts'
-import { startBaseSepoliaService } from '../x402/harness.ts'
-
-const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
-const MCP = { tools: { weather: 0.01 }, default_price: 0.003, free_tools: ['echo'] }
+import { exactPayer } from '../helpers/x402-v2.ts'
+import { registerMerchantKey, startBaseSepoliaChain, startBaseSepoliaService } from '../x402/harness.ts'
 
 let chain: DevChain
 let svc: Service
 let key: string
 const upstreams: McpSseUpstream[] = []
 
-function payerClient(i: number) {
-  const client = new x402Client()
-  registerExactEvmScheme(client, { signer: privateKeyToAccount(chain.payers[i]!.privateKey) as never })
-  return client
-}
+/** The published exact client signing for the chain's payer `i`. */
+const payerClient = (i: number) => exactPayer(chain.payers[i]!.privateKey).client
 
-async function endpoint(upstream: McpSseUpstream, inBand: boolean, extra: Record<string, unknown> = {}) {
-  const r = await callApi(svc.url, '/api/v1/endpoints', {
-    key,
-    body: { upstream_url: upstream.url, kind: 'mcp', mcp: { ...MCP, in_band: inBand }, ...extra },
-  })
-  if (r.status !== 201) throw new Error(`endpoint: ${r.status} ${r.text}`)
-  return r.body as { id: string; metered_url: string }
-}
+const endpoint = (upstream: McpSseUpstream, inBand: boolean, extra: Record<string, unknown> = {}) =>
+  weatherMcpEndpoint(svc.url, key, upstream.url, inBand, extra)
 
 async function connect(meteredUrl: string, fetchImpl?: typeof fetch) {
   const client = new Client({ name: 'sse-client', version: '1.0.0' })
@@ -82,14 +68,10 @@ function paymentRequiredOf(result: ToolResult): Record<string, unknown> | null {
   }
 }
 
-async function calls(endpointId: string) {
-  await svc.flushCaptures()
-  const r = await callApi(svc.url, `/api/v1/calls?endpoint_id=${endpointId}&tool=weather`, { key })
-  return r.body.data as Array<{ tool: string; amount_atomic: string }>
-}
+const calls = (endpointId: string) => weatherCalls(svc, key, endpointId)
 
 beforeAll(async () => {
-  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+  chain = await startBaseSepoliaChain()
   // Anvil's account 8 (gas, no payer, not the treasury) settles for the endpoint that settles before answering.
   svc = await startBaseSepoliaService(
     chain,
@@ -100,10 +82,7 @@ beforeAll(async () => {
       SETTLER_PRIVATE_KEY: devAccount(8).privateKey,
     },
   )
-  const reg = await callApi(svc.url, '/api/v1/register', {
-    body: { wallet_address: chain.payers[4]!.address, business_name: 'MCP SSE Co' },
-  })
-  key = reg.body.api_key
+  key = await registerMerchantKey(svc.url, chain.payers[4]!.address, 'MCP SSE Co')
 })
 afterAll(async () => {
   await svc?.stop()
@@ -164,22 +143,8 @@ describe.each([
       network: 'eip155:84532',
       payer: chain.payers[prefix === '' ? 0 : 1]!.address,
     })
-    expect(upstream.served.get('weather')).toBe(1)
-    // The server got the call without the signed authorization.
-    const forwarded = upstream.messages.filter(
-      (m) => (m as { method?: string }).method === 'tools/call',
-    ) as Array<{ params: Record<string, unknown> }>
-    expect(forwarded.at(-1)!.params).toEqual({ name: 'weather', arguments: { city: 'Lyon' } })
-
     // The replay is refused on the stream, unserved.
-    const replay = await client.callTool({
-      name: 'weather',
-      arguments: { city: 'Lyon' },
-      _meta: { 'x402/payment': payload },
-    })
-    expect(replay.isError).toBe(true)
-    expect((replay.structuredContent as { error: string }).error).toBe('proof_already_used')
-    expect(upstream.served.get('weather')).toBe(1)
+    await expectServedOnceReplayRefused(client, upstream, payload, 'Lyon')
     await client.close()
     expect((await calls(ep.id)).map((c) => [c.tool, c.amount_atomic])).toEqual([['weather', '10000']])
   })

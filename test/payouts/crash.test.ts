@@ -6,10 +6,10 @@ import { transferEvent } from '../../src/chain/usdc.ts'
 import { migrate } from '../../src/db/migrate.ts'
 import { createSql, type Sql } from '../../src/db/sql.ts'
 import { chainClients, type Funded, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
-import { type ChildService, pidAlive, startChildService } from '../helpers/child-service.ts'
+import { startChildService } from '../helpers/child-service.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
 import { waitFor } from '../helpers/wait-for.ts'
-import { createOwners, seedPaidCalls, sumBy } from './seed.ts'
+import { createOwners, killedAtFaultPoint, seedPaidCalls, sumBy } from './seed.ts'
 
 const POINTS = ['payout:before_broadcast', 'payout:after_broadcast', 'payout:after_confirm'] as const
 const SETTINGS = {
@@ -45,20 +45,10 @@ describe.runIf(usingServer)('crash safety', () => {
       const payers = [await fundedAccount(10_000_000n), await fundedAccount(10_000_000n)]
       const calls = await seedPaidCalls(sql, { treasury: treasury.address, owners, payers, calls: 12 })
 
-      const first: ChildService = await startChildService({
-        databaseUrl,
-        treasuryKey: treasury.privateKey,
-        env: { TOLLGATE_FAULT_POINT: point },
-        settings: SETTINGS,
-      })
-      cleanups.push(() => first.kill('SIGKILL'))
-      // The fault point SIGKILLs the server process itself (the child we spawned is node, not a wrapper).
-      const exit = await Promise.race([
-        first.exited,
-        new Promise((r) => setTimeout(() => r('timeout'), 30_000)),
-      ])
-      expect(exit, first.output()).toBe('SIGKILL')
-      expect(pidAlive(first.pid)).toBe(false)
+      const first = await killedAtFaultPoint(
+        { databaseUrl, treasuryKey: treasury.privateKey, point, settings: SETTINGS },
+        cleanups,
+      )
       expect(first.output()).not.toMatch(/shutting down/)
       const recorded = await sql<{ status: string }[]>`SELECT status FROM payouts`
       expect(recorded).toHaveLength(3)

@@ -10,13 +10,14 @@ import {
   http,
   keccak256,
 } from 'viem'
-import { inject } from 'vitest'
+import { expect, inject } from 'vitest'
 import { type Capture, claimAndCapture } from '../../src/books/claims.ts'
 import { insertAccount } from '../../src/db/accounts.ts'
 import type { Sql } from '../../src/db/sql.ts'
 import { newId } from '../../src/ids.ts'
 import { splitOwnerShare } from '../../src/money.ts'
 import { chainClients, erc20, type Funded, fundedAccount } from '../helpers/accounts.ts'
+import { type ChildService, pidAlive, startChildService } from '../helpers/child-service.ts'
 
 /** anvil's first account: the test USDC's minter, unlocked on the node. */
 const DEPLOYER: Address = '0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266'
@@ -177,4 +178,25 @@ export async function seedPaidCalls(
 
 export function sumBy<T>(items: T[], f: (t: T) => bigint): bigint {
   return items.reduce((s, t) => s + f(t), 0n)
+}
+
+/**
+ * The batcher started on this database with TOLLGATE_FAULT_POINT `point`: it SIGKILLs its own server process
+ * there (the child we spawned is node, not a wrapper). Waits for that, 30 s at most, and checks it is gone.
+ */
+export async function killedAtFaultPoint(
+  options: { databaseUrl: string; treasuryKey: Hex; point: string; settings: Record<string, unknown> },
+  cleanups: Array<() => Promise<void>>,
+): Promise<ChildService> {
+  const child = await startChildService({
+    databaseUrl: options.databaseUrl,
+    treasuryKey: options.treasuryKey,
+    env: { TOLLGATE_FAULT_POINT: options.point },
+    settings: options.settings,
+  })
+  cleanups.push(() => child.kill('SIGKILL'))
+  const exit = await Promise.race([child.exited, new Promise((r) => setTimeout(() => r('timeout'), 30_000))])
+  expect(exit, child.output()).toBe('SIGKILL')
+  expect(pidAlive(child.pid)).toBe(false)
+  return child
 }

@@ -12,14 +12,12 @@ import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { presentReceipt } from '../../src/data-plane/receipts.ts'
 import type { ReceiptRow } from '../../src/db/calls.ts'
 import type { Service } from '../../src/service.ts'
-import { startTestChain } from '../helpers/anvil.ts'
 import { startOpenAiUpstream } from '../helpers/openai-upstream.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 import { waitFor } from '../helpers/wait-for.ts'
-import { startBaseSepoliaService } from '../x402/harness.ts'
+import { registerMerchantKey, startBaseSepoliaChain, startBaseSepoliaService } from '../x402/harness.ts'
 
-const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const SIGNING_KEY = '0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba'
 
 describe('delivery record', () => {
@@ -31,7 +29,7 @@ describe('delivery record', () => {
   let apiKey: string
 
   beforeAll(async () => {
-    chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC, payers: 6 })
+    chain = await startBaseSepoliaChain({ payers: 6 })
     upstream = await startUpstream()
     svc = await startBaseSepoliaService(
       chain,
@@ -48,14 +46,11 @@ describe('delivery record', () => {
         RECEIPT_SIGNING_KEY: SIGNING_KEY,
       },
     )
-    const reg = await callApi(svc.url, '/api/v1/register', {
-      body: { wallet_address: chain.payers[4]!.address, business_name: 'Delivered Co' },
-    })
-    apiKey = reg.body.api_key
+    apiKey = await registerMerchantKey(svc.url, chain.payers[4]!.address, 'Delivered Co')
     const endpoint = async (path: string) =>
       (
         await callApi(svc.url, '/api/v1/endpoints', {
-          key: reg.body.api_key,
+          key: apiKey,
           body: { upstream_url: `${upstream.url}${path}`, price: 0.01 },
         })
       ).body.metered_url as string

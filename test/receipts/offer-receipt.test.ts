@@ -2,9 +2,7 @@
 // signed receipt in the paid answer's PAYMENT-RESPONSE, the public keys, and the final receipt at
 // /receipts/:id signed over what the call delivered (body SHA-256) and was charged.
 import { createHash } from 'node:crypto'
-import { x402Client } from '@x402/core/client'
 import { decodePaymentRequiredHeader, decodePaymentResponseHeader } from '@x402/core/http'
-import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import {
   decodeSignedOffers,
   type EIP712SignedOffer,
@@ -16,8 +14,6 @@ import {
   verifyReceiptMatchesOffer,
   verifyReceiptSignatureEIP712,
 } from '@x402/extensions/offer-receipt'
-import { wrapFetchWithPayment } from '@x402/fetch'
-import { recoverTypedDataAddress } from 'viem'
 import { privateKeyToAccount, privateKeyToAddress } from 'viem/accounts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { devAccount } from '../../src/chain/dev-accounts.ts'
@@ -25,12 +21,13 @@ import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { loadConfig } from '../../src/config/load.ts'
 import { createLogger } from '../../src/observability/logger.ts'
 import { type Service, startService } from '../../src/service.ts'
-import { startTestChain } from '../helpers/anvil.ts'
 import { freshDatabaseUrl } from '../helpers/database.ts'
+import { callReceiptSignature } from '../helpers/receipts.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
+import { exactPayer } from '../helpers/x402-v2.ts'
+import { registerMerchantKey, startBaseSepoliaChain } from '../x402/harness.ts'
 
-const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const SIGNING_KEY = '0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba'
 const OLD_SIGNER = '0x9965507D1a55bcC2695C58ba16FB37d819B0A4dc'
 
@@ -42,7 +39,7 @@ describe('offer-receipt', () => {
   let settledUrl: string
 
   beforeAll(async () => {
-    chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+    chain = await startBaseSepoliaChain()
     upstream = await startUpstream()
     const databaseUrl = await freshDatabaseUrl()
     const config = loadConfig({
@@ -61,16 +58,14 @@ describe('offer-receipt', () => {
       overrides: { database: { data_dir: 'memory://' }, proxy: { allow_private_upstreams: true } } as never,
     })
     svc = await startService(config, { logger: createLogger('warn') })
-    const reg = await callApi(svc.url, '/api/v1/register', {
-      body: { wallet_address: chain.payers[4]!.address, business_name: 'Signed Co' },
-    })
+    const merchantKey = await registerMerchantKey(svc.url, chain.payers[4]!.address, 'Signed Co')
     const ep = await callApi(svc.url, '/api/v1/endpoints', {
-      key: reg.body.api_key,
+      key: merchantKey,
       body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
     })
     meteredUrl = ep.body.metered_url
     const early = await callApi(svc.url, '/api/v1/endpoints', {
-      key: reg.body.api_key,
+      key: merchantKey,
       body: { upstream_url: `${upstream.url}/echo`, price: 0.01, x402_settlement: 'before_answer' },
     })
     settledUrl = early.body.metered_url
@@ -110,15 +105,13 @@ describe('offer-receipt', () => {
 
   it('the paid answer’s receipt verifies and matches the offer; a tampered receipt fails', async () => {
     const payer = privateKeyToAccount(chain.payers[0]!.privateKey)
-    const client = new x402Client()
-    registerExactEvmScheme(client, { signer: payer as never })
     const offerResponse = await fetch(meteredUrl)
     const [offer] = decodeSignedOffers(
       extractOffersFromPaymentRequired(
         decodePaymentRequiredHeader(offerResponse.headers.get('payment-required')!),
       ),
     )
-    const paid = await wrapFetchWithPayment(fetch, client)(`${meteredUrl}?q=signed`)
+    const paid = await exactPayer(payer).fetch(`${meteredUrl}?q=signed`)
     expect(paid.status).toBe(200)
     const body = Buffer.from(await paid.arrayBuffer())
     const receipt = extractReceiptFromResponse(paid) as EIP712SignedReceipt
@@ -139,36 +132,20 @@ describe('offer-receipt', () => {
     })
     expect(final.upstream_status).toBe(200)
     expect(final.amount_atomic).toBe('10000')
-    const keys = await (await fetch(`${svc.url}/.well-known/x402-receipt-keys.json`)).json()
     const p = final.signed.payload
-    const message = {
-      ...p,
-      upstreamStatus: BigInt(p.upstreamStatus),
-      bodyBytes: BigInt(p.bodyBytes),
-      issuedAt: BigInt(p.issuedAt),
-    }
-    const verify = (m: typeof message) =>
-      recoverTypedDataAddress({
-        domain: keys.domains.call_receipt,
-        types: keys.call_receipt_types,
-        primaryType: 'CallReceipt',
-        message: m,
-        signature: final.signed.signature,
-      })
-    expect(await verify(message)).toBe(keys.current.address)
+    const { currentKey, message, recover } = await callReceiptSignature(svc.url, final.signed)
+    expect(await recover(message)).toBe(currentKey)
     expect(p).toMatchObject({
       bodySha256: final.delivered.body_sha256,
       amountAtomic: '10000',
       upstreamStatus: 200,
     })
-    expect(await verify({ ...message, bodySha256: '00'.repeat(32) })).not.toBe(keys.current.address)
+    expect(await recover({ ...message, bodySha256: '00'.repeat(32) })).not.toBe(currentKey)
   })
 
   it('settled before the answer: both signed receipts name the mined transaction and still verify', async () => {
     const payer = privateKeyToAccount(chain.payers[1]!.privateKey)
-    const client = new x402Client()
-    registerExactEvmScheme(client, { signer: payer as never })
-    const paid = await wrapFetchWithPayment(fetch, client)(settledUrl)
+    const paid = await exactPayer(payer).fetch(settledUrl)
     expect(paid.status).toBe(200)
     await paid.arrayBuffer()
     const settlement = decodePaymentResponseHeader(paid.headers.get('payment-response')!)
@@ -190,24 +167,9 @@ describe('offer-receipt', () => {
       .toBe('settled')
     const final = await (await fetch(url)).json()
     expect(final.settlement.transaction).toBe(settlement.transaction)
-    const keys = await (await fetch(`${svc.url}/.well-known/x402-receipt-keys.json`)).json()
-    const p = final.signed.payload
-    expect(p.settlementTx).toBe(settlement.transaction)
-    const message = {
-      ...p,
-      upstreamStatus: BigInt(p.upstreamStatus),
-      bodyBytes: BigInt(p.bodyBytes),
-      issuedAt: BigInt(p.issuedAt),
-    }
-    const verify = (m: typeof message) =>
-      recoverTypedDataAddress({
-        domain: keys.domains.call_receipt,
-        types: keys.call_receipt_types,
-        primaryType: 'CallReceipt',
-        message: m,
-        signature: final.signed.signature,
-      })
-    expect(await verify(message)).toBe(keys.current.address)
-    expect(await verify({ ...message, settlementTx: `0x${'00'.repeat(32)}` })).not.toBe(keys.current.address)
+    expect(final.signed.payload.settlementTx).toBe(settlement.transaction)
+    const { currentKey, message, recover } = await callReceiptSignature(svc.url, final.signed)
+    expect(await recover(message)).toBe(currentKey)
+    expect(await recover({ ...message, settlementTx: `0x${'00'.repeat(32)}` })).not.toBe(currentKey)
   })
 })

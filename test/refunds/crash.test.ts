@@ -12,10 +12,10 @@ import { migrate } from '../../src/db/migrate.ts'
 import { createSql, type Sql } from '../../src/db/sql.ts'
 import { newId } from '../../src/ids.ts'
 import { chainClients, type Funded, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
-import { type ChildService, pidAlive, startChildService } from '../helpers/child-service.ts'
+import { startChildService } from '../helpers/child-service.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
 import { waitFor } from '../helpers/wait-for.ts'
-import { createOwners, seedPaidCalls, sumBy } from '../payouts/seed.ts'
+import { createOwners, killedAtFaultPoint, seedPaidCalls, sumBy } from '../payouts/seed.ts'
 
 const POINTS = ['payout:before_broadcast', 'payout:after_broadcast', 'payout:after_confirm'] as const
 const SETTINGS = {
@@ -84,19 +84,10 @@ describe.runIf(usingServer)('refunds when the payout batcher is killed', () => {
       expect(full.refund.amount_atomic).toBe(calls[0]!.amount)
       const before = await Promise.all(payers.map((p) => usdcBalance(p.address)))
 
-      const first: ChildService = await startChildService({
-        databaseUrl,
-        treasuryKey: treasury.privateKey,
-        env: { TOLLGATE_FAULT_POINT: point },
-        settings: SETTINGS,
-      })
-      cleanups.push(() => first.kill('SIGKILL'))
-      const exit = await Promise.race([
-        first.exited,
-        new Promise((r) => setTimeout(() => r('timeout'), 30_000)),
-      ])
-      expect(exit, first.output()).toBe('SIGKILL')
-      expect(pidAlive(first.pid)).toBe(false)
+      await killedAtFaultPoint(
+        { databaseUrl, treasuryKey: treasury.privateKey, point, settings: SETTINGS },
+        cleanups,
+      )
       const recorded = await sql<{ status: string }[]>`SELECT status FROM payouts`
       // The owner's payout and one refund payout per payer, none resolved at the kill.
       expect(recorded).toHaveLength(3)

@@ -11,18 +11,8 @@ import { wrapFetchWithPayment } from '@x402/fetch'
 import { Challenge, Credential, Receipt } from 'mppx'
 import { Mppx } from 'mppx/client'
 import { evm } from 'mppx/evm/client'
-import {
-  type Address,
-  createWalletClient,
-  type Hex,
-  http,
-  keccak256,
-  parseAbi,
-  publicActions,
-  toHex,
-} from 'viem'
+import { type Address, type Hex, keccak256, parseAbi, toHex } from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
-import { baseSepolia } from 'viem/chains'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { wrapFetchWithPayment as wrapFetchV1 } from 'x402-fetch'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
@@ -35,7 +25,7 @@ import { startOpenAiUpstream } from '../helpers/openai-upstream.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 import { waitFor } from '../helpers/wait-for.ts'
-import { startBaseSepoliaService } from '../x402/harness.ts'
+import { baseSepoliaWallet, sendUsdc, startBaseSepoliaService } from '../x402/harness.ts'
 
 const PRICE_ATOMIC = 10_000n // 0.01 USDC
 const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
@@ -59,23 +49,8 @@ let urlB: string
 let apiKey: string
 let token: { name: string; version: string }
 
-function wallet(key: Hex) {
-  return createWalletClient({
-    account: privateKeyToAccount(key),
-    chain: baseSepolia,
-    transport: http(chain.rpcUrl),
-  }).extend(publicActions)
-}
-
-async function fund(to: Address, amount: bigint): Promise<void> {
-  const hash = await funder.writeContract({
-    address: chain.usdcAddress,
-    abi: usdcAbi,
-    functionName: 'transfer',
-    args: [to, amount],
-  })
-  await funder.waitForTransactionReceipt({ hash })
-}
+const wallet = (key: Hex) => baseSepoliaWallet(chain, key)
+const fund = (to: Address, amount: bigint) => sendUsdc(funder, chain, to, amount)
 
 /** A fresh payer holding `atomic`, its mppx client (unchanged) and the credentials that client sent. */
 async function mppPayer(atomic: bigint) {

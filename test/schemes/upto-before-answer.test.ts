@@ -9,10 +9,8 @@
 // wait_ms answers settlement_pending with its hash; the leader's job leaves that transaction alone while the
 // node holds it (nothing signed again) and books it once mined: the charge moves once.
 import { createServer, type Server } from 'node:http'
-import type { AddressInfo } from 'node:net'
-import { x402Client, x402HTTPClient } from '@x402/core/client'
+import { x402HTTPClient } from '@x402/core/client'
 import { decodePaymentResponseHeader } from '@x402/core/http'
-import { UptoEvmScheme } from '@x402/evm/upto/client'
 import { wrapFetchWithPayment } from '@x402/fetch'
 import { type Hash, parseAbi, parseEventLogs } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
@@ -25,7 +23,8 @@ import { chainClients, type Funded, fundedAccount, usdcBalance } from '../helper
 import { mine, setAutomine } from '../helpers/anvil.ts'
 import { checkPaymentProtocol } from '../helpers/payment-checks.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
-import { approvedPayer } from '../helpers/upto-payer.ts'
+import { approvedPayer, publishedUptoClient } from '../helpers/upto-payer.ts'
+import { listenLocal, writeUsageStream } from '../helpers/usage-stream.ts'
 
 checkPaymentProtocol()
 
@@ -55,28 +54,10 @@ function startLlmUpstream() {
         res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) })
         return res.end(json)
       }
-      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
-      for (let i = 0; i < chunks; i++) {
-        const chunk = {
-          id: 'c1',
-          object: 'chat.completion.chunk',
-          choices: [{ index: 0, delta: { content: `t${i} ` } }],
-        }
-        res.write(`data: ${JSON.stringify(chunk)}\n\n`)
-      }
-      const usage = { ...USAGE, total_tokens: USAGE.prompt_tokens + USAGE.completion_tokens }
-      res.write(
-        `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [], usage })}\n\n`,
-      )
-      res.end('data: [DONE]\n\n')
+      writeUsageStream(res, chunks, USAGE)
     })
   })
-  return new Promise<{ url: string; close(): Promise<void> }>((resolve) => {
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as AddressInfo
-      resolve({ url: `http://127.0.0.1:${port}`, close: () => new Promise((r) => server.close(() => r())) })
-    })
-  })
+  return listenLocal(server)
 }
 
 let svc: TestService
@@ -135,13 +116,7 @@ afterAll(async () => {
   await upstream?.close()
 })
 
-function uptoClient(p: Funded): x402Client {
-  const network = `eip155:${svc.chain.chainId}` as const
-  return x402Client.fromConfig({
-    schemes: [{ network, client: new UptoEvmScheme(p.account) }],
-    spendControls: { allowedAssets: [{ network, asset: svc.chain.usdc.address }] },
-  })
-}
+const uptoClient = (p: Funded) => publishedUptoClient(svc, p)
 
 const REQUEST = {
   method: 'POST',

@@ -3,8 +3,6 @@
 // instance, 8, 50 or 200 ms apart, to an endpoint whose upstream answers in 1 s with usage above the ceiling. One is
 // served and charged its maximum; the other is refused 402 insufficient_funds before anything is forwarded,
 // and the one settlement is mined: no served call is left unpaid.
-import { x402Client, x402HTTPClient } from '@x402/core/client'
-import { UptoEvmScheme } from '@x402/evm/upto/client'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { UPTO_SETTLEMENT_JOB } from '../../src/schemes/upto/settle-after.ts'
@@ -13,7 +11,7 @@ import { usingServer } from '../helpers/database.ts'
 import type { OpenAiUpstream } from '../helpers/openai-upstream.ts'
 import type { TestService } from '../helpers/service.ts'
 import { startTokenPricedPair, type TokenPricedPair } from '../helpers/two-instances.ts'
-import { approvedPayer } from '../helpers/upto-payer.ts'
+import { approvedPayer, publishedUptoHeader } from '../helpers/upto-payer.ts'
 
 // Plain JSON with usage far above the ceiling: the charge is the signed maximum.
 const BODY = JSON.stringify({ model: 'huge-usage' })
@@ -35,22 +33,9 @@ describe.runIf(usingServer)('x402 upto payer reservation over two instances on o
 
   /** One payment header of the published upto client (a fresh Permit2 nonce), for the 402 `s` answers. */
   async function permitHeader(s: TestService, payer: Funded): Promise<Record<string, string>> {
-    const network = `eip155:${s.chain.chainId}` as const
-    const client = new x402HTTPClient(
-      x402Client.fromConfig({
-        schemes: [{ network, client: new UptoEvmScheme(payer.account) }],
-        spendControls: { allowedAssets: [{ network, asset: s.chain.usdc.address }] },
-      }),
-    )
-    const r = await fetch(url(s), {
-      method: 'POST',
-      body: BODY,
-      headers: { 'content-type': 'application/json' },
-    })
-    expect(r.status).toBe(402)
-    const required = client.getPaymentRequiredResponse((name) => r.headers.get(name), await r.json())
+    const { header, required } = await publishedUptoHeader(s, url(s), BODY, payer)
     expect(BigInt(required.accepts.find((x) => x.scheme === 'upto')!.amount)).toBe(MAX)
-    return client.encodePaymentSignatureHeader(await client.createPaymentPayload(required))
+    return header
   }
 
   const send = (s: TestService, header: Record<string, string>) =>

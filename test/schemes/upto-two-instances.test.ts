@@ -1,8 +1,6 @@
 // Two tollgate instances on one PostgreSQL database, one token-priced endpoint paid by x402 upto: of 20
 // concurrent requests carrying one permit (the published client's) over both instances, exactly one streams
 // and is charged; the permit is settled once, for that charge, whichever instance's job runs.
-import { x402Client, x402HTTPClient } from '@x402/core/client'
-import { UptoEvmScheme } from '@x402/evm/upto/client'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { UPTO_SETTLEMENT_JOB } from '../../src/schemes/upto/settle-after.ts'
@@ -11,7 +9,7 @@ import { usingServer } from '../helpers/database.ts'
 import type { OpenAiUpstream } from '../helpers/openai-upstream.ts'
 import type { TestService } from '../helpers/service.ts'
 import { startTokenPricedPair, type TokenPricedPair } from '../helpers/two-instances.ts'
-import { approvedPayer } from '../helpers/upto-payer.ts'
+import { approvedPayer, publishedUptoHeader } from '../helpers/upto-payer.ts'
 
 const BODY = JSON.stringify({ model: 'gpt', stream: true })
 
@@ -33,21 +31,7 @@ describe.runIf(usingServer)('x402 upto over two instances on one database', () =
 
   /** One payment header of the published upto client, for the 402 instance `s` answers. */
   async function permitHeader(s: TestService): Promise<Record<string, string>> {
-    const network = `eip155:${s.chain.chainId}` as const
-    const client = new x402HTTPClient(
-      x402Client.fromConfig({
-        schemes: [{ network, client: new UptoEvmScheme(payer.account) }],
-        spendControls: { allowedAssets: [{ network, asset: s.chain.usdc.address }] },
-      }),
-    )
-    const r = await fetch(url(s), {
-      method: 'POST',
-      body: BODY,
-      headers: { 'content-type': 'application/json' },
-    })
-    expect(r.status).toBe(402)
-    const required = client.getPaymentRequiredResponse((name) => r.headers.get(name), await r.json())
-    return client.encodePaymentSignatureHeader(await client.createPaymentPayload(required))
+    return (await publishedUptoHeader(s, url(s), BODY, payer)).header
   }
 
   it('streams and charges exactly one of 20 concurrent requests carrying one permit, settled once', async () => {

@@ -7,9 +7,6 @@
 // The endpoint here settles after the call (x402_settlement "after"): the settlement job's path. The default,
 // settled before the answer, is test/schemes/upto-before-answer.test.ts.
 import { createServer, type Server } from 'node:http'
-import type { AddressInfo } from 'node:net'
-import { x402Client } from '@x402/core/client'
-import { UptoEvmScheme } from '@x402/evm/upto/client'
 import { wrapFetchWithPayment } from '@x402/fetch'
 import { type Hash, parseAbi, parseEventLogs } from 'viem'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -19,7 +16,8 @@ import { UPTO_SETTLEMENT_JOB } from '../../src/schemes/upto/settle-after.ts'
 import { chainClients, type Funded, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
 import { expectSettledAt, PENDING_SETTLEMENT } from '../helpers/receipts.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
-import { approvedPayer } from '../helpers/upto-payer.ts'
+import { approvedPayer, publishedUptoClient } from '../helpers/upto-payer.ts'
+import { listenLocal, type Usage, writeUsageStream } from '../helpers/usage-stream.ts'
 
 const { rpcUrl, publicClient } = chainClients()
 // 3 and 15 USDC per million tokens: 3 and 15 base units per token, so the charge is exact in base units.
@@ -31,36 +29,13 @@ const MAX_PRICE_ATOMIC = 500_000n
  * An OpenAI-compatible upstream streaming 50 chunks, then the usage chunk it was asked for: `usage`, or
  * `overUsage` on paths under /over (an answer whose tokens cost more than the ceiling).
  */
-function startLlmUpstream(
-  usage: { prompt_tokens: number; completion_tokens: number },
-  overUsage: { prompt_tokens: number; completion_tokens: number },
-) {
+function startLlmUpstream(usage: Usage, overUsage: Usage) {
   const server: Server = createServer((req, res) => {
     const u = req.url?.includes('/over') ? overUsage : usage
     req.resume()
-    req.on('end', () => {
-      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
-      for (let i = 0; i < 50; i++) {
-        const chunk = {
-          id: 'c1',
-          object: 'chat.completion.chunk',
-          choices: [{ index: 0, delta: { content: `t${i} ` } }],
-        }
-        res.write(`data: ${JSON.stringify(chunk)}\n\n`)
-      }
-      const total = u.prompt_tokens + u.completion_tokens
-      res.write(
-        `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [], usage: { ...u, total_tokens: total } })}\n\n`,
-      )
-      res.end('data: [DONE]\n\n')
-    })
+    req.on('end', () => writeUsageStream(res, 50, u))
   })
-  return new Promise<{ url: string; close(): Promise<void> }>((resolve) => {
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as AddressInfo
-      resolve({ url: `http://127.0.0.1:${port}`, close: () => new Promise((r) => server.close(() => r())) })
-    })
-  })
+  return listenLocal(server)
 }
 
 let svc: TestService
@@ -111,14 +86,7 @@ afterAll(async () => {
   await upstream?.close()
 })
 
-/** The published client as a payer configures it: the test USDC is not a default asset, so it is allowed. */
-function uptoClient(p: Funded): x402Client {
-  const network = `eip155:${svc.chain.chainId}` as const
-  return x402Client.fromConfig({
-    schemes: [{ network, client: new UptoEvmScheme(p.account) }],
-    spendControls: { allowedAssets: [{ network, asset: svc.chain.usdc.address }] },
-  })
-}
+const uptoClient = (p: Funded) => publishedUptoClient(svc, p)
 
 function uptoFetch(p: Funded, f: typeof fetch = fetch) {
   return wrapFetchWithPayment(f, uptoClient(p))

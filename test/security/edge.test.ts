@@ -1,78 +1,23 @@
 // Hostile input at the public port: request framing, header limits, slow and aborted uploads, and the rate
 // limits of the unauthenticated surfaces. Raw sockets, because fetch() would never send these requests.
-import { connect, type Socket } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { fundedAccount, payUsdc } from '../helpers/accounts.ts'
+import { type PaidEcho, startPaidEcho } from '../helpers/paid-echo.ts'
+import { jsonBody, raw } from '../helpers/raw-http.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
-
-interface RawResult {
-  status: number | null
-  text: string
-  headers: Record<string, string>
-  /** ms from the first byte sent to the server's close, or null if still open at the deadline. */
-  closedAfterMs: number | null
-}
-
-/** Sends `head` (+ `body`), collects the answer until the server closes or `waitMs` passes. */
-function raw(url: string, head: string, body = '', waitMs = 3000, keep?: (s: Socket) => void) {
-  const { hostname, port } = new URL(url)
-  return new Promise<RawResult>((resolve) => {
-    const socket = connect(Number(port), hostname)
-    const started = Date.now()
-    let text = ''
-    const finish = (closed: boolean) => {
-      clearTimeout(timer)
-      const status = /^HTTP\/1\.1 (\d{3})/.exec(text)
-      const headers: Record<string, string> = {}
-      for (const line of text.split('\r\n\r\n')[0]!.split('\r\n').slice(1)) {
-        const i = line.indexOf(':')
-        if (i > 0) headers[line.slice(0, i).toLowerCase()] = line.slice(i + 1).trim()
-      }
-      resolve({
-        status: status ? Number(status[1]) : null,
-        text,
-        headers,
-        closedAfterMs: closed ? Date.now() - started : null,
-      })
-    }
-    const timer = setTimeout(() => {
-      socket.destroy()
-      finish(false)
-    }, waitMs)
-    socket.setEncoding('latin1')
-    socket.on('data', (d: string) => {
-      text += d
-    })
-    socket.on('error', () => {})
-    socket.on('close', () => finish(true))
-    socket.write(head + body)
-    keep?.(socket)
-  })
-}
-
-const jsonBody = (r: RawResult) => JSON.parse(r.text.slice(r.text.indexOf('\r\n\r\n') + 4))
 
 describe('framing, header limits and slow clients', () => {
   let svc: TestService
   let upstream: Upstream
   let endpointPath: string
   let payer: Awaited<ReturnType<typeof fundedAccount>>
+  let echo: PaidEcho
   beforeAll(async () => {
-    svc = await startTestService()
-    upstream = await startUpstream()
-    const merchant = await registerMerchant(svc)
-    const r = await svc.api('/api/v1/endpoints', {
-      key: merchant.key,
-      body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
-    })
-    endpointPath = `/m/${r.body.id}`
-    payer = await fundedAccount(10_000_000n)
+    echo = await startPaidEcho()
+    ;({ svc, upstream, endpointPath, payer } = echo)
   })
-  afterAll(async () => {
-    await svc?.stop()
-    await upstream?.close()
-  })
+  afterAll(() => echo?.stop())
 
   const claimOf = async (hash: string) =>
     svc.sql<{ status: string; lease_until: Date | null }[]>`

@@ -3,41 +3,15 @@
 // fetch() would never send these requests.
 import { connect } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
-import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
-import { startUpstream, type Upstream } from '../helpers/upstream.ts'
+import { type Funded, payUsdc } from '../helpers/accounts.ts'
+import { type PaidEcho, startPaidEcho } from '../helpers/paid-echo.ts'
+import { raw } from '../helpers/raw-http.ts'
+import type { TestService } from '../helpers/service.ts'
+import type { Upstream } from '../helpers/upstream.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 
-interface Exchange {
-  /** Everything the server wrote before it closed (latin1). */
-  text: string
-  /** ms from the first byte sent to the server's close, or null if still open at the deadline. */
-  closedAfterMs: number | null
-}
-
 /** Writes `data` in one go and reads until the server closes or `waitMs` passes. */
-function exchange(url: string, data: string, waitMs = 5000): Promise<Exchange> {
-  const { hostname, port } = new URL(url)
-  return new Promise((resolve) => {
-    const socket = connect(Number(port), hostname)
-    const started = Date.now()
-    let text = ''
-    const timer = setTimeout(() => {
-      socket.destroy()
-      resolve({ text, closedAfterMs: null })
-    }, waitMs)
-    socket.setEncoding('latin1')
-    socket.on('data', (d: string) => {
-      text += d
-    })
-    socket.on('error', () => {})
-    socket.on('close', () => {
-      clearTimeout(timer)
-      resolve({ text, closedAfterMs: Date.now() - started })
-    })
-    socket.write(data)
-  })
-}
+const exchange = (url: string, data: string, waitMs = 5000) => raw(url, data, '', waitMs)
 
 const statusOf = (text: string) => Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1] ?? 0)
 const bodyOf = (text: string) => JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4))
@@ -48,21 +22,12 @@ describe('request smuggling behind a framing error', () => {
   let upstream: Upstream
   let endpointPath: string
   let payer: Funded
+  let echo: PaidEcho
   beforeAll(async () => {
-    svc = await startTestService()
-    upstream = await startUpstream()
-    const merchant = await registerMerchant(svc)
-    const r = await svc.api('/api/v1/endpoints', {
-      key: merchant.key,
-      body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
-    })
-    endpointPath = `/m/${r.body.id}`
-    payer = await fundedAccount(10_000_000n)
+    echo = await startPaidEcho()
+    ;({ svc, upstream, endpointPath, payer } = echo)
   })
-  afterAll(async () => {
-    await svc?.stop()
-    await upstream?.close()
-  })
+  afterAll(() => echo?.stop())
 
   const claims = async (hash: string) =>
     (await svc.sql`SELECT 1 FROM claims WHERE proof_key = ${`tx:${hash.toLowerCase()}`}`).length
@@ -262,21 +227,12 @@ describe('chunked request bodies accepted (server.accept_chunked_requests: true)
   let upstream: Upstream
   let endpointPath: string
   let payer: Funded
+  let echo: PaidEcho
   beforeAll(async () => {
-    svc = await startTestService({ overrides: { server: { accept_chunked_requests: true } } })
-    upstream = await startUpstream()
-    const merchant = await registerMerchant(svc)
-    const r = await svc.api('/api/v1/endpoints', {
-      key: merchant.key,
-      body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
-    })
-    endpointPath = `/m/${r.body.id}`
-    payer = await fundedAccount(10_000_000n)
+    echo = await startPaidEcho({ overrides: { server: { accept_chunked_requests: true } } })
+    ;({ svc, upstream, endpointPath, payer } = echo)
   })
-  afterAll(async () => {
-    await svc?.stop()
-    await upstream?.close()
-  })
+  afterAll(() => echo?.stop())
   const claims = async (hash: string) =>
     (await svc.sql`SELECT 1 FROM claims WHERE proof_key = ${`tx:${hash.toLowerCase()}`}`).length
 

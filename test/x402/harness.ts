@@ -6,6 +6,7 @@
 import {
   type Address,
   type Chain,
+  createPublicClient,
   createWalletClient,
   type Hex,
   http,
@@ -17,7 +18,7 @@ import { privateKeyToAccount } from 'viem/accounts'
 import { baseSepolia } from 'viem/chains'
 import { createPaymentHeader, selectPaymentRequirements } from 'x402/client'
 import { type PaymentRequirements, PaymentRequirementsSchema } from 'x402/types'
-import { type DevChain, fundDevGas } from '../../src/chain/dev-chain.ts'
+import { type DevChain, type DevChainOptions, fundDevGas } from '../../src/chain/dev-chain.ts'
 import { settlerSlotKey } from '../../src/chain/settler-keys.ts'
 import { loadConfig } from '../../src/config/load.ts'
 import type { Settings } from '../../src/config/schema.ts'
@@ -69,6 +70,70 @@ export interface SettlementState {
   unsettledBookedEntries: number
 }
 
+/** Base Sepolia's USDC: the test token is put at this address, where the published v2 clients know it as USDC. */
+export const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
+
+/**
+ * A private anvil as base-sepolia for the published v2 clients: chain id 84532, the token at Base Sepolia's
+ * USDC address. Stop it in afterAll.
+ */
+export function startBaseSepoliaChain(options: Partial<DevChainOptions> = {}): Promise<DevChain> {
+  return startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC, ...options })
+}
+
+/** Registers a merchant with this wallet and name on the service at `url`; its API key. */
+export async function registerMerchantKey(
+  url: string,
+  wallet: Address,
+  businessName: string,
+): Promise<string> {
+  const reg = await callApi(url, '/api/v1/register', {
+    body: { wallet_address: wallet, business_name: businessName },
+  })
+  if (reg.status !== 201) throw new Error(`register: ${reg.status} ${reg.text}`)
+  return reg.body.api_key as string
+}
+
+/**
+ * What an x402 client is handed: a viem wallet client with public actions (x402's SignerWallet) on Base
+ * Sepolia, talking to the private anvil. The chain is widened to `Chain` only for the types: x402's
+ * SignerWallet is declared over the generic Chain, and Base Sepolia's OP-stack formatters do not fit it.
+ */
+export function baseSepoliaWallet(chain: DevChain, key: Hex) {
+  return createWalletClient({
+    account: privateKeyToAccount(key),
+    chain: baseSepolia as Chain,
+    transport: http(chain.rpcUrl),
+  }).extend(publicActions)
+}
+
+/** Sends `amount` of the test token from `from` to `to`, and waits until it is mined. */
+export async function sendUsdc(
+  from: ReturnType<typeof baseSepoliaWallet>,
+  chain: DevChain,
+  to: Address,
+  amount: bigint,
+): Promise<void> {
+  const hash = await from.writeContract({
+    address: chain.usdcAddress,
+    abi: parseAbi(['function transfer(address to, uint256 value) returns (bool)']),
+    functionName: 'transfer',
+    args: [to, amount],
+  })
+  await from.waitForTransactionReceipt({ hash })
+}
+
+/** The test token's balance of `owner` on `chain`, read from the chain itself. */
+export function usdcBalanceOf(chain: DevChain, owner: Address): Promise<bigint> {
+  const reader = createPublicClient({ transport: http(chain.rpcUrl) })
+  return reader.readContract({
+    address: chain.usdcAddress,
+    abi: erc20,
+    functionName: 'balanceOf',
+    args: [owner],
+  })
+}
+
 /**
  * A service on `chain` (chain id 84532) announced as base-sepolia, the network the published x402 clients
  * know, talking to the chain through `rpcUrl` (the chain's, or a proxy in front of it).
@@ -80,7 +145,8 @@ export async function startBaseSepoliaService(
   logLevel: 'error' | 'warn' | 'info' = 'warn',
   env: Record<string, string> = {},
 ): Promise<Service> {
-  const databaseUrl = await freshDatabaseUrl()
+  // A DATABASE_URL in env is the one the instance shares with another: no fresh database for it.
+  const databaseUrl = env.DATABASE_URL ?? (await freshDatabaseUrl())
   const config = loadConfig({
     env: {
       NODE_ENV: 'test',
@@ -98,6 +164,22 @@ export async function startBaseSepoliaService(
   // operator funds them (docs/operations.md). A test that names its own settler key funds it (or not) itself.
   if (env.SETTLER_PRIVATE_KEY === undefined) await fundSettlerSlots(rpcUrl, chain.treasury.privateKey, 4)
   return startService(config, { logger: createLogger(logLevel) })
+}
+
+/**
+ * Two instances as startBaseSepoliaService makes them, sharing one fresh server database (PGlite is one
+ * session): where the tests that a proof serves once, whichever instance takes it, start.
+ */
+export async function startBaseSepoliaPair(
+  chain: DevChain,
+  overrides?: DeepPartial<Settings>,
+): Promise<[Service, Service]> {
+  const databaseUrl = await freshDatabaseUrl()
+  if (!databaseUrl) throw new Error('two instances share a PostgreSQL server: set DATABASE_URL')
+  const env = { DATABASE_URL: databaseUrl }
+  const a = await startBaseSepoliaService(chain, chain.rpcUrl, overrides, 'warn', env)
+  const b = await startBaseSepoliaService(chain, chain.rpcUrl, overrides, 'warn', env)
+  return [a, b]
 }
 
 /**
@@ -144,13 +226,7 @@ export async function startX402Setup(
     publicActions,
   )
   // Payers 0-3 pay; payer 4 owns the endpoint.
-  const wallets = chain.payers.slice(0, 4).map((p) =>
-    createWalletClient({
-      account: privateKeyToAccount(p.privateKey),
-      chain: baseSepolia as Chain,
-      transport: http(chain.rpcUrl),
-    }).extend(publicActions),
-  )
+  const wallets = chain.payers.slice(0, 4).map((p) => baseSepoliaWallet(chain, p.privateKey))
 
   const requirements = async (): Promise<PaymentRequirements> => {
     const r = await fetch(meteredUrl)

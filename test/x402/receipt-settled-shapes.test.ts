@@ -27,14 +27,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { decodeXPaymentResponse, wrapFetchWithPayment as wrapFetchV1 } from 'x402-fetch'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { settlerSlotKey } from '../../src/chain/settler-keys.ts'
-import { startTestChain } from '../helpers/anvil.ts'
 import { type ChildService, startChildService } from '../helpers/child-service.ts'
 import { freshDatabaseUrl } from '../helpers/database.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
-import { fundSettlerSlots } from './harness.ts'
-
-const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
+import { fundSettlerSlots, registerMerchantKey, startBaseSepoliaChain } from './harness.ts'
 
 const usdc = parseAbi(['event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce)'])
 
@@ -60,12 +57,9 @@ function child(databaseUrl: string | null, env: Record<string, string> = {}): Pr
 
 /** Registers an owner and an endpoint that makes no x402_settlement choice (the default). */
 async function defaultEndpoint(url: string): Promise<string> {
-  const reg = await callApi(url, '/api/v1/register', {
-    body: { wallet_address: chain.payers[4]!.address, business_name: 'shapes Co' },
-  })
-  expect(reg.status).toBe(201)
+  const merchantKey = await registerMerchantKey(url, chain.payers[4]!.address, 'shapes Co')
   const ep = await callApi(url, '/api/v1/endpoints', {
-    key: reg.body.api_key,
+    key: merchantKey,
     body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
   })
   expect(ep.status, JSON.stringify(ep.body)).toBe(201)
@@ -137,7 +131,7 @@ function slotAddress(slot: number): string {
 }
 
 beforeAll(async () => {
-  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+  chain = await startBaseSepoliaChain()
   upstream = await startUpstream()
   reader = createPublicClient({ chain: baseSepolia, transport: http(chain.rpcUrl) }) as never
   await fundSettlerSlots(chain.rpcUrl, chain.treasury.privateKey, 4)

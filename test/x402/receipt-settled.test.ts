@@ -8,22 +8,18 @@
 // all unchanged, against a private anvil announced as base-sepolia (AuthorizationBatcher present).
 
 import { wrapAxiosWithPayment } from '@x402/axios'
-import { x402Client, x402HTTPClient } from '@x402/core/client'
+import { x402HTTPClient } from '@x402/core/client'
 import { decodePaymentResponseHeader } from '@x402/core/http'
-import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import { wrapFetchWithPayment } from '@x402/fetch'
 import axios from 'axios'
 import {
   type Address,
-  type Chain,
   createPublicClient,
   createTestClient,
-  createWalletClient,
   type Hex,
   http,
   parseAbi,
   parseEventLogs,
-  publicActions,
 } from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { baseSepolia } from 'viem/chains'
@@ -33,16 +29,21 @@ import { decodeXPaymentResponse, wrapFetchWithPayment as wrapFetchV1 } from 'x40
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { settlerSlotKey } from '../../src/chain/settler-keys.ts'
 import type { Service } from '../../src/service.ts'
-import { startTestChain } from '../helpers/anvil.ts'
 import { checkPaymentProtocol } from '../helpers/payment-checks.ts'
 import { expectSettledAt, PENDING_SETTLEMENT } from '../helpers/receipts.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream } from '../helpers/upstream.ts'
-import { startBaseSepoliaService } from './harness.ts'
+import { exactPayer } from '../helpers/x402-v2.ts'
+import {
+  baseSepoliaWallet,
+  registerMerchantKey,
+  startBaseSepoliaChain,
+  startBaseSepoliaService,
+  usdcBalanceOf,
+} from './harness.ts'
 
 checkPaymentProtocol()
 
-const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const PRICE_ATOMIC = 10_000n
 
 const usdc = parseAbi([
@@ -87,14 +88,7 @@ async function carriesAuthorizationOf(tx: Hex, payer: Address): Promise<boolean>
   return (await placeOf(tx, payer)) !== null
 }
 
-function balanceOf(owner: Address): Promise<bigint> {
-  return reader.readContract({
-    address: chain.usdcAddress,
-    abi: usdc,
-    functionName: 'balanceOf',
-    args: [owner],
-  })
-}
+const balanceOf = (owner: Address) => usdcBalanceOf(chain, owner)
 
 async function receiptAt(id: string | null | undefined) {
   const r = await fetch(`${svc.url}/receipts/${id}`)
@@ -125,22 +119,12 @@ async function expectReceiptUrlShowsSettlement(receiptId: string | null, tx: Hex
   return body
 }
 
-function v2Client(key: Hex) {
-  const client = new x402Client()
-  registerExactEvmScheme(client, { signer: privateKeyToAccount(key) as never })
-  return client
-}
+const v2Client = (key: Hex) => exactPayer(key).client
 
-function v1Wallet(key: Hex) {
-  return createWalletClient({
-    account: privateKeyToAccount(key),
-    chain: baseSepolia as Chain,
-    transport: http(chain.rpcUrl),
-  }).extend(publicActions)
-}
+const v1Wallet = (key: Hex) => baseSepoliaWallet(chain, key)
 
 beforeAll(async () => {
-  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+  chain = await startBaseSepoliaChain()
   upstream = await startUpstream()
   reader = createPublicClient({ chain: baseSepolia, transport: http(chain.rpcUrl) }) as never
   // The default settlement settings and no SETTLER_PRIVATE_KEY: slot 0's key is derived from the treasury's
@@ -152,11 +136,7 @@ beforeAll(async () => {
     { settlement: { interval_ms: 3_600_000 } } as never,
     'warn',
   )
-  const reg = await callApi(svc.url, '/api/v1/register', {
-    body: { wallet_address: chain.payers[4]!.address, business_name: 'receipts Co' },
-  })
-  expect(reg.status).toBe(201)
-  apiKey = reg.body.api_key
+  apiKey = await registerMerchantKey(svc.url, chain.payers[4]!.address, 'receipts Co')
   const ep = await callApi(svc.url, '/api/v1/endpoints', {
     key: apiKey,
     body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
@@ -354,11 +334,9 @@ describe('when the settler cannot send, the receipt says pending and the batch s
       expect(dry.settler).toMatchObject({ ok: false })
       expect(dry.settler?.detail).toContain(privateKeyToAccount(settlerKey).address)
       expect(dry.settler?.detail).toContain('below gas_floor_eth')
-      const reg = await callApi(broke.url, '/api/v1/register', {
-        body: { wallet_address: chain.payers[4]!.address, business_name: 'broke settler Co' },
-      })
+      const merchantKey = await registerMerchantKey(broke.url, chain.payers[4]!.address, 'broke settler Co')
       const ep = await callApi(broke.url, '/api/v1/endpoints', {
-        key: reg.body.api_key,
+        key: merchantKey,
         body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
       })
       expect(ep.body.x402_settlement).toBe('before_answer')

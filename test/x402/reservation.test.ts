@@ -7,23 +7,26 @@ import { x402Client } from '@x402/core/client'
 import { decodePaymentRequiredHeader } from '@x402/core/http'
 import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import { wrapFetchWithPayment } from '@x402/fetch'
-import { type Address, createWalletClient, type Hex, http, parseAbi, publicActions } from 'viem'
+import { type Address, type Hex, parseAbi } from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
-import { baseSepolia } from 'viem/chains'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import type { Service } from '../../src/service.ts'
-import { startTestChain } from '../helpers/anvil.ts'
 import { freshDatabaseUrl, usingServer } from '../helpers/database.ts'
 import { type RpcProxy, startRpcProxy } from '../helpers/rpc-proxy.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 import { waitFor } from '../helpers/wait-for.ts'
-import { startBaseSepoliaService } from './harness.ts'
+import {
+  baseSepoliaWallet,
+  registerMerchantKey,
+  sendUsdc,
+  startBaseSepoliaChain,
+  startBaseSepoliaService,
+} from './harness.ts'
 
 const PRICE_ATOMIC = 10_000n // 0.01 USDC
-const BASE_SEPOLIA_USDC = '0x036CbD53842c5426634e7929541eC2318f3dCF7e'
 const usdcAbi = parseAbi([
   'function balanceOf(address account) view returns (uint256)',
   'function transfer(address to, uint256 value) returns (bool)',
@@ -35,23 +38,8 @@ let upstream: Upstream
 let funder: ReturnType<typeof wallet>
 const services: Service[] = []
 
-function wallet(key: Hex) {
-  return createWalletClient({
-    account: privateKeyToAccount(key),
-    chain: baseSepolia,
-    transport: http(chain.rpcUrl),
-  }).extend(publicActions)
-}
-
-async function fund(to: Address, amount: bigint): Promise<void> {
-  const hash = await funder.writeContract({
-    address: chain.usdcAddress,
-    abi: usdcAbi,
-    functionName: 'transfer',
-    args: [to, amount],
-  })
-  await funder.waitForTransactionReceipt({ hash })
-}
+const wallet = (key: Hex) => baseSepoliaWallet(chain, key)
+const fund = (to: Address, amount: bigint) => sendUsdc(funder, chain, to, amount)
 
 const balanceOf = (a: Address) =>
   funder.readContract({ address: chain.usdcAddress, abi: usdcAbi, functionName: 'balanceOf', args: [a] })
@@ -69,12 +57,9 @@ async function startInstance(databaseUrl?: string | null): Promise<Service> {
 }
 
 async function endpoint(svc: Service): Promise<string> {
-  const reg = await callApi(svc.url, '/api/v1/register', {
-    body: { wallet_address: chain.payers[4]!.address, business_name: 'Reserve Co' },
-  })
-  expect(reg.status).toBe(201)
+  const merchantKey = await registerMerchantKey(svc.url, chain.payers[4]!.address, 'Reserve Co')
   const ep = await callApi(svc.url, '/api/v1/endpoints', {
-    key: reg.body.api_key,
+    key: merchantKey,
     body: { upstream_url: `${upstream.url}/echo`, price: Number(PRICE_ATOMIC) / 1e6 },
   })
   expect(ep.status).toBe(201)
@@ -131,7 +116,7 @@ async function settledAndClean(svc: Service): Promise<void> {
 }
 
 beforeAll(async () => {
-  chain = await startTestChain({ chainId: 84532, usdcAt: BASE_SEPOLIA_USDC })
+  chain = await startBaseSepoliaChain()
   proxy = await startRpcProxy(chain.rpcUrl)
   upstream = await startUpstream()
   funder = wallet(chain.payers[0]!.privateKey)
