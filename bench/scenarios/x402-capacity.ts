@@ -23,15 +23,16 @@ import { createPaymentHeader, selectPaymentRequirements } from 'x402/client'
 import { PaymentRequirementsSchema } from 'x402/types'
 import { type DevChain, fundDevGas, startDevChain } from '../../src/chain/dev-chain.ts'
 import { settlerSlotKey } from '../../src/chain/settler-keys.ts'
-import { cpuMeter, postgresBackends, withChildren } from '../cpu.ts'
+import { cpuMeter, machineBusy, postgresBackends, withChildren } from '../cpu.ts'
 import { paced } from '../paced.ts'
+import { type StatementCost, statementsMeter } from '../pg-statements.ts'
 import { machine, writeResults } from '../report.ts'
 import { ROOT } from '../targets/processes.ts'
 import type { Target } from '../targets/target.ts'
 import { startTollgate, type Tollgate } from '../targets/tollgate.ts'
 import { startUpstream } from '../targets/upstream.ts'
 import { startX402Reference } from '../targets/x402-reference.ts'
-import { type Counters, readCounters, settlementOutcome } from './inside.ts'
+import { type Counters, inside as insideOf, readCounters, settlementOutcome } from './inside.ts'
 
 const BLOCK_S = 2
 /**
@@ -58,6 +59,21 @@ interface Step {
   settle_failed: number | null
   drain_ms: number | null
   cpu_us_per_call: Record<string, number>
+  /**
+   * The same from the step's start until its settlements drained: settle-after books most of its calls after
+   * the step (its job settles about one step of batch_max a block), which cpu_us_per_call leaves out. The
+   * idle work of the drain (timers, the chain watch) is in it too: an upper bound.
+   */
+  cpu_us_per_call_drained: Record<string, number>
+  /** The machine's CPU busy during the step, % of all cores. */
+  machine_busy_pct: number
+  /** Claim/capture statements per call and what each carried (the batch writer's counters). */
+  books_writes_per_call: number
+  claims_per_write: number
+  captures_per_write: number
+  /** BENCH_PG_STATEMENTS=1: the costliest statements of the step, per call (and until drained). */
+  statements?: StatementCost[]
+  statements_drained?: StatementCost[]
   /** Mean ms of each settle-before-answer phase (queue, capture, send, receipt) and calls per group. */
   phases_ms: Record<string, number>
   /** HTTP requests to the RPC node per 100 calls, by method ('batch': one carrying several calls). */
@@ -197,7 +213,7 @@ function brief(m: ModeResult) {
     capacity_rps: m.capacity_rps,
     steps: m.steps.map(
       (s) =>
-        `${s.rate}/s: p50 ${s.p50_ms} p99 ${s.p99_ms} ms, err ${s.errors}${s.errors ? ` ${JSON.stringify(s.wrong_status)}` : ''}, tx/call ${s.tx_per_call}, group ${s.calls_per_group}, phases ${JSON.stringify(s.phases_ms)}, rpc/100 ${JSON.stringify(s.rpc_requests_per_100)}, cpu ${JSON.stringify(s.cpu_us_per_call)}${s.sustained ? '' : ' ✗'}`,
+        `${s.rate}/s: p50 ${s.p50_ms} p99 ${s.p99_ms} ms, err ${s.errors}${s.errors ? ` ${JSON.stringify(s.wrong_status)}` : ''}, tx/call ${s.tx_per_call}, group ${s.calls_per_group}, phases ${JSON.stringify(s.phases_ms)}, rpc/100 ${JSON.stringify(s.rpc_requests_per_100)}, cpu ${JSON.stringify(s.cpu_us_per_call)} drained ${JSON.stringify(s.cpu_us_per_call_drained)} busy ${s.machine_busy_pct}% writes/call ${s.books_writes_per_call}${s.sustained ? '' : ' ✗'}`,
     ),
   }
 }
@@ -233,6 +249,7 @@ function startInstance(
     workers,
     // The settle-after mode needs the leader's settlement job on this instance.
     jobs: true,
+    profileDir: process.env.BENCH_PROFILE_DIR,
   })
 }
 
@@ -375,10 +392,21 @@ async function measureStep(chain: DevChain, subject: Subject, rate: number, seco
   const firstBlock = (await client.getBlockNumber()) + 1n
   const admin = subject.adminPort
   const before = admin === null ? null : await readCounters(admin)
+  const server = process.env.BENCH_DATABASE_URL
+  const statements =
+    server && process.env.BENCH_PG_STATEMENTS === '1'
+      ? await statementsMeter(server, `_${process.pid}`)
+      : null
   const meter = cpuMeter({
     server: subject.pids,
-    ...(process.env.BENCH_DATABASE_URL ? { postgres: () => postgresBackends(`_${process.pid}`) } : {}),
+    // The chain's share: settle-before-answer's transactions are executed within the step, settle-after's
+    // mostly after it.
+    anvil: () => [chain.pid],
+    // The bench itself: the load generator shares the cores.
+    bench: () => [process.pid],
+    ...(server ? { postgres: () => postgresBackends(`_${process.pid}`) } : {}),
   })
+  const busy = machineBusy()
   // Enough connections that none is waited for: the rate times a few blocks of latency.
   const connections = Math.min(8_000, Math.max(64, Math.ceil(rate * BLOCK_S * 3)))
   const m = await paced({
@@ -391,12 +419,18 @@ async function measureStep(chain: DevChain, subject: Subject, rate: number, seco
     expectStatus: 200,
   })
   const cpu = meter.stop(m.requests)
+  const machine_busy_pct = busy.stopPct(performance.now())
+  const stepStatements = await statements?.read(m.requests)
   const counters = admin === null ? null : await readCounters(admin)
+  const books = counters === null || before === null ? null : insideOf(before, counters)
   const inside =
     counters === null || before === null
       ? { phases_ms: {}, calls_per_group: 0, rpc_requests_per_100: {} }
       : { ...phases(before, counters), rpc_requests_per_100: rpcRequests(before, counters, m.requests) }
   const outcome = admin === null || before === null ? null : await settlementOutcome(admin, before, 120_000)
+  const cpuDrained = meter.stop(m.requests)
+  const drainedStatements = await statements?.read(m.requests)
+  await statements?.end()
   // Let the last settlement's block in, then count every transaction mined since the step began.
   await new Promise((r) => setTimeout(r, BLOCK_S * 1000 + 500))
   const lastBlock = await client.getBlockNumber()
@@ -420,6 +454,12 @@ async function measureStep(chain: DevChain, subject: Subject, rate: number, seco
     settle_failed: outcome?.failed ?? null,
     drain_ms: outcome?.drain_ms ?? null,
     cpu_us_per_call: cpu,
+    cpu_us_per_call_drained: cpuDrained,
+    machine_busy_pct,
+    books_writes_per_call: books ? Math.round((books.books_writes / Math.max(1, m.requests)) * 1e4) / 1e4 : 0,
+    claims_per_write: books?.claims_per_write ?? 0,
+    captures_per_write: books?.captures_per_write ?? 0,
+    ...(stepStatements ? { statements: stepStatements, statements_drained: drainedStatements } : {}),
     ...inside,
     // Latency is counted from each request's due time, so a late send only makes the figure worse: it is
     // reported, not a condition (on a shared machine the 1 ms scheduler is often 2 ms late).

@@ -47,8 +47,11 @@ export interface Settler<C extends SettlementItem = SettlementItem, D = unknown>
   backlog(): Promise<{ count: number; soonestS: number | null }>
   /** Payments not sent yet, soonest deadline first; captures younger than `capturedBeforeMs` may be left. */
   listDue(q: { limit: number; capturedBeforeMs: number }): Promise<C[]>
-  /** Payments whose transaction is recorded and whose outcome is not known, with their age. */
-  listSent(): Promise<Array<C & { age_ms: number }>>
+  /**
+   * Payments whose transaction is recorded and whose outcome is not known, with their age; a scheme may
+   * leave out captures younger than `capturedBeforeMs` (the settle-before-answer path's own, in flight).
+   */
+  listSent(q: { capturedBeforeMs: number }): Promise<Array<C & { age_ms: number }>>
   /** Records hashes and places before broadcast; returns the proof keys recorded (a claim that moved is left out). */
   record(txs: SettlementPlace[]): Promise<Set<string>>
   forget(q: { proofKey: string; hash: string }): Promise<boolean>

@@ -212,11 +212,12 @@ async function resolveSent(run: Run): Promise<void> {
   const { settler, deps, settings } = run
   const { publicClient } = deps.chain
   const byHash = new Map<Hash, SettlementItem[]>()
-  // The settle-before-answer path records a hash with the capture and broadcasts right after: a hash that
-  // young and unknown to the node is not lost yet (its outcome is looked up on a later run).
+  // The settle-before-answer path records a hash with the capture, broadcasts right after and books the
+  // receipt itself: its captures younger than earlyGapMs are not listed (exact), and a hash that young and
+  // unknown to the node is not lost yet (its outcome is looked up on a later run).
   const young = new Set<Hash>()
   const old = new Set<Hash>()
-  for (const c of await settler.listSent()) {
+  for (const c of await settler.listSent({ capturedBeforeMs: settings.earlyGapMs })) {
     const hash = c.settlement_tx as Hash
     if (c.age_ms < settings.earlyGapMs) young.add(hash)
     if (c.age_ms > QUEUED_BEHIND_GAP_MS) old.add(hash)

@@ -72,7 +72,8 @@ export function exactSettler(deps: SettlerDeps): Settler<SettlementCandidate, Us
         ...q,
         defaultSettlement: s.beforeAnswerByDefault ? 'before_answer' : 'after',
       }),
-    listSent: () => listSentSettlements(sql),
+    // Young captures with a hash are the settle-before-answer path's while it awaits their receipts.
+    listSent: (q) => listSentSettlements(sql, q),
     record: (txs) => recordSettlementTx(sql, txs),
     forget: (q) => forgetSettlementTx(sql, q),
     fail: (q) => failSettlement(sql, { proofKey: q.proofKey, reason: q.reason as SettlementFailure }),
