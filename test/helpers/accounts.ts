@@ -48,7 +48,10 @@ export async function setUsdcBalance(address: Address, atomic: bigint): Promise<
 export function chainClients() {
   const rpcUrl = inject('rpcUrl')
   const transport = http(rpcUrl)
-  const publicClient = createPublicClient({ transport })
+  // Polls every 50 ms, not viem's 4 s: anvil mines an automined transaction just after its hash is
+  // answered, and a receipt asked for at once can miss it; under CI's load that cost a poll, 4 s a payment
+  // (a file of seven took 36 s instead of 0.3).
+  const publicClient = createPublicClient({ transport, pollingInterval: 50 })
   return { rpcUrl, publicClient, usdc: inject('usdcAddress') as Address }
 }
 
