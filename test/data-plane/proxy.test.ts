@@ -489,7 +489,9 @@ describe('upstream failures', () => {
     // is corked for that read. The bytes before it go out, then the connection is cut, and the proxy serves on.
     const bad = createServer((socket) => {
       socket.once('data', () => {
-        socket.write('HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\nZZ\r\nnot-relayed\r\n')
+        socket.write(
+          'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\nZZ\r\nnot-relayed\r\n',
+        )
       })
       socket.on('error', () => {})
     })
