@@ -28,6 +28,7 @@ import { withPaymentInterceptor } from 'x402-axios'
 import { decodeXPaymentResponse, wrapFetchWithPayment as wrapFetchV1 } from 'x402-fetch'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { settlerSlotKey } from '../../src/chain/settler-keys.ts'
+import { settlements } from '../../src/observability/metrics.ts'
 import type { Service } from '../../src/service.ts'
 import { checkPaymentProtocol } from '../helpers/payment-checks.ts'
 import { expectSettledAt, PENDING_SETTLEMENT } from '../helpers/receipts.ts'
@@ -89,6 +90,11 @@ async function carriesAuthorizationOf(tx: Hex, payer: Address): Promise<boolean>
 }
 
 const balanceOf = (owner: Address) => usdcBalanceOf(chain, owner)
+
+/** tollgate_x402_settlements_total{outcome="settled"} of this process (the service runs in it). */
+async function settledCount(): Promise<number> {
+  return (await settlements.get()).values.find((v) => v.labels.outcome === 'settled')?.value ?? 0
+}
 
 async function receiptAt(id: string | null | undefined) {
   const r = await fetch(`${svc.url}/receipts/${id}`)
@@ -163,6 +169,7 @@ describe('an endpoint on the default: a served exact call is settled before its 
     const key = chain.payers[0]!.privateKey
     const payer = privateKeyToAccount(key).address
     const before = await balanceOf(payer)
+    const settledBefore = await settledCount()
     const client = v2Client(key)
     const r = await wrapFetchWithPayment(fetch, client)(meteredUrl)
     expect(r.status, await r.clone().text()).toBe(200)
@@ -195,6 +202,8 @@ describe('an endpoint on the default: a served exact call is settled before its 
       FROM claims k WHERE lower(k.payer) = ${payer.toLowerCase()}`
     expect(claim).toEqual({ settlement_tx: receipt.transaction, settled: true, entries: 2 })
     expect(await balanceOf(payer)).toBe(before - PRICE_ATOMIC)
+    // Counted among the settlement outcomes once: by the path that marked it, not again by the job.
+    expect(await settledCount()).toBe(settledBefore + 1)
   })
 
   it('@x402/axios: parsePaymentResult reads settled and the e2e pass rule holds', async () => {

@@ -39,7 +39,12 @@ import {
 } from '../../chain/upto-settle.ts'
 import type { Sql } from '../../db/sql.ts'
 import type { Logger } from '../../observability/logger.ts'
-import { earlySettlementBatchSize, earlySettlementPhase } from '../../observability/metrics.ts'
+import {
+  earlySettlementBatchSize,
+  earlySettlementPhase,
+  settlements,
+  uptoSettlements,
+} from '../../observability/metrics.ts'
 import { groupCutDueMs } from './group-cut.ts'
 import { NonceGaps } from './nonce-gaps.ts'
 import { ReceiptWatch } from './receipt-watch.ts'
@@ -551,11 +556,18 @@ export class SettleBeforeAnswer {
       this.minedUpto = new Map()
       const failed = (err: unknown) =>
         this.o.logger.warn('settle before answer: marking settled failed; the settlement job will', { err })
+      // Counted where marked, as the job counts its own: whoever marks a claim settled counts it, once.
       if (blocks.size > 0)
-        await settleAuthorizations(this.o.sql, { proofKeys: [...blocks.keys()], blocks }).catch(failed)
+        await settleAuthorizations(this.o.sql, { proofKeys: [...blocks.keys()], blocks }).then(
+          (marked) => settlements.labels('settled').inc(marked.length),
+          failed,
+        )
       if (upto.size > 0) {
         const settled = [...upto].map(([proofKey, m]) => ({ proofKey, ...m }))
-        await settleUptoClaims(this.o.sql, { settled }).catch(failed)
+        await settleUptoClaims(this.o.sql, { settled }).then(
+          (marked) => uptoSettlements.labels('settled').inc(marked.length),
+          failed,
+        )
       }
       this.marking = null
       if (this.mined.size > 0 || this.minedUpto.size > 0) this.markSoon()
