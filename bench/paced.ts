@@ -30,7 +30,9 @@ export interface PacedOptions {
 /** How often the scheduler wakes to send what is due (Node timers are ~1 ms at best). */
 const TICK_MS = 1
 
-export async function paced(o: PacedOptions): Promise<Measured & { late_sends_pct: number }> {
+export async function paced(
+  o: PacedOptions,
+): Promise<Measured & { late_sends_pct: number; wrong_sample: Record<string, string> }> {
   const total = Math.min(Math.round(o.rate * o.durationS), o.perRequest?.values.length ?? Infinity)
   if (!(total > 0)) throw new Error('paced: nothing to send (rate, duration or values)')
   const url = new URL(o.url)
@@ -41,6 +43,8 @@ export async function paced(o: PacedOptions): Promise<Measured & { late_sends_pc
   let settled = 0
   let unanswered = 0
   let late = 0
+  /** The first answer's body of each unexpected status: what a 503 was (a throttle, a full queue) is in it. */
+  const wrongSample: Record<string, string> = {}
   const recorder = loadRecorder(o.expectStatus)
   const startedMs = recorder.startedMs
   const recordFromMs = startedMs + (o.warmupS ?? 0) * 1000
@@ -57,7 +61,11 @@ export async function paced(o: PacedOptions): Promise<Measured & { late_sends_pc
     pool
       .request({ path, method: 'GET', headers })
       .then(async (res) => {
-        await res.body.dump()
+        const status = String(res.statusCode)
+        if (res.statusCode !== o.expectStatus && !(status in wrongSample)) {
+          wrongSample[status] = ''
+          wrongSample[status] = (await res.body.text()).slice(0, 300)
+        } else await res.body.dump()
         recorder.ended(res.statusCode, latencyUs())
       })
       .catch(() => {
@@ -89,5 +97,6 @@ export async function paced(o: PacedOptions): Promise<Measured & { late_sends_pc
     ...recorder.finish(settled, { errors: unanswered, timeouts: 0 }),
     // Sends that left more than two ticks after they were due (the load generator itself fell behind).
     late_sends_pct: Math.round((late / Math.max(1, total)) * 1000) / 10,
+    wrong_sample: wrongSample,
   }
 }

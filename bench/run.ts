@@ -60,7 +60,9 @@ const HELP = `usage: npm run bench [-- <scenario>… | soak | recover | history 
   history-retention [--rate 10000] [--seconds 90] [--month-seconds 15]
                      table sizes while SQL intake at that rate runs beside retention and archiving
   x402-capacity [--rates 100,250,…] [--seconds 8] [--modes before_answer,after] [--workers2-modes before_answer,after] [--no-workers2]
-                     x402 settled before the answer vs after, paced steps on a 2 s block chain
+                [--report file]
+                     x402 settled before the answer vs after, paced steps on a 2 s block chain, each mode on a
+                     fresh instance; --report derives a committed run's capacities again from its steps
   x402-facilitator [--rates 50,100,…] [--reference-rates 5,10,…] [--seconds 6] [--payers 8] [--out file]
                      verify+settle per second: tollgate's facilitator vs the reference's, 2 s blocks
   websocket-sessions [--sessions 500] [--seconds 10] [--ask-ms 1000] [--words 20] [--vouchers 200] [--workers 1]

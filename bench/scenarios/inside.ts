@@ -103,17 +103,28 @@ export interface SettlementOutcome {
 }
 
 /**
- * Waits until the instance has no captured x402 authorization left to settle (its scrape-time backlog gauge),
- * at most `timeoutMs`, then counts the settlements since `before`.
+ * Waits until the instance has no captured x402 authorization left to settle (its scrape-time backlog gauge)
+ * and, given `expected`, until that many settled or failed since `before` (a capture sent but not yet mined
+ * has left the backlog: the settle-before-answer path's are counted when marked), at most `timeoutMs`; then
+ * counts the settlements since `before`.
  */
 export async function settlementOutcome(
   adminPort: number,
   before: Counters,
   timeoutMs = 60_000,
+  expected = 0,
 ): Promise<SettlementOutcome> {
   const started = performance.now()
+  const counted = (c: Counters) =>
+    ['settled', 'reverted', 'expired'].reduce(
+      (n, o) =>
+        n +
+        total(c, 'tollgate_x402_settlements_total', [`outcome="${o}"`]) -
+        total(before, 'tollgate_x402_settlements_total', [`outcome="${o}"`]),
+      0,
+    )
   let now = await readCounters(adminPort)
-  while (total(now, 'tollgate_x402_settlement_backlog_count', []) > 0) {
+  while (total(now, 'tollgate_x402_settlement_backlog_count', []) > 0 || counted(now) < expected) {
     if (performance.now() - started > timeoutMs) break
     // A polling period, not a wait for a condition that could be awaited.
     await new Promise((r) => setTimeout(r, 200))

@@ -32,6 +32,7 @@ import { baseSepolia } from 'viem/chains'
 import { type DevChain, fundDevGas, startDevChain } from '../../src/chain/dev-chain.ts'
 import { settlerSlotKey } from '../../src/chain/settler-keys.ts'
 import { cpuMeter, postgresBackends, withChildren } from '../cpu.ts'
+import { type StatementCost, statementsMeter } from '../pg-statements.ts'
 import { ROOT } from '../targets/processes.ts'
 import { startTollgate } from '../targets/tollgate.ts'
 import { startUpstream } from '../targets/upstream.ts'
@@ -58,6 +59,8 @@ interface Step {
   transactions: number
   tx_per_settlement: number
   cpu_us_per_settlement: Record<string, number>
+  /** BENCH_PG_STATEMENTS=1 (tollgate on a server): the costliest statements of the step, per settlement. */
+  statements?: StatementCost[]
   sustained: boolean
 }
 
@@ -232,6 +235,11 @@ async function measure(
   const client = createPublicClient({ transport: http(chain.rpcUrl) })
   const firstBlock = (await client.getBlockNumber()) + 1n
   const n = Math.round(rate * seconds)
+  const server = process.env.BENCH_DATABASE_URL
+  const statements =
+    server && pids.database && process.env.BENCH_PG_STATEMENTS === '1'
+      ? await statementsMeter(server, `_${process.pid}`)
+      : null
   const meter = cpuMeter(pids)
   const started = performance.now()
   const latencies: number[] = []
@@ -253,6 +261,8 @@ async function measure(
   await Promise.all(all)
   const elapsedS = (performance.now() - started) / 1000
   const cpu = meter.stop(Math.max(1, succeeded))
+  const stepStatements = await statements?.read(Math.max(1, succeeded))
+  await statements?.end()
   await new Promise((r) => setTimeout(r, BLOCK_S * 1000 + 500))
   const lastBlock = await client.getBlockNumber()
   let transactions = 0
@@ -271,6 +281,7 @@ async function measure(
     transactions,
     tx_per_settlement: succeeded > 0 ? Math.round((transactions / succeeded) * 10_000) / 10_000 : 0,
     cpu_us_per_settlement: cpu,
+    ...(stepStatements ? { statements: stepStatements } : {}),
     // Every payment settled and the slowest within the settle wait a merchant's middleware would allow.
     sustained: succeeded === n && q(0.99) < 10_000,
   }
