@@ -275,18 +275,12 @@ export function presentFacilitatorSettlement(s: FacilitatorSettlementState) {
 }
 
 /**
- * What a payer's unsettled payments hold against a balance read at `block` (payer_reserved: exact
- * authorizations and upto permits, metered or facilitated, on every instance). Read-only.
- */
-export async function readPayerReserved(sql: Sql, q: { payer: string; block: bigint }): Promise<bigint> {
-  const [row] = await sql<{ reserved: bigint }[]>`
-    SELECT payer_reserved(lower(${q.payer}), ${q.block.toString()}::bigint) AS reserved`
-  return BigInt(row!.reserved)
-}
-
-/**
  * /verify's one read after the chain's: whether the proof is claimed already and, if not, what the payer's
- * unsettled payments hold against a balance read at `block` (as readPayerReserved). Read-only.
+ * unsettled payments hold against a balance read at `block` (payer_reserved: exact authorizations and upto
+ * permits, metered or facilitated, on every instance). Read-only. It waits for the payer's claims in flight
+ * (payer_reserved takes the payer's lock): 11.8 ms a /verify at 600 settlements/s, but a read without the
+ * lock measured no better (x402-facilitator pairs at 600/s: 2-3 % more settlements a second, p50 7-12 %
+ * worse, PostgreSQL CPU 5 % higher), so the read stays exact.
  */
 export async function readClaimedOrReserved(
   db: Db,
