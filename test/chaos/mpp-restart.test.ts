@@ -324,6 +324,8 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
       let servedUnpaid = 0
       /** Served by the killed process, its capture lost with it (the stated bound of docs/guarantees.md). */
       let servedUnpaidKilled = 0
+      /** Of those, the ones nobody was answered: b died with the call in flight, its retry answered 409. */
+      let servedUnansweredKilled = 0
       let paidNotServed = 0
       const nonceServed = new Set<string>()
       for (const c of calls) {
@@ -340,8 +342,10 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
             // capture_flush_ms, or retried with a backoff of up to 5 s after a failed write while
             // PostgreSQL restarted): the one stated bound, allowed only in doubt (its claim 'claimed').
             const byB = c.killedInFlight || c.trail.findLast((t) => t.includes(':200@'))?.startsWith('b:')
-            if (byB && claims.length === 1 && claims[0]!.status === 'claimed') servedUnpaidKilled++
-            else servedUnpaid++
+            if (byB && claims.length === 1 && claims[0]!.status === 'claimed') {
+              servedUnpaidKilled++
+              if (c.outcome !== 'served') servedUnansweredKilled++
+            } else servedUnpaid++
           }
           for (const x of booked) nonceServed.add(x)
         } else if (booked.length > 0) paidNotServed++
@@ -437,13 +441,24 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: MPP charge through res
       ).toHaveLength(0)
       expect(inDoubt.length, context()).toBeLessThanOrEqual(faultsInFlight[2]!)
       expect(resent, context()).toBeGreaterThan(0)
-      expect(upstreamServed.size, context()).toBe(served.length)
+      // The upstream served every call answered served, and besides them only calls in doubt: b forwarded
+      // them and was SIGKILLed before answering (seen in CI: one, its retry on a answered 409).
+      expect(
+        served.filter((c) => !upstreamServed.has(c.proof)),
+        context(),
+      ).toHaveLength(0)
+      const unanswered = [...upstreamServed].filter((p) => !served.some((c) => c.proof === p))
+      expect(
+        unanswered.filter((p) => !inDoubt.some((c) => c.proof === p)),
+        context(),
+      ).toHaveLength(0)
+      expect(unanswered, context()).toHaveLength(servedUnansweredKilled)
       expect(servedTwice, context()).toBe(0)
       expect(servedUnpaid, context()).toBe(0)
       // The one bound: a call b answered and died before capturing is the owner's loss, never the payer's.
       expect(servedUnpaidKilled, context()).toBeLessThanOrEqual(2)
       expect(paidNotServed, context()).toBe(0)
-      expect(rows, context()).toHaveLength(served.length - servedUnpaidKilled)
+      expect(rows, context()).toHaveLength(served.length - (servedUnpaidKilled - servedUnansweredKilled))
       expect(notMpp, context()).toHaveLength(0)
       expect(failed!.n, context()).toBe(0)
       expect(servedNotUsed, context()).toBe(0)
