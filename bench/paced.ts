@@ -63,7 +63,7 @@ export async function paced(
       .then(async (res) => {
         const status = String(res.statusCode)
         if (res.statusCode !== o.expectStatus && !(status in wrongSample)) {
-          wrongSample[status] = ''
+          wrongSample[status] = '' // taken now: answers of this status arriving meanwhile are dumped
           wrongSample[status] = (await res.body.text()).slice(0, 300)
         } else await res.body.dump()
         recorder.ended(res.statusCode, latencyUs())

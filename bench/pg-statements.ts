@@ -54,3 +54,13 @@ export async function statementsMeter(
     end: () => admin.end(),
   }
 }
+
+/**
+ * BENCH_PG_STATEMENTS=1 on a BENCH_DATABASE_URL server: the meter of this run's databases (named with this
+ * process's pid, as bench/targets/tollgate.ts names them); else null.
+ */
+export function statementsMeterFromEnv(): ReturnType<typeof statementsMeter> | Promise<null> {
+  const server = process.env.BENCH_DATABASE_URL
+  if (!server || process.env.BENCH_PG_STATEMENTS !== '1') return Promise.resolve(null)
+  return statementsMeter(server, `_${process.pid}`)
+}

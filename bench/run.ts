@@ -76,7 +76,7 @@ environment: BENCH_DATABASE_URL, BENCH_CONNECTIONS (32), BENCH_DURATION_S (5), B
   BENCH_PROFILE_DIR, BENCH_CHILD_LOG (prefix: each started process's output after it is ready goes
   to <prefix>-<pid>.log), BENCH_LABEL (names the results file <date>-<label>.json, e.g. x402-before-<commit>),
   BENCH_X402 / BENCH_UPTO / BENCH_MPP (1500 measured calls), BENCH_X402_WARM_UP (300 paid before each, unmeasured; 0: none),
-  BENCH_PG_STATEMENTS=1 (x402-capacity: each step's costliest statements per call, from pg_stat_statements on a
+  BENCH_PG_STATEMENTS=1 (x402-capacity, x402-facilitator: each step's costliest statements per call, from pg_stat_statements on a
   BENCH_DATABASE_URL server that preloads it; track = all shows those inside functions)
 `
 

@@ -25,7 +25,7 @@ import { type DevChain, fundDevGas, startDevChain } from '../../src/chain/dev-ch
 import { settlerSlotKey } from '../../src/chain/settler-keys.ts'
 import { cpuMeter, machineBusy, postgresBackends, withChildren } from '../cpu.ts'
 import { paced } from '../paced.ts'
-import { type StatementCost, statementsMeter } from '../pg-statements.ts'
+import { type StatementCost, statementsMeterFromEnv } from '../pg-statements.ts'
 import { machine, writeResults } from '../report.ts'
 import { ROOT } from '../targets/processes.ts'
 import type { Target } from '../targets/target.ts'
@@ -467,10 +467,7 @@ async function measureStep(chain: DevChain, subject: Subject, rate: number, seco
   const admin = subject.adminPort
   const before = admin === null ? null : await readCounters(admin)
   const server = process.env.BENCH_DATABASE_URL
-  const statements =
-    server && process.env.BENCH_PG_STATEMENTS === '1'
-      ? await statementsMeter(server, `_${process.pid}`)
-      : null
+  const statements = await statementsMeterFromEnv()
   const meter = cpuMeter({
     server: subject.pids,
     // The chain's share: settle-before-answer's transactions are executed within the step, settle-after's

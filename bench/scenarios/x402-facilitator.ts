@@ -32,7 +32,7 @@ import { baseSepolia } from 'viem/chains'
 import { type DevChain, fundDevGas, startDevChain } from '../../src/chain/dev-chain.ts'
 import { settlerSlotKey } from '../../src/chain/settler-keys.ts'
 import { cpuMeter, postgresBackends, withChildren } from '../cpu.ts'
-import { type StatementCost, statementsMeter } from '../pg-statements.ts'
+import { type StatementCost, statementsMeterFromEnv } from '../pg-statements.ts'
 import { ROOT } from '../targets/processes.ts'
 import { startTollgate } from '../targets/tollgate.ts'
 import { startUpstream } from '../targets/upstream.ts'
@@ -235,11 +235,8 @@ async function measure(
   const client = createPublicClient({ transport: http(chain.rpcUrl) })
   const firstBlock = (await client.getBlockNumber()) + 1n
   const n = Math.round(rate * seconds)
-  const server = process.env.BENCH_DATABASE_URL
-  const statements =
-    server && pids.database && process.env.BENCH_PG_STATEMENTS === '1'
-      ? await statementsMeter(server, `_${process.pid}`)
-      : null
+  // Only tollgate's steps have a database to meter (the reference has none).
+  const statements = pids.database ? await statementsMeterFromEnv() : null
   const meter = cpuMeter(pids)
   const started = performance.now()
   const latencies: number[] = []

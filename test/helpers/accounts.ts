@@ -42,14 +42,15 @@ export async function setUsdcBalance(address: Address, atomic: bigint): Promise<
   const slot = keccak256(
     encodeAbiParameters([{ type: 'address' }, { type: 'uint256' }], [address, BALANCES_SLOT]),
   )
-  let read = -1n
-  for (let attempt = 0; attempt < WRITE_ATTEMPTS && read !== atomic; attempt++) {
-    await publicClient.request({
-      method: 'anvil_setStorageAt' as never,
-      params: [usdc, slot, numberToHex(atomic, { size: 32 })] as never,
-    })
-    read = await usdcBalance(address)
-  }
+  const read = await writeUntilRead(
+    () =>
+      publicClient.request({
+        method: 'anvil_setStorageAt' as never,
+        params: [usdc, slot, numberToHex(atomic, { size: 32 })] as never,
+      }),
+    () => usdcBalance(address),
+    atomic,
+  )
   if (read !== atomic)
     throw new Error(
       `TestUSDC storage layout changed: balance ${read} after writing ${atomic} ${WRITE_ATTEMPTS} times`,
@@ -59,17 +60,33 @@ export async function setUsdcBalance(address: Address, atomic: bigint): Promise<
 /** Sets `address`'s ETH, read back and written again as setUsdcBalance's is. */
 async function setEthBalance(address: Address, wei: bigint): Promise<void> {
   const { publicClient } = chainClients()
-  for (let attempt = 0; attempt < WRITE_ATTEMPTS; attempt++) {
-    await publicClient.request({
-      method: 'anvil_setBalance' as never,
-      params: [address, numberToHex(wei)] as never,
-    })
-    if ((await publicClient.getBalance({ address })) === wei) return
-  }
-  throw new Error(`anvil_setBalance of ${address} did not hold after ${WRITE_ATTEMPTS} writes`)
+  const read = await writeUntilRead(
+    () =>
+      publicClient.request({
+        method: 'anvil_setBalance' as never,
+        params: [address, numberToHex(wei)] as never,
+      }),
+    () => publicClient.getBalance({ address }),
+    wei,
+  )
+  if (read !== wei) throw new Error(`anvil_setBalance of ${address}: ${read} after ${WRITE_ATTEMPTS} writes`)
 }
 
 const WRITE_ATTEMPTS = 5
+
+/** Writes, reads back, and writes again while the read differs (at most WRITE_ATTEMPTS); the last read. */
+async function writeUntilRead(
+  write: () => Promise<unknown>,
+  read: () => Promise<bigint>,
+  expected: bigint,
+): Promise<bigint> {
+  let got = -1n
+  for (let attempt = 0; attempt < WRITE_ATTEMPTS && got !== expected; attempt++) {
+    await write()
+    got = await read()
+  }
+  return got
+}
 
 export function chainClients() {
   const rpcUrl = inject('rpcUrl')
