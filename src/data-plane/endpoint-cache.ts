@@ -66,6 +66,8 @@ export interface LiveEndpoint {
   identity: LiveIdentityRules | null
   /** WebSocket sessions on its metered URL (src/data-plane/ws-session.ts); null: an upgrade is refused. */
   websocket: SessionTerms | null
+  /** In the discovery listing: its paid calls are counted for the listing's observed figures; else not. */
+  listed: boolean
 }
 
 /** An endpoint's identity rules with the 402 of each price a rule states, built once like every other 402. */
@@ -225,6 +227,7 @@ export function compileEndpoint(row: LiveEndpointRow, options: EndpointCacheOpti
       row.websocket === null || row.websocket === undefined || (pricing.model !== 'usage' && !sold)
         ? null
         : sessionTermsFromStored(row.websocket),
+    listed: row.listed,
   }
 }
 

@@ -322,8 +322,10 @@ class MeteredCall implements ProxyHooks {
       this.meter = MeterStage.start(usage, entry.target.basePath, forward, this.body!)
       this.stages().add(RANK.meter, this.meter)
     }
+    // Discovery counts the calls of listed endpoints only: the listing is the one reader of its figures,
+    // and an endpoint that is not listed pays nothing for it (its figures start when it is listed).
     const observed = this.ctx.observed
-    if (observed !== undefined) {
+    if (observed !== undefined && entry.listed) {
       const tool = this.priced === null ? null : this.priced.observedLabel
       const stage = new ObservedCall(observed, this.endpointId, tool, this.payment!.payer, this.agent?.signer)
       this.stages().add(RANK.observed, stage)

@@ -43,6 +43,8 @@ export class ObservedCalls {
   private timer: NodeJS.Timeout | null = null
   private flushing: Promise<void> = Promise.resolve()
   private lastPruneMs = 0
+  private dayMs = -1
+  private day = ''
 
   constructor(
     private readonly sql: Sql,
@@ -53,7 +55,13 @@ export class ObservedCalls {
   record(call: ObservedCall): void {
     const nowMs = this.now()
     const hourMs = nowMs - (nowMs % HOUR_MS)
-    const day = new Date(nowMs - (nowMs % DAY_MS)).toISOString().slice(0, 10)
+    const dayMs = nowMs - (nowMs % DAY_MS)
+    // The day's string is made once a day, not once a call.
+    if (dayMs !== this.dayMs) {
+      this.dayMs = dayMs
+      this.day = new Date(dayMs).toISOString().slice(0, 10)
+    }
+    const day = this.day
     const payer = call.payer.toLowerCase()
     this.count(call, null, hourMs, day, payer)
     // An MCP tool's calls count for the endpoint and for the tool (its own discovery item).

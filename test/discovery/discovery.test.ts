@@ -326,4 +326,33 @@ describe('discovery', () => {
     const list = await (await fetch(`${service.url}/discovery/resources?limit=19`)).json()
     expect(list.pagination.total).toBe(2)
   })
+
+  it('counts the paid calls of listed endpoints only: an unlisted one pays nothing for discovery', async () => {
+    const call = async () => {
+      const hash = await payUsdc(payer, service.treasury.address, 10_000n)
+      const r = await fetch(`${service.url}/m/${ids.hidden}`, { headers: { 'x-payment': hash } })
+      await r.arrayBuffer()
+      expect(r.status).toBe(200)
+    }
+    const observed = async (limit: number) => {
+      await service.flushCaptures()
+      const body = await (await fetch(`${service.url}/discovery/resources?limit=${limit}`)).json()
+      return body.items.find((i: { resource: string }) => i.resource.endsWith(`/m/${ids.hidden}`)).observed
+    }
+    await call()
+    const listed = async (on: boolean) =>
+      expect(
+        (await service.api(`/api/v1/endpoints/${ids.hidden}`, { key, method: 'PATCH', body: { listed: on } }))
+          .status,
+      ).toBe(200)
+    await listed(true)
+    try {
+      // Its calls before it was listed (this one and the receipt test's) were never counted.
+      expect((await observed(17)).paid_calls).toBe(0)
+      await call()
+      expect((await observed(16)).paid_calls).toBe(1)
+    } finally {
+      await listed(false)
+    }
+  })
 })
