@@ -194,3 +194,56 @@ export function formatChecks(checks: TargetCheck[]): string {
     )
     .join('\n')
 }
+
+/** What one feature cost a paid call in this run: its scenario against its baseline (bench/scenarios/features.ts). */
+export interface FeatureCost {
+  feature: string
+  scenario: string
+  baseline: string
+  /** Calls a second with the feature, over the baseline's (closed loop: both saturate the machine). */
+  rps_ratio: number
+  /** CPU µs a call added by the feature: the proxy (tollgate), and its PostgreSQL backends (server runs). */
+  proxy_us_added: number | null
+  database_us_added: number | null
+  note?: string
+}
+
+/** Each feature whose scenario and baseline both ran, with what it added. */
+export function featureCosts(
+  results: ScenarioResult[],
+  pairs: ReadonlyArray<{ feature: string; scenario: string; baseline: string; note?: string }>,
+): FeatureCost[] {
+  const by = new Map(results.map((r) => [r.name, r]))
+  const added = (a: ScenarioResult, b: ScenarioResult, key: string) => {
+    const x = a.cpu_us_per_req?.[key]
+    const y = b.cpu_us_per_req?.[key]
+    return x === undefined || y === undefined ? null : Math.round(x - y)
+  }
+  const costs: FeatureCost[] = []
+  for (const p of pairs) {
+    const a = by.get(p.scenario)
+    const b = by.get(p.baseline)
+    if (!a || !b || b.rps === 0) continue
+    costs.push({
+      ...p,
+      rps_ratio: Math.round((a.rps / b.rps) * 1000) / 1000,
+      proxy_us_added: added(a, b, 'proxy'),
+      database_us_added: added(a, b, 'database'),
+    })
+  }
+  return costs
+}
+
+export function formatFeatureCosts(costs: FeatureCost[]): string {
+  if (costs.length === 0) return ''
+  const rows = costs.map(
+    (c) =>
+      `| ${c.feature} | ${c.scenario} | ${c.baseline} | ${c.rps_ratio} | ${c.proxy_us_added ?? '–'} | ${c.database_us_added ?? '–'} |`,
+  )
+  return [
+    '| feature | scenario | against | calls/s ratio | tollgate µs added | PostgreSQL µs added |',
+    '|---|---|---|---|---|---|',
+    ...rows,
+    '',
+  ].join('\n')
+}

@@ -9,13 +9,16 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
+import { keccak256, toHex } from 'viem'
 import { startDevChain } from '../src/chain/dev-chain.ts'
 import { cpuMeter, postgresBackends, withChildren } from './cpu.ts'
 import { makeProofs } from './proofs.ts'
 import { readmeTable, writeReadmeTable } from './readme-table.ts'
 import { measureRecovery } from './recover.ts'
 import {
+  featureCosts,
   formatChecks,
+  formatFeatureCosts,
   machine,
   resultsName,
   type ScenarioResult,
@@ -26,6 +29,7 @@ import {
 } from './report.ts'
 import type { Context, TollgateKind } from './scenarios/context.ts'
 import { settings } from './scenarios/context.ts'
+import { FEATURES } from './scenarios/features.ts'
 import { runHistoryBench } from './scenarios/history.ts'
 import { runHistoryRetentionBench } from './scenarios/history-retention.ts'
 import { type Scenario, scenarios } from './scenarios/index.ts'
@@ -143,8 +147,9 @@ async function main() {
     if (soak) results.push(...soak.scenarios)
     const recovery = soakOnly ? null : await measureRecovery(500)
     const targets = targetChecks(results, soak?.soak)
+    const features = featureCosts(results, FEATURES)
     process.stdout.write(
-      `\n${table(results)}\n\n${formatChecks(targets)}\n${recovery ? `EIP-3009 recoveries per CPU second (one core): ${JSON.stringify(recovery)}\n` : ''}`,
+      `\n${table(results)}\n\n${formatChecks(targets)}\n${formatFeatureCosts(features)}${recovery ? `EIP-3009 recoveries per CPU second (one core): ${JSON.stringify(recovery)}\n` : ''}`,
     )
     const name = resultsName(new Date(), {
       full: args.length === 0 || args[0] === 'all',
@@ -155,7 +160,12 @@ async function main() {
       join(ROOT, 'bench', 'results'),
       machine(meta()),
       results,
-      { targets, ...(recovery ? { recovery } : {}), ...(soak ? { soak: soak.soak } : {}) },
+      {
+        targets,
+        ...(features.length ? { features } : {}),
+        ...(recovery ? { recovery } : {}),
+        ...(soak ? { soak: soak.soak } : {}),
+      },
       name,
     )
     process.stdout.write(`results: ${file}\n`)
@@ -197,6 +207,9 @@ function meta(): Record<string, unknown> {
   }
 }
 
+/** The feature-receipts instance's signing key: keccak256("tollgate bench receipt key"), public on purpose. */
+const BENCH_RECEIPT_KEY = keccak256(toHex('tollgate bench receipt key'))
+
 /** A tollgate instance of one kind, on the bench's chain and upstream. */
 function startKind(ctx: Context, kind: TollgateKind) {
   return startTollgate({
@@ -213,6 +226,8 @@ function startKind(ctx: Context, kind: TollgateKind) {
     runtime: kind === 'tsx' ? 'tsx' : 'built',
     workers: kind === 'workers2' ? 2 : 1,
     profileDir: kind === 'warm' ? process.env.BENCH_PROFILE_DIR : undefined,
+    receiptKey: kind === 'receipts' ? BENCH_RECEIPT_KEY : undefined,
+    rateLimits: kind === 'limited',
     identity:
       kind === 'warm' && ctx.agent !== null
         ? {

@@ -11,7 +11,8 @@ export const settings = {
   proofs: Number(process.env.BENCH_PROOFS ?? 12_000),
 }
 
-export type TollgateKind = 'warm' | 'cold' | 'tsx' | 'workers2' | 'soak'
+/** receipts: signs offers and receipts; limited: rate limits at their defaults (the feature runs). */
+export type TollgateKind = 'warm' | 'cold' | 'tsx' | 'workers2' | 'soak' | 'receipts' | 'limited'
 
 export interface Context {
   dir: string

@@ -3,28 +3,17 @@ import { load, type Measured } from '../load.ts'
 import { paced } from '../paced.ts'
 import { BENCH_SIGNER } from '../targets/agent-directory.ts'
 import { type Context, settings, type TollgateKind } from './context.ts'
+import { featureScenarios, paidScenario, WARM_PROOFS } from './features.ts'
 import { inside, readCounters } from './inside.ts'
 import { prepareMpp, runMppCharge, runMppReference } from './mpp.ts'
+import type { Scenario } from './scenario.ts'
 import { runUpto, runUptoReference } from './upto.ts'
 import { runX402 } from './x402.ts'
 import { runX402Batch } from './x402-batch.ts'
 import { runX402Reference } from './x402-reference.ts'
+import { runX402V2 } from './x402-v2.ts'
 
-export interface Scenario {
-  name: string
-  /** Tollgate instances it needs; peers are named by `peer`. */
-  tollgates?: TollgateKind[]
-  peer?: 'bare-uws' | 'bare-relay' | 'nginx' | 'x402-reference' | 'mpp-reference'
-  proofs?: number
-  /**
-   * Load run before the measured one, outside its CPU meter: the scenario's own path (the recovery, the
-   * chain reads, the settlement) compiled and connected, as `paid-warm`'s is by the runs before it.
-   */
-  warmUp?(ctx: Context): Promise<void>
-  /** Work for the measured run done before the quiet wait, outside its CPU meter (mppx's credentials). */
-  prepare?(ctx: Context): Promise<void>
-  run(ctx: Context): Promise<Measured | { skipped: string }>
-}
+export type { Scenario }
 
 /**
  * Authorizations (or permits) paid before each x402 scenario and its reference, the same number to both.
@@ -36,6 +25,9 @@ function warmedBy(run: (ctx: Context, count: number) => Promise<unknown>): Scena
   return X402_WARM_UP > 0 ? (ctx) => run(ctx, X402_WARM_UP).then(() => {}) : undefined
 }
 
+/** Calls of each x402 v2 run (settled after the answer, so a run of a few seconds at the server's rate). */
+const X402_V2_CALLS = Number(process.env.BENCH_X402_V2 ?? 3_000)
+
 const base = () => ({ connections: settings.connections, durationS: settings.durationS })
 
 /** Tokens at $0.1 / $0.05 / $0.4 per million, ceiling $0.001 (one bench proof): ~$0.00014 per call. */
@@ -46,6 +38,13 @@ const USAGE_SSE_PRICING = {
   input_price_per_million: 0.1,
   cached_input_price_per_million: 0.05,
   output_price_per_million: 0.4,
+}
+
+/** The OpenAI-style stream as a client asks for it (usage-sse and its baseline). */
+const SSE_REQUEST = {
+  method: 'POST',
+  headers: { 'content-type': 'application/json' },
+  body: JSON.stringify({ model: 'm', stream: true }),
 }
 
 /** One MCP tools/call, as the SDK client sends it once a session is open (stateless server: no session). */
@@ -60,22 +59,20 @@ const MCP_CALL = {
   }),
 }
 
-function paid(kind: TollgateKind, path: string, proofs: number, name: string): Scenario {
+function paid(kind: TollgateKind, path: string, proofs: number, name: string, warmProofs = 0): Scenario {
+  return paidScenario({ name, kind, path, proofs, warmProofs })
+}
+
+/** The scenario's rate over another's of the same run, as `ratio_to_<other>`. */
+function withRatioTo(s: Scenario, other: string): Scenario {
+  const key = `ratio_to_${other.replaceAll('-', '_')}`
   return {
-    name,
-    tollgates: [kind],
-    proofs,
+    ...s,
     run: async (ctx) => {
-      const t = ctx.tollgates[kind]!
-      const url = await t.metered(path)
-      const before = await readCounters(t.adminPort)
-      const m = await load({
-        ...base(),
-        url,
-        perRequest: { header: 'x-payment', values: ctx.takeProofs(proofs) },
-        expectStatus: 200,
-      })
-      return { ...m, inside: inside(before, await readCounters(t.adminPort)) }
+      const m = await s.run(ctx)
+      if ('skipped' in m) return m
+      const rps = ctx.rps.get(other)
+      return { ...m, [key]: rps ? Math.round((m.rps / rps) * 1000) / 1000 : null }
     },
   }
 }
@@ -116,25 +113,28 @@ function signedAgent402(): Scenario {
 }
 
 function signedAgentPaid(): Scenario {
+  const proofs = Math.round(settings.proofs / 4)
+  const warm = Math.round(WARM_PROOFS / 2)
+  const once = async (ctx: Context, proofs: number) => {
+    const t = ctx.tollgates.warm!
+    const url = await agentUrl(ctx)
+    const headerSets = await ctx.agent!.sign(url, proofs)
+    const before = await readCounters(t.adminPort)
+    const m = await load({
+      ...base(),
+      url,
+      headerSets,
+      perRequest: { header: 'x-payment', values: ctx.takeProofs(proofs) },
+      expectStatus: 200,
+    })
+    return { ...m, inside: inside(before, await readCounters(t.adminPort)) }
+  }
   return {
     name: 'signed-agent-paid',
     tollgates: ['warm'],
-    proofs: Math.round(settings.proofs / 4),
-    run: async (ctx) => {
-      const t = ctx.tollgates.warm!
-      const url = await agentUrl(ctx)
-      const proofs = Math.round(settings.proofs / 4)
-      const headerSets = await ctx.agent!.sign(url, proofs)
-      const before = await readCounters(t.adminPort)
-      const m = await load({
-        ...base(),
-        url,
-        headerSets,
-        perRequest: { header: 'x-payment', values: ctx.takeProofs(proofs) },
-        expectStatus: 200,
-      })
-      return { ...m, inside: inside(before, await readCounters(t.adminPort)) }
-    },
+    proofs: proofs + warm,
+    warmUp: (ctx) => once(ctx, warm).then(() => {}),
+    run: (ctx) => once(ctx, proofs),
   }
 }
 
@@ -172,11 +172,13 @@ export const scenarios: Scenario[] = [
     peer: 'bare-relay',
     run: (ctx) => load({ ...base(), url: `${ctx.relay!.base}/data`, expectStatus: 200 }),
   },
-  paid('warm', '/data', settings.proofs, 'paid-warm'),
+  // Warmed up as the feature runs measured against it are (bench/scenarios/features.ts).
+  paid('warm', '/data', settings.proofs, 'paid-warm', WARM_PROOFS),
   {
     ...paid('cold', '/data', Math.round(settings.proofs / 5), 'paid-cold'),
     run: (ctx) => runPaidCold(ctx, Math.round(settings.proofs / 5)),
   },
+  ...featureScenarios(),
   paid('tsx', '/data', settings.proofs, 'paid-warm-tsx'),
   paid('workers2', '/data', settings.proofs, 'workers-2'),
   {
@@ -192,6 +194,21 @@ export const scenarios: Scenario[] = [
     tollgates: ['warm'],
     warmUp: warmedBy((ctx, count) => runX402(ctx, count, true)),
     run: (ctx) => runX402(ctx, Number(process.env.BENCH_X402 ?? 1_500), true),
+  },
+  {
+    // x402 v2 (PAYMENT-SIGNATURE by the published @x402/core client) on the settle-after endpoint:
+    // feature-payment-identifier's baseline, the same calls without the extension.
+    name: 'x402-v2-after',
+    tollgates: ['warm'],
+    warmUp: warmedBy((ctx, count) => runX402V2(ctx, count, false)),
+    run: (ctx) => runX402V2(ctx, X402_V2_CALLS, false),
+  },
+  {
+    // The same, each payment carrying its own payment-identifier: its answer kept for a retry.
+    name: 'feature-payment-identifier',
+    tollgates: ['warm'],
+    warmUp: warmedBy((ctx, count) => runX402V2(ctx, count, true)),
+    run: (ctx) => runX402V2(ctx, X402_V2_CALLS, true),
   },
   {
     // Pay once, call many: one channel per connection, cumulative vouchers signed before the load.
@@ -242,33 +259,29 @@ export const scenarios: Scenario[] = [
         expectStatus: 200,
       }),
   },
-  {
-    // The same stream priced per token through tollgate: usage asked for, read on the stream and taken out
-    // again; each call paid by a transaction hash as a prepaid ceiling (the rest refunded in the payout batch).
-    name: 'usage-sse',
-    tollgates: ['warm'],
+  // usage-sse's baseline: the same stream at a fixed price (no usage asked for, nothing read on it).
+  paidScenario({
+    name: 'paid-sse',
+    kind: 'warm',
+    path: '/v1/chat/completions',
     proofs: Math.round(settings.proofs / 4),
-    run: async (ctx) => {
-      const t = ctx.tollgates.warm!
-      const url = await t.metered('/v1/chat/completions', { pricing: USAGE_SSE_PRICING })
-      const before = await readCounters(t.adminPort)
-      const m = await load({
-        ...base(),
-        url,
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'm', stream: true }),
-        perRequest: { header: 'x-payment', values: ctx.takeProofs(Math.round(settings.proofs / 4)) },
-        expectStatus: 200,
-      })
-      const direct = ctx.rps.get('direct-sse')
-      return {
-        ...m,
-        inside: inside(before, await readCounters(t.adminPort)),
-        ratio_to_direct_sse: direct ? Math.round((m.rps / direct) * 1000) / 1000 : null,
-      }
-    },
-  },
+    warmProofs: Math.round(WARM_PROOFS / 2),
+    request: SSE_REQUEST,
+  }),
+  // The same stream priced per token through tollgate: usage asked for, read on the stream and taken out
+  // again; each call paid by a transaction hash as a prepaid ceiling (the rest refunded in the payout batch).
+  withRatioTo(
+    paidScenario({
+      name: 'usage-sse',
+      kind: 'warm',
+      path: '/v1/chat/completions',
+      proofs: Math.round(settings.proofs / 4),
+      warmProofs: Math.round(WARM_PROOFS / 2),
+      options: { pricing: USAGE_SSE_PRICING },
+      request: SSE_REQUEST,
+    }),
+    'direct-sse',
+  ),
   {
     // The same stream per token, each call paid by the published x402 upto client (a Permit2 permit for the
     // ceiling, settled after the call for the charge measured on the stream).
@@ -290,31 +303,29 @@ export const scenarios: Scenario[] = [
     name: 'direct-mcp',
     run: (ctx) => load({ ...base(), url: `${ctx.upstream.base}/mcp`, ...MCP_CALL, expectStatus: 200 }),
   },
-  {
-    // The same tools/call through an MCP endpoint: the JSON-RPC body read, the tool priced by name
-    // ($0.001, one bench proof), paid by a transaction hash.
-    name: 'mcp-tool-call',
-    tollgates: ['warm'],
+  // mcp-tool-call's baseline: the same tools/call on a plain endpoint at a fixed price (the body not read).
+  paidScenario({
+    name: 'paid-mcp',
+    kind: 'warm',
+    path: '/mcp',
     proofs: Math.round(settings.proofs / 4),
-    run: async (ctx) => {
-      const t = ctx.tollgates.warm!
-      const url = await t.metered('/mcp', { mcp: { tools: { weather: 0.001 }, default_price: 0.001 } })
-      const before = await readCounters(t.adminPort)
-      const m = await load({
-        ...base(),
-        url,
-        ...MCP_CALL,
-        perRequest: { header: 'x-payment', values: ctx.takeProofs(Math.round(settings.proofs / 4)) },
-        expectStatus: 200,
-      })
-      const direct = ctx.rps.get('direct-mcp')
-      return {
-        ...m,
-        inside: inside(before, await readCounters(t.adminPort)),
-        ratio_to_direct_mcp: direct ? Math.round((m.rps / direct) * 1000) / 1000 : null,
-      }
-    },
-  },
+    warmProofs: Math.round(WARM_PROOFS / 2),
+    request: MCP_CALL,
+  }),
+  // The same tools/call through an MCP endpoint: the JSON-RPC body read, the tool priced by name ($0.001, one
+  // bench proof), paid by a transaction hash.
+  withRatioTo(
+    paidScenario({
+      name: 'mcp-tool-call',
+      kind: 'warm',
+      path: '/mcp',
+      proofs: Math.round(settings.proofs / 4),
+      warmProofs: Math.round(WARM_PROOFS / 2),
+      options: { mcp: { tools: { weather: 0.001 }, default_price: 0.001 } },
+      request: MCP_CALL,
+    }),
+    'direct-mcp',
+  ),
   direct('/1k', 'direct-1k'),
   paid('warm', '/1k', Math.round(settings.proofs * 0.6), 'paid-1k'),
   direct('/256k', 'direct-256k'),

@@ -22,6 +22,10 @@ export interface Tollgate extends Target {
       identityRules?: unknown[]
       /** WebSocket session terms (sessions allowed); needs usage `pricing`. */
       websocket?: Record<string, unknown>
+      /** In the discovery listing (its paid calls counted for it). */
+      listed?: boolean
+      /** The pass it sells (price, calls, duration_s). */
+      pass?: Record<string, unknown>
     },
   ): Promise<string>
   post(path: string, body: unknown, key?: string): Promise<any>
@@ -54,6 +58,10 @@ export interface TollgateOptions {
   jobs?: boolean
   /** identity.* settings (the signed-agent scenario's key directory). */
   identity?: Record<string, unknown>
+  /** Signs offers and receipts with this key (RECEIPT_SIGNING_KEY); unsigned otherwise. */
+  receiptKey?: string
+  /** The per-address rate limits at their defaults (every other instance turns them off). */
+  rateLimits?: boolean
 }
 
 export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
@@ -66,7 +74,7 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
       database: { data_dir: join(o.dir, `${o.name}-pglite`) },
       chain: { poll_interval_ms: o.watch ? 250 : 3_600_000 },
       // Every scenario comes from one address: the 402 and checkout scenarios would meet the limits.
-      rate_limits: { enabled: false },
+      ...(o.rateLimits ? {} : { rate_limits: { enabled: false } }),
       server: { workers: o.workers ?? 1 },
       // Every instance signs with the one treasury key: only the warm one runs payouts and settlements, so
       // their nonces never collide across instances (that would be a bench artefact, not a finding).
@@ -91,6 +99,7 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
     LOG_LEVEL: 'warn',
     TOLLGATE_CONFIG: configFile,
     ...(databaseUrl ? { DATABASE_URL: databaseUrl.url } : {}),
+    ...(o.receiptKey ? { RECEIPT_SIGNING_KEY: o.receiptKey } : {}),
     ...(o.otlpEndpoint ? { OTEL_EXPORTER_OTLP_ENDPOINT: o.otlpEndpoint } : {}),
     ...nodeArgs(o.profileDir),
   }
@@ -116,7 +125,8 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
     apiKey: reg.api_key,
     post,
     async metered(path, options) {
-      const key = `${options?.batch ? 'batch:' : ''}${options?.pricing ? 'priced:' : ''}${options?.mcp ? 'mcp:' : ''}${options?.settleAfter ? 'after:' : ''}${options?.identityRules ? 'identity:' : ''}${options?.websocket ? 'ws:' : ''}${path}`
+      // One endpoint per path and options (pricing rules and terms included), created on first use.
+      const key = JSON.stringify([path, options ?? {}])
       let url = endpoints.get(key)
       if (!url) {
         const price = options?.mcp
@@ -133,6 +143,8 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
             ...(options?.settleAfter ? { x402_settlement: 'after' } : {}),
             ...(options?.identityRules ? { identity_rules: options.identityRules } : {}),
             ...(options?.websocket ? { websocket: options.websocket } : {}),
+            ...(options?.listed ? { listed: true } : {}),
+            ...(options?.pass ? { pass: options.pass } : {}),
           },
           reg.api_key,
         )
