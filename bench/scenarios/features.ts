@@ -166,6 +166,10 @@ async function runPass(ctx: Context, count: number): Promise<Measured> {
       return { 'sign-in-with-x': encodeSIWxHeader(await createSIWxPayload(info as never, signer, url)) }
     })
     headerSets.push(...(await Promise.all(batch)))
+    // A turn of the event loop between batches: the signing is synchronous work chained by promises, so
+    // without it no timer or socket event ran for the whole loop, and the next fetch took a kept-alive
+    // connection the instance had closed meanwhile ("fetch failed": other side closed).
+    await new Promise((r) => setImmediate(r))
   }
   // One signed in by hand first: a refusal names its reason here instead of counting as errors.
   const first = await fetch(url, { headers: headerSets.pop()! })

@@ -32,7 +32,7 @@ export interface Inside {
 export type Counters = Map<string, number>
 
 export async function readCounters(adminPort: number): Promise<Counters> {
-  const text = await scrape(`http://127.0.0.1:${adminPort}/metrics`)
+  const text = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text()
   const out: Counters = new Map()
   for (const line of text.split('\n')) {
     if (line.startsWith('#')) continue
@@ -40,20 +40,6 @@ export async function readCounters(adminPort: number): Promise<Counters> {
     if (space > 0) out.set(line.slice(0, space), Number(line.slice(space + 1)))
   }
   return out
-}
-
-/**
- * One scrape, tried again once if the connection fails: after seconds of the bench's own signing (a pass's
- * sign-ins) the kept-alive connection of the last scrape can be closed by the instance as it is reused
- * ("fetch failed", other side closed). A scrape reads counters and changes nothing.
- */
-async function scrape(url: string): Promise<string> {
-  try {
-    return await (await fetch(url)).text()
-  } catch (err) {
-    process.stdout.write(`  scrape of ${url} failed (${(err as Error).cause ?? err}); tried again\n`)
-    return (await fetch(url)).text()
-  }
 }
 
 /** Summed over every series of `name` carrying all of `labels` (with workers the parent already sums them). */

@@ -92,9 +92,14 @@ export interface DrawRequest {
 /**
  * drawPassUse: pass open → open, one use fewer. Precondition in its SQL: uses left (or a pass of time
  * only) and not expired, checked on the row as locked, so concurrent draws on any number of instances never
- * take more than the pass holds, and a draw that waited for another's last use takes the next pass. The sign-in nonce is recorded in the same statement (a
- * message is used once, drawn or not; a second insert of it waits for the first to commit, then finds it),
- * and the draw by its nonce (pass_draws).
+ * take more than the pass holds, and a draw that waited for another's last use takes the next pass. The
+ * sign-in nonce is recorded in the same statement (a message is used once, drawn or not; a second insert of
+ * it waits for the first to commit, then finds it), and the draw by its nonce (pass_draws).
+ *
+ * A live pass of time only is taken first, read without a lock and left unchanged: it has no uses to count,
+ * so a draw on it is only its record. Locking and rewriting its row for every call serialized all of a
+ * wallet's calls on that one row (one commit at a time) and left a dead row version per call. It also keeps
+ * the uses of the wallet's counted passes for when no time pass covers the call.
  */
 export async function drawPassUse(db: Db, q: DrawRequest): Promise<Draw> {
   const [row] = await db<
@@ -104,6 +109,13 @@ export async function drawPassUse(db: Db, q: DrawRequest): Promise<Draw> {
       INSERT INTO sign_in_nonces (nonce, token, expires_at) VALUES (${q.nonce}, ${q.token}, ${q.nonceExpiresAt})
       ON CONFLICT (nonce) DO NOTHING
       RETURNING nonce
+    ), timed AS (
+      -- A pass of time only: nothing to draw from it, so neither locked nor written.
+      SELECT id, uses_left, expires_at FROM passes
+      WHERE endpoint_id = ${q.endpointId} AND payer = ${q.payer} AND uses_left IS NULL AND expires_at > now()
+        AND EXISTS (SELECT 1 FROM fresh)
+      ORDER BY expires_at DESC, id
+      LIMIT 1
     ), pick AS (
       -- Locked as it is picked. Picked by a plain read, the pass whose last use a concurrent draw was
       -- taking (committed while the UPDATE below waited on it) kept its use in this statement's snapshot:
@@ -112,16 +124,18 @@ export async function drawPassUse(db: Db, q: DrawRequest): Promise<Draw> {
       -- had is passed over and the next one taken (LIMIT reads above the lock).
       SELECT id FROM passes
       WHERE endpoint_id = ${q.endpointId} AND payer = ${q.payer}
-        AND (uses_left > 0 OR uses_left IS NULL) AND expires_at > now()
+        AND uses_left > 0 AND expires_at > now() AND NOT EXISTS (SELECT 1 FROM timed)
       ORDER BY expires_at, id
       LIMIT 1
       FOR NO KEY UPDATE
-    ), drawn AS (
+    ), counted AS (
       UPDATE passes SET uses_left = uses_left - 1
       FROM pick
       WHERE passes.id = pick.id AND EXISTS (SELECT 1 FROM fresh)
-        AND (uses_left > 0 OR uses_left IS NULL) AND expires_at > now()
+        AND uses_left > 0 AND expires_at > now()
       RETURNING passes.id, passes.uses_left, passes.expires_at
+    ), drawn AS (
+      SELECT * FROM timed UNION ALL SELECT * FROM counted
     ), recorded AS (
       INSERT INTO pass_draws (nonce, pass_id) SELECT ${q.nonce}, id FROM drawn
     )

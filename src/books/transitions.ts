@@ -637,8 +637,8 @@ export const TRANSITIONS: readonly Transition[] = [
     from: 'open',
     to: 'open',
     fn: 'drawPassUse',
-    why: 'a signed-in call, before the upstream: one use fewer, never below zero nor past its time (the pass picked under its lock)',
-    where: '(uses_left > 0 OR uses_left IS NULL) AND expires_at > now()',
+    why: 'a signed-in call, before the upstream: one use fewer, never below zero nor past its time (a counted pass picked under its lock; a pass of time only is read, not written)',
+    where: 'uses_left > 0 AND expires_at > now()',
   },
   {
     record: 'pass',

@@ -30,6 +30,17 @@ async function pass(endpoint: string, uses: number, hours: number | null): Promi
   return id
 }
 
+/** A pass of time only on `endpoint`, ending in `hours`. */
+async function timePass(endpoint: string, hours: number): Promise<string> {
+  const id = `pass_${++n}`
+  await sql`
+    INSERT INTO passes (id, proof_key, call_id, endpoint_id, account_id, payer, price_atomic, calls_total,
+                        uses_left, expires_at)
+    VALUES (${id}, ${`tx:${id}`}, ${`call_${id}`}, ${endpoint}, 'acct_passes', ${PAYER}, 1000, NULL, NULL,
+            now() + ${hours} * interval '1 hour')`
+  return id
+}
+
 function draw(endpoint: string, nonce: string): DrawRequest {
   return {
     endpointId: endpoint,
@@ -76,6 +87,47 @@ describe('pass draws', () => {
 })
 
 describe.runIf(usingServer)('a draw that waited for another draw of the same pass', () => {
+  it('draws on a pass of time only without locking or rewriting it, and keeps the counted uses', async () => {
+    const counted = await pass('ep_time', 2, 1)
+    const timed = await timePass('ep_time', 2)
+    const version = async () =>
+      (await sql<{ v: string }[]>`SELECT xmin::text AS v FROM passes WHERE id = ${timed}`)[0]!.v
+    const before = await version()
+    // a's draw held open in its transaction: b's draw on the same pass must not wait for a's commit.
+    let commit!: () => void
+    const held = new Promise<void>((r) => {
+      commit = r
+    })
+    let drawn!: () => void
+    const inTransaction = new Promise<void>((r) => {
+      drawn = r
+    })
+    const drawing = sql.begin(async (tx) => {
+      expect(await drawPassUse(tx as unknown as Sql, draw('ep_time', 'time_a'))).toMatchObject({
+        ok: true,
+        passId: timed,
+        usesLeft: null,
+      })
+      drawn()
+      await held
+    })
+    await inTransaction
+    const b = await Promise.race([
+      drawPassUse(sql, draw('ep_time', 'time_b')),
+      new Promise<'waited'>((r) => setTimeout(() => r('waited'), 3_000)),
+    ])
+    commit()
+    await drawing
+    expect(b).toMatchObject({ ok: true, passId: timed, usesLeft: null })
+    expect(await usesLeft(counted)).toBe(2)
+    expect(await version()).toBe(before)
+    // Both draws are recorded (their receipts and give-backs name them); a give-back changes no count.
+    const draws = await sql`SELECT nonce FROM pass_draws WHERE pass_id = ${timed} ORDER BY nonce`
+    expect(draws.map((d) => d.nonce)).toEqual(['time_a', 'time_b'])
+    expect(await giveBackPassUse(sql, { nonce: 'time_a' })).toBe(false)
+    expect(await usesLeft(counted)).toBe(2)
+  })
+
   it("takes the wallet's next pass when the other draw took the last use", async () => {
     const soon = await pass('ep_race', 1, 1)
     const later = await pass('ep_race', 3, null)
