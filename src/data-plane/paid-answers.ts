@@ -6,6 +6,7 @@
 import { createHash } from 'node:crypto'
 import {
   closePaidAnswer,
+  livePaidAnswerBytes,
   type PaidAnswer,
   readPaidAnswer,
   reservePaidAnswer,
@@ -45,7 +46,16 @@ export type Reservation =
   | { kind: 'in_progress' }
   | { kind: 'not_kept'; why: 'too_large' | 'lost' }
 
+/** How often the budget of kept answers is read again from the database. */
+const LIVE_READ_MS = 1_000
+
 export class PaidAnswers {
+  private readonly live: { bytes: number; readAtMs: number; reading: Promise<number> | null } = {
+    bytes: 0,
+    readAtMs: Number.NEGATIVE_INFINITY,
+    reading: null,
+  }
+
   constructor(
     private readonly sql: Sql,
     private readonly logger: Logger,
@@ -73,14 +83,34 @@ export class PaidAnswers {
     const p =
       body === null
         ? closePaidAnswer(this.sql, { paymentId: id, outcome: 'not_stored', status })
-        : storePaidAnswer(this.sql, {
-            paymentId: id,
-            status,
-            headers,
-            body,
-            maxTotalBytes: this.settings.maxTotalBytes,
+        : this.liveBytes().then(() => {
+            // Counted at once, so this process's next answers see it before the next read.
+            const keep = this.live.bytes + body.length <= this.settings.maxTotalBytes
+            if (keep) this.live.bytes += body.length
+            return storePaidAnswer(this.sql, { paymentId: id, status, headers, body, keep })
           })
     p.catch((err) => this.logger.warn('paid answer not kept', { err }))
+  }
+
+  /**
+   * The bytes kept on every instance, read at most once every LIVE_READ_MS, plus what this process kept since
+   * that read. Summing the table for every answer cost the database a scan of every live answer per call
+   * (a TTL's worth: minutes of calls) and grew with the traffic; once a second, the budget may be passed by
+   * what the other instances keep within that second, a bound on storage, not on money.
+   */
+  private liveBytes(): Promise<number> {
+    const live = this.live
+    if (Date.now() - live.readAtMs < LIVE_READ_MS) return Promise.resolve(live.bytes)
+    live.reading ??= livePaidAnswerBytes(this.sql)
+      .then((bytes) => {
+        live.bytes = bytes
+        live.readAtMs = Date.now()
+        return bytes
+      })
+      .finally(() => {
+        live.reading = null
+      })
+    return live.reading
   }
 
   close(id: string, outcome: 'released' | 'lost'): void {

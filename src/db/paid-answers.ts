@@ -54,8 +54,8 @@ export async function readPaidAnswer(sql: Sql, paymentId: string): Promise<PaidA
 }
 
 /**
- * Keeps a complete answer, unless the total budget of live answers would pass maxTotalBytes: then it is
- * marked not_stored (a retry is told so). Returns the state written.
+ * Keeps a complete answer, or (keep false: the caller found the budget of live answers spent) marks it
+ * not_stored, so a retry is told so.
  */
 export async function storePaidAnswer(
   sql: Sql,
@@ -64,22 +64,25 @@ export async function storePaidAnswer(
     status: number
     headers: Array<[string, string]>
     body: Buffer
-    maxTotalBytes: number
+    keep: boolean
   },
 ): Promise<void> {
+  if (!q.keep) {
+    await closePaidAnswer(sql, { paymentId: q.paymentId, outcome: 'not_stored', status: q.status })
+    return
+  }
   await sql`
-    WITH live AS (
-      SELECT coalesce(sum(bytes), 0)::bigint AS total FROM paid_answers
-      WHERE state = 'stored' AND expires_at >= now()
-    )
-    UPDATE paid_answers SET
-      state = CASE WHEN live.total + ${q.body.length} <= ${q.maxTotalBytes} THEN 'stored' ELSE 'not_stored' END,
-      status = ${q.status},
-      headers = CASE WHEN live.total + ${q.body.length} <= ${q.maxTotalBytes} THEN ${sql.json(q.headers)}::jsonb END,
-      body = CASE WHEN live.total + ${q.body.length} <= ${q.maxTotalBytes} THEN ${q.body}::bytea END,
-      bytes = CASE WHEN live.total + ${q.body.length} <= ${q.maxTotalBytes} THEN ${q.body.length} ELSE 0 END
-    FROM live
+    UPDATE paid_answers SET state = 'stored', status = ${q.status}, headers = ${sql.json(q.headers)}::jsonb,
+                            body = ${q.body}::bytea, bytes = ${q.body.length}
     WHERE payment_id = ${q.paymentId} AND state = 'pending'`
+}
+
+/** The bytes of the answers kept and not expired, on every instance (the budget max_total_bytes bounds). */
+export async function livePaidAnswerBytes(sql: Sql): Promise<number> {
+  const [row] = await sql<{ total: string }[]>`
+    SELECT coalesce(sum(bytes), 0)::text AS total FROM paid_answers
+    WHERE state = 'stored' AND expires_at >= now()`
+  return Number(row!.total)
 }
 
 /** The call ended without an answer to keep: released (free the identifier) or unknown / too large. */
