@@ -225,7 +225,7 @@ function startKind(ctx: Context, kind: TollgateKind) {
     watch: kind !== 'cold',
     runtime: kind === 'tsx' ? 'tsx' : 'built',
     workers: kind === 'workers2' ? 2 : 1,
-    profileDir: kind === 'warm' ? process.env.BENCH_PROFILE_DIR : undefined,
+    profileDir: kind === 'warm' || kind === 'receipts' ? process.env.BENCH_PROFILE_DIR : undefined,
     receiptKey: kind === 'receipts' ? BENCH_RECEIPT_KEY : undefined,
     rateLimits: kind === 'limited',
     identity:

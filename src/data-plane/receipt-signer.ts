@@ -1,7 +1,7 @@
 // Signs x402 `offer-receipt` offers and receipts (EIP-712, the format @x402/extensions verifies by recovering
 // the signer's address) and tollgate's own final receipt, with one secp256k1 key. Synchronous on purpose:
 // offers are signed while an endpoint's 402 is built, receipts while a paid answer's head is written.
-import { type Hex, hashTypedData, serializeSignature } from 'viem'
+import { type Hex, hashTypedData } from 'viem'
 import { privateKeyToAddress } from 'viem/accounts'
 import { keccakBytes } from '../chain/keccak.ts'
 import { secp256k1 } from '../chain/secp256k1.ts'
@@ -107,19 +107,39 @@ function word(n: bigint): Buffer {
 }
 
 export function receiptDigest(p: ReceiptPayload): Hex {
+  return `0x${Buffer.from(receiptDigestBytes(p)).toString('hex')}`
+}
+
+function receiptDigestBytes(p: ReceiptPayload): Uint8Array {
   const struct = keccakBytes(
     Buffer.concat([
       RECEIPT_TYPE_HASH,
       word(BigInt(p.version)),
-      keccakBytes(p.network),
-      keccakBytes(p.resourceUrl),
-      keccakBytes(p.payer),
+      repeatedKeccak(p.network),
+      repeatedKeccak(p.resourceUrl),
+      repeatedKeccak(p.payer),
       word(BigInt(p.issuedAt)),
       keccakBytes(p.transaction),
     ]),
   )
-  const digest = keccakBytes(Buffer.concat([Buffer.from([0x19, 0x01]), RECEIPT_DOMAIN_SEPARATOR, struct]))
-  return `0x${Buffer.from(digest).toString('hex')}`
+  return keccakBytes(Buffer.concat([Buffer.from([0x19, 0x01]), RECEIPT_DOMAIN_SEPARATOR, struct]))
+}
+
+/**
+ * keccak of a string every receipt of an endpoint or payer repeats (the network, the resource URL, the
+ * payer): hashed once, then looked up (a hash object and its digest cost more than the look-up). Bounded:
+ * cleared when full, so varied payers cannot grow it.
+ */
+const repeated = new Map<string, Uint8Array>()
+const REPEATED_MAX = 4_096
+function repeatedKeccak(text: string): Uint8Array {
+  let hash = repeated.get(text)
+  if (hash === undefined) {
+    if (repeated.size >= REPEATED_MAX) repeated.clear()
+    hash = keccakBytes(text)
+    repeated.set(text, hash)
+  }
+  return hash
 }
 
 export interface ReceiptKeys {
@@ -156,7 +176,7 @@ export class ReceiptSigner {
   /** Signed once per paid answer: the digest is encoded by hand (viem's generic encoder costs ~0.3 ms). */
   receipt(payload: Omit<ReceiptPayload, 'version'>) {
     const full: ReceiptPayload = { version: VERSION, ...payload }
-    return { format: 'eip712' as const, payload: full, signature: this.sign(receiptDigest(full)) }
+    return { format: 'eip712' as const, payload: full, signature: this.signBytes(receiptDigestBytes(full)) }
   }
 
   callReceipt(payload: CallReceiptPayload) {
@@ -187,13 +207,16 @@ export class ReceiptSigner {
   }
 
   private sign(digest: Hex): Hex {
-    const { signature, recid } = secp256k1!.lib.ecdsaSign(Buffer.from(digest.slice(2), 'hex'), this.key)
-    const hex = Buffer.from(signature).toString('hex')
-    return serializeSignature({
-      r: `0x${hex.slice(0, 64)}`,
-      s: `0x${hex.slice(64)}`,
-      yParity: recid,
-    })
+    return this.signBytes(Buffer.from(digest.slice(2), 'hex'))
+  }
+
+  /**
+   * r ‖ s ‖ v with v 27 or 28, as viem's serializeSignature writes it (the unit test holds them equal);
+   * spelled out because serializeSignature parses r and s into a signature object first.
+   */
+  private signBytes(digest: Uint8Array): Hex {
+    const { signature, recid } = secp256k1!.lib.ecdsaSign(digest, this.key)
+    return `0x${Buffer.from(signature.buffer, signature.byteOffset, 64).toString('hex')}${recid === 0 ? '1b' : '1c'}`
   }
 }
 

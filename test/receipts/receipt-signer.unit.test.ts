@@ -5,6 +5,7 @@ import {
   verifyReceiptSignatureEIP712,
 } from '@x402/extensions/offer-receipt'
 import { recoverTypedDataAddress } from 'viem'
+import { privateKeyToAccount } from 'viem/accounts'
 import { describe, expect, it } from 'vitest'
 import { ReceiptSigner, receiptDigest } from '../../src/data-plane/receipt-signer.ts'
 
@@ -41,6 +42,37 @@ describe('receipt signer', () => {
       payload: { ...receipt.payload, payer: '0x2222222222222222222222222222222222222222' },
     }
     expect((await verifyReceiptSignatureEIP712(tampered)).signer).not.toBe(signer.address)
+  })
+
+  it("writes the signature as viem's account signs the same receipt, cached hashes or not", async () => {
+    const account = privateKeyToAccount(KEY)
+    const payload = {
+      network: 'eip155:8453',
+      resourceUrl: 'https://api.example/m/ep_3',
+      payer: '0x3333333333333333333333333333333333333333',
+      issuedAt: 1_800_000_456,
+    }
+    // The same network, resource and payer again (their hashes looked up), another transaction each time.
+    for (const transaction of ['0x01', '0x02', '']) {
+      const receipt = signer.receipt({ ...payload, transaction })
+      expect(receipt.signature).toBe(
+        await account.signTypedData({
+          domain: { name: 'x402 receipt', version: '1', chainId: 1 },
+          types: {
+            Receipt: [
+              { name: 'version', type: 'uint256' },
+              { name: 'network', type: 'string' },
+              { name: 'resourceUrl', type: 'string' },
+              { name: 'payer', type: 'string' },
+              { name: 'issuedAt', type: 'uint256' },
+              { name: 'transaction', type: 'string' },
+            ],
+          },
+          primaryType: 'Receipt',
+          message: { ...payload, version: 1n, issuedAt: BigInt(payload.issuedAt), transaction },
+        }),
+      )
+    }
   })
 
   it('encodes the receipt digest as the published package hashes it', () => {
