@@ -242,6 +242,13 @@ describe('real answers of every operation validate against it', () => {
       404,
     )
 
+    // Listed before it is paid: discovery counts the paid calls of listed endpoints only.
+    const listed = await call(one, `/api/v1/endpoints/${ids.ep}`, {
+      key,
+      method: 'PATCH',
+      body: { listed: true, discovery: { service_name: 'Contract', tags: ['test'] } },
+    })
+    expect(listed.body.listed).toBe(true)
     const m = '/m/{endpoint_id}'
     expect((await call(m, `/m/${ids.ep}`)).status).toBe(402)
     expect((await call(m, '/m/ep_missing', { method: 'POST' })).status).toBe(404)
@@ -257,12 +264,6 @@ describe('real answers of every operation validate against it', () => {
     const receiptId = served.headers.get('x-receipt-id')
     expect((await call(receipt, `/receipts/${receiptId}`)).status).toBe(200)
     expect((await call(receipt, '/receipts/rcpt_unknown')).status).toBe(404)
-    const listed = await call(one, `/api/v1/endpoints/${ids.ep}`, {
-      key,
-      method: 'PATCH',
-      body: { listed: true, discovery: { service_name: 'Contract', tags: ['test'] } },
-    })
-    expect(listed.body.listed).toBe(true)
     expect((await call(m, `/m/${ids.ep}`)).body.extensions.bazaar).toBeDefined()
     await svc.flushCaptures()
     const found = await call('/discovery/resources', '/discovery/resources?tag=test')
