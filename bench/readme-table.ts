@@ -18,7 +18,7 @@ const ROWS: Array<[string, string]> = [
   ['x402-batch', 'tollgate x402 batch-settlement, one channel per connection, a voucher per call'],
   ['x402-reference-upto', '**peer:** x402 reference, `upto` scheme, token-priced SSE'],
   ['upto', 'tollgate x402 `upto`, token-priced SSE, charged as measured'],
-  ['usage-sse', 'tollgate token-priced SSE, a hash as its ceiling (direct SSE: `direct-sse`)'],
+  ['usage-sse', 'tollgate token-priced SSE, hash-paid ceiling (direct SSE: `direct-sse`)'],
   ['mcp-tool-call', 'tollgate paid MCP `tools/call` (direct MCP server: `direct-mcp`)'],
   ['paid-256k', 'tollgate paid, 256 KB answers'],
   ['payment-create', '`POST /api/v1/payments`'],
