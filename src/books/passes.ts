@@ -203,16 +203,26 @@ export async function giveBackPassUse(db: Db, q: { nonce: string }): Promise<boo
 /**
  * recordPassDrawServed: pass open → open. A drawn use's call was served: its receipt (id, upstream status,
  * method, time) is written on the draw, once. No money moves (the purchase was the money) and the count does
- * not change. Precondition in its SQL: the draw not given back and no receipt written yet.
+ * not change. Precondition in its SQL: the draw not given back and no receipt written yet. Many draws in one
+ * statement (the calls served since the last one): returns how many applied.
  */
-export async function recordPassDrawServed(
-  db: Db,
-  q: { nonce: string; receiptId: string; upstreamStatus: number; method: string },
-): Promise<boolean> {
+export async function recordPassDrawServed(db: Db, served: readonly DrawServed[]): Promise<number> {
+  if (served.length === 0) return 0
   const rows = await db`
-    UPDATE pass_draws SET receipt_id = ${q.receiptId}, upstream_status = ${q.upstreamStatus},
-                          method = ${q.method}, served_at = now()
-    WHERE nonce = ${q.nonce} AND given_back = false AND receipt_id IS NULL
+    UPDATE pass_draws SET receipt_id = s.s_receipt, upstream_status = s.s_status, method = s.s_method,
+                          served_at = now()
+    FROM unnest(${served.map((x) => x.nonce)}::text[], ${served.map((x) => x.receiptId)}::text[],
+                ${served.map((x) => x.upstreamStatus)}::int[], ${served.map((x) => x.method)}::text[])
+      AS s(s_nonce, s_receipt, s_status, s_method)
+    WHERE nonce = s.s_nonce AND given_back = false AND receipt_id IS NULL
     RETURNING 1`
-  return rows.length === 1
+  return rows.length
+}
+
+/** A drawn use's served call, as its answer named it. */
+export interface DrawServed {
+  nonce: string
+  receiptId: string
+  upstreamStatus: number
+  method: string
 }

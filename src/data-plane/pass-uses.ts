@@ -3,7 +3,13 @@
 // forwarded, then captured (nothing to book: the purchase was the money), released (the use is given
 // back: the upstream certainly did not serve it) or in doubt (the use stays drawn: never served twice).
 import { randomBytes } from 'node:crypto'
-import { drawPassUse, findOwnDraw, giveBackPassUse, recordPassDrawServed } from '../books/passes.ts'
+import {
+  type DrawServed,
+  drawPassUse,
+  findOwnDraw,
+  giveBackPassUse,
+  recordPassDrawServed,
+} from '../books/passes.ts'
 import type { Sql } from '../db/sql.ts'
 import type { Logger } from '../observability/logger.ts'
 import { passDraws } from '../observability/metrics.ts'
@@ -27,7 +33,13 @@ export interface PassUsesOptions {
   settleForMs: number
 }
 
+/** Served calls recorded in one statement at most. */
+const SERVED_BATCH_MAX = 500
+
 export class PassUses {
+  private readonly servedQueue: DrawServed[] = []
+  private writingServed = false
+
   constructor(
     private readonly sql: Sql,
     private readonly signIn: SignIn,
@@ -94,21 +106,27 @@ export class PassUses {
 
   /**
    * A drawn use's call was served: its receipt (the x-receipt-id the answer carried) is written on the draw,
-   * after the answer (off the request's path), retried while the database does not answer.
+   * after the answer (off the request's path), retried while the database does not answer. The calls served
+   * while one statement is written go together in the next (a statement a call cost more than the draw).
    */
   served(nonce: string, call: ServedCall): void {
     const receiptId = call.receiptId
     if (receiptId === null) return
+    this.servedQueue.push({ nonce, receiptId, upstreamStatus: call.status, method: call.method })
+    if (!this.writingServed) this.writeServed()
+  }
+
+  private writeServed(): void {
+    const batch = this.servedQueue.splice(0, SERVED_BATCH_MAX)
+    this.writingServed = true
     this.retry(
-      "record a pass call's receipt",
-      () =>
-        recordPassDrawServed(this.sql, {
-          nonce,
-          receiptId,
-          upstreamStatus: call.status,
-          method: call.method,
-        }),
-      'its receipt id will answer 404',
+      "record pass calls' receipts",
+      () => recordPassDrawServed(this.sql, batch).then(() => true),
+      'their receipt ids will answer 404',
+      () => {
+        this.writingServed = false
+        if (this.servedQueue.length > 0) this.writeServed()
+      },
     )
   }
 
@@ -122,18 +140,30 @@ export class PassUses {
     })
   }
 
-  /** Runs `attempt` until it answers or settleForMs passes; then logs what `lost` says is lost. */
-  private retry(what: string, attempt: () => Promise<boolean>, lost = 'one pass use is lost'): void {
+  /**
+   * Runs `attempt` until it answers or settleForMs passes; then logs what `lost` says is lost. `ended` is
+   * told once either way.
+   */
+  private retry(
+    what: string,
+    attempt: () => Promise<boolean>,
+    lost = 'one pass use is lost',
+    ended?: () => void,
+  ): void {
     const deadline = Date.now() + this.options.settleForMs
     const run = (delayMs: number): void => {
-      attempt().catch((err) => {
-        if (Date.now() + delayMs > deadline) {
-          // A use (or a receipt) lost to the payer, never money to the merchant: said, not retried for ever.
-          this.logger.error(`could not ${what}; ${lost}`, { err })
-          return
-        }
-        setTimeout(() => run(Math.min(delayMs * 2, 2_000)), delayMs).unref()
-      })
+      attempt().then(
+        () => ended?.(),
+        (err) => {
+          if (Date.now() + delayMs > deadline) {
+            // A use (or a receipt) lost to the payer, never money to the merchant: said, not retried for ever.
+            this.logger.error(`could not ${what}; ${lost}`, { err })
+            ended?.()
+            return
+          }
+          setTimeout(() => run(Math.min(delayMs * 2, 2_000)), delayMs).unref()
+        },
+      )
     }
     run(100)
   }

@@ -2,7 +2,13 @@
 // that lost the pass it picked to a concurrent draw takes the wallet's next pass instead of refusing, and
 // the look for a draw whose answer was lost waits for that draw's statement if it is still running.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type DrawRequest, drawPassUse, findOwnDraw, giveBackPassUse } from '../../src/books/passes.ts'
+import {
+  type DrawRequest,
+  drawPassUse,
+  findOwnDraw,
+  giveBackPassUse,
+  recordPassDrawServed,
+} from '../../src/books/passes.ts'
 import type { Sql } from '../../src/db/sql.ts'
 import { migratedDatabase, usingServer } from '../helpers/database.ts'
 
@@ -65,6 +71,28 @@ describe('pass draws', () => {
     expect(await drawPassUse(sql, draw('ep_seq', 'seq_3'))).toEqual({ ok: false, reason: 'none' })
     expect(await usesLeft(soon)).toBe(0)
     expect(await usesLeft(later)).toBe(0)
+  })
+
+  it("records many draws' served calls in one statement, once each, never a given-back one", async () => {
+    await pass('ep_served', 5, null)
+    for (const n of ['served_1', 'served_2', 'served_3']) await drawPassUse(sql, draw('ep_served', n))
+    expect(await giveBackPassUse(sql, { nonce: 'served_3' })).toBe(true)
+    const served = ['served_1', 'served_2', 'served_3'].map((nonce) => ({
+      nonce,
+      receiptId: `rcpt_${nonce}`,
+      upstreamStatus: 200,
+      method: 'GET',
+    }))
+    expect(await recordPassDrawServed(sql, served)).toBe(2)
+    // Again (a retry after a lost answer): nothing more.
+    expect(await recordPassDrawServed(sql, served)).toBe(0)
+    const rows = await sql<{ nonce: string; receipt_id: string | null }[]>`
+      SELECT nonce, receipt_id FROM pass_draws WHERE nonce LIKE 'served_%' ORDER BY nonce`
+    expect(rows.map((r) => [r.nonce, r.receipt_id])).toEqual([
+      ['served_1', 'rcpt_served_1'],
+      ['served_2', 'rcpt_served_2'],
+      ['served_3', null],
+    ])
   })
 
   it('a sign-in message is used once', async () => {
