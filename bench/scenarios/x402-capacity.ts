@@ -14,8 +14,6 @@ import { execFileSync } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { x402Client, x402HTTPClient } from '@x402/core/client'
-import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import { type Chain, createPublicClient, createWalletClient, type Hex, http, publicActions } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import { baseSepolia } from 'viem/chains'
@@ -33,6 +31,7 @@ import { startTollgate, type Tollgate } from '../targets/tollgate.ts'
 import { startUpstream } from '../targets/upstream.ts'
 import { startX402Reference } from '../targets/x402-reference.ts'
 import { type Counters, inside as insideOf, readCounters, settlementOutcome } from './inside.ts'
+import { publishedExactClient } from './x402-reference.ts'
 
 const BLOCK_S = 2
 /**
@@ -368,15 +367,7 @@ async function tollgateSubject(
 async function referenceSubject(chain: DevChain, ref: Target): Promise<Subject> {
   const url = `${ref.base}/data`
   const r = await fetch(url)
-  const client = new x402HTTPClient(
-    registerExactEvmScheme(new x402Client(), {
-      signer: privateKeyToAccount(chain.payers[0]!.privateKey as Hex),
-    }).setSpendControls({
-      allowedAssets: [
-        { network: `eip155:${chain.chainId}`, asset: chain.usdcAddress, maxAmountPerPayment: '1000' },
-      ],
-    }),
-  )
+  const client = publishedExactClient(chain)
   const required = client.getPaymentRequiredResponse((name) => r.headers.get(name), await r.json())
   const first = client.encodePaymentSignatureHeader(await client.createPaymentPayload(required))
   const header = Object.keys(first)[0]!

@@ -2,29 +2,17 @@
 // published @x402/core client, on an endpoint that settles after the answer (so the run measures the server,
 // not the block time). With `identified`, each payment carries its own `payment-identifier` (appended by
 // the published @x402/extensions code): the extension's cost against the same calls without it.
-import { x402Client, x402HTTPClient } from '@x402/core/client'
-import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import { appendPaymentIdentifierToExtensions, generatePaymentId } from '@x402/extensions/payment-identifier'
-import type { Hex } from 'viem'
-import { privateKeyToAccount } from 'viem/accounts'
 import { load, type Measured } from '../load.ts'
 import { type Context, settings } from './context.ts'
 import { inside, readCounters, settlementOutcome } from './inside.ts'
+import { publishedExactClient } from './x402-reference.ts'
 
 export async function runX402V2(ctx: Context, count: number, identified: boolean): Promise<Measured> {
   const t = ctx.tollgates.warm!
   const url = await t.metered('/data', { settleAfter: true })
   const r = await fetch(url)
-  const client = new x402HTTPClient(
-    registerExactEvmScheme(new x402Client(), {
-      signer: privateKeyToAccount(ctx.chain.payers[0]!.privateKey as Hex),
-    }).setSpendControls({
-      // The dev chain's USDC is not one of the client's default assets.
-      allowedAssets: [
-        { network: `eip155:${ctx.chain.chainId}`, asset: ctx.chain.usdcAddress, maxAmountPerPayment: '1000' },
-      ],
-    }),
-  )
+  const client = publishedExactClient(ctx.chain)
   const required = client.getPaymentRequiredResponse((name) => r.headers.get(name), await r.json())
   const sign = async () => {
     // Each payment its own id: the extension's object is filled in place, so each gets its own copy.

@@ -200,6 +200,14 @@ export async function giveBackPassUse(db: Db, q: { nonce: string }): Promise<boo
   return rows.length === 1
 }
 
+/** A drawn use's served call, as its answer named it. */
+export interface DrawServed {
+  nonce: string
+  receiptId: string
+  upstreamStatus: number
+  method: string
+}
+
 /**
  * recordPassDrawServed: pass open → open. A drawn use's call was served: its receipt (id, upstream status,
  * method, time) is written on the draw, once. No money moves (the purchase was the money) and the count does
@@ -217,12 +225,4 @@ export async function recordPassDrawServed(db: Db, served: readonly DrawServed[]
     WHERE nonce = s.s_nonce AND given_back = false AND receipt_id IS NULL
     RETURNING 1`
   return rows.length
-}
-
-/** A drawn use's served call, as its answer named it. */
-export interface DrawServed {
-  nonce: string
-  receiptId: string
-  upstreamStatus: number
-  method: string
 }

@@ -48,9 +48,10 @@ export type Reservation =
 
 /** How often the budget of kept answers is read again from the database. */
 const LIVE_READ_MS = 1_000
+const DONE = Promise.resolve()
 
 export class PaidAnswers {
-  private readonly live: { bytes: number; readAtMs: number; reading: Promise<number> | null } = {
+  private readonly live: { bytes: number; readAtMs: number; reading: Promise<void> | null } = {
     bytes: 0,
     readAtMs: Number.NEGATIVE_INFINITY,
     reading: null,
@@ -83,7 +84,7 @@ export class PaidAnswers {
     const p =
       body === null
         ? closePaidAnswer(this.sql, { paymentId: id, outcome: 'not_stored', status })
-        : this.liveBytes().then(() => {
+        : this.readLive().then(() => {
             // Counted at once, so this process's next answers see it before the next read.
             const keep = this.live.bytes + body.length <= this.settings.maxTotalBytes
             if (keep) this.live.bytes += body.length
@@ -93,19 +94,18 @@ export class PaidAnswers {
   }
 
   /**
-   * The bytes kept on every instance, read at most once every LIVE_READ_MS, plus what this process kept since
-   * that read. Summing the table for every answer cost the database a scan of every live answer per call
+   * Reads the bytes kept on every instance into `live`, at most once every LIVE_READ_MS (`live` adds what this
+   * process keeps in between). Summing the table for every answer cost the database a scan of every live answer per call
    * (a TTL's worth: minutes of calls) and grew with the traffic; once a second, the budget may be passed by
    * what the other instances keep within that second, a bound on storage, not on money.
    */
-  private liveBytes(): Promise<number> {
+  private readLive(): Promise<void> {
     const live = this.live
-    if (Date.now() - live.readAtMs < LIVE_READ_MS) return Promise.resolve(live.bytes)
+    if (Date.now() - live.readAtMs < LIVE_READ_MS) return DONE
     live.reading ??= livePaidAnswerBytes(this.sql)
       .then((bytes) => {
         live.bytes = bytes
         live.readAtMs = Date.now()
-        return bytes
       })
       .finally(() => {
         live.reading = null

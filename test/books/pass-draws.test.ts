@@ -57,6 +57,40 @@ function draw(endpoint: string, nonce: string): DrawRequest {
   }
 }
 
+/**
+ * A draw in a transaction left open once it has drawn (`expected`); the function returned commits it and
+ * reports the draw's own failure, if any.
+ */
+async function drawHeldOpen(
+  endpoint: string,
+  nonce: string,
+  expected: Record<string, unknown>,
+): Promise<() => Promise<void>> {
+  let commit!: () => void
+  const held = new Promise<void>((r) => {
+    commit = r
+  })
+  let settled!: () => void
+  const drawnOrFailed = new Promise<void>((r) => {
+    settled = r
+  })
+  const drawing = sql.begin(async (tx) => {
+    try {
+      expect(await drawPassUse(tx as unknown as Sql, draw(endpoint, nonce))).toMatchObject(expected)
+    } finally {
+      settled()
+    }
+    await held
+  })
+  // Awaited by the returned function; a failed draw is reported there, not as an unhandled rejection.
+  drawing.catch(() => {})
+  await drawnOrFailed
+  return async () => {
+    commit()
+    await drawing
+  }
+}
+
 async function usesLeft(id: string): Promise<number | null> {
   const [row] = await sql<{ uses_left: number | null }[]>`SELECT uses_left FROM passes WHERE id = ${id}`
   return row!.uses_left
@@ -122,30 +156,12 @@ describe.runIf(usingServer)('a draw that waited for another draw of the same pas
       (await sql<{ v: string }[]>`SELECT xmin::text AS v FROM passes WHERE id = ${timed}`)[0]!.v
     const before = await version()
     // a's draw held open in its transaction: b's draw on the same pass must not wait for a's commit.
-    let commit!: () => void
-    const held = new Promise<void>((r) => {
-      commit = r
-    })
-    let drawn!: () => void
-    const inTransaction = new Promise<void>((r) => {
-      drawn = r
-    })
-    const drawing = sql.begin(async (tx) => {
-      expect(await drawPassUse(tx as unknown as Sql, draw('ep_time', 'time_a'))).toMatchObject({
-        ok: true,
-        passId: timed,
-        usesLeft: null,
-      })
-      drawn()
-      await held
-    })
-    await inTransaction
+    const commit = await drawHeldOpen('ep_time', 'time_a', { ok: true, passId: timed, usesLeft: null })
     const b = await Promise.race([
       drawPassUse(sql, draw('ep_time', 'time_b')),
       new Promise<'waited'>((r) => setTimeout(() => r('waited'), 3_000)),
     ])
-    commit()
-    await drawing
+    await commit()
     expect(b).toMatchObject({ ok: true, passId: timed, usesLeft: null })
     expect(await usesLeft(counted)).toBe(2)
     expect(await version()).toBe(before)
@@ -160,23 +176,7 @@ describe.runIf(usingServer)('a draw that waited for another draw of the same pas
     const soon = await pass('ep_race', 1, 1)
     const later = await pass('ep_race', 3, null)
     // a's draw of soon's last use, committed only once b's draw waits on soon's row.
-    let commit!: () => void
-    const held = new Promise<void>((r) => {
-      commit = r
-    })
-    let drawn!: () => void
-    const inTransaction = new Promise<void>((r) => {
-      drawn = r
-    })
-    const drawing = sql.begin(async (tx) => {
-      expect(await drawPassUse(tx as unknown as Sql, draw('ep_race', 'race_a'))).toMatchObject({
-        ok: true,
-        passId: soon,
-      })
-      drawn()
-      await held
-    })
-    await inTransaction
+    const commit = await drawHeldOpen('ep_race', 'race_a', { ok: true, passId: soon })
     const taking = drawPassUse(sql, draw('ep_race', 'race_b'))
     let waited = false
     for (let i = 0; i < 200 && !waited; i++) {
@@ -187,8 +187,7 @@ describe.runIf(usingServer)('a draw that waited for another draw of the same pas
       if (!waited) await new Promise((r) => setTimeout(r, 10))
     }
     expect(waited).toBe(true)
-    commit()
-    await drawing
+    await commit()
     // b picked soon in its snapshot (one use left); a took that use while b waited. b holds a pass with
     // three uses: it must draw one of them, not be refused with its sign-in message spent.
     expect(await taking).toMatchObject({ ok: true, passId: later, usesLeft: 2 })

@@ -14,6 +14,7 @@ import { makeProofs } from '../../bench/proofs.ts'
 import { type DevChain, startDevChain } from '../../src/chain/dev-chain.ts'
 import { createSql } from '../../src/db/sql.ts'
 import type { ChildService } from '../helpers/child-service.ts'
+import { waitFor } from '../helpers/wait-for.ts'
 import { type CountingUpstream, startCountingUpstream } from './counting-upstream.ts'
 import { merchantEndpoint, runReconcile, startChildOn } from './harness.ts'
 import { type PgCluster, startPgCluster } from './pg-cluster.ts'
@@ -158,6 +159,18 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('passes across a PostgreSQL cr
         WHERE p.endpoint_id = ${id} GROUP BY p.id`
       log(`books: ${JSON.stringify(passes)}`)
       expect(passes.map((p) => [p.uses_left, p.drawn])).toEqual(Array.from({ length: BUYERS }, () => [0, N]))
+      // Every served call's receipt is on its draw: written after the answer, a batch at a time, and tried
+      // again across the outages until the database took it.
+      const recorded = await waitFor(
+        async () => {
+          const rows = await sql<{ n: number }[]>`
+            SELECT count(d.receipt_id)::int AS n FROM passes p JOIN pass_draws d ON d.pass_id = p.id
+            WHERE p.endpoint_id = ${id} AND NOT d.given_back GROUP BY p.id`
+          return rows.every((r) => r.n === N) ? rows.length : undefined
+        },
+        { timeoutMs: 15_000, what: 'the receipts of every served pass call on its draw' },
+      )
+      expect(recorded).toBe(BUYERS)
       const [calls] = await sql<{ n: number; owner: string }[]>`
         SELECT count(*)::int AS n, sum(owner_share_atomic)::text AS owner FROM calls
         WHERE endpoint_id = ${id} AND method = 'PASS'`
