@@ -107,12 +107,6 @@ export function formatReport(r: ReconcileReport): string {
           `  refunds paid / pending / failed    ${`${r.refunds.paid} / ${r.refunds.pending} / ${r.refunds.failed}`.padStart(20)}`,
         ]
       : []),
-    ...(r.holds
-      ? [
-          "payer reservations = what the payers' claims in flight hold",
-          `  payers / mismatched                ${`${r.holds.payers} / ${r.holds.mismatched}`.padStart(20)}`,
-        ]
-      : []),
     'running balances = sums of their ledger entries',
     `  accounts checked                   ${String(r.balances.accounts_checked).padStart(20)}`,
     `  wallets checked                    ${String(r.balances.wallets_checked).padStart(20)}`,

@@ -22,7 +22,6 @@ import type { Sql } from '../../db/sql.ts'
 import { type BalancesCheck, type BalancesScope, checkBalances } from './reconcile-balances.ts'
 import { type BatchesCheck, checkBatches } from './reconcile-batches.ts'
 import { type ClaimsCheck, checkClaims } from './reconcile-claims.ts'
-import { checkHolds, type HoldsCheck } from './reconcile-holds.ts'
 import { checkPasses, type PassesCheck } from './reconcile-passes.ts'
 import { checkRefunds, type RefundsCheck } from './reconcile-refunds.ts'
 
@@ -99,8 +98,6 @@ export interface ReconcileReport {
   refunds: RefundsCheck
   /** Passes against their purchases and their draws. */
   passes: PassesCheck
-  /** The payer reservation's running totals against what the claims in flight hold (migration 0079). */
-  holds: HoldsCheck
   balances: BalancesCheck
   /** Set by a checkpointed run (`npm run reconcile`): what it covered and whether it moved the checkpoint. */
   checkpoint?: { mode: 'full' | 'incremental'; since: string | null; saved: boolean }
@@ -162,7 +159,6 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
   const batches = await checkBatches(sql, { from: keptFrom, to })
   const refunds = await checkRefunds(sql, { from: keptFrom, to })
   const passes = await checkPasses(sql, { from: keptFrom, to })
-  const holds = await checkHolds(sql)
   const balances =
     range.balances === false
       ? NO_BALANCES
@@ -179,7 +175,6 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
     ...claims.differences,
     ...refunds.differences,
     ...passes.differences,
-    ...holds.differences,
     ...balances.differences,
   ]
 
@@ -201,7 +196,6 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
     claims,
     refunds,
     passes,
-    holds,
     balances,
     differences,
   }
