@@ -75,74 +75,153 @@ export interface FacilitatorClaimRequest {
 
 /**
  * ∅ → settling: each payload's settlement row and its claim, the group in one transaction (one commit for
- * the /settle requests that arrived together, not one each), one statement a payload. A retry (same payload,
- * or same payment-identifier with the same payload) finds the first row, on any instance: the unique
- * proof_key makes a concurrent twin wait for this commit and then read it. The payers' locks are taken in
- * payer order (two groups never wait for each other in a cycle); answers come back in the requests' order.
+ * the /settle requests that arrived together, not one each) of two statements, whatever its size:
+ *
+ * 1. the payers' locks and what each payer's other unsettled payments hold (payer_reserved, migrations 0045,
+ *    0065, 0070: on any instance, here or on a metered URL), all taken before the first row is written, in
+ *    hashtext order as a metered claim statement takes them (two groups, or a group and a metered batch,
+ *    never wait on each other in a cycle); then the settlement rows, ON CONFLICT DO NOTHING: a retry (same
+ *    payload, or same payment-identifier) inserts nothing, and a concurrent twin waits for the first's commit;
+ * 2. the claims of the payloads the payer's balance covers, decided here in the requests' order as if each
+ *    were alone: the balance read, less the reservation, less this group's earlier claims of that payer
+ *    (one another path claimed meanwhile still counts: a false refusal at most, never an over-claim); and in
+ *    the same statement the rows of those refused or claimed elsewhere are deleted (as a rollback would
+ *    leave them: never there).
+ *
+ * It was a statement a payload, each summing the reservation again: the group's round trips and their
+ * statements' fixed cost grew with the group. A payload that inserted nothing is then read (earlier):
+ * retries only. Answers come back in the requests' order.
  */
 export async function claimFacilitatorPayments(
   sql: Sql,
   requests: FacilitatorClaimRequest[],
 ): Promise<FacilitatorClaim[]> {
+  // The settlement rows go in in (payer, proof) order, as before: two groups inserting the same payloads
+  // meet them in the same order.
   const order = requests
-    .map((q, i) => ({ q, i }))
+    .map((q, i) => ({ q, i, id: newId('fst') }))
     .sort(
       (a, b) =>
         compare(a.q.payer.toLowerCase(), b.q.payer.toLowerCase()) || compare(a.q.proofKey, b.q.proofKey),
     )
+  const rows = order.map(({ q, id }, i) => {
+    const { owner, fee } =
+      q.custody === 'treasury' ? splitOwnerShare(q.valueAtomic, q.ownerShareBps) : { owner: 0n, fee: 0n }
+    return {
+      i,
+      id,
+      account_id: q.accountId,
+      proof_key: q.proofKey,
+      payment_identifier: q.paymentIdentifier,
+      custody: q.custody,
+      pay_to: q.payTo.toLowerCase(),
+      payer: q.payer.toLowerCase(),
+      amount: q.valueAtomic.toString(),
+      owner_share: owner.toString(),
+      fee: fee.toString(),
+      network: q.network,
+      x402_version: q.x402Version,
+      resource_url: q.resource?.url ?? null,
+      group_commit: q.groupCommit ?? false,
+      block: q.reserve.block.toString(),
+    }
+  })
   const out = new Array<FacilitatorClaim>(requests.length)
   await sql.begin(async (tx) => {
-    for (const { q, i } of order) out[i] = await claimOne(tx, q)
+    const written = await tx<{ kind: 'payer' | 'row'; key: string; reserved: string | null }[]>`
+      WITH req AS MATERIALIZED (
+        SELECT * FROM json_to_recordset(${JSON.stringify(rows)}::text::json)
+          AS t(i int, id text, account_id text, proof_key text, payment_identifier text, custody text,
+               pay_to text, payer text, amount bigint, owner_share bigint, fee bigint, network text,
+               x402_version int, resource_url text, group_commit boolean, block bigint)
+      ),
+      payers AS MATERIALIZED (
+        SELECT payer_l, payer_reserved(payer_l, since) AS reserved FROM (
+          SELECT payer AS payer_l, min(block) AS since FROM req
+          GROUP BY payer ORDER BY hashtext(payer), payer OFFSET 0
+        ) p
+      ),
+      inserted AS (
+        INSERT INTO facilitator_settlements (id, account_id, proof_key, payment_identifier, custody, pay_to,
+          payer, amount_atomic, owner_share_atomic, fee_atomic, network, x402_version, resource_url, group_commit)
+        -- Sorted after the join: every lock of "payers" is taken before the first row goes in.
+        SELECT r.id, r.account_id, r.proof_key, r.payment_identifier, r.custody, r.pay_to, r.payer, r.amount,
+               r.owner_share, r.fee, r.network, r.x402_version, r.resource_url, r.group_commit
+        FROM req r JOIN payers p ON p.payer_l = r.payer ORDER BY r.i
+        ON CONFLICT DO NOTHING RETURNING id
+      )
+      SELECT 'payer' AS kind, payer_l AS key, reserved::text AS reserved FROM payers
+      UNION ALL SELECT 'row', id, NULL FROM inserted`
+    const reserved = new Map<string, bigint>()
+    const inserted = new Set<string>()
+    for (const w of written) {
+      if (w.kind === 'payer') reserved.set(w.key, BigInt(w.reserved!))
+      else inserted.add(w.key)
+    }
+    // In the requests' order (payer, proof), each against what the payer's earlier ones here took.
+    const held = new Map<string, bigint>()
+    const funded: typeof order = []
+    const refused: string[] = []
+    for (const o of order) {
+      if (!inserted.has(o.id)) continue
+      const payer = o.q.payer.toLowerCase()
+      const taken = held.get(payer) ?? 0n
+      if (o.q.reserve.balanceAtomic - (reserved.get(payer) ?? 0n) - taken >= o.q.valueAtomic) {
+        held.set(payer, taken + o.q.valueAtomic)
+        funded.push(o)
+      } else {
+        refused.push(o.id)
+        out[o.i] = { kind: 'insufficient_funds' }
+      }
+    }
+    const claimed = new Set<string>()
+    if (funded.length > 0 || refused.length > 0) {
+      const claims = funded.map(({ q, id }) => ({
+        id,
+        proof_key: q.proofKey,
+        kind: q.kind,
+        account_id: q.accountId,
+        payer: q.payer,
+        amount: q.valueAtomic.toString(),
+        auth: q.authorization,
+      }))
+      const got = await tx<{ id: string }[]>`
+        WITH c AS MATERIALIZED (
+          SELECT * FROM json_to_recordset(${JSON.stringify(claims)}::text::json)
+            AS t(id text, proof_key text, kind text, account_id text, payer text, amount bigint, auth jsonb)
+        ),
+        claimed AS (
+          INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
+                              authorization_payload, horizon_at)
+          SELECT proof_key, kind, 'facilitator', id, account_id, payer, amount, 'settling', auth,
+                 claim_horizon_at(kind, NULL, auth)
+          FROM c
+          ON CONFLICT (proof_key, horizon_at) DO NOTHING RETURNING target_id
+        ),
+        gone AS (
+          DELETE FROM facilitator_settlements
+          WHERE id = ANY(${[...refused, ...funded.map((f) => f.id)]}::text[])
+            AND id NOT IN (SELECT target_id FROM claimed)
+        )
+        SELECT target_id AS id FROM claimed`
+      for (const g of got) claimed.add(g.id)
+    }
+    for (const { q, i, id } of funded) {
+      if (!claimed.has(id)) {
+        out[i] = { kind: 'proof_already_used' }
+        continue
+      }
+      if (q.resource) await catalogResource(tx, q.accountId, q.resource)
+      out[i] = { kind: 'claimed' }
+    }
+    // Retries (the same payload, or its payment-identifier): the row that was there first.
+    for (const { q, i, id } of order) if (!inserted.has(id)) out[i] = await earlier(tx, q)
   })
   return out
 }
 
 function compare(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0
-}
-
-/**
- * One payload's claim inside the group's transaction, in one statement: its settlement row; if new, the payer
- * reservation (migrations 0045, 0065, 0070), as a metered call's claim makes it: under the payer's lock, what
- * its other unsettled authorizations and permits hold (on any instance, here or on a metered URL, this
- * group's earlier claims included) is subtracted from the balance read; the claim only if the rest covers
- * it. A row whose claim was refused is deleted again (as a rollback would leave it: never there).
- */
-async function claimOne(tx: Tx, q: FacilitatorClaimRequest): Promise<FacilitatorClaim> {
-  const { owner, fee } =
-    q.custody === 'treasury' ? splitOwnerShare(q.valueAtomic, q.ownerShareBps) : { owner: 0n, fee: 0n }
-  const id = newId('fst')
-  const [r] = await tx<{ inserted: boolean; covered: boolean | null; claimed: boolean }[]>`
-    WITH inserted AS (
-      INSERT INTO facilitator_settlements (id, account_id, proof_key, payment_identifier, custody, pay_to, payer,
-        amount_atomic, owner_share_atomic, fee_atomic, network, x402_version, resource_url, group_commit)
-      VALUES (${id}, ${q.accountId}, ${q.proofKey}, ${q.paymentIdentifier}, ${q.custody}, ${q.payTo.toLowerCase()},
-        ${q.payer.toLowerCase()}, ${q.valueAtomic}, ${owner}, ${fee}, ${q.network}, ${q.x402Version},
-        ${q.resource?.url ?? null}, ${q.groupCommit ?? false})
-      ON CONFLICT DO NOTHING RETURNING id
-    ), held AS (
-      SELECT ${q.reserve.balanceAtomic.toString()}::numeric
-               - payer_reserved(lower(${q.payer}), ${q.reserve.block.toString()}::bigint)
-               >= ${q.valueAtomic.toString()}::numeric AS covered
-      FROM inserted
-    ), claimed AS (
-      INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                          authorization_payload, horizon_at)
-      SELECT ${q.proofKey}, ${q.kind}, 'facilitator', ${id}, ${q.accountId}, ${q.payer}, ${q.valueAtomic},
-             'settling', a.auth, claim_horizon_at(${q.kind}, NULL, a.auth)
-      FROM held, (SELECT ${tx.json(q.authorization as never)}::jsonb AS auth) a
-      WHERE held.covered
-      ON CONFLICT (proof_key, horizon_at) DO NOTHING RETURNING proof_key
-    )
-    SELECT EXISTS (SELECT 1 FROM inserted) AS inserted, (SELECT covered FROM held) AS covered,
-           EXISTS (SELECT 1 FROM claimed) AS claimed`
-  if (!r!.inserted) return earlier(tx, q)
-  if (r!.claimed) {
-    if (q.resource) await catalogResource(tx, q.accountId, q.resource)
-    return { kind: 'claimed' }
-  }
-  await tx`DELETE FROM facilitator_settlements WHERE id = ${id}`
-  return { kind: r!.covered ? 'proof_already_used' : 'insufficient_funds' }
 }
 
 /** The catalog row of a resource a claimed payment described: the latest payment's terms and extension. */

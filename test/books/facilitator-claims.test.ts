@@ -96,4 +96,21 @@ describe('claimFacilitatorPayments: a group in one transaction', () => {
     expect(await rows([taken.proofKey])).toBe(0)
     expect(await rows([fresh.proofKey])).toBe(1)
   })
+
+  it('decides each payload as if alone: a refused one holds nothing for the ones after it', async () => {
+    const payer = payerAddress()
+    const group = [request(payer, 20n, 25n), request(payer, 10n, 25n), request(payer, 5n, 25n)]
+    const claims = await claimFacilitatorPayments(sql, group)
+    expect(claims.map((c) => c.kind)).toEqual(['claimed', 'insufficient_funds', 'claimed'])
+    expect(await rows(group.map((q) => q.proofKey))).toBe(2)
+  })
+
+  it('a payload twice in one group is claimed once; its payment-identifier on another payload conflicts', async () => {
+    const payer = payerAddress()
+    const first = { ...request(payer, 10n, 1_000n), paymentIdentifier: `pay_${n}` }
+    const other = { ...request(payer, 10n, 1_000n), paymentIdentifier: first.paymentIdentifier }
+    const claims = await claimFacilitatorPayments(sql, [first, { ...first }, other])
+    expect(claims.map((c) => c.kind)).toEqual(['claimed', 'existing', 'payment_identifier_conflict'])
+    expect(await rows([first.proofKey, other.proofKey])).toBe(1)
+  })
 })
