@@ -4,7 +4,11 @@
 // server).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { claimProof } from '../../src/books/claims.ts'
-import { claimFacilitatorPayments, type FacilitatorClaimRequest } from '../../src/books/facilitator.ts'
+import {
+  claimFacilitatorPayments,
+  type FacilitatorClaimRequest,
+  readClaimedOrReserved,
+} from '../../src/books/facilitator.ts'
 import type { Sql } from '../../src/db/sql.ts'
 import { migratedDatabase } from '../helpers/database.ts'
 
@@ -112,5 +116,31 @@ describe('claimFacilitatorPayments: a group in one transaction', () => {
     const claims = await claimFacilitatorPayments(sql, [first, { ...first }, other])
     expect(claims.map((c) => c.kind)).toEqual(['claimed', 'existing', 'payment_identifier_conflict'])
     expect(await rows([first.proofKey, other.proofKey])).toBe(1)
+  })
+})
+
+describe('readClaimedOrReserved: the /verify reads of a group in one statement', () => {
+  it('answers each read: its proof claimed, or its payer’s reservation at its own block', async () => {
+    const payer = payerAddress()
+    const other = payerAddress()
+    const held = request(payer, 10n, 1_000n)
+    expect((await claimFacilitatorPayments(sql, [held])).map((c) => c.kind)).toEqual(['claimed'])
+    // Settled in block 105: a balance read at 100 does not show it yet, one at 105 does.
+    const settledOne = request(payer, 7n, 1_000n)
+    expect((await claimFacilitatorPayments(sql, [settledOne])).map((c) => c.kind)).toEqual(['claimed'])
+    await sql`UPDATE claims SET settled_at = now(), settlement_block = 105 WHERE proof_key = ${settledOne.proofKey}`
+    const fresh = request(payer, 1n, 1_000n)
+    const answers = await readClaimedOrReserved(sql, [
+      { proofKey: held.proofKey, payer, block: 100n },
+      { proofKey: fresh.proofKey, payer: payer.toUpperCase().replace('0X', '0x'), block: 100n },
+      { proofKey: fresh.proofKey, payer, block: 105n },
+      { proofKey: request(other, 1n, 1n).proofKey, payer: other, block: 100n },
+    ])
+    expect(answers).toEqual([
+      { claimed: true },
+      { claimed: false, reserved: 17n },
+      { claimed: false, reserved: 10n },
+      { claimed: false, reserved: 0n },
+    ])
   })
 })

@@ -9,7 +9,6 @@ import { type Address, getAddress } from 'viem'
 import {
   type FacilitatorSettlementState,
   proofClaimed,
-  readClaimedOrReserved,
   readFacilitatorSettlement,
 } from '../../books/facilitator.ts'
 import type { BalanceRead } from '../../chain/check-authorization.ts'
@@ -18,6 +17,7 @@ import { facilitatorResourceOf } from '../../discovery/facilitator-resource.ts'
 import { ApiError } from '../../errors.ts'
 import { type Checked, checkTerms, exactChainFailure, type Terms } from '../facilitator-check.ts'
 import { FacilitatorClaims } from '../facilitator-claims.ts'
+import { FacilitatorReads } from '../facilitator-reads.ts'
 import { checkUptoTerms, uptoChainFailure } from '../facilitator-upto-check.ts'
 import { FacilitatorVerdicts } from '../facilitator-verdicts.ts'
 import { FacilitatorWaits } from '../facilitator-waits.ts'
@@ -200,7 +200,7 @@ async function verifyFunds(ctx: RouteContext, c: Checked & { ok: true }): Promis
       return { ok: false, reason: 'proof_already_used', message: CLAIMED }
     return chain
   }
-  const held = await readClaimedOrReserved(ctx.deps.sql, {
+  const held = await readsOf(ctx).read({
     proofKey: c.proofKey,
     payer: c.payer,
     block: chain.balance.block,
@@ -232,9 +232,18 @@ function settleAnswer(s: FacilitatorSettlementState, network: string): SettleAns
   return null
 }
 
-/** The process's claim group commit and held verdicts, by database. */
+/** The process's claim and /verify read group commits and held verdicts, by database. */
 const sharedClaims = new WeakMap<object, FacilitatorClaims>()
 const sharedVerdicts = new WeakMap<object, FacilitatorVerdicts>()
+const sharedReads = new WeakMap<object, FacilitatorReads>()
+function readsOf(ctx: RouteContext): FacilitatorReads {
+  let r = sharedReads.get(ctx.deps.sql)
+  if (!r) {
+    r = new FacilitatorReads(ctx.deps.sql)
+    sharedReads.set(ctx.deps.sql, r)
+  }
+  return r
+}
 function claimsOf(ctx: RouteContext): FacilitatorClaims {
   let c = sharedClaims.get(ctx.deps.sql)
   if (!c) {
