@@ -16,6 +16,7 @@ import { forgetSettlementTx, recordSettlementTx, settleAuthorizations } from '..
 import type { ChainContext } from '../chain/connect.ts'
 import { treasuryPrivateKey } from '../chain/connect.ts'
 import { fundDevGas } from '../chain/dev-chain.ts'
+import { receiptOrNull } from '../chain/not-found.ts'
 import { broadcast, type FeeQuote, pendingNonce, quoteFees } from '../chain/payouts.ts'
 import { type StoredAuthorization, signSettlement } from '../chain/settle.ts'
 import { hasAuthorizationBatcher, settlementOutcomes, signSettlementBatch } from '../chain/settle-batch.ts'
@@ -243,7 +244,7 @@ export class FacilitatorSettler {
   private async receiptWithin(hash: Hash) {
     const until = performance.now() + this.o.waitMs
     for (let delayMs = 5; ; delayMs = Math.min(100, delayMs * 2)) {
-      const receipt = await this.o.chain.publicClient.getTransactionReceipt({ hash }).catch(() => null)
+      const receipt = await receiptOrNull(this.o.chain.publicClient, hash).catch(() => null)
       if (receipt !== null) return receipt
       const left = until - performance.now()
       if (left <= 0) return null

@@ -8,6 +8,7 @@
 // per block interval each, for receipts that could not be there yet.
 import type { Hash, TransactionReceipt } from 'viem'
 import type { ChainPublicClient } from '../../chain/client.ts'
+import { receiptOrNull } from '../../chain/not-found.ts'
 
 /** Between looks while transactions are waited for: well under a block (2 s on Base), a few asks a block. */
 const POLL_MS = 50
@@ -92,6 +93,6 @@ export class ReceiptWatch {
   }
 
   private receipt(hash: Hash): Promise<TransactionReceipt | null> {
-    return this.client.getTransactionReceipt({ hash }).catch(() => null)
+    return receiptOrNull(this.client, hash).catch(() => null)
   }
 }
