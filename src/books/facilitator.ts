@@ -98,12 +98,61 @@ export async function claimFacilitatorPayments(
 ): Promise<FacilitatorClaim[]> {
   // The settlement rows go in in (payer, proof) order, as before: two groups inserting the same payloads
   // meet them in the same order.
-  const order = requests
+  const order: Ordered[] = requests
     .map((q, i) => ({ q, i, id: newId('fst') }))
     .sort(
       (a, b) =>
         compare(a.q.payer.toLowerCase(), b.q.payer.toLowerCase()) || compare(a.q.proofKey, b.q.proofKey),
     )
+  const out = new Array<FacilitatorClaim>(requests.length)
+  await sql.begin(async (tx) => {
+    const { reserved, inserted } = await reserveAndInsertRows(tx, order)
+    // In the requests' order (payer, proof), each against what the payer's earlier ones here took.
+    const held = new Map<string, bigint>()
+    const funded: Ordered[] = []
+    const refused: string[] = []
+    for (const o of order) {
+      if (!inserted.has(o.id)) continue
+      const payer = o.q.payer.toLowerCase()
+      const taken = held.get(payer) ?? 0n
+      if (o.q.reserve.balanceAtomic - (reserved.get(payer) ?? 0n) - taken >= o.q.valueAtomic) {
+        held.set(payer, taken + o.q.valueAtomic)
+        funded.push(o)
+      } else {
+        refused.push(o.id)
+        out[o.i] = { kind: 'insufficient_funds' }
+      }
+    }
+    const claimed = await claimFundedDropRefused(tx, funded, refused)
+    for (const { q, i, id } of funded) {
+      if (!claimed.has(id)) {
+        out[i] = { kind: 'proof_already_used' }
+        continue
+      }
+      if (q.resource) await catalogResource(tx, q.accountId, q.resource)
+      out[i] = { kind: 'claimed' }
+    }
+    // Retries (the same payload, or its payment-identifier): the row that was there first.
+    for (const { q, i, id } of order) if (!inserted.has(id)) out[i] = await earlier(tx, q)
+  })
+  return out
+}
+
+/** A request of the group, where its answer goes (i) and its settlement row's id. */
+interface Ordered {
+  q: FacilitatorClaimRequest
+  i: number
+  id: string
+}
+
+/**
+ * The group's first statement: its payers' locks and reservations (each payer at the earliest block its
+ * requests read), all taken before the first row goes in, then the settlement rows that are new.
+ */
+async function reserveAndInsertRows(
+  tx: Tx,
+  order: Ordered[],
+): Promise<{ reserved: Map<string, bigint>; inserted: Set<string> }> {
   const rows = order.map(({ q, id }, i) => {
     const { owner, fee } =
       q.custody === 'treasury' ? splitOwnerShare(q.valueAtomic, q.ownerShareBps) : { owner: 0n, fee: 0n }
@@ -126,98 +175,76 @@ export async function claimFacilitatorPayments(
       block: q.reserve.block.toString(),
     }
   })
-  const out = new Array<FacilitatorClaim>(requests.length)
-  await sql.begin(async (tx) => {
-    const written = await tx<{ kind: 'payer' | 'row'; key: string; reserved: string | null }[]>`
-      WITH req AS MATERIALIZED (
-        SELECT * FROM json_to_recordset(${JSON.stringify(rows)}::text::json)
-          AS t(i int, id text, account_id text, proof_key text, payment_identifier text, custody text,
-               pay_to text, payer text, amount bigint, owner_share bigint, fee bigint, network text,
-               x402_version int, resource_url text, group_commit boolean, block bigint)
-      ),
-      payers AS MATERIALIZED (
-        SELECT payer_l, payer_reserved(payer_l, since) AS reserved FROM (
-          SELECT payer AS payer_l, min(block) AS since FROM req
-          GROUP BY payer ORDER BY hashtext(payer), payer OFFSET 0
-        ) p
-      ),
-      inserted AS (
-        INSERT INTO facilitator_settlements (id, account_id, proof_key, payment_identifier, custody, pay_to,
-          payer, amount_atomic, owner_share_atomic, fee_atomic, network, x402_version, resource_url, group_commit)
-        -- Sorted after the join: every lock of "payers" is taken before the first row goes in.
-        SELECT r.id, r.account_id, r.proof_key, r.payment_identifier, r.custody, r.pay_to, r.payer, r.amount,
-               r.owner_share, r.fee, r.network, r.x402_version, r.resource_url, r.group_commit
-        FROM req r JOIN payers p ON p.payer_l = r.payer ORDER BY r.i
-        ON CONFLICT DO NOTHING RETURNING id
-      )
-      SELECT 'payer' AS kind, payer_l AS key, reserved::text AS reserved FROM payers
-      UNION ALL SELECT 'row', id, NULL FROM inserted`
-    const reserved = new Map<string, bigint>()
-    const inserted = new Set<string>()
-    for (const w of written) {
-      if (w.kind === 'payer') reserved.set(w.key, BigInt(w.reserved!))
-      else inserted.add(w.key)
-    }
-    // In the requests' order (payer, proof), each against what the payer's earlier ones here took.
-    const held = new Map<string, bigint>()
-    const funded: typeof order = []
-    const refused: string[] = []
-    for (const o of order) {
-      if (!inserted.has(o.id)) continue
-      const payer = o.q.payer.toLowerCase()
-      const taken = held.get(payer) ?? 0n
-      if (o.q.reserve.balanceAtomic - (reserved.get(payer) ?? 0n) - taken >= o.q.valueAtomic) {
-        held.set(payer, taken + o.q.valueAtomic)
-        funded.push(o)
-      } else {
-        refused.push(o.id)
-        out[o.i] = { kind: 'insufficient_funds' }
-      }
-    }
-    const claimed = new Set<string>()
-    if (funded.length > 0 || refused.length > 0) {
-      const claims = funded.map(({ q, id }) => ({
-        id,
-        proof_key: q.proofKey,
-        kind: q.kind,
-        account_id: q.accountId,
-        payer: q.payer,
-        amount: q.valueAtomic.toString(),
-        auth: q.authorization,
-      }))
-      const got = await tx<{ id: string }[]>`
-        WITH c AS MATERIALIZED (
-          SELECT * FROM json_to_recordset(${JSON.stringify(claims)}::text::json)
-            AS t(id text, proof_key text, kind text, account_id text, payer text, amount bigint, auth jsonb)
-        ),
-        claimed AS (
-          INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
-                              authorization_payload, horizon_at)
-          SELECT proof_key, kind, 'facilitator', id, account_id, payer, amount, 'settling', auth,
-                 claim_horizon_at(kind, NULL, auth)
-          FROM c
-          ON CONFLICT (proof_key, horizon_at) DO NOTHING RETURNING target_id
-        ),
-        gone AS (
-          DELETE FROM facilitator_settlements
-          WHERE id = ANY(${[...refused, ...funded.map((f) => f.id)]}::text[])
-            AND id NOT IN (SELECT target_id FROM claimed)
-        )
-        SELECT target_id AS id FROM claimed`
-      for (const g of got) claimed.add(g.id)
-    }
-    for (const { q, i, id } of funded) {
-      if (!claimed.has(id)) {
-        out[i] = { kind: 'proof_already_used' }
-        continue
-      }
-      if (q.resource) await catalogResource(tx, q.accountId, q.resource)
-      out[i] = { kind: 'claimed' }
-    }
-    // Retries (the same payload, or its payment-identifier): the row that was there first.
-    for (const { q, i, id } of order) if (!inserted.has(id)) out[i] = await earlier(tx, q)
-  })
-  return out
+  const written = await tx<{ kind: 'payer' | 'row'; key: string; reserved: string | null }[]>`
+    WITH req AS MATERIALIZED (
+      SELECT * FROM json_to_recordset(${JSON.stringify(rows)}::text::json)
+        AS t(i int, id text, account_id text, proof_key text, payment_identifier text, custody text,
+             pay_to text, payer text, amount bigint, owner_share bigint, fee bigint, network text,
+             x402_version int, resource_url text, group_commit boolean, block bigint)
+    ),
+    payers AS MATERIALIZED (
+      SELECT payer_l, payer_reserved(payer_l, since) AS reserved FROM (
+        SELECT payer AS payer_l, min(block) AS since FROM req
+        GROUP BY payer ORDER BY hashtext(payer), payer OFFSET 0
+      ) p
+    ),
+    inserted AS (
+      INSERT INTO facilitator_settlements (id, account_id, proof_key, payment_identifier, custody, pay_to,
+        payer, amount_atomic, owner_share_atomic, fee_atomic, network, x402_version, resource_url, group_commit)
+      -- Sorted after the join: every lock of "payers" is taken before the first row goes in.
+      SELECT r.id, r.account_id, r.proof_key, r.payment_identifier, r.custody, r.pay_to, r.payer, r.amount,
+             r.owner_share, r.fee, r.network, r.x402_version, r.resource_url, r.group_commit
+      FROM req r JOIN payers p ON p.payer_l = r.payer ORDER BY r.i
+      ON CONFLICT DO NOTHING RETURNING id
+    )
+    SELECT 'payer' AS kind, payer_l AS key, reserved::text AS reserved FROM payers
+    UNION ALL SELECT 'row', id, NULL FROM inserted`
+  const reserved = new Map<string, bigint>()
+  const inserted = new Set<string>()
+  for (const w of written) {
+    if (w.kind === 'payer') reserved.set(w.key, BigInt(w.reserved!))
+    else inserted.add(w.key)
+  }
+  return { reserved, inserted }
+}
+
+/**
+ * The group's second statement: the claims of the payloads their payers' balances cover, and the settlement
+ * rows of those refused, or claimed elsewhere meanwhile, deleted. Answers the rows whose claim went in.
+ */
+async function claimFundedDropRefused(tx: Tx, funded: Ordered[], refused: string[]): Promise<Set<string>> {
+  const claimed = new Set<string>()
+  if (funded.length === 0 && refused.length === 0) return claimed
+  const claims = funded.map(({ q, id }) => ({
+    id,
+    proof_key: q.proofKey,
+    kind: q.kind,
+    account_id: q.accountId,
+    payer: q.payer,
+    amount: q.valueAtomic.toString(),
+    auth: q.authorization,
+  }))
+  const got = await tx<{ id: string }[]>`
+    WITH c AS MATERIALIZED (
+      SELECT * FROM json_to_recordset(${JSON.stringify(claims)}::text::json)
+        AS t(id text, proof_key text, kind text, account_id text, payer text, amount bigint, auth jsonb)
+    ),
+    claimed AS (
+      INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic, status,
+                          authorization_payload, horizon_at)
+      SELECT proof_key, kind, 'facilitator', id, account_id, payer, amount, 'settling', auth,
+             claim_horizon_at(kind, NULL, auth)
+      FROM c
+      ON CONFLICT (proof_key, horizon_at) DO NOTHING RETURNING target_id
+    ),
+    gone AS (
+      DELETE FROM facilitator_settlements
+      WHERE id = ANY(${[...refused, ...funded.map((f) => f.id)]}::text[])
+        AND id NOT IN (SELECT target_id FROM claimed)
+    )
+    SELECT target_id AS id FROM claimed`
+  for (const g of got) claimed.add(g.id)
+  return claimed
 }
 
 function compare(a: string, b: string): number {
