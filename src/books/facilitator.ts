@@ -308,22 +308,21 @@ export function listFacilitatorSettlements(
 }
 
 /**
- * settling → applied, in the settlement batcher's transaction (settleAuthorizations marked the claims
- * settled): the settlement row names its transaction; a treasury settlement books its owner share (to the
- * account's wallet) and fee, as a metered call's; each gets a `facilitator.settled` event. A claim already
- * applied is left out: nothing is booked twice.
+ * The settlements whose claims were just applied (settling → applied, by settleAuthorizations or
+ * settleUptoClaims in the same write that marked them settled, in their transaction): each settlement row
+ * names its transaction; a treasury settlement books its owner share (to the account's wallet) and fee, as a
+ * metered call's; each gets a `facilitator.settled` event. A row already settled is left out: nothing is
+ * booked twice.
  */
-export async function applyFacilitatorSettlements(tx: Tx, q: { proofKeys: string[] }): Promise<number> {
-  if (q.proofKeys.length === 0) return 0
+export async function applyFacilitatorSettlements(
+  tx: Tx,
+  q: { applied: Array<{ id: string; settlementTx: string | null }> },
+): Promise<number> {
+  if (q.applied.length === 0) return 0
   const settled = await tx<FacilitatorSettlementRow[]>`
-    WITH applied AS (
-      UPDATE claims SET status = 'applied', captured_at = now()
-      WHERE proof_key = ANY(${q.proofKeys}::text[]) AND target_type = 'facilitator' AND status = 'settling'
-        AND settled_at IS NOT NULL
-      RETURNING target_id, settlement_tx
-    )
-    UPDATE facilitator_settlements f SET settled_at = now(), settlement_tx = a.settlement_tx
-    FROM applied a WHERE f.id = a.target_id AND f.settled_at IS NULL
+    UPDATE facilitator_settlements f SET settled_at = now(), settlement_tx = a.tx
+    FROM unnest(${q.applied.map((a) => a.id)}::text[], ${q.applied.map((a) => a.settlementTx)}::text[]) AS a(id, tx)
+    WHERE f.id = a.id AND f.settled_at IS NULL
     RETURNING f.*`
   const booked = settled.filter((s) => s.custody === 'treasury')
   if (booked.length > 0) {

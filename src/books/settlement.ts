@@ -165,16 +165,28 @@ export function settleAuthorizations(
     const txs = q.proofKeys.map((k) => q.usedBy?.get(k)?.tx ?? null)
     const places = q.proofKeys.map((k) => q.usedBy?.get(k)?.index ?? null)
     const counts = q.proofKeys.map((k) => q.usedBy?.get(k)?.count ?? null)
-    const rows = await tx<{ proof_key: string; status: string; target_type: string }[]>`
+    const rows = await tx<
+      {
+        proof_key: string
+        status: string
+        target_type: string
+        target_id: string
+        settlement_tx: string | null
+      }[]
+    >`
       UPDATE claims c SET settled_at = now(), settlement_block = m.block,
         settlement_tx = coalesce(m.tx, c.settlement_tx),
         settlement_index = CASE WHEN m.tx IS NULL THEN c.settlement_index ELSE m.i END,
-        settlement_count = CASE WHEN m.tx IS NULL THEN c.settlement_count ELSE m.n END
+        settlement_count = CASE WHEN m.tx IS NULL THEN c.settlement_count ELSE m.n END,
+        -- A merchant's authorization (the facilitator) is done once used: settling → applied in this same
+        -- write (one row version, not two), its settlement row and booking below.
+        status = CASE WHEN c.target_type = 'facilitator' THEN 'applied' ELSE c.status END,
+        captured_at = CASE WHEN c.target_type = 'facilitator' THEN now() ELSE c.captured_at END
       FROM unnest(${q.proofKeys}::text[], ${blocks}::bigint[], ${txs}::text[], ${places}::int[],
                   ${counts}::int[]) AS m(proof_key, block, tx, i, n)
       WHERE c.proof_key = m.proof_key AND c.kind = 'eip3009' AND c.status IN ('captured', 'settling')
         AND c.settled_at IS NULL AND c.settlement_error IS NULL
-      RETURNING c.proof_key, c.status, c.target_type`
+      RETURNING c.proof_key, c.status, c.target_type, c.target_id, c.settlement_tx`
     const settled = rows.map((r) => r.proof_key)
     const calls = rows.filter((r) => r.status === 'captured').map((r) => r.proof_key)
     if (calls.length > 0) {
@@ -183,8 +195,11 @@ export function settleAuthorizations(
       await bookSettledCeilingRefunds(tx, { proofKeys: calls })
     }
     // Authorizations a merchant's middleware sent the facilitator (src/books/facilitator.ts).
-    const facilitated = rows.filter((r) => r.target_type === 'facilitator').map((r) => r.proof_key)
-    if (facilitated.length > 0) await applyFacilitatorSettlements(tx, { proofKeys: facilitated })
+    const facilitated = rows.filter((r) => r.target_type === 'facilitator')
+    if (facilitated.length > 0)
+      await applyFacilitatorSettlements(tx, {
+        applied: facilitated.map((r) => ({ id: r.target_id, settlementTx: r.settlement_tx })),
+      })
     const checkout = rows
       .filter((r) => r.status === 'settling' && r.target_type === 'payment')
       .map((r) => r.proof_key)

@@ -288,8 +288,8 @@ export const TRANSITIONS: readonly Transition[] = [
     record: 'claim',
     from: 'settling',
     to: 'applied',
-    fn: 'applyFacilitatorSettlements',
-    why: 'its authorization used on chain (settleAuthorizations, same transaction): the settlement is done',
+    fn: 'settleAuthorizations',
+    why: 'its authorization used on chain: settled and applied in one write, its settlement row and booking by applyFacilitatorSettlements in the same transaction',
   },
   // An upto permit settled through the facilitator waits in the upto settlement job as 'settling' (no call):
   // signed, recorded, sent and settled for the amount its claim holds; applied (and booked) when mined.
@@ -305,7 +305,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: 'settling',
     to: 'applied',
     fn: 'settleUptoClaims',
-    why: 'facilitator upto permit mined: settled_atomic set, then applied and booked (applyFacilitatorSettlements)',
+    why: 'facilitator upto permit mined: settled_atomic set and applied in one write, booked by applyFacilitatorSettlements in the same transaction',
   },
   {
     record: 'claim',

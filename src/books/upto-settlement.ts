@@ -105,8 +105,13 @@ export function settleUptoClaims(
 ): Promise<string[]> {
   if (q.settled.length === 0) return Promise.resolve([])
   return sql.begin(async (tx) => {
-    const rows = await tx<{ proof_key: string }[]>`
-      UPDATE claims k SET settled_at = now(), settled_atomic = m.amount, settlement_block = m.block
+    const rows = await tx<
+      { proof_key: string; target_type: string; target_id: string; settlement_tx: string | null }[]
+    >`
+      UPDATE claims k SET settled_at = now(), settled_atomic = m.amount, settlement_block = m.block,
+        -- A facilitator's permit is done once used: settling → applied in this same write.
+        status = CASE WHEN k.target_type = 'facilitator' THEN 'applied' ELSE k.status END,
+        captured_at = CASE WHEN k.target_type = 'facilitator' THEN now() ELSE k.captured_at END
       FROM unnest(${q.settled.map((s) => s.proofKey)}::text[],
                   ${q.settled.map((s) => s.settledAtomic.toString())}::bigint[],
                   ${q.settled.map((s) => s.block?.toString() ?? null)}::bigint[]) AS m(proof_key, amount, block)
@@ -114,13 +119,16 @@ export function settleUptoClaims(
         AND (k.status = 'captured' OR (k.status = 'settling' AND k.target_type = 'facilitator'))
         AND k.settled_at IS NULL AND k.settlement_error IS NULL
         AND m.amount <= (k.authorization_payload->>'amount')::numeric
-      RETURNING k.proof_key`
+      RETURNING k.proof_key, k.target_type, k.target_id, k.settlement_tx`
     const settled = rows.map((r) => r.proof_key)
     if (settled.length > 0) {
-      // A call's permit books its call; a facilitator's is applied and books its settlement (either finds
-      // only its own keys).
+      // A call's permit books its call (bookCallRevenue finds only those); a facilitator's books its
+      // settlement.
       await bookCallRevenue(tx, { proofKeys: settled })
-      await applyFacilitatorSettlements(tx, { proofKeys: settled })
+      const facilitated = rows.filter((r) => r.target_type === 'facilitator')
+      await applyFacilitatorSettlements(tx, {
+        applied: facilitated.map((r) => ({ id: r.target_id, settlementTx: r.settlement_tx })),
+      })
     }
     return settled
   }) as Promise<string[]>
