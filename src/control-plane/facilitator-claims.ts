@@ -7,8 +7,8 @@ import {
   type FacilitatorClaim,
   type FacilitatorClaimRequest,
 } from '../books/facilitator.ts'
+import { Grouped } from '../db/grouped.ts'
 import type { Sql } from '../db/sql.ts'
-import { Grouped } from './grouped.ts'
 
 /** At most this many claims a transaction: the payers' locks are held until its commit. */
 const GROUP_MAX = 64

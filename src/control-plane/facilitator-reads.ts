@@ -2,8 +2,8 @@
 // read while the previous group's statement is in flight go together in the next one
 // (readClaimedOrReserved: one statement), so under load a /verify costs a share of one round trip.
 import { readClaimedOrReserved } from '../books/facilitator.ts'
+import { Grouped } from '../db/grouped.ts'
 import type { Sql } from '../db/sql.ts'
-import { Grouped } from './grouped.ts'
 
 /** At most this many reads a statement: it waits for every one of their payers' claims in flight. */
 const GROUP_MAX = 64

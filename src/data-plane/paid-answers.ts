@@ -4,13 +4,17 @@
 // answer was lost, gets it again instead of "proof already used": paid once, delivered twice, charged once.
 // The same id with another payment is refused (409). Requests without an id never reach this file.
 import { createHash } from 'node:crypto'
+import { Grouped } from '../db/grouped.ts'
 import {
   closePaidAnswer,
   livePaidAnswerBytes,
   type PaidAnswer,
+  type PaidAnswerReserve,
+  type PaidAnswerStore,
+  type ReserveOutcome,
   readPaidAnswer,
-  reservePaidAnswer,
-  storePaidAnswer,
+  reservePaidAnswers,
+  storePaidAnswers,
 } from '../db/paid-answers.ts'
 import type { Sql } from '../db/sql.ts'
 import type { Logger } from '../observability/logger.ts'
@@ -49,6 +53,12 @@ export type Reservation =
 /** How often the budget of kept answers is read again from the database. */
 const LIVE_READ_MS = 1_000
 const DONE = Promise.resolve()
+/**
+ * At most this many reservations, or answers kept, a statement. Each was a statement of its own (two a call:
+ * 343 µs of tollgate and 440 of PostgreSQL a call in the feature bench); the calls in flight together now
+ * share one (db/grouped.ts).
+ */
+const GROUP_MAX = 64
 
 export class PaidAnswers {
   private readonly live: { bytes: number; readAtMs: number; reading: Promise<void> | null } = {
@@ -57,14 +67,20 @@ export class PaidAnswers {
     reading: null,
   }
 
+  private readonly reserves: Grouped<PaidAnswerReserve, ReserveOutcome>
+  private readonly stores: Grouped<PaidAnswerStore, undefined>
+
   constructor(
     private readonly sql: Sql,
     private readonly logger: Logger,
     readonly settings: PaidAnswerSettings,
-  ) {}
+  ) {
+    this.reserves = new Grouped((qs) => reservePaidAnswers(sql, qs), GROUP_MAX)
+    this.stores = new Grouped((qs) => storePaidAnswers(sql, qs), GROUP_MAX)
+  }
 
   async reserve(q: { id: string; digest: string; endpointId: string }): Promise<Reservation> {
-    const r = await reservePaidAnswer(this.sql, {
+    const r = await this.reserves.submit({
       paymentId: q.id,
       digest: q.digest,
       endpointId: q.endpointId,
@@ -88,7 +104,7 @@ export class PaidAnswers {
             // Counted at once, so this process's next answers see it before the next read.
             const keep = this.live.bytes + body.length <= this.settings.maxTotalBytes
             if (keep) this.live.bytes += body.length
-            return storePaidAnswer(this.sql, { paymentId: id, status, headers, body, keep })
+            return this.stores.submit({ paymentId: id, status, headers, body, keep })
           })
     p.catch((err) => this.logger.warn('paid answer not kept', { err }))
   }

@@ -3,7 +3,7 @@
 // second, plus what this process kept since: a store no longer sums every live answer.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { PaidAnswers } from '../../src/data-plane/paid-answers.ts'
-import { reservePaidAnswer } from '../../src/db/paid-answers.ts'
+import { reservePaidAnswers } from '../../src/db/paid-answers.ts'
 import type { Sql } from '../../src/db/sql.ts'
 import { migratedDatabase } from '../helpers/database.ts'
 import { captureLogs } from '../helpers/log-capture.ts'
@@ -22,7 +22,9 @@ afterAll(async () => {
 const settings = { ttlMs: 60_000, maxAnswerBytes: 100, maxTotalBytes: 250 }
 
 async function keep(answers: PaidAnswers, id: string, bytes: number): Promise<string> {
-  await reservePaidAnswer(sql, { paymentId: id, digest: 'd', endpointId: 'ep_budget', ttlMs: settings.ttlMs })
+  await reservePaidAnswers(sql, [
+    { paymentId: id, digest: 'd', endpointId: 'ep_budget', ttlMs: settings.ttlMs },
+  ])
   answers.store(id, 200, [['content-type', 'text/plain']], Buffer.alloc(bytes, 1))
   return waitFor(
     async () => {

@@ -1,4 +1,4 @@
-// Group commit for the facilitator's statements: the requests of this process that arrive while the
+// Group commit for statements (the facilitator's claims and reads, paid answers): the requests of this process that arrive while the
 // previous group's statement is in flight go together in the next one, so under load a request costs a
 // share of one round trip and one statement instead of its own. Idle, a request goes at once (no added
 // wait). A group that fails as a whole (a deadlock with another instance's group, a lost connection) is run
