@@ -36,6 +36,9 @@ describe('two workers on the embedded database', () => {
   let upstream: Upstream
   let key: string
 
+  // The start is the slow part, not what is tested: three processes compiling src/ with tsx and a fresh
+  // embedded database migrated from nothing. 36 s alone on a slow machine of this kind, and past the 60 s
+  // hook budget there under CI's two test lanes side by side (the server lane's copy: 51 s); given 180 s.
   beforeAll(async () => {
     const owner = await fundedAccount(0n)
     upstream = await startUpstream()
@@ -44,6 +47,7 @@ describe('two workers on the embedded database', () => {
       treasuryKey: owner.privateKey,
       env: { WORKERS: '2' },
       settings: { jobs: { enabled: false } },
+      startTimeoutMs: 150_000,
     })
     await waitFor(
       async () => {
@@ -51,14 +55,14 @@ describe('two workers on the embedded database', () => {
         const body = (await r?.json()) as Readyz | undefined
         return body?.status === 'ready' && body.checks[0]!.pids.length === 2
       },
-      { timeoutMs: 30_000, intervalMs: 50, what: 'both workers ready' },
+      { timeoutMs: 60_000, intervalMs: 50, what: 'both workers ready' },
     )
     const reg = await callApi(service.url, '/api/v1/register', {
       body: { wallet_address: owner.address, business_name: 'Workers' },
     })
     expect(reg.status).toBe(201)
     key = reg.body.api_key
-  })
+  }, 180_000)
   afterAll(async () => {
     await service?.kill()
     await upstream?.close()

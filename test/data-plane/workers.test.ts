@@ -28,6 +28,9 @@ describe('two worker processes on one port', () => {
   let key: string
   let treasury: Funded
 
+  // The start is the slow part, not what is tested: three processes compiling src/ with tsx (and, on the
+  // embedded lane, a database migrated from nothing): 55 s of the 60 s hook budget under CI's two lanes
+  // side by side on a slow machine of this kind; given 180 s.
   beforeAll(async () => {
     treasury = await fundedAccount(0n)
     service = await startChildService({
@@ -35,6 +38,7 @@ describe('two worker processes on one port', () => {
       treasuryKey: treasury.privateKey,
       env: { WORKERS: '2' },
       settings: { jobs: { enabled: false } },
+      startTimeoutMs: 150_000,
     })
     const r = await fetch(`${service.url}/api/v1/register`, {
       method: 'POST',
@@ -43,7 +47,7 @@ describe('two worker processes on one port', () => {
     })
     expect(r.status).toBe(201)
     key = ((await r.json()) as { api_key: string }).api_key
-  })
+  }, 180_000)
   afterAll(async () => {
     await service?.kill()
   })

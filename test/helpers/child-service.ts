@@ -36,6 +36,8 @@ export interface ChildServiceOptions {
   /** The chain to use; by default the one the vitest global setup started (chaos runs pass their own). */
   rpcUrl?: string
   usdcAddress?: string
+  /** How long it may take to say it listens (60 s): more for a start that migrates and forks workers. */
+  startTimeoutMs?: number
 }
 
 export function freePort(): Promise<number> {
@@ -142,7 +144,11 @@ async function launchChildService(
           throw new Error(`tollgate exited before it was ready:\n${output}`)
         return /tollgate listening on/.test(output)
       },
-      { timeoutMs: 60_000, intervalMs: 50, what: () => `tollgate to start:\n${output}` },
+      {
+        timeoutMs: options.startTimeoutMs ?? 60_000,
+        intervalMs: 50,
+        what: () => `tollgate to start:\n${output}`,
+      },
     )
   } catch (err) {
     proc.kill('SIGKILL')
