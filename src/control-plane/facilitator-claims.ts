@@ -1,4 +1,4 @@
-// The facilitator's claims, group-committed (grouped.ts): the /settle requests of this process that claim
+// The facilitator's claims, group-committed (db/grouped.ts): the /settle requests of this process that claim
 // while the previous group's transaction is in flight go together in the next one (claimFacilitatorPayments:
 // one transaction of two statements), so under load a claim costs a share of one commit instead of a
 // transaction of its own.

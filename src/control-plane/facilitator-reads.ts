@@ -1,4 +1,4 @@
-// /verify's read of the books, group-committed (grouped.ts): the /verify requests of this process that
+// /verify's read of the books, group-committed (db/grouped.ts): the /verify requests of this process that
 // read while the previous group's statement is in flight go together in the next one
 // (readClaimedOrReserved: one statement), so under load a /verify costs a share of one round trip.
 import { readClaimedOrReserved } from '../books/facilitator.ts'

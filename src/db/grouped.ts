@@ -1,6 +1,6 @@
-// Group commit for statements (the facilitator's claims and reads, paid answers): the requests of this process that arrive while the
-// previous group's statement is in flight go together in the next one, so under load a request costs a
-// share of one round trip and one statement instead of its own. Idle, a request goes at once (no added
+// Group commit for statements (the facilitator's claims and reads, the payment-identifier's answers): the
+// requests of this process that arrive while the previous group's statement is in flight go together in the
+// next one, so under load a request costs a share of one round trip and one statement instead of its own. Idle, a request goes at once (no added
 // wait). A group that fails as a whole (a deadlock with another instance's group, a lost connection) is run
 // again one request a group, so one request's error stays its own.
 

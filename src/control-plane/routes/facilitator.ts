@@ -232,46 +232,28 @@ function settleAnswer(s: FacilitatorSettlementState, network: string): SettleAns
   return null
 }
 
-/** The process's claim and /verify read group commits and held verdicts, by database. */
-const sharedClaims = new WeakMap<object, FacilitatorClaims>()
-const sharedVerdicts = new WeakMap<object, FacilitatorVerdicts>()
-const sharedReads = new WeakMap<object, FacilitatorReads>()
-function readsOf(ctx: RouteContext): FacilitatorReads {
-  let r = sharedReads.get(ctx.deps.sql)
-  if (!r) {
-    r = new FacilitatorReads(ctx.deps.sql)
-    sharedReads.set(ctx.deps.sql, r)
+/** One per database in this process, made on first use (the group commits, the verdicts, the waits). */
+function perDatabase<T>(make: (sql: RouteContext['deps']['sql']) => T): (ctx: RouteContext) => T {
+  const made = new WeakMap<object, T>()
+  return (ctx) => {
+    let v = made.get(ctx.deps.sql)
+    if (v === undefined) {
+      v = make(ctx.deps.sql)
+      made.set(ctx.deps.sql, v)
+    }
+    return v
   }
-  return r
-}
-function claimsOf(ctx: RouteContext): FacilitatorClaims {
-  let c = sharedClaims.get(ctx.deps.sql)
-  if (!c) {
-    c = new FacilitatorClaims(ctx.deps.sql)
-    sharedClaims.set(ctx.deps.sql, c)
-  }
-  return c
-}
-function verdictsOf(ctx: RouteContext): FacilitatorVerdicts {
-  let v = sharedVerdicts.get(ctx.deps.sql)
-  if (!v) {
-    v = new FacilitatorVerdicts()
-    sharedVerdicts.set(ctx.deps.sql, v)
-  }
-  return v
 }
 
+/** The process's claim and /verify read group commits and held verdicts, by database. */
+const claimsOf = perDatabase((sql) => new FacilitatorClaims(sql))
+const readsOf = perDatabase((sql) => new FacilitatorReads(sql))
+const verdictsOf = perDatabase(() => new FacilitatorVerdicts())
+
 /** The process's shared wait for settlement outcomes, by database (the wired one, or one made here). */
-const sharedWaits = new WeakMap<object, FacilitatorWaits>()
+const madeWaits = perDatabase((sql) => new FacilitatorWaits(sql))
 function waitsOf(ctx: RouteContext): FacilitatorWaits {
-  const wired = ctx.deps.facilitator?.waits
-  if (wired) return wired
-  let w = sharedWaits.get(ctx.deps.sql)
-  if (!w) {
-    w = new FacilitatorWaits(ctx.deps.sql)
-    sharedWaits.set(ctx.deps.sql, w)
-  }
-  return w
+  return ctx.deps.facilitator?.waits ?? madeWaits(ctx)
 }
 
 /**
