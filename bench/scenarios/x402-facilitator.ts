@@ -75,11 +75,23 @@ function options(args: string[]) {
     rates: list(get('--rates') ?? '50,100,200,500'),
     referenceRates: list(get('--reference-rates') ?? '5,10,20,40'),
     seconds: Number(get('--seconds') ?? 6),
+    // Paid before the first step, at its rate, outside every measurement, to both facilitators (as the x402
+    // scenarios' BENCH_X402_WARM_UP): what a process pays once, not per settlement. tollgate's database
+    // connections open as the load needs them, and each plans its statements afresh: in a 10 s step at
+    // 600/s from a cold start, 13 connections planned payer_reserved's generic plan once each (41 ms apiece
+    // over every claims partition) and the claim group's statement 60 times in 179 calls, about a third of
+    // PostgreSQL's CPU in the step (pg_stat_statements with track_planning, and perf: standard_planner under
+    // the bind of a prepared statement), none of it there once the connections are warm.
+    warmUpSeconds: Number(get('--warm-up-seconds') ?? 4),
     // Payers signing in turn (a facilitator settles many wallets' payments; one payer alone makes every claim
     // sum that payer's unsettled payments, the reservation's worst case).
     payers: Number(get('--payers') ?? 8),
     out: get('--out'),
     reference: !args.includes('--no-reference'),
+    tollgate: !args.includes('--reference-only'),
+    // viem's default for the chain (half its 2 s block) polls less and answers later; the same CPU a
+    // settlement (2026-11-30: 17.5 against 15.4 ms at 90/s offered, 50.5 against 58.7 settled a second).
+    referencePollMs: Number(get('--reference-poll-ms') ?? 50),
   }
 }
 
@@ -106,60 +118,7 @@ export async function runX402Facilitator(args: string[]): Promise<void> {
       const key = settlerSlotKey({ settlerKey: null, treasuryKey: chain.treasury.privateKey as Hex }, slot)!
       await fundDevGas(reader as never, privateKeyToAccount(key).address, 10n ** 20n)
     }
-    const t = await startTollgate({
-      name: 'warm',
-      dir,
-      chain: {
-        rpcUrl: chain.rpcUrl,
-        usdcAddress: chain.usdcAddress,
-        treasuryKey: chain.treasury.privateKey,
-        payer: chain.payers[0]!.address,
-      },
-      upstream: upstream.base,
-      watch: true,
-      runtime: 'built',
-      jobs: true,
-      profileDir: process.env.BENCH_PROFILE_DIR,
-    })
-    try {
-      const terms = requirements(chain, chain.treasury.address, extra)
-      const signed = signer(payerKeys(chain, o.payers), terms)
-      // The load's own HTTP client: undici's Pool, not the global fetch, whose request and stream objects
-      // cost this process ~800 µs of CPU a request (two a payment) on the 2 cores tollgate, PostgreSQL and
-      // anvil share with it: 56 % of a core at 350 payments a second (top), more than anvil. Its CPU is
-      // metered as `client` beside the others'. No connection limit: a /settle waits for its block (seconds),
-      // so the connections in use are the rate times that wait, as with fetch.
-      const pool = new Pool(t.base)
-      const headers = { authorization: `Bearer ${t.apiKey}`, 'content-type': 'application/json' }
-      const pay =
-        (bodies: string[]): Pay =>
-        async (i) => {
-          const post = async (path: string) => {
-            const r = await pool.request({
-              path: `/api/v1/facilitator/${path}`,
-              method: 'POST',
-              headers,
-              body: bodies[i]!,
-            })
-            return (await r.body.json()) as { isValid?: boolean; success?: boolean }
-          }
-          if ((await post('verify')).isValid !== true) return false
-          return (await post('settle')).success === true
-        }
-      try {
-        results.tollgate = await stepUp(chain, o.rates, o.seconds, async (n) => pay(await signed(n)), {
-          server: () => withChildren(t.pid ? [t.pid] : []),
-          // On a PostgreSQL server, its backends for this run's databases count too.
-          ...(process.env.BENCH_DATABASE_URL ? { database: () => postgresBackends(`_${process.pid}`) } : {}),
-          client: () => [process.pid],
-          chain: () => [chain.pid],
-        })
-      } finally {
-        await pool.close()
-      }
-    } finally {
-      await t.stop()
-    }
+    if (o.tollgate) results.tollgate = await runTollgate(chain, upstream.base, dir, o, extra)
     if (o.reference) results.reference = await runReference(chain, o, extra)
   } finally {
     await upstream.stop()
@@ -171,16 +130,81 @@ export async function runX402Facilitator(args: string[]): Promise<void> {
   const summary = {
     block_interval_s: BLOCK_S,
     block_gas_limit: Number(GAS_LIMIT),
-    tollgate_sustained_per_s: best(results.tollgate!),
+    warm_up_s: o.warmUpSeconds,
+    tollgate_sustained_per_s: best(results.tollgate ?? []),
     reference_sustained_per_s: best(results.reference!),
     ratio:
       best(results.reference!) > 0
-        ? Math.round((best(results.tollgate!) / best(results.reference!)) * 100) / 100
+        ? Math.round((best(results.tollgate ?? []) / best(results.reference!)) * 100) / 100
         : null,
   }
   const out = { command: `npm run bench -- x402-facilitator ${args.join(' ')}`.trim(), summary, results }
   process.stdout.write(`\n${JSON.stringify(out, null, 2)}\n`)
   if (o.out) (await import('node:fs')).writeFileSync(o.out, JSON.stringify(out, null, 2))
+}
+
+/** tollgate's steps: its facilitator over HTTP with the merchant's key, the server's database metered. */
+async function runTollgate(
+  chain: DevChain,
+  upstream: string,
+  dir: string,
+  o: ReturnType<typeof options>,
+  extra: { name: string; version: string },
+): Promise<Step[]> {
+  const t = await startTollgate({
+    name: 'warm',
+    dir,
+    chain: {
+      rpcUrl: chain.rpcUrl,
+      usdcAddress: chain.usdcAddress,
+      treasuryKey: chain.treasury.privateKey,
+      payer: chain.payers[0]!.address,
+    },
+    upstream,
+    watch: true,
+    runtime: 'built',
+    jobs: true,
+    profileDir: process.env.BENCH_PROFILE_DIR,
+  })
+  try {
+    const terms = requirements(chain, chain.treasury.address, extra)
+    const signed = signer(payerKeys(chain, o.payers), terms)
+    // The load's own HTTP client: undici's Pool, not the global fetch, whose request and stream objects
+    // cost this process ~800 µs of CPU a request (two a payment) on the 2 cores tollgate, PostgreSQL and
+    // anvil share with it: 56 % of a core at 350 payments a second (top), more than anvil. Its CPU is
+    // metered as `client` beside the others'. No connection limit: a /settle waits for its block (seconds),
+    // so the connections in use are the rate times that wait, as with fetch.
+    const pool = new Pool(t.base)
+    const headers = { authorization: `Bearer ${t.apiKey}`, 'content-type': 'application/json' }
+    const pay =
+      (bodies: string[]): Pay =>
+      async (i) => {
+        const post = async (path: string) => {
+          const r = await pool.request({
+            path: `/api/v1/facilitator/${path}`,
+            method: 'POST',
+            headers,
+            body: bodies[i]!,
+          })
+          return (await r.body.json()) as { isValid?: boolean; success?: boolean }
+        }
+        if ((await post('verify')).isValid !== true) return false
+        return (await post('settle')).success === true
+      }
+    try {
+      return await stepUp(chain, o.rates, o.seconds, o.warmUpSeconds, async (n) => pay(await signed(n)), {
+        server: () => withChildren(t.pid ? [t.pid] : []),
+        // On a PostgreSQL server, its backends for this run's databases count too.
+        ...(process.env.BENCH_DATABASE_URL ? { database: () => postgresBackends(`_${process.pid}`) } : {}),
+        client: () => [process.pid],
+        chain: () => [chain.pid],
+      })
+    } finally {
+      await pool.close()
+    }
+  } finally {
+    await t.stop()
+  }
 }
 
 function requirements(chain: DevChain, payTo: Address, extra: { name: string; version: string }) {
@@ -228,10 +252,22 @@ async function stepUp(
   chain: DevChain,
   rates: number[],
   seconds: number,
+  warmUpSeconds: number,
   prepare: (n: number) => Promise<Pay>,
   pids: Record<string, () => number[]>,
 ): Promise<Step[]> {
   const steps: Step[] = []
+  if (warmUpSeconds > 0) {
+    const rate = rates[0]!
+    const warm = await measure(
+      chain,
+      rate,
+      warmUpSeconds,
+      await prepare(Math.round(rate * warmUpSeconds)),
+      {},
+    )
+    process.stdout.write(`  warm-up: ${JSON.stringify(warm)}\n`)
+  }
   for (const rate of rates) {
     const step = await measure(chain, rate, seconds, await prepare(Math.round(rate * seconds)), pids)
     process.stdout.write(`  ${JSON.stringify(step)}\n`)
@@ -315,7 +351,7 @@ async function runReference(
     account,
     chain: { ...baseSepolia, id: chain.chainId, rpcUrls: { default: { http: [chain.rpcUrl] } } } as Chain,
     transport: http(chain.rpcUrl),
-    pollingInterval: 50,
+    pollingInterval: o.referencePollMs,
   }).extend(publicActions)
   const facilitator = registerFacilitatorScheme(new x402Facilitator(), {
     signer: toFacilitatorEvmSigner({ ...wallet, address: account.address } as never),
@@ -327,6 +363,7 @@ async function runReference(
     chain,
     o.referenceRates,
     o.seconds,
+    o.warmUpSeconds,
     async (n) => {
       const payloads = (await signed(n)).map((b) => JSON.parse(b).paymentPayload)
       return async (i) => {

@@ -402,6 +402,14 @@ export const uptoSettlements = new client.Counter({
   registers: [registry],
 })
 
+/** check: verdict (the /verify of the same body, held in this process), full (another instance, expired, a retry). */
+export const facilitatorSettleChecks = new client.Counter({
+  name: 'tollgate_facilitator_settle_checks_total',
+  help: 'Facilitator /settle requests by how their payload was checked: verdict (the /verify of the same body in this process served it: no recovery, no chain read) or full.',
+  labelNames: ['check'] as const,
+  registers: [registry],
+})
+
 export const settlementThrottled = new client.Gauge({
   name: 'tollgate_x402_intake_throttled',
   help: '1 while new x402 payloads are refused with 503 settlement_backlog (backlog past its limits).',

@@ -31,7 +31,10 @@ const A = { id: 'acct_a', wallet_address: '0x00000000000000000000000000000000000
 const B = { id: 'acct_b', wallet_address: '0x00000000000000000000000000000000000000bb' }
 
 describe('FacilitatorVerdicts', () => {
-  const body = { x402Version: 2, paymentPayload: { a: 1 }, paymentRequirements: { b: 2 } }
+  // The raw body as it arrived (keyOf hashes the bytes, not the parsed body serialized again).
+  const bytes = (o: unknown) => Buffer.from(JSON.stringify(o))
+  const sent = { x402Version: 2, paymentPayload: { a: 1 }, paymentRequirements: { b: 2 } }
+  const body = bytes(sent)
   const balance = { atomic: 5000n, block: 7n }
 
   it('serves the same account, wallet and body once', () => {
@@ -39,7 +42,11 @@ describe('FacilitatorVerdicts', () => {
     const key = FacilitatorVerdicts.keyOf(A, body)
     verdicts.hold(key, { checked: checked(1_000n), balance })
     expect(verdicts.take(FacilitatorVerdicts.keyOf(B, body), 100n)).toBeNull()
-    expect(verdicts.take(FacilitatorVerdicts.keyOf(A, { ...body, x402Version: 1 }), 100n)).toBeNull()
+    expect(verdicts.take(FacilitatorVerdicts.keyOf(A, bytes({ ...sent, x402Version: 1 })), 100n)).toBeNull()
+    // The same payload sent with other bytes only misses (it is then checked in full).
+    expect(
+      verdicts.take(FacilitatorVerdicts.keyOf(A, Buffer.from(JSON.stringify(sent, null, 1))), 100n),
+    ).toBeNull()
     const moved = { ...A, wallet_address: '0x00000000000000000000000000000000000000cc' }
     expect(verdicts.take(FacilitatorVerdicts.keyOf(moved, body), 100n)).toBeNull()
     expect(verdicts.take(key, 100n)?.balance).toEqual(balance)

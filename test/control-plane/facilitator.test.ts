@@ -15,6 +15,7 @@ import { baseSepolia } from 'viem/chains'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
+import { facilitatorSettleChecks } from '../../src/observability/metrics.ts'
 import type { Service } from '../../src/service.ts'
 import { usingServer } from '../helpers/database.ts'
 import { callApi } from '../helpers/service.ts'
@@ -61,6 +62,10 @@ async function signFor(url: string, key: Hex) {
   const { client } = exactPayer(key)
   const payload = await client.createPaymentPayload(required as never)
   return { required, payload, accepted: required.accepts[0]! }
+}
+
+async function settleChecks(check: 'verdict' | 'full'): Promise<number> {
+  return (await facilitatorSettleChecks.get()).values.find((v) => v.labels.check === check)?.value ?? 0
 }
 
 function settleBody(payload: unknown, requirements: unknown) {
@@ -156,6 +161,10 @@ describe('tollgate as the facilitator of the published @x402/express middleware'
     expect(await balanceOf(payer.address)).toBe(before - PRICE_ATOMIC)
     const mined = await reader.getTransactionReceipt({ hash: receipt.transaction as Hex })
     expect(mined.status).toBe('success')
+    // The middleware's /settle was served by its /verify's verdict (same bytes, same process): no second
+    // recovery or chain read.
+    expect(await settleChecks('verdict')).toBe(1)
+    expect(await settleChecks('full')).toBe(0)
     // Sent by the facilitator's group commit, from its settler slot (a signer /supported names).
     const { signers } = await facilitatorClient(svc.url, merchantKey).getSupported()
     expect(signers['eip155:*']).toHaveLength(2)

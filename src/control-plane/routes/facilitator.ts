@@ -15,6 +15,7 @@ import type { BalanceRead } from '../../chain/check-authorization.ts'
 import type { StoredAuthorization } from '../../chain/settle.ts'
 import { facilitatorResourceOf } from '../../discovery/facilitator-resource.ts'
 import { ApiError } from '../../errors.ts'
+import { facilitatorSettleChecks } from '../../observability/metrics.ts'
 import { type Checked, checkTerms, exactChainFailure, type Terms } from '../facilitator-check.ts'
 import { FacilitatorClaims } from '../facilitator-claims.ts'
 import { FacilitatorReads } from '../facilitator-reads.ts'
@@ -461,7 +462,7 @@ export const facilitatorRoutes: Route[] = [
       if (!funds.ok) return invalid(funds.reason, funds.message, checked.payer)
       // Held for this body's /settle, which then neither recovers the signature nor reads the chain again.
       if (checked.kind === 'eip3009')
-        verdictsOf(ctx).hold(FacilitatorVerdicts.keyOf(ctx.account, ctx.body), {
+        verdictsOf(ctx).hold(FacilitatorVerdicts.keyOf(ctx.account, ctx.req.body), {
           checked,
           balance: funds.balance,
         })
@@ -486,7 +487,8 @@ export const facilitatorRoutes: Route[] = [
       const body = parseBody(FacilitatorRequest, ctx.body)
       const network = networkOf(ctx, body)
       const nowSeconds = BigInt(Math.floor(Date.now() / 1000))
-      const verdict = verdictsOf(ctx).take(FacilitatorVerdicts.keyOf(ctx.account, ctx.body), nowSeconds)
+      const verdict = verdictsOf(ctx).take(FacilitatorVerdicts.keyOf(ctx.account, ctx.req.body), nowSeconds)
+      facilitatorSettleChecks.inc({ check: verdict ? 'verdict' : 'full' })
       const checked = verdict?.checked ?? (await check(ctx, body, 'settle'))
       if (!checked.ok) return { status: 200, body: refusedSettle(checked, network) }
       // upto charged nothing: nothing to send, nothing claimed (the permit stays unspent), as the published
