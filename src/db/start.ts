@@ -4,6 +4,7 @@ import type { Logger } from '../observability/logger.ts'
 import { dbPoolSize } from '../observability/metrics.ts'
 import type { Started } from '../subsystem.ts'
 import { startEmbeddedDatabase } from './embedded.ts'
+import { untilReachable } from './first-reach.ts'
 import { migrate } from './migrate.ts'
 import { type ReplicationWatch, startReplicationWatch } from './replication-watch.ts'
 import { createSql, type Sql } from './sql.ts'
@@ -21,6 +22,9 @@ export interface Database extends Started {
   /** The primary's standbys, read on a timer: whether a failover could forget claims (and paid calls wait). */
   replication: ReplicationWatch
 }
+
+/** How long a worker's start waits for the database its parent serves. */
+const FIRST_REACH_BUDGET_MS = 60_000
 
 /** Connections of the books writer's own pool (on a server). */
 export const BOOKS_POOL_MAX = 2
@@ -79,7 +83,19 @@ export async function startDatabase(deps: {
         })
     if (books !== sql) stops.push(() => books.end({ timeout: 5 }))
     dbPoolSize.set(poolMax + (books === sql ? 0 : BOOKS_POOL_MAX))
-    const migrated = await migrate(sql)
+    // A worker on its parent's embedded database waits for it to accept (first-reach.ts); a process of its
+    // own fails its start at once, as before, when its database is down.
+    const migrated =
+      deps.url && embedded
+        ? await untilReachable(() => migrate(sql), {
+            budgetMs: FIRST_REACH_BUDGET_MS,
+            onRetry: (err, attempt) =>
+              deps.logger.warn('database not reachable yet, retrying', {
+                attempt,
+                code: (err as { code?: string }).code,
+              }),
+          })
+        : await migrate(sql)
     if (migrated.applied.length) deps.logger.info('migrations applied', { applied: migrated.applied })
     // The main pool's sessions see the same synchronous_commit as the books pool's (same role and
     // database, neither sets it), so what this pool reads is what a claim's commit waits for.
