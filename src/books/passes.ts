@@ -153,6 +153,66 @@ export async function drawPassUse(db: Db, q: DrawRequest): Promise<Draw> {
   }
 }
 
+/** A grouped draw's answer: drawn from a pass of time, the message used before, or no such pass here. */
+export type TimedDraw = Draw | { ok: false; reason: 'no_time_pass' }
+
+/**
+ * drawTimePassUses: pass open → open for the draws of a group whose wallet holds a live pass of time only on
+ * the endpoint: each one's sign-in nonce recorded (a message is used once: the same nonce twice in a group
+ * draws once, as two statements would) and its draw, in one statement for the group; the pass is read, not
+ * locked or written, as drawPassUse reads it. A draw whose wallet has no such pass is left untouched, its
+ * nonce not recorded (`no_time_pass`): drawPassUse takes it alone, a counted pass's use picked under its
+ * lock (several draws on one counted pass in one statement would update its row once).
+ */
+export async function drawTimePassUses(db: Db, qs: readonly DrawRequest[]): Promise<TimedDraw[]> {
+  const requests = qs.map((q, i) => ({
+    i,
+    endpoint_id: q.endpointId,
+    payer: q.payer,
+    nonce: q.nonce,
+    token: q.token,
+    expires_at: q.nonceExpiresAt.toISOString(),
+  }))
+  const rows = await db<{ i: number; id: string | null; fresh: boolean; expires_ms: number | null }[]>`
+    WITH req AS MATERIALIZED (
+      SELECT * FROM json_to_recordset(${JSON.stringify(requests)}::text::json)
+        AS t(i int, endpoint_id text, payer text, nonce text, token text, expires_at timestamptz)
+    ), timed AS MATERIALIZED (
+      SELECT r.i, p.id, p.expires_at FROM req r
+      CROSS JOIN LATERAL (
+        SELECT id, expires_at FROM passes
+        WHERE endpoint_id = r.endpoint_id AND payer = r.payer AND uses_left IS NULL AND expires_at > now()
+        ORDER BY expires_at DESC, id
+        LIMIT 1
+      ) p
+    ), fresh AS (
+      -- In nonce order, as another instance's group would insert the same nonces: no deadlock between them.
+      INSERT INTO sign_in_nonces (nonce, token, expires_at)
+      SELECT r.nonce, r.token, r.expires_at FROM req r JOIN timed t ON t.i = r.i ORDER BY r.nonce
+      ON CONFLICT (nonce) DO NOTHING
+      RETURNING nonce, token
+    ), recorded AS (
+      INSERT INTO pass_draws (nonce, pass_id)
+      SELECT f.nonce, t.id FROM fresh f JOIN req r ON r.nonce = f.nonce AND r.token = f.token
+      JOIN timed t ON t.i = r.i
+    )
+    SELECT r.i, t.id, (f.nonce IS NOT NULL) AS fresh,
+           CASE WHEN t.expires_at = 'infinity' THEN NULL
+                ELSE floor(extract(epoch FROM t.expires_at) * 1000)::float8 END AS expires_ms
+    FROM req r LEFT JOIN timed t ON t.i = r.i LEFT JOIN fresh f ON f.nonce = r.nonce AND f.token = r.token
+    ORDER BY r.i`
+  return rows.map((row): TimedDraw => {
+    if (row.id === null) return { ok: false, reason: 'no_time_pass' }
+    if (!row.fresh) return { ok: false, reason: 'replayed' }
+    return {
+      ok: true,
+      passId: row.id,
+      usesLeft: null,
+      expiresMs: row.expires_ms === null ? null : Number(row.expires_ms),
+    }
+  })
+}
+
 /**
  * After a draw statement failed in flight: did this request's own statement commit (its token on the
  * nonce), and did it draw? absent: it did not, and now never will (the message is spent here first).

@@ -4,12 +4,16 @@
 // back: the upstream certainly did not serve it) or in doubt (the use stays drawn: never served twice).
 import { randomBytes } from 'node:crypto'
 import {
+  type DrawRequest,
   type DrawServed,
   drawPassUse,
+  drawTimePassUses,
   findOwnDraw,
   giveBackPassUse,
   recordPassDrawServed,
+  type TimedDraw,
 } from '../books/passes.ts'
+import { Grouped } from '../db/grouped.ts'
 import type { Sql } from '../db/sql.ts'
 import type { Logger } from '../observability/logger.ts'
 import { passDraws } from '../observability/metrics.ts'
@@ -35,10 +39,25 @@ export interface PassUsesOptions {
 
 /** Served calls recorded in one statement at most. */
 const SERVED_BATCH_MAX = 500
+/** Draws on passes of time in one statement at most. */
+const TIMED_GROUP_MAX = 200
 
 export class PassUses {
   private readonly servedQueue: DrawServed[] = []
   private writingServed = false
+  /**
+   * The draws in flight together on passes of time share one statement (a statement a call was most of a
+   * pass's cost: feature-pass in docs/benchmarks.md). A group whose statement failed answers each of its
+   * draws `unknown` rather than running them again alone: a group that committed before its answer was
+   * lost would read as its own messages replayed; each is settled as a lone draw in doubt is.
+   */
+  private readonly timed = new Grouped<DrawRequest, TimedDraw | { ok: 'unknown'; err: unknown }>(
+    (requests) =>
+      drawTimePassUses(this.sql, requests).catch((err) =>
+        requests.map(() => ({ ok: 'unknown' as const, err })),
+      ),
+    TIMED_GROUP_MAX,
+  )
 
   constructor(
     private readonly sql: Sql,
@@ -69,7 +88,10 @@ export class PassUses {
     }
     let draw: Awaited<ReturnType<typeof drawPassUse>>
     try {
-      draw = await drawPassUse(this.sql, request)
+      // A pass of time first, in the group's statement; a wallet without one draws alone (a counted pass).
+      const timed = await this.timed.submit(request)
+      if (timed.ok === 'unknown') throw timed.err
+      draw = timed.ok || timed.reason !== 'no_time_pass' ? timed : await drawPassUse(this.sql, request)
     } catch (err) {
       // The statement may have committed before its answer was lost: find out once the database answers,
       // and give the use back if it did (nobody was served with it).

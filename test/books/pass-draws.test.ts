@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {
   type DrawRequest,
   drawPassUse,
+  drawTimePassUses,
   findOwnDraw,
   giveBackPassUse,
   recordPassDrawServed,
@@ -145,6 +146,47 @@ describe('pass draws', () => {
     // Arriving late, that draw finds its message spent: it takes nothing.
     expect(await drawPassUse(sql, never)).toEqual({ ok: false, reason: 'replayed' })
     expect(await usesLeft(p)).toBe(1)
+  })
+})
+
+describe('draws on passes of time, grouped', () => {
+  it('draws each on its pass of time in one statement, a message once, and leaves a counted pass alone', async () => {
+    const timed = await timePass('ep_group', 2)
+    const counted = await pass('ep_group_counted', 2, 1)
+    expect((await drawPassUse(sql, draw('ep_group', 'group_used'))).ok).toBe(true)
+    const answers = await drawTimePassUses(sql, [
+      draw('ep_group', 'group_a'),
+      draw('ep_group', 'group_used'),
+      draw('ep_group', 'group_b'),
+      // The same message twice in one group draws once, as two statements would.
+      draw('ep_group', 'group_twice'),
+      { ...draw('ep_group', 'group_twice'), token: 'tok_other' },
+      draw('ep_group_counted', 'group_counted'),
+      draw('ep_group_none', 'group_none'),
+    ])
+    expect(answers).toEqual([
+      { ok: true, passId: timed, usesLeft: null, expiresMs: expect.any(Number) },
+      { ok: false, reason: 'replayed' },
+      { ok: true, passId: timed, usesLeft: null, expiresMs: expect.any(Number) },
+      { ok: true, passId: timed, usesLeft: null, expiresMs: expect.any(Number) },
+      { ok: false, reason: 'replayed' },
+      { ok: false, reason: 'no_time_pass' },
+      { ok: false, reason: 'no_time_pass' },
+    ])
+    expect((answers[0] as { expiresMs: number }).expiresMs).toBeGreaterThan(Date.now() + 3_500_000)
+    const draws = await sql`SELECT nonce FROM pass_draws WHERE pass_id = ${timed} ORDER BY nonce`
+    expect(draws.map((d) => d.nonce)).toEqual(['group_a', 'group_b', 'group_twice', 'group_used'])
+    // The message of a draw left to drawPassUse is not spent by the group: the lone draw takes its use.
+    const left = await sql`SELECT nonce FROM sign_in_nonces WHERE nonce IN ('group_counted', 'group_none')`
+    expect(left).toHaveLength(0)
+    expect(await drawPassUse(sql, draw('ep_group_counted', 'group_counted'))).toMatchObject({
+      ok: true,
+      passId: counted,
+      usesLeft: 1,
+    })
+    expect(await drawPassUse(sql, draw('ep_group_none', 'group_none'))).toEqual({ ok: false, reason: 'none' })
+    // Its own draw found by its token after an answer lost in flight, as a lone draw's is.
+    expect(await findOwnDraw(sql, draw('ep_group', 'group_b'))).toEqual({ kind: 'mine', passId: timed })
   })
 })
 
