@@ -3,7 +3,9 @@
 // forwarded, then captured (nothing to book: the purchase was the money), released (the use is given
 // back: the upstream certainly did not serve it) or in doubt (the use stays drawn: never served twice).
 import { randomBytes } from 'node:crypto'
+import { LRUCache } from 'lru-cache'
 import {
+  type Draw,
   type DrawRequest,
   type DrawServed,
   drawPassUse,
@@ -41,6 +43,8 @@ export interface PassUsesOptions {
 const SERVED_BATCH_MAX = 500
 /** Draws on passes of time in one statement at most. */
 const TIMED_GROUP_MAX = 200
+/** Wallets remembered as drawing alone (a lost memory only costs a round trip). */
+const ALONE_MAX = 10_000
 
 export class PassUses {
   private readonly servedQueue: DrawServed[] = []
@@ -58,6 +62,9 @@ export class PassUses {
       ),
     TIMED_GROUP_MAX,
   )
+
+  /** Wallets (endpoint and payer) whose last draw had no pass of time: they draw alone. */
+  private readonly alone = new LRUCache<string, true>({ max: ALONE_MAX })
 
   constructor(
     private readonly sql: Sql,
@@ -88,10 +95,7 @@ export class PassUses {
     }
     let draw: Awaited<ReturnType<typeof drawPassUse>>
     try {
-      // A pass of time first, in the group's statement; a wallet without one draws alone (a counted pass).
-      const timed = await this.timed.submit(request)
-      if (timed.ok === 'unknown') throw timed.err
-      draw = timed.ok || timed.reason !== 'no_time_pass' ? timed : await drawPassUse(this.sql, request)
+      draw = await this.draw(request)
     } catch (err) {
       // The statement may have committed before its answer was lost: find out once the database answers,
       // and give the use back if it did (nobody was served with it).
@@ -118,6 +122,27 @@ export class PassUses {
       ok: true,
       payment: new PassUse(this, signedIn.payer, request.nonce, draw.usesLeft, draw.expiresMs),
     }
+  }
+
+  /**
+   * A pass of time first, in the group's statement; a wallet without one draws alone (drawPassUse, which
+   * looks for a pass of time first itself, then a counted pass under its lock). Which way the wallet's last
+   * draw on the endpoint went is remembered, so a wallet on counted passes does not pay the group's round
+   * trip before its own every call. The memory only picks the way: drawPassUse alone decides as the group
+   * would (a pass of time bought since is still drawn on first), and a wrong guess costs a round trip.
+   */
+  private async draw(request: DrawRequest): Promise<Draw> {
+    const wallet = `${request.endpointId}\n${request.payer}`
+    if (this.alone.get(wallet) !== true) {
+      const timed = await this.timed.submit(request)
+      if (timed.ok === 'unknown') throw timed.err
+      if (timed.ok || timed.reason !== 'no_time_pass') return timed
+    }
+    const draw = await drawPassUse(this.sql, request)
+    // Drawn on a pass of time (no use counted): the group again next time.
+    if (draw.ok && draw.usesLeft === null) this.alone.delete(wallet)
+    else this.alone.set(wallet, true)
+    return draw
   }
 
   /** Gives a drawn use back (the call was not served), retrying while the database does not answer. */

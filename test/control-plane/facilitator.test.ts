@@ -150,6 +150,8 @@ describe('tollgate as the facilitator of the published @x402/express middleware'
   it('a call paid to the treasury is settled on chain in the batch, booked once (95 % to the merchant), its webhook delivered', async () => {
     const payer = chain.payers[0]!
     const before = await balanceOf(payer.address)
+    // The counter is the process's (test files share it: isolate is off): read before and after.
+    const checks = { verdict: await settleChecks('verdict'), full: await settleChecks('full') }
     const { fetch: pay } = exactPayer(payer.privateKey)
     const r = await pay(`${shopUrl}/to-treasury`)
     expect(r.status, await r.clone().text()).toBe(200)
@@ -163,8 +165,8 @@ describe('tollgate as the facilitator of the published @x402/express middleware'
     expect(mined.status).toBe('success')
     // The middleware's /settle was served by its /verify's verdict (same bytes, same process): no second
     // recovery or chain read.
-    expect(await settleChecks('verdict')).toBe(1)
-    expect(await settleChecks('full')).toBe(0)
+    expect(await settleChecks('verdict')).toBe(checks.verdict + 1)
+    expect(await settleChecks('full')).toBe(checks.full)
     // Sent by the facilitator's group commit, from its settler slot (a signer /supported names).
     const { signers } = await facilitatorClient(svc.url, merchantKey).getSupported()
     expect(signers['eip155:*']).toHaveLength(2)

@@ -417,6 +417,47 @@ describe('what a pass does not cover', () => {
     expect(upstream.count()).toBe(before)
   })
 
+  it('a wallet on a counted pass draws on a pass of time once it has one, and on its uses again after', async () => {
+    const ep = await createPassEndpoint({ price: 0.05, calls: 3 })
+    const key = chain.payers[2]!.privateKey
+    const payer = chain.payers[2]!.address.toLowerCase()
+    expect((await payingFetch(key)(ep.purchaseUrl, { method: 'POST' })).status).toBe(201)
+    const call = async () =>
+      (await signedCall(ep.meteredUrl, (await signedHeader(ep.meteredUrl, key)).header)).status
+    // Its draws go alone (drawPassUse) once the first found no pass of time: a counted use each.
+    expect(await call()).toBe(200)
+    expect(await call()).toBe(200)
+    expect(await usesLeft(ep.id, payer)).toEqual([1])
+    // The owner sells a pass of time now; the wallet buys one: drawn on first, the counted use kept.
+    const patched = await callApi(svc.url, `/api/v1/endpoints/${ep.id}`, {
+      key: ownerKey,
+      method: 'PATCH',
+      body: { pass: { price: 0.07, duration_s: 3600 } },
+    })
+    expect(patched.status).toBe(200)
+    await waitFor(
+      async () => {
+        const offer = await fetch(ep.purchaseUrl, { method: 'POST' })
+        const header = offer.headers.get('payment-required')
+        return header !== null && decodePaymentRequiredHeader(header).accepts[0]!.amount === '70000'
+      },
+      { timeoutMs: 5_000, what: 'the pass of time on sale' },
+    )
+    expect((await payingFetch(key)(ep.purchaseUrl, { method: 'POST' })).status).toBe(201)
+    const [timedPass] = await svc.sql<{ id: string }[]>`
+      SELECT id FROM passes WHERE endpoint_id = ${ep.id} AND payer = ${payer} AND uses_left IS NULL`
+    for (let i = 0; i < 3; i++) expect(await call()).toBe(200)
+    expect(await usesLeft(ep.id, payer)).toEqual([1, null])
+    const [timed] = await svc.sql<{ n: number }[]>`
+      SELECT count(*)::int AS n FROM pass_draws WHERE pass_id = ${timedPass!.id}`
+    expect(timed!.n).toBe(3)
+    // Its time over: the counted use again, then nothing.
+    await svc.sql`UPDATE passes SET expires_at = now() - interval '1 second' WHERE id = ${timedPass!.id}`
+    expect(await call()).toBe(200)
+    expect(await usesLeft(ep.id, payer)).toEqual([0, null])
+    expect(await call()).toBe(402)
+  })
+
   it('a call the upstream did not serve (5xx) gives its use back', async () => {
     const ep = await createPassEndpoint({ price: 0.05, calls: 2 }, '/fail')
     const key = chain.payers[3]!.privateKey
