@@ -27,7 +27,7 @@ import { machine } from '../report.ts'
 import { startBareWsRelay } from '../targets/bare-ws-relay.ts'
 import { ROOT, startTs } from '../targets/processes.ts'
 import type { Target } from '../targets/target.ts'
-import { startTollgate } from '../targets/tollgate.ts'
+import { devChainOf, startTollgate } from '../targets/tollgate.ts'
 
 /** $0.01 of credit a session; $0.1 / $0.05 / $0.4 per million tokens: never spent in a bench run. */
 const PRICING = {
@@ -315,12 +315,7 @@ export async function runWebsocketSessions(args: string[]): Promise<void> {
     const tollgate = await startTollgate({
       name: 'ws',
       dir,
-      chain: {
-        rpcUrl: chain.rpcUrl,
-        usdcAddress: chain.usdcAddress,
-        treasuryKey: chain.treasury.privateKey,
-        payer: chain.payers[0]!.address,
-      },
+      chain: devChainOf(chain),
       upstream: upstream.base,
       watch: true,
       runtime: o.runtime,

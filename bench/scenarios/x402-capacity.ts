@@ -27,7 +27,7 @@ import { type StatementCost, statementsMeterFromEnv } from '../pg-statements.ts'
 import { machine, writeResults } from '../report.ts'
 import { ROOT } from '../targets/processes.ts'
 import type { Target } from '../targets/target.ts'
-import { startTollgate, type Tollgate } from '../targets/tollgate.ts'
+import { devChainOf, startTollgate, type Tollgate } from '../targets/tollgate.ts'
 import { startUpstream } from '../targets/upstream.ts'
 import { startX402Reference } from '../targets/x402-reference.ts'
 import { type Counters, inside as insideOf, readCounters, settlementOutcome } from './inside.ts'
@@ -311,12 +311,7 @@ function startInstance(chain: DevChain, dir: string, upstream: string, name: str
   return startTollgate({
     name,
     dir,
-    chain: {
-      rpcUrl: chain.rpcUrl,
-      usdcAddress: chain.usdcAddress,
-      treasuryKey: chain.treasury.privateKey,
-      payer: chain.payers[0]!.address,
-    },
+    chain: devChainOf(chain),
     upstream,
     watch: true,
     runtime: 'built',

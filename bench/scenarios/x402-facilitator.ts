@@ -35,7 +35,7 @@ import { settlerSlotKey } from '../../src/chain/settler-keys.ts'
 import { cpuMeter, postgresBackends, withChildren } from '../cpu.ts'
 import { type StatementCost, statementsMeterFromEnv } from '../pg-statements.ts'
 import { ROOT } from '../targets/processes.ts'
-import { startTollgate } from '../targets/tollgate.ts'
+import { devChainOf, startTollgate } from '../targets/tollgate.ts'
 import { startUpstream } from '../targets/upstream.ts'
 
 const BLOCK_S = 2
@@ -154,12 +154,7 @@ async function runTollgate(
   const t = await startTollgate({
     name: 'warm',
     dir,
-    chain: {
-      rpcUrl: chain.rpcUrl,
-      usdcAddress: chain.usdcAddress,
-      treasuryKey: chain.treasury.privateKey,
-      payer: chain.payers[0]!.address,
-    },
+    chain: devChainOf(chain),
     upstream,
     watch: true,
     runtime: 'built',

@@ -3,6 +3,7 @@
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import postgres from 'postgres'
+import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { postJson } from './api.ts'
 import { freePort, startNode, startTs } from './processes.ts'
 import type { Target } from './target.ts'
@@ -40,6 +41,16 @@ export interface Tollgate extends Target {
    * null on PGlite, which the bench cannot read beside the instance).
    */
   unclaimedChannels(): Promise<number | null>
+}
+
+/** A dev chain as startTollgate's `chain`: its node, token, treasury and first payer. */
+export function devChainOf(chain: DevChain): TollgateOptions['chain'] {
+  return {
+    rpcUrl: chain.rpcUrl,
+    usdcAddress: chain.usdcAddress,
+    treasuryKey: chain.treasury.privateKey,
+    payer: chain.payers[0]!.address,
+  }
 }
 
 export interface TollgateOptions {

@@ -51,16 +51,14 @@ export class PassUses {
   private writingServed = false
   /**
    * The draws in flight together on passes of time share one statement (a statement a call was most of a
-   * pass's cost: feature-pass in docs/benchmarks.md). A group whose statement failed answers each of its
-   * draws `unknown` rather than running them again alone: a group that committed before its answer was
-   * lost would read as its own messages replayed; each is settled as a lone draw in doubt is.
+   * pass's cost: feature-pass in docs/benchmarks.md). A group whose statement failed fails each of its draws,
+   * each then settled as a lone draw in doubt is, rather than run again alone: a group that committed before
+   * its answer was lost would read as its own messages replayed.
    */
-  private readonly timed = new Grouped<DrawRequest, TimedDraw | { ok: 'unknown'; err: unknown }>(
-    (requests) =>
-      drawTimePassUses(this.sql, requests).catch((err) =>
-        requests.map(() => ({ ok: 'unknown' as const, err })),
-      ),
+  private readonly timed = new Grouped<DrawRequest, TimedDraw>(
+    (requests) => drawTimePassUses(this.sql, requests),
     TIMED_GROUP_MAX,
+    { rerunAlone: false },
   )
 
   /** Wallets (endpoint and payer) whose last draw had no pass of time: they draw alone. */
@@ -135,7 +133,6 @@ export class PassUses {
     const wallet = `${request.endpointId}\n${request.payer}`
     if (this.alone.get(wallet) !== true) {
       const timed = await this.timed.submit(request)
-      if (timed.ok === 'unknown') throw timed.err
       if (timed.ok || timed.reason !== 'no_time_pass') return timed
     }
     const draw = await drawPassUse(this.sql, request)

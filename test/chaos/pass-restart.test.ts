@@ -23,6 +23,8 @@ const N = 20
 const BUYERS = 3
 const CLIENTS_PER_BUYER = 4
 const PASS_PRICE_ATOMIC = 10_000n
+/** Calls on the pass of time (the buyer after the counted ones), whose draws go in groups. */
+const TIMED_CALLS = 40
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 const log = (line: string) => process.stderr.write(`[pass-restart] ${line}\n`)
 
@@ -34,7 +36,7 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('passes across a PostgreSQL cr
 
   beforeAll(async () => {
     cluster = await startPgCluster()
-    chain = await startDevChain({ payers: BUYERS, payerFunding: 1_000_000n, treasuryFunding: 1_000_000n })
+    chain = await startDevChain({ payers: BUYERS + 1, payerFunding: 1_000_000n, treasuryFunding: 1_000_000n })
     upstream = await startCountingUpstream()
     for (let i = 0; i < 2; i++) {
       instances.push(
@@ -62,9 +64,17 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('passes across a PostgreSQL cr
     })
     const id = endpoint.id as string
     expect(id, JSON.stringify(endpoint)).toBeTruthy()
+    // A pass of time only on another endpoint: its draws share a statement per group (drawTimePassUses).
+    const { ep: timedEndpoint } = await merchantEndpoint(a.url, 'Pass Time Chaos Co', {
+      upstream_url: `${upstream.url}/work`,
+      price: 0.001,
+      pass: { price: 0.01, duration_s: 3600 },
+    })
+    const tid = timedEndpoint.id as string
+    expect(tid, JSON.stringify(timedEndpoint)).toBeTruthy()
 
     // Each buyer pays the pass price by a USDC transfer and presents its hash at /pass/<id>.
-    for (let i = 0; i < BUYERS; i++) {
+    for (let i = 0; i <= BUYERS; i++) {
       const [hash] = await makeProofs({
         rpcUrl: chain.rpcUrl,
         chainId: chain.chainId,
@@ -74,7 +84,7 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('passes across a PostgreSQL cr
         value: PASS_PRICE_ATOMIC,
         count: 1,
       })
-      const r = await fetch(`${(i % 2 ? b : a).url}/pass/${id}`, {
+      const r = await fetch(`${(i % 2 ? b : a).url}/pass/${i < BUYERS ? id : tid}`, {
         method: 'POST',
         headers: { 'x-payment': hash! },
       })
@@ -82,23 +92,27 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('passes across a PostgreSQL cr
     }
     log(`passes bought in ${Date.now() - started} ms`)
 
-    const counts = { ok: 0, s503: 0, network: 0, refused: 0, other: 0 }
+    const counts = { ok: 0, timed: 0, s503: 0, network: 0, refused: 0, other: 0 }
     /** Calls as buyer `i` until its pass is refused (no_live_pass); 503s and network errors are retried. */
+    /** The pass of time's buyer (i = BUYERS) calls until TIMED_CALLS were answered 200 between its clients. */
     const drain = async (i: number, worker: number, deadlineMs: number) => {
       const signer = privateKeyToAccount(chain.payers[i]!.privateKey)
       const siwxFetch = wrapFetchWithSIWx(fetch, signer)
+      const timed = i === BUYERS
       for (let n = 0; Date.now() < deadlineMs; n++) {
+        if (timed && counts.timed >= TIMED_CALLS) return
         const base = (worker + n) % 2 ? b.url : a.url
+        const url = timed ? `${base}/m/${tid}?p=timed` : `${base}/m/${id}?p=buyer${i}`
         let r: Response
         try {
-          r = await siwxFetch(`${base}/m/${id}?p=buyer${i}`, { signal: AbortSignal.timeout(15_000) })
+          r = await siwxFetch(url, { signal: AbortSignal.timeout(15_000) })
         } catch {
           counts.network++
           await sleep(200)
           continue
         }
         await r.arrayBuffer()
-        if (r.status === 200) counts.ok++
+        if (r.status === 200) counts[timed ? 'timed' : 'ok']++
         else if (r.status === 503) {
           counts.s503++
           await sleep(200)
@@ -117,7 +131,9 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('passes across a PostgreSQL cr
     }
 
     const load = Promise.all(
-      Array.from({ length: BUYERS * CLIENTS_PER_BUYER }, (_, k) => drain(k % BUYERS, k, Date.now() + 60_000)),
+      Array.from({ length: (BUYERS + 1) * CLIENTS_PER_BUYER }, (_, k) =>
+        drain(k % (BUYERS + 1), k, Date.now() + 60_000),
+      ),
     )
     // Two crash-restarts while the buyers are calling.
     await sleep(300)
@@ -171,6 +187,21 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('passes across a PostgreSQL cr
         { timeoutMs: 15_000, what: 'the receipts of every served pass call on its draw' },
       )
       expect(recorded).toBe(BUYERS)
+      // The pass of time: no call served without its own draw (a sign-in message once), each served call's
+      // receipt on its draw once the database took it; draws whose answer was lost may stay unserved.
+      const servedTimed = upstream.served.get('timed') ?? 0
+      expect(servedTimed).toBeGreaterThanOrEqual(TIMED_CALLS)
+      const timedDraws = await waitFor(
+        async () => {
+          const [row] = await sql<{ drawn: number; receipts: number }[]>`
+            SELECT count(d.nonce)::int AS drawn, count(d.receipt_id)::int AS receipts
+            FROM passes p JOIN pass_draws d ON d.pass_id = p.id WHERE p.endpoint_id = ${tid}`
+          return row!.receipts === servedTimed ? row : undefined
+        },
+        { timeoutMs: 15_000, what: 'the receipts of every served call on the pass of time' },
+      )
+      log(`pass of time: served ${servedTimed}, draws ${JSON.stringify(timedDraws)}`)
+      expect(timedDraws.drawn).toBeGreaterThanOrEqual(servedTimed)
       const [calls] = await sql<{ n: number; owner: string }[]>`
         SELECT count(*)::int AS n, sum(owner_share_atomic)::text AS owner FROM calls
         WHERE endpoint_id = ${id} AND method = 'PASS'`
@@ -178,6 +209,9 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('passes across a PostgreSQL cr
         n: BUYERS,
         owner: String((PASS_PRICE_ATOMIC * 9500n * BigInt(BUYERS)) / 10_000n),
       })
+      const [timedPurchase] = await sql<{ n: number }[]>`
+        SELECT count(*)::int AS n FROM calls WHERE endpoint_id = ${tid} AND method = 'PASS'`
+      expect(timedPurchase!.n).toBe(1)
     } finally {
       await sql.end({ timeout: 1 })
     }

@@ -246,6 +246,12 @@ function perDatabase<T>(make: (sql: RouteContext['deps']['sql']) => T): (ctx: Ro
   }
 }
 
+/** How each /settle's payload was checked (the labels bound once). */
+const settleChecked = {
+  verdict: facilitatorSettleChecks.labels('verdict'),
+  full: facilitatorSettleChecks.labels('full'),
+}
+
 /** The process's claim and /verify read group commits and held verdicts, by database. */
 const claimsOf = perDatabase((sql) => new FacilitatorClaims(sql))
 const readsOf = perDatabase((sql) => new FacilitatorReads(sql))
@@ -488,7 +494,8 @@ export const facilitatorRoutes: Route[] = [
       const network = networkOf(ctx, body)
       const nowSeconds = BigInt(Math.floor(Date.now() / 1000))
       const verdict = verdictsOf(ctx).take(FacilitatorVerdicts.keyOf(ctx.account, ctx.req.body), nowSeconds)
-      facilitatorSettleChecks.inc({ check: verdict ? 'verdict' : 'full' })
+      if (verdict) settleChecked.verdict.inc()
+      else settleChecked.full.inc()
       const checked = verdict?.checked ?? (await check(ctx, body, 'settle'))
       if (!checked.ok) return { status: 200, body: refusedSettle(checked, network) }
       // upto charged nothing: nothing to send, nothing claimed (the permit stays unspent), as the published
