@@ -15,6 +15,8 @@ export interface CountingUpstream {
   served: Map<string, number>
   /** Proof → token streams sent to their end (usage chunk and [DONE] written). */
   streamed: Map<string, number>
+  /** Token streams whose head is sent and whose end is not: a fault now lands mid-stream. */
+  streaming(): number
   setMode(mode: UpstreamMode): void
   close(): Promise<void>
 }
@@ -28,6 +30,7 @@ export async function startCountingUpstream(): Promise<CountingUpstream> {
   const served = new Map<string, number>()
   const streamed = new Map<string, number>()
   const hanging = new Set<ServerResponse>()
+  let streaming = 0
   let mode: UpstreamMode = 'ok'
   const server: Server = createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://x')
@@ -46,6 +49,8 @@ export async function startCountingUpstream(): Promise<CountingUpstream> {
     // Counted when the answer is handed to the socket: tollgate has the status from here on.
     served.set(proof, (served.get(proof) ?? 0) + 1)
     if (url.pathname.endsWith('/chat/completions')) {
+      streaming++
+      res.once('close', () => streaming--)
       stream(res, Number(url.searchParams.get('n') ?? 10), () =>
         streamed.set(proof, (streamed.get(proof) ?? 0) + 1),
       )
@@ -60,6 +65,7 @@ export async function startCountingUpstream(): Promise<CountingUpstream> {
     url: `http://127.0.0.1:${port}`,
     served,
     streamed,
+    streaming: () => streaming,
     setMode(next) {
       mode = next
       if (next !== 'hang') for (const res of hanging) res.destroy()

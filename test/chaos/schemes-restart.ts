@@ -337,6 +337,9 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
         // Spread over the load, the first after a quarter of it: streams of both kinds are in flight.
         const at = t0 + (options.loadMs * (k + 1)) / (options.restarts.length + 1)
         if (at > Date.now()) await sleep(at - Date.now())
+        // And only once a stream is being served: on a slow machine the clients may still be backing off
+        // from the restart before (CI saw one land on none at 10 s of 15), which proves nothing mid-stream.
+        while (upstream.streaming() === 0 && Date.now() < loadEnd - 2_000) await sleep(10)
         const down = Date.now()
         await cluster.restart(mode, 1_000)
         restarts.push({ mode, atMs: down - t0, tookMs: Date.now() - down, streamsInFlight: 0 })
