@@ -14,6 +14,12 @@ export type SmartWalletCheck =
   | { ok: true; signature: Hex }
   | { ok: false; reason: 'invalid_signature' | 'smart_wallet_not_deployed' | 'rpc_unavailable' }
 
+/** The check of one authorization's signature by its payer's wallet, the chain and token bound. */
+export type SmartWalletVerifier = (q: {
+  authorization: TransferAuthorization
+  signature: Hex
+}) => Promise<SmartWalletCheck>
+
 export async function verifySmartWalletAuthorization(
   client: Client,
   params: AuthorizationTarget & { authorization: TransferAuthorization; signature: Hex },

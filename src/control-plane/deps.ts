@@ -5,6 +5,7 @@ import type { PaymentCreator } from '../books/payment-creations.ts'
 import type { AuthorizationChainChecker } from '../chain/check-authorization.ts'
 import type { ChainInfo } from '../chain/info.ts'
 import type { UptoChainChecker } from '../chain/upto-permit.ts'
+import type { SmartWalletVerifier } from '../chain/verify-smart-wallet.ts'
 import type { Config } from '../config/schema.ts'
 import type { Sql } from '../db/sql.ts'
 import type { Logger } from '../observability/logger.ts'
@@ -30,6 +31,11 @@ export interface ControlPlaneDeps {
   paymentCreator: PaymentCreator
   /** Nonce and balance reads of an x402 authorization (/api/v1/facilitator); absent: the facilitator answers 503. */
   checkAuthorization?: AuthorizationChainChecker
+  /**
+   * An `exact` payer's own check of a signature ecrecover does not give it: a smart wallet (ERC-1271, or an
+   * ERC-6492 wrapper of a deployed one) asked through an eth_call. Absent: EOA payers only.
+   */
+  verifySmartWallet?: SmartWalletVerifier
   /**
    * x402 upto at the facilitator: the account payers name in their permit's witness (read once; null: upto
    * is not offered on this chain) and the permit's nonce, balance and allowance reads. Absent: no upto.

@@ -12,6 +12,7 @@ import type { ChainInfo } from '../chain/info.ts'
 import { type StoredAuthorization, storedAuthorization } from '../chain/settle.ts'
 import { sameAddress } from '../chain/transfer.ts'
 import type { StoredUptoPermit, UptoPermit } from '../chain/upto-permit.ts'
+import type { SmartWalletCheck, SmartWalletVerifier } from '../chain/verify-smart-wallet.ts'
 import { PAYMENT_IDENTIFIER } from '../wire/challenge.ts'
 
 const Uint = v.pipe(v.string(), v.regex(/^\d{1,78}$/))
@@ -69,6 +70,8 @@ export interface CheckContext {
   /** The account's registered wallet: a payTo the merchant keeps custody of. */
   accountWallet: string
   nowSeconds: bigint
+  /** A smart-wallet payer's check (ERC-1271, ERC-6492 of a deployed wallet); absent: EOA payers only. */
+  verifySmartWallet?: SmartWalletVerifier
 }
 
 const ID_PATTERN = /^[A-Za-z0-9_-]{16,128}$/
@@ -155,16 +158,23 @@ export async function checkTerms(t: Terms, c: CheckContext): Promise<Checked> {
   // `exact` means exact: neither less nor more than the requirement's amount.
   if (authorization.value !== amount)
     return fail('invalid_exact_evm_payload_authorization_value', `value must be exactly ${amount}`, payer)
+  let signature = p.signature as Hex
   const local = await verifyTransferAuthorization({
     usdc: { address: c.chain.usdcAddress, name: c.chain.usdcName, version: c.chain.usdcVersion },
     chainId: c.chain.chainId,
     authorization,
-    signature: p.signature as Hex,
+    signature,
     payTo: t.payTo as Address,
     minValue: amount,
     nowSeconds: c.nowSeconds,
   })
-  if (!local.ok) return fail(LOCAL_REASONS[local.reason], local.reason.replaceAll('_', ' '), payer)
+  if (!local.ok && local.reason === 'invalid_signature' && c.verifySmartWallet) {
+    // Not the key of `from`: maybe `from` is a contract wallet, asked (an eth_call) only now, so EOA payers
+    // never pay for the RPC. Settlement hands the wallet the inner signature of an ERC-6492 wrapper.
+    const wallet = await c.verifySmartWallet({ authorization, signature })
+    if (!wallet.ok) return fail(...SMART_WALLET_REASONS[wallet.reason], payer)
+    signature = wallet.signature
+  } else if (!local.ok) return fail(LOCAL_REASONS[local.reason], local.reason.replaceAll('_', ' '), payer)
   return {
     ok: true,
     // The key every verifier gives this authorization (src/schemes/verifier.ts): one claim, wherever it pays.
@@ -175,7 +185,7 @@ export async function checkTerms(t: Terms, c: CheckContext): Promise<Checked> {
     payTo: getAddress(t.payTo),
     network,
     kind: 'eip3009',
-    authorization: storedAuthorization(authorization, p.signature as Hex),
+    authorization: storedAuthorization(authorization, signature),
     nonce: authorization.nonce,
     paymentIdentifier: paymentIdentifier(t.extensions),
   }
@@ -188,6 +198,16 @@ const LOCAL_REASONS = {
   authorization_expired: 'invalid_exact_evm_payload_authorization_valid_before',
   invalid_signature: 'invalid_exact_evm_payload_signature',
 } as const
+
+/** A smart wallet's refusal as the answer's reason (the published @x402/evm facilitator's names). */
+const SMART_WALLET_REASONS: Record<(SmartWalletCheck & { ok: false })['reason'], [string, string]> = {
+  invalid_signature: ['invalid_exact_evm_payload_signature', 'the payer wallet did not accept the signature'],
+  smart_wallet_not_deployed: [
+    'invalid_exact_evm_payload_undeployed_smart_wallet',
+    'the payer is a smart wallet not deployed yet: deploy it first',
+  ],
+  rpc_unavailable: ['unexpected_verify_error', 'the payer wallet could not be asked; retry shortly'],
+}
 
 /** The chain's part: nonce unused, balance enough. Null when fine; otherwise the failure. */
 export async function checkOnChain(

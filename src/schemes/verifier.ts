@@ -8,7 +8,7 @@ import { verifyTransferAuthorization } from '../chain/authorization.ts'
 import type { AuthorizationChainCheck, BalanceRead } from '../chain/check-authorization.ts'
 import { storedAuthorization } from '../chain/settle.ts'
 import type { SimulationCheck } from '../chain/simulate-authorization.ts'
-import type { SmartWalletCheck } from '../chain/verify-smart-wallet.ts'
+import type { SmartWalletCheck, SmartWalletVerifier } from '../chain/verify-smart-wallet.ts'
 import type { TransferFailure } from '../chain/verify-transfer.ts'
 import { verifications } from '../observability/metrics.ts'
 import { ConcurrencyLimiter } from '../rate-limit.ts'
@@ -97,10 +97,7 @@ export interface VerifierOptions {
   /** Drops a payer's reused balance read (its claim was refused for funds). */
   forgetBalance?(payer: `0x${string}`): void
   /** The wallet's own check (EIP-1271 / ERC-6492), asked only when ecrecover does not give `from`. */
-  verifySmartWallet?(q: {
-    authorization: TransferAuthorization
-    signature: `0x${string}`
-  }): Promise<SmartWalletCheck>
+  verifySmartWallet?: SmartWalletVerifier
   /** A dry run of the settlement, for authorizations of at least `simulateFromAtomic`. */
   simulate?(q: { authorization: TransferAuthorization; signature: `0x${string}` }): Promise<SimulationCheck>
   /** null: never simulate (x402.simulate_min_price unset). */

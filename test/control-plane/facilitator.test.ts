@@ -10,13 +10,15 @@ import { paymentMiddleware, x402ResourceServer } from '@x402/express'
 import { paymentMiddleware as honoPaymentMiddleware } from '@x402/hono'
 import express from 'express'
 import { Hono } from 'hono'
-import { type Address, createPublicClient, type Hex, http } from 'viem'
+import { type Address, createPublicClient, getAddress, type Hex, http, serializeErc6492Signature } from 'viem'
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { baseSepolia } from 'viem/chains'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { facilitatorSettleChecks } from '../../src/observability/metrics.ts'
 import type { Service } from '../../src/service.ts'
+import { fundedSmartWallet } from '../chain/contracts/smart-wallet.ts'
 import { usingServer } from '../helpers/database.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
@@ -458,5 +460,78 @@ describe('idempotent, claimed like every proof', () => {
       body: settleBody(b.payload, b.accepted),
     })
     expect(late.body).toMatchObject({ success: false, errorReason: 'proof_already_used' })
+  })
+})
+
+describe('a smart-wallet payer (ERC-1271) at the facilitator', () => {
+  it('pays the published middleware through the published client: the wallet asked, settled on chain, booked', async () => {
+    const funded = await fundedSmartWallet({
+      rpcUrl: chain.rpcUrl,
+      usdc: chain.usdcAddress,
+      funderKey: chain.payers[5]!.privateKey,
+      amountAtomic: 1_000_000n,
+    })
+    const wallet = getAddress(funded.wallet)
+    const owner = funded.owner
+    // The wallet's address pays; its owner's key signs (what the wallet's isValidSignature accepts), so
+    // ecrecover gives the owner, not `from`: only the wallet can say yes.
+    const { fetch: pay } = exactPayer({ address: wallet, signTypedData: (m) => owner.signTypedData(m) })
+    const r = await pay(`${shopUrl}/to-treasury`)
+    expect(r.status, await r.clone().text()).toBe(200)
+    const receipt = decodePaymentResponseHeader(r.headers.get('payment-response')!)
+    expect(receipt).toMatchObject({ success: true, network: NETWORK, payer: wallet })
+    expect(await balanceOf(wallet)).toBe(1_000_000n - PRICE_ATOMIC)
+    const booked = await svc.sql<{ kind: string; amount_atomic: bigint }[]>`
+      SELECT e.kind, e.amount_atomic FROM ledger_entries e
+      JOIN facilitator_settlements f ON f.id = e.source_id
+      WHERE e.source_type = 'facilitator' AND f.payer = ${wallet.toLowerCase()} ORDER BY e.kind`
+    expect(booked.map((e) => [e.kind, e.amount_atomic])).toEqual([
+      ['fee', 500n],
+      ['owner_share', 9_500n],
+    ])
+
+    // Another key is not the wallet's signature: refused as a bad signature, nothing claimed.
+    const stranger = privateKeyToAccount(generatePrivateKey())
+    const res = await fetch(`${shopUrl}/to-treasury`)
+    const required = decodePaymentRequiredHeader(res.headers.get('payment-required')!)
+    const { client } = exactPayer({ address: wallet, signTypedData: (m) => stranger.signTypedData(m) })
+    const forged = await client.createPaymentPayload(required as never)
+    const verdict = await callApi(svc.url, '/api/v1/facilitator/verify', {
+      key: merchantKey,
+      body: settleBody(forged, required.accepts[0]),
+    })
+    expect(verdict.body).toMatchObject({
+      isValid: false,
+      invalidReason: 'invalid_exact_evm_payload_signature',
+      payer: wallet,
+    })
+    expect(await balanceOf(wallet)).toBe(1_000_000n - PRICE_ATOMIC)
+  })
+
+  it('an ERC-6492 signature of a wallet not deployed yet is refused by the published reason', async () => {
+    // A counterfactual wallet: an address with no code, its signature wrapped with a factory call.
+    const owner = privateKeyToAccount(generatePrivateKey())
+    const undeployed = privateKeyToAccount(generatePrivateKey()).address
+    const signer = {
+      address: undeployed,
+      signTypedData: async (m: Parameters<typeof owner.signTypedData>[0]) =>
+        serializeErc6492Signature({
+          address: chain.payers[5]!.address,
+          data: '0xdeadbeef',
+          signature: await owner.signTypedData(m),
+        }),
+    }
+    const res = await fetch(`${shopUrl}/to-treasury`)
+    const required = decodePaymentRequiredHeader(res.headers.get('payment-required')!)
+    const payload = await exactPayer(signer as never).client.createPaymentPayload(required as never)
+    const verdict = await callApi(svc.url, '/api/v1/facilitator/verify', {
+      key: merchantKey,
+      body: settleBody(payload, required.accepts[0]),
+    })
+    expect(verdict.body).toMatchObject({
+      isValid: false,
+      invalidReason: 'invalid_exact_evm_payload_undeployed_smart_wallet',
+      payer: undeployed,
+    })
   })
 })

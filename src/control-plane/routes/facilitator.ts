@@ -152,6 +152,7 @@ async function check(
     chain: ctx.deps.chain,
     accountWallet: ctx.account.wallet_address,
     nowSeconds: BigInt(Math.floor(Date.now() / 1000)),
+    verifySmartWallet: ctx.deps.verifySmartWallet,
   }
   if (terms.scheme !== 'upto') return checkTerms(terms, context)
   const facilitator = (await ctx.deps.upto?.facilitator()) ?? null
