@@ -27,6 +27,7 @@ import { settleBeforeAnswerUnavailable } from '../config/settle-before-answer.ts
 import { claimSettlerSlot } from '../db/settler-slots.ts'
 import type { Sql } from '../db/sql.ts'
 import type { Logger } from '../observability/logger.ts'
+import { settlerBalance, settlerBalanceFloor } from '../observability/metrics.ts'
 
 /** Gas for one transferWithAuthorization sent alone. */
 const SETTLEMENT_GAS = 150_000n
@@ -314,6 +315,14 @@ export async function startFacilitatorSettler(deps: {
   // Used while its key holds gas above the floor (read every gas_check_ms; the dev chain tops it up); none
   // at start: not used at all.
   const floor = parseEther(String(o.gas_floor_eth))
+  // Watched as the data plane's slots are (the same gauges, by slot: SettlerGasLow fires below the floor);
+  // readiness is not failed, since /settle still settles then, through the leader's batch.
+  const label = { slot: String(slot.slot) }
+  const unwatch = () => {
+    settlerBalance.remove(label)
+    settlerBalanceFloor.remove(label)
+  }
+  settlerBalanceFloor.set(label, o.gas_floor_eth)
   let funded = false
   settler = new FacilitatorSettler({
     sql: deps.sql,
@@ -333,6 +342,7 @@ export async function startFacilitatorSettler(deps: {
       await fundDevGas(client as never, address, DEV_GAS_WEI)
       wei = await client.getBalance({ address })
     }
+    settlerBalance.set(label, Number(formatEther(wei)))
     if (funded && wei < floor)
       logger.warn('facilitator settler below gas_floor_eth; /settle waits for the leader batch', {
         settler: address,
@@ -347,6 +357,7 @@ export async function startFacilitatorSettler(deps: {
       settler: address,
       slot: slot.slot,
     })
+    unwatch()
     await slot.release()
     return none
   }
@@ -359,6 +370,7 @@ export async function startFacilitatorSettler(deps: {
     async stop() {
       clearInterval(timer)
       await s.stop()
+      unwatch()
       await slot.release()
     },
   }

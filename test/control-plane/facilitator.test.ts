@@ -16,7 +16,11 @@ import { baseSepolia } from 'viem/chains'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
-import { facilitatorSettleChecks } from '../../src/observability/metrics.ts'
+import {
+  facilitatorSettleChecks,
+  settlerBalance,
+  settlerBalanceFloor,
+} from '../../src/observability/metrics.ts'
 import type { Service } from '../../src/service.ts'
 import { fundedSmartWallet } from '../chain/contracts/smart-wallet.ts'
 import { usingServer } from '../helpers/database.ts'
@@ -173,6 +177,12 @@ describe('tollgate as the facilitator of the published @x402/express middleware'
     const { signers } = await facilitatorClient(svc.url, merchantKey).getSupported()
     expect(signers['eip155:*']).toHaveLength(2)
     expect(signers['eip155:*']![1]!.toLowerCase()).toBe(mined.from.toLowerCase())
+    // Its slot's gas is watched beside the data plane's (the top slot: the facilitator's count down).
+    const slot = String(svc.config.settlement.before_answer.slots - 1)
+    const gas = (await settlerBalance.get()).values.find((v) => v.labels.slot === slot)
+    const floor = (await settlerBalanceFloor.get()).values.find((v) => v.labels.slot === slot)
+    expect(floor?.value).toBe(svc.config.settlement.before_answer.gas_floor_eth)
+    expect(gas?.value).toBeGreaterThanOrEqual(floor!.value)
 
     const entries = await svc.sql<{ kind: string; wallet: string | null; amount_atomic: bigint }[]>`
       SELECT kind, wallet, amount_atomic FROM ledger_entries WHERE source_type = 'facilitator' ORDER BY kind`
