@@ -256,10 +256,11 @@ async function catalogResource(tx: Tx, accountId: string, r: FacilitatorResource
   await tx`
     INSERT INTO facilitator_resources (account_id, resource_url, type, x402_version, accepts, extensions,
       description, mime_type, service_name, tags, icon_url, price_atomic)
-    VALUES (${accountId}, ${r.url}, ${r.type}, 2, ${tx.json([r.accepted] as never)}, ${tx.json(r.extensions as never)},
+    VALUES (${accountId}, ${r.url}, ${r.type}, ${r.x402Version}, ${tx.json([r.accepted] as never)}, ${tx.json(r.extensions as never)},
       ${r.description}, ${r.mimeType}, ${r.serviceName}, ${r.tags === null ? null : tx.json(r.tags)}, ${r.iconUrl},
       ${r.priceAtomic})
-    ON CONFLICT (account_id, resource_url) DO UPDATE SET type = excluded.type, accepts = excluded.accepts,
+    ON CONFLICT (account_id, resource_url) DO UPDATE SET type = excluded.type,
+      x402_version = excluded.x402_version, accepts = excluded.accepts,
       extensions = excluded.extensions, description = excluded.description, mime_type = excluded.mime_type,
       service_name = excluded.service_name, tags = excluded.tags, icon_url = excluded.icon_url,
       price_atomic = excluded.price_atomic, updated_at = now()`

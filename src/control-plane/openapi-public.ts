@@ -288,7 +288,12 @@ export const DiscoveryResources = v.strictObject({
             ),
           ),
           type: v.picklist(['http', 'mcp']),
-          x402Version: v.literal(2),
+          x402Version: v.pipe(
+            v.picklist([1, 2]),
+            v.description(
+              "the version of the payment that described it: 1, its requirements' outputSchema (accepts in the v1 shape)",
+            ),
+          ),
           accepts: v.pipe(
             v.array(v.record(v.string(), v.unknown())),
             v.description('the terms the latest settled payment accepted'),
@@ -301,7 +306,9 @@ export const DiscoveryResources = v.strictObject({
           iconUrl: v.optional(v.string()),
           extensions: v.pipe(
             v.strictObject({ bazaar: v.record(v.string(), v.unknown()) }),
-            v.description('bazaar: the extension the payment carried ({info, schema}), echoed'),
+            v.description(
+              'bazaar: the extension the payment carried ({info, schema}), echoed; for v1, as the published code builds it from the outputSchema',
+            ),
           ),
           observed: v.pipe(
             Observed,
@@ -311,7 +318,7 @@ export const DiscoveryResources = v.strictObject({
           ),
         }),
         v.description(
-          "a resource of a merchant's own server, settled through /api/v1/facilitator with the bazaar extension (after the endpoints' items)",
+          "a resource of a merchant's own server, settled through /api/v1/facilitator with the bazaar extension, or a discoverable v1 outputSchema (after the endpoints' items)",
         ),
       ),
     ]),

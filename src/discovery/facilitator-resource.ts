@@ -2,12 +2,18 @@
 // extension names its resource (`paymentPayload.resource`) and how to call it (`extensions.bazaar.info`), as
 // the CDP facilitator's catalog reads it (@x402/extensions' extractDiscoveryInfo). Checked as the published
 // spec check (validateDiscoveryExtensionSpec) checks it; the service metadata kept only where it passes the
-// limits the listing's own endpoints are held to. Anything else: not listed (the payment settles regardless).
+// limits the listing's own endpoints are held to. A v1 payment has no resource object and no extension: its
+// requirements name the resource, and their `outputSchema` (input type http, a method, `discoverable` not
+// false) says how to call it, read field for field as the published extractDiscoveryInfoV1 reads it, and
+// cataloged under the extension that function builds for it. Anything else: not listed (the payment settles
+// regardless).
 import { hasExternalRef, isPublicIconUrl } from './listing.ts'
 
 export interface FacilitatorResource {
   url: string
   type: 'http' | 'mcp'
+  /** The protocol version of the payment that described it (its terms are in that version's shape). */
+  x402Version: 1 | 2
   /** The terms the payload accepted (the 402's requirements): what the listing offers. */
   accepted: Record<string, unknown>
   /** The extension as a catalog echoes it: {bazaar: {info, schema}}. */
@@ -31,9 +37,17 @@ const PRINTABLE = /^[\x20-\x7e]{1,32}$/
 const isObject = (o: unknown): o is Record<string, unknown> =>
   typeof o === 'object' && o !== null && !Array.isArray(o)
 
-/** The resource a v2 payload's bazaar extension describes, or null when it carries none fit to list. */
-export function facilitatorResourceOf(paymentPayload: unknown): FacilitatorResource | null {
-  if (!isObject(paymentPayload) || paymentPayload.x402Version !== 2) return null
+/**
+ * The resource a v2 payload's bazaar extension describes, or a v1 payment's requirements' outputSchema, or
+ * null when there is none fit to list.
+ */
+export function facilitatorResourceOf(
+  paymentPayload: unknown,
+  paymentRequirements?: unknown,
+): FacilitatorResource | null {
+  if (!isObject(paymentPayload)) return null
+  if (paymentPayload.x402Version === 1) return v1ResourceOf(paymentRequirements)
+  if (paymentPayload.x402Version !== 2) return null
   const { resource, extensions, accepted } = paymentPayload
   if (!isObject(resource) || !isObject(extensions) || !isObject(accepted)) return null
   const bazaar = extensions.bazaar
@@ -48,6 +62,7 @@ export function facilitatorResourceOf(paymentPayload: unknown): FacilitatorResou
   return {
     url,
     type,
+    x402Version: 2,
     accepted,
     extensions: { bazaar },
     description: text(resource.description, 1024),
@@ -61,6 +76,74 @@ export function facilitatorResourceOf(paymentPayload: unknown): FacilitatorResou
       typeof resource.iconUrl === 'string' && isPublicIconUrl(resource.iconUrl) ? resource.iconUrl : null,
     priceAtomic: BigInt(amount),
   }
+}
+
+/** The schema the published code gives a v1 payment's extension (buildBazaarExtensionFromDiscoveryInfo). */
+const V1_SCHEMA = {
+  $schema: 'https://json-schema.org/draft/2020-12/schema',
+  type: 'object',
+  properties: { input: { type: 'object' }, output: { type: 'object' } },
+  required: ['input'],
+}
+
+/** A v1 payment's resource: its requirements' URL, terms and outputSchema (an http input with a method). */
+function v1ResourceOf(requirements: unknown): FacilitatorResource | null {
+  if (!isObject(requirements) || JSON.stringify(requirements).length > MAX_EXTENSION_BYTES) return null
+  const info = v1DiscoveryInfo(requirements.outputSchema)
+  const url = canonicalUrl(requirements.resource, undefined)
+  const amount = requirements.maxAmountRequired
+  if (info === null || url === null || typeof amount !== 'string' || !/^\d{1,30}$/.test(amount)) return null
+  // As a v2 extension's schema: nothing the listing would have to fetch from elsewhere.
+  if (hasExternalRef(info)) return null
+  return {
+    url,
+    type: 'http',
+    x402Version: 1,
+    accepted: requirements,
+    extensions: { bazaar: { info, schema: V1_SCHEMA } },
+    description: text(requirements.description, 1024),
+    mimeType: text(requirements.mimeType, 128),
+    serviceName: null,
+    tags: null,
+    iconUrl: null,
+    priceAtomic: BigInt(amount),
+  }
+}
+
+/**
+ * What the published extractDiscoveryInfoV1 reads from a v1 outputSchema, field for field (the spellings
+ * v1 servers used: queryParams, query_params, query, params; bodyFields, body_fields, bodyParams, body, data,
+ * properties): a query method's query parameters, a body method's body and body type, the headers, the
+ * output as a JSON example. Null when not discoverable.
+ */
+function v1DiscoveryInfo(schema: unknown): Record<string, unknown> | null {
+  if (!isObject(schema) || !isObject(schema.input)) return null
+  const input = schema.input
+  if (input.type !== 'http' || !('method' in input) || !(input.discoverable ?? true)) return null
+  const method = typeof input.method === 'string' ? input.method.toUpperCase() : ''
+  const objectOf = (...keys: string[]) => {
+    for (const k of keys) if (isObject(input[k])) return input[k] as Record<string, unknown>
+    return undefined
+  }
+  const queryParams = objectOf('queryParams', 'query_params', 'query', 'params')
+  // The first of these set, if it is an object (as published: a set non-object one hides the others).
+  const headersRaw = input.headerFields || input.header_fields || input.headers
+  const headers = isObject(headersRaw) ? headersRaw : undefined
+  const output = schema.output ? { output: { type: 'json', example: schema.output } } : {}
+  const rest = { ...(queryParams ? { queryParams } : {}), ...(headers ? { headers } : {}) }
+  if (['GET', 'HEAD', 'DELETE'].includes(method))
+    return { input: { type: 'http', method, ...rest }, ...output }
+  if (!BODY_METHODS.includes(method)) return null
+  const bodyTypeField = input.bodyType || input.body_type
+  const declared = typeof bodyTypeField === 'string' ? bodyTypeField.toLowerCase() : ''
+  const bodyType =
+    declared.includes('form') || declared.includes('multipart')
+      ? 'form-data'
+      : declared.includes('text') || declared.includes('plain')
+        ? 'text'
+        : 'json'
+  const body = objectOf('bodyFields', 'body_fields', 'bodyParams', 'body', 'data', 'properties') ?? {}
+  return { input: { type: 'http', method, bodyType, body, ...rest }, ...output }
 }
 
 /** The spec's invariants of `info.input`: http (a known method, a body type for a body method) or mcp. */

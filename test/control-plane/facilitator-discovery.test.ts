@@ -16,13 +16,19 @@ import express from 'express'
 import * as v from 'valibot'
 import { generatePrivateKey } from 'viem/accounts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createPaymentHeader } from 'x402/client'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { DiscoveryResources } from '../../src/control-plane/openapi-public.ts'
 import type { Service } from '../../src/service.ts'
 import { callApi } from '../helpers/service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 import { exactPayer, facilitatorClient, listenShop, type Shop, testUsdcPrice } from '../helpers/x402-v2.ts'
-import { registerMerchantKey, startBaseSepoliaChain, startBaseSepoliaService } from '../x402/harness.ts'
+import {
+  baseSepoliaWallet,
+  registerMerchantKey,
+  startBaseSepoliaChain,
+  startBaseSepoliaService,
+} from '../x402/harness.ts'
 
 const NETWORK = 'eip155:84532'
 const PRICE_ATOMIC = 10_000n
@@ -188,5 +194,51 @@ describe('the facilitator’s bazaar catalog in /discovery/resources', () => {
     const body = (await page.json()) as { items: Item[]; pagination: { total: number } }
     expect(body.items).toEqual([])
     expect(body.pagination.total).toBe(1)
+  })
+
+  it('a v1 payment whose requirements carry a discoverable outputSchema lists its resource as v1', async () => {
+    // A v1 server's terms (no resource object, no extension: the requirements say it all), paid by the
+    // published v1 client, settled through /settle as a v1 middleware sends it.
+    const requirements = {
+      scheme: 'exact' as const,
+      network: 'base-sepolia' as const,
+      maxAmountRequired: '20000',
+      resource: `${shopUrl}/v1/translate?to=pt`,
+      description: 'a translation (v1)',
+      mimeType: 'application/json',
+      payTo: chain.treasury.address,
+      maxTimeoutSeconds: 60,
+      asset: chain.usdcAddress,
+      outputSchema: {
+        input: { type: 'http', method: 'POST', bodyType: 'json', bodyFields: { text: { type: 'string' } } },
+        output: { text: 'olá' },
+      },
+      extra: { name: svc.chain.usdc.name, version: svc.chain.usdc.version },
+    }
+    const header = await createPaymentHeader(
+      baseSepoliaWallet(chain, chain.payers[3]!.privateKey) as never,
+      1,
+      requirements as never,
+    )
+    const paymentPayload = JSON.parse(Buffer.from(header, 'base64').toString())
+    const settled = await callApi(svc.url, '/api/v1/facilitator/settle', {
+      key: merchantKey,
+      body: { x402Version: 1, paymentPayload, paymentRequirements: requirements },
+    })
+    expect(settled.body, JSON.stringify(settled.body)).toMatchObject({ success: true })
+    const items = await listing((i) => i.some((x) => x.x402Version === 1))
+    const item = items.find((x) => x.x402Version === 1)!
+    // What the published catalog code reads from the same payment.
+    const discovered = extractDiscoveryInfo(paymentPayload, requirements as never)
+    expect(discovered).not.toBeNull()
+    expect(item.resource).toBe(discovered!.resourceUrl)
+    expect(item).toMatchObject({
+      type: 'http',
+      description: 'a translation (v1)',
+      mimeType: 'application/json',
+    })
+    expect(item.accepts).toEqual([requirements])
+    expect(item.extensions).toEqual(discovered!.extensions)
+    expect(item.observed).toMatchObject({ paid_calls: 1 })
   })
 })

@@ -343,7 +343,7 @@ async function claimOrFind(
     ownerShareBps: deps.config.fees.owner_share_bps,
     reserve: { balanceAtomic: funds.balance.atomic, block: funds.balance.block },
     // A payload carrying the bazaar extension lists its resource in /discovery/resources once settled.
-    resource: facilitatorResourceOf(body.paymentPayload),
+    resource: facilitatorResourceOf(body.paymentPayload, body.paymentRequirements),
     groupCommit: here,
   })
   if (claim.kind === 'claimed' || claim.kind === 'existing')
