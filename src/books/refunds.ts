@@ -1,10 +1,12 @@
-// The refund room: a merchant gives back all or part of a paid payment or call. A refund is booked at once
+// The refund room: a merchant gives back all or part of a paid payment, call, or facilitator settlement to
+// the treasury. A refund is booked at once
 // (pending) as three ledger entries that sum to zero — the payer's refund, the merchant's debit and the fee
 // given back — so the next payout batch sends it to the payer and nets the debit against the merchant's own
 // payout; it turns paid when that payout confirms, or failed (reversed) when it fails.
 //
 //   record   from → to            function        precondition (in its SQL / under its locks)
 //   refund   ∅ → pending          createRefund    source paid, amount ≤ refundable, merchant's unpaid ≥ debit
+//                                                 (a facilitator settlement: to the treasury, and settled)
 //   refund   pending → paid       confirmRefunds  its refund entry is in the payout being confirmed
 //   refund   pending → failed     failRefunds     its refund entry is in the payout being failed
 //
@@ -20,7 +22,7 @@ import type { Sql, Tx } from '../db/sql.ts'
 import { toDollars } from '../money.ts'
 import { PAYOUT_RECORD_LOCK } from './payout-lock.ts'
 
-export type RefundTarget = { paymentId: string } | { callId: string }
+export type RefundTarget = { paymentId: string } | { callId: string } | { settlementId: string }
 
 export type CreateRefundOutcome =
   | { kind: 'created'; refund: RefundRow }
@@ -33,6 +35,8 @@ export type CreateRefundOutcome =
 interface Source {
   paymentId: string | null
   callId: string | null
+  /** A facilitator settlement (books/facilitator.ts): its owner share and fee booked as source 'facilitator'. */
+  settlementId: string | null
   payer: string | null
   /** Why it cannot be refunded at all (null: it can). */
   blocked: string | null
@@ -63,8 +67,8 @@ export async function createRefund(
     const source = await lockSource(tx, q.accountId, q.target)
     if (!source) return { kind: 'not_found' } as const
     if (source.blocked) return { kind: 'not_refundable', detail: source.blocked } as const
-    const sourceType = source.paymentId ? 'payment' : 'call'
-    const sourceId = (source.paymentId ?? source.callId)!
+    const sourceType = source.paymentId ? 'payment' : source.callId ? 'call' : 'facilitator'
+    const sourceId = (source.paymentId ?? source.callId ?? source.settlementId)!
     // A call booked by its capture batch (ledger_batch_id, migration 0050) booked exactly its own owner
     // share and fee (reconcile checks each batch entry against its calls); any other source by entries of
     // its own.
@@ -89,7 +93,13 @@ export async function createRefund(
              coalesce(sum(owner_debit_atomic), 0)::bigint AS debited
       FROM refunds
       WHERE status <> 'failed'
-        AND ${source.paymentId ? tx`payment_id = ${source.paymentId}` : tx`call_id = ${source.callId}`}`
+        AND ${
+          source.paymentId
+            ? tx`payment_id = ${source.paymentId}`
+            : source.callId
+              ? tx`call_id = ${source.callId}`
+              : tx`settlement_id = ${source.settlementId}`
+        }`
     const refunded = before!.refunded
     const refundable = captured - refunded
     const amount = q.amountAtomic ?? refundable
@@ -114,9 +124,10 @@ export async function createRefund(
     if (balance!.unpaid < debit)
       return { kind: 'insufficient_balance', unpaidAtomic: balance!.unpaid, debitAtomic: debit } as const
     const [refund] = await tx<RefundRow[]>`
-      INSERT INTO refunds (id, account_id, payment_id, call_id, wallet, amount_atomic, owner_debit_atomic,
-                           fee_returned_atomic, reason, status)
-      VALUES (${q.id}, ${q.accountId}, ${source.paymentId}, ${source.callId}, ${source.payer!}, ${amount},
+      INSERT INTO refunds (id, account_id, payment_id, call_id, settlement_id, wallet, amount_atomic,
+                           owner_debit_atomic, fee_returned_atomic, reason, status)
+      VALUES (${q.id}, ${q.accountId}, ${source.paymentId}, ${source.callId}, ${source.settlementId},
+              ${source.payer!}, ${amount},
               ${debit}, ${amount - debit}, ${q.reason}, 'pending')
       RETURNING ${tx.unsafe(REFUND_COLUMNS)}`
     // Zero parts are left out (a refund small enough to be all fee, or all owner share).
@@ -150,14 +161,28 @@ async function lockSource(tx: Tx, accountId: string, target: RefundTarget): Prom
     if (!p) return null
     const blocked =
       p.status !== 'paid' ? `payment ${p.id} is ${p.status}; only a paid payment can be refunded` : null
-    return { paymentId: p.id, callId: null, payer: p.payer, blocked }
+    return { paymentId: p.id, callId: null, settlementId: null, payer: p.payer, blocked }
+  }
+  if ('settlementId' in target) {
+    // FOR UPDATE serialises refunds of one settlement; once settled the row itself is never changed again.
+    const [s] = await tx<{ id: string; payer: string; custody: string; settled: boolean }[]>`
+      SELECT id, payer, custody, settled_at IS NOT NULL AS settled FROM facilitator_settlements
+      WHERE id = ${target.settlementId} AND account_id = ${accountId} FOR UPDATE`
+    if (!s) return null
+    const blocked =
+      s.custody !== 'treasury'
+        ? `settlement ${s.id} paid your own wallet: tollgate never held that money, refund it from there`
+        : !s.settled
+          ? `settlement ${s.id} is not settled yet; only a settled payment can be refunded`
+          : null
+    return { paymentId: null, callId: null, settlementId: s.id, payer: s.payer, blocked }
   }
   // FOR UPDATE serialises refunds of one call; the call row itself is never changed.
   const [c] = await tx<{ id: string; payer: string }[]>`
     SELECT id, call_payer(payer, payer_address) AS payer FROM calls
     WHERE id = ${target.callId} AND account_id = ${accountId} FOR UPDATE`
   if (!c) return null
-  return { paymentId: null, callId: c.id, payer: c.payer, blocked: null }
+  return { paymentId: null, callId: c.id, settlementId: null, payer: c.payer, blocked: null }
 }
 
 /** pending → paid: the refunds whose refund entry the confirmed payout carried, with their events. */

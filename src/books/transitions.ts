@@ -477,7 +477,7 @@ export const TRANSITIONS: readonly Transition[] = [
     from: null,
     to: 'pending',
     fn: 'createRefund',
-    why: 'amount ≤ refundable and the merchant’s unpaid balance covers its part: booked, waiting for a payout',
+    why: 'a paid payment, call or treasury facilitator settlement; amount ≤ refundable and the merchant’s unpaid balance covers its part: booked, waiting for a payout',
   },
   { record: 'refund', from: 'pending', to: 'paid', fn: 'confirmRefunds', why: 'its payout confirmed' },
   {

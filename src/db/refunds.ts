@@ -10,6 +10,7 @@ export interface RefundRow {
   account_id: string
   payment_id: string | null
   call_id: string | null
+  settlement_id: string | null
   wallet: string
   amount_atomic: bigint
   owner_debit_atomic: bigint
@@ -25,7 +26,7 @@ export interface RefundRow {
 }
 
 export const REFUND_COLUMNS =
-  'id, account_id, payment_id, call_id, wallet, amount_atomic, owner_debit_atomic, fee_returned_atomic, reason, status, payout_id, transaction, failure_reason, created_at, paid_at, failed_at'
+  'id, account_id, payment_id, call_id, settlement_id, wallet, amount_atomic, owner_debit_atomic, fee_returned_atomic, reason, status, payout_id, transaction, failure_reason, created_at, paid_at, failed_at'
 
 export function presentRefund(r: RefundRow) {
   return {
@@ -34,6 +35,7 @@ export function presentRefund(r: RefundRow) {
     status: r.status,
     payment_id: r.payment_id,
     call_id: r.call_id,
+    settlement_id: r.settlement_id,
     amount: toDollars(r.amount_atomic),
     amount_atomic: r.amount_atomic.toString(),
     owner_debit_atomic: r.owner_debit_atomic.toString(),
@@ -56,13 +58,14 @@ export async function findRefund(db: Sql | Tx, accountId: string, id: string): P
   return row ?? null
 }
 
-/** An account's refunds, newest first, optionally of one payment or call (keyset pages on created_at, id). */
+/** An account's refunds, newest first, optionally of one payment, call or facilitator settlement (keyset pages on created_at, id). */
 export async function listRefunds(
   db: Sql | Tx,
   q: {
     accountId: string
     paymentId: string | null
     callId: string | null
+    settlementId?: string | null
     status: RefundStatus | null
     limit: number
     startingAfter: string | null
@@ -73,6 +76,7 @@ export async function listRefunds(
     WHERE account_id = ${q.accountId}
     ${q.paymentId ? db`AND payment_id = ${q.paymentId}` : db``}
     ${q.callId ? db`AND call_id = ${q.callId}` : db``}
+    ${q.settlementId ? db`AND settlement_id = ${q.settlementId}` : db``}
     ${q.status ? db`AND status = ${q.status}` : db``}
     ${
       q.startingAfter

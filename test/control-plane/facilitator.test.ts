@@ -473,6 +473,65 @@ describe('idempotent, claimed like every proof', () => {
   })
 })
 
+describe('refunds of facilitator settlements', () => {
+  it('a settlement to the treasury is refunded to its payer in the next payout batch, booked, reconciled', async () => {
+    const [s] = await svc.sql<{ id: string; payer: Address }[]>`
+      SELECT id, payer FROM facilitator_settlements
+      WHERE custody = 'treasury' AND settled_at IS NOT NULL ORDER BY created_at LIMIT 1`
+    const refund = (body: Record<string, unknown>) =>
+      callApi(svc.url, '/api/v1/refunds', { key: merchantKey, body })
+    // A part, then the rest: the merchant's part in proportion to its 95 % share, the fee's given back.
+    const part = await refund({ settlement_id: s!.id, amount: '0.004', reason: 'partly unhappy' })
+    expect(part.status, JSON.stringify(part.body)).toBe(201)
+    expect(part.body).toMatchObject({
+      object: 'refund',
+      status: 'pending',
+      settlement_id: s!.id,
+      payment_id: null,
+      call_id: null,
+      amount_atomic: '4000',
+      owner_debit_atomic: '3800',
+      fee_returned_atomic: '200',
+      wallet: s!.payer,
+    })
+    const rest = await refund({ settlement_id: s!.id })
+    expect(rest.status, JSON.stringify(rest.body)).toBe(201)
+    expect(rest.body).toMatchObject({
+      amount_atomic: '6000',
+      owner_debit_atomic: '5700',
+      fee_returned_atomic: '300',
+    })
+    // Nothing left; a settlement paid to the merchant's own wallet, or unknown, or two sources: refused.
+    expect((await refund({ settlement_id: s!.id, amount: '0.000001' })).body.error).toMatchObject({
+      code: 'invalid_parameter',
+      param: 'amount',
+    })
+    const [own] = await svc.sql<{ id: string }[]>`
+      SELECT id FROM facilitator_settlements WHERE custody = 'merchant' AND settled_at IS NOT NULL LIMIT 1`
+    const mine = await refund({ settlement_id: own!.id })
+    expect(mine.status).toBe(409)
+    expect(mine.body.error.message).toContain('your own wallet')
+    expect((await refund({ settlement_id: 'fst_nosuchsettlement' })).status).toBe(404)
+    expect((await refund({ settlement_id: s!.id, call_id: 'call_x' })).status).toBe(400)
+    const listed = await callApi(svc.url, `/api/v1/refunds?settlement_id=${s!.id}`, { key: merchantKey })
+    expect(listed.body.data.map((r: { id: string }) => r.id)).toEqual([rest.body.id, part.body.id])
+
+    const before = await balanceOf(s!.payer)
+    await svc.jobs.runNow('payout-batch')
+    expect((await balanceOf(s!.payer)) - before).toBe(PRICE_ATOMIC)
+    for (const r of [part, rest]) {
+      const got = await callApi(svc.url, `/api/v1/refunds/${r.body.id}`, { key: merchantKey })
+      expect(got.body).toMatchObject({
+        status: 'paid',
+        transaction: expect.stringMatching(/^0x[0-9a-f]{64}$/),
+      })
+    }
+    const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
+    expect(report.differences).toEqual([])
+    expect(report.refunds).toMatchObject({ refunds: 2, paid: 2, over_refunded: 0 })
+  })
+})
+
 describe('a smart-wallet payer (ERC-1271) at the facilitator', () => {
   it('pays the published middleware through the published client: the wallet asked, settled on chain, booked', async () => {
     const funded = await fundedSmartWallet({

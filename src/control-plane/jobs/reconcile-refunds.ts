@@ -1,5 +1,5 @@
 // Reconcile, the merchants' refunds: each refund against its ledger entries and its payout, and each paid
-// payment or call against what its refunds took. Needs no chain: the payouts' transfers are checked by the
+// payment, call or facilitator settlement against what its refunds took. Needs no chain: the payouts' transfers are checked by the
 // outflow section, so a paid refund only has to sit in a confirmed payout with the same transaction.
 import type { Sql } from '../../db/sql.ts'
 
@@ -14,7 +14,7 @@ export interface RefundsCheck {
   payout_mismatch: number
   /** failed but not reversed: the payer's part still stands. */
   failed_not_reversed: number
-  /** A payment or call whose refunds not failed exceed what it booked. */
+  /** A payment, call or facilitator settlement whose refunds not failed exceed what it booked. */
   over_refunded: number
   differences: string[]
 }
@@ -25,7 +25,7 @@ export async function checkRefunds(sql: Sql, range: { from: Date; to: Date }): P
   const rows = await sql<{ rule: string; n: number; named: string[]; detail: string[] }[]>`
     WITH r AS (
       SELECT r.id, r.status, r.amount_atomic, r.owner_debit_atomic, r.fee_returned_atomic, r.transaction,
-             r.payment_id, r.call_id, e.payer_part, e.debit_part, e.fee_part, e.total, e.payer_net, e.linked_tx, e.linked_status
+             r.payment_id, r.call_id, r.settlement_id, e.payer_part, e.debit_part, e.fee_part, e.total, e.payer_net, e.linked_tx, e.linked_status
       FROM refunds r
       LEFT JOIN LATERAL (
         SELECT coalesce(sum(x.amount_atomic) FILTER (WHERE x.kind = 'refund' AND x.amount_atomic > 0), 0)::bigint
@@ -44,18 +44,22 @@ export async function checkRefunds(sql: Sql, range: { from: Date; to: Date }): P
       WHERE r.created_at >= ${range.from} AND r.created_at < ${range.to}
     ),
     sources AS (
-      SELECT coalesce(r.payment_id, r.call_id) AS source, sum(r.amount_atomic)::bigint AS refunded,
+      SELECT coalesce(r.payment_id, r.call_id, r.settlement_id) AS source,
+             sum(r.amount_atomic)::bigint AS refunded,
              ((SELECT coalesce(sum(e.amount_atomic), 0) FROM ledger_entries e
-                WHERE e.source_type = CASE WHEN r.payment_id IS NOT NULL THEN 'payment' ELSE 'call' END
-                  AND e.source_id = coalesce(r.payment_id, r.call_id) AND e.kind IN ('owner_share', 'fee'))
+                WHERE e.source_type = CASE WHEN r.payment_id IS NOT NULL THEN 'payment'
+                                           WHEN r.call_id IS NOT NULL THEN 'call' ELSE 'facilitator' END
+                  AND e.source_id = coalesce(r.payment_id, r.call_id, r.settlement_id)
+                  AND e.kind IN ('owner_share', 'fee'))
               -- A call booked by its capture batch (migration 0050) booked its own owner share and fee.
               + coalesce((SELECT k.owner_share_atomic + k.fee_atomic FROM calls k
                           WHERE k.id = r.call_id AND k.ledger_batch_id IS NOT NULL), 0))::bigint
                AS booked
       FROM refunds r
       WHERE r.status <> 'failed'
-        AND coalesce(r.payment_id, r.call_id) IN (SELECT coalesce(payment_id, call_id) FROM r)
-      GROUP BY 1, r.payment_id, r.call_id
+        AND coalesce(r.payment_id, r.call_id, r.settlement_id)
+            IN (SELECT coalesce(payment_id, call_id, settlement_id) FROM r)
+      GROUP BY 1, r.payment_id, r.call_id, r.settlement_id
     ),
     broken AS (
       SELECT 'entries_mismatch' AS rule, id, payer_part || '/' || debit_part || '/' || fee_part AS detail FROM r

@@ -1,5 +1,5 @@
-// /refunds: a merchant gives back all or part of a paid payment or metered call; the payer gets it in the
-// next payout batch (src/books/refunds.ts holds the rules and the money statements).
+// /refunds: a merchant gives back all or part of a paid payment, metered call, or payment it settled through
+// the facilitator to the treasury; the payer gets it in the next payout batch (src/books/refunds.ts holds the rules and the money statements).
 import * as v from 'valibot'
 import { createRefund, type RefundTarget } from '../../books/refunds.ts'
 import { findRefund, listRefunds, presentRefund, type RefundStatus } from '../../db/refunds.ts'
@@ -15,10 +15,22 @@ const STATUSES: readonly RefundStatus[] = ['pending', 'paid', 'failed']
 const REFUND_ID = /^re_[0-9A-Za-z]{1,64}$/
 const PAYMENT_ID = /^pay_[0-9A-Za-z]{1,64}$/
 const CALL_ID = /^call_[0-9A-Za-z]{1,64}$/
+const SETTLEMENT_ID = /^fst_[0-9A-Za-z]{1,64}$/
+/** The body's and the list's names of a refund's source, one of which a refund names. */
+const SOURCES = ['payment_id', 'call_id', 'settlement_id'] as const
 
 const CreateBody = v.strictObject({
   payment_id: v.optional(v.pipe(v.string('must be a string'), v.regex(PAYMENT_ID, 'must be a payment id'))),
   call_id: v.optional(v.pipe(v.string('must be a string'), v.regex(CALL_ID, 'must be a call id'))),
+  settlement_id: v.optional(
+    v.pipe(
+      v.string('must be a string'),
+      v.regex(SETTLEMENT_ID, 'must be a settlement id'),
+      v.description(
+        'a payment settled through /api/v1/facilitator to the treasury (GET /api/v1/settlements)',
+      ),
+    ),
+  ),
   /** Dollars; left out: everything still refundable. */
   amount: v.optional(v.union([v.number(), v.string()], 'must be a number or decimal string')),
   reason: v.optional(
@@ -32,6 +44,7 @@ export const RefundObject = v.strictObject({
   status: v.picklist(['pending', 'paid', 'failed']),
   payment_id: v.nullable(v.string()),
   call_id: v.nullable(v.string()),
+  settlement_id: v.nullable(v.string()),
   amount: Dollars,
   amount_atomic: Atomic,
   owner_debit_atomic: v.pipe(Atomic, v.description("the merchant's part, taken from its unpaid balance")),
@@ -58,10 +71,13 @@ export const refundRoutes: Route[] = [
     auth: true,
     idempotent: true,
     doc: {
-      summary: 'Refund all or part of a paid payment or call to the address that paid it',
+      summary:
+        'Refund all or part of a paid payment, call or facilitator settlement to the address that paid it',
       description:
-        'Sent in the next payout batch. Refused (409 invalid_state) for a payment that is not paid, a call whose ' +
-        "payment is not settled, or when the merchant's unpaid balance cannot cover its part; 400 " +
+        'Exactly one of payment_id, call_id, settlement_id. Sent in the next payout batch. Refused (409 ' +
+        'invalid_state) for a payment that is not paid, a call whose payment is not settled, a facilitator ' +
+        "settlement not settled yet or paid to the merchant's own wallet, or when the merchant's unpaid " +
+        'balance cannot cover its part; 400 ' +
         'invalid_parameter (param amount) when the amount exceeds what is still refundable.',
       body: CreateBody,
       response: { status: 201, schema: RefundObject },
@@ -69,19 +85,27 @@ export const refundRoutes: Route[] = [
     },
     async handler({ body, account, db }) {
       const input = parseBody(CreateBody, body)
-      if ((input.payment_id === undefined) === (input.call_id === undefined)) {
-        throw new ApiError('invalid_parameter', 'send exactly one of payment_id and call_id', 'payment_id')
-      }
+      const named = SOURCES.filter((k) => input[k] !== undefined)
+      if (named.length !== 1)
+        throw new ApiError(
+          'invalid_parameter',
+          `send exactly one of ${SOURCES.join(', ')}`,
+          named[1] ?? SOURCES[0],
+        )
+      const source = named[0]!
       let amountAtomic: bigint | null = null
       if (input.amount !== undefined) {
         const parsed = parseDollars(input.amount)
         if (!parsed.ok) throw new ApiError('invalid_parameter', `amount ${parsed.reason}`, 'amount')
         amountAtomic = parsed.atomic
       }
-      const target: RefundTarget = input.payment_id
-        ? { paymentId: input.payment_id }
-        : { callId: input.call_id! }
-      const what = input.payment_id ?? input.call_id!
+      const what = input[source]!
+      const target: RefundTarget =
+        source === 'payment_id'
+          ? { paymentId: what }
+          : source === 'call_id'
+            ? { callId: what }
+            : { settlementId: what }
       const outcome = await createRefund(db, {
         id: newId('re'),
         accountId: account.id,
@@ -94,11 +118,7 @@ export const refundRoutes: Route[] = [
           return { status: 201, body: presentRefund(outcome.refund) }
         case 'not_found':
           // Another account's payment or call is indistinguishable from a missing one.
-          throw new ApiError(
-            'not_found',
-            `no ${input.payment_id ? 'payment' : 'call'} ${what}`,
-            input.payment_id ? 'payment_id' : 'call_id',
-          )
+          throw new ApiError('not_found', `no ${source.slice(0, -3)} ${what}`, source)
         case 'not_refundable':
           throw new ApiError('invalid_state', outcome.detail)
         case 'exceeds_refundable':
@@ -127,6 +147,7 @@ export const refundRoutes: Route[] = [
       query: {
         payment_id: v.optional(v.string()),
         call_id: v.optional(v.string()),
+        settlement_id: v.optional(v.string()),
         status: v.optional(v.picklist(['pending', 'paid', 'failed'])),
       },
       response: { status: 200, schema: listOf(RefundObject) },
@@ -143,10 +164,14 @@ export const refundRoutes: Route[] = [
       const callId = query.get('call_id')
       if (callId !== null && !CALL_ID.test(callId))
         throw new ApiError('invalid_parameter', 'call_id: must be a call id', 'call_id')
+      const settlementId = query.get('settlement_id')
+      if (settlementId !== null && !SETTLEMENT_ID.test(settlementId))
+        throw new ApiError('invalid_parameter', 'settlement_id: must be a settlement id', 'settlement_id')
       const rows = await listRefunds(db, {
         accountId: account.id,
         paymentId,
         callId,
+        settlementId,
         status: status as RefundStatus | null,
         limit: page.limit + 1,
         startingAfter: page.startingAfter,
