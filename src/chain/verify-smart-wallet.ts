@@ -1,8 +1,19 @@
 // Smart-wallet payers (ERC-1271 contract wallets, ERC-6492 wrapped signatures): the signature is checked by
 // the wallet itself, through an eth_call. Only the fallback after ecrecover did not give `from`, so EOA
 // payers (almost all) never pay for an RPC here.
-import { type Address, type Client, type Hex, isErc6492Signature, parseErc6492Signature } from 'viem'
-import { getCode, verifyTypedData } from 'viem/actions'
+import {
+  type Address,
+  BaseError,
+  type Client,
+  ContractFunctionRevertedError,
+  ContractFunctionZeroDataError,
+  type Hex,
+  hashTypedData,
+  isErc6492Signature,
+  parseAbi,
+  parseErc6492Signature,
+} from 'viem'
+import { getCode, readContract } from 'viem/actions'
 import {
   type AuthorizationTarget,
   authorizationTypedData,
@@ -20,6 +31,17 @@ export type SmartWalletVerifier = (q: {
   signature: Hex
 }) => Promise<SmartWalletCheck>
 
+const erc1271 = parseAbi(['function isValidSignature(bytes32 hash, bytes signature) view returns (bytes4)'])
+/** What isValidSignature answers for a signature the wallet accepts (EIP-1271). */
+const MAGIC = '0x1626ba7e'
+
+/**
+ * The wallet's answer, asked directly (isValidSignature on the authorization's EIP-712 hash): an answer other
+ * than the magic value, a revert or no code at all is the wallet's no (invalid_signature); a failed call
+ * (the node down, a 5xx, a timeout) is rpc_unavailable, a refusal the payer may retry. viem's
+ * verifyTypedData would say false for both: a node's outage would have told a good payer its signature is
+ * bad.
+ */
 export async function verifySmartWalletAuthorization(
   client: Client,
   params: AuthorizationTarget & { authorization: TransferAuthorization; signature: Hex },
@@ -34,13 +56,21 @@ export async function verifySmartWalletAuthorization(
       if (!code || code === '0x') return { ok: false, reason: 'smart_wallet_not_deployed' }
       signature = parseErc6492Signature(signature).signature
     }
-    const valid = await verifyTypedData(client, {
+    const answer = await readContract(client, {
       address: from,
-      ...authorizationTypedData(params, params.authorization),
-      signature,
+      abi: erc1271,
+      functionName: 'isValidSignature',
+      args: [hashTypedData(authorizationTypedData(params, params.authorization)), signature],
     })
-    return valid ? { ok: true, signature } : { ok: false, reason: 'invalid_signature' }
-  } catch {
-    return { ok: false, reason: 'rpc_unavailable' }
+    return answer.toLowerCase() === MAGIC
+      ? { ok: true, signature }
+      : { ok: false, reason: 'invalid_signature' }
+  } catch (err) {
+    const refused =
+      err instanceof BaseError &&
+      err.walk(
+        (e) => e instanceof ContractFunctionRevertedError || e instanceof ContractFunctionZeroDataError,
+      ) !== null
+    return { ok: false, reason: refused ? 'invalid_signature' : 'rpc_unavailable' }
   }
 }

@@ -24,6 +24,7 @@ import {
 import type { Service } from '../../src/service.ts'
 import { fundedSmartWallet } from '../chain/contracts/smart-wallet.ts'
 import { usingServer } from '../helpers/database.ts'
+import { type RpcProxy, startRpcProxy } from '../helpers/rpc-proxy.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
@@ -51,6 +52,7 @@ let merchantWallet: Address
 let shop: Shop
 let shopUrl: string
 let reader: ReturnType<typeof createPublicClient>
+let rpc: RpcProxy
 
 const overrides = {
   settlement: { interval_ms: 200 },
@@ -83,7 +85,9 @@ beforeAll(async () => {
   reader = createPublicClient({ chain: baseSepolia, transport: http(chain.rpcUrl) }) as never
   upstream = await startUpstream()
   hooks = await startWebhookReceiver()
-  svc = await startBaseSepoliaService(chain, chain.rpcUrl, overrides as never)
+  // The first instance reads the chain through a proxy, so that a test can cut one kind of call.
+  rpc = await startRpcProxy(chain.rpcUrl)
+  svc = await startBaseSepoliaService(chain, rpc.url, overrides as never)
   merchantWallet = chain.payers[4]!.address
   merchantKey = await registerMerchantKey(svc.url, merchantWallet, 'Own Middleware Co')
   const wh = await callApi(svc.url, '/api/v1/webhooks', {
@@ -131,6 +135,7 @@ afterAll(async () => {
   await svc?.stop()
   await hooks?.close()
   await upstream?.close()
+  await rpc?.close()
   await chain?.stop()
 })
 
@@ -544,7 +549,34 @@ describe('a smart-wallet payer (ERC-1271) at the facilitator', () => {
     const owner = funded.owner
     // The wallet's address pays; its owner's key signs (what the wallet's isValidSignature accepts), so
     // ecrecover gives the owner, not `from`: only the wallet can say yes.
-    const { fetch: pay } = exactPayer({ address: wallet, signTypedData: (m) => owner.signTypedData(m) })
+    const { fetch: pay, client: walletClient } = exactPayer({
+      address: wallet,
+      signTypedData: (m) => owner.signTypedData(m),
+    })
+
+    // The wallet cannot be asked (the node's eth_call failing): a retryable refusal, nothing claimed.
+    const r402 = await fetch(`${shopUrl}/to-treasury`)
+    const terms = decodePaymentRequiredHeader(r402.headers.get('payment-required')!)
+    const unasked = await walletClient.createPaymentPayload(terms as never)
+    rpc.failMethods = ['eth_call']
+    try {
+      for (const path of ['verify', 'settle'] as const) {
+        const answer = await callApi(svc.url, `/api/v1/facilitator/${path}`, {
+          key: merchantKey,
+          body: settleBody(unasked, terms.accepts[0]),
+        })
+        expect(answer.body).toMatchObject(
+          path === 'verify'
+            ? { isValid: false, invalidReason: 'unexpected_verify_error' }
+            : { success: false, errorReason: 'unexpected_verify_error' },
+        )
+      }
+    } finally {
+      rpc.failMethods = []
+    }
+    const [none] = await svc.sql<{ n: number }[]>`
+      SELECT count(*)::int AS n FROM facilitator_settlements WHERE payer = ${wallet.toLowerCase()}`
+    expect(none!.n).toBe(0)
     const r = await pay(`${shopUrl}/to-treasury`)
     expect(r.status, await r.clone().text()).toBe(200)
     const receipt = decodePaymentResponseHeader(r.headers.get('payment-response')!)

@@ -251,6 +251,40 @@ describe('an ERC-1271 smart-wallet payer', () => {
   })
 })
 
+describe('an ERC-1271 smart-wallet payer, the node failing', () => {
+  it('a wallet the node cannot ask is a 503 to retry, not a bad signature; asked again, it pays', async () => {
+    const { wallet, owner } = await fundedSmartWallet({
+      rpcUrl: chain.rpcUrl,
+      usdc: chain.usdcAddress,
+      funderKey: chain.payers[3]!.privateKey,
+      amountAtomic: 1_000_000n,
+    })
+    const gate = await startRpcProxy(chain.rpcUrl)
+    const gated = await startX402Service(gate.url)
+    try {
+      const url = await createEndpoint(gated, 0.01)
+      const { required } = await paymentRequired(url)
+      const { client } = exactPayer({ address: wallet, signTypedData: (m) => owner.signTypedData(m) })
+      const payload = await client.createPaymentPayload(required as never)
+      const header = Buffer.from(JSON.stringify(payload)).toString('base64')
+      const before = upstream.count()
+      // eth_call failing (the wallet's isValidSignature among them): retry later, the payment is not bad.
+      gate.failMethods = ['eth_call']
+      const down = await fetch(url, { headers: { 'PAYMENT-SIGNATURE': header } })
+      expect(down.status, await down.clone().text()).toBe(503)
+      await down.arrayBuffer()
+      expect(upstream.count()).toBe(before)
+      gate.failMethods = []
+      const up = await fetch(url, { headers: { 'PAYMENT-SIGNATURE': header } })
+      expect(up.status, await up.clone().text()).toBe(200)
+      await up.arrayBuffer()
+    } finally {
+      await gated.stop()
+      await gate.close()
+    }
+  })
+})
+
 describe('browser agents', () => {
   it('a CORS preflight to a metered URL is answered without a claim or a forward', async () => {
     const before = upstream.count()
