@@ -7,15 +7,16 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { ChainUnavailable, verifyWalletMessage } from '../../src/chain/verify-wallet-message.ts'
+import { startTestChain } from '../helpers/anvil.ts'
 import { type RpcProxy, startRpcProxy } from '../helpers/rpc-proxy.ts'
-import { startBaseSepoliaChain } from '../x402/harness.ts'
 import { fundedSmartWallet } from './contracts/smart-wallet.ts'
 
 let chain: DevChain
 let rpc: RpcProxy
 
 beforeAll(async () => {
-  chain = await startBaseSepoliaChain({ payers: 2 })
+  // Base Sepolia's id: the wallet fixture deploys with that chain.
+  chain = await startTestChain({ chainId: 84532, payers: 2 })
   rpc = await startRpcProxy(chain.rpcUrl)
 })
 afterAll(async () => {
