@@ -28,7 +28,14 @@ import { type RpcProxy, startRpcProxy } from '../helpers/rpc-proxy.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
-import { exactPayer, facilitatorClient, listenShop, type Shop, testUsdcPrice } from '../helpers/x402-v2.ts'
+import {
+  type ExactSigner,
+  exactPayer,
+  facilitatorClient,
+  listenShop,
+  type Shop,
+  testUsdcPrice,
+} from '../helpers/x402-v2.ts'
 import {
   registerMerchantKey,
   startBaseSepoliaChain,
@@ -63,13 +70,21 @@ const overrides = {
 const balanceOf = (owner: Address) => usdcBalanceOf(chain, owner)
 
 /** A payload signed by the published client for the terms of a 402 (PAYMENT-REQUIRED header). */
-async function signFor(url: string, key: Hex) {
+async function signFor(url: string, signer: ExactSigner) {
   const r = await fetch(url)
   expect(r.status).toBe(402)
   const required = decodePaymentRequiredHeader(r.headers.get('payment-required')!)
-  const { client } = exactPayer(key)
+  const { client } = exactPayer(signer)
   const payload = await client.createPaymentPayload(required as never)
   return { required, payload, accepted: required.accepts[0]! }
+}
+
+/** The merchant's /verify or /settle of a payload for its terms, as the middleware sends them. */
+function facilitate(path: 'verify' | 'settle', signed: { payload: unknown; accepted: unknown }) {
+  return callApi(svc.url, `/api/v1/facilitator/${path}`, {
+    key: merchantKey,
+    body: settleBody(signed.payload, signed.accepted),
+  })
 }
 
 async function settleChecks(check: 'verdict' | 'full'): Promise<number> {
@@ -549,22 +564,15 @@ describe('a smart-wallet payer (ERC-1271) at the facilitator', () => {
     const owner = funded.owner
     // The wallet's address pays; its owner's key signs (what the wallet's isValidSignature accepts), so
     // ecrecover gives the owner, not `from`: only the wallet can say yes.
-    const { fetch: pay, client: walletClient } = exactPayer({
-      address: wallet,
-      signTypedData: (m) => owner.signTypedData(m),
-    })
+    const asWallet = { address: wallet, signTypedData: (m: never) => owner.signTypedData(m) }
+    const { fetch: pay } = exactPayer(asWallet)
 
     // The wallet cannot be asked (the node's eth_call failing): a retryable refusal, nothing claimed.
-    const r402 = await fetch(`${shopUrl}/to-treasury`)
-    const terms = decodePaymentRequiredHeader(r402.headers.get('payment-required')!)
-    const unasked = await walletClient.createPaymentPayload(terms as never)
+    const unasked = await signFor(`${shopUrl}/to-treasury`, asWallet)
     rpc.failMethods = ['eth_call']
     try {
       for (const path of ['verify', 'settle'] as const) {
-        const answer = await callApi(svc.url, `/api/v1/facilitator/${path}`, {
-          key: merchantKey,
-          body: settleBody(unasked, terms.accepts[0]),
-        })
+        const answer = await facilitate(path, unasked)
         expect(answer.body).toMatchObject(
           path === 'verify'
             ? { isValid: false, invalidReason: 'unexpected_verify_error' }
@@ -593,15 +601,11 @@ describe('a smart-wallet payer (ERC-1271) at the facilitator', () => {
 
     // Another key is not the wallet's signature: refused as a bad signature, nothing claimed.
     const stranger = privateKeyToAccount(generatePrivateKey())
-    const res = await fetch(`${shopUrl}/to-treasury`)
-    const required = decodePaymentRequiredHeader(res.headers.get('payment-required')!)
-    const { client } = exactPayer({ address: wallet, signTypedData: (m) => stranger.signTypedData(m) })
-    const forged = await client.createPaymentPayload(required as never)
-    const verdict = await callApi(svc.url, '/api/v1/facilitator/verify', {
-      key: merchantKey,
-      body: settleBody(forged, required.accepts[0]),
+    const forged = await signFor(`${shopUrl}/to-treasury`, {
+      address: wallet,
+      signTypedData: (m: never) => stranger.signTypedData(m),
     })
-    expect(verdict.body).toMatchObject({
+    expect((await facilitate('verify', forged)).body).toMatchObject({
       isValid: false,
       invalidReason: 'invalid_exact_evm_payload_signature',
       payer: wallet,
@@ -613,23 +617,16 @@ describe('a smart-wallet payer (ERC-1271) at the facilitator', () => {
     // A counterfactual wallet: an address with no code, its signature wrapped with a factory call.
     const owner = privateKeyToAccount(generatePrivateKey())
     const undeployed = privateKeyToAccount(generatePrivateKey()).address
-    const signer = {
+    const counterfactual = await signFor(`${shopUrl}/to-treasury`, {
       address: undeployed,
-      signTypedData: async (m: Parameters<typeof owner.signTypedData>[0]) =>
+      signTypedData: async (m: never) =>
         serializeErc6492Signature({
           address: chain.payers[5]!.address,
           data: '0xdeadbeef',
           signature: await owner.signTypedData(m),
         }),
-    }
-    const res = await fetch(`${shopUrl}/to-treasury`)
-    const required = decodePaymentRequiredHeader(res.headers.get('payment-required')!)
-    const payload = await exactPayer(signer as never).client.createPaymentPayload(required as never)
-    const verdict = await callApi(svc.url, '/api/v1/facilitator/verify', {
-      key: merchantKey,
-      body: settleBody(payload, required.accepts[0]),
     })
-    expect(verdict.body).toMatchObject({
+    expect((await facilitate('verify', counterfactual)).body).toMatchObject({
       isValid: false,
       invalidReason: 'invalid_exact_evm_payload_undeployed_smart_wallet',
       payer: undeployed,
