@@ -10,7 +10,7 @@ import { type ChainInfo, describeChain } from './chain/info.ts'
 import { startChain } from './chain/start.ts'
 import { createUptoChainChecker } from './chain/upto-permit.ts'
 import { uptoFacilitatorOf } from './chain/upto-settle.ts'
-import { verifySmartWalletAuthorization } from './chain/verify-smart-wallet.ts'
+import { smartWalletVerifier } from './chain/verify-smart-wallet.ts'
 import { attributeTransfers } from './checkout/attribution.ts'
 import { createCheckoutRoute } from './checkout/route.ts'
 import { publicBaseUrl } from './config/load.ts'
@@ -214,12 +214,10 @@ function handedOver(deps: {
         }),
         checkAuthorization,
         // A smart-wallet payer's signature, asked of the wallet as the data plane's verifier asks it.
-        verifySmartWallet: (q) =>
-          verifySmartWalletAuthorization(chain.publicClient, {
-            usdc: chain.usdc,
-            chainId: chain.chainId,
-            ...q,
-          }),
+        verifySmartWallet: smartWalletVerifier(chain.publicClient, {
+          usdc: chain.usdc,
+          chainId: chain.chainId,
+        }),
         upto,
         facilitator: deps.facilitator,
       }),

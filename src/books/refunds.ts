@@ -32,11 +32,18 @@ export type CreateRefundOutcome =
   | { kind: 'exceeds_refundable'; refundableAtomic: bigint; capturedAtomic: bigint; refundedAtomic: bigint }
   | { kind: 'insufficient_balance'; unpaidAtomic: bigint; debitAtomic: bigint }
 
+/**
+ * What is refunded, named as its ledger entries name it: a payment, a call, or a facilitator settlement
+ * (books/facilitator.ts, its owner share and fee booked as source 'facilitator').
+ */
+type SourceKind = 'payment' | 'call' | 'facilitator'
+
+/** The refunds column naming each kind of source. */
+const SOURCE_COLUMN = { payment: 'payment_id', call: 'call_id', facilitator: 'settlement_id' } as const
+
 interface Source {
-  paymentId: string | null
-  callId: string | null
-  /** A facilitator settlement (books/facilitator.ts): its owner share and fee booked as source 'facilitator'. */
-  settlementId: string | null
+  kind: SourceKind
+  id: string
   payer: string | null
   /** Why it cannot be refunded at all (null: it can). */
   blocked: string | null
@@ -67,8 +74,9 @@ export async function createRefund(
     const source = await lockSource(tx, q.accountId, q.target)
     if (!source) return { kind: 'not_found' } as const
     if (source.blocked) return { kind: 'not_refundable', detail: source.blocked } as const
-    const sourceType = source.paymentId ? 'payment' : source.callId ? 'call' : 'facilitator'
-    const sourceId = (source.paymentId ?? source.callId ?? source.settlementId)!
+    const { kind: sourceType, id: sourceId } = source
+    // The source's id in its own column of the refund row, null in the others.
+    const idIf = (kind: SourceKind) => (kind === sourceType ? sourceId : null)
     // A call booked by its capture batch (ledger_batch_id, migration 0050) booked exactly its own owner
     // share and fee (reconcile checks each batch entry against its calls); any other source by entries of
     // its own.
@@ -92,14 +100,7 @@ export async function createRefund(
       SELECT coalesce(sum(amount_atomic), 0)::bigint AS refunded,
              coalesce(sum(owner_debit_atomic), 0)::bigint AS debited
       FROM refunds
-      WHERE status <> 'failed'
-        AND ${
-          source.paymentId
-            ? tx`payment_id = ${source.paymentId}`
-            : source.callId
-              ? tx`call_id = ${source.callId}`
-              : tx`settlement_id = ${source.settlementId}`
-        }`
+      WHERE status <> 'failed' AND ${tx(SOURCE_COLUMN[sourceType])} = ${sourceId}`
     const refunded = before!.refunded
     const refundable = captured - refunded
     const amount = q.amountAtomic ?? refundable
@@ -126,7 +127,7 @@ export async function createRefund(
     const [refund] = await tx<RefundRow[]>`
       INSERT INTO refunds (id, account_id, payment_id, call_id, settlement_id, wallet, amount_atomic,
                            owner_debit_atomic, fee_returned_atomic, reason, status)
-      VALUES (${q.id}, ${q.accountId}, ${source.paymentId}, ${source.callId}, ${source.settlementId},
+      VALUES (${q.id}, ${q.accountId}, ${idIf('payment')}, ${idIf('call')}, ${idIf('facilitator')},
               ${source.payer!}, ${amount},
               ${debit}, ${amount - debit}, ${q.reason}, 'pending')
       RETURNING ${tx.unsafe(REFUND_COLUMNS)}`
@@ -138,10 +139,10 @@ export async function createRefund(
                    ('owner_share', ${balance!.wallet}::text, ${-debit}::bigint),
                    ('fee', NULL::text, ${-(amount - debit)}::bigint)) AS e(kind, wallet, amount)
       WHERE e.amount <> 0`
-    if (source.paymentId) {
+    if (sourceType === 'payment') {
       await tx`
         INSERT INTO payment_timeline (payment_id, type, data)
-        VALUES (${source.paymentId}, 'refund_created', ${tx.json({
+        VALUES (${sourceId}, 'refund_created', ${tx.json({
           refund_id: q.id,
           amount: toDollars(amount),
           amount_atomic: amount.toString(),
@@ -161,7 +162,7 @@ async function lockSource(tx: Tx, accountId: string, target: RefundTarget): Prom
     if (!p) return null
     const blocked =
       p.status !== 'paid' ? `payment ${p.id} is ${p.status}; only a paid payment can be refunded` : null
-    return { paymentId: p.id, callId: null, settlementId: null, payer: p.payer, blocked }
+    return { kind: 'payment', id: p.id, payer: p.payer, blocked }
   }
   if ('settlementId' in target) {
     // FOR UPDATE serialises refunds of one settlement; once settled the row itself is never changed again.
@@ -175,14 +176,14 @@ async function lockSource(tx: Tx, accountId: string, target: RefundTarget): Prom
         : !s.settled
           ? `settlement ${s.id} is not settled yet; only a settled payment can be refunded`
           : null
-    return { paymentId: null, callId: null, settlementId: s.id, payer: s.payer, blocked }
+    return { kind: 'facilitator', id: s.id, payer: s.payer, blocked }
   }
   // FOR UPDATE serialises refunds of one call; the call row itself is never changed.
   const [c] = await tx<{ id: string; payer: string }[]>`
     SELECT id, call_payer(payer, payer_address) AS payer FROM calls
     WHERE id = ${target.callId} AND account_id = ${accountId} FOR UPDATE`
   if (!c) return null
-  return { paymentId: null, callId: c.id, settlementId: null, payer: c.payer, blocked: null }
+  return { kind: 'call', id: c.id, payer: c.payer, blocked: null }
 }
 
 /** pending → paid: the refunds whose refund entry the confirmed payout carried, with their events. */

@@ -31,6 +31,11 @@ export type SmartWalletVerifier = (q: {
   signature: Hex
 }) => Promise<SmartWalletCheck>
 
+/** The verifier of one chain and token, as the data plane's verifier and the facilitator both use it. */
+export function smartWalletVerifier(client: Client, target: AuthorizationTarget): SmartWalletVerifier {
+  return (q) => verifySmartWalletAuthorization(client, { ...target, ...q })
+}
+
 const erc1271 = parseAbi(['function isValidSignature(bytes32 hash, bytes signature) view returns (bytes4)'])
 /** What isValidSignature answers for a signature the wallet accepts (EIP-1271). */
 const MAGIC = '0x1626ba7e'

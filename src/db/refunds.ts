@@ -58,14 +58,17 @@ export async function findRefund(db: Sql | Tx, accountId: string, id: string): P
   return row ?? null
 }
 
-/** An account's refunds, newest first, optionally of one payment, call or facilitator settlement (keyset pages on created_at, id). */
+/**
+ * An account's refunds, newest first, optionally of one payment, call or facilitator settlement (keyset pages
+ * on created_at, id).
+ */
 export async function listRefunds(
   db: Sql | Tx,
   q: {
     accountId: string
     paymentId: string | null
     callId: string | null
-    settlementId?: string | null
+    settlementId: string | null
     status: RefundStatus | null
     limit: number
     startingAfter: string | null

@@ -1,6 +1,7 @@
 // Reconcile, the merchants' refunds: each refund against its ledger entries and its payout, and each paid
-// payment, call or facilitator settlement against what its refunds took. Needs no chain: the payouts' transfers are checked by the
-// outflow section, so a paid refund only has to sit in a confirmed payout with the same transaction.
+// payment, call or facilitator settlement against what its refunds took. Needs no chain: the payouts'
+// transfers are checked by the outflow section, so a paid refund only has to sit in a confirmed payout with
+// the same transaction.
 import type { Sql } from '../../db/sql.ts'
 
 export interface RefundsCheck {

@@ -1,5 +1,6 @@
 // /refunds: a merchant gives back all or part of a paid payment, metered call, or payment it settled through
-// the facilitator to the treasury; the payer gets it in the next payout batch (src/books/refunds.ts holds the rules and the money statements).
+// the facilitator to the treasury; the payer gets it in the next payout batch (src/books/refunds.ts holds
+// the rules and the money statements).
 import * as v from 'valibot'
 import { createRefund, type RefundTarget } from '../../books/refunds.ts'
 import { findRefund, listRefunds, presentRefund, type RefundStatus } from '../../db/refunds.ts'
