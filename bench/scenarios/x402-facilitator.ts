@@ -57,6 +57,8 @@ interface Step {
   achieved_per_s: number
   p50_ms: number
   p99_ms: number
+  /** The slowest payment: a long tail stretches the step and so lowers achieved_per_s. */
+  max_ms: number
   transactions: number
   tx_per_settlement: number
   cpu_us_per_settlement: Record<string, number>
@@ -323,6 +325,7 @@ async function measure(
     achieved_per_s: Math.round((succeeded / elapsedS) * 10) / 10,
     p50_ms: q(0.5),
     p99_ms: q(0.99),
+    max_ms: Math.round(latencies[latencies.length - 1] ?? 0),
     transactions,
     tx_per_settlement: succeeded > 0 ? Math.round((transactions / succeeded) * 10_000) / 10_000 : 0,
     cpu_us_per_settlement: cpu,

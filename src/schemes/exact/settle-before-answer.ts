@@ -28,6 +28,7 @@ import { forgetSettlementTx, settleAuthorizations } from '../../books/settlement
 import { forgetUptoSettlementTx, settleUptoClaims } from '../../books/upto-settlement.ts'
 import type { ChainContext } from '../../chain/connect.ts'
 import { broadcast, type FeeQuote, pendingNonce, quoteFees } from '../../chain/payouts.ts'
+import { ReceiptWatch } from '../../chain/receipt-watch.ts'
 import type { StoredAuthorization } from '../../chain/settle.ts'
 import { signSettlement } from '../../chain/settle.ts'
 import { hasAuthorizationBatcher, settlementOutcomes, signSettlementBatch } from '../../chain/settle-batch.ts'
@@ -47,7 +48,6 @@ import {
 } from '../../observability/metrics.ts'
 import { groupCutDueMs } from './group-cut.ts'
 import { NonceGaps } from './nonce-gaps.ts'
-import { ReceiptWatch } from './receipt-watch.ts'
 
 /** Gas for one transferWithAuthorization sent alone (as the settlement job allows). */
 const SETTLEMENT_GAS = 150_000n

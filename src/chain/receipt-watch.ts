@@ -7,8 +7,8 @@
 // transaction asked for its own receipt at growing intervals: with several groups in flight, tens of asks
 // per block interval each, for receipts that could not be there yet.
 import type { Hash, TransactionReceipt } from 'viem'
-import type { ChainPublicClient } from '../../chain/client.ts'
-import { receiptOrNull } from '../../chain/not-found.ts'
+import type { ChainPublicClient } from './client.ts'
+import { receiptOrNull } from './not-found.ts'
 
 /** Between looks while transactions are waited for: well under a block (2 s on Base), a few asks a block. */
 const POLL_MS = 50
