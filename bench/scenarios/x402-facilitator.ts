@@ -61,6 +61,8 @@ interface Step {
   max_ms: number
   transactions: number
   tx_per_settlement: number
+  /** HTTP requests tollgate sent the node (after batching) a settlement, from the step's start to its last answer. */
+  rpc_requests_per_settlement?: number
   cpu_us_per_settlement: Record<string, number>
   /** BENCH_PG_STATEMENTS=1 (tollgate on a server): the costliest statements of the step, per settlement. */
   statements?: StatementCost[]
@@ -189,19 +191,37 @@ async function runTollgate(
         return (await post('settle')).success === true
       }
     try {
-      return await stepUp(chain, o.rates, o.seconds, o.warmUpSeconds, async (n) => pay(await signed(n)), {
-        server: () => withChildren(t.pid ? [t.pid] : []),
-        // On a PostgreSQL server, its backends for this run's databases count too.
-        ...(process.env.BENCH_DATABASE_URL ? { database: () => postgresBackends(`_${process.pid}`) } : {}),
-        client: () => [process.pid],
-        chain: () => [chain.pid],
-      })
+      return await stepUp(
+        chain,
+        o.rates,
+        o.seconds,
+        o.warmUpSeconds,
+        async (n) => pay(await signed(n)),
+        {
+          server: () => withChildren(t.pid ? [t.pid] : []),
+          // On a PostgreSQL server, its backends for this run's databases count too.
+          ...(process.env.BENCH_DATABASE_URL ? { database: () => postgresBackends(`_${process.pid}`) } : {}),
+          client: () => [process.pid],
+          chain: () => [chain.pid],
+        },
+        () => rpcRequestsSent(t.adminPort),
+      )
     } finally {
       await pool.close()
     }
   } finally {
     await t.stop()
   }
+}
+
+/** tollgate_rpc_requests_total summed over methods, from the instance's admin port. */
+async function rpcRequestsSent(adminPort: number): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text()
+  let total = 0
+  for (const line of text.split('\n'))
+    if (line.startsWith('tollgate_rpc_requests_total{'))
+      total += Number(line.slice(line.lastIndexOf(' ') + 1))
+  return total
 }
 
 function requirements(chain: DevChain, payTo: Address, extra: { name: string; version: string }) {
@@ -252,6 +272,7 @@ async function stepUp(
   warmUpSeconds: number,
   prepare: (n: number) => Promise<Pay>,
   pids: Record<string, () => number[]>,
+  rpcSent?: () => Promise<number>,
 ): Promise<Step[]> {
   const steps: Step[] = []
   if (warmUpSeconds > 0) {
@@ -266,7 +287,7 @@ async function stepUp(
     process.stdout.write(`  warm-up: ${JSON.stringify(warm)}\n`)
   }
   for (const rate of rates) {
-    const step = await measure(chain, rate, seconds, await prepare(Math.round(rate * seconds)), pids)
+    const step = await measure(chain, rate, seconds, await prepare(Math.round(rate * seconds)), pids, rpcSent)
     process.stdout.write(`  ${JSON.stringify(step)}\n`)
     steps.push(step)
     if (!step.sustained) break
@@ -281,13 +302,18 @@ async function measure(
   seconds: number,
   pay: Pay,
   pids: Record<string, () => number[]>,
+  rpcSent?: () => Promise<number>,
 ) {
   const client = createPublicClient({ transport: http(chain.rpcUrl) })
   const firstBlock = (await client.getBlockNumber()) + 1n
   const n = Math.round(rate * seconds)
   // Only tollgate's steps have a database to meter (the reference has none).
   const statements = pids.database ? await statementsMeterFromEnv() : null
+  const rpcBefore = await rpcSent?.()
   const meter = cpuMeter(pids)
+  // The payloads are signed before this line (seconds of this process's CPU): a profiler attached to the
+  // machine starts after it.
+  process.stdout.write(`  measuring ${rate}/s for ${seconds} s\n`)
   const started = performance.now()
   const latencies: number[] = []
   let succeeded = 0
@@ -309,6 +335,7 @@ async function measure(
   const elapsedS = (performance.now() - started) / 1000
   const cpu = meter.stop(Math.max(1, succeeded))
   const stepStatements = await statements?.read(Math.max(1, succeeded))
+  const rpcRequests = rpcBefore === undefined ? undefined : (await rpcSent!()) - rpcBefore
   await statements?.end()
   await new Promise((r) => setTimeout(r, BLOCK_S * 1000 + 500))
   const lastBlock = await client.getBlockNumber()
@@ -328,6 +355,11 @@ async function measure(
     max_ms: Math.round(latencies[latencies.length - 1] ?? 0),
     transactions,
     tx_per_settlement: succeeded > 0 ? Math.round((transactions / succeeded) * 10_000) / 10_000 : 0,
+    ...(rpcRequests === undefined
+      ? {}
+      : {
+          rpc_requests_per_settlement: Math.round((rpcRequests / Math.max(1, succeeded)) * 10_000) / 10_000,
+        }),
     cpu_us_per_settlement: cpu,
     ...(stepStatements ? { statements: stepStatements } : {}),
     // Every payment settled and the slowest within the settle wait a merchant's middleware would allow.
