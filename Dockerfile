@@ -42,4 +42,5 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.ADMIN_PORT||9464)+'/readyz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
 # SIGTERM drains: the public port closes, captures are written, jobs stop (server.shutdown_grace_ms).
 STOPSIGNAL SIGTERM
-CMD ["node", "dist/main.js"]
+# As `npm start` runs it (package.json): a young generation of up to 64 MB a semi-space (docs/operations.md).
+CMD ["node", "--max-semi-space-size=64", "dist/main.js"]

@@ -1,11 +1,11 @@
 // Target: a tollgate process (built JavaScript by default, or tsx), its own database (a fresh database on
 // BENCH_DATABASE_URL's server, else embedded PGlite), one merchant and metered endpoints on the upstream.
-import { writeFileSync } from 'node:fs'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import postgres from 'postgres'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { postJson } from './api.ts'
-import { freePort, startNode, startTs } from './processes.ts'
+import { freePort, ROOT, startNode, startTs } from './processes.ts'
 import type { Target } from './target.ts'
 
 export interface Tollgate extends Target {
@@ -112,7 +112,8 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
     ...(databaseUrl ? { DATABASE_URL: databaseUrl.url } : {}),
     ...(o.receiptKey ? { RECEIPT_SIGNING_KEY: o.receiptKey } : {}),
     ...(o.otlpEndpoint ? { OTEL_EXPORTER_OTLP_ENDPOINT: o.otlpEndpoint } : {}),
-    ...nodeArgs(o.profileDir),
+    // Built: as `npm start` runs it, with its node flags.
+    ...nodeArgs(o.profileDir, o.runtime === 'built' ? startFlags() : []),
   }
   const start = o.runtime === 'built' ? startNode : startTs
   const child = await start(
@@ -191,12 +192,24 @@ export async function startTollgate(o: TollgateOptions): Promise<Tollgate> {
   }
 }
 
+/** The node flags `npm start` runs the server with (package.json's start script, before dist/main.js). */
+export function startFlags(): string[] {
+  const words = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).scripts.start as string).split(
+    ' ',
+  )
+  return words.slice(1, words.indexOf('dist/main.js'))
+}
+
 /**
  * The node flags of a measured process: a CPU profile when asked, and BENCH_NODE_FLAGS (say, V8 heap
  * settings to compare in alternating runs).
  */
-export function nodeArgs(profileDir: string | undefined): { BENCH_NODE_ARGS?: string } {
+export function nodeArgs(
+  profileDir: string | undefined,
+  serverFlags: string[] = [],
+): { BENCH_NODE_ARGS?: string } {
   const flags = [
+    ...serverFlags,
     ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : []),
     ...(process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean),
   ]
