@@ -10,7 +10,7 @@ import { type Hex, keccak256 } from 'viem'
  * The `keccak` package's native sponge (ethereumjs; it ships no types), used bare: the package's own
  * `createKeccakHash` wraps each hash in a new Transform stream, which cost more than the hash (per 224-byte
  * hash, one core: viem 17.5 µs, the package's wrapper 6.8 µs, the sponge alone 2.5 µs; the wrapper's streams
- * were 5 % of the facilitator's CPU in its bench profile, with their garbage).
+ * were 5 % of the facilitator's busy time in its V8 profile, with their garbage).
  */
 interface KeccakSponge {
   initialize(rate: number, capacity: number): void
