@@ -146,14 +146,25 @@ export const PAYMENT_REQUIRED_REASONS = {
   authorization_not_yet_valid: 'validAfter is in the future',
   authorization_expired: 'validBefore is past, or within 6 s',
   insufficient_funds:
-    "the payer's balance is below the amount (upto: the maximum) plus its authorizations and permits not settled yet",
+    "the payer's balance is below the amount (upto: the maximum) plus its authorizations and permits not settled yet (upto: or another payment's Permit2 approval is pending)",
   unsupported_proof: 'a scheme other than exact (or any x402 payload at checkout)',
   wrong_amount: 'exact means exact: an authorization for more than the price',
   requirements_mismatch: 'v2: accepted is not the advertised requirement',
   smart_wallet_not_deployed: 'an ERC-6492 signature of a wallet not deployed yet',
   simulation_failed: "the settlement's dry run reverted",
   scheme_not_offered: 'a scheme tollgate has but not here (exact where the amount varies: usage pricing)',
-  permit2_allowance_required: 'x402 upto: the payer has not approved Permit2 for the maximum',
+  permit2_allowance_required:
+    'x402 upto: the payer has not approved Permit2 for the maximum (or signed an eip2612GasSponsoring approval)',
+  // x402 upto's eip2612GasSponsoring approval (docs/x402.md); the names are the published facilitator's.
+  permit2_allowance_pending:
+    "x402 upto: another payment's eip2612GasSponsoring approval of Permit2 is not settled yet; pay again once it is",
+  eip2612_nonce_mismatch: "x402 upto: the approval's nonce is not the token's current one for the payer",
+  eip2612_from_mismatch: "x402 upto: the approval is not from the permit's payer",
+  eip2612_asset_mismatch: 'x402 upto: the approval is for another token',
+  eip2612_spender_not_permit2: 'x402 upto: the approval names a spender other than Permit2',
+  permit2_2612_amount_mismatch: "x402 upto: the approval's value is not the permit's maximum",
+  eip2612_deadline_expired: "x402 upto: the approval's deadline is past, or within 6 s",
+  invalid_eip2612_signature: 'x402 upto: the approval is not signed by the payer',
   // A signed-in call on a pass (docs/passes.md); the invalid_siwx_* codes are the sign-in-with-x spec's.
   no_live_pass:
     'signed in, but the wallet holds no pass with uses and time left here (none bought, used up, expired)',

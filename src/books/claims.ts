@@ -174,8 +174,10 @@ export async function claimAndCapture(
  * The claim part: the claims of this batch, each inserted or, when its proof was released, taken over; with
  * x402 exact or upto claims among them, checked first against the payer reservation (reservedClaims).
  */
-function claimedCtes(db: Db, claimsDoc: string, reserving: boolean) {
-  const checked = reserving ? reservedClaims(db) : db`checked AS (SELECT r.*, true AS funded FROM req r)`
+function claimedCtes(db: Db, claimsDoc: string, reserving: boolean, upto: boolean) {
+  const checked = reserving
+    ? reservedClaims(db, upto)
+    : db`checked AS (SELECT r.*, true AS funded FROM req r)`
   return db`
     req AS MATERIALIZED (
       SELECT * FROM json_to_recordset(${claimsDoc}::text::json)
@@ -201,8 +203,13 @@ function claimedCtes(db: Db, claimsDoc: string, reserving: boolean) {
     )`
 }
 
-/** The payer reservation's parts: each payer's sum under its lock, the claims it funds, those it refuses. */
-function reservedClaims(db: Db) {
+/**
+ * The payer reservation's parts: each payer's sum under its lock, the claims it funds, those it refuses.
+ * `upto`: the batch has upto claims, which also need the payer's Permit2 allowance to themselves around an
+ * eip2612GasSponsoring approval (uptoAllowanceRule).
+ */
+function reservedClaims(db: Db, upto: boolean) {
+  const open = upto ? db`CASE WHEN has_upto THEN payer_upto_open(payer_l) END` : db`NULL::text`
   return db`
     -- The payer reservation (x402 exact and upto): an authorization or permit is claimed only if
     --   balance (as read at balance_block) - payer_reserved(payer, balance_block) - earlier ones of this
@@ -223,8 +230,9 @@ function reservedClaims(db: Db) {
     -- The locks are taken in hashtext order, all of them before the first row below is written (the window
     -- sum reads every row of "payers" first), so two batches never wait on each other crosswise.
     payers AS MATERIALIZED (
-      SELECT payer_l, payer_reserved(payer_l, since) AS reserved FROM (
-        SELECT lower(payer) AS payer_l, min(balance_block) AS since FROM req WHERE kind IN ('eip3009', 'upto')
+      SELECT payer_l, payer_reserved(payer_l, since) AS reserved, ${open} AS upto_open FROM (
+        SELECT lower(payer) AS payer_l, min(balance_block) AS since, bool_or(kind = 'upto') AS has_upto
+        FROM req WHERE kind IN ('eip3009', 'upto')
         GROUP BY lower(payer) ORDER BY hashtext(lower(payer)), lower(payer) OFFSET 0
       ) p
     ),
@@ -232,7 +240,7 @@ function reservedClaims(db: Db) {
       SELECT r.*, (r.kind NOT IN ('eip3009', 'upto') OR r.balance IS NULL
                    OR sum(r.amount) FILTER (WHERE r.kind IN ('eip3009', 'upto'))
                         OVER (PARTITION BY lower(r.payer) ORDER BY r.i) <= r.balance - p.reserved
-                  ) AS funded
+                  ) ${upto ? uptoAllowanceRule(db) : db``} AS funded
       FROM req r LEFT JOIN payers p ON r.kind IN ('eip3009', 'upto') AND p.payer_l = lower(r.payer)
     ),
     -- Refused for funds, and not spent or held by anyone (those answer used or busy, as without funds).
@@ -241,6 +249,22 @@ function reservedClaims(db: Db) {
         SELECT 1 FROM claims k WHERE k.proof_key = c.proof_key
           AND NOT (k.status = 'claimed' AND k.lease_until IS NULL AND k.releases = k.attempts))
     )`
+}
+
+/**
+ * An upto claim and the payer's Permit2 allowance (migration 0081): a sponsored permit (its claim carries
+ * the eip2612GasSponsoring approval, which sets the allowance to its own maximum) only when the payer has no
+ * other upto permit unsettled, here or earlier in this batch; any other upto permit only while no sponsored
+ * one is. Refused like a permit the balance does not cover: the payer pays again once the first settles.
+ */
+function uptoAllowanceRule(db: Db) {
+  const before = db`OVER (PARTITION BY lower(r.payer) ORDER BY r.i ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)`
+  return db`
+    AND (r.kind <> 'upto' OR CASE WHEN r."authorization" ? 'permit2612'
+      THEN p.upto_open = 'none' AND count(*) FILTER (WHERE r.kind = 'upto') ${before} = 0
+      ELSE p.upto_open <> 'sponsored'
+           AND count(*) FILTER (WHERE r.kind = 'upto' AND r."authorization" ? 'permit2612') ${before} = 0
+    END)`
 }
 
 /** Keys of the x402 kinds, which book no revenue at capture: a batch of only these leaves the ledger parts out. */
@@ -265,8 +289,9 @@ function statementParts(db: Db, batch: { claims: ClaimRequest[]; captures: Captu
     answers.push(db`SELECT 'capture' AS what, proof_key, 0 AS attempts, NULL AS horizon_at FROM captured`)
   }
   if (r.length > 0) {
-    const reserving = r.some((x) => x.kind === 'eip3009' || x.kind === 'upto')
-    ctes.push(claimedCtes(db, claimsJson(r), reserving))
+    const upto = r.some((x) => x.kind === 'upto')
+    const reserving = upto || r.some((x) => x.kind === 'eip3009')
+    ctes.push(claimedCtes(db, claimsJson(r), reserving, upto))
     answers.push(db`SELECT 'claim' AS what, proof_key, attempts, horizon_at::text FROM won`)
     if (reserving) answers.push(db`SELECT 'short', proof_key, 0, NULL FROM short`)
   }

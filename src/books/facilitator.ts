@@ -106,7 +106,7 @@ export async function claimFacilitatorPayments(
     )
   const out = new Array<FacilitatorClaim>(requests.length)
   await sql.begin(async (tx) => {
-    const { reserved, inserted } = await reserveAndInsertRows(tx, order)
+    const { reserved, uptoOpen, inserted } = await reserveAndInsertRows(tx, order)
     // In the requests' order (payer, proof), each against what the payer's earlier ones here took.
     const held = new Map<string, bigint>()
     const funded: Ordered[] = []
@@ -115,7 +115,10 @@ export async function claimFacilitatorPayments(
       if (!inserted.has(o.id)) continue
       const payer = o.q.payer.toLowerCase()
       const taken = held.get(payer) ?? 0n
-      if (o.q.reserve.balanceAtomic - (reserved.get(payer) ?? 0n) - taken >= o.q.valueAtomic) {
+      if (
+        o.q.reserve.balanceAtomic - (reserved.get(payer) ?? 0n) - taken >= o.q.valueAtomic &&
+        uptoAllowanceFree(o.q, uptoOpen, payer)
+      ) {
         held.set(payer, taken + o.q.valueAtomic)
         funded.push(o)
       } else {
@@ -138,6 +141,21 @@ export async function claimFacilitatorPayments(
   return out
 }
 
+/**
+ * An upto permit and the payer's Permit2 allowance (migration 0081, as the metered claim's rule): a
+ * sponsored one (its eip2612GasSponsoring approval sets the allowance to its own maximum) only when the
+ * payer has no other upto permit unsettled, any other only while no sponsored one is. `open` holds the
+ * payer's state, and is moved on by each upto permit funded here (the group's earlier ones count).
+ */
+function uptoAllowanceFree(q: FacilitatorClaimRequest, open: Map<string, string>, payer: string): boolean {
+  if (q.kind !== 'upto') return true
+  const state = open.get(payer) ?? 'none'
+  const sponsored = (q.authorization as StoredUptoPermit).permit2612 !== undefined
+  if (sponsored ? state !== 'none' : state === 'sponsored') return false
+  open.set(payer, sponsored ? 'sponsored' : 'open')
+  return true
+}
+
 /** A request of the group, where its answer goes (i) and its settlement row's id. */
 interface Ordered {
   q: FacilitatorClaimRequest
@@ -152,7 +170,7 @@ interface Ordered {
 async function reserveAndInsertRows(
   tx: Tx,
   order: Ordered[],
-): Promise<{ reserved: Map<string, bigint>; inserted: Set<string> }> {
+): Promise<{ reserved: Map<string, bigint>; uptoOpen: Map<string, string>; inserted: Set<string> }> {
   const rows = order.map(({ q, id }, i) => {
     const { owner, fee } =
       q.custody === 'treasury' ? splitOwnerShare(q.valueAtomic, q.ownerShareBps) : { owner: 0n, fee: 0n }
@@ -173,18 +191,24 @@ async function reserveAndInsertRows(
       resource_url: q.resource?.url ?? null,
       group_commit: q.groupCommit ?? false,
       block: q.reserve.block.toString(),
+      kind: q.kind,
     }
   })
-  const written = await tx<{ kind: 'payer' | 'row'; key: string; reserved: string | null }[]>`
+  const upto = order.some((o) => o.q.kind === 'upto')
+  // payer_upto_open (migration 0081) only for groups with upto permits, under the same lock.
+  const open = upto ? tx`CASE WHEN has_upto THEN payer_upto_open(payer_l) END` : tx`NULL::text`
+  const written = await tx<
+    { kind: 'payer' | 'row'; key: string; reserved: string | null; upto_open: string | null }[]
+  >`
     WITH req AS MATERIALIZED (
       SELECT * FROM json_to_recordset(${JSON.stringify(rows)}::text::json)
         AS t(i int, id text, account_id text, proof_key text, payment_identifier text, custody text,
              pay_to text, payer text, amount bigint, owner_share bigint, fee bigint, network text,
-             x402_version int, resource_url text, group_commit boolean, block bigint)
+             x402_version int, resource_url text, group_commit boolean, block bigint, kind text)
     ),
     payers AS MATERIALIZED (
-      SELECT payer_l, payer_reserved(payer_l, since) AS reserved FROM (
-        SELECT payer AS payer_l, min(block) AS since FROM req
+      SELECT payer_l, payer_reserved(payer_l, since) AS reserved, ${open} AS upto_open FROM (
+        SELECT payer AS payer_l, min(block) AS since, bool_or(kind = 'upto') AS has_upto FROM req
         GROUP BY payer ORDER BY hashtext(payer), payer OFFSET 0
       ) p
     ),
@@ -197,15 +221,18 @@ async function reserveAndInsertRows(
       FROM req r JOIN payers p ON p.payer_l = r.payer ORDER BY r.i
       ON CONFLICT DO NOTHING RETURNING id
     )
-    SELECT 'payer' AS kind, payer_l AS key, reserved::text AS reserved FROM payers
-    UNION ALL SELECT 'row', id, NULL FROM inserted`
+    SELECT 'payer' AS kind, payer_l AS key, reserved::text AS reserved, upto_open FROM payers
+    UNION ALL SELECT 'row', id, NULL, NULL FROM inserted`
   const reserved = new Map<string, bigint>()
+  const uptoOpen = new Map<string, string>()
   const inserted = new Set<string>()
   for (const w of written) {
-    if (w.kind === 'payer') reserved.set(w.key, BigInt(w.reserved!))
-    else inserted.add(w.key)
+    if (w.kind === 'payer') {
+      reserved.set(w.key, BigInt(w.reserved!))
+      if (w.upto_open !== null) uptoOpen.set(w.key, w.upto_open)
+    } else inserted.add(w.key)
   }
-  return { reserved, inserted }
+  return { reserved, uptoOpen, inserted }
 }
 
 /**

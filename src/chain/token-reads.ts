@@ -18,6 +18,8 @@ export interface TokenReads {
   allowance(owner: Address, spender: Address): Promise<bigint>
   /** Permit2's unordered-nonce bitmap word `wordPos` of `owner` (x402 upto: is a nonce spent). */
   nonceBitmap(permit2: Address, owner: Address, wordPos: bigint): Promise<bigint>
+  /** The token's EIP-2612 nonce of `owner` (x402 upto with `eip2612GasSponsoring`: the permit's must be it). */
+  permitNonce(owner: Address): Promise<bigint>
   close(): Promise<void>
 }
 
@@ -29,6 +31,7 @@ const AUTHORIZATION_STATE = toFunctionSelector('authorizationState(address,bytes
 const BALANCE_OF = toFunctionSelector('balanceOf(address)')
 const ALLOWANCE = toFunctionSelector('allowance(address,address)')
 const NONCE_BITMAP = toFunctionSelector('nonceBitmap(address,uint256)')
+const NONCES = toFunctionSelector('nonces(address)')
 const WORD = /^0x[0-9a-fA-F]{64}$/
 const ADDRESS = /^0x[0-9a-fA-F]{40}$/
 const BYTES32 = /^0x[0-9a-fA-F]{64}$/
@@ -164,6 +167,9 @@ export function createTokenReads(o: {
       const data = `${NONCE_BITMAP}${addressWord(owner)}${wordPos.toString(16).padStart(64, '0')}`
       if (!ADDRESS.test(permit2)) throw new RpcReadError(`not an address: ${permit2}`)
       return BigInt(await call(data, permit2.toLowerCase()))
+    },
+    async permitNonce(owner) {
+      return BigInt(await call(`${NONCES}${addressWord(owner)}`))
     },
     close: () => pool.close(),
   }

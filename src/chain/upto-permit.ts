@@ -8,6 +8,7 @@ import {
   getAddress,
   type Hex,
   hashTypedData,
+  hexToBytes,
   parseAbi,
   type TypedDataDefinition,
 } from 'viem'
@@ -58,6 +59,25 @@ export interface UptoPermit {
   validAfter: bigint
 }
 
+/**
+ * The x402 `eip2612GasSponsoring` extension's permit: a payer who never approved Permit2 signs the token's
+ * EIP-2612 approval of Permit2 beside its upto permit, and the settlement submits it first (the proxy's
+ * settleWithPermit), paying its gas. It *sets* the allowance to `value`, which the proxy requires to be the
+ * upto permit's maximum: it funds that one permit only (src/books/claims.ts keeps such a payer to one).
+ */
+export interface SponsoredApproval {
+  /** As the payload names them: the token owner, the token, and the spender (Permit2). */
+  from: Address
+  asset: Address
+  spender: Address
+  value: bigint
+  /** The token's EIP-2612 nonce of `from` when signed: only the current one can be submitted. */
+  nonce: bigint
+  /** Unix seconds. */
+  deadline: bigint
+  signature: Hex
+}
+
 /** An upto permit and its signature in the form the claims table keeps (numbers as decimal strings). */
 export interface StoredUptoPermit {
   signature: Hex
@@ -70,10 +90,26 @@ export interface StoredUptoPermit {
   to: Address
   facilitator: Address
   validAfter: string
+  /** The EIP-2612 approval of Permit2 the settlement submits first (eip2612GasSponsoring); absent: none. */
+  permit2612?: { value: string; nonce: string; deadline: string; signature: Hex }
 }
 
-export function storedUptoPermit(p: UptoPermit, signature: Hex): StoredUptoPermit {
+export function storedUptoPermit(
+  p: UptoPermit,
+  signature: Hex,
+  sponsored: SponsoredApproval | null = null,
+): StoredUptoPermit {
   return {
+    ...(sponsored === null
+      ? {}
+      : {
+          permit2612: {
+            value: sponsored.value.toString(),
+            nonce: sponsored.nonce.toString(),
+            deadline: sponsored.deadline.toString(),
+            signature: sponsored.signature,
+          },
+        }),
     signature,
     from: p.from,
     token: p.token,
@@ -238,6 +274,74 @@ export async function verifyUptoPermit(q: {
   return { ok: true, payer: p.from }
 }
 
+export type SponsoredApprovalFailure =
+  | 'eip2612_from_mismatch'
+  | 'eip2612_asset_mismatch'
+  | 'eip2612_spender_not_permit2'
+  | 'permit2_2612_amount_mismatch'
+  | 'eip2612_deadline_expired'
+  | 'invalid_eip2612_signature'
+
+/**
+ * The local half of an `eip2612GasSponsoring` approval (no RPC; its nonce is the chain's, checked by the
+ * UptoChainChecker): it approves Permit2 for the upto permit's own payer and token, for exactly its maximum
+ * (the proxy's settleWithPermit refuses any other value), is valid long enough to settle, and is signed by
+ * the payer over the token's EIP-712 domain. Reasons as the published @x402/evm facilitator names them.
+ * Rare next to the permit itself (a payer's payments without an approval), so the digest is viem's.
+ */
+export async function verifySponsoredApproval(q: {
+  chainId: number
+  token: { address: Address; name: string; version: string }
+  permit: Pick<UptoPermit, 'from' | 'token' | 'amount'>
+  approval: SponsoredApproval
+  nowSeconds?: bigint
+}): Promise<{ ok: true } | { ok: false; reason: SponsoredApprovalFailure }> {
+  const a = q.approval
+  const now = q.nowSeconds ?? BigInt(Math.floor(Date.now() / 1000))
+  if (!sameAddress(a.from, q.permit.from)) return { ok: false, reason: 'eip2612_from_mismatch' }
+  if (!sameAddress(a.asset, q.permit.token) || !sameAddress(a.asset, q.token.address))
+    return { ok: false, reason: 'eip2612_asset_mismatch' }
+  if (!sameAddress(a.spender, PERMIT2_ADDRESS)) return { ok: false, reason: 'eip2612_spender_not_permit2' }
+  if (a.value !== q.permit.amount) return { ok: false, reason: 'permit2_2612_amount_mismatch' }
+  if (a.deadline < now + 6n) return { ok: false, reason: 'eip2612_deadline_expired' }
+  if (a.signature.length !== 132) return { ok: false, reason: 'invalid_eip2612_signature' }
+  let signer: Address | null
+  try {
+    const digest = hashTypedData({
+      domain: {
+        name: q.token.name,
+        version: q.token.version,
+        chainId: q.chainId,
+        verifyingContract: getAddress(q.token.address),
+      },
+      types: eip2612PermitTypes,
+      primaryType: 'Permit',
+      message: {
+        owner: getAddress(a.from),
+        spender: PERMIT2_ADDRESS,
+        value: a.value,
+        nonce: a.nonce,
+        deadline: a.deadline,
+      },
+    })
+    signer = await recoverSigner(hexToBytes(digest), a.signature)
+  } catch {
+    return { ok: false, reason: 'invalid_eip2612_signature' }
+  }
+  if (!signer || !sameAddress(signer, a.from)) return { ok: false, reason: 'invalid_eip2612_signature' }
+  return { ok: true }
+}
+
+const eip2612PermitTypes = {
+  Permit: [
+    { name: 'owner', type: 'address' },
+    { name: 'spender', type: 'address' },
+    { name: 'value', type: 'uint256' },
+    { name: 'nonce', type: 'uint256' },
+    { name: 'deadline', type: 'uint256' },
+  ],
+} as const
+
 export const permit2Abi = parseAbi([
   'function nonceBitmap(address owner, uint256 wordPos) view returns (uint256)',
   'function DOMAIN_SEPARATOR() view returns (bytes32)',
@@ -247,6 +351,7 @@ export const permit2Abi = parseAbi([
 const erc20Abi = parseAbi([
   'function balanceOf(address owner) view returns (uint256)',
   'function allowance(address owner, address spender) view returns (uint256)',
+  'function nonces(address owner) view returns (uint256)',
 ])
 
 /** True when Permit2 has spent (or the owner invalidated) this unordered nonce. */
@@ -268,23 +373,36 @@ export type UptoChainCheck =
   | { ok: true; balance: BalanceRead }
   | {
       ok: false
-      reason: 'proof_already_used' | 'insufficient_funds' | 'permit2_allowance_required' | 'rpc_unavailable'
+      reason:
+        | 'proof_already_used'
+        | 'insufficient_funds'
+        | 'permit2_allowance_required'
+        | 'permit2_allowance_pending'
+        | 'eip2612_nonce_mismatch'
+        | 'rpc_unavailable'
     }
 
 export type UptoChainChecker = (
   permit: Pick<UptoPermit, 'from' | 'nonce' | 'amount'>,
+  /** Its eip2612GasSponsoring approval (verified locally); null: none. */
+  approval?: Pick<SponsoredApproval, 'nonce' | 'value'> | null,
 ) => Promise<UptoChainCheck>
 
 /**
  * The reads a check needs: the token's balance and allowance (to Permit2), Permit2's nonce word. The hot
  * path passes the chain's TokenReads (hand-encoded eth_calls, batched per event-loop turn, one HTTP request).
  */
-export type UptoReads = Pick<TokenReads, 'balanceOf' | 'allowance' | 'nonceBitmap' | 'blockNumber'>
+export type UptoReads = Pick<
+  TokenReads,
+  'balanceOf' | 'allowance' | 'nonceBitmap' | 'blockNumber' | 'permitNonce'
+>
 
 /** One payer's balance and Permit2 allowance read in flight, and what the checks that joined it accepted. */
 interface SharedFunds {
   funds: Promise<{ balance: BalanceRead; allowance: bigint }>
   accepted: bigint
+  /** A check accepted a sponsored approval: it will set the allowance, so no other permit may count on it. */
+  sponsored: boolean
 }
 
 /**
@@ -315,6 +433,7 @@ export function createUptoChainChecker(reads: UptoReads): UptoChainChecker {
         allowance,
       })),
       accepted: 0n,
+      sponsored: false,
     }
     shared.set(key, read)
     // Registered before any check awaits it, so it runs first: a later check starts a fresh read.
@@ -324,20 +443,28 @@ export function createUptoChainChecker(reads: UptoReads): UptoChainChecker {
     read.funds.then(leave, leave)
     return read
   }
-  return async (permit) => {
+  return async (permit, approval = null) => {
     const read = join(permit.from)
     try {
-      const [used, funds] = await Promise.all([
+      const [used, funds, approvalNonce] = await Promise.all([
         reads
           .nonceBitmap(PERMIT2_ADDRESS, permit.from, permit.nonce >> 8n)
           .then((word) => ((word >> (permit.nonce & 0xffn)) & 1n) === 1n),
         read.funds,
+        approval === null ? null : reads.permitNonce(permit.from),
       ])
       if (used) return { ok: false, reason: 'proof_already_used' }
       // Checks resume one at a time, in the order they joined: each sees what the earlier ones accepted.
       if (funds.balance.atomic - read.accepted < permit.amount)
         return { ok: false, reason: 'insufficient_funds' }
-      if (funds.allowance - read.accepted < permit.amount)
+      // A sponsored approval sets the allowance when its permit settles: the earlier ones here counted on
+      // the allowance it overwrites, and the later ones would count on one it spends.
+      if (read.sponsored) return { ok: false, reason: 'permit2_allowance_pending' }
+      if (approval !== null) {
+        if (approvalNonce !== approval.nonce) return { ok: false, reason: 'eip2612_nonce_mismatch' }
+        if (read.accepted > 0n) return { ok: false, reason: 'permit2_allowance_pending' }
+        read.sponsored = true
+      } else if (funds.allowance - read.accepted < permit.amount)
         return { ok: false, reason: 'permit2_allowance_required' }
       read.accepted += permit.amount
       return { ok: true, balance: funds.balance }
@@ -370,5 +497,7 @@ export function checkUptoOnChain(
         args: [owner, wordPos],
       }),
     blockNumber: () => getBlockNumber(client, { cacheTime: 0 }),
+    permitNonce: (owner) =>
+      readContract(client, { address: q.usdc, abi: erc20Abi, functionName: 'nonces', args: [owner] }),
   })(q.permit)
 }

@@ -165,16 +165,33 @@ function settleArgs(it: UptoSettlementItem) {
   }
 }
 
+/** The proxy's EIP2612Permit argument of an item's sponsored approval; a zero deadline: none. */
+function approvalArgs(it: UptoSettlementItem) {
+  const a = it.permit.permit2612
+  if (a === undefined) return { value: 0n, deadline: 0n, r: zeroHash, s: zeroHash, v: 0 }
+  const sig = a.signature
+  return {
+    value: BigInt(a.value),
+    deadline: BigInt(a.deadline),
+    r: `0x${sig.slice(2, 66)}` as Hex,
+    s: `0x${sig.slice(66, 130)}` as Hex,
+    v: Number.parseInt(sig.slice(130, 132), 16),
+  }
+}
+
 /**
  * Gas of a batch: a batch of four on the dev chain used 273,801 (two settled, two refused by Permit2), so
  * 150k per permit plus 300k for the batch leaves room for cold storage; the contract attempts an item only
- * with ITEM_GAS (250k) left, which the 300k covers. Only the gas used is paid.
+ * with ITEM_GAS (250k) left, which the 300k covers. A sponsored approval (the token's permit: a signature,
+ * its nonce and the allowance written) adds up to 80k. Only the gas used is paid.
  */
-export function uptoBatchGas(items: number): bigint {
-  return 300_000n + 150_000n * BigInt(items)
+export function uptoBatchGas(items: number, approvals = 0): bigint {
+  return 300_000n + 150_000n * BigInt(items) + APPROVAL_GAS * BigInt(approvals)
 }
 
-/** Gas of one permit settled by the treasury through the proxy. */
+const APPROVAL_GAS = 80_000n
+
+/** Gas of one permit settled by the treasury through the proxy (and its approval, when it carries one). */
 export const UPTO_DIRECT_GAS = 200_000n
 
 /**
@@ -197,22 +214,41 @@ export async function signUptoSettlement(
   const direct = sameAddress(facilitator, account.address)
   if (direct && p.items.length !== 1)
     throw new RangeError('the treasury settles one upto permit per transaction')
+  // Items with an eip2612GasSponsoring approval go through settleWithPermit (the batcher's
+  // settleWithPermits): the approval is submitted first. Batches without one are encoded as before.
+  const approvals = p.items.filter((it) => it.permit.permit2612 !== undefined).length
+  const proxyArgs = (a: ReturnType<typeof settleArgs>) =>
+    [a.permit, a.amount, a.owner, a.witness, a.signature] as const
   const data = direct
-    ? encodeFunctionData({
-        abi: x402UptoPermit2ProxyArtifact.abi,
-        functionName: 'settle',
-        args: ((a) => [a.permit, a.amount, a.owner, a.witness, a.signature] as const)(settleArgs(first)),
-      })
-    : encodeFunctionData({
-        abi: uptoSettlementBatcherArtifact.abi,
-        functionName: 'settle',
-        args: [p.items.map(settleArgs)],
-      })
+    ? approvals === 0
+      ? encodeFunctionData({
+          abi: x402UptoPermit2ProxyArtifact.abi,
+          functionName: 'settle',
+          args: proxyArgs(settleArgs(first)),
+        })
+      : encodeFunctionData({
+          abi: x402UptoPermit2ProxyArtifact.abi,
+          functionName: 'settleWithPermit',
+          args: [approvalArgs(first), ...proxyArgs(settleArgs(first))],
+        })
+    : approvals === 0
+      ? encodeFunctionData({
+          abi: uptoSettlementBatcherArtifact.abi,
+          functionName: 'settle',
+          args: [p.items.map(settleArgs)],
+        })
+      : encodeFunctionData({
+          abi: uptoSettlementBatcherArtifact.abi,
+          functionName: 'settleWithPermits',
+          args: [p.items.map(settleArgs), p.items.map(approvalArgs)],
+        })
   return signCall(account, {
     ...p,
     to: direct ? UPTO_PROXY_ADDRESS : facilitator,
     data,
-    gas: direct ? UPTO_DIRECT_GAS : uptoBatchGas(p.items.length),
+    gas: direct
+      ? UPTO_DIRECT_GAS + APPROVAL_GAS * BigInt(approvals)
+      : uptoBatchGas(p.items.length, approvals),
   })
 }
 

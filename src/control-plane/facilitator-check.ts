@@ -11,7 +11,7 @@ import type { AuthorizationChainCheck, AuthorizationChainChecker } from '../chai
 import type { ChainInfo } from '../chain/info.ts'
 import { type StoredAuthorization, storedAuthorization } from '../chain/settle.ts'
 import { sameAddress } from '../chain/transfer.ts'
-import type { StoredUptoPermit, UptoPermit } from '../chain/upto-permit.ts'
+import type { SponsoredApproval, StoredUptoPermit, UptoPermit } from '../chain/upto-permit.ts'
 import type { SmartWalletCheck, SmartWalletVerifier } from '../chain/verify-smart-wallet.ts'
 import { PAYMENT_IDENTIFIER } from '../wire/challenge.ts'
 
@@ -61,7 +61,13 @@ export type Checked =
     } & (
       | { kind: 'eip3009'; authorization: StoredAuthorization; nonce: Hex }
       /** upto: settled for valueAtomic, at most the permit's signed maximum. */
-      | { kind: 'upto'; authorization: StoredUptoPermit; permit: UptoPermit }
+      | {
+          kind: 'upto'
+          authorization: StoredUptoPermit
+          permit: UptoPermit
+          /** Its eip2612GasSponsoring approval of Permit2, verified locally; null: none. */
+          approval: SponsoredApproval | null
+        }
     ))
   | { ok: false; reason: string; message: string; payer?: Address }
 

@@ -10,9 +10,10 @@ import {
   type UptoChainCheck,
   type UptoFailure,
   uptoProofKey,
+  verifySponsoredApproval,
   verifyUptoPermit,
 } from '../chain/upto-permit.ts'
-import { parseUptoPayload } from '../schemes/upto/permit-payload.ts'
+import { EIP2612_GAS_SPONSORING, parseUptoPayload } from '../schemes/upto/permit-payload.ts'
 import {
   type CheckContext,
   type Checked,
@@ -47,9 +48,9 @@ export async function checkUptoTerms(
     return { ok: false, reason: 'unsupported_scheme', message: 'upto is settled in x402 version 2 only' }
   const common = checkCommonTerms(t, c, 'upto')
   if (!common.ok) return common
-  const parsed = parseUptoPayload({ payload: t.payload })
+  const parsed = parseUptoPayload({ payload: t.payload, extensions: t.extensions })
   if (!parsed.ok) return { ok: false, reason: 'invalid_payload', message: parsed.detail }
-  const { permit, signature } = parsed
+  const { permit, signature, approval } = parsed
   const payer = getAddress(permit.from)
   const fail = (reason: string, message: string): Checked => ({ ok: false, reason, message, payer })
   const amount = BigInt(t.amount)
@@ -76,6 +77,20 @@ export async function checkUptoTerms(
     nowSeconds: c.nowSeconds,
   })
   if (!local.ok) return fail(REASONS[local.reason], local.reason.replaceAll('_', ' '))
+  if (approval !== null) {
+    const sponsored = await verifySponsoredApproval({
+      chainId: c.chain.chainId,
+      token: { address: c.chain.usdcAddress, name: c.chain.usdcName, version: c.chain.usdcVersion },
+      permit,
+      approval,
+      nowSeconds: c.nowSeconds,
+    })
+    if (!sponsored.ok)
+      return fail(
+        sponsored.reason,
+        `the ${EIP2612_GAS_SPONSORING} approval: ${sponsored.reason.replaceAll('_', ' ')}`,
+      )
+  }
   return {
     ok: true,
     // The key the metered upto scheme claims this permit by: one claim, wherever it pays.
@@ -87,8 +102,9 @@ export async function checkUptoTerms(
     network: common.network,
     paymentIdentifier: paymentIdentifier(t.extensions),
     kind: 'upto',
-    authorization: storedUptoPermit(permit, signature),
+    authorization: storedUptoPermit(permit, signature, approval),
     permit,
+    approval,
   }
 }
 
@@ -100,6 +116,16 @@ export function uptoChainFailure(r: UptoChainCheck): { reason: string; message: 
       return { reason: 'insufficient_funds', message: 'the payer cannot cover the signed maximum' }
     case 'permit2_allowance_required':
       return { reason: 'permit2_allowance_required', message: 'the payer has not approved Permit2 for it' }
+    case 'permit2_allowance_pending':
+      return {
+        reason: 'permit2_allowance_pending',
+        message: `another payment's ${EIP2612_GAS_SPONSORING} approval of Permit2 is not settled yet`,
+      }
+    case 'eip2612_nonce_mismatch':
+      return {
+        reason: 'eip2612_nonce_mismatch',
+        message: `the ${EIP2612_GAS_SPONSORING} approval's nonce is not the token's current one`,
+      }
     case 'proof_already_used':
       return { reason: 'proof_already_used', message: 'this permit is already used on chain' }
     default:

@@ -46,6 +46,8 @@ export class SchemeRegistry {
         ...(offer.body ? { body: offer.body } : {}),
         ...(x402 && offer.v1 ? { v1: offer.v1 } : {}),
         ...(x402 && offer.v2 ? { v2: offer.v2 } : {}),
+        // x402 extensions belong to its v2 requirement: gone with it.
+        ...(x402 && offer.v2 && offer.extensions ? { extensions: offer.extensions } : {}),
         ...(mpp && offer.mpp ? { mpp: offer.mpp } : {}),
       }
       if (kept.body || kept.v1 || kept.v2 || kept.mpp) out.offers.push(kept)

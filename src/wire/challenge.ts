@@ -16,6 +16,8 @@ export interface Offer {
   v2?: Requirement
   /** An MPP challenge (a `WWW-Authenticate: Payment` value): its fixed part built here, its id per answer. */
   mpp?: MppOffer
+  /** x402 extensions the scheme declares with its requirement (upto: eip2612GasSponsoring), by name. */
+  extensions?: Record<string, unknown>
 }
 
 /** An x402 v2 payment requirement as advertised. */
@@ -77,7 +79,9 @@ export function buildChallenge(input: ChallengeInput): Challenge {
   const v1: Array<Record<string, unknown>> = []
   const accepts: Requirement[] = []
   const mpp: MppOffer[] = []
+  let extensions = input.extensions
   for (const offer of input.offers) {
+    if (offer.extensions) extensions = { ...extensions, ...offer.extensions }
     if (offer.mpp) mpp.push(offer.mpp)
     if (offer.body) Object.assign(fields, offer.body)
     if (offer.v1) v1.push({ ...offer.v1, resource: input.resourceUrl, description: input.description })
@@ -88,8 +92,8 @@ export function buildChallenge(input: ChallengeInput): Challenge {
   fields.accepts = v1.map(v1Order)
   if (input.pricing) fields.pricing = input.pricing
   if (input.notOffered && input.notOffered.length > 0) fields.schemes_not_offered = input.notOffered
-  const hasExtensions = input.extensions !== undefined && Object.keys(input.extensions).length > 0
-  if (hasExtensions) fields.extensions = input.extensions
+  const hasExtensions = extensions !== undefined && Object.keys(extensions).length > 0
+  if (hasExtensions) fields.extensions = extensions
   const v2Rest: Record<string, unknown> = {
     resource: {
       url: input.resourceUrl,
@@ -99,7 +103,7 @@ export function buildChallenge(input: ChallengeInput): Challenge {
     },
     accepts,
     // A client may name its payment (payment-identifier): a retry after a lost answer gets the answer again.
-    extensions: { ...input.extensions, [PAYMENT_IDENTIFIER]: PAYMENT_IDENTIFIER_DECLARATION },
+    extensions: { ...extensions, [PAYMENT_IDENTIFIER]: PAYMENT_IDENTIFIER_DECLARATION },
   }
   return {
     rest: `,${JSON.stringify(fields).slice(1)}`,

@@ -3,13 +3,16 @@
 // pointed at tollgate, paid by the published upto client through @x402/fetch: the handler settles for less
 // than the signed maximum (setSettlementOverrides), tollgate's upto settlement job sends the permit on anvil,
 // books it once; a retry gets the first answer. Then one payer's balance raced by three /settle and a
-// metered call at once: what is claimed never exceeds what the wallet holds.
+// metered call at once: what is claimed never exceeds what the wallet holds. A route declaring
+// eip2612GasSponsoring (@x402/extensions) is paid by a payer that never approved Permit2: the published
+// client signs the token's EIP-2612 approval, and tollgate's batch submits it before the permit.
 import { x402Client } from '@x402/core/client'
 import { decodePaymentRequiredHeader, decodePaymentResponseHeader } from '@x402/core/http'
 import { registerExactEvmScheme } from '@x402/evm/exact/client'
 import { UptoEvmScheme as UptoClient } from '@x402/evm/upto/client'
 import { UptoEvmScheme } from '@x402/evm/upto/server'
 import { paymentMiddleware, setSettlementOverrides, x402ResourceServer } from '@x402/express'
+import { declareEip2612GasSponsoringExtension } from '@x402/extensions'
 import { wrapFetchWithPayment } from '@x402/fetch'
 import express from 'express'
 import {
@@ -99,6 +102,22 @@ beforeAll(async () => {
       server,
     ),
   )
+  app.use(
+    paymentMiddleware(
+      {
+        'GET /sponsored': {
+          accepts: { scheme: 'upto', price, network: NETWORK, payTo: chain.treasury.address },
+          description: 'usage-priced, payable without a Permit2 approval',
+          extensions: { ...declareEip2612GasSponsoringExtension() },
+        },
+      },
+      server,
+    ),
+  )
+  app.get('/sponsored', (_req: unknown, res: Json & Res) => {
+    setSettlementOverrides(res, { amount: CHARGE_ATOMIC.toString() })
+    res.json({ served: 'sponsored' })
+  })
   app.get('/metered', (_req: unknown, res: Json & Res) => {
     // The work cost less than the maximum the payer signed: settle for that.
     setSettlementOverrides(res, { amount: CHARGE_ATOMIC.toString() })
@@ -166,6 +185,41 @@ describe('upto through tollgate’s facilitator', () => {
     expect(report.differences).toEqual([])
   })
 
+  it('/supported lists eip2612GasSponsoring; a payer that never approved Permit2 pays through it', async () => {
+    const supported = await facilitatorClient(svc.url, merchantKey).getSupported()
+    expect(supported.extensions).toContain('eip2612GasSponsoring')
+    const key = generatePrivateKey()
+    const payer = privateKeyToAccount(key)
+    await send(chain.payers[2]!.privateKey, { functionName: 'transfer', args: [payer.address, 100_000n] })
+    const allowance = () =>
+      reader.readContract({
+        address: chain.usdcAddress,
+        abi: parseAbi(['function allowance(address, address) view returns (uint256)']),
+        functionName: 'allowance',
+        args: [payer.address, PERMIT2_ADDRESS],
+      })
+    expect(await allowance()).toBe(0n)
+    // The published client, given an RPC to read its allowance, signs the approval beside its permit.
+    const client = new x402Client().register(
+      NETWORK,
+      new UptoClient(payer as never, { rpcUrl: chain.rpcUrl }),
+    )
+    const r = await wrapFetchWithPayment(fetch, client)(`${shopUrl}/sponsored`)
+    expect(r.status, await r.clone().text()).toBe(200)
+    expect(await r.json()).toEqual({ served: 'sponsored' })
+    const receipt = decodePaymentResponseHeader(r.headers.get('payment-response')!)
+    expect(receipt).toMatchObject({ success: true, payer: payer.address })
+    expect(await balanceOf(payer.address)).toBe(100_000n - CHARGE_ATOMIC)
+    // The approval was submitted in the settlement: the maximum approved, the charge spent of it.
+    expect(await allowance()).toBe(MAX_ATOMIC - CHARGE_ATOMIC)
+    const [claim] = await svc.sql<{ status: string; approval: { value: string } | null }[]>`
+      SELECT status, authorization_payload->'permit2612' AS approval FROM claims
+      WHERE target_type = 'facilitator' AND lower(payer) = ${payer.address.toLowerCase()}`
+    expect(claim).toEqual({ status: 'applied', approval: expect.objectContaining({ value: '50000' }) })
+    const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
+    expect(report.differences).toEqual([])
+  })
+
   it('a retry of /settle gets the first answer; verify refuses it as used; more than the maximum is refused', async () => {
     const payer = chain.payers[0]!
     const first = await fetch(`${shopUrl}/metered`)
@@ -189,7 +243,8 @@ describe('upto through tollgate’s facilitator', () => {
     })
     const [n] = await svc.sql<{ n: number }[]>`
       SELECT count(*)::int AS n FROM claims WHERE target_type = 'facilitator' AND kind = 'upto'`
-    expect(n!.n).toBe(2)
+    // The two tests before paid one each.
+    expect(n!.n).toBe(3)
   })
 })
 

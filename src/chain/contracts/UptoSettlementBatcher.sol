@@ -7,6 +7,10 @@
 // settler sits in storage, not in an immutable, so the dev chain installs the runtime code with
 // anvil_setCode and writes slot 0. The settler may name delegates (tollgate's settler slots, which settle
 // before the answer from keys of their own): they settle as it does; only the settler names or removes them.
+// settleWithPermits carries the payers' EIP-2612 permits of the x402 `eip2612GasSponsoring` extension (a
+// payer who never approved Permit2 signs one beside its upto permit): those items go through the proxy's
+// settleWithPermit, which submits the approval first. settle keeps its ABI: batches without a permit are
+// encoded as before.
 pragma solidity ^0.8.24;
 
 import {Permit2} from './Permit2.sol';
@@ -37,6 +41,7 @@ contract UptoSettlementBatcher {
   event DelegateSet(address indexed account, bool allowed);
 
   error NotSettler();
+  error LengthMismatch();
 
   constructor(address settler_) {
     settler = settler_;
@@ -64,5 +69,34 @@ contract UptoSettlementBatcher {
       } catch {}
     }
     emit BatchSettled(i, succeeded);
+  }
+
+  /// As settle; permits[i] is items[i]'s EIP-2612 approval of Permit2 (a zero deadline: none).
+  function settleWithPermits(Item[] calldata items, X402UptoPermit2Proxy.EIP2612Permit[] calldata permits)
+    external
+  {
+    if (msg.sender != settler && !delegates[msg.sender]) revert NotSettler();
+    if (permits.length != items.length) revert LengthMismatch();
+    uint256 i;
+    uint256 succeeded;
+    for (; i < items.length; ++i) {
+      if (gasleft() < ITEM_GAS) break;
+      if (_settleOne(items[i], permits[i])) ++succeeded;
+    }
+    emit BatchSettled(i, succeeded);
+  }
+
+  function _settleOne(Item calldata it, X402UptoPermit2Proxy.EIP2612Permit calldata p) private returns (bool) {
+    if (p.deadline == 0) {
+      try PROXY.settle(it.permit, it.amount, it.owner, it.witness, it.signature) {} catch {
+        return false;
+      }
+    } else {
+      try PROXY.settleWithPermit(p, it.permit, it.amount, it.owner, it.witness, it.signature) {} catch {
+        return false;
+      }
+    }
+    emit UptoSettled(it.owner, it.permit.nonce, it.amount);
+    return true;
   }
 }

@@ -16,6 +16,7 @@ import type { StoredAuthorization } from '../../chain/settle.ts'
 import { facilitatorResourceOf } from '../../discovery/facilitator-resource.ts'
 import { ApiError } from '../../errors.ts'
 import { facilitatorSettleChecks } from '../../observability/metrics.ts'
+import { EIP2612_GAS_SPONSORING } from '../../schemes/upto/permit-payload.ts'
 import { type Checked, checkTerms, exactChainFailure, type Terms } from '../facilitator-check.ts'
 import { FacilitatorClaims } from '../facilitator-claims.ts'
 import { FacilitatorReads } from '../facilitator-reads.ts'
@@ -177,7 +178,7 @@ async function readChain(ctx: RouteContext, c: Checked & { ok: true }): Promise<
   if (c.kind === 'upto') {
     const upto = ctx.deps.upto
     if (!upto) throw new ApiError('service_unavailable', 'this instance cannot read the chain for upto')
-    const read = await upto.check(c.permit)
+    const read = await upto.check(c.permit, c.approval)
     if (!read.ok) return { ok: false, ...uptoChainFailure(read)! }
     return { ok: true, balance: read.balance }
   }
@@ -429,8 +430,9 @@ export const facilitatorRoutes: Route[] = [
                   },
                 ]),
           ],
-          // bazaar: a settled payload carrying it is cataloged in /discovery/resources.
-          extensions: ['payment-identifier', 'bazaar'],
+          // bazaar: a settled payload carrying it is cataloged in /discovery/resources. eip2612GasSponsoring:
+          // an upto payer that never approved Permit2 signs an EIP-2612 approval, submitted at settlement.
+          extensions: ['payment-identifier', 'bazaar', ...(upto === null ? [] : [EIP2612_GAS_SPONSORING])],
           // The treasury signs the settlement batches (they carry every authorization, whoever it pays), and
           // this instance's facilitator settler its own group commit's.
           signers: {

@@ -16,6 +16,7 @@ import {
   type UptoChainChecker,
   type UptoFailure,
   uptoProofKey,
+  verifySponsoredApproval,
   verifyUptoPermit,
 } from '../../chain/upto-permit.ts'
 import {
@@ -37,7 +38,11 @@ import { type EarlySettler, sharedSettler } from '../exact/settler.ts'
 import { acceptedAmount, v2Requirement } from '../requirement.ts'
 import type { Offer, OfferQuery, PayQuery, Scheme, SchemeDeps, Verdict } from '../scheme.ts'
 import { backlogRefusal } from '../verdicts.ts'
-import { parseUptoPayload } from './permit-payload.ts'
+import {
+  EIP2612_GAS_SPONSORING,
+  EIP2612_GAS_SPONSORING_DECLARATION,
+  parseUptoPayload,
+} from './permit-payload.ts'
 
 export const UPTO = 'upto'
 
@@ -127,6 +132,9 @@ class UptoScheme implements Scheme {
     const { amountAtomic, maxTimeoutSeconds } = q
     return {
       v2: v2Requirement(this.deps.chainInfo, { scheme: UPTO, amountAtomic, maxTimeoutSeconds }, extra),
+      // A payer that never approved Permit2 signs an EIP-2612 approval beside its permit; the settlement
+      // submits it (the batcher's settleWithPermits), at tollgate's gas.
+      extensions: { [EIP2612_GAS_SPONSORING]: EIP2612_GAS_SPONSORING_DECLARATION },
     }
   }
 
@@ -159,9 +167,20 @@ class UptoScheme implements Scheme {
       nowSeconds: BigInt(Math.floor(q.nowMs / 1000)),
     }).then(async (local): Promise<Verdict> => {
       if (!local.ok) return { ok: false, reason: WIRE_REASON[local.reason] }
+      const { approval } = parsed
+      if (approval !== null) {
+        const sponsored = await verifySponsoredApproval({
+          chainId: c.chainId,
+          token: { address: c.usdcAddress, name: c.usdcName, version: c.usdcVersion },
+          permit: parsed.permit,
+          approval,
+          nowSeconds: BigInt(Math.floor(q.nowMs / 1000)),
+        })
+        if (!sponsored.ok) return { ok: false, reason: sponsored.reason }
+      }
       const proofKey = uptoProofKey(parsed.permit)
       if (this.deps.usedProofs.has(proofKey)) return { ok: false, reason: 'proof_already_used' }
-      const onChain = await this.onChain(parsed.permit)
+      const onChain = await this.onChain(parsed.permit, approval)
       if (!onChain.ok) {
         if (onChain.reason !== 'rpc_unavailable') return { ok: false, reason: onChain.reason }
         return {
@@ -171,7 +190,7 @@ class UptoScheme implements Scheme {
         }
       }
       const payer = getAddress(parsed.permit.from)
-      const permit = storedUptoPermit(parsed.permit, parsed.signature)
+      const permit = storedUptoPermit(parsed.permit, parsed.signature, approval)
       const early = q.endpoint.settleBeforeAnswer === true && this.settler?.usable() ? this.settler : null
       return {
         ok: true,
