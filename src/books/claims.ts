@@ -209,7 +209,9 @@ function claimedCtes(db: Db, claimsDoc: string, reserving: boolean, upto: boolea
  * eip2612GasSponsoring approval (uptoAllowanceRule).
  */
 function reservedClaims(db: Db, upto: boolean) {
-  const open = upto ? db`CASE WHEN has_upto THEN payer_upto_open(payer_l) END` : db`NULL::text`
+  const open = upto
+    ? db`CASE WHEN has_upto THEN payer_upto_open(payer_l, approval_nonce) END`
+    : db`NULL::text`
   return db`
     -- The payer reservation (x402 exact and upto): an authorization or permit is claimed only if
     --   balance (as read at balance_block) - payer_reserved(payer, balance_block) - earlier ones of this
@@ -231,7 +233,9 @@ function reservedClaims(db: Db, upto: boolean) {
     -- sum reads every row of "payers" first), so two batches never wait on each other crosswise.
     payers AS MATERIALIZED (
       SELECT payer_l, payer_reserved(payer_l, since) AS reserved, ${open} AS upto_open FROM (
-        SELECT lower(payer) AS payer_l, min(balance_block) AS since, bool_or(kind = 'upto') AS has_upto
+        SELECT lower(payer) AS payer_l, min(balance_block) AS since, bool_or(kind = 'upto') AS has_upto,
+               -- The chain's EIP-2612 nonce, as the sponsored permits' approvals were checked against it.
+               min(("authorization"->'permit2612'->>'nonce')::numeric) AS approval_nonce
         FROM req WHERE kind IN ('eip3009', 'upto')
         GROUP BY lower(payer) ORDER BY hashtext(lower(payer)), lower(payer) OFFSET 0
       ) p

@@ -192,11 +192,15 @@ async function reserveAndInsertRows(
       group_commit: q.groupCommit ?? false,
       block: q.reserve.block.toString(),
       kind: q.kind,
+      // The chain's EIP-2612 nonce, as a sponsored permit's approval was checked against it (migration 0081).
+      approval_nonce: (q.authorization as Partial<StoredUptoPermit>).permit2612?.nonce ?? null,
     }
   })
   const upto = order.some((o) => o.q.kind === 'upto')
   // payer_upto_open (migration 0081) only for groups with upto permits, under the same lock.
-  const open = upto ? tx`CASE WHEN has_upto THEN payer_upto_open(payer_l) END` : tx`NULL::text`
+  const open = upto
+    ? tx`CASE WHEN has_upto THEN payer_upto_open(payer_l, approval_nonce) END`
+    : tx`NULL::text`
   const written = await tx<
     { kind: 'payer' | 'row'; key: string; reserved: string | null; upto_open: string | null }[]
   >`
@@ -204,11 +208,13 @@ async function reserveAndInsertRows(
       SELECT * FROM json_to_recordset(${JSON.stringify(rows)}::text::json)
         AS t(i int, id text, account_id text, proof_key text, payment_identifier text, custody text,
              pay_to text, payer text, amount bigint, owner_share bigint, fee bigint, network text,
-             x402_version int, resource_url text, group_commit boolean, block bigint, kind text)
+             x402_version int, resource_url text, group_commit boolean, block bigint, kind text,
+             approval_nonce numeric)
     ),
     payers AS MATERIALIZED (
       SELECT payer_l, payer_reserved(payer_l, since) AS reserved, ${open} AS upto_open FROM (
-        SELECT payer AS payer_l, min(block) AS since, bool_or(kind = 'upto') AS has_upto FROM req
+        SELECT payer AS payer_l, min(block) AS since, bool_or(kind = 'upto') AS has_upto,
+               min(approval_nonce) AS approval_nonce FROM req
         GROUP BY payer ORDER BY hashtext(payer), payer OFFSET 0
       ) p
     ),

@@ -5,7 +5,8 @@
 // each is charged exactly the tokens streamed; upto permits settle for exactly their charge (the payer's
 // wallet moves by their sum), channels are charged the sum of their calls and claimed on chain for it (one
 // channel call in ten hangs upstream: booked in doubt at its ceiling, never served, the client paying on);
-// reconcile exits 0 and every running balance equals its entries.
+// reconcile exits 0 and every running balance equals its entries. Two of the upto payers never approved
+// Permit2: each permit carries its EIP-2612 approval (eip2612GasSponsoring), submitted at settlement.
 import { existsSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
 import { formatSchemes, runSchemesChaos } from './schemes-restart.ts'
@@ -16,6 +17,7 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: upto and batch-settlem
     const result = await runSchemesChaos({
       loadMs: 15_000,
       uptoWorkers: 4,
+      sponsoredPayers: 2,
       channels: 4,
       restarts: ['fast', 'immediate'],
       log: (line) => lines.push(line),
@@ -56,6 +58,10 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: upto and batch-settlem
     expect(result.upto.overSigned, context).toBe(0)
     expect(result.upto.uncapturedSettled, context).toBe(0)
     expect(result.upto.payerMovedAtomic, context).toBe(result.upto.charged)
+    // Payers that never approved Permit2 were served and their permits settled with the approval (each
+    // one at a time: a 402 while the previous is unsettled, then a new signature).
+    expect(result.upto.sponsoredServed, context).toBeGreaterThan(0)
+    expect(result.upto.sponsoredSettled, context).toBe(result.upto.sponsoredServed)
     // A channel call the upstream never answered is in doubt: booked once at its voucher's whole ceiling
     // (a cumulative voucher cannot be skipped), never served, and its client pays on after the corrective 402.
     expect(result.upto.inDoubt, context).toBe(0)

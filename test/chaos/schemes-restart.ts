@@ -14,7 +14,7 @@ import { x402Client, x402HTTPClient } from '@x402/core/client'
 import { UptoEvmScheme } from '@x402/evm/upto/client'
 import postgres from 'postgres'
 import { createPublicClient, createWalletClient, type Hex, http, maxUint256, parseAbi } from 'viem'
-import { privateKeyToAccount } from 'viem/accounts'
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { readChannel } from '../../src/chain/batch-channel.ts'
 import { PERMIT2_ADDRESS } from '../../src/chain/upto-permit.ts'
 import { postJson } from '../helpers/api.ts'
@@ -49,6 +49,11 @@ const DEPOSIT_MULTIPLIER = 200
 const PAYER_FUNDING_ATOMIC = 10_000_000n
 /** The reasons of a batch-settlement 402 after which the published client pays the same call again. */
 const BATCH_RETRY_REASONS = ['channel_busy', 'cumulative_amount_mismatch', 'cumulative_below_claimed']
+/**
+ * The reasons of an upto 402 after which a sponsored payer (eip2612GasSponsoring, no Permit2 approval) signs
+ * again later: its previous permit, whose approval sets the allowance, is not settled yet (one at a time).
+ */
+const SPONSORED_RETRY_REASONS = ['insufficient_funds', 'permit2_allowance_pending']
 
 export type RestartMode = 'fast' | 'immediate'
 
@@ -57,6 +62,11 @@ export interface SchemesChaosOptions {
   loadMs: number
   /** Concurrent upto payers' calls (one payer, a fresh permit each). */
   uptoWorkers: number
+  /**
+   * Upto payers that never approved Permit2 (eip2612GasSponsoring: each permit carries an EIP-2612
+   * approval, submitted at settlement), each paying its calls one after another.
+   */
+  sponsoredPayers: number
   /** Channels (one payer each), each paying its calls one after another. */
   channels: number
   /** PostgreSQL restarts, spread over the load ('fast' as the chaos rounds do; 'immediate' is a crash). */
@@ -74,6 +84,8 @@ interface Call {
   outcome: 'served' | 'refused' | 'gave_up' | 'in_doubt' | null
   /** The upstream never answers it: the proxy's head timeout puts it in doubt (batch only). */
   hang: boolean
+  /** upto paid by a payer without a Permit2 approval (eip2612GasSponsoring). */
+  sponsored?: boolean
   /** The final 402's reason, for a refused call. */
   refused: string | null
   receiptId: string | null
@@ -133,8 +145,13 @@ export interface UptoFigures extends KindFigures {
    * transaction or is not settled (a receipt naming a transaction that did not carry the permit). */
   settledBeforeAnswer: number
   receiptOtherTx: number
-  /** What left the payer's wallet on chain, and the sum of the upto charges. */
+  /** What left the payers' wallets on chain, and the sum of the upto charges. */
   payerMovedAtomic: bigint
+  /** Served calls of the sponsored payers, their permits settled with the approval, and the 402s that made
+   * them sign again (the previous permit not settled yet). */
+  sponsoredServed: number
+  sponsoredSettled: number
+  sponsoredWaits: number
 }
 
 export interface BatchFigures extends KindFigures {
@@ -244,6 +261,7 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
     const publicClient = createPublicClient({ transport: http(chain.rpcUrl) })
     const usdcAbi = parseAbi([
       'function approve(address spender, uint256 value) returns (bool)',
+      'function transfer(address to, uint256 value) returns (bool)',
       'function balanceOf(address) view returns (uint256)',
     ])
     const uptoPayer = privateKeyToAccount(chain.payers[0]!.privateKey)
@@ -259,14 +277,45 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
       chain: null,
     })
     await publicClient.waitForTransactionReceipt({ hash: approval })
-    const uptoBalance = () =>
-      publicClient.readContract({
+    // Payers that never approve Permit2: funded by the upto payer, their approvals signed per permit.
+    const sponsored = Array.from({ length: options.sponsoredPayers }, () =>
+      privateKeyToAccount(generatePrivateKey()),
+    )
+    for (const s of sponsored) {
+      const hash = await createWalletClient({
+        account: uptoPayer,
+        transport: http(chain.rpcUrl),
+      }).writeContract({
         address: chain.usdcAddress,
         abi: usdcAbi,
-        functionName: 'balanceOf',
-        args: [uptoPayer.address],
+        functionName: 'transfer',
+        args: [s.address, 200_000n],
+        chain: null,
       })
+      await publicClient.waitForTransactionReceipt({ hash })
+    }
+    const uptoBalance = async () => {
+      let sum = 0n
+      for (const owner of [uptoPayer, ...sponsored])
+        sum += await publicClient.readContract({
+          address: chain.usdcAddress,
+          abi: usdcAbi,
+          functionName: 'balanceOf',
+          args: [owner.address],
+        })
+      return sum
+    }
     const uptoBalanceBefore = await uptoBalance()
+    const sponsoredClients = sponsored.map(
+      (account) =>
+        new x402HTTPClient(
+          x402Client.fromConfig({
+            // With an RPC, the published client reads its allowance and signs the EIP-2612 approval.
+            schemes: [{ network: caip2, client: new UptoEvmScheme(account, { rpcUrl: chain.rpcUrl }) }],
+            spendControls: { allowedAssets: [{ network: caip2, asset: chain.usdcAddress }] },
+          }),
+        ),
+    )
     const uptoClient = new x402HTTPClient(
       x402Client.fromConfig({
         schemes: [{ network: caip2, client: new UptoEvmScheme(uptoPayer) }],
@@ -314,7 +363,7 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
     }
     const t0 = Date.now()
     const loadEnd = t0 + options.loadMs
-    const stats = { upto503: 0, batch503: 0, uptoNet: 0, batchNet: 0 }
+    const stats = { upto503: 0, batch503: 0, uptoNet: 0, batchNet: 0, sponsoredWaits: 0 }
     const url = (inst: Instance, c: Call, hang = c.hang) =>
       `${inst.child.url}${paths[c.kind]}?p=${c.id}&n=${c.events}${hang ? '&hang=1' : ''}`
 
@@ -322,6 +371,20 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
       while (Date.now() < loadEnd) {
         const c = newCall('upto')
         await payUpto(c, w, { instances, url, client: uptoClient, stats, t0 })
+      }
+    }
+    const sponsoredWorker = async (i: number) => {
+      while (Date.now() < loadEnd) {
+        const c = newCall('upto')
+        c.sponsored = true
+        await payUpto(c, options.uptoWorkers + i, {
+          instances,
+          url,
+          client: sponsoredClients[i]!,
+          stats,
+          t0,
+          retryReasons: SPONSORED_RETRY_REASONS,
+        })
       }
     }
     const channelWorker = async (i: number) => {
@@ -350,6 +413,7 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
     })()
     await Promise.all([
       ...Array.from({ length: options.uptoWorkers }, (_, w) => uptoWorker(w)),
+      ...Array.from({ length: options.sponsoredPayers }, (_, i) => sponsoredWorker(i)),
       ...Array.from({ length: options.channels }, (_, i) => channelWorker(i)),
       restarting,
     ])
@@ -408,6 +472,7 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
     const upto = await judgeUpto(db, calls, upstream, uptoEp.id as string)
     upto.payerMovedAtomic = uptoBalanceBefore - (await uptoBalance())
     upto.status503 = stats.upto503
+    upto.sponsoredWaits = stats.sponsoredWaits
     upto.networkErrors = stats.uptoNet
     const batch = await judgeBatch(db, calls, upstream, batchEp.id as string, publicClient)
     batch.channels = options.channels
@@ -546,7 +611,7 @@ async function readAnswer(res: Response): Promise<Streamed> {
 interface DriveCtx {
   instances: Instance[]
   url(inst: Instance, c: Call): string
-  stats: { upto503: number; batch503: number; uptoNet: number; batchNet: number }
+  stats: { upto503: number; batch503: number; uptoNet: number; batchNet: number; sponsoredWaits: number }
   t0: number
 }
 
@@ -566,7 +631,11 @@ function served(c: Call, got: Streamed, from: number): void {
  * permit until it is served or refused (402), retried after a 503, a 409 or a network error on the other
  * instance (a permit serves at most once, whichever instance answers).
  */
-async function payUpto(c: Call, w: number, ctx: DriveCtx & { client: x402HTTPClient }): Promise<void> {
+async function payUpto(
+  c: Call,
+  w: number,
+  ctx: DriveCtx & { client: x402HTTPClient; retryReasons?: string[] },
+): Promise<void> {
   const deadline = Date.now() + CALL_DEADLINE_MS
   let header: Record<string, string> | null = null
   for (let attempt = 0; c.outcome === null; attempt++) {
@@ -603,7 +672,12 @@ async function payUpto(c: Call, w: number, ctx: DriveCtx & { client: x402HTTPCli
         const got = await readAnswer(res)
         c.trail.push(`${inst.name}:${got.status}${got.reason ? ` ${got.reason}` : ''}@${at - ctx.t0}`)
         if (got.status < 300) served(c, got, at)
-        else if (got.status === 402) {
+        else if (got.status === 402 && ctx.retryReasons?.includes(got.reason ?? '')) {
+          // Its previous permit is not settled yet: a fresh 402 and a new signature, after a wait.
+          ctx.stats.sponsoredWaits++
+          header = null
+          await sleep(400)
+        } else if (got.status === 402) {
           c.outcome = 'refused'
           c.refused = got.reason
         } else if (got.status === 503) ctx.stats.upto503++
@@ -766,6 +840,9 @@ async function judgeUpto(
     settledBeforeAnswer: 0,
     receiptOtherTx: 0,
     payerMovedAtomic: 0n,
+    sponsoredServed: calls.filter((c) => c.sponsored && c.outcome === 'served').length,
+    sponsoredSettled: 0,
+    sponsoredWaits: 0,
   }
   judgeCalls(f, calls, rows, upstream)
   const byCall = new Map<string, { tx: string | null; settled: boolean }>()
@@ -786,12 +863,14 @@ async function judgeUpto(
       settled: string | null
       settled_at: Date | null
       charge: string | null
+      sponsored: boolean
     }[]
   >`
     SELECT k.proof_key, k.amount_atomic::text AS signed, k.settled_atomic::text AS settled, k.settled_at,
-           c.amount_atomic::text AS charge
+           c.amount_atomic::text AS charge, k.authorization_payload ? 'permit2612' AS sponsored
     FROM claims k LEFT JOIN calls c ON call_proof_key(c.proof_key, c.proof) = k.proof_key WHERE k.kind = 'upto'`
   for (const k of claims) {
+    if (k.sponsored && k.charge !== null && k.settled_at !== null) f.sponsoredSettled++
     if (k.charge === null) {
       // A permit claimed, never served: nothing may leave the payer's wallet for it.
       if (k.settled !== null && k.settled !== '0') f.uncapturedSettled++
@@ -882,7 +961,8 @@ export function formatSchemes(r: SchemesChaosResult): string {
   return [
     `restarts: ${r.restarts.map((x) => `${x.mode} at ${x.atMs} ms (${x.tookMs} ms, ${x.streamsInFlight} streams in flight)`).join('; ')}`,
     k('upto', r.upto),
-    `  upto settlement: settled ≠ booked ${r.upto.settledNotBooked}, above signed ${r.upto.overSigned}, unsettled ${r.upto.unsettled}, uncaptured settled ${r.upto.uncapturedSettled}; settled before the answer ${r.upto.settledBeforeAnswer}, receipt naming another transaction ${r.upto.receiptOtherTx}; payer wallet moved ${r.upto.payerMovedAtomic} of ${r.upto.charged} charged`,
+    `  upto settlement: settled ≠ booked ${r.upto.settledNotBooked}, above signed ${r.upto.overSigned}, unsettled ${r.upto.unsettled}, uncaptured settled ${r.upto.uncapturedSettled}; settled before the answer ${r.upto.settledBeforeAnswer}, receipt naming another transaction ${r.upto.receiptOtherTx}; payer wallets moved ${r.upto.payerMovedAtomic} of ${r.upto.charged} charged`,
+    `  upto without a Permit2 approval (eip2612GasSponsoring): served ${r.upto.sponsoredServed}, settled with the approval ${r.upto.sponsoredSettled}, signed again after a 402 while the previous was unsettled ${r.upto.sponsoredWaits}`,
     k('batch', r.batch),
     `  channels: ${r.batch.channels}, corrective 402s ${r.batch.corrections}, charged ≠ Σ calls ${r.batch.chargedNotSum}, claimed ≠ charged ${r.batch.claimedNotCharged} (on chain ${r.batch.onChainNotCharged})`,
     `replay of ${r.replaySends} payment headers: ${r.replayServed} served again`,

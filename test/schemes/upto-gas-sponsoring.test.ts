@@ -258,6 +258,13 @@ describe('x402 upto with eip2612GasSponsoring (a payer that never approved Permi
     expect(mined.status).toBe('success')
     expect(before - (await usdcBalance(payer.address))).toBe(CHARGE)
     expect(await permitNonce(payer)).toBe(1n)
+    // The next call, right after: the first is settled, so the client signs the next nonce and pays.
+    const next = await wrapFetchWithPayment(fetch, sponsoredClient(payer))(beforeUrl, REQUEST)
+    expect(next.status, await next.clone().text()).toBe(200)
+    await next.text()
+    expect(decodePaymentResponseHeader(next.headers.get('payment-response')!).success).toBe(true)
+    expect(await permitNonce(payer)).toBe(2n)
+    expect(before - (await usdcBalance(payer.address))).toBe(2n * CHARGE)
     await svc.flushCaptures()
     await expectReconciled()
   })
