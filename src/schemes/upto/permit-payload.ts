@@ -36,27 +36,16 @@ const SponsoredApprovalInfo = v.object({
 })
 
 /**
- * The extension as a 402 declares it (@x402/extensions' declareEip2612GasSponsoringExtension, its schema
- * without the descriptions): the published upto client signs an approval only where it is declared.
+ * The extension as a 402 declares it: @x402/extensions' declareEip2612GasSponsoringExtension, its schema cut
+ * to the fields the approval must have. The published upto client signs an approval only where the key is
+ * declared, and echoes the declaration in every payment payload: the published schema (~900 bytes of
+ * patterns and descriptions) made each upto payment header ~1.2 kB longer to decode, about 50 µs of the
+ * proxy's CPU a call in the upto bench's profile (parseProof 70 → 141 ms a 4 s run).
  */
 export const EIP2612_GAS_SPONSORING_DECLARATION = {
-  info: {
-    description: 'The facilitator accepts EIP-2612 gasless Permit to `Permit2` canonical contract.',
-    version: '1',
-  },
+  info: { description: 'EIP-2612 approval of Permit2, submitted by the facilitator', version: '1' },
   schema: {
-    $schema: 'https://json-schema.org/draft/2020-12/schema',
     type: 'object',
-    properties: {
-      from: { type: 'string', pattern: '^0x[a-fA-F0-9]{40}$' },
-      asset: { type: 'string', pattern: '^0x[a-fA-F0-9]{40}$' },
-      spender: { type: 'string', pattern: '^0x[a-fA-F0-9]{40}$' },
-      amount: { type: 'string', pattern: '^[0-9]+$' },
-      nonce: { type: 'string', pattern: '^[0-9]+$' },
-      deadline: { type: 'string', pattern: '^[0-9]+$' },
-      signature: { type: 'string', pattern: '^0x[a-fA-F0-9]+$' },
-      version: { type: 'string', pattern: '^[0-9]+(\\.[0-9]+)*$' },
-    },
     required: ['from', 'asset', 'spender', 'amount', 'nonce', 'deadline', 'signature', 'version'],
   },
 } as const
