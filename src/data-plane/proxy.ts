@@ -536,6 +536,15 @@ class Forward implements Dispatcher.DispatchHandler {
   /** A chunk tryEnd took only part of, and the write offset before it. */
   #pending: Buffer | null = null
   #pendingBase = 0
+  /**
+   * A chunked answer's bytes that came while the client was full, copied, and whether its end waits behind
+   * them. uWS frames each write() as a chunk, and a write added to a response already in backpressure can
+   * lose bytes of its framing in this uWS build (the client reads "Expected LF after chunk data"; reported
+   * against uWebSockets.js too): nothing is written while it is full, and what waits goes out in one cork
+   * when it drains, stopping again at the first write it cannot take, as uWS's own chunked example does.
+   */
+  #queued: Buffer[] = []
+  #endQueued = false
   /** The body read while the head is held (hooks.readsWhileHeld), copied; null when not holding. */
   #held: Buffer[] | null = null
   #heldEnded = false
@@ -670,7 +679,7 @@ class Forward implements Dispatcher.DispatchHandler {
       if (this.#total >= 0 || this.#noBody) return
       ok = true
       this.#bytes += bytes.length
-      if (!this.#res.write(bytes)) this.#backpressure()
+      this.#writeChunk(bytes)
     })
     return ok
   }
@@ -726,7 +735,7 @@ class Forward implements Dispatcher.DispatchHandler {
     if (this.#total < 0) {
       // An empty write would end a chunked answer: a chunk taken out entirely is not written.
       if (chunk.length === 0) return
-      if (!res.write(chunk)) this.#backpressure()
+      this.#writeChunk(chunk)
       return
     }
     // The last bytes end the response inside tryEnd, and res dies with it: let the upload go first.
@@ -740,6 +749,28 @@ class Forward implements Dispatcher.DispatchHandler {
       this.#pendingBase = base
       this.#backpressure()
     }
+  }
+
+  /** One piece of a chunked answer: written, or kept (a copy: chunks are views of a read buffer) while full. */
+  #writeChunk(bytes: Buffer): void {
+    if (!this.#flowing) {
+      this.#queued.push(Buffer.from(bytes))
+      return
+    }
+    if (!this.#res.write(bytes)) this.#backpressure()
+  }
+
+  /** What waited while the client was full, in one cork; false when the client filled up again. */
+  #writeQueued(): boolean {
+    let ok = true
+    this.#res.cork(() => {
+      while (ok && this.#queued.length > 0) ok = this.#res.write(this.#queued.shift()!)
+      if (ok && this.#endQueued) {
+        this.#endQueued = false
+        this.#res.end()
+      }
+    })
+    return ok
   }
 
   #backpressure(): void {
@@ -758,6 +789,9 @@ class Forward implements Dispatcher.DispatchHandler {
       // Still full: uWS calls again once the socket drains.
       else if (!ok) return false
       this.#pending = null
+    } else if (this.#queued.length > 0 || this.#endQueued) {
+      // Still full: uWS calls again once the socket drains.
+      if (!this.#writeQueued()) return false
     } else {
       // write() put the whole chunk in uWS's own buffer, and uWS stops draining that buffer by itself once
       // an onWritable handler is registered: an empty cork/uncork flushes it.
@@ -795,12 +829,14 @@ class Forward implements Dispatcher.DispatchHandler {
     const held = this.#heldEnded ? null : (this.#hooks.onResponseEnd?.() ?? null)
     if (held !== null && held.length > 0 && this.#total < 0 && !this.#noBody) {
       this.#bytes += held.length
-      this.#res.write(held)
+      this.#writeChunk(held)
     }
     this.#body.release()
-    if (this.#noBody) this.#res.endWithoutBody()
-    else this.#res.end()
     this.#ended = true
+    if (this.#noBody) this.#res.endWithoutBody()
+    // The end goes out behind what waits for the client (#drained).
+    else if (!this.#flowing) this.#endQueued = true
+    else this.#res.end()
   }
 
   onError(err: Error): void {
