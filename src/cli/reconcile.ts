@@ -85,6 +85,7 @@ export function formatReport(r: ReconcileReport): string {
     line('books: refunds', r.inflow.refunds_atomic),
     line('books: uncaptured in window', r.inflow.uncaptured_in_window_atomic),
     line('difference', r.inflow.difference_atomic),
+    `  settled after the chain was read   ${String(r.inflow.settled_after_read).padStart(20)}`,
     line('unclaimed inflow (info)', r.inflow.unclaimed_inflow_atomic),
     'outflow (transfers from the treasury)',
     line('chain: transfers', r.outflow.chain_transfers_atomic),

@@ -9,7 +9,7 @@
 // failMethods answers 503 to any request carrying one of those methods (one kind of look-up failing);
 // withholdReceipts answers every receipt look-up "no receipt" (a node whose receipt index lags its nonce);
 // beforeBroadcast is awaited before an eth_sendRawTransaction is passed on (a slow node, or a look at the
-// moment); stripLogTimestamps answers as nodes that leave blockTimestamp off logs do; maxLogRange refuses an
+// moment); beforeLogs likewise before an eth_getLogs (the chain moving on while a scan is under way); stripLogTimestamps answers as nodes that leave blockTimestamp off logs do; maxLogRange refuses an
 // eth_getLogs over more blocks than that with a JSON-RPC error, as hosted providers do.
 // Plain node, no vitest import: the chaos runner uses it outside vitest too.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
@@ -40,6 +40,8 @@ export interface RpcProxy {
   maxLogRange: number | null
   /** Awaited with the body before a request carrying eth_sendRawTransaction is passed on. */
   beforeBroadcast: ((body: string) => Promise<void>) | null
+  /** Awaited with the body before a request carrying eth_getLogs is passed on. */
+  beforeLogs: ((body: string) => Promise<void>) | null
   /** When an array, the body of every request passed on is appended (tests look for the calls they mean). */
   bodies: string[] | null
   mode(): RpcProxyMode
@@ -64,6 +66,7 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
     maxLogRange: null as number | null,
     bodies: null as string[] | null,
     beforeBroadcast: null as ((body: string) => Promise<void>) | null,
+    beforeLogs: null as ((body: string) => Promise<void>) | null,
   }
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
@@ -96,6 +99,7 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
     }
     if (state.beforeBroadcast !== null && body.includes('eth_sendRawTransaction'))
       await state.beforeBroadcast(body)
+    if (state.beforeLogs !== null && body.includes('"eth_getLogs"')) await state.beforeLogs(body)
     count(counts, body)
     state.bodies?.push(body)
     try {
@@ -189,6 +193,12 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
     },
     set beforeBroadcast(hook: ((body: string) => Promise<void>) | null) {
       state.beforeBroadcast = hook
+    },
+    get beforeLogs() {
+      return state.beforeLogs
+    },
+    set beforeLogs(hook: ((body: string) => Promise<void>) | null) {
+      state.beforeLogs = hook
     },
     get bodies() {
       return state.bodies

@@ -64,6 +64,9 @@ export interface ReconcileReport {
     /** Served x402 calls whose authorization can no longer be collected (expired, reverted): nothing is
      * booked for them and no money is expected; a batch's failed items share its hash with its paid ones. */
     failed_authorizations: number
+    /** Claims whose settlement was mined after the chain was read (booked between the chain read and the
+     * books read): left out of both sides, the next run counts them. Not a difference. */
+    settled_after_read: number
     /** Transfers to the treasury that no proof claimed (top-ups, proofs not presented yet): not a difference. */
     unclaimed_transfers: number
     unclaimed_inflow_atomic: Atomic
@@ -147,7 +150,7 @@ export async function reconcile(deps: ReconcileDeps, range: ReconcileRange = {})
     }),
   ])
 
-  const inflow = await checkInflow(sql, sumByHash(inflows), bounds)
+  const inflow = await checkInflow(deps, sumByHash(inflows), bounds)
   const outflow = await checkOutflow(deps, sumByHash(outflows), bounds)
   const split = await checkSplit(sql, bounds)
   const linked = await checkLinkedEntries(sql, bounds)
@@ -216,10 +219,11 @@ interface Checked<T> {
 
 /** Claims of the range against the chain: every proof's transfer, and where its money went in the books. */
 async function checkInflow(
-  sql: Sql,
+  deps: ReconcileDeps,
   inByHash: Map<string, ChainTransfer>,
   b: Bounds,
 ): Promise<Checked<ReconcileReport['inflow']>> {
+  const { sql } = deps
   const differences: string[] = []
   const claims = await sql<
     {
@@ -243,6 +247,15 @@ async function checkInflow(
       -- A facilitator settlement paid to the merchant's own wallet never reaches the treasury (migration 0065).
       AND NOT (c.target_type = 'facilitator' AND EXISTS (
         SELECT 1 FROM facilitator_settlements f WHERE f.id = c.target_id AND f.custody = 'merchant'))`
+  // Each claim's transaction: its proof's own for a transaction hash, its settlement's for an authorization.
+  const hashOf = (c: (typeof claims)[number]) =>
+    c.kind === 'tx' ? c.proof_key.slice(3).toLowerCase() : c.settlement_tx?.toLowerCase()
+  const notScanned = new Set<string>()
+  for (const c of claims) {
+    const hash = c.settlement_error === null ? hashOf(c) : undefined
+    if (hash && !inByHash.has(hash)) notScanned.add(hash)
+  }
+  const afterRead = await minedAfterRead(deps, notScanned, b)
   let captured = 0n
   let applied = 0n
   let refunds = 0n
@@ -250,15 +263,20 @@ async function checkInflow(
   let unsettled = 0
   let failed = 0
   let missing = 0
+  let settledAfterRead = 0
   const claimedHashes = new Set<string>()
   for (const c of claims) {
     if (c.settlement_error !== null) {
       failed++
       continue
     }
-    const hash = c.kind === 'tx' ? c.proof_key.slice(3).toLowerCase() : c.settlement_tx?.toLowerCase()
+    const hash = hashOf(c)
     if (!hash) {
       unsettled++
+      continue
+    }
+    if (afterRead.has(hash)) {
+      settledAfterRead++
       continue
     }
     if (!claimedHashes.has(hash)) {
@@ -295,11 +313,29 @@ async function checkInflow(
       claims_missing_on_chain: missing,
       unsettled_authorizations: unsettled,
       failed_authorizations: failed,
+      settled_after_read: settledAfterRead,
       unclaimed_transfers: unclaimed.length,
       unclaimed_inflow_atomic: unclaimed.reduce((s, t) => s + t.value, 0n).toString(),
     },
     differences,
   }
+}
+
+/**
+ * Of the claimed transactions the scan did not find, those mined after the scanned blocks: the chain is read
+ * first and the books after it, so a settlement booked in between names a block the scan never read. Its
+ * receipt says so; any other (mined in the scanned blocks without a transfer, reverted, unknown) stays a
+ * difference. None of this costs a request when every claimed transaction was found.
+ */
+async function minedAfterRead(deps: ReconcileDeps, hashes: Set<string>, b: Bounds): Promise<Set<string>> {
+  const after = new Set<string>()
+  for (const hash of hashes) {
+    const receipt = await deps.chain.publicClient
+      .getTransactionReceipt({ hash: hash as Hash })
+      .catch(() => null)
+    if (receipt?.status === 'success' && receipt.blockNumber > b.scannedBlock) after.add(hash)
+  }
+  return after
 }
 
 /** Transfers in the range that no claim (of any time) names: top-ups, proofs not presented yet. */
