@@ -10,7 +10,7 @@ import { type ChainInfo, describeChain } from './chain/info.ts'
 import { startChain } from './chain/start.ts'
 import { createUptoChainChecker } from './chain/upto-permit.ts'
 import { uptoFacilitatorOf } from './chain/upto-settle.ts'
-import { smartWalletVerifier } from './chain/verify-smart-wallet.ts'
+import { smartWalletVerifier, walletDigestVerifier } from './chain/verify-smart-wallet.ts'
 import { attributeTransfers } from './checkout/attribution.ts'
 import { createCheckoutRoute } from './checkout/route.ts'
 import { publicBaseUrl } from './config/load.ts'
@@ -218,6 +218,7 @@ function handedOver(deps: {
           usdc: chain.usdc,
           chainId: chain.chainId,
         }),
+        verifyWalletDigest: walletDigestVerifier(chain.publicClient),
         upto,
         facilitator: deps.facilitator,
       }),

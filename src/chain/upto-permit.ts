@@ -1,9 +1,10 @@
 // x402 `upto` payments: a Permit2 witness transfer the payer signs for a maximum, naming the x402 upto proxy
 // as spender and a witness {to, facilitator, validAfter}; the facilitator later settles any amount up to that
-// maximum, to `to` only. Here: the canonical addresses, the EIP-712 digest, the local verification (no RPC)
-// and the chain's half of it (nonce unused, balance, Permit2 allowance), read in one round of calls.
+// maximum, to `to` only. Here: the canonical addresses, the EIP-712 digest, the local verification (no RPC
+// but a contract wallet's own check) and the chain's half of it (nonce unused, balance, Permit2 allowance), read in one round of calls.
 import {
   type Address,
+  bytesToHex,
   type Client,
   getAddress,
   type Hex,
@@ -18,6 +19,7 @@ import { keccakBytes as keccak } from './keccak.ts'
 import { recoverSigner, writeHex, writeUint256 } from './recover-authorization.ts'
 import type { TokenReads } from './token-reads.ts'
 import { sameAddress } from './transfer.ts'
+import type { WalletDigestVerifier } from './verify-smart-wallet.ts'
 
 /** Uniswap's Permit2, at the same address on every chain (CREATE2). */
 export const PERMIT2_ADDRESS: Address = '0x000000000022D473030F116dDEE9F6B43aC78BA3'
@@ -231,14 +233,18 @@ export type UptoFailure =
   | 'max_amount_mismatch'
   | 'authorization_not_yet_valid'
   | 'authorization_expired'
+  | 'smart_wallet_not_deployed'
+  | 'rpc_unavailable'
 
-export type UptoCheck = { ok: true; payer: Address } | { ok: false; reason: UptoFailure }
+/** `signature`: what settlement submits (a deployed wallet's ERC-6492 wrapper taken off). */
+export type UptoCheck = { ok: true; payer: Address; signature: Hex } | { ok: false; reason: UptoFailure }
 
 /**
- * Pure crypto and arithmetic, no RPC: the permit names the upto proxy, pays the treasury, is settleable by one
- * of our facilitators, signs exactly the maximum offered for the asset offered, is inside its window with
- * time to settle, and is signed by `from`. Only 65-byte signatures of EOAs: a contract payer (EIP-1271)
- * is refused as invalid_signature.
+ * Crypto and arithmetic: the permit names the upto proxy, pays the treasury, is settleable by one of our
+ * facilitators, signs exactly the maximum offered for the asset offered, is inside its window with time to
+ * settle, and is signed by `from`: its key's signature recovered (no RPC), or, when that is not `from`,
+ * the wallet at `from` asked (`wallet`: an eth_call, so EOA payers never pay for it). Permit2 asks a contract
+ * owner the same (EIP-1271) when the permit is settled. Without `wallet`, EOA payers only.
  */
 export async function verifyUptoPermit(q: {
   chainId: number
@@ -252,6 +258,8 @@ export async function verifyUptoPermit(q: {
   nowSeconds?: bigint
   /** Time settlement needs before the deadline; default 6 s, as the x402 reference facilitator. */
   minValidSeconds?: bigint
+  /** A smart-wallet payer's own check of the digest (ERC-1271, ERC-6492 of a deployed wallet). */
+  wallet?: WalletDigestVerifier
 }): Promise<UptoCheck> {
   const { permit: p } = q
   const now = q.nowSeconds ?? BigInt(Math.floor(Date.now() / 1000))
@@ -263,15 +271,22 @@ export async function verifyUptoPermit(q: {
   if (p.amount !== q.maxAmount) return { ok: false, reason: 'max_amount_mismatch' }
   if (p.validAfter > now) return { ok: false, reason: 'authorization_not_yet_valid' }
   if (p.deadline < now + (q.minValidSeconds ?? 6n)) return { ok: false, reason: 'authorization_expired' }
-  if (q.signature.length !== 132) return { ok: false, reason: 'invalid_signature' }
-  let signer: Address | null
+  let digest: Uint8Array
   try {
-    signer = await recoverSigner(uptoPermitDigestBytes(q.chainId, p), q.signature)
+    digest = uptoPermitDigestBytes(q.chainId, p)
   } catch {
     return { ok: false, reason: 'invalid_signature' }
   }
-  if (!signer || !sameAddress(signer, p.from)) return { ok: false, reason: 'invalid_signature' }
-  return { ok: true, payer: p.from }
+  if (q.signature.length === 132) {
+    const signer = await recoverSigner(digest, q.signature).catch(() => null)
+    if (signer && sameAddress(signer, p.from)) return { ok: true, payer: p.from, signature: q.signature }
+  }
+  if (!q.wallet) return { ok: false, reason: 'invalid_signature' }
+  // Not the key of `from`: maybe `from` is a contract wallet.
+  const asked = await q.wallet({ address: p.from, hash: bytesToHex(digest), signature: q.signature })
+  return asked.ok
+    ? { ok: true, payer: p.from, signature: asked.signature }
+    : { ok: false, reason: asked.reason }
 }
 
 export type SponsoredApprovalFailure =

@@ -5,7 +5,7 @@ import type { PaymentCreator } from '../books/payment-creations.ts'
 import type { AuthorizationChainChecker } from '../chain/check-authorization.ts'
 import type { ChainInfo } from '../chain/info.ts'
 import type { UptoChainChecker } from '../chain/upto-permit.ts'
-import type { SmartWalletVerifier } from '../chain/verify-smart-wallet.ts'
+import type { SmartWalletVerifier, WalletDigestVerifier } from '../chain/verify-smart-wallet.ts'
 import type { Config } from '../config/schema.ts'
 import type { Sql } from '../db/sql.ts'
 import type { Logger } from '../observability/logger.ts'
@@ -36,6 +36,8 @@ export interface ControlPlaneDeps {
    * ERC-6492 wrapper of a deployed one) asked through an eth_call. Absent: EOA payers only.
    */
   verifySmartWallet?: SmartWalletVerifier
+  /** The same for an `upto` permit's Permit2 digest. Absent: EOA payers only. */
+  verifyWalletDigest?: WalletDigestVerifier
   /**
    * x402 upto at the facilitator: the account payers name in their permit's witness (read once; null: upto
    * is not offered on this chain) and the permit's nonce, balance and allowance reads. Absent: no upto.

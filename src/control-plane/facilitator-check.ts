@@ -12,7 +12,11 @@ import type { ChainInfo } from '../chain/info.ts'
 import { type StoredAuthorization, storedAuthorization } from '../chain/settle.ts'
 import { sameAddress } from '../chain/transfer.ts'
 import type { SponsoredApproval, StoredUptoPermit, UptoPermit } from '../chain/upto-permit.ts'
-import type { SmartWalletCheck, SmartWalletVerifier } from '../chain/verify-smart-wallet.ts'
+import type {
+  SmartWalletCheck,
+  SmartWalletVerifier,
+  WalletDigestVerifier,
+} from '../chain/verify-smart-wallet.ts'
 import { PAYMENT_IDENTIFIER } from '../wire/challenge.ts'
 
 const Uint = v.pipe(v.string(), v.regex(/^\d{1,78}$/))
@@ -78,6 +82,8 @@ export interface CheckContext {
   nowSeconds: bigint
   /** A smart-wallet payer's check (ERC-1271, ERC-6492 of a deployed wallet); absent: EOA payers only. */
   verifySmartWallet?: SmartWalletVerifier
+  /** The same for an upto permit's Permit2 digest. */
+  verifyWalletDigest?: WalletDigestVerifier
 }
 
 const ID_PATTERN = /^[A-Za-z0-9_-]{16,128}$/

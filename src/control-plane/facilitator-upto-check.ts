@@ -31,6 +31,9 @@ const REASONS: Record<UptoFailure, string> = {
   max_amount_mismatch: 'permit2_amount_mismatch',
   authorization_not_yet_valid: 'permit2_not_yet_valid',
   authorization_expired: 'permit2_deadline_expired',
+  // (The published upto facilitator has no name for these; the first as its exact facilitator names it.)
+  smart_wallet_not_deployed: 'invalid_upto_evm_payload_undeployed_smart_wallet',
+  rpc_unavailable: 'unexpected_verify_error',
 }
 
 /**
@@ -75,8 +78,15 @@ export async function checkUptoTerms(
     facilitators: [c.facilitator],
     maxAmount: permit.amount,
     nowSeconds: c.nowSeconds,
+    wallet: c.verifyWalletDigest,
   })
-  if (!local.ok) return fail(REASONS[local.reason], local.reason.replaceAll('_', ' '))
+  if (!local.ok)
+    return fail(
+      REASONS[local.reason],
+      local.reason === 'rpc_unavailable'
+        ? 'the payer wallet could not be asked; retry shortly'
+        : local.reason.replaceAll('_', ' '),
+    )
   if (approval !== null) {
     const sponsored = await verifySponsoredApproval({
       chainId: c.chain.chainId,
@@ -102,7 +112,7 @@ export async function checkUptoTerms(
     network: common.network,
     paymentIdentifier: paymentIdentifier(t.extensions),
     kind: 'upto',
-    authorization: storedUptoPermit(permit, signature, approval),
+    authorization: storedUptoPermit(permit, local.signature, approval),
     permit,
     approval,
   }

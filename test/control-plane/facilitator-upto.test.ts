@@ -5,7 +5,8 @@
 // books it once; a retry gets the first answer. Then one payer's balance raced by three /settle and a
 // metered call at once: what is claimed never exceeds what the wallet holds. A route declaring
 // eip2612GasSponsoring (@x402/extensions) is paid by a payer that never approved Permit2: the published
-// client signs the token's EIP-2612 approval, and tollgate's batch submits it before the permit.
+// client signs the token's EIP-2612 approval, and tollgate's batch submits it before the permit. A contract
+// wallet (ERC-1271) pays the same route, its permit checked by the wallet itself.
 import { x402Client } from '@x402/core/client'
 import { decodePaymentRequiredHeader, decodePaymentResponseHeader } from '@x402/core/http'
 import { registerExactEvmScheme } from '@x402/evm/exact/client'
@@ -32,6 +33,7 @@ import { PERMIT2_ADDRESS } from '../../src/chain/upto-permit.ts'
 import { uptoBatcherAddress } from '../../src/chain/upto-settle.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import type { Service } from '../../src/service.ts'
+import { approvePermit2From, fundedSmartWallet } from '../chain/contracts/smart-wallet.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 import { facilitatorClient, listenShop, type Shop, testUsdcPrice } from '../helpers/x402-v2.ts'
@@ -245,6 +247,37 @@ describe('upto through tollgate’s facilitator', () => {
       SELECT count(*)::int AS n FROM claims WHERE target_type = 'facilitator' AND kind = 'upto'`
     // The two tests before paid one each.
     expect(n!.n).toBe(3)
+  })
+
+  it('a smart-wallet payer (ERC-1271) pays through the published middleware; a stranger signing for it does not', async () => {
+    const { wallet, owner } = await fundedSmartWallet({
+      rpcUrl: chain.rpcUrl,
+      usdc: chain.usdcAddress,
+      funderKey: chain.payers[3]!.privateKey,
+      amountAtomic: 100_000n,
+    })
+    await approvePermit2From({ rpcUrl: chain.rpcUrl, usdc: chain.usdcAddress, wallet })
+    // The wallet's address pays; its owner's key signs (what the wallet's isValidSignature accepts).
+    const as = (signer: { signTypedData: (m: never) => Promise<Hex> }) =>
+      new x402Client().register(
+        NETWORK,
+        new UptoClient({ address: wallet, signTypedData: (m: never) => signer.signTypedData(m) } as never),
+      )
+    const r = await wrapFetchWithPayment(fetch, as(owner))(`${shopUrl}/metered`)
+    expect(r.status, await r.clone().text()).toBe(200)
+    const receipt = decodePaymentResponseHeader(r.headers.get('payment-response')!)
+    expect(receipt).toMatchObject({ success: true, network: NETWORK })
+    expect(receipt.payer?.toLowerCase()).toBe(wallet.toLowerCase())
+    expect(await balanceOf(wallet)).toBe(100_000n - CHARGE_ATOMIC)
+
+    const first = await fetch(`${shopUrl}/metered`)
+    const required = decodePaymentRequiredHeader(first.headers.get('payment-required')!)
+    const forged = await as(privateKeyToAccount(generatePrivateKey())).createPaymentPayload(required as never)
+    expect(
+      await facilitatorClient(svc.url, merchantKey).verify(forged as never, required.accepts[0] as never),
+    ).toMatchObject({ isValid: false, invalidReason: 'invalid_permit2_signature' })
+    const report = await reconcile({ sql: svc.sql, chain: svc.chain, config: svc.config })
+    expect(report.differences).toEqual([])
   })
 })
 

@@ -154,6 +154,7 @@ async function check(
     accountWallet: ctx.account.wallet_address,
     nowSeconds: BigInt(Math.floor(Date.now() / 1000)),
     verifySmartWallet: ctx.deps.verifySmartWallet,
+    verifyWalletDigest: ctx.deps.verifyWalletDigest,
   }
   if (terms.scheme !== 'upto') return checkTerms(terms, context)
   const facilitator = (await ctx.deps.upto?.facilitator()) ?? null

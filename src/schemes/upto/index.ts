@@ -26,6 +26,7 @@ import {
   isUptoDelegate,
   uptoBatcherAddress,
 } from '../../chain/upto-settle.ts'
+import { type WalletDigestVerifier, walletDigestVerifier } from '../../chain/verify-smart-wallet.ts'
 import type { Proof } from '../../wire/proof.ts'
 import {
   ClaimedPayment,
@@ -100,6 +101,14 @@ const WIRE_REASON: Record<UptoFailure, string> = {
   max_amount_mismatch: 'wrong_amount',
   authorization_not_yet_valid: 'authorization_not_yet_valid',
   authorization_expired: 'authorization_expired',
+  smart_wallet_not_deployed: 'smart_wallet_not_deployed',
+  rpc_unavailable: 'rpc_unavailable',
+}
+
+const UNAVAILABLE: Verdict = {
+  ok: 'unavailable',
+  message: 'the chain could not be reached to verify the payment; retry shortly',
+  reason: 'rpc_unavailable',
 }
 
 const PENDING_MESSAGE =
@@ -113,6 +122,8 @@ class UptoScheme implements Scheme {
   readonly name = UPTO
   private readonly claimed: ClaimedPaymentDeps
   private readonly onChain: UptoChainChecker
+  /** A contract wallet's own check of its permit, asked only when the signature is not its key's. */
+  private readonly wallet: WalletDigestVerifier
 
   constructor(
     private readonly deps: SchemeDeps,
@@ -123,6 +134,7 @@ class UptoScheme implements Scheme {
   ) {
     this.claimed = claimedPaymentDeps(deps)
     this.onChain = createUptoChainChecker(deps.chain.tokenReads)
+    this.wallet = walletDigestVerifier(deps.chain.publicClient)
   }
 
   offer(q: OfferQuery): Offer | null {
@@ -165,8 +177,12 @@ class UptoScheme implements Scheme {
       facilitators: [this.facilitator],
       maxAmount: maxAtomic,
       nowSeconds: BigInt(Math.floor(q.nowMs / 1000)),
+      wallet: this.wallet,
     }).then(async (local): Promise<Verdict> => {
-      if (!local.ok) return { ok: false, reason: WIRE_REASON[local.reason] }
+      if (!local.ok)
+        return local.reason === 'rpc_unavailable'
+          ? UNAVAILABLE
+          : { ok: false, reason: WIRE_REASON[local.reason] }
       const { approval } = parsed
       if (approval !== null) {
         const sponsored = await verifySponsoredApproval({
@@ -181,16 +197,10 @@ class UptoScheme implements Scheme {
       const proofKey = uptoProofKey(parsed.permit)
       if (this.deps.usedProofs.has(proofKey)) return { ok: false, reason: 'proof_already_used' }
       const onChain = await this.onChain(parsed.permit, approval)
-      if (!onChain.ok) {
-        if (onChain.reason !== 'rpc_unavailable') return { ok: false, reason: onChain.reason }
-        return {
-          ok: 'unavailable',
-          message: 'the chain could not be reached to verify the payment; retry shortly',
-          reason: 'rpc_unavailable',
-        }
-      }
+      if (!onChain.ok)
+        return onChain.reason === 'rpc_unavailable' ? UNAVAILABLE : { ok: false, reason: onChain.reason }
       const payer = getAddress(parsed.permit.from)
-      const permit = storedUptoPermit(parsed.permit, parsed.signature, approval)
+      const permit = storedUptoPermit(parsed.permit, local.signature, approval)
       const early = q.endpoint.settleBeforeAnswer === true && this.settler?.usable() ? this.settler : null
       return {
         ok: true,

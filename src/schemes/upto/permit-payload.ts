@@ -13,7 +13,8 @@ const AddressField = v.pipe(v.string(), v.regex(/^0x[0-9a-fA-F]{40}$/))
 const Uint = v.pipe(v.string(), v.regex(/^\d{1,78}$/))
 
 const UptoPayload = v.object({
-  signature: v.pipe(v.string(), v.regex(/^0x[0-9a-fA-F]{130}$/)),
+  // 65 bytes for a key; a contract wallet's (ERC-1271, an ERC-6492 wrapper) is its own, up to 4 KiB.
+  signature: v.pipe(v.string(), v.maxLength(2 + 8192), v.regex(/^0x(?:[0-9a-fA-F]{2}){65,}$/)),
   permit2Authorization: v.object({
     from: AddressField,
     permitted: v.object({ token: AddressField, amount: Uint }),
