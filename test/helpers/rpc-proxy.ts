@@ -9,7 +9,9 @@
 // failMethods answers 503 to any request carrying one of those methods (one kind of look-up failing);
 // withholdReceipts answers every receipt look-up "no receipt" (a node whose receipt index lags its nonce);
 // beforeBroadcast is awaited before an eth_sendRawTransaction is passed on (a slow node, or a look at the
-// moment); beforeLogs likewise before an eth_getLogs (the chain moving on while a scan is under way); stripLogTimestamps answers as nodes that leave blockTimestamp off logs do; maxLogRange refuses an
+// moment); beforeLogs likewise before an eth_getLogs (the chain moving on while a scan is under way);
+// afterAnswer is awaited with the request and the node's answer before that answer is passed back (the chain
+// moving on between a read and what is done with it); stripLogTimestamps answers as nodes that leave blockTimestamp off logs do; maxLogRange refuses an
 // eth_getLogs over more blocks than that with a JSON-RPC error, as hosted providers do.
 // Plain node, no vitest import: the chaos runner uses it outside vitest too.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
@@ -42,6 +44,8 @@ export interface RpcProxy {
   beforeBroadcast: ((body: string) => Promise<void>) | null
   /** Awaited with the body before a request carrying eth_getLogs is passed on. */
   beforeLogs: ((body: string) => Promise<void>) | null
+  /** Awaited with the request's body and the node's answer before the answer is passed back. */
+  afterAnswer: ((body: string, answer: string) => Promise<void>) | null
   /** When an array, the body of every request passed on is appended (tests look for the calls they mean). */
   bodies: string[] | null
   mode(): RpcProxyMode
@@ -67,6 +71,7 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
     bodies: null as string[] | null,
     beforeBroadcast: null as ((body: string) => Promise<void>) | null,
     beforeLogs: null as ((body: string) => Promise<void>) | null,
+    afterAnswer: null as ((body: string, answer: string) => Promise<void>) | null,
   }
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
@@ -115,6 +120,7 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
         withheld += withholding.count
         text = withholding.text
       }
+      if (state.afterAnswer !== null) await state.afterAnswer(body, text)
       res.end(state.stripLogTimestamps ? text.replace(/,"blockTimestamp":"0x[0-9a-f]+"/g, '') : text)
     } catch {
       res.writeHead(502).end('upstream unreachable')
@@ -199,6 +205,12 @@ export async function startRpcProxy(targetUrl: string): Promise<RpcProxy> {
     },
     set beforeLogs(hook: ((body: string) => Promise<void>) | null) {
       state.beforeLogs = hook
+    },
+    get afterAnswer() {
+      return state.afterAnswer
+    },
+    set afterAnswer(hook: ((body: string, answer: string) => Promise<void>) | null) {
+      state.afterAnswer = hook
     },
     get bodies() {
       return state.bodies

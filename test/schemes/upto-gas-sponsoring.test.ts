@@ -18,6 +18,7 @@ import { installUptoContracts } from '../../src/chain/upto-settle.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { UPTO_SETTLEMENT_JOB } from '../../src/schemes/upto/settle-after.ts'
 import { chainClients, type Funded, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
+import { type RpcProxy, startRpcProxy } from '../helpers/rpc-proxy.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { listenLocal, writeUsageStream } from '../helpers/usage-stream.ts'
 
@@ -267,5 +268,93 @@ describe('x402 upto with eip2612GasSponsoring (a payer that never approved Permi
     expect(before - (await usdcBalance(payer.address))).toBe(2n * CHARGE)
     await svc.flushCaptures()
     await expectReconciled()
+  })
+})
+
+describe('a sponsored permit whose approval nonce is settled between its chain read and its claim', () => {
+  let gate: RpcProxy
+  let gated: TestService
+  afterAll(async () => {
+    await gated?.stop()
+    await gate?.close()
+  })
+
+  // The chaos round's finding (migration 0082): the first permit's settlement used EIP-2612 nonce 0 after the
+  // second permit's verification read nonce 0 from the chain and before its claim. Claimed, the second
+  // approval could never be submitted, and the settlement would lean on what the first approval left.
+  it('is refused and claims nothing; signed again on the next nonce, it pays', async () => {
+    gate = await startRpcProxy(rpcUrl)
+    const treasury = await fundedAccount(0n)
+    await installUptoContracts(rpcUrl, treasury.address)
+    gated = await startTestService({
+      treasury,
+      rpcUrl: gate.url,
+      overrides: {
+        proxy: { allow_private_upstreams: true },
+        settlement: { interval_ms: 3_600_000 },
+        payouts: { interval_ms: 3_600_000 },
+      },
+    })
+    const ep = await gated.api('/api/v1/endpoints', {
+      key: (await registerMerchant(gated)).key,
+      body: {
+        upstream_url: `${upstream.url}/v1`,
+        x402_settlement: 'after',
+        pricing: {
+          model: 'usage',
+          unit: 'tokens',
+          max_price: Number(MAX_PRICE_ATOMIC) / 1e6,
+          input_price_per_million: 3,
+          output_price_per_million: 15,
+        },
+      },
+    })
+    expect(ep.status, ep.text).toBe(201)
+    const url = `${ep.body.metered_url}/chat/completions`
+    const payer = await fundedAccount(10_000_000n)
+    const pay = (headers: Record<string, string>) =>
+      fetch(url, { ...REQUEST, headers: { ...REQUEST.headers, ...headers } })
+    const first = await pay((await signedHeader(payer, url)).header)
+    expect(first.status).toBe(200)
+    await first.text()
+    await gated.flushCaptures()
+    // Signed while the first is unsettled: the chain says nonce 0, so the approval is for nonce 0 again.
+    const second = await signedHeader(payer, url)
+    const ext = second.payload.extensions as Record<string, { info: Record<string, string> }>
+    expect(ext.eip2612GasSponsoring!.info.nonce).toBe('0')
+    // The token's nonce read of the second's verification (the selector of nonces(address)) is answered
+    // 0, and only then is the first settled and booked: the claim comes after both.
+    let settledBetween = false
+    gate.afterAnswer = async (body) => {
+      if (settledBetween || !body.includes('0x7ecebe00')) return
+      settledBetween = true
+      await gated.jobs.runNow(UPTO_SETTLEMENT_JOB)
+    }
+    const [{ n: claimsBefore }] = (await gated.sql`SELECT count(*)::int AS n FROM claims`) as [{ n: number }]
+    let refused: Response
+    try {
+      refused = await pay(second.header)
+    } finally {
+      gate.afterAnswer = null
+    }
+    expect(settledBetween).toBe(true)
+    expect(await permitNonce(payer)).toBe(1n)
+    expect(refused.status).toBe(402)
+    expect((await refused.json()).error).toBe('insufficient_funds')
+    const [{ n: claimsAfter }] = (await gated.sql`SELECT count(*)::int AS n FROM claims`) as [{ n: number }]
+    expect(claimsAfter).toBe(claimsBefore)
+    // The client asks again: it reads nonce 1 now, and pays.
+    const again = await signedHeader(payer, url)
+    const againExt = again.payload.extensions as Record<string, { info: Record<string, string> }>
+    expect(againExt.eip2612GasSponsoring!.info.nonce).toBe('1')
+    const paid = await pay(again.header)
+    expect(paid.status, await paid.clone().text()).toBe(200)
+    await paid.text()
+    await gated.flushCaptures()
+    await gated.jobs.runNow(UPTO_SETTLEMENT_JOB)
+    expect(await permitNonce(payer)).toBe(2n)
+    expect(await usdcBalance(payer.address)).toBe(10_000_000n - 2n * CHARGE)
+    const report = await reconcile({ sql: gated.sql, chain: gated.chain, config: gated.config })
+    expect(report.differences).toEqual([])
   })
 })
