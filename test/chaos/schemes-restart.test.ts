@@ -6,7 +6,8 @@
 // wallet moves by their sum), channels are charged the sum of their calls and claimed on chain for it (one
 // channel call in ten hangs upstream: booked in doubt at its ceiling, never served, the client paying on);
 // reconcile exits 0 and every running balance equals its entries. Two of the upto payers never approved
-// Permit2: each permit carries its EIP-2612 approval (eip2612GasSponsoring), submitted at settlement.
+// Permit2: each permit carries its EIP-2612 approval (eip2612GasSponsoring), submitted at settlement. One is a
+// contract wallet (ERC-1271): its permits are checked by the wallet, at verification and at settlement.
 import { existsSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
 import { formatSchemes, runSchemesChaos } from './schemes-restart.ts'
@@ -18,6 +19,7 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: upto and batch-settlem
       loadMs: 15_000,
       uptoWorkers: 4,
       sponsoredPayers: 2,
+      smartWalletPayers: 1,
       channels: 4,
       restarts: ['fast', 'immediate'],
       log: (line) => lines.push(line),
@@ -62,6 +64,9 @@ describe.runIf(existsSync('/usr/lib/postgresql'))('chaos: upto and batch-settlem
     // one at a time: a 402 while the previous is unsettled, then a new signature).
     expect(result.upto.sponsoredServed, context).toBeGreaterThan(0)
     expect(result.upto.sponsoredSettled, context).toBe(result.upto.sponsoredServed)
+    // The smart wallet's calls were served and each permit settled, the wallet asked both times.
+    expect(result.upto.smartWalletServed, context).toBeGreaterThan(0)
+    expect(result.upto.smartWalletSettled, context).toBe(result.upto.smartWalletServed)
     // A channel call the upstream never answered is in doubt: booked once at its voucher's whole ceiling
     // (a cumulative voucher cannot be skipped), never served, and its client pays on after the corrective 402.
     expect(result.upto.inDoubt, context).toBe(0)

@@ -13,10 +13,19 @@ import { join } from 'node:path'
 import { x402Client, x402HTTPClient } from '@x402/core/client'
 import { UptoEvmScheme } from '@x402/evm/upto/client'
 import postgres from 'postgres'
-import { createPublicClient, createWalletClient, type Hex, http, maxUint256, parseAbi } from 'viem'
+import {
+  createPublicClient,
+  createWalletClient,
+  getAddress,
+  type Hex,
+  http,
+  maxUint256,
+  parseAbi,
+} from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { readChannel } from '../../src/chain/batch-channel.ts'
 import { PERMIT2_ADDRESS } from '../../src/chain/upto-permit.ts'
+import { approvePermit2From, testSmartWalletArtifact } from '../chain/contracts/smart-wallet.ts'
 import { postJson } from '../helpers/api.ts'
 import { batchPayer } from '../helpers/batch-payer.ts'
 import type { ChildService } from '../helpers/child-service.ts'
@@ -51,9 +60,10 @@ const PAYER_FUNDING_ATOMIC = 10_000_000n
 const BATCH_RETRY_REASONS = ['channel_busy', 'cumulative_amount_mismatch', 'cumulative_below_claimed']
 /**
  * The reasons of an upto 402 after which a sponsored payer (eip2612GasSponsoring, no Permit2 approval) signs
- * again later: its previous permit, whose approval sets the allowance, is not settled yet (one at a time).
+ * again later: its previous permit, whose approval sets the allowance, is not settled yet (one at a time), or
+ * was settled after the client read its EIP-2612 nonce, so the new approval names a nonce now spent.
  */
-const SPONSORED_RETRY_REASONS = ['insufficient_funds', 'permit2_allowance_pending']
+const SPONSORED_RETRY_REASONS = ['insufficient_funds', 'permit2_allowance_pending', 'eip2612_nonce_mismatch']
 
 export type RestartMode = 'fast' | 'immediate'
 
@@ -67,6 +77,11 @@ export interface SchemesChaosOptions {
    * approval, submitted at settlement), each paying its calls one after another.
    */
   sponsoredPayers: number
+  /**
+   * Upto payers that are contract wallets (ERC-1271: the wallet approved Permit2, its owner's key signs each
+   * permit, tollgate and Permit2 ask the wallet), each paying its calls one after another.
+   */
+  smartWalletPayers?: number
   /** Channels (one payer each), each paying its calls one after another. */
   channels: number
   /** PostgreSQL restarts, spread over the load ('fast' as the chaos rounds do; 'immediate' is a crash). */
@@ -86,6 +101,8 @@ interface Call {
   hang: boolean
   /** upto paid by a payer without a Permit2 approval (eip2612GasSponsoring). */
   sponsored?: boolean
+  /** upto paid by a contract wallet (ERC-1271). */
+  smartWallet?: boolean
   /** The final 402's reason, for a refused call. */
   refused: string | null
   receiptId: string | null
@@ -152,6 +169,9 @@ export interface UptoFigures extends KindFigures {
   sponsoredServed: number
   sponsoredSettled: number
   sponsoredWaits: number
+  /** Served calls of the smart-wallet payers, and their permits settled. */
+  smartWalletServed: number
+  smartWalletSettled: number
 }
 
 export interface BatchFigures extends KindFigures {
@@ -294,9 +314,36 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
       })
       await publicClient.waitForTransactionReceipt({ hash })
     }
+    // Contract wallets (ERC-1271) owned by fresh keys: deployed and funded by the upto payer, each approving
+    // Permit2 by a call of its own (the node sends it from the wallet's address).
+    const smartWallets: Array<{ address: Hex; owner: ReturnType<typeof privateKeyToAccount> }> = []
+    for (let i = 0; i < (options.smartWalletPayers ?? 0); i++) {
+      const owner = privateKeyToAccount(generatePrivateKey())
+      const deployer = createWalletClient({ account: uptoPayer, transport: http(chain.rpcUrl) })
+      const deployed = await publicClient.waitForTransactionReceipt({
+        hash: await deployer.deployContract({
+          abi: testSmartWalletArtifact.abi,
+          bytecode: testSmartWalletArtifact.bytecode as Hex,
+          args: [owner.address],
+          chain: null,
+        }),
+      })
+      const address = getAddress(deployed.contractAddress!)
+      await publicClient.waitForTransactionReceipt({
+        hash: await deployer.writeContract({
+          address: chain.usdcAddress,
+          abi: usdcAbi,
+          functionName: 'transfer',
+          args: [address, 200_000n],
+          chain: null,
+        }),
+      })
+      await approvePermit2From({ rpcUrl: chain.rpcUrl, usdc: chain.usdcAddress, wallet: address })
+      smartWallets.push({ address, owner })
+    }
     const uptoBalance = async () => {
       let sum = 0n
-      for (const owner of [uptoPayer, ...sponsored])
+      for (const owner of [uptoPayer, ...sponsored, ...smartWallets])
         sum += await publicClient.readContract({
           address: chain.usdcAddress,
           abi: usdcAbi,
@@ -312,6 +359,24 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
           x402Client.fromConfig({
             // With an RPC, the published client reads its allowance and signs the EIP-2612 approval.
             schemes: [{ network: caip2, client: new UptoEvmScheme(account, { rpcUrl: chain.rpcUrl }) }],
+            spendControls: { allowedAssets: [{ network: caip2, asset: chain.usdcAddress }] },
+          }),
+        ),
+    )
+    const smartWalletClients = smartWallets.map(
+      (w) =>
+        new x402HTTPClient(
+          x402Client.fromConfig({
+            // The wallet's address pays; its owner's key signs what the wallet's isValidSignature accepts.
+            schemes: [
+              {
+                network: caip2,
+                client: new UptoEvmScheme({
+                  address: w.address,
+                  signTypedData: (m: never) => w.owner.signTypedData(m),
+                } as never),
+              },
+            ],
             spendControls: { allowedAssets: [{ network: caip2, asset: chain.usdcAddress }] },
           }),
         ),
@@ -387,6 +452,19 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
         })
       }
     }
+    const smartWalletWorker = async (i: number) => {
+      while (Date.now() < loadEnd) {
+        const c = newCall('upto')
+        c.smartWallet = true
+        await payUpto(c, options.uptoWorkers + options.sponsoredPayers + i, {
+          instances,
+          url,
+          client: smartWalletClients[i]!,
+          stats,
+          t0,
+        })
+      }
+    }
     const channelWorker = async (i: number) => {
       const payer = channelPayers[i]!
       while (Date.now() < loadEnd) {
@@ -414,6 +492,7 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
     await Promise.all([
       ...Array.from({ length: options.uptoWorkers }, (_, w) => uptoWorker(w)),
       ...Array.from({ length: options.sponsoredPayers }, (_, i) => sponsoredWorker(i)),
+      ...smartWallets.map((_, i) => smartWalletWorker(i)),
       ...Array.from({ length: options.channels }, (_, i) => channelWorker(i)),
       restarting,
     ])
@@ -469,7 +548,13 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
       await sleep(250)
     }
 
-    const upto = await judgeUpto(db, calls, upstream, uptoEp.id as string)
+    const upto = await judgeUpto(
+      db,
+      calls,
+      upstream,
+      uptoEp.id as string,
+      smartWallets.map((w) => w.address),
+    )
     upto.payerMovedAtomic = uptoBalanceBefore - (await uptoBalance())
     upto.status503 = stats.upto503
     upto.sponsoredWaits = stats.sponsoredWaits
@@ -493,9 +578,23 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
       ).length
     }
 
+    // An upto claim left unsettled: its state, and both instances' output, for the post-mortem.
+    const openUpto = await db<Record<string, unknown>[]>`
+      SELECT k.proof_key, k.status, k.settlement_tx, k.settlement_error, k.attempts, k.releases,
+             k.authorization_payload ? 'permit2612' AS sponsored, k.claimed_at, k.captured_at
+      FROM claims k JOIN calls c ON call_proof_key(c.proof_key, c.proof) = k.proof_key
+      WHERE k.kind = 'upto' AND k.settled_at IS NULL`.catch(() => [])
+    const openNotes: string[] = openUpto.map((r) => `upto unsettled: ${JSON.stringify(r)}`)
+    if (openUpto.length > 0)
+      for (const inst of instances) {
+        const file = join(tmpdir(), `schemes-chaos-${inst.name}-${inst.child.pid}.log`)
+        writeFileSync(file, inst.child.output())
+        openNotes.push(`${inst.name}: output in ${file}`)
+      }
+
     const reconcileExit = await runReconcile(cluster.url, chain, log)
     const balances = await balancesAgainstEntries(cluster.url)
-    const notes = await explain(db, calls, upstream)
+    const notes = [...openNotes, ...(await explain(db, calls, upstream))]
     // What the instances logged as errors: jobs and requests failing while the server is down are
     // expected (counted); served calls not written because their lease was taken over are the finding.
     for (const inst of instances) {
@@ -828,8 +927,10 @@ async function judgeUpto(
   all: Call[],
   upstream: CountingUpstream,
   endpointId: string,
+  smartWallets: string[],
 ): Promise<UptoFigures> {
   const calls = all.filter((c) => c.kind === 'upto')
+  const wallets = new Set(smartWallets.map((w) => w.toLowerCase()))
   const rows = await callRows(db, endpointId)
   const f: UptoFigures = {
     ...kindFigures(calls, upstream),
@@ -843,6 +944,8 @@ async function judgeUpto(
     sponsoredServed: calls.filter((c) => c.sponsored && c.outcome === 'served').length,
     sponsoredSettled: 0,
     sponsoredWaits: 0,
+    smartWalletServed: calls.filter((c) => c.smartWallet && c.outcome === 'served').length,
+    smartWalletSettled: 0,
   }
   judgeCalls(f, calls, rows, upstream)
   const byCall = new Map<string, { tx: string | null; settled: boolean }>()
@@ -864,13 +967,16 @@ async function judgeUpto(
       settled_at: Date | null
       charge: string | null
       sponsored: boolean
+      payer: string
     }[]
   >`
     SELECT k.proof_key, k.amount_atomic::text AS signed, k.settled_atomic::text AS settled, k.settled_at,
-           c.amount_atomic::text AS charge, k.authorization_payload ? 'permit2612' AS sponsored
+           c.amount_atomic::text AS charge, k.authorization_payload ? 'permit2612' AS sponsored,
+           lower(k.payer) AS payer
     FROM claims k LEFT JOIN calls c ON call_proof_key(c.proof_key, c.proof) = k.proof_key WHERE k.kind = 'upto'`
   for (const k of claims) {
     if (k.sponsored && k.charge !== null && k.settled_at !== null) f.sponsoredSettled++
+    if (wallets.has(k.payer) && k.charge !== null && k.settled_at !== null) f.smartWalletSettled++
     if (k.charge === null) {
       // A permit claimed, never served: nothing may leave the payer's wallet for it.
       if (k.settled !== null && k.settled !== '0') f.uncapturedSettled++
@@ -939,6 +1045,11 @@ async function explain(db: postgres.Sql, calls: Call[], upstream: CountingUpstre
   for (const c of calls) {
     const n = upstream.served.get(c.id) ?? 0
     const cut = c.outcome === 'served' && !c.whole
+    // A call refused for good: why, and what it went through.
+    if (c.outcome === 'refused' || c.outcome === 'gave_up')
+      notes.push(
+        `${c.id}${c.sponsored ? ' (sponsored)' : ''} ${c.outcome} ${c.refused ?? ''}: ${c.trail.join(' ')}`,
+      )
     if (n === 0 || (n === 1 && c.outcome === 'served' && !cut && c.receiptId === null)) continue
     const [row] = c.receiptId
       ? await db`SELECT amount_atomic::text, usage FROM calls WHERE call_receipt_id(id, receipt_id) = ${c.receiptId}`
@@ -963,6 +1074,7 @@ export function formatSchemes(r: SchemesChaosResult): string {
     k('upto', r.upto),
     `  upto settlement: settled ≠ booked ${r.upto.settledNotBooked}, above signed ${r.upto.overSigned}, unsettled ${r.upto.unsettled}, uncaptured settled ${r.upto.uncapturedSettled}; settled before the answer ${r.upto.settledBeforeAnswer}, receipt naming another transaction ${r.upto.receiptOtherTx}; payer wallets moved ${r.upto.payerMovedAtomic} of ${r.upto.charged} charged`,
     `  upto without a Permit2 approval (eip2612GasSponsoring): served ${r.upto.sponsoredServed}, settled with the approval ${r.upto.sponsoredSettled}, signed again after a 402 while the previous was unsettled ${r.upto.sponsoredWaits}`,
+    `  upto from a smart wallet (ERC-1271): served ${r.upto.smartWalletServed}, settled ${r.upto.smartWalletSettled}`,
     k('batch', r.batch),
     `  channels: ${r.batch.channels}, corrective 402s ${r.batch.corrections}, charged ≠ Σ calls ${r.batch.chargedNotSum}, claimed ≠ charged ${r.batch.claimedNotCharged} (on chain ${r.batch.onChainNotCharged})`,
     `replay of ${r.replaySends} payment headers: ${r.replayServed} served again`,
