@@ -17,6 +17,7 @@ import { checkBalances } from '../../src/control-plane/jobs/reconcile-balances.t
 import { createSql } from '../../src/db/sql.ts'
 import { postJson } from '../helpers/api.ts'
 import { type ChildService, freePort, pidAlive, startChildService } from '../helpers/child-service.ts'
+import { entryArgs } from '../helpers/entry.ts'
 import { type RpcProxy, startRpcProxy } from '../helpers/rpc-proxy.ts'
 import { type CountingUpstream, STREAM_PROMPT_TOKENS, startCountingUpstream } from './counting-upstream.ts'
 import { type PgCluster, startPgCluster } from './pg-cluster.ts'
@@ -920,7 +921,7 @@ export async function runReconcile(
   log: (line: string) => void,
 ): Promise<number | null> {
   return new Promise((resolve) => {
-    const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli/reconcile.ts', '--from', '1h'], {
+    const proc = spawn(process.execPath, [...entryArgs('cli/reconcile'), '--from', '1h'], {
       cwd: ROOT,
       env: {
         ...process.env,

@@ -5,6 +5,7 @@ import { spawnSync } from 'node:child_process'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { usingServer } from '../helpers/database.ts'
+import { entryArgs } from '../helpers/entry.ts'
 import { startTestService, type TestService } from '../helpers/service.ts'
 
 let svc: TestService
@@ -91,7 +92,7 @@ describe('reconcile: claims against calls', () => {
   })
 
   it.runIf(usingServer)('the CLI exits 1 on those differences', () => {
-    const r = spawnSync('npx', ['tsx', 'src/cli/reconcile.ts'], {
+    const r = spawnSync(process.execPath, entryArgs('cli/reconcile'), {
       env: {
         ...process.env,
         NODE_ENV: 'test',

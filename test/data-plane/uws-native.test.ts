@@ -1,12 +1,13 @@
 import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { entryArgs } from '../helpers/entry.ts'
 
 const ROOT = join(import.meta.dirname, '..', '..')
 
 describe('uWebSockets.js engine', () => {
   it('refuses to start on the slow JavaScript fallback, saying why and how to fix it', () => {
-    const r = spawnSync(join(ROOT, 'node_modules/.bin/tsx'), ['src/main.ts'], {
+    const r = spawnSync(process.execPath, entryArgs('main'), {
       cwd: ROOT,
       env: {
         ...process.env,

@@ -1,12 +1,14 @@
 // Runs tollgate as a real child process, for tests that kill it (SIGKILL) and start it again on the same
-// database. Node itself is spawned with tsx as a loader (`node --import tsx src/main.ts`): the PID we hold
-// is the server's own, so a SIGKILL kills the server (the `tsx` binary would be a wrapper whose death
-// leaves the server running as an orphan on the shared port). None outlives the test process.
+// database. Node itself is spawned, on the built dist/ when it is current or with tsx as a loader
+// (`node --import tsx src/main.ts`; entry.ts): the PID we hold is the server's own, so a SIGKILL kills the
+// server (the `tsx` binary would be a wrapper whose death leaves the server running as an orphan on the
+// shared port). None outlives the test process.
 import { type ChildProcess, spawn } from 'node:child_process'
 import { mkdtempSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { entryArgs } from './entry.ts'
 import { waitFor } from './wait-for.ts'
 
 const ROOT = join(import.meta.dirname, '..', '..')
@@ -117,7 +119,7 @@ async function launchChildService(
   }
   if (options.databaseUrl) env.DATABASE_URL = options.databaseUrl
   else delete env.DATABASE_URL
-  const proc: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+  const proc: ChildProcess = spawn(process.execPath, entryArgs('main'), {
     cwd: ROOT,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],

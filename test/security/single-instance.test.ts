@@ -14,11 +14,11 @@ import { LockHeldError } from '../../src/lock-file.ts'
 import { PortInUseError } from '../../src/port-probe.ts'
 import { fundedAccount } from '../helpers/accounts.ts'
 import { type ChildService, freePort, startChildService, tempDir } from '../helpers/child-service.ts'
+import { entryArgs } from '../helpers/entry.ts'
 import { callApi } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 
 const ROOT = join(import.meta.dirname, '..', '..')
-const TSX = join(ROOT, 'node_modules', '.bin', 'tsx')
 
 const children: ChildService[] = []
 const upstreams: Upstream[] = []
@@ -65,7 +65,12 @@ describe('data directory lock', () => {
       TOLLGATE_CONFIG: configFile,
     }
     delete env.DATABASE_URL
-    const second = spawnSync(TSX, ['src/main.ts'], { cwd: ROOT, env, encoding: 'utf8', timeout: 30_000 })
+    const second = spawnSync(process.execPath, entryArgs('main'), {
+      cwd: ROOT,
+      env,
+      encoding: 'utf8',
+      timeout: 30_000,
+    })
     expect(second.status).not.toBe(0)
     expect(second.status).not.toBeNull()
     expect(second.stderr).toContain('TOLLGATE_DATA_DIR_LOCKED')
