@@ -115,7 +115,7 @@ describe('x402 upto contracts on the dev chain', () => {
   it("accepts the published client's permit and settles less than the maximum, exactly", async () => {
     const payer = await approvedPayer()
     const stored = await publishedPermit(payer, batcher)
-    expect(await verify(stored)).toEqual({ ok: true, payer: payer.address })
+    expect(await verify(stored)).toEqual({ ok: true, payer: payer.address, signature: stored.signature })
     expect(
       await checkUptoOnChain(publicClient, { usdc, permit: uptoPermitFromStored(stored) }),
     ).toMatchObject({
@@ -259,7 +259,7 @@ describe('x402 upto contracts on the dev chain', () => {
   it('settles directly from the facilitator account when the permit names it (no batcher)', async () => {
     const payer = await approvedPayer()
     const stored = await publishedPermit(payer, settler.address)
-    expect(await verify(stored)).toEqual({ ok: true, payer: payer.address })
+    expect(await verify(stored)).toEqual({ ok: true, payer: payer.address, signature: stored.signature })
     const before = await usdcBalance(payer.address)
     expect(await settle([{ permit: stored, amount: 42n }])).toEqual([{ status: 'settled', amount: 42n }])
     expect(await usdcBalance(payer.address)).toBe(before - 42n)
