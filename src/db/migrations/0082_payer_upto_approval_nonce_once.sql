@@ -21,16 +21,19 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 BEGIN
   PERFORM pg_advisory_xact_lock(3009, hashtext(payer_l));
-  IF approval_nonce IS NOT NULL AND EXISTS (
-    SELECT 1 FROM claims k
-    WHERE lower(k.payer) = payer_l AND k.kind = 'upto' AND k.authorization_payload ? 'permit2612'
-      AND k.settlement_error IS NULL
-      AND (k.authorization_payload->'permit2612'->>'nonce')::numeric >= approval_nonce
-      AND (k.settled_at IS NOT NULL OR (k.status IN ('claimed', 'captured', 'settling')
-           AND NOT (k.status = 'claimed' AND k.lease_until IS NULL AND k.releases = k.attempts)))
-      AND k.horizon_at < 'infinity')
-  THEN
-    RETURN 'sponsored';
+  -- (Nested, so a claim without an approval never plans or runs the probe.)
+  IF approval_nonce IS NOT NULL THEN
+    IF EXISTS (
+      SELECT 1 FROM claims k
+      WHERE lower(k.payer) = payer_l AND k.kind = 'upto' AND k.authorization_payload ? 'permit2612'
+        AND k.settlement_error IS NULL
+        AND (k.authorization_payload->'permit2612'->>'nonce')::numeric >= approval_nonce
+        AND (k.settled_at IS NOT NULL OR (k.status IN ('claimed', 'captured', 'settling')
+             AND NOT (k.status = 'claimed' AND k.lease_until IS NULL AND k.releases = k.attempts)))
+        AND k.horizon_at < 'infinity')
+    THEN
+      RETURN 'sponsored';
+    END IF;
   END IF;
   IF EXISTS (
     SELECT 1 FROM claims k
