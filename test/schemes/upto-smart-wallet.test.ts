@@ -3,14 +3,15 @@
 // exact smart-wallet payers do. The permit's signature is not the key of `from`, so tollgate asks the wallet
 // (isValidSignature on the Permit2 digest, an eth_call) and Permit2 asks it again when the permit is
 // settled. Paid on the default endpoint (settled before the answer): the charge moves from the wallet, read
-// as paid; a stranger's key signing for the wallet is refused and nothing is claimed; the node failing to
-// answer the wallet's check is a 503 to retry, not a bad signature.
+// as paid; a stranger's key signing for the wallet is refused and nothing is claimed; a wallet not deployed
+// yet (an ERC-6492 wrapper) is refused as such; the node failing to answer the wallet's check is a 503 to
+// retry, not a bad signature.
 import { createServer, type Server } from 'node:http'
 import { x402Client, x402HTTPClient } from '@x402/core/client'
 import { decodePaymentResponseHeader } from '@x402/core/http'
 import { UptoEvmScheme } from '@x402/evm/upto/client'
 import { wrapFetchWithPayment } from '@x402/fetch'
-import { type Address, createWalletClient, getAddress, type Hex, http } from 'viem'
+import { type Address, createWalletClient, getAddress, type Hex, http, serializeErc6492Signature } from 'viem'
 import { generatePrivateKey, type PrivateKeyAccount, privateKeyToAccount } from 'viem/accounts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { installUptoContracts } from '../../src/chain/upto-settle.ts'
@@ -167,6 +168,31 @@ describe('x402 upto paid by an ERC-1271 smart wallet', () => {
     expect(await r.json()).toMatchObject({ error: 'invalid_signature' })
     expect(upstream.count()).toBe(before)
     const claims = await svc.sql`SELECT 1 FROM claims WHERE lower(payer) = ${wallet.toLowerCase()}`
+    expect(claims).toHaveLength(0)
+  })
+})
+
+describe('x402 upto paid by a smart wallet not deployed yet (ERC-6492)', () => {
+  it('is refused as not deployed, before any chain read of its funds, and nothing is claimed', async () => {
+    const owner = privateKeyToAccount(generatePrivateKey())
+    const counterfactual = privateKeyToAccount(generatePrivateKey()).address
+    // What a counterfactual wallet's owner signs: its signature wrapped with the factory call that would
+    // deploy it (a factory tollgate does not deploy through).
+    const signer = {
+      signTypedData: async (m: never) =>
+        serializeErc6492Signature({
+          address: privateKeyToAccount(generatePrivateKey()).address,
+          data: '0xdeadbeef',
+          signature: await owner.signTypedData(m),
+        }),
+    }
+    const header = await paymentHeader(svc, url, counterfactual, signer as never)
+    const before = upstream.count()
+    const r = await fetch(url, { ...REQUEST, headers: { ...REQUEST.headers, ...header } })
+    expect(r.status).toBe(402)
+    expect(await r.json()).toMatchObject({ error: 'smart_wallet_not_deployed' })
+    expect(upstream.count()).toBe(before)
+    const claims = await svc.sql`SELECT 1 FROM claims WHERE lower(payer) = ${counterfactual.toLowerCase()}`
     expect(claims).toHaveLength(0)
   })
 })
