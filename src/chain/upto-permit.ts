@@ -1,7 +1,8 @@
 // x402 `upto` payments: a Permit2 witness transfer the payer signs for a maximum, naming the x402 upto proxy
 // as spender and a witness {to, facilitator, validAfter}; the facilitator later settles any amount up to that
 // maximum, to `to` only. Here: the canonical addresses, the EIP-712 digest, the local verification (no RPC
-// but a contract wallet's own check) and the chain's half of it (nonce unused, balance, Permit2 allowance), read in one round of calls.
+// but a contract wallet's own check) and the chain's half of it (nonce unused, balance, Permit2 allowance),
+// read in one round of calls.
 import {
   type Address,
   bytesToHex,

@@ -25,7 +25,7 @@ import {
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { readChannel } from '../../src/chain/batch-channel.ts'
 import { PERMIT2_ADDRESS } from '../../src/chain/upto-permit.ts'
-import { approvePermit2From, testSmartWalletArtifact } from '../chain/contracts/smart-wallet.ts'
+import { approvePermit2From, fundedSmartWallet } from '../chain/contracts/smart-wallet.ts'
 import { postJson } from '../helpers/api.ts'
 import { batchPayer } from '../helpers/batch-payer.ts'
 import type { ChildService } from '../helpers/child-service.ts'
@@ -318,26 +318,13 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
     // Permit2 by a call of its own (the node sends it from the wallet's address).
     const smartWallets: Array<{ address: Hex; owner: ReturnType<typeof privateKeyToAccount> }> = []
     for (let i = 0; i < (options.smartWalletPayers ?? 0); i++) {
-      const owner = privateKeyToAccount(generatePrivateKey())
-      const deployer = createWalletClient({ account: uptoPayer, transport: http(chain.rpcUrl) })
-      const deployed = await publicClient.waitForTransactionReceipt({
-        hash: await deployer.deployContract({
-          abi: testSmartWalletArtifact.abi,
-          bytecode: testSmartWalletArtifact.bytecode as Hex,
-          args: [owner.address],
-          chain: null,
-        }),
+      const { wallet, owner } = await fundedSmartWallet({
+        rpcUrl: chain.rpcUrl,
+        usdc: chain.usdcAddress,
+        funderKey: chain.payers[0]!.privateKey,
+        amountAtomic: 200_000n,
       })
-      const address = getAddress(deployed.contractAddress!)
-      await publicClient.waitForTransactionReceipt({
-        hash: await deployer.writeContract({
-          address: chain.usdcAddress,
-          abi: usdcAbi,
-          functionName: 'transfer',
-          args: [address, 200_000n],
-          chain: null,
-        }),
-      })
+      const address = getAddress(wallet)
       await approvePermit2From({ rpcUrl: chain.rpcUrl, usdc: chain.usdcAddress, wallet: address })
       smartWallets.push({ address, owner })
     }

@@ -11,14 +11,14 @@ import { x402Client, x402HTTPClient } from '@x402/core/client'
 import { decodePaymentResponseHeader } from '@x402/core/http'
 import { UptoEvmScheme } from '@x402/evm/upto/client'
 import { wrapFetchWithPayment } from '@x402/fetch'
-import { type Address, createWalletClient, getAddress, type Hex, http, serializeErc6492Signature } from 'viem'
+import { type Address, getAddress, type Hex, serializeErc6492Signature } from 'viem'
 import { generatePrivateKey, type PrivateKeyAccount, privateKeyToAccount } from 'viem/accounts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { installUptoContracts } from '../../src/chain/upto-settle.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import { UPTO_SETTLEMENT_JOB } from '../../src/schemes/upto/settle-after.ts'
-import { approvePermit2From, testSmartWalletArtifact } from '../chain/contracts/smart-wallet.ts'
-import { chainClients, fundedAccount, setUsdcBalance, usdcBalance } from '../helpers/accounts.ts'
+import { approvePermit2From, fundedSmartWallet } from '../chain/contracts/smart-wallet.ts'
+import { chainClients, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
 import { type RpcProxy, startRpcProxy } from '../helpers/rpc-proxy.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { listenLocal, writeUsageStream } from '../helpers/usage-stream.ts'
@@ -109,20 +109,11 @@ afterAll(async () => {
 
 /** A TestSmartWallet owned by a fresh key, holding `amountAtomic` USDC, that approved Permit2. */
 async function smartWallet(amountAtomic = 1_000_000n) {
-  const owner = privateKeyToAccount(generatePrivateKey())
-  const deployer = createWalletClient({ account: (await fundedAccount(0n)).account, transport: http(rpcUrl) })
-  const deployed = await publicClient.waitForTransactionReceipt({
-    hash: await deployer.deployContract({
-      abi: testSmartWalletArtifact.abi,
-      bytecode: testSmartWalletArtifact.bytecode as Hex,
-      args: [owner.address],
-      chain: null,
-    }),
-  })
-  const wallet = getAddress(deployed.contractAddress!)
-  await setUsdcBalance(wallet, amountAtomic)
+  const funder = await fundedAccount(amountAtomic)
+  const made = await fundedSmartWallet({ rpcUrl, usdc, funderKey: funder.privateKey, amountAtomic })
+  const wallet = getAddress(made.wallet)
   await approvePermit2From({ rpcUrl, usdc, wallet })
-  return { wallet, owner }
+  return { wallet, owner: made.owner }
 }
 
 describe('x402 upto paid by an ERC-1271 smart wallet', () => {

@@ -92,7 +92,8 @@ async function delegateSettler(deps: SchemeDeps, batcher: Address): Promise<Earl
 }
 
 /** Local refusals as wire reasons: the permit signs other terms than this 402's. */
-const WIRE_REASON: Record<UptoFailure, string> = {
+/** A refusal's wire reason (rpc_unavailable is not a refusal: UNAVAILABLE, a 503 to retry). */
+const WIRE_REASON: Record<Exclude<UptoFailure, 'rpc_unavailable'>, string> = {
   invalid_signature: 'invalid_signature',
   wrong_recipient: 'wrong_recipient',
   wrong_asset: 'wrong_asset',
@@ -102,7 +103,6 @@ const WIRE_REASON: Record<UptoFailure, string> = {
   authorization_not_yet_valid: 'authorization_not_yet_valid',
   authorization_expired: 'authorization_expired',
   smart_wallet_not_deployed: 'smart_wallet_not_deployed',
-  rpc_unavailable: 'rpc_unavailable',
 }
 
 const UNAVAILABLE: Verdict = {

@@ -2,7 +2,6 @@
 // contract signature (built by `npm run build:contracts`). The service never deploys it.
 import {
   type Address,
-  type Chain,
   createPublicClient,
   createWalletClient,
   type Hex,
@@ -13,7 +12,6 @@ import {
   publicActions,
 } from 'viem'
 import { generatePrivateKey, type PrivateKeyAccount, privateKeyToAccount } from 'viem/accounts'
-import { baseSepolia } from 'viem/chains'
 import type { Artifact } from '../../../src/chain/contracts/artifacts.ts'
 import { PERMIT2_ADDRESS } from '../../../src/chain/upto-permit.ts'
 import testSmartWalletJson from './test-smart-wallet.artifact.json' with { type: 'json' }
@@ -23,8 +21,8 @@ export const testSmartWalletArtifact = testSmartWalletJson as unknown as Artifac
 const transferAbi = parseAbi(['function transfer(address to, uint256 value) returns (bool)'])
 
 /**
- * A TestSmartWallet owned by a fresh key, deployed by `funderKey` on the base-sepolia-id chain at `rpcUrl`
- * and funded by it with `amountAtomic` USDC. The wallet's address pays; its owner's key signs.
+ * A TestSmartWallet owned by a fresh key, deployed by `funderKey` on the chain at `rpcUrl` (any id) and funded
+ * by it with `amountAtomic` USDC. The wallet's address pays; its owner's key signs.
  */
 export async function fundedSmartWallet(q: {
   rpcUrl: string
@@ -35,14 +33,15 @@ export async function fundedSmartWallet(q: {
   const owner = privateKeyToAccount(generatePrivateKey())
   const funder = createWalletClient({
     account: privateKeyToAccount(q.funderKey),
-    chain: baseSepolia as Chain,
     transport: http(q.rpcUrl),
+    pollingInterval: 50,
   }).extend(publicActions)
   const deployed = await funder.waitForTransactionReceipt({
     hash: await funder.deployContract({
       abi: testSmartWalletArtifact.abi,
       bytecode: testSmartWalletArtifact.bytecode as Hex,
       args: [owner.address],
+      chain: null,
     }),
   })
   const wallet = deployed.contractAddress!
@@ -52,6 +51,7 @@ export async function fundedSmartWallet(q: {
       abi: transferAbi,
       functionName: 'transfer',
       args: [wallet, q.amountAtomic],
+      chain: null,
     }),
   })
   return { wallet, owner }
