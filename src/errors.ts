@@ -150,7 +150,10 @@ export const PAYMENT_REQUIRED_REASONS = {
   unsupported_proof: 'a scheme other than exact (or any x402 payload at checkout)',
   wrong_amount: 'exact means exact: an authorization for more than the price',
   requirements_mismatch: 'v2: accepted is not the advertised requirement',
-  smart_wallet_not_deployed: 'an ERC-6492 signature of a wallet not deployed yet',
+  smart_wallet_not_deployed:
+    'an ERC-6492 signature of a wallet not deployed yet (upto; exact where the chain lacks the AuthorizationBatcher)',
+  smart_wallet_factory_not_allowed:
+    'an ERC-6492 signature of a wallet not deployed yet, of a factory not in x402.eip6492_factories',
   simulation_failed: "the settlement's dry run reverted",
   scheme_not_offered: 'a scheme tollgate has but not here (exact where the amount varies: usage pricing)',
   permit2_allowance_required:

@@ -10,7 +10,11 @@ import { type ChainInfo, describeChain } from './chain/info.ts'
 import { startChain } from './chain/start.ts'
 import { createUptoChainChecker } from './chain/upto-permit.ts'
 import { uptoFacilitatorOf } from './chain/upto-settle.ts'
-import { smartWalletVerifier, walletDigestVerifier } from './chain/verify-smart-wallet.ts'
+import {
+  counterfactualWallets,
+  smartWalletVerifier,
+  walletDigestVerifier,
+} from './chain/verify-smart-wallet.ts'
 import { attributeTransfers } from './checkout/attribution.ts'
 import { createCheckoutRoute } from './checkout/route.ts'
 import { publicBaseUrl } from './config/load.ts'
@@ -214,10 +218,11 @@ function handedOver(deps: {
         }),
         checkAuthorization,
         // A smart-wallet payer's signature, asked of the wallet as the data plane's verifier asks it.
-        verifySmartWallet: smartWalletVerifier(chain.publicClient, {
-          usdc: chain.usdc,
-          chainId: chain.chainId,
-        }),
+        verifySmartWallet: smartWalletVerifier(
+          chain.publicClient,
+          { usdc: chain.usdc, chainId: chain.chainId },
+          counterfactualWallets(chain.publicClient, config.x402.eip6492_factories),
+        ),
         verifyWalletDigest: walletDigestVerifier(chain.publicClient),
         upto,
         facilitator: deps.facilitator,

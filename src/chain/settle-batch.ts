@@ -9,6 +9,7 @@ import {
   type Client,
   type Hash,
   type Hex,
+  isErc6492Signature,
   type PrivateKeyAccount,
   type TransactionReceipt,
   type Transport,
@@ -20,7 +21,7 @@ import { authorizationBatcherArtifact } from './contracts/artifacts.ts'
 import { type Create2Deployment, create2Address, deployCreate2 } from './create2.ts'
 import { dataWords, eventTopic, topicAddress, topicWord } from './log-words.ts'
 import type { FeeQuote } from './payouts.ts'
-import type { StoredAuthorization } from './settle.ts'
+import { SETTLEMENT_GAS, type StoredAuthorization, signSettlement } from './settle.ts'
 import { settleCalldata } from './settle-batch-encoding.ts'
 import { signCall } from './sign-call.ts'
 
@@ -29,10 +30,35 @@ export const AUTHORIZATION_BATCHER_ADDRESS: Address = create2Address(authorizati
 /**
  * Gas limit of a batch: the contract attempts an item only with ITEM_GAS (200k) left, and one
  * transferWithAuthorization uses ~40–70k (a smart wallet's more), so 120k per item plus 250k lets every item
- * be attempted. Only the gas used is paid; an item left unattempted is signed again in a later batch.
+ * be attempted; an item of a wallet to deploy first (ERC-6492) needs DEPLOY_GAS (500k) more left, and is
+ * given that. Only the gas used is paid; an item left unattempted is signed again in a later batch.
  */
-export function batchSettlementGas(items: number): bigint {
-  return 250_000n + 120_000n * BigInt(items)
+export function batchSettlementGas(items: number, toDeploy = 0): bigint {
+  return 250_000n + 120_000n * BigInt(items) + 500_000n * BigInt(toDeploy)
+}
+
+/**
+ * An ERC-6492 wrapper: the signature of a smart wallet that may not be deployed yet. Stored as signed (the
+ * verifier let it through only for a factory it trusts) and settled only through the AuthorizationBatcher,
+ * which deploys the wallet first when it has no code.
+ */
+export function deploysWallet(a: Pick<StoredAuthorization, 'signature'>): boolean {
+  return a.signature.length > 66 && isErc6492Signature(a.signature)
+}
+
+/**
+ * One settlement transaction of `exact` authorizations, from any sender: one authorization is
+ * transferWithAuthorization itself (unless its wallet is to be deployed), several one call of the
+ * AuthorizationBatcher.
+ */
+export function signAuthorizations(
+  account: PrivateKeyAccount,
+  p: { chainId: number; usdc: Address; authorizations: StoredAuthorization[]; nonce: number; fees: FeeQuote },
+): Promise<{ rawTx: Hex; hash: Hash }> {
+  const { authorizations, ...common } = p
+  if (authorizations.length === 1 && !deploysWallet(authorizations[0]!))
+    return signSettlement(account, { ...common, authorization: authorizations[0]!, gas: SETTLEMENT_GAS })
+  return signSettlementBatch(account, p)
 }
 
 /** True when the chain holds this build's AuthorizationBatcher at its address (one eth_getCode). */
@@ -55,7 +81,7 @@ export async function signSettlementBatch(
     ...p,
     to: AUTHORIZATION_BATCHER_ADDRESS,
     data: settleCalldata(p.usdc, p.authorizations),
-    gas: batchSettlementGas(p.authorizations.length),
+    gas: batchSettlementGas(p.authorizations.length, p.authorizations.filter(deploysWallet).length),
   })
 }
 

@@ -6,6 +6,9 @@ import type { FeeQuote } from './payouts.ts'
 import { signCall } from './sign-call.ts'
 import { usdcAbi } from './usdc.ts'
 
+/** Gas for one transferWithAuthorization (measured ~60k on the test USDC; Circle's is similar) with margin. */
+export const SETTLEMENT_GAS = 150_000n
+
 export interface StoredAuthorization {
   signature: Hex
   from: Hex

@@ -285,9 +285,11 @@ export async function verifyUptoPermit(q: {
   if (!q.wallet) return { ok: false, reason: 'invalid_signature' }
   // Not the key of `from`: maybe `from` is a contract wallet.
   const asked = await q.wallet({ address: p.from, hash: bytesToHex(digest), signature: q.signature })
-  return asked.ok
-    ? { ok: true, payer: p.from, signature: asked.signature }
-    : { ok: false, reason: asked.reason }
+  if (asked.ok) return { ok: true, payer: p.from, signature: asked.signature }
+  // Permit2 asks the wallet at settlement, which nothing deploys for upto: any wallet with no code is refused.
+  const reason =
+    asked.reason === 'smart_wallet_factory_not_allowed' ? 'smart_wallet_not_deployed' : asked.reason
+  return { ok: false, reason }
 }
 
 export type SponsoredApprovalFailure =

@@ -251,6 +251,13 @@ export const ConfigSchema = v.strictObject({
      */
     balance_ttl_ms: v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(60_000)),
     /**
+     * x402 exact: the factories whose smart wallets may pay before they are deployed (an ERC-6492 signature
+     * carrying the factory's call): the AuthorizationBatcher deploys such a wallet in the transaction that
+     * settles it, the treasury (or settler) paying the gas. Empty (default): such payers are refused, as the
+     * published facilitator's eip6492AllowedFactories. Only where the chain holds the batcher.
+     */
+    eip6492_factories: v.array(HexAddress),
+    /**
      * batch-settlement vouchers: an instance leases a channel for batch_lease_ms and accepts its
      * vouchers in memory up to batch_reserve dollars past the last persisted one, persisting every
      * batch_flush_ms. A crash costs at most batch_reserve per channel (the gateway's, never the payer's).

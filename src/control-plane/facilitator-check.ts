@@ -218,6 +218,11 @@ const SMART_WALLET_REASONS: Record<(SmartWalletCheck & { ok: false })['reason'],
     'invalid_exact_evm_payload_undeployed_smart_wallet',
     'the payer is a smart wallet not deployed yet: deploy it first',
   ],
+  // The published @x402/evm facilitator's name, for a factory outside its eip6492AllowedFactories.
+  smart_wallet_factory_not_allowed: [
+    'eip6492_factory_not_allowed',
+    'the payer is a smart wallet not deployed yet, of a factory this facilitator does not deploy through',
+  ],
   rpc_unavailable: ['unexpected_verify_error', 'the payer wallet could not be asked; retry shortly'],
 }
 

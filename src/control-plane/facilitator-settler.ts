@@ -18,8 +18,8 @@ import { treasuryPrivateKey } from '../chain/connect.ts'
 import { fundDevGas } from '../chain/dev-chain.ts'
 import { broadcast, type FeeQuote, pendingNonce, quoteFees } from '../chain/payouts.ts'
 import { ReceiptWatch } from '../chain/receipt-watch.ts'
-import { type StoredAuthorization, signSettlement } from '../chain/settle.ts'
-import { hasAuthorizationBatcher, settlementOutcomes, signSettlementBatch } from '../chain/settle-batch.ts'
+import type { StoredAuthorization } from '../chain/settle.ts'
+import { hasAuthorizationBatcher, settlementOutcomes, signAuthorizations } from '../chain/settle-batch.ts'
 import { settlerSlotKey } from '../chain/settler-keys.ts'
 import { signingAccount } from '../chain/signing-account.ts'
 import type { Config } from '../config/schema.ts'
@@ -29,8 +29,6 @@ import type { Sql } from '../db/sql.ts'
 import type { Logger } from '../observability/logger.ts'
 import { settlerBalance, settlerBalanceFloor } from '../observability/metrics.ts'
 
-/** Gas for one transferWithAuthorization sent alone. */
-const SETTLEMENT_GAS = 150_000n
 /** A fee quote is reused this long (a block or so; quoteFees adds headroom over the base fee). */
 const FEES_TTL_MS = 1_000
 /** On the dev chain the derived key starts empty: it is given this much anvil ETH. */
@@ -214,14 +212,14 @@ export class FacilitatorSettler {
 
   private sign(items: Item[], nonce: number, fees: FeeQuote): Promise<{ rawTx: Hex; hash: Hash }> {
     const chain = this.o.chain
-    const common = { chainId: chain.chainId, usdc: chain.usdc.address, nonce, fees }
-    return items.length === 1
-      ? signSettlement(this.account, {
-          ...common,
-          authorization: items[0]!.authorization,
-          gas: SETTLEMENT_GAS,
-        })
-      : signSettlementBatch(this.account, { ...common, authorizations: items.map((it) => it.authorization) })
+    const authorizations = items.map((it) => it.authorization)
+    return signAuthorizations(this.account, {
+      chainId: chain.chainId,
+      usdc: chain.usdc.address,
+      nonce,
+      fees,
+      authorizations,
+    })
   }
 
   /** The receipt, then the used authorizations marked settled and booked before their waiters are told. */

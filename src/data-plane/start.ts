@@ -8,7 +8,7 @@ import type { ChainContext } from '../chain/connect.ts'
 import type { ChainInfo } from '../chain/info.ts'
 import { simulateTransferAuthorization } from '../chain/simulate-authorization.ts'
 import type { TreasuryTransfer } from '../chain/transfer.ts'
-import { smartWalletVerifier } from '../chain/verify-smart-wallet.ts'
+import { counterfactualWallets, smartWalletVerifier } from '../chain/verify-smart-wallet.ts'
 import { verifyTransfer } from '../chain/verify-transfer.ts'
 import { verifyWalletMessage } from '../chain/verify-wallet-message.ts'
 import { type TransferWatcher, watchTreasuryTransfers } from '../chain/watcher.ts'
@@ -460,7 +460,11 @@ function createVerifier(
       }
     },
     forgetBalance: (payer) => checkOnChain.forget(payer),
-    verifySmartWallet: smartWalletVerifier(chain.publicClient, { usdc: chain.usdc, chainId: chain.chainId }),
+    verifySmartWallet: smartWalletVerifier(
+      chain.publicClient,
+      { usdc: chain.usdc, chainId: chain.chainId },
+      counterfactualWallets(chain.publicClient, config.x402.eip6492_factories),
+    ),
     simulate: (q) =>
       simulateTransferAuthorization(chain.publicClient, {
         usdc: chain.usdc.address,

@@ -3,6 +3,7 @@
 // It proves what was paid and by whom; the caller decides whether that is enough (price, amount due).
 
 import { LRUCache } from 'lru-cache'
+import { isErc6492Signature } from 'viem'
 import type { AuthorizationFailure, TransferAuthorization } from '../chain/authorization.ts'
 import { verifyTransferAuthorization } from '../chain/authorization.ts'
 import type { AuthorizationChainCheck, BalanceRead } from '../chain/check-authorization.ts'
@@ -275,7 +276,11 @@ export class Verifier {
     if (!local.ok && !smartWallet) return { ok: false, reason: local.reason }
     const q = { from: a.from, nonce: a.nonce, value: a.value }
     const from = this.options.simulateFromAtomic
-    const simulate = from != null && a.value >= from ? this.options.simulate : undefined
+    // Not an ERC-6492 wrapper's: the token would be handed the wrapper (the wallet's own check stands for it).
+    const simulate =
+      from != null && a.value >= from && !isErc6492Signature(payment.signature)
+        ? this.options.simulate
+        : undefined
     // The chain reads run together: nonce and balance, the wallet's own signature check, the dry run.
     const [onChain, wallet, simulation] = await Promise.all([
       this.options.checkAuthorization(q),

@@ -1,8 +1,15 @@
 // The AuthorizationBatcher on a real anvil: its address is the deterministic deployer's CREATE2 address of
 // this build (so a real network gets it with one transaction), a bad authorization never sinks its batch,
 // and a batch short of gas leaves its tail unattempted and unused, to be sent again.
-import { type Address, createPublicClient, createWalletClient, http } from 'viem'
-import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
+import {
+  type Address,
+  createPublicClient,
+  createWalletClient,
+  type Hex,
+  http,
+  serializeErc6492Signature,
+} from 'viem'
+import { generatePrivateKey, type LocalAccount, privateKeyToAccount } from 'viem/accounts'
 import { afterAll, describe, expect, it } from 'vitest'
 import { anvilSetCode, spawnAnvil } from '../../src/chain/anvil-process.ts'
 import {
@@ -23,6 +30,7 @@ import {
 } from '../../src/chain/settle-batch.ts'
 import { readTokenInfo } from '../../src/chain/usdc.ts'
 import { chainClients, type Funded, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
+import { counterfactualSmartWallet } from './contracts/smart-wallet.ts'
 
 const { rpcUrl, publicClient, usdc } = chainClients()
 const stops: Array<() => Promise<void>> = []
@@ -30,14 +38,22 @@ afterAll(async () => {
   for (const stop of stops) await stop()
 })
 
-/** `count` authorizations of 0.01 USDC from `payer` to `to`, in the form the claims table stores. */
-async function authorizations(payer: Funded, to: Address, count: number): Promise<StoredAuthorization[]> {
+/**
+ * `count` authorizations of 0.01 USDC from `payer` to `to`, in the form the claims table stores; `payer` may
+ * be a wallet's signer (its address pays, its signTypedData signs: an ERC-6492 wrapper, say).
+ */
+async function authorizations(
+  payer: Funded | { address: Address; signTypedData: LocalAccount['signTypedData'] },
+  to: Address,
+  count: number,
+): Promise<StoredAuthorization[]> {
   const chainId = await publicClient.getChainId()
   const token = await readTokenInfo(publicClient, { address: usdc })
   const now = BigInt(Math.floor(Date.now() / 1000))
   return Promise.all(
     Array.from({ length: count }, async () => {
-      const { authorization, signature } = await signTransferAuthorization(payer.account, {
+      const signer = 'account' in payer ? payer.account : (payer as LocalAccount)
+      const { authorization, signature } = await signTransferAuthorization(signer, {
         usdc: { address: usdc, name: token.name, version: token.version },
         chainId,
         to,
@@ -162,5 +178,102 @@ describe('AuthorizationBatcher', () => {
       'unattempted',
     ])
     expect(await Promise.all(items.map(used))).toEqual([false, false])
+  })
+
+  it('deploys a counterfactual wallet (ERC-6492) through its factory once, and settles it beside the others', async () => {
+    const [payer, funder, sender] = await Promise.all([fundedAccount(), fundedAccount(), fundedAccount(0n)])
+    const to = privateKeyToAccount(generatePrivateKey()).address
+    const cf = await counterfactualSmartWallet({
+      rpcUrl,
+      usdc,
+      funderKey: funder.privateKey,
+      amountAtomic: 50_000n,
+    })
+    expect(await publicClient.getCode({ address: cf.wallet })).toBeUndefined()
+    const [eoa, wallet, more] = await Promise.all([
+      authorizations(payer, to, 1),
+      authorizations(cf.signer as never, to, 2),
+      authorizations(payer, to, 1),
+    ])
+    const items = [eoa[0]!, ...wallet, more[0]!]
+
+    const receipt = await settle(sender, items, batchSettlementGas(items.length, 2))
+    expect(receipt.status).toBe('success')
+    expect(settlementOutcomes(receipt, { usdc, authorizations: items })).toEqual([
+      'used',
+      'used',
+      'used',
+      'used',
+    ])
+    expect(await publicClient.getCode({ address: cf.wallet })).toBeDefined()
+    expect(await usdcBalance(cf.wallet)).toBe(30_000n)
+    expect(await usdcBalance(to)).toBe(40_000n)
+  })
+
+  it('fails only its own item when a wrapper creates no wallet, names another, or does not decode', async () => {
+    const [payer, funder, sender] = await Promise.all([fundedAccount(), fundedAccount(), fundedAccount(0n)])
+    const to = privateKeyToAccount(generatePrivateKey()).address
+    const cf = await counterfactualSmartWallet({
+      rpcUrl,
+      usdc,
+      funderKey: funder.privateKey,
+      amountAtomic: 50_000n,
+    })
+    const [good, [noWallet], [junk], after] = await Promise.all([
+      authorizations(payer, to, 1),
+      // The "factory" is an account with no code: the call succeeds and creates nothing.
+      authorizations(
+        {
+          address: cf.wallet,
+          signTypedData: async (m) =>
+            serializeErc6492Signature({
+              address: privateKeyToAccount(generatePrivateKey()).address,
+              data: cf.factoryData,
+              signature: await cf.owner.signTypedData(m as never),
+            }),
+        },
+        to,
+        1,
+      ),
+      // The suffix after bytes that are not an encoded wrapper.
+      authorizations(
+        {
+          address: cf.wallet,
+          signTypedData: async () => `0x${'ab'.repeat(40)}${'6492'.repeat(16)}` as Hex,
+        },
+        to,
+        1,
+      ),
+      authorizations(payer, to, 1),
+    ])
+    const items = [good[0]!, noWallet!, junk!, after[0]!]
+    const receipt = await settle(sender, items, batchSettlementGas(items.length, 2))
+    expect(receipt.status).toBe('success')
+    expect(settlementOutcomes(receipt, { usdc, authorizations: items })).toEqual([
+      'used',
+      'failed',
+      'failed',
+      'used',
+    ])
+    expect(await publicClient.getCode({ address: cf.wallet })).toBeUndefined()
+    expect(await usdcBalance(cf.wallet)).toBe(50_000n)
+  })
+
+  it('does not attempt a wallet to deploy without the gas its deployment may need', async () => {
+    const [funder, sender] = await Promise.all([fundedAccount(), fundedAccount(0n)])
+    const to = privateKeyToAccount(generatePrivateKey()).address
+    const cf = await counterfactualSmartWallet({
+      rpcUrl,
+      usdc,
+      funderKey: funder.privateKey,
+      amountAtomic: 50_000n,
+    })
+    const items = await authorizations(cf.signer as never, to, 1)
+    // Enough for a plain item (ITEM_GAS), not for one with a deployment (ITEM_GAS + DEPLOY_GAS).
+    const short = await settle(sender, items, 450_000n)
+    expect(settlementOutcomes(short, { usdc, authorizations: items })).toEqual(['unattempted'])
+    expect(await publicClient.getCode({ address: cf.wallet })).toBeUndefined()
+    const again = await settle(sender, items, batchSettlementGas(1, 1))
+    expect(settlementOutcomes(again, { usdc, authorizations: items })).toEqual(['used'])
   })
 })

@@ -613,7 +613,7 @@ describe('a smart-wallet payer (ERC-1271) at the facilitator', () => {
     expect(await balanceOf(wallet)).toBe(1_000_000n - PRICE_ATOMIC)
   })
 
-  it('an ERC-6492 signature of a wallet not deployed yet is refused by the published reason', async () => {
+  it('an ERC-6492 signature of a wallet not deployed yet, of no trusted factory: the published reason', async () => {
     // A counterfactual wallet: an address with no code, its signature wrapped with a factory call.
     const owner = privateKeyToAccount(generatePrivateKey())
     const undeployed = privateKeyToAccount(generatePrivateKey()).address
@@ -628,7 +628,7 @@ describe('a smart-wallet payer (ERC-1271) at the facilitator', () => {
     })
     expect((await facilitate('verify', counterfactual)).body).toMatchObject({
       isValid: false,
-      invalidReason: 'invalid_exact_evm_payload_undeployed_smart_wallet',
+      invalidReason: 'eip6492_factory_not_allowed',
       payer: undeployed,
     })
   })

@@ -72,6 +72,13 @@ const contracts = [
     contractName: 'TestSmartWallet',
     artifact: 'test-smart-wallet.artifact.json',
   },
+  // Tests only: its factory, for a payer signing before its wallet exists (ERC-6492).
+  {
+    dir: testContracts,
+    source: 'TestSmartWalletFactory.sol',
+    contractName: 'TestSmartWalletFactory',
+    artifact: 'test-smart-wallet-factory.artifact.json',
+  },
 ] as const satisfies ReadonlyArray<{
   dir: string
   source: string

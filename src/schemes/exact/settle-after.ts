@@ -2,7 +2,7 @@
 // the same road) signed by the treasury, settlement.per_transaction to a transaction through the
 // AuthorizationBatcher (or one each, where the chain lacks it), soonest validBefore first. The pipeline that
 // runs it is src/control-plane/jobs/settle-after-call.ts; what is exact's own is here.
-import type { Hash, PrivateKeyAccount, TransactionReceipt } from 'viem'
+import type { Hash, TransactionReceipt } from 'viem'
 import {
   failSettlement,
   forgetSettlementTx,
@@ -16,21 +16,14 @@ import {
 } from '../../books/settlement.ts'
 import { readAuthorizationState } from '../../chain/authorization.ts'
 import { findAuthorizationUse } from '../../chain/authorization-use.ts'
-import type { ChainContext } from '../../chain/connect.ts'
-import type { FeeQuote } from '../../chain/payouts.ts'
-import { type StoredAuthorization, signSettlement } from '../../chain/settle.ts'
 import {
   AUTHORIZATION_BATCHER_ADDRESS,
   hasAuthorizationBatcher,
   settlementOutcomes,
-  signSettlementBatch,
+  signAuthorizations,
 } from '../../chain/settle-batch.ts'
-import type { SignedCall } from '../../chain/sign-call.ts'
 import { settlementBatchSize, settlements } from '../../observability/metrics.ts'
 import type { Resolution, Settler, SettlerDeps } from '../settler.ts'
-
-/** Gas for one transferWithAuthorization (measured ~60k on the test USDC; Circle's is similar) with margin. */
-const SETTLEMENT_GAS = 150_000n
 
 /** How long a chain found without the AuthorizationBatcher is believed: `npm run deploy:batcher` is picked up. */
 const BATCHER_RECHECK_MS = 10 * 60_000
@@ -92,7 +85,9 @@ export function exactSettler(deps: SettlerDeps): Settler<SettlementCandidate, Us
       return groups
     },
     sign: (items, nonce, fees) =>
-      signAuthorizations(chain.walletClient.account, chain, {
+      signAuthorizations(chain.walletClient.account, {
+        chainId: chain.chainId,
+        usdc: chain.usdc.address,
         authorizations: items.map((c) => c.authorization_payload),
         nonce,
         fees,
@@ -108,21 +103,6 @@ export function exactSettler(deps: SettlerDeps): Settler<SettlementCandidate, Us
         }),
       ),
   }
-}
-
-/**
- * One settlement transaction of `exact` authorizations, from any sender: one authorization is
- * transferWithAuthorization itself, several one call of the AuthorizationBatcher.
- */
-export function signAuthorizations(
-  account: PrivateKeyAccount,
-  chain: Pick<ChainContext, 'chainId' | 'usdc'>,
-  q: { authorizations: StoredAuthorization[]; nonce: number; fees: FeeQuote },
-): Promise<SignedCall> {
-  const common = { chainId: chain.chainId, usdc: chain.usdc.address, nonce: q.nonce, fees: q.fees }
-  if (q.authorizations.length === 1)
-    return signSettlement(account, { ...common, authorization: q.authorizations[0]!, gas: SETTLEMENT_GAS })
-  return signSettlementBatch(account, { ...common, authorizations: q.authorizations })
 }
 
 /**

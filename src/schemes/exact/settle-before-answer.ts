@@ -30,8 +30,7 @@ import type { ChainContext } from '../../chain/connect.ts'
 import { broadcast, type FeeQuote, pendingNonce, quoteFees } from '../../chain/payouts.ts'
 import { ReceiptWatch } from '../../chain/receipt-watch.ts'
 import type { StoredAuthorization } from '../../chain/settle.ts'
-import { signSettlement } from '../../chain/settle.ts'
-import { hasAuthorizationBatcher, settlementOutcomes, signSettlementBatch } from '../../chain/settle-batch.ts'
+import { hasAuthorizationBatcher, settlementOutcomes, signAuthorizations } from '../../chain/settle-batch.ts'
 import { signingAccount } from '../../chain/signing-account.ts'
 import {
   signUptoSettlement,
@@ -48,9 +47,6 @@ import {
 } from '../../observability/metrics.ts'
 import { groupCutDueMs } from './group-cut.ts'
 import { NonceGaps } from './nonce-gaps.ts'
-
-/** Gas for one transferWithAuthorization sent alone (as the settlement job allows). */
-const SETTLEMENT_GAS = 150_000n
 
 /** How long a fee quote is reused (a block or so: quoteFees already adds headroom over the base fee). */
 const FEES_TTL_MS = 1_000
@@ -487,18 +483,8 @@ export class SettleBeforeAnswer {
       const p = { chainId: chain.chainId, items: upto, nonce, fees }
       return signUptoSettlement(this.account, p).then((s) => ({ items, ...s }))
     }
-    const signed =
-      items.length === 1
-        ? signSettlement(this.account, {
-            ...common,
-            authorization: items[0]!.authorization!,
-            gas: SETTLEMENT_GAS,
-          })
-        : signSettlementBatch(this.account, {
-            ...common,
-            authorizations: items.map((it) => it.authorization!),
-          })
-    return signed.then((s) => ({ items, ...s }))
+    const authorizations = items.map((it) => it.authorization!)
+    return signAuthorizations(this.account, { ...common, authorizations }).then((s) => ({ items, ...s }))
   }
 
   private async awaitReceipt(items: Item[], hash: Hash, nonce: number, sentMs: number): Promise<void> {

@@ -1,22 +1,28 @@
 // TestSmartWallet, a test fixture: an ERC-1271 contract wallet owned by one key, to pay x402 calls with a
-// contract signature (built by `npm run build:contracts`). The service never deploys it.
+// contract signature (built by `npm run build:contracts`), deployed here or (counterfactual, ERC-6492) through
+// TestSmartWalletFactory by whoever settles its first payment.
 import {
   type Address,
   createPublicClient,
   createWalletClient,
+  encodeFunctionData,
   type Hex,
   http,
   maxUint256,
   numberToHex,
   parseAbi,
   publicActions,
+  serializeErc6492Signature,
+  type TypedDataDefinition,
 } from 'viem'
 import { generatePrivateKey, type PrivateKeyAccount, privateKeyToAccount } from 'viem/accounts'
 import type { Artifact } from '../../../src/chain/contracts/artifacts.ts'
 import { PERMIT2_ADDRESS } from '../../../src/chain/upto-permit.ts'
 import testSmartWalletJson from './test-smart-wallet.artifact.json' with { type: 'json' }
+import testSmartWalletFactoryJson from './test-smart-wallet-factory.artifact.json' with { type: 'json' }
 
 export const testSmartWalletArtifact = testSmartWalletJson as unknown as Artifact
+export const testSmartWalletFactoryArtifact = testSmartWalletFactoryJson as unknown as Artifact
 
 const transferAbi = parseAbi(['function transfer(address to, uint256 value) returns (bool)'])
 
@@ -87,4 +93,97 @@ export async function approvePermit2From(q: {
   } finally {
     await client.request({ method: 'anvil_stopImpersonatingAccount' as never, params: [q.wallet] as never })
   }
+}
+
+const factories = new Map<string, Promise<Address>>()
+
+/** The TestSmartWalletFactory of the chain at `rpcUrl`, deployed by `funderKey` on first use. */
+export function smartWalletFactory(q: { rpcUrl: string; funderKey: Hex }): Promise<Address> {
+  let made = factories.get(q.rpcUrl)
+  if (made === undefined) {
+    made = deploySmartWalletFactory(q)
+    factories.set(q.rpcUrl, made)
+    made.catch(() => factories.delete(q.rpcUrl))
+  }
+  return made
+}
+
+/** Another TestSmartWalletFactory (one the service is not told to trust, say). */
+export async function deploySmartWalletFactory(q: { rpcUrl: string; funderKey: Hex }): Promise<Address> {
+  const funder = createWalletClient({
+    account: privateKeyToAccount(q.funderKey),
+    transport: http(q.rpcUrl),
+    pollingInterval: 50,
+  }).extend(publicActions)
+  const hash = await funder.deployContract({
+    abi: testSmartWalletFactoryArtifact.abi,
+    bytecode: testSmartWalletFactoryArtifact.bytecode as Hex,
+    chain: null,
+  })
+  return (await funder.waitForTransactionReceipt({ hash })).contractAddress!
+}
+
+const factoryAbi = parseAbi([
+  'function createWallet(address owner, bytes32 salt) returns (address)',
+  'function walletAddress(address owner, bytes32 salt) view returns (address)',
+])
+
+/**
+ * A wallet that does not exist yet: its address (the factory's CREATE2 address for a fresh owner) holds
+ * `amountAtomic` USDC sent by `funderKey`, and `signer` signs as the wallet would, wrapped in ERC-6492 with
+ * the factory call that creates it (what a counterfactual smart account's client does). `factory` defaults
+ * to the chain's TestSmartWalletFactory.
+ */
+export async function counterfactualSmartWallet(q: {
+  rpcUrl: string
+  usdc: Address
+  funderKey: Hex
+  amountAtomic: bigint
+  factory?: Address
+}): Promise<{
+  wallet: Address
+  owner: PrivateKeyAccount
+  factory: Address
+  factoryData: Hex
+  signer: { address: Address; signTypedData: (m: TypedDataDefinition) => Promise<Hex> }
+}> {
+  const factory = q.factory ?? (await smartWalletFactory(q))
+  const owner = privateKeyToAccount(generatePrivateKey())
+  const salt = numberToHex(1, { size: 32 })
+  const reader = createPublicClient({ transport: http(q.rpcUrl) })
+  const wallet = (await reader.readContract({
+    address: factory,
+    abi: factoryAbi,
+    functionName: 'walletAddress',
+    args: [owner.address, salt],
+  })) as Address
+  const factoryData = encodeFunctionData({
+    abi: factoryAbi,
+    functionName: 'createWallet',
+    args: [owner.address, salt],
+  })
+  const funder = createWalletClient({
+    account: privateKeyToAccount(q.funderKey),
+    transport: http(q.rpcUrl),
+    pollingInterval: 50,
+  }).extend(publicActions)
+  await funder.waitForTransactionReceipt({
+    hash: await funder.writeContract({
+      address: q.usdc,
+      abi: transferAbi,
+      functionName: 'transfer',
+      args: [wallet, q.amountAtomic],
+      chain: null,
+    }),
+  })
+  const signer = {
+    address: wallet,
+    signTypedData: async (m: TypedDataDefinition) =>
+      serializeErc6492Signature({
+        address: factory,
+        data: factoryData,
+        signature: await owner.signTypedData(m),
+      }),
+  }
+  return { wallet, owner, factory, factoryData, signer }
 }
