@@ -9,9 +9,9 @@ import { describe, expect, it } from 'vitest'
 const ROOT = join(import.meta.dirname, '../..')
 const CI = readFileSync(join(ROOT, '.ci/run'), 'utf8')
 
-function listedEntries(): string[] {
-  const block = /database_free=\(([\s\S]*?)\)/.exec(CI)
-  if (!block) throw new Error('.ci/run has no database_free list')
+function listedEntries(list = 'database_free'): string[] {
+  const block = new RegExp(`${list}=\\(([\\s\\S]*?)\\)`).exec(CI)
+  if (!block) throw new Error(`.ci/run has no ${list} list`)
   return [...block[1]!.matchAll(/'([^']+)'/g)].map((m) => m[1]!)
 }
 
@@ -54,6 +54,18 @@ function reachesServer(text: string): string | null {
 }
 
 describe('CI server pass: the files it leaves out', () => {
+  it('moves to the server pass only files that start no database but an embedded one', () => {
+    const moved = listedEntries('to_server_pass')
+    expect(moved.length).toBeGreaterThan(0)
+    for (const entry of moved) {
+      expect(filesOf(entry).filter(existsSync), entry).not.toEqual([])
+      expect(
+        listedEntries().some((free) => entry.startsWith(free)),
+        `${entry} is not in database_free`,
+      ).toBe(true)
+    }
+  })
+
   it('names files that exist', () => {
     for (const entry of listedEntries()) expect(filesOf(entry).filter(existsSync), entry).not.toEqual([])
   })
