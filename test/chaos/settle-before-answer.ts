@@ -8,6 +8,9 @@
 // authorizations settled twice, lost (captured, never used on chain once the leader's job is done), receipts
 // naming a transaction that did not carry that authorization (its AuthorizationUsed and Transfer logs),
 // calls a client got answered whose authorization never moved (served unpaid), reconcile.
+// Two more workers pay from smart wallets not deployed yet (ERC-6492, their factory trusted), a wallet after
+// another, so the transactions that settle them create them: through the kill and the crash too. Each wallet
+// with an answered call must exist on chain after, and its money moves only by its authorizations.
 import { x402Client } from '@x402/core/client'
 import { decodePaymentRequiredHeader, decodePaymentResponseHeader } from '@x402/core/http'
 import { registerExactEvmScheme } from '@x402/evm/exact/client'
@@ -15,6 +18,7 @@ import postgres from 'postgres'
 import { createPublicClient, type Hex, http, parseAbiItem } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import type { startDevChain } from '../../src/chain/dev-chain.ts'
+import { counterfactualSmartWallet, smartWalletFactory } from '../chain/contracts/smart-wallet.ts'
 import { type ChildService, pidAlive } from '../helpers/child-service.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 import { startCountingUpstream } from './counting-upstream.ts'
@@ -29,6 +33,9 @@ import type { startPgCluster } from './pg-cluster.ts'
 
 const PRICE_ATOMIC = 1_000n
 const PAYERS = 4
+/** Smart wallets not deployed yet, and the workers paying from them (the next wallet each call). */
+const COUNTERFACTUAL_WALLETS = 8
+const COUNTERFACTUAL_WORKERS = 2
 const CALL_DEADLINE_MS = 20_000
 const ATTEMPT_TIMEOUT_MS = 10_000
 
@@ -87,6 +94,10 @@ export interface SettleBeforeAnswerChaosResult {
   paidNotServed: number
   /** Calls the upstream served more than once. */
   servedTwice: number
+  /** Calls answered from counterfactual wallets; wallets that paid and exist on chain, and that do not. */
+  counterfactualAnswered: number
+  counterfactualDeployed: number
+  counterfactualMissing: number
   /** Settled by the slots' addresses (before the answer) vs by the treasury (the leader's job). */
   bySlots: number
   byTreasury: number
@@ -102,17 +113,25 @@ interface Setup {
   upstream: Awaited<ReturnType<typeof startCountingUpstream>>
   instances: ChildService[]
   path: string
+  factory: Hex
 }
 
 async function setUp(cleanups: Array<() => Promise<unknown>>): Promise<Setup> {
   const { cluster, chain, upstream } = await startChaosWorld(
-    { payers: PAYERS, payerFunding: 1_000_000_000n },
+    // One more account than the payers: it deploys the wallets' factory and funds them (not a payer: its
+    // outflow is not authorizations).
+    { payers: PAYERS + 1, payerFunding: 1_000_000_000n },
     startCountingUpstream,
     cleanups,
   )
+  const factory = await smartWalletFactory({
+    rpcUrl: chain.rpcUrl,
+    funderKey: chain.payers[PAYERS]!.privateKey,
+  })
   // The service's defaults: before_answer on, no endpoint choice. The leader settles what this path missed.
   const settings = {
     proxy: { allow_private_upstreams: true },
+    x402: { eip6492_factories: [factory] },
     chain: { poll_interval_ms: 200, rpc_timeout_ms: 2_000 },
     settlement: { interval_ms: 500, receipt_poll_ms: 100 },
     log: { level: 'warn' },
@@ -129,7 +148,7 @@ async function setUp(cleanups: Array<() => Promise<unknown>>): Promise<Setup> {
     price: Number(PRICE_ATOMIC) / 1e6,
   })
   if (ep.x402_settlement !== 'before_answer') throw new Error(`endpoint settles ${ep.x402_settlement}`)
-  return { cluster, chain, upstream, instances, path: `/m/${ep.id}` }
+  return { cluster, chain, upstream, instances, path: `/m/${ep.id}`, factory }
 }
 
 export async function runSettleBeforeAnswerChaos(
@@ -143,21 +162,35 @@ export async function runSettleBeforeAnswerChaos(
     const required = decodePaymentRequiredHeader(
       (await fetch(`${instances[0]!.url}${s.path}`)).headers.get('payment-required')!,
     )
-    const clients = chain.payers.map((p) => {
+    const clientOf = (signer: unknown) => {
       const client = new x402Client()
-      registerExactEvmScheme(client, { signer: privateKeyToAccount(p.privateKey) as never })
+      registerExactEvmScheme(client, { signer: signer as never })
       // The dev chain's token is not one the published client knows by address.
       client.setSpendControls(false)
       return client
-    })
+    }
+    const clients = chain.payers.slice(0, PAYERS).map((p) => clientOf(privateKeyToAccount(p.privateKey)))
+    const wallets: Hex[] = []
+    const walletClients: x402Client[] = []
+    for (let i = 0; i < COUNTERFACTUAL_WALLETS; i++) {
+      const cf = await counterfactualSmartWallet({
+        rpcUrl: chain.rpcUrl,
+        usdc: chain.usdcAddress,
+        funderKey: chain.payers[PAYERS]!.privateKey,
+        amountAtomic: 1_000n * PRICE_ATOMIC,
+        factory: s.factory,
+      })
+      wallets.push(cf.wallet)
+      walletClients.push(clientOf(cf.signer))
+    }
+    let nextWallet = 0
 
     let bKilled = false
     let inFlightOnB = new Set<Call>()
     const calls: Call[] = []
     let n = 0
     const t0 = Date.now()
-    const payOnce = async (w: number): Promise<Call> => {
-      const client = clients[w % clients.length]!
+    const payOnce = async (w: number, client = clients[w % clients.length]!): Promise<Call> => {
       const payload = await client.createPaymentPayload(required as never)
       const auth = (payload.payload as { authorization: { from: Hex; nonce: Hex } }).authorization
       const header = Buffer.from(JSON.stringify(payload)).toString('base64')
@@ -202,6 +235,10 @@ export async function runSettleBeforeAnswerChaos(
     const workers = Array.from({ length: PAYERS * 2 }, async (_, w) => {
       while (Date.now() < loadEnds) calls.push(await payOnce(w))
     })
+    const walletWorkers = Array.from({ length: COUNTERFACTUAL_WORKERS }, async (_, w) => {
+      while (Date.now() < loadEnds)
+        calls.push(await payOnce(w, walletClients[nextWallet++ % walletClients.length]!))
+    })
     const kill = { pid: instances[1]!.pid, signal: null as string | null, pidGone: false }
     const faults = (async () => {
       await sleep(options.killAtMs)
@@ -219,9 +256,9 @@ export async function runSettleBeforeAnswerChaos(
       await cluster.restart('immediate')
       log(`pg back at ${Date.now() - t0} ms`)
     })()
-    await Promise.all([...workers, faults])
+    await Promise.all([...workers, ...walletWorkers, faults])
     log(`load done: ${calls.length} calls in ${Date.now() - t0} ms`)
-    return await judge(s, calls, kill, log)
+    return await judge(s, calls, kill, log, wallets)
   } finally {
     for (const c of cleanups.reverse()) await c().catch(() => {})
   }
@@ -233,6 +270,7 @@ async function judge(
   calls: Call[],
   kill: SettleBeforeAnswerChaosResult['kill'],
   log: (line: string) => void,
+  wallets: Hex[],
 ): Promise<SettleBeforeAnswerChaosResult> {
   const { cluster, chain, upstream } = s
   const db = postgres(cluster.url, { max: 1, onnotice: () => {} })
@@ -266,7 +304,9 @@ async function judge(
       uses.set(k, [...(uses.get(k) ?? []), l.transactionHash])
     }
     const treasury = chain.treasury.address.toLowerCase()
-    const payers = new Set(chain.payers.map((p) => p.address.toLowerCase()))
+    const payers = new Set(
+      [...chain.payers.slice(0, PAYERS).map((p) => p.address), ...wallets].map((p) => p.toLowerCase()),
+    )
     const paidTx = (payer: string, tx: string) =>
       transferLogs.some(
         (t) =>
@@ -337,6 +377,12 @@ async function judge(
           `${c.id} ${c.outcome} served ${servedIds(c)}× used ${uses.has(key(c.payer, c.nonce))}: ${c.trail.join(' ')}`,
       )
     const drift = await balancesAgainstEntries(cluster.url)
+    const walletSet = new Set(wallets.map((w) => w.toLowerCase()))
+    const fromWallets = answered.filter((c) => walletSet.has(c.payer.toLowerCase()))
+    const paidWallets = [...new Set(fromWallets.map((c) => c.payer.toLowerCase() as Hex))]
+    const deployed = await Promise.all(
+      paidWallets.map(async (w) => (await reader.getCode({ address: w })) !== undefined),
+    )
     return {
       calls: calls.length,
       answered: answered.length,
@@ -356,6 +402,9 @@ async function judge(
       servedUnpaid,
       paidNotServed,
       servedTwice: calls.filter((c) => servedIds(c) > 1).length,
+      counterfactualAnswered: fromWallets.length,
+      counterfactualDeployed: deployed.filter(Boolean).length,
+      counterfactualMissing: deployed.filter((d) => !d).length,
       bySlots: uses.size - byTreasury,
       byTreasury,
       kill,
@@ -373,6 +422,7 @@ export function formatSettleBeforeAnswer(r: SettleBeforeAnswerChaosResult): stri
     `calls ${r.calls}: answered ${r.answered} (receipt settled ${r.answeredSettled}, pending with hash ${r.answeredPendingWithHash}, pending without ${r.answeredPendingNoHash}), refused ${r.refused}, gave up ${r.gaveUp}`,
     `SIGKILL b pid ${r.kill.pid}: ${r.kill.signal}, pid gone ${r.kill.pidGone}; ${r.killedInFlight} calls in flight on b, ${r.upstreamServedNotAnswered} served upstream and never answered (${r.upstreamServedNotAnsweredCharged} of them charged)`,
     `settled twice ${r.settledTwice}, lost ${r.lost}, false receipts ${r.falseReceipts}, false recorded tx ${r.falseRecorded}, served unpaid ${r.servedUnpaid}, paid not served ${r.paidNotServed}, served twice ${r.servedTwice}`,
+    `counterfactual wallets: ${r.counterfactualAnswered} calls answered, ${r.counterfactualDeployed} wallets deployed, ${r.counterfactualMissing} paid and missing`,
     `settled by the slots ${r.bySlots}, by the treasury (leader's job) ${r.byTreasury}; reconcile exit ${r.reconcileExit}, balance drift ${r.balanceDrift}`,
     ...r.notes.map((n) => `  note: ${n}`),
   ].join('\n')
