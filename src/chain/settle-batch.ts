@@ -34,8 +34,16 @@ export const AUTHORIZATION_BATCHER_ADDRESS: Address = create2Address(authorizati
  * given that. Only the gas used is paid; an item left unattempted is signed again in a later batch.
  */
 export function batchSettlementGas(items: number, toDeploy = 0): bigint {
-  return 250_000n + 120_000n * BigInt(items) + 500_000n * BigInt(toDeploy)
+  const wanted = 250_000n + 120_000n * BigInt(items) + 500_000n * BigInt(toDeploy)
+  return wanted < MAX_TRANSACTION_GAS ? wanted : MAX_TRANSACTION_GAS
 }
+
+/**
+ * EIP-7825's cap on one transaction's gas (2^24): settlement.per_transaction (at most 100) keeps a batch of
+ * EOA authorizations under it; wallets to deploy could take it over, so the limit stops there and the batcher
+ * leaves the items it has no gas for unattempted, for a later batch.
+ */
+export const MAX_TRANSACTION_GAS = 16_777_216n
 
 /**
  * An ERC-6492 wrapper: the signature of a smart wallet that may not be deployed yet. Stored as signed (the
