@@ -12,7 +12,10 @@ import { type Address, createPublicClient, type Hex, http, serializeErc6492Signa
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { baseSepolia } from 'viem/chains'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { anvilSetCode } from '../../src/chain/anvil-process.ts'
+import { authorizationBatcherArtifact } from '../../src/chain/contracts/artifacts.ts'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
+import { AUTHORIZATION_BATCHER_ADDRESS } from '../../src/chain/settle-batch.ts'
 import { reconcile } from '../../src/control-plane/jobs/reconcile.ts'
 import type { Service } from '../../src/service.ts'
 import {
@@ -232,6 +235,39 @@ describe('a counterfactual smart wallet (ERC-6492) pays a metered URL', () => {
     expect(r.status, await r.clone().text()).toBe(200)
     await r.arrayBuffer()
     expect(await balanceOf(cf.wallet)).toBe(FUNDED - PRICE_ATOMIC)
+  })
+})
+
+describe('a counterfactual smart wallet where nothing can deploy it', () => {
+  it('a chain without the AuthorizationBatcher refuses it though its factory is trusted; nothing served', async () => {
+    // A service that has not looked for the batcher yet, on a chain where nobody deployed it.
+    await anvilSetCode(chain.rpcUrl, AUTHORIZATION_BATCHER_ADDRESS, '0x')
+    const bare = await startBaseSepoliaService(chain, chain.rpcUrl, {
+      x402: { eip6492_factories: [trusted] },
+    } as never)
+    try {
+      const key = await registerMerchantKey(bare.url, chain.payers[4]!.address, 'No Batcher Co')
+      const ep = await callApi(bare.url, '/api/v1/endpoints', {
+        key,
+        body: { upstream_url: `${upstream.url}/echo`, price: 0.01 },
+      })
+      const cf = await newWallet()
+      const before = upstream.count()
+      const r = await fetch(ep.body.metered_url, {
+        headers: { 'PAYMENT-SIGNATURE': await paymentHeader(ep.body.metered_url, cf.signer) },
+      })
+      expect(r.status).toBe(402)
+      expect(((await r.json()) as { error: string }).error).toBe('smart_wallet_not_deployed')
+      expect(upstream.count()).toBe(before)
+      expect(await codeOf(cf.wallet)).toBeUndefined()
+    } finally {
+      await bare.stop()
+      await anvilSetCode(
+        chain.rpcUrl,
+        AUTHORIZATION_BATCHER_ADDRESS,
+        authorizationBatcherArtifact.deployedBytecode,
+      )
+    }
   })
 })
 
