@@ -43,7 +43,7 @@ interface SharedBalance {
 const CACHED_PAYERS_MAX = 10_000
 
 export function createAuthorizationChainChecker(
-  reads: Pick<TokenReads, 'authorizationUsed' | 'balanceOf' | 'blockNumber'>,
+  reads: Pick<TokenReads, 'authorizationUsed' | 'spendable' | 'blockNumber'>,
   options: { balanceTtlMs?: number } = {},
 ): AuthorizationChainChecker {
   const ttl = options.balanceTtlMs ?? 0
@@ -55,7 +55,8 @@ export function createAuthorizationChainChecker(
     // within milliseconds, so the balance reflects at least the block before that head (one block of
     // margin in case it evaluates the calls out of order): a settlement mined after it is counted by the
     // claim, one mined at or before it is in the balance.
-    const [head, atomic] = await Promise.all([reads.blockNumber(), reads.balanceOf(from)])
+    // What it can spend: 0 for an account the token blacklists (USDC's), whose settlement would revert.
+    const [head, atomic] = await Promise.all([reads.blockNumber(), reads.spendable(from)])
     return { atomic, block: head > 0n ? head - 1n : 0n }
   }
   const join = (key: string, from: Address): SharedBalance => {

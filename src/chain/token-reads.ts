@@ -12,6 +12,13 @@ import type { RpcRequestListener } from './client.ts'
 export interface TokenReads {
   authorizationUsed(authorizer: Address, nonce: Hex): Promise<boolean>
   balanceOf(owner: Address): Promise<bigint>
+  /**
+   * What `owner` can spend: its balance, or 0 when the token blacklists it (USDC's `isBlacklisted`: a
+   * blacklisted account can neither send nor receive, so an authorization or permit of its would be served and
+   * never settle). A token without `isBlacklisted` (its call reverts, or answers nothing, on the first read
+   * while the balance read answers) is taken to list nobody, and is not asked again.
+   */
+  spendable(owner: Address): Promise<bigint>
   /** The chain's head (eth_blockNumber), in the same JSON-RPC batch as the reads queued beside it. */
   blockNumber(): Promise<bigint>
   /** The token's ERC-20 allowance of `owner` to `spender` (x402 upto: to Permit2). */
@@ -32,10 +39,14 @@ const BALANCE_OF = toFunctionSelector('balanceOf(address)')
 const ALLOWANCE = toFunctionSelector('allowance(address,address)')
 const NONCE_BITMAP = toFunctionSelector('nonceBitmap(address,uint256)')
 const NONCES = toFunctionSelector('nonces(address)')
+const IS_BLACKLISTED = toFunctionSelector('isBlacklisted(address)')
 const WORD = /^0x[0-9a-fA-F]{64}$/
 const ADDRESS = /^0x[0-9a-fA-F]{40}$/
 const BYTES32 = /^0x[0-9a-fA-F]{64}$/
 const QUANTITY = /^0x[0-9a-fA-F]{1,64}$/
+
+/** A call's own failure, as a node words a function the contract lacks: a revert, or no 32-byte answer. */
+const NO_SUCH_FUNCTION = /revert|no 32-byte word/i
 
 /** Public providers' common batch limit; a node that takes more can be given more (chain.rpc_batch_max). */
 export const DEFAULT_BATCH_MAX = 100
@@ -136,6 +147,9 @@ export function createTokenReads(o: {
     deliver(batch, JSON.parse(text) as unknown)
   }
 
+  /** Whether the token answers isBlacklisted; null until its first answer. */
+  let blacklists: boolean | null = null
+
   const call = (data: string, target: string | null = to): Promise<string> =>
     new Promise<string>((resolve, reject) => {
       queue.push({ to: target, data, resolve, reject })
@@ -155,6 +169,22 @@ export function createTokenReads(o: {
     },
     async balanceOf(owner) {
       return BigInt(await call(`${BALANCE_OF}${addressWord(owner)}`))
+    },
+    async spendable(owner) {
+      const balance = call(`${BALANCE_OF}${addressWord(owner)}`)
+      if (blacklists === false) return BigInt(await balance)
+      const listed = call(`${IS_BLACKLISTED}${addressWord(owner)}`).then(
+        (word) => BigInt(word) !== 0n,
+        (err: unknown) => {
+          // Asked beside the balance, in the same batch: the node answered, so this one is the token's no.
+          if (blacklists === null && err instanceof RpcReadError && NO_SUCH_FUNCTION.test(err.message))
+            return null
+          throw err
+        },
+      )
+      const [atomic, isListed] = await Promise.all([balance, listed])
+      blacklists = isListed !== null
+      return isListed === true ? 0n : BigInt(atomic)
     },
     async blockNumber() {
       return BigInt(await call('', null))

@@ -412,7 +412,7 @@ export type UptoChainChecker = (
  */
 export type UptoReads = Pick<
   TokenReads,
-  'balanceOf' | 'allowance' | 'nonceBitmap' | 'blockNumber' | 'permitNonce'
+  'spendable' | 'allowance' | 'nonceBitmap' | 'blockNumber' | 'permitNonce'
 >
 
 /** One payer's balance and Permit2 allowance read in flight, and what the checks that joined it accepted. */
@@ -444,7 +444,8 @@ export function createUptoChainChecker(reads: UptoReads): UptoChainChecker {
       // (src/chain/check-authorization.ts): the balance reflects at least the block before that head.
       funds: Promise.all([
         reads.blockNumber(),
-        reads.balanceOf(from),
+        // 0 for an account the token blacklists: Permit2's transfer from it would revert.
+        reads.spendable(from),
         reads.allowance(from, PERMIT2_ADDRESS),
       ]).then(([head, atomic, allowance]) => ({
         balance: { atomic, block: head > 0n ? head - 1n : 0n },
@@ -498,7 +499,8 @@ export function checkUptoOnChain(
   q: { usdc: Address; permit: Pick<UptoPermit, 'from' | 'nonce' | 'amount'> },
 ): Promise<UptoChainCheck> {
   return createUptoChainChecker({
-    balanceOf: (owner) =>
+    // The balance alone (no blacklist read): a check on its own, for tests and tools.
+    spendable: (owner) =>
       readContract(client, { address: q.usdc, abi: erc20Abi, functionName: 'balanceOf', args: [owner] }),
     allowance: (owner, spender) =>
       readContract(client, {

@@ -4,7 +4,16 @@
 // is served only up to what it holds.
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { type Address, createWalletClient, type Hex, http } from 'viem'
+import {
+  type Address,
+  createWalletClient,
+  encodeAbiParameters,
+  type Hex,
+  http,
+  keccak256,
+  numberToHex,
+  parseAbi,
+} from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import { afterAll, describe, expect, it } from 'vitest'
 import { createAuthorizationNonce, signTransferAuthorization } from '../../src/chain/authorization.ts'
@@ -13,6 +22,7 @@ import { settlementCalldata, storedAuthorization } from '../../src/chain/settle.
 import { createTokenReads, type TokenReads } from '../../src/chain/token-reads.ts'
 import { readTokenInfo } from '../../src/chain/usdc.ts'
 import { chainClients, fundedAccount, usdcBalance } from '../helpers/accounts.ts'
+import oldTestUsdc from './fixtures/test-usdc-without-blacklist.json' with { type: 'json' }
 
 const { rpcUrl, publicClient, usdc } = chainClients()
 const opened: TokenReads[] = []
@@ -37,9 +47,9 @@ function countingReads() {
     reads: {
       authorizationUsed: inner.authorizationUsed,
       blockNumber: inner.blockNumber,
-      balanceOf: (owner: Address) => {
+      spendable: (owner: Address) => {
         counted.balanceReads++
-        return inner.balanceOf(owner)
+        return inner.spendable(owner)
       },
     },
   }
@@ -221,5 +231,105 @@ describe('x402 chain check', () => {
     expect(await check(checker, nobody, 1n)).toEqual({ ok: false, reason: 'insufficient_funds' })
     const down = createAuthorizationChainChecker(reads('http://127.0.0.1:9'))
     expect(await check(down, nobody, 1n)).toEqual({ ok: false, reason: 'rpc_unavailable' })
+  })
+})
+
+/** isBlacklisted(address)'s selector, as the reads send it. */
+const IS_BLACKLISTED = '0xfe575a87'
+
+const blacklistAbi = parseAbi([
+  'function owner() view returns (address)',
+  'function blacklist(address account)',
+  'function unBlacklist(address account)',
+])
+
+/** The token's blacklister (TestUSDC's deployer, as Circle's) lists or unlists `account`. */
+async function setBlacklisted(account: Address, listed: boolean): Promise<void> {
+  const owner = await publicClient.readContract({ address: usdc, abi: blacklistAbi, functionName: 'owner' })
+  await publicClient.request({ method: 'anvil_impersonateAccount' as never, params: [owner] as never })
+  try {
+    const hash = await createWalletClient({ account: owner, transport: http(rpcUrl) }).writeContract({
+      address: usdc,
+      abi: blacklistAbi,
+      functionName: listed ? 'blacklist' : 'unBlacklist',
+      args: [account],
+      chain: null,
+    })
+    await publicClient.waitForTransactionReceipt({ hash })
+  } finally {
+    await publicClient.request({
+      method: 'anvil_stopImpersonatingAccount' as never,
+      params: [owner] as never,
+    })
+  }
+}
+
+describe('a payer the token blacklists (USDC)', () => {
+  it('can spend nothing: its funds read as 0, its authorization refused for funds, unlisted it pays', async () => {
+    const payer = await fundedAccount(50_000n)
+    const r = reads()
+    expect(await r.spendable(payer.address)).toBe(50_000n)
+    await setBlacklisted(payer.address, true)
+    try {
+      // Its balance is still there, frozen: the settlement of anything it signs would revert.
+      expect(await r.balanceOf(payer.address)).toBe(50_000n)
+      expect(await r.spendable(payer.address)).toBe(0n)
+      const checker = createAuthorizationChainChecker(r)
+      expect(await check(checker, payer.address, 10_000n)).toEqual({
+        ok: false,
+        reason: 'insufficient_funds',
+      })
+    } finally {
+      await setBlacklisted(payer.address, false)
+    }
+    expect(await r.spendable(payer.address)).toBe(50_000n)
+  })
+
+  it('a token without isBlacklisted lists nobody: asked once, beside the balance, then not again', async () => {
+    // FiatToken's surface without the blacklist (this project's TestUSDC of 2026-11-30), deployed afresh.
+    const deployer = await fundedAccount(0n)
+    const wallet = createWalletClient({ account: deployer.account, transport: http(rpcUrl) })
+    const deployed = await publicClient.waitForTransactionReceipt({
+      hash: await wallet.deployContract({ abi: [], bytecode: oldTestUsdc.bytecode as Hex, chain: null }),
+    })
+    const token = deployed.contractAddress!
+    const owner = privateKeyToAccount(generatePrivateKey()).address
+    const slot = keccak256(encodeAbiParameters([{ type: 'address' }, { type: 'uint256' }], [owner, 1n]))
+    await publicClient.request({
+      method: 'anvil_setStorageAt' as never,
+      params: [token, slot, numberToHex(7_000n, { size: 32 })] as never,
+    })
+    const calls: string[][] = []
+    const r = createTokenReads({ rpcUrl, token, timeoutMs: 10_000, onRpcRequest: (_, m) => calls.push(m) })
+    opened.push(r)
+    expect(await r.spendable(owner)).toBe(7_000n)
+    expect(calls).toEqual([['eth_call', 'eth_call']])
+    expect(await r.spendable(owner)).toBe(7_000n)
+    expect(calls.at(-1)).toEqual(['eth_call'])
+  })
+
+  it('a token known to blacklist: a failed blacklist read is a failure (rpc_unavailable), not a no', async () => {
+    let blacklistReads = 0
+    const node = await fakeNode((body) => {
+      const batch = JSON.parse(body) as Array<{ id: number; params: Array<{ data?: string }> }>
+      const answers = batch.map((c) => {
+        const isListedRead = c.params[0]?.data?.startsWith(IS_BLACKLISTED) === true
+        // The first blacklist read answers "not listed"; the next ones are refused (a provider's limit).
+        if (isListedRead && blacklistReads++ > 0)
+          return { jsonrpc: '2.0', id: c.id, error: { code: -32005, message: 'rate limited' } }
+        return { jsonrpc: '2.0', id: c.id, result: numberToHex(isListedRead ? 0n : 9_000n, { size: 32 }) }
+      })
+      return [200, JSON.stringify(answers)]
+    })
+    const r = reads(`http://127.0.0.1:${node.port}`)
+    const someone = privateKeyToAccount(generatePrivateKey()).address
+    expect(await r.spendable(someone)).toBe(9_000n)
+    await expect(r.spendable(someone)).rejects.toThrow(/rate limited/)
+    const checker = createAuthorizationChainChecker({
+      ...r,
+      blockNumber: async () => 1n,
+      authorizationUsed: async () => false,
+    })
+    expect(await check(checker, someone, 1_000n)).toEqual({ ok: false, reason: 'rpc_unavailable' })
   })
 })

@@ -150,8 +150,9 @@ describe('x402 exact reservation, one instance', () => {
     expect(outcomes.map((o) => o.status)).toEqual([200, 200, 200, 402, 402])
     expect(outcomes.slice(3).map((o) => o.error)).toEqual(['insufficient_funds', 'insufficient_funds'])
     expect(upstream.count() - before).toBe(3)
-    // The first call reads nonce and balance; the next two reuse the balance read (nonce only).
-    expect(ethCalls.slice(0, 3)).toEqual([2, 1, 1])
+    // The first call reads nonce, balance and blacklist (one batch); the next two reuse the balance read
+    // (nonce only).
+    expect(ethCalls.slice(0, 3)).toEqual([3, 1, 1])
     await settledAndClean(svc)
     expect(await balanceOf(p.address)).toBe(0n)
   }, 120_000)

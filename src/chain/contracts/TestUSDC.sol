@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 // tollgate's test USDC for the local dev chain: the ERC-20, EIP-2612 and EIP-3009 surface of Circle's
-// FiatTokenV2_2 (same EIP-712 domain shape, type hashes and revert reasons), with a deployer-only mint.
-// Not for any real network: no blacklist, no pause, no upgradeability.
+// FiatTokenV2_2 (same EIP-712 domain shape, type hashes and revert reasons), with a deployer-only mint, and
+// its blacklist: a blacklisted account can neither send nor receive (the flag is the balance slot's high bit,
+// as FiatTokenV2_2 keeps it, so a transfer reads no other slot). Not for any real network: no pause, no
+// upgradeability.
 pragma solidity ^0.8.24;
 
 interface IERC1271 {
@@ -33,9 +35,12 @@ contract TestUSDC {
   // in its malleated form under a different byte string.
   uint256 private constant SECP256K1_HALF_N = 0x7FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF5D576E7357A4501DDFE92F46681B20A0;
 
+  /// The balance and, in its high bit, whether the account is blacklisted (slot 1, as balanceOf was).
+  uint256 private constant BLACKLISTED = 1 << 255;
+
   address public immutable owner;
   uint256 public totalSupply;
-  mapping(address => uint256) public balanceOf;
+  mapping(address => uint256) private _balanceAndBlacklistStates;
   mapping(address => mapping(address => uint256)) public allowance;
   mapping(address => uint256) public nonces;
   mapping(address => mapping(bytes32 => bool)) private _authorizationStates;
@@ -45,9 +50,32 @@ contract TestUSDC {
   event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce);
   event AuthorizationCanceled(address indexed authorizer, bytes32 indexed nonce);
   event Mint(address indexed minter, address indexed to, uint256 amount);
+  event Blacklisted(address indexed account);
+  event UnBlacklisted(address indexed account);
 
   constructor() {
     owner = msg.sender;
+  }
+
+  function balanceOf(address account) external view returns (uint256) {
+    return _balanceAndBlacklistStates[account] & ~BLACKLISTED;
+  }
+
+  function isBlacklisted(address account) external view returns (bool) {
+    return _balanceAndBlacklistStates[account] & BLACKLISTED != 0;
+  }
+
+  /// The deployer stands for Circle's blacklister.
+  function blacklist(address account) external {
+    require(msg.sender == owner, 'Blacklistable: caller is not the blacklister');
+    _balanceAndBlacklistStates[account] |= BLACKLISTED;
+    emit Blacklisted(account);
+  }
+
+  function unBlacklist(address account) external {
+    require(msg.sender == owner, 'Blacklistable: caller is not the blacklister');
+    _balanceAndBlacklistStates[account] &= ~BLACKLISTED;
+    emit UnBlacklisted(account);
   }
 
   // Computed per call, as FiatTokenV2_2 does, so a chain-id change (fork) cannot replay old signatures.
@@ -62,7 +90,8 @@ contract TestUSDC {
     require(msg.sender == owner, 'FiatToken: caller is not a minter');
     require(to != address(0), 'FiatToken: mint to the zero address');
     totalSupply += amount;
-    balanceOf[to] += amount;
+    require(_balanceAndBlacklistStates[to] & BLACKLISTED == 0, 'Blacklistable: account is blacklisted');
+    _balanceAndBlacklistStates[to] += amount;
     emit Mint(msg.sender, to, amount);
     emit Transfer(address(0), to, amount);
     return true;
@@ -222,11 +251,14 @@ contract TestUSDC {
   function _transfer(address from, address to, uint256 value) private {
     require(from != address(0), 'ERC20: transfer from the zero address');
     require(to != address(0), 'ERC20: transfer to the zero address');
-    require(value <= balanceOf[from], 'ERC20: transfer amount exceeds balance');
+    uint256 fromState = _balanceAndBlacklistStates[from];
+    uint256 toState = _balanceAndBlacklistStates[to];
+    require((fromState | toState) & BLACKLISTED == 0, 'Blacklistable: account is blacklisted');
+    require(value <= fromState, 'ERC20: transfer amount exceeds balance');
     unchecked {
-      balanceOf[from] -= value;
+      _balanceAndBlacklistStates[from] = fromState - value;
     }
-    balanceOf[to] += value;
+    _balanceAndBlacklistStates[to] += value;
     emit Transfer(from, to, value);
   }
 
