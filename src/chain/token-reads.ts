@@ -90,6 +90,31 @@ function deliver(batch: Pending[], answers: unknown): void {
   }
 }
 
+/**
+ * TokenReads.spendable: the balance, and beside it in the same batch whether the token blacklists `owner`
+ * (0 if so), while the token is not known to lack isBlacklisted.
+ */
+async function readSpendable(
+  call: (data: string) => Promise<string>,
+  owner: Address,
+  token: { blacklists: boolean | null },
+): Promise<bigint> {
+  const balance = call(`${BALANCE_OF}${addressWord(owner)}`)
+  if (token.blacklists === false) return BigInt(await balance)
+  const listed = call(`${IS_BLACKLISTED}${addressWord(owner)}`).then(
+    (word) => BigInt(word) !== 0n,
+    (err: unknown) => {
+      // Asked beside the balance, in the same batch: the node answered, so this one is the token's no.
+      if (token.blacklists === null && err instanceof RpcReadError && NO_SUCH_FUNCTION.test(err.message))
+        return null
+      throw err
+    },
+  )
+  const [atomic, isListed] = await Promise.all([balance, listed])
+  token.blacklists = isListed !== null
+  return isListed === true ? 0n : BigInt(atomic)
+}
+
 /** An ABI word: an address left-padded to 32 bytes. Inputs come from parsed payloads, checked again here. */
 function addressWord(a: string): string {
   if (!ADDRESS.test(a)) throw new RpcReadError(`not an address: ${a}`)
@@ -148,7 +173,7 @@ export function createTokenReads(o: {
   }
 
   /** Whether the token answers isBlacklisted; null until its first answer. */
-  let blacklists: boolean | null = null
+  const token: { blacklists: boolean | null } = { blacklists: null }
 
   const call = (data: string, target: string | null = to): Promise<string> =>
     new Promise<string>((resolve, reject) => {
@@ -170,22 +195,7 @@ export function createTokenReads(o: {
     async balanceOf(owner) {
       return BigInt(await call(`${BALANCE_OF}${addressWord(owner)}`))
     },
-    async spendable(owner) {
-      const balance = call(`${BALANCE_OF}${addressWord(owner)}`)
-      if (blacklists === false) return BigInt(await balance)
-      const listed = call(`${IS_BLACKLISTED}${addressWord(owner)}`).then(
-        (word) => BigInt(word) !== 0n,
-        (err: unknown) => {
-          // Asked beside the balance, in the same batch: the node answered, so this one is the token's no.
-          if (blacklists === null && err instanceof RpcReadError && NO_SUCH_FUNCTION.test(err.message))
-            return null
-          throw err
-        },
-      )
-      const [atomic, isListed] = await Promise.all([balance, listed])
-      blacklists = isListed !== null
-      return isListed === true ? 0n : BigInt(atomic)
-    },
+    spendable: (owner) => readSpendable(call, owner, token),
     async blockNumber() {
       return BigInt(await call('', null))
     },
