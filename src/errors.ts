@@ -74,6 +74,11 @@ export const ERRORS = {
     'api_error',
     'x402 payments are paused while settlements catch up; retry after Retry-After seconds with the same or a new authorization',
   ),
+  settlement_halted: e(
+    503,
+    'api_error',
+    'x402 payments are refused while USDC cannot move money to the treasury (the token paused, or the treasury blacklisted); retry after Retry-After seconds',
+  ),
   verification_unavailable: e(503, 'api_error', 'the chain could not be reached to verify the payment'),
   replication_unsafe: e(
     503,

@@ -19,6 +19,12 @@ export interface TokenReads {
    * while the balance read answers) is taken to list nobody, and is not asked again.
    */
   spendable(owner: Address): Promise<bigint>
+  /**
+   * Why the token cannot move money to `account` now: `paused` (USDC's pause stops every transfer),
+   * `blacklisted` (the account can receive nothing), or null. A token without `paused()` or
+   * `isBlacklisted()` is neither.
+   */
+  halted(account: Address): Promise<'paused' | 'blacklisted' | null>
   /** The chain's head (eth_blockNumber), in the same JSON-RPC batch as the reads queued beside it. */
   blockNumber(): Promise<bigint>
   /** The token's ERC-20 allowance of `owner` to `spender` (x402 upto: to Permit2). */
@@ -40,6 +46,7 @@ const ALLOWANCE = toFunctionSelector('allowance(address,address)')
 const NONCE_BITMAP = toFunctionSelector('nonceBitmap(address,uint256)')
 const NONCES = toFunctionSelector('nonces(address)')
 const IS_BLACKLISTED = toFunctionSelector('isBlacklisted(address)')
+const PAUSED = toFunctionSelector('paused()')
 const WORD = /^0x[0-9a-fA-F]{64}$/
 const ADDRESS = /^0x[0-9a-fA-F]{40}$/
 const BYTES32 = /^0x[0-9a-fA-F]{64}$/
@@ -113,6 +120,23 @@ async function readSpendable(
   const [atomic, isListed] = await Promise.all([balance, listed])
   token.blacklists = isListed !== null
   return isListed === true ? 0n : BigInt(atomic)
+}
+
+/** TokenReads.halted: paused() and isBlacklisted(account) in one batch; a function the token lacks is a no. */
+async function readHalted(
+  call: (data: string) => Promise<string>,
+  account: Address,
+): Promise<'paused' | 'blacklisted' | null> {
+  const flag = (data: string) =>
+    call(data).then(
+      (word) => BigInt(word) !== 0n,
+      (err: unknown) => {
+        if (err instanceof RpcReadError && NO_SUCH_FUNCTION.test(err.message)) return false
+        throw err
+      },
+    )
+  const [paused, listed] = await Promise.all([flag(PAUSED), flag(`${IS_BLACKLISTED}${addressWord(account)}`)])
+  return paused ? 'paused' : listed ? 'blacklisted' : null
 }
 
 /** An ABI word: an address left-padded to 32 bytes. Inputs come from parsed payloads, checked again here. */
@@ -196,6 +220,7 @@ export function createTokenReads(o: {
       return BigInt(await call(`${BALANCE_OF}${addressWord(owner)}`))
     },
     spendable: (owner) => readSpendable(call, owner, token),
+    halted: (account) => readHalted(call, account),
     async blockNumber() {
       return BigInt(await call('', null))
     },

@@ -96,7 +96,7 @@ export async function startDataPlane(deps: DataPlaneDeps): Promise<DataPlane> {
     const verified = createVerifiedTransferCache(config.caches)
     const usedProofs = createUsedProofCache(config.caches)
     // New x402 payloads are refused (503) while the settlement backlog would outrun their validity windows.
-    const settlementThrottle = startThrottle(db, config, logger)
+    const settlementThrottle = startThrottle(db, config, chain, logger)
     stops.push(async () => settlementThrottle.stop())
     // Read before the first request: a proof older than a stored retention horizon is refused from the start.
     const horizons = await startProofHorizons(db.sql, {
@@ -492,8 +492,9 @@ function createVerifier(
   })
 }
 
-function startThrottle(db: Database, config: Config, logger: Logger) {
+function startThrottle(db: Database, config: Config, chain: ChainContext, logger: Logger) {
   return startSettlementThrottle(() => readBacklog(db.sql), {
+    halted: () => chain.tokenReads.halted(chain.treasury),
     maxBacklogCount: config.settlement.throttle_backlog_count,
     maxOldestS: config.settlement.throttle_oldest_s,
     retryAfterS: config.settlement.throttle_retry_after_s,

@@ -412,7 +412,16 @@ export const facilitatorSettleChecks = new client.Counter({
 
 export const settlementThrottled = new client.Gauge({
   name: 'tollgate_x402_intake_throttled',
-  help: '1 while new x402 payloads are refused with 503 settlement_backlog (backlog past its limits).',
+  help: '1 while new x402 payloads are refused: 503 settlement_backlog (backlog past its limits) or settlement_halted (the token cannot pay the treasury).',
+  aggregator: 'max',
+  registers: [registry],
+})
+
+/** 1 while USDC cannot move money to the treasury (paused, or the treasury blacklisted): x402 intake stops. */
+export const tokenHalted = new client.Gauge({
+  name: 'tollgate_x402_token_halted',
+  help: '1 while USDC cannot move money to the treasury (the token paused, or the treasury blacklisted): new x402 payloads get 503 settlement_halted.',
+  labelNames: ['state'] as const,
   aggregator: 'max',
   registers: [registry],
 })

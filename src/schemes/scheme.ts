@@ -36,7 +36,11 @@ export interface SchemeDeps {
   /** Claims and captures, group-committed together. */
   books: BatchWriter
   /** The x402 intake throttle (settlement backlog); read synchronously. */
-  settlementThrottle?: { readonly engaged: boolean; readonly retryAfterS: number }
+  settlementThrottle?: {
+    readonly engaged: boolean
+    readonly code: 'settlement_backlog' | 'settlement_halted'
+    readonly retryAfterS: number
+  }
   /** The embedded single-session database (no advisory locks between processes): slots by worker index. */
   embedded?: boolean
   /** This data-plane process's index among its machine's workers (0 alone). */

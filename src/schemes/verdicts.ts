@@ -27,9 +27,10 @@ export function refusal(result: Extract<VerifyResult, { ok: false }>): Verdict {
 
 /**
  * While the settlement backlog would outrun new payments' validity windows, a scheme the leader settles after
- * the call refuses them before any work (503 settlement_backlog with its Retry-After); null: go on.
+ * the call refuses them before any work (503 settlement_backlog with its Retry-After), and while the token
+ * cannot pay the treasury at all (503 settlement_halted); null: go on.
  */
 export function backlogRefusal(throttle: SchemeDeps['settlementThrottle']): Verdict | null {
   if (!throttle?.engaged) return null
-  return { ok: 'error', code: 'settlement_backlog', retryAfterS: throttle.retryAfterS }
+  return { ok: 'error', code: throttle.code, retryAfterS: throttle.retryAfterS }
 }

@@ -77,4 +77,47 @@ describe('settlement throttle', () => {
       throttle.stop()
     }
   })
+
+  it('engages while the token cannot pay the treasury, whatever the backlog, and says why', async () => {
+    const backlog = manualBacklog(0)
+    let halted: string | null = 'blacklisted'
+    const throttle = startSettlementThrottle(backlog.read, { ...options, halted: async () => halted })
+    try {
+      await backlog.answer()
+      expect(throttle.engaged).toBe(true)
+      expect(throttle.code).toBe('settlement_halted')
+      halted = null
+      const cleared = throttle.refresh()
+      await backlog.answer()
+      await cleared
+      expect(throttle.engaged).toBe(false)
+      // The backlog alone: its own code.
+      backlog.set(40)
+      const backlogged = throttle.refresh()
+      await backlog.answer()
+      await backlogged
+      expect([throttle.engaged, throttle.code]).toEqual([true, 'settlement_backlog'])
+    } finally {
+      throttle.stop()
+    }
+  })
+
+  it('a token state that cannot be read keeps the last answer', async () => {
+    const backlog = manualBacklog(0)
+    let halted: () => Promise<string | null> = async () => 'paused'
+    const throttle = startSettlementThrottle(backlog.read, { ...options, halted: () => halted() })
+    try {
+      await backlog.answer()
+      expect(throttle.code).toBe('settlement_halted')
+      halted = async () => {
+        throw new Error('node down')
+      }
+      const again = throttle.refresh()
+      await backlog.answer()
+      await again
+      expect([throttle.engaged, throttle.code]).toEqual([true, 'settlement_halted'])
+    } finally {
+      throttle.stop()
+    }
+  })
 })

@@ -2,8 +2,9 @@
 // settlement would revert (served unpaid, again and again, on a frozen balance). tollgate reads what a payer
 // can spend (src/chain/token-reads.ts `spendable`: 0 for a blacklisted account) where it reads the balance:
 // the published client's payment is refused insufficient_funds before anything is served, at a metered URL
-// and at the facilitator's /verify and /settle; unlisted again, the same payer pays. The dev chain's TestUSDC
-// keeps FiatTokenV2_2's blacklist (its deployer, the treasury, is the blacklister).
+// and at the facilitator's /verify and /settle; unlisted again, the same payer pays. A treasury the token
+// blacklists can receive nothing: x402 intake stops (503 settlement_halted) until it can. The dev chain's
+// TestUSDC keeps FiatTokenV2_2's blacklist (its deployer, the treasury, is the blacklister).
 import { decodePaymentRequiredHeader, decodePaymentResponseHeader } from '@x402/core/http'
 import { type Address, createWalletClient, http, parseAbi } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
@@ -11,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
 import { createTokenReads } from '../../src/chain/token-reads.ts'
 import { createUptoChainChecker } from '../../src/chain/upto-permit.ts'
+import { tokenHalted } from '../../src/observability/metrics.ts'
 import type { Service } from '../../src/service.ts'
 import { checkPaymentProtocol } from '../helpers/payment-checks.ts'
 import { callApi } from '../helpers/service.ts'
@@ -127,5 +129,27 @@ describe('a payer USDC blacklists', () => {
       await setBlacklisted(payer.address, false)
       await reads.close()
     }
+  })
+
+  it('a blacklisted treasury (or a paused token) stops x402 intake: 503 settlement_halted, nothing served', async () => {
+    const payer = privateKeyToAccount(chain.payers[2]!.privateKey)
+    const { fetch: pay } = exactPayer(payer)
+    await setBlacklisted(chain.treasury.address, true)
+    try {
+      await svc.refreshSettlementThrottle()
+      const before = upstream.count()
+      const halted = await pay(meteredUrl)
+      expect(halted.status).toBe(503)
+      expect(halted.headers.get('retry-after')).toBeTruthy()
+      expect(((await halted.json()) as { error: { code: string } }).error.code).toBe('settlement_halted')
+      expect(upstream.count()).toBe(before)
+      const gauge = await tokenHalted.get()
+      expect(gauge.values.find((v) => v.labels.state === 'blacklisted')?.value).toBe(1)
+    } finally {
+      await setBlacklisted(chain.treasury.address, false)
+    }
+    await svc.refreshSettlementThrottle()
+    const paid = await pay(meteredUrl)
+    expect(paid.status, await paid.clone().text()).toBe(200)
   })
 })
