@@ -34,3 +34,12 @@ export function backlogRefusal(throttle: SchemeDeps['settlementThrottle']): Verd
   if (!throttle?.engaged) return null
   return { ok: 'error', code: throttle.code, retryAfterS: throttle.retryAfterS }
 }
+
+/**
+ * Only the token's halt (not the backlog, which counts authorizations and permits): for a scheme whose money
+ * reaches the treasury by another road (batch-settlement's channel claims), still by the token.
+ */
+export function haltRefusal(throttle: SchemeDeps['settlementThrottle']): Verdict | null {
+  if (!throttle?.engaged || throttle.code !== 'settlement_halted') return null
+  return { ok: 'error', code: 'settlement_halted', retryAfterS: throttle.retryAfterS }
+}

@@ -29,6 +29,7 @@ import type {
   TopUpOutcome,
   Verdict,
 } from '../scheme.ts'
+import { haltRefusal } from '../verdicts.ts'
 import { VoucherLeases } from './leases.ts'
 import {
   BATCH_ERR,
@@ -109,6 +110,9 @@ class BatchSettlementScheme implements Scheme {
 
   verify(proof: Proof, q: PayQuery): Verdict | Promise<Verdict> {
     if (proof.kind !== 'x402') return { ok: false, reason: 'invalid_proof' }
+    // The token cannot pay the treasury (paused, or the treasury blacklisted): a channel's claim would revert.
+    const halted = haltRefusal(this.deps.settlementThrottle)
+    if (halted !== null) return halted
     // Not turned on for this endpoint: the payload names terms this 402 does not offer.
     if (!q.quote.challenge.accepts.some((a) => a.scheme === BATCH_SCHEME))
       return { ok: false, reason: 'requirements_mismatch' }
