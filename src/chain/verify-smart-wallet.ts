@@ -33,9 +33,9 @@ import { hasAuthorizationBatcher } from './settle-batch.ts'
 export type SmartWalletCheck =
   /**
    * `signature`: what settlement submits: the inner signature of a deployed wallet's ERC-6492 wrapper, the
-   * whole wrapper of a wallet to deploy (`deploy`: the AuthorizationBatcher deploys it first).
+   * whole wrapper of a wallet to deploy (the AuthorizationBatcher deploys it first: `deploysWallet`).
    */
-  | { ok: true; signature: Hex; deploy?: true }
+  | { ok: true; signature: Hex }
   | {
       ok: false
       reason:
@@ -195,6 +195,6 @@ async function askUndeployed(
     }),
   })
   return data !== undefined && hexToBool(data)
-    ? { ok: true, signature: q.wrapped, deploy: true }
+    ? { ok: true, signature: q.wrapped }
     : { ok: false, reason: 'invalid_signature' }
 }
