@@ -5,6 +5,7 @@
 // treasury blacklisted), answered 503 settlement_halted: every payment served then would settle never.
 import { readSettlementBacklog } from '../books/settlement.ts'
 import { readUptoSettlementBacklog } from '../books/upto-settlement.ts'
+import type { TokenReads } from '../chain/token-reads.ts'
 import type { Sql } from '../db/sql.ts'
 import type { Logger } from '../observability/logger.ts'
 import { settlementThrottled, tokenHalted } from '../observability/metrics.ts'
@@ -25,8 +26,9 @@ export interface SettlementThrottle {
 
 /** How often the timer reads the token's state for the treasury (paused, blacklisted). */
 const HALT_CHECK_MS = 10_000
-/** What `halted` answers (the gauge's states). */
-const HALT_STATES = ['paused', 'blacklisted'] as const
+/** Why the token cannot pay the treasury (the gauge's states), or null. */
+type Halt = Awaited<ReturnType<TokenReads['halted']>>
+const HALT_STATES = ['paused', 'blacklisted'] as const satisfies ReadonlyArray<Halt>
 
 export interface Backlog {
   count: number
@@ -48,15 +50,15 @@ export function startSettlementThrottle(
     checkMs: number
     logger: Logger
     /** Why the token cannot pay the treasury now ('paused', 'blacklisted'), or null; read beside the backlog. */
-    halted?: () => Promise<string | null>
+    halted?: () => Promise<Halt>
   },
 ): SettlementThrottle {
   let engaged = false
-  let halt: string | null = null
+  let halt: Halt = null
   let reading: Promise<void> | null = null
   let again: Promise<void> | null = null
   let haltReadAt = Number.NEGATIVE_INFINITY
-  const readHalt = async (fresh: boolean): Promise<string | null> => {
+  const readHalt = async (fresh: boolean): Promise<Halt> => {
     if (!options.halted) return null
     // Two eth_calls: every HALT_CHECK_MS on the timer (a halt is rare, a provider's quota is not free);
     // at once when asked (refresh()).

@@ -80,7 +80,7 @@ describe('settlement throttle', () => {
 
   it('engages while the token cannot pay the treasury, whatever the backlog, and says why', async () => {
     const backlog = manualBacklog(0)
-    let halted: string | null = 'blacklisted'
+    let halted: 'blacklisted' | null = 'blacklisted'
     const throttle = startSettlementThrottle(backlog.read, { ...options, halted: async () => halted })
     try {
       await backlog.answer()
@@ -104,7 +104,7 @@ describe('settlement throttle', () => {
 
   it('a token state that cannot be read keeps the last answer', async () => {
     const backlog = manualBacklog(0)
-    let halted: () => Promise<string | null> = async () => 'paused'
+    let halted: () => Promise<'paused' | null> = async () => 'paused'
     const throttle = startSettlementThrottle(backlog.read, { ...options, halted: () => halted() })
     try {
       await backlog.answer()

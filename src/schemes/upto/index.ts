@@ -91,8 +91,10 @@ async function delegateSettler(deps: SchemeDeps, batcher: Address): Promise<Earl
   return null
 }
 
-/** Local refusals as wire reasons: the permit signs other terms than this 402's. */
-/** A refusal's wire reason (rpc_unavailable is not a refusal: UNAVAILABLE, a 503 to retry). */
+/**
+ * Local refusals as wire reasons: the permit signs other terms than this 402's (rpc_unavailable is not a
+ * refusal: UNAVAILABLE, a 503 to retry).
+ */
 const WIRE_REASON: Record<Exclude<UptoFailure, 'rpc_unavailable'>, string> = {
   invalid_signature: 'invalid_signature',
   wrong_recipient: 'wrong_recipient',

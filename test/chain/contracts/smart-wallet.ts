@@ -26,6 +26,33 @@ export const testSmartWalletFactoryArtifact = testSmartWalletFactoryJson as unkn
 
 const transferAbi = parseAbi(['function transfer(address to, uint256 value) returns (bool)'])
 
+/** The key that deploys and funds the test wallets, as a client that also waits for its receipts. */
+function funderClient(q: { rpcUrl: string; funderKey: Hex }) {
+  return createWalletClient({
+    account: privateKeyToAccount(q.funderKey),
+    transport: http(q.rpcUrl),
+    pollingInterval: 50,
+  }).extend(publicActions)
+}
+
+/** `amountAtomic` of the token from the funder to `to`, mined. */
+async function sendUsdc(
+  funder: ReturnType<typeof funderClient>,
+  usdc: Address,
+  to: Address,
+  amountAtomic: bigint,
+): Promise<void> {
+  await funder.waitForTransactionReceipt({
+    hash: await funder.writeContract({
+      address: usdc,
+      abi: transferAbi,
+      functionName: 'transfer',
+      args: [to, amountAtomic],
+      chain: null,
+    }),
+  })
+}
+
 /**
  * A TestSmartWallet owned by a fresh key, deployed by `funderKey` on the chain at `rpcUrl` (any id) and funded
  * by it with `amountAtomic` USDC. The wallet's address pays; its owner's key signs.
@@ -37,11 +64,7 @@ export async function fundedSmartWallet(q: {
   amountAtomic: bigint
 }): Promise<{ wallet: Address; owner: PrivateKeyAccount }> {
   const owner = privateKeyToAccount(generatePrivateKey())
-  const funder = createWalletClient({
-    account: privateKeyToAccount(q.funderKey),
-    transport: http(q.rpcUrl),
-    pollingInterval: 50,
-  }).extend(publicActions)
+  const funder = funderClient(q)
   const deployed = await funder.waitForTransactionReceipt({
     hash: await funder.deployContract({
       abi: testSmartWalletArtifact.abi,
@@ -51,15 +74,7 @@ export async function fundedSmartWallet(q: {
     }),
   })
   const wallet = deployed.contractAddress!
-  await funder.waitForTransactionReceipt({
-    hash: await funder.writeContract({
-      address: q.usdc,
-      abi: transferAbi,
-      functionName: 'transfer',
-      args: [wallet, q.amountAtomic],
-      chain: null,
-    }),
-  })
+  await sendUsdc(funder, q.usdc, wallet, q.amountAtomic)
   return { wallet, owner }
 }
 
@@ -110,11 +125,7 @@ export function smartWalletFactory(q: { rpcUrl: string; funderKey: Hex }): Promi
 
 /** Another TestSmartWalletFactory (one the service is not told to trust, say). */
 export async function deploySmartWalletFactory(q: { rpcUrl: string; funderKey: Hex }): Promise<Address> {
-  const funder = createWalletClient({
-    account: privateKeyToAccount(q.funderKey),
-    transport: http(q.rpcUrl),
-    pollingInterval: 50,
-  }).extend(publicActions)
+  const funder = funderClient(q)
   const hash = await funder.deployContract({
     abi: testSmartWalletFactoryArtifact.abi,
     bytecode: testSmartWalletFactoryArtifact.bytecode as Hex,
@@ -162,20 +173,8 @@ export async function counterfactualSmartWallet(q: {
     functionName: 'createWallet',
     args: [owner.address, salt],
   })
-  const funder = createWalletClient({
-    account: privateKeyToAccount(q.funderKey),
-    transport: http(q.rpcUrl),
-    pollingInterval: 50,
-  }).extend(publicActions)
-  await funder.waitForTransactionReceipt({
-    hash: await funder.writeContract({
-      address: q.usdc,
-      abi: transferAbi,
-      functionName: 'transfer',
-      args: [wallet, q.amountAtomic],
-      chain: null,
-    }),
-  })
+  const funder = funderClient(q)
+  await sendUsdc(funder, q.usdc, wallet, q.amountAtomic)
   const signer = {
     address: wallet,
     signTypedData: async (m: TypedDataDefinition) =>
