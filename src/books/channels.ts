@@ -189,10 +189,13 @@ export async function claimableChannels(
     SELECT c.channel_id, c.config, c.signed_max_atomic, c.signature, m.captured_max, c.claimed_atomic
     FROM batch_channels c
     CROSS JOIN LATERAL (
-      -- Through claims_batch_unsettled: every served call above the claimed total is unsettled.
+      -- Through claims_batch_unsettled: every served call above the claimed total is unsettled. Bounded
+      -- below by that total, the scan stops there: under it lie the entries of the calls settled since the
+      -- last vacuum, which a scan of a channel with nothing new to claim walked all of, on every run.
       SELECT max(split_part(k.proof_key, ':', 3)::bigint) AS captured_max FROM claims k
       WHERE k.kind = 'batch' AND k.status = 'captured' AND k.settled_at IS NULL
         AND split_part(k.proof_key, ':', 2) = c.channel_id
+        AND split_part(k.proof_key, ':', 3)::bigint > c.claimed_atomic
     ) m
     WHERE c.charged_atomic > c.claimed_atomic AND m.captured_max > c.claimed_atomic AND c.signature IS NOT NULL
       ${q.channelId ? db`AND c.channel_id = ${q.channelId}` : db``}

@@ -525,3 +525,65 @@ describe.runIf(usingServer)('a lease taken while the last holder lets go', () =>
     expect(c!.lease_holder).toBeNull()
   })
 })
+
+describe.runIf(usingServer)('the claim job on a channel with nothing new to claim', () => {
+  it('reads none of the settled calls under its claimed total', async () => {
+    // One connection: its index statistics are flushed on request and read back on it.
+    const one = createSql((await freshDatabaseUrl())!, { max: 1 })
+    try {
+      await one`INSERT INTO accounts (id, wallet_address, business_name, mode)
+                VALUES (${ACCOUNT}, '0x1111111111111111111111111111111111111111', 'B', 'test')`
+      const calls = 400n
+      const id = await channel(calls + 10n, one)
+      const a = (await takeChannelLease(one, {
+        channelId: id,
+        holder: 'a',
+        ttlMs: 60_000,
+        reserve: calls * PRICE,
+      }))!
+      const mark = (upTo: bigint) => ({
+        channelId: id,
+        epoch: a.lease_epoch,
+        cumulative: upTo * PRICE,
+        signature: SIG,
+        release: false,
+      })
+      const served400 = Array.from({ length: Number(calls) }, (_, i) => served(id, BigInt(i + 1)))
+      await writeChannelVouchers(one, {
+        holder: 'a',
+        ttlMs: 60_000,
+        reserve: calls * PRICE,
+        marks: [mark(calls)],
+        calls: served400,
+      })
+      // Claimed and settled: each settled call leaves its entry in the unsettled index until a vacuum.
+      await recordChannelClaims(one, {
+        claimId: 'c1',
+        hash: '0xc1',
+        block: 1n,
+        entries: [{ channelId: id, totalClaimed: calls * PRICE }],
+      })
+      // A voucher above it accepted, its call not served yet: the channel is charged past its claim.
+      await writeChannelVouchers(one, {
+        holder: 'a',
+        ttlMs: 60_000,
+        reserve: calls * PRICE,
+        marks: [mark(calls + 1n)],
+        calls: [],
+      })
+      const entriesRead = async () => {
+        await one`SELECT pg_stat_force_next_flush()`
+        await one`SELECT pg_stat_clear_snapshot()`
+        const [r] = await one<{ n: bigint }[]>`
+          SELECT coalesce(sum(idx_tup_read), 0)::bigint AS n FROM pg_stat_user_indexes
+          WHERE indexrelname LIKE 'claims%batch%' OR indexrelname LIKE 'claims%split_part%'`
+        return r!.n
+      }
+      const before = await entriesRead()
+      expect(await claimableChannels(one, { limit: 10, channelId: id })).toEqual([])
+      expect(await entriesRead()).toBe(before)
+    } finally {
+      await one.end()
+    }
+  })
+})
