@@ -81,12 +81,10 @@ export async function bookCallRevenue(db: Tx, q: { proofKeys: string[] }): Promi
   // at every execution: a generic plan the connection kept from when a partition was small (the day's
   // claims, the vouchers', a new month of calls) scanned it whole once per key. Either ran a channel claim
   // of 80,000 calls past the statement timeout on every retry, and the claim was never recorded.
-  // And never JIT-compiled (for the rest of the transaction too): on partitions never analysed (a new day,
-  // autovacuum behind) each key's probe is costed at dozens of rows, so a batch of a few hundred keys passed
-  // jit_above_cost and LLVM compiled, inlined and optimised the look-up at every execution. On x402-capacity
-  // (1,000 calls/s settled before the answer, a batch a block) it took 1.3 s a batch, 1,339 µs of PostgreSQL
-  // time per call, the most of any statement; without JIT 32 µs. settle-after's batches paid the same.
-  await db`SELECT set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true)`
+  // (Never JIT-compiled either, as no statement of this service is: src/db/sql.ts. Here it once cost most:
+  // on partitions never analysed each key's probe was costed at dozens of rows, a batch of a few hundred keys
+  // passed jit_above_cost, and on x402-capacity a batch took 1.3 s, 1,339 µs of PostgreSQL a call; 32 without.)
+  await db`SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
   const [due] = await db<{ ids: string[] | null; since: string | null; until: string | null }[]>`
     SELECT array_agg(k.id) AS ids, min(k.created_at)::text AS since, max(k.created_at)::text AS until
     FROM unnest(${q.proofKeys}::text[]) AS p(proof_key)
