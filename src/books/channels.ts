@@ -12,7 +12,7 @@
 import type { Sql, Tx } from '../db/sql.ts'
 import type { CallAgent } from '../identity/call-agent.ts'
 import type { CapturePricing } from './claims.ts'
-import { bookCallRevenue } from './ledger.ts'
+import { bookSettledCalls, SETTLED_CALL, type SettledCall, settledCalls } from './ledger.ts'
 
 /** Serialises the recording of channel claims (recordChannelClaims); distinct from the other advisory locks. */
 const CHANNEL_CLAIM_RECORD_LOCK = 7_301_007
@@ -167,6 +167,9 @@ export async function requestRefundOp(
   return row ?? (await findChannelOp(db, q.id))
 }
 
+/** A claim a settlement statement moved to settled, with the call it names (SETTLED_CALL). */
+type SettledRow = { proof_key: string; call_id: string | null; captured_utc: string | null }
+
 export interface ClaimableChannel {
   channel_id: string
   config: Record<string, unknown>
@@ -291,7 +294,7 @@ export async function recordChannelClaims(
       SELECT channel_id, claimed_atomic FROM batch_channels WHERE channel_id = ANY(${ids}::text[])`
     const was = new Map(before.map((b) => [b.channel_id, b.claimed_atomic.toString()]))
     const froms = ids.map((id, i) => was.get(id) ?? totals[i]!)
-    const settled = await tx<{ proof_key: string }[]>`
+    const settled = await tx<SettledRow[]>`
       UPDATE claims k SET settlement_tx = ${q.hash}, settled_at = now(), settlement_block = ${q.block},
         settlement_index = t.i, settlement_count = ${q.entries.length}::int
       FROM unnest(${ids}::text[], ${froms}::bigint[], ${totals}::bigint[], ${places}::int[])
@@ -300,13 +303,13 @@ export async function recordChannelClaims(
         AND split_part(k.proof_key, ':', 2) = t.id
         AND split_part(k.proof_key, ':', 3)::bigint > t.from_total
         AND split_part(k.proof_key, ':', 3)::bigint <= t.total
-      RETURNING k.proof_key`
+      RETURNING k.proof_key, ${tx.unsafe(SETTLED_CALL)}`
     // Booked a slice at a time: the calls of a whole claim in one statement (55,000 in the bench's x402-batch
     // run) ran past the statement timeout on every retry, and the claim was never recorded.
-    const keys = settled.map((s) => s.proof_key)
+    const calls: SettledCall[] = settledCalls(settled)
     let booked = 0
-    for (let i = 0; i < keys.length; i += BOOKING_SLICE)
-      booked += await bookCallRevenue(tx, { proofKeys: keys.slice(i, i + BOOKING_SLICE) })
+    for (let i = 0; i < calls.length; i += BOOKING_SLICE)
+      booked += await bookSettledCalls(tx, calls.slice(i, i + BOOKING_SLICE))
     await tx`
       UPDATE batch_channels c SET claimed_atomic = t.total, updated_at = now()
       FROM unnest(${ids}::text[], ${totals}::bigint[]) AS t(id, total)
@@ -329,7 +332,7 @@ export async function settleCoveredChannelCalls(sql: Sql, q: { limit: number }):
     // settled_at IS NULL is made again on each claim row as locked: a call settled meanwhile is left out.
     // It gets the covering claim's block (null for a claim done before its block was recorded) and its
     // channel's place among the vouchers that transaction carries, as the calls settled with it did.
-    const settled = await tx<{ proof_key: string }[]>`
+    const settled = await tx<SettledRow[]>`
       UPDATE claims k SET settlement_tx = cover.hit->>'tx_hash', settled_at = now(),
         settlement_block = (cover.hit->>'block_number')::bigint, settlement_index = (cover.hit->>'i')::int,
         settlement_count = (cover.hit->>'n')::int
@@ -352,8 +355,8 @@ export async function settleCoveredChannelCalls(sql: Sql, q: { limit: number }):
       ) cover
       WHERE k.proof_key = cover.proof_key AND cover.hit IS NOT NULL
         AND k.kind = 'batch' AND k.status = 'captured' AND k.settled_at IS NULL
-      RETURNING k.proof_key`
-    return bookCallRevenue(tx, { proofKeys: settled.map((s) => s.proof_key) })
+      RETURNING k.proof_key, ${tx.unsafe(SETTLED_CALL)}`
+    return bookSettledCalls(tx, settledCalls(settled))
   }) as Promise<number>
 }
 

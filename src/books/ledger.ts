@@ -97,8 +97,63 @@ export async function bookCallRevenue(db: Tx, q: { proofKeys: string[] }): Promi
       AND NOT EXISTS (SELECT 1 FROM ledger_entries e
                       WHERE e.source_type = 'call' AND e.source_id = k.id AND e.kind <> 'refund')`
   if (!due?.ids) return 0
+  return bookNamedCalls(db, { ids: due.ids, since: due.since!, until: due.until! })
+}
+
+/**
+ * A settled claim's call as its claim names it. Its capture wrote the call row in the claim's own statement
+ * (claimAndCapture, writeChannelVouchers), so the call's created_at is the claim's captured_at, here in UTC
+ * to the microsecond at a fixed width (SETTLED_CALL), so the earliest and latest sort as text.
+ */
+export interface SettledCall {
+  proofKey: string
+  callId: string
+  capturedAt: string
+}
+
+/**
+ * The columns a settlement statement returns for SettledCall, of its claims row `k`: the call it names and
+ * its capture time as fixed-width UTC text (the driver would bring a timestamptz to the millisecond only).
+ */
+export const SETTLED_CALL = `k.call_id, to_char(k.captured_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS captured_utc`
+
+/** The settled calls among a settlement statement's rows (those naming a call). */
+export function settledCalls(
+  rows: ReadonlyArray<{ proof_key: string; call_id: string | null; captured_utc: string | null }>,
+): SettledCall[] {
+  return rows.flatMap((r) =>
+    r.call_id === null || r.captured_utc === null
+      ? []
+      : [{ proofKey: r.proof_key, callId: r.call_id, capturedAt: r.captured_utc }],
+  )
+}
+
+/**
+ * bookCallRevenue for calls whose settlement statement returned them (its claims' call ids and capture
+ * times): no look-up from proof to call, the booking names its calls and their months. A call the booking
+ * did not find at that time, or found booked, is looked for from its proof as bookCallRevenue does, which
+ * books it if it was not (two more statements, only then). No call here was booked by entries of its own
+ * (before migration 0064): those were booked in the transaction that settled their claims, and only claims
+ * not settled yet reach this. Returns how many calls were booked.
+ */
+export async function bookSettledCalls(db: Tx, calls: SettledCall[]): Promise<number> {
+  if (calls.length === 0) return 0
+  let since = calls[0]!.capturedAt
+  let until = since
+  for (const c of calls) {
+    if (c.capturedAt < since) since = c.capturedAt
+    if (c.capturedAt > until) until = c.capturedAt
+  }
+  await db`SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
+  const booked = await bookNamedCalls(db, { ids: calls.map((c) => c.callId), since, until })
+  if (booked === calls.length) return booked
+  return booked + (await bookCallRevenue(db, { proofKeys: calls.map((c) => c.proofKey) }))
+}
+
+/** The booking itself: the named calls of that span not booked yet, as one settlement batch. */
+async function bookNamedCalls(db: Tx, q: { ids: string[]; since: string; until: string }): Promise<number> {
   // The update names its calls by their ids, given (and their months, to leave the other partitions out):
-  // an index probe per call whatever the statistics. As a join with the statement above, the planner
+  // an index probe per call whatever the statistics. As a join with a look-up statement, the planner
   // hashed the due calls against a sequential scan of every partition of calls, once per batch (the 80,000
   // calls of the bench's channel claims took 70 s to book instead of 20); with hash joins forbidden, it
   // probed the ledger per call with a sequential scan of a month whose statistics predated its entries.
@@ -110,8 +165,8 @@ export async function bookCallRevenue(db: Tx, q: { proofKeys: string[] }): Promi
     booked AS (
       UPDATE calls c SET ledger_batch_id = (SELECT id FROM settlement_batch)
       -- The bounds travel as text: the driver sends a timestamptz parameter to the millisecond only.
-      WHERE c.id = ANY(${due.ids}::text[]) AND c.created_at >= ${due.since}::text::timestamptz
-        AND c.created_at <= ${due.until}::text::timestamptz AND c.ledger_batch_id IS NULL
+      WHERE c.id = ANY(${q.ids}::text[]) AND c.created_at >= ${q.since}::text::timestamptz
+        AND c.created_at <= ${q.until}::text::timestamptz AND c.ledger_batch_id IS NULL
       RETURNING c.account_id, c.owner_share_atomic AS owner_share, c.fee_atomic AS fee
     ),
     revenue AS (

@@ -5,7 +5,7 @@
 import type { StoredUptoPermit } from '../chain/upto-permit.ts'
 import type { Sql, Tx } from '../db/sql.ts'
 import { applyFacilitatorSettlements } from './facilitator.ts'
-import { bookCallRevenue } from './ledger.ts'
+import { bookSettledCalls, SETTLED_CALL, settledCalls } from './ledger.ts'
 import { type SettlementPlace, settlementPlaces } from './settlement.ts'
 
 type Db = Sql | Tx
@@ -27,7 +27,10 @@ const CANDIDATE = (db: Db) => db`
 
 /** An upto claim on its way to the chain: a served call's (captured) or a facilitator settlement's. */
 const UNSETTLED = (db: Db) => db`
-  k.kind = 'upto' AND (k.status = 'captured' OR (k.status = 'settling' AND k.target_type = 'facilitator'))`
+  k.kind = 'upto' AND (k.status = 'captured' OR (k.status = 'settling' AND k.target_type = 'facilitator'))
+  -- A permit's claim lives in the day of its deadline (claim_horizon_at caps it at the year 9999), never in
+  -- claims_vouchers: that partition, the largest under channel traffic, is left out of the plan.
+  AND k.horizon_at < 'infinity'`
 
 /** A candidate with its charge: a call's permit with its call row (as before, by a join), or a facilitator's. */
 const CHARGED = (db: Db) => db`(c.id IS NOT NULL OR k.target_type = 'facilitator')`
@@ -44,7 +47,7 @@ export function listSentUptoSettlements(
     FROM (${CANDIDATE(db)}
     WHERE ${UNSETTLED(db)} AND ${CHARGED(db)} AND k.settlement_tx IS NOT NULL
       AND k.settled_at IS NULL AND k.settlement_error IS NULL) s
-    JOIN claims k2 ON k2.proof_key = s.proof_key`
+    JOIN claims k2 ON k2.proof_key = s.proof_key AND k2.horizon_at < 'infinity'`
 }
 
 /** Captured upto claims not sent yet, the soonest permit deadline first. */
@@ -106,7 +109,14 @@ export function settleUptoClaims(
   if (q.settled.length === 0) return Promise.resolve([])
   return sql.begin(async (tx) => {
     const rows = await tx<
-      { proof_key: string; target_type: string; target_id: string; settlement_tx: string | null }[]
+      {
+        proof_key: string
+        target_type: string
+        target_id: string
+        settlement_tx: string | null
+        call_id: string | null
+        captured_utc: string | null
+      }[]
     >`
       UPDATE claims k SET settled_at = now(), settled_atomic = m.amount, settlement_block = m.block,
         -- A facilitator's permit is done once used: settling → applied in this same write.
@@ -119,12 +129,11 @@ export function settleUptoClaims(
         AND (k.status = 'captured' OR (k.status = 'settling' AND k.target_type = 'facilitator'))
         AND k.settled_at IS NULL AND k.settlement_error IS NULL
         AND m.amount <= (k.authorization_payload->>'amount')::numeric
-      RETURNING k.proof_key, k.target_type, k.target_id, k.settlement_tx`
+      RETURNING k.proof_key, k.target_type, k.target_id, k.settlement_tx, ${tx.unsafe(SETTLED_CALL)}`
     const settled = rows.map((r) => r.proof_key)
     if (settled.length > 0) {
-      // A call's permit books its call (bookCallRevenue finds only those); a facilitator's books its
-      // settlement.
-      await bookCallRevenue(tx, { proofKeys: settled })
+      // A call's permit books its call; a facilitator's books its settlement.
+      await bookSettledCalls(tx, settledCalls(rows.filter((r) => r.target_type === 'call')))
       const facilitated = rows.filter((r) => r.target_type === 'facilitator')
       await applyFacilitatorSettlements(tx, {
         applied: facilitated.map((r) => ({ id: r.target_id, settlementTx: r.settlement_tx })),
@@ -168,7 +177,7 @@ export async function readUptoSettlementBacklog(
            min((authorization_payload->>'deadline')::numeric)::text AS soonest
     FROM claims
     WHERE kind = 'upto' AND (status = 'captured' OR (status = 'settling' AND target_type = 'facilitator'))
-      AND settled_at IS NULL AND settlement_error IS NULL`
+      AND settled_at IS NULL AND settlement_error IS NULL AND horizon_at < 'infinity'`
   return {
     count: row?.n ?? 0,
     oldestAgeS: row?.oldest_s ?? 0,
