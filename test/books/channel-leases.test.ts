@@ -6,7 +6,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {
   claimableChannels,
   recordChannelClaims,
-  requestChannelOp,
   requestRefundOp,
   settleCoveredChannelCalls,
   takeChannelLease,
@@ -17,6 +16,7 @@ import { expireUncapturedClaims } from '../../src/control-plane/jobs/claim-expir
 import { migrate } from '../../src/db/migrate.ts'
 import { createSql, type Sql } from '../../src/db/sql.ts'
 import { VoucherLeases } from '../../src/schemes/batch-settlement/leases.ts'
+import { depositedChannel, servedCall } from '../helpers/channel-books.ts'
 import { freshDatabaseUrl, migratedDatabase, usingServer } from '../helpers/database.ts'
 
 let sql: Sql
@@ -38,19 +38,7 @@ afterAll(async () => {
 let n = 0
 /** A channel with `calls` calls' worth deposited and confirmed. */
 async function channel(calls: bigint, db: Sql = sql): Promise<string> {
-  const id = `0x${(++n).toString(16).padStart(64, '0')}`
-  await requestChannelOp(db, {
-    id: `dep_${id}`,
-    channelId: id,
-    config: {},
-    payer: '0x2222222222222222222222222222222222222222',
-    kind: 'deposit',
-    amount: calls * PRICE,
-    calldata: '0x',
-  })
-  await db`UPDATE batch_channel_ops SET status = 'done' WHERE id = ${`dep_${id}`}`
-  await db`UPDATE batch_channels SET balance_atomic = ${calls * PRICE} WHERE channel_id = ${id}`
-  return id
+  return depositedChannel(db, `0x${(++n).toString(16).padStart(64, '0')}`, calls * PRICE)
 }
 
 /** A promise and the function that resolves it: one transaction holds until the test lets it go. */
@@ -63,22 +51,7 @@ function signal(): { done: Promise<void>; fire: () => void } {
 }
 
 function served(channelId: string, calls: bigint): VoucherCall {
-  return {
-    channelId,
-    cumulative: calls * PRICE,
-    endpointId: 'ep_1',
-    accountId: ACCOUNT,
-    payer: '0x2222222222222222222222222222222222222222',
-    amountAtomic: PRICE,
-    call: {
-      callId: `call_${channelId.slice(-6)}_${calls}`,
-      ownerWallet: '0x1111111111111111111111111111111111111111',
-      ownerShareAtomic: 950n,
-      feeAtomic: 50n,
-      upstreamStatus: 200,
-      method: 'GET',
-    },
-  }
+  return servedCall({ channelId, calls, price: PRICE, accountId: ACCOUNT })
 }
 
 const lease = (channelId: string, holder: string, ttlMs = 60_000) =>

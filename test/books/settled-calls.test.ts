@@ -2,27 +2,22 @@
 // names, found in its month by the claim's capture time, is booked once in one settlement batch; a call not
 // found at that time is still booked, from its proof; nothing is booked twice.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import {
-  requestChannelOp,
-  takeChannelLease,
-  type VoucherCall,
-  writeChannelVouchers,
-} from '../../src/books/channels.ts'
+import { takeChannelLease, writeChannelVouchers } from '../../src/books/channels.ts'
 import { bookSettledCalls, SETTLED_CALL, type SettledCall, settledCalls } from '../../src/books/ledger.ts'
 import type { Sql } from '../../src/db/sql.ts'
+import { CHANNEL_OWNER, depositedChannel, servedCall } from '../helpers/channel-books.ts'
 import { migratedDatabase } from '../helpers/database.ts'
 
 let sql: Sql
 let db: Awaited<ReturnType<typeof migratedDatabase>> | undefined
 const ACCOUNT = 'acct_settled'
-const OWNER = '0x1111111111111111111111111111111111111111'
 const PRICE = 1000n
 
 beforeAll(async () => {
   db = await migratedDatabase({ max: 2 })
   sql = db.sql
   await sql`INSERT INTO accounts (id, wallet_address, business_name, mode)
-            VALUES (${ACCOUNT}, ${OWNER}, 'B', 'test')`
+            VALUES (${ACCOUNT}, ${CHANNEL_OWNER}, 'B', 'test')`
 })
 afterAll(async () => {
   await db?.stop()
@@ -31,36 +26,12 @@ afterAll(async () => {
 let n = 0
 /** A channel with `calls` served calls written (captured claims and their call rows), none settled. */
 async function servedCalls(calls: number): Promise<SettledCall[]> {
-  const id = `0x${(++n).toString(16).padStart(64, '0')}`
-  await requestChannelOp(sql, {
-    id: `dep_${id}`,
-    channelId: id,
-    config: {},
-    payer: '0x2222222222222222222222222222222222222222',
-    kind: 'deposit',
-    amount: BigInt(calls) * PRICE,
-    calldata: '0x',
-  })
-  await sql`UPDATE batch_channel_ops SET status = 'done' WHERE id = ${`dep_${id}`}`
-  await sql`UPDATE batch_channels SET balance_atomic = ${BigInt(calls) * PRICE} WHERE channel_id = ${id}`
+  const id = await depositedChannel(sql, `0x${(++n).toString(16).padStart(64, '0')}`, BigInt(calls) * PRICE)
   const reserve = BigInt(calls) * PRICE
   const lease = (await takeChannelLease(sql, { channelId: id, holder: 'a', ttlMs: 60_000, reserve }))!
-  const served: VoucherCall[] = Array.from({ length: calls }, (_, i) => ({
-    channelId: id,
-    cumulative: BigInt(i + 1) * PRICE,
-    endpointId: 'ep_1',
-    accountId: ACCOUNT,
-    payer: '0x2222222222222222222222222222222222222222',
-    amountAtomic: PRICE,
-    call: {
-      callId: `call_${id.slice(-6)}_${i + 1}`,
-      ownerWallet: OWNER,
-      ownerShareAtomic: 950n,
-      feeAtomic: 50n,
-      upstreamStatus: 200,
-      method: 'GET',
-    },
-  }))
+  const served = Array.from({ length: calls }, (_, i) =>
+    servedCall({ channelId: id, calls: BigInt(i + 1), price: PRICE, accountId: ACCOUNT }),
+  )
   const mark = {
     channelId: id,
     epoch: lease.lease_epoch,
