@@ -148,6 +148,11 @@ describe('which modules a running service loads', () => {
   const PRELOAD = join(import.meta.dirname, '..', 'helpers', 'module-log.mjs')
 
   /** Starts tollgate as a child with the module recorder, exercises API and metered routes, stops it. */
+  // A child started through the module-load hook (every import passes the hook's thread and is written to
+  // the log) and, in the embedded pass, on an embedded database of its own: 10-11 s on a quiet machine,
+  // 49 s and over 60 (the suite's timeout) in a CI run beside the server pass on a machine half as quick.
+  const MODULE_LOG_TIMEOUT_MS = 180_000
+
   async function modulesLoaded(env: Record<string, string>): Promise<string[]> {
     const log = join(tempDir(), 'modules.log')
     const treasury = await fundedAccount(0n)
@@ -177,22 +182,30 @@ describe('which modules a running service loads', () => {
     return readFileSync(log, 'utf8').split('\n').filter(Boolean)
   }
 
-  it('with tracing unset, no OpenTelemetry SDK module is loaded (and the recorder sees ESM and CommonJS)', async () => {
-    // The child inherits this environment: it must not name a collector.
-    expect(process.env.OTEL_EXPORTER_OTLP_ENDPOINT).toBeUndefined()
-    const loaded = await modulesLoaded({})
-    // prom-client itself requires @opentelemetry/api (the no-op API facade, for exemplars): only the SDK,
-    // the exporter, the context manager and their helpers are tollgate's to keep out.
-    const otel = loaded.filter((m) => m.includes('/@opentelemetry/'))
-    expect(otel.filter((m) => !m.includes('/@opentelemetry/api/'))).toEqual([])
-    // The recorder works: it saw an ESM package and the CommonJS files pino requires.
-    expect(loaded.some((m) => m.startsWith('esm ') && m.includes('/node_modules/viem/'))).toBe(true)
-    expect(loaded.some((m) => m.startsWith('cjs ') && m.includes('/node_modules/sonic-boom/'))).toBe(true)
-  })
+  it(
+    'with tracing unset, no OpenTelemetry SDK module is loaded (and the recorder sees ESM and CommonJS)',
+    async () => {
+      // The child inherits this environment: it must not name a collector.
+      expect(process.env.OTEL_EXPORTER_OTLP_ENDPOINT).toBeUndefined()
+      const loaded = await modulesLoaded({})
+      // prom-client itself requires @opentelemetry/api (the no-op API facade, for exemplars): only the SDK,
+      // the exporter, the context manager and their helpers are tollgate's to keep out.
+      const otel = loaded.filter((m) => m.includes('/@opentelemetry/'))
+      expect(otel.filter((m) => !m.includes('/@opentelemetry/api/'))).toEqual([])
+      // The recorder works: it saw an ESM package and the CommonJS files pino requires.
+      expect(loaded.some((m) => m.startsWith('esm ') && m.includes('/node_modules/viem/'))).toBe(true)
+      expect(loaded.some((m) => m.startsWith('cjs ') && m.includes('/node_modules/sonic-boom/'))).toBe(true)
+    },
+    MODULE_LOG_TIMEOUT_MS,
+  )
 
-  it('with OTEL_EXPORTER_OTLP_ENDPOINT set, the SDK and the exporter are loaded', async () => {
-    const loaded = await modulesLoaded({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url })
-    expect(loaded.some((m) => m.includes('/@opentelemetry/sdk-trace/'))).toBe(true)
-    expect(loaded.some((m) => m.includes('/@opentelemetry/exporter-trace-otlp-http/'))).toBe(true)
-  })
+  it(
+    'with OTEL_EXPORTER_OTLP_ENDPOINT set, the SDK and the exporter are loaded',
+    async () => {
+      const loaded = await modulesLoaded({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url })
+      expect(loaded.some((m) => m.includes('/@opentelemetry/sdk-trace/'))).toBe(true)
+      expect(loaded.some((m) => m.includes('/@opentelemetry/exporter-trace-otlp-http/'))).toBe(true)
+    },
+    MODULE_LOG_TIMEOUT_MS,
+  )
 })
