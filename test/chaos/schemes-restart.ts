@@ -390,8 +390,12 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
     // The load: upto workers and one sequential payer per channel, alternating instances per attempt.
     const calls: Call[] = []
     let seq = 0
+    // Counted per kind: on the shared sequence, whether a channel call drew a hanging number depended on how
+    // the upto calls interleaved (a CI run on a slow machine had 16 channel calls and none hung).
+    let channelCalls = 0
     const newCall = (kind: Kind): Call => {
       const n = seq++
+      const nthChannelCall = kind === 'batch' ? channelCalls++ : -1
       const call: Call = {
         id: `${kind === 'upto' ? 'u' : 'b'}${n}`,
         kind,
@@ -399,7 +403,7 @@ export async function runSchemesChaos(options: SchemesChaosOptions): Promise<Sch
         events: 15 + ((n * 7) % 31),
         outcome: null,
         // One channel call in ten hangs upstream: charged in doubt, never served, the client pays on.
-        hang: kind === 'batch' && n % 10 === 5,
+        hang: nthChannelCall % 10 === 5,
         refused: null,
         receiptId: null,
         paidTx: null,
