@@ -1,7 +1,9 @@
 // npm run bench -- recover: EIP-3009 signer recoveries per CPU second (one core; CPU time, so other work on
 // a shared machine does not count), viem's generic typed-data recovery against the verifier's path: the
 // hand-built digest and recoverSigner, whose backend (native libsecp256k1, elliptic or viem) is reported; and
-// the treasury's transaction signing (a settlement or payout per call), viem's account against signingAccount.
+// the treasury's transaction signing (a settlement or payout per call), viem's account against signingAccount;
+// and a Web Bot Auth signature's Ed25519 verification, node:crypto against libsodium (src/identity/ed25519.ts).
+import { generateKeyPairSync, sign } from 'node:crypto'
 import { recoverTypedDataAddress } from 'viem'
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts'
 import {
@@ -17,6 +19,7 @@ import {
   recoveryBackend,
 } from '../src/chain/recover-authorization.ts'
 import { signingAccount, signingBackend } from '../src/chain/signing-account.ts'
+import { ed25519Backend, verifyEd25519, verifyWithNode } from '../src/identity/ed25519.ts'
 
 export interface RecoveryRates {
   viem_per_s: number
@@ -26,6 +29,10 @@ export interface RecoveryRates {
   sign_viem_per_s: number
   sign_fast_per_s: number
   sign_backend: string
+  /** Web Bot Auth: Ed25519 verifications of a signature base, node:crypto against the verifier's backend. */
+  ed25519_node_per_s: number
+  ed25519_fast_per_s: number
+  ed25519_backend: string
 }
 
 export async function measureRecovery(count = 2_000): Promise<RecoveryRates> {
@@ -84,6 +91,28 @@ export async function measureRecovery(count = 2_000): Promise<RecoveryRates> {
     sign_viem_per_s: await perCpuSecond(count, signWith(privateKeyToAccount(key))),
     sign_fast_per_s: await perCpuSecond(count, signWith(signingAccount(key))),
     sign_backend: signingBackend,
+    ...(await measureEd25519(count)),
+  }
+}
+
+/** Ed25519 verifications per CPU second of a Web Bot Auth signature base (src/identity/ed25519.ts). */
+async function measureEd25519(count: number) {
+  const { publicKey, privateKey } = generateKeyPairSync('ed25519')
+  const base = Buffer.from(
+    '"@authority": 127.0.0.1:8080\n"signature-agent": "https://agent.example"\n' +
+      '"@signature-params": ("@authority" "signature-agent");created=1764547200;expires=1764547500;' +
+      'keyid="poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U";nonce="ZO3/XMEZjrvSnLtAP9M7jK0WGQf3J+pbmQRUpKDhF9/jsNCWqUh2sq+TH4WTX3/GpNoSZUa8eNWMKqxWp2/c2g==";tag="web-bot-auth"',
+  )
+  const signature = sign(null, base, privateKey)
+  const times = count * 4
+  const run = (verify: typeof verifyEd25519) => async () => {
+    for (let i = 0; i < times; i++)
+      if (!verify(publicKey, base, signature)) throw new Error('ed25519 refused')
+  }
+  return {
+    ed25519_node_per_s: await perCpuSecond(times, run(verifyWithNode)),
+    ed25519_fast_per_s: await perCpuSecond(times, run(verifyEd25519)),
+    ed25519_backend: ed25519Backend,
   }
 }
 

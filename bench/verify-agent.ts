@@ -3,11 +3,13 @@
 // request's headers copied into a message view, the RFC 9421 signature checked against a warm key directory
 // cache (Ed25519, signed by mppx's published signer). The nonce claim is left out: it is the database's
 // work (one row written with a paid call, none on a 402: docs/agent-identity.md), not the data plane's CPU.
-// Beside it, on the same requests: the Ed25519 verify alone (node:crypto one-shot, cached KeyObject, what
-// OpenSSL costs on this machine), so what our own code adds is the difference; and the two signature
+// Beside it, on the same requests: the Ed25519 verify alone (the verifier's backend, libsodium where it
+// loads, and node:crypto's one-shot with the cached KeyObject, OpenSSL), so what our own code adds is the
+// difference; and the two signature
 // headers parsed by our RFC 8941 parser and by the structured-headers package mppx uses.
 import { verify } from 'node:crypto'
 import { parseDictionary as libraryParse } from 'structured-headers'
+import { ed25519Backend, verifyEd25519 } from '../src/identity/ed25519.ts'
 import { KeyDirectories } from '../src/identity/key-directories.ts'
 import { messageView } from '../src/identity/message-view.ts'
 import { buildSignatureBase } from '../src/identity/signature-base.ts'
@@ -21,8 +23,11 @@ export interface VerifyCost {
   verified: number
   /** The whole check (view, parse, window, key look-up, base, Ed25519), nonce claim left out. */
   us_per_verify: number
-  /** node:crypto Ed25519 verify of the same bases and signatures, nothing else. */
+  /** The verifier's Ed25519 (src/identity/ed25519.ts) on the same bases and signatures, nothing else. */
   us_ed25519_alone: number
+  ed25519_backend: string
+  /** node:crypto's (OpenSSL) one-shot verify of the same, the fallback. */
+  us_ed25519_node: number
   /** us_per_verify less us_ed25519_alone: what tollgate's own code adds. */
   us_own_code: number
   /** Signature-Input and Signature parsed: our parser, and the structured-headers package. */
@@ -102,6 +107,9 @@ export async function measureVerify(count = 5_000): Promise<VerifyCost> {
     return { data: Buffer.from(base.base), key: found.key.key, sig }
   })
   const us_ed25519_alone = cpuUs(crypto, (c) => {
+    if (!verifyEd25519(c.key, c.data, c.sig)) throw new Error('bench signature did not verify')
+  })
+  const us_ed25519_node = cpuUs(crypto, (c) => {
     if (!verify(null, c.data, c.key, c.sig)) throw new Error('bench signature did not verify')
   })
   const us_parse_own = cpuUs(signed, (h) => {
@@ -118,6 +126,8 @@ export async function measureVerify(count = 5_000): Promise<VerifyCost> {
     verified,
     us_per_verify,
     us_ed25519_alone,
+    ed25519_backend: ed25519Backend,
+    us_ed25519_node,
     us_own_code: us_per_verify - us_ed25519_alone,
     us_parse_own,
     us_parse_library,

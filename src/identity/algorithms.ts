@@ -1,6 +1,8 @@
-// The RFC 9421 §3.3 algorithms node:crypto verifies, and which key each needs. hmac-sha256 is only ever used
-// with a key the operator configured by hand: a directory publishes public keys only.
+// The RFC 9421 §3.3 algorithms node:crypto verifies (ed25519 by libsodium where it loads: ed25519.ts), and
+// which key each needs. hmac-sha256 is only ever used with a key the operator configured by hand: a directory
+// publishes public keys only.
 import { constants, createHmac, type KeyObject, timingSafeEqual, verify } from 'node:crypto'
+import { verifyEd25519 } from './ed25519.ts'
 
 export const ALGORITHMS = [
   'ed25519',
@@ -32,7 +34,7 @@ export function verifyWith(alg: Algorithm, key: KeyObject, base: string, signatu
   try {
     switch (alg) {
       case 'ed25519':
-        return verify(null, data, key, signature)
+        return verifyEd25519(key, data, signature)
       case 'rsa-pss-sha512':
         return verify(
           'sha512',

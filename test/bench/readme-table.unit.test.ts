@@ -39,7 +39,7 @@ describe('README bench table', () => {
       .filter((f) => f.endsWith('.json'))
     expect(files.length).toBeGreaterThan(0)
     const named =
-      /^bench\/results\/\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-(full|history-\d+-rows|history-retention|x402-capacity|x402-facilitator|features|websocket-sessions|mpp-[\w.-]+|x402-(before|after)[\w.-]*)\.json$/
+      /^bench\/results\/\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-(full|history-\d+-rows|history-retention|x402-capacity|x402-facilitator|features|websocket-sessions|mpp-[\w.-]+|(x402|identity)-(before|after)[\w.-]*)\.json$/
     expect(files.filter((f) => !named.test(f))).toEqual([])
   })
 
