@@ -1,7 +1,8 @@
 // The public discovery routes: GET /.well-known/x402.json (this host's listed endpoints, as the x402 draft's
 // per-origin manifest) and GET /discovery/resources (all listed endpoints, in the facilitator's list shape,
-// each with what paid traffic observed over 7 days). A listed MCP endpoint is one item per paid tool. Both read listed endpoints and hourly rows, never the
-// call history, and keep each answer for a few seconds: a crawler costs one query per distinct URL per TTL.
+// each with what paid traffic observed over 7 days). A listed MCP endpoint is one item per paid tool. Both read
+// listed endpoints and hourly rows, never the call history, and keep each answer for a few seconds
+// (answerCache): a crawler costs one query per distinct URL per TTL, and waits for none it asked before.
 import {
   type FacilitatorResourceRow,
   type ListedEndpointRow,
@@ -58,20 +59,47 @@ interface Answer {
   atMs: number
 }
 
+/**
+ * The answers kept per key (a route and its query string): fresh for `ttlMs`; then, up to twice that age,
+ * still answered at once while one read refreshes it in the background (stale-while-revalidate), so a crawler
+ * never waits for the read the cache is there to spare, and no answer is older than 2 × ttl. One read per key
+ * at a time: requests that find none kept share the read in flight. Older or never kept: the request waits
+ * for the read. A failed background read leaves the kept answer to serve until it is too old.
+ */
+export function answerCache(ttlMs: number, now: () => number, logger: Logger) {
+  const kept = new Map<string, Answer>()
+  const reading = new Map<string, Promise<Answer>>()
+  const read = (key: string, build: () => Promise<unknown>): Promise<Answer> => {
+    let pending = reading.get(key)
+    if (pending === undefined) {
+      pending = build().then((value) => {
+        const answer = { body: typeof value === 'string' ? value : JSON.stringify(value), atMs: now() }
+        // Bounded: distinct query strings beyond this evict the oldest answers.
+        if (kept.size >= 256 && !kept.has(key)) kept.delete(kept.keys().next().value!)
+        kept.set(key, answer)
+        return answer
+      })
+      reading.set(key, pending)
+      const done = () => reading.delete(key)
+      pending.then(done, done)
+    }
+    return pending
+  }
+  return (key: string, build: () => Promise<unknown>): Promise<Answer> => {
+    const hit = kept.get(key)
+    const age = hit === undefined ? Number.POSITIVE_INFINITY : now() - hit.atMs
+    if (age < ttlMs) return Promise.resolve(hit!)
+    if (age < 2 * ttlMs) {
+      read(key, build).catch((err) => logger.error('discovery refresh failed', { key, err }))
+      return Promise.resolve(hit!)
+    }
+    return read(key, build)
+  }
+}
+
 export function createDiscoveryRoutes(deps: DiscoveryDeps) {
   const now = deps.now ?? Date.now
-  const cache = new Map<string, Answer>()
-  const cached = (key: string, build: () => Promise<unknown>) => {
-    const hit = cache.get(key)
-    if (hit !== undefined && now() - hit.atMs < deps.cacheTtlMs) return Promise.resolve(hit.body)
-    return build().then((value) => {
-      const body = typeof value === 'string' ? value : JSON.stringify(value)
-      // Bounded: distinct query strings beyond this evict the oldest answers.
-      if (cache.size >= 256) cache.delete(cache.keys().next().value!)
-      cache.set(key, { body, atMs: now() })
-      return body
-    })
-  }
+  const cached = answerCache(deps.cacheTtlMs, now, deps.logger)
 
   const serve = (
     res: HttpResponse,
@@ -87,7 +115,7 @@ export function createDiscoveryRoutes(deps: DiscoveryDeps) {
     })
     const fail = (code: ErrorCode, details: ErrorDetails) =>
       res.cork(() => writeError(res, code, requestId, details, CORS_HEADERS))
-    let pending: Promise<string>
+    let pending: Promise<Answer>
     try {
       pending = cached(key, build)
     } catch (err) {
@@ -96,14 +124,16 @@ export function createDiscoveryRoutes(deps: DiscoveryDeps) {
       throw err
     }
     pending.then(
-      (body) => {
+      (answer) => {
         if (aborted) return
+        // What is left of the answer's freshness: an answer served stale is not to be kept downstream.
+        const maxAge = Math.max(0, Math.floor((deps.cacheTtlMs - (now() - answer.atMs)) / 1000))
         res.cork(() => {
           res.writeStatus('200 OK').writeHeader('content-type', type)
           res.writeHeader('x-request-id', requestId)
           res.writeHeader('access-control-allow-origin', '*')
-          res.writeHeader('cache-control', `public, max-age=${Math.floor(deps.cacheTtlMs / 1000)}`)
-          res.end(body)
+          res.writeHeader('cache-control', `public, max-age=${maxAge}`)
+          res.end(answer.body)
         })
       },
       (err) => {
