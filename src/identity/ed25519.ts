@@ -38,7 +38,11 @@ const rawKeys = new WeakMap<KeyObject, Buffer | null>()
 function rawPublicKey(key: KeyObject): Buffer | null {
   let raw = rawKeys.get(key)
   if (raw === undefined) {
-    const x = key.type === 'public' ? key.export({ format: 'jwk' }).x : undefined
+    // Only an Ed25519 public key: an X25519 key's JWK has an `x` too (node:crypto refuses to verify with it).
+    const x =
+      key.type === 'public' && key.asymmetricKeyType === 'ed25519'
+        ? key.export({ format: 'jwk' }).x
+        : undefined
     raw = typeof x === 'string' ? Buffer.from(x, 'base64url') : null
     if (raw !== null && raw.length !== 32) raw = null
     rawKeys.set(key, raw)

@@ -70,6 +70,15 @@ describe('Ed25519 verification', () => {
     expect(verifyEd25519(zero, Buffer.from('x'), Buffer.alloc(64))).toBe(false)
   })
 
+  it('refuses with a key that is not an Ed25519 public key, as node:crypto does', () => {
+    const { privateKey } = keyPair()
+    const data = Buffer.from('x')
+    const sig = sign(null, data, privateKey)
+    const x25519 = generateKeyPairSync('x25519').publicKey
+    expect(verifyEd25519(x25519, data, sig)).toBe(false)
+    expect(verifyWithNode(x25519, data, sig)).toBe(false)
+  })
+
   it('is what verifyWith uses for ed25519 keys', () => {
     const { publicKey, privateKey } = keyPair()
     const base = '"@method": GET\n"@signature-params": ("@method");created=1'
