@@ -15,6 +15,7 @@ import {
   type UpstreamTarget,
 } from '../../src/data-plane/proxy.ts'
 import { type HttpRequest, type HttpResponse, uws } from '../../src/data-plane/uws.ts'
+import { refusedPort } from '../helpers/child-service.ts'
 import { bigBody, sha256, startUpstream, type Upstream } from '../helpers/upstream.ts'
 import { waitFor } from '../helpers/wait-for.ts'
 
@@ -171,16 +172,6 @@ function nodeRequest(
     } else {
       req.end(body)
     }
-  })
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const server = createServer()
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number }
-      server.close(() => resolve(port))
-    })
   })
 }
 
@@ -456,7 +447,7 @@ describe('response bodies', () => {
 
 describe('upstream failures', () => {
   it('answers 502 upstream_unreachable when nothing listens', async () => {
-    target.origin = `http://127.0.0.1:${await freePort()}`
+    target.origin = `http://127.0.0.1:${await refusedPort()}`
     const res = await fetch(`${base}/p/echo`)
     expect(res.status).toBe(502)
     expect(await res.json()).toMatchObject({

@@ -6,7 +6,7 @@ import { startReplicationWatch } from '../../src/db/replication-watch.ts'
 import { createSql } from '../../src/db/sql.ts'
 import { createLogger } from '../../src/observability/logger.ts'
 import { fundedAccount, payUsdc } from '../helpers/accounts.ts'
-import { freePort } from '../helpers/child-service.ts'
+import { refusedPort } from '../helpers/child-service.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
 
@@ -60,7 +60,7 @@ describe('replication state without a standby', () => {
 
   it('required, a state never read (no server answered at start) refuses paid calls, and says so', async () => {
     // A port nothing listens on: every read is refused, as when the first one at start fails.
-    const sql = createSql(`postgres://postgres@127.0.0.1:${await freePort()}/postgres`, {
+    const sql = createSql(`postgres://postgres@127.0.0.1:${await refusedPort()}/postgres`, {
       max: 1,
       connectTimeoutMs: 1_000,
     })

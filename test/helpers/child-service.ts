@@ -5,7 +5,7 @@
 // shared port). None outlives the test process.
 import { type ChildProcess, spawn } from 'node:child_process'
 import { mkdtempSync, writeFileSync } from 'node:fs'
-import { createServer } from 'node:net'
+import { connect, createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { entryArgs } from './entry.ts'
@@ -51,6 +51,26 @@ export function freePort(): Promise<number> {
       s.close(() => resolve(port))
     })
   })
+}
+
+/**
+ * A loopback port where nothing listens and nothing will: a privileged port (below 1024, outside the kernel's
+ * range for port 0, and no test binds one) that refuses a connection now. A port freePort() found free can be
+ * handed to another test file's server a moment later (a "closed" upstream once answered 404 in CI).
+ */
+export async function refusedPort(): Promise<number> {
+  for (const port of [9, 1, 3, 5, 7, 11, 13, 17, 19]) {
+    const refused = await new Promise<boolean>((resolve) => {
+      const s = connect({ host: '127.0.0.1', port })
+      s.once('connect', () => {
+        s.destroy()
+        resolve(false)
+      })
+      s.once('error', (err: NodeJS.ErrnoException) => resolve(err.code === 'ECONNREFUSED'))
+    })
+    if (refused) return port
+  }
+  throw new Error('no refusing privileged port on 127.0.0.1')
 }
 
 /** True while a process with this PID exists (signal 0 checks without sending anything). */

@@ -2,7 +2,7 @@
 // an upstream failure leaves (read from the service's real pino output).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
-import { freePort } from '../helpers/child-service.ts'
+import { refusedPort } from '../helpers/child-service.ts'
 import { type CapturedLogs, captureLogs } from '../helpers/log-capture.ts'
 import { registerMerchant, startTestService, type TestService } from '../helpers/service.ts'
 import { startUpstream, type Upstream } from '../helpers/upstream.ts'
@@ -102,7 +102,7 @@ describe('metered routes', () => {
   })
 
   it('502 upstream_unreachable carries the id and is logged once with request id, endpoint id and reason', async () => {
-    const closed = await freePort()
+    const closed = await refusedPort()
     const ep = await createEndpoint(`http://127.0.0.1:${closed}/gone`)
     const hash = await payUsdc(payer, svc.chain.treasury, 10_000n)
     const r = await fetch(ep.metered_url, { headers: { 'x-payment': hash } })

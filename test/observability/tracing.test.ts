@@ -6,7 +6,7 @@ import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { insertEvent } from '../../src/db/events.ts'
 import { type Funded, fundedAccount, payUsdc } from '../helpers/accounts.ts'
-import { freePort, startChildService, tempDir } from '../helpers/child-service.ts'
+import { refusedPort, startChildService, tempDir } from '../helpers/child-service.ts'
 import { freshDatabaseUrl } from '../helpers/database.ts'
 import { type CapturedLogs, captureLogs } from '../helpers/log-capture.ts'
 import { type OtlpReceiver, type ReceivedSpan, startOtlpReceiver } from '../helpers/otlp-receiver.ts'
@@ -99,7 +99,7 @@ describe('tracing on', () => {
   })
 
   it('the log line of an upstream failure carries the trace id of its call', async () => {
-    const ep = await endpointTo(`http://127.0.0.1:${await freePort()}/gone`)
+    const ep = await endpointTo(`http://127.0.0.1:${await refusedPort()}/gone`)
     const hash = await payUsdc(payer, svc.chain.treasury, 10_000n)
     const r = await fetch(ep.metered_url, { headers: { 'x-payment': hash } })
     expect(r.status).toBe(502)
