@@ -6,6 +6,7 @@ import { createRequire } from 'node:module'
 import { createServer } from 'node:net'
 import { dirname, join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { listensOn } from '../port-probe.ts'
 import { ChainError } from './errors.ts'
 
 export interface AnvilOptions {
@@ -91,7 +92,10 @@ async function startOnce(bin: string, port: number, options: AnvilOptions): Prom
     })
   })
   const rpcUrl = `http://127.0.0.1:${port}`
-  const ready = await Promise.race([waitForRpc(rpcUrl, options.startTimeoutMs ?? 15_000), exited])
+  const ready = await Promise.race([
+    waitForOwnRpc(child, port, options.chainId, options.startTimeoutMs ?? 15_000),
+    exited,
+  ])
   if (ready !== 'ready') {
     child.kill('SIGKILL')
     return {
@@ -170,18 +174,33 @@ function startWatchdog(pid: number): ChildProcess | null {
   return watchdog
 }
 
-async function waitForRpc(rpcUrl: string, timeoutMs: number): Promise<'ready' | 'timeout'> {
+/**
+ * Ready when the RPC on `port` is this child's: it answers eth_chainId with our chain id and (where the OS
+ * tells) the listening socket is the child's. A 200 alone is not enough: the port is probed free before anvil
+ * binds it, and in between another server may take it (an HTTP upstream answers 200 to anything, another
+ * anvil answers JSON-RPC); anvil then fails to bind and exits, but the other server may answer first, and the
+ * chain would be someone else's (a test's transactions waited out their receipt timeout against one).
+ */
+async function waitForOwnRpc(
+  child: ChildProcess,
+  port: number,
+  chainId: number,
+  timeoutMs: number,
+): Promise<'ready' | 'timeout'> {
   const deadline = Date.now() + timeoutMs
   const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_chainId', params: [] })
-  while (Date.now() < deadline) {
+  const expected = `0x${chainId.toString(16)}`
+  // Until the child exits too: the start then fails at once, and this loop must not go on polling the port.
+  while (Date.now() < deadline && child.exitCode === null && child.signalCode === null) {
     try {
-      const res = await fetch(rpcUrl, {
+      const res = await fetch(`http://127.0.0.1:${port}`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body,
         signal: AbortSignal.timeout(1000),
       })
-      if (res.ok) return 'ready'
+      const answer = res.ok ? ((await res.json()) as { result?: unknown }) : null
+      if (answer?.result === expected && listensOn(child.pid, port) !== false) return 'ready'
     } catch {}
     await sleep(20)
   }

@@ -21,6 +21,7 @@ import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { build, transform } from 'esbuild'
+import { listensOn } from '../../src/port-probe.ts'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const vendored = join(here, 'upstream')
@@ -216,7 +217,10 @@ export async function startServer(
   while (Date.now() < deadline) {
     if (child.exitCode !== null) throw new Error(`${path} exited ${child.exitCode}:\n${output}`)
     try {
-      if ((await fetch(readyUrl)).ok) return { child, output: () => output, stop }
+      // Ours, not a server that took the probed port first (the server then fails to bind and exits).
+      const ok = (await fetch(readyUrl)).ok
+      if (ok && listensOn(child.pid, Number(new URL(readyUrl).port)) !== false)
+        return { child, output: () => output, stop }
     } catch {
       // Not listening yet.
     }
