@@ -2,10 +2,13 @@
 // matched by its exact amount to the payment that figure is reserved for (open, or closed within its hold),
 // and applied through the books' applyPaymentProof, the same transition as a presented hash: its claim
 // `tx:<hash>` makes a later presentation "already applied", never counted twice. A transfer no figure
-// matches is recorded as an unmatched inflow. Idempotent: every instance's watcher may report the same
-// transfer, and a range is reported again after a failure.
+// matches is recorded as an unmatched inflow. A transaction tollgate sent itself (its settlements: the money of
+// calls and payments already booked through their own claims) is neither (src/chain/own-transactions.ts).
+// Idempotent: every instance's watcher may report the same transfer, and a range is reported again after a
+// failure.
 import { applyPaymentProof, recordUnmatchedInflows } from '../books/payments.ts'
 import type { TreasuryTransfer } from '../chain/transfer.ts'
+import { claimedProofKeys } from '../db/claims.ts'
 import type { PaymentView } from '../db/payment-presenter.ts'
 import { findPaymentsByFigure } from '../db/payments.ts'
 import type { Sql } from '../db/sql.ts'
@@ -16,12 +19,16 @@ export interface AttributionDeps {
   view(): PaymentView
   ownerShareBps: number
   logger: Logger
+  /** The transactions among these (lowercase hashes) that tollgate's own keys sent; throws on a failed read. */
+  sentByTollgate(hashes: string[]): Promise<Set<string>>
 }
 
 export interface AttributionResult {
   applied: number
   alreadyClaimed: number
   unmatched: number
+  /** tollgate's own settlements, left out. */
+  own: number
 }
 
 /** Matches one watcher range of transfers; throws on a database failure so the range is reported again. */
@@ -29,14 +36,24 @@ export async function attributeTransfers(
   deps: AttributionDeps,
   transfers: readonly TreasuryTransfer[],
 ): Promise<AttributionResult> {
-  const result: AttributionResult = { applied: 0, alreadyClaimed: 0, unmatched: 0 }
+  const result: AttributionResult = { applied: 0, alreadyClaimed: 0, unmatched: 0, own: 0 }
   if (transfers.length === 0) return result
+  // Who sent it is asked only of a transaction no claim holds: a hash a metered call presented is a
+  // customer's, and goes on as before (already applied, or not unmatched).
+  const claimed = await claimedProofKeys(
+    deps.sql,
+    transfers.map((t) => `tx:${t.hash.toLowerCase()}`),
+  )
+  const open = transfers.map((t) => t.hash.toLowerCase()).filter((h) => !claimed.has(`tx:${h}`))
+  const own = open.length > 0 ? await deps.sentByTollgate(open) : new Set<string>()
+  const theirs = transfers.filter((t) => !own.has(t.hash.toLowerCase()))
+  result.own = transfers.length - theirs.length
   const figures = await findPaymentsByFigure(
     deps.sql,
-    transfers.map((t) => t.value),
+    theirs.map((t) => t.value),
   )
   const unmatched: TreasuryTransfer[] = []
-  for (const t of transfers) {
+  for (const t of theirs) {
     const paymentId = figures.get(t.value)
     if (!paymentId) {
       unmatched.push(t)
