@@ -145,6 +145,8 @@ export const PAYMENT_REQUIRED_REASONS = {
   wrong_recipient: 'the USDC went elsewhere',
   underpaid: 'less than the price, or than a quote still holding',
   proof_too_old: 'older than chain.max_proof_age_ms',
+  own_settlement:
+    'a settlement tollgate sent (from its treasury or a settler key): its money already paid the calls and payments it carried; final',
   proof_already_used: 'claimed by another call or payment',
   wrong_network: 'an x402 payload for another network',
   invalid_signature: 'the authorization is not signed by its payer',

@@ -5,9 +5,8 @@
 import type { Address } from 'viem'
 import { PaymentCreator } from './books/payment-creations.ts'
 import { createAuthorizationChainChecker } from './chain/check-authorization.ts'
-import { type ChainContext, treasuryPrivateKey } from './chain/connect.ts'
+import type { ChainContext } from './chain/connect.ts'
 import { type ChainInfo, describeChain } from './chain/info.ts'
-import { ownSenders, sentFrom } from './chain/own-transactions.ts'
 import { startChain } from './chain/start.ts'
 import { createUptoChainChecker } from './chain/upto-permit.ts'
 import { uptoFacilitatorOf } from './chain/upto-settle.ts'
@@ -183,7 +182,6 @@ function handedOver(deps: {
   publicUrl: () => string
 }): Pick<DataPlaneDeps, 'apiHandler' | 'checkoutRoute' | 'dashboardRoute' | 'attributeTransfers'> {
   const { config, sql, replication, chain, chainInfo, logger, publicUrl } = deps
-  const senders = ownSendersOf(config, chain, chainInfo.treasury)
   // The facilitator's own nonce and balance reads (not shared with the hot path's), a payer's balance read
   // reused for x402.balance_ttl_ms as the data plane's is: the claim's reservation keeps it exact.
   const checkAuthorization = createAuthorizationChainChecker(chain.tokenReads, {
@@ -263,27 +261,11 @@ function handedOver(deps: {
           }),
           ownerShareBps: config.fees.owner_share_bps,
           logger,
-          sentByTollgate: (hashes) => sentFrom(chain.publicClient, hashes, senders()),
+          ownSenders: chain.ownSenders,
         },
         transfers,
       )
     },
-  }
-}
-
-/** The addresses this fleet's settlements are sent from, derived on first use (up to 1,024 slot keys). */
-function ownSendersOf(config: Config, chain: ChainContext, treasury: Address): () => ReadonlySet<string> {
-  let own: Set<string> | null = null
-  return () => {
-    if (own !== null) return own
-    const settlerKey = config.secrets.settler_private_key ?? null
-    const treasuryKey = settlerKey === null ? treasuryPrivateKey(config, chain.devChain ?? null) : null
-    own = ownSenders({
-      treasury,
-      seed: settlerKey === null && treasuryKey === null ? null : { settlerKey, treasuryKey },
-      slots: config.settlement.before_answer.slots,
-    })
-    return own
   }
 }
 

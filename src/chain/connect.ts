@@ -17,6 +17,7 @@ import { devAccount } from './dev-accounts.ts'
 import { type DevChain, startDevChain } from './dev-chain.ts'
 import { ChainError } from './errors.ts'
 import { caip2, networks } from './networks.ts'
+import { lazyOwnSenders } from './own-transactions.ts'
 import { signingAccount } from './signing-account.ts'
 import { createTokenReads, type TokenReads } from './token-reads.ts'
 import { readTokenInfo } from './usdc.ts'
@@ -45,6 +46,11 @@ export interface ChainContext {
   rpcUrl: string
   /** The dev chain on `local` (started here or handed in), with its demo payers; null elsewhere. */
   devChain: DevChain | null
+  /**
+   * The addresses tollgate's own transactions come from (the treasury, every settler slot), lowercase: a
+   * transfer they sent is a settlement, never a customer's payment (./own-transactions.ts).
+   */
+  ownSenders(): ReadonlySet<string>
   close(): Promise<void>
 }
 
@@ -193,7 +199,21 @@ async function connect(
     explorerUrl: info.explorerUrl,
     rpcUrl,
     devChain,
+    ownSenders: ownSendersOf(config, devChain, account.address),
   }
+}
+
+/** The treasury and the settler slots as the settlers derive their keys (src/schemes/settings.ts). */
+function ownSendersOf(config: Config, devChain: DevChain | null, treasury: Address) {
+  return lazyOwnSenders(() => {
+    const settlerKey = config.secrets.settler_private_key ?? null
+    const treasuryKey = settlerKey === null ? treasuryPrivateKey(config, devChain) : null
+    return {
+      treasury,
+      seed: settlerKey === null && treasuryKey === null ? null : { settlerKey, treasuryKey },
+      slots: config.settlement.before_answer.slots,
+    }
+  })
 }
 
 function configuredUsdc(config: Config): Address | null {

@@ -8,6 +8,8 @@ export interface TreasuryTransfer {
   hash: Hash
   /** The payer: sender of the first USDC Transfer to the treasury (not the relayer that sent the tx). */
   from: Address
+  /** Who sent the transaction (the payer, a relayer, or tollgate itself: its settlements). */
+  sender: Address
   /** Sum of all USDC Transfer values to the treasury in the transaction, in base units. */
   value: bigint
   blockNumber: bigint

@@ -2,7 +2,7 @@
 // Every expected outcome is a value with a wire reason; it never throws. Amounts are the caller's business.
 
 import { setTimeout as sleep } from 'node:timers/promises'
-import type { Address, Client, Hash, TransactionReceipt } from 'viem'
+import { type Address, type Client, getAddress, type Hash, type TransactionReceipt } from 'viem'
 import { getBlock, getBlockNumber, getTransaction, getTransactionReceipt } from 'viem/actions'
 import { nullIfNotFound } from './not-found.ts'
 import { decodeTransferLog, isMint, sameAddress, type TreasuryTransfer } from './transfer.ts'
@@ -16,6 +16,8 @@ export type TransferFailure =
   | 'no_transfer'
   | 'proof_too_old'
   | 'rpc_unavailable'
+  /** Sent by tollgate itself (a settlement): its money is already the payments' it carried. */
+  | 'own_settlement'
 
 export type VerifyTransferResult =
   | { ok: true; transfer: TreasuryTransfer }
@@ -95,7 +97,9 @@ export async function verifyTransfer(
           const timestampMs = await blockTimestampMs(client, receipt)
           if (now() - timestampMs > params.maxAgeMs) return { ok: false, reason: 'proof_too_old' }
           const { from, value } = paid
-          return { ok: true, transfer: { hash, from, value, blockNumber: receipt.blockNumber, timestampMs } }
+          const { blockNumber } = receipt
+          const sender = getAddress(receipt.from)
+          return { ok: true, transfer: { hash, from, sender, value, blockNumber, timestampMs } }
         }
         // depth can be ≤ 0 behind a load balancer whose nodes lag each other: same answer, wait.
         const missing = BigInt(confirmations) - (depth > 0n ? depth : 0n)

@@ -2,8 +2,8 @@
 // (`confirmations` deep: a transfer in a block that may still be reorganised away is never reported), so
 // proofs are usually verified before their payer presents them and plain transfers can be matched to
 // payments. Chain I/O only; the caller stores.
-import type { Address, Client } from 'viem'
-import { getBlock, getBlockNumber } from 'viem/actions'
+import { type Address, type Client, getAddress, type Hash } from 'viem'
+import { getBlock, getBlockNumber, getTransaction } from 'viem/actions'
 import { isMint, type TreasuryTransfer } from './transfer.ts'
 import { chainTransfers, narrowerSpan, type RawLog, rawTransferLogs, widerSpan } from './transfer-logs.ts'
 
@@ -119,7 +119,7 @@ async function groupByTransaction(
   logs: RawLog[],
   timestamps: Map<bigint, number>,
 ): Promise<TreasuryTransfer[]> {
-  const byHash = new Map<string, Omit<TreasuryTransfer, 'timestampMs'>>()
+  const byHash = new Map<string, Omit<TreasuryTransfer, 'timestampMs' | 'sender'>>()
   for (const t of chainTransfers(logs)) {
     if (isMint(t)) continue
     const seen = byHash.get(t.hash)
@@ -127,11 +127,25 @@ async function groupByTransaction(
     else byHash.set(t.hash, { hash: t.hash, from: t.from, value: t.value, blockNumber: t.blockNumber })
   }
   const blocks = [...new Set([...byHash.values()].map((t) => t.blockNumber))]
-  // Concurrent, so the batching transport sends one request for all the blocks of a range.
-  const stamps = new Map(
-    await Promise.all(blocks.map(async (n) => [n, await blockTimestampMs(client, n, timestamps)] as const)),
-  )
-  return [...byHash.values()].map((t) => ({ ...t, timestampMs: stamps.get(t.blockNumber)! }))
+  // Concurrent, so the batching transport sends one request for all the blocks of a range, and one for the
+  // transactions' senders (a Transfer log does not say who sent its transaction: tollgate's own settlements
+  // are told apart by it).
+  const [stamps, senders] = await Promise.all([
+    Promise.all(blocks.map(async (n) => [n, await blockTimestampMs(client, n, timestamps)] as const)).then(
+      (pairs) => new Map(pairs),
+    ),
+    Promise.all(
+      [...byHash.keys()].map(
+        async (hash) =>
+          [hash, getAddress((await getTransaction(client, { hash: hash as Hash })).from)] as const,
+      ),
+    ).then((pairs) => new Map(pairs)),
+  ])
+  return [...byHash.values()].map((t) => ({
+    ...t,
+    sender: senders.get(t.hash)!,
+    timestampMs: stamps.get(t.blockNumber)!,
+  }))
 }
 
 async function blockTimestampMs(

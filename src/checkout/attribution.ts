@@ -8,7 +8,6 @@
 // failure.
 import { applyPaymentProof, recordUnmatchedInflows } from '../books/payments.ts'
 import type { TreasuryTransfer } from '../chain/transfer.ts'
-import { claimedProofKeys } from '../db/claims.ts'
 import type { PaymentView } from '../db/payment-presenter.ts'
 import { findPaymentsByFigure } from '../db/payments.ts'
 import type { Sql } from '../db/sql.ts'
@@ -19,8 +18,8 @@ export interface AttributionDeps {
   view(): PaymentView
   ownerShareBps: number
   logger: Logger
-  /** The transactions among these (lowercase hashes) that tollgate's own keys sent; throws on a failed read. */
-  sentByTollgate(hashes: string[]): Promise<Set<string>>
+  /** The addresses tollgate's own transactions come from, lowercase (src/chain/own-transactions.ts). */
+  ownSenders(): ReadonlySet<string>
 }
 
 export interface AttributionResult {
@@ -38,15 +37,8 @@ export async function attributeTransfers(
 ): Promise<AttributionResult> {
   const result: AttributionResult = { applied: 0, alreadyClaimed: 0, unmatched: 0, own: 0 }
   if (transfers.length === 0) return result
-  // Who sent it is asked only of a transaction no claim holds: a hash a metered call presented is a
-  // customer's, and goes on as before (already applied, or not unmatched).
-  const claimed = await claimedProofKeys(
-    deps.sql,
-    transfers.map((t) => `tx:${t.hash.toLowerCase()}`),
-  )
-  const open = transfers.map((t) => t.hash.toLowerCase()).filter((h) => !claimed.has(`tx:${h}`))
-  const own = open.length > 0 ? await deps.sentByTollgate(open) : new Set<string>()
-  const theirs = transfers.filter((t) => !own.has(t.hash.toLowerCase()))
+  const own = deps.ownSenders()
+  const theirs = transfers.filter((t) => !own.has(t.sender.toLowerCase()))
   result.own = transfers.length - theirs.length
   const figures = await findPaymentsByFigure(
     deps.sql,

@@ -417,8 +417,9 @@ async function startTransferWatcher(
     treasury: chain.treasury,
     confirmations: config.chain.confirmations,
     pollIntervalMs: config.chain.poll_interval_ms,
+    // tollgate's own settlements are not remembered as verified: presented as a hash, they are refused.
     onTransfer: (t) => {
-      verified.set(t.hash, t)
+      if (!chain.ownSenders().has(t.sender.toLowerCase())) verified.set(t.hash, t)
     },
     // A failure rescans the range.
     onTransfers: (transfers) => deps.attributeTransfers(transfers),
@@ -476,7 +477,7 @@ function createVerifier(
     lookupTransfer: async (hash) => {
       const end = rpcDuration.startTimer()
       try {
-        return await verifyTransfer(chain.publicClient, {
+        const found = await verifyTransfer(chain.publicClient, {
           hash,
           usdc: chain.usdc.address,
           treasury: chain.treasury,
@@ -485,6 +486,11 @@ function createVerifier(
           waitMs: config.verify.wait_ms,
           unseenWaitMs: config.verify.unseen_wait_ms,
         })
+        // A settlement of tollgate's (anyone can read its hash on chain): the money is already the payments'
+        // it carried, so it pays nothing more (src/chain/own-transactions.ts).
+        if (found.ok && chain.ownSenders().has(found.transfer.sender.toLowerCase()))
+          return { ok: false, reason: 'own_settlement' }
+        return found
       } finally {
         end()
       }

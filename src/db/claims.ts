@@ -26,11 +26,3 @@ export async function findSettlement(
   >`SELECT status, target_id, settlement_tx, settlement_error FROM claims WHERE proof_key = ${proofKey}`
   return row ?? null
 }
-
-/** The proof keys among `proofKeys` that some claim holds (any state). */
-export async function claimedProofKeys(sql: Sql, proofKeys: readonly string[]): Promise<Set<string>> {
-  if (proofKeys.length === 0) return new Set()
-  const rows = await sql<{ proof_key: string }[]>`
-    SELECT DISTINCT proof_key FROM claims WHERE proof_key = ANY(${proofKeys as string[]}::text[])`
-  return new Set(rows.map((r) => r.proof_key))
-}

@@ -74,6 +74,8 @@ describe('verifyTransfer', () => {
       transfer: {
         hash,
         from: dev.payers[0]!.address,
+        // The transaction's sender: here the payer itself (a relayer's, or tollgate's own settlement, else).
+        sender: dev.payers[0]!.address,
         value: 2_500_000n,
         blockNumber: receipt.blockNumber,
         timestampMs: expect.any(Number),

@@ -93,6 +93,8 @@ describe('watchTreasuryTransfers', () => {
       expect.objectContaining({ hash: first, from: dev.payers[0]!.address, value: 1_000_000n }),
       expect.objectContaining({ hash: second, from: dev.payers[1]!.address, value: 2_000_000n }),
     ])
+    // Who sent each transaction (tollgate's own settlements are told apart by it): here the payers.
+    expect(seen.map((t) => t.sender)).toEqual([dev.payers[0]!.address, dev.payers[1]!.address])
     const block = await client.getBlock({ blockNumber: seen[0]!.blockNumber })
     expect(seen[0]!.timestampMs).toBe(Number(block.timestamp) * 1000)
     expect(errors).toEqual([])

@@ -24,6 +24,7 @@ const REASONS = {
   no_transfer: 'That transaction contains no USDC transfer.',
   transaction_failed: 'That transaction failed on chain.',
   proof_too_old: 'That transaction is too old to be used.',
+  own_settlement: 'That transaction is a settlement sent by this service, not a payment from you.',
   unsupported_proof: 'This kind of payment proof is not accepted here.',
   transaction_not_found:
     'No transaction with this hash was found on the network. Check that you copied the whole hash and sent the payment on this network.',
