@@ -48,11 +48,8 @@ async function settledAlone(before: boolean): Promise<{ s: X402Setup; key: strin
   return { s, key, paymentId: created.body.id }
 }
 
-async function expectLeftAlone(s: X402Setup, key: string, paymentId: string) {
-  const [claim] = await s.svc.sql<{ tx: string }[]>`
-    SELECT settlement_tx AS tx FROM claims WHERE kind = 'eip3009' AND settled_at IS NOT NULL`
-  const tx = claim!.tx.toLowerCase()
-  // The watcher has gone past the settlement's block (its cursor), with the payment's figure open.
+/** Once the transfer watcher's cursor is past the block of transaction `tx`. */
+async function watcherPast(s: X402Setup, tx: string) {
   const receipt = await s.svc.chain.publicClient.getTransactionReceipt({ hash: tx as `0x${string}` })
   await waitFor(
     async () => {
@@ -62,6 +59,14 @@ async function expectLeftAlone(s: X402Setup, key: string, paymentId: string) {
     },
     { what: "the watcher past the settlement's block", timeoutMs: 10_000 },
   )
+}
+
+async function expectLeftAlone(s: X402Setup, key: string, paymentId: string) {
+  const [claim] = await s.svc.sql<{ tx: string }[]>`
+    SELECT settlement_tx AS tx FROM claims WHERE kind = 'eip3009' AND settled_at IS NOT NULL`
+  const tx = claim!.tx.toLowerCase()
+  // The watcher has gone past the settlement's block (its cursor), with the payment's figure open.
+  await watcherPast(s, tx)
   const payment = await callApi(s.svc.url, `/api/v1/payments/${paymentId}`, { key })
   expect(payment.body.status).toBe('pending')
   expect(await s.svc.sql`SELECT 1 FROM claims WHERE proof_key = ${`tx:${tx}`}`).toHaveLength(0)
@@ -110,15 +115,7 @@ describe("tollgate's own settlement transaction as a transaction-hash proof", ()
       expect(r.headers.get('retry-after')).toBeNull()
     }
     await asked()
-    const receipt = await s.svc.chain.publicClient.getTransactionReceipt({ hash: tx })
-    await waitFor(
-      async () => {
-        const rows = await s.svc.sql<{ n: number }[]>`
-          SELECT count(*)::int AS n FROM watcher_cursors WHERE next_block > ${receipt.blockNumber.toString()}`
-        return rows[0]!.n > 0
-      },
-      { what: "the watcher past the settlement's block", timeoutMs: 10_000 },
-    )
+    await watcherPast(s, tx)
     await asked()
     // Only the x402 call reached the upstream; nothing claimed the hash.
     expect(s.upstream.count()).toBe(1)
