@@ -8,7 +8,9 @@
 // never written; one abandoned in flight that then wins is released at once (nothing was forwarded), so
 // the payer may present the same proof again. So is one whose statement failed without an answer (the
 // connection lost around the commit) but had committed: found by its attempt token once the database
-// answers again.
+// answers again, before this writer's next statement (a retry of that proof here then wins at once), and
+// tried again at most a second apart meanwhile (another instance's retry is answered busy until then, see
+// DOUBT_GRACE_MS in claims.ts).
 import { randomBytes } from 'node:crypto'
 import type { Sql } from '../db/sql.ts'
 import {
@@ -16,6 +18,7 @@ import {
   type ClaimRequest,
   type ClaimResult,
   claimAndCapture,
+  DOUBT_GRACE_MS,
   releaseClaim,
   releaseUnacknowledgedClaims,
 } from './claims.ts'
@@ -25,6 +28,8 @@ const TOKEN_PREFIX = randomBytes(6).toString('hex')
 let tokenCounter = 0
 /** Unanswered claim statements remembered for release; past it the oldest is forgotten (in doubt, refunded). */
 const UNACKNOWLEDGED_MAX = 10_000
+/** The longest wait between two tries of a write the database refused (a release, a capture). */
+const RETRY_MAX_MS = 1_000
 
 interface PendingClaim {
   req: ClaimRequest
@@ -55,9 +60,11 @@ export interface BatchWriterOptions {
   claimTimeoutMs?: number
   /** An abandoned claim won in flight was released (ok) or could not be (it stays held, then in doubt). */
   onAbandonedRelease?(ok: boolean, err?: unknown): void
-  /** Backoff of capture retries after a failed batch: doubles from the first to the last. */
+  /** Backoff of capture retries after a failed batch: doubles from the first to the last (1 s). */
   retryMinMs?: number
   retryMaxMs?: number
+  /** How long an unreleased claim is answered busy past its lease or the server's start (tests). */
+  doubtGraceMs?: number
   onBatch?(claims: number, captures: number): void
   /** A batch's statement ended (written or failed), `ms` after it was sent. */
   onWritten?(ms: number): void
@@ -82,8 +89,11 @@ export class BatchWriter {
   private idle: Array<() => void> = []
   /** Attempts whose claim statement failed without an answer: released once the database answers. */
   private unacknowledged: Array<{ proofKey: string; token: string }> = []
-  private releasing = false
+  /** The release of unacknowledged attempts being written, if one is. */
+  private releasing: Promise<void> | null = null
   private releaseFailures = 0
+  /** The database's last absence this writer saw: since its first failed write, up at the next answer. */
+  private outage: { sinceMs: number; upAtMs: number | null } | null = null
 
   constructor(
     private readonly sql: Sql,
@@ -139,7 +149,7 @@ export class BatchWriter {
       this.inFlight > 0 ||
       this.claims.length > 0 ||
       this.unacknowledged.length > 0 ||
-      this.releasing
+      this.releasing !== null
     ) {
       if (Date.now() >= deadline) return this.pendingCaptures
       if (this.inFlight === 0) {
@@ -147,7 +157,7 @@ export class BatchWriter {
         this.retryAtMs = 0
         this.flush()
       }
-      if (!this.releasing) this.releaseUnacknowledged()
+      this.releaseInBackground()
       await new Promise<void>((r) => {
         this.idle.push(r)
         if (Number.isFinite(deadline))
@@ -211,7 +221,15 @@ export class BatchWriter {
       }
     }
     try {
-      const result = await claimAndCapture(this.sql, { claims: rows.map((p) => p.req), captures })
+      // Attempts whose statement went unanswered are released first: a retry of one of those proofs (maybe in
+      // this very batch) wins instead of meeting its own forgotten claim.
+      if (this.unacknowledged.length > 0 || this.releasing !== null) await this.releaseUnacknowledged()
+      const result = await claimAndCapture(
+        this.sql,
+        { claims: rows.map((p) => p.req), captures },
+        this.doubtGraceMs(),
+      )
+      this.answered()
       for (let i = 0; i < rows.length; i++) this.settle(rows[i]!, result.claims[i]!)
       this.failures = 0
       this.retryAtMs = 0
@@ -220,10 +238,12 @@ export class BatchWriter {
         this.options.onNotApplied?.(captures.filter((c) => !result.captured.has(c.proofKey)))
       }
     } catch (err) {
+      this.failed()
       for (const p of rows) {
         if (p.timer) clearTimeout(p.timer)
         p.reject(err)
-        // Answered 503, forwarded nothing; but the statement may have committed before its answer was lost.
+        // Answered 503, forwarded nothing; but the statement may have committed before its answer was lost
+        // (or was never sent, the release before it having failed: releasing an unwritten token does nothing).
         this.unacknowledged.push({ proofKey: p.req.proofKey, token: p.req.attemptToken! })
       }
       if (rows.length > 0) {
@@ -237,7 +257,7 @@ export class BatchWriter {
         this.captures.unshift(...captures)
         this.failures++
         const min = this.options.retryMinMs ?? 100
-        const max = this.options.retryMaxMs ?? 5_000
+        const max = this.options.retryMaxMs ?? RETRY_MAX_MS
         this.retryAtMs = Date.now() + Math.min(max, min * 2 ** (this.failures - 1))
       }
       this.options.onError?.(err, captures.length)
@@ -246,33 +266,79 @@ export class BatchWriter {
 
   /**
    * Releases the attempts of failed claim statements that committed all the same (a retry of the proof can
-   * then win at once); retried with backoff while the database is away.
+   * then win at once), all of them, joining a release under way; rejects while the database is away (tried
+   * again at most RETRY_MAX_MS later, by retryReleases).
    */
-  private releaseUnacknowledged(): void {
-    if (this.releasing || this.unacknowledged.length === 0) return
-    this.releasing = true
+  private releaseUnacknowledged(): Promise<void> {
+    if (this.releasing !== null) return this.releasing
+    if (this.unacknowledged.length === 0) return Promise.resolve()
     const batch = this.unacknowledged.splice(0, this.options.batchMax)
-    releaseUnacknowledgedClaims(this.sql, batch).then(
+    const releasing = releaseUnacknowledgedClaims(this.sql, batch).then(
       (released) => {
-        this.releasing = false
+        this.answered()
+        this.releasing = null
         this.releaseFailures = 0
         this.options.onUnacknowledgedReleased?.(released, batch.length)
-        this.releaseUnacknowledged()
         for (const wake of this.idle.splice(0)) wake()
+        return this.releaseUnacknowledged()
       },
-      () => {
-        this.releasing = false
+      (err: unknown) => {
+        this.failed()
+        this.releasing = null
         this.unacknowledged.unshift(...batch)
         this.releaseFailures++
         this.retryReleases()
+        throw err
       },
     )
+    this.releasing = releasing
+    return releasing
+  }
+
+  /**
+   * A write failed: the database is away (since the first failure of a run, or of the outage before it when
+   * that one is still within its grace).
+   */
+  private failed(): void {
+    const now = Date.now()
+    const o = this.outage
+    const grace = this.options.doubtGraceMs ?? DOUBT_GRACE_MS
+    if (o === null || (o.upAtMs !== null && now - o.upAtMs > grace))
+      this.outage = { sinceMs: now, upAtMs: null }
+    else o.upAtMs = null
+  }
+
+  /** A write was answered: an outage seen is over (it still widens the doubt grace for a while). */
+  private answered(): void {
+    if (this.outage !== null && this.outage.upAtMs === null) this.outage.upAtMs = Date.now()
+  }
+
+  /**
+   * How long past its lease an unreleased claim is answered busy (DOUBT_GRACE_MS): after an outage this writer
+   * saw, also every lease that ran out while the database was away (or just before), until the grace has
+   * passed since it came back. The holders needed the database to write their outcomes.
+   */
+  private doubtGraceMs(): number {
+    const grace = this.options.doubtGraceMs ?? DOUBT_GRACE_MS
+    const o = this.outage
+    if (o === null) return grace
+    const now = Date.now()
+    if (o.upAtMs !== null && now - o.upAtMs > grace) {
+      this.outage = null
+      return grace
+    }
+    return now - o.sinceMs + grace
+  }
+
+  /** releaseUnacknowledged with nobody waiting: a failure is retried, not reported. */
+  private releaseInBackground(): void {
+    this.releaseUnacknowledged().catch(() => {})
   }
 
   private retryReleases(): void {
     const min = this.options.retryMinMs ?? 100
-    const max = this.options.retryMaxMs ?? 5_000
-    setTimeout(() => this.releaseUnacknowledged(), Math.min(max, min * 2 ** this.releaseFailures)).unref()
+    const max = Math.min(this.options.retryMaxMs ?? RETRY_MAX_MS, RETRY_MAX_MS)
+    setTimeout(() => this.releaseInBackground(), Math.min(max, min * 2 ** this.releaseFailures)).unref()
   }
 
   /** A claim's outcome to its request; one abandoned meanwhile and won is released (never forwarded). */

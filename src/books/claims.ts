@@ -48,8 +48,9 @@ export interface ClaimRequest {
 
 /**
  * won: this request holds the proof (a fresh claim, or a retry after a release); `attempt` names it for
- * its release. busy: another request holds it right now (lease live) — it may come free. used: it paid for
- * something else, was captured, is in doubt (lease ran out without a release), or its window is over.
+ * its release. busy: another request holds it right now (lease live, or run out too lately to be sure, see
+ * DOUBT_GRACE_MS) — it may come free. used: it paid for something else, was captured, is in doubt (lease
+ * ran out without a release), or its window is over.
  */
 export type ClaimResult =
   /** horizonAt: the claim's partition key as PostgreSQL prints it, for its capture (Capture.horizonAt). */
@@ -134,6 +135,7 @@ export interface BooksBatchResult {
 export async function claimAndCapture(
   db: Db,
   batch: { claims: ClaimRequest[]; captures: Capture[] },
+  doubtGraceMs = DOUBT_GRACE_MS,
 ): Promise<BooksBatchResult> {
   const r = batch.claims
   if (r.length === 0 && batch.captures.length === 0) return { claims: [], captured: new Set() }
@@ -158,7 +160,7 @@ export async function claimAndCapture(
       JOIN unnest(${lost.map((x) => x.proofKey)}::text[], ${lost.map((x) => x.targetId)}::text[])
         AS t(key, tid) ON k.proof_key = t.key
       WHERE k.status = 'claimed' AND k.target_id = t.tid AND k.retry_until > now()
-        AND (k.lease_until > now() OR k.releases = k.attempts)`
+        AND (k.releases = k.attempts OR k.lease_until > now() - ${doubtGraceMs} * interval '1 millisecond')`
     for (const f of found) busy.add(f.proof_key)
   }
   const claims: ClaimResult[] = r.map((x) => {
@@ -169,6 +171,18 @@ export async function claimAndCapture(
   })
   return { claims, captured }
 }
+
+/**
+ * How long after a claim's lease ran out an unreleased claim is still answered busy (409, retry) rather than
+ * used (402, in doubt for good): its holder may be alive and about to write its outcome. A claim statement
+ * that committed unanswered is released by its writer once the database answers again
+ * (releaseUnacknowledgedClaims), and a served call's capture is retried until written; both wait for the
+ * database, retried at most a second apart. Without the grace, a lease that ran out during a PostgreSQL
+ * restart turned a claim that forwarded nothing into a final refusal, and the proof served after all once
+ * its release landed (the schemes chaos round: a permit refused as proof_already_used, then served on its
+ * replay). A writer that saw the database away widens it by the outage (BatchWriter.doubtGraceMs).
+ */
+export const DOUBT_GRACE_MS = 5_000
 
 /**
  * The claim part: the claims of this batch, each inserted or, when its proof was released, taken over; with

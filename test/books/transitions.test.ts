@@ -99,7 +99,7 @@ async function age(o: { windowOver?: boolean; leaseOver?: boolean }) {
   if (o.windowOver)
     await sql`UPDATE claims SET retry_until = now() - interval '1 second' WHERE proof_key = ${key}`
   if (o.leaseOver)
-    await sql`UPDATE claims SET lease_until = now() - interval '1 second' WHERE proof_key = ${key}`
+    await sql`UPDATE claims SET lease_until = now() - interval '1 minute' WHERE proof_key = ${key}`
 }
 
 describe('the transition table', () => {
@@ -185,6 +185,9 @@ describe('release and retry', () => {
 
   it('a lease that ran out without a release never lets another request win the proof', async () => {
     await claimProof(sql, request())
+    // Just run out: its holder may still write its outcome (DOUBT_GRACE_MS), so the retry is told to wait.
+    await sql`UPDATE claims SET lease_until = now() - interval '1 second' WHERE proof_key = ${key}`
+    expect(await claimProof(sql, request())).toEqual({ outcome: 'busy' })
     await age({ leaseOver: true })
     expect(await claimProof(sql, request())).toEqual({ outcome: 'used' })
     expect(await claimRow()).toEqual({ status: 'claimed', attempts: 1, releases: 0 })

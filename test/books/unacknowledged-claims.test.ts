@@ -94,6 +94,80 @@ describe.runIf(usingServer)('a claim written without an answer', () => {
     await writer.drain()
   })
 
+  it('is released before its writer writes again: the retry there wins though the lease ran out', async () => {
+    // Releases retried a second apart: the retry below comes first, and its own write releases the claim.
+    const writer = new BatchWriter(viaProxy, {
+      batchMax: 10,
+      concurrency: 1,
+      flushIntervalMs: 5,
+      retryMinMs: 5_000,
+    })
+    await viaProxy`SELECT 1`
+    const key = `tx:0x${'a1'.repeat(32)}`
+    const cut = proxy.cutNextAnswer()
+    const first = await writer.claim({ ...request(key), leaseMs: 1 }).then(
+      () => null,
+      (err: unknown) => err,
+    )
+    await cut
+    expect(first).toBeInstanceOf(Error)
+    expect(await claimRow(key)).toEqual({ status: 'claimed', attempts: 1, releases: 0 })
+    // Its lease has run out (1 ms): without the release first, this retry would meet its own forgotten claim.
+    expect(await writer.claim(request(key))).toMatchObject({ outcome: 'won', attempt: 2 })
+    await writer.drain()
+  })
+
+  it('answers another writer busy, not used, until the holder released it', async () => {
+    const holder = new BatchWriter(viaProxy, {
+      batchMax: 10,
+      concurrency: 1,
+      flushIntervalMs: 5,
+      retryMinMs: 300,
+    })
+    const other = new BatchWriter(direct, { batchMax: 10, concurrency: 1, flushIntervalMs: 5 })
+    await viaProxy`SELECT 1`
+    const key = `tx:0x${'b2'.repeat(32)}`
+    const cut = proxy.cutNextAnswer()
+    await holder.claim({ ...request(key), leaseMs: 1 }).catch(() => null)
+    await cut
+    // Another instance's retry, the lease run out: the holder may still release it (DOUBT_GRACE_MS).
+    expect(await other.claim(request(key))).toEqual({ outcome: 'busy' })
+    await holder.drain()
+    expect(await claimRow(key)).toEqual({ status: 'claimed', attempts: 1, releases: 1 })
+    expect(await other.claim(request(key))).toMatchObject({ outcome: 'won', attempt: 2 })
+    await other.drain()
+  })
+
+  it('widens the grace by an outage its writer saw, for leases that ran out while it lasted', async () => {
+    const writer = new BatchWriter(viaProxy, {
+      batchMax: 10,
+      concurrency: 1,
+      flushIntervalMs: 5,
+      doubtGraceMs: 2_000,
+    })
+    await viaProxy`SELECT 1`
+    // Held by an instance that never came back, its lease run out a second before the database went away.
+    const key = `tx:0x${'c3'.repeat(32)}`
+    await direct`INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic,
+                                     status, retry_until, lease_until, attempts, releases, attempt_token, horizon_at)
+      VALUES (${key}, 'tx', 'call', 'ep_1', ${ACCOUNT}, '0x22', 10000, 'claimed', now() + interval '10 minutes',
+              now() - interval '1 second', 1, 0, 'gone', claim_horizon_at('tx', to_timestamp(${BLOCK_AT_MS} / 1000.0), NULL))`
+    const cut = proxy.cutNextAnswer()
+    await writer.claim(request(`tx:0x${'c4'.repeat(32)}`)).catch(() => null)
+    await cut
+    // Back: the unanswered claim released, the outage over.
+    await writer.drain()
+    const upAt = Date.now()
+    await new Promise((r) => setTimeout(r, 1_300))
+    // 2.3 s past its lease, more than the grace; but it ran out within the grace before the outage this writer
+    // saw, which ended less than the grace ago: busy.
+    expect(await writer.claim(request(key))).toEqual({ outcome: 'busy' })
+    await new Promise((r) => setTimeout(r, Math.max(0, upAt + 2_300 - Date.now())))
+    // The grace has passed since the database came back: in doubt for good.
+    expect(await writer.claim(request(key))).toEqual({ outcome: 'used' })
+    await writer.drain()
+  })
+
   it('leaves alone a claim taken over since, and one that was never written', async () => {
     const key = `tx:0x${'cd'.repeat(32)}`
     await direct`INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic,

@@ -88,8 +88,9 @@ describe('a proof serves at most once', () => {
     expect(during.status).toBe(409)
     expect((await during.json()).error.code).toBe('payment_in_progress')
 
-    // The lease ran out without a release (as if its process died): in doubt, never served again.
-    await svc.sql`UPDATE claims SET lease_until = now() - interval '1 second' WHERE proof_key = ${`tx:${hash}`}`
+    // The lease ran out without a release (as if its process died), longer ago than a holder's outcome can
+    // take to land (DOUBT_GRACE_MS): in doubt, never served again.
+    await svc.sql`UPDATE claims SET lease_until = now() - interval '1 minute' WHERE proof_key = ${`tx:${hash}`}`
     const after = await fetch(url, { headers: { 'x-payment': hash } })
     expect(after.status).toBe(402)
     expect((await after.json()).error).toBe('proof_already_used')
