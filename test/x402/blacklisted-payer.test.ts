@@ -6,7 +6,7 @@
 // blacklists can receive nothing: x402 intake stops (503 settlement_halted) until it can. The dev chain's
 // TestUSDC keeps FiatTokenV2_2's blacklist (its deployer, the treasury, is the blacklister).
 import { decodePaymentRequiredHeader, decodePaymentResponseHeader } from '@x402/core/http'
-import { type Address, createWalletClient, http, parseAbi } from 'viem'
+import { type Address, createWalletClient, http, parseAbi, publicActions } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { DevChain } from '../../src/chain/dev-chain.ts'
@@ -39,19 +39,24 @@ let upstream: Awaited<ReturnType<typeof startUpstream>>
 let meteredUrl: string
 let merchantKey: string
 
-/** The treasury deployed TestUSDC: it is the blacklister. */
+/**
+ * The treasury deployed TestUSDC: it is the blacklister. Returns once the change is mined: anvil answers a
+ * sent transaction before its automined block is in, and a read made in between saw the old list (CI).
+ */
 async function setBlacklisted(account: Address, listed: boolean): Promise<void> {
   const treasury = createWalletClient({
     account: privateKeyToAccount(chain.treasury.privateKey),
     transport: http(chain.rpcUrl),
-  })
-  await treasury.writeContract({
+  }).extend(publicActions)
+  const hash = await treasury.writeContract({
     address: chain.usdcAddress,
     abi: blacklistAbi,
     functionName: listed ? 'blacklist' : 'unBlacklist',
     args: [account],
     chain: null,
   })
+  const receipt = await treasury.waitForTransactionReceipt({ hash, pollingInterval: 50 })
+  if (receipt.status !== 'success') throw new Error(`${listed ? 'blacklist' : 'unBlacklist'} reverted`)
 }
 
 beforeAll(async () => {
