@@ -147,6 +147,8 @@ export const PAYMENT_REQUIRED_REASONS = {
   proof_too_old: 'older than chain.max_proof_age_ms',
   own_settlement:
     'a settlement tollgate sent (from its treasury or a settler key): its money already paid the calls and payments it carried; final',
+  authorization_transfer:
+    'the transfer was made by an EIP-3009 authorization: that money is the authorization’s (paid as x402 or MPP), not the hash’s; final',
   proof_already_used: 'claimed by another call or payment',
   wrong_network: 'an x402 payload for another network',
   invalid_signature: 'the authorization is not signed by its payer',

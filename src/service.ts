@@ -262,6 +262,8 @@ function handedOver(deps: {
           ownerShareBps: config.fees.owner_share_bps,
           logger,
           ownSenders: chain.ownSenders,
+          chainId: chainInfo.chainId,
+          usdc: chainInfo.usdcAddress,
         },
         transfers,
       )

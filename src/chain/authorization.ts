@@ -162,3 +162,17 @@ export async function settleTransferAuthorization(
     gas: params.gas,
   })
 }
+
+/**
+ * The claim key of an EIP-3009 authorization on this chain's token: the same wherever it pays (a metered
+ * call, the facilitator, an MPP charge, a checkout), so it pays once; also what a transfer the token logged
+ * it used is matched to (src/checkout/attribution.ts).
+ */
+export function authorizationProofKey(q: {
+  chainId: number
+  token: string
+  payer: string
+  nonce: string
+}): string {
+  return `auth:${q.chainId}:${q.token.toLowerCase()}:${q.payer.toLowerCase()}:${q.nonce.toLowerCase()}`
+}

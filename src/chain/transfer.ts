@@ -12,6 +12,13 @@ export interface TreasuryTransfer {
   sender: Address
   /** Sum of all USDC Transfer values to the treasury in the transaction, in base units. */
   value: bigint
+  /**
+   * The EIP-3009 authorizations that made those transfers (the token logged AuthorizationUsed for a payer
+   * of one in the same transaction); empty for plain transfers. Such money belongs to its authorization (an
+   * x402 or MPP payment, claimed by its nonce), whoever sent the transaction: the payer submitting it
+   * themselves after being served by it, or anyone copying it from a pending settlement.
+   */
+  authorizations: readonly UsedAuthorization[]
   blockNumber: bigint
   timestampMs: number
 }
@@ -24,6 +31,34 @@ export interface TransferLog {
 }
 
 export const TRANSFER_TOPIC = toEventSelector(transferEvent)
+export const AUTHORIZATION_USED_TOPIC = toEventSelector('AuthorizationUsed(address,bytes32)')
+
+/** One EIP-3009 authorization the token logged used: its signer and nonce (lowercase hex). */
+export interface UsedAuthorization {
+  authorizer: Address
+  nonce: string
+}
+
+/**
+ * The authorizations `token` logged used in these logs (one transaction's) whose authorizer is one of
+ * `payers`: the transfers from those payers were made by them (FiatToken logs AuthorizationUsed, then the
+ * Transfer, in transferWithAuthorization and receiveWithAuthorization).
+ */
+export function authorizationsOf(
+  logs: ReadonlyArray<Pick<Log, 'address' | 'topics'>>,
+  token: string,
+  payers: ReadonlySet<string>,
+): UsedAuthorization[] {
+  const used: UsedAuthorization[] = []
+  for (const log of logs) {
+    const [topic, authorizerTopic, nonce] = log.topics
+    if (topic !== AUTHORIZATION_USED_TOPIC || !authorizerTopic || !nonce) continue
+    if (!sameAddress(log.address, token)) continue
+    const authorizer = topicAddress(authorizerTopic)
+    if (payers.has(authorizer.toLowerCase())) used.push({ authorizer, nonce: nonce.toLowerCase() })
+  }
+  return used
+}
 
 /**
  * An ERC-20 Transfer, or null. ERC-721 shares the signature but indexes the token id (4 topics, no data):

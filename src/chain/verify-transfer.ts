@@ -5,7 +5,14 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { type Address, type Client, getAddress, type Hash, type TransactionReceipt } from 'viem'
 import { getBlock, getBlockNumber, getTransaction, getTransactionReceipt } from 'viem/actions'
 import { nullIfNotFound } from './not-found.ts'
-import { decodeTransferLog, isMint, sameAddress, type TreasuryTransfer } from './transfer.ts'
+import {
+  authorizationsOf,
+  decodeTransferLog,
+  isMint,
+  sameAddress,
+  type TreasuryTransfer,
+  type UsedAuthorization,
+} from './transfer.ts'
 
 export type TransferFailure =
   | 'payment_pending'
@@ -18,6 +25,8 @@ export type TransferFailure =
   | 'rpc_unavailable'
   /** Sent by tollgate itself (a settlement): its money is already the payments' it carried. */
   | 'own_settlement'
+  /** Made by an EIP-3009 authorization: its money is that authorization's (x402, MPP), not the hash's. */
+  | 'authorization_transfer'
 
 export type VerifyTransferResult =
   | { ok: true; transfer: TreasuryTransfer }
@@ -48,7 +57,9 @@ export interface VerifyTransferParams extends VerifyTransferOptions {
 
 const UNSEEN_POLL_MAX_MS = 1000
 
-type Classified = { ok: true; from: Address; value: bigint } | { ok: false; reason: TransferFailure }
+type Classified =
+  | { ok: true; from: Address; value: bigint; authorizations: UsedAuthorization[] }
+  | { ok: false; reason: TransferFailure }
 
 export async function verifyTransfer(
   client: Client,
@@ -96,10 +107,13 @@ export async function verifyTransfer(
         if (depth >= BigInt(confirmations)) {
           const timestampMs = await blockTimestampMs(client, receipt)
           if (now() - timestampMs > params.maxAgeMs) return { ok: false, reason: 'proof_too_old' }
-          const { from, value } = paid
+          const { from, value, authorizations } = paid
           const { blockNumber } = receipt
           const sender = getAddress(receipt.from)
-          return { ok: true, transfer: { hash, from, sender, value, blockNumber, timestampMs } }
+          return {
+            ok: true,
+            transfer: { hash, from, sender, value, authorizations, blockNumber, timestampMs },
+          }
         }
         // depth can be ≤ 0 behind a load balancer whose nodes lag each other: same answer, wait.
         const missing = BigInt(confirmations) - (depth > 0n ? depth : 0n)
@@ -171,6 +185,7 @@ async function blockTimestampMs(client: Client, receipt: TransactionReceipt): Pr
 function classifyLogs(receipt: TransactionReceipt, usdc: Address, treasury: Address): Classified {
   let from: Address | null = null
   let value = 0n
+  const payers = new Set<string>()
   let anyTransfer = false
   let otherTokenToTreasury = false
   let usdcElsewhere = false
@@ -183,10 +198,11 @@ function classifyLogs(receipt: TransactionReceipt, usdc: Address, treasury: Addr
     if (isUsdc && toTreasury) {
       from ??= transfer.from
       value += transfer.value
+      payers.add(transfer.from.toLowerCase())
     } else if (toTreasury) otherTokenToTreasury = true
     else if (isUsdc) usdcElsewhere = true
   }
-  if (from) return { ok: true, from, value }
+  if (from) return { ok: true, from, value, authorizations: authorizationsOf(receipt.logs, usdc, payers) }
   if (otherTokenToTreasury) return { ok: false, reason: 'wrong_asset' }
   if (usdcElsewhere) return { ok: false, reason: 'wrong_recipient' }
   // Some other token to someone else: not USDC is what the payer must fix first.

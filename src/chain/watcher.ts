@@ -3,8 +3,8 @@
 // proofs are usually verified before their payer presents them and plain transfers can be matched to
 // payments. Chain I/O only; the caller stores.
 import { type Address, type Client, getAddress, type Hash } from 'viem'
-import { getBlock, getBlockNumber, getTransaction } from 'viem/actions'
-import { isMint, type TreasuryTransfer } from './transfer.ts'
+import { getBlock, getBlockNumber, getTransactionReceipt } from 'viem/actions'
+import { authorizationsOf, isMint, type TreasuryTransfer } from './transfer.ts'
 import { chainTransfers, narrowerSpan, type RawLog, rawTransferLogs, widerSpan } from './transfer-logs.ts'
 
 export interface WatchOptions {
@@ -79,7 +79,7 @@ export function watchTreasuryTransfers(client: Client, options: WatchOptions): T
         throw err
       }
       span = widerSpan(span, maxRange)
-      const transfers = await groupByTransaction(client, logs, timestamps)
+      const transfers = await groupByTransaction(client, logs, timestamps, options.usdc)
       for (const transfer of transfers) {
         if (stopped) return
         try {
@@ -118,34 +118,48 @@ async function groupByTransaction(
   client: Client,
   logs: RawLog[],
   timestamps: Map<bigint, number>,
+  usdc: Address,
 ): Promise<TreasuryTransfer[]> {
-  const byHash = new Map<string, Omit<TreasuryTransfer, 'timestampMs' | 'sender'>>()
+  type Grouped = Omit<TreasuryTransfer, 'timestampMs' | 'sender' | 'authorizations'> & { payers: Set<string> }
+  const byHash = new Map<string, Grouped>()
   for (const t of chainTransfers(logs)) {
     if (isMint(t)) continue
     const seen = byHash.get(t.hash)
-    if (seen) seen.value += t.value
-    else byHash.set(t.hash, { hash: t.hash, from: t.from, value: t.value, blockNumber: t.blockNumber })
+    if (seen) {
+      seen.value += t.value
+      seen.payers.add(t.from.toLowerCase())
+    } else
+      byHash.set(t.hash, {
+        hash: t.hash,
+        from: t.from,
+        value: t.value,
+        blockNumber: t.blockNumber,
+        payers: new Set([t.from.toLowerCase()]),
+      })
   }
   const blocks = [...new Set([...byHash.values()].map((t) => t.blockNumber))]
   // Concurrent, so the batching transport sends one request for all the blocks of a range, and one for the
-  // transactions' senders (a Transfer log does not say who sent its transaction: tollgate's own settlements
-  // are told apart by it).
-  const [stamps, senders] = await Promise.all([
+  // transactions' receipts: a Transfer log says neither who sent its transaction (tollgate's own settlements
+  // are told apart by it) nor whether an authorization made it (the token's AuthorizationUsed beside it).
+  const [stamps, receipts] = await Promise.all([
     Promise.all(blocks.map(async (n) => [n, await blockTimestampMs(client, n, timestamps)] as const)).then(
       (pairs) => new Map(pairs),
     ),
     Promise.all(
       [...byHash.keys()].map(
-        async (hash) =>
-          [hash, getAddress((await getTransaction(client, { hash: hash as Hash })).from)] as const,
+        async (hash) => [hash, await getTransactionReceipt(client, { hash: hash as Hash })] as const,
       ),
     ).then((pairs) => new Map(pairs)),
   ])
-  return [...byHash.values()].map((t) => ({
-    ...t,
-    sender: senders.get(t.hash)!,
-    timestampMs: stamps.get(t.blockNumber)!,
-  }))
+  return [...byHash.values()].map(({ payers, ...t }) => {
+    const receipt = receipts.get(t.hash)!
+    return {
+      ...t,
+      sender: getAddress(receipt.from),
+      authorizations: authorizationsOf(receipt.logs, usdc, payers),
+      timestampMs: stamps.get(t.blockNumber)!,
+    }
+  })
 }
 
 async function blockTimestampMs(

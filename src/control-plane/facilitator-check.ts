@@ -6,7 +6,11 @@
 
 import * as v from 'valibot'
 import { type Address, getAddress, type Hex } from 'viem'
-import { type TransferAuthorization, verifyTransferAuthorization } from '../chain/authorization.ts'
+import {
+  authorizationProofKey,
+  type TransferAuthorization,
+  verifyTransferAuthorization,
+} from '../chain/authorization.ts'
 import type { AuthorizationChainCheck, AuthorizationChainChecker } from '../chain/check-authorization.ts'
 import type { ChainInfo } from '../chain/info.ts'
 import { type StoredAuthorization, storedAuthorization } from '../chain/settle.ts'
@@ -190,7 +194,12 @@ export async function checkTerms(t: Terms, c: CheckContext): Promise<Checked> {
   return {
     ok: true,
     // The key every verifier gives this authorization (src/schemes/verifier.ts): one claim, wherever it pays.
-    proofKey: `auth:${c.chain.chainId}:${c.chain.usdcAddress.toLowerCase()}:${payer.toLowerCase()}:${authorization.nonce}`,
+    proofKey: authorizationProofKey({
+      chainId: c.chain.chainId,
+      token: c.chain.usdcAddress,
+      payer,
+      nonce: authorization.nonce,
+    }),
     payer,
     valueAtomic: authorization.value,
     custody,

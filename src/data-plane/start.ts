@@ -417,14 +417,31 @@ async function startTransferWatcher(
     treasury: chain.treasury,
     confirmations: config.chain.confirmations,
     pollIntervalMs: config.chain.poll_interval_ms,
-    // tollgate's own settlements are not remembered as verified: presented as a hash, they are refused.
+    // tollgate's own settlements, and transfers an authorization made, are not remembered as verified:
+    // presented as a hash, they are refused.
     onTransfer: (t) => {
-      if (!chain.ownSenders().has(t.sender.toLowerCase())) verified.set(t.hash, t)
+      if (proofRefusal(chain, t) === null) verified.set(t.hash, t)
     },
     // A failure rescans the range.
     onTransfers: (transfers) => deps.attributeTransfers(transfers),
     onError: (err) => logger.warn('transfer watcher poll failed', { err }),
   })
+}
+
+/**
+ * Why a mined transfer to the treasury pays nothing as a transaction-hash proof (null: it may). A settlement
+ * of tollgate's (anyone can read its hash on chain) carries money already the payments' it settled
+ * (src/chain/own-transactions.ts); a transfer an EIP-3009 authorization made is that authorization's money,
+ * paid (or to be paid) as x402 or MPP by its nonce: its payer could be served by the authorization, submit
+ * it themselves before tollgate settles it, and present the hash for a second call, and anyone can copy an
+ * authorization from a pending settlement and do the same with the payer's money.
+ */
+function proofRefusal(
+  chain: ChainContext,
+  t: Pick<TreasuryTransfer, 'sender' | 'authorizations'>,
+): 'own_settlement' | 'authorization_transfer' | null {
+  if (chain.ownSenders().has(t.sender.toLowerCase())) return 'own_settlement'
+  return t.authorizations.length > 0 ? 'authorization_transfer' : null
 }
 
 function createVerifier(
@@ -486,11 +503,8 @@ function createVerifier(
           waitMs: config.verify.wait_ms,
           unseenWaitMs: config.verify.unseen_wait_ms,
         })
-        // A settlement of tollgate's (anyone can read its hash on chain): the money is already the payments'
-        // it carried, so it pays nothing more (src/chain/own-transactions.ts).
-        if (found.ok && chain.ownSenders().has(found.transfer.sender.toLowerCase()))
-          return { ok: false, reason: 'own_settlement' }
-        return found
+        const refused = found.ok ? proofRefusal(chain, found.transfer) : null
+        return refused === null ? found : { ok: false, reason: refused }
       } finally {
         end()
       }

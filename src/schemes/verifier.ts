@@ -5,7 +5,7 @@
 import { LRUCache } from 'lru-cache'
 import { isErc6492Signature } from 'viem'
 import type { AuthorizationFailure, TransferAuthorization } from '../chain/authorization.ts'
-import { verifyTransferAuthorization } from '../chain/authorization.ts'
+import { authorizationProofKey, verifyTransferAuthorization } from '../chain/authorization.ts'
 import type { AuthorizationChainCheck, BalanceRead } from '../chain/check-authorization.ts'
 import { storedAuthorization } from '../chain/settle.ts'
 import type { SimulationCheck } from '../chain/simulate-authorization.ts'
@@ -230,7 +230,12 @@ export class Verifier {
     const { x402 } = this.options
     if (!x402.networks.includes(payment.network)) return { ok: false, reason: 'wrong_network' }
     const a = payment.authorization
-    const proofKey = `auth:${x402.chainId}:${x402.usdc.address.toLowerCase()}:${a.from.toLowerCase()}:${a.nonce.toLowerCase()}`
+    const proofKey = authorizationProofKey({
+      chainId: x402.chainId,
+      token: x402.usdc.address,
+      payer: a.from,
+      nonce: a.nonce,
+    })
     let pending = this.inflight.get(proofKey)
     if (!pending) {
       // No client named (checkout, tests): not bounded here.

@@ -77,6 +77,8 @@ describe('verifyTransfer', () => {
         // The transaction's sender: here the payer itself (a relayer's, or tollgate's own settlement, else).
         sender: dev.payers[0]!.address,
         value: 2_500_000n,
+        // A plain transfer: no EIP-3009 authorization made it.
+        authorizations: [],
         blockNumber: receipt.blockNumber,
         timestampMs: expect.any(Number),
       },

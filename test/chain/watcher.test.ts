@@ -95,6 +95,8 @@ describe('watchTreasuryTransfers', () => {
     ])
     // Who sent each transaction (tollgate's own settlements are told apart by it): here the payers.
     expect(seen.map((t) => t.sender)).toEqual([dev.payers[0]!.address, dev.payers[1]!.address])
+    // Plain transfers: no authorization made them (test/x402/self-submitted-authorization.test.ts has one).
+    expect(seen.map((t) => t.authorizations)).toEqual([[], []])
     const block = await client.getBlock({ blockNumber: seen[0]!.blockNumber })
     expect(seen[0]!.timestampMs).toBe(Number(block.timestamp) * 1000)
     expect(errors).toEqual([])

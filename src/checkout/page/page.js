@@ -25,6 +25,8 @@ const REASONS = {
   transaction_failed: 'That transaction failed on chain.',
   proof_too_old: 'That transaction is too old to be used.',
   own_settlement: 'That transaction is a settlement sent by this service, not a payment from you.',
+  authorization_transfer:
+    'That transfer was made by a signed authorization: pay with the authorization itself, not its transaction.',
   unsupported_proof: 'This kind of payment proof is not accepted here.',
   transaction_not_found:
     'No transaction with this hash was found on the network. Check that you copied the whole hash and sent the payment on this network.',

@@ -293,7 +293,7 @@ async function checkInflow(
     // A checkout authorization sent but not resolved yet (the batcher applies it when it sees the receipt).
     else if (c.status === 'claimed' || c.status === 'settling') uncaptured += c.amount_atomic
   }
-  differences.push(...ownSettlementProofs(claims, hashOf))
+  differences.push(...settlementProofs(claims, hashOf))
   let chainProof = 0n
   for (const h of claimedHashes) chainProof += inByHash.get(h)?.value ?? 0n
   const inBooks = captured + applied + refunds + uncaptured
@@ -323,18 +323,19 @@ async function checkInflow(
 }
 
 /**
- * A transaction-hash proof of a transaction that is one of tollgate's own settlements: the same money booked
- * twice (the settled claims' and the proof's). The verifier refuses it (own_settlement); this names one
- * accepted before it did, beside the inflow difference it makes.
+ * A transaction-hash proof of a transaction that settled other claims (one of tollgate's own settlements, or
+ * an authorization its payer or anyone submitted before tollgate did): the same money booked twice (the
+ * settled claims' and the proof's). The verifier refuses both (own_settlement, authorization_transfer); this
+ * names one accepted before it did, beside the inflow difference it makes.
  */
-function ownSettlementProofs<C extends { proof_key: string; kind: string }>(
+function settlementProofs<C extends { proof_key: string; kind: string }>(
   claims: C[],
   hashOf: (c: C) => string | undefined,
 ): string[] {
   const settlements = new Set(claims.flatMap((c) => (c.kind === 'tx' ? [] : [hashOf(c)])))
   return claims
     .filter((c) => c.kind === 'tx' && settlements.has(hashOf(c)))
-    .map((c) => `claim ${c.proof_key}: a transaction-hash proof of tollgate's own settlement transaction`)
+    .map((c) => `claim ${c.proof_key}: a transaction-hash proof of a transaction that settled other claims`)
 }
 
 /**
