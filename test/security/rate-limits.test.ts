@@ -113,8 +113,8 @@ describe('rate limits behind a trusted proxy', () => {
   it('an unknown hash answers transaction_not_found, final, and is not looked up again', async () => {
     const client = newClient()
     const hash = randomHash()
-    // The transfer watcher polls the chain meanwhile (eth_blockNumber, eth_getLogs, and the senders of the
-    // transfers earlier tests made, eth_getTransactionByHash): count the calls that name this hash only.
+    // The transfer watcher polls the chain meanwhile (eth_blockNumber, eth_getLogs, and the receipts of the
+    // transfers earlier tests made): count the calls that name this hash only.
     rpc.bodies = []
     const needle = hash.toLowerCase()
     const lookups = () => rpc.bodies!.reduce((n, b) => n + b.toLowerCase().split(needle).length - 1, 0)
