@@ -5,7 +5,7 @@
 // held by nobody, refunded only at the end of its window). Found by the MCP chaos run (PostgreSQL
 // crash-restarted under load). A real PostgreSQL server behind a proxy that loses the one answer.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { BatchWriter } from '../../src/books/batch-writer.ts'
+import { BatchWriter, type BatchWriterOptions } from '../../src/books/batch-writer.ts'
 import { type ClaimRequest, releaseUnacknowledgedClaims } from '../../src/books/claims.ts'
 import { migrate } from '../../src/db/migrate.ts'
 import { createSql, type Sql } from '../../src/db/sql.ts'
@@ -61,6 +61,23 @@ describe.runIf(usingServer)('a claim written without an answer', () => {
         SELECT status, attempts, releases FROM claims WHERE proof_key = ${key}`
     )[0]
 
+  /** A writer of the tests' batches; `options` on top (backoff, grace). */
+  const writerOn = (sql: Sql, options: Partial<BatchWriterOptions> = {}) =>
+    new BatchWriter(sql, { batchMax: 10, concurrency: 1, flushIntervalMs: 5, ...options })
+
+  /** `writer` (through the proxy) claims and loses the answer of its committed statement: the error it saw. */
+  async function claimUnanswered(writer: BatchWriter, claim: ClaimRequest): Promise<unknown> {
+    // The connection is open and idle: the cut lands on the claim's own statement.
+    await viaProxy`SELECT 1`
+    const cut = proxy.cutNextAnswer()
+    const failed = await writer.claim(claim).then(
+      () => null,
+      (err: unknown) => err,
+    )
+    await cut
+    return failed
+  }
+
   it('is released once the database answers, and the retry of the proof wins', async () => {
     const writer = new BatchWriter(viaProxy, {
       batchMax: 10,
@@ -96,21 +113,9 @@ describe.runIf(usingServer)('a claim written without an answer', () => {
 
   it('is released before its writer writes again: the retry there wins though the lease ran out', async () => {
     // Releases retried a second apart: the retry below comes first, and its own write releases the claim.
-    const writer = new BatchWriter(viaProxy, {
-      batchMax: 10,
-      concurrency: 1,
-      flushIntervalMs: 5,
-      retryMinMs: 5_000,
-    })
-    await viaProxy`SELECT 1`
+    const writer = writerOn(viaProxy, { retryMinMs: 5_000 })
     const key = `tx:0x${'a1'.repeat(32)}`
-    const cut = proxy.cutNextAnswer()
-    const first = await writer.claim({ ...request(key), leaseMs: 1 }).then(
-      () => null,
-      (err: unknown) => err,
-    )
-    await cut
-    expect(first).toBeInstanceOf(Error)
+    expect(await claimUnanswered(writer, { ...request(key), leaseMs: 1 })).toBeInstanceOf(Error)
     expect(await claimRow(key)).toEqual({ status: 'claimed', attempts: 1, releases: 0 })
     // Its lease has run out (1 ms): without the release first, this retry would meet its own forgotten claim.
     expect(await writer.claim(request(key))).toMatchObject({ outcome: 'won', attempt: 2 })
@@ -118,18 +123,10 @@ describe.runIf(usingServer)('a claim written without an answer', () => {
   })
 
   it('answers another writer busy, not used, until the holder released it', async () => {
-    const holder = new BatchWriter(viaProxy, {
-      batchMax: 10,
-      concurrency: 1,
-      flushIntervalMs: 5,
-      retryMinMs: 300,
-    })
-    const other = new BatchWriter(direct, { batchMax: 10, concurrency: 1, flushIntervalMs: 5 })
-    await viaProxy`SELECT 1`
+    const holder = writerOn(viaProxy, { retryMinMs: 300 })
+    const other = writerOn(direct)
     const key = `tx:0x${'b2'.repeat(32)}`
-    const cut = proxy.cutNextAnswer()
-    await holder.claim({ ...request(key), leaseMs: 1 }).catch(() => null)
-    await cut
+    expect(await claimUnanswered(holder, { ...request(key), leaseMs: 1 })).toBeInstanceOf(Error)
     // Another instance's retry, the lease run out: the holder may still release it (DOUBT_GRACE_MS).
     expect(await other.claim(request(key))).toEqual({ outcome: 'busy' })
     await holder.drain()
@@ -139,22 +136,14 @@ describe.runIf(usingServer)('a claim written without an answer', () => {
   })
 
   it('widens the grace by an outage its writer saw, for leases that ran out while it lasted', async () => {
-    const writer = new BatchWriter(viaProxy, {
-      batchMax: 10,
-      concurrency: 1,
-      flushIntervalMs: 5,
-      doubtGraceMs: 2_000,
-    })
-    await viaProxy`SELECT 1`
+    const writer = writerOn(viaProxy, { doubtGraceMs: 2_000 })
     // Held by an instance that never came back, its lease run out a second before the database went away.
     const key = `tx:0x${'c3'.repeat(32)}`
     await direct`INSERT INTO claims (proof_key, kind, target_type, target_id, account_id, payer, amount_atomic,
                                      status, retry_until, lease_until, attempts, releases, attempt_token, horizon_at)
       VALUES (${key}, 'tx', 'call', 'ep_1', ${ACCOUNT}, '0x22', 10000, 'claimed', now() + interval '10 minutes',
               now() - interval '1 second', 1, 0, 'gone', claim_horizon_at('tx', to_timestamp(${BLOCK_AT_MS} / 1000.0), NULL))`
-    const cut = proxy.cutNextAnswer()
-    await writer.claim(request(`tx:0x${'c4'.repeat(32)}`)).catch(() => null)
-    await cut
+    expect(await claimUnanswered(writer, request(`tx:0x${'c4'.repeat(32)}`))).toBeInstanceOf(Error)
     // Back: the unanswered claim released, the outage over.
     await writer.drain()
     const upAt = Date.now()
