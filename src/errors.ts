@@ -146,7 +146,7 @@ export const PAYMENT_REQUIRED_REASONS = {
   underpaid: 'less than the price, or than a quote still holding',
   proof_too_old: 'older than chain.max_proof_age_ms',
   own_settlement:
-    'a settlement tollgate sent (from its treasury or a settler key): its money already paid the calls and payments it carried; final',
+    'a settlement tollgate sent (from its treasury or a settler key), or a transfer out of its channel contract: its money already paid the calls and payments it carried; final',
   authorization_transfer:
     'the transfer was made by an EIP-3009 authorization: that money is the authorization’s (paid as x402 or MPP), not the hash’s; final',
   proof_already_used: 'claimed by another call or payment',

@@ -7,7 +7,9 @@
 // by tollgate's keys, so the transaction's sender tells them apart, whatever the database recorded and when.
 import type { Address } from 'viem'
 import { privateKeyToAccount } from 'viem/accounts'
+import { BATCH_SETTLEMENT_ADDRESS } from './batch-channel.ts'
 import { type SettlerSeed, settlerSlotKey } from './settler-keys.ts'
+import { sameAddress } from './transfer.ts'
 
 /** The addresses tollgate sends from: the treasury and every settler slot's key, lowercase. */
 export function ownSenders(o: { treasury: Address; seed: SettlerSeed | null; slots: number }): Set<string> {
@@ -27,4 +29,14 @@ export function lazyOwnSenders(derive: () => Parameters<typeof ownSenders>[0]): 
     own ??= ownSenders(derive())
     return own
   }
+}
+
+/**
+ * Whether a transfer to the treasury is money tollgate already booked: its transaction was sent from one of
+ * `own` (ownSenders), or it comes from the channel contract, whose `settle` anyone may call but which moves
+ * only what tollgate claimed of its channels' vouchers (claimed and settled in one multicall today, so nothing
+ * is left for a stranger's call: this holds whatever that order becomes).
+ */
+export function isOwnMoney(t: { sender: Address; from: Address }, own: ReadonlySet<string>): boolean {
+  return own.has(t.sender.toLowerCase()) || sameAddress(t.from, BATCH_SETTLEMENT_ADDRESS)
 }

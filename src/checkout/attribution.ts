@@ -12,6 +12,7 @@
 // failure.
 import { applyPaymentProof, recordUnmatchedInflows } from '../books/payments.ts'
 import { authorizationProofKey } from '../chain/authorization.ts'
+import { isOwnMoney } from '../chain/own-transactions.ts'
 import type { TreasuryTransfer, UsedAuthorization } from '../chain/transfer.ts'
 import type { PaymentView } from '../db/payment-presenter.ts'
 import { findPaymentsByFigure } from '../db/payments.ts'
@@ -54,7 +55,7 @@ export async function attributeTransfers(
   }
   if (transfers.length === 0) return result
   const own = deps.ownSenders()
-  const theirs = transfers.filter((t) => !own.has(t.sender.toLowerCase()))
+  const theirs = transfers.filter((t) => !isOwnMoney(t, own))
   result.own = transfers.length - theirs.length
   const plain = theirs.filter((t) => t.authorizations.length === 0)
   const unmatched = await unclaimedAuthorizationTransfers(

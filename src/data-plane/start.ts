@@ -6,6 +6,7 @@ import { BatchWriter } from '../books/batch-writer.ts'
 import { createAuthorizationChainChecker } from '../chain/check-authorization.ts'
 import type { ChainContext } from '../chain/connect.ts'
 import type { ChainInfo } from '../chain/info.ts'
+import { isOwnMoney } from '../chain/own-transactions.ts'
 import { simulateTransferAuthorization } from '../chain/simulate-authorization.ts'
 import type { TreasuryTransfer } from '../chain/transfer.ts'
 import { counterfactualWallets, smartWalletVerifier } from '../chain/verify-smart-wallet.ts'
@@ -438,9 +439,9 @@ async function startTransferWatcher(
  */
 function proofRefusal(
   chain: ChainContext,
-  t: Pick<TreasuryTransfer, 'sender' | 'authorizations'>,
+  t: Pick<TreasuryTransfer, 'sender' | 'from' | 'authorizations'>,
 ): 'own_settlement' | 'authorization_transfer' | null {
-  if (chain.ownSenders().has(t.sender.toLowerCase())) return 'own_settlement'
+  if (isOwnMoney(t, chain.ownSenders())) return 'own_settlement'
   return t.authorizations.length > 0 ? 'authorization_transfer' : null
 }
 
