@@ -63,7 +63,7 @@ export interface BatchWriterOptions {
   /** Backoff of capture retries after a failed batch: doubles from the first to the last (1 s). */
   retryMinMs?: number
   retryMaxMs?: number
-  /** How long an unreleased claim is answered busy past its lease or the server's start (tests). */
+  /** How long an unreleased claim is answered busy past its lease (DOUBT_GRACE_MS; tests shorten it). */
   doubtGraceMs?: number
   onBatch?(claims: number, captures: number): void
   /** A batch's statement ended (written or failed), `ms` after it was sent. */

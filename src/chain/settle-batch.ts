@@ -24,6 +24,7 @@ import type { FeeQuote } from './payouts.ts'
 import { SETTLEMENT_GAS, type StoredAuthorization, signSettlement } from './settle.ts'
 import { settleCalldata } from './settle-batch-encoding.ts'
 import { signCall } from './sign-call.ts'
+import { AUTHORIZATION_USED_TOPIC } from './transfer.ts'
 
 export const AUTHORIZATION_BATCHER_ADDRESS: Address = create2Address(authorizationBatcherArtifact.bytecode)
 
@@ -93,7 +94,6 @@ export async function signSettlementBatch(
   })
 }
 
-const AUTHORIZATION_USED = toEventSelector('AuthorizationUsed(address,bytes32)')
 const BATCH_SETTLED = toEventSelector('BatchSettled(address,uint256,uint256)')
 
 /**
@@ -117,7 +117,7 @@ export function settlementOutcomes(
   for (const log of receipt.logs) {
     const topic = eventTopic(log.topics)
     const from = log.address.toLowerCase()
-    if (topic === AUTHORIZATION_USED && from === usdc) {
+    if (topic === AUTHORIZATION_USED_TOPIC && from === usdc) {
       const authorizer = topicAddress(log.topics[1])
       const nonce = log.topics[2]
       if (log.topics.length !== 3 || authorizer === null || topicWord(nonce) === null || log.data !== '0x')
